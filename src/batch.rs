@@ -1,0 +1,97 @@
+//! A padded batch of sentence pairs, the one input the model consumes.
+
+use serde::{Deserialize, Serialize};
+
+/// Special token ids shared by every vocabulary of the project.
+pub const PAD: u32 = 0;
+/// Begin of sentence: the first decoder input.
+pub const BOS: u32 = 1;
+/// End of sentence: closes every source and every target.
+pub const EOS: u32 = 2;
+/// Unknown token.
+pub const UNK: u32 = 3;
+
+/// Source and target token ids of `batch_size` pairs, padded with [`PAD`] to the longest.
+///
+/// The source of each pair ends with [`EOS`]; the decoder reads `tgt_in = BOS y1 .. yn` and
+/// is trained to predict `tgt_out = y1 .. yn EOS` (teacher forcing).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Batch {
+    pub batch_size: usize,
+    /// Padded source length (longest source in the batch, EOS included).
+    pub src_len: usize,
+    /// Padded target length (longest target plus one).
+    pub tgt_len: usize,
+    /// [batch_size, src_len]
+    pub src: Vec<u32>,
+    /// Unpadded source lengths, each >= 1.
+    pub src_lens: Vec<usize>,
+    /// [batch_size, tgt_len]: BOS y1 .. yn PAD..
+    pub tgt_in: Vec<u32>,
+    /// [batch_size, tgt_len]: y1 .. yn EOS PAD..
+    pub tgt_out: Vec<u32>,
+    /// Unpadded target lengths (n + 1), each >= 1.
+    pub tgt_lens: Vec<usize>,
+}
+
+impl Batch {
+    /// Builds a batch from (source ids, target ids) pairs without specials; EOS/BOS are added.
+    pub fn from_pairs(pairs: &[(&[u32], &[u32])]) -> Batch {
+        let batch_size = pairs.len();
+        let src_len = pairs.iter().map(|(s, _)| s.len() + 1).max().unwrap_or(1);
+        let tgt_len = pairs.iter().map(|(_, t)| t.len() + 1).max().unwrap_or(1);
+        let mut src = vec![PAD; batch_size * src_len];
+        let mut tgt_in = vec![PAD; batch_size * tgt_len];
+        let mut tgt_out = vec![PAD; batch_size * tgt_len];
+        let mut src_lens = Vec::with_capacity(batch_size);
+        let mut tgt_lens = Vec::with_capacity(batch_size);
+        for (b, (s, t)) in pairs.iter().enumerate() {
+            let row = &mut src[b * src_len..(b + 1) * src_len];
+            row[..s.len()].copy_from_slice(s);
+            row[s.len()] = EOS;
+            src_lens.push(s.len() + 1);
+            let row_in = &mut tgt_in[b * tgt_len..(b + 1) * tgt_len];
+            row_in[0] = BOS;
+            row_in[1..=t.len()].copy_from_slice(t);
+            let row_out = &mut tgt_out[b * tgt_len..(b + 1) * tgt_len];
+            row_out[..t.len()].copy_from_slice(t);
+            row_out[t.len()] = EOS;
+            tgt_lens.push(t.len() + 1);
+        }
+        Batch {
+            batch_size,
+            src_len,
+            tgt_len,
+            src,
+            src_lens,
+            tgt_in,
+            tgt_out,
+            tgt_lens,
+        }
+    }
+
+    /// Real (unpadded) source tokens, EOS included.
+    pub fn n_src_tokens(&self) -> usize {
+        self.src_lens.iter().sum()
+    }
+
+    /// Real (unpadded) target tokens, EOS included: the tokens the loss is taken over.
+    pub fn n_tgt_tokens(&self) -> usize {
+        self.tgt_lens.iter().sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pads_and_adds_specials() {
+        let b = Batch::from_pairs(&[(&[5, 6][..], &[7][..]), (&[8][..], &[9, 10, 11][..])]);
+        assert_eq!((b.batch_size, b.src_len, b.tgt_len), (2, 3, 4));
+        assert_eq!(b.src, vec![5, 6, EOS, 8, EOS, PAD]);
+        assert_eq!(b.tgt_in, vec![BOS, 7, PAD, PAD, BOS, 9, 10, 11]);
+        assert_eq!(b.tgt_out, vec![7, EOS, PAD, PAD, 9, 10, 11, EOS]);
+        assert_eq!((b.n_src_tokens(), b.n_tgt_tokens()), (5, 6));
+    }
+}

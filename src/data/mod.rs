@@ -1,0 +1,1 @@
+//! Generated data sets, so the project runs with no download.

@@ -1,0 +1,15 @@
+//! The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), with hand-written
+//! gradients, the paper's training recipe and its inference, on the CPU.
+//!
+//! Data flows one way: text -> tokens ([`text`]) -> batches ([`batch`], [`train::batching`]) ->
+//! model ([`model`]) -> loss and gradients ([`train::loss`]) -> optimizer ([`train::adam`]);
+//! model -> search ([`decode`]) -> text.
+
+pub mod batch;
+pub mod data;
+pub mod rng;
+pub mod tensor;
+pub mod text;
+pub mod train;
+
+pub use tensor::{Float, Tensor};

@@ -1,0 +1,1 @@
+//! Text in and out: vocabularies and corpus reading with line-numbered errors.

@@ -1,0 +1,1 @@
+//! Batches built by token count.

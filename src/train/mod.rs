@@ -1,0 +1,3 @@
+//! The training recipe: loss, optimizer, schedule, batching, the loop and checkpoints.
+
+pub mod batching;
