@@ -13,3 +13,5 @@ pub mod text;
 pub mod train;
 
 pub use tensor::{Float, Tensor};
+pub mod kernels;
+pub mod model;

@@ -1,1 +1,34 @@
 //! Text in and out: vocabularies and corpus reading with line-numbered errors.
+
+pub mod corpus;
+pub mod vocab;
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong reading or writing text files; every variant names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum TextError {
+    /// The file could not be opened or read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file could not be written or moved into place.
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Some lines could not be parsed; `report` lists how many and the first few.
+    #[error("{path}: {report}")]
+    Malformed { path: PathBuf, report: String },
+    /// The file holds no line that could be used.
+    #[error("{path}: no usable lines")]
+    Empty { path: PathBuf },
+    /// A vocabulary file is not a valid vocabulary.
+    #[error("{path}: not a valid vocabulary: {reason}")]
+    BadVocab { path: PathBuf, reason: String },
+}

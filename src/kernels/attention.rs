@@ -1,0 +1,164 @@
+//! Multi-head scaled dot-product attention, `softmax(Q Kᵀ / √d_k) V`, over all heads of a batch.
+//!
+//! This is the plain path: the [query x key] probabilities are kept for the backward (and for
+//! attention maps). Activations are row-major `[batch * len, heads * d_head]`; head `h` is the
+//! column block `h*d_head .. (h+1)*d_head`, read through strided views without copies.
+
+use super::matmul::{matmul, MatMut, MatRef};
+use super::softmax::{softmax_backward_inplace, softmax_inplace};
+use crate::Float;
+use rayon::prelude::*;
+
+/// Sizes of one attention call.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnDims {
+    pub batch: usize,
+    pub heads: usize,
+    pub d_head: usize,
+    /// Query rows per batch element.
+    pub q_len: usize,
+    /// Key/value rows per batch element that are scored.
+    pub k_len: usize,
+    /// Rows between consecutive batch elements in the key/value buffers (>= k_len; a KV cache
+    /// has room for more rows than are filled yet).
+    pub kv_stride: usize,
+}
+
+impl AttnDims {
+    fn d_model(&self) -> usize {
+        self.heads * self.d_head
+    }
+}
+
+/// Which keys a query may see. Both masks are prefixes of the key row, so query `i` of batch
+/// element `b` sees keys `0 .. visible(b, i)`; the others get exactly zero weight.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnMask<'a> {
+    /// Real (unpadded) keys of each batch element.
+    pub key_lens: &'a [usize],
+    /// Causal: query `i` sees keys `j <= i + q_offset` (decoder self-attention).
+    pub causal: bool,
+    /// Absolute position of query row 0 (incremental decoding).
+    pub q_offset: usize,
+}
+
+impl AttnMask<'_> {
+    /// Number of visible keys for query row `i` of batch element `b`.
+    pub fn visible(&self, b: usize, i: usize) -> usize {
+        let pad = self.key_lens[b];
+        if self.causal {
+            pad.min(i + self.q_offset + 1)
+        } else {
+            pad
+        }
+    }
+}
+
+/// Forward. Writes `ctx [batch*q_len, d_model]` and `probs [batch, heads, q_len, k_len]`.
+pub fn attention_forward<T: Float>(
+    ctx: &mut [T],
+    probs: &mut [T],
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    dims: AttnDims,
+    mask: AttnMask<'_>,
+) {
+    let AttnDims {
+        heads,
+        d_head,
+        q_len,
+        k_len,
+        kv_stride,
+        ..
+    } = dims;
+    let d_model = dims.d_model();
+    let scale = T::of(1.0 / (d_head as f64).sqrt());
+    assert_eq!(ctx.len(), dims.batch * q_len * d_model);
+    assert_eq!(probs.len(), dims.batch * heads * q_len * k_len);
+    ctx.par_chunks_mut(q_len * d_model)
+        .zip(probs.par_chunks_mut(heads * q_len * k_len))
+        .enumerate()
+        .for_each(|(b, (ctx_b, probs_b))| {
+            let q_off = b * q_len * d_model;
+            let kv_off = b * kv_stride * d_model;
+            for h in 0..heads {
+                let p = &mut probs_b[h * q_len * k_len..(h + 1) * q_len * k_len];
+                let q_h = MatRef::strided(q, q_off + h * d_head, q_len, d_head, d_model, 1);
+                let k_h = MatRef::strided(k, kv_off + h * d_head, k_len, d_head, d_model, 1);
+                let v_h = MatRef::strided(v, kv_off + h * d_head, k_len, d_head, d_model, 1);
+                // scores [q_len, k_len] = Q_h K_hᵀ / √d_k
+                matmul(MatMut::new(p, q_len, k_len), q_h, k_h.t(), scale, false);
+                for (i, row) in p.chunks_exact_mut(k_len).enumerate() {
+                    softmax_inplace(row, mask.visible(b, i));
+                }
+                // context [q_len, d_head] = P V_h, into head h's column block
+                let c_h = MatMut::strided(ctx_b, h * d_head, q_len, d_head, d_model, 1);
+                matmul(c_h, MatRef::new(p, q_len, k_len), v_h, T::one(), false);
+            }
+        });
+}
+
+/// Backward. Given `dctx`, writes `dq [batch*q_len, d_model]` and `dk`, `dv`
+/// `[batch*k_len, d_model]` (the forward's key buffers must have had `kv_stride == k_len`).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_backward<T: Float>(
+    dq: &mut [T],
+    dk: &mut [T],
+    dv: &mut [T],
+    dctx: &[T],
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    probs: &[T],
+    dims: AttnDims,
+) {
+    let AttnDims {
+        heads,
+        d_head,
+        q_len,
+        k_len,
+        ..
+    } = dims;
+    assert_eq!(dims.kv_stride, k_len, "backward needs unstrided keys");
+    let d_model = dims.d_model();
+    let scale = T::of(1.0 / (d_head as f64).sqrt());
+    dq.par_chunks_mut(q_len * d_model)
+        .zip(dk.par_chunks_mut(k_len * d_model))
+        .zip(dv.par_chunks_mut(k_len * d_model))
+        .enumerate()
+        .for_each(|(b, ((dq_b, dk_b), dv_b))| {
+            let q_off = b * q_len * d_model;
+            let kv_off = b * k_len * d_model;
+            let mut ds = vec![T::zero(); q_len * k_len];
+            for h in 0..heads {
+                let p_off = (b * heads + h) * q_len * k_len;
+                let p = MatRef::new(&probs[p_off..p_off + q_len * k_len], q_len, k_len);
+                let q_h = MatRef::strided(q, q_off + h * d_head, q_len, d_head, d_model, 1);
+                let k_h = MatRef::strided(k, kv_off + h * d_head, k_len, d_head, d_model, 1);
+                let v_h = MatRef::strided(v, kv_off + h * d_head, k_len, d_head, d_model, 1);
+                let dc_h = MatRef::strided(dctx, q_off + h * d_head, q_len, d_head, d_model, 1);
+                // dV_h [k_len, d_head] = Pᵀ dC_h
+                let dv_h = MatMut::strided(dv_b, h * d_head, k_len, d_head, d_model, 1);
+                matmul(dv_h, p.t(), dc_h, T::one(), false);
+                // dP [q_len, k_len] = dC_h V_hᵀ, then through the softmax: dS = P ⊙ (dP − rowsum)
+                matmul(
+                    MatMut::new(&mut ds, q_len, k_len),
+                    dc_h,
+                    v_h.t(),
+                    T::one(),
+                    false,
+                );
+                let p_rows = &probs[p_off..p_off + q_len * k_len];
+                for (ds_row, p_row) in ds.chunks_exact_mut(k_len).zip(p_rows.chunks_exact(k_len)) {
+                    softmax_backward_inplace(ds_row, p_row);
+                }
+                let ds_m = MatRef::new(&ds, q_len, k_len);
+                // dQ_h = dS K_h / √d_k ;  dK_h = dSᵀ Q_h / √d_k
+                let dq_h = MatMut::strided(dq_b, h * d_head, q_len, d_head, d_model, 1);
+                matmul(dq_h, ds_m, k_h, scale, false);
+                let dk_h = MatMut::strided(dk_b, h * d_head, k_len, d_head, d_model, 1);
+                matmul(dk_h, ds_m.t(), q_h, scale, false);
+            }
+        });
+}

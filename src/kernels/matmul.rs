@@ -1,0 +1,311 @@
+//! The one strided matrix-multiply entry point: `dst = [dst +] alpha * lhs · rhs`.
+//!
+//! Views carry row and column strides, so a transpose or one attention head inside a wider
+//! matrix is a view, never a copy. The `gemm` crate (AVX-512 kernels with its `x86-v4` feature)
+//! does the work; only this file knows about it.
+
+use crate::Float;
+
+/// A read-only matrix view: element (r, c) is `data[offset + r * row_stride + c * col_stride]`.
+#[derive(Clone, Copy, Debug)]
+pub struct MatRef<'a, T> {
+    data: &'a [T],
+    offset: usize,
+    rows: usize,
+    cols: usize,
+    row_stride: usize,
+    col_stride: usize,
+}
+
+impl<'a, T> MatRef<'a, T> {
+    /// A contiguous row-major `rows x cols` matrix at the start of `data`.
+    pub fn new(data: &'a [T], rows: usize, cols: usize) -> Self {
+        Self::strided(data, 0, rows, cols, cols, 1)
+    }
+
+    /// A general strided view; panics if any element would fall outside `data`.
+    pub fn strided(
+        data: &'a [T],
+        offset: usize,
+        rows: usize,
+        cols: usize,
+        row_stride: usize,
+        col_stride: usize,
+    ) -> Self {
+        check_bounds(data.len(), offset, rows, cols, row_stride, col_stride);
+        MatRef {
+            data,
+            offset,
+            rows,
+            cols,
+            row_stride,
+            col_stride,
+        }
+    }
+
+    /// The transpose, as a view of the same memory.
+    pub fn t(self) -> Self {
+        MatRef {
+            rows: self.cols,
+            cols: self.rows,
+            row_stride: self.col_stride,
+            col_stride: self.row_stride,
+            ..self
+        }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+}
+
+/// A mutable matrix view whose elements never overlap: either row-major (`col_stride == 1`,
+/// `row_stride >= cols`) or column-major (`row_stride == 1`, `col_stride >= rows`).
+#[derive(Debug)]
+pub struct MatMut<'a, T> {
+    data: &'a mut [T],
+    offset: usize,
+    rows: usize,
+    cols: usize,
+    row_stride: usize,
+    col_stride: usize,
+}
+
+impl<'a, T> MatMut<'a, T> {
+    /// A contiguous row-major `rows x cols` matrix at the start of `data`.
+    pub fn new(data: &'a mut [T], rows: usize, cols: usize) -> Self {
+        Self::strided(data, 0, rows, cols, cols, 1)
+    }
+
+    /// A strided view; panics if it could overlap itself or fall outside `data`.
+    pub fn strided(
+        data: &'a mut [T],
+        offset: usize,
+        rows: usize,
+        cols: usize,
+        row_stride: usize,
+        col_stride: usize,
+    ) -> Self {
+        let row_major = col_stride == 1 && (row_stride >= cols || rows <= 1);
+        let col_major = row_stride == 1 && (col_stride >= rows || cols <= 1);
+        assert!(
+            row_major || col_major,
+            "MatMut {rows}x{cols} with strides ({row_stride}, {col_stride}) may overlap itself"
+        );
+        check_bounds(data.len(), offset, rows, cols, row_stride, col_stride);
+        MatMut {
+            data,
+            offset,
+            rows,
+            cols,
+            row_stride,
+            col_stride,
+        }
+    }
+
+    /// The transpose, as a view of the same memory.
+    pub fn t(self) -> Self {
+        MatMut {
+            rows: self.cols,
+            cols: self.rows,
+            row_stride: self.col_stride,
+            col_stride: self.row_stride,
+            ..self
+        }
+    }
+}
+
+fn check_bounds(len: usize, offset: usize, rows: usize, cols: usize, rs: usize, cs: usize) {
+    if rows == 0 || cols == 0 {
+        assert!(
+            offset <= len,
+            "matrix view offset {offset} past buffer of {len}"
+        );
+        return;
+    }
+    let last = offset + (rows - 1) * rs + (cols - 1) * cs;
+    assert!(
+        last < len,
+        "matrix view {rows}x{cols} at {offset} strides ({rs}, {cs}) ends at {last}, buffer holds {len}"
+    );
+}
+
+/// `dst = alpha * lhs · rhs` when `accumulate` is false, `dst += alpha * lhs · rhs` when true.
+///
+/// Uses all threads of the current rayon pool for large products (the `gemm` crate only splits
+/// work over output blocks, so results do not depend on the thread schedule).
+pub fn matmul<T: Float>(
+    dst: MatMut<'_, T>,
+    lhs: MatRef<'_, T>,
+    rhs: MatRef<'_, T>,
+    alpha: T,
+    accumulate: bool,
+) {
+    assert_eq!(lhs.cols, rhs.rows, "matmul inner dimensions differ");
+    assert_eq!(
+        (dst.rows, dst.cols),
+        (lhs.rows, rhs.cols),
+        "matmul output shape"
+    );
+    let (m, n, k) = (dst.rows, dst.cols, lhs.cols);
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            for r in 0..m {
+                for c in 0..n {
+                    dst.data[dst.offset + r * dst.row_stride + c * dst.col_stride] = T::zero();
+                }
+            }
+        }
+        return;
+    }
+    let threads = rayon::current_num_threads();
+    let parallelism = if threads > 1 {
+        gemm::Parallelism::Rayon(threads)
+    } else {
+        gemm::Parallelism::None
+    };
+    // SAFETY: the constructors of MatRef/MatMut checked that every element (r, c) of each view,
+    // at offset + r*row_stride + c*col_stride, lies inside its slice, so gemm only touches
+    // in-bounds memory. `dst` is borrowed mutably and `lhs`/`rhs` immutably, so dst cannot alias
+    // them, and MatMut::strided refused strides under which two dst elements share an address,
+    // so gemm's writes never race. Strides fit in isize because they index existing slices.
+    // T is f32 or f64 (the only Float impls), both supported by gemm's dispatch.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.data.as_mut_ptr().add(dst.offset),
+            dst.col_stride as isize,
+            dst.row_stride as isize,
+            accumulate,
+            lhs.data.as_ptr().add(lhs.offset),
+            lhs.col_stride as isize,
+            lhs.row_stride as isize,
+            rhs.data.as_ptr().add(rhs.offset),
+            rhs.col_stride as isize,
+            rhs.row_stride as isize,
+            T::one(),
+            alpha,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
+}
+
+/// Plain `y = x · Wᵀ (+ b)` for row-major `x [rows, d_in]` and PyTorch-layout `w [d_out, d_in]`.
+pub fn linear_forward<T: Float>(
+    y: &mut [T],
+    x: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+    rows: usize,
+    d_in: usize,
+    d_out: usize,
+) {
+    matmul(
+        MatMut::new(y, rows, d_out),
+        MatRef::new(x, rows, d_in),
+        MatRef::new(w, d_out, d_in).t(),
+        T::one(),
+        false,
+    );
+    if let Some(b) = bias {
+        for row in y.chunks_exact_mut(d_out) {
+            for (v, &bv) in row.iter_mut().zip(b) {
+                *v += bv;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
+        let mut c = vec![0.0; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                for p in 0..k {
+                    c[i * n + j] += a[i * k + p] * b[p * n + j];
+                }
+            }
+        }
+        c
+    }
+
+    #[test]
+    fn matches_naive_with_transposes_and_accumulate() {
+        let (m, k, n) = (7, 13, 5);
+        let a: Vec<f64> = (0..m * k).map(|i| ((i * 37 % 11) as f64) - 5.0).collect();
+        let b: Vec<f64> = (0..k * n).map(|i| ((i * 17 % 7) as f64) * 0.5).collect();
+        let want = naive(&a, &b, m, k, n);
+        let mut c = vec![1.0; m * n];
+        matmul(
+            MatMut::new(&mut c, m, n),
+            MatRef::new(&a, m, k),
+            MatRef::new(&b, k, n),
+            1.0,
+            false,
+        );
+        assert_eq!(c, want);
+        // b stored transposed [n, k], used through a transposed view; accumulate twice.
+        let mut bt = vec![0.0; n * k];
+        for p in 0..k {
+            for j in 0..n {
+                bt[j * k + p] = b[p * n + j];
+            }
+        }
+        matmul(
+            MatMut::new(&mut c, m, n),
+            MatRef::new(&a, m, k),
+            MatRef::new(&bt, n, k).t(),
+            2.0,
+            true,
+        );
+        for (x, y) in c.iter().zip(&want) {
+            assert_eq!(*x, 3.0 * y);
+        }
+        // Writing into a column block of a wider matrix leaves the rest untouched.
+        let mut wide = vec![-1.0; m * (n + 3)];
+        matmul(
+            MatMut::strided(&mut wide, 2, m, n, n + 3, 1),
+            MatRef::new(&a, m, k),
+            MatRef::new(&b, k, n),
+            1.0,
+            false,
+        );
+        for i in 0..m {
+            assert_eq!(wide[i * (n + 3)], -1.0);
+            assert_eq!(wide[i * (n + 3) + 1], -1.0);
+            assert_eq!(
+                &wide[i * (n + 3) + 2..i * (n + 3) + 2 + n],
+                &want[i * n..(i + 1) * n]
+            );
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "buffer holds")]
+    fn out_of_bounds_view_is_refused() {
+        let a = vec![0.0f32; 10];
+        let _ = MatRef::new(&a, 3, 4);
+    }
+
+    #[test]
+    #[should_panic(expected = "may overlap")]
+    fn overlapping_mut_view_is_refused() {
+        let mut a = vec![0.0f32; 10];
+        let _ = MatMut::strided(&mut a, 0, 3, 3, 1, 1);
+    }
+}

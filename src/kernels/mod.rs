@@ -1,0 +1,11 @@
+//! Numeric kernels only, with no model knowledge: a faster kernel drops in here without touching
+//! the model. Every kernel is generic over [`crate::Float`] so the f64 reference checks run the
+//! same code as f32 training.
+
+pub mod activations;
+pub mod attention;
+pub mod dropout;
+pub mod layer_norm;
+pub mod matmul;
+pub mod reduce;
+pub mod softmax;

@@ -1,0 +1,218 @@
+//! Multi-head attention (section 3.2.2):
+//! `MultiHead(Q, K, V) = Concat(head₁ … head_h) W^O`, `headᵢ = Attention(Q Wᵢ^Q, K Wᵢ^K, V Wᵢ^V)`,
+//! `Attention(Q, K, V) = softmax(Q Kᵀ / √d_k) V`.
+//!
+//! The per-head projections Wᵢ^Q are the column blocks of one `d_model x d_model` projection, so
+//! the heads come out of one matrix product and are split by strided views (see
+//! `kernels::attention`). Also here: the key/value cache for incremental decoding.
+
+use super::linear::Linear;
+use super::param::{Module, Param};
+use crate::kernels::attention::{attention_backward, attention_forward, AttnDims, AttnMask};
+use crate::rng::Rng;
+use crate::Float;
+
+/// Multi-head attention with h heads of d_k = d_model / h.
+#[derive(Clone, Debug)]
+pub struct MultiHeadAttention<T> {
+    pub q_proj: Linear<T>,
+    pub k_proj: Linear<T>,
+    pub v_proj: Linear<T>,
+    pub out_proj: Linear<T>,
+    pub n_heads: usize,
+    pub d_model: usize,
+}
+
+/// What the attention forward keeps for the backward.
+#[derive(Clone, Debug)]
+pub struct AttentionCache<T> {
+    /// Projected queries [batch*q_len, d_model].
+    pub q: Vec<T>,
+    /// Projected keys [batch*k_len, d_model].
+    pub k: Vec<T>,
+    /// Projected values [batch*k_len, d_model].
+    pub v: Vec<T>,
+    /// Attention weights [batch, heads, q_len, k_len] (rows sum to one over visible keys).
+    pub probs: Vec<T>,
+    /// Concatenated heads before W^O [batch*q_len, d_model].
+    pub ctx: Vec<T>,
+    pub dims: AttnDims,
+}
+
+/// Cached keys and values of one attention layer for incremental decoding:
+/// `[batch, capacity, d_model]`, the first `len` rows of each batch element filled.
+#[derive(Clone, Debug)]
+pub struct KvCache<T> {
+    pub k: Vec<T>,
+    pub v: Vec<T>,
+    pub batch: usize,
+    pub capacity: usize,
+    pub len: usize,
+}
+
+impl<T: Float> KvCache<T> {
+    /// An empty cache with room for `capacity` positions per batch element.
+    pub fn new(batch: usize, capacity: usize, d_model: usize) -> Self {
+        KvCache {
+            k: vec![T::zero(); batch * capacity * d_model],
+            v: vec![T::zero(); batch * capacity * d_model],
+            batch,
+            capacity,
+            len: 0,
+        }
+    }
+}
+
+impl<T: Float> MultiHeadAttention<T> {
+    pub fn new(d_model: usize, n_heads: usize, rng: &mut Rng) -> Self {
+        MultiHeadAttention {
+            q_proj: Linear::new(d_model, d_model, rng),
+            k_proj: Linear::new(d_model, d_model, rng),
+            v_proj: Linear::new(d_model, d_model, rng),
+            out_proj: Linear::new(d_model, d_model, rng),
+            n_heads,
+            d_model,
+        }
+    }
+
+    fn dims(&self, batch: usize, q_len: usize, k_len: usize, kv_stride: usize) -> AttnDims {
+        AttnDims {
+            batch,
+            heads: self.n_heads,
+            d_head: self.d_model / self.n_heads,
+            q_len,
+            k_len,
+            kv_stride,
+        }
+    }
+
+    /// Queries from `x_q [batch*q_len, d_model]`, keys and values from `x_kv [batch*k_len,
+    /// d_model]` (the same tensor for self-attention). Returns `[batch*q_len, d_model]`.
+    pub fn forward(
+        &self,
+        x_q: &[T],
+        x_kv: &[T],
+        batch: usize,
+        mask: AttnMask<'_>,
+    ) -> (Vec<T>, AttentionCache<T>) {
+        let q_len = x_q.len() / (batch * self.d_model);
+        let k_len = x_kv.len() / (batch * self.d_model);
+        let q = self.q_proj.forward(x_q);
+        let k = self.k_proj.forward(x_kv);
+        let v = self.v_proj.forward(x_kv);
+        let dims = self.dims(batch, q_len, k_len, k_len);
+        // ctx: [batch*q_len, d_model], probs: [batch, heads, q_len, k_len]
+        let mut ctx = vec![T::zero(); x_q.len()];
+        let mut probs = vec![T::zero(); batch * self.n_heads * q_len * k_len];
+        attention_forward(&mut ctx, &mut probs, &q, &k, &v, dims, mask);
+        let y = self.out_proj.forward(&ctx);
+        let cache = AttentionCache {
+            q,
+            k,
+            v,
+            probs,
+            ctx,
+            dims,
+        };
+        (y, cache)
+    }
+
+    /// Accumulates the four projections' gradients; returns `(dx_q, dx_kv)`.
+    pub fn backward(
+        &mut self,
+        x_q: &[T],
+        x_kv: &[T],
+        cache: AttentionCache<T>,
+        dy: &[T],
+    ) -> (Vec<T>, Vec<T>) {
+        let dctx = self.out_proj.backward(&cache.ctx, dy);
+        let mut dq = vec![T::zero(); cache.q.len()];
+        let mut dk = vec![T::zero(); cache.k.len()];
+        let mut dv = vec![T::zero(); cache.v.len()];
+        attention_backward(
+            &mut dq,
+            &mut dk,
+            &mut dv,
+            &dctx,
+            &cache.q,
+            &cache.k,
+            &cache.v,
+            &cache.probs,
+            cache.dims,
+        );
+        let dx_q = self.q_proj.backward(x_q, &dq);
+        let mut dx_kv = self.k_proj.backward(x_kv, &dk);
+        let dx_v = self.v_proj.backward(x_kv, &dv);
+        crate::kernels::activations::add_inplace(&mut dx_kv, &dx_v);
+        (dx_q, dx_kv)
+    }
+
+    /// Keys and values of `x_kv [batch*k_len, d_model]`, computed once per source for
+    /// cross-attention during decoding.
+    pub fn project_kv(&self, x_kv: &[T], batch: usize) -> KvCache<T> {
+        let k_len = x_kv.len() / (batch * self.d_model);
+        KvCache {
+            k: self.k_proj.forward(x_kv),
+            v: self.v_proj.forward(x_kv),
+            batch,
+            capacity: k_len,
+            len: k_len,
+        }
+    }
+
+    /// Inference with cached keys/values. Queries `x_q [batch*q_len, d_model]` at positions
+    /// `cache.len ..`; when `append` is true their own keys/values are first written into the
+    /// cache (self-attention), otherwise the cache is read as is (cross-attention). Masking:
+    /// `key_lens` (padding, for cross-attention) or causal within the appended block.
+    /// Returns the output and the attention weights `[batch, heads, q_len, k_len]`.
+    pub fn forward_cached(
+        &self,
+        x_q: &[T],
+        cache: &mut KvCache<T>,
+        append: bool,
+        key_lens: Option<&[usize]>,
+    ) -> (Vec<T>, Vec<T>) {
+        let d = self.d_model;
+        let batch = cache.batch;
+        let q_len = x_q.len() / (batch * d);
+        let q_offset = cache.len;
+        if append {
+            assert!(
+                cache.len + q_len <= cache.capacity,
+                "KV cache capacity exceeded"
+            );
+            let k_new = self.k_proj.forward(x_q);
+            let v_new = self.v_proj.forward(x_q);
+            for b in 0..batch {
+                let dst = (b * cache.capacity + cache.len) * d;
+                let src = b * q_len * d;
+                cache.k[dst..dst + q_len * d].copy_from_slice(&k_new[src..src + q_len * d]);
+                cache.v[dst..dst + q_len * d].copy_from_slice(&v_new[src..src + q_len * d]);
+            }
+            cache.len += q_len;
+        }
+        let k_len = cache.len;
+        let q = self.q_proj.forward(x_q);
+        let dims = self.dims(batch, q_len, k_len, cache.capacity);
+        let full = vec![k_len; batch];
+        let mask = AttnMask {
+            key_lens: key_lens.unwrap_or(&full),
+            causal: append,
+            q_offset: if append { q_offset } else { 0 },
+        };
+        let mut ctx = vec![T::zero(); x_q.len()];
+        let mut probs = vec![T::zero(); batch * self.n_heads * q_len * k_len];
+        attention_forward(&mut ctx, &mut probs, &q, &cache.k, &cache.v, dims, mask);
+        (self.out_proj.forward(&ctx), probs)
+    }
+}
+
+impl<T> Module<T> for MultiHeadAttention<T> {
+    fn collect_params<'a>(&'a mut self, prefix: &str, out: &mut Vec<(String, &'a mut Param<T>)>) {
+        self.q_proj.collect_params(&format!("{prefix}.q_proj"), out);
+        self.k_proj.collect_params(&format!("{prefix}.k_proj"), out);
+        self.v_proj.collect_params(&format!("{prefix}.v_proj"), out);
+        self.out_proj
+            .collect_params(&format!("{prefix}.out_proj"), out);
+    }
+}

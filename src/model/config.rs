@@ -1,0 +1,143 @@
+//! Model hyper-parameters, with the paper's presets. Serialises to the checkpoint's `config.json`.
+
+use serde::{Deserialize, Serialize};
+
+/// Where the layer norm sits in each residual block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NormPlacement {
+    /// `LayerNorm(x + Dropout(Sublayer(x)))`, the paper's arrangement.
+    PostLn,
+    /// `x + Dropout(Sublayer(LayerNorm(x)))`, with a final norm after the last layer.
+    PreLn,
+}
+
+/// The shape of an encoder-decoder Transformer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// Shared source/target vocabulary size.
+    pub vocab_size: usize,
+    /// Width of every residual stream (d_model).
+    pub d_model: usize,
+    /// Attention heads h; d_k = d_v = d_model / h.
+    pub n_heads: usize,
+    /// Inner width of the position-wise feed-forward network (d_ff).
+    pub d_ff: usize,
+    /// Encoder layers N.
+    pub n_encoder_layers: usize,
+    /// Decoder layers N.
+    pub n_decoder_layers: usize,
+    /// Dropout on embeddings+positions and on each sublayer output (P_drop).
+    pub dropout: f64,
+    /// Norm placement in the residual blocks.
+    pub norm: NormPlacement,
+    /// Layer-norm ε.
+    pub layer_norm_eps: f64,
+    /// Tie the pre-softmax projection to the shared embedding matrix (the paper's tying).
+    pub tie_embeddings: bool,
+    /// Longest sequence (in tokens, specials included) the model accepts.
+    pub max_len: usize,
+}
+
+impl ModelConfig {
+    /// The names accepted by [`ModelConfig::preset`].
+    pub const PRESETS: [&'static str; 3] = ["tiny", "base", "big"];
+
+    /// `tiny` (tests and the demo), `base` and `big` (the paper's sizes).
+    pub fn preset(name: &str, vocab_size: usize) -> Option<ModelConfig> {
+        let (d_model, n_heads, d_ff, layers, dropout) = match name {
+            "tiny" => (128, 4, 512, 2, 0.1),
+            "base" => (512, 8, 2048, 6, 0.1),
+            "big" => (1024, 16, 4096, 6, 0.3),
+            _ => return None,
+        };
+        Some(ModelConfig {
+            vocab_size,
+            d_model,
+            n_heads,
+            d_ff,
+            n_encoder_layers: layers,
+            n_decoder_layers: layers,
+            dropout,
+            norm: NormPlacement::PostLn,
+            layer_norm_eps: 1e-6,
+            tie_embeddings: true,
+            max_len: 1024,
+        })
+    }
+
+    /// d_k = d_v = d_model / h.
+    pub fn d_head(&self) -> usize {
+        self.d_model / self.n_heads
+    }
+
+    /// Checks the invariants the model relies on; the message names the offending field.
+    pub fn validate(&self) -> Result<(), String> {
+        let positive = [
+            ("vocab_size", self.vocab_size),
+            ("d_model", self.d_model),
+            ("n_heads", self.n_heads),
+            ("d_ff", self.d_ff),
+            ("max_len", self.max_len),
+        ];
+        for (name, v) in positive {
+            if v == 0 {
+                return Err(format!("{name} must be positive"));
+            }
+        }
+        if self.vocab_size < 4 {
+            return Err("vocab_size must hold the 4 special tokens".into());
+        }
+        if !self.d_model.is_multiple_of(self.n_heads) {
+            return Err(format!(
+                "d_model {} is not divisible by n_heads {}",
+                self.d_model, self.n_heads
+            ));
+        }
+        if !self.d_model.is_multiple_of(2) {
+            return Err(format!(
+                "d_model {} must be even for sinusoidal positions",
+                self.d_model
+            ));
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            return Err(format!("dropout {} must be in [0, 1)", self.dropout));
+        }
+        if self.layer_norm_eps.is_nan() || self.layer_norm_eps <= 0.0 {
+            return Err("layer_norm_eps must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_have_the_papers_sizes_and_round_trip() {
+        let base = ModelConfig::preset("base", 8000).unwrap();
+        assert_eq!(
+            (
+                base.d_model,
+                base.n_heads,
+                base.d_ff,
+                base.n_encoder_layers,
+                base.d_head()
+            ),
+            (512, 8, 2048, 6, 64)
+        );
+        let big = ModelConfig::preset("big", 8000).unwrap();
+        assert_eq!(
+            (big.d_model, big.n_heads, big.d_ff, big.dropout),
+            (1024, 16, 4096, 0.3)
+        );
+        let json = serde_json::to_string(&base).unwrap();
+        assert_eq!(serde_json::from_str::<ModelConfig>(&json).unwrap(), base);
+        assert!(ModelConfig::preset("huge", 10).is_none());
+        let mut bad = base.clone();
+        bad.n_heads = 7;
+        assert!(bad.validate().unwrap_err().contains("n_heads"));
+    }
+}

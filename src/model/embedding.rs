@@ -1,0 +1,144 @@
+//! Input embeddings: `x = E[token] · √d_model + PE(pos)`, then dropout on the sum.
+//!
+//! The sinusoidal encoding of the paper (section 3.5):
+//! `PE(pos, 2i) = sin(pos / 10000^(2i/d_model))`, `PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))`.
+//! One table `E [vocab, d_model]` is shared by the encoder, the decoder and (tied) the
+//! pre-softmax projection.
+
+use super::param::{Module, Param};
+use crate::kernels::dropout::dropout_mask;
+use crate::rng::Rng;
+use crate::Float;
+
+/// The sinusoidal encoding of position `pos` in dimension `dim` of a `d_model`-wide model.
+pub fn sinusoid(pos: usize, dim: usize, d_model: usize) -> f64 {
+    let i2 = (dim - dim % 2) as f64;
+    let angle = pos as f64 / 10000f64.powf(i2 / d_model as f64);
+    if dim.is_multiple_of(2) {
+        angle.sin()
+    } else {
+        angle.cos()
+    }
+}
+
+/// The token embedding table with positions added.
+#[derive(Clone, Debug)]
+pub struct Embedding<T> {
+    /// E [vocab, d_model]
+    pub weight: Param<T>,
+    pub d_model: usize,
+    /// PE [max_len, d_model], precomputed in f64 and rounded once.
+    positions: Vec<T>,
+    max_len: usize,
+}
+
+/// What the embedding forward keeps: the tokens and the dropout mask.
+#[derive(Clone, Debug)]
+pub struct EmbeddingCache<T> {
+    pub tokens: Vec<u32>,
+    pub dropout_mask: Option<Vec<T>>,
+}
+
+impl<T: Float> Embedding<T> {
+    /// Xavier-uniform table (fan_in = vocab, fan_out = d_model).
+    pub fn new(vocab: usize, d_model: usize, max_len: usize, rng: &mut Rng) -> Self {
+        let mut positions = vec![T::zero(); max_len * d_model];
+        for pos in 0..max_len {
+            for dim in 0..d_model {
+                positions[pos * d_model + dim] = T::of(sinusoid(pos, dim, d_model));
+            }
+        }
+        Embedding {
+            weight: Param::xavier(&[vocab, d_model], vocab, d_model, rng),
+            d_model,
+            positions,
+            max_len,
+        }
+    }
+
+    /// The longest sequence the position table covers.
+    pub fn max_len(&self) -> usize {
+        self.max_len
+    }
+
+    /// `tokens [batch, seq_len]` (row-major) -> `x [batch*seq_len, d_model]`, positions starting
+    /// at `pos_offset` (for incremental decoding). Dropout with probability `p` when `rng` is given.
+    pub fn forward(
+        &self,
+        tokens: &[u32],
+        seq_len: usize,
+        pos_offset: usize,
+        p: f64,
+        rng: Option<&mut Rng>,
+    ) -> (Vec<T>, EmbeddingCache<T>) {
+        let d = self.d_model;
+        let scale = T::of((d as f64).sqrt());
+        assert!(
+            pos_offset + seq_len <= self.max_len,
+            "sequence longer than max_len"
+        );
+        // x: [batch*seq_len, d_model]
+        let mut x = vec![T::zero(); tokens.len() * d];
+        for (r, &tok) in tokens.iter().enumerate() {
+            let pos = pos_offset + r % seq_len;
+            let e = &self.weight.value.data[tok as usize * d..(tok as usize + 1) * d];
+            let pe = &self.positions[pos * d..(pos + 1) * d];
+            for ((o, &ev), &pv) in x[r * d..(r + 1) * d].iter_mut().zip(e).zip(pe) {
+                *o = ev * scale + pv;
+            }
+        }
+        let dropout_mask = rng.and_then(|rng| dropout_mask(rng, x.len(), p));
+        if let Some(m) = &dropout_mask {
+            crate::kernels::activations::mul_inplace(&mut x, m);
+        }
+        let cache = EmbeddingCache {
+            tokens: tokens.to_vec(),
+            dropout_mask,
+        };
+        (x, cache)
+    }
+
+    /// Accumulates `dE[token] += √d_model · dx` (after the dropout mask).
+    pub fn backward(&mut self, cache: &EmbeddingCache<T>, dx: &[T]) {
+        let d = self.d_model;
+        let scale = T::of((d as f64).sqrt());
+        for (r, &tok) in cache.tokens.iter().enumerate() {
+            let g = &mut self.weight.grad.data[tok as usize * d..(tok as usize + 1) * d];
+            let dxr = &dx[r * d..(r + 1) * d];
+            match &cache.dropout_mask {
+                Some(m) => {
+                    let mr = &m[r * d..(r + 1) * d];
+                    for i in 0..d {
+                        g[i] += dxr[i] * mr[i] * scale;
+                    }
+                }
+                None => {
+                    for i in 0..d {
+                        g[i] += dxr[i] * scale;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl<T> Module<T> for Embedding<T> {
+    fn collect_params<'a>(&'a mut self, prefix: &str, out: &mut Vec<(String, &'a mut Param<T>)>) {
+        out.push((format!("{prefix}.weight"), &mut self.weight));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sinusoid_matches_the_paper() {
+        // PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...)
+        let d = 8;
+        assert_eq!(sinusoid(0, 0, d), 0.0);
+        assert_eq!(sinusoid(0, 1, d), 1.0);
+        assert!((sinusoid(3, 4, d) - (3.0f64 / 10000f64.powf(4.0 / 8.0)).sin()).abs() < 1e-15);
+        assert!((sinusoid(3, 5, d) - (3.0f64 / 10000f64.powf(4.0 / 8.0)).cos()).abs() < 1e-15);
+    }
+}

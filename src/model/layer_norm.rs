@@ -1,0 +1,68 @@
+//! Layer normalisation as a module: `LN(x) = γ ⊙ (x − μ) / √(σ² + ε) + β` (the numeric kernel
+//! lives in `kernels::layer_norm`).
+
+use super::param::{Module, Param};
+use crate::kernels::layer_norm::{layer_norm_backward, layer_norm_forward, LayerNormStats};
+use crate::Float;
+
+/// A layer norm over the model width with gain γ (init 1) and bias β (init 0).
+#[derive(Clone, Debug)]
+pub struct LayerNorm<T> {
+    /// γ [d]
+    pub gamma: Param<T>,
+    /// β [d]
+    pub beta: Param<T>,
+    pub eps: f64,
+}
+
+impl<T: Float> LayerNorm<T> {
+    pub fn new(d: usize, eps: f64) -> Self {
+        LayerNorm {
+            gamma: Param::constant(&[d], 1.0),
+            beta: Param::constant(&[d], 0.0),
+            eps,
+        }
+    }
+
+    fn d(&self) -> usize {
+        self.gamma.value.len()
+    }
+
+    /// `x [rows, d]` -> (`y [rows, d]`, the statistics the backward needs).
+    pub fn forward(&self, x: &[T]) -> (Vec<T>, LayerNormStats<T>) {
+        let mut y = vec![T::zero(); x.len()];
+        let stats = layer_norm_forward(
+            &mut y,
+            x,
+            &self.gamma.value.data,
+            &self.beta.value.data,
+            self.d(),
+            self.eps,
+        );
+        (y, stats)
+    }
+
+    /// Accumulates dγ, dβ and returns dx.
+    pub fn backward(&mut self, x: &[T], stats: &LayerNormStats<T>, dy: &[T]) -> Vec<T> {
+        let mut dx = vec![T::zero(); x.len()];
+        let d = self.d();
+        layer_norm_backward(
+            &mut dx,
+            dy,
+            x,
+            stats,
+            &self.gamma.value.data,
+            &mut self.gamma.grad.data,
+            &mut self.beta.grad.data,
+            d,
+        );
+        dx
+    }
+}
+
+impl<T> Module<T> for LayerNorm<T> {
+    fn collect_params<'a>(&'a mut self, prefix: &str, out: &mut Vec<(String, &'a mut Param<T>)>) {
+        out.push((format!("{prefix}.weight"), &mut self.gamma));
+        out.push((format!("{prefix}.bias"), &mut self.beta));
+    }
+}

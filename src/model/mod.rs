@@ -1,0 +1,17 @@
+//! The model: one file per concept of the paper, each layer's forward and backward side by side.
+
+pub mod attention;
+pub mod block;
+pub mod config;
+pub mod decoder;
+pub mod embedding;
+pub mod encoder;
+pub mod feed_forward;
+pub mod layer_norm;
+pub mod linear;
+pub mod param;
+pub mod seq2seq;
+
+pub use config::{ModelConfig, NormPlacement};
+pub use param::Param;
+pub use seq2seq::Seq2Seq;

@@ -1,0 +1,364 @@
+//! A vocabulary: the table between tokens (characters or words) and ids.
+//!
+//! Ids 0..=3 are always the specials of [`crate::batch`]: [`PAD`] `<pad>`, [`BOS`] `<s>`,
+//! [`EOS`] `</s>` and [`UNK`] `<unk>`. A vocabulary is saved as JSON,
+//! `{"level": "char", "tokens": ["<pad>", "<s>", "</s>", "<unk>", ...]}`, where the position of
+//! a token is its id.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::TextError;
+use crate::batch::{BOS, EOS, PAD, UNK};
+
+/// The spellings of the special tokens, in id order.
+pub const SPECIAL_TOKENS: [&str; 4] = ["<pad>", "<s>", "</s>", "<unk>"];
+
+/// What one token is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VocabLevel {
+    /// Every Unicode scalar value (Rust `char`), space included, is one token.
+    Char,
+    /// Whitespace-separated words are tokens; decoding joins them with one space.
+    Word,
+}
+
+/// The on-disk form of a [`Vocab`]; deserialising goes through it so every loaded vocabulary
+/// is validated.
+#[derive(Deserialize)]
+struct VocabFile {
+    level: VocabLevel,
+    tokens: Vec<String>,
+}
+
+/// A token table: `tokens[id]` is the token of `id`, and the first four ids are the specials.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(try_from = "VocabFile")]
+pub struct Vocab {
+    level: VocabLevel,
+    tokens: Vec<String>,
+    /// Token -> id, the inverse of `tokens`.
+    #[serde(skip)]
+    ids_by_token: HashMap<String, u32>,
+}
+
+impl PartialEq for Vocab {
+    fn eq(&self, other: &Self) -> bool {
+        self.level == other.level && self.tokens == other.tokens
+    }
+}
+
+impl Eq for Vocab {}
+
+impl TryFrom<VocabFile> for Vocab {
+    type Error = String;
+
+    fn try_from(file: VocabFile) -> Result<Self, Self::Error> {
+        Vocab::from_tokens(file.level, file.tokens)
+    }
+}
+
+impl Vocab {
+    /// Builds a vocabulary from `texts` (sentences or lines), keeping the tokens seen at least
+    /// `min_count` times (0 and 1 both keep every token).
+    ///
+    /// Ordering is deterministic: specials first, then by descending count, ties broken by
+    /// the token string. Text that spells a special token (`"<unk>"` as a word) is not counted:
+    /// the specials already have their ids.
+    pub fn build<'a>(
+        texts: impl IntoIterator<Item = &'a str>,
+        level: VocabLevel,
+        min_count: usize,
+    ) -> Vocab {
+        let mut counts: HashMap<String, usize> = HashMap::new();
+        let mut count_token = |token: &str| {
+            if let Some(count) = counts.get_mut(token) {
+                *count += 1;
+            } else {
+                counts.insert(token.to_string(), 1);
+            }
+        };
+        for text in texts {
+            match level {
+                VocabLevel::Char => {
+                    let mut buffer = [0u8; 4];
+                    for ch in text.chars() {
+                        count_token(ch.encode_utf8(&mut buffer));
+                    }
+                }
+                VocabLevel::Word => text.split_whitespace().for_each(&mut count_token),
+            }
+        }
+        let mut counted: Vec<(String, usize)> = counts
+            .into_iter()
+            .filter(|(token, count)| {
+                *count >= min_count && !SPECIAL_TOKENS.contains(&token.as_str())
+            })
+            .collect();
+        counted.sort_by(|(token_a, count_a), (token_b, count_b)| {
+            count_b.cmp(count_a).then_with(|| token_a.cmp(token_b))
+        });
+        let tokens = SPECIAL_TOKENS
+            .iter()
+            .map(|special| special.to_string())
+            .chain(counted.into_iter().map(|(token, _)| token))
+            .collect();
+        Vocab::from_tokens(level, tokens).expect("built vocabularies are valid by construction")
+    }
+
+    /// A vocabulary from its token list, checked: specials in place, no duplicates, and each
+    /// token a possible token of `level` (one char, or one non-empty word without whitespace).
+    fn from_tokens(level: VocabLevel, tokens: Vec<String>) -> Result<Vocab, String> {
+        if tokens.len() < SPECIAL_TOKENS.len() {
+            return Err(format!(
+                "{} tokens, fewer than the {} specials",
+                tokens.len(),
+                SPECIAL_TOKENS.len()
+            ));
+        }
+        if u32::try_from(tokens.len()).is_err() {
+            return Err(format!("{} tokens do not fit u32 ids", tokens.len()));
+        }
+        for (id, special) in SPECIAL_TOKENS.iter().enumerate() {
+            if tokens[id] != *special {
+                return Err(format!(
+                    "token {id} is {:?}, expected the special {special:?}",
+                    tokens[id]
+                ));
+            }
+        }
+        let mut seen = HashSet::with_capacity(tokens.len());
+        for (id, token) in tokens.iter().enumerate() {
+            if !seen.insert(token.as_str()) {
+                return Err(format!("duplicate token {token:?} at id {id}"));
+            }
+            if id < SPECIAL_TOKENS.len() {
+                continue;
+            }
+            let valid = match level {
+                VocabLevel::Char => token.chars().count() == 1,
+                VocabLevel::Word => !token.is_empty() && !token.chars().any(char::is_whitespace),
+            };
+            if !valid {
+                let expected = match level {
+                    VocabLevel::Char => "exactly one character",
+                    VocabLevel::Word => "a non-empty word without whitespace",
+                };
+                return Err(format!("token {id} ({token:?}) is not {expected}"));
+            }
+        }
+        let ids_by_token = tokens
+            .iter()
+            .enumerate()
+            .map(|(id, token)| (token.clone(), id as u32))
+            .collect();
+        Ok(Vocab {
+            level,
+            tokens,
+            ids_by_token,
+        })
+    }
+
+    /// The id of one token; unknown tokens and the spellings of PAD/BOS/EOS give [`UNK`], so
+    /// text never injects control tokens.
+    fn id_of(&self, token: &str) -> u32 {
+        match self.ids_by_token.get(token) {
+            Some(&id) if id > UNK => id,
+            _ => UNK,
+        }
+    }
+
+    /// Token ids of `text`, no specials added; tokens outside the vocabulary become [`UNK`].
+    pub fn encode(&self, text: &str) -> Vec<u32> {
+        match self.level {
+            VocabLevel::Char => {
+                let mut buffer = [0u8; 4];
+                text.chars()
+                    .map(|ch| self.id_of(ch.encode_utf8(&mut buffer)))
+                    .collect()
+            }
+            VocabLevel::Word => text
+                .split_whitespace()
+                .map(|word| self.id_of(word))
+                .collect(),
+        }
+    }
+
+    /// Text of `ids`: stops at the first [`EOS`], skips [`PAD`] and [`BOS`]; [`UNK`] and ids
+    /// outside the vocabulary render as `<unk>`. Characters are concatenated, words joined
+    /// with one space.
+    pub fn decode(&self, ids: &[u32]) -> String {
+        let pieces = ids
+            .iter()
+            .take_while(|&&id| id != EOS)
+            .filter(|&&id| id != PAD && id != BOS)
+            .map(|&id| self.token(id).unwrap_or(SPECIAL_TOKENS[UNK as usize]));
+        match self.level {
+            VocabLevel::Char => pieces.collect(),
+            VocabLevel::Word => pieces.collect::<Vec<_>>().join(" "),
+        }
+    }
+
+    /// Number of tokens, specials included.
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Never true for a valid vocabulary (the specials are always there); provided for API
+    /// completeness.
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// Whether tokens are characters or words.
+    pub fn level(&self) -> VocabLevel {
+        self.level
+    }
+
+    /// The token of `id`, if `id` is in the vocabulary.
+    pub fn token(&self, id: u32) -> Option<&str> {
+        self.tokens.get(id as usize).map(String::as_str)
+    }
+
+    /// Writes the vocabulary as JSON to `path`, through `path.tmp` and a rename so a crash
+    /// never leaves a half-written file.
+    pub fn save(&self, path: &Path) -> Result<(), TextError> {
+        let mut temporary_name = OsString::from(path.as_os_str());
+        temporary_name.push(".tmp");
+        let temporary_path = PathBuf::from(temporary_name);
+        let json =
+            serde_json::to_string_pretty(self).expect("a vocabulary of strings always serialises");
+        std::fs::write(&temporary_path, json).map_err(|source| TextError::Write {
+            path: temporary_path.clone(),
+            source,
+        })?;
+        std::fs::rename(&temporary_path, path).map_err(|source| TextError::Write {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    /// Reads and validates a vocabulary written by [`Vocab::save`].
+    pub fn load(path: &Path) -> Result<Vocab, TextError> {
+        let json = std::fs::read_to_string(path).map_err(|source| TextError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        serde_json::from_str(&json).map_err(|error| TextError::BadVocab {
+            path: path.to_path_buf(),
+            reason: error.to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn build_orders_by_count_then_token() {
+        let vocab = Vocab::build(["abca", "b a"], VocabLevel::Char, 1);
+        // a:3, b:2, c:1, ' ':1 -> ties broken by string (' ' < 'c').
+        let tokens: Vec<&str> = (0..vocab.len() as u32)
+            .map(|id| vocab.token(id).unwrap())
+            .collect();
+        assert_eq!(
+            tokens,
+            ["<pad>", "<s>", "</s>", "<unk>", "a", "b", " ", "c"]
+        );
+        let pruned = Vocab::build(["abca", "b a"], VocabLevel::Char, 2);
+        assert_eq!(pruned.len(), 6);
+        assert_eq!(pruned.token(5), Some("b"));
+        assert_eq!(pruned.token(6), None);
+    }
+
+    #[test]
+    fn char_round_trip_and_unknowns() {
+        let vocab = Vocab::build(["drei hundert", "zwölf"], VocabLevel::Char, 1);
+        let ids = vocab.encode("zwölf drei");
+        assert!(ids.iter().all(|&id| id > UNK));
+        assert_eq!(vocab.decode(&ids), "zwölf drei");
+        let with_unknown = vocab.encode("dx");
+        assert_eq!(with_unknown.len(), 2);
+        assert_eq!(with_unknown[1], UNK);
+        assert_eq!(vocab.decode(&with_unknown), "d<unk>");
+        // Specials: BOS and PAD skipped, stop at EOS; ids out of range render as <unk>.
+        let d = vocab.encode("d")[0];
+        assert_eq!(vocab.decode(&[BOS, d, PAD, 9999, EOS, d]), "d<unk>");
+    }
+
+    #[test]
+    fn word_level_joins_with_one_space_and_never_injects_specials() {
+        let vocab = Vocab::build(["one two", "two  three", "</s> <unk>"], VocabLevel::Word, 1);
+        assert_eq!(vocab.len(), 4 + 3);
+        assert_eq!(vocab.token(4), Some("two"));
+        let ids = vocab.encode("  three\ttwo one four ");
+        assert_eq!(ids.len(), 4);
+        assert_eq!(ids[3], UNK);
+        assert_eq!(vocab.decode(&ids), "three two one <unk>");
+        assert_eq!(vocab.encode("</s> <pad> <s>"), vec![UNK, UNK, UNK]);
+    }
+
+    #[test]
+    fn save_load_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vocab.json");
+        let vocab = Vocab::build(["hello world", "héllo"], VocabLevel::Char, 1);
+        vocab.save(&path).unwrap();
+        assert!(!dir.path().join("vocab.json.tmp").exists());
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("\"level\": \"char\""));
+        let loaded = Vocab::load(&path).unwrap();
+        assert_eq!(loaded, vocab);
+        assert_eq!(loaded.level(), VocabLevel::Char);
+        assert_eq!(loaded.encode("héllo"), vocab.encode("héllo"));
+    }
+
+    #[test]
+    fn corrupt_files_are_rejected_naming_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let cases = [
+            ("truncated.json", r#"{"level": "char", "tokens": ["#, ""),
+            (
+                "specials.json",
+                r#"{"level": "word", "tokens": ["<s>", "<pad>", "</s>", "<unk>"]}"#,
+                "expected the special",
+            ),
+            (
+                "duplicate.json",
+                r#"{"level": "char", "tokens": ["<pad>", "<s>", "</s>", "<unk>", "a", "a"]}"#,
+                "duplicate token \"a\"",
+            ),
+            (
+                "multichar.json",
+                r#"{"level": "char", "tokens": ["<pad>", "<s>", "</s>", "<unk>", "ab"]}"#,
+                "not exactly one character",
+            ),
+            (
+                "level.json",
+                r#"{"level": "byte", "tokens": ["<pad>", "<s>", "</s>", "<unk>"]}"#,
+                "unknown variant",
+            ),
+        ];
+        for (name, contents, expected_reason) in cases {
+            let path = dir.path().join(name);
+            std::fs::write(&path, contents).unwrap();
+            let error = Vocab::load(&path).unwrap_err();
+            assert!(
+                matches!(error, TextError::BadVocab { .. }),
+                "{name}: {error}"
+            );
+            let message = error.to_string();
+            assert!(message.contains(name), "{message}");
+            assert!(message.contains(expected_reason), "{message}");
+        }
+        let missing = dir.path().join("missing.json");
+        let error = Vocab::load(&missing).unwrap_err();
+        assert!(matches!(error, TextError::Io { .. }));
+        assert!(error.to_string().contains("missing.json"));
+    }
+}

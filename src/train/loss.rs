@@ -1,0 +1,86 @@
+//! Label-smoothed cross-entropy (section 5.4, ε_ls = 0.1), with its gradient in the same pass.
+//!
+//! For a target `y` and predicted `p = softmax(z)` over a vocabulary of `V`, the smoothed target
+//! is `q = (1 − ε) · onehot(y) + ε / V` and the loss `−Σ_v q_v log p_v`
+//! `= (1 − ε) · (−log p_y) + ε · mean_v(−log p_v)`; its gradient is `∂L/∂z = p − q`.
+//! Padding targets contribute neither loss nor gradient nor token count.
+
+use crate::batch::PAD;
+use crate::kernels::softmax::log_softmax_inplace;
+use crate::Float;
+use rayon::prelude::*;
+
+/// Sums over the non-padding tokens of a batch.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LossStats {
+    /// Σ label-smoothed loss.
+    pub loss_sum: f64,
+    /// Σ −log p(target): the unsmoothed negative log-likelihood.
+    pub nll_sum: f64,
+    /// Non-padding target tokens.
+    pub n_tokens: usize,
+}
+
+impl LossStats {
+    /// Mean label-smoothed loss per token.
+    pub fn loss(&self) -> f64 {
+        self.loss_sum / self.n_tokens.max(1) as f64
+    }
+
+    /// Mean negative log-likelihood per token (nats).
+    pub fn nll(&self) -> f64 {
+        self.nll_sum / self.n_tokens.max(1) as f64
+    }
+
+    /// Adds another batch's sums.
+    pub fn add(&mut self, other: LossStats) {
+        self.loss_sum += other.loss_sum;
+        self.nll_sum += other.nll_sum;
+        self.n_tokens += other.n_tokens;
+    }
+}
+
+/// Loss over `logits [rows, vocab]` for `targets [rows]`. When `grad_scale` is given, `logits`
+/// is overwritten with `grad_scale · ∂L_sum/∂logits` (zero rows for padding); otherwise it is
+/// left as log-probabilities.
+pub fn label_smoothed_cross_entropy<T: Float>(
+    logits: &mut [T],
+    targets: &[u32],
+    vocab: usize,
+    epsilon: f64,
+    grad_scale: Option<f64>,
+) -> LossStats {
+    assert_eq!(logits.len(), targets.len() * vocab);
+    let per_row: Vec<(f64, f64)> = logits
+        .par_chunks_mut(vocab)
+        .zip(targets.par_iter())
+        .map(|(row, &y)| {
+            if y == PAD {
+                if grad_scale.is_some() {
+                    row.iter_mut().for_each(|v| *v = T::zero());
+                }
+                return (0.0, 0.0);
+            }
+            log_softmax_inplace(row);
+            let nll = -row[y as usize].f64();
+            let mean_neg_logp = -row.iter().map(|v| v.f64()).sum::<f64>() / vocab as f64;
+            let loss = (1.0 - epsilon) * nll + epsilon * mean_neg_logp;
+            if let Some(s) = grad_scale {
+                let smooth = T::of(epsilon / vocab as f64);
+                let scale = T::of(s);
+                for v in row.iter_mut() {
+                    *v = (v.exp() - smooth) * scale;
+                }
+                row[y as usize] -= T::of((1.0 - epsilon) * s);
+            }
+            (loss, nll)
+        })
+        .collect();
+    let mut stats = LossStats::default();
+    for (loss, nll) in per_row {
+        stats.loss_sum += loss;
+        stats.nll_sum += nll;
+    }
+    stats.n_tokens = targets.iter().filter(|&&t| t != PAD).count();
+    stats
+}

@@ -1,0 +1,84 @@
+//! The whole model's hand-written gradient against central finite differences in f64.
+
+use transformer::batch::Batch;
+use transformer::model::{ModelConfig, NormPlacement, Seq2Seq};
+use transformer::rng::Rng;
+
+fn tiny_config(norm: NormPlacement, tie: bool, dropout: f64) -> ModelConfig {
+    ModelConfig {
+        vocab_size: 11,
+        d_model: 8,
+        n_heads: 2,
+        d_ff: 12,
+        n_encoder_layers: 2,
+        n_decoder_layers: 2,
+        dropout,
+        norm,
+        layer_norm_eps: 1e-5,
+        tie_embeddings: tie,
+        max_len: 32,
+    }
+}
+
+fn batch() -> Batch {
+    Batch::from_pairs(&[
+        (&[4, 5, 6, 7][..], &[8, 9][..]),
+        (&[10][..], &[4, 5, 6, 9][..]),
+        (&[6, 6][..], &[7][..]),
+    ])
+}
+
+fn check(norm: NormPlacement, tie: bool, dropout: f64) {
+    let mut model = Seq2Seq::<f64>::new(tiny_config(norm, tie, dropout), &mut Rng::new(1));
+    let batch = batch();
+    let rng = Rng::new(99); // the same dropout masks for every evaluation
+    let loss_at = |m: &Seq2Seq<f64>| {
+        let mut m = m.clone();
+        m.forward_backward(&batch, 0.1, 1.0, Some(&mut rng.clone()))
+            .loss_sum
+    };
+    model.zero_grads();
+    model.forward_backward(&batch, 0.1, 1.0, Some(&mut rng.clone()));
+    let names: Vec<(String, usize)> = model
+        .params_mut()
+        .iter()
+        .map(|(n, p)| (n.clone(), p.value.len()))
+        .collect();
+    let mut worst = 0.0f64;
+    let mut checked = 0;
+    for (pi, (name, len)) in names.iter().enumerate() {
+        // a few elements of every parameter tensor
+        for e in [0, len / 3, len - 1] {
+            let h = 1e-5;
+            let analytic = model.params_mut()[pi].1.grad.data[e];
+            let mut plus = model.clone();
+            plus.params_mut()[pi].1.value.data[e] += h;
+            let mut minus = model.clone();
+            minus.params_mut()[pi].1.value.data[e] -= h;
+            let numeric = (loss_at(&plus) - loss_at(&minus)) / (2.0 * h);
+            let err = (analytic - numeric).abs() / (analytic.abs() + numeric.abs()).max(1e-3); // floor: gradients that are exactly 0 (key biases)
+            assert!(
+                err < 1e-6,
+                "{name}[{e}]: analytic {analytic:e} numeric {numeric:e} (rel err {err:e})"
+            );
+            worst = worst.max(err);
+            checked += 1;
+        }
+    }
+    eprintln!("{norm:?} tie={tie} dropout={dropout}: {checked} checks, worst rel err {worst:e}");
+}
+
+#[test]
+fn whole_model_gradient_post_ln_tied() {
+    check(NormPlacement::PostLn, true, 0.0);
+}
+
+#[test]
+fn whole_model_gradient_pre_ln_untied_with_dropout() {
+    check(NormPlacement::PreLn, false, 0.2);
+}
+
+#[test]
+fn whole_model_gradient_post_ln_with_dropout() {
+    check(NormPlacement::PostLn, true, 0.3);
+}
