@@ -7,6 +7,8 @@
 
 pub mod batch;
 pub mod data;
+pub mod decode;
+pub mod error;
 pub mod rng;
 pub mod tensor;
 pub mod text;

@@ -1,4 +1,8 @@
 //! The training recipe: loss, optimizer, schedule, batching, the loop and checkpoints.
 
+pub mod adam;
 pub mod batching;
+pub mod checkpoint;
 pub mod loss;
+pub mod schedule;
+pub mod trainer;

@@ -1,0 +1,30 @@
+//! The library's error type: every message names the file or value at fault.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong in the library, as a clear message.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Text(#[from] crate::text::TextError),
+    /// A checkpoint file that is missing, truncated, corrupt or does not match the config.
+    #[error("checkpoint {path}: {reason}")]
+    Checkpoint { path: PathBuf, reason: String },
+    /// A configuration value the model cannot use.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// The loss became NaN or infinite: training stops before anything is saved.
+    #[error("training diverged at step {step}: loss is {loss} (try a lower learning rate or gradient clipping)")]
+    NonFiniteLoss { step: u64, loss: f64 },
+    /// Input that cannot be used (an over-long sentence, an empty data set, ...).
+    #[error("{0}")]
+    Input(String),
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// The library's result type.
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,151 @@
+//! Adam (Kingma & Ba), with the paper's β₁ = 0.9, β₂ = 0.98, ε = 10⁻⁹ (section 5.3):
+//! `m ← β₁ m + (1 − β₁) g`, `v ← β₂ v + (1 − β₂) g²`,
+//! `θ ← θ − lr · m̂ / (√v̂ + ε)` with `m̂ = m / (1 − β₁ᵗ)`, `v̂ = v / (1 − β₂ᵗ)`.
+
+use crate::model::Param;
+use crate::Float;
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+/// Adam's hyper-parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AdamConfig {
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+}
+
+impl Default for AdamConfig {
+    /// The paper's values.
+    fn default() -> Self {
+        AdamConfig {
+            beta1: 0.9,
+            beta2: 0.98,
+            eps: 1e-9,
+        }
+    }
+}
+
+/// Adam's state: the step count and first/second moments, one buffer per parameter tensor in the
+/// model's fixed parameter order.
+#[derive(Clone, Debug)]
+pub struct Adam<T> {
+    pub config: AdamConfig,
+    /// Updates applied so far (t).
+    pub step: u64,
+    pub m: Vec<Vec<T>>,
+    pub v: Vec<Vec<T>>,
+}
+
+impl<T: Float> Adam<T> {
+    /// Zero moments shaped like `params`.
+    pub fn new(config: AdamConfig, params: &[(String, &mut Param<T>)]) -> Self {
+        let zeros = || -> Vec<Vec<T>> {
+            params
+                .iter()
+                .map(|(_, p)| vec![T::zero(); p.value.len()])
+                .collect()
+        };
+        Adam {
+            config,
+            step: 0,
+            m: zeros(),
+            v: zeros(),
+        }
+    }
+
+    /// One update of every parameter from its gradient, with learning rate `lr`.
+    pub fn update(&mut self, params: &mut [(String, &mut Param<T>)], lr: f64) {
+        assert_eq!(
+            params.len(),
+            self.m.len(),
+            "optimizer/model parameter mismatch"
+        );
+        self.step += 1;
+        let AdamConfig { beta1, beta2, eps } = self.config;
+        let t = self.step as i32;
+        let bias1 = 1.0 - beta1.powi(t);
+        let bias2 = 1.0 - beta2.powi(t);
+        // θ ← θ − (lr / bias1) · m / (√v / √bias2 + ε)
+        let step_size = T::of(lr / bias1);
+        let inv_sqrt_bias2 = T::of(1.0 / bias2.sqrt());
+        let (b1, b2, eps) = (T::of(beta1), T::of(beta2), T::of(eps));
+        let (one_b1, one_b2) = (T::one() - b1, T::one() - b2);
+        params
+            .par_iter_mut()
+            .zip(self.m.par_iter_mut().zip(self.v.par_iter_mut()))
+            .for_each(|((_, p), (m, v))| {
+                let value = &mut p.value.data;
+                let grad = &p.grad.data;
+                for i in 0..value.len() {
+                    let g = grad[i];
+                    m[i] = b1 * m[i] + one_b1 * g;
+                    v[i] = b2 * v[i] + one_b2 * g * g;
+                    value[i] -= step_size * m[i] / (v[i].sqrt() * inv_sqrt_bias2 + eps);
+                }
+            });
+    }
+}
+
+/// The global L2 norm of all gradients, summed in a fixed order (deterministic).
+pub fn global_grad_norm<T: Float>(params: &[(String, &mut Param<T>)]) -> f64 {
+    let per_tensor: Vec<f64> = params
+        .par_iter()
+        .map(|(_, p)| p.grad.data.iter().map(|g| g.f64() * g.f64()).sum())
+        .collect();
+    per_tensor.iter().sum::<f64>().sqrt()
+}
+
+/// Scales all gradients so their global norm is at most `max_norm`; returns the norm before.
+pub fn clip_grad_norm<T: Float>(params: &mut [(String, &mut Param<T>)], max_norm: f64) -> f64 {
+    let norm = global_grad_norm(params);
+    if norm > max_norm && norm.is_finite() {
+        let s = T::of(max_norm / norm);
+        params
+            .par_iter_mut()
+            .for_each(|(_, p)| p.grad.data.iter_mut().for_each(|g| *g *= s));
+    }
+    norm
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Tensor;
+
+    #[test]
+    fn matches_a_hand_computed_adam_trajectory() {
+        let mut p = Param::new(Tensor::from_vec(vec![1.0f64, -2.0], &[2]));
+        let cfg = AdamConfig::default();
+        let grads = [[0.5, -1.0], [0.1, 0.3], [-0.2, 0.0]];
+        let (mut m, mut v, mut theta) = ([0.0; 2], [0.0; 2], [1.0, -2.0]);
+        let mut adam = {
+            let params = vec![("p".to_string(), &mut p)];
+            Adam::new(cfg, &params)
+        };
+        for (t, g) in grads.iter().enumerate() {
+            p.grad.data.copy_from_slice(g);
+            let mut params = vec![("p".to_string(), &mut p)];
+            adam.update(&mut params, 0.01);
+            for i in 0..2 {
+                m[i] = 0.9 * m[i] + 0.1 * g[i];
+                v[i] = 0.98 * v[i] + 0.02 * g[i] * g[i];
+                let mh = m[i] / (1.0 - 0.9f64.powi(t as i32 + 1));
+                let vh = v[i] / (1.0 - 0.98f64.powi(t as i32 + 1));
+                theta[i] -= 0.01 * mh / (vh.sqrt() + 1e-9);
+            }
+            for i in 0..2 {
+                assert!((p.value.data[i] - theta[i]).abs() < 1e-12, "step {t}");
+            }
+        }
+    }
+
+    #[test]
+    fn clipping_scales_to_the_max_norm() {
+        let mut p = Param::new(Tensor::from_vec(vec![0.0f64; 2], &[2]));
+        p.grad.data.copy_from_slice(&[3.0, 4.0]);
+        let mut params = vec![("p".to_string(), &mut p)];
+        assert_eq!(clip_grad_norm(&mut params, 1.0), 5.0);
+        assert!((global_grad_norm(&params) - 1.0).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,42 @@
+//! The learning-rate schedule of section 5.3:
+//! `lr = factor · d_model^−0.5 · min(step^−0.5, step · warmup^−1.5)`,
+//! rising linearly for `warmup` steps, then decaying with the inverse square root of the step.
+
+use serde::{Deserialize, Serialize};
+
+/// The paper's warm-up then inverse-square-root schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NoamSchedule {
+    pub d_model: usize,
+    pub warmup: u64,
+    pub factor: f64,
+}
+
+impl NoamSchedule {
+    /// Learning rate for update number `step` (1-based; step 0 is treated as 1).
+    pub fn lr(&self, step: u64) -> f64 {
+        let s = step.max(1) as f64;
+        let w = self.warmup.max(1) as f64;
+        self.factor * (self.d_model as f64).powf(-0.5) * s.powf(-0.5).min(s * w.powf(-1.5))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warms_up_linearly_peaks_at_warmup_then_decays() {
+        let s = NoamSchedule {
+            d_model: 512,
+            warmup: 4000,
+            factor: 1.0,
+        };
+        let peak = 512f64.powf(-0.5) * 4000f64.powf(-0.5);
+        assert!((s.lr(4000) - peak).abs() < 1e-15);
+        assert!((s.lr(2000) - peak / 2.0).abs() < 1e-12);
+        assert!((s.lr(16000) - peak / 2.0).abs() < 1e-12);
+        assert!((s.lr(1) - 512f64.powf(-0.5) * 4000f64.powf(-1.5)).abs() < 1e-18);
+        assert_eq!(s.lr(0), s.lr(1));
+    }
+}

@@ -1,0 +1,136 @@
+//! Checkpoints: exact resume, and clear errors for missing, truncated, corrupt or mismatched files.
+
+use transformer::model::ModelConfig;
+use transformer::train::checkpoint::{self, load_model};
+use transformer::train::trainer::{Example, TrainConfig, Trainer};
+
+fn examples() -> Vec<Example> {
+    (0..60u32)
+        .map(|i| Example {
+            src: (0..(3 + i % 5)).map(|j| 4 + (i * 7 + j) % 20).collect(),
+            tgt: (0..(2 + i % 4)).map(|j| 4 + (i * 3 + j * 5) % 20).collect(),
+        })
+        .collect()
+}
+
+fn configs() -> (ModelConfig, TrainConfig) {
+    let mut m = ModelConfig::preset("tiny", 24).unwrap();
+    m.d_model = 32;
+    m.n_heads = 4;
+    m.d_ff = 64;
+    let t = TrainConfig {
+        tokens_per_batch: 120,
+        warmup: 10,
+        accumulate: 2,
+        clip_norm: Some(1.0),
+        seed: 5,
+        ..TrainConfig::default()
+    };
+    (m, t)
+}
+
+#[test]
+fn resumed_run_continues_the_same_loss_curve_bit_for_bit() {
+    let (m, t) = configs();
+    let mut straight = Trainer::new(m.clone(), t.clone(), examples()).unwrap();
+    let losses: Vec<f64> = (0..12).map(|_| straight.step().unwrap().loss).collect();
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = Trainer::new(m, t, examples()).unwrap();
+    for want in &losses[..5] {
+        assert_eq!(first.step().unwrap().loss.to_bits(), want.to_bits());
+    }
+    first.save(dir.path()).unwrap();
+    drop(first);
+    let mut resumed = Trainer::resume(dir.path(), examples()).unwrap();
+    assert_eq!(resumed.state.step, 5);
+    for (i, want) in losses[5..].iter().enumerate() {
+        let got = resumed.step().unwrap().loss;
+        assert_eq!(got.to_bits(), want.to_bits(), "step {}", i + 6);
+    }
+    // The losses went down: the run really trained.
+    assert!(losses[11] < losses[0], "{losses:?}");
+}
+
+#[test]
+fn bad_checkpoints_are_clear_errors_naming_the_file() {
+    let (m, t) = configs();
+    let dir = tempfile::tempdir().unwrap();
+    let mut trainer = Trainer::new(m, t, examples()).unwrap();
+    trainer.step().unwrap();
+    trainer.save(dir.path()).unwrap();
+    let model_path = dir.path().join(checkpoint::MODEL_FILE);
+    let good = std::fs::read(&model_path).unwrap();
+    // Loads fine as is, and gives the same weights.
+    let mut loaded = load_model(dir.path()).unwrap();
+    let a: Vec<f32> = loaded.params_mut()[3].1.value.data.clone();
+    assert_eq!(a, trainer.model.params_mut()[3].1.value.data);
+
+    // Truncated weights.
+    std::fs::write(&model_path, &good[..good.len() / 2]).unwrap();
+    let err = load_model(dir.path()).unwrap_err().to_string();
+    assert!(
+        err.contains("model.safetensors") && err.contains("truncated"),
+        "{err}"
+    );
+    // Garbage.
+    std::fs::write(&model_path, b"not a checkpoint").unwrap();
+    let err = load_model(dir.path()).unwrap_err().to_string();
+    assert!(err.contains("model.safetensors"), "{err}");
+    std::fs::write(&model_path, &good).unwrap();
+
+    // A config that does not match the weights.
+    let cfg_path = dir.path().join(checkpoint::CONFIG_FILE);
+    let cfg = std::fs::read_to_string(&cfg_path).unwrap();
+    std::fs::write(&cfg_path, cfg.replace("\"d_ff\": 64", "\"d_ff\": 96")).unwrap();
+    let err = load_model(dir.path()).unwrap_err().to_string();
+    assert!(
+        err.contains("shape") && err.contains("does not match"),
+        "{err}"
+    );
+    std::fs::write(&cfg_path, cfg.replace("\"n_heads\": 4", "\"n_heads\": 5")).unwrap();
+    let err = load_model(dir.path()).unwrap_err().to_string();
+    assert!(
+        err.contains("config.json") && err.contains("n_heads"),
+        "{err}"
+    );
+    std::fs::write(&cfg_path, "{").unwrap();
+    let err = load_model(dir.path()).unwrap_err().to_string();
+    assert!(err.contains("config.json"), "{err}");
+    std::fs::write(&cfg_path, &cfg).unwrap();
+
+    // Missing files.
+    std::fs::remove_file(dir.path().join(checkpoint::OPTIMIZER_FILE)).unwrap();
+    let err = Trainer::resume(dir.path(), examples())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("optimizer.safetensors") && err.contains("not found"),
+        "{err}"
+    );
+    let err = load_model(&dir.path().join("nowhere"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("config.json") && err.contains("not found"),
+        "{err}"
+    );
+
+    // Resuming on different data is refused.
+    trainer.save(dir.path()).unwrap();
+    let mut other = examples();
+    other[0].tgt.push(5);
+    let err = Trainer::resume(dir.path(), other)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("training data differ"), "{err}");
+    // No temporary files are left behind.
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty());
+}
