@@ -6,6 +6,7 @@
 //! model -> search ([`decode`]) -> text.
 
 pub mod batch;
+pub mod cli;
 pub mod data;
 pub mod decode;
 pub mod error;

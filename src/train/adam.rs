@@ -134,8 +134,8 @@ mod tests {
                 let vh = v[i] / (1.0 - 0.98f64.powi(t as i32 + 1));
                 theta[i] -= 0.01 * mh / (vh.sqrt() + 1e-9);
             }
-            for i in 0..2 {
-                assert!((p.value.data[i] - theta[i]).abs() < 1e-12, "step {t}");
+            for (got, want) in p.value.data.iter().zip(&theta) {
+                assert!((got - want).abs() < 1e-12, "step {t}");
             }
         }
     }

@@ -1,0 +1,173 @@
+//! `transformer demo`: the embedded default. Generates English number words -> German number
+//! words ("three hundred twenty-one" -> "dreihunderteinundzwanzig": units before tens, so the
+//! model must reorder), trains the `tiny` model with a progress bar, then reports exact-match
+//! accuracy on held-out numbers and prints sample translations. No download needed.
+
+use super::{bar_message, set_threads, training_bar, VOCAB_FILE};
+use crate::data::numbers::number_task;
+use crate::decode::greedy::GreedyOptions;
+use crate::model::ModelConfig;
+use crate::text::vocab::{Vocab, VocabLevel};
+use crate::train::trainer::{Example, TrainConfig, Trainer};
+use anyhow::Result;
+use clap::Args;
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// Largest number in the task (at most 999999).
+    #[arg(long, default_value_t = 999_999)]
+    pub max_number: u32,
+    /// Training pairs.
+    #[arg(long, default_value_t = 20_000)]
+    pub train_size: usize,
+    /// Held-out pairs (numbers never seen in training).
+    #[arg(long, default_value_t = 500)]
+    pub held_out: usize,
+    /// Training updates.
+    #[arg(long, default_value_t = 1500)]
+    pub steps: u64,
+    /// Stop training early after this many seconds (0: no limit).
+    #[arg(long, default_value_t = 270)]
+    pub time_limit: u64,
+    /// Source + target tokens per batch.
+    #[arg(long, default_value_t = 6000)]
+    pub tokens_per_batch: usize,
+    /// Warm-up steps.
+    #[arg(long, default_value_t = 300)]
+    pub warmup: u64,
+    /// Learning-rate multiplier.
+    #[arg(long, default_value_t = 2.0)]
+    pub lr_factor: f64,
+    /// Seed for data, initialisation, dropout and shuffling.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Worker threads (0: all cores).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Also save the trained model directory here (usable by translate and score).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Sample translations to print.
+    #[arg(long, default_value_t = 8)]
+    pub samples: usize,
+}
+
+pub fn run(args: DemoArgs) -> Result<()> {
+    let threads = set_threads(args.threads)?;
+    let started = Instant::now();
+    let task = number_task(args.max_number, args.train_size, args.held_out, args.seed);
+    anyhow::ensure!(
+        !task.train.is_empty() && !task.held_out.is_empty(),
+        "--max-number {} is too small for {} training and {} held-out pairs",
+        args.max_number,
+        args.train_size,
+        args.held_out
+    );
+    let texts = task
+        .train
+        .iter()
+        .flat_map(|(s, t)| [s.as_str(), t.as_str()]);
+    let vocab = Vocab::build(texts, VocabLevel::Char, 1);
+    let encode = |pairs: &[(String, String)]| -> Vec<Example> {
+        pairs
+            .iter()
+            .map(|(s, t)| Example {
+                src: vocab.encode(s),
+                tgt: vocab.encode(t),
+            })
+            .collect()
+    };
+    let train = encode(&task.train);
+    let model_config = ModelConfig::preset("tiny", vocab.len()).expect("tiny preset");
+    let config = TrainConfig {
+        tokens_per_batch: args.tokens_per_batch,
+        warmup: args.warmup,
+        lr_factor: args.lr_factor,
+        seed: args.seed,
+        ..TrainConfig::default()
+    };
+    let mut trainer = Trainer::new(model_config, config, train)?;
+    eprintln!(
+        "demo: English -> German number words up to {}, {} training / {} held-out pairs, \
+         character vocabulary of {}, tiny model ({} parameters), {threads} threads",
+        args.max_number,
+        task.train.len(),
+        task.held_out.len(),
+        vocab.len(),
+        trainer.model.n_params()
+    );
+    let (s, t) = &task.train[0];
+    eprintln!("example: {s:?} -> {t:?}");
+    let bar = training_bar(args.steps);
+    let mut tokens = 0usize;
+    let train_started = Instant::now();
+    while trainer.state.step < args.steps {
+        let r = trainer.step()?;
+        tokens += r.tokens;
+        let secs = train_started.elapsed().as_secs_f64();
+        bar.set_position(r.step);
+        bar.set_message(bar_message(r.loss, r.lr, tokens as f64 / secs));
+        if r.step % 100 == 0 {
+            super::log_line(
+                &bar,
+                format!(
+                    "step {:>5}  loss {:.3}  lr {:.2e}  {:.0} s",
+                    r.step, r.loss, r.lr, secs
+                ),
+            );
+        }
+        if args.time_limit > 0 && secs > args.time_limit as f64 {
+            super::log_line(
+                &bar,
+                format!(
+                    "time limit of {} s reached at step {}",
+                    args.time_limit, r.step
+                ),
+            );
+            break;
+        }
+    }
+    bar.finish();
+    let train_secs = train_started.elapsed().as_secs_f64();
+
+    let sources: Vec<String> = task.held_out.iter().map(|(s, _)| s.clone()).collect();
+    let options = GreedyOptions {
+        max_len_extra: 50,
+        batch_size: 64,
+    };
+    let hyps = super::translate::translate_lines(&trainer.model, &vocab, &sources, &options)?;
+    let correct = hyps
+        .iter()
+        .zip(&task.held_out)
+        .filter(|(h, (_, t))| *h == t)
+        .count();
+    let accuracy = 100.0 * correct as f64 / task.held_out.len() as f64;
+    println!("samples (held-out):");
+    for (h, (s, t)) in hyps.iter().zip(&task.held_out).take(args.samples) {
+        let mark = if h == t { "ok " } else { "BAD" };
+        println!(
+            "  {mark} {s:<60} -> {h}{}",
+            if h == t {
+                String::new()
+            } else {
+                format!("   (want {t})")
+            }
+        );
+    }
+    println!(
+        "exact match on {} held-out numbers: {correct}/{} = {accuracy:.1}% after {} steps \
+         ({train_secs:.0} s training, {:.0} s in all)",
+        task.held_out.len(),
+        task.held_out.len(),
+        trainer.state.step,
+        started.elapsed().as_secs_f64()
+    );
+    if let Some(dir) = &args.out {
+        trainer.save(dir)?;
+        vocab.save(&dir.join(VOCAB_FILE))?;
+        println!("model saved to {}", dir.display());
+    }
+    Ok(())
+}

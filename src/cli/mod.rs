@@ -1,0 +1,119 @@
+//! The command-line interface: one file per subcommand.
+
+pub mod bench;
+pub mod demo;
+pub mod score;
+pub mod train;
+pub mod translate;
+
+use crate::model::Seq2Seq;
+use crate::text::vocab::Vocab;
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::Path;
+
+/// The vocabulary file inside a model directory.
+pub const VOCAB_FILE: &str = "vocab.json";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "transformer",
+    version,
+    about = "The Transformer of \"Attention Is All You Need\": train, translate, score and benchmark on the CPU"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Train an encoder-decoder model on `source<TAB>target` pairs.
+    Train(train::TrainArgs),
+    /// Translate source lines from stdin to stdout (greedy decoding).
+    Translate(translate::TranslateArgs),
+    /// Print log p(target | source) for each `source<TAB>target` line on stdin.
+    Score(score::ScoreArgs),
+    /// The embedded default: learn English number words -> German number words, in minutes.
+    Demo(demo::DemoArgs),
+    /// Time training steps on random tokens and print tokens per second.
+    Bench(bench::BenchArgs),
+}
+
+/// Runs one parsed command line.
+pub fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Train(a) => train::run(a),
+        Command::Translate(a) => translate::run(a),
+        Command::Score(a) => score::run(a),
+        Command::Demo(a) => demo::run(a),
+        Command::Bench(a) => bench::run(a),
+    }
+}
+
+/// Sets the number of worker threads (0: all cores) for the whole process.
+pub fn set_threads(threads: usize) -> Result<usize> {
+    let n = if threads == 0 {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    } else {
+        threads
+    };
+    // A second call in the same process (tests) keeps the first pool.
+    let _ = rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .build_global();
+    Ok(rayon::current_num_threads())
+}
+
+/// Loads the model and vocabulary of a model directory.
+pub fn load_model_dir(dir: &Path) -> Result<(Seq2Seq<f32>, Vocab)> {
+    if !dir.is_dir() {
+        anyhow::bail!("model directory {} does not exist", dir.display());
+    }
+    let model = crate::train::checkpoint::load_model(dir)?;
+    let vocab = Vocab::load(&dir.join(VOCAB_FILE))?;
+    if vocab.len() != model.config.vocab_size {
+        anyhow::bail!(
+            "{}: vocabulary has {} tokens but config.json says vocab_size {}",
+            dir.join(VOCAB_FILE).display(),
+            vocab.len(),
+            model.config.vocab_size
+        );
+    }
+    Ok((model, vocab))
+}
+
+/// A progress bar for `total` training steps: step, loss, lr, tokens/s and ETA.
+pub fn training_bar(total: u64) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{bar:30} step {pos}/{len} {msg} [{elapsed_precise} < {eta_precise}]",
+        )
+        .expect("valid template"),
+    );
+    bar
+}
+
+/// Formats the per-step fields of the progress bar.
+pub fn bar_message(loss: f64, lr: f64, tokens_per_s: f64) -> String {
+    format!("loss {loss:.3} lr {lr:.2e} {tokens_per_s:.0} tok/s")
+}
+
+/// Reads all of stdin, naming it in errors.
+pub fn read_stdin_lines() -> Result<Vec<String>> {
+    let lines = crate::text::corpus::read_lines(std::io::stdin().lock(), "<stdin>")
+        .context("reading standard input")?;
+    Ok(lines)
+}
+
+/// Prints a line above the progress bar, or plainly on stderr when the bar is hidden (not a
+/// terminal), so logs keep every line.
+pub fn log_line(bar: &ProgressBar, line: String) {
+    if bar.is_hidden() {
+        eprintln!("{line}");
+    } else {
+        bar.println(line);
+    }
+}

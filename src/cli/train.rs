@@ -1,0 +1,257 @@
+//! `transformer train`: train on `source<TAB>target` files, save checkpoints, resume exactly.
+
+use super::{bar_message, set_threads, training_bar, VOCAB_FILE};
+use crate::model::{ModelConfig, NormPlacement};
+use crate::text::corpus::{read_pairs, Pair};
+use crate::text::vocab::{Vocab, VocabLevel};
+use crate::train::trainer::{Example, TrainConfig, Trainer};
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Level {
+    Char,
+    Word,
+}
+
+#[derive(Args, Debug)]
+pub struct TrainArgs {
+    /// Training pairs, one `source<TAB>target` per line (UTF-8).
+    #[arg(long)]
+    pub train: PathBuf,
+    /// Validation pairs, evaluated every --valid-every steps and at the end.
+    #[arg(long)]
+    pub valid: Option<PathBuf>,
+    /// Where the model directory is written.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Continue the run saved in this directory (same data, same thread count for bit-exact).
+    #[arg(long)]
+    pub resume: Option<PathBuf>,
+    /// Model size: tiny, base or big.
+    #[arg(long, default_value = "tiny", conflicts_with = "config")]
+    pub preset: String,
+    /// A model config JSON (as written to config.json); vocab_size is taken from the data.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Stop after this many updates in total.
+    #[arg(long, default_value_t = 1000)]
+    pub max_steps: u64,
+    /// Seed for initialisation, dropout and shuffling.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Worker threads (0: all cores).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Source + target tokens (with padding) per batch.
+    #[arg(long, default_value_t = 4000)]
+    pub tokens_per_batch: usize,
+    /// Batches accumulated per update.
+    #[arg(long, default_value_t = 1)]
+    pub accumulate: usize,
+    /// Clip the global gradient norm to this value.
+    #[arg(long)]
+    pub clip_norm: Option<f64>,
+    /// Warm-up steps of the learning-rate schedule.
+    #[arg(long, default_value_t = 4000)]
+    pub warmup: u64,
+    /// Multiplier of the learning-rate schedule.
+    #[arg(long, default_value_t = 1.0)]
+    pub lr_factor: f64,
+    /// Label smoothing ε.
+    #[arg(long, default_value_t = 0.1)]
+    pub label_smoothing: f64,
+    /// Override the preset's dropout.
+    #[arg(long)]
+    pub dropout: Option<f64>,
+    /// Use pre-LN residual blocks instead of the paper's post-LN.
+    #[arg(long)]
+    pub pre_ln: bool,
+    /// Vocabulary: characters or whitespace-separated words.
+    #[arg(long, value_enum, default_value = "char")]
+    pub vocab_level: Level,
+    /// Drop training pairs with more tokens than this on either side (reported).
+    #[arg(long)]
+    pub max_len: Option<usize>,
+    /// Save a checkpoint every N steps (0: only at the end).
+    #[arg(long, default_value_t = 0)]
+    pub save_every: u64,
+    /// Evaluate the validation loss every N steps (0: only at the end).
+    #[arg(long, default_value_t = 0)]
+    pub valid_every: u64,
+}
+
+/// Reads a TSV file, reporting malformed lines (with line numbers) on stderr.
+pub fn read_corpus(path: &Path) -> Result<Vec<Pair>> {
+    let (pairs, report) = read_pairs(path)?;
+    if report.count > 0 {
+        eprintln!("warning: {}: skipped {}", path.display(), report.summary());
+    }
+    Ok(pairs)
+}
+
+/// Encodes pairs, dropping (and counting) those longer than `max_len` tokens on a side.
+pub fn encode_pairs(pairs: &[Pair], vocab: &Vocab, max_len: usize, what: &str) -> Vec<Example> {
+    let mut too_long = Vec::new();
+    let mut out = Vec::with_capacity(pairs.len());
+    for p in pairs {
+        let e = Example {
+            src: vocab.encode(&p.source),
+            tgt: vocab.encode(&p.target),
+        };
+        if e.src.len() + 1 > max_len || e.tgt.len() + 1 > max_len {
+            too_long.push(p.line);
+        } else {
+            out.push(e);
+        }
+    }
+    if !too_long.is_empty() {
+        let first: Vec<String> = too_long.iter().take(5).map(|l| l.to_string()).collect();
+        eprintln!(
+            "warning: {what}: dropped {} pairs longer than {max_len} tokens (lines {}{})",
+            too_long.len(),
+            first.join(", "),
+            if too_long.len() > 5 { ", ..." } else { "" }
+        );
+    }
+    out
+}
+
+fn model_config(args: &TrainArgs, vocab_size: usize) -> Result<ModelConfig> {
+    let mut c = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read config {}", path.display()))?;
+            serde_json::from_str::<ModelConfig>(&text)
+                .with_context(|| format!("{}: invalid model config", path.display()))?
+        }
+        None => ModelConfig::preset(&args.preset, vocab_size).with_context(|| {
+            format!(
+                "unknown preset {:?} (choose one of {:?})",
+                args.preset,
+                ModelConfig::PRESETS
+            )
+        })?,
+    };
+    c.vocab_size = vocab_size;
+    if let Some(p) = args.dropout {
+        c.dropout = p;
+    }
+    if args.pre_ln {
+        c.norm = NormPlacement::PreLn;
+    }
+    c.validate()
+        .map_err(|e| anyhow::anyhow!("invalid model config: {e}"))?;
+    Ok(c)
+}
+
+pub fn run(args: TrainArgs) -> Result<()> {
+    let threads = set_threads(args.threads)?;
+    let train_pairs = read_corpus(&args.train)?;
+    let valid_pairs = match &args.valid {
+        Some(p) => read_corpus(p)?,
+        None => Vec::new(),
+    };
+    let (vocab, mut trainer) = match &args.resume {
+        Some(dir) => {
+            let vocab = Vocab::load(&dir.join(VOCAB_FILE))?;
+            let model_config = crate::train::checkpoint::load_config(dir)?;
+            let max_len = args.max_len.unwrap_or(model_config.max_len);
+            let examples = encode_pairs(&train_pairs, &vocab, max_len, "training data");
+            let trainer = Trainer::resume(dir, examples)?;
+            eprintln!("resumed {} at step {}", dir.display(), trainer.state.step);
+            (vocab, trainer)
+        }
+        None => {
+            let level = match args.vocab_level {
+                Level::Char => VocabLevel::Char,
+                Level::Word => VocabLevel::Word,
+            };
+            let texts = train_pairs
+                .iter()
+                .flat_map(|p| [p.source.as_str(), p.target.as_str()]);
+            let vocab = Vocab::build(texts, level, 1);
+            let model_config = model_config(&args, vocab.len())?;
+            let max_len = args
+                .max_len
+                .unwrap_or(model_config.max_len)
+                .min(model_config.max_len);
+            let examples = encode_pairs(&train_pairs, &vocab, max_len, "training data");
+            if examples.is_empty() {
+                bail!("{}: no training pairs left", args.train.display());
+            }
+            let config = TrainConfig {
+                label_smoothing: args.label_smoothing,
+                warmup: args.warmup,
+                lr_factor: args.lr_factor,
+                tokens_per_batch: args.tokens_per_batch,
+                accumulate: args.accumulate,
+                clip_norm: args.clip_norm,
+                seed: args.seed,
+                ..TrainConfig::default()
+            };
+            (vocab, Trainer::new(model_config, config, examples)?)
+        }
+    };
+    let max_len = trainer.model.config.max_len;
+    let valid = encode_pairs(&valid_pairs, &vocab, max_len, "validation data");
+    let n_params = trainer.model.n_params();
+    eprintln!(
+        "model: {n_params} parameters, vocabulary {} ({:?}), {} batches per epoch, {threads} threads",
+        vocab.len(),
+        vocab.level(),
+        trainer.batches_per_epoch()
+    );
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    vocab.save(&args.out.join(VOCAB_FILE))?;
+
+    let start_step = trainer.state.step;
+    if start_step >= args.max_steps {
+        eprintln!(
+            "already at step {start_step} >= --max-steps {}",
+            args.max_steps
+        );
+    }
+    let bar = training_bar(args.max_steps);
+    bar.set_position(start_step);
+    let started = Instant::now();
+    let mut tokens = 0usize;
+    while trainer.state.step < args.max_steps {
+        let report = trainer.step()?;
+        tokens += report.tokens;
+        let rate = tokens as f64 / started.elapsed().as_secs_f64();
+        bar.set_position(report.step);
+        bar.set_message(bar_message(report.loss, report.lr, rate));
+        if args.save_every > 0 && report.step % args.save_every == 0 {
+            trainer.save(&args.out)?;
+        }
+        if args.valid_every > 0 && report.step % args.valid_every == 0 && !valid.is_empty() {
+            let s = trainer.evaluate(&valid);
+            super::log_line(
+                &bar,
+                format!(
+                    "step {}: valid loss {:.4} nll {:.4}",
+                    report.step,
+                    s.loss(),
+                    s.nll()
+                ),
+            );
+        }
+    }
+    bar.finish();
+    trainer.save(&args.out)?;
+    if !valid.is_empty() {
+        let s = trainer.evaluate(&valid);
+        eprintln!("valid loss {:.4} nll {:.4} per token", s.loss(), s.nll());
+    }
+    eprintln!(
+        "saved {} at step {} ({:.1} s)",
+        args.out.display(),
+        trainer.state.step,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}

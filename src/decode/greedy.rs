@@ -1,0 +1,268 @@
+//! Greedy search: at every step each sentence takes its most probable next token.
+//!
+//! [`greedy_decode`] is the fast path: the source is encoded once and each step feeds one token
+//! per sentence through the decoder's key/value caches ([`Seq2Seq::decode_step`]), so a step
+//! costs one position, not the whole prefix. [`greedy_decode_full`] runs the same search by
+//! recomputing the teacher-forced forward over the whole prefix at every step; it is the simple
+//! reference the cached path is tested against.
+//!
+//! Conventions shared by both:
+//! - sources are token ids without specials; EOS is appended here. A source longer than
+//!   `config.max_len - 1` tokens is truncated to fit the position table.
+//! - a sentence emits at most [`max_output_len`] tokens, its EOS included; one that reaches the
+//!   limit without EOS is returned with `finished == false`.
+//! - the argmax never picks PAD or BOS (they are never outputs); among the other tokens ties go
+//!   to the lowest id. The recorded log-probabilities are those of the model's full softmax.
+//! - sentences are sorted by length and decoded in chunks of at most `batch_size`; results come
+//!   back in input order. Rows never interact, so a sentence gets the same tokens whatever it
+//!   is batched with (up to floating-point ties).
+
+use super::length_sorted_chunks;
+use crate::batch::{Batch, BOS, EOS, PAD};
+use crate::kernels::softmax::log_softmax_inplace;
+use crate::model::attention::KvCache;
+use crate::model::config::ModelConfig;
+use crate::model::seq2seq::{DecodeState, Seq2Seq};
+use crate::Float;
+
+/// Search settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GreedyOptions {
+    /// A sentence emits at most `source length + max_len_extra` tokens (EOS included), the
+    /// paper's "input length + 50" (section 6.1); also capped by the model's `max_len`.
+    pub max_len_extra: usize,
+    /// Sentences decoded together (at least one is used).
+    pub batch_size: usize,
+}
+
+impl Default for GreedyOptions {
+    fn default() -> Self {
+        GreedyOptions {
+            max_len_extra: 50,
+            batch_size: 32,
+        }
+    }
+}
+
+/// One decoded sentence.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Hypothesis {
+    /// Output token ids, without BOS and EOS.
+    pub tokens: Vec<u32>,
+    /// `log p(token | source, prefix)` of each emitted token, the final EOS included when
+    /// `finished`; so `len() == tokens.len() + finished as usize`.
+    pub token_logprobs: Vec<f64>,
+    /// The sum of `token_logprobs`.
+    pub score: f64,
+    /// Whether the sentence ended with EOS (false: it hit the length limit).
+    pub finished: bool,
+}
+
+impl Hypothesis {
+    /// Emitted tokens, EOS included.
+    pub fn n_emitted(&self) -> usize {
+        self.token_logprobs.len()
+    }
+
+    fn push(&mut self, token: u32, logprob: f64) {
+        self.token_logprobs.push(logprob);
+        self.score += logprob;
+        if token == EOS {
+            self.finished = true;
+        } else {
+            self.tokens.push(token);
+        }
+    }
+}
+
+/// The most tokens (EOS included) a source of `src_len` tokens (without EOS) may produce.
+pub fn max_output_len(config: &ModelConfig, src_len: usize, max_len_extra: usize) -> usize {
+    (src_len + max_len_extra).min(config.max_len)
+}
+
+/// Greedy decoding with the incremental (KV-cached) decoder. See the module docs.
+pub fn greedy_decode<T: Float>(
+    model: &Seq2Seq<T>,
+    sources: &[Vec<u32>],
+    options: &GreedyOptions,
+) -> Vec<Hypothesis> {
+    decode_in_chunks(model, sources, options, decode_chunk_cached)
+}
+
+/// The same search as [`greedy_decode`], recomputing the full teacher-forced forward over the
+/// prefix at every step (quadratic; for tests and as the reference).
+pub fn greedy_decode_full<T: Float>(
+    model: &Seq2Seq<T>,
+    sources: &[Vec<u32>],
+    options: &GreedyOptions,
+) -> Vec<Hypothesis> {
+    decode_in_chunks(model, sources, options, decode_chunk_full)
+}
+
+/// Decodes one chunk: (model, sources, per-sentence output limits) -> hypotheses.
+type ChunkDecoder<T> = fn(&Seq2Seq<T>, &[&[u32]], &[usize]) -> Vec<Hypothesis>;
+
+/// Clips, sorts and chunks the sources, decodes each chunk, restores input order.
+fn decode_in_chunks<T: Float>(
+    model: &Seq2Seq<T>,
+    sources: &[Vec<u32>],
+    options: &GreedyOptions,
+    decode_chunk: ChunkDecoder<T>,
+) -> Vec<Hypothesis> {
+    let max_src = model.config.max_len.saturating_sub(1);
+    let clipped: Vec<&[u32]> = sources.iter().map(|s| &s[..s.len().min(max_src)]).collect();
+    let lens: Vec<usize> = clipped.iter().map(|s| s.len()).collect();
+    let mut out = vec![Hypothesis::default(); sources.len()];
+    for chunk in length_sorted_chunks(&lens, options.batch_size) {
+        let srcs: Vec<&[u32]> = chunk.iter().map(|&i| clipped[i]).collect();
+        let limits: Vec<usize> = chunk
+            .iter()
+            .map(|&i| max_output_len(&model.config, lens[i], options.max_len_extra))
+            .collect();
+        for (i, hyp) in chunk.into_iter().zip(decode_chunk(model, &srcs, &limits)) {
+            out[i] = hyp;
+        }
+    }
+    out
+}
+
+/// The argmax of one log-probability row over every token but PAD and BOS, ties to the lowest
+/// id; returns the token and its log-probability.
+fn pick<T: Float>(logprobs: &[T]) -> (u32, f64) {
+    let mut best: Option<(u32, T)> = None;
+    for (id, &lp) in logprobs.iter().enumerate() {
+        let id = id as u32;
+        if id == PAD || id == BOS {
+            continue;
+        }
+        if best.is_none_or(|(_, b)| lp > b) {
+            best = Some((id, lp));
+        }
+    }
+    let (id, lp) = best.expect("vocabulary holds more than PAD and BOS");
+    (id, lp.f64())
+}
+
+/// Updates the hypothesis of one row with its step distribution; returns whether it goes on.
+fn advance<T: Float>(hyp: &mut Hypothesis, logprobs: &[T], limit: usize) -> (u32, bool) {
+    let (token, lp) = pick(logprobs);
+    hyp.push(token, lp);
+    (token, !hyp.finished && hyp.n_emitted() < limit)
+}
+
+/// Keeps the batch rows `b` with `keep[b]` of a key/value cache, in order.
+fn retain_cache_rows<T: Float>(cache: &mut KvCache<T>, keep: &[bool], d_model: usize) {
+    let block = cache.capacity * d_model;
+    let mut w = 0;
+    for (b, _) in keep.iter().enumerate().filter(|(_, &k)| k) {
+        if w != b {
+            cache.k.copy_within(b * block..(b + 1) * block, w * block);
+            cache.v.copy_within(b * block..(b + 1) * block, w * block);
+        }
+        w += 1;
+    }
+    cache.k.truncate(w * block);
+    cache.v.truncate(w * block);
+    cache.batch = w;
+}
+
+/// Drops the finished rows from a decoding state so later steps only compute live sentences.
+fn retain_state_rows<T: Float>(state: &mut DecodeState<T>, keep: &[bool], d_model: usize) {
+    for cache in state.self_caches.iter_mut().chain(&mut state.cross_caches) {
+        retain_cache_rows(cache, keep, d_model);
+    }
+    let mut k = keep.iter();
+    state.src_lens.retain(|_| *k.next().unwrap());
+}
+
+/// Cached greedy search over one chunk: one `decode_step` per position for all live rows.
+fn decode_chunk_cached<T: Float>(
+    model: &Seq2Seq<T>,
+    sources: &[&[u32]],
+    limits: &[usize],
+) -> Vec<Hypothesis> {
+    let (d, v) = (model.config.d_model, model.config.vocab_size);
+    let mut hyps = vec![Hypothesis::default(); sources.len()];
+    let capacity = limits.iter().copied().max().unwrap_or(0);
+    if capacity == 0 {
+        return hyps;
+    }
+    let pairs: Vec<(&[u32], &[u32])> = sources.iter().map(|&s| (s, &[][..])).collect();
+    let batch = Batch::from_pairs(&pairs);
+    let mut state = model.start_decoding(&batch.src, batch.src_len, &batch.src_lens, capacity);
+    // rows[r]: the sentence in row r of the state.
+    let mut rows: Vec<usize> = (0..sources.len()).collect();
+    let keep: Vec<bool> = limits.iter().map(|&l| l > 0).collect();
+    if keep.contains(&false) {
+        retain_state_rows(&mut state, &keep, d);
+        rows.retain(|&i| limits[i] > 0);
+    }
+    let mut inputs = vec![BOS; rows.len()];
+    while !rows.is_empty() {
+        let (logprobs, _) = model.decode_step(&mut state, &inputs);
+        let mut keep = vec![true; rows.len()];
+        for (r, &i) in rows.iter().enumerate() {
+            let (token, live) = advance(&mut hyps[i], &logprobs[r * v..(r + 1) * v], limits[i]);
+            inputs[r] = token;
+            keep[r] = live;
+        }
+        if keep.contains(&false) {
+            retain_state_rows(&mut state, &keep, d);
+            let mut k = keep.iter();
+            rows.retain(|_| *k.next().unwrap());
+            let mut k = keep.iter();
+            inputs.retain(|_| *k.next().unwrap());
+        }
+    }
+    hyps
+}
+
+/// Reference greedy search over one chunk: the full forward over source and prefix per step.
+fn decode_chunk_full<T: Float>(
+    model: &Seq2Seq<T>,
+    sources: &[&[u32]],
+    limits: &[usize],
+) -> Vec<Hypothesis> {
+    let v = model.config.vocab_size;
+    let mut hyps = vec![Hypothesis::default(); sources.len()];
+    let mut live: Vec<usize> = (0..sources.len()).filter(|&i| limits[i] > 0).collect();
+    while !live.is_empty() {
+        let pairs: Vec<(&[u32], &[u32])> = live
+            .iter()
+            .map(|&i| (sources[i], &hyps[i].tokens[..]))
+            .collect();
+        let batch = Batch::from_pairs(&pairs);
+        let (mut logits, _) = model.forward(&batch, None);
+        let mut keep = vec![true; live.len()];
+        for (r, &i) in live.iter().enumerate() {
+            // the distribution after the last fed token (BOS y1 .. yt -> position t)
+            let pos = r * batch.tgt_len + batch.tgt_lens[r] - 1;
+            let row = &mut logits[pos * v..(pos + 1) * v];
+            log_softmax_inplace(row);
+            keep[r] = advance(&mut hyps[i], row, limits[i]).1;
+        }
+        let mut k = keep.iter();
+        live.retain(|_| *k.next().unwrap());
+    }
+    hyps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pick_skips_pad_and_bos_and_breaks_ties_low() {
+        let row = [0.0f32, 0.0, -3.0, -1.0, -1.0, -2.0];
+        assert_eq!(pick(&row), (3, -1.0));
+        let hyp_tokens = {
+            let mut h = Hypothesis::default();
+            h.push(5, -0.5);
+            h.push(EOS, -0.25);
+            h
+        };
+        assert_eq!(hyp_tokens.tokens, vec![5]);
+        assert_eq!(hyp_tokens.n_emitted(), 2);
+        assert!(hyp_tokens.finished && hyp_tokens.score == -0.75);
+    }
+}

@@ -1,0 +1,34 @@
+//! Inference: greedy search for outputs ([`greedy`]) and scoring of given outputs ([`score`]).
+//!
+//! Both work on token ids without specials (the source gets its EOS here, the decoder starts
+//! from BOS) and batch their inputs by length internally; results come back in input order.
+
+pub mod greedy;
+pub mod score;
+
+pub use greedy::{greedy_decode, greedy_decode_full, GreedyOptions, Hypothesis};
+pub use score::score_pairs;
+
+/// Indices `0..lens.len()` stably sorted by `lens`, cut into chunks of at most `batch_size`
+/// (at least one) so that each chunk holds items of similar length and pads little.
+pub(crate) fn length_sorted_chunks(lens: &[usize], batch_size: usize) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..lens.len()).collect();
+    order.sort_by_key(|&i| lens[i]);
+    order
+        .chunks(batch_size.max(1))
+        .map(|c| c.to_vec())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_are_length_sorted_and_cover_every_index_once() {
+        let chunks = length_sorted_chunks(&[5, 1, 3, 1, 9], 2);
+        assert_eq!(chunks, vec![vec![1, 3], vec![2, 0], vec![4]]);
+        assert_eq!(length_sorted_chunks(&[2, 2], 0), vec![vec![0], vec![1]]);
+        assert!(length_sorted_chunks(&[], 4).is_empty());
+    }
+}
