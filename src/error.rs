@@ -19,10 +19,11 @@ pub enum Error {
     /// Input that cannot be used (an over-long sentence, an empty data set, ...).
     #[error("{0}")]
     Input(String),
-    #[error("cannot write {path}: {source}")]
+    /// The cause is part of the message (not a separate `source`), so it prints once.
+    #[error("cannot write {path}: {cause}")]
     Write {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 }
 

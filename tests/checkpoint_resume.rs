@@ -85,9 +85,17 @@ fn bad_checkpoints_are_clear_errors_naming_the_file() {
     std::fs::write(&cfg_path, cfg.replace("\"d_ff\": 64", "\"d_ff\": 96")).unwrap();
     let err = load_model(dir.path()).unwrap_err().to_string();
     assert!(
-        err.contains("shape") && err.contains("does not match"),
+        err.contains("model.safetensors") && err.contains("does not match"),
         "{err}"
     );
+    // A config edited to absurd sizes is refused before the model is allocated.
+    std::fs::write(
+        &cfg_path,
+        cfg.replace("\"d_model\": 32", "\"d_model\": 1000000000000"),
+    )
+    .unwrap();
+    let err = load_model(dir.path()).unwrap_err().to_string();
+    assert!(err.contains("does not match"), "{err}");
     std::fs::write(&cfg_path, cfg.replace("\"n_heads\": 4", "\"n_heads\": 5")).unwrap();
     let err = load_model(dir.path()).unwrap_err().to_string();
     assert!(

@@ -56,6 +56,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
         args.batch > 0 && args.src_len > 1 && args.tgt_len > 1 && args.steps > 0,
         "--batch, --steps must be positive and --src-len, --tgt-len at least 2"
     );
+    // Random tokens are drawn above the 4 special ids.
+    anyhow::ensure!(
+        args.vocab > 4,
+        "--vocab {} must be at least 5 (4 special tokens + 1)",
+        args.vocab
+    );
     let config = ModelConfig::preset(&args.preset, args.vocab).with_context(|| {
         format!(
             "unknown preset {:?} (choose one of {:?})",

@@ -49,6 +49,12 @@ pub struct DemoArgs {
     /// Also save the trained model directory here (usable by translate and score).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Dropout probability (the tiny preset's is 0.1).
+    #[arg(long, default_value_t = 0.1)]
+    pub dropout: f64,
+    /// Pre-LN residual blocks instead of the paper's post-LN.
+    #[arg(long)]
+    pub pre_ln: bool,
     /// Sample translations to print.
     #[arg(long, default_value_t = 8)]
     pub samples: usize,
@@ -57,6 +63,12 @@ pub struct DemoArgs {
 pub fn run(args: DemoArgs) -> Result<()> {
     let threads = set_threads(args.threads)?;
     let started = Instant::now();
+    anyhow::ensure!(
+        args.max_number <= crate::data::numbers::MAX_NUMBER,
+        "--max-number {} is above the largest spelled number, {}",
+        args.max_number,
+        crate::data::numbers::MAX_NUMBER
+    );
     let task = number_task(args.max_number, args.train_size, args.held_out, args.seed);
     anyhow::ensure!(
         !task.train.is_empty() && !task.held_out.is_empty(),
@@ -80,7 +92,11 @@ pub fn run(args: DemoArgs) -> Result<()> {
             .collect()
     };
     let train = encode(&task.train);
-    let model_config = ModelConfig::preset("tiny", vocab.len()).expect("tiny preset");
+    let mut model_config = ModelConfig::preset("tiny", vocab.len()).expect("tiny preset");
+    model_config.dropout = args.dropout;
+    if args.pre_ln {
+        model_config.norm = crate::model::NormPlacement::PreLn;
+    }
     let config = TrainConfig {
         tokens_per_batch: args.tokens_per_batch,
         warmup: args.warmup,
@@ -145,7 +161,17 @@ pub fn run(args: DemoArgs) -> Result<()> {
         .count();
     let accuracy = 100.0 * correct as f64 / task.held_out.len() as f64;
     println!("samples (held-out):");
-    for (h, (s, t)) in hyps.iter().zip(&task.held_out).take(args.samples) {
+    // Show some right and (if any) some wrong translations.
+    let (right, wrong): (Vec<_>, Vec<_>) = hyps
+        .iter()
+        .zip(&task.held_out)
+        .partition(|(h, (_, t))| *h == t);
+    let n_wrong = wrong.len().min(args.samples / 2);
+    let shown = right
+        .into_iter()
+        .take(args.samples - n_wrong)
+        .chain(wrong.into_iter().take(n_wrong));
+    for (h, (s, t)) in shown {
         let mark = if h == t { "ok " } else { "BAD" };
         println!(
             "  {mark} {s:<60} -> {h}{}",

@@ -28,6 +28,9 @@ pub struct TrainArgs {
     #[arg(long)]
     pub out: PathBuf,
     /// Continue the run saved in this directory (same data, same thread count for bit-exact).
+    /// The model and the training options (batching, schedule, smoothing, ...) come from the
+    /// checkpoint; only --max-steps, --out, --threads, --valid, --save-every, --valid-every and
+    /// --max-len apply.
     #[arg(long)]
     pub resume: Option<PathBuf>,
     /// Model size: tiny, base or big.
@@ -147,7 +150,28 @@ fn model_config(args: &TrainArgs, vocab_size: usize) -> Result<ModelConfig> {
     Ok(c)
 }
 
+/// Refuses option values that would silently give a broken run.
+fn check_options(args: &TrainArgs) -> Result<()> {
+    if !(0.0..1.0).contains(&args.label_smoothing) {
+        bail!(
+            "--label-smoothing {} must be in [0, 1)",
+            args.label_smoothing
+        );
+    }
+    if !(args.lr_factor.is_finite() && args.lr_factor > 0.0) {
+        bail!("--lr-factor {} must be positive", args.lr_factor);
+    }
+    if let Some(c) = args.clip_norm.filter(|c| !(c.is_finite() && *c > 0.0)) {
+        bail!("--clip-norm {c} must be positive");
+    }
+    if let Some(dir) = args.resume.as_ref().filter(|d| !d.is_dir()) {
+        bail!("--resume: directory {} does not exist", dir.display());
+    }
+    Ok(())
+}
+
 pub fn run(args: TrainArgs) -> Result<()> {
+    check_options(&args)?;
     let threads = set_threads(args.threads)?;
     let train_pairs = read_corpus(&args.train)?;
     let valid_pairs = match &args.valid {

@@ -47,8 +47,13 @@ pub fn encode_sources(
         .collect();
     if !too_long.is_empty() {
         bail!(
-            "{} input lines are longer than the model's limit of {limit} tokens: {}",
+            "{} input {} longer than the model's limit of {limit} tokens: {}",
             too_long.len(),
+            if too_long.len() == 1 {
+                "line is"
+            } else {
+                "lines are"
+            },
             too_long
                 .iter()
                 .take(5)

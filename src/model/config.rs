@@ -72,6 +72,28 @@ impl ModelConfig {
         self.d_model / self.n_heads
     }
 
+    /// The number of trainable scalars this config implies (`None` on overflow). Checked against
+    /// a weights file before the model is allocated, so an edited config cannot ask for
+    /// terabytes.
+    pub fn n_params(&self) -> Option<usize> {
+        let (v, d, f) = (
+            self.vocab_size as u128,
+            self.d_model as u128,
+            self.d_ff as u128,
+        );
+        let attention = 4 * (d * d + d);
+        let norm = 2 * d;
+        let ffn = f * d + f + d * f + d;
+        let encoder = self.n_encoder_layers as u128 * (attention + norm + ffn + norm);
+        let decoder = self.n_decoder_layers as u128 * (2 * (attention + norm) + ffn + norm);
+        let final_norms = match self.norm {
+            NormPlacement::PreLn => 2 * norm,
+            NormPlacement::PostLn => 0,
+        };
+        let output = if self.tie_embeddings { 0 } else { v * d };
+        usize::try_from(v * d + encoder + decoder + final_norms + output).ok()
+    }
+
     /// Checks the invariants the model relies on; the message names the offending field.
     pub fn validate(&self) -> Result<(), String> {
         let positive = [
@@ -85,6 +107,12 @@ impl ModelConfig {
             if v == 0 {
                 return Err(format!("{name} must be positive"));
             }
+        }
+        if self.max_len > 1 << 16 {
+            return Err(format!(
+                "max_len {} is above the supported 65536",
+                self.max_len
+            ));
         }
         if self.vocab_size < 4 {
             return Err("vocab_size must hold the 4 special tokens".into());
@@ -136,6 +164,17 @@ mod tests {
         let json = serde_json::to_string(&base).unwrap();
         assert_eq!(serde_json::from_str::<ModelConfig>(&json).unwrap(), base);
         assert!(ModelConfig::preset("huge", 10).is_none());
+        for (name, norm, tie) in [
+            ("base", NormPlacement::PostLn, true),
+            ("tiny", NormPlacement::PreLn, false),
+        ] {
+            let mut c = ModelConfig::preset(name, 37).unwrap();
+            c.norm = norm;
+            c.tie_embeddings = tie;
+            let want = crate::model::Seq2Seq::<f32>::new(c.clone(), &mut crate::rng::Rng::new(0))
+                .n_params();
+            assert_eq!(c.n_params(), Some(want));
+        }
         let mut bad = base.clone();
         bad.n_heads = 7;
         assert!(bad.validate().unwrap_err().contains("n_heads"));

@@ -126,9 +126,9 @@ pub fn parse_pairs(
 
 /// Reads a `source<TAB>target` file; see [`parse_pairs`].
 pub fn read_pairs(path: &Path) -> Result<(Vec<Pair>, MalformedReport), TextError> {
-    let bytes = std::fs::read(path).map_err(|source| TextError::Io {
+    let bytes = std::fs::read(path).map_err(|cause| TextError::Io {
         path: path.to_path_buf(),
-        source,
+        cause,
     })?;
     parse_pairs(&bytes, path)
 }
@@ -159,9 +159,9 @@ pub fn read_lines(mut reader: impl Read, name: &str) -> Result<Vec<String>, Text
     let mut bytes = Vec::new();
     reader
         .read_to_end(&mut bytes)
-        .map_err(|source| TextError::Io {
+        .map_err(|cause| TextError::Io {
             path: PathBuf::from(name),
-            source,
+            cause,
         })?;
     let mut lines = Vec::new();
     let mut invalid_lines = Vec::new();

@@ -9,18 +9,16 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum TextError {
     /// The file could not be opened or read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {cause}")]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The file could not be written or moved into place.
-    #[error("cannot write {path}: {source}")]
+    #[error("cannot write {path}: {cause}")]
     Write {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// Some lines could not be parsed; `report` lists how many and the first few.
     #[error("{path}: {report}")]

@@ -232,21 +232,21 @@ impl Vocab {
         let temporary_path = PathBuf::from(temporary_name);
         let json =
             serde_json::to_string_pretty(self).expect("a vocabulary of strings always serialises");
-        std::fs::write(&temporary_path, json).map_err(|source| TextError::Write {
+        std::fs::write(&temporary_path, json).map_err(|cause| TextError::Write {
             path: temporary_path.clone(),
-            source,
+            cause,
         })?;
-        std::fs::rename(&temporary_path, path).map_err(|source| TextError::Write {
+        std::fs::rename(&temporary_path, path).map_err(|cause| TextError::Write {
             path: path.to_path_buf(),
-            source,
+            cause,
         })
     }
 
     /// Reads and validates a vocabulary written by [`Vocab::save`].
     pub fn load(path: &Path) -> Result<Vocab, TextError> {
-        let json = std::fs::read_to_string(path).map_err(|source| TextError::Io {
+        let json = std::fs::read_to_string(path).map_err(|cause| TextError::Io {
             path: path.to_path_buf(),
-            source,
+            cause,
         })?;
         serde_json::from_str(&json).map_err(|error| TextError::BadVocab {
             path: path.to_path_buf(),

@@ -37,9 +37,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     };
     write(&tmp)
         .and_then(|_| std::fs::rename(&tmp, path))
-        .map_err(|source| Error::Write {
+        .map_err(|cause| Error::Write {
             path: path.to_path_buf(),
-            source,
+            cause,
         })
 }
 
@@ -126,9 +126,9 @@ fn fill_params(
 
 /// Saves `config.json` and `model.safetensors` into `dir` (created if needed).
 pub fn save_model(dir: &Path, model: &mut Seq2Seq<f32>) -> Result<()> {
-    std::fs::create_dir_all(dir).map_err(|source| Error::Write {
+    std::fs::create_dir_all(dir).map_err(|cause| Error::Write {
         path: dir.to_path_buf(),
-        source,
+        cause,
     })?;
     let config = serde_json::to_string_pretty(&model.config).expect("config serialises");
     write_atomic(&dir.join(CONFIG_FILE), config.as_bytes())?;
@@ -157,6 +157,17 @@ pub fn load_model(dir: &Path) -> Result<Seq2Seq<f32>> {
     let config = load_config(dir)?;
     let path = dir.join(MODEL_FILE);
     let mut map = read_tensors(&path)?;
+    // Compare sizes before allocating: a config edited to huge sizes is an error, not an OOM.
+    let in_file: usize = map.values().map(|(_, v)| v.len()).sum();
+    if config.n_params() != Some(in_file) {
+        return Err(ckpt_err(
+            &path,
+            format!(
+                "holds {in_file} weights but config.json implies {} (config.json does not match the weights)",
+                config.n_params().map_or("too many".to_string(), |n| n.to_string())
+            ),
+        ));
+    }
     let mut model = Seq2Seq::new(config, &mut Rng::new(0));
     fill_params(&path, &mut model.params_mut(), &mut map)?;
     if let Some(extra) = map.keys().min() {
