@@ -4,7 +4,7 @@
 //! accuracy on held-out numbers and prints sample translations. No download needed.
 
 use super::{bar_message, set_threads, training_bar, VOCAB_FILE};
-use crate::data::numbers::number_task;
+use crate::data::numbers::{english, german_pieces, number_task};
 use crate::decode::greedy::GreedyOptions;
 use crate::model::ModelConfig;
 use crate::text::vocab::{Vocab, VocabLevel};
@@ -26,19 +26,19 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 500)]
     pub held_out: usize,
     /// Training updates.
-    #[arg(long, default_value_t = 1500)]
+    #[arg(long, default_value_t = 3000)]
     pub steps: u64,
     /// Stop training early after this many seconds (0: no limit).
     #[arg(long, default_value_t = 270)]
     pub time_limit: u64,
     /// Source + target tokens per batch.
-    #[arg(long, default_value_t = 6000)]
+    #[arg(long, default_value_t = 2000)]
     pub tokens_per_batch: usize,
     /// Warm-up steps.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 400)]
     pub warmup: u64,
     /// Learning-rate multiplier.
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 1.0)]
     pub lr_factor: f64,
     /// Seed for data, initialisation, dropout and shuffling.
     #[arg(long, default_value_t = 1)]
@@ -77,21 +77,21 @@ pub fn run(args: DemoArgs) -> Result<()> {
         args.train_size,
         args.held_out
     );
-    let texts = task
-        .train
+    // Source: English words. Target: German morphemes separated by spaces (one shared
+    // vocabulary), joined back into one word before comparing.
+    let tokenized = |n: &u32| (english(*n), german_pieces(*n).join(" "));
+    let train_pairs: Vec<(String, String)> = task.train_numbers.iter().map(tokenized).collect();
+    let texts = train_pairs
         .iter()
         .flat_map(|(s, t)| [s.as_str(), t.as_str()]);
-    let vocab = Vocab::build(texts, VocabLevel::Char, 1);
-    let encode = |pairs: &[(String, String)]| -> Vec<Example> {
-        pairs
-            .iter()
-            .map(|(s, t)| Example {
-                src: vocab.encode(s),
-                tgt: vocab.encode(t),
-            })
-            .collect()
-    };
-    let train = encode(&task.train);
+    let vocab = Vocab::build(texts, VocabLevel::Word, 1);
+    let train: Vec<Example> = train_pairs
+        .iter()
+        .map(|(s, t)| Example {
+            src: vocab.encode(s),
+            tgt: vocab.encode(t),
+        })
+        .collect();
     let mut model_config = ModelConfig::preset("tiny", vocab.len()).expect("tiny preset");
     model_config.dropout = args.dropout;
     if args.pre_ln {
@@ -107,15 +107,15 @@ pub fn run(args: DemoArgs) -> Result<()> {
     let mut trainer = Trainer::new(model_config, config, train)?;
     eprintln!(
         "demo: English -> German number words up to {}, {} training / {} held-out pairs, \
-         character vocabulary of {}, tiny model ({} parameters), {threads} threads",
+         shared word/morpheme vocabulary of {}, tiny model ({} parameters), {threads} threads",
         args.max_number,
         task.train.len(),
         task.held_out.len(),
         vocab.len(),
         trainer.model.n_params()
     );
-    let (s, t) = &task.train[0];
-    eprintln!("example: {s:?} -> {t:?}");
+    let (s, t) = &train_pairs[0];
+    eprintln!("example: {s:?} -> {t:?} -> {:?}", t.replace(' ', ""));
     let bar = training_bar(args.steps);
     let mut tokens = 0usize;
     let train_started = Instant::now();
@@ -148,12 +148,16 @@ pub fn run(args: DemoArgs) -> Result<()> {
     bar.finish();
     let train_secs = train_started.elapsed().as_secs_f64();
 
-    let sources: Vec<String> = task.held_out.iter().map(|(s, _)| s.clone()).collect();
+    let sources: Vec<String> = task.held_out_numbers.iter().map(|&n| english(n)).collect();
     let options = GreedyOptions {
         max_len_extra: 50,
         batch_size: 64,
     };
-    let hyps = super::translate::translate_lines(&trainer.model, &vocab, &sources, &options)?;
+    let hyps: Vec<String> =
+        super::translate::translate_lines(&trainer.model, &vocab, &sources, &options)?
+            .into_iter()
+            .map(|h| h.replace(' ', ""))
+            .collect();
     let correct = hyps
         .iter()
         .zip(&task.held_out)

@@ -117,27 +117,25 @@ pub fn english(n: u32) -> String {
 
 /// German for 1..=999 as one word. `ends_number` says whether nothing follows: a final 1 is
 /// "eins" ("einhunderteins"), one followed by "tausend" is "ein" ("einhunderteintausend").
-fn german_below_thousand(n: u32, ends_number: bool) -> String {
+fn german_below_thousand(n: u32, ends_number: bool, pieces: &mut Vec<&'static str>) {
     let hundreds = n / 100;
     let rest = n % 100;
-    let mut word = String::new();
     if hundreds > 0 {
-        word.push_str(german_unit_in_compound(hundreds));
-        word.push_str("hundert");
+        pieces.push(german_unit_in_compound(hundreds));
+        pieces.push("hundert");
     }
     if rest >= 20 {
         let unit = rest % 10;
         if unit > 0 {
-            word.push_str(german_unit_in_compound(unit));
-            word.push_str("und");
+            pieces.push(german_unit_in_compound(unit));
+            pieces.push("und");
         }
-        word.push_str(GERMAN_TENS[(rest / 10) as usize]);
+        pieces.push(GERMAN_TENS[(rest / 10) as usize]);
     } else if rest == 1 && !ends_number {
-        word.push_str("ein");
+        pieces.push("ein");
     } else if rest > 0 {
-        word.push_str(GERMAN_BELOW_TWENTY[rest as usize]);
+        pieces.push(GERMAN_BELOW_TWENTY[rest as usize]);
     }
-    word
 }
 
 /// A digit 1..=9 inside a compound: "ein" for 1, otherwise as written alone.
@@ -157,24 +155,35 @@ fn german_unit_in_compound(digit: u32) -> &'static str {
 ///
 /// If `n` > [`MAX_NUMBER`]; the task generator never asks for more.
 pub fn german(n: u32) -> String {
+    german_pieces(n).concat()
+}
+
+/// The German number word for `n` as its morphemes, which concatenate to [`german`]:
+/// 321 -> ["drei", "hundert", "ein", "und", "zwanzig"]. A subword segmentation like the one BPE
+/// learns, used by the demo as its target tokens.
+///
+/// # Panics
+///
+/// If `n` > [`MAX_NUMBER`].
+pub fn german_pieces(n: u32) -> Vec<&'static str> {
     assert!(
         n <= MAX_NUMBER,
         "german({n}): only 0..={MAX_NUMBER} are spelled"
     );
     if n == 0 {
-        return GERMAN_BELOW_TWENTY[0].to_string();
+        return vec![GERMAN_BELOW_TWENTY[0]];
     }
     let thousands = n / 1000;
     let rest = n % 1000;
-    let mut word = String::new();
+    let mut pieces = Vec::new();
     if thousands > 0 {
-        word.push_str(&german_below_thousand(thousands, false));
-        word.push_str("tausend");
+        german_below_thousand(thousands, false, &mut pieces);
+        pieces.push("tausend");
     }
     if rest > 0 {
-        word.push_str(&german_below_thousand(rest, true));
+        german_below_thousand(rest, true, &mut pieces);
     }
-    word
+    pieces
 }
 
 /// The number translation task: (English, German) pairs to train on and disjoint pairs held
@@ -183,6 +192,10 @@ pub fn german(n: u32) -> String {
 pub struct NumberTask {
     pub train: Vec<(String, String)>,
     pub held_out: Vec<(String, String)>,
+    /// The numbers behind `train`, in the same order.
+    pub train_numbers: Vec<u32>,
+    /// The numbers behind `held_out`, in the same order.
+    pub held_out_numbers: Vec<u32>,
 }
 
 /// Draws distinct numbers in `1..=max` (with `max` capped at [`MAX_NUMBER`]) and spells them
@@ -212,6 +225,8 @@ pub fn number_task(max: u32, n_train: usize, n_held_out: usize, seed: u64) -> Nu
     NumberTask {
         train: numbers[..train_count].iter().map(spell).collect(),
         held_out: numbers[train_count..].iter().map(spell).collect(),
+        train_numbers: numbers[..train_count].to_vec(),
+        held_out_numbers: numbers[train_count..].to_vec(),
     }
 }
 
