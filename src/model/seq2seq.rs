@@ -197,7 +197,8 @@ impl<T: Float> Seq2Seq<T> {
         self.evaluate_with_logprobs(batch, label_smoothing).0
     }
 
-    /// Loss sums and the log-probabilities `[batch*tgt_len, vocab]` of the teacher-forced pass.
+    /// Loss sums and the teacher-forced `[batch*tgt_len, vocab]` rows: log-probabilities where
+    /// the target is not padding; padding rows are left as raw logits.
     pub fn evaluate_with_logprobs(
         &self,
         batch: &Batch,
