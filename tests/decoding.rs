@@ -23,6 +23,7 @@ fn config(norm: NormPlacement, tie: bool) -> ModelConfig {
         layer_norm_eps: 1e-6,
         tie_embeddings: tie,
         max_len: 64,
+        activation: Default::default(),
     }
 }
 

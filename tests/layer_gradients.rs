@@ -15,7 +15,7 @@ use transformer::model::embedding::Embedding;
 use transformer::model::feed_forward::FeedForward;
 use transformer::model::layer_norm::LayerNorm;
 use transformer::model::param::{Module, Param};
-use transformer::model::NormPlacement;
+use transformer::model::{Activation, NormPlacement};
 use transformer::rng::Rng;
 use transformer::train::loss::label_smoothed_cross_entropy;
 
@@ -134,7 +134,7 @@ fn attention_gradient_cross_attention() {
 #[test]
 fn feed_forward_gradient() {
     let mut rng = Rng::new(30);
-    let mut ffn = FeedForward::<f64>::new(D, D_FF, &mut rng);
+    let mut ffn = FeedForward::<f64>::new(D, D_FF, Activation::Relu, &mut rng);
     jitter_params(&mut ffn, &mut rng, 0.2);
     let rows = 7;
     let x: Vec<f64> = randn(&mut rng, rows * D, 1.0);
@@ -221,7 +221,7 @@ fn check_residual_ffn(placement: NormPlacement, dropout: f64) {
     let mut rng = Rng::new(50);
     let mut m = ResFfn {
         res: Residual::new(D, EPS, placement, dropout),
-        ffn: FeedForward::new(D, D_FF, &mut rng),
+        ffn: FeedForward::new(D, D_FF, Activation::Relu, &mut rng),
     };
     jitter_params(&mut m, &mut rng, 0.3);
     let rows = 6;

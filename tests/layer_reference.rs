@@ -15,7 +15,7 @@ use transformer::model::block::Residual;
 use transformer::model::embedding::Embedding;
 use transformer::model::feed_forward::FeedForward;
 use transformer::model::layer_norm::LayerNorm;
-use transformer::model::NormPlacement;
+use transformer::model::{Activation, NormPlacement};
 use transformer::rng::Rng;
 use transformer::train::loss::label_smoothed_cross_entropy;
 
@@ -172,7 +172,7 @@ fn cross_attention_forward_matches_reference() {
 #[test]
 fn feed_forward_matches_reference() {
     let mut rng = Rng::new(3);
-    let mut ffn = FeedForward::<f32>::new(D, D_FF, &mut rng);
+    let mut ffn = FeedForward::<f32>::new(D, D_FF, Activation::Relu, &mut rng);
     jitter_params(&mut ffn, &mut rng, 0.2);
     let x: Vec<f32> = randn(&mut rng, 7 * D, 1.0);
     let (y, cache) = ffn.forward(&x);
@@ -221,7 +221,7 @@ fn residual_vs_reference(placement: NormPlacement, dropout: f64) {
     let mut rng = Rng::new(5);
     let mut res = Residual::<f32>::new(D, EPS, placement, dropout);
     jitter_params(&mut res, &mut rng, 0.5);
-    let mut ffn = FeedForward::<f32>::new(D, D_FF, &mut rng);
+    let mut ffn = FeedForward::<f32>::new(D, D_FF, Activation::Relu, &mut rng);
     jitter_params(&mut ffn, &mut rng, 0.2);
     let x = shifted_rows(&mut rng, 6);
     let (y, cache) = res.forward(x.clone(), Some(&mut Rng::new(9)), |u| ffn.forward(u));

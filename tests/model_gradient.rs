@@ -17,6 +17,7 @@ fn tiny_config(norm: NormPlacement, tie: bool, dropout: f64) -> ModelConfig {
         layer_norm_eps: 1e-5,
         tie_embeddings: tie,
         max_len: 32,
+        activation: Default::default(),
     }
 }
 

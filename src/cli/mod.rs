@@ -1,7 +1,11 @@
 //! The command-line interface: one file per subcommand.
 
+pub mod attention;
+pub mod average;
 pub mod bench;
+pub mod bleu;
 pub mod demo;
+pub mod embed;
 pub mod score;
 pub mod train;
 pub mod translate;
@@ -31,7 +35,7 @@ pub struct Cli {
 pub enum Command {
     /// Train an encoder-decoder model on `source<TAB>target` pairs.
     Train(train::TrainArgs),
-    /// Translate source lines from stdin to stdout (greedy decoding).
+    /// Translate source lines from stdin to stdout (greedy decoding, or beam search: --beam).
     Translate(translate::TranslateArgs),
     /// Print log p(target | source) for each `source<TAB>target` line on stdin.
     Score(score::ScoreArgs),
@@ -39,6 +43,14 @@ pub enum Command {
     Demo(demo::DemoArgs),
     /// Time training steps on random tokens and print tokens per second.
     Bench(bench::BenchArgs),
+    /// Sentence embeddings of stdin lines with a pretrained BERT encoder (e.g. all-MiniLM-L6-v2).
+    Embed(embed::EmbedArgs),
+    /// Average the parameters of checkpoints of one model into a model directory.
+    Average(average::AverageArgs),
+    /// Corpus BLEU (sacreBLEU defaults) of hypotheses (file or stdin) against `--ref`.
+    Bleu(bleu::BleuArgs),
+    /// Heat maps of every layer's and head's attention weights for one sentence pair (PNG/SVG).
+    Attention(attention::AttentionArgs),
 }
 
 /// Runs one parsed command line.
@@ -49,6 +61,10 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Score(a) => score::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Embed(a) => embed::run(a),
+        Command::Average(a) => average::run(a),
+        Command::Bleu(a) => bleu::run(a),
+        Command::Attention(a) => attention::run(a),
     }
 }
 

@@ -4,6 +4,7 @@ use super::{bar_message, set_threads, training_bar, VOCAB_FILE};
 use crate::model::{ModelConfig, NormPlacement};
 use crate::text::corpus::{read_pairs, Pair};
 use crate::text::vocab::{Vocab, VocabLevel};
+use crate::train::average::{list_step_checkpoints, step_checkpoint_name};
 use crate::train::trainer::{Example, TrainConfig, Trainer};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
@@ -78,12 +79,67 @@ pub struct TrainArgs {
     /// Drop training pairs with more tokens than this on either side (reported).
     #[arg(long)]
     pub max_len: Option<usize>,
-    /// Save a checkpoint every N steps (0: only at the end).
+    /// Also save a checkpoint every N steps into OUT/checkpoints/step-NNNNNNNN (0: never);
+    /// each is a full model directory that `--resume`, `translate` and `average` accept.
     #[arg(long, default_value_t = 0)]
     pub save_every: u64,
+    /// Keep only the last K step checkpoints.
+    #[arg(long, default_value_t = 5)]
+    pub keep_last: usize,
+    /// Append a JSON line of metrics to OUT/metrics.jsonl every N steps.
+    #[arg(long, default_value_t = 100)]
+    pub log_every: u64,
     /// Evaluate the validation loss every N steps (0: only at the end).
     #[arg(long, default_value_t = 0)]
     pub valid_every: u64,
+}
+
+/// The metrics log inside the output directory: one JSON object per line.
+pub const METRICS_FILE: &str = "metrics.jsonl";
+
+/// An append-only JSON-lines log.
+struct Metrics {
+    file: std::fs::File,
+    path: PathBuf,
+}
+
+impl Metrics {
+    fn open(path: &Path) -> Result<Self> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        Ok(Metrics {
+            file,
+            path: path.to_path_buf(),
+        })
+    }
+
+    fn write(&mut self, record: &serde_json::Map<String, serde_json::Value>) -> Result<()> {
+        use std::io::Write;
+        writeln!(self.file, "{}", serde_json::Value::Object(record.clone()))
+            .with_context(|| format!("cannot write {}", self.path.display()))
+    }
+}
+
+/// Saves a full checkpoint (with its vocabulary) as OUT/checkpoints/step-NNNNNNNN and deletes
+/// all but the last `keep_last` of them.
+fn save_step_checkpoint(
+    trainer: &mut Trainer,
+    vocab: &Vocab,
+    out: &Path,
+    keep_last: usize,
+) -> Result<()> {
+    let root = out.join("checkpoints");
+    let dir = root.join(step_checkpoint_name(trainer.state.step));
+    trainer.save(&dir)?;
+    vocab.save(&dir.join(VOCAB_FILE))?;
+    let all = list_step_checkpoints(&root);
+    for old in &all[..all.len().saturating_sub(keep_last.max(1))] {
+        std::fs::remove_dir_all(old).with_context(|| format!("cannot remove {}", old.display()))?;
+    }
+    Ok(())
 }
 
 /// Reads a TSV file, reporting malformed lines (with line numbers) on stderr.
@@ -243,15 +299,16 @@ pub fn run(args: TrainArgs) -> Result<()> {
     bar.set_position(start_step);
     let started = Instant::now();
     let mut tokens = 0usize;
+    let mut metrics = Metrics::open(&args.out.join(METRICS_FILE))?;
+    let mut window = (0.0, 0.0, 0usize); // (loss sum, nll sum, steps) since the last log line
     while trainer.state.step < args.max_steps {
         let report = trainer.step()?;
         tokens += report.tokens;
         let rate = tokens as f64 / started.elapsed().as_secs_f64();
         bar.set_position(report.step);
         bar.set_message(bar_message(report.loss, report.lr, rate));
-        if args.save_every > 0 && report.step % args.save_every == 0 {
-            trainer.save(&args.out)?;
-        }
+        window = (window.0 + report.loss, window.1 + report.nll, window.2 + 1);
+        let mut record = serde_json::Map::new();
         if args.valid_every > 0 && report.step % args.valid_every == 0 && !valid.is_empty() {
             let s = trainer.evaluate(&valid);
             super::log_line(
@@ -263,10 +320,32 @@ pub fn run(args: TrainArgs) -> Result<()> {
                     s.nll()
                 ),
             );
+            record.insert("valid_loss".into(), s.loss().into());
+            record.insert("valid_nll".into(), s.nll().into());
+        }
+        if (args.log_every > 0 && report.step % args.log_every == 0) || !record.is_empty() {
+            let n = window.2.max(1) as f64;
+            record.insert("step".into(), report.step.into());
+            record.insert("epoch".into(), report.epoch.into());
+            record.insert("loss".into(), (window.0 / n).into());
+            record.insert("nll".into(), (window.1 / n).into());
+            record.insert("lr".into(), report.lr.into());
+            record.insert("tokens_per_s".into(), rate.into());
+            record.insert("elapsed_s".into(), started.elapsed().as_secs_f64().into());
+            metrics.write(&record)?;
+            window = (0.0, 0.0, 0);
+        }
+        if args.save_every > 0 && report.step % args.save_every == 0 {
+            save_step_checkpoint(&mut trainer, &vocab, &args.out, args.keep_last)?;
         }
     }
     bar.finish();
     trainer.save(&args.out)?;
+    let curves = args.out.join("curves.png");
+    match crate::viz::plot_metrics(&args.out.join(METRICS_FILE), &curves) {
+        Ok(()) => eprintln!("training curves: {}", curves.display()),
+        Err(e) => eprintln!("warning: no training curves: {e}"),
+    }
     if !valid.is_empty() {
         let s = trainer.evaluate(&valid);
         eprintln!("valid loss {:.4} nll {:.4} per token", s.loss(), s.nll());

@@ -1,11 +1,14 @@
-//! Inference: greedy search for outputs ([`greedy`]) and scoring of given outputs ([`score`]).
+//! Inference: greedy search ([`greedy`]) and beam search ([`beam`]) for outputs, and scoring of
+//! given outputs ([`score`]).
 //!
-//! Both work on token ids without specials (the source gets its EOS here, the decoder starts
+//! All work on token ids without specials (the source gets its EOS here, the decoder starts
 //! from BOS) and batch their inputs by length internally; results come back in input order.
 
+pub mod beam;
 pub mod greedy;
 pub mod score;
 
+pub use beam::{beam_search, length_penalty, BeamHypothesis, BeamOptions};
 pub use greedy::{greedy_decode, greedy_decode_full, GreedyOptions, Hypothesis};
 pub use score::score_pairs;
 

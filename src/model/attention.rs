@@ -61,6 +61,27 @@ impl<T: Float> KvCache<T> {
             len: 0,
         }
     }
+
+    /// Rebuilds the batch from the rows `rows` (any order, repeats allowed): row `j` becomes the
+    /// old row `rows[j]`. Beam search uses it to make each surviving hypothesis inherit its
+    /// parent's keys and values. Only the `len` filled positions are copied.
+    pub fn gather_rows(&mut self, rows: &[usize]) {
+        let block = self.k.len().checked_div(self.batch).unwrap_or(0);
+        let filled = block.checked_div(self.capacity).unwrap_or(0) * self.len;
+        for buf in [&mut self.k, &mut self.v] {
+            // The filled part of the chosen rows, then written back in place.
+            let mut picked = Vec::with_capacity(rows.len() * filled);
+            for &r in rows {
+                assert!(r < self.batch, "row {r} of a batch of {}", self.batch);
+                picked.extend_from_slice(&buf[r * block..r * block + filled]);
+            }
+            buf.resize(rows.len() * block, T::zero());
+            for (j, part) in picked.chunks_exact(filled.max(1)).enumerate() {
+                buf[j * block..j * block + filled].copy_from_slice(part);
+            }
+        }
+        self.batch = rows.len();
+    }
 }
 
 impl<T: Float> MultiHeadAttention<T> {

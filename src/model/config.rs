@@ -12,6 +12,19 @@ pub enum NormPlacement {
     PreLn,
 }
 
+/// The position-wise FFN's non-linearity.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Activation {
+    /// `max(0, x)`, the paper's choice.
+    #[default]
+    Relu,
+    /// `x·Φ(x)` with the exact normal CDF (BERT's `gelu`).
+    GeluErf,
+    /// GPT-2's tanh approximation of GELU (`gelu_new`).
+    GeluTanh,
+}
+
 /// The shape of an encoder-decoder Transformer.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -38,6 +51,9 @@ pub struct ModelConfig {
     pub tie_embeddings: bool,
     /// Longest sequence (in tokens, specials included) the model accepts.
     pub max_len: usize,
+    /// The FFN activation (ReLU when absent, as in configs written before the option existed).
+    #[serde(default)]
+    pub activation: Activation,
 }
 
 impl ModelConfig {
@@ -64,6 +80,7 @@ impl ModelConfig {
             layer_norm_eps: 1e-6,
             tie_embeddings: true,
             max_len: 1024,
+            activation: Activation::Relu,
         })
     }
 
@@ -175,6 +192,15 @@ mod tests {
                 .n_params();
             assert_eq!(c.n_params(), Some(want));
         }
+        let mut old: serde_json::Value = serde_json::from_str(&json).unwrap();
+        old.as_object_mut().unwrap().remove("activation");
+        let old: ModelConfig = serde_json::from_value(old).unwrap();
+        assert_eq!(old.activation, Activation::Relu);
+        let mut gelu = base.clone();
+        gelu.activation = Activation::GeluErf;
+        let json = serde_json::to_string(&gelu).unwrap();
+        assert!(json.contains(r#""activation":"gelu-erf""#), "{json}");
+        assert_eq!(serde_json::from_str::<ModelConfig>(&json).unwrap(), gelu);
         let mut bad = base.clone();
         bad.n_heads = 7;
         assert!(bad.validate().unwrap_err().contains("n_heads"));

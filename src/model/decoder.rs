@@ -56,7 +56,7 @@ impl<T: Float> DecoderLayer<T> {
             self_attn_res: res(),
             cross_attn: MultiHeadAttention::new(c.d_model, c.n_heads, rng),
             cross_attn_res: res(),
-            ffn: FeedForward::new(c.d_model, c.d_ff, rng),
+            ffn: FeedForward::new(c.d_model, c.d_ff, c.activation, rng),
             ffn_res: res(),
         }
     }

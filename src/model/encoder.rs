@@ -34,7 +34,7 @@ impl<T: Float> EncoderLayer<T> {
         EncoderLayer {
             self_attn: MultiHeadAttention::new(c.d_model, c.n_heads, rng),
             self_attn_res: Residual::new(c.d_model, c.layer_norm_eps, c.norm, c.dropout),
-            ffn: FeedForward::new(c.d_model, c.d_ff, rng),
+            ffn: FeedForward::new(c.d_model, c.d_ff, c.activation, rng),
             ffn_res: Residual::new(c.d_model, c.layer_norm_eps, c.norm, c.dropout),
         }
     }

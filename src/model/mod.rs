@@ -1,6 +1,7 @@
 //! The model: one file per concept of the paper, each layer's forward and backward side by side.
 
 pub mod attention;
+pub mod bert;
 pub mod block;
 pub mod config;
 pub mod decoder;
@@ -12,6 +13,6 @@ pub mod linear;
 pub mod param;
 pub mod seq2seq;
 
-pub use config::{ModelConfig, NormPlacement};
+pub use config::{Activation, ModelConfig, NormPlacement};
 pub use param::Param;
 pub use seq2seq::Seq2Seq;

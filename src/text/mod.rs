@@ -1,6 +1,7 @@
 //! Text in and out: vocabularies and corpus reading with line-numbered errors.
 
 pub mod corpus;
+pub mod tokenizer;
 pub mod vocab;
 
 use std::path::PathBuf;

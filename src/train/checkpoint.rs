@@ -75,6 +75,12 @@ pub type TensorMap = HashMap<String, (Vec<usize>, Vec<f32>)>;
 
 /// Reads every tensor of a safetensors file as f32 (the only dtype our checkpoints use).
 pub fn read_tensors(path: &Path) -> Result<TensorMap> {
+    read_tensors_skipping(path, |_| false)
+}
+
+/// Like [`read_tensors`], but leaves out (unread, whatever their dtype) the tensors whose name
+/// `skip` accepts: non-parameter buffers of foreign checkpoints, such as BERT's `position_ids`.
+pub fn read_tensors_skipping(path: &Path, skip: impl Fn(&str) -> bool) -> Result<TensorMap> {
     let bytes = read_file(path)?;
     let st = SafeTensors::deserialize(&bytes).map_err(|e| {
         ckpt_err(
@@ -84,6 +90,9 @@ pub fn read_tensors(path: &Path) -> Result<TensorMap> {
     })?;
     let mut out = HashMap::new();
     for (name, view) in st.tensors() {
+        if skip(&name) {
+            continue;
+        }
         if view.dtype() != Dtype::F32 {
             return Err(ckpt_err(
                 path,

@@ -1,6 +1,7 @@
 //! The training recipe: loss, optimizer, schedule, batching, the loop and checkpoints.
 
 pub mod adam;
+pub mod average;
 pub mod batching;
 pub mod checkpoint;
 pub mod loss;

@@ -1,0 +1,39 @@
+//! `transformer average --out DIR CKPT...`: averages the parameters of checkpoints of one model
+//! (the paper averages the last 5 for base models) into a model directory.
+
+use super::VOCAB_FILE;
+use crate::train::average::average_checkpoints;
+use crate::train::checkpoint::save_model;
+use anyhow::{Context, Result};
+use clap::Args;
+use std::path::PathBuf;
+
+#[derive(Args, Debug)]
+pub struct AverageArgs {
+    /// Where the averaged model directory is written.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Checkpoint directories of the same model (e.g. OUT/checkpoints/step-*).
+    #[arg(required = true)]
+    pub checkpoints: Vec<PathBuf>,
+}
+
+pub fn run(args: AverageArgs) -> Result<()> {
+    let mut model = average_checkpoints(&args.checkpoints)?;
+    save_model(&args.out, &mut model)?;
+    // The vocabulary travels with the model: take the first checkpoint's (or its parent's).
+    let first = &args.checkpoints[0];
+    let vocab = [first.join(VOCAB_FILE), first.join("../..").join(VOCAB_FILE)]
+        .into_iter()
+        .find(|p| p.is_file());
+    if let Some(vocab) = vocab {
+        std::fs::copy(&vocab, args.out.join(VOCAB_FILE))
+            .with_context(|| format!("cannot copy {}", vocab.display()))?;
+    }
+    eprintln!(
+        "averaged {} checkpoints into {}",
+        args.checkpoints.len(),
+        args.out.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,393 @@
+//! Beam search with length normalisation, as in the paper (section 6.1: beam size 4, length
+//! penalty α = 0.6, maximum output length input length + 50), batched over sentences with the
+//! decoder's key/value caches.
+//!
+//! Conventions (shared with [`super::greedy`] where they overlap):
+//! - sources are token ids without specials; EOS is appended here. A source longer than
+//!   `config.max_len - 1` tokens is truncated to fit the position table.
+//! - a hypothesis emits at most [`max_output_len`] tokens, EOS included.
+//! - PAD and BOS are never emitted.
+//! - the length penalty is GNMT's `lp(Y) = ((5 + |Y|) / 6)^α` ([`length_penalty`]) and a
+//!   hypothesis is ranked by `log p(Y | X) / lp(Y)`. `|Y|` counts the emitted tokens **including
+//!   the closing EOS** (the tokens whose log-probabilities make up `log p`); a hypothesis that
+//!   reaches the length limit without EOS has `|Y|` = the limit and competes, unfinished, with
+//!   the finished ones on the same footing (so that beam size 1 returns what greedy returns).
+//!
+//! The search, per step and per sentence (the rule of fairseq's search):
+//! - every live beam's step distribution gives candidates `(beam, token)` with raw score
+//!   `log p(prefix) + log p(token)`, ranked by raw score (ties: lower beam, then lower id);
+//! - EOS candidates ranked within the top `k` become finished hypotheses, and so do all top-`k`
+//!   candidates at the sentence's last allowed step; the `k` best other candidates are the next
+//!   live beams. The `k` best finished hypotheses (by normalised score) are kept.
+//! - with `k = 1` this is greedy search until greedy emits EOS; with α = 0 it stops there (see
+//!   below), so it returns greedy's output (up to floating-point ties).
+//!
+//! Stopping: a sentence stops at its length limit, or as soon as it holds `k` finished
+//! hypotheses and no live beam can still beat the worst of them. Extending a live beam only adds
+//! log-probabilities `<= 0`, so a beam with raw score `r` after `t` tokens can reach at best
+//! `r / max(lp(t+1), lp(limit))` (the most optimistic normalisation: for α >= 0, lp grows with
+//! length and the largest is at the limit). When that bound of the best live beam is below the
+//! `k`-th finished score, no continuation can enter the kept list and the sentence is done. The
+//! returned n-best lists are therefore exactly the top of what the beam rule explores.
+//!
+//! Batching: all live beams of all sentences of a chunk (sentences sorted by length, at most
+//! `batch_size` per chunk) advance in one [`Seq2Seq::decode_step`], one row of the KV caches per
+//! beam. After each step the self-attention caches are re-gathered so that each new beam
+//! inherits its parent's row ([`KvCache::gather_rows`](crate::model::attention::KvCache)); the
+//! cross-attention caches (per sentence) are replicated to the beams once and re-gathered only
+//! when the set of rows per sentence changes (a sentence finishes). Rows never interact, so
+//! results do not depend on the batching (up to floating-point ties).
+
+use super::greedy::max_output_len;
+use super::length_sorted_chunks;
+use crate::batch::{Batch, BOS, EOS, PAD};
+use crate::model::seq2seq::{DecodeState, Seq2Seq};
+use crate::Float;
+
+/// Search settings.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BeamOptions {
+    /// Beams per sentence, `k` (at least one is used).
+    pub beam_size: usize,
+    /// Length-penalty exponent α (0: rank by raw log-probability).
+    pub alpha: f64,
+    /// A hypothesis emits at most `source length + max_len_extra` tokens (EOS included), also
+    /// capped by the model's `max_len`.
+    pub max_len_extra: usize,
+    /// Sentences decoded together (each with up to `beam_size` rows); at least one.
+    pub batch_size: usize,
+    /// Hypotheses returned per sentence, clamped to `1..=beam_size`.
+    pub nbest: usize,
+}
+
+impl Default for BeamOptions {
+    /// The paper's settings: beam 4, α = 0.6, input length + 50; the best hypothesis only.
+    fn default() -> Self {
+        BeamOptions {
+            beam_size: 4,
+            alpha: 0.6,
+            max_len_extra: 50,
+            batch_size: 32,
+            nbest: 1,
+        }
+    }
+}
+
+/// One hypothesis of an n-best list.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BeamHypothesis {
+    /// Output token ids, without BOS and EOS.
+    pub tokens: Vec<u32>,
+    /// `log p(tokens [EOS] | source)`: the sum of the emitted tokens' log-probabilities, the
+    /// closing EOS included when `finished`.
+    pub logprob: f64,
+    /// `logprob / length_penalty(n_emitted, alpha)`, the ranking score.
+    pub score: f64,
+    /// Whether the hypothesis ended with EOS (false: it reached the length limit).
+    pub finished: bool,
+}
+
+impl BeamHypothesis {
+    /// Emitted tokens, EOS included: the `|Y|` of the length penalty.
+    pub fn n_emitted(&self) -> usize {
+        self.tokens.len() + self.finished as usize
+    }
+}
+
+/// GNMT's length penalty `((5 + len) / 6)^alpha`.
+pub fn length_penalty(len: usize, alpha: f64) -> f64 {
+    ((5.0 + len as f64) / 6.0).powf(alpha)
+}
+
+/// Beam search over `sources`; per sentence (in input order) its n-best list, best first,
+/// sorted by normalised score and free of duplicates. See the module docs.
+pub fn beam_search<T: Float>(
+    model: &Seq2Seq<T>,
+    sources: &[Vec<u32>],
+    opts: &BeamOptions,
+) -> Vec<Vec<BeamHypothesis>> {
+    let k = opts.beam_size.max(1);
+    let nbest = opts.nbest.clamp(1, k);
+    let max_src = model.config.max_len.saturating_sub(1);
+    let clipped: Vec<&[u32]> = sources.iter().map(|s| &s[..s.len().min(max_src)]).collect();
+    let lens: Vec<usize> = clipped.iter().map(|s| s.len()).collect();
+    let mut out = vec![Vec::new(); sources.len()];
+    for chunk in length_sorted_chunks(&lens, opts.batch_size) {
+        let srcs: Vec<&[u32]> = chunk.iter().map(|&i| clipped[i]).collect();
+        let limits: Vec<usize> = chunk
+            .iter()
+            .map(|&i| max_output_len(&model.config, lens[i], opts.max_len_extra))
+            .collect();
+        let (results, _) = search_chunk(model, &srcs, &limits, k, opts.alpha, true);
+        for (i, mut hyps) in chunk.into_iter().zip(results) {
+            hyps.truncate(nbest);
+            out[i] = hyps;
+        }
+    }
+    out
+}
+
+/// A live beam: one row of the decoding state.
+struct Live {
+    sentence: usize,
+    tokens: Vec<u32>,
+    raw: f64,
+}
+
+/// The `n` most probable tokens of one log-probability row, PAD and BOS excluded, best first,
+/// ties to the lower id.
+fn top_tokens<T: Float>(logprobs: &[T], n: usize) -> Vec<(f64, u32)> {
+    let mut top: Vec<(f64, u32)> = Vec::with_capacity(n + 1);
+    for (id, &lp) in logprobs.iter().enumerate() {
+        let id = id as u32;
+        if id == PAD || id == BOS {
+            continue;
+        }
+        let lp = lp.f64();
+        if top.len() == n && top.last().is_none_or(|&(worst, _)| lp <= worst) {
+            continue;
+        }
+        let at = top.partition_point(|&(s, _)| s >= lp);
+        top.insert(at, (lp, id));
+        top.truncate(n);
+    }
+    top
+}
+
+/// Inserts `hyp` into the `k` best finished hypotheses (sorted by score, earlier first on ties).
+fn keep_finished(list: &mut Vec<BeamHypothesis>, hyp: BeamHypothesis, k: usize) {
+    let at = list.partition_point(|h| h.score >= hyp.score);
+    if at < k {
+        list.insert(at, hyp);
+        list.truncate(k);
+    }
+}
+
+/// Makes row `j` of every cache the old row `rows[j]`; the cross-attention caches and source
+/// lengths only when `cross` (their rows follow sentences, not beams).
+fn gather_state<T: Float>(state: &mut DecodeState<T>, rows: &[usize], cross: bool) {
+    for cache in &mut state.self_caches {
+        cache.gather_rows(rows);
+    }
+    if cross {
+        for cache in &mut state.cross_caches {
+            cache.gather_rows(rows);
+        }
+        state.src_lens = rows.iter().map(|&r| state.src_lens[r]).collect();
+    }
+}
+
+/// Beam search over one chunk; per sentence the `k` best hypotheses, and how many sentences
+/// the stopping criterion ended before their limit. Without `stop_early` every sentence runs
+/// to its limit (the reference the criterion is tested against: it must not change the result).
+fn search_chunk<T: Float>(
+    model: &Seq2Seq<T>,
+    sources: &[&[u32]],
+    limits: &[usize],
+    k: usize,
+    alpha: f64,
+    stop_early: bool,
+) -> (Vec<Vec<BeamHypothesis>>, usize) {
+    let v = model.config.vocab_size;
+    let mut finished: Vec<Vec<BeamHypothesis>> = vec![Vec::new(); sources.len()];
+    for (i, _) in limits.iter().enumerate().filter(|(_, &l)| l == 0) {
+        // Nothing may be emitted: the empty, unfinished hypothesis.
+        finished[i].push(BeamHypothesis::default());
+    }
+    let capacity = limits.iter().copied().max().unwrap_or(0);
+    let mut n_stopped = 0;
+    if capacity == 0 {
+        return (finished, n_stopped);
+    }
+    let pairs: Vec<(&[u32], &[u32])> = sources.iter().map(|&s| (s, &[][..])).collect();
+    let batch = Batch::from_pairs(&pairs);
+    let mut state = model.start_decoding(&batch.src, batch.src_len, &batch.src_lens, capacity);
+    // One row per sentence to start with: the empty prefix.
+    let mut live: Vec<Live> = (0..sources.len())
+        .filter(|&i| limits[i] > 0)
+        .map(|sentence| Live {
+            sentence,
+            tokens: Vec::new(),
+            raw: 0.0,
+        })
+        .collect();
+    if live.len() != sources.len() {
+        let rows: Vec<usize> = live.iter().map(|b| b.sentence).collect();
+        gather_state(&mut state, &rows, true);
+    }
+    let mut t = 0; // tokens emitted by every live beam
+    while !live.is_empty() {
+        let inputs: Vec<u32> = live
+            .iter()
+            .map(|b| b.tokens.last().copied().unwrap_or(BOS))
+            .collect();
+        let (logprobs, _) = model.decode_step(&mut state, &inputs);
+        t += 1;
+        let mut next: Vec<Live> = Vec::with_capacity(live.len().max(k));
+        let mut parents: Vec<usize> = Vec::with_capacity(live.len().max(k));
+        // The rows of a sentence are contiguous.
+        let mut start = 0;
+        while start < live.len() {
+            let s = live[start].sentence;
+            let end = start + live[start..].iter().take_while(|b| b.sentence == s).count();
+            let mut cands: Vec<(f64, usize, u32)> = Vec::with_capacity((end - start) * (k + 1));
+            for (r, beam) in live.iter().enumerate().take(end).skip(start) {
+                // k + 1 per beam: at least k of them are not EOS.
+                for (lp, tok) in top_tokens(&logprobs[r * v..(r + 1) * v], k + 1) {
+                    cands.push((beam.raw + lp, r, tok));
+                }
+            }
+            cands.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+            let last = t >= limits[s];
+            let first = next.len();
+            for (rank, &(raw, r, tok)) in cands.iter().enumerate() {
+                let n_live = next.len() - first;
+                if rank >= k && (last || n_live >= k) {
+                    break;
+                }
+                if tok == EOS || last {
+                    if rank < k {
+                        let mut tokens = live[r].tokens.clone();
+                        if tok != EOS {
+                            tokens.push(tok);
+                        }
+                        let hyp = BeamHypothesis {
+                            tokens,
+                            logprob: raw,
+                            score: raw / length_penalty(t, alpha),
+                            finished: tok == EOS,
+                        };
+                        keep_finished(&mut finished[s], hyp, k);
+                    }
+                } else if n_live < k {
+                    let mut tokens = Vec::with_capacity(t + 1);
+                    tokens.extend_from_slice(&live[r].tokens);
+                    tokens.push(tok);
+                    next.push(Live {
+                        sentence: s,
+                        tokens,
+                        raw,
+                    });
+                    parents.push(r);
+                }
+            }
+            // The best live beam's most optimistic final score against the k-th finished one.
+            let bound_met =
+                stop_early && !last && next.len() > first && finished[s].len() >= k && {
+                    let lp_max = length_penalty(t + 1, alpha).max(length_penalty(limits[s], alpha));
+                    next[first].raw / lp_max < finished[s][k - 1].score
+                };
+            n_stopped += bound_met as usize;
+            if last || next.len() == first || bound_met {
+                next.truncate(first);
+                parents.truncate(first);
+            }
+            start = end;
+        }
+        if next.is_empty() {
+            break;
+        }
+        let same_sentences = next.len() == live.len()
+            && next
+                .iter()
+                .zip(&live)
+                .all(|(a, b)| a.sentence == b.sentence);
+        gather_state(&mut state, &parents, !same_sentences);
+        live = next;
+    }
+    (finished, n_stopped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn top_tokens_skip_pad_and_bos_and_break_ties_low() {
+        let row = [0.0f32, 0.0, -3.0, -1.0, -1.0, -2.0, -0.5];
+        assert_eq!(top_tokens(&row, 3), vec![(-0.5, 6), (-1.0, 3), (-1.0, 4)]);
+        assert_eq!(top_tokens(&row, 10).len(), 5);
+    }
+
+    #[test]
+    fn length_penalty_is_gnmt() {
+        assert_eq!(length_penalty(1, 0.6), 1.0);
+        assert_eq!(length_penalty(7, 0.0), 1.0);
+        assert!((length_penalty(7, 0.6) - 2f64.powf(0.6)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn stopping_early_does_not_change_the_result() {
+        use crate::model::{ModelConfig, NormPlacement};
+        let mut stopped_early = 0;
+        // A likely EOS, so that k hypotheses finish well before the limit; with a likely token 6
+        // too, long cheap continuations that α > 0 favours (the case an unsafe bound gets wrong).
+        for (seed, norm, eos, six) in [
+            (1, NormPlacement::PostLn, 2.5, 1.0),
+            (2, NormPlacement::PreLn, 2.5, 1.0),
+            (5, NormPlacement::PostLn, 2.5, 3.0),
+            (7, NormPlacement::PreLn, 1.5, 3.0),
+            (7, NormPlacement::PostLn, 2.0, 5.0),
+        ] {
+            let config = ModelConfig {
+                vocab_size: 12,
+                d_model: 16,
+                n_heads: 2,
+                d_ff: 32,
+                n_encoder_layers: 1,
+                n_decoder_layers: 2,
+                dropout: 0.0,
+                norm,
+                layer_norm_eps: 1e-6,
+                tie_embeddings: true,
+                max_len: 32,
+                ..ModelConfig::preset("tiny", 12).unwrap()
+            };
+            let mut model = Seq2Seq::<f64>::new(config, &mut crate::rng::Rng::new(seed));
+            let w = &mut model.embedding.weight.value.data;
+            for (token, factor) in [(EOS as usize, eos), (6, six)] {
+                w[token * 16..(token + 1) * 16]
+                    .iter_mut()
+                    .for_each(|x| *x *= factor);
+            }
+            let sources: Vec<Vec<u32>> = (0..6u32)
+                .map(|n| (0..n).map(|j| 4 + (j * 5 + n) % 8).collect())
+                .collect();
+            let srcs: Vec<&[u32]> = sources.iter().map(|s| &s[..]).collect();
+            let limits: Vec<usize> = srcs.iter().map(|s| s.len() + 12).collect();
+            for k in [1, 2, 4] {
+                for alpha in [0.0, 0.6, 1.0, 2.0] {
+                    let (early, n) = search_chunk(&model, &srcs, &limits, k, alpha, true);
+                    let (full, _) = search_chunk(&model, &srcs, &limits, k, alpha, false);
+                    stopped_early += n;
+                    // Equal up to rounding: dropping stopped rows changes the batch shapes.
+                    let name = format!("seed {seed}, k {k}, alpha {alpha}");
+                    for (a, b) in early.iter().zip(&full) {
+                        assert_eq!(a.len(), b.len(), "{name}");
+                        for (x, y) in a.iter().zip(b) {
+                            assert_eq!((&x.tokens, x.finished), (&y.tokens, y.finished), "{name}");
+                            assert!((x.score - y.score).abs() < 1e-9, "{name}");
+                        }
+                    }
+                }
+            }
+        }
+        assert!(stopped_early >= 20, "{stopped_early}");
+    }
+
+    #[test]
+    fn finished_list_keeps_the_k_best_in_order() {
+        let h = |score: f64, tok: u32| BeamHypothesis {
+            tokens: vec![tok],
+            logprob: score,
+            score,
+            finished: true,
+        };
+        let mut list = Vec::new();
+        for (s, t) in [(-3.0, 3), (-1.0, 4), (-2.0, 5), (-1.0, 6), (-5.0, 7)] {
+            keep_finished(&mut list, h(s, t), 3);
+        }
+        let toks: Vec<u32> = list.iter().map(|h| h.tokens[0]).collect();
+        assert_eq!(toks, vec![4, 6, 5]);
+    }
+}

@@ -1,0 +1,473 @@
+//! A BERT-style encoder (Devlin et al., 2019) built from this crate's encoder layers, to run
+//! pretrained Hugging Face checkpoints such as sentence-transformers' all-MiniLM-L6-v2.
+//!
+//! `x = LayerNorm(E_word[t] + E_type[s] + E_pos[i])`, then N post-LN [`EncoderLayer`]s with GELU
+//! and a padding mask on the keys. Inference only: no dropout, no backward. A sentence embedding
+//! is the mean of the last hidden states over the real (unpadded) tokens, L2-normalised.
+//!
+//! [`Bert::load`] reads a Hugging Face model directory (`config.json`, `model.safetensors`) and
+//! maps its tensor names onto our modules:
+//!
+//! | Hugging Face | here |
+//! |---|---|
+//! | `embeddings.{word,position,token_type}_embeddings.weight` | the three tables |
+//! | `embeddings.LayerNorm` | `embeddings_norm` |
+//! | `encoder.layer.i.attention.self.{query,key,value}` | `self_attn.{q,k,v}_proj` |
+//! | `encoder.layer.i.attention.output.dense` | `self_attn.out_proj` |
+//! | `encoder.layer.i.attention.output.LayerNorm` | `self_attn_res.norm` (`self_attn_norm`) |
+//! | `encoder.layer.i.intermediate.dense` | `ffn.linear1` |
+//! | `encoder.layer.i.output.dense` | `ffn.linear2` |
+//! | `encoder.layer.i.output.LayerNorm` | `ffn_res.norm` (`ffn_norm`) |
+//!
+//! A `bert.` prefix (checkpoints of task models) is stripped; old `gamma`/`beta` layer-norm names
+//! are read as `weight`/`bias`. Tensors that are not encoder parameters are skipped by name, never
+//! silently: the `position_ids` / `token_type_ids` buffers and the `pooler.` / `cls.` heads.
+//! Any other unknown tensor is an error.
+
+use super::config::{Activation, ModelConfig, NormPlacement};
+use super::encoder::EncoderLayer;
+use super::layer_norm::LayerNorm;
+use super::param::Param;
+use crate::error::{Error, Result};
+use crate::rng::Rng;
+use crate::train::checkpoint::{read_file, read_tensors_skipping, CONFIG_FILE, MODEL_FILE};
+use crate::Float;
+use serde::Deserialize;
+use std::path::Path;
+
+fn default_hidden_act() -> String {
+    "gelu".into()
+}
+fn default_max_positions() -> usize {
+    512
+}
+fn default_type_vocab() -> usize {
+    2
+}
+fn default_eps() -> f64 {
+    1e-12
+}
+fn default_position_type() -> String {
+    "absolute".into()
+}
+
+/// The fields of a Hugging Face BERT `config.json` that shape the computation. Other keys
+/// (dropout rates, initialiser range, ...) do not change inference and are ignored.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct BertConfig {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub intermediate_size: usize,
+    #[serde(default = "default_hidden_act")]
+    pub hidden_act: String,
+    #[serde(default = "default_max_positions")]
+    pub max_position_embeddings: usize,
+    #[serde(default = "default_type_vocab")]
+    pub type_vocab_size: usize,
+    #[serde(default = "default_eps")]
+    pub layer_norm_eps: f64,
+    #[serde(default = "default_position_type")]
+    pub position_embedding_type: String,
+    #[serde(default)]
+    pub is_decoder: bool,
+    #[serde(default)]
+    pub add_cross_attention: bool,
+    #[serde(default)]
+    pub model_type: Option<String>,
+}
+
+impl BertConfig {
+    /// Parses a `config.json`; the error names the file and the unsupported field.
+    pub fn from_json(bytes: &[u8], path: &Path) -> Result<BertConfig> {
+        let err = |reason: String| Error::Checkpoint {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let c: BertConfig =
+            serde_json::from_slice(bytes).map_err(|e| err(format!("invalid BERT config: {e}")))?;
+        c.validate().map_err(err)?;
+        Ok(c)
+    }
+
+    /// The FFN activation named by `hidden_act`.
+    pub fn activation(&self) -> std::result::Result<Activation, String> {
+        match self.hidden_act.as_str() {
+            "gelu" => Ok(Activation::GeluErf),
+            "gelu_new" | "gelu_pytorch_tanh" => Ok(Activation::GeluTanh),
+            "relu" => Ok(Activation::Relu),
+            other => Err(format!(
+                "hidden_act {other:?} is not supported (gelu, gelu_new, gelu_pytorch_tanh, relu)"
+            )),
+        }
+    }
+
+    /// Rejects what this implementation does not compute; the message names the field.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if let Some(t) = &self.model_type {
+            if t != "bert" {
+                return Err(format!(
+                    "model_type {t:?} is not supported (only \"bert\"; e.g. RoBERTa offsets its positions)"
+                ));
+            }
+        }
+        self.activation()?;
+        if self.position_embedding_type != "absolute" {
+            return Err(format!(
+                "position_embedding_type {:?} is not supported (only \"absolute\")",
+                self.position_embedding_type
+            ));
+        }
+        if self.is_decoder {
+            return Err("is_decoder true is not supported (encoder only)".into());
+        }
+        if self.add_cross_attention {
+            return Err("add_cross_attention true is not supported (encoder only)".into());
+        }
+        for (name, v) in [
+            ("vocab_size", self.vocab_size),
+            ("hidden_size", self.hidden_size),
+            ("num_attention_heads", self.num_attention_heads),
+            ("intermediate_size", self.intermediate_size),
+            ("max_position_embeddings", self.max_position_embeddings),
+            ("type_vocab_size", self.type_vocab_size),
+        ] {
+            if v == 0 {
+                return Err(format!("{name} must be positive"));
+            }
+        }
+        if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
+            return Err(format!(
+                "hidden_size {} is not divisible by num_attention_heads {}",
+                self.hidden_size, self.num_attention_heads
+            ));
+        }
+        if self.layer_norm_eps.is_nan() || self.layer_norm_eps <= 0.0 {
+            return Err("layer_norm_eps must be positive".into());
+        }
+        Ok(())
+    }
+
+    /// The shape of one of our encoder layers with these sizes (post-LN, no dropout).
+    pub fn encoder_config(&self) -> ModelConfig {
+        ModelConfig {
+            vocab_size: self.vocab_size,
+            d_model: self.hidden_size,
+            n_heads: self.num_attention_heads,
+            d_ff: self.intermediate_size,
+            n_encoder_layers: self.num_hidden_layers,
+            n_decoder_layers: 0,
+            dropout: 0.0,
+            norm: NormPlacement::PostLn,
+            layer_norm_eps: self.layer_norm_eps,
+            tie_embeddings: false,
+            max_len: self.max_position_embeddings,
+            activation: self.activation().expect("validated config"),
+        }
+    }
+
+    /// The number of parameters these sizes imply (`None` on overflow), checked against the
+    /// weights file before anything is allocated.
+    pub fn n_params(&self) -> Option<usize> {
+        let d = self.hidden_size as u128;
+        let f = self.intermediate_size as u128;
+        let tables =
+            (self.vocab_size + self.max_position_embeddings + self.type_vocab_size) as u128;
+        let layer = 4 * (d * d + d) + 2 * d + (f * d + f) + (d * f + d) + 2 * d;
+        usize::try_from(tables * d + 2 * d + self.num_hidden_layers as u128 * layer).ok()
+    }
+}
+
+/// The BERT encoder: embeddings, their layer norm and the stack of post-LN encoder layers.
+#[derive(Clone, Debug)]
+pub struct Bert<T> {
+    pub config: BertConfig,
+    /// [vocab_size, d]
+    pub word_embeddings: Param<T>,
+    /// [max_position_embeddings, d]
+    pub position_embeddings: Param<T>,
+    /// [type_vocab_size, d]
+    pub token_type_embeddings: Param<T>,
+    pub embeddings_norm: LayerNorm<T>,
+    pub layers: Vec<EncoderLayer<T>>,
+}
+
+/// Is `name` (without a `bert.` prefix) a tensor of a BERT checkpoint that is not an encoder
+/// parameter: a buffer, or the weights of a head on top of the encoder?
+fn is_ignored(name: &str) -> bool {
+    matches!(
+        name,
+        "embeddings.position_ids" | "embeddings.token_type_ids"
+    ) || name.starts_with("pooler.")
+        || name.starts_with("cls.")
+}
+
+/// The canonical name of a checkpoint tensor: no `bert.` prefix, `LayerNorm.weight/bias`.
+fn canonical_name(name: &str) -> String {
+    let name = name.strip_prefix("bert.").unwrap_or(name);
+    if let Some(stem) = name.strip_suffix("LayerNorm.gamma") {
+        format!("{stem}LayerNorm.weight")
+    } else if let Some(stem) = name.strip_suffix("LayerNorm.beta") {
+        format!("{stem}LayerNorm.bias")
+    } else {
+        name.to_string()
+    }
+}
+
+impl<T: Float> Bert<T> {
+    /// A randomly initialised model of the given (validated) shape.
+    pub fn new(config: BertConfig, rng: &mut Rng) -> Self {
+        let d = config.hidden_size;
+        let c = config.encoder_config();
+        let table = |n: usize, rng: &mut Rng| Param::xavier(&[n, d], n, d, rng);
+        Bert {
+            word_embeddings: table(config.vocab_size, rng),
+            position_embeddings: table(config.max_position_embeddings, rng),
+            token_type_embeddings: table(config.type_vocab_size, rng),
+            embeddings_norm: LayerNorm::new(d, config.layer_norm_eps),
+            layers: (0..config.num_hidden_layers)
+                .map(|_| EncoderLayer::new(&c, rng))
+                .collect(),
+            config,
+        }
+    }
+
+    /// Every parameter under its Hugging Face name, in a fixed order.
+    pub fn hf_params(&mut self) -> Vec<(String, &mut Param<T>)> {
+        let mut out: Vec<(String, &mut Param<T>)> = vec![
+            (
+                "embeddings.word_embeddings.weight".into(),
+                &mut self.word_embeddings,
+            ),
+            (
+                "embeddings.position_embeddings.weight".into(),
+                &mut self.position_embeddings,
+            ),
+            (
+                "embeddings.token_type_embeddings.weight".into(),
+                &mut self.token_type_embeddings,
+            ),
+            (
+                "embeddings.LayerNorm.weight".into(),
+                &mut self.embeddings_norm.gamma,
+            ),
+            (
+                "embeddings.LayerNorm.bias".into(),
+                &mut self.embeddings_norm.beta,
+            ),
+        ];
+        for (i, l) in self.layers.iter_mut().enumerate() {
+            let p = format!("encoder.layer.{i}");
+            let a = &mut l.self_attn;
+            for (name, lin) in [
+                ("attention.self.query", &mut a.q_proj),
+                ("attention.self.key", &mut a.k_proj),
+                ("attention.self.value", &mut a.v_proj),
+                ("attention.output.dense", &mut a.out_proj),
+            ] {
+                out.push((format!("{p}.{name}.weight"), &mut lin.weight));
+                out.push((format!("{p}.{name}.bias"), &mut lin.bias));
+            }
+            let n = &mut l.self_attn_res.norm;
+            out.push((
+                format!("{p}.attention.output.LayerNorm.weight"),
+                &mut n.gamma,
+            ));
+            out.push((format!("{p}.attention.output.LayerNorm.bias"), &mut n.beta));
+            for (name, lin) in [
+                ("intermediate.dense", &mut l.ffn.linear1),
+                ("output.dense", &mut l.ffn.linear2),
+            ] {
+                out.push((format!("{p}.{name}.weight"), &mut lin.weight));
+                out.push((format!("{p}.{name}.bias"), &mut lin.bias));
+            }
+            let n = &mut l.ffn_res.norm;
+            out.push((format!("{p}.output.LayerNorm.weight"), &mut n.gamma));
+            out.push((format!("{p}.output.LayerNorm.bias"), &mut n.beta));
+        }
+        out
+    }
+
+    /// Last hidden states `[batch*seq_len, d]` of `ids [batch, seq_len]` (row-major, padded
+    /// after `lens[b]` real tokens; padding keys are masked, padding rows are computed but carry
+    /// no meaning). `type_ids` default to 0 (single sentences).
+    pub fn forward(
+        &self,
+        ids: &[u32],
+        type_ids: Option<&[u32]>,
+        batch: usize,
+        seq_len: usize,
+        lens: &[usize],
+    ) -> Result<Vec<T>> {
+        let c = &self.config;
+        let d = c.hidden_size;
+        let bad = |m: String| Err(Error::Input(m));
+        if ids.len() != batch * seq_len || lens.len() != batch {
+            return bad(format!(
+                "{} ids and {} lengths for a batch of {batch} x {seq_len}",
+                ids.len(),
+                lens.len()
+            ));
+        }
+        if type_ids.is_some_and(|t| t.len() != ids.len()) {
+            return bad("type_ids and ids differ in length".into());
+        }
+        if seq_len > c.max_position_embeddings {
+            return bad(format!(
+                "sequence of {seq_len} tokens, the model has {} positions",
+                c.max_position_embeddings
+            ));
+        }
+        if let Some(&l) = lens.iter().find(|&&l| l == 0 || l > seq_len) {
+            return bad(format!("length {l} outside 1..={seq_len}"));
+        }
+        if let Some(&t) = ids.iter().find(|&&t| t as usize >= c.vocab_size) {
+            return bad(format!("token id {t} >= vocab_size {}", c.vocab_size));
+        }
+        if let Some(&t) =
+            type_ids.and_then(|t| t.iter().find(|&&t| t as usize >= c.type_vocab_size))
+        {
+            return bad(format!(
+                "token type {t} >= type_vocab_size {}",
+                c.type_vocab_size
+            ));
+        }
+        // x: [batch*seq_len, d] = (word + type) + position, in the reference's order.
+        let mut x = vec![T::zero(); ids.len() * d];
+        let (word, pos, typ) = (
+            &self.word_embeddings.value.data,
+            &self.position_embeddings.value.data,
+            &self.token_type_embeddings.value.data,
+        );
+        for (r, row) in x.chunks_exact_mut(d).enumerate() {
+            let w = ids[r] as usize * d;
+            let t = type_ids.map_or(0, |t| t[r] as usize) * d;
+            let p = (r % seq_len) * d;
+            for j in 0..d {
+                row[j] = word[w + j] + typ[t + j] + pos[p + j];
+            }
+        }
+        let (mut x, _) = self.embeddings_norm.forward(&x);
+        for layer in &self.layers {
+            x = layer.forward(x, batch, lens, None).0;
+        }
+        Ok(x)
+    }
+
+    /// Sentence embeddings of already tokenized sequences (specials included, token type 0),
+    /// computed together in one padded batch: the mean of the last hidden states over each
+    /// sequence's tokens, L2-normalised.
+    pub fn embed(&self, seqs: &[&[u32]]) -> Result<Vec<Vec<T>>> {
+        if seqs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let d = self.config.hidden_size;
+        let batch = seqs.len();
+        let lens: Vec<usize> = seqs.iter().map(|s| s.len()).collect();
+        let seq_len = lens.iter().copied().max().unwrap_or(0);
+        // ids: [batch, seq_len], padded with 0 (masked, so the value does not matter)
+        let mut ids = vec![0u32; batch * seq_len];
+        for (b, s) in seqs.iter().enumerate() {
+            ids[b * seq_len..b * seq_len + s.len()].copy_from_slice(s);
+        }
+        let hidden = self.forward(&ids, None, batch, seq_len, &lens)?;
+        Ok((0..batch)
+            .map(|b| mean_pool_l2(&hidden[b * seq_len * d..(b * seq_len + lens[b]) * d], d))
+            .collect())
+    }
+}
+
+/// The mean of the rows of `rows [n, d]`, divided by its L2 norm (kept as is when the norm is
+/// below 1e-12, as `torch.nn.functional.normalize` does). Sums in f64.
+pub fn mean_pool_l2<T: Float>(rows: &[T], d: usize) -> Vec<T> {
+    let n = rows.len() / d;
+    let mut mean = vec![0f64; d];
+    for row in rows.chunks_exact(d) {
+        for (m, &v) in mean.iter_mut().zip(row) {
+            *m += v.f64();
+        }
+    }
+    mean.iter_mut().for_each(|m| *m /= n.max(1) as f64);
+    let norm = mean.iter().map(|m| m * m).sum::<f64>().sqrt().max(1e-12);
+    mean.iter().map(|m| T::of(m / norm)).collect()
+}
+
+impl Bert<f32> {
+    /// Loads a Hugging Face BERT directory (`config.json`, `model.safetensors`), checking every
+    /// tensor's name and shape; errors name the file and the tensor.
+    pub fn load(dir: &Path) -> Result<Bert<f32>> {
+        let config_path = dir.join(CONFIG_FILE);
+        let config = BertConfig::from_json(&read_file(&config_path)?, &config_path)?;
+        let path = dir.join(MODEL_FILE);
+        let err = |reason: String| Error::Checkpoint {
+            path: path.clone(),
+            reason,
+        };
+        let raw = read_tensors_skipping(&path, |n| is_ignored(&canonical_name(n)))?;
+        let mut map = std::collections::HashMap::new();
+        for (name, t) in raw {
+            let canon = canonical_name(&name);
+            if map.insert(canon.clone(), (name, t)).is_some() {
+                return Err(err(format!("tensor {canon} appears twice")));
+            }
+        }
+        // Compare sizes before allocating: a config edited to huge sizes is an error, not an OOM.
+        let in_file: usize = map.values().map(|(_, (_, v))| v.len()).sum();
+        if config.n_params() != Some(in_file) {
+            return Err(err(format!(
+                "holds {in_file} weights but {} implies {} (config.json does not match the weights)",
+                config_path.display(),
+                config.n_params().map_or("too many".into(), |n| n.to_string())
+            )));
+        }
+        let mut model = Bert::new(config, &mut Rng::new(0));
+        for (key, p) in model.hf_params() {
+            let (name, (shape, values)) = map
+                .remove(&key)
+                .ok_or_else(|| err(format!("missing tensor {key}")))?;
+            if shape != p.value.shape {
+                return Err(err(format!(
+                    "tensor {name} has shape {shape:?} but config.json needs {:?}",
+                    p.value.shape
+                )));
+            }
+            p.value.data.copy_from_slice(&values);
+        }
+        if let Some(extra) = map.values().map(|(n, _)| n).min() {
+            return Err(err(format!(
+                "unexpected tensor {extra} (not a BERT encoder parameter)"
+            )));
+        }
+        Ok(model)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_canonicalised_and_buffers_ignored() {
+        assert_eq!(
+            canonical_name("bert.encoder.layer.0.output.LayerNorm.gamma"),
+            "encoder.layer.0.output.LayerNorm.weight"
+        );
+        assert!(is_ignored(&canonical_name("bert.embeddings.position_ids")));
+        assert!(is_ignored("pooler.dense.weight"));
+        assert!(!is_ignored("embeddings.word_embeddings.weight"));
+    }
+
+    #[test]
+    fn random_model_has_the_implied_parameter_count() {
+        let json = br#"{"vocab_size": 50, "hidden_size": 8, "num_hidden_layers": 2,
+            "num_attention_heads": 2, "intermediate_size": 12, "max_position_embeddings": 16}"#;
+        let c = BertConfig::from_json(json, Path::new("config.json")).unwrap();
+        let mut m = Bert::<f64>::new(c.clone(), &mut Rng::new(1));
+        let n: usize = m.hf_params().iter().map(|(_, p)| p.value.len()).sum();
+        assert_eq!(c.n_params(), Some(n));
+        let x = m.forward(&[1, 2, 3, 4, 5, 0], None, 2, 3, &[3, 2]).unwrap();
+        assert_eq!(x.len(), 6 * 8);
+        assert!(m.forward(&[50, 2, 3], None, 1, 3, &[3]).is_err());
+    }
+}

@@ -1,0 +1,72 @@
+//! Checkpoint averaging (section 6.1: "we used a single model obtained by averaging the last 5
+//! checkpoints"): every parameter becomes the mean of its values across checkpoints.
+
+use crate::error::{Error, Result};
+use crate::model::Seq2Seq;
+use crate::train::checkpoint::{load_config, load_model};
+use std::path::{Path, PathBuf};
+
+/// Loads the models in `dirs` (same config required) and returns their parameter average.
+/// The sum runs in f64 in the order given, then rounds once to f32.
+pub fn average_checkpoints(dirs: &[PathBuf]) -> Result<Seq2Seq<f32>> {
+    let first = dirs
+        .first()
+        .ok_or_else(|| Error::Input("no checkpoints to average".into()))?;
+    let config = load_config(first)?;
+    let mut sums: Option<Vec<Vec<f64>>> = None;
+    for dir in dirs {
+        let other = load_config(dir)?;
+        if other != config {
+            return Err(Error::Checkpoint {
+                path: dir.join(crate::train::checkpoint::CONFIG_FILE),
+                reason: format!(
+                    "config differs from {}: checkpoints of different models cannot be averaged",
+                    first.join(crate::train::checkpoint::CONFIG_FILE).display()
+                ),
+            });
+        }
+        let mut model = load_model(dir)?;
+        let params = model.params_mut();
+        let sums = sums.get_or_insert_with(|| {
+            params
+                .iter()
+                .map(|(_, p)| vec![0.0; p.value.len()])
+                .collect()
+        });
+        for (sum, (_, p)) in sums.iter_mut().zip(&params) {
+            for (s, &v) in sum.iter_mut().zip(&p.value.data) {
+                *s += v as f64;
+            }
+        }
+    }
+    let sums = sums.expect("at least one checkpoint");
+    let mut averaged = load_model(first)?;
+    let n = dirs.len() as f64;
+    for (sum, (_, p)) in sums.iter().zip(averaged.params_mut()) {
+        for (v, &s) in p.value.data.iter_mut().zip(sum) {
+            *v = (s / n) as f32;
+        }
+    }
+    Ok(averaged)
+}
+
+/// The checkpoint directories `step-*` under `dir`, oldest first.
+pub fn list_step_checkpoints(dir: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().to_string();
+            let step = name.strip_prefix("step-")?.parse::<u64>().ok()?;
+            Some((step, e.path()))
+        })
+        .collect();
+    found.sort();
+    found.into_iter().map(|(_, p)| p).collect()
+}
+
+/// The directory name of the checkpoint at `step`.
+pub fn step_checkpoint_name(step: u64) -> String {
+    format!("step-{step:08}")
+}
