@@ -323,7 +323,8 @@ pub fn run(args: TrainArgs) -> Result<()> {
             record.insert("valid_loss".into(), s.loss().into());
             record.insert("valid_nll".into(), s.nll().into());
         }
-        if (args.log_every > 0 && report.step % args.log_every == 0) || !record.is_empty() {
+        let last = report.step == args.max_steps;
+        if (args.log_every > 0 && report.step % args.log_every == 0) || last || !record.is_empty() {
             let n = window.2.max(1) as f64;
             record.insert("step".into(), report.step.into());
             record.insert("epoch".into(), report.epoch.into());
@@ -341,10 +342,13 @@ pub fn run(args: TrainArgs) -> Result<()> {
     }
     bar.finish();
     trainer.save(&args.out)?;
-    let curves = args.out.join("curves.png");
-    match crate::viz::plot_metrics(&args.out.join(METRICS_FILE), &curves) {
-        Ok(()) => eprintln!("training curves: {}", curves.display()),
-        Err(e) => eprintln!("warning: no training curves: {e}"),
+    let metrics_path = args.out.join(METRICS_FILE);
+    if std::fs::metadata(&metrics_path).is_ok_and(|m| m.len() > 0) {
+        let curves = args.out.join("curves.png");
+        match crate::viz::plot_metrics(&metrics_path, &curves) {
+            Ok(()) => eprintln!("training curves: {}", curves.display()),
+            Err(e) => eprintln!("warning: no training curves: {e}"),
+        }
     }
     if !valid.is_empty() {
         let s = trainer.evaluate(&valid);
