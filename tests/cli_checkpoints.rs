@@ -18,9 +18,15 @@ fn step_checkpoints_metrics_and_averaging() {
     let status = bin()
         .args(["train", "--train"])
         .arg(&data)
+        .arg("--valid")
+        .arg(&data)
         .arg("--out")
         .arg(&out)
         .args([
+            "--valid-every",
+            "2",
+            "--valid-bleu-lines",
+            "5",
             "--max-steps",
             "3",
             "--tokens-per-batch",
@@ -51,6 +57,10 @@ fn step_checkpoints_metrics_and_averaging() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(records.len(), 3);
+    let bleu = records[1]["valid_bleu"].as_f64().unwrap();
+    assert!((0.0..=100.0).contains(&bleu), "{bleu}");
+    assert!(records[1]["valid_loss"].as_f64().unwrap() > 0.0);
+    assert!(records[0].get("valid_bleu").is_none());
     for (i, r) in records.iter().enumerate() {
         assert_eq!(r["step"], i as u64 + 1);
         assert!(r["loss"].as_f64().unwrap() > 0.0);

@@ -92,6 +92,10 @@ pub struct TrainArgs {
     /// Evaluate the validation loss every N steps (0: only at the end).
     #[arg(long, default_value_t = 0)]
     pub valid_every: u64,
+    /// With validation: also translate the first N validation sources greedily and report
+    /// corpus BLEU (sacreBLEU-exact) against their targets (0: off).
+    #[arg(long, default_value_t = 0)]
+    pub valid_bleu_lines: usize,
 }
 
 /// The metrics log inside the output directory: one JSON object per line.
@@ -140,6 +144,25 @@ fn save_step_checkpoint(
         std::fs::remove_dir_all(old).with_context(|| format!("cannot remove {}", old.display()))?;
     }
     Ok(())
+}
+
+/// Greedy translations of the first `lines` validation sources, scored against their targets.
+fn valid_bleu(
+    trainer: &Trainer,
+    vocab: &Vocab,
+    pairs: &[Pair],
+    lines: usize,
+) -> Result<crate::eval::bleu::BleuScore> {
+    let pairs = &pairs[..lines.min(pairs.len())];
+    let sources: Vec<String> = pairs.iter().map(|p| p.source.clone()).collect();
+    let refs: Vec<&str> = pairs.iter().map(|p| p.target.as_str()).collect();
+    let hyps = super::translate::translate_lines(
+        &trainer.model,
+        vocab,
+        &sources,
+        &crate::decode::greedy::GreedyOptions::default(),
+    )?;
+    Ok(crate::eval::bleu::corpus_bleu(&hyps, &refs)?)
 }
 
 /// Reads a TSV file, reporting malformed lines (with line numbers) on stderr.
@@ -322,6 +345,11 @@ pub fn run(args: TrainArgs) -> Result<()> {
             );
             record.insert("valid_loss".into(), s.loss().into());
             record.insert("valid_nll".into(), s.nll().into());
+            if args.valid_bleu_lines > 0 {
+                let bleu = valid_bleu(&trainer, &vocab, &valid_pairs, args.valid_bleu_lines)?;
+                super::log_line(&bar, format!("step {}: valid {bleu}", report.step));
+                record.insert("valid_bleu".into(), bleu.score.into());
+            }
         }
         let last = report.step == args.max_steps;
         if (args.log_every > 0 && report.step % args.log_every == 0) || last || !record.is_empty() {
