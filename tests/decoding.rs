@@ -24,6 +24,7 @@ fn config(norm: NormPlacement, tie: bool) -> ModelConfig {
         tie_embeddings: tie,
         max_len: 64,
         activation: Default::default(),
+        positions: Default::default(),
     }
 }
 

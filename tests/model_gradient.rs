@@ -18,6 +18,7 @@ fn tiny_config(norm: NormPlacement, tie: bool, dropout: f64) -> ModelConfig {
         tie_embeddings: tie,
         max_len: 32,
         activation: Default::default(),
+        positions: Default::default(),
     }
 }
 

@@ -6,6 +6,7 @@ pub mod bench;
 pub mod bleu;
 pub mod demo;
 pub mod embed;
+pub mod lm;
 pub mod score;
 pub mod train;
 pub mod translate;
@@ -51,6 +52,12 @@ pub enum Command {
     Bleu(bleu::BleuArgs),
     /// Heat maps of every layer's and head's attention weights for one sentence pair (PNG/SVG).
     Attention(attention::AttentionArgs),
+    /// Train a GPT-style decoder-only language model (byte-level BPE) on a text file.
+    TrainLm(lm::TrainLmArgs),
+    /// Continue a prompt with a language model (sampling, KV cache), streamed to stdout.
+    Generate(lm::GenerateArgs),
+    /// Loss per token, perplexity and bits per character of stdin under a language model.
+    Perplexity(lm::PerplexityArgs),
 }
 
 /// Runs one parsed command line.
@@ -65,6 +72,9 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Average(a) => average::run(a),
         Command::Bleu(a) => bleu::run(a),
         Command::Attention(a) => attention::run(a),
+        Command::TrainLm(a) => lm::run_train(a),
+        Command::Generate(a) => lm::run_generate(a),
+        Command::Perplexity(a) => lm::run_perplexity(a),
     }
 }
 

@@ -6,6 +6,7 @@
 
 pub mod beam;
 pub mod greedy;
+pub mod sample;
 pub mod score;
 
 pub use beam::{beam_search, length_penalty, BeamHypothesis, BeamOptions};

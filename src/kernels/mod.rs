@@ -8,4 +8,5 @@ pub mod dropout;
 pub mod layer_norm;
 pub mod matmul;
 pub mod reduce;
+pub mod rope;
 pub mod softmax;

@@ -5,10 +5,18 @@
 //! The per-head projections Wᵢ^Q are the column blocks of one `d_model x d_model` projection, so
 //! the heads come out of one matrix product and are split by strided views (see
 //! `kernels::attention`). Also here: the key/value cache for incremental decoding.
+//!
+//! Rotary positions (`rotary: true`, set for self-attention when the config asks for
+//! [`Positions::Rotary`](super::config::Positions)): the projected queries and keys are rotated
+//! per head by their absolute positions (`kernels::rope`) before the scores; values are not.
+//! Positions follow the mask's convention: query row `i` is at `mask.q_offset + i`, key row `j`
+//! at `j` (plus a common shift, see [`MultiHeadAttention::forward_at`]). A [`KvCache`] of a
+//! rotary layer stores its keys already rotated. Cross-attention is never rotary.
 
 use super::linear::Linear;
 use super::param::{Module, Param};
 use crate::kernels::attention::{attention_backward, attention_forward, AttnDims, AttnMask};
+use crate::kernels::rope::{rope_backward, rope_forward};
 use crate::rng::Rng;
 use crate::Float;
 
@@ -21,14 +29,16 @@ pub struct MultiHeadAttention<T> {
     pub out_proj: Linear<T>,
     pub n_heads: usize,
     pub d_model: usize,
+    /// Rotary positions on queries and keys (self-attention only).
+    pub rotary: bool,
 }
 
 /// What the attention forward keeps for the backward.
 #[derive(Clone, Debug)]
 pub struct AttentionCache<T> {
-    /// Projected queries [batch*q_len, d_model].
+    /// Projected queries [batch*q_len, d_model] (rotated when rotary).
     pub q: Vec<T>,
-    /// Projected keys [batch*k_len, d_model].
+    /// Projected keys [batch*k_len, d_model] (rotated when rotary).
     pub k: Vec<T>,
     /// Projected values [batch*k_len, d_model].
     pub v: Vec<T>,
@@ -37,6 +47,9 @@ pub struct AttentionCache<T> {
     /// Concatenated heads before W^O [batch*q_len, d_model].
     pub ctx: Vec<T>,
     pub dims: AttnDims,
+    /// Rotary: absolute positions of query row 0 and key row 0 (unused otherwise).
+    pub q_pos: usize,
+    pub k_pos: usize,
 }
 
 /// Cached keys and values of one attention layer for incremental decoding:
@@ -93,6 +106,20 @@ impl<T: Float> MultiHeadAttention<T> {
             out_proj: Linear::new(d_model, d_model, rng),
             n_heads,
             d_model,
+            rotary: false,
+        }
+    }
+
+    /// The same layer with rotary positions switched on or off.
+    pub fn with_rotary(mut self, rotary: bool) -> Self {
+        self.rotary = rotary;
+        self
+    }
+
+    /// Rotates `x [batch*len, d_model]` in place, rows at positions `pos ..` (when rotary).
+    fn rotate(&self, x: &mut [T], len: usize, pos: usize) {
+        if self.rotary {
+            rope_forward(x, len, self.n_heads, self.d_model / self.n_heads, pos);
         }
     }
 
@@ -109,6 +136,7 @@ impl<T: Float> MultiHeadAttention<T> {
 
     /// Queries from `x_q [batch*q_len, d_model]`, keys and values from `x_kv [batch*k_len,
     /// d_model]` (the same tensor for self-attention). Returns `[batch*q_len, d_model]`.
+    /// Rotary: queries at positions `mask.q_offset ..`, keys at `0 ..`.
     pub fn forward(
         &self,
         x_q: &[T],
@@ -116,11 +144,29 @@ impl<T: Float> MultiHeadAttention<T> {
         batch: usize,
         mask: AttnMask<'_>,
     ) -> (Vec<T>, AttentionCache<T>) {
+        self.forward_at(x_q, x_kv, batch, mask, 0)
+    }
+
+    /// [`forward`](Self::forward) with every rotary position shifted by `shift`: queries at
+    /// `shift + mask.q_offset + i`, keys at `shift + j`. Without rotary, `shift` has no effect;
+    /// with it, the result does not depend on `shift` either (up to rounding), since rotary
+    /// scores see relative positions only.
+    pub fn forward_at(
+        &self,
+        x_q: &[T],
+        x_kv: &[T],
+        batch: usize,
+        mask: AttnMask<'_>,
+        shift: usize,
+    ) -> (Vec<T>, AttentionCache<T>) {
         let q_len = x_q.len() / (batch * self.d_model);
         let k_len = x_kv.len() / (batch * self.d_model);
-        let q = self.q_proj.forward(x_q);
-        let k = self.k_proj.forward(x_kv);
+        let mut q = self.q_proj.forward(x_q);
+        let mut k = self.k_proj.forward(x_kv);
         let v = self.v_proj.forward(x_kv);
+        let (q_pos, k_pos) = (shift + mask.q_offset, shift);
+        self.rotate(&mut q, q_len, q_pos);
+        self.rotate(&mut k, k_len, k_pos);
         let dims = self.dims(batch, q_len, k_len, k_len);
         // ctx: [batch*q_len, d_model], probs: [batch, heads, q_len, k_len]
         let mut ctx = vec![T::zero(); x_q.len()];
@@ -134,6 +180,8 @@ impl<T: Float> MultiHeadAttention<T> {
             probs,
             ctx,
             dims,
+            q_pos,
+            k_pos,
         };
         (y, cache)
     }
@@ -161,6 +209,11 @@ impl<T: Float> MultiHeadAttention<T> {
             &cache.probs,
             cache.dims,
         );
+        if self.rotary {
+            let (heads, d_head) = (self.n_heads, self.d_model / self.n_heads);
+            rope_backward(&mut dq, cache.dims.q_len, heads, d_head, cache.q_pos);
+            rope_backward(&mut dk, cache.dims.k_len, heads, d_head, cache.k_pos);
+        }
         let dx_q = self.q_proj.backward(x_q, &dq);
         let mut dx_kv = self.k_proj.backward(x_kv, &dk);
         let dx_v = self.v_proj.backward(x_kv, &dv);
@@ -169,11 +222,14 @@ impl<T: Float> MultiHeadAttention<T> {
     }
 
     /// Keys and values of `x_kv [batch*k_len, d_model]`, computed once per source for
-    /// cross-attention during decoding.
+    /// cross-attention during decoding (rotary: keys rotated at positions `0 .. k_len`, a full
+    /// self-attention cache).
     pub fn project_kv(&self, x_kv: &[T], batch: usize) -> KvCache<T> {
         let k_len = x_kv.len() / (batch * self.d_model);
+        let mut k = self.k_proj.forward(x_kv);
+        self.rotate(&mut k, k_len, 0);
         KvCache {
-            k: self.k_proj.forward(x_kv),
+            k,
             v: self.v_proj.forward(x_kv),
             batch,
             capacity: k_len,
@@ -186,6 +242,8 @@ impl<T: Float> MultiHeadAttention<T> {
     /// cache (self-attention), otherwise the cache is read as is (cross-attention). Masking:
     /// `key_lens` (padding, for cross-attention) or causal within the appended block.
     /// Returns the output and the attention weights `[batch, heads, q_len, k_len]`.
+    /// Rotary (self-attention, `append` only): the new keys are stored rotated at positions
+    /// `cache.len ..`, and the queries rotated at the same positions.
     pub fn forward_cached(
         &self,
         x_q: &[T],
@@ -197,12 +255,17 @@ impl<T: Float> MultiHeadAttention<T> {
         let batch = cache.batch;
         let q_len = x_q.len() / (batch * d);
         let q_offset = cache.len;
+        assert!(
+            append || !self.rotary,
+            "rotary attention reads a KV cache only when appending (self-attention)"
+        );
         if append {
             assert!(
                 cache.len + q_len <= cache.capacity,
                 "KV cache capacity exceeded"
             );
-            let k_new = self.k_proj.forward(x_q);
+            let mut k_new = self.k_proj.forward(x_q);
+            self.rotate(&mut k_new, q_len, q_offset);
             let v_new = self.v_proj.forward(x_q);
             for b in 0..batch {
                 let dst = (b * cache.capacity + cache.len) * d;
@@ -213,7 +276,8 @@ impl<T: Float> MultiHeadAttention<T> {
             cache.len += q_len;
         }
         let k_len = cache.len;
-        let q = self.q_proj.forward(x_q);
+        let mut q = self.q_proj.forward(x_q);
+        self.rotate(&mut q, q_len, q_offset);
         let dims = self.dims(batch, q_len, k_len, cache.capacity);
         let full = vec![k_len; batch];
         let mask = AttnMask {

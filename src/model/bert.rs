@@ -164,6 +164,8 @@ impl BertConfig {
             tie_embeddings: false,
             max_len: self.max_position_embeddings,
             activation: self.activation().expect("validated config"),
+            // BERT adds its own learned table (`position_embeddings`); the layers are plain.
+            positions: super::config::Positions::Sinusoidal,
         }
     }
 

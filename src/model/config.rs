@@ -25,6 +25,22 @@ pub enum Activation {
     GeluTanh,
 }
 
+/// How token positions enter the model.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Positions {
+    /// The paper's fixed sinusoids added to the scaled token embeddings (section 3.5).
+    #[default]
+    Sinusoidal,
+    /// A trained table `embedding.positions [max_len, d_model]` added to the scaled token
+    /// embeddings; one table shared by the encoder and the decoder (like the token table).
+    Learned,
+    /// Rotary position embedding (RoPE, Su et al. 2021): queries and keys of every
+    /// self-attention are rotated by their absolute positions (`kernels::rope`); nothing is
+    /// added to the embeddings, and cross-attention is left unrotated.
+    Rotary,
+}
+
 /// The shape of an encoder-decoder Transformer.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -54,6 +70,10 @@ pub struct ModelConfig {
     /// The FFN activation (ReLU when absent, as in configs written before the option existed).
     #[serde(default)]
     pub activation: Activation,
+    /// How positions are encoded (sinusoidal when absent, as in configs written before the
+    /// option existed).
+    #[serde(default)]
+    pub positions: Positions,
 }
 
 impl ModelConfig {
@@ -81,6 +101,7 @@ impl ModelConfig {
             tie_embeddings: true,
             max_len: 1024,
             activation: Activation::Relu,
+            positions: Positions::Sinusoidal,
         })
     }
 
@@ -108,7 +129,12 @@ impl ModelConfig {
             NormPlacement::PostLn => 0,
         };
         let output = if self.tie_embeddings { 0 } else { v * d };
-        usize::try_from(v * d + encoder + decoder + final_norms + output).ok()
+        // Learned positions: one [max_len, d_model] table, shared by encoder and decoder.
+        let positions = match self.positions {
+            Positions::Learned => self.max_len as u128 * d,
+            Positions::Sinusoidal | Positions::Rotary => 0,
+        };
+        usize::try_from(v * d + positions + encoder + decoder + final_norms + output).ok()
     }
 
     /// Checks the invariants the model relies on; the message names the offending field.
@@ -146,6 +172,12 @@ impl ModelConfig {
                 self.d_model
             ));
         }
+        if self.positions == Positions::Rotary && !self.d_head().is_multiple_of(2) {
+            return Err(format!(
+                "d_model / n_heads = {} must be even for rotary positions",
+                self.d_head()
+            ));
+        }
         if !(0.0..1.0).contains(&self.dropout) {
             return Err(format!("dropout {} must be in [0, 1)", self.dropout));
         }
@@ -181,21 +213,44 @@ mod tests {
         let json = serde_json::to_string(&base).unwrap();
         assert_eq!(serde_json::from_str::<ModelConfig>(&json).unwrap(), base);
         assert!(ModelConfig::preset("huge", 10).is_none());
-        for (name, norm, tie) in [
-            ("base", NormPlacement::PostLn, true),
-            ("tiny", NormPlacement::PreLn, false),
+        for (name, norm, tie, positions) in [
+            ("base", NormPlacement::PostLn, true, Positions::Sinusoidal),
+            ("tiny", NormPlacement::PreLn, false, Positions::Learned),
+            ("tiny", NormPlacement::PostLn, true, Positions::Learned),
+            ("tiny", NormPlacement::PreLn, true, Positions::Rotary),
         ] {
             let mut c = ModelConfig::preset(name, 37).unwrap();
             c.norm = norm;
             c.tie_embeddings = tie;
+            c.positions = positions;
             let want = crate::model::Seq2Seq::<f32>::new(c.clone(), &mut crate::rng::Rng::new(0))
                 .n_params();
             assert_eq!(c.n_params(), Some(want));
         }
         let mut old: serde_json::Value = serde_json::from_str(&json).unwrap();
         old.as_object_mut().unwrap().remove("activation");
+        old.as_object_mut().unwrap().remove("positions");
         let old: ModelConfig = serde_json::from_value(old).unwrap();
         assert_eq!(old.activation, Activation::Relu);
+        assert_eq!(old.positions, Positions::Sinusoidal);
+        for (positions, name) in [
+            (Positions::Sinusoidal, "sinusoidal"),
+            (Positions::Learned, "learned"),
+            (Positions::Rotary, "rotary"),
+        ] {
+            let c = ModelConfig {
+                positions,
+                ..base.clone()
+            };
+            let json = serde_json::to_string(&c).unwrap();
+            assert!(json.contains(&format!(r#""positions":"{name}""#)), "{json}");
+            assert_eq!(serde_json::from_str::<ModelConfig>(&json).unwrap(), c);
+        }
+        let mut odd = ModelConfig::preset("tiny", 37).unwrap();
+        (odd.d_model, odd.n_heads, odd.positions) = (12, 4, Positions::Rotary);
+        assert!(odd.validate().unwrap_err().contains("rotary"));
+        odd.positions = Positions::Learned;
+        odd.validate().unwrap();
         let mut gelu = base.clone();
         gelu.activation = Activation::GeluErf;
         let json = serde_json::to_string(&gelu).unwrap();

@@ -4,7 +4,7 @@
 
 use super::attention::{AttentionCache, KvCache, MultiHeadAttention};
 use super::block::{Residual, ResidualCache};
-use super::config::{ModelConfig, NormPlacement};
+use super::config::{ModelConfig, NormPlacement, Positions};
 use super::feed_forward::{FeedForward, FeedForwardCache};
 use super::layer_norm::LayerNorm;
 use super::param::{Module, Param};
@@ -52,7 +52,10 @@ impl<T: Float> DecoderLayer<T> {
     pub fn new(c: &ModelConfig, rng: &mut Rng) -> Self {
         let res = || Residual::new(c.d_model, c.layer_norm_eps, c.norm, c.dropout);
         DecoderLayer {
-            self_attn: MultiHeadAttention::new(c.d_model, c.n_heads, rng),
+            // Rotary positions rotate the self-attention only: the cross-attention's keys are
+            // source positions, its queries target positions, and stay unrotated.
+            self_attn: MultiHeadAttention::new(c.d_model, c.n_heads, rng)
+                .with_rotary(c.positions == Positions::Rotary),
             self_attn_res: res(),
             cross_attn: MultiHeadAttention::new(c.d_model, c.n_heads, rng),
             cross_attn_res: res(),

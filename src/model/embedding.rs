@@ -1,10 +1,17 @@
 //! Input embeddings: `x = E[token] · √d_model + PE(pos)`, then dropout on the sum.
 //!
-//! The sinusoidal encoding of the paper (section 3.5):
-//! `PE(pos, 2i) = sin(pos / 10000^(2i/d_model))`, `PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))`.
-//! One table `E [vocab, d_model]` is shared by the encoder, the decoder and (tied) the
+//! `PE` depends on [`Positions`]:
+//! - `Sinusoidal`, the paper's encoding (section 3.5):
+//!   `PE(pos, 2i) = sin(pos / 10000^(2i/d_model))`, `PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))`;
+//! - `Learned`: row `pos` of a trained table `P [max_len, d_model]` (parameter
+//!   `embedding.positions`), Xavier-uniform initialised like BERT's tables in `bert.rs`
+//!   (fan_in = max_len, fan_out = d_model); the backward accumulates `dP[pos] += dx`;
+//! - `Rotary`: nothing is added here; positions enter the self-attentions (`kernels::rope`).
+//!
+//! One table `E [vocab, d_model]` (and `P`) is shared by the encoder, the decoder and (tied) the
 //! pre-softmax projection.
 
+use super::config::Positions;
 use super::param::{Module, Param};
 use crate::kernels::dropout::dropout_mask;
 use crate::rng::Rng;
@@ -27,32 +34,69 @@ pub struct Embedding<T> {
     /// E [vocab, d_model]
     pub weight: Param<T>,
     pub d_model: usize,
-    /// PE [max_len, d_model], precomputed in f64 and rounded once.
-    positions: Vec<T>,
+    /// How positions are encoded.
+    pub kind: Positions,
+    /// P [max_len, d_model], trained (`Positions::Learned` only).
+    pub positions: Option<Param<T>>,
+    /// PE [max_len, d_model], precomputed in f64 and rounded once (`Positions::Sinusoidal`
+    /// only, empty otherwise).
+    sinusoids: Vec<T>,
     max_len: usize,
 }
 
-/// What the embedding forward keeps: the tokens and the dropout mask.
+/// What the embedding forward keeps: the tokens, their positions and the dropout mask.
 #[derive(Clone, Debug)]
 pub struct EmbeddingCache<T> {
     pub tokens: Vec<u32>,
     pub dropout_mask: Option<Vec<T>>,
+    /// Row `r` was at position `pos_offset + r % seq_len`.
+    pub seq_len: usize,
+    pub pos_offset: usize,
 }
 
 impl<T: Float> Embedding<T> {
-    /// Xavier-uniform table (fan_in = vocab, fan_out = d_model).
+    /// Xavier-uniform table (fan_in = vocab, fan_out = d_model), sinusoidal positions.
     pub fn new(vocab: usize, d_model: usize, max_len: usize, rng: &mut Rng) -> Self {
-        let mut positions = vec![T::zero(); max_len * d_model];
-        for pos in 0..max_len {
-            for dim in 0..d_model {
-                positions[pos * d_model + dim] = T::of(sinusoid(pos, dim, d_model));
+        Self::with_positions(vocab, d_model, max_len, Positions::Sinusoidal, rng)
+    }
+
+    /// Xavier-uniform token table, then (learned positions) the Xavier-uniform position table
+    /// (fan_in = max_len, fan_out = d_model), drawn in that order from `rng`.
+    pub fn with_positions(
+        vocab: usize,
+        d_model: usize,
+        max_len: usize,
+        kind: Positions,
+        rng: &mut Rng,
+    ) -> Self {
+        let weight = Param::xavier(&[vocab, d_model], vocab, d_model, rng);
+        let mut sinusoids = Vec::new();
+        if kind == Positions::Sinusoidal {
+            sinusoids = vec![T::zero(); max_len * d_model];
+            for pos in 0..max_len {
+                for dim in 0..d_model {
+                    sinusoids[pos * d_model + dim] = T::of(sinusoid(pos, dim, d_model));
+                }
             }
         }
+        let positions = (kind == Positions::Learned)
+            .then(|| Param::xavier(&[max_len, d_model], max_len, d_model, rng));
         Embedding {
-            weight: Param::xavier(&[vocab, d_model], vocab, d_model, rng),
+            weight,
             d_model,
+            kind,
             positions,
+            sinusoids,
             max_len,
+        }
+    }
+
+    /// The additive position table `[max_len, d_model]`, if any.
+    fn additive(&self) -> Option<&[T]> {
+        match self.kind {
+            Positions::Sinusoidal => Some(&self.sinusoids),
+            Positions::Learned => self.positions.as_ref().map(|p| &p.value.data[..]),
+            Positions::Rotary => None,
         }
     }
 
@@ -79,12 +123,23 @@ impl<T: Float> Embedding<T> {
         );
         // x: [batch*seq_len, d_model]
         let mut x = vec![T::zero(); tokens.len() * d];
+        let table = self.additive();
         for (r, &tok) in tokens.iter().enumerate() {
             let pos = pos_offset + r % seq_len;
             let e = &self.weight.value.data[tok as usize * d..(tok as usize + 1) * d];
-            let pe = &self.positions[pos * d..(pos + 1) * d];
-            for ((o, &ev), &pv) in x[r * d..(r + 1) * d].iter_mut().zip(e).zip(pe) {
-                *o = ev * scale + pv;
+            let out = &mut x[r * d..(r + 1) * d];
+            match table {
+                Some(table) => {
+                    let pe = &table[pos * d..(pos + 1) * d];
+                    for ((o, &ev), &pv) in out.iter_mut().zip(e).zip(pe) {
+                        *o = ev * scale + pv;
+                    }
+                }
+                None => {
+                    for (o, &ev) in out.iter_mut().zip(e) {
+                        *o = ev * scale;
+                    }
+                }
             }
         }
         let dropout_mask = rng.and_then(|rng| dropout_mask(rng, x.len(), p));
@@ -94,28 +149,34 @@ impl<T: Float> Embedding<T> {
         let cache = EmbeddingCache {
             tokens: tokens.to_vec(),
             dropout_mask,
+            seq_len,
+            pos_offset,
         };
         (x, cache)
     }
 
-    /// Accumulates `dE[token] += √d_model · dx` (after the dropout mask).
+    /// Accumulates `dE[token] += √d_model · dx` and, for learned positions, `dP[pos] += dx`
+    /// (after the dropout mask).
     pub fn backward(&mut self, cache: &EmbeddingCache<T>, dx: &[T]) {
         let d = self.d_model;
         let scale = T::of((d as f64).sqrt());
+        let masked: Option<Vec<T>> = cache
+            .dropout_mask
+            .as_ref()
+            .map(|m| dx.iter().zip(m).map(|(&g, &mv)| g * mv).collect());
+        let dx = masked.as_deref().unwrap_or(dx);
         for (r, &tok) in cache.tokens.iter().enumerate() {
             let g = &mut self.weight.grad.data[tok as usize * d..(tok as usize + 1) * d];
-            let dxr = &dx[r * d..(r + 1) * d];
-            match &cache.dropout_mask {
-                Some(m) => {
-                    let mr = &m[r * d..(r + 1) * d];
-                    for i in 0..d {
-                        g[i] += dxr[i] * mr[i] * scale;
-                    }
-                }
-                None => {
-                    for i in 0..d {
-                        g[i] += dxr[i] * scale;
-                    }
+            for (gi, &dxi) in g.iter_mut().zip(&dx[r * d..(r + 1) * d]) {
+                *gi += dxi * scale;
+            }
+        }
+        if let Some(p) = &mut self.positions {
+            for r in 0..cache.tokens.len() {
+                let pos = cache.pos_offset + r % cache.seq_len;
+                let g = &mut p.grad.data[pos * d..(pos + 1) * d];
+                for (gi, &dxi) in g.iter_mut().zip(&dx[r * d..(r + 1) * d]) {
+                    *gi += dxi;
                 }
             }
         }
@@ -125,6 +186,9 @@ impl<T: Float> Embedding<T> {
 impl<T> Module<T> for Embedding<T> {
     fn collect_params<'a>(&'a mut self, prefix: &str, out: &mut Vec<(String, &'a mut Param<T>)>) {
         out.push((format!("{prefix}.weight"), &mut self.weight));
+        if let Some(p) = &mut self.positions {
+            out.push((format!("{prefix}.positions"), p));
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 
 use super::attention::{AttentionCache, MultiHeadAttention};
 use super::block::{Residual, ResidualCache};
-use super::config::{ModelConfig, NormPlacement};
+use super::config::{ModelConfig, NormPlacement, Positions};
 use super::feed_forward::{FeedForward, FeedForwardCache};
 use super::layer_norm::LayerNorm;
 use super::param::{Module, Param};
@@ -32,7 +32,8 @@ pub struct EncoderLayerCache<T> {
 impl<T: Float> EncoderLayer<T> {
     pub fn new(c: &ModelConfig, rng: &mut Rng) -> Self {
         EncoderLayer {
-            self_attn: MultiHeadAttention::new(c.d_model, c.n_heads, rng),
+            self_attn: MultiHeadAttention::new(c.d_model, c.n_heads, rng)
+                .with_rotary(c.positions == Positions::Rotary),
             self_attn_res: Residual::new(c.d_model, c.layer_norm_eps, c.norm, c.dropout),
             ffn: FeedForward::new(c.d_model, c.d_ff, c.activation, rng),
             ffn_res: Residual::new(c.d_model, c.layer_norm_eps, c.norm, c.dropout),

@@ -10,9 +10,11 @@ pub mod encoder;
 pub mod feed_forward;
 pub mod layer_norm;
 pub mod linear;
+pub mod lm;
 pub mod param;
 pub mod seq2seq;
 
-pub use config::{Activation, ModelConfig, NormPlacement};
+pub use lm::LanguageModel;
+pub use config::{Activation, ModelConfig, NormPlacement, Positions};
 pub use param::Param;
 pub use seq2seq::Seq2Seq;

@@ -53,7 +53,8 @@ impl<T: Float> Seq2Seq<T> {
     /// A freshly initialised model (Xavier-uniform matrices, unit norms, zero biases).
     pub fn new(config: ModelConfig, rng: &mut Rng) -> Self {
         let c = &config;
-        let embedding = Embedding::new(c.vocab_size, c.d_model, c.max_len, rng);
+        let embedding =
+            Embedding::with_positions(c.vocab_size, c.d_model, c.max_len, c.positions, rng);
         let encoder = Encoder::new(c, rng);
         let decoder = Decoder::new(c, rng);
         let output_proj = (!c.tie_embeddings)

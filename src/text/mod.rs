@@ -1,5 +1,6 @@
 //! Text in and out: vocabularies and corpus reading with line-numbered errors.
 
+pub mod bpe;
 pub mod corpus;
 pub mod tokenizer;
 pub mod vocab;

@@ -5,7 +5,7 @@
 //! temporary name and renamed, so a crash mid-write never leaves a broken file behind.
 
 use crate::error::{Error, Result};
-use crate::model::{ModelConfig, Param, Seq2Seq};
+use crate::model::{LanguageModel, ModelConfig, Param, Seq2Seq};
 use crate::rng::Rng;
 use crate::train::adam::Adam;
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
@@ -135,20 +135,74 @@ fn fill_params(
 
 /// Saves `config.json` and `model.safetensors` into `dir` (created if needed).
 pub fn save_model(dir: &Path, model: &mut Seq2Seq<f32>) -> Result<()> {
+    let config = model.config.clone();
+    save_params(dir, &config, &model.params_mut())
+}
+
+/// Saves `config` as `config.json` and the named parameters as `model.safetensors` into `dir`
+/// (created if needed).
+pub fn save_params(
+    dir: &Path,
+    config: &ModelConfig,
+    params: &[(String, &mut Param<f32>)],
+) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|cause| Error::Write {
         path: dir.to_path_buf(),
         cause,
     })?;
-    let config = serde_json::to_string_pretty(&model.config).expect("config serialises");
+    let config = serde_json::to_string_pretty(config).expect("config serialises");
     write_atomic(&dir.join(CONFIG_FILE), config.as_bytes())?;
     let path = dir.join(MODEL_FILE);
-    let params = model.params_mut();
     let tensors: Vec<(String, Vec<usize>, &[f32])> = params
         .iter()
         .map(|(n, p)| (n.clone(), p.value.shape.clone(), &p.value.data[..]))
         .collect();
     let bytes = tensors_to_bytes(&tensors, &path)?;
     write_atomic(&path, &bytes)
+}
+
+/// Saves a decoder-only language model (`config.json`, `model.safetensors`) into `dir`.
+pub fn save_language_model(dir: &Path, model: &mut LanguageModel<f32>) -> Result<()> {
+    let config = model.config.clone();
+    save_params(dir, &config, &model.params_mut())
+}
+
+/// Loads a language model saved by [`save_language_model`]: the config must describe a
+/// decoder-only model (`n_encoder_layers` 0), and the weights must match it in count (checked
+/// before allocating), names and shapes.
+pub fn load_language_model(dir: &Path) -> Result<LanguageModel<f32>> {
+    let config = load_config(dir)?;
+    if config.n_encoder_layers != 0 {
+        return Err(ckpt_err(
+            &dir.join(CONFIG_FILE),
+            format!(
+                "n_encoder_layers is {}: an encoder-decoder model, not a language model",
+                config.n_encoder_layers
+            ),
+        ));
+    }
+    let path = dir.join(MODEL_FILE);
+    let mut map = read_tensors(&path)?;
+    let expected = crate::model::lm::lm_n_params(&config);
+    let in_file: usize = map.values().map(|(_, v)| v.len()).sum();
+    if expected != Some(in_file) {
+        return Err(ckpt_err(
+            &path,
+            format!(
+                "holds {in_file} weights but config.json implies {} (config.json does not match the weights)",
+                expected.map_or("too many".to_string(), |n| n.to_string())
+            ),
+        ));
+    }
+    let mut model = LanguageModel::new(config, &mut Rng::new(0));
+    fill_params(&path, &mut model.params_mut(), &mut map)?;
+    if let Some(extra) = map.keys().min() {
+        return Err(ckpt_err(
+            &path,
+            format!("unexpected tensor {extra} (config.json does not match the weights)"),
+        ));
+    }
+    Ok(model)
 }
 
 /// Reads and validates `config.json` from `dir`.
@@ -190,8 +244,16 @@ pub fn load_model(dir: &Path) -> Result<Seq2Seq<f32>> {
 
 /// Saves Adam's moments to `optimizer.safetensors`.
 pub fn save_optimizer(dir: &Path, model: &mut Seq2Seq<f32>, adam: &Adam<f32>) -> Result<()> {
+    save_optimizer_params(dir, &model.params_mut(), adam)
+}
+
+/// Saves Adam's moments of the named parameters to `optimizer.safetensors`.
+pub fn save_optimizer_params(
+    dir: &Path,
+    params: &[(String, &mut Param<f32>)],
+    adam: &Adam<f32>,
+) -> Result<()> {
     let path = dir.join(OPTIMIZER_FILE);
-    let params = model.params_mut();
     let mut tensors: Vec<(String, Vec<usize>, &[f32])> = Vec::new();
     for (i, (n, p)) in params.iter().enumerate() {
         tensors.push((format!("adam.m.{n}"), p.value.shape.clone(), &adam.m[i]));
@@ -203,10 +265,18 @@ pub fn save_optimizer(dir: &Path, model: &mut Seq2Seq<f32>, adam: &Adam<f32>) ->
 
 /// Loads Adam's moments saved by [`save_optimizer`] into `adam` (shaped for `model`).
 pub fn load_optimizer(dir: &Path, model: &mut Seq2Seq<f32>, adam: &mut Adam<f32>) -> Result<()> {
+    load_optimizer_params(dir, &model.params_mut(), adam)
+}
+
+/// Loads Adam's moments of the named parameters into `adam`, checking names and shapes.
+pub fn load_optimizer_params(
+    dir: &Path,
+    params: &[(String, &mut Param<f32>)],
+    adam: &mut Adam<f32>,
+) -> Result<()> {
     let path = dir.join(OPTIMIZER_FILE);
     let mut map = read_tensors(&path)?;
-    let mut params = model.params_mut();
-    for (i, (name, p)) in params.iter_mut().enumerate() {
+    for (i, (name, p)) in params.iter().enumerate() {
         for (which, dst) in [("m", &mut adam.m[i]), ("v", &mut adam.v[i])] {
             let key = format!("adam.{which}.{name}");
             let (shape, values) = map

@@ -50,12 +50,26 @@ pub fn label_smoothed_cross_entropy<T: Float>(
     epsilon: f64,
     grad_scale: Option<f64>,
 ) -> LossStats {
+    cross_entropy_ignoring(logits, targets, vocab, epsilon, grad_scale, Some(PAD))
+}
+
+/// [`label_smoothed_cross_entropy`] where the targets equal to `ignore` (if any) are skipped
+/// instead of [`PAD`]; with `None` every row counts (language models, whose byte-level
+/// vocabulary has no padding).
+pub fn cross_entropy_ignoring<T: Float>(
+    logits: &mut [T],
+    targets: &[u32],
+    vocab: usize,
+    epsilon: f64,
+    grad_scale: Option<f64>,
+    ignore: Option<u32>,
+) -> LossStats {
     assert_eq!(logits.len(), targets.len() * vocab);
     let per_row: Vec<(f64, f64)> = logits
         .par_chunks_mut(vocab)
         .zip(targets.par_iter())
         .map(|(row, &y)| {
-            if y == PAD {
+            if Some(y) == ignore {
                 if grad_scale.is_some() {
                     row.iter_mut().for_each(|v| *v = T::zero());
                 }
@@ -81,6 +95,6 @@ pub fn label_smoothed_cross_entropy<T: Float>(
         stats.loss_sum += loss;
         stats.nll_sum += nll;
     }
-    stats.n_tokens = targets.iter().filter(|&&t| t != PAD).count();
+    stats.n_tokens = targets.iter().filter(|&&t| Some(t) != ignore).count();
     stats
 }

@@ -4,6 +4,7 @@ pub mod adam;
 pub mod average;
 pub mod batching;
 pub mod checkpoint;
+pub mod lm_trainer;
 pub mod loss;
 pub mod schedule;
 pub mod trainer;

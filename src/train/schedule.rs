@@ -21,6 +21,32 @@ impl NoamSchedule {
     }
 }
 
+/// Linear warm-up to `lr` over `warmup` updates, then a cosine decay to `min_ratio · lr` at
+/// update `total`, constant after it (the language-model recipe; `min_ratio` 0.1 by default):
+/// `lr(t) = lr · t / warmup` for `t ≤ warmup`, else
+/// `lr · (min_ratio + (1 − min_ratio) · ½ (1 + cos(π · min(1, (t − warmup) / (total − warmup)))))`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CosineSchedule {
+    pub lr: f64,
+    pub warmup: u64,
+    pub total: u64,
+    pub min_ratio: f64,
+}
+
+impl CosineSchedule {
+    /// Learning rate for update number `step` (1-based; step 0 is treated as 1).
+    pub fn lr(&self, step: u64) -> f64 {
+        let s = step.max(1);
+        if s <= self.warmup {
+            return self.lr * s as f64 / self.warmup as f64;
+        }
+        let span = self.total.saturating_sub(self.warmup).max(1) as f64;
+        let progress = ((s - self.warmup) as f64 / span).min(1.0);
+        let cosine = 0.5 * (1.0 + (std::f64::consts::PI * progress).cos());
+        self.lr * (self.min_ratio + (1.0 - self.min_ratio) * cosine)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -38,5 +64,20 @@ mod tests {
         assert!((s.lr(16000) - peak / 2.0).abs() < 1e-12);
         assert!((s.lr(1) - 512f64.powf(-0.5) * 4000f64.powf(-1.5)).abs() < 1e-18);
         assert_eq!(s.lr(0), s.lr(1));
+    }
+
+    #[test]
+    fn cosine_warms_up_then_decays_to_the_floor() {
+        let s = CosineSchedule {
+            lr: 1e-3,
+            warmup: 10,
+            total: 110,
+            min_ratio: 0.1,
+        };
+        assert!((s.lr(5) - 5e-4).abs() < 1e-15);
+        assert!((s.lr(10) - 1e-3).abs() < 1e-15);
+        assert!((s.lr(60) - 1e-3 * 0.55).abs() < 1e-12);
+        assert!((s.lr(110) - 1e-4).abs() < 1e-15);
+        assert!((s.lr(1000) - 1e-4).abs() < 1e-15);
     }
 }

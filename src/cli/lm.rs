@@ -1,0 +1,477 @@
+//! The language-model commands: `train-lm` (byte-level BPE + a decoder-only Transformer on one
+//! text file), `generate` (sampling with a KV cache, streamed) and `perplexity`.
+
+use super::{log_line, set_threads, training_bar};
+use crate::decode::sample::{sample, SamplingOptions};
+use crate::model::{Activation, LanguageModel, ModelConfig, NormPlacement, Positions};
+use crate::rng::Rng;
+use crate::text::bpe::{Bpe, StreamDecoder, TOKENIZER_FILE};
+use crate::train::checkpoint;
+use crate::train::lm_trainer::{score_stream, LmTrainConfig, LmTrainer};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Parses a kebab-case config value (`gelu-erf`, `rotary`, ...) through its serde name.
+fn parse_kebab<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, String> {
+    serde_json::from_value(serde_json::Value::String(s.to_string())).map_err(|e| e.to_string())
+}
+
+#[derive(Args, Debug)]
+pub struct TrainLmArgs {
+    /// The training text (UTF-8); its last --valid-fraction is held out for validation.
+    #[arg(long)]
+    pub text: PathBuf,
+    /// Fraction of the file, at its end, held out for validation (0: none).
+    #[arg(long, default_value_t = 0.05)]
+    pub valid_fraction: f64,
+    /// The model directory to write (config.json, model.safetensors, tokenizer.json, ...).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Continue the run saved in this directory (same text and --valid-fraction; same thread
+    /// count for bit-exact). Model, tokenizer and recipe come from the checkpoint; only
+    /// --max-steps, --time-limit, --out, --threads and --eval-every apply.
+    #[arg(long)]
+    pub resume: Option<PathBuf>,
+    /// BPE vocabulary size (at least 257: the 256 bytes and <|endoftext|>).
+    #[arg(long, default_value_t = 4096)]
+    pub vocab_size: usize,
+    /// Tokens per training window (also the model's max_len).
+    #[arg(long, default_value_t = 128)]
+    pub context: usize,
+    /// Windows per update.
+    #[arg(long, default_value_t = 16)]
+    pub batch: usize,
+    #[arg(long, default_value_t = 256)]
+    pub d_model: usize,
+    #[arg(long, default_value_t = 4)]
+    pub n_heads: usize,
+    #[arg(long, default_value_t = 1024)]
+    pub d_ff: usize,
+    /// Transformer blocks.
+    #[arg(long, default_value_t = 4)]
+    pub layers: usize,
+    #[arg(long, default_value_t = 0.1)]
+    pub dropout: f64,
+    /// Pre-LN blocks (with a final norm) instead of post-LN.
+    #[arg(long)]
+    pub pre_ln: bool,
+    /// FFN activation: relu, gelu-erf or gelu-tanh.
+    #[arg(long, default_value = "gelu-tanh", value_parser = parse_kebab::<Activation>)]
+    pub activation: Activation,
+    /// Positions: sinusoidal, learned or rotary.
+    #[arg(long, default_value = "sinusoidal", value_parser = parse_kebab::<Positions>)]
+    pub positions: Positions,
+    /// Untie the output projection from the embedding.
+    #[arg(long)]
+    pub untied: bool,
+    /// Stop after this many updates; also where the cosine schedule reaches its floor.
+    #[arg(long, default_value_t = 5000)]
+    pub max_steps: u64,
+    /// Stop (and save) after this many seconds of training.
+    #[arg(long)]
+    pub time_limit: Option<f64>,
+    /// Peak learning rate.
+    #[arg(long, default_value_t = 5e-4)]
+    pub lr: f64,
+    /// Linear warm-up updates.
+    #[arg(long, default_value_t = 200)]
+    pub warmup: u64,
+    /// Clip the global gradient norm (0: off).
+    #[arg(long, default_value_t = 1.0)]
+    pub clip_norm: f64,
+    /// Label smoothing ε (0: plain cross-entropy).
+    #[arg(long, default_value_t = 0.0)]
+    pub label_smoothing: f64,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Worker threads (0: all cores).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Evaluate (validation loss, bits per character) and save every N updates (0: only at
+    /// the end).
+    #[arg(long, default_value_t = 500)]
+    pub eval_every: u64,
+}
+
+/// Splits `text` at the start of its last `fraction` (moved forward to a character boundary).
+pub fn split_valid(text: &str, fraction: f64) -> (&str, &str) {
+    let mut at = ((text.len() as f64) * (1.0 - fraction)).floor() as usize;
+    at = at.min(text.len());
+    while !text.is_char_boundary(at) {
+        at += 1;
+    }
+    text.split_at(at)
+}
+
+/// `[<|endoftext|>] + encode(text)`: the stream a document is trained and scored as.
+pub fn document_tokens(bpe: &Bpe, text: &str) -> Result<Vec<u32>> {
+    let mut tokens = vec![bpe.eot()];
+    tokens.extend(bpe.encode(text)?);
+    Ok(tokens)
+}
+
+/// Loss per token, perplexity and bits per character of a scored document.
+pub struct TextScore {
+    pub nats_per_token: f64,
+    pub perplexity: f64,
+    pub bits_per_char: f64,
+    pub tokens: usize,
+    pub chars: usize,
+}
+
+/// Scores `text` as one document (every token after `<|endoftext|>`), windows of the model's
+/// context every `stride` tokens.
+pub fn score_text(
+    model: &LanguageModel<f32>,
+    bpe: &Bpe,
+    text: &str,
+    stride: usize,
+    batch: usize,
+) -> Result<TextScore> {
+    let tokens = document_tokens(bpe, text)?;
+    let s = score_stream(model, &tokens, model.max_len(), stride, batch);
+    let chars = text.chars().count();
+    Ok(TextScore {
+        nats_per_token: s.nll(),
+        perplexity: s.nll().exp(),
+        bits_per_char: s.nll_sum / chars.max(1) as f64 / std::f64::consts::LN_2,
+        tokens: s.n_tokens,
+        chars,
+    })
+}
+
+fn read_text(path: &Path) -> Result<String> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: not UTF-8 (invalid byte at offset {})",
+            path.display(),
+            e.utf8_error().valid_up_to()
+        )
+    })
+}
+
+fn check_train_args(a: &TrainLmArgs) -> Result<()> {
+    if !(0.0..1.0).contains(&a.valid_fraction) {
+        bail!("--valid-fraction {} must be in [0, 1)", a.valid_fraction);
+    }
+    if !(a.lr.is_finite() && a.lr > 0.0) {
+        bail!("--lr {} must be positive", a.lr);
+    }
+    if !(a.clip_norm.is_finite() && a.clip_norm >= 0.0) {
+        bail!("--clip-norm {} must be >= 0", a.clip_norm);
+    }
+    if !(0.0..1.0).contains(&a.label_smoothing) {
+        bail!("--label-smoothing {} must be in [0, 1)", a.label_smoothing);
+    }
+    if a.context == 0 || a.batch == 0 || a.layers == 0 {
+        bail!("--context, --batch and --layers must be positive");
+    }
+    if let Some(t) = a.time_limit.filter(|t| !(t.is_finite() && *t > 0.0)) {
+        bail!("--time-limit {t} must be positive");
+    }
+    if let Some(dir) = a.resume.as_ref().filter(|d| !d.is_dir()) {
+        bail!("--resume: directory {} does not exist", dir.display());
+    }
+    Ok(())
+}
+
+pub fn run_train(args: TrainLmArgs) -> Result<()> {
+    check_train_args(&args)?;
+    let threads = set_threads(args.threads)?;
+    let text = read_text(&args.text)?;
+    let (train_text, valid_text) = split_valid(&text, args.valid_fraction);
+    if train_text.trim().is_empty() {
+        bail!(
+            "{}: no training text (the file is empty)",
+            args.text.display()
+        );
+    }
+    let started = Instant::now();
+    let (bpe, mut trainer) = match &args.resume {
+        Some(dir) => {
+            let bpe = Bpe::load(&dir.join(TOKENIZER_FILE))?;
+            let tokens = document_tokens(&bpe, train_text)?;
+            let trainer = LmTrainer::resume(dir, tokens)?;
+            eprintln!("resumed {} at step {}", dir.display(), trainer.state.step);
+            (bpe, trainer)
+        }
+        None => {
+            let bpe = Bpe::train(train_text.split_inclusive('\n'), args.vocab_size)?;
+            let tokens = document_tokens(&bpe, train_text)?;
+            let model_config = ModelConfig {
+                vocab_size: bpe.vocab_size(),
+                d_model: args.d_model,
+                n_heads: args.n_heads,
+                d_ff: args.d_ff,
+                n_encoder_layers: 0,
+                n_decoder_layers: args.layers,
+                dropout: args.dropout,
+                norm: if args.pre_ln {
+                    NormPlacement::PreLn
+                } else {
+                    NormPlacement::PostLn
+                },
+                layer_norm_eps: 1e-5,
+                tie_embeddings: !args.untied,
+                max_len: args.context,
+                activation: args.activation,
+                positions: args.positions,
+            };
+            model_config
+                .validate()
+                .map_err(|e| anyhow::anyhow!("invalid model: {e}"))?;
+            let config = LmTrainConfig {
+                context: args.context,
+                batch: args.batch,
+                lr: args.lr,
+                warmup: args.warmup,
+                total_steps: args.max_steps,
+                clip_norm: (args.clip_norm > 0.0).then_some(args.clip_norm),
+                label_smoothing: args.label_smoothing,
+                seed: args.seed,
+                ..LmTrainConfig::default()
+            };
+            (bpe, LmTrainer::new(model_config, config, tokens)?)
+        }
+    };
+    let valid_tokens = document_tokens(&bpe, valid_text)?;
+    let valid_chars = valid_text.chars().count();
+    let n_params = trainer.model.n_params();
+    eprintln!(
+        "model: {n_params} parameters, BPE vocabulary {}, {} training tokens ({:.2} chars/token), {} validation tokens, {threads} threads ({:.1} s to prepare)",
+        bpe.vocab_size(),
+        trainer.n_tokens(),
+        train_text.chars().count() as f64 / trainer.n_tokens() as f64,
+        valid_tokens.len() - 1,
+        started.elapsed().as_secs_f64()
+    );
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    bpe.save(&args.out.join(TOKENIZER_FILE))?;
+
+    let batch = trainer.state.config.batch;
+    let evaluate = |trainer: &LmTrainer| -> Option<(f64, f64)> {
+        if valid_chars == 0 {
+            return None;
+        }
+        let ctx = trainer.model.max_len();
+        let s = score_stream(&trainer.model, &valid_tokens, ctx, ctx, batch);
+        Some((
+            s.nll(),
+            s.nll_sum / valid_chars as f64 / std::f64::consts::LN_2,
+        ))
+    };
+    let bar = training_bar(args.max_steps);
+    bar.set_position(trainer.state.step);
+    let started = Instant::now();
+    let mut tokens = 0usize;
+    let mut timed_out = false;
+    while trainer.state.step < args.max_steps {
+        if args
+            .time_limit
+            .is_some_and(|t| started.elapsed().as_secs_f64() >= t)
+        {
+            timed_out = true;
+            break;
+        }
+        let r = trainer.step()?;
+        tokens += r.tokens;
+        let rate = tokens as f64 / started.elapsed().as_secs_f64();
+        bar.set_position(r.step);
+        bar.set_message(super::bar_message(r.loss, r.lr, rate));
+        if args.eval_every > 0 && r.step % args.eval_every == 0 && r.step < args.max_steps {
+            if let Some((nll, bpc)) = evaluate(&trainer) {
+                log_line(
+                    &bar,
+                    format!(
+                        "step {}: train loss {:.4} valid loss {nll:.4} nats/token, {bpc:.4} bits/char, {rate:.0} tok/s",
+                        r.step, r.loss
+                    ),
+                );
+            }
+            trainer.save(&args.out)?;
+        }
+    }
+    bar.finish();
+    if timed_out {
+        eprintln!("time limit reached at step {}", trainer.state.step);
+    }
+    trainer.save(&args.out)?;
+    if let Some((nll, bpc)) = evaluate(&trainer) {
+        eprintln!(
+            "valid loss {nll:.4} nats/token, perplexity {:.2}, {bpc:.4} bits/char",
+            nll.exp()
+        );
+    }
+    eprintln!(
+        "saved {} at step {} ({:.1} s, {:.0} tokens/s)",
+        args.out.display(),
+        trainer.state.step,
+        started.elapsed().as_secs_f64(),
+        tokens as f64 / started.elapsed().as_secs_f64().max(1e-9)
+    );
+    Ok(())
+}
+
+/// Loads the model and tokenizer of a language-model directory.
+pub fn load_lm_dir(dir: &Path) -> Result<(LanguageModel<f32>, Bpe)> {
+    if !dir.is_dir() {
+        bail!("model directory {} does not exist", dir.display());
+    }
+    let model = checkpoint::load_language_model(dir)?;
+    let bpe = Bpe::load(&dir.join(TOKENIZER_FILE))?;
+    if bpe.vocab_size() != model.config.vocab_size {
+        bail!(
+            "{}: tokenizer has {} tokens but config.json says vocab_size {}",
+            dir.join(TOKENIZER_FILE).display(),
+            bpe.vocab_size(),
+            model.config.vocab_size
+        );
+    }
+    Ok((model, bpe))
+}
+
+#[derive(Args, Debug)]
+pub struct GenerateArgs {
+    /// A directory written by train-lm.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// The text to continue (printed first).
+    #[arg(long, default_value = "")]
+    pub prompt: String,
+    #[arg(long, default_value_t = 200)]
+    pub max_tokens: usize,
+    /// Softmax temperature; 0 is greedy.
+    #[arg(long, default_value_t = 1.0)]
+    pub temperature: f64,
+    /// Sample among the k most likely tokens only (0: all).
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    /// Nucleus sampling: the smallest set of tokens with this much probability (1: all).
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f64,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Worker threads (0: all cores).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+}
+
+/// Continues `prompt` (ids, starting with `<|endoftext|>`) by `max_tokens` sampled ids, feeding
+/// each id through the KV caches; calls `emit` with every new id. When the context is full the
+/// caches are rebuilt from the last half of the context.
+pub fn generate_ids(
+    model: &LanguageModel<f32>,
+    prompt: &[u32],
+    max_tokens: usize,
+    opts: SamplingOptions,
+    rng: &mut Rng,
+    mut emit: impl FnMut(u32) -> Result<()>,
+) -> Result<Vec<u32>> {
+    let max_len = model.max_len();
+    let v = model.config.vocab_size;
+    let mut history = prompt.to_vec();
+    let keep = |h: &[u32], n: usize| h[h.len().saturating_sub(n)..].to_vec();
+    let mut state = model.start(1, max_len);
+    let first = keep(&history, max_len);
+    let mut logprobs = model.step(&mut state, &first);
+    let mut out = Vec::with_capacity(max_tokens);
+    for _ in 0..max_tokens {
+        let last = &logprobs[logprobs.len() - v..];
+        let id = sample(last, opts, rng);
+        emit(id)?;
+        out.push(id);
+        history.push(id);
+        if state.len() == max_len {
+            state = model.start(1, max_len);
+            let recent = keep(&history, (max_len / 2).max(1));
+            logprobs = model.step(&mut state, &recent);
+        } else {
+            logprobs = model.step(&mut state, &[id]);
+        }
+    }
+    Ok(out)
+}
+
+pub fn run_generate(args: GenerateArgs) -> Result<()> {
+    if !(args.temperature.is_finite() && args.temperature >= 0.0) {
+        bail!("--temperature {} must be >= 0", args.temperature);
+    }
+    if !(args.top_p > 0.0 && args.top_p <= 1.0) {
+        bail!("--top-p {} must be in (0, 1]", args.top_p);
+    }
+    set_threads(args.threads)?;
+    let (model, bpe) = load_lm_dir(&args.model)?;
+    let prompt = document_tokens(&bpe, &args.prompt)?;
+    let opts = SamplingOptions {
+        temperature: args.temperature,
+        top_k: args.top_k,
+        top_p: args.top_p,
+    };
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    write!(out, "{}", args.prompt)?;
+    out.flush()?;
+    let mut decoder = StreamDecoder::new(&bpe);
+    let mut rng = Rng::new(args.seed);
+    generate_ids(&model, &prompt, args.max_tokens, opts, &mut rng, |id| {
+        let piece = decoder.push(id)?;
+        if !piece.is_empty() {
+            out.write_all(piece.as_bytes())?;
+            out.flush()?;
+        }
+        Ok(())
+    })?;
+    let rest = decoder.finish()?;
+    writeln!(out, "{rest}")?;
+    out.flush()?;
+    Ok(())
+}
+
+#[derive(Args, Debug)]
+pub struct PerplexityArgs {
+    /// A directory written by train-lm.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Window step in tokens (default: the context length, i.e. non-overlapping windows; a
+    /// smaller stride gives each token more history and costs context/stride times more).
+    #[arg(long)]
+    pub stride: Option<usize>,
+    /// Windows per forward pass.
+    #[arg(long, default_value_t = 8)]
+    pub batch: usize,
+    /// Worker threads (0: all cores).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+}
+
+pub fn run_perplexity(args: PerplexityArgs) -> Result<()> {
+    set_threads(args.threads)?;
+    let (model, bpe) = load_lm_dir(&args.model)?;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut bytes)
+        .context("reading standard input")?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "<stdin>: not UTF-8 (invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        )
+    })?;
+    if text.is_empty() {
+        bail!("<stdin>: empty text, nothing to score");
+    }
+    let stride = args.stride.unwrap_or(model.max_len());
+    if stride == 0 {
+        bail!("--stride must be positive");
+    }
+    let s = score_text(&model, &bpe, &text, stride, args.batch)?;
+    println!(
+        "tokens {} chars {} loss {:.4} nats/token perplexity {:.3} bits/char {:.4}",
+        s.tokens, s.chars, s.nats_per_token, s.perplexity, s.bits_per_char
+    );
+    Ok(())
+}

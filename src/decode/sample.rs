@@ -1,0 +1,115 @@
+//! Sampling the next token from a language model's log-probabilities: temperature, top-k and
+//! nucleus (top-p) filtering, seeded.
+
+use crate::rng::Rng;
+use crate::Float;
+
+/// How the next token is chosen.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SamplingOptions {
+    /// Divides the log-probabilities; 0 means greedy (the most likely token).
+    pub temperature: f64,
+    /// Keep only the k most likely tokens (0: all).
+    pub top_k: usize,
+    /// Keep the smallest set of most likely tokens whose probability reaches p (1: all).
+    pub top_p: f64,
+}
+
+impl Default for SamplingOptions {
+    fn default() -> Self {
+        SamplingOptions {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+        }
+    }
+}
+
+/// The index of the largest entry (the first one on ties).
+pub fn argmax<T: Float>(row: &[T]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in row.iter().enumerate() {
+        if v > row[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Draws a token from `logprobs [vocab]` (any logits work: they are renormalised). One uniform
+/// draw from `rng` per sampled token, none when greedy. Ties are broken by the lower id.
+pub fn sample<T: Float>(logprobs: &[T], opts: SamplingOptions, rng: &mut Rng) -> u32 {
+    if opts.temperature <= 0.0 || opts.top_k == 1 {
+        return argmax(logprobs);
+    }
+    // Candidates by decreasing probability (stable: lower id first on ties).
+    let mut order: Vec<usize> = (0..logprobs.len()).collect();
+    order.sort_by(|&a, &b| {
+        logprobs[b]
+            .partial_cmp(&logprobs[a])
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
+    if opts.top_k > 0 {
+        order.truncate(opts.top_k);
+    }
+    let max = logprobs[order[0]].f64();
+    let mut weights: Vec<f64> = order
+        .iter()
+        .map(|&i| ((logprobs[i].f64() - max) / opts.temperature).exp())
+        .collect();
+    let total: f64 = weights.iter().sum();
+    if opts.top_p < 1.0 {
+        let mut mass = 0.0;
+        let mut keep = weights.len();
+        for (n, w) in weights.iter().enumerate() {
+            mass += w / total;
+            if mass >= opts.top_p {
+                keep = n + 1;
+                break;
+            }
+        }
+        weights.truncate(keep);
+        order.truncate(keep);
+    }
+    let total: f64 = weights.iter().sum();
+    let mut u = rng.uniform() * total;
+    for (&i, &w) in order.iter().zip(&weights) {
+        if u < w {
+            return i as u32;
+        }
+        u -= w;
+    }
+    *order.last().expect("non-empty vocabulary") as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_and_greedy() {
+        let lp: Vec<f64> = [0.5f64, 0.3, 0.15, 0.05].iter().map(|p| p.ln()).collect();
+        let mut rng = Rng::new(1);
+        let greedy = SamplingOptions {
+            temperature: 0.0,
+            ..Default::default()
+        };
+        assert_eq!(sample(&lp, greedy, &mut rng), 0);
+        let top2 = SamplingOptions {
+            top_k: 2,
+            ..Default::default()
+        };
+        let nucleus = SamplingOptions {
+            top_p: 0.7,
+            ..Default::default()
+        };
+        let mut counts = [0usize; 4];
+        for _ in 0..2000 {
+            assert!(sample(&lp, top2, &mut rng) < 2);
+            assert!(sample(&lp, nucleus, &mut rng) < 2);
+            counts[sample(&lp, SamplingOptions::default(), &mut rng) as usize] += 1;
+        }
+        assert!((900..1100).contains(&counts[0]), "{counts:?}");
+        assert!(counts[3] > 40, "{counts:?}");
+    }
+}

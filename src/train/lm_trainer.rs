@@ -1,0 +1,314 @@
+//! Training a decoder-only language model on one token stream: each update samples `batch`
+//! random windows of `context + 1` tokens (inputs and the targets shifted by one) with the run's
+//! seeded generator, runs forward and backward (mean cross-entropy over all `batch · context`
+//! targets), clips the global gradient norm and applies Adam on a [`CosineSchedule`] (linear
+//! warm-up, then cosine decay to 10% of the peak at the planned last step). Checkpoints hold the
+//! model, Adam's moments and the state (step, generator, recipe, data fingerprint), so a resumed
+//! run continues bit for bit at the same thread count.
+
+use crate::error::{Error, Result};
+use crate::model::{LanguageModel, ModelConfig};
+use crate::rng::Rng;
+use crate::train::adam::{clip_grad_norm, Adam, AdamConfig};
+use crate::train::checkpoint;
+use crate::train::loss::LossStats;
+use crate::train::schedule::CosineSchedule;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// The language-model recipe (saved with every checkpoint).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LmTrainConfig {
+    /// Tokens per training window (at most the model's max_len).
+    pub context: usize,
+    /// Windows per update.
+    pub batch: usize,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Linear warm-up updates.
+    pub warmup: u64,
+    /// The update at which the cosine reaches its floor (the planned run length).
+    pub total_steps: u64,
+    /// The floor as a fraction of the peak (0.1).
+    pub min_lr_ratio: f64,
+    /// Clip the global gradient norm to this value.
+    pub clip_norm: Option<f64>,
+    /// ε_ls of the loss (0: plain cross-entropy).
+    pub label_smoothing: f64,
+    pub adam: AdamConfig,
+    /// Decides initialisation, windows and dropout.
+    pub seed: u64,
+}
+
+impl Default for LmTrainConfig {
+    fn default() -> Self {
+        LmTrainConfig {
+            context: 128,
+            batch: 16,
+            lr: 5e-4,
+            warmup: 200,
+            total_steps: 5000,
+            min_lr_ratio: 0.1,
+            clip_norm: Some(1.0),
+            label_smoothing: 0.0,
+            adam: AdamConfig::default(),
+            seed: 1,
+        }
+    }
+}
+
+/// Where a run stands (`trainer_state.json`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LmTrainerState {
+    pub step: u64,
+    /// Draws the windows and the dropout masks.
+    pub rng: Rng,
+    pub config: LmTrainConfig,
+    /// FNV-1a of the training tokens, to refuse resuming on other data.
+    pub data_fingerprint: u64,
+}
+
+/// What one update did.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LmStepReport {
+    pub step: u64,
+    /// Mean loss per target token (nats; equals the NLL without label smoothing).
+    pub loss: f64,
+    pub nll: f64,
+    pub lr: f64,
+    /// Target tokens of the update.
+    pub tokens: usize,
+    pub grad_norm: Option<f64>,
+}
+
+/// A language model, its optimizer and its token stream.
+pub struct LmTrainer {
+    pub model: LanguageModel<f32>,
+    pub adam: Adam<f32>,
+    pub schedule: CosineSchedule,
+    pub state: LmTrainerState,
+    tokens: Vec<u32>,
+}
+
+/// FNV-1a over the token ids.
+pub fn fingerprint(tokens: &[u32]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for &t in tokens {
+        h ^= t as u64;
+        h = h.wrapping_mul(0x100_0000_01b3);
+    }
+    h ^ tokens.len() as u64
+}
+
+fn check(model: &ModelConfig, config: &LmTrainConfig, tokens: &[u32]) -> Result<()> {
+    if config.context == 0 || config.batch == 0 {
+        return Err(Error::Config("context and batch must be positive".into()));
+    }
+    if config.context > model.max_len {
+        return Err(Error::Config(format!(
+            "context {} is longer than the model's max_len {}",
+            config.context, model.max_len
+        )));
+    }
+    if tokens.len() <= config.context {
+        return Err(Error::Input(format!(
+            "the training text has {} tokens; a window needs context + 1 = {} (use a longer text or a smaller --context)",
+            tokens.len(),
+            config.context + 1
+        )));
+    }
+    if let Some(&t) = tokens.iter().find(|&&t| t as usize >= model.vocab_size) {
+        return Err(Error::Input(format!(
+            "token id {t} is outside the vocabulary of {}",
+            model.vocab_size
+        )));
+    }
+    Ok(())
+}
+
+impl LmTrainer {
+    /// A fresh run: the model is initialised from `config.seed`.
+    pub fn new(model_config: ModelConfig, config: LmTrainConfig, tokens: Vec<u32>) -> Result<Self> {
+        model_config.validate().map_err(Error::Config)?;
+        check(&model_config, &config, &tokens)?;
+        let mut rng = Rng::new(config.seed);
+        let mut model = LanguageModel::new(model_config, &mut rng);
+        let adam = Adam::new(config.adam, &model.params_mut());
+        let state = LmTrainerState {
+            step: 0,
+            rng,
+            data_fingerprint: fingerprint(&tokens),
+            config,
+        };
+        Ok(Self::assemble(model, adam, state, tokens))
+    }
+
+    /// Continues the run saved in `dir` on the same tokens.
+    pub fn resume(dir: &Path, tokens: Vec<u32>) -> Result<Self> {
+        let mut model = checkpoint::load_language_model(dir)?;
+        let path = dir.join(checkpoint::TRAINER_STATE_FILE);
+        let bytes = checkpoint::read_file(&path)?;
+        let state: LmTrainerState =
+            serde_json::from_slice(&bytes).map_err(|e| Error::Checkpoint {
+                path: path.clone(),
+                reason: format!("invalid language-model trainer state: {e}"),
+            })?;
+        check(&model.config, &state.config, &tokens)?;
+        if state.data_fingerprint != fingerprint(&tokens) {
+            return Err(Error::Checkpoint {
+                path,
+                reason: "the training text differs from the text this run started on".into(),
+            });
+        }
+        let mut adam = Adam::new(state.config.adam, &model.params_mut());
+        adam.step = state.step;
+        checkpoint::load_optimizer_params(dir, &model.params_mut(), &mut adam)?;
+        Ok(Self::assemble(model, adam, state, tokens))
+    }
+
+    fn assemble(
+        model: LanguageModel<f32>,
+        adam: Adam<f32>,
+        state: LmTrainerState,
+        tokens: Vec<u32>,
+    ) -> Self {
+        let c = &state.config;
+        let schedule = CosineSchedule {
+            lr: c.lr,
+            warmup: c.warmup,
+            total: c.total_steps,
+            min_ratio: c.min_lr_ratio,
+        };
+        LmTrainer {
+            model,
+            adam,
+            schedule,
+            state,
+            tokens,
+        }
+    }
+
+    /// Tokens in the training stream.
+    pub fn n_tokens(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// `batch` random windows: inputs and targets, each `[batch, context]`.
+    fn sample_windows(&mut self) -> (Vec<u32>, Vec<u32>) {
+        let (context, batch) = (self.state.config.context, self.state.config.batch);
+        let starts = self.tokens.len() - context; // windows of context + 1 tokens
+        let mut inputs = Vec::with_capacity(batch * context);
+        let mut targets = Vec::with_capacity(batch * context);
+        for _ in 0..batch {
+            let s = self.state.rng.below(starts);
+            inputs.extend_from_slice(&self.tokens[s..s + context]);
+            targets.extend_from_slice(&self.tokens[s + 1..s + context + 1]);
+        }
+        (inputs, targets)
+    }
+
+    /// One update.
+    pub fn step(&mut self) -> Result<LmStepReport> {
+        let (inputs, targets) = self.sample_windows();
+        let batch = self.state.config.batch;
+        self.model.zero_grads();
+        let grad_scale = 1.0 / targets.len() as f64;
+        let stats = self.model.forward_backward(
+            &inputs,
+            &targets,
+            batch,
+            self.state.config.label_smoothing,
+            grad_scale,
+            Some(&mut self.state.rng),
+        );
+        let step = self.state.step + 1;
+        if !stats.loss().is_finite() {
+            return Err(Error::NonFiniteLoss {
+                step,
+                loss: stats.loss(),
+            });
+        }
+        let lr = self.schedule.lr(step);
+        let mut params = self.model.params_mut();
+        let grad_norm = self
+            .state
+            .config
+            .clip_norm
+            .map(|max| clip_grad_norm(&mut params, max));
+        if let Some(n) = grad_norm.filter(|n| !n.is_finite()) {
+            return Err(Error::NonFiniteLoss { step, loss: n });
+        }
+        self.adam.update(&mut params, lr);
+        self.state.step = step;
+        Ok(LmStepReport {
+            step,
+            loss: stats.loss(),
+            nll: stats.nll(),
+            lr,
+            tokens: targets.len(),
+            grad_norm,
+        })
+    }
+
+    /// Writes model, optimizer and state into `dir` (the state last).
+    pub fn save(&mut self, dir: &Path) -> Result<()> {
+        checkpoint::save_language_model(dir, &mut self.model)?;
+        checkpoint::save_optimizer_params(dir, &self.model.params_mut(), &self.adam)?;
+        let state = serde_json::to_string_pretty(&self.state).expect("trainer state serialises");
+        checkpoint::write_atomic(&dir.join(checkpoint::TRAINER_STATE_FILE), state.as_bytes())
+    }
+}
+
+/// The summed negative log-likelihood of `tokens[1..]`, each predicted from the tokens before it
+/// within windows of `context` tokens, without dropout. Windows start every `stride` tokens
+/// (`stride == context`: non-overlapping, each token sees the tokens since its window start;
+/// a smaller stride gives every token at least `context − stride` tokens of history), every
+/// token is scored exactly once, by the first window that contains it, and the last window is
+/// moved back to end at the last token so all windows are full. `batch` windows per forward.
+pub fn score_stream(
+    model: &LanguageModel<f32>,
+    tokens: &[u32],
+    context: usize,
+    stride: usize,
+    batch: usize,
+) -> LossStats {
+    let mut stats = LossStats::default();
+    if tokens.len() < 2 {
+        return stats;
+    }
+    let n_targets = tokens.len() - 1;
+    let len = context.min(model.config.max_len).min(n_targets).max(1);
+    let stride = stride.clamp(1, len);
+    // (window start, first scored row)
+    let mut windows = Vec::new();
+    let mut scored = 0; // targets 1..=scored are done
+    let mut s = 0;
+    loop {
+        windows.push((s, scored - s));
+        scored = s + len;
+        if scored >= n_targets {
+            break;
+        }
+        s = (s + stride).min(n_targets - len);
+    }
+    let v = model.config.vocab_size;
+    for group in windows.chunks(batch.max(1)) {
+        let mut inputs = Vec::with_capacity(group.len() * len);
+        let mut targets = Vec::with_capacity(group.len() * len);
+        for &(s, _) in group {
+            inputs.extend_from_slice(&tokens[s..s + len]);
+            targets.extend_from_slice(&tokens[s + 1..s + len + 1]);
+        }
+        let (_, logprobs) = model.evaluate_with_logprobs(&inputs, &targets, group.len());
+        for (w, &(_, first)) in group.iter().enumerate() {
+            for r in first..len {
+                let row = w * len + r;
+                let nll = -(logprobs[row * v + targets[row] as usize] as f64);
+                stats.loss_sum += nll;
+                stats.nll_sum += nll;
+                stats.n_tokens += 1;
+            }
+        }
+    }
+    stats
+}
