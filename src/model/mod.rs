@@ -14,7 +14,7 @@ pub mod lm;
 pub mod param;
 pub mod seq2seq;
 
-pub use lm::LanguageModel;
 pub use config::{Activation, ModelConfig, NormPlacement, Positions};
+pub use lm::LanguageModel;
 pub use param::Param;
 pub use seq2seq::Seq2Seq;
