@@ -7,6 +7,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use transformer::cli::lm::generate_ids;
 use transformer::decode::sample::SamplingOptions;
+use transformer::model::config::{Activation, Positions};
 use transformer::model::lm::lm_n_params;
 use transformer::model::{LanguageModel, ModelConfig, NormPlacement};
 use transformer::rng::Rng;
@@ -33,7 +34,12 @@ fn config(norm: NormPlacement, tie: bool, dropout: f64, d_model: usize) -> Model
 }
 
 fn gradient_check(norm: NormPlacement, tie: bool, dropout: f64, smoothing: f64) {
-    let mut model = LanguageModel::<f64>::new(config(norm, tie, dropout, 8), &mut Rng::new(1));
+    gradient_check_with(config(norm, tie, dropout, 8), smoothing);
+}
+
+fn gradient_check_with(c: ModelConfig, smoothing: f64) {
+    let (norm, tie, dropout) = (c.norm, c.tie_embeddings, c.dropout);
+    let mut model = LanguageModel::<f64>::new(c, &mut Rng::new(1));
     let tokens = [1u32, 4, 5, 6, 7, 10, 3, 2, 9, 9];
     let targets = [4u32, 5, 6, 7, 8, 3, 2, 9, 9, 0];
     let rng = Rng::new(99); // the same dropout masks in every evaluation
@@ -86,10 +92,27 @@ fn whole_lm_gradient_pre_ln_untied_dropout_smoothing() {
 }
 
 #[test]
+fn whole_lm_gradient_with_rotary_and_learned_positions() {
+    for positions in [Positions::Rotary, Positions::Learned] {
+        let mut c = config(NormPlacement::PreLn, true, 0.1, 8);
+        c.positions = positions;
+        c.activation = Activation::GeluErf;
+        gradient_check_with(c, 0.0);
+    }
+}
+
+#[test]
 fn cached_incremental_logprobs_equal_the_full_forward() {
-    for norm in [NormPlacement::PostLn, NormPlacement::PreLn] {
+    let cases = [
+        (NormPlacement::PostLn, Positions::Sinusoidal),
+        (NormPlacement::PreLn, Positions::Sinusoidal),
+        (NormPlacement::PreLn, Positions::Rotary),
+        (NormPlacement::PostLn, Positions::Learned),
+    ];
+    for (norm, positions) in cases {
         let mut c = config(norm, true, 0.1, 32);
         c.vocab_size = 50;
+        c.positions = positions;
         let model = LanguageModel::<f32>::new(c, &mut Rng::new(3));
         let (batch, seq) = (2, 12);
         let mut rng = Rng::new(5);
@@ -116,7 +139,7 @@ fn cached_incremental_logprobs_equal_the_full_forward() {
             .zip(&full)
             .map(|(a, b)| (a - b).abs())
             .fold(0.0f32, f32::max);
-        assert!(worst < 1e-5, "{norm:?}: max diff {worst:e}");
+        assert!(worst < 1e-5, "{norm:?} {positions:?}: max diff {worst:e}");
     }
 }
 
