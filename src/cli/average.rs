@@ -4,7 +4,7 @@
 use super::VOCAB_FILE;
 use crate::train::average::average_checkpoints;
 use crate::train::checkpoint::save_model;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 use std::path::PathBuf;
 
@@ -27,8 +27,8 @@ pub fn run(args: AverageArgs) -> Result<()> {
         .into_iter()
         .find(|p| p.is_file());
     if let Some(vocab) = vocab {
-        std::fs::copy(&vocab, args.out.join(VOCAB_FILE))
-            .with_context(|| format!("cannot copy {}", vocab.display()))?;
+        // Load and save rather than copy: a BPE vocabulary brings its tokenizer.json along.
+        crate::text::vocab::Vocab::load(&vocab)?.save(&args.out.join(VOCAB_FILE))?;
     }
     eprintln!(
         "averaged {} checkpoints into {}",

@@ -2,7 +2,7 @@
 
 use super::{bar_message, set_threads, training_bar, VOCAB_FILE};
 use crate::model::{ModelConfig, NormPlacement};
-use crate::text::corpus::{read_pairs, Pair};
+use crate::text::corpus::{read_pairs, read_parallel, Pair};
 use crate::text::vocab::{Vocab, VocabLevel};
 use crate::train::average::{list_step_checkpoints, step_checkpoint_name};
 use crate::train::trainer::{Example, TrainConfig, Trainer};
@@ -15,16 +15,29 @@ use std::time::Instant;
 pub enum Level {
     Char,
     Word,
+    Bpe,
 }
 
 #[derive(Args, Debug)]
 pub struct TrainArgs {
     /// Training pairs, one `source<TAB>target` per line (UTF-8).
-    #[arg(long)]
-    pub train: PathBuf,
+    #[arg(long, required_unless_present = "src_file", conflicts_with_all = ["src_file", "tgt_file"])]
+    pub train: Option<PathBuf>,
+    /// Training sources, one per line, parallel to --tgt-file (instead of --train).
+    #[arg(long, requires = "tgt_file")]
+    pub src_file: Option<PathBuf>,
+    /// Training targets, one per line, parallel to --src-file.
+    #[arg(long, requires = "src_file")]
+    pub tgt_file: Option<PathBuf>,
     /// Validation pairs, evaluated every --valid-every steps and at the end.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["valid_src", "valid_tgt"])]
     pub valid: Option<PathBuf>,
+    /// Validation sources, one per line, parallel to --valid-tgt (instead of --valid).
+    #[arg(long, requires = "valid_tgt")]
+    pub valid_src: Option<PathBuf>,
+    /// Validation targets, one per line, parallel to --valid-src.
+    #[arg(long, requires = "valid_src")]
+    pub valid_tgt: Option<PathBuf>,
     /// Where the model directory is written.
     #[arg(long)]
     pub out: PathBuf,
@@ -73,9 +86,13 @@ pub struct TrainArgs {
     /// Use pre-LN residual blocks instead of the paper's post-LN.
     #[arg(long)]
     pub pre_ln: bool,
-    /// Vocabulary: characters or whitespace-separated words.
+    /// Vocabulary: characters, whitespace-separated words, or byte-level BPE subwords learnt
+    /// jointly from sources and targets (saved as tokenizer.json in the model directory).
     #[arg(long, value_enum, default_value = "char")]
     pub vocab_level: Level,
+    /// With --vocab-level bpe: the size of the joint vocabulary (specials included).
+    #[arg(long, default_value_t = 8000)]
+    pub vocab_size: usize,
     /// Drop training pairs with more tokens than this on either side (reported).
     #[arg(long)]
     pub max_len: Option<usize>,
@@ -174,6 +191,20 @@ pub fn read_corpus(path: &Path) -> Result<Vec<Pair>> {
     Ok(pairs)
 }
 
+/// Reads two parallel line files, reporting skipped lines (with line numbers) on stderr.
+pub fn read_parallel_corpus(source: &Path, target: &Path) -> Result<Vec<Pair>> {
+    let (pairs, report) = read_parallel(source, target)?;
+    if report.count > 0 {
+        eprintln!(
+            "warning: {} / {}: skipped {}",
+            source.display(),
+            target.display(),
+            report.summary()
+        );
+    }
+    Ok(pairs)
+}
+
 /// Encodes pairs, dropping (and counting) those longer than `max_len` tokens on a side.
 pub fn encode_pairs(pairs: &[Pair], vocab: &Vocab, max_len: usize, what: &str) -> Vec<Example> {
     let mut too_long = Vec::new();
@@ -252,10 +283,18 @@ fn check_options(args: &TrainArgs) -> Result<()> {
 pub fn run(args: TrainArgs) -> Result<()> {
     check_options(&args)?;
     let threads = set_threads(args.threads)?;
-    let train_pairs = read_corpus(&args.train)?;
-    let valid_pairs = match &args.valid {
-        Some(p) => read_corpus(p)?,
-        None => Vec::new(),
+    let (train_pairs, train_name) = match (&args.train, &args.src_file, &args.tgt_file) {
+        (Some(p), _, _) => (read_corpus(p)?, p.display().to_string()),
+        (None, Some(s), Some(t)) => (
+            read_parallel_corpus(s, t)?,
+            format!("{} / {}", s.display(), t.display()),
+        ),
+        _ => bail!("give the training data as --train FILE.tsv or --src-file S --tgt-file T"),
+    };
+    let valid_pairs = match (&args.valid, &args.valid_src, &args.valid_tgt) {
+        (Some(p), _, _) => read_corpus(p)?,
+        (None, Some(s), Some(t)) => read_parallel_corpus(s, t)?,
+        _ => Vec::new(),
     };
     let (vocab, mut trainer) = match &args.resume {
         Some(dir) => {
@@ -268,14 +307,15 @@ pub fn run(args: TrainArgs) -> Result<()> {
             (vocab, trainer)
         }
         None => {
-            let level = match args.vocab_level {
-                Level::Char => VocabLevel::Char,
-                Level::Word => VocabLevel::Word,
-            };
             let texts = train_pairs
                 .iter()
                 .flat_map(|p| [p.source.as_str(), p.target.as_str()]);
-            let vocab = Vocab::build(texts, level, 1);
+            let vocab = match args.vocab_level {
+                Level::Char => Vocab::build(texts, VocabLevel::Char, 1),
+                Level::Word => Vocab::build(texts, VocabLevel::Word, 1),
+                Level::Bpe => Vocab::build_bpe(texts, args.vocab_size)
+                    .context("--vocab-level bpe: building the joint BPE vocabulary")?,
+            };
             let model_config = model_config(&args, vocab.len())?;
             let max_len = args
                 .max_len
@@ -283,7 +323,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
                 .min(model_config.max_len);
             let examples = encode_pairs(&train_pairs, &vocab, max_len, "training data");
             if examples.is_empty() {
-                bail!("{}: no training pairs left", args.train.display());
+                bail!("{train_name}: no training pairs left");
             }
             let config = TrainConfig {
                 label_smoothing: args.label_smoothing,

@@ -58,16 +58,35 @@ impl Bpe {
         texts: impl Iterator<Item = &'a str> + Send,
         vocab_size: usize,
     ) -> Result<Bpe> {
-        if vocab_size < MIN_VOCAB {
+        let inner = Self::train_with_specials(texts, vocab_size, &[END_OF_TEXT])?;
+        Self::from_tokenizer(inner, "trained tokenizer")
+    }
+
+    /// The byte-level BPE tokenizer (pre-tokenizer and decoder as for [`Bpe`]) learnt from
+    /// `texts` with `specials` as its special tokens: they get ids `0..specials.len()` in
+    /// order, then come the 256 byte symbols and the merges, up to `vocab_size` entries.
+    pub fn train_with_specials<'a>(
+        texts: impl Iterator<Item = &'a str> + Send,
+        vocab_size: usize,
+        specials: &[&str],
+    ) -> Result<tokenizers::Tokenizer> {
+        let min_vocab = 256 + specials.len();
+        if vocab_size < min_vocab {
             return Err(Error::Config(format!(
-                "vocabulary size {vocab_size} is below {MIN_VOCAB} (256 bytes and {END_OF_TEXT})"
+                "vocabulary size {vocab_size} is below {min_vocab} (256 bytes and {} special tokens)",
+                specials.len()
             )));
         }
         let mut trainer: TrainerWrapper = BpeTrainerBuilder::new()
             .show_progress(false)
             .vocab_size(vocab_size)
             .min_frequency(2)
-            .special_tokens(vec![AddedToken::from(END_OF_TEXT, true)])
+            .special_tokens(
+                specials
+                    .iter()
+                    .map(|s| AddedToken::from(s.to_string(), true))
+                    .collect(),
+            )
             .initial_alphabet(ByteLevel::alphabet().into_iter().collect())
             .build()
             .into();
@@ -75,7 +94,16 @@ impl Bpe {
         inner
             .train(&mut trainer, texts)
             .map_err(|e| bad("training the BPE tokenizer", e))?;
-        Self::from_tokenizer(inner, "trained tokenizer")
+        for (id, special) in specials.iter().enumerate() {
+            let got = inner.token_to_id(special);
+            if got != Some(id as u32) {
+                return Err(bad(
+                    "trained tokenizer",
+                    format!("special token {special:?} has id {got:?}, expected {id}"),
+                ));
+            }
+        }
+        Ok(inner)
     }
 
     /// Loads a `tokenizer.json` written by [`Bpe::save`].

@@ -133,6 +133,68 @@ pub fn read_pairs(path: &Path) -> Result<(Vec<Pair>, MalformedReport), TextError
     parse_pairs(&bytes, path)
 }
 
+/// Reads a parallel corpus as two line files, line `i` of `source_path` translating line `i`
+/// of `target_path`. Different line counts are an error naming both files and counts;
+/// lines that are empty (after trimming) or not UTF-8 on either side are skipped and reported
+/// like the malformed lines of [`parse_pairs`] (`"empty source"`, `"empty target"`,
+/// `"invalid UTF-8 in source"`, ...). Returns [`TextError::Empty`] when no pair is left.
+pub fn read_parallel(
+    source_path: &Path,
+    target_path: &Path,
+) -> Result<(Vec<Pair>, MalformedReport), TextError> {
+    let read = |path: &Path| {
+        std::fs::read(path).map_err(|cause| TextError::Io {
+            path: path.to_path_buf(),
+            cause,
+        })
+    };
+    let (source_bytes, target_bytes) = (read(source_path)?, read(target_path)?);
+    let sources: Vec<_> = split_lines(&source_bytes).collect();
+    let targets: Vec<_> = split_lines(&target_bytes).collect();
+    if sources.len() != targets.len() {
+        return Err(TextError::Malformed {
+            path: source_path.to_path_buf(),
+            report: format!(
+                "{} lines, but {} has {} lines (parallel files need one target line per source line)",
+                sources.len(),
+                target_path.display(),
+                targets.len()
+            ),
+        });
+    }
+    let mut pairs = Vec::new();
+    let mut report = MalformedReport::default();
+    for ((line, source), (_, target)) in sources.into_iter().zip(targets) {
+        let (source, target) = match (std::str::from_utf8(source), std::str::from_utf8(target)) {
+            (Err(_), _) => {
+                report.record(line, "invalid UTF-8 in source");
+                continue;
+            }
+            (_, Err(_)) => {
+                report.record(line, "invalid UTF-8 in target");
+                continue;
+            }
+            (Ok(source), Ok(target)) => (source.trim(), target.trim()),
+        };
+        match (source.is_empty(), target.is_empty()) {
+            (true, true) => report.record(line, "empty line"),
+            (true, false) => report.record(line, "empty source"),
+            (false, true) => report.record(line, "empty target"),
+            (false, false) => pairs.push(Pair {
+                source: source.to_string(),
+                target: target.to_string(),
+                line,
+            }),
+        }
+    }
+    if pairs.is_empty() {
+        return Err(TextError::Empty {
+            path: source_path.to_path_buf(),
+        });
+    }
+    Ok((pairs, report))
+}
+
 /// Reads a `source<TAB>target` file in which every line must be a valid pair: any malformed
 /// line gives [`TextError::Malformed`] with the report's summary.
 pub fn read_pairs_strict(path: &Path) -> Result<Vec<Pair>, TextError> {

@@ -4,6 +4,12 @@
 //! [`EOS`] `</s>` and [`UNK`] `<unk>`. A vocabulary is saved as JSON,
 //! `{"level": "char", "tokens": ["<pad>", "<s>", "</s>", "<unk>", ...]}`, where the position of
 //! a token is its id.
+//!
+//! A byte-level BPE vocabulary ([`VocabLevel::Bpe`], see [`Vocab::build_bpe`]) is a
+//! `tokenizers` tokenizer whose special tokens are the four specials with the same ids. It is
+//! saved as two files in one directory: `vocab.json` holds
+//! `{"level": "bpe", "tokenizer": "tokenizer.json"}` and the tokenizer itself is
+//! [`TOKENIZER_FILE`] next to it; [`Vocab::load`] of `vocab.json` reads both.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
@@ -11,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::bpe::{Bpe, TOKENIZER_FILE};
 use super::TextError;
 use crate::batch::{BOS, EOS, PAD, UNK};
 
@@ -25,6 +32,8 @@ pub enum VocabLevel {
     Char,
     /// Whitespace-separated words are tokens; decoding joins them with one space.
     Word,
+    /// Byte-level BPE subwords (GPT-2 style): any text is representable, decoding restores it.
+    Bpe,
 }
 
 /// The on-disk form of a [`Vocab`]; deserialising goes through it so every loaded vocabulary
@@ -32,23 +41,40 @@ pub enum VocabLevel {
 #[derive(Deserialize)]
 struct VocabFile {
     level: VocabLevel,
+    #[serde(default)]
     tokens: Vec<String>,
+    /// BPE only: the tokenizer file, relative to the directory of `vocab.json`.
+    #[serde(default)]
+    tokenizer: Option<String>,
 }
 
 /// A token table: `tokens[id]` is the token of `id`, and the first four ids are the specials.
+/// For BPE, `tokens[id]` is the text of the subword `id` alone (for display) and the
+/// tokenizer does the encoding and decoding.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(try_from = "VocabFile")]
 pub struct Vocab {
     level: VocabLevel,
     tokens: Vec<String>,
-    /// Token -> id, the inverse of `tokens`.
+    /// Token -> id, the inverse of `tokens` (char and word levels).
     #[serde(skip)]
     ids_by_token: HashMap<String, u32>,
+    /// The byte-level BPE tokenizer (BPE level only).
+    #[serde(skip)]
+    bpe: Option<Box<tokenizers::Tokenizer>>,
 }
 
 impl PartialEq for Vocab {
     fn eq(&self, other: &Self) -> bool {
-        self.level == other.level && self.tokens == other.tokens
+        let tokenizer_json = |vocab: &Self| {
+            vocab
+                .bpe
+                .as_ref()
+                .map(|tokenizer| tokenizer.to_string(false).unwrap_or_default())
+        };
+        self.level == other.level
+            && self.tokens == other.tokens
+            && tokenizer_json(self) == tokenizer_json(other)
     }
 }
 
@@ -58,6 +84,12 @@ impl TryFrom<VocabFile> for Vocab {
     type Error = String;
 
     fn try_from(file: VocabFile) -> Result<Self, Self::Error> {
+        if file.level == VocabLevel::Bpe {
+            return Err(format!(
+                "a BPE vocabulary lives in its tokenizer file ({}); load it with Vocab::load",
+                file.tokenizer.as_deref().unwrap_or(TOKENIZER_FILE)
+            ));
+        }
         Vocab::from_tokens(file.level, file.tokens)
     }
 }
@@ -91,6 +123,7 @@ impl Vocab {
                     }
                 }
                 VocabLevel::Word => text.split_whitespace().for_each(&mut count_token),
+                VocabLevel::Bpe => panic!("BPE vocabularies are built with Vocab::build_bpe"),
             }
         }
         let mut counted: Vec<(String, usize)> = counts
@@ -108,6 +141,37 @@ impl Vocab {
             .chain(counted.into_iter().map(|(token, _)| token))
             .collect();
         Vocab::from_tokens(level, tokens).expect("built vocabularies are valid by construction")
+    }
+
+    /// A byte-level BPE vocabulary of (at most) `vocab_size` entries learnt from `texts`
+    /// (source and target sentences together for a joint vocabulary); the specials keep ids
+    /// 0..=3.
+    pub fn build_bpe<'a>(
+        texts: impl Iterator<Item = &'a str> + Send,
+        vocab_size: usize,
+    ) -> crate::error::Result<Vocab> {
+        let tokenizer = Bpe::train_with_specials(texts, vocab_size, &SPECIAL_TOKENS)?;
+        Ok(Vocab::from_tokenizer(tokenizer))
+    }
+
+    /// Wraps a tokenizer whose first four ids are the specials (checked by the caller).
+    fn from_tokenizer(mut tokenizer: tokenizers::Tokenizer) -> Vocab {
+        // Text that spells a special is encoded as plain bytes: text never injects control
+        // tokens.
+        tokenizer.set_encode_special_tokens(true);
+        let size = tokenizer.get_vocab_size(true) as u32;
+        let tokens = (0..size)
+            .map(|id| match SPECIAL_TOKENS.get(id as usize) {
+                Some(special) => special.to_string(),
+                None => tokenizer.decode(&[id], false).unwrap_or_default(),
+            })
+            .collect();
+        Vocab {
+            level: VocabLevel::Bpe,
+            tokens,
+            ids_by_token: HashMap::new(),
+            bpe: Some(Box::new(tokenizer)),
+        }
     }
 
     /// A vocabulary from its token list, checked: specials in place, no duplicates, and each
@@ -142,11 +206,13 @@ impl Vocab {
             let valid = match level {
                 VocabLevel::Char => token.chars().count() == 1,
                 VocabLevel::Word => !token.is_empty() && !token.chars().any(char::is_whitespace),
+                VocabLevel::Bpe => false,
             };
             if !valid {
                 let expected = match level {
                     VocabLevel::Char => "exactly one character",
                     VocabLevel::Word => "a non-empty word without whitespace",
+                    VocabLevel::Bpe => "a token of a tokenizer file",
                 };
                 return Err(format!("token {id} ({token:?}) is not {expected}"));
             }
@@ -160,6 +226,7 @@ impl Vocab {
             level,
             tokens,
             ids_by_token,
+            bpe: None,
         })
     }
 
@@ -174,6 +241,13 @@ impl Vocab {
 
     /// Token ids of `text`, no specials added; tokens outside the vocabulary become [`UNK`].
     pub fn encode(&self, text: &str) -> Vec<u32> {
+        if let Some(tokenizer) = &self.bpe {
+            // Byte-level BPE represents every text; the error arm is unreachable in practice.
+            return tokenizer
+                .encode(text, false)
+                .map(|encoding| encoding.get_ids().to_vec())
+                .unwrap_or_else(|_| vec![UNK]);
+        }
         match self.level {
             VocabLevel::Char => {
                 let mut buffer = [0u8; 4];
@@ -185,13 +259,24 @@ impl Vocab {
                 .split_whitespace()
                 .map(|word| self.id_of(word))
                 .collect(),
+            VocabLevel::Bpe => unreachable!("a BPE vocabulary has its tokenizer"),
         }
     }
 
     /// Text of `ids`: stops at the first [`EOS`], skips [`PAD`] and [`BOS`]; [`UNK`] and ids
     /// outside the vocabulary render as `<unk>`. Characters are concatenated, words joined
-    /// with one space.
+    /// with one space. BPE: the specials (and ids outside the vocabulary) are skipped and the
+    /// subwords' bytes concatenated, so the text comes back as it was.
     pub fn decode(&self, ids: &[u32]) -> String {
+        if let Some(tokenizer) = &self.bpe {
+            let kept: Vec<u32> = ids
+                .iter()
+                .copied()
+                .take_while(|&id| id != EOS)
+                .filter(|&id| id > UNK && (id as usize) < self.tokens.len())
+                .collect();
+            return tokenizer.decode(&kept, true).unwrap_or_default();
+        }
         let pieces = ids
             .iter()
             .take_while(|&&id| id != EOS)
@@ -200,6 +285,7 @@ impl Vocab {
         match self.level {
             VocabLevel::Char => pieces.collect(),
             VocabLevel::Word => pieces.collect::<Vec<_>>().join(" "),
+            VocabLevel::Bpe => unreachable!("a BPE vocabulary has its tokenizer"),
         }
     }
 
@@ -225,34 +311,78 @@ impl Vocab {
     }
 
     /// Writes the vocabulary as JSON to `path`, through `path.tmp` and a rename so a crash
-    /// never leaves a half-written file.
+    /// never leaves a half-written file. BPE: also writes [`TOKENIZER_FILE`] next to `path`
+    /// (first, so `vocab.json` never points to a missing tokenizer).
     pub fn save(&self, path: &Path) -> Result<(), TextError> {
-        let mut temporary_name = OsString::from(path.as_os_str());
-        temporary_name.push(".tmp");
-        let temporary_path = PathBuf::from(temporary_name);
-        let json =
-            serde_json::to_string_pretty(self).expect("a vocabulary of strings always serialises");
-        std::fs::write(&temporary_path, json).map_err(|cause| TextError::Write {
-            path: temporary_path.clone(),
-            cause,
-        })?;
-        std::fs::rename(&temporary_path, path).map_err(|cause| TextError::Write {
-            path: path.to_path_buf(),
-            cause,
-        })
+        let json = match &self.bpe {
+            Some(tokenizer) => {
+                let tokenizer_path = path.with_file_name(TOKENIZER_FILE);
+                let tokenizer_json = tokenizer.to_string(true).map_err(|e| TextError::Write {
+                    path: tokenizer_path.clone(),
+                    cause: std::io::Error::other(e.to_string()),
+                })?;
+                write_atomic(&tokenizer_path, &tokenizer_json)?;
+                serde_json::to_string_pretty(&serde_json::json!({
+                    "level": "bpe",
+                    "tokenizer": TOKENIZER_FILE,
+                }))
+                .expect("a JSON value always serialises")
+            }
+            None => serde_json::to_string_pretty(self)
+                .expect("a vocabulary of strings always serialises"),
+        };
+        write_atomic(path, &json)
     }
 
-    /// Reads and validates a vocabulary written by [`Vocab::save`].
+    /// Reads and validates a vocabulary written by [`Vocab::save`] (for BPE, `vocab.json` and
+    /// the tokenizer file it names, in the same directory).
     pub fn load(path: &Path) -> Result<Vocab, TextError> {
         let json = std::fs::read_to_string(path).map_err(|cause| TextError::Io {
             path: path.to_path_buf(),
             cause,
         })?;
-        serde_json::from_str(&json).map_err(|error| TextError::BadVocab {
+        let bad = |path: &Path, reason: String| TextError::BadVocab {
             path: path.to_path_buf(),
-            reason: error.to_string(),
-        })
+            reason,
+        };
+        let file: VocabFile =
+            serde_json::from_str(&json).map_err(|error| bad(path, error.to_string()))?;
+        if file.level != VocabLevel::Bpe {
+            return Vocab::try_from(file).map_err(|reason| bad(path, reason));
+        }
+        let name = file.tokenizer.as_deref().unwrap_or(TOKENIZER_FILE);
+        let tokenizer_path = path.with_file_name(name);
+        if !tokenizer_path.is_file() {
+            return Err(bad(&tokenizer_path, "tokenizer file not found".into()));
+        }
+        let tokenizer = tokenizers::Tokenizer::from_file(&tokenizer_path)
+            .map_err(|error| bad(&tokenizer_path, error.to_string()))?;
+        for (id, special) in SPECIAL_TOKENS.iter().enumerate() {
+            let got = tokenizer.token_to_id(special);
+            if got != Some(id as u32) {
+                return Err(bad(
+                    &tokenizer_path,
+                    format!("special token {special:?} has id {got:?}, expected {id}"),
+                ));
+            }
+        }
+        Ok(Vocab::from_tokenizer(tokenizer))
     }
+}
+
+/// Writes `contents` to `path` through `path.tmp` and a rename.
+fn write_atomic(path: &Path, contents: &str) -> Result<(), TextError> {
+    let mut temporary_name = OsString::from(path.as_os_str());
+    temporary_name.push(".tmp");
+    let temporary_path = PathBuf::from(temporary_name);
+    std::fs::write(&temporary_path, contents).map_err(|cause| TextError::Write {
+        path: temporary_path.clone(),
+        cause,
+    })?;
+    std::fs::rename(&temporary_path, path).map_err(|cause| TextError::Write {
+        path: path.to_path_buf(),
+        cause,
+    })
 }
 
 #[cfg(test)]
@@ -316,6 +446,66 @@ mod tests {
         assert_eq!(loaded, vocab);
         assert_eq!(loaded.level(), VocabLevel::Char);
         assert_eq!(loaded.encode("héllo"), vocab.encode("héllo"));
+    }
+
+    #[test]
+    fn bpe_specials_round_trip_and_save_load() {
+        let texts = [
+            "the red house",
+            "das rote Haus.",
+            "zwölf grüne Häuser, 12 €!",
+            "naïve café — 東京",
+        ];
+        let vocab = Vocab::build_bpe(texts.iter().copied().cycle().take(40), 300).unwrap();
+        assert_eq!(vocab.level(), VocabLevel::Bpe);
+        assert!(
+            vocab.len() > 256 + 4 && vocab.len() <= 300,
+            "{}",
+            vocab.len()
+        );
+        let tokenizer = vocab.bpe.as_ref().unwrap();
+        for (id, special) in SPECIAL_TOKENS.iter().enumerate() {
+            assert_eq!(tokenizer.token_to_id(special), Some(id as u32));
+            assert_eq!(vocab.token(id as u32), Some(*special));
+        }
+        assert_eq!((PAD, BOS, EOS, UNK), (0, 1, 2, 3), "crate::batch specials");
+        // Unicode text (also unseen) round-trips; no specials in the ids; no stray markers.
+        for text in [
+            "zwölf grüne Häuser, 12 €!",
+            "東京 naïve",
+            "unseen ✓ text",
+            "a  b",
+        ] {
+            let ids = vocab.encode(text);
+            assert!(ids.iter().all(|&id| id > UNK), "{text}: {ids:?}");
+            assert_eq!(vocab.decode(&ids), text);
+        }
+        // Spelling a special is plain text.
+        let ids = vocab.encode("</s> <unk>");
+        assert!(ids.iter().all(|&id| id > UNK), "{ids:?}");
+        assert_eq!(vocab.decode(&ids), "</s> <unk>");
+        // Decoding stops at EOS and skips BOS, PAD, UNK and out-of-range ids.
+        let house = vocab.encode("the red house");
+        let mut ids = vec![BOS];
+        ids.extend(&house);
+        ids.extend([PAD, UNK, 99_999, EOS]);
+        ids.extend(vocab.encode(" more"));
+        assert_eq!(vocab.decode(&ids), "the red house");
+        assert_eq!(vocab.decode(&[EOS]), "");
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vocab.json");
+        vocab.save(&path).unwrap();
+        assert!(dir.path().join(TOKENIZER_FILE).is_file());
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("\"level\": \"bpe\""), "{text}");
+        let loaded = Vocab::load(&path).unwrap();
+        assert_eq!(loaded, vocab);
+        assert_eq!(loaded.encode("東京 naïve"), vocab.encode("東京 naïve"));
+        std::fs::remove_file(dir.path().join(TOKENIZER_FILE)).unwrap();
+        let error = Vocab::load(&path).unwrap_err().to_string();
+        assert!(error.contains(TOKENIZER_FILE), "{error}");
+        assert!(Vocab::build_bpe(texts.iter().copied(), 100).is_err());
     }
 
     #[test]
