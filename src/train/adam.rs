@@ -108,6 +108,29 @@ pub fn clip_grad_norm<T: Float>(params: &mut [(String, &mut Param<T>)], max_norm
     norm
 }
 
+/// One guarded update, shared by the trainers: refuses a non-finite `loss` (or gradient norm)
+/// before anything changes, clips to `clip_norm` when given, then applies Adam with `lr`.
+/// Returns the gradient norm before clipping (when clipping is on).
+pub fn guarded_update<T: Float>(
+    adam: &mut Adam<T>,
+    params: &mut [(String, &mut Param<T>)],
+    clip_norm: Option<f64>,
+    lr: f64,
+    step: u64,
+    loss: f64,
+) -> crate::error::Result<Option<f64>> {
+    use crate::error::Error;
+    if !loss.is_finite() {
+        return Err(Error::NonFiniteLoss { step, loss });
+    }
+    let grad_norm = clip_norm.map(|max| clip_grad_norm(params, max));
+    if let Some(n) = grad_norm.filter(|n| !n.is_finite()) {
+        return Err(Error::NonFiniteLoss { step, loss: n });
+    }
+    adam.update(params, lr);
+    Ok(grad_norm)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,7 @@
 use crate::error::{Error, Result};
 use crate::model::{LanguageModel, ModelConfig};
 use crate::rng::Rng;
-use crate::train::adam::{clip_grad_norm, Adam, AdamConfig};
+use crate::train::adam::{guarded_update, Adam, AdamConfig};
 use crate::train::checkpoint;
 use crate::train::loss::LossStats;
 use crate::train::schedule::CosineSchedule;
@@ -222,23 +222,15 @@ impl LmTrainer {
             Some(&mut self.state.rng),
         );
         let step = self.state.step + 1;
-        if !stats.loss().is_finite() {
-            return Err(Error::NonFiniteLoss {
-                step,
-                loss: stats.loss(),
-            });
-        }
         let lr = self.schedule.lr(step);
-        let mut params = self.model.params_mut();
-        let grad_norm = self
-            .state
-            .config
-            .clip_norm
-            .map(|max| clip_grad_norm(&mut params, max));
-        if let Some(n) = grad_norm.filter(|n| !n.is_finite()) {
-            return Err(Error::NonFiniteLoss { step, loss: n });
-        }
-        self.adam.update(&mut params, lr);
+        let grad_norm = guarded_update(
+            &mut self.adam,
+            &mut self.model.params_mut(),
+            self.state.config.clip_norm,
+            lr,
+            step,
+            stats.loss(),
+        )?;
         self.state.step = step;
         Ok(LmStepReport {
             step,
