@@ -9,7 +9,7 @@ mod common;
 use common::*;
 use transformer::batch::PAD;
 use transformer::kernels::attention::AttnMask;
-use transformer::model::attention::MultiHeadAttention;
+use transformer::model::attention::{MultiHeadAttention, TILED_FROM_KEYS};
 use transformer::model::block::Residual;
 use transformer::model::embedding::Embedding;
 use transformer::model::feed_forward::FeedForward;
@@ -68,6 +68,18 @@ fn embedding_gradient_with_dropout_and_offset() {
 /// Checks d/dx_q, d/dx_kv (separately, and their sum when `self_attn` feeds one tensor to both)
 /// and every projection's gradient.
 fn check_attention(label: &str, q_len: usize, k_len: usize, key_lens: &[usize], causal: bool) {
+    check_attention_scaled(label, q_len, k_len, key_lens, causal, 1.0);
+}
+
+/// `r_scale` scales the objective's weights R (and so |L| and every gradient).
+fn check_attention_scaled(
+    label: &str,
+    q_len: usize,
+    k_len: usize,
+    key_lens: &[usize],
+    causal: bool,
+    r_scale: f64,
+) {
     let self_attn = q_len == k_len;
     let mut rng = Rng::new(20);
     let mut mha = MultiHeadAttention::<f64>::new(D, HEADS, &mut rng);
@@ -78,13 +90,18 @@ fn check_attention(label: &str, q_len: usize, k_len: usize, key_lens: &[usize], 
     } else {
         randn(&mut rng, BATCH * k_len * D, 1.0)
     };
-    let r: Vec<f64> = randn(&mut rng, BATCH * q_len * D, 1.0);
+    let r: Vec<f64> = randn(&mut rng, BATCH * q_len * D, r_scale);
     let mask = AttnMask {
         key_lens,
         causal,
         q_offset: 0,
     };
     let (_, cache) = mha.forward(&x_q, &x_kv, BATCH, mask);
+    let tiled = k_len >= TILED_FROM_KEYS;
+    assert_eq!(
+        (cache.lse.is_empty(), cache.probs.is_empty()),
+        (!tiled, tiled)
+    );
     let (dx_q, dx_kv) = mha.backward(&x_q, &x_kv, cache, &r);
     let mut gc = GradCheck::new(format!("attention {label}"));
     let mha = &mha;
@@ -126,6 +143,16 @@ fn attention_gradient_causal_and_padding() {
 #[test]
 fn attention_gradient_cross_attention() {
     check_attention("cross", 3, 5, &[5, 2], false);
+}
+
+#[test]
+fn attention_gradient_tiled_kernel_long_sequences() {
+    // From TILED_FROM_KEYS keys on the layer saves log-sum-exps instead of weights.
+    // The objective sums ~2,000 outputs, and a central difference's rounding error grows with
+    // |L| (≈ 1e-16 |L| / h); R scaled by 0.1 keeps it under the checker's 1e-9 absolute floor.
+    let n = TILED_FROM_KEYS + 3;
+    check_attention_scaled("tiled causal+padding", n, n, &[n, n / 2 + 1], true, 0.1);
+    check_attention_scaled("tiled cross", 7, n + 60, &[n + 60, n - 1], false, 0.1);
 }
 
 // ---------------------------------------------------------------------------------------------

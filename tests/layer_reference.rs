@@ -104,6 +104,16 @@ fn attention_vs_reference(
     let (want_y, want_p) =
         reference.forward(&to_f64(&x_q), &to_f64(&x_kv), BATCH, key_lens, causal);
     let wy = assert_close(&format!("{label} output"), &y, &want_y, REL, ABS);
+    if cache.probs.is_empty() {
+        // The tiled kernel (long sequences) keeps no weights; its output was checked above.
+        assert_eq!(
+            cache.lse.len(),
+            BATCH * HEADS * q_len,
+            "{label}: no saved log-sum-exp"
+        );
+        eprintln!("attention {label} (tiled): worst |diff| / allowance: output {wy:.3}");
+        return;
+    }
     let wp = assert_close(&format!("{label} probs"), &cache.probs, &want_p, REL, ABS);
     // Masked weights are exactly zero; visible ones are positive and sum to one.
     let mut worst_sum = 0.0f64;
@@ -159,6 +169,13 @@ fn attention_forward_causal_mask_matches_reference() {
 #[test]
 fn attention_forward_causal_and_padding_matches_reference() {
     attention_vs_reference("causal+padding", 5, 5, &[3, 5], true);
+}
+
+#[test]
+fn tiled_attention_forward_matches_reference() {
+    let n = transformer::model::attention::TILED_FROM_KEYS + 5;
+    attention_vs_reference("tiled causal+padding", n, n, &[n, n / 3], true);
+    attention_vs_reference("tiled cross", 9, n + 70, &[n + 70, n - 2], false);
 }
 
 #[test]

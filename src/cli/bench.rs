@@ -1,9 +1,11 @@
 //! `transformer bench`: times training steps (forward, backward, Adam) on random tokens and
 //! prints `train: X tokens/s` (source + target tokens per second, median over timed steps).
+//! `--lm` times a decoder-only step at `--seq-len` with `--tokens` per batch and prints the peak
+//! resident memory; `--translate` times greedy and beam search with a trained model.
 
 use super::set_threads;
 use crate::batch::Batch;
-use crate::model::{ModelConfig, Seq2Seq};
+use crate::model::{LanguageModel, ModelConfig, Seq2Seq};
 use crate::rng::Rng;
 use crate::train::adam::{Adam, AdamConfig};
 use crate::train::schedule::NoamSchedule;
@@ -37,6 +39,35 @@ pub struct BenchArgs {
     /// Timed steps.
     #[arg(long, default_value_t = 5)]
     pub steps: usize,
+    /// Time a decoder-only (GPT-style) training step instead, on sequences of --seq-len.
+    #[arg(long, conflicts_with = "translate")]
+    pub lm: bool,
+    /// With --lm: tokens per sequence.
+    #[arg(long, default_value_t = 512)]
+    pub seq_len: usize,
+    /// With --lm: tokens per batch (batch = tokens / seq-len, at least one sequence).
+    #[arg(long, default_value_t = 8192)]
+    pub tokens: usize,
+    /// Time translation (greedy, then beam search) with the model in this directory instead.
+    #[arg(long, requires = "src")]
+    pub translate: Option<std::path::PathBuf>,
+    /// With --translate: source sentences, one per line.
+    #[arg(long)]
+    pub src: Option<std::path::PathBuf>,
+    /// With --translate: the beam size of the second run.
+    #[arg(long, default_value_t = 4)]
+    pub beam: usize,
+    /// With --translate: sentences decoded together.
+    #[arg(long, default_value_t = 32)]
+    pub sentences_per_batch: usize,
+}
+
+/// Peak resident memory of this process in MiB (Linux `VmHWM`), if the system reports it.
+pub fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
 }
 
 /// Median of a non-empty list.
@@ -52,6 +83,9 @@ pub fn median(mut xs: Vec<f64>) -> f64 {
 
 pub fn run(args: BenchArgs) -> Result<()> {
     let threads = set_threads(args.threads)?;
+    if let Some(dir) = &args.translate {
+        return bench_translate(&args, dir, threads);
+    }
     anyhow::ensure!(
         args.batch > 0 && args.src_len > 1 && args.tgt_len > 1 && args.steps > 0,
         "--batch, --steps must be positive and --src-len, --tgt-len at least 2"
@@ -77,6 +111,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "lengths must be at most max_len {}",
         config.max_len
     );
+    if args.lm {
+        return bench_lm(&args, config, threads);
+    }
     let mut rng = Rng::new(1);
     let mut model = Seq2Seq::<f32>::new(config.clone(), &mut rng);
     let mut adam = Adam::new(AdamConfig::default(), &model.params_mut());
@@ -133,5 +170,98 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let med = median(times);
     println!("train: {:.0} tokens/s", tokens as f64 / med);
     println!("step: {:.3} s median over {} steps", med, args.steps);
+    Ok(())
+}
+
+/// Decoder-only training steps on random tokens: tokens/s and the process's peak memory.
+fn bench_lm(args: &BenchArgs, mut config: ModelConfig, threads: usize) -> Result<()> {
+    anyhow::ensure!(args.seq_len > 1, "--seq-len must be at least 2");
+    let batch = (args.tokens / args.seq_len).max(1);
+    config.max_len = config.max_len.max(args.seq_len);
+    let mut rng = Rng::new(1);
+    let mut model = LanguageModel::<f32>::new(config.clone(), &mut rng);
+    let mut adam = Adam::new(AdamConfig::default(), &model.params_mut());
+    let n = batch * args.seq_len;
+    // tokens and targets [batch, seq_len]: the targets are the tokens shifted by one.
+    let stream: Vec<u32> = (0..n + 1)
+        .map(|_| 4 + rng.below(args.vocab - 4) as u32)
+        .collect();
+    let (tokens, targets) = (&stream[..n], &stream[1..]);
+    eprintln!(
+        "bench --lm: preset {} ({} parameters), {threads} threads, {batch} x {} tokens, vocab {}",
+        args.preset,
+        model.n_params(),
+        args.seq_len,
+        args.vocab
+    );
+    let mut times = Vec::new();
+    for step in 0..args.warmup_steps + args.steps {
+        let t0 = Instant::now();
+        model.zero_grads();
+        let stats =
+            model.forward_backward(tokens, targets, batch, 0.1, 1.0 / n as f64, Some(&mut rng));
+        adam.update(&mut model.params_mut(), 1e-4);
+        let dt = t0.elapsed().as_secs_f64();
+        eprintln!("step {step}: {dt:.3} s, loss {:.3}", stats.loss());
+        if step >= args.warmup_steps {
+            times.push(dt);
+        }
+    }
+    let med = median(times);
+    println!("train-lm: {:.0} tokens/s", n as f64 / med);
+    println!("step: {:.3} s median over {} steps", med, args.steps);
+    match peak_rss_mib() {
+        Some(mib) => println!("peak resident memory: {mib:.0} MiB"),
+        None => println!("peak resident memory: not reported by this system"),
+    }
+    Ok(())
+}
+
+/// Greedy and beam-search translation of `--src` with a trained model: sentences/s and
+/// target tokens/s (emitted tokens, EOS included) for each.
+fn bench_translate(args: &BenchArgs, dir: &std::path::Path, threads: usize) -> Result<()> {
+    use crate::decode::beam::{beam_search, BeamOptions};
+    use crate::decode::greedy::{greedy_decode, GreedyOptions};
+    let (model, vocab) = super::load_model_dir(dir)?;
+    let src = args.src.as_ref().context("--translate needs --src FILE")?;
+    let file =
+        std::fs::File::open(src).with_context(|| format!("cannot open {}", src.display()))?;
+    let lines = crate::text::corpus::read_lines(file, &src.display().to_string())?;
+    let lines: Vec<String> = lines.into_iter().filter(|l| !l.trim().is_empty()).collect();
+    anyhow::ensure!(!lines.is_empty(), "{}: no source lines", src.display());
+    let sources = super::translate::encode_sources(&lines, &vocab, &model)?;
+    let batch = args.sentences_per_batch.max(1);
+    eprintln!(
+        "bench --translate: {} sentences, {threads} threads, {batch} sentences per batch",
+        sources.len()
+    );
+    let report = |what: &str, secs: f64, tokens: usize| {
+        println!(
+            "{what}: {:.1} sentences/s, {:.0} target tokens/s ({tokens} tokens in {secs:.2} s)",
+            sources.len() as f64 / secs,
+            tokens as f64 / secs
+        );
+    };
+    let greedy = GreedyOptions {
+        batch_size: batch,
+        ..GreedyOptions::default()
+    };
+    let t0 = Instant::now();
+    let hyps = greedy_decode(&model, &sources, &greedy);
+    let tokens = hyps.iter().map(|h| h.n_emitted()).sum();
+    report("greedy", t0.elapsed().as_secs_f64(), tokens);
+    let beam = BeamOptions {
+        beam_size: args.beam,
+        batch_size: batch,
+        ..BeamOptions::default()
+    };
+    let t0 = Instant::now();
+    let hyps = beam_search(&model, &sources, &beam);
+    let tokens = hyps.iter().map(|h| h[0].n_emitted()).sum();
+    report(
+        &format!("beam {}", args.beam),
+        t0.elapsed().as_secs_f64(),
+        tokens,
+    );
     Ok(())
 }

@@ -56,6 +56,10 @@ pub struct TrainArgs {
     /// Stop after this many updates in total.
     #[arg(long, default_value_t = 1000)]
     pub max_steps: u64,
+    /// Also stop (and save) once this many minutes of training have passed, whichever comes
+    /// first; the step reached is printed.
+    #[arg(long)]
+    pub time_limit: Option<f64>,
     /// Seed for initialisation, dropout and shuffling.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -164,6 +168,8 @@ fn save_step_checkpoint(
 }
 
 /// Greedy translations of the first `lines` validation sources, scored against their targets.
+/// Hypotheses stop at source length + 10 tokens (not the search's + 50), so the runaway
+/// repetitions of an early model cost little training time.
 fn valid_bleu(
     trainer: &Trainer,
     vocab: &Vocab,
@@ -177,7 +183,10 @@ fn valid_bleu(
         &trainer.model,
         vocab,
         &sources,
-        &crate::decode::greedy::GreedyOptions::default(),
+        &crate::decode::greedy::GreedyOptions {
+            max_len_extra: 10,
+            ..Default::default()
+        },
     )?;
     Ok(crate::eval::bleu::corpus_bleu(&hyps, &refs)?)
 }
@@ -273,6 +282,9 @@ fn check_options(args: &TrainArgs) -> Result<()> {
     }
     if let Some(c) = args.clip_norm.filter(|c| !(c.is_finite() && *c > 0.0)) {
         bail!("--clip-norm {c} must be positive");
+    }
+    if let Some(t) = args.time_limit.filter(|t| !(t.is_finite() && *t > 0.0)) {
+        bail!("--time-limit {t} must be a positive number of minutes");
     }
     if let Some(dir) = args.resume.as_ref().filter(|d| !d.is_dir()) {
         bail!("--resume: directory {} does not exist", dir.display());
@@ -391,7 +403,10 @@ pub fn run(args: TrainArgs) -> Result<()> {
                 record.insert("valid_bleu".into(), bleu.score.into());
             }
         }
-        let last = report.step == args.max_steps;
+        let time_up = args
+            .time_limit
+            .is_some_and(|minutes| started.elapsed().as_secs_f64() >= minutes * 60.0);
+        let last = report.step == args.max_steps || time_up;
         if (args.log_every > 0 && report.step % args.log_every == 0) || last || !record.is_empty() {
             let n = window.2.max(1) as f64;
             record.insert("step".into(), report.step.into());
@@ -406,6 +421,11 @@ pub fn run(args: TrainArgs) -> Result<()> {
         }
         if args.save_every > 0 && report.step % args.save_every == 0 {
             save_step_checkpoint(&mut trainer, &vocab, &args.out, args.keep_last)?;
+        }
+        if time_up {
+            let message = format!("--time-limit reached at step {}", report.step);
+            super::log_line(&bar, message);
+            break;
         }
     }
     bar.finish();

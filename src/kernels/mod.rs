@@ -5,6 +5,7 @@
 pub mod activations;
 pub mod attention;
 pub mod dropout;
+pub mod flash_attention;
 pub mod layer_norm;
 pub mod matmul;
 pub mod reduce;

@@ -16,6 +16,7 @@
 use super::linear::Linear;
 use super::param::{Module, Param};
 use crate::kernels::attention::{attention_backward, attention_forward, AttnDims, AttnMask};
+use crate::kernels::flash_attention::{flash_attention_backward, flash_attention_forward};
 use crate::kernels::rope::{rope_backward, rope_forward};
 use crate::rng::Rng;
 use crate::Float;
@@ -42,8 +43,16 @@ pub struct AttentionCache<T> {
     pub k: Vec<T>,
     /// Projected values [batch*k_len, d_model].
     pub v: Vec<T>,
-    /// Attention weights [batch, heads, q_len, k_len] (rows sum to one over visible keys).
+    /// Attention weights [batch, heads, q_len, k_len] (rows sum to one over visible keys), kept
+    /// by the plain kernel; empty when the tiled kernel ran (see [`TILED_FROM_KEYS`]).
     pub probs: Vec<T>,
+    /// Log-sum-exp of each score row [batch*q_len, heads], kept by the tiled kernel instead of
+    /// the weights (empty after the plain kernel).
+    pub lse: Vec<T>,
+    /// The mask the forward used (the tiled backward skips and zeroes what it hid).
+    pub key_lens: Vec<usize>,
+    pub causal: bool,
+    pub q_offset: usize,
     /// Concatenated heads before W^O [batch*q_len, d_model].
     pub ctx: Vec<T>,
     pub dims: AttnDims,
@@ -51,6 +60,11 @@ pub struct AttentionCache<T> {
     pub q_pos: usize,
     pub k_pos: usize,
 }
+
+/// Training attends with the tiled (FlashAttention) kernel from this many keys on, so memory
+/// stays linear in the sequence length; below it the plain kernel, which keeps the whole
+/// [query x key] weight matrix, is as cheap and needs no recomputation in the backward.
+pub const TILED_FROM_KEYS: usize = 128;
 
 /// Cached keys and values of one attention layer for incremental decoding:
 /// `[batch, capacity, d_model]`, the first `len` rows of each batch element filled.
@@ -168,16 +182,26 @@ impl<T: Float> MultiHeadAttention<T> {
         self.rotate(&mut q, q_len, q_pos);
         self.rotate(&mut k, k_len, k_pos);
         let dims = self.dims(batch, q_len, k_len, k_len);
-        // ctx: [batch*q_len, d_model], probs: [batch, heads, q_len, k_len]
+        // ctx: [batch*q_len, d_model]; probs: [batch, heads, q_len, k_len] or lse: [batch*q_len, heads]
         let mut ctx = vec![T::zero(); x_q.len()];
-        let mut probs = vec![T::zero(); batch * self.n_heads * q_len * k_len];
-        attention_forward(&mut ctx, &mut probs, &q, &k, &v, dims, mask);
+        let (mut probs, mut lse) = (Vec::new(), Vec::new());
+        if k_len >= TILED_FROM_KEYS {
+            lse = vec![T::zero(); batch * q_len * self.n_heads];
+            flash_attention_forward(&mut ctx, &mut lse, &q, &k, &v, dims, mask);
+        } else {
+            probs = vec![T::zero(); batch * self.n_heads * q_len * k_len];
+            attention_forward(&mut ctx, &mut probs, &q, &k, &v, dims, mask);
+        }
         let y = self.out_proj.forward(&ctx);
         let cache = AttentionCache {
             q,
             k,
             v,
             probs,
+            lse,
+            key_lens: mask.key_lens.to_vec(),
+            causal: mask.causal,
+            q_offset: mask.q_offset,
             ctx,
             dims,
             q_pos,
@@ -198,17 +222,30 @@ impl<T: Float> MultiHeadAttention<T> {
         let mut dq = vec![T::zero(); cache.q.len()];
         let mut dk = vec![T::zero(); cache.k.len()];
         let mut dv = vec![T::zero(); cache.v.len()];
-        attention_backward(
-            &mut dq,
-            &mut dk,
-            &mut dv,
-            &dctx,
-            &cache.q,
-            &cache.k,
-            &cache.v,
-            &cache.probs,
-            cache.dims,
-        );
+        if cache.lse.is_empty() {
+            let (q, k, v) = (&cache.q, &cache.k, &cache.v);
+            attention_backward(
+                &mut dq,
+                &mut dk,
+                &mut dv,
+                &dctx,
+                q,
+                k,
+                v,
+                &cache.probs,
+                cache.dims,
+            );
+        } else {
+            let mask = AttnMask {
+                key_lens: &cache.key_lens,
+                causal: cache.causal,
+                q_offset: cache.q_offset,
+            };
+            flash_attention_backward(
+                &mut dq, &mut dk, &mut dv, &dctx, &cache.ctx, &cache.lse, &cache.q, &cache.k,
+                &cache.v, cache.dims, mask,
+            );
+        }
         if self.rotary {
             let (heads, d_head) = (self.n_heads, self.d_model / self.n_heads);
             rope_backward(&mut dq, cache.dims.q_len, heads, d_head, cache.q_pos);

@@ -1,0 +1,321 @@
+//! Tiled exact attention (the FlashAttention algorithm): `softmax(Q Kᵀ / √d_k) V` computed one
+//! [query block x key block] tile at a time with an online softmax, so no [query x key] matrix
+//! is ever held for a whole sequence.
+//!
+//! Forward, per query row i and key block J (FlashAttention, Dao et al. 2022, algorithm 1):
+//! `s_ij = q_i·k_j / √d_k`, `m_i' = max(m_i, max_J s_ij)`,
+//! `ℓ_i' = e^(m_i − m_i') ℓ_i + Σ_J e^(s_ij − m_i')`, `o_i' = e^(m_i − m_i') o_i + Σ_J e^(s_ij − m_i') v_j`;
+//! at the end `o_i / ℓ_i` is the context row and `L_i = m_i + ln ℓ_i` (the log-sum-exp) is saved.
+//!
+//! Backward recomputes each tile's probabilities from `L`: `p_ij = e^(s_ij − L_i)`, with
+//! `D_i = do_i·o_i`, `ds_ij = p_ij (do_i·v_j − D_i)`, `dV = Pᵀ dO`, `dK = dSᵀ Q / √d_k`,
+//! `dQ = dS K / √d_k`. It runs as two passes so that every output block has one writer and the
+//! result does not depend on the thread count: one over key blocks (dK, dV), one over query
+//! blocks (dQ). Tiles that the mask hides completely are skipped.
+//!
+//! Same layouts and masks as [`super::attention`]: activations `[batch * len, heads * d_head]`,
+//! head `h` in column block `h`. The log-sum-exp is `[batch * q_len, heads]`.
+
+use super::attention::{AttnDims, AttnMask};
+use super::matmul::{matmul, MatMut, MatRef};
+use crate::Float;
+use rayon::prelude::*;
+
+/// Query rows per tile.
+pub const BLOCK_Q: usize = 64;
+/// Key rows per tile.
+pub const BLOCK_K: usize = 64;
+
+/// Forward. Writes `ctx [batch*q_len, d_model]` and `lse [batch*q_len, heads]` (rows that see no
+/// key get a zero context and `lse = +∞`, so their recomputed probabilities are 0).
+pub fn flash_attention_forward<T: Float>(
+    ctx: &mut [T],
+    lse: &mut [T],
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    dims: AttnDims,
+    mask: AttnMask<'_>,
+) {
+    let AttnDims {
+        heads,
+        d_head,
+        q_len,
+        k_len,
+        kv_stride,
+        ..
+    } = dims;
+    let d_model = heads * d_head;
+    let scale = T::of(1.0 / (d_head as f64).sqrt());
+    assert_eq!(ctx.len(), dims.batch * q_len * d_model);
+    assert_eq!(lse.len(), dims.batch * q_len * heads);
+    ctx.par_chunks_mut(q_len * d_model)
+        .zip(lse.par_chunks_mut(q_len * heads))
+        .enumerate()
+        .for_each(|(b, (ctx_b, lse_b))| {
+            ctx_b
+                .par_chunks_mut(BLOCK_Q * d_model)
+                .zip(lse_b.par_chunks_mut(BLOCK_Q * heads))
+                .enumerate()
+                .for_each(|(qb, (ctx_blk, lse_blk))| {
+                    let i0 = qb * BLOCK_Q;
+                    let rows = ctx_blk.len() / d_model;
+                    // Keys seen by the last (widest) row of the block; visibility grows with i.
+                    let seen = mask.visible(b, i0 + rows - 1).min(k_len);
+                    let mut s = vec![T::zero(); rows * BLOCK_K];
+                    let mut m = vec![T::neg_infinity(); rows];
+                    let mut l = vec![T::zero(); rows];
+                    let q_off = (b * q_len + i0) * d_model;
+                    let kv_off = b * kv_stride * d_model;
+                    for h in 0..heads {
+                        m.fill(T::neg_infinity());
+                        l.fill(T::zero());
+                        zero_head_rows(ctx_blk, rows, d_model, h, d_head);
+                        let q_h = MatRef::strided(q, q_off + h * d_head, rows, d_head, d_model, 1);
+                        for j0 in (0..seen).step_by(BLOCK_K) {
+                            let cols = BLOCK_K.min(seen - j0);
+                            let kv = kv_off + j0 * d_model + h * d_head;
+                            let k_j = MatRef::strided(k, kv, cols, d_head, d_model, 1);
+                            let v_j = MatRef::strided(v, kv, cols, d_head, d_model, 1);
+                            let s_blk = &mut s[..rows * cols];
+                            // s [rows, cols] = Q_h K_jᵀ / √d_k
+                            matmul(MatMut::new(s_blk, rows, cols), q_h, k_j.t(), scale, false);
+                            for (r, s_row) in s_blk.chunks_exact_mut(cols).enumerate() {
+                                let live = mask.visible(b, i0 + r).saturating_sub(j0).min(cols);
+                                let (on, hidden) = s_row.split_at_mut(live);
+                                hidden.iter_mut().for_each(|x| *x = T::zero());
+                                let row_max = on.iter().fold(T::neg_infinity(), |a, &x| a.max(x));
+                                let m_new = m[r].max(row_max);
+                                if m_new == T::neg_infinity() {
+                                    continue; // nothing visible yet in this row
+                                }
+                                let mut sum = T::zero();
+                                for x in on.iter_mut() {
+                                    *x = (*x - m_new).exp();
+                                    sum += *x;
+                                }
+                                // e^(m − m') rescales what was summed so far (0 the first time)
+                                let decay = (m[r] - m_new).exp();
+                                l[r] = l[r] * decay + sum;
+                                m[r] = m_new;
+                                let o = &mut ctx_blk[r * d_model + h * d_head..][..d_head];
+                                o.iter_mut().for_each(|x| *x *= decay);
+                            }
+                            // o += P_j V_j
+                            let o_h =
+                                MatMut::strided(ctx_blk, h * d_head, rows, d_head, d_model, 1);
+                            matmul(o_h, MatRef::new(s_blk, rows, cols), v_j, T::one(), true);
+                        }
+                        for r in 0..rows {
+                            let o = &mut ctx_blk[r * d_model + h * d_head..][..d_head];
+                            if l[r] > T::zero() {
+                                let inv = T::one() / l[r];
+                                o.iter_mut().for_each(|x| *x *= inv);
+                                lse_blk[r * heads + h] = m[r] + l[r].ln();
+                            } else {
+                                o.fill(T::zero());
+                                lse_blk[r * heads + h] = T::infinity();
+                            }
+                        }
+                    }
+                });
+        });
+}
+
+/// Zeroes head `h`'s column block in the first `rows` rows of `[rows, d_model]`.
+fn zero_head_rows<T: Float>(buf: &mut [T], rows: usize, d_model: usize, h: usize, d_head: usize) {
+    for r in 0..rows {
+        buf[r * d_model + h * d_head..][..d_head].fill(T::zero());
+    }
+}
+
+/// Recomputes one tile's probabilities into `s [rows, cols]`: `p = e^(q·k/√d_k − L)`, 0 where
+/// masked. `i0`/`j0` are the tile's first query and key rows within batch element `b`.
+#[allow(clippy::too_many_arguments)]
+fn tile_probs<T: Float>(
+    s: &mut [T],
+    q_h: MatRef<'_, T>,
+    k_j: MatRef<'_, T>,
+    lse_rows: impl Fn(usize) -> T,
+    scale: T,
+    mask: AttnMask<'_>,
+    b: usize,
+    i0: usize,
+    j0: usize,
+) {
+    let (rows, cols) = (q_h.rows(), k_j.rows());
+    matmul(MatMut::new(s, rows, cols), q_h, k_j.t(), scale, false);
+    for (r, s_row) in s.chunks_exact_mut(cols).enumerate() {
+        let live = mask.visible(b, i0 + r).saturating_sub(j0).min(cols);
+        let lse = lse_rows(r);
+        let (on, off) = s_row.split_at_mut(live);
+        on.iter_mut().for_each(|x| *x = (*x - lse).exp());
+        off.iter_mut().for_each(|x| *x = T::zero());
+    }
+}
+
+/// `ds ← p ⊙ (dp − D_i)` for one tile, where `dp` already holds `dO_i·v_j`.
+fn tile_score_grads<T: Float>(dp: &mut [T], p: &[T], cols: usize, delta_rows: impl Fn(usize) -> T) {
+    for (r, (dp_row, p_row)) in dp
+        .chunks_exact_mut(cols)
+        .zip(p.chunks_exact(cols))
+        .enumerate()
+    {
+        let d = delta_rows(r);
+        for (g, &pv) in dp_row.iter_mut().zip(p_row) {
+            *g = pv * (*g - d);
+        }
+    }
+}
+
+/// Backward. Given `dctx` and the forward's `ctx` and `lse`, writes `dq [batch*q_len, d_model]`
+/// and `dk`, `dv` `[batch*k_len, d_model]` (keys must be unstrided: `kv_stride == k_len`).
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attention_backward<T: Float>(
+    dq: &mut [T],
+    dk: &mut [T],
+    dv: &mut [T],
+    dctx: &[T],
+    ctx: &[T],
+    lse: &[T],
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    dims: AttnDims,
+    mask: AttnMask<'_>,
+) {
+    let AttnDims {
+        heads,
+        d_head,
+        q_len,
+        k_len,
+        ..
+    } = dims;
+    assert_eq!(dims.kv_stride, k_len, "backward needs unstrided keys");
+    let d_model = heads * d_head;
+    let scale = T::of(1.0 / (d_head as f64).sqrt());
+    // D [batch*q_len, heads]: D_i = dO_i · O_i per head.
+    let mut delta = vec![T::zero(); dims.batch * q_len * heads];
+    delta
+        .par_chunks_mut(heads)
+        .zip(dctx.par_chunks(d_model).zip(ctx.par_chunks(d_model)))
+        .for_each(|(d_row, (g, o))| {
+            for (h, d) in d_row.iter_mut().enumerate() {
+                let span = h * d_head..(h + 1) * d_head;
+                *d = g[span.clone()]
+                    .iter()
+                    .zip(&o[span])
+                    .map(|(&a, &b)| a * b)
+                    .sum();
+            }
+        });
+    let delta = &delta;
+
+    // Pass 1: dK, dV, one key block per task, looping over the query blocks that see it.
+    dk.par_chunks_mut(k_len * d_model)
+        .zip(dv.par_chunks_mut(k_len * d_model))
+        .enumerate()
+        .for_each(|(b, (dk_b, dv_b))| {
+            dk_b.par_chunks_mut(BLOCK_K * d_model)
+                .zip(dv_b.par_chunks_mut(BLOCK_K * d_model))
+                .enumerate()
+                .for_each(|(kb, (dk_blk, dv_blk))| {
+                    let j0 = kb * BLOCK_K;
+                    let cols = dk_blk.len() / d_model;
+                    let mut p = vec![T::zero(); BLOCK_Q * cols];
+                    let mut dp = vec![T::zero(); BLOCK_Q * cols];
+                    let kv_off = (b * k_len + j0) * d_model;
+                    for h in 0..heads {
+                        let k_j = MatRef::strided(k, kv_off + h * d_head, cols, d_head, d_model, 1);
+                        let v_j = MatRef::strided(v, kv_off + h * d_head, cols, d_head, d_model, 1);
+                        let mut first = true;
+                        for i0 in (0..q_len).step_by(BLOCK_Q) {
+                            let rows = BLOCK_Q.min(q_len - i0);
+                            if mask.visible(b, i0 + rows - 1) <= j0 {
+                                continue; // no row of this query block sees this key block
+                            }
+                            let row0 = b * q_len + i0;
+                            let q_off = row0 * d_model + h * d_head;
+                            let q_i = MatRef::strided(q, q_off, rows, d_head, d_model, 1);
+                            let do_i = MatRef::strided(dctx, q_off, rows, d_head, d_model, 1);
+                            let (p_t, dp_t) = (&mut p[..rows * cols], &mut dp[..rows * cols]);
+                            let lse_r = |r: usize| lse[(row0 + r) * heads + h];
+                            tile_probs(p_t, q_i, k_j, lse_r, scale, mask, b, i0, j0);
+                            // dV_j += Pᵀ dO_i
+                            let dv_h =
+                                MatMut::strided(dv_blk, h * d_head, cols, d_head, d_model, 1);
+                            matmul(
+                                dv_h,
+                                MatRef::new(p_t, rows, cols).t(),
+                                do_i,
+                                T::one(),
+                                !first,
+                            );
+                            // dP = dO_i V_jᵀ, dS = P ⊙ (dP − D)
+                            matmul(
+                                MatMut::new(dp_t, rows, cols),
+                                do_i,
+                                v_j.t(),
+                                T::one(),
+                                false,
+                            );
+                            let delta_r = |r: usize| delta[(row0 + r) * heads + h];
+                            tile_score_grads(dp_t, p_t, cols, delta_r);
+                            // dK_j += dSᵀ Q_i / √d_k
+                            let dk_h =
+                                MatMut::strided(dk_blk, h * d_head, cols, d_head, d_model, 1);
+                            matmul(dk_h, MatRef::new(dp_t, rows, cols).t(), q_i, scale, !first);
+                            first = false;
+                        }
+                        if first {
+                            // No query sees these keys: their gradients are zero.
+                            zero_head_rows(dk_blk, cols, d_model, h, d_head);
+                            zero_head_rows(dv_blk, cols, d_model, h, d_head);
+                        }
+                    }
+                });
+        });
+
+    // Pass 2: dQ, one query block per task, looping over the key blocks it sees.
+    dq.par_chunks_mut(q_len * d_model)
+        .enumerate()
+        .for_each(|(b, dq_b)| {
+            dq_b.par_chunks_mut(BLOCK_Q * d_model)
+                .enumerate()
+                .for_each(|(qb, dq_blk)| {
+                    let i0 = qb * BLOCK_Q;
+                    let rows = dq_blk.len() / d_model;
+                    let seen = mask.visible(b, i0 + rows - 1).min(k_len);
+                    let mut p = vec![T::zero(); rows * BLOCK_K];
+                    let mut dp = vec![T::zero(); rows * BLOCK_K];
+                    let row0 = b * q_len + i0;
+                    for h in 0..heads {
+                        let q_off = row0 * d_model + h * d_head;
+                        let q_i = MatRef::strided(q, q_off, rows, d_head, d_model, 1);
+                        let do_i = MatRef::strided(dctx, q_off, rows, d_head, d_model, 1);
+                        zero_head_rows(dq_blk, rows, d_model, h, d_head);
+                        for j0 in (0..seen).step_by(BLOCK_K) {
+                            let cols = BLOCK_K.min(seen - j0);
+                            let kv = (b * k_len + j0) * d_model + h * d_head;
+                            let k_j = MatRef::strided(k, kv, cols, d_head, d_model, 1);
+                            let v_j = MatRef::strided(v, kv, cols, d_head, d_model, 1);
+                            let (p_t, dp_t) = (&mut p[..rows * cols], &mut dp[..rows * cols]);
+                            let lse_r = |r: usize| lse[(row0 + r) * heads + h];
+                            tile_probs(p_t, q_i, k_j, lse_r, scale, mask, b, i0, j0);
+                            matmul(
+                                MatMut::new(dp_t, rows, cols),
+                                do_i,
+                                v_j.t(),
+                                T::one(),
+                                false,
+                            );
+                            let delta_r = |r: usize| delta[(row0 + r) * heads + h];
+                            tile_score_grads(dp_t, p_t, cols, delta_r);
+                            // dQ_i += dS K_j / √d_k
+                            let out = MatMut::strided(dq_blk, h * d_head, rows, d_head, d_model, 1);
+                            matmul(out, MatRef::new(dp_t, rows, cols), k_j, scale, true);
+                        }
+                    }
+                });
+        });
+}
