@@ -5,6 +5,7 @@
 //! model ([`model`]) -> loss and gradients ([`train::loss`]) -> optimizer ([`train::adam`]);
 //! model -> search ([`decode`]) -> text.
 
+pub mod alloc;
 pub mod batch;
 pub mod cli;
 pub mod data;

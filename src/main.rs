@@ -4,6 +4,10 @@
 use clap::Parser;
 
 fn main() {
+    // SAFETY: the first statement of main, before any other thread exists.
+    unsafe {
+        transformer::alloc::keep_freed_buffers();
+    }
     let cli = transformer::cli::Cli::parse();
     if let Err(e) = transformer::cli::run(cli) {
         eprintln!("error: {e:#}");

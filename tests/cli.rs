@@ -624,4 +624,92 @@ fn bench_prints_tokens_per_second() {
     for vocab in ["0", "3", "4"] {
         bench(&["--preset", "tiny", "--vocab", vocab]).user_error(&["--vocab"]);
     }
+
+    // Decoder-only: 130 tokens per sequence, past the tiled-attention threshold.
+    let r = bench(&[
+        "--lm",
+        "--preset",
+        "tiny",
+        "--seq-len",
+        "130",
+        "--tokens",
+        "260",
+        "--vocab",
+        "50",
+        "--steps",
+        "1",
+        "--warmup-steps",
+        "0",
+    ])
+    .ok();
+    assert!(
+        r.stdout.lines().any(|l| l.starts_with("train-lm: ")),
+        "{}",
+        r.describe()
+    );
+    assert!(
+        r.stdout
+            .lines()
+            .any(|l| l.starts_with("peak resident memory: ")),
+        "{}",
+        r.describe()
+    );
+    bench(&["--lm", "--preset", "tiny", "--seq-len", "1"]).user_error(&["--seq-len"]);
+    bench(&["--translate", "no-such-model", "--src", "x.txt"]).user_error(&["no-such-model"]);
+}
+
+#[test]
+fn train_stops_at_the_time_limit_and_saves() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = training_file(tmp.path());
+    let model = tmp.path().join("model");
+    let r = train(
+        &data,
+        &model,
+        &["--max-steps", "50", "--time-limit", "0.000001"],
+    )
+    .ok();
+    assert!(
+        r.stderr.contains("--time-limit reached at step 1"),
+        "{}",
+        r.describe()
+    );
+    assert_eq!(trainer_step(&model), 1);
+    let r = train(&data, &tmp.path().join("x"), &["--time-limit", "0"]);
+    r.user_error(&["--time-limit 0", "positive number of seconds"]);
+
+    // The saved model runs under `bench --translate` (greedy, then beam search).
+    let src = tmp.path().join("src.txt");
+    std::fs::write(&src, "red 7\nblue 14\n\ngold 3\n").unwrap();
+    let r = run(
+        &[
+            "bench",
+            "--translate",
+            s(&model),
+            "--src",
+            s(&src),
+            "--threads",
+            "1",
+            "--beam",
+            "2",
+            "--sentences-per-batch",
+            "2",
+        ],
+        b"",
+    )
+    .ok();
+    // "greedy: X sentences/s, Y target tokens/s (N tokens in T s)", then the same for the beam;
+    // every sentence emits at least its EOS.
+    for prefix in ["greedy: ", "beam 2: "] {
+        let line = r.stdout.lines().find(|l| l.starts_with(prefix));
+        let line = line.unwrap_or_else(|| panic!("no {prefix:?} line\n{}", r.describe()));
+        let tokens: usize = line
+            .split('(')
+            .nth(1)
+            .and_then(|t| t.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no token count in {line:?}"));
+        assert!(tokens >= 3, "{line}");
+    }
+    assert!(r.stderr.contains("3 sentences"), "{}", r.describe());
 }

@@ -222,7 +222,8 @@ fn bench_lm(args: &BenchArgs, mut config: ModelConfig, threads: usize) -> Result
 fn bench_translate(args: &BenchArgs, dir: &std::path::Path, threads: usize) -> Result<()> {
     use crate::decode::beam::{beam_search, BeamOptions};
     use crate::decode::greedy::{greedy_decode, GreedyOptions};
-    let (model, vocab) = super::load_model_dir(dir)?;
+    let (mut model, vocab) = super::load_model_dir(dir)?;
+    model.prepare_inference();
     let src = args.src.as_ref().context("--translate needs --src FILE")?;
     let file =
         std::fs::File::open(src).with_context(|| format!("cannot open {}", src.display()))?;

@@ -60,9 +60,41 @@ pub enum Command {
     Perplexity(lm::PerplexityArgs),
 }
 
-/// Runs one parsed command line.
+impl Command {
+    /// The `--threads` of the commands that have one.
+    fn threads(&self) -> Option<usize> {
+        Some(match self {
+            Command::Train(a) => a.threads,
+            Command::Translate(a) => a.threads,
+            Command::Score(a) => a.threads,
+            Command::Demo(a) => a.threads,
+            Command::Bench(a) => a.threads,
+            Command::Embed(a) => a.threads,
+            Command::Attention(a) => a.threads,
+            Command::TrainLm(a) => a.threads,
+            Command::Generate(a) => a.threads,
+            Command::Perplexity(a) => a.threads,
+            Command::Average(_) | Command::Bleu(_) => return None,
+        })
+    }
+}
+
+/// Runs one parsed command line. Commands with `--threads` run on a worker of the thread pool
+/// they size: the many small parallel loops of a decoding step then start on a pool thread
+/// instead of waking the pool from outside and sleeping until it is done (with one thread,
+/// they run inline with no hand-off at all).
 pub fn run(cli: Cli) -> Result<()> {
-    match cli.command {
+    match cli.command.threads() {
+        Some(threads) => {
+            set_threads(threads)?;
+            rayon::scope(|_| dispatch(cli.command))
+        }
+        None => dispatch(cli.command),
+    }
+}
+
+fn dispatch(command: Command) -> Result<()> {
+    match command {
         Command::Train(a) => train::run(a),
         Command::Translate(a) => translate::run(a),
         Command::Score(a) => score::run(a),

@@ -56,7 +56,7 @@ pub struct TrainArgs {
     /// Stop after this many updates in total.
     #[arg(long, default_value_t = 1000)]
     pub max_steps: u64,
-    /// Also stop (and save) once this many minutes of training have passed, whichever comes
+    /// Also stop (and save) once this many seconds of training have passed, whichever comes
     /// first; the step reached is printed.
     #[arg(long)]
     pub time_limit: Option<f64>,
@@ -284,7 +284,7 @@ fn check_options(args: &TrainArgs) -> Result<()> {
         bail!("--clip-norm {c} must be positive");
     }
     if let Some(t) = args.time_limit.filter(|t| !(t.is_finite() && *t > 0.0)) {
-        bail!("--time-limit {t} must be a positive number of minutes");
+        bail!("--time-limit {t} must be a positive number of seconds");
     }
     if let Some(dir) = args.resume.as_ref().filter(|d| !d.is_dir()) {
         bail!("--resume: directory {} does not exist", dir.display());
@@ -405,7 +405,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
         }
         let time_up = args
             .time_limit
-            .is_some_and(|minutes| started.elapsed().as_secs_f64() >= minutes * 60.0);
+            .is_some_and(|secs| started.elapsed().as_secs_f64() >= secs);
         let last = report.step == args.max_steps || time_up;
         if (args.log_every > 0 && report.step % args.log_every == 0) || last || !record.is_empty() {
             let n = window.2.max(1) as f64;

@@ -158,7 +158,8 @@ pub fn run(args: TranslateArgs) -> Result<()> {
         bail!("--alpha must be a finite number (got {})", args.alpha);
     }
     set_threads(args.threads)?;
-    let (model, vocab) = load_model_dir(&args.model)?;
+    let (mut model, vocab) = load_model_dir(&args.model)?;
+    model.prepare_inference();
     let lines = read_stdin_lines()?;
     let mut stdout = std::io::stdout().lock();
     if beam_size <= 1 && args.nbest.is_none() {

@@ -220,11 +220,18 @@ pub fn linear_forward<T: Float>(
         false,
     );
     if let Some(b) = bias {
-        for row in y.chunks_exact_mut(d_out) {
-            for (v, &bv) in row.iter_mut().zip(b) {
-                *v += bv;
-            }
-        }
+        add_row_bias(y, b);
+    }
+}
+
+/// `y[r] += b` for every row `r` of `y [rows, b.len()]`.
+pub fn add_row_bias<T: Float>(y: &mut [T], b: &[T]) {
+    let add = |row: &mut [T]| row.iter_mut().zip(b).for_each(|(v, &bv)| *v += bv);
+    if y.len() < 1 << 14 {
+        y.chunks_exact_mut(b.len()).for_each(add);
+    } else {
+        use rayon::prelude::*;
+        y.par_chunks_mut(b.len()).for_each(add);
     }
 }
 

@@ -124,6 +124,19 @@ impl<T: Float> MultiHeadAttention<T> {
         }
     }
 
+    /// Transposed weight copies of the four projections for inference
+    /// (see [`Linear::prepare_inference`]).
+    pub fn prepare_inference(&mut self) {
+        for linear in [
+            &mut self.q_proj,
+            &mut self.k_proj,
+            &mut self.v_proj,
+            &mut self.out_proj,
+        ] {
+            linear.prepare_inference();
+        }
+    }
+
     /// The same layer with rotary positions switched on or off.
     pub fn with_rotary(mut self, rotary: bool) -> Self {
         self.rotary = rotary;

@@ -5,7 +5,7 @@
 use super::config::NormPlacement;
 use super::layer_norm::LayerNorm;
 use super::param::{Module, Param};
-use crate::kernels::activations::{add_inplace, mul_inplace};
+use crate::kernels::activations::{add_inplace, dropout_add_inplace, mul_inplace};
 use crate::kernels::dropout::dropout_mask;
 use crate::kernels::layer_norm::LayerNormStats;
 use crate::rng::Rng;
@@ -55,10 +55,7 @@ impl<T: Float> Residual<T> {
             NormPlacement::PostLn => {
                 let (mut sum, inner) = sublayer(&x);
                 let dropout_mask = rng.and_then(|r| dropout_mask(r, sum.len(), self.dropout));
-                if let Some(m) = &dropout_mask {
-                    mul_inplace(&mut sum, m);
-                }
-                add_inplace(&mut sum, &x);
+                dropout_add_inplace(&mut sum, dropout_mask.as_deref(), &x);
                 let (y, norm_stats) = self.norm.forward(&sum);
                 let cache = ResidualCache {
                     input: x,
@@ -74,10 +71,7 @@ impl<T: Float> Residual<T> {
                 let (normed, norm_stats) = self.norm.forward(&x);
                 let (mut y, inner) = sublayer(&normed);
                 let dropout_mask = rng.and_then(|r| dropout_mask(r, y.len(), self.dropout));
-                if let Some(m) = &dropout_mask {
-                    mul_inplace(&mut y, m);
-                }
-                add_inplace(&mut y, &x);
+                dropout_add_inplace(&mut y, dropout_mask.as_deref(), &x);
                 let cache = ResidualCache {
                     input: x,
                     normed_input: Some(normed),

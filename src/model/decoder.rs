@@ -127,6 +127,14 @@ impl<T: Float> DecoderLayer<T> {
 
     /// Incremental step: `x [batch*q_len, d_model]` are the next positions; their keys/values
     /// are appended to `self_cache`; `cross_cache` holds the memory's keys/values.
+    /// Transposed weight copies of every projection, for decoding steps (see
+    /// [`super::Seq2Seq::prepare_inference`]).
+    pub fn prepare_inference(&mut self) {
+        self.self_attn.prepare_inference();
+        self.cross_attn.prepare_inference();
+        self.ffn.prepare_inference();
+    }
+
     pub fn forward_step(
         &self,
         x: Vec<T>,
@@ -241,6 +249,13 @@ impl<T: Float> Decoder<T> {
     }
 
     /// Incremental step through every layer (and the final norm).
+    /// See [`DecoderLayer::prepare_inference`].
+    pub fn prepare_inference(&mut self) {
+        self.layers
+            .iter_mut()
+            .for_each(DecoderLayer::prepare_inference);
+    }
+
     pub fn forward_step(
         &self,
         mut x: Vec<T>,

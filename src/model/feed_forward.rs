@@ -6,7 +6,7 @@ use super::linear::Linear;
 use super::param::{Module, Param};
 use crate::kernels::activations::{
     gelu_erf_backward_inplace, gelu_erf_forward, gelu_tanh_backward_inplace, gelu_tanh_forward,
-    relu_backward_inplace, relu_inplace,
+    relu_backward_inplace,
 };
 use crate::rng::Rng;
 use crate::Float;
@@ -38,16 +38,21 @@ impl<T: Float> FeedForward<T> {
         }
     }
 
+    /// Transposed weight copies of both linears for inference
+    /// (see [`Linear::prepare_inference`]).
+    pub fn prepare_inference(&mut self) {
+        self.linear1.prepare_inference();
+        self.linear2.prepare_inference();
+    }
+
     /// `x [rows, d_model]` -> `y [rows, d_model]`.
     pub fn forward(&self, x: &[T]) -> (Vec<T>, FeedForwardCache<T>) {
-        // pre: [rows, d_ff]
-        let mut pre = self.linear1.forward(x);
         let (hidden, pre_activation) = match self.activation {
-            Activation::Relu => {
-                relu_inplace(&mut pre);
-                (pre, Vec::new())
-            }
+            // hidden: [rows, d_ff], bias and ReLU fused
+            Activation::Relu => (self.linear1.forward_relu(x), Vec::new()),
             Activation::GeluErf | Activation::GeluTanh => {
+                // pre: [rows, d_ff]
+                let pre = self.linear1.forward(x);
                 let mut hidden = vec![T::zero(); pre.len()];
                 if self.activation == Activation::GeluErf {
                     gelu_erf_forward(&mut hidden, &pre);

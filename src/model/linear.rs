@@ -1,7 +1,8 @@
 //! A fully connected layer, `y = x Wᵀ + b`, with PyTorch's `[d_out, d_in]` weight layout.
 
 use super::param::{Module, Param};
-use crate::kernels::matmul::{linear_forward, matmul, MatMut, MatRef};
+use crate::kernels::activations::bias_relu_inplace;
+use crate::kernels::matmul::{add_row_bias, linear_forward, matmul, MatMut, MatRef};
 use crate::kernels::reduce::add_column_sums;
 use crate::rng::Rng;
 use crate::Float;
@@ -15,6 +16,10 @@ pub struct Linear<T> {
     pub bias: Param<T>,
     pub d_in: usize,
     pub d_out: usize,
+    /// Inference only: `Wᵀ [d_in, d_out]`, the layout gemm multiplies without repacking the
+    /// weight on every call (see [`Linear::prepare_inference`]). Any mutable access to the
+    /// parameters through [`Module::collect_params`] drops it, so a stale copy is never used.
+    transposed: Option<Vec<T>>,
 }
 
 impl<T: Float> Linear<T> {
@@ -25,6 +30,40 @@ impl<T: Float> Linear<T> {
             bias: Param::constant(&[d_out], 0.0),
             d_in,
             d_out,
+            transposed: None,
+        }
+    }
+
+    /// Keeps a transposed copy of the weight for a run of forwards that do not change it
+    /// (decoding). With `y = x Wᵀ` and a row-major `y`, gemm works on `yᵀ = W xᵀ` and must
+    /// repack `W [d_out, d_in]` on every call; from `Wᵀ` stored row-major it reads the weight in
+    /// place. In a decoding step with a few dozen rows that repacking was a quarter of the time.
+    pub fn prepare_inference(&mut self) {
+        let (d_in, d_out) = (self.d_in, self.d_out);
+        let w = &self.weight.value.data;
+        let mut t = vec![T::zero(); d_in * d_out];
+        for (o, row) in w.chunks_exact(d_in).enumerate() {
+            for (i, &v) in row.iter().enumerate() {
+                t[i * d_out + o] = v;
+            }
+        }
+        self.transposed = Some(t);
+    }
+
+    /// `y = x Wᵀ`, without the bias, into `y [rows, d_out]`.
+    fn product(&self, y: &mut [T], x: &[T], rows: usize) {
+        match &self.transposed {
+            Some(t) => matmul(
+                MatMut::new(y, rows, self.d_out),
+                MatRef::new(x, rows, self.d_in),
+                MatRef::new(t, self.d_in, self.d_out),
+                T::one(),
+                false,
+            ),
+            None => {
+                let w = &self.weight.value.data;
+                linear_forward(y, x, w, None, rows, self.d_in, self.d_out)
+            }
         }
     }
 
@@ -33,15 +72,19 @@ impl<T: Float> Linear<T> {
         let rows = x.len() / self.d_in;
         // y: [rows, d_out]
         let mut y = vec![T::zero(); rows * self.d_out];
-        linear_forward(
-            &mut y,
-            x,
-            &self.weight.value.data,
-            Some(&self.bias.value.data),
-            rows,
-            self.d_in,
-            self.d_out,
-        );
+        self.product(&mut y, x, rows);
+        add_row_bias(&mut y, &self.bias.value.data);
+        y
+    }
+
+    /// `max(0, x Wᵀ + b)`: the product, then bias and ReLU fused in one pass
+    /// (the FFN's first layer).
+    pub fn forward_relu(&self, x: &[T]) -> Vec<T> {
+        let rows = x.len() / self.d_in;
+        // y: [rows, d_out]
+        let mut y = vec![T::zero(); rows * self.d_out];
+        self.product(&mut y, x, rows);
+        bias_relu_inplace(&mut y, &self.bias.value.data);
         y
     }
 
@@ -77,6 +120,7 @@ impl<T: Float> Linear<T> {
 
 impl<T> Module<T> for Linear<T> {
     fn collect_params<'a>(&'a mut self, prefix: &str, out: &mut Vec<(String, &'a mut Param<T>)>) {
+        self.transposed = None; // the caller may change the weight
         out.push((format!("{prefix}.weight"), &mut self.weight));
         out.push((format!("{prefix}.bias"), &mut self.bias));
     }

@@ -24,6 +24,9 @@ pub struct Seq2Seq<T> {
     pub decoder: Decoder<T>,
     /// The pre-softmax projection [vocab, d_model] when not tied to `embedding`.
     pub output_proj: Option<Param<T>>,
+    /// Inference only: the projection transposed, [d_model, vocab] (see
+    /// [`Seq2Seq::prepare_inference`]); dropped by any mutable access to the parameters.
+    projection_t: Option<Vec<T>>,
 }
 
 /// Everything the forward keeps for the backward.
@@ -65,7 +68,30 @@ impl<T: Float> Seq2Seq<T> {
             encoder,
             decoder,
             output_proj,
+            projection_t: None,
         }
+    }
+
+    /// Readies the model for a run of decoding steps that leave the weights alone: the decoder's
+    /// linear layers and the output projection keep transposed copies of their weights, which
+    /// gemm multiplies in place instead of repacking them at every step (see
+    /// [`Linear::prepare_inference`](super::linear::Linear::prepare_inference)). Results equal
+    /// the unprepared model's up to float rounding. Training (`params_mut`) drops the copies.
+    pub fn prepare_inference(&mut self) {
+        for layer in &mut self.encoder.layers {
+            layer.self_attn.prepare_inference();
+            layer.ffn.prepare_inference();
+        }
+        self.decoder.prepare_inference();
+        let (d, v) = (self.config.d_model, self.config.vocab_size);
+        let w = self.projection_weight();
+        let mut t = vec![T::zero(); d * v];
+        for (token, row) in w.chunks_exact(d).enumerate() {
+            for (i, &x) in row.iter().enumerate() {
+                t[i * v + token] = x;
+            }
+        }
+        self.projection_t = Some(t);
     }
 
     /// All parameters with their checkpoint names, in a fixed order.
@@ -99,15 +125,19 @@ impl<T: Float> Seq2Seq<T> {
         let (d, v) = (self.config.d_model, self.config.vocab_size);
         let rows = hidden.len() / d;
         let mut logits = vec![T::zero(); rows * v];
-        linear_forward(
-            &mut logits,
-            hidden,
-            self.projection_weight(),
-            None,
-            rows,
-            d,
-            v,
-        );
+        match &self.projection_t {
+            Some(t) => matmul(
+                MatMut::new(&mut logits, rows, v),
+                MatRef::new(hidden, rows, d),
+                MatRef::new(t, d, v),
+                T::one(),
+                false,
+            ),
+            None => {
+                let w = self.projection_weight();
+                linear_forward(&mut logits, hidden, w, None, rows, d, v)
+            }
+        }
         logits
     }
 
@@ -270,6 +300,7 @@ impl<T: Float> Seq2Seq<T> {
 
 impl<T> Module<T> for Seq2Seq<T> {
     fn collect_params<'a>(&'a mut self, _prefix: &str, out: &mut Vec<(String, &'a mut Param<T>)>) {
+        self.projection_t = None; // the caller may change the weights
         self.embedding.collect_params("embedding", out);
         self.encoder.collect_params("encoder", out);
         self.decoder.collect_params("decoder", out);
