@@ -118,8 +118,10 @@ pub fn set_threads(threads: usize) -> Result<usize> {
         threads
     };
     // A second call in the same process (tests) keeps the first pool.
+    // Commands run on a worker (see `run`), so workers get a main thread's stack.
     let _ = rayon::ThreadPoolBuilder::new()
         .num_threads(n)
+        .stack_size(8 << 20)
         .build_global();
     Ok(rayon::current_num_threads())
 }
