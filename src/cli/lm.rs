@@ -164,19 +164,10 @@ fn check_train_args(a: &TrainLmArgs) -> Result<()> {
     if !(a.clip_norm.is_finite() && a.clip_norm >= 0.0) {
         bail!("--clip-norm {} must be >= 0", a.clip_norm);
     }
-    if !(0.0..1.0).contains(&a.label_smoothing) {
-        bail!("--label-smoothing {} must be in [0, 1)", a.label_smoothing);
-    }
     if a.context == 0 || a.batch == 0 || a.layers == 0 {
         bail!("--context, --batch and --layers must be positive");
     }
-    if let Some(t) = a.time_limit.filter(|t| !(t.is_finite() && *t > 0.0)) {
-        bail!("--time-limit {t} must be positive");
-    }
-    if let Some(dir) = a.resume.as_ref().filter(|d| !d.is_dir()) {
-        bail!("--resume: directory {} does not exist", dir.display());
-    }
-    Ok(())
+    super::check_run_options(a.label_smoothing, a.time_limit, a.resume.as_deref())
 }
 
 pub fn run_train(args: TrainLmArgs) -> Result<()> {

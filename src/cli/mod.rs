@@ -126,6 +126,25 @@ pub fn set_threads(threads: usize) -> Result<usize> {
     Ok(rayon::current_num_threads())
 }
 
+/// The checks `train` and `train-lm` share: label smoothing in [0, 1), a positive
+/// `--time-limit` (seconds) and an existing `--resume` directory.
+pub fn check_run_options(
+    label_smoothing: f64,
+    time_limit: Option<f64>,
+    resume: Option<&Path>,
+) -> Result<()> {
+    if !(0.0..1.0).contains(&label_smoothing) {
+        anyhow::bail!("--label-smoothing {label_smoothing} must be in [0, 1)");
+    }
+    if let Some(t) = time_limit.filter(|t| !(t.is_finite() && *t > 0.0)) {
+        anyhow::bail!("--time-limit {t} must be a positive number of seconds");
+    }
+    if let Some(dir) = resume.filter(|d| !d.is_dir()) {
+        anyhow::bail!("--resume: directory {} does not exist", dir.display());
+    }
+    Ok(())
+}
+
 /// Loads the model and vocabulary of a model directory.
 pub fn load_model_dir(dir: &Path) -> Result<(Seq2Seq<f32>, Vocab)> {
     if !dir.is_dir() {

@@ -271,25 +271,17 @@ fn model_config(args: &TrainArgs, vocab_size: usize) -> Result<ModelConfig> {
 
 /// Refuses option values that would silently give a broken run.
 fn check_options(args: &TrainArgs) -> Result<()> {
-    if !(0.0..1.0).contains(&args.label_smoothing) {
-        bail!(
-            "--label-smoothing {} must be in [0, 1)",
-            args.label_smoothing
-        );
-    }
     if !(args.lr_factor.is_finite() && args.lr_factor > 0.0) {
         bail!("--lr-factor {} must be positive", args.lr_factor);
     }
     if let Some(c) = args.clip_norm.filter(|c| !(c.is_finite() && *c > 0.0)) {
         bail!("--clip-norm {c} must be positive");
     }
-    if let Some(t) = args.time_limit.filter(|t| !(t.is_finite() && *t > 0.0)) {
-        bail!("--time-limit {t} must be a positive number of seconds");
-    }
-    if let Some(dir) = args.resume.as_ref().filter(|d| !d.is_dir()) {
-        bail!("--resume: directory {} does not exist", dir.display());
-    }
-    Ok(())
+    super::check_run_options(
+        args.label_smoothing,
+        args.time_limit,
+        args.resume.as_deref(),
+    )
 }
 
 pub fn run(args: TrainArgs) -> Result<()> {
