@@ -9,7 +9,7 @@ use super::embedding::{Embedding, EmbeddingCache};
 use super::encoder::{Encoder, EncoderCache};
 use super::param::{Module, Param};
 use crate::batch::Batch;
-use crate::kernels::matmul::{linear_forward, matmul, MatMut, MatRef};
+use crate::kernels::matmul::{matmul, transpose_weight, weight_product, MatMut, MatRef};
 use crate::rng::Rng;
 use crate::train::loss::{label_smoothed_cross_entropy, LossStats};
 use crate::Float;
@@ -84,14 +84,7 @@ impl<T: Float> Seq2Seq<T> {
         }
         self.decoder.prepare_inference();
         let (d, v) = (self.config.d_model, self.config.vocab_size);
-        let w = self.projection_weight();
-        let mut t = vec![T::zero(); d * v];
-        for (token, row) in w.chunks_exact(d).enumerate() {
-            for (i, &x) in row.iter().enumerate() {
-                t[i * v + token] = x;
-            }
-        }
-        self.projection_t = Some(t);
+        self.projection_t = Some(transpose_weight(self.projection_weight(), v, d));
     }
 
     /// All parameters with their checkpoint names, in a fixed order.
@@ -125,19 +118,8 @@ impl<T: Float> Seq2Seq<T> {
         let (d, v) = (self.config.d_model, self.config.vocab_size);
         let rows = hidden.len() / d;
         let mut logits = vec![T::zero(); rows * v];
-        match &self.projection_t {
-            Some(t) => matmul(
-                MatMut::new(&mut logits, rows, v),
-                MatRef::new(hidden, rows, d),
-                MatRef::new(t, d, v),
-                T::one(),
-                false,
-            ),
-            None => {
-                let w = self.projection_weight();
-                linear_forward(&mut logits, hidden, w, None, rows, d, v)
-            }
-        }
+        let (w, w_t) = (self.projection_weight(), self.projection_t.as_deref());
+        weight_product(&mut logits, hidden, w, w_t, rows, d, v);
         logits
     }
 
