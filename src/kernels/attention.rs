@@ -25,8 +25,14 @@ pub struct AttnDims {
 }
 
 impl AttnDims {
-    fn d_model(&self) -> usize {
+    /// Width of the activations, `heads * d_head`.
+    pub fn d_model(&self) -> usize {
         self.heads * self.d_head
+    }
+
+    /// The score scale `1 / √d_k`.
+    pub fn scale<T: Float>(&self) -> T {
+        T::of(1.0 / (self.d_head as f64).sqrt())
     }
 }
 
@@ -72,8 +78,7 @@ pub fn attention_forward<T: Float>(
         kv_stride,
         ..
     } = dims;
-    let d_model = dims.d_model();
-    let scale = T::of(1.0 / (d_head as f64).sqrt());
+    let (d_model, scale) = (dims.d_model(), dims.scale::<T>());
     assert_eq!(ctx.len(), dims.batch * q_len * d_model);
     assert_eq!(probs.len(), dims.batch * heads * q_len * k_len);
     ctx.par_chunks_mut(q_len * d_model)
@@ -121,8 +126,7 @@ pub fn attention_backward<T: Float>(
         ..
     } = dims;
     assert_eq!(dims.kv_stride, k_len, "backward needs unstrided keys");
-    let d_model = dims.d_model();
-    let scale = T::of(1.0 / (d_head as f64).sqrt());
+    let (d_model, scale) = (dims.d_model(), dims.scale::<T>());
     dq.par_chunks_mut(q_len * d_model)
         .zip(dk.par_chunks_mut(k_len * d_model))
         .zip(dv.par_chunks_mut(k_len * d_model))

@@ -45,8 +45,7 @@ pub fn flash_attention_forward<T: Float>(
         kv_stride,
         ..
     } = dims;
-    let d_model = heads * d_head;
-    let scale = T::of(1.0 / (d_head as f64).sqrt());
+    let (d_model, scale) = (dims.d_model(), dims.scale::<T>());
     assert_eq!(ctx.len(), dims.batch * q_len * d_model);
     assert_eq!(lse.len(), dims.batch * q_len * heads);
     ctx.par_chunks_mut(q_len * d_model)
@@ -192,8 +191,7 @@ pub fn flash_attention_backward<T: Float>(
         ..
     } = dims;
     assert_eq!(dims.kv_stride, k_len, "backward needs unstrided keys");
-    let d_model = heads * d_head;
-    let scale = T::of(1.0 / (d_head as f64).sqrt());
+    let (d_model, scale) = (dims.d_model(), dims.scale::<T>());
     // D [batch*q_len, heads]: D_i = dO_i · O_i per head.
     let mut delta = vec![T::zero(); dims.batch * q_len * heads];
     delta
