@@ -142,35 +142,34 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "bench: preset {} ({} parameters), {threads} threads, batch {} x ({} + {}) tokens, vocab {}",
         args.preset, model.n_params(), args.batch, args.src_len, args.tgt_len, args.vocab
     );
-    let mut times = Vec::new();
-    for step in 0..args.warmup_steps + args.steps {
-        let t0 = Instant::now();
+    let med = time_steps(&args, |step| {
         model.zero_grads();
-        let stats = model.forward_backward(
-            &batch,
-            0.1,
-            1.0 / batch.n_tgt_tokens() as f64,
-            Some(&mut rng),
-        );
+        let scale = 1.0 / batch.n_tgt_tokens() as f64;
+        let stats = model.forward_backward(&batch, 0.1, scale, Some(&mut rng));
         adam.update(&mut model.params_mut(), schedule.lr(step as u64 + 1));
-        let dt = t0.elapsed().as_secs_f64();
-        eprintln!(
-            "step {step}: {dt:.3} s, loss {:.3}{}",
-            stats.loss(),
-            if step < args.warmup_steps {
-                " (warm-up)"
-            } else {
-                ""
-            }
-        );
-        if step >= args.warmup_steps {
-            times.push(dt);
-        }
-    }
-    let med = median(times);
+        stats.loss()
+    });
     println!("train: {:.0} tokens/s", tokens as f64 / med);
     println!("step: {:.3} s median over {} steps", med, args.steps);
     Ok(())
+}
+
+/// Runs `--warmup-steps` untimed and `--steps` timed calls of `step` (which returns the loss),
+/// logging each on stderr; returns the median seconds of the timed ones.
+fn time_steps(args: &BenchArgs, mut step: impl FnMut(usize) -> f64) -> f64 {
+    let mut times = Vec::new();
+    for i in 0..args.warmup_steps + args.steps {
+        let t0 = Instant::now();
+        let loss = step(i);
+        let dt = t0.elapsed().as_secs_f64();
+        let warm_up = i < args.warmup_steps;
+        let note = if warm_up { " (warm-up)" } else { "" };
+        eprintln!("step {i}: {dt:.3} s, loss {loss:.3}{note}");
+        if !warm_up {
+            times.push(dt);
+        }
+    }
+    median(times)
 }
 
 /// Decoder-only training steps on random tokens: tokens/s and the process's peak memory.
@@ -194,20 +193,13 @@ fn bench_lm(args: &BenchArgs, mut config: ModelConfig, threads: usize) -> Result
         args.seq_len,
         args.vocab
     );
-    let mut times = Vec::new();
-    for step in 0..args.warmup_steps + args.steps {
-        let t0 = Instant::now();
+    let med = time_steps(args, |_| {
         model.zero_grads();
-        let stats =
-            model.forward_backward(tokens, targets, batch, 0.1, 1.0 / n as f64, Some(&mut rng));
+        let scale = 1.0 / n as f64;
+        let stats = model.forward_backward(tokens, targets, batch, 0.1, scale, Some(&mut rng));
         adam.update(&mut model.params_mut(), 1e-4);
-        let dt = t0.elapsed().as_secs_f64();
-        eprintln!("step {step}: {dt:.3} s, loss {:.3}", stats.loss());
-        if step >= args.warmup_steps {
-            times.push(dt);
-        }
-    }
-    let med = median(times);
+        stats.loss()
+    });
     println!("train-lm: {:.0} tokens/s", n as f64 / med);
     println!("step: {:.3} s median over {} steps", med, args.steps);
     match peak_rss_mib() {
