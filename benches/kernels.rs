@@ -87,7 +87,7 @@ fn main() {
     let mut ctx = vec![0f32; batch * len * d];
     let mut probs = vec![0f32; batch * heads * len * len];
     let secs = median_secs(21, || {
-        attention_forward(&mut ctx, &mut probs, &q, &k, &v, dims, mask)
+        attention_forward(&mut ctx, &mut probs, &q, &k, &v, dims, mask, None)
     });
     println!(
         "attention forward  16x8 heads x 32x32 x 64 {:>8.3} ms",
@@ -95,7 +95,9 @@ fn main() {
     );
     let (mut dq, mut dk, mut dv) = (ctx.clone(), ctx.clone(), ctx.clone());
     let secs = median_secs(21, || {
-        attention_backward(&mut dq, &mut dk, &mut dv, &ctx, &q, &k, &v, &probs, dims)
+        attention_backward(
+            &mut dq, &mut dk, &mut dv, &ctx, &q, &k, &v, &probs, dims, None,
+        )
     });
     println!(
         "attention backward 16x8 heads x 32x32 x 64 {:>8.3} ms",

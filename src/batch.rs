@@ -1,5 +1,6 @@
 //! A padded batch of sentence pairs, the one input the model consumes.
 
+use crate::rng::Rng;
 use serde::{Deserialize, Serialize};
 
 /// Special token ids shared by every vocabulary of the project.
@@ -79,6 +80,24 @@ impl Batch {
     pub fn n_tgt_tokens(&self) -> usize {
         self.tgt_lens.iter().sum()
     }
+
+    /// Word dropout (Sennrich & Zhang 2019, after Gal & Ghahramani 2016): each real token of the
+    /// source and of the decoder input `tgt_in` becomes [`UNK`] with probability `p`, one draw
+    /// from `rng` per token in order; specials and padding stay, and so does `tgt_out` (the
+    /// words to predict). Draws nothing when `p == 0`. Returns the number of tokens replaced.
+    pub fn drop_words(&mut self, p: f64, rng: &mut Rng) -> usize {
+        if p <= 0.0 {
+            return 0;
+        }
+        let mut dropped = 0;
+        for t in self.src.iter_mut().chain(self.tgt_in.iter_mut()) {
+            if !matches!(*t, PAD | BOS | EOS) && rng.uniform() < p {
+                *t = UNK;
+                dropped += 1;
+            }
+        }
+        dropped
+    }
 }
 
 #[cfg(test)]
@@ -93,5 +112,40 @@ mod tests {
         assert_eq!(b.tgt_in, vec![BOS, 7, PAD, PAD, BOS, 9, 10, 11]);
         assert_eq!(b.tgt_out, vec![7, EOS, PAD, PAD, 9, 10, 11, EOS]);
         assert_eq!((b.n_src_tokens(), b.n_tgt_tokens()), (5, 6));
+    }
+
+    #[test]
+    fn word_dropout_replaces_about_p_of_the_real_tokens_only() {
+        let src: Vec<u32> = (4..40).collect();
+        let tgt: Vec<u32> = (40..70).collect();
+        let pairs: Vec<(&[u32], &[u32])> = (0..100)
+            .map(|i| (&src[..1 + i % 36], &tgt[..1 + i % 30]))
+            .collect();
+        let clean = Batch::from_pairs(&pairs);
+        let mut b = clean.clone();
+        let mut rng = Rng::new(5);
+        let dropped = b.drop_words(0.25, &mut rng);
+        let real = clean.n_src_tokens() - 100 + clean.n_tgt_tokens() - 100;
+        let frac = dropped as f64 / real as f64;
+        assert!((0.22..0.28).contains(&frac), "{dropped} of {real}");
+        let unk = |v: &[u32]| v.iter().filter(|&&t| t == UNK).count();
+        assert_eq!(unk(&b.src) + unk(&b.tgt_in), dropped);
+        assert_eq!(b.tgt_out, clean.tgt_out);
+        for (got, want) in b
+            .src
+            .iter()
+            .zip(&clean.src)
+            .chain(b.tgt_in.iter().zip(&clean.tgt_in))
+        {
+            assert!(got == want || (*got == UNK && !matches!(*want, PAD | BOS | EOS)));
+        }
+        // Same seed, same replacements; p = 0 leaves the batch and the generator alone.
+        let mut again = clean.clone();
+        again.drop_words(0.25, &mut Rng::new(5));
+        assert_eq!(again, b);
+        let mut untouched = clean.clone();
+        let mut r0 = Rng::new(5);
+        assert_eq!(untouched.drop_words(0.0, &mut r0), 0);
+        assert_eq!((untouched, r0), (clean, Rng::new(5)));
     }
 }

@@ -25,6 +25,8 @@ fn config(norm: NormPlacement, tie: bool) -> ModelConfig {
         max_len: 64,
         activation: Default::default(),
         positions: Default::default(),
+        attention_dropout: 0.0,
+        activation_dropout: 0.0,
     }
 }
 

@@ -52,13 +52,13 @@ fn plain<T: Float>(c: &Case, q: &[T], k: &[T], v: &[T], dctx: &[T]) -> [Vec<T>; 
     let d = c.dims;
     let mut ctx = vec![T::zero(); q.len()];
     let mut probs = vec![T::zero(); d.batch * d.heads * d.q_len * d.k_len];
-    attention_forward(&mut ctx, &mut probs, q, k, v, d, c.mask());
+    attention_forward(&mut ctx, &mut probs, q, k, v, d, c.mask(), None);
     let (mut dq, mut dk, mut dv) = (
         vec![T::zero(); q.len()],
         vec![T::zero(); k.len()],
         vec![T::zero(); v.len()],
     );
-    attention_backward(&mut dq, &mut dk, &mut dv, dctx, q, k, v, &probs, d);
+    attention_backward(&mut dq, &mut dk, &mut dv, dctx, q, k, v, &probs, d, None);
     [ctx, dq, dk, dv]
 }
 
@@ -193,7 +193,7 @@ fn forward_reads_a_strided_key_cache() {
     };
     let mut want = vec![0.0; q.len()];
     let mut probs = vec![0.0; 2 * 2 * c.dims.k_len];
-    attention_forward(&mut want, &mut probs, &q, &k, &v, dims, c.mask());
+    attention_forward(&mut want, &mut probs, &q, &k, &v, dims, c.mask(), None);
     let mut got = vec![f64::NAN; q.len()];
     let mut lse = vec![f64::NAN; 2 * 2];
     flash_attention_forward(&mut got, &mut lse, &q, &k, &v, dims, c.mask());

@@ -68,10 +68,11 @@ fn embedding_gradient_with_dropout_and_offset() {
 /// Checks d/dx_q, d/dx_kv (separately, and their sum when `self_attn` feeds one tensor to both)
 /// and every projection's gradient.
 fn check_attention(label: &str, q_len: usize, k_len: usize, key_lens: &[usize], causal: bool) {
-    check_attention_scaled(label, q_len, k_len, key_lens, causal, 1.0);
+    check_attention_scaled(label, q_len, k_len, key_lens, causal, 1.0, 0.0);
 }
 
-/// `r_scale` scales the objective's weights R (and so |L| and every gradient).
+/// `r_scale` scales the objective's weights R (and so |L| and every gradient); `dropout` is the
+/// layer's attention dropout (one fixed mask for every evaluation).
 fn check_attention_scaled(
     label: &str,
     q_len: usize,
@@ -79,10 +80,11 @@ fn check_attention_scaled(
     key_lens: &[usize],
     causal: bool,
     r_scale: f64,
+    dropout: f64,
 ) {
     let self_attn = q_len == k_len;
     let mut rng = Rng::new(20);
-    let mut mha = MultiHeadAttention::<f64>::new(D, HEADS, &mut rng);
+    let mut mha = MultiHeadAttention::<f64>::new(D, HEADS, &mut rng).with_dropout(dropout);
     jitter_params(&mut mha, &mut rng, 0.2);
     let x_q: Vec<f64> = randn(&mut rng, BATCH * q_len * D, 1.0);
     let x_kv: Vec<f64> = if self_attn {
@@ -96,27 +98,32 @@ fn check_attention_scaled(
         causal,
         q_offset: 0,
     };
-    let (_, cache) = mha.forward(&x_q, &x_kv, BATCH, mask);
-    let tiled = k_len >= TILED_FROM_KEYS;
+    let drop = Rng::new(55);
+    let forward = |m: &MultiHeadAttention<f64>, x_q: &[f64], x_kv: &[f64]| {
+        m.forward_train(x_q, x_kv, BATCH, mask, Some(&mut drop.clone()))
+    };
+    let (_, cache) = forward(&mha, &x_q, &x_kv);
+    // Attention dropout keeps the weights (its mask has their shape): the plain kernel.
+    let tiled = k_len >= TILED_FROM_KEYS && dropout == 0.0;
     assert_eq!(
         (cache.lse.is_empty(), cache.probs.is_empty()),
         (!tiled, tiled)
     );
+    match &cache.drop_mask {
+        Some(m) => assert!(dropout > 0.0 && m.contains(&0.0), "dropped no weight"),
+        None => assert_eq!(dropout, 0.0),
+    }
     let (dx_q, dx_kv) = mha.backward(&x_q, &x_kv, cache, &r);
     let mut gc = GradCheck::new(format!("attention {label}"));
     let mha = &mha;
-    gc.wrt_input("x_q", &x_q, &dx_q, |x| {
-        dot(&mha.forward(x, &x_kv, BATCH, mask).0, &r)
-    });
-    gc.wrt_input("x_kv", &x_kv, &dx_kv, |x| {
-        dot(&mha.forward(&x_q, x, BATCH, mask).0, &r)
-    });
+    gc.wrt_input("x_q", &x_q, &dx_q, |x| dot(&forward(mha, x, &x_kv).0, &r));
+    gc.wrt_input("x_kv", &x_kv, &dx_kv, |x| dot(&forward(mha, &x_q, x).0, &r));
     if self_attn {
         gc.wrt_input("x", &x_q, &add(&dx_q, &dx_kv), |x| {
-            dot(&mha.forward(x, x, BATCH, mask).0, &r)
+            dot(&forward(mha, x, x).0, &r)
         });
     }
-    gc.wrt_params(mha, |m| dot(&m.forward(&x_q, &x_kv, BATCH, mask).0, &r));
+    gc.wrt_params(mha, |m| dot(&forward(m, &x_q, &x_kv).0, &r));
     gc.report();
 }
 
@@ -151,8 +158,25 @@ fn attention_gradient_tiled_kernel_long_sequences() {
     // The objective sums ~2,000 outputs, and a central difference's rounding error grows with
     // |L| (≈ 1e-16 |L| / h); R scaled by 0.1 keeps it under the checker's 1e-9 absolute floor.
     let n = TILED_FROM_KEYS + 3;
-    check_attention_scaled("tiled causal+padding", n, n, &[n, n / 2 + 1], true, 0.1);
-    check_attention_scaled("tiled cross", 7, n + 60, &[n + 60, n - 1], false, 0.1);
+    check_attention_scaled(
+        "tiled causal+padding",
+        n,
+        n,
+        &[n, n / 2 + 1],
+        true,
+        0.1,
+        0.0,
+    );
+    check_attention_scaled("tiled cross", 7, n + 60, &[n + 60, n - 1], false, 0.1, 0.0);
+}
+
+#[test]
+fn attention_gradient_with_attention_dropout() {
+    check_attention_scaled("dropout causal+padding", 5, 5, &[5, 3], true, 1.0, 0.3);
+    check_attention_scaled("dropout cross", 3, 6, &[6, 2], false, 1.0, 0.3);
+    // Long enough for the tiled kernel, which dropout on the weights turns off.
+    let n = TILED_FROM_KEYS + 1;
+    check_attention_scaled("dropout long cross", 2, n, &[n, 7], false, 0.3, 0.2);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -175,6 +199,33 @@ fn feed_forward_gradient() {
     gc.wrt_input("x", &x, &dx, |x| dot(&ffn.forward(x).0, &r));
     gc.wrt_params(&ffn, |m| dot(&m.forward(&x).0, &r));
     gc.report();
+}
+
+#[test]
+fn feed_forward_gradient_with_activation_dropout() {
+    for activation in [Activation::Relu, Activation::GeluTanh] {
+        let mut rng = Rng::new(31);
+        let mut ffn = FeedForward::<f64>::new(D, D_FF, activation, &mut rng).with_dropout(0.3);
+        jitter_params(&mut ffn, &mut rng, 0.2);
+        let rows = 6;
+        let x: Vec<f64> = randn(&mut rng, rows * D, 1.0);
+        let r: Vec<f64> = randn(&mut rng, rows * D, 1.0);
+        let drop = Rng::new(8);
+        let forward = |m: &FeedForward<f64>, x: &[f64]| {
+            dot(&m.forward_train(x, Some(&mut drop.clone())).0, &r)
+        };
+        let (_, cache) = ffn.forward_train(&x, Some(&mut drop.clone()));
+        let mask = cache
+            .dropout_mask
+            .as_ref()
+            .expect("activation dropout mask");
+        assert!(mask.contains(&0.0) && mask.iter().any(|&m| m > 1.0));
+        let dx = ffn.backward(&x, cache, &r);
+        let mut gc = GradCheck::new(format!("feed-forward {activation:?} activation dropout"));
+        gc.wrt_input("x", &x, &dx, |x| forward(&ffn, x));
+        gc.wrt_params(&ffn, |m| forward(m, &x));
+        gc.report();
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ mod common;
 use common::*;
 use transformer::batch::PAD;
 use transformer::kernels::attention::{attention_forward, AttnDims, AttnMask};
+use transformer::kernels::dropout::dropout_mask;
 use transformer::model::attention::{KvCache, MultiHeadAttention};
 use transformer::model::block::Residual;
 use transformer::model::embedding::Embedding;
@@ -183,6 +184,72 @@ fn cross_attention_forward_matches_reference() {
     attention_vs_reference("cross", 3, 5, &[5, 2], false);
 }
 
+#[test]
+fn attention_dropout_kernel_matches_reference() {
+    // ctx = (P ⊙ M) V with P from the reference loops and the given mask M; the kernel's saved
+    // weights stay the undropped P.
+    let mut rng = Rng::new(12);
+    let (q_len, k_len, d_head) = (4, 5, D / HEADS);
+    let key_lens = [5, 3];
+    let q: Vec<f64> = randn(&mut rng, BATCH * q_len * D, 1.0);
+    let k: Vec<f64> = randn(&mut rng, BATCH * k_len * D, 1.0);
+    let v: Vec<f64> = randn(&mut rng, BATCH * k_len * D, 1.0);
+    let n = BATCH * HEADS * q_len * k_len;
+    let drop: Vec<f64> = dropout_mask(&mut rng, n, 0.4).unwrap();
+    assert!(drop.contains(&0.0));
+    for causal in [false, true] {
+        let mask = AttnMask {
+            key_lens: &key_lens,
+            causal,
+            q_offset: 0,
+        };
+        let dims = AttnDims {
+            batch: BATCH,
+            heads: HEADS,
+            d_head,
+            q_len,
+            k_len,
+            kv_stride: k_len,
+        };
+        let mut ctx = vec![0.0; BATCH * q_len * D];
+        let mut probs = vec![0.0; n];
+        attention_forward(&mut ctx, &mut probs, &q, &k, &v, dims, mask, Some(&drop));
+        let reference = NaiveAttn {
+            batch: BATCH,
+            heads: HEADS,
+            d_head,
+            q_len,
+            k_len,
+            kv_stride: k_len,
+            key_lens: &key_lens,
+            causal,
+            q_offset: 0,
+        };
+        let (_, want_p) = reference.run(&q, &k, &v);
+        let mut want_ctx = vec![0.0; ctx.len()];
+        for b in 0..BATCH {
+            for h in 0..HEADS {
+                for i in 0..q_len {
+                    let p_off = ((b * HEADS + h) * q_len + i) * k_len;
+                    for c in 0..d_head {
+                        let mut acc = 0.0;
+                        for j in 0..k_len {
+                            let vrow = (b * k_len + j) * D + h * d_head;
+                            acc += want_p[p_off + j] * drop[p_off + j] * v[vrow + c];
+                        }
+                        want_ctx[(b * q_len + i) * D + h * d_head + c] = acc;
+                    }
+                }
+            }
+        }
+        let (dc, dp) = (max_abs_diff(&ctx, &want_ctx), max_abs_diff(&probs, &want_p));
+        assert!(
+            dc < 1e-12 && dp < 1e-12,
+            "causal {causal}: ctx {dc:e}, probs {dp:e}"
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // (c) Feed-forward, (d) layer norm.
 
@@ -196,6 +263,49 @@ fn feed_forward_matches_reference() {
     assert!(cache.hidden.contains(&0.0), "no ReLU was off");
     let w = assert_close("ffn", &y, &naive_ffn(&ffn, &to_f64(&x)), REL, ABS);
     eprintln!("ffn: worst |diff| / allowance {w:.3}");
+}
+
+#[test]
+fn feed_forward_activation_dropout_matches_reference() {
+    // y = (max(0, x W₁ᵀ + b₁) ⊙ M) W₂ᵀ + b₂, computed in f64 loops with the layer's mask M.
+    let mut rng = Rng::new(4);
+    let mut ffn = FeedForward::<f64>::new(D, D_FF, Activation::Relu, &mut rng).with_dropout(0.25);
+    jitter_params(&mut ffn, &mut rng, 0.2);
+    let rows = 7;
+    let x: Vec<f64> = randn(&mut rng, rows * D, 1.0);
+    let (y, cache) = ffn.forward_train(&x, Some(&mut Rng::new(6)));
+    let mask = cache.dropout_mask.expect("a mask");
+    let kept = mask.iter().filter(|&&m| m != 0.0).count();
+    assert!(kept > 0 && kept < mask.len());
+    assert!(mask
+        .iter()
+        .all(|&m| m == 0.0 || (m - 1.0 / 0.75).abs() < 1e-15));
+    let (w1, b1) = (&ffn.linear1.weight.value.data, &ffn.linear1.bias.value.data);
+    let (w2, b2) = (&ffn.linear2.weight.value.data, &ffn.linear2.bias.value.data);
+    let mut want = vec![0.0; rows * D];
+    for r in 0..rows {
+        let mut hidden = [0.0; D_FF];
+        for (f, h) in hidden.iter_mut().enumerate() {
+            let mut acc = b1[f];
+            for c in 0..D {
+                acc += w1[f * D + c] * x[r * D + c];
+            }
+            *h = acc.max(0.0) * mask[r * D_FF + f];
+        }
+        for c in 0..D {
+            let mut acc = b2[c];
+            for (f, h) in hidden.iter().enumerate() {
+                acc += w2[c * D_FF + f] * h;
+            }
+            want[r * D + c] = acc;
+        }
+    }
+    let diff = max_abs_diff(&y, &want);
+    assert!(diff < 1e-12, "activation dropout: max diff {diff:e}");
+    // Without a generator the layer is the plain FFN.
+    let (plain, c) = ffn.forward_train(&x, None);
+    assert!(c.dropout_mask.is_none());
+    assert_eq!(plain, ffn.forward(&x).0);
 }
 
 /// Rows with their own offsets and spreads.
@@ -389,7 +499,7 @@ fn attention_kernel_with_spare_kv_capacity_matches_compact() {
             let mut ctx = vec![0.0; BATCH * q_len * D];
             let mut probs = vec![0.0; BATCH * HEADS * q_len * k_len];
             let dims = AttnDims { kv_stride, ..dims };
-            attention_forward(&mut ctx, &mut probs, &q, k, v, dims, mask);
+            attention_forward(&mut ctx, &mut probs, &q, k, v, dims, mask, None);
             (ctx, probs)
         };
         let (ctx, probs) = run(&k, &v, k_len);

@@ -30,6 +30,8 @@ fn config(norm: NormPlacement, tie: bool, dropout: f64, d_model: usize) -> Model
         max_len: 16,
         activation: Default::default(),
         positions: Default::default(),
+        attention_dropout: 0.0,
+        activation_dropout: 0.0,
     }
 }
 

@@ -19,6 +19,9 @@ fn tiny_config(norm: NormPlacement, tie: bool, dropout: f64) -> ModelConfig {
         max_len: 32,
         activation: Default::default(),
         positions: Default::default(),
+        // The dropout cases also drop attention weights and FFN activations.
+        attention_dropout: dropout,
+        activation_dropout: dropout,
     }
 }
 

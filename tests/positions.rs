@@ -311,6 +311,8 @@ fn tiny_config(positions: Positions, norm: NormPlacement, tie: bool, dropout: f6
         max_len: 32,
         activation: Default::default(),
         positions,
+        attention_dropout: 0.0,
+        activation_dropout: 0.0,
     }
 }
 
@@ -412,6 +414,8 @@ fn decoding_model(positions: Positions, norm: NormPlacement, tie: bool, eos: f32
         max_len: 64,
         activation: Default::default(),
         positions,
+        attention_dropout: 0.0,
+        activation_dropout: 0.0,
     };
     c.validate().unwrap();
     let mut m = Seq2Seq::new(c, &mut Rng::new(3));

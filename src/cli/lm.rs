@@ -211,6 +211,8 @@ pub fn run_train(args: TrainLmArgs) -> Result<()> {
                 max_len: args.context,
                 activation: args.activation,
                 positions: args.positions,
+                attention_dropout: 0.0,
+                activation_dropout: 0.0,
             };
             model_config
                 .validate()

@@ -35,7 +35,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Train an encoder-decoder model on `source<TAB>target` pairs.
-    Train(train::TrainArgs),
+    Train(Box<train::TrainArgs>),
     /// Translate source lines from stdin to stdout (greedy decoding, or beam search: --beam).
     Translate(translate::TranslateArgs),
     /// Print log p(target | source) for each `source<TAB>target` line on stdin.
@@ -95,7 +95,7 @@ pub fn run(cli: Cli) -> Result<()> {
 
 fn dispatch(command: Command) -> Result<()> {
     match command {
-        Command::Train(a) => train::run(a),
+        Command::Train(a) => train::run(*a),
         Command::Translate(a) => translate::run(a),
         Command::Score(a) => score::run(a),
         Command::Demo(a) => demo::run(a),

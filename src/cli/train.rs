@@ -87,6 +87,16 @@ pub struct TrainArgs {
     /// Override the preset's dropout.
     #[arg(long)]
     pub dropout: Option<f64>,
+    /// Override the config's dropout on attention weights (0 in the paper).
+    #[arg(long)]
+    pub attention_dropout: Option<f64>,
+    /// Override the config's dropout on FFN activations (0 in the paper).
+    #[arg(long)]
+    pub activation_dropout: Option<f64>,
+    /// Word dropout: replace each source and decoder-input token by UNK with this probability
+    /// during training (a regulariser for small corpora).
+    #[arg(long, default_value_t = 0.0)]
+    pub word_dropout: f64,
     /// Use pre-LN residual blocks instead of the paper's post-LN.
     #[arg(long)]
     pub pre_ln: bool,
@@ -261,6 +271,12 @@ fn model_config(args: &TrainArgs, vocab_size: usize) -> Result<ModelConfig> {
     if let Some(p) = args.dropout {
         c.dropout = p;
     }
+    if let Some(p) = args.attention_dropout {
+        c.attention_dropout = p;
+    }
+    if let Some(p) = args.activation_dropout {
+        c.activation_dropout = p;
+    }
     if args.pre_ln {
         c.norm = NormPlacement::PreLn;
     }
@@ -276,6 +292,9 @@ fn check_options(args: &TrainArgs) -> Result<()> {
     }
     if let Some(c) = args.clip_norm.filter(|c| !(c.is_finite() && *c > 0.0)) {
         bail!("--clip-norm {c} must be positive");
+    }
+    if !(0.0..1.0).contains(&args.word_dropout) {
+        bail!("--word-dropout {} must be in [0, 1)", args.word_dropout);
     }
     super::check_run_options(
         args.label_smoothing,
@@ -337,6 +356,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
                 accumulate: args.accumulate,
                 clip_norm: args.clip_norm,
                 seed: args.seed,
+                word_dropout: args.word_dropout,
                 ..TrainConfig::default()
             };
             (vocab, Trainer::new(model_config, config, examples)?)

@@ -4,6 +4,7 @@
 //! attention maps). Activations are row-major `[batch * len, heads * d_head]`; head `h` is the
 //! column block `h*d_head .. (h+1)*d_head`, read through strided views without copies.
 
+use super::activations::mul_inplace;
 use super::matmul::{matmul, MatMut, MatRef};
 use super::softmax::{softmax_backward_inplace, softmax_inplace};
 use crate::Float;
@@ -61,6 +62,11 @@ impl AttnMask<'_> {
 }
 
 /// Forward. Writes `ctx [batch*q_len, d_model]` and `probs [batch, heads, q_len, k_len]`.
+///
+/// Attention dropout: with `drop` (a mask laid out like `probs`, each factor 0 or 1/(1 − p), see
+/// `kernels::dropout`), the context is `(P ⊙ M) V`; `probs` still receives the undropped `P`,
+/// which the backward needs for the softmax.
+#[allow(clippy::too_many_arguments)]
 pub fn attention_forward<T: Float>(
     ctx: &mut [T],
     probs: &mut [T],
@@ -69,6 +75,7 @@ pub fn attention_forward<T: Float>(
     v: &[T],
     dims: AttnDims,
     mask: AttnMask<'_>,
+    drop: Option<&[T]>,
 ) {
     let AttnDims {
         heads,
@@ -81,12 +88,17 @@ pub fn attention_forward<T: Float>(
     let (d_model, scale) = (dims.d_model(), dims.scale::<T>());
     assert_eq!(ctx.len(), dims.batch * q_len * d_model);
     assert_eq!(probs.len(), dims.batch * heads * q_len * k_len);
+    if let Some(m) = drop {
+        assert_eq!(m.len(), probs.len(), "attention dropout mask shape");
+    }
     ctx.par_chunks_mut(q_len * d_model)
         .zip(probs.par_chunks_mut(heads * q_len * k_len))
         .enumerate()
         .for_each(|(b, (ctx_b, probs_b))| {
             let q_off = b * q_len * d_model;
             let kv_off = b * kv_stride * d_model;
+            // P ⊙ M of one head [q_len, k_len], when dropping
+            let mut dropped = vec![T::zero(); if drop.is_some() { q_len * k_len } else { 0 }];
             for h in 0..heads {
                 let p = &mut probs_b[h * q_len * k_len..(h + 1) * q_len * k_len];
                 let q_h = MatRef::strided(q, q_off + h * d_head, q_len, d_head, d_model, 1);
@@ -97,7 +109,15 @@ pub fn attention_forward<T: Float>(
                 for (i, row) in p.chunks_exact_mut(k_len).enumerate() {
                     softmax_inplace(row, mask.visible(b, i));
                 }
-                // context [q_len, d_head] = P V_h, into head h's column block
+                let p: &[T] = match drop {
+                    Some(m) => {
+                        let m_off = (b * heads + h) * q_len * k_len;
+                        mul_into(&mut dropped, p, &m[m_off..m_off + q_len * k_len]);
+                        &dropped
+                    }
+                    None => p,
+                };
+                // context [q_len, d_head] = P V_h (or (P ⊙ M) V_h), into head h's column block
                 let c_h = MatMut::strided(ctx_b, h * d_head, q_len, d_head, d_model, 1);
                 matmul(c_h, MatRef::new(p, q_len, k_len), v_h, T::one(), false);
             }
@@ -106,6 +126,7 @@ pub fn attention_forward<T: Float>(
 
 /// Backward. Given `dctx`, writes `dq [batch*q_len, d_model]` and `dk`, `dv`
 /// `[batch*k_len, d_model]` (the forward's key buffers must have had `kv_stride == k_len`).
+/// `drop` is the forward's attention-dropout mask: `dV = (P ⊙ M)ᵀ dC` and `dP = M ⊙ (dC Vᵀ)`.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_backward<T: Float>(
     dq: &mut [T],
@@ -117,6 +138,7 @@ pub fn attention_backward<T: Float>(
     v: &[T],
     probs: &[T],
     dims: AttnDims,
+    drop: Option<&[T]>,
 ) {
     let AttnDims {
         heads,
@@ -135,9 +157,19 @@ pub fn attention_backward<T: Float>(
             let q_off = b * q_len * d_model;
             let kv_off = b * k_len * d_model;
             let mut ds = vec![T::zero(); q_len * k_len];
+            let mut dropped = vec![T::zero(); if drop.is_some() { q_len * k_len } else { 0 }];
             for h in 0..heads {
                 let p_off = (b * heads + h) * q_len * k_len;
-                let p = MatRef::new(&probs[p_off..p_off + q_len * k_len], q_len, k_len);
+                let p_rows = &probs[p_off..p_off + q_len * k_len];
+                let m_rows = drop.map(|m| &m[p_off..p_off + q_len * k_len]);
+                // the weights the forward multiplied V with: P or P ⊙ M
+                let p = match m_rows {
+                    Some(m) => {
+                        mul_into(&mut dropped, p_rows, m);
+                        MatRef::new(&dropped, q_len, k_len)
+                    }
+                    None => MatRef::new(p_rows, q_len, k_len),
+                };
                 let q_h = MatRef::strided(q, q_off + h * d_head, q_len, d_head, d_model, 1);
                 let k_h = MatRef::strided(k, kv_off + h * d_head, k_len, d_head, d_model, 1);
                 let v_h = MatRef::strided(v, kv_off + h * d_head, k_len, d_head, d_model, 1);
@@ -153,7 +185,9 @@ pub fn attention_backward<T: Float>(
                     T::one(),
                     false,
                 );
-                let p_rows = &probs[p_off..p_off + q_len * k_len];
+                if let Some(m) = m_rows {
+                    mul_inplace(&mut ds, m);
+                }
                 for (ds_row, p_row) in ds.chunks_exact_mut(k_len).zip(p_rows.chunks_exact(k_len)) {
                     softmax_backward_inplace(ds_row, p_row);
                 }
@@ -165,4 +199,11 @@ pub fn attention_backward<T: Float>(
                 matmul(dk_h, ds_m.t(), q_h, scale, false);
             }
         });
+}
+
+/// `out = a ⊙ b`, elementwise.
+fn mul_into<T: Float>(out: &mut [T], a: &[T], b: &[T]) {
+    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+        *o = x * y;
+    }
 }

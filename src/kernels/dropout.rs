@@ -26,6 +26,13 @@ pub fn dropout_mask<T: Float>(rng: &mut Rng, n: usize, p: f64) -> Option<Vec<T>>
     Some(mask)
 }
 
+/// A generator of its own for a sublayer's inner dropout (attention weights, FFN activations),
+/// forked from the run's `rng` only when there is something to drop, so a model without inner
+/// dropout draws exactly the masks it drew before the option existed.
+pub fn fork_for(rng: Option<&mut Rng>, p: f64) -> Option<Rng> {
+    rng.filter(|_| p > 0.0).map(|r| r.fork())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,6 +16,7 @@
 use super::linear::Linear;
 use super::param::{Module, Param};
 use crate::kernels::attention::{attention_backward, attention_forward, AttnDims, AttnMask};
+use crate::kernels::dropout::dropout_mask;
 use crate::kernels::flash_attention::{flash_attention_backward, flash_attention_forward};
 use crate::kernels::rope::{rope_backward, rope_forward};
 use crate::rng::Rng;
@@ -32,6 +33,9 @@ pub struct MultiHeadAttention<T> {
     pub d_model: usize,
     /// Rotary positions on queries and keys (self-attention only).
     pub rotary: bool,
+    /// Attention dropout: the probability of dropping each attention weight during training
+    /// (`softmax(Q Kᵀ / √d_k) ⊙ M`, then `· V`); 0 in the paper.
+    pub dropout: f64,
 }
 
 /// What the attention forward keeps for the backward.
@@ -59,11 +63,15 @@ pub struct AttentionCache<T> {
     /// Rotary: absolute positions of query row 0 and key row 0 (unused otherwise).
     pub q_pos: usize,
     pub k_pos: usize,
+    /// The attention-dropout mask [batch, heads, q_len, k_len] (plain kernel only).
+    pub drop_mask: Option<Vec<T>>,
 }
 
 /// Training attends with the tiled (FlashAttention) kernel from this many keys on, so memory
 /// stays linear in the sequence length; below it the plain kernel, which keeps the whole
 /// [query x key] weight matrix, is as cheap and needs no recomputation in the backward.
+/// Attention dropout needs the weight matrix (its mask has the same shape), so a layer with
+/// dropout on its weights always trains with the plain kernel.
 pub const TILED_FROM_KEYS: usize = 128;
 
 /// Cached keys and values of one attention layer for incremental decoding:
@@ -121,7 +129,14 @@ impl<T: Float> MultiHeadAttention<T> {
             n_heads,
             d_model,
             rotary: false,
+            dropout: 0.0,
         }
+    }
+
+    /// The same layer with attention dropout `p`.
+    pub fn with_dropout(mut self, p: f64) -> Self {
+        self.dropout = p;
+        self
     }
 
     /// Transposed weight copies of the four projections for inference
@@ -171,7 +186,20 @@ impl<T: Float> MultiHeadAttention<T> {
         batch: usize,
         mask: AttnMask<'_>,
     ) -> (Vec<T>, AttentionCache<T>) {
-        self.forward_at(x_q, x_kv, batch, mask, 0)
+        self.forward_with(x_q, x_kv, batch, mask, 0, None)
+    }
+
+    /// [`forward`](Self::forward) with attention dropout drawn from `rng` when it is given and
+    /// the layer's [`dropout`](Self::dropout) is positive.
+    pub fn forward_train(
+        &self,
+        x_q: &[T],
+        x_kv: &[T],
+        batch: usize,
+        mask: AttnMask<'_>,
+        rng: Option<&mut Rng>,
+    ) -> (Vec<T>, AttentionCache<T>) {
+        self.forward_with(x_q, x_kv, batch, mask, 0, rng)
     }
 
     /// [`forward`](Self::forward) with every rotary position shifted by `shift`: queries at
@@ -186,6 +214,18 @@ impl<T: Float> MultiHeadAttention<T> {
         mask: AttnMask<'_>,
         shift: usize,
     ) -> (Vec<T>, AttentionCache<T>) {
+        self.forward_with(x_q, x_kv, batch, mask, shift, None)
+    }
+
+    fn forward_with(
+        &self,
+        x_q: &[T],
+        x_kv: &[T],
+        batch: usize,
+        mask: AttnMask<'_>,
+        shift: usize,
+        rng: Option<&mut Rng>,
+    ) -> (Vec<T>, AttentionCache<T>) {
         let q_len = x_q.len() / (batch * self.d_model);
         let k_len = x_kv.len() / (batch * self.d_model);
         let mut q = self.q_proj.forward(x_q);
@@ -198,12 +238,16 @@ impl<T: Float> MultiHeadAttention<T> {
         // ctx: [batch*q_len, d_model]; probs: [batch, heads, q_len, k_len] or lse: [batch*q_len, heads]
         let mut ctx = vec![T::zero(); x_q.len()];
         let (mut probs, mut lse) = (Vec::new(), Vec::new());
-        if k_len >= TILED_FROM_KEYS {
+        let n_weights = batch * self.n_heads * q_len * k_len;
+        // drop_mask: [batch, heads, q_len, k_len]
+        let drop_mask = rng.and_then(|r| dropout_mask(r, n_weights, self.dropout));
+        if k_len >= TILED_FROM_KEYS && drop_mask.is_none() {
             lse = vec![T::zero(); batch * q_len * self.n_heads];
             flash_attention_forward(&mut ctx, &mut lse, &q, &k, &v, dims, mask);
         } else {
-            probs = vec![T::zero(); batch * self.n_heads * q_len * k_len];
-            attention_forward(&mut ctx, &mut probs, &q, &k, &v, dims, mask);
+            probs = vec![T::zero(); n_weights];
+            let drop = drop_mask.as_deref();
+            attention_forward(&mut ctx, &mut probs, &q, &k, &v, dims, mask, drop);
         }
         let y = self.out_proj.forward(&ctx);
         let cache = AttentionCache {
@@ -219,6 +263,7 @@ impl<T: Float> MultiHeadAttention<T> {
             dims,
             q_pos,
             k_pos,
+            drop_mask,
         };
         (y, cache)
     }
@@ -247,6 +292,7 @@ impl<T: Float> MultiHeadAttention<T> {
                 v,
                 &cache.probs,
                 cache.dims,
+                cache.drop_mask.as_deref(),
             );
         } else {
             let mask = AttnMask {
@@ -337,7 +383,8 @@ impl<T: Float> MultiHeadAttention<T> {
         };
         let mut ctx = vec![T::zero(); x_q.len()];
         let mut probs = vec![T::zero(); batch * self.n_heads * q_len * k_len];
-        attention_forward(&mut ctx, &mut probs, &q, &cache.k, &cache.v, dims, mask);
+        let (k, v) = (&cache.k, &cache.v);
+        attention_forward(&mut ctx, &mut probs, &q, k, v, dims, mask, None);
         (self.out_proj.forward(&ctx), probs)
     }
 }

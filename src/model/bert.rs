@@ -166,6 +166,8 @@ impl BertConfig {
             activation: self.activation().expect("validated config"),
             // BERT adds its own learned table (`position_embeddings`); the layers are plain.
             positions: super::config::Positions::Sinusoidal,
+            attention_dropout: 0.0,
+            activation_dropout: 0.0,
         }
     }
 

@@ -74,6 +74,18 @@ pub struct ModelConfig {
     /// option existed).
     #[serde(default)]
     pub positions: Positions,
+    /// Dropout on the attention weights, `softmax(Q Kᵀ / √d_k)`, in training (not in the
+    /// paper; tensor2tensor's `attention_dropout`). Absent means 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub attention_dropout: f64,
+    /// Dropout on the FFN's hidden units after the activation, in training (not in the paper;
+    /// fairseq's `activation_dropout`). Absent means 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub activation_dropout: f64,
+}
+
+fn is_zero(p: &f64) -> bool {
+    *p == 0.0
 }
 
 impl ModelConfig {
@@ -102,6 +114,8 @@ impl ModelConfig {
             max_len: 1024,
             activation: Activation::Relu,
             positions: Positions::Sinusoidal,
+            attention_dropout: 0.0,
+            activation_dropout: 0.0,
         })
     }
 
@@ -178,8 +192,14 @@ impl ModelConfig {
                 self.d_head()
             ));
         }
-        if !(0.0..1.0).contains(&self.dropout) {
-            return Err(format!("dropout {} must be in [0, 1)", self.dropout));
+        for (name, p) in [
+            ("dropout", self.dropout),
+            ("attention_dropout", self.attention_dropout),
+            ("activation_dropout", self.activation_dropout),
+        ] {
+            if !(0.0..1.0).contains(&p) {
+                return Err(format!("{name} {p} must be in [0, 1)"));
+            }
         }
         if self.layer_norm_eps.is_nan() || self.layer_norm_eps <= 0.0 {
             return Err("layer_norm_eps must be positive".into());
@@ -259,5 +279,16 @@ mod tests {
         let mut bad = base.clone();
         bad.n_heads = 7;
         assert!(bad.validate().unwrap_err().contains("n_heads"));
+        // The inner dropouts: written only when set, read back, range-checked by name.
+        assert!(!json.contains("attention_dropout"), "{json}");
+        let mut inner = base.clone();
+        (inner.attention_dropout, inner.activation_dropout) = (0.1, 0.2);
+        let json = serde_json::to_string(&inner).unwrap();
+        assert!(json.contains(r#""attention_dropout":0.1"#), "{json}");
+        assert_eq!(serde_json::from_str::<ModelConfig>(&json).unwrap(), inner);
+        inner.activation_dropout = 1.0;
+        assert!(inner.validate().unwrap_err().contains("activation_dropout"));
+        inner.activation_dropout = f64::NAN;
+        assert!(inner.validate().unwrap_err().contains("activation_dropout"));
     }
 }

@@ -10,6 +10,7 @@ use super::layer_norm::LayerNorm;
 use super::param::{Module, Param};
 use crate::kernels::activations::add_inplace;
 use crate::kernels::attention::AttnMask;
+use crate::kernels::dropout::fork_for;
 use crate::kernels::layer_norm::LayerNormStats;
 use crate::rng::Rng;
 use crate::Float;
@@ -55,11 +56,14 @@ impl<T: Float> DecoderLayer<T> {
             // Rotary positions rotate the self-attention only: the cross-attention's keys are
             // source positions, its queries target positions, and stay unrotated.
             self_attn: MultiHeadAttention::new(c.d_model, c.n_heads, rng)
+                .with_dropout(c.attention_dropout)
                 .with_rotary(c.positions == Positions::Rotary),
             self_attn_res: res(),
-            cross_attn: MultiHeadAttention::new(c.d_model, c.n_heads, rng),
+            cross_attn: MultiHeadAttention::new(c.d_model, c.n_heads, rng)
+                .with_dropout(c.attention_dropout),
             cross_attn_res: res(),
-            ffn: FeedForward::new(c.d_model, c.d_ff, c.activation, rng),
+            ffn: FeedForward::new(c.d_model, c.d_ff, c.activation, rng)
+                .with_dropout(c.activation_dropout),
             ffn_res: res(),
         }
     }
@@ -83,13 +87,20 @@ impl<T: Float> DecoderLayer<T> {
             causal: false,
             q_offset: 0,
         };
+        let mut attn_rng = fork_for(rng.as_deref_mut(), self.self_attn.dropout);
         let (x, self_attn) = self.self_attn_res.forward(x, rng.as_deref_mut(), |u| {
-            self.self_attn.forward(u, u, batch, causal)
+            self.self_attn
+                .forward_train(u, u, batch, causal, attn_rng.as_mut())
         });
+        let mut cross_rng = fork_for(rng.as_deref_mut(), self.cross_attn.dropout);
         let (x, cross_attn) = self.cross_attn_res.forward(x, rng.as_deref_mut(), |u| {
-            self.cross_attn.forward(u, memory, batch, padding)
+            self.cross_attn
+                .forward_train(u, memory, batch, padding, cross_rng.as_mut())
         });
-        let (x, ffn) = self.ffn_res.forward(x, rng, |u| self.ffn.forward(u));
+        let mut ffn_rng = fork_for(rng.as_deref_mut(), self.ffn.dropout);
+        let (x, ffn) = self
+            .ffn_res
+            .forward(x, rng, |u| self.ffn.forward_train(u, ffn_rng.as_mut()));
         let cache = DecoderLayerCache {
             self_attn,
             cross_attn,

@@ -9,6 +9,7 @@ use super::layer_norm::LayerNorm;
 use super::param::{Module, Param};
 use crate::kernels::activations::add_inplace;
 use crate::kernels::attention::AttnMask;
+use crate::kernels::dropout::fork_for;
 use crate::kernels::layer_norm::LayerNormStats;
 use crate::rng::Rng;
 use crate::Float;
@@ -33,9 +34,11 @@ impl<T: Float> EncoderLayer<T> {
     pub fn new(c: &ModelConfig, rng: &mut Rng) -> Self {
         EncoderLayer {
             self_attn: MultiHeadAttention::new(c.d_model, c.n_heads, rng)
+                .with_dropout(c.attention_dropout)
                 .with_rotary(c.positions == Positions::Rotary),
             self_attn_res: Residual::new(c.d_model, c.layer_norm_eps, c.norm, c.dropout),
-            ffn: FeedForward::new(c.d_model, c.d_ff, c.activation, rng),
+            ffn: FeedForward::new(c.d_model, c.d_ff, c.activation, rng)
+                .with_dropout(c.activation_dropout),
             ffn_res: Residual::new(c.d_model, c.layer_norm_eps, c.norm, c.dropout),
         }
     }
@@ -53,10 +56,15 @@ impl<T: Float> EncoderLayer<T> {
             causal: false,
             q_offset: 0,
         };
+        let mut attn_rng = fork_for(rng.as_deref_mut(), self.self_attn.dropout);
         let (x, self_attn) = self.self_attn_res.forward(x, rng.as_deref_mut(), |u| {
-            self.self_attn.forward(u, u, batch, mask)
+            self.self_attn
+                .forward_train(u, u, batch, mask, attn_rng.as_mut())
         });
-        let (x, ffn) = self.ffn_res.forward(x, rng, |u| self.ffn.forward(u));
+        let mut ffn_rng = fork_for(rng.as_deref_mut(), self.ffn.dropout);
+        let (x, ffn) = self
+            .ffn_res
+            .forward(x, rng, |u| self.ffn.forward_train(u, ffn_rng.as_mut()));
         (x, EncoderLayerCache { self_attn, ffn })
     }
 

@@ -6,8 +6,9 @@ use super::linear::Linear;
 use super::param::{Module, Param};
 use crate::kernels::activations::{
     gelu_erf_backward_inplace, gelu_erf_forward, gelu_tanh_backward_inplace, gelu_tanh_forward,
-    relu_backward_inplace,
+    mul_inplace, relu_backward_inplace,
 };
+use crate::kernels::dropout::dropout_mask;
 use crate::rng::Rng;
 use crate::Float;
 
@@ -17,14 +18,20 @@ pub struct FeedForward<T> {
     pub linear1: Linear<T>,
     pub linear2: Linear<T>,
     pub activation: Activation,
+    /// Activation dropout: the probability of dropping each hidden unit after the activation
+    /// during training (0 in the paper).
+    pub dropout: f64,
 }
 
-/// What the FFN forward keeps: the activation's output (the second linear's input; for ReLU its
-/// sign is also the derivative) and, for GELU, its input.
+/// What the FFN forward keeps: the activation's output after dropout (the second linear's input;
+/// for ReLU its sign is also the derivative wherever the unit was kept), the dropout mask and,
+/// for GELU, the activation's input.
 #[derive(Clone, Debug)]
 pub struct FeedForwardCache<T> {
     /// [rows, d_ff]
     pub hidden: Vec<T>,
+    /// [rows, d_ff], the activation-dropout mask (factors 0 or 1/(1 − p)).
+    pub dropout_mask: Option<Vec<T>>,
     /// [rows, d_ff], the first linear's output; empty for ReLU, which does not need it.
     pub pre_activation: Vec<T>,
 }
@@ -35,7 +42,14 @@ impl<T: Float> FeedForward<T> {
             linear1: Linear::new(d_model, d_ff, rng),
             linear2: Linear::new(d_ff, d_model, rng),
             activation,
+            dropout: 0.0,
         }
+    }
+
+    /// The same FFN with activation dropout `p`.
+    pub fn with_dropout(mut self, p: f64) -> Self {
+        self.dropout = p;
+        self
     }
 
     /// Transposed weight copies of both linears for inference
@@ -47,7 +61,13 @@ impl<T: Float> FeedForward<T> {
 
     /// `x [rows, d_model]` -> `y [rows, d_model]`.
     pub fn forward(&self, x: &[T]) -> (Vec<T>, FeedForwardCache<T>) {
-        let (hidden, pre_activation) = match self.activation {
+        self.forward_train(x, None)
+    }
+
+    /// [`forward`](Self::forward) with activation dropout drawn from `rng` when it is given and
+    /// [`dropout`](Self::dropout) is positive: `y = (act(x W₁ᵀ + b₁) ⊙ M) W₂ᵀ + b₂`.
+    pub fn forward_train(&self, x: &[T], rng: Option<&mut Rng>) -> (Vec<T>, FeedForwardCache<T>) {
+        let (mut hidden, pre_activation) = match self.activation {
             // hidden: [rows, d_ff], bias and ReLU fused
             Activation::Relu => (self.linear1.forward_relu(x), Vec::new()),
             Activation::GeluErf | Activation::GeluTanh => {
@@ -62,11 +82,16 @@ impl<T: Float> FeedForward<T> {
                 (hidden, pre)
             }
         };
+        let dropout_mask = rng.and_then(|r| dropout_mask(r, hidden.len(), self.dropout));
+        if let Some(m) = &dropout_mask {
+            mul_inplace(&mut hidden, m);
+        }
         let y = self.linear2.forward(&hidden);
         (
             y,
             FeedForwardCache {
                 hidden,
+                dropout_mask,
                 pre_activation,
             },
         )
@@ -75,6 +100,9 @@ impl<T: Float> FeedForward<T> {
     /// Accumulates the gradients of both linears and returns dx.
     pub fn backward(&mut self, x: &[T], cache: FeedForwardCache<T>, dy: &[T]) -> Vec<T> {
         let mut dhidden = self.linear2.backward(&cache.hidden, dy);
+        if let Some(m) = &cache.dropout_mask {
+            mul_inplace(&mut dhidden, m);
+        }
         match self.activation {
             Activation::Relu => relu_backward_inplace(&mut dhidden, &cache.hidden),
             Activation::GeluErf => gelu_erf_backward_inplace(&mut dhidden, &cache.pre_activation),

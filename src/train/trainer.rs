@@ -32,6 +32,10 @@ pub struct TrainConfig {
     pub adam: AdamConfig,
     /// Decides initialisation, dropout masks and shuffling.
     pub seed: u64,
+    /// Word dropout: the probability of replacing each source and decoder-input token by UNK
+    /// (see [`Batch::drop_words`]); absent in checkpoints written before the option, meaning 0.
+    #[serde(default)]
+    pub word_dropout: f64,
 }
 
 impl Default for TrainConfig {
@@ -46,6 +50,7 @@ impl Default for TrainConfig {
             clip_norm: None,
             adam: AdamConfig::default(),
             seed: 1,
+            word_dropout: 0.0,
         }
     }
 }
@@ -234,7 +239,9 @@ impl Trainer {
         let batches: Vec<Batch> = (0..accumulate)
             .map(|_| {
                 let (b, _) = self.state.order.next(self.batches.len());
-                self.make_batch(&self.batches[b])
+                let mut batch = self.make_batch(&self.batches[b]);
+                batch.drop_words(self.state.config.word_dropout, &mut self.state.rng);
+                batch
             })
             .collect();
         let n_tgt: usize = batches.iter().map(Batch::n_tgt_tokens).sum();
