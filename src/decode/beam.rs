@@ -33,10 +33,15 @@
 //! Batching: all live beams of all sentences of a chunk (sentences sorted by length, at most
 //! `batch_size` per chunk) advance in one [`Seq2Seq::decode_step`], one row of the KV caches per
 //! beam. After each step the self-attention caches are re-gathered so that each new beam
-//! inherits its parent's row ([`KvCache::gather_rows`](crate::model::attention::KvCache)); the
-//! cross-attention caches (per sentence) are replicated to the beams once and re-gathered only
-//! when the set of rows per sentence changes (a sentence finishes). Rows never interact, so
-//! results do not depend on the batching (up to floating-point ties).
+//! inherits its parent's row ([`KvCache::gather_rows`](crate::model::attention::KvCache)). The
+//! cross-attention caches keep one row per sentence, not per beam: all beams of a sentence
+//! read the same encoder keys and values, so its `g` beam rows are `g` queries against one copy
+//! (one `[g x src_len]` product per head instead of `g` matrix-vector ones, and no replicated
+//! copies to gather). This needs the same number of beams in every live sentence, which the
+//! rule above gives (one at the first step, then `k`, or fewer on a vocabulary too small for
+//! `k`); should a step ever differ, the caches are replicated to one row per beam for it.
+//! The cross rows are re-gathered only when that layout or the set of live sentences changes.
+//! Rows never interact, so results do not depend on the batching (up to floating-point ties).
 
 use super::greedy::max_output_len;
 use super::length_sorted_chunks;
@@ -163,18 +168,47 @@ fn keep_finished(list: &mut Vec<BeamHypothesis>, hyp: BeamHypothesis, k: usize) 
     }
 }
 
-/// Makes row `j` of every cache the old row `rows[j]`; the cross-attention caches and source
-/// lengths only when `cross` (their rows follow sentences, not beams).
-fn gather_state<T: Float>(state: &mut DecodeState<T>, rows: &[usize], cross: bool) {
+/// Makes row `j` of every self-attention cache the old row `rows[j]`.
+fn gather_self<T: Float>(state: &mut DecodeState<T>, rows: &[usize]) {
     for cache in &mut state.self_caches {
         cache.gather_rows(rows);
     }
-    if cross {
-        for cache in &mut state.cross_caches {
-            cache.gather_rows(rows);
-        }
-        state.src_lens = rows.iter().map(|&r| state.src_lens[r]).collect();
+}
+
+/// Lays the cross-attention caches and source lengths out for the live beams: one row per
+/// sentence when every live sentence has the same number of beams, else one per beam.
+/// `cross_of[i]` is the sentence of cross row `i` (updated); rows of one sentence are copies.
+fn gather_cross<T: Float>(state: &mut DecodeState<T>, cross_of: &mut Vec<usize>, live: &[Live]) {
+    let mut per_sentence: Vec<usize> = live.iter().map(|b| b.sentence).collect();
+    per_sentence.dedup();
+    let uniform = live.len().is_multiple_of(per_sentence.len());
+    let uniform = uniform && {
+        let g = live.len() / per_sentence.len();
+        live.chunks_exact(g)
+            .all(|c| c.iter().all(|b| b.sentence == c[0].sentence))
+    };
+    let want: Vec<usize> = if uniform {
+        per_sentence
+    } else {
+        live.iter().map(|b| b.sentence).collect()
+    };
+    if want == *cross_of {
+        return;
     }
+    let rows: Vec<usize> = want
+        .iter()
+        .map(|s| {
+            cross_of
+                .iter()
+                .position(|x| x == s)
+                .expect("a live sentence keeps its cross row")
+        })
+        .collect();
+    for cache in &mut state.cross_caches {
+        cache.gather_rows(&rows);
+    }
+    state.src_lens = rows.iter().map(|&r| state.src_lens[r]).collect();
+    *cross_of = want;
 }
 
 /// Beam search over one chunk; per sentence the `k` best hypotheses, and how many sentences
@@ -213,10 +247,12 @@ fn search_chunk<T: Float>(
         .collect();
     if live.len() != sources.len() {
         let rows: Vec<usize> = live.iter().map(|b| b.sentence).collect();
-        gather_state(&mut state, &rows, true);
+        gather_self(&mut state, &rows);
     }
+    let mut cross_of: Vec<usize> = (0..sources.len()).collect();
     let mut t = 0; // tokens emitted by every live beam
     while !live.is_empty() {
+        gather_cross(&mut state, &mut cross_of, &live);
         let inputs: Vec<u32> = live
             .iter()
             .map(|b| b.tokens.last().copied().unwrap_or(BOS))
@@ -287,12 +323,7 @@ fn search_chunk<T: Float>(
         if next.is_empty() {
             break;
         }
-        let same_sentences = next.len() == live.len()
-            && next
-                .iter()
-                .zip(&live)
-                .all(|(a, b)| a.sentence == b.sentence);
-        gather_state(&mut state, &parents, !same_sentences);
+        gather_self(&mut state, &parents);
         live = next;
     }
     (finished, n_stopped)
@@ -389,5 +420,48 @@ mod tests {
         }
         let toks: Vec<u32> = list.iter().map(|h| h.tokens[0]).collect();
         assert_eq!(toks, vec![4, 6, 5]);
+    }
+
+    #[test]
+    fn cross_rows_follow_sentences_or_beams() {
+        let config = crate::model::ModelConfig::preset("tiny", 12).unwrap();
+        let model = Seq2Seq::<f64>::new(config, &mut crate::rng::Rng::new(3));
+        let sources: [&[u32]; 3] = [&[4, 5], &[6, 7, 8], &[9]];
+        let pairs: Vec<(&[u32], &[u32])> = sources.iter().map(|&s| (s, &[][..])).collect();
+        let batch = Batch::from_pairs(&pairs);
+        let mut state = model.start_decoding(&batch.src, batch.src_len, &batch.src_lens, 8);
+        let original: Vec<Vec<f64>> = state.cross_caches.iter().map(|c| c.k.clone()).collect();
+        let block = original[0].len() / 3;
+        let beams = |sentences: &[usize]| -> Vec<Live> {
+            sentences
+                .iter()
+                .map(|&sentence| Live {
+                    sentence,
+                    tokens: Vec::new(),
+                    raw: 0.0,
+                })
+                .collect()
+        };
+        let mut cross_of = vec![0, 1, 2];
+        // Uneven beams per sentence: one cross row per beam, copies of its sentence's row.
+        for (live, want) in [
+            (vec![0, 0, 1, 2, 2], vec![0, 0, 1, 2, 2]),
+            (vec![0, 0, 2, 2], vec![0, 2]), // even again: one row per sentence
+            (vec![2, 2, 2], vec![2]),
+        ] {
+            gather_cross(&mut state, &mut cross_of, &beams(&live));
+            assert_eq!(cross_of, want);
+            let lens: Vec<usize> = want.iter().map(|&s| batch.src_lens[s]).collect();
+            assert_eq!(state.src_lens, lens);
+            for (cache, orig) in state.cross_caches.iter().zip(&original) {
+                assert_eq!(cache.batch, want.len());
+                for (row, &s) in want.iter().enumerate() {
+                    assert_eq!(
+                        cache.k[row * block..(row + 1) * block],
+                        orig[s * block..(s + 1) * block]
+                    );
+                }
+            }
+        }
     }
 }

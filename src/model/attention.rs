@@ -334,7 +334,8 @@ impl<T: Float> MultiHeadAttention<T> {
     }
 
     /// Inference with cached keys/values. Queries `x_q [batch*q_len, d_model]` at positions
-    /// `cache.len ..`; when `append` is true their own keys/values are first written into the
+    /// `cache.len ..` (`batch` is the cache's; beam search reads one cross-attention cache row
+    /// per sentence with its beams as `q_len` queries); when `append` is true their own keys/values are first written into the
     /// cache (self-attention), otherwise the cache is read as is (cross-attention). Masking:
     /// `key_lens` (padding, for cross-attention) or causal within the appended block.
     /// Returns the output and the attention weights `[batch, heads, q_len, k_len]`.
@@ -350,6 +351,11 @@ impl<T: Float> MultiHeadAttention<T> {
         let d = self.d_model;
         let batch = cache.batch;
         let q_len = x_q.len() / (batch * d);
+        assert_eq!(
+            x_q.len(),
+            batch * q_len * d,
+            "query rows are not a whole number per cached batch element"
+        );
         let q_offset = cache.len;
         assert!(
             append || !self.rotary,

@@ -47,8 +47,12 @@ pub struct Seq2SeqCache<T> {
 pub struct DecodeState<T> {
     /// Per decoder layer: cached self-attention keys/values of the tokens fed so far.
     pub self_caches: Vec<KvCache<T>>,
-    /// Per decoder layer: the encoder output's keys/values, computed once.
+    /// Per decoder layer: the encoder output's keys/values, computed once. One row per decoder
+    /// row, or one per group of `g` consecutive decoder rows that share a source (beam search:
+    /// the beams of a sentence), which the cross-attention then reads as `g` queries (its
+    /// weights come out as `[sentences, heads, g, src_len]`).
     pub cross_caches: Vec<KvCache<T>>,
+    /// Source lengths, one per cross-attention cache row.
     pub src_lens: Vec<usize>,
 }
 
