@@ -32,6 +32,18 @@ fn configs() -> (ModelConfig, TrainConfig) {
 #[test]
 fn resumed_run_continues_the_same_loss_curve_bit_for_bit() {
     let (m, t) = configs();
+    check_resume(m, t);
+}
+
+#[test]
+fn resume_is_exact_with_attention_activation_and_word_dropout() {
+    let (mut m, mut t) = configs();
+    (m.attention_dropout, m.activation_dropout) = (0.1, 0.2);
+    t.word_dropout = 0.15;
+    check_resume(m, t);
+}
+
+fn check_resume(m: ModelConfig, t: TrainConfig) {
     let mut straight = Trainer::new(m.clone(), t.clone(), examples()).unwrap();
     let losses: Vec<f64> = (0..12).map(|_| straight.step().unwrap().loss).collect();
 

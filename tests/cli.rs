@@ -452,6 +452,9 @@ fn train_input_errors_are_one_clear_message() {
     train(&good, &out, &["--label-smoothing", "1.5"]).user_error(&["--label-smoothing"]);
     train(&good, &out, &["--lr-factor", "0"]).user_error(&["--lr-factor"]);
     train(&good, &out, &["--clip-norm=-1"]).user_error(&["--clip-norm"]);
+    train(&good, &out, &["--attention-dropout", "1"]).user_error(&["attention_dropout"]);
+    train(&good, &out, &["--activation-dropout=-0.1"]).user_error(&["activation_dropout"]);
+    train(&good, &out, &["--word-dropout", "1"]).user_error(&["--word-dropout"]);
 
     // --out names an existing file.
     train(&good, &empty, &["--max-steps", "0"]).user_error(&["cannot create", s(&empty)]);
