@@ -99,19 +99,28 @@ impl<T: Float> KvCache<T> {
 
     /// Rebuilds the batch from the rows `rows` (any order, repeats allowed): row `j` becomes the
     /// old row `rows[j]`. Beam search uses it to make each surviving hypothesis inherit its
-    /// parent's keys and values. Only the `len` filled positions are copied.
+    /// parent's keys and values. Only the `len` filled positions of the rows that change
+    /// (`rows[j] != j`) are copied; a beam that extends its own row costs nothing.
     pub fn gather_rows(&mut self, rows: &[usize]) {
         let block = self.k.len().checked_div(self.batch).unwrap_or(0);
         let filled = block.checked_div(self.capacity).unwrap_or(0) * self.len;
+        if let Some(&r) = rows.iter().find(|&&r| r >= self.batch) {
+            panic!("row {r} of a batch of {}", self.batch);
+        }
+        let moved: Vec<(usize, usize)> = rows
+            .iter()
+            .enumerate()
+            .filter(|&(j, &r)| r != j)
+            .map(|(j, &r)| (j, r))
+            .collect();
         for buf in [&mut self.k, &mut self.v] {
-            // The filled part of the chosen rows, then written back in place.
-            let mut picked = Vec::with_capacity(rows.len() * filled);
-            for &r in rows {
-                assert!(r < self.batch, "row {r} of a batch of {}", self.batch);
+            // The filled part of every moved row's source, read before anything is written.
+            let mut picked = Vec::with_capacity(moved.len() * filled);
+            for &(_, r) in &moved {
                 picked.extend_from_slice(&buf[r * block..r * block + filled]);
             }
             buf.resize(rows.len() * block, T::zero());
-            for (j, part) in picked.chunks_exact(filled.max(1)).enumerate() {
+            for (&(j, _), part) in moved.iter().zip(picked.chunks_exact(filled.max(1))) {
                 buf[j * block..j * block + filled].copy_from_slice(part);
             }
         }
@@ -402,5 +411,47 @@ impl<T> Module<T> for MultiHeadAttention<T> {
         self.v_proj.collect_params(&format!("{prefix}.v_proj"), out);
         self.out_proj
             .collect_params(&format!("{prefix}.out_proj"), out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `gather_rows` against copying every filled row: fixed points, repeats, shrinking and
+    /// growing batches, and a cache with spare capacity.
+    #[test]
+    fn gather_rows_matches_copying_every_row() {
+        let (capacity, len, d) = (5, 3, 2);
+        let block = capacity * d;
+        for rows in [
+            vec![0, 1, 2, 3],
+            vec![0, 0, 2, 2],
+            vec![3, 1, 1, 0],
+            vec![1, 2],
+            vec![0, 0, 0, 1, 1, 1, 3],
+            vec![],
+        ] {
+            let mut cache = KvCache::<f64>::new(4, capacity, d);
+            cache.len = len;
+            for (i, x) in cache.k.iter_mut().enumerate() {
+                *x = i as f64;
+            }
+            for (i, x) in cache.v.iter_mut().enumerate() {
+                *x = -(i as f64);
+            }
+            let old = cache.clone();
+            cache.gather_rows(&rows);
+            assert_eq!(
+                (cache.batch, cache.k.len()),
+                (rows.len(), rows.len() * block)
+            );
+            for (j, &r) in rows.iter().enumerate() {
+                let filled =
+                    |buf: &[f64], row: usize| buf[row * block..row * block + len * d].to_vec();
+                assert_eq!(filled(&cache.k, j), filled(&old.k, r), "{rows:?}");
+                assert_eq!(filled(&cache.v, j), filled(&old.v, r), "{rows:?}");
+            }
+        }
     }
 }
