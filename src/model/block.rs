@@ -6,7 +6,7 @@ use super::config::NormPlacement;
 use super::layer_norm::LayerNorm;
 use super::param::{Module, Param};
 use crate::kernels::activations::{add_inplace, dropout_add_inplace, mul_inplace};
-use crate::kernels::dropout::dropout_mask;
+use crate::kernels::dropout::{dropout_mask, fork_for};
 use crate::kernels::layer_norm::LayerNormStats;
 use crate::rng::Rng;
 use crate::Float;
@@ -83,6 +83,20 @@ impl<T: Float> Residual<T> {
                 (y, cache)
             }
         }
+    }
+
+    /// [`forward`](Self::forward) around a sublayer with a dropout of its own (attention
+    /// weights, FFN activations) of probability `inner_p`: the sublayer gets a generator forked
+    /// from `rng`, only when it has something to drop (see [`fork_for`]).
+    pub fn forward_inner<C>(
+        &self,
+        x: Vec<T>,
+        mut rng: Option<&mut Rng>,
+        inner_p: f64,
+        sublayer: impl FnOnce(&[T], Option<&mut Rng>) -> (Vec<T>, C),
+    ) -> (Vec<T>, ResidualCache<T, C>) {
+        let mut inner = fork_for(rng.as_deref_mut(), inner_p);
+        self.forward(x, rng, |u| sublayer(u, inner.as_mut()))
     }
 
     /// Backward through the connection. `sublayer_backward(sublayer_input, saved, d_output)`

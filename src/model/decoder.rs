@@ -10,7 +10,6 @@ use super::layer_norm::LayerNorm;
 use super::param::{Module, Param};
 use crate::kernels::activations::add_inplace;
 use crate::kernels::attention::AttnMask;
-use crate::kernels::dropout::fork_for;
 use crate::kernels::layer_norm::LayerNormStats;
 use crate::rng::Rng;
 use crate::Float;
@@ -87,20 +86,23 @@ impl<T: Float> DecoderLayer<T> {
             causal: false,
             q_offset: 0,
         };
-        let mut attn_rng = fork_for(rng.as_deref_mut(), self.self_attn.dropout);
-        let (x, self_attn) = self.self_attn_res.forward(x, rng.as_deref_mut(), |u| {
-            self.self_attn
-                .forward_train(u, u, batch, causal, attn_rng.as_mut())
-        });
-        let mut cross_rng = fork_for(rng.as_deref_mut(), self.cross_attn.dropout);
-        let (x, cross_attn) = self.cross_attn_res.forward(x, rng.as_deref_mut(), |u| {
-            self.cross_attn
-                .forward_train(u, memory, batch, padding, cross_rng.as_mut())
-        });
-        let mut ffn_rng = fork_for(rng.as_deref_mut(), self.ffn.dropout);
+        let (x, self_attn) = self.self_attn_res.forward_inner(
+            x,
+            rng.as_deref_mut(),
+            self.self_attn.dropout,
+            |u, r| self.self_attn.forward_train(u, u, batch, causal, r),
+        );
+        let (x, cross_attn) = self.cross_attn_res.forward_inner(
+            x,
+            rng.as_deref_mut(),
+            self.cross_attn.dropout,
+            |u, r| self.cross_attn.forward_train(u, memory, batch, padding, r),
+        );
         let (x, ffn) = self
             .ffn_res
-            .forward(x, rng, |u| self.ffn.forward_train(u, ffn_rng.as_mut()));
+            .forward_inner(x, rng, self.ffn.dropout, |u, r| {
+                self.ffn.forward_train(u, r)
+            });
         let cache = DecoderLayerCache {
             self_attn,
             cross_attn,

@@ -18,7 +18,6 @@ use super::feed_forward::{FeedForward, FeedForwardCache};
 use super::layer_norm::LayerNorm;
 use super::param::{Module, Param};
 use crate::kernels::attention::AttnMask;
-use crate::kernels::dropout::fork_for;
 use crate::kernels::layer_norm::LayerNormStats;
 use crate::kernels::matmul::{linear_forward, matmul, MatMut, MatRef};
 use crate::rng::Rng;
@@ -69,15 +68,17 @@ impl<T: Float> LmBlock<T> {
             causal: true,
             q_offset: 0,
         };
-        let mut attn_rng = fork_for(rng.as_deref_mut(), self.self_attn.dropout);
-        let (x, self_attn) = self.self_attn_res.forward(x, rng.as_deref_mut(), |u| {
-            self.self_attn
-                .forward_train(u, u, batch, causal, attn_rng.as_mut())
-        });
-        let mut ffn_rng = fork_for(rng.as_deref_mut(), self.ffn.dropout);
+        let (x, self_attn) = self.self_attn_res.forward_inner(
+            x,
+            rng.as_deref_mut(),
+            self.self_attn.dropout,
+            |u, r| self.self_attn.forward_train(u, u, batch, causal, r),
+        );
         let (x, ffn) = self
             .ffn_res
-            .forward(x, rng, |u| self.ffn.forward_train(u, ffn_rng.as_mut()));
+            .forward_inner(x, rng, self.ffn.dropout, |u, r| {
+                self.ffn.forward_train(u, r)
+            });
         (x, LmBlockCache { self_attn, ffn })
     }
 
