@@ -4,7 +4,8 @@
 
 use transformer::batch::{Batch, BOS, EOS, PAD};
 use transformer::decode::{
-    beam_search, greedy_decode, length_penalty, BeamHypothesis, BeamOptions, GreedyOptions,
+    beam_search, greedy_decode, length_penalty, BeamHypothesis, BeamOptions, BeamStop,
+    GreedyOptions,
 };
 use transformer::model::{ModelConfig, NormPlacement, Seq2Seq};
 use transformer::rng::Rng;
@@ -79,6 +80,7 @@ fn beam_opts(beam_size: usize, alpha: f64) -> BeamOptions {
         max_len_extra: 6,
         batch_size: 4,
         nbest: beam_size,
+        stop: BeamStop::Exact,
     }
 }
 
@@ -244,6 +246,7 @@ fn large_beam_matches_exhaustive_search_on_a_tiny_vocabulary() {
                     max_len_extra: extra,
                     batch_size: 3,
                     nbest: k,
+                    stop: BeamStop::Exact,
                 };
                 let beams = beam_search(&m, &srcs, &opts);
                 for (i, (src, nbest)) in srcs.iter().zip(&beams).enumerate() {
@@ -391,4 +394,104 @@ fn gathered_kv_cache_rows_decode_like_fresh_rows() {
     let c = &mut state.self_caches[0];
     c.gather_rows(&[]);
     assert_eq!((c.batch, c.k.len(), c.v.len()), (0, 0, 0));
+}
+
+/// First-k beam search for one sentence, written plainly: every step re-scores each live prefix
+/// by teacher forcing (no KV cache), takes the k + 1 best tokens of each (PAD and BOS excluded,
+/// ties to the lower id), ranks the candidates (score, then beam, then token), sends EOS (or
+/// anything at the limit) among the first k to the finished list and the rest to the next k
+/// beams, and stops once k hypotheses are finished.
+fn reference_first_k(
+    m: &Seq2Seq<f64>,
+    src: &[u32],
+    k: usize,
+    alpha: f64,
+    limit: usize,
+) -> Vec<(Vec<u32>, bool, f64)> {
+    let v = m.config.vocab_size;
+    let next_logprobs = |prefix: &[u32]| -> Vec<f64> {
+        let (_, lp) = m.evaluate_with_logprobs(&Batch::from_pairs(&[(src, prefix)]), 0.0);
+        lp[prefix.len() * v..(prefix.len() + 1) * v].to_vec()
+    };
+    let mut live: Vec<(Vec<u32>, f64)> = vec![(Vec::new(), 0.0)];
+    let mut finished: Vec<(Vec<u32>, bool, f64)> = Vec::new();
+    for t in 1..=limit {
+        let mut cands: Vec<(f64, usize, u32)> = Vec::new();
+        for (b, (prefix, raw)) in live.iter().enumerate() {
+            let lp = next_logprobs(prefix);
+            let mut toks: Vec<u32> = (0..v as u32).filter(|&x| x != PAD && x != BOS).collect();
+            toks.sort_by(|&x, &y| lp[y as usize].total_cmp(&lp[x as usize]).then(x.cmp(&y)));
+            for &tok in toks.iter().take(k + 1) {
+                cands.push((raw + lp[tok as usize], b, tok));
+            }
+        }
+        cands.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+        let last = t == limit;
+        let mut next: Vec<(Vec<u32>, f64)> = Vec::new();
+        for (rank, &(raw, b, tok)) in cands.iter().enumerate() {
+            if rank >= k && (last || next.len() >= k) {
+                break;
+            }
+            let mut tokens = live[b].0.clone();
+            if tok == EOS || last {
+                if rank < k {
+                    if tok != EOS {
+                        tokens.push(tok);
+                    }
+                    finished.push((tokens, tok == EOS, raw / length_penalty(t, alpha)));
+                }
+            } else if next.len() < k {
+                tokens.push(tok);
+                next.push((tokens, raw));
+            }
+        }
+        finished.sort_by(|a, b| b.2.total_cmp(&a.2)); // stable: earlier first on ties
+        finished.truncate(k);
+        if last || next.is_empty() || finished.len() >= k {
+            break;
+        }
+        live = next;
+    }
+    finished
+}
+
+#[test]
+fn first_k_stopping_matches_a_plain_reference_search() {
+    let extra = 6;
+    let (mut stopped_before_limit, mut differs_from_exact) = (0, 0);
+    for (seed, norm, eos) in [
+        (3, NormPlacement::PreLn, 5.0),
+        (4, NormPlacement::PostLn, 8.0),
+    ] {
+        let mut m = Seq2Seq::<f64>::new(config(VOCAB, 16, norm, true), &mut Rng::new(seed));
+        let d = m.config.d_model;
+        let w = &mut m.embedding.weight.value.data;
+        w[EOS as usize * d..(EOS as usize + 1) * d]
+            .iter_mut()
+            .for_each(|x| *x *= eos);
+        let srcs = sources(&LENS, VOCAB, seed);
+        for (k, alpha) in [(1, 0.6), (2, 0.0), (3, 0.6), (4, 1.0)] {
+            let opts = BeamOptions {
+                stop: BeamStop::FirstK,
+                ..beam_opts(k, alpha)
+            };
+            let got = beam_search(&m, &srcs, &opts);
+            let exact = beam_search(&m, &srcs, &beam_opts(k, alpha));
+            differs_from_exact += got.iter().zip(&exact).filter(|(a, b)| a != b).count();
+            for (i, (src, hyps)) in srcs.iter().zip(&got).enumerate() {
+                let name = format!("seed {seed}, k {k}, alpha {alpha}, sentence {i}");
+                let want = reference_first_k(&m, src, k, alpha, src.len() + extra);
+                assert_eq!(hyps.len(), want.len(), "{name}");
+                for (h, (tokens, finished, score)) in hyps.iter().zip(&want) {
+                    assert_eq!((&h.tokens, h.finished), (tokens, *finished), "{name}");
+                    assert!((h.score - score).abs() < 1e-9, "{name}");
+                }
+                stopped_before_limit += want.iter().all(|h| h.1) as usize;
+            }
+        }
+    }
+    // Many sentences stopped on their k finished hypotheses, not at the limit, and some of them
+    // earlier than the exact rule would have (which then found better hypotheses).
+    assert!(stopped_before_limit >= 20, "{stopped_before_limit}");
+    assert!(differs_from_exact >= 3, "{differs_from_exact}");
 }

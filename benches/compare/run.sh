@@ -12,6 +12,8 @@
 #                        part is skipped
 #   SRC=FILE             sentences to translate (TSV: first column) [../shared/data/de-en/ding.test.tsv]
 #   N=0                  translate only the first N sentences (0: all)
+#   BEAM_STOP=exact      our beam search's stopping rule: exact (our default) or first-k (stop at
+#                        k finished hypotheses, as CTranslate2 does with its default patience 1)
 #   PARTS="train translate"  which parts to run
 #   VENV=DIR             Python virtual environment [benches/compare/.venv], created if missing
 #   OUT=DIR              outputs and logs [benches/compare/out]
@@ -32,6 +34,7 @@ TRAIN_BATCHES=${TRAIN_BATCHES:-16}
 MODEL=${MODEL:-}
 SRC=${SRC:-../shared/data/de-en/ding.test.tsv}
 N=${N:-0}
+BEAM_STOP=${BEAM_STOP:-exact}
 PARTS=${PARTS:-"train translate"}
 VENV=${VENV:-$HERE/.venv}
 OUT=${OUT:-$HERE/out}
@@ -139,7 +142,7 @@ if has_part translate; then
             [[ -f "$MODEL/$f" ]] || { say "$MODEL/$f is missing"; exit 1; }
         done
         say ""
-        say "== translation, $MODEL"
+        say "== translation, $MODEL (our beam stop: $BEAM_STOP)"
         "$PY" "$HERE/export_ct2.py" "$MODEL" "$OUT/ct2" --force | tee -a "$LOG"
         "$PY" "$HERE/ct2_translate.py" prepare --model "$MODEL" --input "$SRC" --n "$N" \
             --out "$OUT/src.txt" | tee -a "$LOG"
@@ -148,11 +151,12 @@ if has_part translate; then
         "$BIN" translate --model "$MODEL" --threads "$TMAX" --batch-size "$BATCH" --nbest 1 \
             --alpha 0 <"$OUT/src.txt" >"$OUT/ours.greedy.tsv" 2>>"$LOG"
         "$BIN" translate --model "$MODEL" --threads "$TMAX" --batch-size "$BATCH" --beam "$BEAM" \
-            --alpha 0.6 --nbest 1 <"$OUT/src.txt" >"$OUT/ours.beam$BEAM.tsv" 2>>"$LOG"
+            --beam-stop "$BEAM_STOP" --alpha 0.6 --nbest 1 <"$OUT/src.txt" >"$OUT/ours.beam$BEAM.tsv" 2>>"$LOG"
         declare -A OURS
         for T in $THREADS; do
             bench_out=$("$BIN" bench --translate "$MODEL" --src "$OUT/src.txt" --threads "$T" \
-                --sentences-per-batch "$BATCH" --beam "$BEAM" 2>&1 | tee -a "$LOG")
+                --sentences-per-batch "$BATCH" --beam "$BEAM" --beam-stop "$BEAM_STOP" 2>&1 |
+                tee -a "$LOG")
             OURS[$T,greedy]=$(target_tps "greedy:" <<<"$bench_out")
             OURS[$T,beam]=$(target_tps "beam $BEAM:" <<<"$bench_out")
             say "ours threads $T: greedy ${OURS[$T,greedy]}, beam $BEAM ${OURS[$T,beam]} target tokens/s"

@@ -57,6 +57,9 @@ pub struct BenchArgs {
     /// With --translate: the beam size of the second run.
     #[arg(long, default_value_t = 4)]
     pub beam: usize,
+    /// With --translate: when beam search stops a sentence (see `translate --beam-stop`).
+    #[arg(long, value_enum, default_value = "exact")]
+    pub beam_stop: crate::decode::beam::BeamStop,
     /// With --translate: sentences decoded together.
     #[arg(long, default_value_t = 32)]
     pub sentences_per_batch: usize,
@@ -246,6 +249,7 @@ fn bench_translate(args: &BenchArgs, dir: &std::path::Path, threads: usize) -> R
     let beam = BeamOptions {
         beam_size: args.beam,
         batch_size: batch,
+        stop: args.beam_stop,
         ..BeamOptions::default()
     };
     let t0 = Instant::now();

@@ -4,7 +4,7 @@
 //! input gives N lines `i<TAB>score<TAB>text`.
 
 use super::{load_model_dir, read_stdin_lines, set_threads};
-use crate::decode::beam::{beam_search, length_penalty, BeamOptions};
+use crate::decode::beam::{beam_search, length_penalty, BeamOptions, BeamStop};
 use crate::decode::greedy::{greedy_decode, GreedyOptions};
 use crate::model::Seq2Seq;
 use crate::text::vocab::Vocab;
@@ -33,6 +33,10 @@ pub struct TranslateArgs {
     /// Length-penalty exponent: hypotheses are ranked by log p / ((5 + |Y|) / 6)^alpha.
     #[arg(long, default_value_t = 0.6)]
     pub alpha: f64,
+    /// When beam search stops a sentence before its length limit: exact (once no live beam can
+    /// beat the k finished hypotheses) or first-k (once k are finished, like CTranslate2).
+    #[arg(long, value_enum, default_value = "exact")]
+    pub beam_stop: BeamStop,
     /// Print the N best hypotheses per input as `i<TAB>score<TAB>text` lines (N <= --beam).
     ///
     /// Best first; i is the 0-based input line and score the length-normalised log-probability
@@ -179,6 +183,7 @@ pub fn run(args: TranslateArgs) -> Result<()> {
         max_len_extra: args.max_extra,
         batch_size: args.batch_size.max(1),
         nbest,
+        stop: args.beam_stop,
     };
     let lists = translate_nbest(&model, &vocab, &lines, &options)?;
     for (i, list) in lists.iter().enumerate() {

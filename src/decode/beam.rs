@@ -28,7 +28,11 @@
 //! `r / max(lp(t+1), lp(limit))` (the most optimistic normalisation: for α >= 0, lp grows with
 //! length and the largest is at the limit). When that bound of the best live beam is below the
 //! `k`-th finished score, no continuation can enter the kept list and the sentence is done. The
-//! returned n-best lists are therefore exactly the top of what the beam rule explores.
+//! returned n-best lists are therefore exactly the top of what the beam rule explores. That is
+//! the default ([`BeamStop::Exact`]); with α > 0 the bound is loose (lp at the limit is large),
+//! so sentences often run many steps past their k-th finished hypothesis.
+//! [`BeamStop::FirstK`] stops as soon as `k` hypotheses are finished, as CTranslate2, fairseq
+//! and Hugging Face (`early_stopping=True`) do.
 //!
 //! Batching: all live beams of all sentences of a chunk (sentences sorted by length, at most
 //! `batch_size` per chunk) advance in one [`Seq2Seq::decode_step`], one row of the KV caches per
@@ -63,6 +67,21 @@ pub struct BeamOptions {
     pub batch_size: usize,
     /// Hypotheses returned per sentence, clamped to `1..=beam_size`.
     pub nbest: usize,
+    /// When a sentence stops before its length limit.
+    pub stop: BeamStop,
+}
+
+/// When a sentence's search ends before its length limit (see the module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum BeamStop {
+    /// Once `k` hypotheses are finished and no live beam can still beat the worst of them: the
+    /// n-best list is exactly the top of what the beam rule explores.
+    #[default]
+    Exact,
+    /// As soon as `k` hypotheses are finished, as CTranslate2 (patience 1), fairseq and
+    /// Hugging Face's `early_stopping=True` do: fewer steps, at the price of a better hypothesis
+    /// a live beam would still have reached.
+    FirstK,
 }
 
 impl Default for BeamOptions {
@@ -74,6 +93,7 @@ impl Default for BeamOptions {
             max_len_extra: 50,
             batch_size: 32,
             nbest: 1,
+            stop: BeamStop::Exact,
         }
     }
 }
@@ -123,7 +143,7 @@ pub fn beam_search<T: Float>(
             .iter()
             .map(|&i| max_output_len(&model.config, lens[i], opts.max_len_extra))
             .collect();
-        let (results, _) = search_chunk(model, &srcs, &limits, k, opts.alpha, true);
+        let (results, _) = search_chunk(model, &srcs, &limits, k, opts.alpha, Some(opts.stop));
         for (i, mut hyps) in chunk.into_iter().zip(results) {
             hyps.truncate(nbest);
             out[i] = hyps;
@@ -212,15 +232,16 @@ fn gather_cross<T: Float>(state: &mut DecodeState<T>, cross_of: &mut Vec<usize>,
 }
 
 /// Beam search over one chunk; per sentence the `k` best hypotheses, and how many sentences
-/// the stopping criterion ended before their limit. Without `stop_early` every sentence runs
-/// to its limit (the reference the criterion is tested against: it must not change the result).
+/// the stopping criterion ended before their limit. Without a `stop` rule every sentence runs
+/// to its limit (the reference [`BeamStop::Exact`] is tested against: it must not change the
+/// result).
 fn search_chunk<T: Float>(
     model: &Seq2Seq<T>,
     sources: &[&[u32]],
     limits: &[usize],
     k: usize,
     alpha: f64,
-    stop_early: bool,
+    stop: Option<BeamStop>,
 ) -> (Vec<Vec<BeamHypothesis>>, usize) {
     let v = model.config.vocab_size;
     let mut finished: Vec<Vec<BeamHypothesis>> = vec![Vec::new(); sources.len()];
@@ -307,11 +328,19 @@ fn search_chunk<T: Float>(
                     parents.push(r);
                 }
             }
-            // The best live beam's most optimistic final score against the k-th finished one.
-            let bound_met =
-                stop_early && !last && next.len() > first && finished[s].len() >= k && {
-                    let lp_max = length_penalty(t + 1, alpha).max(length_penalty(limits[s], alpha));
-                    next[first].raw / lp_max < finished[s][k - 1].score
+            // Exact: the best live beam's most optimistic final score against the k-th finished
+            // one. First-k: k finished are enough.
+            let bound_met = !last
+                && next.len() > first
+                && finished[s].len() >= k
+                && match stop {
+                    None => false,
+                    Some(BeamStop::FirstK) => true,
+                    Some(BeamStop::Exact) => {
+                        let lp_max =
+                            length_penalty(t + 1, alpha).max(length_penalty(limits[s], alpha));
+                        next[first].raw / lp_max < finished[s][k - 1].score
+                    }
                 };
             n_stopped += bound_met as usize;
             if last || next.len() == first || bound_met {
@@ -388,8 +417,9 @@ mod tests {
             let limits: Vec<usize> = srcs.iter().map(|s| s.len() + 12).collect();
             for k in [1, 2, 4] {
                 for alpha in [0.0, 0.6, 1.0, 2.0] {
-                    let (early, n) = search_chunk(&model, &srcs, &limits, k, alpha, true);
-                    let (full, _) = search_chunk(&model, &srcs, &limits, k, alpha, false);
+                    let exact = Some(BeamStop::Exact);
+                    let (early, n) = search_chunk(&model, &srcs, &limits, k, alpha, exact);
+                    let (full, _) = search_chunk(&model, &srcs, &limits, k, alpha, None);
                     stopped_early += n;
                     // Equal up to rounding: dropping stopped rows changes the batch shapes.
                     let name = format!("seed {seed}, k {k}, alpha {alpha}");

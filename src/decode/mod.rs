@@ -9,7 +9,7 @@ pub mod greedy;
 pub mod sample;
 pub mod score;
 
-pub use beam::{beam_search, length_penalty, BeamHypothesis, BeamOptions};
+pub use beam::{beam_search, length_penalty, BeamHypothesis, BeamOptions, BeamStop};
 pub use greedy::{greedy_decode, greedy_decode_full, GreedyOptions, Hypothesis};
 pub use score::score_pairs;
 
