@@ -262,12 +262,25 @@ fn draw<DB: DrawingBackend>(
                     .map_err(msg)?;
             }
         }
+        // The legend sits in the right-hand corner the curves end away from (a rising BLEU curve
+        // ends top right).
+        let middle = (ys.start + ys.end) / 2.0;
+        let ends_high = panel
+            .curves
+            .iter()
+            .filter_map(|c| c.points.last())
+            .any(|p| p.1 > middle);
+        let corner = if ends_high {
+            SeriesLabelPosition::LowerRight
+        } else {
+            SeriesLabelPosition::UpperRight
+        };
         chart
             .configure_series_labels()
             .label_font((FONT, 14))
             .background_style(WHITE.mix(0.85))
             .border_style(RGBColor(180, 180, 180))
-            .position(SeriesLabelPosition::UpperRight)
+            .position(corner)
             .draw()
             .map_err(msg)?;
     }
