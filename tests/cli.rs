@@ -588,27 +588,28 @@ fn demo_runs_on_tiny_settings() {
 
 #[test]
 fn bench_prints_tokens_per_second() {
-    let r = run(
+    let bench = |extra: &[&str]| {
+        let mut args = vec!["bench", "--threads", "1"];
+        args.extend(extra);
+        run(&args, b"")
+    };
+    // One step, no warm-up: the shortest timed run.
+    let one_step = ["--vocab", "50", "--steps", "1", "--warmup-steps", "0"];
+    let r = bench(
         &[
-            "bench",
-            "--preset",
-            "tiny",
-            "--threads",
-            "1",
-            "--batch",
-            "2",
-            "--src-len",
-            "4",
-            "--tgt-len",
-            "4",
-            "--vocab",
-            "50",
-            "--steps",
-            "1",
-            "--warmup-steps",
-            "0",
-        ],
-        b"",
+            &[
+                "--preset",
+                "tiny",
+                "--batch",
+                "2",
+                "--src-len",
+                "4",
+                "--tgt-len",
+                "4",
+            ][..],
+            &one_step,
+        ]
+        .concat(),
     )
     .ok();
     let rate: Vec<f64> = r
@@ -620,11 +621,6 @@ fn bench_prints_tokens_per_second() {
     assert_eq!(rate.len(), 1, "{}", r.describe());
     assert!(rate[0].is_finite() && rate[0] > 0.0, "{}", r.describe());
 
-    let bench = |extra: &[&str]| {
-        let mut args = vec!["bench", "--threads", "1"];
-        args.extend(extra);
-        run(&args, b"")
-    };
     bench(&["--preset", "huge"]).user_error(&["unknown preset \"huge\""]);
     bench(&["--preset", "tiny", "--steps", "0"]).user_error(&["--steps"]);
     bench(&["--preset", "tiny", "--src-len", "2000"]).user_error(&["max_len 1024"]);
@@ -633,7 +629,7 @@ fn bench_prints_tokens_per_second() {
     }
 
     // Decoder-only: 130 tokens per sequence, past the tiled-attention threshold.
-    let r = bench(&[
+    let lm = [
         "--lm",
         "--preset",
         "tiny",
@@ -641,14 +637,8 @@ fn bench_prints_tokens_per_second() {
         "130",
         "--tokens",
         "260",
-        "--vocab",
-        "50",
-        "--steps",
-        "1",
-        "--warmup-steps",
-        "0",
-    ])
-    .ok();
+    ];
+    let r = bench(&[&lm[..], &one_step].concat()).ok();
     assert!(
         r.stdout.lines().any(|l| l.starts_with("train-lm: ")),
         "{}",

@@ -138,23 +138,30 @@ def chunks_by_length(lengths, batch):
     return [order[k : k + batch] for k in range(0, len(order), batch)]
 
 
+def translate(translator, batch, args, beam, limit):
+    """One translate_batch call with our settings: at most `limit` tokens (EOS included, which
+    is returned), our α for beam search and none for greedy, no input truncation."""
+    return translator.translate_batch(
+        batch,
+        max_batch_size=args.batch,
+        beam_size=beam,
+        length_penalty=args.alpha if beam > 1 else 0.0,
+        max_decoding_length=limit,
+        min_decoding_length=0,
+        max_input_length=0,
+        return_end_token=True,
+        return_scores=True,
+    )
+
+
 def ct2_pass(translator, sources, src_ids, chunks, config, args, beam):
     """One pass over all sentences; returns (seconds, results by sentence)."""
     results = [None] * len(sources)
     t0 = time.perf_counter()
     for chunk in chunks:
         longest = max(len(src_ids[i]) for i in chunk)
-        out = translator.translate_batch(
-            [sources[i] for i in chunk],
-            max_batch_size=args.batch,
-            beam_size=beam,
-            length_penalty=args.alpha if beam > 1 else 0.0,
-            max_decoding_length=min(longest + args.max_extra, config["max_len"]),
-            min_decoding_length=0,
-            max_input_length=0,
-            return_end_token=True,
-            return_scores=True,
-        )
+        limit = min(longest + args.max_extra, config["max_len"])
+        out = translate(translator, [sources[i] for i in chunk], args, beam, limit)
         for i, r in zip(chunk, out):
             results[i] = r
     return time.perf_counter() - t0, results
@@ -226,17 +233,7 @@ def cmd_run(args):
             continue
         results = [None] * len(lines)
         for limit, members in groups.items():
-            out = translator.translate_batch(
-                [sources[i] for i in members],
-                max_batch_size=args.batch,
-                beam_size=beam,
-                length_penalty=args.alpha if beam > 1 else 0.0,
-                max_decoding_length=limit,
-                min_decoding_length=0,
-                max_input_length=0,
-                return_end_token=True,
-                return_scores=True,
-            )
+            out = translate(translator, [sources[i] for i in members], args, beam, limit)
             for i, r in zip(members, out):
                 results[i] = r
         hyps = [hypothesis(vocab, r, l) for r, l in zip(results, limits)]
