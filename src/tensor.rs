@@ -25,6 +25,9 @@ pub trait Float:
     fn of(x: f64) -> Self;
     /// Widens to f64.
     fn f64(self) -> f64;
+    /// `eˣ` in straight-line arithmetic that vectorises (f32: [`exp_f32`](crate::kernels::softmax::exp_f32),
+    /// within 2 ulp; f64: the exact library `exp`, so the reference checks stay exact).
+    fn exp_vec(self) -> Self;
 }
 
 impl Float for f32 {
@@ -36,6 +39,10 @@ impl Float for f32 {
     fn f64(self) -> f64 {
         self as f64
     }
+    #[inline(always)]
+    fn exp_vec(self) -> Self {
+        crate::kernels::softmax::exp_f32(self)
+    }
 }
 
 impl Float for f64 {
@@ -46,6 +53,10 @@ impl Float for f64 {
     #[inline(always)]
     fn f64(self) -> f64 {
         self
+    }
+    #[inline(always)]
+    fn exp_vec(self) -> Self {
+        self.exp()
     }
 }
 

@@ -374,7 +374,11 @@ fn gathered_kv_cache_rows_decode_like_fresh_rows() {
     m.decode_step(&mut state, &[BOS, BOS]);
     m.decode_step(&mut state, &[7, 9]);
     let rows = [1, 0, 1];
-    for c in state.self_caches.iter_mut().chain(&mut state.cross_caches) {
+    for c in &mut state.self_caches {
+        c.gather_rows(&rows);
+        assert_eq!(c.batch, 3);
+    }
+    for c in &mut state.cross_caches {
         c.gather_rows(&rows);
         assert_eq!((c.batch, c.k.len()), (3, c.v.len()));
     }
@@ -391,9 +395,12 @@ fn gathered_kv_cache_rows_decode_like_fresh_rows() {
         assert!((a - b).abs() < 1e-5, "{a} vs {b}");
     }
     // An empty gather empties the cache.
-    let c = &mut state.self_caches[0];
+    let c = &mut state.cross_caches[0];
     c.gather_rows(&[]);
     assert_eq!((c.batch, c.k.len(), c.v.len()), (0, 0, 0));
+    let c = &mut state.self_caches[0];
+    c.gather_rows(&[]);
+    assert_eq!((c.batch, c.rows.len()), (0, 0));
 }
 
 /// First-k beam search for one sentence, written plainly: every step re-scores each live prefix

@@ -288,7 +288,10 @@ fn run(args: &[&str], stdin: &[u8]) -> Run {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    // A command that fails before reading its input closes the pipe first.
+    if let Err(e) = child.stdin.take().unwrap().write_all(stdin) {
+        assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "{e}");
+    }
     let out = child.wait_with_output().unwrap();
     let r = Run {
         code: out.status.code(),

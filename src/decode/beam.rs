@@ -37,8 +37,8 @@
 //! Batching: all live beams of all sentences of a chunk (sentences sorted by length, at most
 //! `batch_size` per chunk) advance in one [`Seq2Seq::decode_step`], one row of the KV caches per
 //! beam. After each step the self-attention caches are re-gathered so that each new beam
-//! inherits its parent's row ([`KvCache::gather_rows`](crate::model::attention::KvCache)). The
-//! cross-attention caches keep one row per sentence, not per beam: all beams of a sentence
+//! inherits its parent's row ([`StepKvCache::gather_rows`](crate::model::kv_cache::StepKvCache)
+//! rewrites a table of row indices; no key or value is copied). The cross-attention caches keep one row per sentence, not per beam: all beams of a sentence
 //! read the same encoder keys and values, so its `g` beam rows are `g` queries against one copy
 //! (one `[g x src_len]` product per head instead of `g` matrix-vector ones, and no replicated
 //! copies to gather). This needs the same number of beams in every live sentence, which the
@@ -52,6 +52,7 @@ use super::length_sorted_chunks;
 use crate::batch::{Batch, BOS, EOS, PAD};
 use crate::model::seq2seq::{DecodeState, Seq2Seq};
 use crate::Float;
+use rayon::prelude::*;
 
 /// Search settings.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -279,6 +280,12 @@ fn search_chunk<T: Float>(
             .map(|b| b.tokens.last().copied().unwrap_or(BOS))
             .collect();
         let (logprobs, _) = model.decode_step(&mut state, &inputs);
+        // k + 1 per beam: at least k of them are not EOS.
+        let tops: Vec<Vec<(f64, u32)>> = logprobs
+            .par_chunks(v)
+            .with_min_len(8)
+            .map(|row| top_tokens(row, k + 1))
+            .collect();
         t += 1;
         let mut next: Vec<Live> = Vec::with_capacity(live.len().max(k));
         let mut parents: Vec<usize> = Vec::with_capacity(live.len().max(k));
@@ -289,8 +296,7 @@ fn search_chunk<T: Float>(
             let end = start + live[start..].iter().take_while(|b| b.sentence == s).count();
             let mut cands: Vec<(f64, usize, u32)> = Vec::with_capacity((end - start) * (k + 1));
             for (r, beam) in live.iter().enumerate().take(end).skip(start) {
-                // k + 1 per beam: at least k of them are not EOS.
-                for (lp, tok) in top_tokens(&logprobs[r * v..(r + 1) * v], k + 1) {
+                for &(lp, tok) in &tops[r] {
                     cands.push((beam.raw + lp, r, tok));
                 }
             }

@@ -20,7 +20,6 @@
 use super::length_sorted_chunks;
 use crate::batch::{Batch, BOS, EOS, PAD};
 use crate::kernels::softmax::log_softmax_inplace;
-use crate::model::attention::KvCache;
 use crate::model::config::ModelConfig;
 use crate::model::seq2seq::{DecodeState, Seq2Seq};
 use crate::Float;
@@ -150,29 +149,16 @@ fn advance<T: Float>(hyp: &mut Hypothesis, logprobs: &[T], limit: usize) -> (u32
     (token, !hyp.finished && hyp.n_emitted() < limit)
 }
 
-/// Keeps the batch rows `b` with `keep[b]` of a key/value cache, in order.
-fn retain_cache_rows<T: Float>(cache: &mut KvCache<T>, keep: &[bool], d_model: usize) {
-    let block = cache.capacity * d_model;
-    let mut w = 0;
-    for (b, _) in keep.iter().enumerate().filter(|(_, &k)| k) {
-        if w != b {
-            cache.k.copy_within(b * block..(b + 1) * block, w * block);
-            cache.v.copy_within(b * block..(b + 1) * block, w * block);
-        }
-        w += 1;
-    }
-    cache.k.truncate(w * block);
-    cache.v.truncate(w * block);
-    cache.batch = w;
-}
-
 /// Drops the finished rows from a decoding state so later steps only compute live sentences.
-fn retain_state_rows<T: Float>(state: &mut DecodeState<T>, keep: &[bool], d_model: usize) {
-    for cache in state.self_caches.iter_mut().chain(&mut state.cross_caches) {
-        retain_cache_rows(cache, keep, d_model);
+fn retain_state_rows<T: Float>(state: &mut DecodeState<T>, keep: &[bool]) {
+    let kept: Vec<usize> = (0..keep.len()).filter(|&b| keep[b]).collect();
+    for cache in &mut state.self_caches {
+        cache.gather_rows(&kept);
     }
-    let mut k = keep.iter();
-    state.src_lens.retain(|_| *k.next().unwrap());
+    for cache in &mut state.cross_caches {
+        cache.gather_rows(&kept);
+    }
+    state.src_lens = kept.iter().map(|&b| state.src_lens[b]).collect();
 }
 
 /// Cached greedy search over one chunk: one `decode_step` per position for all live rows.
@@ -181,7 +167,7 @@ fn decode_chunk_cached<T: Float>(
     sources: &[&[u32]],
     limits: &[usize],
 ) -> Vec<Hypothesis> {
-    let (d, v) = (model.config.d_model, model.config.vocab_size);
+    let v = model.config.vocab_size;
     let mut hyps = vec![Hypothesis::default(); sources.len()];
     let capacity = limits.iter().copied().max().unwrap_or(0);
     if capacity == 0 {
@@ -194,7 +180,7 @@ fn decode_chunk_cached<T: Float>(
     let mut rows: Vec<usize> = (0..sources.len()).collect();
     let keep: Vec<bool> = limits.iter().map(|&l| l > 0).collect();
     if keep.contains(&false) {
-        retain_state_rows(&mut state, &keep, d);
+        retain_state_rows(&mut state, &keep);
         rows.retain(|&i| limits[i] > 0);
     }
     let mut inputs = vec![BOS; rows.len()];
@@ -207,7 +193,7 @@ fn decode_chunk_cached<T: Float>(
             keep[r] = live;
         }
         if keep.contains(&false) {
-            retain_state_rows(&mut state, &keep, d);
+            retain_state_rows(&mut state, &keep);
             let mut k = keep.iter();
             rows.retain(|_| *k.next().unwrap());
             let mut k = keep.iter();

@@ -1,7 +1,7 @@
 //! Layer normalisation over the last dimension:
 //! `y = γ ⊙ (x − μ) / √(σ² + ε) + β`, with μ and σ² the mean and (biased) variance of the row.
 
-use super::reduce::add_column_sums_with;
+use super::reduce::{add_column_sums_with, lane_sum};
 use crate::Float;
 use rayon::prelude::*;
 
@@ -32,8 +32,8 @@ pub fn layer_norm_forward<T: Float>(
         .zip(x.par_chunks(d))
         .zip(mean.par_iter_mut().zip(rstd.par_iter_mut()))
         .for_each(|((yr, xr), (m, rs))| {
-            let mu = xr.iter().copied().sum::<T>() * inv_d;
-            let var = xr.iter().map(|&v| (v - mu) * (v - mu)).sum::<T>() * inv_d;
+            let mu = lane_sum(xr, |v| v) * inv_d;
+            let var = lane_sum(xr, |v| (v - mu) * (v - mu)) * inv_d;
             let r = T::one() / (var + eps).sqrt();
             for i in 0..d {
                 yr[i] = (xr[i] - mu) * r * gamma[i] + beta[i];

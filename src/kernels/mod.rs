@@ -11,3 +11,4 @@ pub mod matmul;
 pub mod reduce;
 pub mod rope;
 pub mod softmax;
+pub mod step_attention;

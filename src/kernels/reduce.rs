@@ -4,6 +4,59 @@
 use crate::Float;
 use rayon::prelude::*;
 
+/// Running sums (or maxima) of the lane reductions below: element `i` goes to lane `i % LANES`.
+const LANES: usize = 16;
+
+/// `Σᵢ f(xᵢ)` with sixteen running sums, which the compiler keeps in vector registers (a plain
+/// left-to-right sum is one long chain of dependent additions that it may not reorder). The
+/// order is fixed, so the result is deterministic; it differs from the left-to-right sum only
+/// by rounding.
+#[inline(always)]
+pub fn lane_sum<T: Float>(xs: &[T], f: impl Fn(T) -> T) -> T {
+    let chunks = xs.chunks_exact(LANES);
+    let tail = chunks.remainder().iter().fold(T::zero(), |s, &x| s + f(x));
+    let mut acc = [T::zero(); LANES];
+    for c in chunks {
+        for i in 0..LANES {
+            acc[i] += f(c[i]);
+        }
+    }
+    acc.iter().fold(tail, |s, &x| s + x)
+}
+
+/// `a · b` with sixteen running sums (see [`lane_sum`]).
+#[inline(always)]
+pub fn lane_dot<T: Float>(a: &[T], b: &[T]) -> T {
+    assert_eq!(a.len(), b.len());
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let tail = (ca.remainder().iter().zip(cb.remainder())).fold(T::zero(), |s, (&x, &y)| s + x * y);
+    let mut acc = [T::zero(); LANES];
+    for (x, y) in ca.zip(cb) {
+        for i in 0..LANES {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().fold(tail, |s, &x| s + x)
+}
+
+/// The largest element (−∞ for an empty slice; NaNs are skipped, as by `f32::max`), with
+/// sixteen running maxima.
+#[inline(always)]
+pub fn lane_max<T: Float>(xs: &[T]) -> T {
+    let chunks = xs.chunks_exact(LANES);
+    let tail = chunks
+        .remainder()
+        .iter()
+        .fold(T::neg_infinity(), |m, &x| m.max(x));
+    let mut acc = [T::neg_infinity(); LANES];
+    for c in chunks {
+        for i in 0..LANES {
+            acc[i] = acc[i].max(c[i]);
+        }
+    }
+    acc.iter().fold(tail, |m, &x| m.max(x))
+}
+
 /// Rows per partial sum. Fixed, so results do not depend on the number of threads.
 const CHUNK_ROWS: usize = 64;
 
@@ -60,6 +113,22 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The lane reductions against plain f64 loops on lengths around the lane width.
+    #[test]
+    fn lane_reductions_match_plain_loops() {
+        for len in [0, 1, 15, 16, 17, 31, 32, 33, 100] {
+            let a: Vec<f64> = (0..len).map(|i| ((i * 37) % 11) as f64 - 5.3).collect();
+            let b: Vec<f64> = (0..len).map(|i| ((i * 13) % 7) as f64 * 0.25).collect();
+            let sq: f64 = a.iter().map(|x| x * x).sum();
+            let dot: f64 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+            let max = a.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            assert!((lane_sum(&a, |x| x * x) - sq).abs() < 1e-9, "{len}");
+            assert!((lane_dot(&a, &b) - dot).abs() < 1e-9, "{len}");
+            assert_eq!(lane_max(&a), max, "{len}");
+        }
+        assert_eq!(lane_max(&[f64::NAN, 1.0, -2.0]), 1.0);
+    }
 
     #[test]
     fn column_sums_match_serial() {

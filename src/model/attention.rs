@@ -4,7 +4,7 @@
 //!
 //! The per-head projections Wᵢ^Q are the column blocks of one `d_model x d_model` projection, so
 //! the heads come out of one matrix product and are split by strided views (see
-//! `kernels::attention`). Also here: the key/value cache for incremental decoding.
+//! `kernels::attention`). Incremental decoding reads the key/value caches of `super::kv_cache`.
 //!
 //! Rotary positions (`rotary: true`, set for self-attention when the config asks for
 //! [`Positions::Rotary`](super::config::Positions)): the projected queries and keys are rotated
@@ -13,12 +13,14 @@
 //! at `j` (plus a common shift, see [`MultiHeadAttention::forward_at`]). A [`KvCache`] of a
 //! rotary layer stores its keys already rotated. Cross-attention is never rotary.
 
+use super::kv_cache::{KvCache, StepKvCache};
 use super::linear::Linear;
 use super::param::{Module, Param};
 use crate::kernels::attention::{attention_backward, attention_forward, AttnDims, AttnMask};
 use crate::kernels::dropout::dropout_mask;
 use crate::kernels::flash_attention::{flash_attention_backward, flash_attention_forward};
 use crate::kernels::rope::{rope_backward, rope_forward};
+use crate::kernels::step_attention::step_attention_forward;
 use crate::rng::Rng;
 use crate::Float;
 
@@ -73,60 +75,6 @@ pub struct AttentionCache<T> {
 /// Attention dropout needs the weight matrix (its mask has the same shape), so a layer with
 /// dropout on its weights always trains with the plain kernel.
 pub const TILED_FROM_KEYS: usize = 128;
-
-/// Cached keys and values of one attention layer for incremental decoding:
-/// `[batch, capacity, d_model]`, the first `len` rows of each batch element filled.
-#[derive(Clone, Debug)]
-pub struct KvCache<T> {
-    pub k: Vec<T>,
-    pub v: Vec<T>,
-    pub batch: usize,
-    pub capacity: usize,
-    pub len: usize,
-}
-
-impl<T: Float> KvCache<T> {
-    /// An empty cache with room for `capacity` positions per batch element.
-    pub fn new(batch: usize, capacity: usize, d_model: usize) -> Self {
-        KvCache {
-            k: vec![T::zero(); batch * capacity * d_model],
-            v: vec![T::zero(); batch * capacity * d_model],
-            batch,
-            capacity,
-            len: 0,
-        }
-    }
-
-    /// Rebuilds the batch from the rows `rows` (any order, repeats allowed): row `j` becomes the
-    /// old row `rows[j]`. Beam search uses it to make each surviving hypothesis inherit its
-    /// parent's keys and values. Only the `len` filled positions of the rows that change
-    /// (`rows[j] != j`) are copied; a beam that extends its own row costs nothing.
-    pub fn gather_rows(&mut self, rows: &[usize]) {
-        let block = self.k.len().checked_div(self.batch).unwrap_or(0);
-        let filled = block.checked_div(self.capacity).unwrap_or(0) * self.len;
-        if let Some(&r) = rows.iter().find(|&&r| r >= self.batch) {
-            panic!("row {r} of a batch of {}", self.batch);
-        }
-        let moved: Vec<(usize, usize)> = rows
-            .iter()
-            .enumerate()
-            .filter(|&(j, &r)| r != j)
-            .map(|(j, &r)| (j, r))
-            .collect();
-        for buf in [&mut self.k, &mut self.v] {
-            // The filled part of every moved row's source, read before anything is written.
-            let mut picked = Vec::with_capacity(moved.len() * filled);
-            for &(_, r) in &moved {
-                picked.extend_from_slice(&buf[r * block..r * block + filled]);
-            }
-            buf.resize(rows.len() * block, T::zero());
-            for (&(j, _), part) in moved.iter().zip(picked.chunks_exact(filled.max(1))) {
-                buf[j * block..j * block + filled].copy_from_slice(part);
-            }
-        }
-        self.batch = rows.len();
-    }
-}
 
 impl<T: Float> MultiHeadAttention<T> {
     pub fn new(d_model: usize, n_heads: usize, rng: &mut Rng) -> Self {
@@ -404,6 +352,29 @@ impl<T: Float> MultiHeadAttention<T> {
     }
 }
 
+impl<T: Float> MultiHeadAttention<T> {
+    /// One decoding step of self-attention: the queries `x_q [batch, d_model]` are the tokens at
+    /// position `cache.len`; their keys and values are appended to the cache first, then each
+    /// query attends to its row's keys `0 ..= cache.len` wherever they are stored
+    /// (`kernels::step_attention`). Returns the output `[batch, d_model]` and the attention
+    /// weights `[batch, heads, 1, len]`. Rotary: keys and queries rotated at their position.
+    pub fn forward_step(&self, x_q: &[T], cache: &mut StepKvCache<T>) -> (Vec<T>, Vec<T>) {
+        let (d, batch, pos) = (self.d_model, cache.batch, cache.len);
+        assert_eq!(x_q.len(), batch * d, "one query row per cached batch row");
+        let mut k_new = self.k_proj.forward(x_q);
+        self.rotate(&mut k_new, 1, pos);
+        cache.push(&k_new, &self.v_proj.forward(x_q));
+        let mut q = self.q_proj.forward(x_q);
+        self.rotate(&mut q, 1, pos);
+        let dims = self.dims(batch, 1, cache.len, cache.capacity);
+        let mut ctx = vec![T::zero(); x_q.len()];
+        let mut probs = vec![T::zero(); batch * self.n_heads * cache.len];
+        let (k, v, rows) = (&cache.k, &cache.v, &cache.rows);
+        step_attention_forward(&mut ctx, &mut probs, &q, k, v, rows, dims);
+        (self.out_proj.forward(&ctx), probs)
+    }
+}
+
 impl<T> Module<T> for MultiHeadAttention<T> {
     fn collect_params<'a>(&'a mut self, prefix: &str, out: &mut Vec<(String, &'a mut Param<T>)>) {
         self.q_proj.collect_params(&format!("{prefix}.q_proj"), out);
@@ -411,47 +382,5 @@ impl<T> Module<T> for MultiHeadAttention<T> {
         self.v_proj.collect_params(&format!("{prefix}.v_proj"), out);
         self.out_proj
             .collect_params(&format!("{prefix}.out_proj"), out);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// `gather_rows` against copying every filled row: fixed points, repeats, shrinking and
-    /// growing batches, and a cache with spare capacity.
-    #[test]
-    fn gather_rows_matches_copying_every_row() {
-        let (capacity, len, d) = (5, 3, 2);
-        let block = capacity * d;
-        for rows in [
-            vec![0, 1, 2, 3],
-            vec![0, 0, 2, 2],
-            vec![3, 1, 1, 0],
-            vec![1, 2],
-            vec![0, 0, 0, 1, 1, 1, 3],
-            vec![],
-        ] {
-            let mut cache = KvCache::<f64>::new(4, capacity, d);
-            cache.len = len;
-            for (i, x) in cache.k.iter_mut().enumerate() {
-                *x = i as f64;
-            }
-            for (i, x) in cache.v.iter_mut().enumerate() {
-                *x = -(i as f64);
-            }
-            let old = cache.clone();
-            cache.gather_rows(&rows);
-            assert_eq!(
-                (cache.batch, cache.k.len()),
-                (rows.len(), rows.len() * block)
-            );
-            for (j, &r) in rows.iter().enumerate() {
-                let filled =
-                    |buf: &[f64], row: usize| buf[row * block..row * block + len * d].to_vec();
-                assert_eq!(filled(&cache.k, j), filled(&old.k, r), "{rows:?}");
-                assert_eq!(filled(&cache.v, j), filled(&old.v, r), "{rows:?}");
-            }
-        }
     }
 }

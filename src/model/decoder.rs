@@ -2,10 +2,11 @@
 //! attention over the encoder output (cross-attention), then a position-wise FFN, each inside a
 //! residual connection. Also the incremental (KV-cached) step used for decoding.
 
-use super::attention::{AttentionCache, KvCache, MultiHeadAttention};
+use super::attention::{AttentionCache, MultiHeadAttention};
 use super::block::{Residual, ResidualCache};
 use super::config::{ModelConfig, NormPlacement, Positions};
 use super::feed_forward::{FeedForward, FeedForwardCache};
+use super::kv_cache::{KvCache, StepKvCache};
 use super::layer_norm::LayerNorm;
 use super::param::{Module, Param};
 use crate::kernels::activations::add_inplace;
@@ -151,14 +152,14 @@ impl<T: Float> DecoderLayer<T> {
     pub fn forward_step(
         &self,
         x: Vec<T>,
-        self_cache: &mut KvCache<T>,
+        self_cache: &mut StepKvCache<T>,
         cross_cache: &mut KvCache<T>,
         src_lens: &[usize],
     ) -> (Vec<T>, StepAttention<T>) {
         let mut self_probs = Vec::new();
         let mut cross_probs = Vec::new();
         let x = self.self_attn_res.apply(x, |u| {
-            let (y, p) = self.self_attn.forward_cached(u, self_cache, true, None);
+            let (y, p) = self.self_attn.forward_step(u, self_cache);
             self_probs = p;
             y
         });
@@ -272,7 +273,7 @@ impl<T: Float> Decoder<T> {
     pub fn forward_step(
         &self,
         mut x: Vec<T>,
-        self_caches: &mut [KvCache<T>],
+        self_caches: &mut [StepKvCache<T>],
         cross_caches: &mut [KvCache<T>],
         src_lens: &[usize],
     ) -> (Vec<T>, Vec<StepAttention<T>>) {

@@ -10,11 +10,12 @@
 //! `layers.{i}.ffn.linear1.weight`, `layers.{i}.ffn_norm.weight`, `final_norm.weight`,
 //! `output_proj.weight` (untied only).
 
-use super::attention::{AttentionCache, KvCache, MultiHeadAttention};
+use super::attention::{AttentionCache, MultiHeadAttention};
 use super::block::{Residual, ResidualCache};
 use super::config::{ModelConfig, NormPlacement, Positions};
 use super::embedding::{Embedding, EmbeddingCache};
 use super::feed_forward::{FeedForward, FeedForwardCache};
+use super::kv_cache::KvCache;
 use super::layer_norm::LayerNorm;
 use super::param::{Module, Param};
 use crate::kernels::attention::AttnMask;

@@ -8,6 +8,7 @@ pub mod decoder;
 pub mod embedding;
 pub mod encoder;
 pub mod feed_forward;
+pub mod kv_cache;
 pub mod layer_norm;
 pub mod linear;
 pub mod lm;

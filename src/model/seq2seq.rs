@@ -2,17 +2,18 @@
 //! source, the decoder over the shifted target attending to the encoder output, and the
 //! pre-softmax projection tied to the embedding matrix (section 3.4).
 
-use super::attention::KvCache;
 use super::config::ModelConfig;
 use super::decoder::{Decoder, DecoderCache, DecoderMasks, StepAttention};
 use super::embedding::{Embedding, EmbeddingCache};
 use super::encoder::{Encoder, EncoderCache};
+use super::kv_cache::{KvCache, StepKvCache};
 use super::param::{Module, Param};
 use crate::batch::Batch;
 use crate::kernels::matmul::{matmul, transpose_weight, weight_product, MatMut, MatRef};
 use crate::rng::Rng;
 use crate::train::loss::{label_smoothed_cross_entropy, LossStats};
 use crate::Float;
+use rayon::prelude::*;
 
 /// The encoder-decoder Transformer.
 #[derive(Clone, Debug)]
@@ -46,7 +47,7 @@ pub struct Seq2SeqCache<T> {
 #[derive(Clone, Debug)]
 pub struct DecodeState<T> {
     /// Per decoder layer: cached self-attention keys/values of the tokens fed so far.
-    pub self_caches: Vec<KvCache<T>>,
+    pub self_caches: Vec<StepKvCache<T>>,
     /// Per decoder layer: the encoder output's keys/values, computed once. One row per decoder
     /// row, or one per group of `g` consecutive decoder rows that share a source (beam search:
     /// the beams of a sentence), which the cross-attention then reads as `g` queries (its
@@ -252,7 +253,7 @@ impl<T: Float> Seq2Seq<T> {
             .map(|l| l.cross_attn.project_kv(&memory, batch))
             .collect();
         let self_caches = (0..self.decoder.layers.len())
-            .map(|_| KvCache::new(batch, max_tgt_len, d))
+            .map(|_| StepKvCache::new(batch, max_tgt_len, d))
             .collect();
         DecodeState {
             self_caches,
@@ -277,9 +278,12 @@ impl<T: Float> Seq2Seq<T> {
             &state.src_lens,
         );
         let mut logits = self.project(&h);
-        for row in logits.chunks_exact_mut(self.config.vocab_size) {
-            crate::kernels::softmax::log_softmax_inplace(row);
-        }
+        logits
+            .par_chunks_mut(self.config.vocab_size)
+            .with_min_len(8)
+            .for_each(|row| {
+                crate::kernels::softmax::log_softmax_inplace(row);
+            });
         (logits, attn)
     }
 }

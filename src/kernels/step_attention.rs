@@ -1,0 +1,233 @@
+//! Attention of one new query per batch row during incremental decoding,
+//! `ctx_b = Σ_t softmax_t(q_b · k_{b,t} / √d_k) v_{b,t}` for each head, where the keys and
+//! values of row `b` may lie anywhere in the stores: key `t` of row `b` is stored row
+//! `key_rows[b * kv_stride + t]` (a page table with pages of one row). Beam search reorders its
+//! hypotheses by rewriting that table, never the keys and values (see
+//! `model::kv_cache::StepKvCache`).
+//!
+//! The products are a handful of 64-wide dot products and `axpy`s per (row, head); a matrix
+//! multiply call per (row, head) costs more to dispatch than to compute at these sizes, so the
+//! loops are written out and compiled for the machine's widest vectors at run time (`pulp`).
+
+use super::attention::AttnDims;
+use super::reduce::lane_dot;
+use super::softmax::softmax_inplace;
+use crate::Float;
+use rayon::prelude::*;
+
+/// Forward for `q [batch, d_model]` (`dims.q_len == 1`) against the first `dims.k_len` keys of
+/// each row. Writes `ctx [batch, d_model]` and the weights `probs [batch, heads, k_len]`.
+/// `k`, `v`: `[stored rows, d_model]`; `key_rows`: `[batch, dims.kv_stride]` stored-row indices.
+/// Every listed key is visible (a decoder's cache holds only the past and the current token).
+pub fn step_attention_forward<T: Float>(
+    ctx: &mut [T],
+    probs: &mut [T],
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    key_rows: &[u32],
+    dims: AttnDims,
+) {
+    let AttnDims {
+        batch,
+        heads,
+        d_head,
+        q_len,
+        k_len,
+        kv_stride,
+    } = dims;
+    let (d_model, scale) = (dims.d_model(), dims.scale::<T>());
+    assert_eq!(q_len, 1, "one query per row");
+    assert!(k_len <= kv_stride, "more keys than the table holds");
+    assert_eq!(q.len(), batch * d_model);
+    assert_eq!(ctx.len(), batch * d_model);
+    assert_eq!(probs.len(), batch * heads * k_len);
+    assert!(key_rows.len() >= batch * kv_stride, "key table too short");
+    if batch == 0 || d_model == 0 {
+        return;
+    }
+    ctx.par_chunks_mut(d_model)
+        .zip(probs.par_chunks_mut(heads * k_len))
+        .zip(q.par_chunks(d_model))
+        .enumerate()
+        .with_min_len(8)
+        .for_each(|(b, ((ctx_b, probs_b), q_b))| {
+            pulp::Arch::new().dispatch(OneRow {
+                ctx_b,
+                probs_b,
+                q_b,
+                k,
+                v,
+                rows: &key_rows[b * kv_stride..b * kv_stride + k_len],
+                d_head,
+                scale,
+            })
+        });
+}
+
+/// One batch row, all heads. A `WithSimd` type rather than a closure: its `#[inline(always)]`
+/// body is compiled into each of pulp's target-feature functions (a closure would stay a
+/// separate function compiled for baseline x86-64).
+struct OneRow<'a, T> {
+    ctx_b: &'a mut [T],
+    probs_b: &'a mut [T],
+    q_b: &'a [T],
+    k: &'a [T],
+    v: &'a [T],
+    rows: &'a [u32],
+    d_head: usize,
+    scale: T,
+}
+
+impl<T: Float> pulp::WithSimd for OneRow<'_, T> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _simd: S) {
+        let OneRow {
+            ctx_b,
+            probs_b,
+            q_b,
+            k,
+            v,
+            rows,
+            d_head,
+            scale,
+        } = self;
+        let (d_model, k_len) = (q_b.len(), rows.len());
+        for (h, (q_h, c_h)) in q_b
+            .chunks_exact(d_head)
+            .zip(ctx_b.chunks_exact_mut(d_head))
+            .enumerate()
+        {
+            let cols = h * d_head..(h + 1) * d_head;
+            let p = &mut probs_b[h * k_len..(h + 1) * k_len];
+            for (s, &r) in p.iter_mut().zip(rows) {
+                let at = r as usize * d_model;
+                *s = lane_dot(q_h, &k[at + cols.start..at + cols.end]) * scale;
+            }
+            softmax_inplace(p, k_len);
+            c_h.iter_mut().for_each(|c| *c = T::zero());
+            for (&w, &r) in p.iter().zip(rows) {
+                let at = r as usize * d_model;
+                for (c, &x) in c_h.iter_mut().zip(&v[at + cols.start..at + cols.end]) {
+                    *c += w * x;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::attention::{attention_forward, AttnMask};
+
+    fn uniform(n: usize, seed: u64) -> Vec<f64> {
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// Row `b`'s keys scattered over the store in a shuffled order, against plain f64 loops.
+    #[test]
+    fn matches_reference_loops_through_a_shuffled_table() {
+        for &(batch, heads, d_head, k_len) in
+            &[(1, 1, 4, 1), (3, 2, 8, 5), (4, 4, 17, 9), (2, 3, 32, 33)]
+        {
+            let d = heads * d_head;
+            let stride = k_len + 2;
+            let stored = batch * k_len + 3;
+            let q = uniform(batch * d, 1);
+            let k: Vec<f64> = uniform(stored * d, 2).iter().map(|x| 3.0 * x).collect();
+            let v = uniform(stored * d, 3);
+            // a permutation of the stored rows, dealt out to the batch rows
+            let mut perm: Vec<u32> = (0..stored as u32).collect();
+            let keys = uniform(stored, 4);
+            perm.sort_by(|&a, &b| keys[a as usize].total_cmp(&keys[b as usize]));
+            let mut table = vec![u32::MAX; batch * stride];
+            for b in 0..batch {
+                table[b * stride..b * stride + k_len]
+                    .copy_from_slice(&perm[b * k_len..(b + 1) * k_len]);
+            }
+            let dims = AttnDims {
+                batch,
+                heads,
+                d_head,
+                q_len: 1,
+                k_len,
+                kv_stride: stride,
+            };
+            let mut ctx = vec![0.0; batch * d];
+            let mut probs = vec![0.0; batch * heads * k_len];
+            step_attention_forward(&mut ctx, &mut probs, &q, &k, &v, &table, dims);
+            for b in 0..batch {
+                for h in 0..heads {
+                    let row = |t: usize| table[b * stride + t] as usize * d + h * d_head;
+                    let scores: Vec<f64> = (0..k_len)
+                        .map(|t| {
+                            (0..d_head)
+                                .map(|i| q[b * d + h * d_head + i] * k[row(t) + i])
+                                .sum::<f64>()
+                                / (d_head as f64).sqrt()
+                        })
+                        .collect();
+                    let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let e: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                    let z: f64 = e.iter().sum();
+                    for t in 0..k_len {
+                        let got = probs[(b * heads + h) * k_len + t];
+                        assert!((got - e[t] / z).abs() < 1e-12, "p {got} vs {}", e[t] / z);
+                    }
+                    for i in 0..d_head {
+                        let want: f64 = (0..k_len).map(|t| e[t] / z * v[row(t) + i]).sum();
+                        let got = ctx[b * d + h * d_head + i];
+                        assert!((got - want).abs() < 1e-12, "ctx {got} vs {want}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// With each row's keys stored contiguously, the plain kernel over the last query row gives
+    /// the same result in f32.
+    #[test]
+    fn agrees_with_the_plain_kernel_in_f32() {
+        let (batch, heads, d_head, k_len) = (5, 4, 64, 23);
+        let d = heads * d_head;
+        let f = |x: Vec<f64>| x.into_iter().map(|x| x as f32).collect::<Vec<f32>>();
+        let q = f(uniform(batch * d, 5));
+        let k = f(uniform(batch * k_len * d, 6));
+        let v = f(uniform(batch * k_len * d, 7));
+        let table: Vec<u32> = (0..(batch * k_len) as u32).collect();
+        let dims = AttnDims {
+            batch,
+            heads,
+            d_head,
+            q_len: 1,
+            k_len,
+            kv_stride: k_len,
+        };
+        let (mut ctx, mut probs) = (vec![0f32; batch * d], vec![0f32; batch * heads * k_len]);
+        step_attention_forward(&mut ctx, &mut probs, &q, &k, &v, &table, dims);
+        let (mut ctx2, mut probs2) = (vec![0f32; batch * d], vec![0f32; batch * heads * k_len]);
+        let lens = vec![k_len; batch];
+        let mask = AttnMask {
+            key_lens: &lens,
+            causal: false,
+            q_offset: 0,
+        };
+        attention_forward(&mut ctx2, &mut probs2, &q, &k, &v, dims, mask, None);
+        for (a, b) in ctx.iter().zip(&ctx2).chain(probs.iter().zip(&probs2)) {
+            assert!((a - b).abs() < 2e-6, "{a} vs {b}");
+        }
+    }
+}
