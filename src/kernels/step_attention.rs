@@ -1,9 +1,10 @@
-//! Attention of one new query per batch row during incremental decoding,
-//! `ctx_b = Σ_t softmax_t(q_b · k_{b,t} / √d_k) v_{b,t}` for each head, where the keys and
-//! values of row `b` may lie anywhere in the stores: key `t` of row `b` is stored row
+//! Attention of the few new queries of each batch row during incremental decoding,
+//! `ctx_{b,i} = Σ_t softmax_t(q_{b,i} · k_{b,t} / √d_k) v_{b,t}` for each head, where the keys
+//! and values of row `b` may lie anywhere in the stores: key `t` of row `b` is stored row
 //! `key_rows[b * kv_stride + t]` (a page table with pages of one row). Beam search reorders its
 //! hypotheses by rewriting that table, never the keys and values (see
-//! `model::kv_cache::StepKvCache`).
+//! `model::kv_cache::StepKvCache`); its cross-attention passes the `k` beams of a sentence as
+//! `k` queries against the sentence's encoder keys.
 //!
 //! The products are a handful of 64-wide dot products and `axpy`s per (row, head); a matrix
 //! multiply call per (row, head) costs more to dispatch than to compute at these sizes, so the
@@ -15,10 +16,12 @@ use super::softmax::softmax_inplace;
 use crate::Float;
 use rayon::prelude::*;
 
-/// Forward for `q [batch, d_model]` (`dims.q_len == 1`) against the first `dims.k_len` keys of
-/// each row. Writes `ctx [batch, d_model]` and the weights `probs [batch, heads, k_len]`.
-/// `k`, `v`: `[stored rows, d_model]`; `key_rows`: `[batch, dims.kv_stride]` stored-row indices.
-/// Every listed key is visible (a decoder's cache holds only the past and the current token).
+/// Forward for `q [batch * q_len, d_model]`: the `q_len` queries of row `b` see its keys
+/// `0 .. visible[b]` (at most `dims.k_len`). Writes `ctx [batch * q_len, d_model]` and the weights
+/// `probs [batch, heads, q_len, k_len]` (exactly 0 past `visible[b]`). `k`, `v`: `[stored rows,
+/// d_model]`; `key_rows`: `[batch, dims.kv_stride]` stored-row indices, the first `visible[b]`
+/// of each row read.
+#[allow(clippy::too_many_arguments)]
 pub fn step_attention_forward<T: Float>(
     ctx: &mut [T],
     probs: &mut [T],
@@ -26,6 +29,7 @@ pub fn step_attention_forward<T: Float>(
     k: &[T],
     v: &[T],
     key_rows: &[u32],
+    visible: &[usize],
     dims: AttnDims,
 ) {
     let AttnDims {
@@ -37,45 +41,54 @@ pub fn step_attention_forward<T: Float>(
         kv_stride,
     } = dims;
     let (d_model, scale) = (dims.d_model(), dims.scale::<T>());
-    assert_eq!(q_len, 1, "one query per row");
     assert!(k_len <= kv_stride, "more keys than the table holds");
-    assert_eq!(q.len(), batch * d_model);
-    assert_eq!(ctx.len(), batch * d_model);
-    assert_eq!(probs.len(), batch * heads * k_len);
+    assert_eq!(q.len(), batch * q_len * d_model);
+    assert_eq!(ctx.len(), batch * q_len * d_model);
+    assert_eq!(probs.len(), batch * heads * q_len * k_len);
     assert!(key_rows.len() >= batch * kv_stride, "key table too short");
-    if batch == 0 || d_model == 0 {
+    assert_eq!(visible.len(), batch, "one visible count per row");
+    if batch == 0 || d_model == 0 || q_len == 0 {
         return;
     }
-    ctx.par_chunks_mut(d_model)
-        .zip(probs.par_chunks_mut(heads * k_len))
-        .zip(q.par_chunks(d_model))
+    ctx.par_chunks_mut(q_len * d_model)
+        .zip(probs.par_chunks_mut(heads * q_len * k_len))
+        .zip(q.par_chunks(q_len * d_model))
         .enumerate()
         .with_min_len(8)
         .for_each(|(b, ((ctx_b, probs_b), q_b))| {
+            let seen = visible[b].min(k_len);
             pulp::Arch::new().dispatch(OneRow {
                 ctx_b,
                 probs_b,
                 q_b,
                 k,
                 v,
-                rows: &key_rows[b * kv_stride..b * kv_stride + k_len],
+                rows: &key_rows[b * kv_stride..b * kv_stride + seen],
+                heads,
                 d_head,
+                k_len,
                 scale,
             })
         });
 }
 
-/// One batch row, all heads. A `WithSimd` type rather than a closure: its `#[inline(always)]`
-/// body is compiled into each of pulp's target-feature functions (a closure would stay a
-/// separate function compiled for baseline x86-64).
+/// One batch row: its queries, all heads. A `WithSimd` type rather than a closure: its
+/// `#[inline(always)]` body is compiled into each of pulp's target-feature functions (a closure
+/// would stay a separate function compiled for baseline x86-64).
 struct OneRow<'a, T> {
+    /// `[q_len, d_model]`
     ctx_b: &'a mut [T],
+    /// `[heads, q_len, k_len]`
     probs_b: &'a mut [T],
+    /// `[q_len, d_model]`
     q_b: &'a [T],
     k: &'a [T],
     v: &'a [T],
+    /// The stored rows of the visible keys.
     rows: &'a [u32],
+    heads: usize,
     d_head: usize,
+    k_len: usize,
     scale: T,
 }
 
@@ -91,27 +104,30 @@ impl<T: Float> pulp::WithSimd for OneRow<'_, T> {
             k,
             v,
             rows,
+            heads,
             d_head,
+            k_len,
             scale,
         } = self;
-        let (d_model, k_len) = (q_b.len(), rows.len());
-        for (h, (q_h, c_h)) in q_b
-            .chunks_exact(d_head)
-            .zip(ctx_b.chunks_exact_mut(d_head))
-            .enumerate()
-        {
+        let d_model = heads * d_head;
+        let q_len = q_b.len() / d_model;
+        for h in 0..heads {
             let cols = h * d_head..(h + 1) * d_head;
-            let p = &mut probs_b[h * k_len..(h + 1) * k_len];
-            for (s, &r) in p.iter_mut().zip(rows) {
-                let at = r as usize * d_model;
-                *s = lane_dot(q_h, &k[at + cols.start..at + cols.end]) * scale;
-            }
-            softmax_inplace(p, k_len);
-            c_h.iter_mut().for_each(|c| *c = T::zero());
-            for (&w, &r) in p.iter().zip(rows) {
-                let at = r as usize * d_model;
-                for (c, &x) in c_h.iter_mut().zip(&v[at + cols.start..at + cols.end]) {
-                    *c += w * x;
+            for i in 0..q_len {
+                let q_i = &q_b[i * d_model + cols.start..i * d_model + cols.end];
+                let p = &mut probs_b[(h * q_len + i) * k_len..(h * q_len + i + 1) * k_len];
+                for (s, &r) in p.iter_mut().zip(rows) {
+                    let at = r as usize * d_model;
+                    *s = lane_dot(q_i, &k[at + cols.start..at + cols.end]) * scale;
+                }
+                softmax_inplace(p, rows.len());
+                let c_i = &mut ctx_b[i * d_model + cols.start..i * d_model + cols.end];
+                c_i.iter_mut().for_each(|c| *c = T::zero());
+                for (&w, &r) in p.iter().zip(rows) {
+                    let at = r as usize * d_model;
+                    for (c, &x) in c_i.iter_mut().zip(&v[at + cols.start..at + cols.end]) {
+                        *c += w * x;
+                    }
                 }
             }
         }
@@ -137,16 +153,20 @@ mod tests {
             .collect()
     }
 
-    /// Row `b`'s keys scattered over the store in a shuffled order, against plain f64 loops.
+    /// Row `b`'s keys scattered over the store in a shuffled order, one to three queries per
+    /// row, rows seeing different numbers of keys: against plain f64 loops.
     #[test]
     fn matches_reference_loops_through_a_shuffled_table() {
-        for &(batch, heads, d_head, k_len) in
-            &[(1, 1, 4, 1), (3, 2, 8, 5), (4, 4, 17, 9), (2, 3, 32, 33)]
-        {
+        for &(batch, heads, d_head, q_len, k_len) in &[
+            (1, 1, 4, 1, 1),
+            (3, 2, 8, 1, 5),
+            (4, 4, 17, 3, 9),
+            (2, 3, 32, 2, 33),
+        ] {
             let d = heads * d_head;
             let stride = k_len + 2;
             let stored = batch * k_len + 3;
-            let q = uniform(batch * d, 1);
+            let q = uniform(batch * q_len * d, 1);
             let k: Vec<f64> = uniform(stored * d, 2).iter().map(|x| 3.0 * x).collect();
             let v = uniform(stored * d, 3);
             // a permutation of the stored rows, dealt out to the batch rows
@@ -158,53 +178,60 @@ mod tests {
                 table[b * stride..b * stride + k_len]
                     .copy_from_slice(&perm[b * k_len..(b + 1) * k_len]);
             }
+            // row b sees k_len, k_len - 1, ... keys (at least one)
+            let visible: Vec<usize> = (0..batch).map(|b| k_len - b.min(k_len - 1)).collect();
             let dims = AttnDims {
                 batch,
                 heads,
                 d_head,
-                q_len: 1,
+                q_len,
                 k_len,
                 kv_stride: stride,
             };
-            let mut ctx = vec![0.0; batch * d];
-            let mut probs = vec![0.0; batch * heads * k_len];
-            step_attention_forward(&mut ctx, &mut probs, &q, &k, &v, &table, dims);
+            let mut ctx = vec![0.0; batch * q_len * d];
+            let mut probs = vec![f64::NAN; batch * heads * q_len * k_len];
+            step_attention_forward(&mut ctx, &mut probs, &q, &k, &v, &table, &visible, dims);
             for b in 0..batch {
+                let seen = visible[b];
                 for h in 0..heads {
                     let row = |t: usize| table[b * stride + t] as usize * d + h * d_head;
-                    let scores: Vec<f64> = (0..k_len)
-                        .map(|t| {
-                            (0..d_head)
-                                .map(|i| q[b * d + h * d_head + i] * k[row(t) + i])
-                                .sum::<f64>()
-                                / (d_head as f64).sqrt()
-                        })
-                        .collect();
-                    let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                    let e: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
-                    let z: f64 = e.iter().sum();
-                    for t in 0..k_len {
-                        let got = probs[(b * heads + h) * k_len + t];
-                        assert!((got - e[t] / z).abs() < 1e-12, "p {got} vs {}", e[t] / z);
-                    }
-                    for i in 0..d_head {
-                        let want: f64 = (0..k_len).map(|t| e[t] / z * v[row(t) + i]).sum();
-                        let got = ctx[b * d + h * d_head + i];
-                        assert!((got - want).abs() < 1e-12, "ctx {got} vs {want}");
+                    for i in 0..q_len {
+                        let q_at = (b * q_len + i) * d + h * d_head;
+                        let scores: Vec<f64> = (0..seen)
+                            .map(|t| {
+                                (0..d_head)
+                                    .map(|c| q[q_at + c] * k[row(t) + c])
+                                    .sum::<f64>()
+                                    / (d_head as f64).sqrt()
+                            })
+                            .collect();
+                        let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                        let e: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                        let z: f64 = e.iter().sum();
+                        for t in 0..k_len {
+                            let got = probs[((b * heads + h) * q_len + i) * k_len + t];
+                            let want = if t < seen { e[t] / z } else { 0.0 };
+                            assert!((got - want).abs() < 1e-12, "p {got} vs {want}");
+                        }
+                        for c in 0..d_head {
+                            let want: f64 = (0..seen).map(|t| e[t] / z * v[row(t) + c]).sum();
+                            let got = ctx[q_at + c];
+                            assert!((got - want).abs() < 1e-12, "ctx {got} vs {want}");
+                        }
                     }
                 }
             }
         }
     }
 
-    /// With each row's keys stored contiguously, the plain kernel over the last query row gives
-    /// the same result in f32.
+    /// With each row's keys stored contiguously and padded rows, the plain kernel gives the same
+    /// result in f32 (four queries per row, as beam search's cross-attention asks).
     #[test]
     fn agrees_with_the_plain_kernel_in_f32() {
-        let (batch, heads, d_head, k_len) = (5, 4, 64, 23);
+        let (batch, heads, d_head, q_len, k_len) = (5, 4, 64, 4, 23);
         let d = heads * d_head;
         let f = |x: Vec<f64>| x.into_iter().map(|x| x as f32).collect::<Vec<f32>>();
-        let q = f(uniform(batch * d, 5));
+        let q = f(uniform(batch * q_len * d, 5));
         let k = f(uniform(batch * k_len * d, 6));
         let v = f(uniform(batch * k_len * d, 7));
         let table: Vec<u32> = (0..(batch * k_len) as u32).collect();
@@ -212,14 +239,15 @@ mod tests {
             batch,
             heads,
             d_head,
-            q_len: 1,
+            q_len,
             k_len,
             kv_stride: k_len,
         };
-        let (mut ctx, mut probs) = (vec![0f32; batch * d], vec![0f32; batch * heads * k_len]);
-        step_attention_forward(&mut ctx, &mut probs, &q, &k, &v, &table, dims);
-        let (mut ctx2, mut probs2) = (vec![0f32; batch * d], vec![0f32; batch * heads * k_len]);
-        let lens = vec![k_len; batch];
+        let n = (batch * q_len * d, batch * heads * q_len * k_len);
+        let lens: Vec<usize> = (0..batch).map(|b| k_len - 3 * b).collect();
+        let (mut ctx, mut probs) = (vec![0f32; n.0], vec![0f32; n.1]);
+        step_attention_forward(&mut ctx, &mut probs, &q, &k, &v, &table, &lens, dims);
+        let (mut ctx2, mut probs2) = (vec![0f32; n.0], vec![0f32; n.1]);
         let mask = AttnMask {
             key_lens: &lens,
             causal: false,

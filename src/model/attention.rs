@@ -76,6 +76,11 @@ pub struct AttentionCache<T> {
 /// dropout on its weights always trains with the plain kernel.
 pub const TILED_FROM_KEYS: usize = 128;
 
+/// Cached cross-attention with at most this many queries per row (greedy: 1, beam search: the
+/// beam size) runs the written-out loops of `kernels::step_attention`; more queries go through
+/// matrix products.
+pub const STEP_KERNEL_MAX_QUERIES: usize = 8;
+
 impl<T: Float> MultiHeadAttention<T> {
     pub fn new(d_model: usize, n_heads: usize, rng: &mut Rng) -> Self {
         MultiHeadAttention {
@@ -347,7 +352,22 @@ impl<T: Float> MultiHeadAttention<T> {
         let mut ctx = vec![T::zero(); x_q.len()];
         let mut probs = vec![T::zero(); batch * self.n_heads * q_len * k_len];
         let (k, v) = (&cache.k, &cache.v);
-        attention_forward(&mut ctx, &mut probs, &q, k, v, dims, mask, None);
+        if !append && q_len <= STEP_KERNEL_MAX_QUERIES {
+            // Decoding's cross-attention: a few queries per row, written-out loops (see
+            // `kernels::step_attention`) through the trivial table of the cache's rows.
+            let cap = cache.capacity;
+            assert!(batch * cap <= u32::MAX as usize, "KV cache too large");
+            let table: Vec<u32> = (0..batch)
+                .flat_map(|b| (0..k_len).map(move |t| (b * cap + t) as u32))
+                .collect();
+            let dims = AttnDims {
+                kv_stride: k_len,
+                ..dims
+            };
+            step_attention_forward(&mut ctx, &mut probs, &q, k, v, &table, mask.key_lens, dims);
+        } else {
+            attention_forward(&mut ctx, &mut probs, &q, k, v, dims, mask, None);
+        }
         (self.out_proj.forward(&ctx), probs)
     }
 }
@@ -370,7 +390,8 @@ impl<T: Float> MultiHeadAttention<T> {
         let mut ctx = vec![T::zero(); x_q.len()];
         let mut probs = vec![T::zero(); batch * self.n_heads * cache.len];
         let (k, v, rows) = (&cache.k, &cache.v, &cache.rows);
-        step_attention_forward(&mut ctx, &mut probs, &q, k, v, rows, dims);
+        let visible = vec![cache.len; batch];
+        step_attention_forward(&mut ctx, &mut probs, &q, k, v, rows, &visible, dims);
         (self.out_proj.forward(&ctx), probs)
     }
 }
