@@ -10,8 +10,9 @@
 //! [`Positions::Rotary`](super::config::Positions)): the projected queries and keys are rotated
 //! per head by their absolute positions (`kernels::rope`) before the scores; values are not.
 //! Positions follow the mask's convention: query row `i` is at `mask.q_offset + i`, key row `j`
-//! at `j` (plus a common shift, see [`MultiHeadAttention::forward_at`]). A [`KvCache`] of a
-//! rotary layer stores its keys already rotated. Cross-attention is never rotary.
+//! at `j` (plus a common shift, see [`MultiHeadAttention::forward_at`]). A [`KvCache`] or
+//! [`StepKvCache`] of a rotary layer stores its keys already rotated. Cross-attention is never
+//! rotary.
 
 use super::kv_cache::{KvCache, StepKvCache};
 use super::linear::Linear;
