@@ -38,10 +38,10 @@
 //! `batch_size` per chunk) advance in one [`Seq2Seq::decode_step`], one row of the KV caches per
 //! beam. After each step the self-attention caches are re-gathered so that each new beam
 //! inherits its parent's row ([`StepKvCache::gather_rows`](crate::model::kv_cache::StepKvCache)
-//! rewrites a table of row indices; no key or value is copied). The cross-attention caches keep one row per sentence, not per beam: all beams of a sentence
-//! read the same encoder keys and values, so its `g` beam rows are `g` queries against one copy
-//! (one `[g x src_len]` product per head instead of `g` matrix-vector ones, and no replicated
-//! copies to gather). This needs the same number of beams in every live sentence, which the
+//! rewrites a table of row indices; no key or value is copied). The cross-attention caches keep
+//! one row per sentence, not per beam: all beams of a sentence read the same encoder keys and
+//! values, so its `g` beam rows are `g` queries against one copy (`k` times less cache to read,
+//! and no replicated copies to gather). This needs the same number of beams in every live sentence, which the
 //! rule above gives (one at the first step, then `k`, or fewer on a vocabulary too small for
 //! `k`); should a step ever differ, the caches are replicated to one row per beam for it.
 //! The cross rows are re-gathered only when that layout or the set of live sentences changes.

@@ -138,19 +138,11 @@ impl<T: Float> pulp::WithSimd for OneRow<'_, T> {
 mod tests {
     use super::*;
     use crate::kernels::attention::{attention_forward, AttnMask};
+    use crate::rng::Rng;
 
     fn uniform(n: usize, seed: u64) -> Vec<f64> {
-        let mut s = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                (s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
-            })
-            .collect()
+        let mut rng = Rng::new(seed);
+        (0..n).map(|_| rng.uniform_range(-1.0, 1.0)).collect()
     }
 
     /// Row `b`'s keys scattered over the store in a shuffled order, one to three queries per
@@ -171,8 +163,7 @@ mod tests {
             let v = uniform(stored * d, 3);
             // a permutation of the stored rows, dealt out to the batch rows
             let mut perm: Vec<u32> = (0..stored as u32).collect();
-            let keys = uniform(stored, 4);
-            perm.sort_by(|&a, &b| keys[a as usize].total_cmp(&keys[b as usize]));
+            Rng::new(4).shuffle(&mut perm);
             let mut table = vec![u32::MAX; batch * stride];
             for b in 0..batch {
                 table[b * stride..b * stride + k_len]
