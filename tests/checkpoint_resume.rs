@@ -2,6 +2,7 @@
 
 use transformer::model::ModelConfig;
 use transformer::train::checkpoint::{self, load_model};
+use transformer::train::schedule::{Cooldown, NoamSchedule};
 use transformer::train::trainer::{Example, TrainConfig, Trainer};
 
 fn examples() -> Vec<Example> {
@@ -36,16 +37,36 @@ fn resumed_run_continues_the_same_loss_curve_bit_for_bit() {
 }
 
 #[test]
-fn resume_is_exact_with_attention_activation_and_word_dropout() {
+fn resume_is_exact_with_attention_activation_and_word_dropout_and_a_cooldown() {
     let (mut m, mut t) = configs();
     (m.attention_dropout, m.activation_dropout) = (0.1, 0.2);
     t.word_dropout = 0.15;
-    check_resume(m, t);
+    // The cool-down spans the checkpoint at step 5: updates 4..=14 decay to zero at 14.
+    t.cooldown = Cooldown::last(10, 14);
+    let lrs = check_resume(m, t.clone());
+    let plain = NoamSchedule {
+        d_model: 32,
+        warmup: t.warmup,
+        factor: t.lr_factor,
+        cooldown: None,
+    };
+    for (i, lr) in lrs.iter().enumerate() {
+        let step = i as u64 + 1;
+        let left = if step <= 4 {
+            1.0
+        } else {
+            (14 - step) as f64 / 10.0
+        };
+        assert!((lr - plain.lr(step) * left).abs() < 1e-15, "step {step}");
+    }
 }
 
-fn check_resume(m: ModelConfig, t: TrainConfig) {
+/// Runs 12 updates straight and 5 + 7 through a checkpoint, asserts equal losses, and returns
+/// the learning rates of the straight run.
+fn check_resume(m: ModelConfig, t: TrainConfig) -> Vec<f64> {
     let mut straight = Trainer::new(m.clone(), t.clone(), examples()).unwrap();
-    let losses: Vec<f64> = (0..12).map(|_| straight.step().unwrap().loss).collect();
+    let reports: Vec<_> = (0..12).map(|_| straight.step().unwrap()).collect();
+    let losses: Vec<f64> = reports.iter().map(|r| r.loss).collect();
 
     let dir = tempfile::tempdir().unwrap();
     let mut first = Trainer::new(m, t, examples()).unwrap();
@@ -62,6 +83,7 @@ fn check_resume(m: ModelConfig, t: TrainConfig) {
     }
     // The losses went down: the run really trained.
     assert!(losses[11] < losses[0], "{losses:?}");
+    reports.iter().map(|r| r.lr).collect()
 }
 
 #[test]

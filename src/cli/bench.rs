@@ -123,6 +123,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let schedule = NoamSchedule {
         d_model: config.d_model,
         warmup: 4000,
+        cooldown: None,
         factor: 1.0,
     };
     let random_ids = |rng: &mut Rng, n: usize| -> Vec<u32> {

@@ -5,6 +5,7 @@ use crate::model::{ModelConfig, NormPlacement};
 use crate::text::corpus::{read_pairs, read_parallel, Pair};
 use crate::text::vocab::{Vocab, VocabLevel};
 use crate::train::average::{list_step_checkpoints, step_checkpoint_name};
+use crate::train::schedule::Cooldown;
 use crate::train::trainer::{Example, TrainConfig, Trainer};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
@@ -43,8 +44,8 @@ pub struct TrainArgs {
     pub out: PathBuf,
     /// Continue the run saved in this directory (same data, same thread count for bit-exact).
     /// The model and the training options (batching, schedule, smoothing, ...) come from the
-    /// checkpoint; only --max-steps, --out, --threads, --valid, --save-every, --valid-every and
-    /// --max-len apply.
+    /// checkpoint; only --max-steps, --out, --threads, --valid, --save-every, --valid-every,
+    /// --cooldown and --max-len apply.
     #[arg(long)]
     pub resume: Option<PathBuf>,
     /// Model size: tiny, base or big.
@@ -81,6 +82,11 @@ pub struct TrainArgs {
     /// Multiplier of the learning-rate schedule.
     #[arg(long, default_value_t = 1.0)]
     pub lr_factor: f64,
+    /// Decay the learning rate linearly to zero over the last N updates before --max-steps
+    /// (0: the paper's schedule to the end). With --resume it replaces the checkpoint's
+    /// cool-down. A --time-limit that stops the run first cuts the cool-down short.
+    #[arg(long, default_value_t = 0)]
+    pub cooldown: u64,
     /// Label smoothing ε.
     #[arg(long, default_value_t = 0.1)]
     pub label_smoothing: f64,
@@ -293,6 +299,13 @@ fn check_options(args: &TrainArgs) -> Result<()> {
     if let Some(c) = args.clip_norm.filter(|c| !(c.is_finite() && *c > 0.0)) {
         bail!("--clip-norm {c} must be positive");
     }
+    if args.cooldown > args.max_steps {
+        bail!(
+            "--cooldown {} is longer than the run (--max-steps {})",
+            args.cooldown,
+            args.max_steps
+        );
+    }
     if !(0.0..1.0).contains(&args.word_dropout) {
         bail!("--word-dropout {} must be in [0, 1)", args.word_dropout);
     }
@@ -325,8 +338,11 @@ pub fn run(args: TrainArgs) -> Result<()> {
             let model_config = crate::train::checkpoint::load_config(dir)?;
             let max_len = args.max_len.unwrap_or(model_config.max_len);
             let examples = encode_pairs(&train_pairs, &vocab, max_len, "training data");
-            let trainer = Trainer::resume(dir, examples)?;
+            let mut trainer = Trainer::resume(dir, examples)?;
             eprintln!("resumed {} at step {}", dir.display(), trainer.state.step);
+            if args.cooldown > 0 {
+                trainer.set_cooldown(Cooldown::last(args.cooldown, args.max_steps));
+            }
             (vocab, trainer)
         }
         None => {
@@ -357,6 +373,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
                 clip_norm: args.clip_norm,
                 seed: args.seed,
                 word_dropout: args.word_dropout,
+                cooldown: Cooldown::last(args.cooldown, args.max_steps),
                 ..TrainConfig::default()
             };
             (vocab, Trainer::new(model_config, config, examples)?)

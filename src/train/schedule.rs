@@ -1,6 +1,7 @@
 //! The learning-rate schedule of section 5.3:
 //! `lr = factor · d_model^−0.5 · min(step^−0.5, step · warmup^−1.5)`,
-//! rising linearly for `warmup` steps, then decaying with the inverse square root of the step.
+//! rising linearly for `warmup` steps, then decaying with the inverse square root of the step;
+//! optionally ending with a linear cool-down to zero (see [`Cooldown`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -10,6 +11,40 @@ pub struct NoamSchedule {
     pub d_model: usize,
     pub warmup: u64,
     pub factor: f64,
+    /// An optional linear decay to zero at the end of a run of known length.
+    #[serde(default)]
+    pub cooldown: Option<Cooldown>,
+}
+
+/// A linear cool-down of the learning rate to zero over the updates after `start` up to `end`
+/// (the decay phase of "warm-up, stable, decay" schedules, which anneals a run of fixed length
+/// the way the paper's checkpoint averaging does in part):
+/// `lr'(t) = lr(t) · (end − t) / (end − start)` for `start < t ≤ end`, 0 after `end`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cooldown {
+    pub start: u64,
+    pub end: u64,
+}
+
+impl Cooldown {
+    /// The last `steps` updates of a run of `total` updates (`None` when `steps` is 0).
+    pub fn last(steps: u64, total: u64) -> Option<Cooldown> {
+        (steps > 0).then(|| Cooldown {
+            start: total.saturating_sub(steps),
+            end: total,
+        })
+    }
+
+    /// The factor in [0, 1] applied at update `step`.
+    pub fn factor(&self, step: u64) -> f64 {
+        if step <= self.start {
+            1.0
+        } else if step >= self.end {
+            0.0
+        } else {
+            (self.end - step) as f64 / (self.end - self.start) as f64
+        }
+    }
 }
 
 impl NoamSchedule {
@@ -17,7 +52,9 @@ impl NoamSchedule {
     pub fn lr(&self, step: u64) -> f64 {
         let s = step.max(1) as f64;
         let w = self.warmup.max(1) as f64;
-        self.factor * (self.d_model as f64).powf(-0.5) * s.powf(-0.5).min(s * w.powf(-1.5))
+        let noam =
+            self.factor * (self.d_model as f64).powf(-0.5) * s.powf(-0.5).min(s * w.powf(-1.5));
+        noam * self.cooldown.map_or(1.0, |c| c.factor(step.max(1)))
     }
 }
 
@@ -57,6 +94,7 @@ mod tests {
             d_model: 512,
             warmup: 4000,
             factor: 1.0,
+            cooldown: None,
         };
         let peak = 512f64.powf(-0.5) * 4000f64.powf(-0.5);
         assert!((s.lr(4000) - peak).abs() < 1e-15);
@@ -64,6 +102,35 @@ mod tests {
         assert!((s.lr(16000) - peak / 2.0).abs() < 1e-12);
         assert!((s.lr(1) - 512f64.powf(-0.5) * 4000f64.powf(-1.5)).abs() < 1e-18);
         assert_eq!(s.lr(0), s.lr(1));
+    }
+
+    #[test]
+    fn cooldown_decays_linearly_to_zero_over_the_last_steps() {
+        let plain = NoamSchedule {
+            d_model: 256,
+            warmup: 400,
+            factor: 0.5,
+            cooldown: None,
+        };
+        let cooled = NoamSchedule {
+            cooldown: Cooldown::last(1000, 11_000),
+            ..plain
+        };
+        assert_eq!(Cooldown::last(0, 11_000), None);
+        for step in [1, 400, 5000, 10_000] {
+            assert_eq!(cooled.lr(step), plain.lr(step), "step {step}");
+        }
+        // A quarter, half and all of the way through the last 1,000 updates.
+        for (step, left) in [
+            (10_250, 0.75),
+            (10_500, 0.5),
+            (10_999, 0.001),
+            (11_000, 0.0),
+        ] {
+            let want = plain.lr(step) * left;
+            assert!((cooled.lr(step) - want).abs() < 1e-15, "step {step}");
+        }
+        assert_eq!(cooled.lr(12_000), 0.0);
     }
 
     #[test]

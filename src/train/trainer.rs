@@ -10,7 +10,7 @@ use crate::train::adam::{guarded_update, Adam, AdamConfig};
 use crate::train::batching::{batch_by_tokens, BatchOrder};
 use crate::train::checkpoint;
 use crate::train::loss::LossStats;
-use crate::train::schedule::NoamSchedule;
+use crate::train::schedule::{Cooldown, NoamSchedule};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -36,6 +36,10 @@ pub struct TrainConfig {
     /// (see [`Batch::drop_words`]); absent in checkpoints written before the option, meaning 0.
     #[serde(default)]
     pub word_dropout: f64,
+    /// A linear cool-down of the learning rate to zero at the end of the run (absent in
+    /// checkpoints written before the option, meaning none).
+    #[serde(default)]
+    pub cooldown: Option<Cooldown>,
 }
 
 impl Default for TrainConfig {
@@ -51,6 +55,7 @@ impl Default for TrainConfig {
             adam: AdamConfig::default(),
             seed: 1,
             word_dropout: 0.0,
+            cooldown: None,
         }
     }
 }
@@ -208,6 +213,7 @@ impl Trainer {
             d_model: model.config.d_model,
             warmup: state.config.warmup,
             factor: state.config.lr_factor,
+            cooldown: state.config.cooldown,
         };
         Trainer {
             model,
@@ -217,6 +223,12 @@ impl Trainer {
             examples,
             batches,
         }
+    }
+
+    /// Replaces the learning-rate cool-down (saved with the next checkpoint).
+    pub fn set_cooldown(&mut self, cooldown: Option<Cooldown>) {
+        self.state.config.cooldown = cooldown;
+        self.schedule.cooldown = cooldown;
     }
 
     /// Batches per epoch.
