@@ -455,6 +455,8 @@ fn train_input_errors_are_one_clear_message() {
     train(&good, &out, &["--attention-dropout", "1"]).user_error(&["attention_dropout"]);
     train(&good, &out, &["--activation-dropout=-0.1"]).user_error(&["activation_dropout"]);
     train(&good, &out, &["--word-dropout", "1"]).user_error(&["--word-dropout"]);
+    train(&good, &out, &["--max-steps", "10", "--cooldown", "11"])
+        .user_error(&["--cooldown 11", "--max-steps 10"]);
 
     // --out names an existing file.
     train(&good, &empty, &["--max-steps", "0"]).user_error(&["cannot create", s(&empty)]);

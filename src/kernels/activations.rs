@@ -31,17 +31,29 @@ pub fn bias_relu_inplace<T: Float>(y: &mut [T], bias: &[T]) {
     }
 }
 
-/// `dy ← dy ⊙ 1[y > 0]`, given the ReLU output `y`.
-pub fn relu_backward_inplace<T: Float>(dy: &mut [T], y: &[T]) {
-    let f = |(g, &v): (&mut T, &T)| {
-        if v <= T::zero() {
-            *g = T::zero();
+/// ReLU's backward through inverted dropout: for `y = max(z, 0) ⊙ m` (the mask `m` holding 0
+/// or 1/(1 − p); all ones without a mask), `dz = dy ⊙ m ⊙ 1[y > 0]`. A kept unit has `m > 0`, so
+/// `y > 0` exactly where the unit was both kept and active, and one pass does both factors.
+pub fn relu_backward_inplace<T: Float>(dy: &mut [T], y: &[T], mask: Option<&[T]>) {
+    assert_eq!(dy.len(), y.len());
+    // Written as selects, not branches, so the loops vectorise.
+    let plain = |(g, &v): (&mut T, &T)| *g = if v > T::zero() { *g } else { T::zero() };
+    let masked =
+        |((g, &v), &m): ((&mut T, &T), &T)| *g = if v > T::zero() { *g * m } else { T::zero() };
+    match (mask, dy.len() < PAR_MIN) {
+        (None, true) => dy.iter_mut().zip(y).for_each(plain),
+        (None, false) => dy.par_iter_mut().zip(y.par_iter()).for_each(plain),
+        (Some(m), true) => {
+            assert_eq!(m.len(), dy.len());
+            dy.iter_mut().zip(y).zip(m).for_each(masked)
         }
-    };
-    if dy.len() < PAR_MIN {
-        dy.iter_mut().zip(y).for_each(f);
-    } else {
-        dy.par_iter_mut().zip(y.par_iter()).for_each(f);
+        (Some(m), false) => {
+            assert_eq!(m.len(), dy.len());
+            dy.par_iter_mut()
+                .zip(y.par_iter())
+                .zip(m.par_iter())
+                .for_each(masked)
+        }
     }
 }
 
@@ -163,6 +175,41 @@ pub fn dropout_add_inplace<T: Float>(y: &mut [T], mask: Option<&[T]>, x: &[T]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn relu_backward_through_dropout_equals_mask_then_relu_on_both_paths() {
+        for n in [37usize, 3 * PAR_MIN + 5] {
+            let z: Vec<f32> = (0..n)
+                .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
+                .collect();
+            let dy: Vec<f32> = (0..n)
+                .map(|i| ((i * 13 % 29) as f32 - 14.0) / 3.0)
+                .collect();
+            let m: Vec<f32> = (0..n)
+                .map(|i| if i % 5 == 2 { 0.0 } else { 1.25 })
+                .collect();
+            // y = relu(z) ⊙ m; the reference: dy ⊙ m, then zero where relu(z) was 0.
+            let y: Vec<f32> = z.iter().zip(&m).map(|(&a, &b)| a.max(0.0) * b).collect();
+            let want: Vec<f32> = dy
+                .iter()
+                .zip(&z)
+                .zip(&m)
+                .map(|((&g, &a), &b)| if a > 0.0 { g * b } else { 0.0 })
+                .collect();
+            let mut got = dy.clone();
+            relu_backward_inplace(&mut got, &y, Some(&m));
+            assert_eq!(got, want, "n = {n}");
+            let want_plain: Vec<f32> = dy
+                .iter()
+                .zip(&z)
+                .map(|(&g, &a)| if a > 0.0 { g } else { 0.0 })
+                .collect();
+            let relu: Vec<f32> = z.iter().map(|a| a.max(0.0)).collect();
+            let mut got = dy.clone();
+            relu_backward_inplace(&mut got, &relu, None);
+            assert_eq!(got, want_plain, "n = {n}");
+        }
+    }
 
     #[test]
     fn bias_relu_equals_bias_then_relu_on_both_paths() {

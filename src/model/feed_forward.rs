@@ -100,13 +100,21 @@ impl<T: Float> FeedForward<T> {
     /// Accumulates the gradients of both linears and returns dx.
     pub fn backward(&mut self, x: &[T], cache: FeedForwardCache<T>, dy: &[T]) -> Vec<T> {
         let mut dhidden = self.linear2.backward(&cache.hidden, dy);
-        if let Some(m) = &cache.dropout_mask {
-            mul_inplace(&mut dhidden, m);
-        }
+        let mask = cache.dropout_mask.as_deref();
         match self.activation {
-            Activation::Relu => relu_backward_inplace(&mut dhidden, &cache.hidden),
-            Activation::GeluErf => gelu_erf_backward_inplace(&mut dhidden, &cache.pre_activation),
-            Activation::GeluTanh => gelu_tanh_backward_inplace(&mut dhidden, &cache.pre_activation),
+            // The mask and the ReLU's derivative in one pass.
+            Activation::Relu => relu_backward_inplace(&mut dhidden, &cache.hidden, mask),
+            Activation::GeluErf | Activation::GeluTanh => {
+                if let Some(m) = mask {
+                    mul_inplace(&mut dhidden, m);
+                }
+                let pre = &cache.pre_activation;
+                if self.activation == Activation::GeluErf {
+                    gelu_erf_backward_inplace(&mut dhidden, pre);
+                } else {
+                    gelu_tanh_backward_inplace(&mut dhidden, pre);
+                }
+            }
         }
         self.linear1.backward(x, &dhidden)
     }
