@@ -8,6 +8,7 @@ use crate::batch::Batch;
 use crate::model::{LanguageModel, ModelConfig, Seq2Seq};
 use crate::rng::Rng;
 use crate::train::adam::{Adam, AdamConfig};
+use crate::train::data_parallel::{split, DataParallel};
 use crate::train::schedule::NoamSchedule;
 use anyhow::{Context, Result};
 use clap::Args;
@@ -140,17 +141,28 @@ pub fn run(args: BenchArgs) -> Result<()> {
         })
         .collect();
     let refs: Vec<(&[u32], &[u32])> = pairs.iter().map(|(s, t)| (&s[..], &t[..])).collect();
-    let batch = Batch::from_pairs(&refs);
-    let tokens = batch.n_src_tokens() + batch.n_tgt_tokens();
+    // Split in halves for data parallelism when the pool has two threads, as training does.
+    let mut parallel = DataParallel::for_pool(&model);
+    let parts: Vec<Batch> = split(&refs, parallel.parts())
+        .map(Batch::from_pairs)
+        .collect();
+    let tokens: usize = parts
+        .iter()
+        .map(|b| b.n_src_tokens() + b.n_tgt_tokens())
+        .sum();
+    let n_tgt: usize = parts.iter().map(Batch::n_tgt_tokens).sum();
     eprintln!(
-        "bench: preset {} ({} parameters), {threads} threads, batch {} x ({} + {}) tokens, vocab {}",
-        args.preset, model.n_params(), args.batch, args.src_len, args.tgt_len, args.vocab
+        "bench: preset {} ({} parameters), {threads} threads, batch {} x ({} + {}) tokens, vocab {}, {} part(s) per batch",
+        args.preset, model.n_params(), args.batch, args.src_len, args.tgt_len, args.vocab,
+        parts.len()
     );
     let med = time_steps(&args, |step| {
         model.zero_grads();
-        let scale = 1.0 / batch.n_tgt_tokens() as f64;
-        let stats = model.forward_backward(&batch, 0.1, scale, Some(&mut rng));
+        let scale = 1.0 / n_tgt as f64;
+        let stats = parallel.forward_backward(&mut model, &parts, 0.1, scale, &mut rng);
+        parallel.gather_grads(&mut model);
         adam.update(&mut model.params_mut(), schedule.lr(step as u64 + 1));
+        parallel.sync_weights(&mut model);
         stats.loss()
     });
     println!("train: {:.0} tokens/s", tokens as f64 / med);

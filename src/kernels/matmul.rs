@@ -5,6 +5,24 @@
 //! does the work; only this file knows about it.
 
 use crate::Float;
+use std::cell::Cell;
+
+thread_local! {
+    /// Set inside [`serial_matmuls`]: this thread's products run on this thread alone.
+    static SERIAL: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` with every matrix product it makes on the calling thread single-threaded (for
+/// callers that already keep every thread busy, such as the data-parallel training step).
+/// Work that `f` hands to other threads through rayon keeps their setting; either way the
+/// products' results are the same, since gemm splits rows and columns, never the summed
+/// dimension.
+pub fn serial_matmuls<R>(f: impl FnOnce() -> R) -> R {
+    let before = SERIAL.with(|s| s.replace(true));
+    let result = f();
+    SERIAL.with(|s| s.set(before));
+    result
+}
 
 /// A read-only matrix view: element (r, c) is `data[offset + r * row_stride + c * col_stride]`.
 #[derive(Clone, Copy, Debug)]
@@ -165,7 +183,11 @@ pub fn matmul<T: Float>(
         }
         return;
     }
-    let threads = rayon::current_num_threads();
+    let threads = if SERIAL.with(Cell::get) {
+        1
+    } else {
+        rayon::current_num_threads()
+    };
     let parallelism = if threads > 1 {
         gemm::Parallelism::Rayon(threads)
     } else {
@@ -275,6 +297,32 @@ pub fn add_row_bias<T: Float>(y: &mut [T], b: &[T]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn serial_products_equal_threaded_ones_bit_for_bit() {
+        // Big enough that gemm splits the work across the pool's two threads.
+        let (m, k, n) = (300, 500, 200);
+        let a: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+            .collect();
+        let b: Vec<f32> = (0..k * n)
+            .map(|i| ((i * 104_729) % 997) as f32 / 498.5 - 1.0)
+            .collect();
+        let product = || {
+            let mut c = vec![0f32; m * n];
+            let (lhs, rhs) = (MatRef::new(&a, m, k), MatRef::new(&b, k, n));
+            matmul(MatMut::new(&mut c, m, n), lhs, rhs, 1.0, false);
+            c
+        };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let (threaded, serial) = pool.install(|| (product(), serial_matmuls(product)));
+        assert_eq!(threaded, serial);
+        // The setting ends with the closure.
+        assert!(!SERIAL.with(Cell::get));
+    }
 
     fn naive(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
         let mut c = vec![0.0; m * n];

@@ -9,6 +9,7 @@ use crate::rng::Rng;
 use crate::train::adam::{guarded_update, Adam, AdamConfig};
 use crate::train::batching::{batch_by_tokens, BatchOrder};
 use crate::train::checkpoint;
+use crate::train::data_parallel::{split, DataParallel};
 use crate::train::loss::LossStats;
 use crate::train::schedule::{Cooldown, NoamSchedule};
 use serde::{Deserialize, Serialize};
@@ -105,6 +106,8 @@ pub struct Trainer {
     pub state: TrainerState,
     examples: Vec<Example>,
     batches: Vec<Vec<usize>>,
+    /// The replica training on the second half of each batch (when on).
+    parallel: DataParallel,
 }
 
 /// FNV-1a over the token ids of all examples.
@@ -216,6 +219,7 @@ impl Trainer {
             cooldown: state.config.cooldown,
         };
         Trainer {
+            parallel: DataParallel::for_pool(&model),
             model,
             adam,
             schedule,
@@ -229,6 +233,12 @@ impl Trainer {
     pub fn set_cooldown(&mut self, cooldown: Option<Cooldown>) {
         self.state.config.cooldown = cooldown;
         self.schedule.cooldown = cooldown;
+    }
+
+    /// Data parallelism on or off (see `train::data_parallel`); on by default when the
+    /// thread pool has more than one thread.
+    pub fn set_data_parallel(&mut self, on: bool) {
+        self.parallel = DataParallel::new(&self.model, on);
     }
 
     /// Batches per epoch.
@@ -245,36 +255,43 @@ impl Trainer {
         Batch::from_pairs(&pairs)
     }
 
-    /// One update: `accumulate` batches forward and backward, then Adam.
+    /// One update: `accumulate` batches forward and backward (each split in two halves that run
+    /// concurrently under data parallelism), then Adam.
     pub fn step(&mut self) -> Result<StepReport> {
         let accumulate = self.state.config.accumulate.max(1);
-        let batches: Vec<Batch> = (0..accumulate)
+        let n_parts = self.parallel.parts();
+        // Each accumulated batch in parts (halves by pairs), word dropout drawn in order.
+        let batches: Vec<Vec<Batch>> = (0..accumulate)
             .map(|_| {
                 let (b, _) = self.state.order.next(self.batches.len());
-                let mut batch = self.make_batch(&self.batches[b]);
-                batch.drop_words(self.state.config.word_dropout, &mut self.state.rng);
-                batch
+                let indices = self.batches[b].clone();
+                split(&indices, n_parts)
+                    .map(|part| {
+                        let mut batch = self.make_batch(part);
+                        batch.drop_words(self.state.config.word_dropout, &mut self.state.rng);
+                        batch
+                    })
+                    .collect()
             })
             .collect();
-        let n_tgt: usize = batches.iter().map(Batch::n_tgt_tokens).sum();
-        let tokens: usize = batches
-            .iter()
-            .map(|b| b.n_src_tokens() + b.n_tgt_tokens())
-            .sum();
+        let all = || batches.iter().flatten();
+        let n_tgt: usize = all().map(Batch::n_tgt_tokens).sum();
+        let tokens: usize = all().map(|b| b.n_src_tokens() + b.n_tgt_tokens()).sum();
         self.model.zero_grads();
         let mut stats = LossStats::default();
         // The loss is the mean over every target token of the update.
         let grad_scale = 1.0 / n_tgt as f64;
         let smoothing = self.state.config.label_smoothing;
-        for batch in &batches {
-            let s = self.model.forward_backward(
-                batch,
+        for parts in &batches {
+            stats.add(self.parallel.forward_backward(
+                &mut self.model,
+                parts,
                 smoothing,
                 grad_scale,
-                Some(&mut self.state.rng),
-            );
-            stats.add(s);
+                &mut self.state.rng,
+            ));
         }
+        self.parallel.gather_grads(&mut self.model);
         let step = self.state.step + 1;
         let lr = self.schedule.lr(step);
         let grad_norm = guarded_update(
@@ -286,6 +303,7 @@ impl Trainer {
             stats.loss(),
         )?;
         self.state.step = step;
+        self.parallel.sync_weights(&mut self.model);
         Ok(StepReport {
             step,
             epoch: self.state.order.epoch,

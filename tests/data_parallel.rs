@@ -1,0 +1,87 @@
+//! Data-parallel training (`train::data_parallel`): two halves of each batch on the model and a
+//! replica train like the whole batch on one model, and the run stays deterministic.
+
+use transformer::model::ModelConfig;
+use transformer::train::trainer::{Example, TrainConfig, Trainer};
+
+fn examples() -> Vec<Example> {
+    (0..48u32)
+        .map(|i| Example {
+            src: (0..(3 + i % 6)).map(|j| 4 + (i * 7 + j) % 25).collect(),
+            tgt: (0..(2 + i % 5)).map(|j| 4 + (i * 3 + j * 5) % 25).collect(),
+        })
+        .collect()
+}
+
+fn configs(dropout: f64) -> (ModelConfig, TrainConfig) {
+    let mut m = ModelConfig::preset("tiny", 30).unwrap();
+    (m.d_model, m.n_heads, m.d_ff) = (32, 4, 64);
+    (m.dropout, m.attention_dropout, m.activation_dropout) = (dropout, dropout, dropout);
+    let t = TrainConfig {
+        tokens_per_batch: 160,
+        warmup: 10,
+        accumulate: 2,
+        word_dropout: dropout,
+        seed: 9,
+        ..TrainConfig::default()
+    };
+    (m, t)
+}
+
+/// The losses of `steps` updates, and the weights after them and the gradients of the last.
+fn run(parallel: bool, dropout: f64, steps: usize) -> (Vec<f64>, Vec<f32>, Vec<f32>) {
+    let (m, t) = configs(dropout);
+    let mut trainer = Trainer::new(m, t, examples()).unwrap();
+    trainer.set_data_parallel(parallel);
+    let losses = (0..steps).map(|_| trainer.step().unwrap().loss).collect();
+    let params = trainer.model.params_mut();
+    let weights = params
+        .iter()
+        .flat_map(|(_, p)| p.value.data.clone())
+        .collect();
+    let grads = params
+        .iter()
+        .flat_map(|(_, p)| p.grad.data.clone())
+        .collect();
+    (losses, weights, grads)
+}
+
+#[test]
+fn halves_on_a_replica_train_like_the_whole_batch() {
+    // Without dropout the two ways differ only in how the batch's sums are split. The first
+    // update's gradients (the whole model's, gathered from both halves) agree to rounding.
+    let (_, _, whole_grads) = run(false, 0.0, 1);
+    let (_, _, half_grads) = run(true, 0.0, 1);
+    let largest = whole_grads.iter().fold(0f32, |m, g| m.max(g.abs()));
+    let worst = whole_grads
+        .iter()
+        .zip(&half_grads)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert!(
+        largest > 0.0 && worst < 1e-5 * largest,
+        "{worst} of {largest}"
+    );
+    // ... and they really are two ways: the rounding differs somewhere.
+    assert!(
+        whole_grads != half_grads,
+        "both runs took the single-model path"
+    );
+    // Over several updates the losses stay together (Adam's first steps move every weight by
+    // about ±lr whatever its gradient's size, so tiny gradients' rounding can flip a step's
+    // sign: the weights are not compared).
+    let (whole_losses, _, _) = run(false, 0.0, 6);
+    let (half_losses, _, _) = run(true, 0.0, 6);
+    for (i, (a, b)) in whole_losses.iter().zip(&half_losses).enumerate() {
+        assert!((a - b).abs() < 1e-4 * a.abs(), "step {}: {a} vs {b}", i + 1);
+    }
+    // The run trained: the loss fell.
+    assert!(half_losses[5] < half_losses[0], "{half_losses:?}");
+}
+
+#[test]
+fn data_parallel_runs_with_dropout_are_deterministic() {
+    let (losses_a, weights_a, _) = run(true, 0.2, 4);
+    let (losses_b, weights_b, _) = run(true, 0.2, 4);
+    assert_eq!(losses_a, losses_b);
+    assert_eq!(weights_a, weights_b);
+}
