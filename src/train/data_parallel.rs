@@ -7,7 +7,9 @@
 //! De-En model, whose products are ~1,000 x 256 x 256), while two independent halves scale
 //! almost perfectly. The sum over the batch is the same sum taken in two parts, so the result
 //! differs from one whole-batch pass only by rounding (and by the dropout masks drawn), and it
-//! does not depend on the timing of the threads.
+//! does not depend on the timing of the threads. The price: one more copy of the parameters
+//! and their gradients in memory, and two passes over them per update (~1% of a De-En step,
+//! ~5% of a base-model step of 1,024 tokens, where gemm's own threads already scale 1.8x).
 
 use crate::batch::Batch;
 use crate::kernels::activations::add_inplace;
