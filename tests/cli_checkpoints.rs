@@ -127,3 +127,69 @@ fn step_checkpoints_metrics_and_averaging() {
         "{err}"
     );
 }
+
+/// A run with a cool-down resumes for longer only with a new cool-down: past the old one's end
+/// the rate would be 0, so that is refused with a message naming it.
+#[test]
+fn resuming_past_a_cooldown_needs_a_new_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("train.tsv");
+    let lines: String = (0..20).map(|i| format!("blue {i}\tblau {i}\n")).collect();
+    std::fs::write(&data, lines).unwrap();
+    let run = |out: &str, extra: &[&str]| {
+        bin()
+            .args(["train", "--train"])
+            .arg(&data)
+            .arg("--out")
+            .arg(tmp.path().join(out))
+            .args(["--tokens-per-batch", "100", "--threads", "1"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let first = run("first", &["--max-steps", "4", "--cooldown", "2"]);
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let first_dir = tmp.path().join("first");
+    let first_dir = first_dir.to_str().unwrap();
+    let refused = run("longer", &["--resume", first_dir, "--max-steps", "6"]);
+    assert!(!refused.status.success());
+    let message = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        message.contains("cool-down ends at step 4") && message.contains("--max-steps 6"),
+        "{message}"
+    );
+    let extended = run(
+        "longer",
+        &[
+            "--resume",
+            first_dir,
+            "--max-steps",
+            "6",
+            "--cooldown",
+            "2",
+            "--log-every",
+            "1",
+        ],
+    );
+    assert!(
+        extended.status.success(),
+        "{}",
+        String::from_utf8_lossy(&extended.stderr)
+    );
+    let metrics = std::fs::read_to_string(tmp.path().join("longer/metrics.jsonl")).unwrap();
+    let lrs: Vec<f64> = metrics
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["lr"]
+                .as_f64()
+                .unwrap()
+        })
+        .collect();
+    // Steps 5 and 6 of the new cool-down over updates 5..=6: half the rate, then 0.
+    assert_eq!(lrs.len(), 2, "{metrics}");
+    assert!(lrs[0] > 0.0 && lrs[1] == 0.0, "{lrs:?}");
+}

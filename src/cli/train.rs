@@ -343,6 +343,18 @@ pub fn run(args: TrainArgs) -> Result<()> {
             if args.cooldown > 0 {
                 trainer.set_cooldown(Cooldown::last(args.cooldown, args.max_steps));
             }
+            if let Some(c) = trainer.state.config.cooldown {
+                if c.end < args.max_steps {
+                    bail!(
+                        "{}: the run's learning-rate cool-down ends at step {} (rate 0 after \
+                         it), before --max-steps {}; give --cooldown N to decay over the last N \
+                         updates of the longer run",
+                        dir.display(),
+                        c.end,
+                        args.max_steps
+                    );
+                }
+            }
             (vocab, trainer)
         }
         None => {
