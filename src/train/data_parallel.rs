@@ -16,7 +16,7 @@
 use crate::batch::Batch;
 use crate::kernels::activations::add_inplace;
 use crate::kernels::matmul::serial_matmuls;
-use crate::model::Seq2Seq;
+use crate::model::{Param, Seq2Seq};
 use crate::rng::Rng;
 use crate::train::loss::LossStats;
 use rayon::prelude::*;
@@ -97,30 +97,33 @@ impl DataParallel {
     /// Adds the replica's gradients to the model's (in parameter order) and zeroes the
     /// replica's: call before the update.
     pub fn gather_grads(&mut self, model: &mut Seq2Seq<f32>) {
+        self.for_each_pair(model, |mine, other| {
+            add_inplace(&mut mine.grad.data, &other.grad.data);
+            other.grad.fill_zero();
+        });
+    }
+
+    /// Copies the model's weights into the replica: call after the update.
+    pub fn sync_weights(&mut self, model: &mut Seq2Seq<f32>) {
+        self.for_each_pair(model, |mine, other| {
+            other.value.data.copy_from_slice(&mine.value.data);
+        });
+    }
+
+    /// Calls `f(model's, replica's)` for each pair of matching parameters, pairs in parallel
+    /// (nothing when off).
+    fn for_each_pair(
+        &mut self,
+        model: &mut Seq2Seq<f32>,
+        f: impl Fn(&mut Param<f32>, &mut Param<f32>) + Sync,
+    ) {
         if let Some(replica) = self.replica.as_mut() {
             let mut theirs = replica.params_mut();
             model
                 .params_mut()
                 .par_iter_mut()
                 .zip(theirs.par_iter_mut())
-                .for_each(|((_, mine), (_, other))| {
-                    add_inplace(&mut mine.grad.data, &other.grad.data);
-                    other.grad.fill_zero();
-                });
-        }
-    }
-
-    /// Copies the model's weights into the replica: call after the update.
-    pub fn sync_weights(&mut self, model: &mut Seq2Seq<f32>) {
-        if let Some(replica) = self.replica.as_mut() {
-            let mut theirs = replica.params_mut();
-            model
-                .params_mut()
-                .par_iter()
-                .zip(theirs.par_iter_mut())
-                .for_each(|((_, mine), (_, other))| {
-                    other.value.data.copy_from_slice(&mine.value.data);
-                });
+                .for_each(|((_, mine), (_, other))| f(mine, other));
         }
     }
 }
