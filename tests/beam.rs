@@ -502,3 +502,25 @@ fn first_k_stopping_matches_a_plain_reference_search() {
     assert!(stopped_before_limit >= 20, "{stopped_before_limit}");
     assert!(differs_from_exact >= 3, "{differs_from_exact}");
 }
+
+#[test]
+fn beam_chunks_searched_side_by_side_give_the_one_thread_result_bit_for_bit() {
+    let srcs = sources(&LENS, VOCAB, 8);
+    for (name, m) in models() {
+        let opts = BeamOptions {
+            batch_size: 2,
+            nbest: 3,
+            ..beam_opts(3, 0.6)
+        };
+        let pool = |threads: usize| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap()
+        };
+        let one = pool(1).install(|| beam_search(&m, &srcs, &opts));
+        let two = pool(2).install(|| beam_search(&m, &srcs, &opts));
+        assert_eq!(one, two, "{name}");
+        assert_eq!(one.len(), srcs.len());
+    }
+}

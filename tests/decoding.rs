@@ -319,3 +319,29 @@ fn model_from_params(m: &mut Seq2Seq<f32>) -> Seq2Seq<f32> {
     }
     fresh
 }
+
+/// `f` inside a rayon pool of `threads` threads.
+fn in_pool<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> R {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap()
+        .install(f)
+}
+
+#[test]
+fn chunks_decoded_side_by_side_give_the_one_thread_result_bit_for_bit() {
+    // Three sentences per chunk: with two threads the chunks run in parallel, each with
+    // single-threaded products; with one, in turn. Same batches, so the same bits, in input order.
+    let srcs = sources(&LENS, 8);
+    let opts = GreedyOptions {
+        batch_size: 3,
+        ..OPTIONS
+    };
+    for (name, m) in models() {
+        let one = in_pool(1, || greedy_decode(&m, &srcs, &opts));
+        let two = in_pool(2, || greedy_decode(&m, &srcs, &opts));
+        assert_eq!(one, two, "{name}");
+        assert_eq!(one.len(), srcs.len());
+    }
+}

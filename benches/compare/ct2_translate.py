@@ -19,7 +19,9 @@ first), max_input_length 0 (no truncation), return_end_token (to count EOS like 
 greedy search, length_penalty 0 (the score is then the summed log-probability).
 
 Timing, for each thread count: one greedy pass and one beam pass over all sentences (after an
-untimed warm-up on one chunk), the sentences sorted by length and cut into chunks of --batch like
+untimed warm-up on one chunk per translator); at more than one thread both of CTranslate2's
+layouts (one translator on all threads, or one single-threaded translator per thread taking
+whole chunks side by side, as ours does) and the faster one reported, the sentences sorted by length and cut into chunks of --batch like
 our `length_sorted_chunks`, one `translate_batch` call per chunk with max_decoding_length =
 min(longest source in the chunk + max_extra, max_len) (EOS counted, like ours). It prints
 sentences/s and target tokens/s counting the emitted tokens with the final EOS, as
@@ -138,11 +140,12 @@ def chunks_by_length(lengths, batch):
     return [order[k : k + batch] for k in range(0, len(order), batch)]
 
 
-def translate(translator, batch, args, beam, limit):
+def translate(translator, batch, args, beam, limit, asynchronous=False):
     """One translate_batch call with our settings: at most `limit` tokens (EOS included, which
     is returned), our α for beam search and none for greedy, no input truncation."""
     return translator.translate_batch(
         batch,
+        asynchronous=asynchronous,
         max_batch_size=args.batch,
         beam_size=beam,
         length_penalty=args.alpha if beam > 1 else 0.0,
@@ -154,16 +157,21 @@ def translate(translator, batch, args, beam, limit):
     )
 
 
-def ct2_pass(translator, sources, src_ids, chunks, config, args, beam):
-    """One pass over all sentences; returns (seconds, results by sentence)."""
+def ct2_pass(translator, sources, src_ids, chunks, config, args, beam, parallel=False):
+    """One pass over all sentences; returns (seconds, results by sentence). With `parallel`,
+    every chunk is submitted at once (`asynchronous=True`) so a translator with several
+    `inter_threads` works on as many chunks side by side; then the results are collected."""
     results = [None] * len(sources)
     t0 = time.perf_counter()
+    pending = []
     for chunk in chunks:
         longest = max(len(src_ids[i]) for i in chunk)
         limit = min(longest + args.max_extra, config["max_len"])
-        out = translate(translator, [sources[i] for i in chunk], args, beam, limit)
+        out = translate(translator, [sources[i] for i in chunk], args, beam, limit, parallel)
+        pending.append((chunk, out))
+    for chunk, out in pending:
         for i, r in zip(chunk, out):
-            results[i] = r
+            results[i] = r.result() if parallel else r
     return time.perf_counter() - t0, results
 
 
@@ -202,19 +210,34 @@ def cmd_run(args):
     )
 
     for t in threads:
-        translator = ctranslate2.Translator(
-            args.ct2, device="cpu", compute_type="float32", inter_threads=1, intra_threads=t
-        )
-        ct2_pass(translator, sources, src_ids, chunks[:1], config, args, 1)  # warm-up
-        for name, beam in (("greedy", 1), (f"beam {args.beam}", args.beam)):
-            secs, results = ct2_pass(translator, sources, src_ids, chunks, config, args, beam)
-            # Emitted tokens with the final EOS, as ours counts.
-            tokens = sum(len(r.hypotheses[0]) for r in results)
-            print(
-                f"ct2 threads {t} {name}: {len(lines) / secs:.1f} sentences/s, "
-                f"{tokens / secs:.0f} target tokens/s ({tokens} tokens in {secs:.2f} s)"
+        # CTranslate2's two ways to use t threads: one translator whose products use all t
+        # (intra_threads), or t translators of one thread each working on different chunks
+        # (inter_threads, chunks submitted asynchronously). Both are timed; the faster one is
+        # reported as "ct2 threads t".
+        layouts = [("1 translator x %d threads" % t, 1, t, False)]
+        if t > 1:
+            layouts.append(("%d translators x 1 thread" % t, t, 1, True))
+        best = {}
+        for layout, inter, intra, parallel in layouts:
+            translator = ctranslate2.Translator(
+                args.ct2, device="cpu", compute_type="float32", inter_threads=inter, intra_threads=intra
             )
-        del translator
+            ct2_pass(translator, sources, src_ids, chunks[:inter], config, args, 1, parallel)  # warm-up
+            for name, beam in (("greedy", 1), (f"beam {args.beam}", args.beam)):
+                secs, results = ct2_pass(translator, sources, src_ids, chunks, config, args, beam, parallel)
+                # Emitted tokens with the final EOS, as ours counts.
+                tokens = sum(len(r.hypotheses[0]) for r in results)
+                line = (
+                    f"{len(lines) / secs:.1f} sentences/s, "
+                    f"{tokens / secs:.0f} target tokens/s ({tokens} tokens in {secs:.2f} s)"
+                )
+                if len(layouts) > 1:
+                    print(f"ct2 [{layout}] {name}: {line}")
+                if name not in best or secs < best[name][0]:
+                    best[name] = (secs, line, layout)
+            del translator
+        for name, (secs, line, layout) in best.items():
+            print(f"ct2 threads {t} {name}: {line}" + (f" [{layout}]" if len(layouts) > 1 else ""))
 
     # The comparison pass: sentences grouped by their own output limit, so each one is decoded
     # under exactly our limit (greedy and beam alike).

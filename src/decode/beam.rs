@@ -46,9 +46,11 @@
 //! `k`); should a step ever differ, the caches are replicated to one row per beam for it.
 //! The cross rows are re-gathered only when that layout or the set of live sentences changes.
 //! Rows never interact, so results do not depend on the batching (up to floating-point ties).
+//! With two or more threads whole chunks run side by side, one per thread
+//! (`decode_chunks`), bit-identical to one thread.
 
 use super::greedy::max_output_len;
-use super::length_sorted_chunks;
+use super::{decode_chunks, length_sorted_chunks};
 use crate::batch::{Batch, BOS, EOS, PAD};
 use crate::model::seq2seq::{DecodeState, Seq2Seq};
 use crate::Float;
@@ -137,14 +139,17 @@ pub fn beam_search<T: Float>(
     let max_src = model.config.max_len.saturating_sub(1);
     let clipped: Vec<&[u32]> = sources.iter().map(|s| &s[..s.len().min(max_src)]).collect();
     let lens: Vec<usize> = clipped.iter().map(|s| s.len()).collect();
-    let mut out = vec![Vec::new(); sources.len()];
-    for chunk in length_sorted_chunks(&lens, opts.batch_size) {
+    let chunks = length_sorted_chunks(&lens, opts.batch_size);
+    let searched = decode_chunks(&chunks, |chunk| {
         let srcs: Vec<&[u32]> = chunk.iter().map(|&i| clipped[i]).collect();
         let limits: Vec<usize> = chunk
             .iter()
             .map(|&i| max_output_len(&model.config, lens[i], opts.max_len_extra))
             .collect();
-        let (results, _) = search_chunk(model, &srcs, &limits, k, opts.alpha, Some(opts.stop));
+        search_chunk(model, &srcs, &limits, k, opts.alpha, Some(opts.stop)).0
+    });
+    let mut out = vec![Vec::new(); sources.len()];
+    for (chunk, results) in chunks.into_iter().zip(searched) {
         for (i, mut hyps) in chunk.into_iter().zip(results) {
             hyps.truncate(nbest);
             out[i] = hyps;

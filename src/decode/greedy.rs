@@ -15,9 +15,11 @@
 //!   to the lowest id. The recorded log-probabilities are those of the model's full softmax.
 //! - sentences are sorted by length and decoded in chunks of at most `batch_size`; results come
 //!   back in input order. Rows never interact, so a sentence gets the same tokens whatever it
-//!   is batched with (up to floating-point ties).
+//!   is batched with (up to floating-point ties). With two or more threads the chunks run side
+//!   by side, one per thread (`decode_chunks`), bit-identical to one
+//!   thread.
 
-use super::length_sorted_chunks;
+use super::{decode_chunks, length_sorted_chunks};
 use crate::batch::{Batch, BOS, EOS, PAD};
 use crate::kernels::softmax::log_softmax_inplace;
 use crate::model::config::ModelConfig;
@@ -111,14 +113,18 @@ fn decode_in_chunks<T: Float>(
     let max_src = model.config.max_len.saturating_sub(1);
     let clipped: Vec<&[u32]> = sources.iter().map(|s| &s[..s.len().min(max_src)]).collect();
     let lens: Vec<usize> = clipped.iter().map(|s| s.len()).collect();
-    let mut out = vec![Hypothesis::default(); sources.len()];
-    for chunk in length_sorted_chunks(&lens, options.batch_size) {
+    let chunks = length_sorted_chunks(&lens, options.batch_size);
+    let decoded = decode_chunks(&chunks, |chunk| {
         let srcs: Vec<&[u32]> = chunk.iter().map(|&i| clipped[i]).collect();
         let limits: Vec<usize> = chunk
             .iter()
             .map(|&i| max_output_len(&model.config, lens[i], options.max_len_extra))
             .collect();
-        for (i, hyp) in chunk.into_iter().zip(decode_chunk(model, &srcs, &limits)) {
+        decode_chunk(model, &srcs, &limits)
+    });
+    let mut out = vec![Hypothesis::default(); sources.len()];
+    for (chunk, hyps) in chunks.into_iter().zip(decoded) {
+        for (i, hyp) in chunk.into_iter().zip(hyps) {
             out[i] = hyp;
         }
     }

@@ -11,7 +11,7 @@ use crate::Float;
 const MASK_BLOCK: usize = 1 << 13;
 
 /// A mask of `n` factors, each 0 (dropped) or 1/(1 − p) (kept). It takes one 64-bit draw from
-/// `rng`, from which block `b` of [`MASK_BLOCK`] elements seeds a generator of its own, so one
+/// `rng`, from which block `b` of `MASK_BLOCK` (8,192) elements seeds a generator of its own, so one
 /// seed gives one mask whatever the thread count. Returns `None` when `p == 0` (nothing to drop,
 /// nothing to save).
 pub fn dropout_mask<T: Float>(rng: &mut Rng, n: usize, p: f64) -> Option<Vec<T>> {

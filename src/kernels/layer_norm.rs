@@ -8,9 +8,9 @@ use rayon::prelude::*;
 /// What the forward keeps for the backward: per-row mean and reciprocal standard deviation.
 #[derive(Clone, Debug, Default)]
 pub struct LayerNormStats<T> {
-    /// [rows]
+    /// `[rows]`
     pub mean: Vec<T>,
-    /// [rows], 1 / √(σ² + ε)
+    /// `[rows]`, 1 / √(σ² + ε)
     pub rstd: Vec<T>,
 }
 

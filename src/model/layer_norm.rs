@@ -8,9 +8,9 @@ use crate::Float;
 /// A layer norm over the model width with gain γ (init 1) and bias β (init 0).
 #[derive(Clone, Debug)]
 pub struct LayerNorm<T> {
-    /// γ [d]
+    /// γ `[d]`
     pub gamma: Param<T>,
-    /// β [d]
+    /// β `[d]`
     pub beta: Param<T>,
     pub eps: f64,
 }

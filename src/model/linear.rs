@@ -14,7 +14,7 @@ use crate::Float;
 pub struct Linear<T> {
     /// [d_out, d_in]
     pub weight: Param<T>,
-    /// [d_out]
+    /// `[d_out]`
     pub bias: Param<T>,
     pub d_in: usize,
     pub d_out: usize,
