@@ -1,7 +1,8 @@
-//! Data parallelism over two threads: each batch is split in two halves by sentence pairs; the
-//! model and a replica of it run forward and backward on one half each, at the same time, with
-//! single-threaded matrix products; the replica's gradients are added to the model's before the
-//! update, and the updated weights are copied into the replica after it.
+//! Data parallelism over two threads: each batch is split in two halves (by sentence pairs for
+//! the encoder-decoder, by windows for the language model); the model and a replica of it run
+//! forward and backward on one half each, at the same time, with single-threaded matrix
+//! products; the replica's gradients are added to the model's before the update, and the
+//! model's weights are copied into the replica before the next step's passes.
 //!
 //! Why: gemm's own threads scale poorly at a small model's shapes (1.65x on two cores for the
 //! De-En model, whose products are ~1,000 x 256 x 256), while two independent halves scale
@@ -11,34 +12,61 @@
 //! and their gradients in memory, two passes over them per update, and twice gemm's packing of
 //! the weights per token (each half's products pack a whole weight for half the rows). On the
 //! De-En model that is small and the step gains 10%; on the base model at 1,024 tokens, where
-//! gemm's own threads already scale 1.8x, it eats most of the gain (+2-4%).
+//! gemm's own threads already scale 1.8x, it eats most of the gain (+2-4%). The README's
+//! language model (2,048 tokens per step) runs as fast either way; with 512 tokens per step
+//! it gains 3-20%.
 
 use crate::batch::Batch;
 use crate::kernels::activations::add_inplace;
 use crate::kernels::matmul::serial_matmuls;
-use crate::model::{Param, Seq2Seq};
+use crate::model::{LanguageModel, Param, Seq2Seq};
 use crate::rng::Rng;
 use crate::train::loss::LossStats;
 use rayon::prelude::*;
 
-/// The replica (when on) that trains on the second half of every batch.
-pub struct DataParallel {
-    replica: Option<Seq2Seq<f32>>,
+/// What data parallelism needs of a model: a copy of it, its parameters in a fixed order, and
+/// zeroing their gradients. The encoder-decoder and the decoder-only language model have it.
+pub trait Replicable: Clone + Send {
+    fn parameters(&mut self) -> Vec<(String, &mut Param<f32>)>;
+    fn clear_grads(&mut self);
 }
 
-impl DataParallel {
+impl Replicable for Seq2Seq<f32> {
+    fn parameters(&mut self) -> Vec<(String, &mut Param<f32>)> {
+        self.params_mut()
+    }
+    fn clear_grads(&mut self) {
+        self.zero_grads()
+    }
+}
+
+impl Replicable for LanguageModel<f32> {
+    fn parameters(&mut self) -> Vec<(String, &mut Param<f32>)> {
+        self.params_mut()
+    }
+    fn clear_grads(&mut self) {
+        self.zero_grads()
+    }
+}
+
+/// The replica (when on) that trains on the second half of every batch.
+pub struct DataParallel<M> {
+    replica: Option<M>,
+}
+
+impl<M: Replicable> DataParallel<M> {
     /// On: a replica of `model` (same weights, zero gradients). Off: one pass per batch.
-    pub fn new(model: &Seq2Seq<f32>, on: bool) -> Self {
+    pub fn new(model: &M, on: bool) -> Self {
         let replica = on.then(|| {
             let mut replica = model.clone();
-            replica.zero_grads();
+            replica.clear_grads();
             replica
         });
         DataParallel { replica }
     }
 
     /// On when the thread pool has more than one thread.
-    pub fn for_pool(model: &Seq2Seq<f32>) -> Self {
+    pub fn for_pool(model: &M) -> Self {
         Self::new(model, rayon::current_num_threads() > 1)
     }
 
@@ -51,43 +79,32 @@ impl DataParallel {
         }
     }
 
-    /// Forward and backward over the parts of one batch (as split by [`parts`](Self::parts)),
-    /// gradients scaled by `grad_scale` and summed into `model` (and the replica). Two parts
-    /// run concurrently, each with dropout drawn from a generator forked from `rng`; otherwise
-    /// the parts run one after the other on the model, drawing from `rng` itself.
-    pub fn forward_backward(
+    /// `pass(model, part, rng)` (forward and backward of one part, gradients summed into the
+    /// model it is given) over the parts of one batch, as split by [`parts`](Self::parts); the
+    /// statistics summed. Two parts run concurrently, the first on `model` and the second on the
+    /// replica, each with single-threaded products and dropout drawn from a generator forked
+    /// from `rng`; otherwise the parts run one after the other on `model`, drawing from `rng`.
+    pub fn run<P: Sync>(
         &mut self,
-        model: &mut Seq2Seq<f32>,
-        parts: &[Batch],
-        label_smoothing: f64,
-        grad_scale: f64,
+        model: &mut M,
+        parts: &[P],
         rng: &mut Rng,
+        pass: impl Fn(&mut M, &P, &mut Rng) -> LossStats + Sync,
     ) -> LossStats {
         let mut stats = LossStats::default();
         match (parts, self.replica.as_mut()) {
             ([first, second], Some(replica)) => {
                 let (mut rng_first, mut rng_second) = (rng.fork(), rng.fork());
                 let (a, b) = rayon::join(
-                    || {
-                        serial_matmuls(|| {
-                            let rng = Some(&mut rng_first);
-                            model.forward_backward(first, label_smoothing, grad_scale, rng)
-                        })
-                    },
-                    || {
-                        serial_matmuls(|| {
-                            let rng = Some(&mut rng_second);
-                            replica.forward_backward(second, label_smoothing, grad_scale, rng)
-                        })
-                    },
+                    || serial_matmuls(|| pass(model, first, &mut rng_first)),
+                    || serial_matmuls(|| pass(replica, second, &mut rng_second)),
                 );
                 stats.add(a);
                 stats.add(b);
             }
             _ => {
-                for batch in parts {
-                    let s = model.forward_backward(batch, label_smoothing, grad_scale, Some(rng));
-                    stats.add(s);
+                for part in parts {
+                    stats.add(pass(model, part, rng));
                 }
             }
         }
@@ -96,7 +113,7 @@ impl DataParallel {
 
     /// Adds the replica's gradients to the model's (in parameter order) and zeroes the
     /// replica's: call before the update.
-    pub fn gather_grads(&mut self, model: &mut Seq2Seq<f32>) {
+    pub fn gather_grads(&mut self, model: &mut M) {
         self.for_each_pair(model, |mine, other| {
             add_inplace(&mut mine.grad.data, &other.grad.data);
             other.grad.fill_zero();
@@ -104,7 +121,7 @@ impl DataParallel {
     }
 
     /// Copies the model's weights into the replica: call after the update.
-    pub fn sync_weights(&mut self, model: &mut Seq2Seq<f32>) {
+    pub fn sync_weights(&mut self, model: &mut M) {
         self.for_each_pair(model, |mine, other| {
             other.value.data.copy_from_slice(&mine.value.data);
         });
@@ -114,17 +131,34 @@ impl DataParallel {
     /// (nothing when off).
     fn for_each_pair(
         &mut self,
-        model: &mut Seq2Seq<f32>,
+        model: &mut M,
         f: impl Fn(&mut Param<f32>, &mut Param<f32>) + Sync,
     ) {
         if let Some(replica) = self.replica.as_mut() {
-            let mut theirs = replica.params_mut();
+            let mut theirs = replica.parameters();
             model
-                .params_mut()
+                .parameters()
                 .par_iter_mut()
                 .zip(theirs.par_iter_mut())
                 .for_each(|((_, mine), (_, other))| f(mine, other));
         }
+    }
+}
+
+impl DataParallel<Seq2Seq<f32>> {
+    /// Forward and backward of the encoder-decoder over the parts of one batch (see
+    /// [`run`](Self::run)), gradients scaled by `grad_scale`.
+    pub fn forward_backward(
+        &mut self,
+        model: &mut Seq2Seq<f32>,
+        parts: &[Batch],
+        label_smoothing: f64,
+        grad_scale: f64,
+        rng: &mut Rng,
+    ) -> LossStats {
+        self.run(model, parts, rng, |m, batch, rng| {
+            m.forward_backward(batch, label_smoothing, grad_scale, Some(rng))
+        })
     }
 }
 

@@ -4,13 +4,16 @@
 //! targets), clips the global gradient norm and applies Adam on a [`CosineSchedule`] (linear
 //! warm-up, then cosine decay to 10% of the peak at the planned last step). Checkpoints hold the
 //! model, Adam's moments and the state (step, generator, recipe, data fingerprint), so a resumed
-//! run continues bit for bit at the same thread count.
+//! run continues bit for bit at the same thread count. With two threads the windows of each
+//! update are split between the model and a replica that run side by side
+//! ([`DataParallel`]).
 
 use crate::error::{Error, Result};
 use crate::model::{LanguageModel, ModelConfig};
 use crate::rng::Rng;
 use crate::train::adam::{guarded_update, Adam, AdamConfig};
 use crate::train::checkpoint;
+use crate::train::data_parallel::DataParallel;
 use crate::train::loss::LossStats;
 use crate::train::schedule::CosineSchedule;
 use serde::{Deserialize, Serialize};
@@ -88,6 +91,8 @@ pub struct LmTrainer {
     pub schedule: CosineSchedule,
     pub state: LmTrainerState,
     tokens: Vec<u32>,
+    /// The replica training on the second half of each batch's windows (when on).
+    parallel: DataParallel<LanguageModel<f32>>,
 }
 
 /// FNV-1a over the token ids.
@@ -180,12 +185,19 @@ impl LmTrainer {
             min_ratio: c.min_lr_ratio,
         };
         LmTrainer {
+            parallel: DataParallel::for_pool(&model),
             model,
             adam,
             schedule,
             state,
             tokens,
         }
+    }
+
+    /// Data parallelism on or off (see `train::data_parallel`); on by default when the
+    /// thread pool has more than one thread.
+    pub fn set_data_parallel(&mut self, on: bool) {
+        self.parallel = DataParallel::new(&self.model, on);
     }
 
     /// Tokens in the training stream.
@@ -207,20 +219,34 @@ impl LmTrainer {
         (inputs, targets)
     }
 
-    /// One update.
+    /// One update: the windows split in halves between the model and its replica under data
+    /// parallelism (see `train::data_parallel`), else one pass.
     pub fn step(&mut self) -> Result<LmStepReport> {
         let (inputs, targets) = self.sample_windows();
-        let batch = self.state.config.batch;
+        let context = self.state.config.context;
+        self.parallel.sync_weights(&mut self.model);
         self.model.zero_grads();
         let grad_scale = 1.0 / targets.len() as f64;
-        let stats = self.model.forward_backward(
-            &inputs,
-            &targets,
-            batch,
-            self.state.config.label_smoothing,
-            grad_scale,
-            Some(&mut self.state.rng),
+        let smoothing = self.state.config.label_smoothing;
+        // Whole windows per part: [windows, context] each.
+        let part_len = self.state.config.batch.div_ceil(self.parallel.parts()) * context;
+        let parts: Vec<(&[u32], &[u32])> = inputs
+            .chunks(part_len)
+            .zip(targets.chunks(part_len))
+            .collect();
+        // Dropout draws from a generator of its own, forked once per update, so the windows
+        // sampled next do not depend on whether the update ran in halves.
+        let mut dropout_rng = self.state.rng.fork();
+        let stats = self.parallel.run(
+            &mut self.model,
+            &parts,
+            &mut dropout_rng,
+            |model, &(inputs, targets), rng| {
+                let windows = inputs.len() / context;
+                model.forward_backward(inputs, targets, windows, smoothing, grad_scale, Some(rng))
+            },
         );
+        self.parallel.gather_grads(&mut self.model);
         let step = self.state.step + 1;
         let lr = self.schedule.lr(step);
         let grad_norm = guarded_update(

@@ -107,7 +107,7 @@ pub struct Trainer {
     examples: Vec<Example>,
     batches: Vec<Vec<usize>>,
     /// The replica training on the second half of each batch (when on).
-    parallel: DataParallel,
+    parallel: DataParallel<Seq2Seq<f32>>,
 }
 
 /// FNV-1a over the token ids of all examples.
@@ -277,6 +277,9 @@ impl Trainer {
         let all = || batches.iter().flatten();
         let n_tgt: usize = all().map(Batch::n_tgt_tokens).sum();
         let tokens: usize = all().map(|b| b.n_src_tokens() + b.n_tgt_tokens()).sum();
+        // The replica starts from the model's weights (copied here, not after the update, so
+        // that a change made to the public `model` between steps reaches it too).
+        self.parallel.sync_weights(&mut self.model);
         self.model.zero_grads();
         let mut stats = LossStats::default();
         // The loss is the mean over every target token of the update.
@@ -303,7 +306,6 @@ impl Trainer {
             stats.loss(),
         )?;
         self.state.step = step;
-        self.parallel.sync_weights(&mut self.model);
         Ok(StepReport {
             step,
             epoch: self.state.order.epoch,
