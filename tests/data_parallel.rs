@@ -2,7 +2,7 @@
 //! replica train like the whole batch on one model, and the run stays deterministic; for the
 //! encoder-decoder trainer and the language-model trainer.
 
-use transformer::model::ModelConfig;
+use transformer::model::{ModelConfig, Param};
 use transformer::train::lm_trainer::{LmTrainConfig, LmTrainer};
 use transformer::train::trainer::{Example, TrainConfig, Trainer};
 
@@ -30,13 +30,11 @@ fn configs(dropout: f64) -> (ModelConfig, TrainConfig) {
     (m, t)
 }
 
-/// The losses of `steps` updates, and the weights after them and the gradients of the last.
-fn run(parallel: bool, dropout: f64, steps: usize) -> (Vec<f64>, Vec<f32>, Vec<f32>) {
-    let (m, t) = configs(dropout);
-    let mut trainer = Trainer::new(m, t, examples()).unwrap();
-    trainer.set_data_parallel(parallel);
-    let losses = (0..steps).map(|_| trainer.step().unwrap().loss).collect();
-    let params = trainer.model.params_mut();
+/// What a run leaves: the losses of its updates, the weights after them, the last gradients.
+type Outcome = (Vec<f64>, Vec<f32>, Vec<f32>);
+
+/// `losses` with the model's weights and gradients, flattened in parameter order.
+fn outcome(losses: Vec<f64>, params: Vec<(String, &mut Param<f32>)>) -> Outcome {
     let weights = params
         .iter()
         .flat_map(|(_, p)| p.value.data.clone())
@@ -48,10 +46,38 @@ fn run(parallel: bool, dropout: f64, steps: usize) -> (Vec<f64>, Vec<f32>, Vec<f
     (losses, weights, grads)
 }
 
-#[test]
-fn halves_on_a_replica_train_like_the_whole_batch() {
-    // Without dropout the two ways differ only in how the batch's sums are split. The first
-    // update's gradients (the whole model's, gathered from both halves) agree to rounding.
+/// The encoder-decoder trainer over `steps` updates.
+fn run(parallel: bool, dropout: f64, steps: usize) -> Outcome {
+    let (m, t) = configs(dropout);
+    let mut trainer = Trainer::new(m, t, examples()).unwrap();
+    trainer.set_data_parallel(parallel);
+    let losses = (0..steps).map(|_| trainer.step().unwrap().loss).collect();
+    outcome(losses, trainer.model.params_mut())
+}
+
+/// The language-model trainer over `steps` updates.
+fn run_lm(parallel: bool, dropout: f64, steps: usize) -> Outcome {
+    let (mut m, _) = configs(dropout);
+    m.max_len = 16;
+    let tokens: Vec<u32> = (0..600u32).map(|i| 4 + (i * 7 + i / 5) % 26).collect();
+    let config = LmTrainConfig {
+        context: 12,
+        batch: 5, // odd: halves of 3 and 2 windows
+        lr: 3e-3,
+        warmup: 2,
+        total_steps: 10,
+        seed: 4,
+        ..LmTrainConfig::default()
+    };
+    let mut trainer = LmTrainer::new(m, config, tokens).unwrap();
+    trainer.set_data_parallel(parallel);
+    let losses = (0..steps).map(|_| trainer.step().unwrap().loss).collect();
+    outcome(losses, trainer.model.params_mut())
+}
+
+/// Without dropout the two ways differ only in how the batch's sums are split. The first
+/// update's gradients (the whole model's, gathered from both halves) agree to rounding.
+fn check_halves_train_like_the_whole_batch(run: fn(bool, f64, usize) -> Outcome) {
     let (_, _, whole_grads) = run(false, 0.0, 1);
     let (_, _, half_grads) = run(true, 0.0, 1);
     let largest = whole_grads.iter().fold(0f32, |m, g| m.max(g.abs()));
@@ -80,75 +106,33 @@ fn halves_on_a_replica_train_like_the_whole_batch() {
     assert!(half_losses[5] < half_losses[0], "{half_losses:?}");
 }
 
-#[test]
-fn data_parallel_runs_with_dropout_are_deterministic() {
+/// Two data-parallel runs with dropout are identical, and their dropout really differs from
+/// the single-model run's draws.
+fn check_runs_with_dropout_are_deterministic(run: fn(bool, f64, usize) -> Outcome) {
     let (losses_a, weights_a, _) = run(true, 0.2, 4);
     let (losses_b, weights_b, _) = run(true, 0.2, 4);
     assert_eq!(losses_a, losses_b);
     assert_eq!(weights_a, weights_b);
+    let (losses_single, _, _) = run(false, 0.2, 4);
+    assert_ne!(losses_a, losses_single);
 }
 
-/// The language-model trainer's losses over `steps` updates, and its weights and last gradients.
-fn run_lm(parallel: bool, dropout: f64, steps: usize) -> (Vec<f64>, Vec<f32>, Vec<f32>) {
-    let (mut m, _) = configs(dropout);
-    m.max_len = 16;
-    let tokens: Vec<u32> = (0..600u32).map(|i| 4 + (i * 7 + i / 5) % 26).collect();
-    let config = LmTrainConfig {
-        context: 12,
-        batch: 5, // odd: halves of 3 and 2 windows
-        lr: 3e-3,
-        warmup: 2,
-        total_steps: 10,
-        seed: 4,
-        ..LmTrainConfig::default()
-    };
-    let mut trainer = LmTrainer::new(m, config, tokens).unwrap();
-    trainer.set_data_parallel(parallel);
-    let losses = (0..steps).map(|_| trainer.step().unwrap().loss).collect();
-    let params = trainer.model.params_mut();
-    let weights = params
-        .iter()
-        .flat_map(|(_, p)| p.value.data.clone())
-        .collect();
-    let grads = params
-        .iter()
-        .flat_map(|(_, p)| p.grad.data.clone())
-        .collect();
-    (losses, weights, grads)
+#[test]
+fn halves_on_a_replica_train_like_the_whole_batch() {
+    check_halves_train_like_the_whole_batch(run);
+}
+
+#[test]
+fn data_parallel_runs_with_dropout_are_deterministic() {
+    check_runs_with_dropout_are_deterministic(run);
 }
 
 #[test]
 fn language_model_halves_train_like_the_whole_batch() {
-    let (_, _, whole_grads) = run_lm(false, 0.0, 1);
-    let (_, _, half_grads) = run_lm(true, 0.0, 1);
-    let largest = whole_grads.iter().fold(0f32, |m, g| m.max(g.abs()));
-    let worst = whole_grads
-        .iter()
-        .zip(&half_grads)
-        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-    assert!(
-        largest > 0.0 && worst < 1e-5 * largest,
-        "{worst} of {largest}"
-    );
-    assert!(
-        whole_grads != half_grads,
-        "both runs took the single-model path"
-    );
-    let (whole_losses, _, _) = run_lm(false, 0.0, 6);
-    let (half_losses, _, _) = run_lm(true, 0.0, 6);
-    for (i, (a, b)) in whole_losses.iter().zip(&half_losses).enumerate() {
-        assert!((a - b).abs() < 1e-4 * a.abs(), "step {}: {a} vs {b}", i + 1);
-    }
-    assert!(half_losses[5] < half_losses[0], "{half_losses:?}");
+    check_halves_train_like_the_whole_batch(run_lm);
 }
 
 #[test]
 fn language_model_data_parallel_runs_with_dropout_are_deterministic() {
-    let (losses_a, weights_a, _) = run_lm(true, 0.2, 4);
-    let (losses_b, weights_b, _) = run_lm(true, 0.2, 4);
-    assert_eq!(losses_a, losses_b);
-    assert_eq!(weights_a, weights_b);
-    // ... and the dropout really differs from the single-model run's draws.
-    let (losses_single, _, _) = run_lm(false, 0.2, 4);
-    assert_ne!(losses_a, losses_single);
+    check_runs_with_dropout_are_deterministic(run_lm);
 }

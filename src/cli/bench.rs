@@ -157,12 +157,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
         parts.len()
     );
     let med = time_steps(&args, |step| {
+        parallel.sync_weights(&mut model);
         model.zero_grads();
         let scale = 1.0 / n_tgt as f64;
         let stats = parallel.forward_backward(&mut model, &parts, 0.1, scale, &mut rng);
         parallel.gather_grads(&mut model);
         adam.update(&mut model.params_mut(), schedule.lr(step as u64 + 1));
-        parallel.sync_weights(&mut model);
         stats.loss()
     });
     println!("train: {:.0} tokens/s", tokens as f64 / med);

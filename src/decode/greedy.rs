@@ -16,8 +16,7 @@
 //! - sentences are sorted by length and decoded in chunks of at most `batch_size`; results come
 //!   back in input order. Rows never interact, so a sentence gets the same tokens whatever it
 //!   is batched with (up to floating-point ties). With two or more threads the chunks run side
-//!   by side, one per thread (`decode_chunks`), bit-identical to one
-//!   thread.
+//!   by side, one per thread (`decode_chunks`), bit-identical to one thread.
 
 use super::{decode_chunks, length_sorted_chunks};
 use crate::batch::{Batch, BOS, EOS, PAD};

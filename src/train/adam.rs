@@ -67,16 +67,15 @@ impl<T: Float> Adam<T> {
         let bias1 = 1.0 - beta1.powi(t);
         let bias2 = 1.0 - beta2.powi(t);
         // θ ← θ − (lr / bias1) · m / (√v / √bias2 + ε)
-        let (b1, b2, eps) = (T::of(beta1), T::of(beta2), T::of(eps));
-        let (one_b1, one_b2) = (T::one() - b1, T::one() - b2);
+        let (beta1, beta2) = (T::of(beta1), T::of(beta2));
         let rule = AdamRule {
             step_size: T::of(lr / bias1),
             inv_sqrt_bias2: T::of(1.0 / bias2.sqrt()),
-            beta1: b1,
-            beta2: b2,
-            one_minus_beta1: one_b1,
-            one_minus_beta2: one_b2,
-            eps,
+            beta1,
+            beta2,
+            one_minus_beta1: T::one() - beta1,
+            one_minus_beta2: T::one() - beta2,
+            eps: T::of(eps),
         };
         params
             .par_iter_mut()

@@ -120,7 +120,7 @@ impl<M: Replicable> DataParallel<M> {
         });
     }
 
-    /// Copies the model's weights into the replica: call after the update.
+    /// Copies the model's weights into the replica: call before a step's passes.
     pub fn sync_weights(&mut self, model: &mut M) {
         self.for_each_pair(model, |mine, other| {
             other.value.data.copy_from_slice(&mine.value.data);
