@@ -2,7 +2,7 @@
 //! gradients, the paper's training recipe and its inference, on the CPU.
 //!
 //! Data flows one way: text -> tokens ([`text`]) -> batches ([`batch`], [`train::batching`]) ->
-//! model ([`model`]) -> loss and gradients ([`train::loss`]) -> optimizer ([`train::adam`]);
+//! model ([`model`]) -> loss and gradients ([`model::loss`]) -> optimizer ([`train::adam`]);
 //! model -> search ([`decode`]) -> text.
 
 pub mod alloc;
@@ -13,6 +13,7 @@ pub mod decode;
 pub mod error;
 pub mod eval;
 pub mod rng;
+pub mod store;
 pub mod tensor;
 pub mod text;
 pub mod train;
@@ -20,4 +21,5 @@ pub mod train;
 pub use tensor::{Float, Tensor};
 pub mod kernels;
 pub mod model;
+pub mod pipeline;
 pub mod viz;

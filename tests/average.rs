@@ -1,9 +1,8 @@
 //! Checkpoint averaging: the mean of every parameter, refused across different models.
 
 use transformer::model::ModelConfig;
-use transformer::train::average::{
-    average_checkpoints, list_step_checkpoints, step_checkpoint_name,
-};
+use transformer::store::{list_step_checkpoints, step_checkpoint_name};
+use transformer::train::average::average_checkpoints;
 use transformer::train::trainer::{Example, TrainConfig, Trainer};
 
 fn examples() -> Vec<Example> {

@@ -1,7 +1,8 @@
 //! Checkpoints: exact resume, and clear errors for missing, truncated, corrupt or mismatched files.
 
+use transformer::model::checkpoint::load_model;
 use transformer::model::ModelConfig;
-use transformer::train::checkpoint::{self, load_model};
+use transformer::store as checkpoint;
 use transformer::train::schedule::{Cooldown, NoamSchedule};
 use transformer::train::trainer::{Example, TrainConfig, Trainer};
 

@@ -14,10 +14,10 @@ use transformer::model::block::Residual;
 use transformer::model::embedding::Embedding;
 use transformer::model::feed_forward::FeedForward;
 use transformer::model::layer_norm::LayerNorm;
+use transformer::model::loss::label_smoothed_cross_entropy;
 use transformer::model::param::{Module, Param};
 use transformer::model::{Activation, NormPlacement};
 use transformer::rng::Rng;
-use transformer::train::loss::label_smoothed_cross_entropy;
 
 const D: usize = 8;
 const HEADS: usize = 2;

@@ -5,15 +5,16 @@
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use transformer::cli::lm::generate_ids;
 use transformer::decode::sample::SamplingOptions;
+use transformer::decode::score::score_stream;
+use transformer::model::checkpoint;
 use transformer::model::config::{Activation, Positions};
 use transformer::model::lm::lm_n_params;
 use transformer::model::{LanguageModel, ModelConfig, NormPlacement};
+use transformer::pipeline::generate::generate_ids;
 use transformer::rng::Rng;
 use transformer::text::bpe::{chunk_bounds, Bpe};
-use transformer::train::checkpoint;
-use transformer::train::lm_trainer::{score_stream, LmTrainConfig, LmTrainer};
+use transformer::train::lm_trainer::{LmTrainConfig, LmTrainer};
 
 fn config(norm: NormPlacement, tie: bool, dropout: f64, d_model: usize) -> ModelConfig {
     ModelConfig {
@@ -152,14 +153,9 @@ fn sampling_is_seeded_and_top_k_one_is_greedy() {
     let model = LanguageModel::<f32>::new(c, &mut Rng::new(4));
     let run = |opts: SamplingOptions, seed: u64| {
         // 40 tokens from a 16-token context: the caches are rebuilt on the way.
-        generate_ids(
-            &model,
-            &[1, 2, 3],
-            40,
-            opts,
-            &mut Rng::new(seed),
-            |_| Ok(()),
-        )
+        generate_ids(&model, &[1, 2, 3], 40, opts, &mut Rng::new(seed), |_| {
+            Ok::<(), ()>(())
+        })
         .unwrap()
     };
     let free = SamplingOptions::default();

@@ -7,10 +7,10 @@
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-use transformer::cli::embed::SentenceEncoder;
 use transformer::model::bert::{Bert, BertConfig};
+use transformer::pipeline::embed::SentenceEncoder;
 use transformer::rng::Rng;
-use transformer::train::checkpoint::read_tensors;
+use transformer::store::read_tensors;
 
 #[derive(Deserialize)]
 struct Reference {

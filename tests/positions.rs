@@ -507,8 +507,8 @@ fn learned_positions_survive_a_checkpoint() {
     for positions in [Positions::Learned, Positions::Rotary] {
         let mut m = decoding_model(positions, NormPlacement::PreLn, true, 1.0);
         let dir = tempfile::tempdir().unwrap();
-        transformer::train::checkpoint::save_model(dir.path(), &mut m).unwrap();
-        let mut back = transformer::train::checkpoint::load_model(dir.path()).unwrap();
+        transformer::model::checkpoint::save_model(dir.path(), &mut m).unwrap();
+        let mut back = transformer::model::checkpoint::load_model(dir.path()).unwrap();
         assert_eq!(back.config.positions, positions);
         let a: Vec<(String, Vec<f32>)> = m
             .params_mut()

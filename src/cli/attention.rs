@@ -1,8 +1,9 @@
 //! `transformer attention --model DIR --src "..." [--tgt "..."] --out FILE.png|.svg`: heat maps
 //! of the attention weights of every layer and head for one sentence pair.
 
-use super::{load_model_dir, set_threads};
+use super::set_threads;
 use crate::decode::greedy::{greedy_decode, GreedyOptions};
+use crate::pipeline::translate::Translator;
 use crate::viz::{attention_maps, draw_attention_grid_with_columns};
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -65,7 +66,7 @@ pub fn run(args: AttentionArgs) -> Result<()> {
         }
     }
     set_threads(args.threads)?;
-    let (model, vocab) = load_model_dir(&args.model)?;
+    let Translator { model, vocab } = Translator::load(&args.model)?;
     let limit = model.config.max_len - 1;
     let src = vocab.encode(&args.src);
     if src.is_empty() {

@@ -1,9 +1,9 @@
 //! `transformer average --out DIR CKPT...`: averages the parameters of checkpoints of one model
 //! (the paper averages the last 5 for base models) into a model directory.
 
-use super::VOCAB_FILE;
+use crate::model::checkpoint::save_model;
+use crate::store::VOCAB_FILE;
 use crate::train::average::average_checkpoints;
-use crate::train::checkpoint::save_model;
 use anyhow::Result;
 use clap::Args;
 use std::path::PathBuf;

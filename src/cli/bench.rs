@@ -230,15 +230,16 @@ fn bench_lm(args: &BenchArgs, mut config: ModelConfig, threads: usize) -> Result
 fn bench_translate(args: &BenchArgs, dir: &std::path::Path, threads: usize) -> Result<()> {
     use crate::decode::beam::{beam_search, BeamOptions};
     use crate::decode::greedy::{greedy_decode, GreedyOptions};
-    let (mut model, vocab) = super::load_model_dir(dir)?;
-    model.prepare_inference();
+    let mut translator = crate::pipeline::translate::Translator::load(dir)?;
+    translator.prepare_inference();
+    let crate::pipeline::translate::Translator { model, vocab } = translator;
     let src = args.src.as_ref().context("--translate needs --src FILE")?;
     let file =
         std::fs::File::open(src).with_context(|| format!("cannot open {}", src.display()))?;
     let lines = crate::text::corpus::read_lines(file, &src.display().to_string())?;
     let lines: Vec<String> = lines.into_iter().filter(|l| !l.trim().is_empty()).collect();
     anyhow::ensure!(!lines.is_empty(), "{}: no source lines", src.display());
-    let sources = super::translate::encode_sources(&lines, &vocab, &model)?;
+    let sources = crate::pipeline::translate::encode_sources(&lines, &vocab, &model)?;
     let batch = args.sentences_per_batch.max(1);
     eprintln!(
         "bench --translate: {} sentences, {threads} threads, {batch} sentences per batch",

@@ -3,10 +3,11 @@
 //! model must reorder), trains the `tiny` model with a progress bar, then reports exact-match
 //! accuracy on held-out numbers and prints sample translations. No download needed.
 
-use super::{bar_message, set_threads, training_bar, VOCAB_FILE};
+use super::{bar_message, set_threads, training_bar};
 use crate::data::numbers::{english, german_pieces, number_task};
 use crate::decode::greedy::GreedyOptions;
 use crate::model::ModelConfig;
+use crate::store::VOCAB_FILE;
 use crate::text::vocab::{Vocab, VocabLevel};
 use crate::train::trainer::{Example, TrainConfig, Trainer};
 use anyhow::Result;
@@ -154,7 +155,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
         batch_size: 64,
     };
     let hyps: Vec<String> =
-        super::translate::translate_lines(&trainer.model, &vocab, &sources, &options)?
+        crate::pipeline::translate::translate_lines(&trainer.model, &vocab, &sources, &options)?
             .into_iter()
             .map(|h| h.replace(' ', ""))
             .collect();

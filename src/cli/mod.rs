@@ -6,20 +6,17 @@ pub mod bench;
 pub mod bleu;
 pub mod demo;
 pub mod embed;
-pub mod lm;
+pub mod generate;
+pub mod perplexity;
 pub mod score;
 pub mod train;
+pub mod train_lm;
 pub mod translate;
 
-use crate::model::Seq2Seq;
-use crate::text::vocab::Vocab;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::Path;
-
-/// The vocabulary file inside a model directory.
-pub const VOCAB_FILE: &str = "vocab.json";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -53,11 +50,11 @@ pub enum Command {
     /// Heat maps of every layer's and head's attention weights for one sentence pair (PNG/SVG).
     Attention(attention::AttentionArgs),
     /// Train a GPT-style decoder-only language model (byte-level BPE) on a text file.
-    TrainLm(lm::TrainLmArgs),
+    TrainLm(train_lm::TrainLmArgs),
     /// Continue a prompt with a language model (sampling, KV cache), streamed to stdout.
-    Generate(lm::GenerateArgs),
+    Generate(generate::GenerateArgs),
     /// Loss per token, perplexity and bits per character of stdin under a language model.
-    Perplexity(lm::PerplexityArgs),
+    Perplexity(perplexity::PerplexityArgs),
 }
 
 impl Command {
@@ -104,9 +101,9 @@ fn dispatch(command: Command) -> Result<()> {
         Command::Average(a) => average::run(a),
         Command::Bleu(a) => bleu::run(a),
         Command::Attention(a) => attention::run(a),
-        Command::TrainLm(a) => lm::run_train(a),
-        Command::Generate(a) => lm::run_generate(a),
-        Command::Perplexity(a) => lm::run_perplexity(a),
+        Command::TrainLm(a) => train_lm::run(a),
+        Command::Generate(a) => generate::run(a),
+        Command::Perplexity(a) => perplexity::run(a),
     }
 }
 
@@ -143,24 +140,6 @@ pub fn check_run_options(
         anyhow::bail!("--resume: directory {} does not exist", dir.display());
     }
     Ok(())
-}
-
-/// Loads the model and vocabulary of a model directory.
-pub fn load_model_dir(dir: &Path) -> Result<(Seq2Seq<f32>, Vocab)> {
-    if !dir.is_dir() {
-        anyhow::bail!("model directory {} does not exist", dir.display());
-    }
-    let model = crate::train::checkpoint::load_model(dir)?;
-    let vocab = Vocab::load(&dir.join(VOCAB_FILE))?;
-    if vocab.len() != model.config.vocab_size {
-        anyhow::bail!(
-            "{}: vocabulary has {} tokens but config.json says vocab_size {}",
-            dir.join(VOCAB_FILE).display(),
-            vocab.len(),
-            model.config.vocab_size
-        );
-    }
-    Ok((model, vocab))
 }
 
 /// A progress bar for `total` training steps: step, loss, lr, tokens/s and ETA.

@@ -1,8 +1,8 @@
 //! `transformer score --model DIR < pairs.tsv`: for each `source<TAB>target` line, the
 //! log-probability of the target given the source (sum over target tokens including EOS).
 
-use super::{load_model_dir, set_threads};
-use crate::decode::score::score_pairs;
+use super::set_threads;
+use crate::pipeline::translate::Translator;
 use crate::text::corpus::parse_pairs;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -24,7 +24,7 @@ pub struct ScoreArgs {
 
 pub fn run(args: ScoreArgs) -> Result<()> {
     set_threads(args.threads)?;
-    let (model, vocab) = load_model_dir(&args.model)?;
+    let translator = Translator::load(&args.model)?;
     let mut bytes = Vec::new();
     std::io::stdin()
         .lock()
@@ -35,21 +35,7 @@ pub fn run(args: ScoreArgs) -> Result<()> {
         // One number per input line: a line we cannot parse has no score to print.
         bail!("<stdin>: {}", report.summary());
     }
-    let limit = model.config.max_len - 1;
-    let mut encoded = Vec::with_capacity(pairs.len());
-    for p in &pairs {
-        let (s, t) = (vocab.encode(&p.source), vocab.encode(&p.target));
-        if s.len() > limit || t.len() > limit {
-            bail!(
-                "<stdin> line {}: {} source / {} target tokens, the model accepts at most {limit}",
-                p.line,
-                s.len(),
-                t.len()
-            );
-        }
-        encoded.push((s, t));
-    }
-    let scores = score_pairs(&model, &encoded, args.batch_size.max(1));
+    let scores = translator.score(&pairs, args.batch_size, "<stdin>")?;
     let mut out = std::io::stdout().lock();
     for s in scores {
         writeln!(out, "{s:.6}")?;

@@ -1,10 +1,11 @@
 //! `transformer train`: train on `source<TAB>target` files, save checkpoints, resume exactly.
 
-use super::{bar_message, set_threads, training_bar, VOCAB_FILE};
+use super::{bar_message, set_threads, training_bar};
 use crate::model::{ModelConfig, NormPlacement};
+use crate::store::{list_step_checkpoints, step_checkpoint_name};
+use crate::store::{CHECKPOINTS_DIR, CURVES_FILE, METRICS_FILE, VOCAB_FILE};
 use crate::text::corpus::{read_pairs, read_parallel, Pair};
 use crate::text::vocab::{Vocab, VocabLevel};
-use crate::train::average::{list_step_checkpoints, step_checkpoint_name};
 use crate::train::schedule::Cooldown;
 use crate::train::trainer::{Example, TrainConfig, Trainer};
 use anyhow::{bail, Context, Result};
@@ -135,9 +136,6 @@ pub struct TrainArgs {
     pub valid_bleu_lines: usize,
 }
 
-/// The metrics log inside the output directory: one JSON object per line.
-pub const METRICS_FILE: &str = "metrics.jsonl";
-
 /// An append-only JSON-lines log.
 struct Metrics {
     file: std::fs::File,
@@ -172,7 +170,7 @@ fn save_step_checkpoint(
     out: &Path,
     keep_last: usize,
 ) -> Result<()> {
-    let root = out.join("checkpoints");
+    let root = out.join(CHECKPOINTS_DIR);
     let dir = root.join(step_checkpoint_name(trainer.state.step));
     trainer.save(&dir)?;
     vocab.save(&dir.join(VOCAB_FILE))?;
@@ -195,7 +193,7 @@ fn valid_bleu(
     let pairs = &pairs[..lines.min(pairs.len())];
     let sources: Vec<String> = pairs.iter().map(|p| p.source.clone()).collect();
     let refs: Vec<&str> = pairs.iter().map(|p| p.target.as_str()).collect();
-    let hyps = super::translate::translate_lines(
+    let hyps = crate::pipeline::translate::translate_lines(
         &trainer.model,
         vocab,
         &sources,
@@ -335,7 +333,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
     let (vocab, mut trainer) = match &args.resume {
         Some(dir) => {
             let vocab = Vocab::load(&dir.join(VOCAB_FILE))?;
-            let model_config = crate::train::checkpoint::load_config(dir)?;
+            let model_config = crate::model::checkpoint::load_config(dir)?;
             let max_len = args.max_len.unwrap_or(model_config.max_len);
             let examples = encode_pairs(&train_pairs, &vocab, max_len, "training data");
             let mut trainer = Trainer::resume(dir, examples)?;
@@ -473,7 +471,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
     trainer.save(&args.out)?;
     let metrics_path = args.out.join(METRICS_FILE);
     if std::fs::metadata(&metrics_path).is_ok_and(|m| m.len() > 0) {
-        let curves = args.out.join("curves.png");
+        let curves = args.out.join(CURVES_FILE);
         match crate::viz::plot_metrics(&metrics_path, &curves) {
             Ok(()) => eprintln!("training curves: {}", curves.display()),
             Err(e) => eprintln!("warning: no training curves: {e}"),

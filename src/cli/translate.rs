@@ -3,11 +3,10 @@
 //! Empty input lines give empty output lines, so line counts always match; with `--nbest N` each
 //! input gives N lines `i<TAB>score<TAB>text`.
 
-use super::{load_model_dir, read_stdin_lines, set_threads};
-use crate::decode::beam::{beam_search, length_penalty, BeamOptions, BeamStop};
-use crate::decode::greedy::{greedy_decode, GreedyOptions};
-use crate::model::Seq2Seq;
-use crate::text::vocab::Vocab;
+use super::{read_stdin_lines, set_threads};
+use crate::decode::beam::{BeamOptions, BeamStop};
+use crate::decode::greedy::GreedyOptions;
+use crate::pipeline::translate::Translator;
 use anyhow::{bail, Result};
 use clap::Args;
 use std::io::Write;
@@ -50,107 +49,6 @@ pub struct TranslateArgs {
     pub threads: usize,
 }
 
-/// Encodes source lines, refusing any that do not fit the model (1-based line numbers).
-pub fn encode_sources(
-    lines: &[String],
-    vocab: &Vocab,
-    model: &Seq2Seq<f32>,
-) -> Result<Vec<Vec<u32>>> {
-    let limit = model.config.max_len - 1;
-    let mut too_long = Vec::new();
-    let sources: Vec<Vec<u32>> = lines
-        .iter()
-        .enumerate()
-        .map(|(i, l)| {
-            let ids = vocab.encode(l);
-            if ids.len() > limit {
-                too_long.push(format!("line {} ({} tokens)", i + 1, ids.len()));
-            }
-            ids
-        })
-        .collect();
-    if !too_long.is_empty() {
-        bail!(
-            "{} input {} longer than the model's limit of {limit} tokens: {}",
-            too_long.len(),
-            if too_long.len() == 1 {
-                "line is"
-            } else {
-                "lines are"
-            },
-            too_long
-                .iter()
-                .take(5)
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-    }
-    Ok(sources)
-}
-
-/// Translates `lines` (empty lines stay empty).
-pub fn translate_lines(
-    model: &Seq2Seq<f32>,
-    vocab: &Vocab,
-    lines: &[String],
-    options: &GreedyOptions,
-) -> Result<Vec<String>> {
-    let sources = encode_sources(lines, vocab, model)?;
-    let non_empty: Vec<usize> = (0..lines.len())
-        .filter(|&i| !lines[i].trim().is_empty())
-        .collect();
-    let to_decode: Vec<Vec<u32>> = non_empty.iter().map(|&i| sources[i].clone()).collect();
-    let hyps = greedy_decode(model, &to_decode, options);
-    let mut out = vec![String::new(); lines.len()];
-    for (&i, h) in non_empty.iter().zip(hyps) {
-        out[i] = vocab.decode(&h.tokens);
-    }
-    Ok(out)
-}
-
-/// The n-best translations `(score, text)` of `lines`, best first: beam search when
-/// `options.beam_size > 1`, else greedy search (its one hypothesis scored the same way,
-/// `log p / lp`). Empty lines get no hypotheses.
-pub fn translate_nbest(
-    model: &Seq2Seq<f32>,
-    vocab: &Vocab,
-    lines: &[String],
-    options: &BeamOptions,
-) -> Result<Vec<Vec<(f64, String)>>> {
-    let sources = encode_sources(lines, vocab, model)?;
-    let non_empty: Vec<usize> = (0..lines.len())
-        .filter(|&i| !lines[i].trim().is_empty())
-        .collect();
-    let to_decode: Vec<Vec<u32>> = non_empty.iter().map(|&i| sources[i].clone()).collect();
-    let lists: Vec<Vec<(f64, Vec<u32>)>> = if options.beam_size > 1 {
-        beam_search(model, &to_decode, options)
-            .into_iter()
-            .map(|l| l.into_iter().map(|h| (h.score, h.tokens)).collect())
-            .collect()
-    } else {
-        let greedy = GreedyOptions {
-            max_len_extra: options.max_len_extra,
-            batch_size: options.batch_size,
-        };
-        greedy_decode(model, &to_decode, &greedy)
-            .into_iter()
-            .map(|h| {
-                let score = h.score / length_penalty(h.n_emitted(), options.alpha);
-                vec![(score, h.tokens)]
-            })
-            .collect()
-    };
-    let mut out = vec![Vec::new(); lines.len()];
-    for (&i, list) in non_empty.iter().zip(lists) {
-        out[i] = list
-            .into_iter()
-            .map(|(score, tokens)| (score, vocab.decode(&tokens)))
-            .collect();
-    }
-    Ok(out)
-}
-
 pub fn run(args: TranslateArgs) -> Result<()> {
     let beam_size = args.beam.unwrap_or(1) as usize;
     if let Some(n) = args.nbest {
@@ -162,8 +60,8 @@ pub fn run(args: TranslateArgs) -> Result<()> {
         bail!("--alpha must be a finite number (got {})", args.alpha);
     }
     set_threads(args.threads)?;
-    let (mut model, vocab) = load_model_dir(&args.model)?;
-    model.prepare_inference();
+    let mut translator = Translator::load(&args.model)?;
+    translator.prepare_inference();
     let lines = read_stdin_lines()?;
     let mut stdout = std::io::stdout().lock();
     if beam_size <= 1 && args.nbest.is_none() {
@@ -171,7 +69,7 @@ pub fn run(args: TranslateArgs) -> Result<()> {
             max_len_extra: args.max_extra,
             batch_size: args.batch_size.max(1),
         };
-        for line in translate_lines(&model, &vocab, &lines, &options)? {
+        for line in translator.translate(&lines, &options)? {
             writeln!(stdout, "{line}")?;
         }
         return Ok(());
@@ -185,7 +83,7 @@ pub fn run(args: TranslateArgs) -> Result<()> {
         nbest,
         stop: args.beam_stop,
     };
-    let lists = translate_nbest(&model, &vocab, &lines, &options)?;
+    let lists = translator.translate_nbest(&lines, &options)?;
     for (i, list) in lists.iter().enumerate() {
         if args.nbest.is_none() {
             writeln!(stdout, "{}", list.first().map_or("", |(_, t)| t.as_str()))?;

@@ -1,9 +1,12 @@
-//! Scoring given outputs: `log p(target | source)` under teacher forcing.
+//! Scoring given outputs under teacher forcing: `log p(target | source)` of translation pairs,
+//! and the negative log-likelihood of a token stream under a language model.
 
 use super::length_sorted_chunks;
 use crate::batch::Batch;
 use crate::kernels::softmax::log_softmax_inplace;
+use crate::model::loss::LossStats;
 use crate::model::seq2seq::Seq2Seq;
+use crate::model::LanguageModel;
 use crate::Float;
 
 /// For each `(source, target)` pair (ids without specials) the log-probability of the target
@@ -48,4 +51,58 @@ pub fn score_pairs<T: Float>(
         }
     }
     out
+}
+
+/// The summed negative log-likelihood of `tokens[1..]`, each predicted from the tokens before it
+/// within windows of `context` tokens, without dropout. Windows start every `stride` tokens
+/// (`stride == context`: non-overlapping, each token sees the tokens since its window start;
+/// a smaller stride gives every token at least `context − stride` tokens of history), every
+/// token is scored exactly once, by the first window that contains it, and the last window is
+/// moved back to end at the last token so all windows are full. `batch` windows per forward.
+pub fn score_stream(
+    model: &LanguageModel<f32>,
+    tokens: &[u32],
+    context: usize,
+    stride: usize,
+    batch: usize,
+) -> LossStats {
+    let mut stats = LossStats::default();
+    if tokens.len() < 2 {
+        return stats;
+    }
+    let n_targets = tokens.len() - 1;
+    let len = context.min(model.config.max_len).min(n_targets).max(1);
+    let stride = stride.clamp(1, len);
+    // (window start, first scored row)
+    let mut windows = Vec::new();
+    let mut scored = 0; // targets 1..=scored are done
+    let mut s = 0;
+    loop {
+        windows.push((s, scored - s));
+        scored = s + len;
+        if scored >= n_targets {
+            break;
+        }
+        s = (s + stride).min(n_targets - len);
+    }
+    let v = model.config.vocab_size;
+    for group in windows.chunks(batch.max(1)) {
+        let mut inputs = Vec::with_capacity(group.len() * len);
+        let mut targets = Vec::with_capacity(group.len() * len);
+        for &(s, _) in group {
+            inputs.extend_from_slice(&tokens[s..s + len]);
+            targets.extend_from_slice(&tokens[s + 1..s + len + 1]);
+        }
+        let (_, logprobs) = model.evaluate_with_logprobs(&inputs, &targets, group.len());
+        for (w, &(_, first)) in group.iter().enumerate() {
+            for r in first..len {
+                let row = w * len + r;
+                let nll = -(logprobs[row * v + targets[row] as usize] as f64);
+                stats.loss_sum += nll;
+                stats.nll_sum += nll;
+                stats.n_tokens += 1;
+            }
+        }
+    }
+    stats
 }

@@ -30,7 +30,7 @@ use super::layer_norm::LayerNorm;
 use super::param::Param;
 use crate::error::{Error, Result};
 use crate::rng::Rng;
-use crate::train::checkpoint::{read_file, read_tensors_skipping, CONFIG_FILE, MODEL_FILE};
+use crate::store::{read_file, read_tensors_skipping, CONFIG_FILE, MODEL_FILE};
 use crate::Float;
 use serde::Deserialize;
 use std::path::Path;

@@ -21,8 +21,8 @@ use super::param::{Module, Param};
 use crate::kernels::attention::AttnMask;
 use crate::kernels::layer_norm::LayerNormStats;
 use crate::kernels::matmul::{linear_forward, matmul, MatMut, MatRef};
+use crate::model::loss::{cross_entropy_ignoring, LossStats};
 use crate::rng::Rng;
-use crate::train::loss::{cross_entropy_ignoring, LossStats};
 use crate::Float;
 
 /// One block: causal self-attention, then the FFN, each in a residual connection.

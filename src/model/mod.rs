@@ -3,6 +3,7 @@
 pub mod attention;
 pub mod bert;
 pub mod block;
+pub mod checkpoint;
 pub mod config;
 pub mod decoder;
 pub mod embedding;
@@ -12,6 +13,7 @@ pub mod kv_cache;
 pub mod layer_norm;
 pub mod linear;
 pub mod lm;
+pub mod loss;
 pub mod param;
 pub mod seq2seq;
 

@@ -10,8 +10,8 @@ use super::kv_cache::{KvCache, StepKvCache};
 use super::param::{Module, Param};
 use crate::batch::Batch;
 use crate::kernels::matmul::{matmul, transpose_weight, weight_product, MatMut, MatRef};
+use crate::model::loss::{label_smoothed_cross_entropy, LossStats};
 use crate::rng::Rng;
-use crate::train::loss::{label_smoothed_cross_entropy, LossStats};
 use crate::Float;
 use rayon::prelude::*;
 

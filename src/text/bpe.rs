@@ -16,8 +16,6 @@ use tokenizers::models::TrainerWrapper;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::AddedToken;
 
-/// The tokenizer file inside a language-model directory.
-pub const TOKENIZER_FILE: &str = "tokenizer.json";
 /// The document separator (and start token).
 pub const END_OF_TEXT: &str = "<|endoftext|>";
 /// The smallest vocabulary: the 256 byte symbols and `<|endoftext|>`.
@@ -127,7 +125,7 @@ impl Bpe {
             .inner
             .to_string(false)
             .map_err(|e| bad(&path.display().to_string(), e))?;
-        crate::train::checkpoint::write_atomic(path, json.as_bytes())
+        crate::store::write_atomic(path, json.as_bytes())
     }
 
     /// Vocabulary size, the special token included.

@@ -17,9 +17,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::bpe::{Bpe, TOKENIZER_FILE};
+use super::bpe::Bpe;
 use super::TextError;
 use crate::batch::{BOS, EOS, PAD, UNK};
+use crate::store::TOKENIZER_FILE;
 
 /// The spellings of the special tokens, in id order.
 pub const SPECIAL_TOKENS: [&str; 4] = ["<pad>", "<s>", "</s>", "<unk>"];

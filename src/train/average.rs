@@ -2,9 +2,9 @@
 //! checkpoints"): every parameter becomes the mean of its values across checkpoints.
 
 use crate::error::{Error, Result};
+use crate::model::checkpoint::{load_config, load_model};
 use crate::model::Seq2Seq;
-use crate::train::checkpoint::{load_config, load_model};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Loads the models in `dirs` (same config required) and returns their parameter average.
 /// The sum runs in f64 in the order given, then rounds once to f32.
@@ -18,10 +18,10 @@ pub fn average_checkpoints(dirs: &[PathBuf]) -> Result<Seq2Seq<f32>> {
         let other = load_config(dir)?;
         if other != config {
             return Err(Error::Checkpoint {
-                path: dir.join(crate::train::checkpoint::CONFIG_FILE),
+                path: dir.join(crate::store::CONFIG_FILE),
                 reason: format!(
                     "config differs from {}: checkpoints of different models cannot be averaged",
-                    first.join(crate::train::checkpoint::CONFIG_FILE).display()
+                    first.join(crate::store::CONFIG_FILE).display()
                 ),
             });
         }
@@ -48,25 +48,4 @@ pub fn average_checkpoints(dirs: &[PathBuf]) -> Result<Seq2Seq<f32>> {
         }
     }
     Ok(averaged)
-}
-
-/// The checkpoint directories `step-*` under `dir`, oldest first.
-pub fn list_step_checkpoints(dir: &Path) -> Vec<PathBuf> {
-    let mut found: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().to_string();
-            let step = name.strip_prefix("step-")?.parse::<u64>().ok()?;
-            Some((step, e.path()))
-        })
-        .collect();
-    found.sort();
-    found.into_iter().map(|(_, p)| p).collect()
-}
-
-/// The directory name of the checkpoint at `step`.
-pub fn step_checkpoint_name(step: u64) -> String {
-    format!("step-{step:08}")
 }

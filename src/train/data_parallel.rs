@@ -19,9 +19,9 @@
 use crate::batch::Batch;
 use crate::kernels::activations::add_inplace;
 use crate::kernels::matmul::serial_matmuls;
+use crate::model::loss::LossStats;
 use crate::model::{LanguageModel, Param, Seq2Seq};
 use crate::rng::Rng;
-use crate::train::loss::LossStats;
 use rayon::prelude::*;
 
 /// What data parallelism needs of a model: a copy of it, its parameters in a fixed order, and

@@ -9,12 +9,13 @@
 //! ([`DataParallel`]).
 
 use crate::error::{Error, Result};
+use crate::model::checkpoint as model_checkpoint;
 use crate::model::{LanguageModel, ModelConfig};
 use crate::rng::Rng;
+use crate::store;
 use crate::train::adam::{guarded_update, Adam, AdamConfig};
 use crate::train::checkpoint;
 use crate::train::data_parallel::DataParallel;
-use crate::train::loss::LossStats;
 use crate::train::schedule::CosineSchedule;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -150,9 +151,9 @@ impl LmTrainer {
 
     /// Continues the run saved in `dir` on the same tokens.
     pub fn resume(dir: &Path, tokens: Vec<u32>) -> Result<Self> {
-        let mut model = checkpoint::load_language_model(dir)?;
-        let path = dir.join(checkpoint::TRAINER_STATE_FILE);
-        let bytes = checkpoint::read_file(&path)?;
+        let mut model = model_checkpoint::load_language_model(dir)?;
+        let path = dir.join(store::TRAINER_STATE_FILE);
+        let bytes = store::read_file(&path)?;
         let state: LmTrainerState =
             serde_json::from_slice(&bytes).map_err(|e| Error::Checkpoint {
                 path: path.clone(),
@@ -270,63 +271,9 @@ impl LmTrainer {
 
     /// Writes model, optimizer and state into `dir` (the state last).
     pub fn save(&mut self, dir: &Path) -> Result<()> {
-        checkpoint::save_language_model(dir, &mut self.model)?;
+        model_checkpoint::save_language_model(dir, &mut self.model)?;
         checkpoint::save_optimizer_params(dir, &self.model.params_mut(), &self.adam)?;
         let state = serde_json::to_string_pretty(&self.state).expect("trainer state serialises");
-        checkpoint::write_atomic(&dir.join(checkpoint::TRAINER_STATE_FILE), state.as_bytes())
+        store::write_atomic(&dir.join(store::TRAINER_STATE_FILE), state.as_bytes())
     }
-}
-
-/// The summed negative log-likelihood of `tokens[1..]`, each predicted from the tokens before it
-/// within windows of `context` tokens, without dropout. Windows start every `stride` tokens
-/// (`stride == context`: non-overlapping, each token sees the tokens since its window start;
-/// a smaller stride gives every token at least `context − stride` tokens of history), every
-/// token is scored exactly once, by the first window that contains it, and the last window is
-/// moved back to end at the last token so all windows are full. `batch` windows per forward.
-pub fn score_stream(
-    model: &LanguageModel<f32>,
-    tokens: &[u32],
-    context: usize,
-    stride: usize,
-    batch: usize,
-) -> LossStats {
-    let mut stats = LossStats::default();
-    if tokens.len() < 2 {
-        return stats;
-    }
-    let n_targets = tokens.len() - 1;
-    let len = context.min(model.config.max_len).min(n_targets).max(1);
-    let stride = stride.clamp(1, len);
-    // (window start, first scored row)
-    let mut windows = Vec::new();
-    let mut scored = 0; // targets 1..=scored are done
-    let mut s = 0;
-    loop {
-        windows.push((s, scored - s));
-        scored = s + len;
-        if scored >= n_targets {
-            break;
-        }
-        s = (s + stride).min(n_targets - len);
-    }
-    let v = model.config.vocab_size;
-    for group in windows.chunks(batch.max(1)) {
-        let mut inputs = Vec::with_capacity(group.len() * len);
-        let mut targets = Vec::with_capacity(group.len() * len);
-        for &(s, _) in group {
-            inputs.extend_from_slice(&tokens[s..s + len]);
-            targets.extend_from_slice(&tokens[s + 1..s + len + 1]);
-        }
-        let (_, logprobs) = model.evaluate_with_logprobs(&inputs, &targets, group.len());
-        for (w, &(_, first)) in group.iter().enumerate() {
-            for r in first..len {
-                let row = w * len + r;
-                let nll = -(logprobs[row * v + targets[row] as usize] as f64);
-                stats.loss_sum += nll;
-                stats.nll_sum += nll;
-                stats.n_tokens += 1;
-            }
-        }
-    }
-    stats
 }

@@ -1,4 +1,4 @@
-//! The training recipe: loss, optimizer, schedule, batching, the loop and checkpoints.
+//! The training recipe: optimizer, schedule, batching, the loop and its checkpoints.
 
 pub mod adam;
 pub mod average;
@@ -6,6 +6,5 @@ pub mod batching;
 pub mod checkpoint;
 pub mod data_parallel;
 pub mod lm_trainer;
-pub mod loss;
 pub mod schedule;
 pub mod trainer;

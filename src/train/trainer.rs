@@ -4,13 +4,15 @@
 
 use crate::batch::Batch;
 use crate::error::{Error, Result};
+use crate::model::checkpoint as model_checkpoint;
+use crate::model::loss::LossStats;
 use crate::model::{ModelConfig, Seq2Seq};
 use crate::rng::Rng;
+use crate::store;
 use crate::train::adam::{guarded_update, Adam, AdamConfig};
 use crate::train::batching::{batch_by_tokens, BatchOrder};
 use crate::train::checkpoint;
 use crate::train::data_parallel::{split, DataParallel};
-use crate::train::loss::LossStats;
 use crate::train::schedule::{Cooldown, NoamSchedule};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -180,9 +182,9 @@ impl Trainer {
 
     /// Continues the run saved in `dir` on the same `examples`.
     pub fn resume(dir: &Path, examples: Vec<Example>) -> Result<Self> {
-        let mut model = checkpoint::load_model(dir)?;
-        let path = dir.join(checkpoint::TRAINER_STATE_FILE);
-        let bytes = checkpoint::read_file(&path)?;
+        let mut model = model_checkpoint::load_model(dir)?;
+        let path = dir.join(store::TRAINER_STATE_FILE);
+        let bytes = store::read_file(&path)?;
         let state: TrainerState =
             serde_json::from_slice(&bytes).map_err(|e| Error::Checkpoint {
                 path: path.clone(),
@@ -320,10 +322,10 @@ impl Trainer {
     /// Writes a full checkpoint (model, optimizer, trainer state) into `dir`. The trainer state
     /// is written last, so a directory with it is complete.
     pub fn save(&mut self, dir: &Path) -> Result<()> {
-        checkpoint::save_model(dir, &mut self.model)?;
+        model_checkpoint::save_model(dir, &mut self.model)?;
         checkpoint::save_optimizer(dir, &mut self.model, &self.adam)?;
         let state = serde_json::to_string_pretty(&self.state).expect("trainer state serialises");
-        checkpoint::write_atomic(&dir.join(checkpoint::TRAINER_STATE_FILE), state.as_bytes())
+        store::write_atomic(&dir.join(store::TRAINER_STATE_FILE), state.as_bytes())
     }
 
     /// Mean loss and NLL per token over `examples` without dropout, batched by tokens.

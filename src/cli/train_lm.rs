@@ -1,16 +1,15 @@
-//! The language-model commands: `train-lm` (byte-level BPE + a decoder-only Transformer on one
-//! text file), `generate` (sampling with a KV cache, streamed) and `perplexity`.
+//! `transformer train-lm`: learn a byte-level BPE on a text file and train a GPT-style
+//! decoder-only Transformer on it, with validation on the file's end and exact resume.
 
 use super::{log_line, set_threads, training_bar};
-use crate::decode::sample::{sample, SamplingOptions};
-use crate::model::{Activation, LanguageModel, ModelConfig, NormPlacement, Positions};
-use crate::rng::Rng;
-use crate::text::bpe::{Bpe, StreamDecoder, TOKENIZER_FILE};
-use crate::train::checkpoint;
-use crate::train::lm_trainer::{score_stream, LmTrainConfig, LmTrainer};
+use crate::decode::score::score_stream;
+use crate::model::{Activation, ModelConfig, NormPlacement, Positions};
+use crate::pipeline::generate::document_tokens;
+use crate::store::TOKENIZER_FILE;
+use crate::text::bpe::Bpe;
+use crate::train::lm_trainer::{LmTrainConfig, LmTrainer};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -106,43 +105,6 @@ pub fn split_valid(text: &str, fraction: f64) -> (&str, &str) {
     text.split_at(at)
 }
 
-/// `[<|endoftext|>] + encode(text)`: the stream a document is trained and scored as.
-pub fn document_tokens(bpe: &Bpe, text: &str) -> Result<Vec<u32>> {
-    let mut tokens = vec![bpe.eot()];
-    tokens.extend(bpe.encode(text)?);
-    Ok(tokens)
-}
-
-/// Loss per token, perplexity and bits per character of a scored document.
-pub struct TextScore {
-    pub nats_per_token: f64,
-    pub perplexity: f64,
-    pub bits_per_char: f64,
-    pub tokens: usize,
-    pub chars: usize,
-}
-
-/// Scores `text` as one document (every token after `<|endoftext|>`), windows of the model's
-/// context every `stride` tokens.
-pub fn score_text(
-    model: &LanguageModel<f32>,
-    bpe: &Bpe,
-    text: &str,
-    stride: usize,
-    batch: usize,
-) -> Result<TextScore> {
-    let tokens = document_tokens(bpe, text)?;
-    let s = score_stream(model, &tokens, model.max_len(), stride, batch);
-    let chars = text.chars().count();
-    Ok(TextScore {
-        nats_per_token: s.nll(),
-        perplexity: s.nll().exp(),
-        bits_per_char: s.nll_sum / chars.max(1) as f64 / std::f64::consts::LN_2,
-        tokens: s.n_tokens,
-        chars,
-    })
-}
-
 fn read_text(path: &Path) -> Result<String> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     String::from_utf8(bytes).map_err(|e| {
@@ -170,7 +132,7 @@ fn check_train_args(a: &TrainLmArgs) -> Result<()> {
     super::check_run_options(a.label_smoothing, a.time_limit, a.resume.as_deref())
 }
 
-pub fn run_train(args: TrainLmArgs) -> Result<()> {
+pub fn run(args: TrainLmArgs) -> Result<()> {
     check_train_args(&args)?;
     let threads = set_threads(args.threads)?;
     let text = read_text(&args.text)?;
@@ -306,165 +268,6 @@ pub fn run_train(args: TrainLmArgs) -> Result<()> {
         trainer.state.step,
         started.elapsed().as_secs_f64(),
         tokens as f64 / started.elapsed().as_secs_f64().max(1e-9)
-    );
-    Ok(())
-}
-
-/// Loads the model and tokenizer of a language-model directory.
-pub fn load_lm_dir(dir: &Path) -> Result<(LanguageModel<f32>, Bpe)> {
-    if !dir.is_dir() {
-        bail!("model directory {} does not exist", dir.display());
-    }
-    let model = checkpoint::load_language_model(dir)?;
-    let bpe = Bpe::load(&dir.join(TOKENIZER_FILE))?;
-    if bpe.vocab_size() != model.config.vocab_size {
-        bail!(
-            "{}: tokenizer has {} tokens but config.json says vocab_size {}",
-            dir.join(TOKENIZER_FILE).display(),
-            bpe.vocab_size(),
-            model.config.vocab_size
-        );
-    }
-    Ok((model, bpe))
-}
-
-#[derive(Args, Debug)]
-pub struct GenerateArgs {
-    /// A directory written by train-lm.
-    #[arg(long)]
-    pub model: PathBuf,
-    /// The text to continue (printed first).
-    #[arg(long, default_value = "")]
-    pub prompt: String,
-    #[arg(long, default_value_t = 200)]
-    pub max_tokens: usize,
-    /// Softmax temperature; 0 is greedy.
-    #[arg(long, default_value_t = 1.0)]
-    pub temperature: f64,
-    /// Sample among the k most likely tokens only (0: all).
-    #[arg(long, default_value_t = 0)]
-    pub top_k: usize,
-    /// Nucleus sampling: the smallest set of tokens with this much probability (1: all).
-    #[arg(long, default_value_t = 1.0)]
-    pub top_p: f64,
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Worker threads (0: all cores).
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
-}
-
-/// Continues `prompt` (ids, starting with `<|endoftext|>`) by `max_tokens` sampled ids, feeding
-/// each id through the KV caches; calls `emit` with every new id. When the context is full the
-/// caches are rebuilt from the last half of the context.
-pub fn generate_ids(
-    model: &LanguageModel<f32>,
-    prompt: &[u32],
-    max_tokens: usize,
-    opts: SamplingOptions,
-    rng: &mut Rng,
-    mut emit: impl FnMut(u32) -> Result<()>,
-) -> Result<Vec<u32>> {
-    let max_len = model.max_len();
-    let v = model.config.vocab_size;
-    let mut history = prompt.to_vec();
-    let keep = |h: &[u32], n: usize| h[h.len().saturating_sub(n)..].to_vec();
-    let mut state = model.start(1, max_len);
-    let first = keep(&history, max_len);
-    let mut logprobs = model.step(&mut state, &first);
-    let mut out = Vec::with_capacity(max_tokens);
-    for _ in 0..max_tokens {
-        let last = &logprobs[logprobs.len() - v..];
-        let id = sample(last, opts, rng);
-        emit(id)?;
-        out.push(id);
-        history.push(id);
-        if state.len() == max_len {
-            state = model.start(1, max_len);
-            let recent = keep(&history, (max_len / 2).max(1));
-            logprobs = model.step(&mut state, &recent);
-        } else {
-            logprobs = model.step(&mut state, &[id]);
-        }
-    }
-    Ok(out)
-}
-
-pub fn run_generate(args: GenerateArgs) -> Result<()> {
-    if !(args.temperature.is_finite() && args.temperature >= 0.0) {
-        bail!("--temperature {} must be >= 0", args.temperature);
-    }
-    if !(args.top_p > 0.0 && args.top_p <= 1.0) {
-        bail!("--top-p {} must be in (0, 1]", args.top_p);
-    }
-    set_threads(args.threads)?;
-    let (model, bpe) = load_lm_dir(&args.model)?;
-    let prompt = document_tokens(&bpe, &args.prompt)?;
-    let opts = SamplingOptions {
-        temperature: args.temperature,
-        top_k: args.top_k,
-        top_p: args.top_p,
-    };
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    write!(out, "{}", args.prompt)?;
-    out.flush()?;
-    let mut decoder = StreamDecoder::new(&bpe);
-    let mut rng = Rng::new(args.seed);
-    generate_ids(&model, &prompt, args.max_tokens, opts, &mut rng, |id| {
-        let piece = decoder.push(id)?;
-        if !piece.is_empty() {
-            out.write_all(piece.as_bytes())?;
-            out.flush()?;
-        }
-        Ok(())
-    })?;
-    let rest = decoder.finish()?;
-    writeln!(out, "{rest}")?;
-    out.flush()?;
-    Ok(())
-}
-
-#[derive(Args, Debug)]
-pub struct PerplexityArgs {
-    /// A directory written by train-lm.
-    #[arg(long)]
-    pub model: PathBuf,
-    /// Window step in tokens (default: the context length, i.e. non-overlapping windows; a
-    /// smaller stride gives each token more history and costs context/stride times more).
-    #[arg(long)]
-    pub stride: Option<usize>,
-    /// Windows per forward pass.
-    #[arg(long, default_value_t = 8)]
-    pub batch: usize,
-    /// Worker threads (0: all cores).
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
-}
-
-pub fn run_perplexity(args: PerplexityArgs) -> Result<()> {
-    set_threads(args.threads)?;
-    let (model, bpe) = load_lm_dir(&args.model)?;
-    let mut bytes = Vec::new();
-    std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut bytes)
-        .context("reading standard input")?;
-    let text = String::from_utf8(bytes).map_err(|e| {
-        anyhow::anyhow!(
-            "<stdin>: not UTF-8 (invalid byte at offset {})",
-            e.utf8_error().valid_up_to()
-        )
-    })?;
-    if text.is_empty() {
-        bail!("<stdin>: empty text, nothing to score");
-    }
-    let stride = args.stride.unwrap_or(model.max_len());
-    if stride == 0 {
-        bail!("--stride must be positive");
-    }
-    let s = score_text(&model, &bpe, &text, stride, args.batch)?;
-    println!(
-        "tokens {} chars {} loss {:.4} nats/token perplexity {:.3} bits/char {:.4}",
-        s.tokens, s.chars, s.nats_per_token, s.perplexity, s.bits_per_char
     );
     Ok(())
 }

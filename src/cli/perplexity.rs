@@ -1,0 +1,52 @@
+//! `transformer perplexity`: loss per token, perplexity and bits per character of stdin under a
+//! language model written by `train-lm`.
+
+use super::set_threads;
+use crate::pipeline::generate::TextGenerator;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::path::PathBuf;
+
+#[derive(Args, Debug)]
+pub struct PerplexityArgs {
+    /// A directory written by train-lm.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Window step in tokens (default: the context length, i.e. non-overlapping windows; a
+    /// smaller stride gives each token more history and costs context/stride times more).
+    #[arg(long)]
+    pub stride: Option<usize>,
+    /// Windows per forward pass.
+    #[arg(long, default_value_t = 8)]
+    pub batch: usize,
+    /// Worker threads (0: all cores).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+}
+
+pub fn run(args: PerplexityArgs) -> Result<()> {
+    set_threads(args.threads)?;
+    let generator = TextGenerator::load(&args.model)?;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut bytes)
+        .context("reading standard input")?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "<stdin>: not UTF-8 (invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        )
+    })?;
+    if text.is_empty() {
+        bail!("<stdin>: empty text, nothing to score");
+    }
+    let stride = args.stride.unwrap_or(generator.model.max_len());
+    if stride == 0 {
+        bail!("--stride must be positive");
+    }
+    let s = generator.perplexity(&text, stride, args.batch)?;
+    println!(
+        "tokens {} chars {} loss {:.4} nats/token perplexity {:.3} bits/char {:.4}",
+        s.tokens, s.chars, s.nats_per_token, s.perplexity, s.bits_per_char
+    );
+    Ok(())
+}

@@ -1,0 +1,87 @@
+//! Sentence embeddings with a pretrained BERT encoder in a Hugging Face directory
+//! (`config.json`, `model.safetensors`, `tokenizer.json`; e.g. all-MiniLM-L6-v2): the
+//! L2-normalised mean of the last hidden states, the sentence-transformers recipe.
+
+use super::check_model_dir;
+use crate::error::{Error, Result};
+use crate::model::bert::Bert;
+use crate::store::{read_file, SENTENCE_CONFIG_FILE, TOKENIZER_FILE};
+use crate::text::tokenizer::Tokenizer;
+use std::path::Path;
+
+/// Word pieces kept per sentence when the directory does not say.
+pub const DEFAULT_MAX_LEN: usize = 256;
+
+/// A pretrained encoder with its tokenizer.
+pub struct SentenceEncoder {
+    pub model: Bert<f32>,
+    pub tokenizer: Tokenizer,
+}
+
+impl SentenceEncoder {
+    /// Loads a model directory; `max_len` overrides the directory's truncation length.
+    pub fn load(dir: &Path, max_len: Option<usize>) -> Result<SentenceEncoder> {
+        check_model_dir(dir)?;
+        let model = Bert::load(dir)?;
+        let max_len = match max_len {
+            Some(n) => n,
+            None => configured_max_len(dir)?,
+        };
+        let positions = model.config.max_position_embeddings;
+        if max_len == 0 || max_len > positions {
+            return Err(Error::Input(format!(
+                "max length {max_len} must be in 1..={positions} (the model's positions)"
+            )));
+        }
+        let tokenizer = Tokenizer::load(&dir.join(TOKENIZER_FILE), max_len)?;
+        if tokenizer.vocab_size() > model.config.vocab_size {
+            return Err(Error::Input(format!(
+                "{}: {} tokens but config.json says vocab_size {}",
+                dir.join(TOKENIZER_FILE).display(),
+                tokenizer.vocab_size(),
+                model.config.vocab_size
+            )));
+        }
+        Ok(SentenceEncoder { model, tokenizer })
+    }
+
+    /// Embeds `sentences`, `batch_size` at a time (sorted by length so that little is padded),
+    /// returning the embeddings in input order.
+    pub fn embed(&self, sentences: &[String], batch_size: usize) -> Result<Vec<Vec<f32>>> {
+        let ids = sentences
+            .iter()
+            .map(|s| self.tokenizer.encode(s))
+            .collect::<Result<Vec<_>>>()?;
+        let mut order: Vec<usize> = (0..ids.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(ids[i].len()));
+        let mut out = vec![Vec::new(); ids.len()];
+        for chunk in order.chunks(batch_size.max(1)) {
+            let seqs: Vec<&[u32]> = chunk.iter().map(|&i| &ids[i][..]).collect();
+            for (&i, e) in chunk.iter().zip(self.model.embed(&seqs)?) {
+                out[i] = e;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// `max_seq_length` from the directory's `sentence_bert_config.json`, or 256 without that file.
+fn configured_max_len(dir: &Path) -> Result<usize> {
+    let path = dir.join(SENTENCE_CONFIG_FILE);
+    if !path.is_file() {
+        return Ok(DEFAULT_MAX_LEN);
+    }
+    let bad = |reason: String| Error::Checkpoint {
+        path: path.clone(),
+        reason,
+    };
+    let v: serde_json::Value = serde_json::from_slice(&read_file(&path)?)
+        .map_err(|e| bad(format!("invalid JSON: {e}")))?;
+    match v.get("max_seq_length") {
+        None => Ok(DEFAULT_MAX_LEN),
+        Some(n) => n
+            .as_u64()
+            .map(|n| n as usize)
+            .ok_or_else(|| bad("max_seq_length is not a count".into())),
+    }
+}

@@ -1,0 +1,181 @@
+//! Translation with a model directory written by `train`, `demo --out` or `average`
+//! (`config.json`, `model.safetensors`, `vocab.json`): greedy and beam translation of lines,
+//! n-best lists, and the log-probability of given pairs. Empty lines stay empty, so line counts
+//! always match.
+
+use super::check_model_dir;
+use crate::decode::beam::{beam_search, length_penalty, BeamOptions};
+use crate::decode::greedy::{greedy_decode, GreedyOptions};
+use crate::decode::score::score_pairs;
+use crate::error::{Error, Result};
+use crate::model::checkpoint::load_model;
+use crate::model::Seq2Seq;
+use crate::store::VOCAB_FILE;
+use crate::text::corpus::Pair;
+use crate::text::vocab::Vocab;
+use std::path::Path;
+
+/// A translation model and its vocabulary.
+pub struct Translator {
+    pub model: Seq2Seq<f32>,
+    pub vocab: Vocab,
+}
+
+impl Translator {
+    /// Loads a model directory, checking that the vocabulary matches the model.
+    pub fn load(dir: &Path) -> Result<Translator> {
+        check_model_dir(dir)?;
+        let model = load_model(dir)?;
+        let vocab = Vocab::load(&dir.join(VOCAB_FILE))?;
+        if vocab.len() != model.config.vocab_size {
+            return Err(Error::Input(format!(
+                "{}: vocabulary has {} tokens but config.json says vocab_size {}",
+                dir.join(VOCAB_FILE).display(),
+                vocab.len(),
+                model.config.vocab_size
+            )));
+        }
+        Ok(Translator { model, vocab })
+    }
+
+    /// Readies the model for decoding (see [`Seq2Seq::prepare_inference`]).
+    pub fn prepare_inference(&mut self) {
+        self.model.prepare_inference();
+    }
+
+    /// Greedy translations of `lines` (empty lines stay empty).
+    pub fn translate(&self, lines: &[String], options: &GreedyOptions) -> Result<Vec<String>> {
+        translate_lines(&self.model, &self.vocab, lines, options)
+    }
+
+    /// The n-best translations `(score, text)` of `lines`; see [`translate_nbest`].
+    pub fn translate_nbest(
+        &self,
+        lines: &[String],
+        options: &BeamOptions,
+    ) -> Result<Vec<Vec<(f64, String)>>> {
+        translate_nbest(&self.model, &self.vocab, lines, options)
+    }
+
+    /// `log p(target | source)` of each pair, summed over the target tokens and the closing EOS;
+    /// a pair that does not fit the model is refused with `input` (the file's name) and its
+    /// line number.
+    pub fn score(&self, pairs: &[Pair], batch_size: usize, input: &str) -> Result<Vec<f64>> {
+        let limit = self.model.config.max_len - 1;
+        let mut encoded = Vec::with_capacity(pairs.len());
+        for p in pairs {
+            let (s, t) = (self.vocab.encode(&p.source), self.vocab.encode(&p.target));
+            if s.len() > limit || t.len() > limit {
+                return Err(Error::Input(format!(
+                    "{input} line {}: {} source / {} target tokens, the model accepts at most {limit}",
+                    p.line,
+                    s.len(),
+                    t.len()
+                )));
+            }
+            encoded.push((s, t));
+        }
+        Ok(score_pairs(&self.model, &encoded, batch_size.max(1)))
+    }
+}
+
+/// Encodes source lines, refusing any that do not fit the model (1-based line numbers).
+pub fn encode_sources(
+    lines: &[String],
+    vocab: &Vocab,
+    model: &Seq2Seq<f32>,
+) -> Result<Vec<Vec<u32>>> {
+    let limit = model.config.max_len - 1;
+    let mut too_long = Vec::new();
+    let sources: Vec<Vec<u32>> = lines
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let ids = vocab.encode(l);
+            if ids.len() > limit {
+                too_long.push(format!("line {} ({} tokens)", i + 1, ids.len()));
+            }
+            ids
+        })
+        .collect();
+    if !too_long.is_empty() {
+        return Err(Error::Input(format!(
+            "{} input {} longer than the model's limit of {limit} tokens: {}",
+            too_long.len(),
+            if too_long.len() == 1 {
+                "line is"
+            } else {
+                "lines are"
+            },
+            too_long
+                .iter()
+                .take(5)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    Ok(sources)
+}
+
+/// Greedy translations of `lines` (empty lines stay empty).
+pub fn translate_lines(
+    model: &Seq2Seq<f32>,
+    vocab: &Vocab,
+    lines: &[String],
+    options: &GreedyOptions,
+) -> Result<Vec<String>> {
+    let sources = encode_sources(lines, vocab, model)?;
+    let non_empty: Vec<usize> = (0..lines.len())
+        .filter(|&i| !lines[i].trim().is_empty())
+        .collect();
+    let to_decode: Vec<Vec<u32>> = non_empty.iter().map(|&i| sources[i].clone()).collect();
+    let hyps = greedy_decode(model, &to_decode, options);
+    let mut out = vec![String::new(); lines.len()];
+    for (&i, h) in non_empty.iter().zip(hyps) {
+        out[i] = vocab.decode(&h.tokens);
+    }
+    Ok(out)
+}
+
+/// The n-best translations `(score, text)` of `lines`, best first: beam search when
+/// `options.beam_size > 1`, else greedy search (its one hypothesis scored the same way,
+/// `log p / lp`). Empty lines get no hypotheses.
+pub fn translate_nbest(
+    model: &Seq2Seq<f32>,
+    vocab: &Vocab,
+    lines: &[String],
+    options: &BeamOptions,
+) -> Result<Vec<Vec<(f64, String)>>> {
+    let sources = encode_sources(lines, vocab, model)?;
+    let non_empty: Vec<usize> = (0..lines.len())
+        .filter(|&i| !lines[i].trim().is_empty())
+        .collect();
+    let to_decode: Vec<Vec<u32>> = non_empty.iter().map(|&i| sources[i].clone()).collect();
+    let lists: Vec<Vec<(f64, Vec<u32>)>> = if options.beam_size > 1 {
+        beam_search(model, &to_decode, options)
+            .into_iter()
+            .map(|l| l.into_iter().map(|h| (h.score, h.tokens)).collect())
+            .collect()
+    } else {
+        let greedy = GreedyOptions {
+            max_len_extra: options.max_len_extra,
+            batch_size: options.batch_size,
+        };
+        greedy_decode(model, &to_decode, &greedy)
+            .into_iter()
+            .map(|h| {
+                let score = h.score / length_penalty(h.n_emitted(), options.alpha);
+                vec![(score, h.tokens)]
+            })
+            .collect()
+    };
+    let mut out = vec![Vec::new(); lines.len()];
+    for (&i, list) in non_empty.iter().zip(lists) {
+        out[i] = list
+            .into_iter()
+            .map(|(score, tokens)| (score, vocab.decode(&tokens)))
+            .collect();
+    }
+    Ok(out)
+}

@@ -1,0 +1,151 @@
+//! File formats and the names of the files in a model directory, in one place for every module
+//! that reads or writes them: safetensors tensors, atomic writes, and the layout
+//!
+//! | file | what | written by |
+//! |---|---|---|
+//! | `config.json` | the model's shape ([`crate::model::ModelConfig`]) | every model directory |
+//! | `model.safetensors` | the weights, one tensor per parameter named after its module path | every model directory |
+//! | `vocab.json` (+ `tokenizer.json` for BPE) | the translation vocabulary | `train`, `demo --out`, `average` |
+//! | `tokenizer.json` | byte-level BPE of a language model, or a Hugging Face tokenizer | `train-lm` |
+//! | `optimizer.safetensors` | Adam's moments, `adam.m.<name>` / `adam.v.<name>` | training runs |
+//! | `trainer_state.json` | step, generator state, position in the data, recipe | training runs |
+//! | `metrics.jsonl`, `curves.png` | one JSON line of metrics per log step, their plot | `train` |
+//! | `checkpoints/step-NNNNNNNN/` | full checkpoints (model directories) | `train --save-every` |
+//!
+//! Every file is written to a temporary name and renamed, so a crash mid-write never leaves a
+//! broken file behind.
+
+use crate::error::{Error, Result};
+use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+pub const CONFIG_FILE: &str = "config.json";
+pub const MODEL_FILE: &str = "model.safetensors";
+pub const OPTIMIZER_FILE: &str = "optimizer.safetensors";
+pub const TRAINER_STATE_FILE: &str = "trainer_state.json";
+/// The translation vocabulary (word, character or the BPE's token list).
+pub const VOCAB_FILE: &str = "vocab.json";
+/// A `tokenizers` tokenizer: byte-level BPE (ours), or a Hugging Face model's.
+pub const TOKENIZER_FILE: &str = "tokenizer.json";
+/// sentence-transformers' settings file, whose `max_seq_length` sets the truncation.
+pub const SENTENCE_CONFIG_FILE: &str = "sentence_bert_config.json";
+/// The metrics log of a training run: one JSON object per line.
+pub const METRICS_FILE: &str = "metrics.jsonl";
+/// The plot of [`METRICS_FILE`].
+pub const CURVES_FILE: &str = "curves.png";
+/// The folder of a run's step checkpoints.
+pub const CHECKPOINTS_DIR: &str = "checkpoints";
+
+pub(crate) fn ckpt_err(path: &Path, reason: impl Into<String>) -> Error {
+    Error::Checkpoint {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+/// Writes `bytes` to `path` through `path.tmp` and a rename.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let write = |p: &Path| -> std::io::Result<()> {
+        use std::io::Write;
+        let mut f = std::fs::File::create(p)?;
+        f.write_all(bytes)?;
+        f.sync_all()
+    };
+    write(&tmp)
+        .and_then(|_| std::fs::rename(&tmp, path))
+        .map_err(|cause| Error::Write {
+            path: path.to_path_buf(),
+            cause,
+        })
+}
+
+/// Reads a whole file, naming it in the error.
+pub fn read_file(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => ckpt_err(path, "file not found"),
+        _ => ckpt_err(path, format!("cannot read: {e}")),
+    })
+}
+
+fn f32_bytes(data: &[f32]) -> Vec<u8> {
+    data.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// Serialises named f32 tensors to safetensors bytes.
+pub fn tensors_to_bytes(tensors: &[(String, Vec<usize>, &[f32])], path: &Path) -> Result<Vec<u8>> {
+    let bytes: Vec<Vec<u8>> = tensors.iter().map(|(_, _, d)| f32_bytes(d)).collect();
+    let views = tensors
+        .iter()
+        .zip(&bytes)
+        .map(|((name, shape, _), b)| {
+            TensorView::new(Dtype::F32, shape.clone(), b).map(|v| (name.clone(), v))
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| ckpt_err(path, format!("cannot serialise: {e}")))?;
+    safetensors::serialize(views, None)
+        .map_err(|e| ckpt_err(path, format!("cannot serialise: {e}")))
+}
+
+/// Parsed safetensors contents: name -> (shape, f32 values).
+pub type TensorMap = HashMap<String, (Vec<usize>, Vec<f32>)>;
+
+/// Reads every tensor of a safetensors file as f32 (the only dtype our checkpoints use).
+pub fn read_tensors(path: &Path) -> Result<TensorMap> {
+    read_tensors_skipping(path, |_| false)
+}
+
+/// Like [`read_tensors`], but leaves out (unread, whatever their dtype) the tensors whose name
+/// `skip` accepts: non-parameter buffers of foreign checkpoints, such as BERT's `position_ids`.
+pub fn read_tensors_skipping(path: &Path, skip: impl Fn(&str) -> bool) -> Result<TensorMap> {
+    let bytes = read_file(path)?;
+    let st = SafeTensors::deserialize(&bytes).map_err(|e| {
+        ckpt_err(
+            path,
+            format!("not a valid safetensors file (truncated or corrupt?): {e}"),
+        )
+    })?;
+    let mut out = HashMap::new();
+    for (name, view) in st.tensors() {
+        if skip(&name) {
+            continue;
+        }
+        if view.dtype() != Dtype::F32 {
+            return Err(ckpt_err(
+                path,
+                format!("tensor {name} has dtype {:?}, expected F32", view.dtype()),
+            ));
+        }
+        let values = view
+            .data()
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        out.insert(name, (view.shape().to_vec(), values));
+    }
+    Ok(out)
+}
+
+/// The checkpoint directories `step-*` under `dir`, oldest first.
+pub fn list_step_checkpoints(dir: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().to_string();
+            let step = name.strip_prefix("step-")?.parse::<u64>().ok()?;
+            Some((step, e.path()))
+        })
+        .collect();
+    found.sort();
+    found.into_iter().map(|(_, p)| p).collect()
+}
+
+/// The directory name of the checkpoint at `step`.
+pub fn step_checkpoint_name(step: u64) -> String {
+    format!("step-{step:08}")
+}
