@@ -6,7 +6,7 @@ use std::time::Instant;
 use transformer::kernels::attention::{attention_backward, attention_forward, AttnDims, AttnMask};
 use transformer::kernels::layer_norm::{layer_norm_backward, layer_norm_forward};
 use transformer::kernels::matmul::{matmul, MatMut, MatRef};
-use transformer::train::loss::label_smoothed_cross_entropy;
+use transformer::model::loss::label_smoothed_cross_entropy;
 
 fn median_secs(reps: usize, mut f: impl FnMut()) -> f64 {
     f(); // warm-up
