@@ -36,7 +36,7 @@ fn model(vocab: usize, d_model: usize, norm: NormPlacement, tie: bool, seed: u64
 /// Makes EOS likely (see tests/decoding.rs): scales EOS's row of the output projection.
 fn boost_eos(m: &mut Seq2Seq<f32>, factor: f32) {
     let d = m.config.d_model;
-    let w = match &mut m.output_proj {
+    let w = match &mut m.head.output_proj {
         Some(p) => &mut p.value.data,
         None => &mut m.embedding.weight.value.data,
     };
@@ -374,15 +374,20 @@ fn gathered_kv_cache_rows_decode_like_fresh_rows() {
     m.decode_step(&mut state, &[BOS, BOS]);
     m.decode_step(&mut state, &[7, 9]);
     let rows = [1, 0, 1];
-    for c in &mut state.self_caches {
-        c.gather_rows(&rows);
-        assert_eq!(c.batch, 3);
+    state.gather_rows(&rows);
+    state.gather_sources(&rows);
+    for c in &state.self_caches {
+        // Two positions of two rows, one position per block: row 1's blocks are shared.
+        assert_eq!((c.batch, c.blocks_in_use()), (3, 4));
     }
-    for c in &mut state.cross_caches {
-        c.gather_rows(&rows);
-        assert_eq!((c.batch, c.k.len()), (3, c.v.len()));
+    for c in &state.cross_caches {
+        // One block per source row, row 1's shared by two rows.
+        assert_eq!((c.batch, c.blocks_in_use()), (3, 2));
     }
-    state.src_lens = rows.iter().map(|&r| state.src_lens[r]).collect();
+    assert_eq!(
+        state.src_lens,
+        [srcs[1].len() + 1, srcs[0].len() + 1, srcs[1].len() + 1]
+    );
     let (got, _) = m.decode_step(&mut state, &[5, 6, 4]);
     // The same rows decoded from scratch.
     let again: Vec<Vec<u32>> = rows.iter().map(|&r| srcs[r].clone()).collect();
@@ -397,10 +402,10 @@ fn gathered_kv_cache_rows_decode_like_fresh_rows() {
     // An empty gather empties the cache.
     let c = &mut state.cross_caches[0];
     c.gather_rows(&[]);
-    assert_eq!((c.batch, c.k.len(), c.v.len()), (0, 0, 0));
+    assert_eq!((c.batch, c.blocks_in_use()), (0, 0));
     let c = &mut state.self_caches[0];
     c.gather_rows(&[]);
-    assert_eq!((c.batch, c.rows.len()), (0, 0));
+    assert_eq!((c.batch, c.blocks_in_use()), (0, 0));
 }
 
 /// First-k beam search for one sentence, written plainly: every step re-scores each live prefix

@@ -41,7 +41,7 @@ fn model(norm: NormPlacement, tie: bool, seed: u64) -> Seq2Seq<f32> {
 /// large enough. Which step that happens at depends on the source and the prefix.
 fn boost_eos(m: &mut Seq2Seq<f32>, alpha: f32) {
     let d = m.config.d_model;
-    let w = match &mut m.output_proj {
+    let w = match &mut m.head.output_proj {
         Some(p) => &mut p.value.data,
         None => &mut m.embedding.weight.value.data,
     };

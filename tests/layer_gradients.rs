@@ -9,13 +9,13 @@ mod common;
 use common::*;
 use transformer::batch::PAD;
 use transformer::kernels::attention::AttnMask;
-use transformer::model::attention::{MultiHeadAttention, TILED_FROM_KEYS};
-use transformer::model::block::Residual;
+use transformer::model::attention::{MultiHeadAttention, SavedWeights, TILED_FROM_KEYS};
 use transformer::model::embedding::Embedding;
 use transformer::model::feed_forward::FeedForward;
 use transformer::model::layer_norm::LayerNorm;
 use transformer::model::loss::label_smoothed_cross_entropy;
-use transformer::model::param::{Module, Param};
+use transformer::model::param::{Module, ParamVisitor};
+use transformer::model::residual::Residual;
 use transformer::model::{Activation, NormPlacement};
 use transformer::rng::Rng;
 
@@ -100,16 +100,22 @@ fn check_attention_scaled(
     };
     let drop = Rng::new(55);
     let forward = |m: &MultiHeadAttention<f64>, x_q: &[f64], x_kv: &[f64]| {
-        m.forward_train(x_q, x_kv, BATCH, mask, Some(&mut drop.clone()))
+        m.forward(x_q, x_kv, BATCH, mask, Some(&mut drop.clone()))
     };
     let (_, cache) = forward(&mha, &x_q, &x_kv);
     // Attention dropout keeps the weights (its mask has their shape): the plain kernel.
     let tiled = k_len >= TILED_FROM_KEYS && dropout == 0.0;
-    assert_eq!(
-        (cache.lse.is_empty(), cache.probs.is_empty()),
-        (!tiled, tiled)
-    );
-    match &cache.drop_mask {
+    let drop_mask = match &cache.weights {
+        SavedWeights::Probs { drop_mask, .. } => {
+            assert!(!tiled);
+            drop_mask.as_ref()
+        }
+        SavedWeights::LogSumExp(_) => {
+            assert!(tiled);
+            None
+        }
+    };
+    match drop_mask {
         Some(m) => assert!(dropout > 0.0 && m.contains(&0.0), "dropped no weight"),
         None => assert_eq!(dropout, 0.0),
     }
@@ -280,9 +286,9 @@ struct ResFfn {
 }
 
 impl Module<f64> for ResFfn {
-    fn collect_params<'a>(&'a mut self, _: &str, out: &mut Vec<(String, &'a mut Param<f64>)>) {
-        self.res.collect_params("norm", out);
-        self.ffn.collect_params("ffn", out);
+    fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, f64>) {
+        v.module("norm", &mut self.res);
+        v.module("ffn", &mut self.ffn);
     }
 }
 
@@ -298,7 +304,7 @@ impl ResFfn {
 fn check_residual_ffn(placement: NormPlacement, dropout: f64) {
     let mut rng = Rng::new(50);
     let mut m = ResFfn {
-        res: Residual::new(D, EPS, placement, dropout),
+        res: Residual::new(D, EPS, placement, dropout, &mut Rng::new(0)),
         ffn: FeedForward::new(D, D_FF, Activation::Relu, &mut rng),
     };
     jitter_params(&mut m, &mut rng, 0.3);
@@ -348,16 +354,16 @@ struct ResAttn {
 }
 
 impl Module<f64> for ResAttn {
-    fn collect_params<'a>(&'a mut self, _: &str, out: &mut Vec<(String, &'a mut Param<f64>)>) {
-        self.res.collect_params("norm", out);
-        self.attn.collect_params("attn", out);
+    fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, f64>) {
+        v.module("norm", &mut self.res);
+        v.module("attn", &mut self.attn);
     }
 }
 
 fn check_residual_attention(placement: NormPlacement) {
     let mut rng = Rng::new(60);
     let mut m = ResAttn {
-        res: Residual::new(D, EPS, placement, 0.25),
+        res: Residual::new(D, EPS, placement, 0.25, &mut Rng::new(0)),
         attn: MultiHeadAttention::new(D, HEADS, &mut rng),
     };
     jitter_params(&mut m, &mut rng, 0.3);
@@ -374,12 +380,12 @@ fn check_residual_attention(placement: NormPlacement) {
     let forward = |m: &ResAttn, x: &[f64]| {
         m.res
             .forward(x.to_vec(), Some(&mut drop.clone()), |u| {
-                m.attn.forward(u, u, BATCH, mask)
+                m.attn.forward(u, u, BATCH, mask, None)
             })
             .0
     };
     let (_, cache) = m.res.forward(x.clone(), Some(&mut drop.clone()), |u| {
-        m.attn.forward(u, u, BATCH, mask)
+        m.attn.forward(u, u, BATCH, mask, None)
     });
     let dx = m.res.backward(cache, &r, |u, c, d| {
         let (dq, dkv) = m.attn.backward(u, u, c, d);

@@ -11,13 +11,15 @@ use common::*;
 use transformer::batch::PAD;
 use transformer::kernels::attention::{attention_forward, AttnDims, AttnMask};
 use transformer::kernels::dropout::dropout_mask;
-use transformer::model::attention::MultiHeadAttention;
-use transformer::model::block::Residual;
+use transformer::model::attention::{
+    CachedAttention, MultiHeadAttention, SavedWeights, STEP_KERNEL_MAX_QUERIES,
+};
 use transformer::model::embedding::Embedding;
 use transformer::model::feed_forward::FeedForward;
 use transformer::model::kv_cache::KvCache;
 use transformer::model::layer_norm::LayerNorm;
 use transformer::model::loss::label_smoothed_cross_entropy;
+use transformer::model::residual::Residual;
 use transformer::model::{Activation, NormPlacement};
 use transformer::rng::Rng;
 
@@ -101,29 +103,42 @@ fn attention_vs_reference(
         causal,
         q_offset: 0,
     };
-    let (y, cache) = mha.forward(&x_q, &x_kv, BATCH, mask);
+    let (y, cache) = mha.forward(&x_q, &x_kv, BATCH, mask, None);
     let reference = NaiveMha::of(&mha);
     let (want_y, want_p) =
         reference.forward(&to_f64(&x_q), &to_f64(&x_kv), BATCH, key_lens, causal);
     let wy = assert_close(&format!("{label} output"), &y, &want_y, REL, ABS);
-    if cache.probs.is_empty() {
-        // The tiled kernel (long sequences) keeps no weights; its output was checked above.
-        assert_eq!(
-            cache.lse.len(),
-            BATCH * HEADS * q_len,
-            "{label}: no saved log-sum-exp"
-        );
-        eprintln!("attention {label} (tiled): worst |diff| / allowance: output {wy:.3}");
-        return;
-    }
-    let wp = assert_close(&format!("{label} probs"), &cache.probs, &want_p, REL, ABS);
+    let probs = match &cache.weights {
+        SavedWeights::Probs { probs, .. } => probs,
+        SavedWeights::LogSumExp(lse) => {
+            // The tiled kernel (long sequences) keeps no weights; its output was checked above.
+            assert_eq!(
+                lse.len(),
+                BATCH * HEADS * q_len,
+                "{label}: no saved log-sum-exp"
+            );
+            eprintln!("attention {label} (tiled): worst |diff| / allowance: output {wy:.3}");
+            // The explicit call for the weights uses the plain kernel at any length.
+            let (y2, p) = mha.forward_weights(&x_q, &x_kv, BATCH, mask);
+            assert_close(&format!("{label} weights call"), &y2, &want_y, REL, ABS);
+            assert_close(
+                &format!("{label} weights call probs"),
+                &p,
+                &want_p,
+                REL,
+                ABS,
+            );
+            return;
+        }
+    };
+    let wp = assert_close(&format!("{label} probs"), probs, &want_p, REL, ABS);
     // Masked weights are exactly zero; visible ones are positive and sum to one.
     let mut worst_sum = 0.0f64;
     for b in 0..BATCH {
         for h in 0..HEADS {
             for i in 0..q_len {
                 let off = ((b * HEADS + h) * q_len + i) * k_len;
-                let row = &cache.probs[off..off + k_len];
+                let row = &probs[off..off + k_len];
                 let mut sum = 0.0f64;
                 for (j, &p) in row.iter().enumerate() {
                     if is_visible(key_lens, causal, 0, b, i, j) {
@@ -347,7 +362,7 @@ fn layer_norm_matches_reference() {
 
 fn residual_vs_reference(placement: NormPlacement, dropout: f64) {
     let mut rng = Rng::new(5);
-    let mut res = Residual::<f32>::new(D, EPS, placement, dropout);
+    let mut res = Residual::<f32>::new(D, EPS, placement, dropout, &mut Rng::new(0));
     jitter_params(&mut res, &mut rng, 0.5);
     let mut ffn = FeedForward::<f32>::new(D, D_FF, Activation::Relu, &mut rng);
     jitter_params(&mut ffn, &mut rng, 0.2);
@@ -565,20 +580,30 @@ fn forward_cached_matches_full_causal_forward() {
         causal: true,
         q_offset: 0,
     };
-    let (y_full, cache) = mha.forward(&x, &x, BATCH, mask);
+    let (y_full, cache) = mha.forward(&x, &x, BATCH, mask, None);
+    let full_probs = cache.probs().unwrap();
     // Rows t0..t1 of every batch element.
     let rows = |t0: usize, t1: usize| -> Vec<f64> {
         (0..BATCH)
             .flat_map(|b| x[(b * len + t0) * D..(b * len + t1) * D].to_vec())
             .collect()
     };
-    // One position at a time and in uneven chunks, in caches with spare capacity.
+    // One position at a time and in uneven chunks, in dense caches with spare capacity (the
+    // language model's prefill), and one position at a time through paged caches (the
+    // decoder's step, one position per block, and blocks of 2).
     let mut worst = 0.0f64;
-    for chunks in [vec![1, 1, 1, 1, 1], vec![2, 3], vec![1, 3, 1]] {
-        let mut kv = KvCache::<f64>::new(BATCH, len + 3, D);
+    let dense = |n: usize| (CachedAttention::Prefill, n);
+    for (chunks, (mode, block_rows)) in [
+        (vec![1, 1, 1, 1, 1], dense(len + 3)),
+        (vec![2, 3], dense(len + 3)),
+        (vec![1, 3, 1], dense(len + 3)),
+        (vec![1, 1, 1, 1, 1], (CachedAttention::Step, 1)),
+        (vec![1, 1, 1, 1, 1], (CachedAttention::Step, 2)),
+    ] {
+        let mut kv = KvCache::<f64>::new(BATCH, len + 3, D, block_rows);
         let mut t0 = 0;
         for n in chunks {
-            let (y, probs) = mha.forward_cached(&rows(t0, t0 + n), &mut kv, true, None);
+            let (y, probs) = mha.forward_cached(&rows(t0, t0 + n), &mut kv, mode);
             assert_eq!(kv.len, t0 + n);
             let k_len = t0 + n;
             for b in 0..BATCH {
@@ -589,7 +614,7 @@ fn forward_cached_matches_full_causal_forward() {
                     worst = worst.max(max_abs_diff(got, want));
                     for h in 0..HEADS {
                         let p = &probs[((b * HEADS + h) * n + i) * k_len..][..k_len];
-                        let p_full = &cache.probs[((b * HEADS + h) * len + t) * len..][..k_len];
+                        let p_full = &full_probs[((b * HEADS + h) * len + t) * len..][..k_len];
                         worst = worst.max(max_abs_diff(p, p_full));
                         assert!(p[t + 1..].iter().all(|&w| w == 0.0), "future key visible");
                     }
@@ -619,11 +644,23 @@ fn forward_cached_cross_attention_matches_full_forward() {
         causal: false,
         q_offset: 0,
     };
-    let (y_full, cache) = mha.forward(&x_q, &memory, BATCH, mask);
+    let (y_full, cache) = mha.forward(&x_q, &memory, BATCH, mask, None);
     let mut kv = mha.project_kv(&memory, BATCH);
-    let (y, probs) = mha.forward_cached(&x_q, &mut kv, false, Some(&key_lens));
+    let cross = CachedAttention::Cross {
+        key_lens: &key_lens,
+    };
+    let (y, probs) = mha.forward_cached(&x_q, &mut kv, cross);
     assert_eq!(kv.len, k_len, "cross-attention must not append");
-    let worst = max_abs_diff(&y, &y_full).max(max_abs_diff(&probs, &cache.probs));
+    let full_probs = cache.probs().unwrap();
+    let mut worst = max_abs_diff(&y, &y_full).max(max_abs_diff(&probs, full_probs));
+    // More queries than the step kernel takes: the same through matrix products.
+    let many = STEP_KERNEL_MAX_QUERIES + 1;
+    let x_many: Vec<f64> = randn(&mut rng, BATCH * many * D, 1.0);
+    let (y_full, cache) = mha.forward(&x_many, &memory, BATCH, mask, None);
+    let (y, probs) = mha.forward_cached(&x_many, &mut kv, cross);
+    worst = worst
+        .max(max_abs_diff(&y, &y_full))
+        .max(max_abs_diff(&probs, cache.probs().unwrap()));
     assert!(worst < 1e-12, "cached cross-attention vs full: {worst:e}");
     eprintln!("forward_cached (cross) vs full forward: worst |diff| {worst:e}");
 }

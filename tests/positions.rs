@@ -9,7 +9,7 @@ use transformer::batch::{Batch, EOS};
 use transformer::decode::{greedy_decode, greedy_decode_full, GreedyOptions, Hypothesis};
 use transformer::kernels::attention::AttnMask;
 use transformer::kernels::rope::{rope_backward, rope_forward};
-use transformer::model::attention::MultiHeadAttention;
+use transformer::model::attention::{CachedAttention, MultiHeadAttention};
 use transformer::model::embedding::Embedding;
 use transformer::model::kv_cache::KvCache;
 use transformer::model::{ModelConfig, NormPlacement, Positions, Seq2Seq};
@@ -30,7 +30,7 @@ fn learned_positions_forward_and_gradient() {
         let vocab = 7;
         let mut emb = Embedding::<f64>::with_positions(vocab, D, 16, Positions::Learned, &mut rng);
         let names: Vec<String> = params_of(&mut emb).into_iter().map(|(n, _)| n).collect();
-        assert_eq!(names, [".weight", ".positions"]);
+        assert_eq!(names, ["weight", "positions"]);
         // Repeated tokens and positions: their gradients must accumulate.
         let tokens: [u32; 8] = [3, 1, 4, 1, 5, 0, 2, 3];
         let seq_len = 4;
@@ -254,12 +254,12 @@ fn rotary_attention_scores_depend_only_on_relative_position() {
     let (y0, c0) = mha.forward_at(&x, &x, BATCH, mask, 0);
     for shift in [1, 5, 300] {
         let (y, c) = mha.forward_at(&x, &x, BATCH, mask, shift);
-        let err = max_abs_diff(&c0.probs, &c.probs).max(max_abs_diff(&y0, &y));
+        let err = max_abs_diff(c0.probs().unwrap(), c.probs().unwrap()).max(max_abs_diff(&y0, &y));
         assert!(err < 1e-12, "shift {shift}: {err:e}");
     }
     // ... but rotary attention is not the unrotated one.
-    let (_, cp) = plain.forward(&x, &x, BATCH, mask);
-    assert!(max_abs_diff(&c0.probs, &cp.probs) > 1e-3);
+    let (_, cp) = plain.forward(&x, &x, BATCH, mask, None);
+    assert!(max_abs_diff(c0.probs().unwrap(), cp.probs().unwrap()) > 1e-3);
 }
 
 #[test]
@@ -273,13 +273,13 @@ fn rotary_cached_attention_matches_full_forward() {
         causal: true,
         q_offset: 0,
     };
-    let (full, cache_full) = mha.forward(&x, &x, BATCH, mask);
-    let mut cache = KvCache::new(BATCH, len, D);
+    let (full, cache_full) = mha.forward(&x, &x, BATCH, mask, None);
+    let mut cache = KvCache::new(BATCH, len, D, len);
     let mut start = 0;
     for chunk in [2, 1, 3, 1] {
         let rows = |b: usize| &x[(b * len + start) * D..(b * len + start + chunk) * D];
         let x_q: Vec<f64> = (0..BATCH).flat_map(|b| rows(b).to_vec()).collect();
-        let (y, _) = mha.forward_cached(&x_q, &mut cache, true, None);
+        let (y, _) = mha.forward_cached(&x_q, &mut cache, CachedAttention::Prefill);
         for b in 0..BATCH {
             let want = &full[(b * len + start) * D..(b * len + start + chunk) * D];
             let got = &y[b * chunk * D..(b + 1) * chunk * D];
@@ -289,9 +289,9 @@ fn rotary_cached_attention_matches_full_forward() {
         start += chunk;
     }
     // The cache holds the rotated keys the full forward scored.
-    assert!(max_abs_diff(&cache.k, &cache_full.k) < 1e-12);
+    assert!(max_abs_diff(cache.dense().0, &cache_full.k) < 1e-12);
     // project_kv builds the same (full) cache at once.
-    assert!(max_abs_diff(&mha.project_kv(&x, BATCH).k, &cache_full.k) < 1e-12);
+    assert!(max_abs_diff(mha.project_kv(&x, BATCH).dense().0, &cache_full.k) < 1e-12);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -420,7 +420,7 @@ fn decoding_model(positions: Positions, norm: NormPlacement, tie: bool, eos: f32
     };
     c.validate().unwrap();
     let mut m = Seq2Seq::new(c, &mut Rng::new(3));
-    let w = match &mut m.output_proj {
+    let w = match &mut m.head.output_proj {
         Some(p) => &mut p.value.data,
         None => &mut m.embedding.weight.value.data,
     };

@@ -34,25 +34,29 @@
 //! [`BeamStop::FirstK`] stops as soon as `k` hypotheses are finished, as CTranslate2, fairseq
 //! and Hugging Face (`early_stopping=True`) do.
 //!
+//! The search ([`search_rows`]) is written over [`IncrementalDecoder`]; [`beam_search`] is
+//! translation with it (the sources encoded once per chunk, every beam from BOS).
+//!
 //! Batching: all live beams of all sentences of a chunk (sentences sorted by length, at most
-//! `batch_size` per chunk) advance in one [`Seq2Seq::decode_step`], one row of the KV caches per
-//! beam. After each step the self-attention caches are re-gathered so that each new beam
-//! inherits its parent's row ([`StepKvCache::gather_rows`](crate::model::kv_cache::StepKvCache)
-//! rewrites a table of row indices; no key or value is copied). The cross-attention caches keep
-//! one row per sentence, not per beam: all beams of a sentence read the same encoder keys and
-//! values, so its `g` beam rows are `g` queries against one copy (`k` times less cache to read,
-//! and no replicated copies to gather). This needs the same number of beams in every live sentence, which the
-//! rule above gives (one at the first step, then `k`, or fewer on a vocabulary too small for
-//! `k`); should a step ever differ, the caches are replicated to one row per beam for it.
-//! The cross rows are re-gathered only when that layout or the set of live sentences changes.
+//! `batch_size` per chunk) advance in one step, one row of the KV caches per beam. After each
+//! step the rows are re-gathered so that each new beam inherits its parent's row
+//! ([`KvCache::gather_rows`](crate::model::kv_cache::KvCache::gather_rows) rewrites block tables;
+//! with the decoder's one position per block, no key or value is copied). The translator's
+//! cross-attention caches keep one row per sentence, not per beam
+//! ([`DecodingState::gather_sources`]): all beams of a sentence read the same encoder keys and
+//! values, so its `g` beam rows are `g` queries against one copy (`k` times less cache to read).
+//! This needs the same number of beams in every live sentence, which the rule above gives (one
+//! at the first step, then `k`, or fewer on a vocabulary too small for `k`); should a step ever
+//! differ, the source rows are repeated to one per beam for it. The source rows are re-gathered
+//! only when that layout or the set of live sentences changes.
 //! Rows never interact, so results do not depend on the batching (up to floating-point ties).
 //! With two or more threads whole chunks run side by side, one per thread
 //! (`decode_chunks`), bit-identical to one thread.
 
 use super::greedy::max_output_len;
-use super::{decode_chunks, length_sorted_chunks};
-use crate::batch::{Batch, BOS, EOS, PAD};
-use crate::model::seq2seq::{DecodeState, Seq2Seq};
+use super::{decode_chunks, length_sorted_chunks, DecodingState, IncrementalDecoder, TokenRules};
+use crate::batch::{Batch, BOS};
+use crate::model::seq2seq::Seq2Seq;
 use crate::Float;
 use rayon::prelude::*;
 
@@ -165,13 +169,13 @@ struct Live {
     raw: f64,
 }
 
-/// The `n` most probable tokens of one log-probability row, PAD and BOS excluded, best first,
+/// The `n` most probable tokens of one log-probability row that `rules` allows, best first,
 /// ties to the lower id.
-fn top_tokens<T: Float>(logprobs: &[T], n: usize) -> Vec<(f64, u32)> {
+fn top_tokens<T: Float>(logprobs: &[T], n: usize, rules: TokenRules) -> Vec<(f64, u32)> {
     let mut top: Vec<(f64, u32)> = Vec::with_capacity(n + 1);
     for (id, &lp) in logprobs.iter().enumerate() {
         let id = id as u32;
-        if id == PAD || id == BOS {
+        if !rules.allows(id) {
             continue;
         }
         let lp = lp.f64();
@@ -194,17 +198,10 @@ fn keep_finished(list: &mut Vec<BeamHypothesis>, hyp: BeamHypothesis, k: usize) 
     }
 }
 
-/// Makes row `j` of every self-attention cache the old row `rows[j]`.
-fn gather_self<T: Float>(state: &mut DecodeState<T>, rows: &[usize]) {
-    for cache in &mut state.self_caches {
-        cache.gather_rows(rows);
-    }
-}
-
-/// Lays the cross-attention caches and source lengths out for the live beams: one row per
-/// sentence when every live sentence has the same number of beams, else one per beam.
-/// `cross_of[i]` is the sentence of cross row `i` (updated); rows of one sentence are copies.
-fn gather_cross<T: Float>(state: &mut DecodeState<T>, cross_of: &mut Vec<usize>, live: &[Live]) {
+/// Lays the source rows out for the live beams: one row per sentence when every live sentence
+/// has the same number of beams, else one per beam. `cross_of[i]` is the sentence of source row
+/// `i` (updated); rows of one sentence are copies.
+fn gather_cross<S: DecodingState>(state: &mut S, cross_of: &mut Vec<usize>, live: &[Live]) {
     let mut per_sentence: Vec<usize> = live.iter().map(|b| b.sentence).collect();
     per_sentence.dedup();
     let uniform = live.len().is_multiple_of(per_sentence.len());
@@ -230,17 +227,12 @@ fn gather_cross<T: Float>(state: &mut DecodeState<T>, cross_of: &mut Vec<usize>,
                 .expect("a live sentence keeps its cross row")
         })
         .collect();
-    for cache in &mut state.cross_caches {
-        cache.gather_rows(&rows);
-    }
-    state.src_lens = rows.iter().map(|&r| state.src_lens[r]).collect();
+    state.gather_sources(&rows);
     *cross_of = want;
 }
 
-/// Beam search over one chunk; per sentence the `k` best hypotheses, and how many sentences
-/// the stopping criterion ended before their limit. Without a `stop` rule every sentence runs
-/// to its limit (the reference [`BeamStop::Exact`] is tested against: it must not change the
-/// result).
+/// Beam search over one chunk of sources; per sentence the `k` best hypotheses, and how many
+/// sentences the stopping criterion ended before their limit (see [`search_rows`]).
 fn search_chunk<T: Float>(
     model: &Seq2Seq<T>,
     sources: &[&[u32]],
@@ -249,22 +241,45 @@ fn search_chunk<T: Float>(
     alpha: f64,
     stop: Option<BeamStop>,
 ) -> (Vec<Vec<BeamHypothesis>>, usize) {
-    let v = model.config.vocab_size;
-    let mut finished: Vec<Vec<BeamHypothesis>> = vec![Vec::new(); sources.len()];
-    for (i, _) in limits.iter().enumerate().filter(|(_, &l)| l == 0) {
-        // Nothing may be emitted: the empty, unfinished hypothesis.
-        finished[i].push(BeamHypothesis::default());
-    }
     let capacity = limits.iter().copied().max().unwrap_or(0);
-    let mut n_stopped = 0;
     if capacity == 0 {
-        return (finished, n_stopped);
+        // Nothing may be emitted: the empty, unfinished hypothesis.
+        return (vec![vec![BeamHypothesis::default()]; sources.len()], 0);
     }
     let pairs: Vec<(&[u32], &[u32])> = sources.iter().map(|&s| (s, &[][..])).collect();
     let batch = Batch::from_pairs(&pairs);
     let mut state = model.start_decoding(&batch.src, batch.src_len, &batch.src_lens, capacity);
+    let first = vec![BOS; sources.len()];
+    let rules = TokenRules::TRANSLATION;
+    search_rows(model, &mut state, &first, limits, k, alpha, stop, rules)
+}
+
+/// Beam search over the rows of a started `state`, one row per sentence: sentence `i` is fed
+/// `first[i]`, then each of its beams its own last token, emitting at most `limits[i]` tokens
+/// (`rules.end` included). Per sentence the `k` best hypotheses, and how many sentences the
+/// stopping criterion ended before their limit. Without a `stop` rule every sentence runs to its
+/// limit (the reference [`BeamStop::Exact`] is tested against: it must not change the result).
+#[allow(clippy::too_many_arguments)]
+pub fn search_rows<T: Float, M: IncrementalDecoder<T>>(
+    model: &M,
+    state: &mut M::State,
+    first: &[u32],
+    limits: &[usize],
+    k: usize,
+    alpha: f64,
+    stop: Option<BeamStop>,
+    rules: TokenRules,
+) -> (Vec<Vec<BeamHypothesis>>, usize) {
+    let v = model.vocab_size();
+    let n_sentences = first.len();
+    let mut finished: Vec<Vec<BeamHypothesis>> = vec![Vec::new(); n_sentences];
+    for (i, _) in limits.iter().enumerate().filter(|(_, &l)| l == 0) {
+        // Nothing may be emitted: the empty, unfinished hypothesis.
+        finished[i].push(BeamHypothesis::default());
+    }
+    let mut n_stopped = 0;
     // One row per sentence to start with: the empty prefix.
-    let mut live: Vec<Live> = (0..sources.len())
+    let mut live: Vec<Live> = (0..n_sentences)
         .filter(|&i| limits[i] > 0)
         .map(|sentence| Live {
             sentence,
@@ -272,24 +287,24 @@ fn search_chunk<T: Float>(
             raw: 0.0,
         })
         .collect();
-    if live.len() != sources.len() {
+    if live.len() != n_sentences {
         let rows: Vec<usize> = live.iter().map(|b| b.sentence).collect();
-        gather_self(&mut state, &rows);
+        state.gather_rows(&rows);
     }
-    let mut cross_of: Vec<usize> = (0..sources.len()).collect();
+    let mut cross_of: Vec<usize> = (0..n_sentences).collect();
     let mut t = 0; // tokens emitted by every live beam
     while !live.is_empty() {
-        gather_cross(&mut state, &mut cross_of, &live);
+        gather_cross(state, &mut cross_of, &live);
         let inputs: Vec<u32> = live
             .iter()
-            .map(|b| b.tokens.last().copied().unwrap_or(BOS))
+            .map(|b| b.tokens.last().copied().unwrap_or(first[b.sentence]))
             .collect();
-        let (logprobs, _) = model.decode_step(&mut state, &inputs);
-        // k + 1 per beam: at least k of them are not EOS.
+        let logprobs = model.step(state, &inputs);
+        // k + 1 per beam: at least k of them do not end the hypothesis.
         let tops: Vec<Vec<(f64, u32)>> = logprobs
             .par_chunks(v)
             .with_min_len(8)
-            .map(|row| top_tokens(row, k + 1))
+            .map(|row| top_tokens(row, k + 1, rules))
             .collect();
         t += 1;
         let mut next: Vec<Live> = Vec::with_capacity(live.len().max(k));
@@ -313,17 +328,17 @@ fn search_chunk<T: Float>(
                 if rank >= k && (last || n_live >= k) {
                     break;
                 }
-                if tok == EOS || last {
+                if tok == rules.end || last {
                     if rank < k {
                         let mut tokens = live[r].tokens.clone();
-                        if tok != EOS {
+                        if tok != rules.end {
                             tokens.push(tok);
                         }
                         let hyp = BeamHypothesis {
                             tokens,
                             logprob: raw,
                             score: raw / length_penalty(t, alpha),
-                            finished: tok == EOS,
+                            finished: tok == rules.end,
                         };
                         keep_finished(&mut finished[s], hyp, k);
                     }
@@ -363,7 +378,7 @@ fn search_chunk<T: Float>(
         if next.is_empty() {
             break;
         }
-        gather_self(&mut state, &parents);
+        state.gather_rows(&parents);
         live = next;
     }
     (finished, n_stopped)
@@ -376,8 +391,14 @@ mod tests {
     #[test]
     fn top_tokens_skip_pad_and_bos_and_break_ties_low() {
         let row = [0.0f32, 0.0, -3.0, -1.0, -1.0, -2.0, -0.5];
-        assert_eq!(top_tokens(&row, 3), vec![(-0.5, 6), (-1.0, 3), (-1.0, 4)]);
-        assert_eq!(top_tokens(&row, 10).len(), 5);
+        let rules = TokenRules::TRANSLATION;
+        assert_eq!(
+            top_tokens(&row, 3, rules),
+            vec![(-0.5, 6), (-1.0, 3), (-1.0, 4)]
+        );
+        assert_eq!(top_tokens(&row, 10, rules).len(), 5);
+        let all = TokenRules::document(9);
+        assert_eq!(top_tokens(&row, 2, all), vec![(0.0, 0), (0.0, 1)]);
     }
 
     #[test]
@@ -416,7 +437,7 @@ mod tests {
             };
             let mut model = Seq2Seq::<f64>::new(config, &mut crate::rng::Rng::new(seed));
             let w = &mut model.embedding.weight.value.data;
-            for (token, factor) in [(EOS as usize, eos), (6, six)] {
+            for (token, factor) in [(crate::batch::EOS as usize, eos), (6, six)] {
                 w[token * 16..(token + 1) * 16]
                     .iter_mut()
                     .for_each(|x| *x *= factor);
@@ -471,8 +492,8 @@ mod tests {
         let pairs: Vec<(&[u32], &[u32])> = sources.iter().map(|&s| (s, &[][..])).collect();
         let batch = Batch::from_pairs(&pairs);
         let mut state = model.start_decoding(&batch.src, batch.src_len, &batch.src_lens, 8);
-        let original: Vec<Vec<f64>> = state.cross_caches.iter().map(|c| c.k.clone()).collect();
-        let block = original[0].len() / 3;
+        let original = state.cross_caches.clone();
+        let src_len = batch.src_len;
         let beams = |sentences: &[usize]| -> Vec<Live> {
             sentences
                 .iter()
@@ -497,10 +518,10 @@ mod tests {
             for (cache, orig) in state.cross_caches.iter().zip(&original) {
                 assert_eq!(cache.batch, want.len());
                 for (row, &s) in want.iter().enumerate() {
-                    assert_eq!(
-                        cache.k[row * block..(row + 1) * block],
-                        orig[s * block..(s + 1) * block]
-                    );
+                    for t in 0..src_len {
+                        assert_eq!(cache.row(row, t, false), orig.row(s, t, false));
+                        assert_eq!(cache.row(row, t, true), orig.row(s, t, true));
+                    }
                 }
             }
         }

@@ -1,10 +1,12 @@
 //! Greedy search: at every step each sentence takes its most probable next token.
 //!
-//! [`greedy_decode`] is the fast path: the source is encoded once and each step feeds one token
-//! per sentence through the decoder's key/value caches ([`Seq2Seq::decode_step`]), so a step
-//! costs one position, not the whole prefix. [`greedy_decode_full`] runs the same search by
-//! recomputing the teacher-forced forward over the whole prefix at every step; it is the simple
-//! reference the cached path is tested against.
+//! [`greedy_search`] is the search itself, over any [`IncrementalDecoder`] whose rows are
+//! started: each step feeds one token per live row through the key/value caches, so a step
+//! costs one position, not the whole prefix, and finished rows leave the state.
+//! [`greedy_decode`] is translation with it: the sources are encoded once
+//! ([`Seq2Seq::start_decoding`]) and every row starts from BOS. [`greedy_decode_full`] runs the
+//! same search by recomputing the teacher-forced forward over the whole prefix at every step; it
+//! is the simple reference the cached path is tested against.
 //!
 //! Conventions shared by both:
 //! - sources are token ids without specials; EOS is appended here. A source longer than
@@ -18,11 +20,11 @@
 //!   is batched with (up to floating-point ties). With two or more threads the chunks run side
 //!   by side, one per thread (`decode_chunks`), bit-identical to one thread.
 
-use super::{decode_chunks, length_sorted_chunks};
-use crate::batch::{Batch, BOS, EOS, PAD};
+use super::{decode_chunks, length_sorted_chunks, DecodingState, IncrementalDecoder, TokenRules};
+use crate::batch::{Batch, BOS};
 use crate::kernels::softmax::log_softmax_inplace;
 use crate::model::config::ModelConfig;
-use crate::model::seq2seq::{DecodeState, Seq2Seq};
+use crate::model::seq2seq::Seq2Seq;
 use crate::Float;
 
 /// Search settings.
@@ -64,10 +66,10 @@ impl Hypothesis {
         self.token_logprobs.len()
     }
 
-    fn push(&mut self, token: u32, logprob: f64) {
+    fn push(&mut self, token: u32, logprob: f64, end: u32) {
         self.token_logprobs.push(logprob);
         self.score += logprob;
-        if token == EOS {
+        if token == end {
             self.finished = true;
         } else {
             self.tokens.push(token);
@@ -130,75 +132,73 @@ fn decode_in_chunks<T: Float>(
     out
 }
 
-/// The argmax of one log-probability row over every token but PAD and BOS, ties to the lowest
+/// The argmax of one log-probability row over the tokens `rules` allows, ties to the lowest
 /// id; returns the token and its log-probability.
-fn pick<T: Float>(logprobs: &[T]) -> (u32, f64) {
+fn pick<T: Float>(logprobs: &[T], rules: TokenRules) -> (u32, f64) {
     let mut best: Option<(u32, T)> = None;
     for (id, &lp) in logprobs.iter().enumerate() {
         let id = id as u32;
-        if id == PAD || id == BOS {
+        if !rules.allows(id) {
             continue;
         }
         if best.is_none_or(|(_, b)| lp > b) {
             best = Some((id, lp));
         }
     }
-    let (id, lp) = best.expect("vocabulary holds more than PAD and BOS");
+    let (id, lp) = best.expect("the vocabulary holds an allowed token");
     (id, lp.f64())
 }
 
 /// Updates the hypothesis of one row with its step distribution; returns whether it goes on.
-fn advance<T: Float>(hyp: &mut Hypothesis, logprobs: &[T], limit: usize) -> (u32, bool) {
-    let (token, lp) = pick(logprobs);
-    hyp.push(token, lp);
+fn advance<T: Float>(
+    hyp: &mut Hypothesis,
+    logprobs: &[T],
+    limit: usize,
+    rules: TokenRules,
+) -> (u32, bool) {
+    let (token, lp) = pick(logprobs, rules);
+    hyp.push(token, lp, rules.end);
     (token, !hyp.finished && hyp.n_emitted() < limit)
 }
 
-/// Drops the finished rows from a decoding state so later steps only compute live sentences.
-fn retain_state_rows<T: Float>(state: &mut DecodeState<T>, keep: &[bool]) {
+/// Keeps the rows of `state` whose `keep` is set (their sources too).
+fn retain_rows<S: DecodingState>(state: &mut S, keep: &[bool]) {
     let kept: Vec<usize> = (0..keep.len()).filter(|&b| keep[b]).collect();
-    for cache in &mut state.self_caches {
-        cache.gather_rows(&kept);
-    }
-    for cache in &mut state.cross_caches {
-        cache.gather_rows(&kept);
-    }
-    state.src_lens = kept.iter().map(|&b| state.src_lens[b]).collect();
+    state.gather_rows(&kept);
+    state.gather_sources(&kept);
 }
 
-/// Cached greedy search over one chunk: one `decode_step` per position for all live rows.
-fn decode_chunk_cached<T: Float>(
-    model: &Seq2Seq<T>,
-    sources: &[&[u32]],
+/// Greedy search over the rows of a started `state`: row `r` is fed `first[r]`, then its own
+/// most probable token at every step, until it emits `rules.end` or `limits[r]` tokens. Rows that
+/// finish leave the state, so later steps compute live rows only.
+pub fn greedy_search<T: Float, M: IncrementalDecoder<T>>(
+    model: &M,
+    state: &mut M::State,
+    first: &[u32],
     limits: &[usize],
+    rules: TokenRules,
 ) -> Vec<Hypothesis> {
-    let v = model.config.vocab_size;
-    let mut hyps = vec![Hypothesis::default(); sources.len()];
-    let capacity = limits.iter().copied().max().unwrap_or(0);
-    if capacity == 0 {
-        return hyps;
-    }
-    let pairs: Vec<(&[u32], &[u32])> = sources.iter().map(|&s| (s, &[][..])).collect();
-    let batch = Batch::from_pairs(&pairs);
-    let mut state = model.start_decoding(&batch.src, batch.src_len, &batch.src_lens, capacity);
-    // rows[r]: the sentence in row r of the state.
-    let mut rows: Vec<usize> = (0..sources.len()).collect();
+    let v = model.vocab_size();
+    let mut hyps = vec![Hypothesis::default(); first.len()];
+    // rows[r]: the hypothesis in row r of the state.
+    let mut rows: Vec<usize> = (0..first.len()).collect();
     let keep: Vec<bool> = limits.iter().map(|&l| l > 0).collect();
     if keep.contains(&false) {
-        retain_state_rows(&mut state, &keep);
+        retain_rows(state, &keep);
         rows.retain(|&i| limits[i] > 0);
     }
-    let mut inputs = vec![BOS; rows.len()];
+    let mut inputs: Vec<u32> = rows.iter().map(|&i| first[i]).collect();
     while !rows.is_empty() {
-        let (logprobs, _) = model.decode_step(&mut state, &inputs);
+        let logprobs = model.step(state, &inputs);
         let mut keep = vec![true; rows.len()];
         for (r, &i) in rows.iter().enumerate() {
-            let (token, live) = advance(&mut hyps[i], &logprobs[r * v..(r + 1) * v], limits[i]);
+            let row = &logprobs[r * v..(r + 1) * v];
+            let (token, live) = advance(&mut hyps[i], row, limits[i], rules);
             inputs[r] = token;
             keep[r] = live;
         }
         if keep.contains(&false) {
-            retain_state_rows(&mut state, &keep);
+            retain_rows(state, &keep);
             let mut k = keep.iter();
             rows.retain(|_| *k.next().unwrap());
             let mut k = keep.iter();
@@ -206,6 +206,23 @@ fn decode_chunk_cached<T: Float>(
         }
     }
     hyps
+}
+
+/// Cached greedy translation of one chunk: the sources encoded once, every row from BOS.
+fn decode_chunk_cached<T: Float>(
+    model: &Seq2Seq<T>,
+    sources: &[&[u32]],
+    limits: &[usize],
+) -> Vec<Hypothesis> {
+    let capacity = limits.iter().copied().max().unwrap_or(0);
+    if capacity == 0 {
+        return vec![Hypothesis::default(); sources.len()];
+    }
+    let pairs: Vec<(&[u32], &[u32])> = sources.iter().map(|&s| (s, &[][..])).collect();
+    let batch = Batch::from_pairs(&pairs);
+    let mut state = model.start_decoding(&batch.src, batch.src_len, &batch.src_lens, capacity);
+    let first = vec![BOS; sources.len()];
+    greedy_search(model, &mut state, &first, limits, TokenRules::TRANSLATION)
 }
 
 /// Reference greedy search over one chunk: the full forward over source and prefix per step.
@@ -230,7 +247,7 @@ fn decode_chunk_full<T: Float>(
             let pos = r * batch.tgt_len + batch.tgt_lens[r] - 1;
             let row = &mut logits[pos * v..(pos + 1) * v];
             log_softmax_inplace(row);
-            keep[r] = advance(&mut hyps[i], row, limits[i]).1;
+            keep[r] = advance(&mut hyps[i], row, limits[i], TokenRules::TRANSLATION).1;
         }
         let mut k = keep.iter();
         live.retain(|_| *k.next().unwrap());
@@ -245,11 +262,13 @@ mod tests {
     #[test]
     fn pick_skips_pad_and_bos_and_breaks_ties_low() {
         let row = [0.0f32, 0.0, -3.0, -1.0, -1.0, -2.0];
-        assert_eq!(pick(&row), (3, -1.0));
+        let rules = TokenRules::TRANSLATION;
+        assert_eq!(pick(&row, rules), (3, -1.0));
+        assert_eq!(pick(&row, TokenRules::document(5)), (0, 0.0));
         let hyp_tokens = {
             let mut h = Hypothesis::default();
-            h.push(5, -0.5);
-            h.push(EOS, -0.25);
+            h.push(5, -0.5, rules.end);
+            h.push(rules.end, -0.25, rules.end);
             h
         };
         assert_eq!(hyp_tokens.tokens, vec![5]);

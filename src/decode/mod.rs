@@ -1,8 +1,16 @@
-//! Inference: greedy search ([`greedy`]) and beam search ([`beam`]) for outputs, and scoring of
-//! given outputs ([`score`]).
+//! Inference: greedy search ([`greedy`]), beam search ([`beam`]) and sampling ([`sample`]) for
+//! outputs, and scoring of given outputs ([`score`]).
 //!
-//! All work on token ids without specials (the source gets its EOS here, the decoder starts
-//! from BOS) and batch their inputs by length internally; results come back in input order.
+//! The searches are written once, over [`IncrementalDecoder`]: a model that, given a decoding
+//! state, turns the next token of each row into the distribution of the token after it, and
+//! whose state can re-gather its rows (beam search keeping a hypothesis' continuation, any search
+//! dropping finished rows). The translator ([`Seq2Seq`], after encoding its sources) and the
+//! language model ([`LanguageModel`], after its prompt) both are one; how a state starts is
+//! theirs ([`Seq2Seq::start_decoding`], [`LanguageModel::start`]).
+//!
+//! The translation entry points ([`greedy_decode`], [`beam_search`], [`score_pairs`]) work on
+//! token ids without specials (the source gets its EOS here, the decoder starts from BOS) and
+//! batch their inputs by length internally; results come back in input order.
 
 pub mod beam;
 pub mod greedy;
@@ -13,7 +21,134 @@ pub use beam::{beam_search, length_penalty, BeamHypothesis, BeamOptions, BeamSto
 pub use greedy::{greedy_decode, greedy_decode_full, GreedyOptions, Hypothesis};
 pub use score::score_pairs;
 
+use crate::batch::{BOS, EOS, PAD};
 use crate::kernels::matmul::serial_matmuls;
+use crate::model::lm::LmState;
+use crate::model::seq2seq::DecodeState;
+use crate::model::{LanguageModel, Seq2Seq};
+use crate::Float;
+
+/// A model decoded one token per row and step (see the module docs).
+pub trait IncrementalDecoder<T: Float>: Sync {
+    /// The keys and values cached so far, per row.
+    type State: DecodingState;
+
+    /// Entries of each distribution.
+    fn vocab_size(&self) -> usize;
+
+    /// Feeds `tokens [rows, q_len]` at the next positions of the rows of `state`; returns the
+    /// log-probabilities of the token after each, `[rows * q_len, vocab]`.
+    fn step(&self, state: &mut Self::State, tokens: &[u32]) -> Vec<T>;
+}
+
+/// The rows of an incremental-decoding state.
+pub trait DecodingState {
+    /// Positions fed so far.
+    fn len(&self) -> usize;
+
+    /// True before the first position.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Row `j` becomes the old row `rows[j]` (any order, repeats allowed).
+    fn gather_rows(&mut self, rows: &[usize]);
+
+    /// For a model that reads a source per row (the translator's cross-attention): source row
+    /// `j` becomes the old source row `rows[j]`. The rows of one source may also share one
+    /// source row (beam search, see `beam`). Nothing to do for a model without sources.
+    fn gather_sources(&mut self, _rows: &[usize]) {}
+}
+
+/// The tokens a search treats specially.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenRules {
+    /// Ends a hypothesis.
+    pub end: u32,
+    /// Never emitted (a translator's padding and start tokens).
+    pub never: [Option<u32>; 2],
+}
+
+impl TokenRules {
+    /// Translation: EOS ends a hypothesis; PAD and BOS are never emitted.
+    pub const TRANSLATION: TokenRules = TokenRules {
+        end: EOS,
+        never: [Some(PAD), Some(BOS)],
+    };
+
+    /// A language model whose documents end with `end` (`<|endoftext|>`); every token may be
+    /// emitted.
+    pub fn document(end: u32) -> TokenRules {
+        TokenRules {
+            end,
+            never: [None, None],
+        }
+    }
+
+    /// Whether a search may emit `token`.
+    pub fn allows(&self, token: u32) -> bool {
+        !self.never.contains(&Some(token))
+    }
+}
+
+impl<T: Float> DecodingState for DecodeState<T> {
+    fn len(&self) -> usize {
+        DecodeState::len(self)
+    }
+    fn gather_rows(&mut self, rows: &[usize]) {
+        DecodeState::gather_rows(self, rows)
+    }
+    fn gather_sources(&mut self, rows: &[usize]) {
+        DecodeState::gather_sources(self, rows)
+    }
+}
+
+impl<T: Float> DecodingState for LmState<T> {
+    fn len(&self) -> usize {
+        LmState::len(self)
+    }
+    fn gather_rows(&mut self, rows: &[usize]) {
+        LmState::gather_rows(self, rows)
+    }
+}
+
+/// The translator: target tokens, fed one position at a time.
+impl<T: Float> IncrementalDecoder<T> for Seq2Seq<T> {
+    type State = DecodeState<T>;
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+    fn step(&self, state: &mut DecodeState<T>, tokens: &[u32]) -> Vec<T> {
+        let rows = state.self_caches.first().map_or(tokens.len(), |c| c.batch);
+        let q_len = tokens.len() / rows.max(1);
+        if q_len == 1 {
+            return self.decode_step(state, tokens).0;
+        }
+        // Several positions per row: one step each, rows of the result in `[rows, q_len]` order.
+        let v = self.config.vocab_size;
+        let mut out = vec![T::zero(); tokens.len() * v];
+        for i in 0..q_len {
+            let column: Vec<u32> = (0..rows).map(|r| tokens[r * q_len + i]).collect();
+            let lp = self.decode_step(state, &column).0;
+            for r in 0..rows {
+                let at = (r * q_len + i) * v;
+                out[at..at + v].copy_from_slice(&lp[r * v..(r + 1) * v]);
+            }
+        }
+        out
+    }
+}
+
+/// The language model: a prompt at once, or one token per row and step.
+impl<T: Float> IncrementalDecoder<T> for LanguageModel<T> {
+    type State = LmState<T>;
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+    fn step(&self, state: &mut LmState<T>, tokens: &[u32]) -> Vec<T> {
+        LanguageModel::step(self, state, tokens)
+    }
+}
 
 /// Indices `0..lens.len()` stably sorted by `lens`, cut into chunks of at most `batch_size`
 /// (at least one) so that each chunk holds items of similar length and pads little.

@@ -10,13 +10,19 @@
 //! [`Positions::Rotary`](super::config::Positions)): the projected queries and keys are rotated
 //! per head by their absolute positions (`kernels::rope`) before the scores; values are not.
 //! Positions follow the mask's convention: query row `i` is at `mask.q_offset + i`, key row `j`
-//! at `j` (plus a common shift, see [`MultiHeadAttention::forward_at`]). A [`KvCache`] or
-//! [`StepKvCache`] of a rotary layer stores its keys already rotated. Cross-attention is never
-//! rotary.
+//! at `j` (plus a common shift, see [`MultiHeadAttention::forward_at`]). The [`KvCache`] of a
+//! rotary layer stores its keys already rotated. Cross-attention is never rotary.
+//!
+//! Entry points: [`forward`](MultiHeadAttention::forward) (training and teacher-forced
+//! inference, saving what the backward needs) and its [`backward`](MultiHeadAttention::backward);
+//! [`forward_weights`](MultiHeadAttention::forward_weights) (inference that returns the
+//! attention weights, for attention maps); [`project_kv`](MultiHeadAttention::project_kv) and
+//! [`forward_cached`](MultiHeadAttention::forward_cached) (incremental decoding over a
+//! [`KvCache`]).
 
-use super::kv_cache::{KvCache, StepKvCache};
+use super::kv_cache::KvCache;
 use super::linear::Linear;
-use super::param::{Module, Param};
+use super::param::{Init, Module, ParamVisitor};
 use crate::kernels::attention::{attention_backward, attention_forward, AttnDims, AttnMask};
 use crate::kernels::dropout::dropout_mask;
 use crate::kernels::flash_attention::{flash_attention_backward, flash_attention_forward};
@@ -50,12 +56,8 @@ pub struct AttentionCache<T> {
     pub k: Vec<T>,
     /// Projected values [batch*k_len, d_model].
     pub v: Vec<T>,
-    /// Attention weights [batch, heads, q_len, k_len] (rows sum to one over visible keys), kept
-    /// by the plain kernel; empty when the tiled kernel ran (see [`TILED_FROM_KEYS`]).
-    pub probs: Vec<T>,
-    /// Log-sum-exp of each score row [batch*q_len, heads], kept by the tiled kernel instead of
-    /// the weights (empty after the plain kernel).
-    pub lse: Vec<T>,
+    /// What the kernel kept of the weights for its backward.
+    pub weights: SavedWeights<T>,
     /// The mask the forward used (the tiled backward skips and zeroes what it hid).
     pub key_lens: Vec<usize>,
     pub causal: bool,
@@ -66,8 +68,46 @@ pub struct AttentionCache<T> {
     /// Rotary: absolute positions of query row 0 and key row 0 (unused otherwise).
     pub q_pos: usize,
     pub k_pos: usize,
-    /// The attention-dropout mask [batch, heads, q_len, k_len] (plain kernel only).
-    pub drop_mask: Option<Vec<T>>,
+}
+
+impl<T> AttentionCache<T> {
+    /// The weights `[batch, heads, q_len, k_len]` when the plain kernel kept them.
+    pub fn probs(&self) -> Option<&[T]> {
+        match &self.weights {
+            SavedWeights::Probs { probs, .. } => Some(probs),
+            SavedWeights::LogSumExp(_) => None,
+        }
+    }
+}
+
+/// The attention weights as the forward's kernel kept them.
+#[derive(Clone, Debug)]
+pub enum SavedWeights<T> {
+    /// The plain kernel: the weights `[batch, heads, q_len, k_len]` (rows sum to one over the
+    /// visible keys), and the attention-dropout mask laid out like them when one was drawn.
+    Probs {
+        probs: Vec<T>,
+        drop_mask: Option<Vec<T>>,
+    },
+    /// The tiled kernel (see [`TILED_FROM_KEYS`]): the log-sum-exp of each score row
+    /// `[batch*q_len, heads]`, from which its backward recomputes the weights.
+    LogSumExp(Vec<T>),
+}
+
+/// How [`MultiHeadAttention::forward_cached`] uses its cache.
+#[derive(Clone, Copy, Debug)]
+pub enum CachedAttention<'a> {
+    /// Self-attention of one new position per row (the decoder fed one token per step): its key
+    /// and value are appended, then the query attends to its row's keys wherever the cache's
+    /// blocks hold them (`kernels::step_attention`).
+    Step,
+    /// Self-attention of `q_len` new positions per row (a prompt at once, or one token at a
+    /// time): appended, then attended causally as matrix products over the dense cache.
+    Prefill,
+    /// Cross-attention: the cache (the encoder output's keys and values) is read as is, padding
+    /// keys past `key_lens` masked. Up to [`STEP_KERNEL_MAX_QUERIES`] queries per row run the
+    /// step kernel, more run as matrix products.
+    Cross { key_lens: &'a [usize] },
 }
 
 /// Training attends with the tiled (FlashAttention) kernel from this many keys on, so memory
@@ -83,12 +123,12 @@ pub const TILED_FROM_KEYS: usize = 128;
 pub const STEP_KERNEL_MAX_QUERIES: usize = 8;
 
 impl<T: Float> MultiHeadAttention<T> {
-    pub fn new(d_model: usize, n_heads: usize, rng: &mut Rng) -> Self {
+    pub fn new(d_model: usize, n_heads: usize, init: &mut impl Init) -> Self {
         MultiHeadAttention {
-            q_proj: Linear::new(d_model, d_model, rng),
-            k_proj: Linear::new(d_model, d_model, rng),
-            v_proj: Linear::new(d_model, d_model, rng),
-            out_proj: Linear::new(d_model, d_model, rng),
+            q_proj: Linear::new(d_model, d_model, init),
+            k_proj: Linear::new(d_model, d_model, init),
+            v_proj: Linear::new(d_model, d_model, init),
+            out_proj: Linear::new(d_model, d_model, init),
             n_heads,
             d_model,
             rotary: false,
@@ -99,6 +139,12 @@ impl<T: Float> MultiHeadAttention<T> {
     /// The same layer with attention dropout `p`.
     pub fn with_dropout(mut self, p: f64) -> Self {
         self.dropout = p;
+        self
+    }
+
+    /// The same layer with rotary positions switched on or off.
+    pub fn with_rotary(mut self, rotary: bool) -> Self {
+        self.rotary = rotary;
         self
     }
 
@@ -113,12 +159,6 @@ impl<T: Float> MultiHeadAttention<T> {
         ] {
             linear.prepare_inference();
         }
-    }
-
-    /// The same layer with rotary positions switched on or off.
-    pub fn with_rotary(mut self, rotary: bool) -> Self {
-        self.rotary = rotary;
-        self
     }
 
     /// Rotates `x [batch*len, d_model]` in place, rows at positions `pos ..` (when rotary).
@@ -140,21 +180,11 @@ impl<T: Float> MultiHeadAttention<T> {
     }
 
     /// Queries from `x_q [batch*q_len, d_model]`, keys and values from `x_kv [batch*k_len,
-    /// d_model]` (the same tensor for self-attention). Returns `[batch*q_len, d_model]`.
-    /// Rotary: queries at positions `mask.q_offset ..`, keys at `0 ..`.
+    /// d_model]` (the same tensor for self-attention). Returns `[batch*q_len, d_model]` and what
+    /// the backward needs. Attention dropout is drawn from `rng` when it is given and the
+    /// layer's [`dropout`](Self::dropout) is positive. Rotary: queries at positions
+    /// `mask.q_offset ..`, keys at `0 ..`.
     pub fn forward(
-        &self,
-        x_q: &[T],
-        x_kv: &[T],
-        batch: usize,
-        mask: AttnMask<'_>,
-    ) -> (Vec<T>, AttentionCache<T>) {
-        self.forward_with(x_q, x_kv, batch, mask, 0, None)
-    }
-
-    /// [`forward`](Self::forward) with attention dropout drawn from `rng` when it is given and
-    /// the layer's [`dropout`](Self::dropout) is positive.
-    pub fn forward_train(
         &self,
         x_q: &[T],
         x_kv: &[T],
@@ -162,13 +192,13 @@ impl<T: Float> MultiHeadAttention<T> {
         mask: AttnMask<'_>,
         rng: Option<&mut Rng>,
     ) -> (Vec<T>, AttentionCache<T>) {
-        self.forward_with(x_q, x_kv, batch, mask, 0, rng)
+        self.forward_shifted(x_q, x_kv, batch, mask, 0, rng)
     }
 
-    /// [`forward`](Self::forward) with every rotary position shifted by `shift`: queries at
-    /// `shift + mask.q_offset + i`, keys at `shift + j`. Without rotary, `shift` has no effect;
-    /// with it, the result does not depend on `shift` either (up to rounding), since rotary
-    /// scores see relative positions only.
+    /// [`forward`](Self::forward) without dropout, every rotary position shifted by `shift`:
+    /// queries at `shift + mask.q_offset + i`, keys at `shift + j`. Without rotary, `shift` has
+    /// no effect; with it, the result does not depend on `shift` either (up to rounding), since
+    /// rotary scores see relative positions only.
     pub fn forward_at(
         &self,
         x_q: &[T],
@@ -177,10 +207,29 @@ impl<T: Float> MultiHeadAttention<T> {
         mask: AttnMask<'_>,
         shift: usize,
     ) -> (Vec<T>, AttentionCache<T>) {
-        self.forward_with(x_q, x_kv, batch, mask, shift, None)
+        self.forward_shifted(x_q, x_kv, batch, mask, shift, None)
     }
 
-    fn forward_with(
+    /// The projections, rotated at `shift + ...` (see [`forward_at`](Self::forward_at)).
+    fn project(
+        &self,
+        x_q: &[T],
+        x_kv: &[T],
+        batch: usize,
+        q_pos: usize,
+        k_pos: usize,
+    ) -> (Vec<T>, Vec<T>, Vec<T>) {
+        let q_len = x_q.len() / (batch * self.d_model);
+        let k_len = x_kv.len() / (batch * self.d_model);
+        let mut q = self.q_proj.forward(x_q);
+        let mut k = self.k_proj.forward(x_kv);
+        let v = self.v_proj.forward(x_kv);
+        self.rotate(&mut q, q_len, q_pos);
+        self.rotate(&mut k, k_len, k_pos);
+        (q, k, v)
+    }
+
+    fn forward_shifted(
         &self,
         x_q: &[T],
         x_kv: &[T],
@@ -191,34 +240,32 @@ impl<T: Float> MultiHeadAttention<T> {
     ) -> (Vec<T>, AttentionCache<T>) {
         let q_len = x_q.len() / (batch * self.d_model);
         let k_len = x_kv.len() / (batch * self.d_model);
-        let mut q = self.q_proj.forward(x_q);
-        let mut k = self.k_proj.forward(x_kv);
-        let v = self.v_proj.forward(x_kv);
         let (q_pos, k_pos) = (shift + mask.q_offset, shift);
-        self.rotate(&mut q, q_len, q_pos);
-        self.rotate(&mut k, k_len, k_pos);
+        let (q, k, v) = self.project(x_q, x_kv, batch, q_pos, k_pos);
         let dims = self.dims(batch, q_len, k_len, k_len);
-        // ctx: [batch*q_len, d_model]; probs: [batch, heads, q_len, k_len] or lse: [batch*q_len, heads]
+        // ctx: [batch*q_len, d_model]
         let mut ctx = vec![T::zero(); x_q.len()];
-        let (mut probs, mut lse) = (Vec::new(), Vec::new());
         let n_weights = batch * self.n_heads * q_len * k_len;
         // drop_mask: [batch, heads, q_len, k_len]
         let drop_mask = rng.and_then(|r| dropout_mask(r, n_weights, self.dropout));
-        if k_len >= TILED_FROM_KEYS && drop_mask.is_none() {
-            lse = vec![T::zero(); batch * q_len * self.n_heads];
+        let weights = if k_len >= TILED_FROM_KEYS && drop_mask.is_none() {
+            // lse: [batch*q_len, heads]
+            let mut lse = vec![T::zero(); batch * q_len * self.n_heads];
             flash_attention_forward(&mut ctx, &mut lse, &q, &k, &v, dims, mask);
+            SavedWeights::LogSumExp(lse)
         } else {
-            probs = vec![T::zero(); n_weights];
+            // probs: [batch, heads, q_len, k_len]
+            let mut probs = vec![T::zero(); n_weights];
             let drop = drop_mask.as_deref();
             attention_forward(&mut ctx, &mut probs, &q, &k, &v, dims, mask, drop);
-        }
+            SavedWeights::Probs { probs, drop_mask }
+        };
         let y = self.out_proj.forward(&ctx);
         let cache = AttentionCache {
             q,
             k,
             v,
-            probs,
-            lse,
+            weights,
             key_lens: mask.key_lens.to_vec(),
             causal: mask.causal,
             q_offset: mask.q_offset,
@@ -226,9 +273,27 @@ impl<T: Float> MultiHeadAttention<T> {
             dims,
             q_pos,
             k_pos,
-            drop_mask,
         };
         (y, cache)
+    }
+
+    /// Inference that returns the attention weights `[batch, heads, q_len, k_len]` with the
+    /// output: always the plain kernel, whatever the length (attention maps).
+    pub fn forward_weights(
+        &self,
+        x_q: &[T],
+        x_kv: &[T],
+        batch: usize,
+        mask: AttnMask<'_>,
+    ) -> (Vec<T>, Vec<T>) {
+        let q_len = x_q.len() / (batch * self.d_model);
+        let k_len = x_kv.len() / (batch * self.d_model);
+        let (q, k, v) = self.project(x_q, x_kv, batch, mask.q_offset, 0);
+        let dims = self.dims(batch, q_len, k_len, k_len);
+        let mut ctx = vec![T::zero(); x_q.len()];
+        let mut probs = vec![T::zero(); batch * self.n_heads * q_len * k_len];
+        attention_forward(&mut ctx, &mut probs, &q, &k, &v, dims, mask, None);
+        (self.out_proj.forward(&ctx), probs)
     }
 
     /// Accumulates the four projections' gradients; returns `(dx_q, dx_kv)`.
@@ -243,9 +308,9 @@ impl<T: Float> MultiHeadAttention<T> {
         let mut dq = vec![T::zero(); cache.q.len()];
         let mut dk = vec![T::zero(); cache.k.len()];
         let mut dv = vec![T::zero(); cache.v.len()];
-        if cache.lse.is_empty() {
-            let (q, k, v) = (&cache.q, &cache.k, &cache.v);
-            attention_backward(
+        let (q, k, v) = (&cache.q, &cache.k, &cache.v);
+        match &cache.weights {
+            SavedWeights::Probs { probs, drop_mask } => attention_backward(
                 &mut dq,
                 &mut dk,
                 &mut dv,
@@ -253,20 +318,20 @@ impl<T: Float> MultiHeadAttention<T> {
                 q,
                 k,
                 v,
-                &cache.probs,
+                probs,
                 cache.dims,
-                cache.drop_mask.as_deref(),
-            );
-        } else {
-            let mask = AttnMask {
-                key_lens: &cache.key_lens,
-                causal: cache.causal,
-                q_offset: cache.q_offset,
-            };
-            flash_attention_backward(
-                &mut dq, &mut dk, &mut dv, &dctx, &cache.ctx, &cache.lse, &cache.q, &cache.k,
-                &cache.v, cache.dims, mask,
-            );
+                drop_mask.as_deref(),
+            ),
+            SavedWeights::LogSumExp(lse) => {
+                let mask = AttnMask {
+                    key_lens: &cache.key_lens,
+                    causal: cache.causal,
+                    q_offset: cache.q_offset,
+                };
+                flash_attention_backward(
+                    &mut dq, &mut dk, &mut dv, &dctx, &cache.ctx, lse, q, k, v, cache.dims, mask,
+                );
+            }
         }
         if self.rotary {
             let (heads, d_head) = (self.n_heads, self.d_model / self.n_heads);
@@ -287,29 +352,21 @@ impl<T: Float> MultiHeadAttention<T> {
         let k_len = x_kv.len() / (batch * self.d_model);
         let mut k = self.k_proj.forward(x_kv);
         self.rotate(&mut k, k_len, 0);
-        KvCache {
-            k,
-            v: self.v_proj.forward(x_kv),
-            batch,
-            capacity: k_len,
-            len: k_len,
-        }
+        let v = self.v_proj.forward(x_kv);
+        KvCache::from_dense(k, v, batch, k_len, self.d_model)
     }
 
-    /// Inference with cached keys/values. Queries `x_q [batch*q_len, d_model]` at positions
-    /// `cache.len ..` (`batch` is the cache's; beam search reads one cross-attention cache row
-    /// per sentence with its beams as `q_len` queries); when `append` is true their own keys/values are first written into the
-    /// cache (self-attention), otherwise the cache is read as is (cross-attention). Masking:
-    /// `key_lens` (padding, for cross-attention) or causal within the appended block.
+    /// Inference with cached keys and values (see [`CachedAttention`]). Queries
+    /// `x_q [batch*q_len, d_model]` at positions `cache.len ..` (`batch` is the cache's; beam
+    /// search reads one cross-attention row per sentence with its beams as `q_len` queries).
     /// Returns the output and the attention weights `[batch, heads, q_len, k_len]`.
-    /// Rotary (self-attention, `append` only): the new keys are stored rotated at positions
-    /// `cache.len ..`, and the queries rotated at the same positions.
+    /// Rotary (self-attention only): the new keys are stored rotated at their positions, and the
+    /// queries rotated at the same positions.
     pub fn forward_cached(
         &self,
         x_q: &[T],
         cache: &mut KvCache<T>,
-        append: bool,
-        key_lens: Option<&[usize]>,
+        mode: CachedAttention<'_>,
     ) -> (Vec<T>, Vec<T>) {
         let d = self.d_model;
         let batch = cache.batch;
@@ -320,89 +377,63 @@ impl<T: Float> MultiHeadAttention<T> {
             "query rows are not a whole number per cached batch element"
         );
         let q_offset = cache.len;
+        let appends = !matches!(mode, CachedAttention::Cross { .. });
         assert!(
-            append || !self.rotary,
+            appends || !self.rotary,
             "rotary attention reads a KV cache only when appending (self-attention)"
         );
-        if append {
-            assert!(
-                cache.len + q_len <= cache.capacity,
-                "KV cache capacity exceeded"
-            );
+        if appends {
             let mut k_new = self.k_proj.forward(x_q);
             self.rotate(&mut k_new, q_len, q_offset);
-            let v_new = self.v_proj.forward(x_q);
-            for b in 0..batch {
-                let dst = (b * cache.capacity + cache.len) * d;
-                let src = b * q_len * d;
-                cache.k[dst..dst + q_len * d].copy_from_slice(&k_new[src..src + q_len * d]);
-                cache.v[dst..dst + q_len * d].copy_from_slice(&v_new[src..src + q_len * d]);
-            }
-            cache.len += q_len;
+            cache.append(&k_new, &self.v_proj.forward(x_q));
         }
         let k_len = cache.len;
         let mut q = self.q_proj.forward(x_q);
         self.rotate(&mut q, q_len, q_offset);
-        let dims = self.dims(batch, q_len, k_len, cache.capacity);
-        let full = vec![k_len; batch];
-        let mask = AttnMask {
-            key_lens: key_lens.unwrap_or(&full),
-            causal: append,
-            q_offset: if append { q_offset } else { 0 },
-        };
         let mut ctx = vec![T::zero(); x_q.len()];
         let mut probs = vec![T::zero(); batch * self.n_heads * q_len * k_len];
-        let (k, v) = (&cache.k, &cache.v);
-        if !append && q_len <= STEP_KERNEL_MAX_QUERIES {
-            // Decoding's cross-attention: a few queries per row, written-out loops (see
-            // `kernels::step_attention`) through the trivial table of the cache's rows.
-            let cap = cache.capacity;
-            assert!(batch * cap <= u32::MAX as usize, "KV cache too large");
-            let table: Vec<u32> = (0..batch)
-                .flat_map(|b| (0..k_len).map(move |t| (b * cap + t) as u32))
-                .collect();
-            let dims = AttnDims {
-                kv_stride: k_len,
-                ..dims
-            };
-            step_attention_forward(&mut ctx, &mut probs, &q, k, v, &table, mask.key_lens, dims);
-        } else {
-            attention_forward(&mut ctx, &mut probs, &q, k, v, dims, mask, None);
+        let paged = |ctx: &mut [T], probs: &mut [T], visible: &[usize]| {
+            // A few queries per row: the written-out loops through the cache's table of rows.
+            let dims = self.dims(batch, q_len, k_len, cache.capacity);
+            let (k, v, rows) = cache.paged();
+            step_attention_forward(ctx, probs, &q, k, v, &rows, visible, dims);
+        };
+        match mode {
+            CachedAttention::Step => {
+                assert_eq!(q_len, 1, "a step appends one position per row");
+                paged(&mut ctx, &mut probs, &vec![k_len; batch]);
+            }
+            CachedAttention::Cross { key_lens } if q_len <= STEP_KERNEL_MAX_QUERIES => {
+                paged(&mut ctx, &mut probs, key_lens);
+            }
+            CachedAttention::Prefill | CachedAttention::Cross { .. } => {
+                let full = vec![k_len; batch];
+                let mask = match mode {
+                    CachedAttention::Cross { key_lens } => AttnMask {
+                        key_lens,
+                        causal: false,
+                        q_offset: 0,
+                    },
+                    _ => AttnMask {
+                        key_lens: &full,
+                        causal: true,
+                        q_offset,
+                    },
+                };
+                let dims = self.dims(batch, q_len, k_len, cache.capacity);
+                let (k, v) = cache.dense();
+                attention_forward(&mut ctx, &mut probs, &q, k, v, dims, mask, None);
+            }
         }
-        (self.out_proj.forward(&ctx), probs)
-    }
-}
-
-impl<T: Float> MultiHeadAttention<T> {
-    /// One decoding step of self-attention: the queries `x_q [batch, d_model]` are the tokens at
-    /// position `cache.len`; their keys and values are appended to the cache first, then each
-    /// query attends to its row's keys `0 ..= cache.len` wherever they are stored
-    /// (`kernels::step_attention`). Returns the output `[batch, d_model]` and the attention
-    /// weights `[batch, heads, 1, len]`. Rotary: keys and queries rotated at their position.
-    pub fn forward_step(&self, x_q: &[T], cache: &mut StepKvCache<T>) -> (Vec<T>, Vec<T>) {
-        let (d, batch, pos) = (self.d_model, cache.batch, cache.len);
-        assert_eq!(x_q.len(), batch * d, "one query row per cached batch row");
-        let mut k_new = self.k_proj.forward(x_q);
-        self.rotate(&mut k_new, 1, pos);
-        cache.push(&k_new, &self.v_proj.forward(x_q));
-        let mut q = self.q_proj.forward(x_q);
-        self.rotate(&mut q, 1, pos);
-        let dims = self.dims(batch, 1, cache.len, cache.capacity);
-        let mut ctx = vec![T::zero(); x_q.len()];
-        let mut probs = vec![T::zero(); batch * self.n_heads * cache.len];
-        let (k, v, rows) = (&cache.k, &cache.v, &cache.rows);
-        let visible = vec![cache.len; batch];
-        step_attention_forward(&mut ctx, &mut probs, &q, k, v, rows, &visible, dims);
         (self.out_proj.forward(&ctx), probs)
     }
 }
 
 impl<T> Module<T> for MultiHeadAttention<T> {
-    fn collect_params<'a>(&'a mut self, prefix: &str, out: &mut Vec<(String, &'a mut Param<T>)>) {
-        self.q_proj.collect_params(&format!("{prefix}.q_proj"), out);
-        self.k_proj.collect_params(&format!("{prefix}.k_proj"), out);
-        self.v_proj.collect_params(&format!("{prefix}.v_proj"), out);
-        self.out_proj
-            .collect_params(&format!("{prefix}.out_proj"), out);
+    fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
+        v.module("q_proj", &mut self.q_proj);
+        v.module("k_proj", &mut self.k_proj);
+        v.module("v_proj", &mut self.v_proj);
+        v.module("out_proj", &mut self.out_proj);
     }
 }

@@ -1,36 +1,29 @@
 //! A BERT-style encoder (Devlin et al., 2019) built from this crate's encoder layers, to run
 //! pretrained Hugging Face checkpoints such as sentence-transformers' all-MiniLM-L6-v2.
 //!
-//! `x = LayerNorm(E_word[t] + E_type[s] + E_pos[i])`, then N post-LN [`EncoderLayer`]s with GELU
-//! and a padding mask on the keys. Inference only: no dropout, no backward. A sentence embedding
+//! `x = LayerNorm(E_word[t] + E_type[s] + E_pos[i])`, then a [`Stack`] of N post-LN
+//! [`SelfAttentionBlock`]s with GELU and a padding mask on the keys. Inference only: no dropout, no backward. A sentence embedding
 //! is the mean of the last hidden states over the real (unpadded) tokens, L2-normalised.
 //!
 //! [`Bert::load`] reads a Hugging Face model directory (`config.json`, `model.safetensors`) and
-//! maps its tensor names onto our modules:
-//!
-//! | Hugging Face | here |
-//! |---|---|
-//! | `embeddings.{word,position,token_type}_embeddings.weight` | the three tables |
-//! | `embeddings.LayerNorm` | `embeddings_norm` |
-//! | `encoder.layer.i.attention.self.{query,key,value}` | `self_attn.{q,k,v}_proj` |
-//! | `encoder.layer.i.attention.output.dense` | `self_attn.out_proj` |
-//! | `encoder.layer.i.attention.output.LayerNorm` | `self_attn_res.norm` (`self_attn_norm`) |
-//! | `encoder.layer.i.intermediate.dense` | `ffn.linear1` |
-//! | `encoder.layer.i.output.dense` | `ffn.linear2` |
-//! | `encoder.layer.i.output.LayerNorm` | `ffn_res.norm` (`ffn_norm`) |
+//! maps its tensor names onto our module paths with the explicit table [`HF_NAMES`] (Hugging
+//! Face `encoder.layer.i.attention.self.query.weight` is our `layers.i.self_attn.q_proj.weight`,
+//! and so on), then loads through the one loader of `super::checkpoint`.
 //!
 //! A `bert.` prefix (checkpoints of task models) is stripped; old `gamma`/`beta` layer-norm names
 //! are read as `weight`/`bias`. Tensors that are not encoder parameters are skipped by name, never
 //! silently: the `position_ids` / `token_type_ids` buffers and the `pooler.` / `cls.` heads.
 //! Any other unknown tensor is an error.
 
-use super::config::{Activation, ModelConfig, NormPlacement};
-use super::encoder::EncoderLayer;
+use super::block::SelfAttentionBlock;
+use super::checkpoint::{build_filled, load_config_of, Model, RenameTable};
+use super::config::{Activation, BlockConfig, NormPlacement, MAX_LAYERS};
+use super::encoder::padding_mask;
 use super::layer_norm::LayerNorm;
-use super::param::Param;
+use super::param::{count_params, Init, Module, Param, ParamVisitor, ShapesOnly};
+use super::stack::Stack;
 use crate::error::{Error, Result};
-use crate::rng::Rng;
-use crate::store::{read_file, read_tensors_skipping, CONFIG_FILE, MODEL_FILE};
+use crate::store::{ckpt_err, read_tensors_skipping, MODEL_FILE};
 use crate::Float;
 use serde::Deserialize;
 use std::path::Path;
@@ -91,6 +84,23 @@ impl BertConfig {
         Ok(c)
     }
 
+    /// The blocks' shape: post-LN, no dropout, not rotary (BERT adds its own learned position
+    /// table before the first block).
+    pub fn block(&self) -> BlockConfig {
+        BlockConfig {
+            d_model: self.hidden_size,
+            n_heads: self.num_attention_heads,
+            d_ff: self.intermediate_size,
+            activation: self.activation().expect("validated config"),
+            norm: NormPlacement::PostLn,
+            layer_norm_eps: self.layer_norm_eps,
+            dropout: 0.0,
+            attention_dropout: 0.0,
+            activation_dropout: 0.0,
+            rotary: false,
+        }
+    }
+
     /// The FFN activation named by `hidden_act`.
     pub fn activation(&self) -> std::result::Result<Activation, String> {
         match self.hidden_act.as_str() {
@@ -125,6 +135,12 @@ impl BertConfig {
         if self.add_cross_attention {
             return Err("add_cross_attention true is not supported (encoder only)".into());
         }
+        if self.num_hidden_layers > MAX_LAYERS {
+            return Err(format!(
+                "num_hidden_layers {} is above the supported {MAX_LAYERS}",
+                self.num_hidden_layers
+            ));
+        }
         for (name, v) in [
             ("vocab_size", self.vocab_size),
             ("hidden_size", self.hidden_size),
@@ -149,39 +165,52 @@ impl BertConfig {
         Ok(())
     }
 
-    /// The shape of one of our encoder layers with these sizes (post-LN, no dropout).
-    pub fn encoder_config(&self) -> ModelConfig {
-        ModelConfig {
-            vocab_size: self.vocab_size,
-            d_model: self.hidden_size,
-            n_heads: self.num_attention_heads,
-            d_ff: self.intermediate_size,
-            n_encoder_layers: self.num_hidden_layers,
-            n_decoder_layers: 0,
-            dropout: 0.0,
-            norm: NormPlacement::PostLn,
-            layer_norm_eps: self.layer_norm_eps,
-            tie_embeddings: false,
-            max_len: self.max_position_embeddings,
-            activation: self.activation().expect("validated config"),
-            // BERT adds its own learned table (`position_embeddings`); the layers are plain.
-            positions: super::config::Positions::Sinusoidal,
-            attention_dropout: 0.0,
-            activation_dropout: 0.0,
-        }
-    }
-
-    /// The number of parameters these sizes imply (`None` on overflow), checked against the
-    /// weights file before anything is allocated.
+    /// The number of parameters these sizes imply (`None` on overflow), counted from the
+    /// parameters' shapes; checked against the weights file before anything is allocated.
     pub fn n_params(&self) -> Option<usize> {
-        let d = self.hidden_size as u128;
-        let f = self.intermediate_size as u128;
-        let tables =
-            (self.vocab_size + self.max_position_embeddings + self.type_vocab_size) as u128;
-        let layer = 4 * (d * d + d) + 2 * d + (f * d + f) + (d * f + d) + 2 * d;
-        usize::try_from(tables * d + 2 * d + self.num_hidden_layers as u128 * layer).ok()
+        count_params(&mut Bert::<f32>::new(self.clone(), &mut ShapesOnly))
     }
 }
+
+/// Hugging Face BERT tensor names (after [`canonical_name`]) -> our module paths.
+pub const HF_NAMES: RenameTable = RenameTable(&[
+    ("embeddings.word_embeddings.", "word_embeddings."),
+    ("embeddings.position_embeddings.", "position_embeddings."),
+    (
+        "embeddings.token_type_embeddings.",
+        "token_type_embeddings.",
+    ),
+    ("embeddings.LayerNorm.", "embeddings_norm."),
+    (
+        "encoder.layer.{i}.attention.self.query.",
+        "layers.{i}.self_attn.q_proj.",
+    ),
+    (
+        "encoder.layer.{i}.attention.self.key.",
+        "layers.{i}.self_attn.k_proj.",
+    ),
+    (
+        "encoder.layer.{i}.attention.self.value.",
+        "layers.{i}.self_attn.v_proj.",
+    ),
+    (
+        "encoder.layer.{i}.attention.output.dense.",
+        "layers.{i}.self_attn.out_proj.",
+    ),
+    (
+        "encoder.layer.{i}.attention.output.LayerNorm.",
+        "layers.{i}.self_attn_norm.",
+    ),
+    (
+        "encoder.layer.{i}.intermediate.dense.",
+        "layers.{i}.ffn.linear1.",
+    ),
+    ("encoder.layer.{i}.output.dense.", "layers.{i}.ffn.linear2."),
+    (
+        "encoder.layer.{i}.output.LayerNorm.",
+        "layers.{i}.ffn_norm.",
+    ),
+]);
 
 /// The BERT encoder: embeddings, their layer norm and the stack of post-LN encoder layers.
 #[derive(Clone, Debug)]
@@ -194,7 +223,8 @@ pub struct Bert<T> {
     /// [type_vocab_size, d]
     pub token_type_embeddings: Param<T>,
     pub embeddings_norm: LayerNorm<T>,
-    pub layers: Vec<EncoderLayer<T>>,
+    /// The post-LN self-attention blocks (no final norm).
+    pub encoder: Stack<SelfAttentionBlock<T>, T>,
 }
 
 /// Is `name` (without a `bert.` prefix) a tensor of a BERT checkpoint that is not an encoder
@@ -220,77 +250,42 @@ fn canonical_name(name: &str) -> String {
 }
 
 impl<T: Float> Bert<T> {
-    /// A randomly initialised model of the given (validated) shape.
-    pub fn new(config: BertConfig, rng: &mut Rng) -> Self {
+    /// A model of the given (validated) shape, parameters drawn from `init` in the order
+    /// word, position and token-type tables, blocks.
+    pub fn new(config: BertConfig, init: &mut impl Init) -> Self {
         let d = config.hidden_size;
-        let c = config.encoder_config();
-        let table = |n: usize, rng: &mut Rng| Param::xavier(&[n, d], n, d, rng);
+        let block = config.block();
+        let mut table = |n: usize| init.xavier(&[n, d], n, d);
+        let (word_embeddings, position_embeddings, token_type_embeddings) = (
+            table(config.vocab_size),
+            table(config.max_position_embeddings),
+            table(config.type_vocab_size),
+        );
+        let embeddings_norm = LayerNorm::with_init(d, config.layer_norm_eps, init);
+        let encoder = Stack::new(config.num_hidden_layers, None, init, |init| {
+            SelfAttentionBlock::new(&block, init)
+        });
         Bert {
-            word_embeddings: table(config.vocab_size, rng),
-            position_embeddings: table(config.max_position_embeddings, rng),
-            token_type_embeddings: table(config.type_vocab_size, rng),
-            embeddings_norm: LayerNorm::new(d, config.layer_norm_eps),
-            layers: (0..config.num_hidden_layers)
-                .map(|_| EncoderLayer::new(&c, rng))
-                .collect(),
+            word_embeddings,
+            position_embeddings,
+            token_type_embeddings,
+            embeddings_norm,
+            encoder,
             config,
         }
     }
 
-    /// Every parameter under its Hugging Face name, in a fixed order.
+    /// Every parameter under its Hugging Face name (see [`HF_NAMES`]), in a fixed order.
     pub fn hf_params(&mut self) -> Vec<(String, &mut Param<T>)> {
-        let mut out: Vec<(String, &mut Param<T>)> = vec![
-            (
-                "embeddings.word_embeddings.weight".into(),
-                &mut self.word_embeddings,
-            ),
-            (
-                "embeddings.position_embeddings.weight".into(),
-                &mut self.position_embeddings,
-            ),
-            (
-                "embeddings.token_type_embeddings.weight".into(),
-                &mut self.token_type_embeddings,
-            ),
-            (
-                "embeddings.LayerNorm.weight".into(),
-                &mut self.embeddings_norm.gamma,
-            ),
-            (
-                "embeddings.LayerNorm.bias".into(),
-                &mut self.embeddings_norm.beta,
-            ),
-        ];
-        for (i, l) in self.layers.iter_mut().enumerate() {
-            let p = format!("encoder.layer.{i}");
-            let a = &mut l.self_attn;
-            for (name, lin) in [
-                ("attention.self.query", &mut a.q_proj),
-                ("attention.self.key", &mut a.k_proj),
-                ("attention.self.value", &mut a.v_proj),
-                ("attention.output.dense", &mut a.out_proj),
-            ] {
-                out.push((format!("{p}.{name}.weight"), &mut lin.weight));
-                out.push((format!("{p}.{name}.bias"), &mut lin.bias));
-            }
-            let n = &mut l.self_attn_res.norm;
-            out.push((
-                format!("{p}.attention.output.LayerNorm.weight"),
-                &mut n.gamma,
-            ));
-            out.push((format!("{p}.attention.output.LayerNorm.bias"), &mut n.beta));
-            for (name, lin) in [
-                ("intermediate.dense", &mut l.ffn.linear1),
-                ("output.dense", &mut l.ffn.linear2),
-            ] {
-                out.push((format!("{p}.{name}.weight"), &mut lin.weight));
-                out.push((format!("{p}.{name}.bias"), &mut lin.bias));
-            }
-            let n = &mut l.ffn_res.norm;
-            out.push((format!("{p}.output.LayerNorm.weight"), &mut n.gamma));
-            out.push((format!("{p}.output.LayerNorm.bias"), &mut n.beta));
-        }
-        out
+        self.named_params("")
+            .into_iter()
+            .map(|(name, p)| {
+                (
+                    HF_NAMES.export(&name).expect("every parameter has a name"),
+                    p,
+                )
+            })
+            .collect()
     }
 
     /// Last hidden states `[batch*seq_len, d]` of `ids [batch, seq_len]` (row-major, padded
@@ -352,11 +347,11 @@ impl<T: Float> Bert<T> {
                 row[j] = word[w + j] + typ[t + j] + pos[p + j];
             }
         }
-        let (mut x, _) = self.embeddings_norm.forward(&x);
-        for layer in &self.layers {
-            x = layer.forward(x, batch, lens, None).0;
-        }
-        Ok(x)
+        let (x, _) = self.embeddings_norm.forward(&x);
+        let mask = padding_mask(lens);
+        Ok(self
+            .encoder
+            .apply(x, |_, l, x| l.forward(x, batch, mask, None).0))
     }
 
     /// Sentence embeddings of already tokenized sequences (specials included, token type 0),
@@ -397,53 +392,47 @@ pub fn mean_pool_l2<T: Float>(rows: &[T], d: usize) -> Vec<T> {
     mean.iter().map(|m| T::of(m / norm)).collect()
 }
 
+impl<T> Module<T> for Bert<T> {
+    fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
+        v.param("word_embeddings.weight", &mut self.word_embeddings);
+        v.param("position_embeddings.weight", &mut self.position_embeddings);
+        v.param(
+            "token_type_embeddings.weight",
+            &mut self.token_type_embeddings,
+        );
+        v.module("embeddings_norm", &mut self.embeddings_norm);
+        self.encoder.visit(v);
+    }
+}
+
+impl Model for Bert<f32> {
+    type Config = BertConfig;
+    fn config(&self) -> &BertConfig {
+        &self.config
+    }
+    fn check_config(config: &BertConfig) -> std::result::Result<(), String> {
+        config.validate()
+    }
+    fn build(config: BertConfig, init: &mut impl Init) -> Self {
+        Bert::new(config, init)
+    }
+}
+
 impl Bert<f32> {
     /// Loads a Hugging Face BERT directory (`config.json`, `model.safetensors`), checking every
     /// tensor's name and shape; errors name the file and the tensor.
     pub fn load(dir: &Path) -> Result<Bert<f32>> {
-        let config_path = dir.join(CONFIG_FILE);
-        let config = BertConfig::from_json(&read_file(&config_path)?, &config_path)?;
+        let config = load_config_of::<Bert<f32>>(dir)?;
         let path = dir.join(MODEL_FILE);
-        let err = |reason: String| Error::Checkpoint {
-            path: path.clone(),
-            reason,
-        };
         let raw = read_tensors_skipping(&path, |n| is_ignored(&canonical_name(n)))?;
         let mut map = std::collections::HashMap::new();
         for (name, t) in raw {
             let canon = canonical_name(&name);
-            if map.insert(canon.clone(), (name, t)).is_some() {
-                return Err(err(format!("tensor {canon} appears twice")));
+            if map.insert(canon.clone(), t).is_some() {
+                return Err(ckpt_err(&path, format!("tensor {canon} appears twice")));
             }
         }
-        // Compare sizes before allocating: a config edited to huge sizes is an error, not an OOM.
-        let in_file: usize = map.values().map(|(_, (_, v))| v.len()).sum();
-        if config.n_params() != Some(in_file) {
-            return Err(err(format!(
-                "holds {in_file} weights but {} implies {} (config.json does not match the weights)",
-                config_path.display(),
-                config.n_params().map_or("too many".into(), |n| n.to_string())
-            )));
-        }
-        let mut model = Bert::new(config, &mut Rng::new(0));
-        for (key, p) in model.hf_params() {
-            let (name, (shape, values)) = map
-                .remove(&key)
-                .ok_or_else(|| err(format!("missing tensor {key}")))?;
-            if shape != p.value.shape {
-                return Err(err(format!(
-                    "tensor {name} has shape {shape:?} but config.json needs {:?}",
-                    p.value.shape
-                )));
-            }
-            p.value.data.copy_from_slice(&values);
-        }
-        if let Some(extra) = map.values().map(|(n, _)| n).min() {
-            return Err(err(format!(
-                "unexpected tensor {extra} (not a BERT encoder parameter)"
-            )));
-        }
-        Ok(model)
+        build_filled(&path, config, map, Some(&HF_NAMES))
     }
 }
 
@@ -467,7 +456,7 @@ mod tests {
         let json = br#"{"vocab_size": 50, "hidden_size": 8, "num_hidden_layers": 2,
             "num_attention_heads": 2, "intermediate_size": 12, "max_position_embeddings": 16}"#;
         let c = BertConfig::from_json(json, Path::new("config.json")).unwrap();
-        let mut m = Bert::<f64>::new(c.clone(), &mut Rng::new(1));
+        let mut m = Bert::<f64>::new(c.clone(), &mut crate::rng::Rng::new(1));
         let n: usize = m.hf_params().iter().map(|(_, p)| p.value.len()).sum();
         assert_eq!(c.n_params(), Some(n));
         let x = m.forward(&[1, 2, 3, 4, 5, 0], None, 2, 3, &[3, 2]).unwrap();

@@ -1,154 +1,130 @@
-//! The residual connection around every sublayer (section 3.1 and 5.4):
-//! post-LN (the paper) `y = LayerNorm(x + Dropout(Sublayer(x)))`, or
-//! pre-LN `y = x + Dropout(Sublayer(LayerNorm(x)))`.
+//! The self-attention block (section 3.1): multi-head self-attention, then the position-wise
+//! FFN, each inside a [`Residual`] connection (post-LN as in the paper, or pre-LN):
+//!
+//! `x' = Residual(x, SelfAttention(x; mask))`, `y = Residual(x', FFN(x'))`.
+//!
+//! One type for every shape that attends to itself: the paper's encoder layer (padding mask),
+//! the decoder-only language model's block (causal mask) and BERT's encoder layer. Only the mask
+//! differs, and it is an argument. The incremental form for decoding appends to a
+//! [`KvCache`]. Parameters: `self_attn.{q,k,v,out}_proj`, `self_attn_norm`, `ffn.linear{1,2}`,
+//! `ffn_norm`.
 
-use super::config::NormPlacement;
-use super::layer_norm::LayerNorm;
-use super::param::{Module, Param};
-use crate::kernels::activations::{add_inplace, dropout_add_inplace, mul_inplace};
-use crate::kernels::dropout::{dropout_mask, fork_for};
-use crate::kernels::layer_norm::LayerNormStats;
+use super::attention::{AttentionCache, CachedAttention, MultiHeadAttention};
+use super::config::BlockConfig;
+use super::feed_forward::{FeedForward, FeedForwardCache};
+use super::kv_cache::KvCache;
+use super::param::{Init, Module, ParamVisitor};
+use super::residual::{Residual, ResidualCache};
+use crate::kernels::activations::add_inplace;
+use crate::kernels::attention::AttnMask;
 use crate::rng::Rng;
 use crate::Float;
 
-/// A residual connection with its layer norm and dropout.
+/// Self-attention and FFN sublayers, each in a residual connection.
 #[derive(Clone, Debug)]
-pub struct Residual<T> {
-    pub norm: LayerNorm<T>,
-    pub placement: NormPlacement,
-    pub dropout: f64,
+pub struct SelfAttentionBlock<T> {
+    pub self_attn: MultiHeadAttention<T>,
+    pub self_attn_res: Residual<T>,
+    pub ffn: FeedForward<T>,
+    pub ffn_res: Residual<T>,
 }
 
-/// What a residual forward keeps: its input, what the sublayer saw and kept, the dropout mask,
-/// and the layer-norm input and statistics.
+/// What a block's forward keeps for its backward.
 #[derive(Clone, Debug)]
-pub struct ResidualCache<T, C> {
-    /// x [rows, d_model]
-    pub input: Vec<T>,
-    /// Pre-LN only: LayerNorm(x), the sublayer's input.
-    pub normed_input: Option<Vec<T>>,
-    /// What the sublayer saved for its own backward.
-    pub sublayer: C,
-    pub dropout_mask: Option<Vec<T>>,
-    /// Post-LN only: x + Dropout(Sublayer(x)), the norm's input.
-    pub sum: Option<Vec<T>>,
-    pub norm_stats: LayerNormStats<T>,
+pub struct SelfAttentionBlockCache<T> {
+    pub self_attn: ResidualCache<T, AttentionCache<T>>,
+    pub ffn: ResidualCache<T, FeedForwardCache<T>>,
 }
 
-impl<T: Float> Residual<T> {
-    pub fn new(d_model: usize, eps: f64, placement: NormPlacement, dropout: f64) -> Self {
-        Residual {
-            norm: LayerNorm::new(d_model, eps),
-            placement,
-            dropout,
+impl<T: Float> SelfAttentionBlock<T> {
+    /// Parameters drawn from `init` in the order self-attention (Q, K, V, O), FFN.
+    pub fn new(c: &BlockConfig, init: &mut impl Init) -> Self {
+        let self_attn = MultiHeadAttention::new(c.d_model, c.n_heads, init)
+            .with_dropout(c.attention_dropout)
+            .with_rotary(c.rotary);
+        let self_attn_res = c.residual(init);
+        let ffn = FeedForward::new(c.d_model, c.d_ff, c.activation, init)
+            .with_dropout(c.activation_dropout);
+        SelfAttentionBlock {
+            self_attn,
+            self_attn_res,
+            ffn,
+            ffn_res: c.residual(init),
         }
     }
 
-    /// Runs `sublayer` inside the residual connection. Dropout when `rng` is given.
-    pub fn forward<C>(
+    /// `x [batch*len, d_model]` -> same shape; each row attends to its own row's keys as `mask`
+    /// allows (padding: keys past `key_lens[b]`; causal: keys after the query). Dropout when
+    /// `rng` is given.
+    pub fn forward(
         &self,
         x: Vec<T>,
-        rng: Option<&mut Rng>,
-        sublayer: impl FnOnce(&[T]) -> (Vec<T>, C),
-    ) -> (Vec<T>, ResidualCache<T, C>) {
-        match self.placement {
-            NormPlacement::PostLn => {
-                let (mut sum, inner) = sublayer(&x);
-                let dropout_mask = rng.and_then(|r| dropout_mask(r, sum.len(), self.dropout));
-                dropout_add_inplace(&mut sum, dropout_mask.as_deref(), &x);
-                let (y, norm_stats) = self.norm.forward(&sum);
-                let cache = ResidualCache {
-                    input: x,
-                    normed_input: None,
-                    sublayer: inner,
-                    dropout_mask,
-                    sum: Some(sum),
-                    norm_stats,
-                };
-                (y, cache)
-            }
-            NormPlacement::PreLn => {
-                let (normed, norm_stats) = self.norm.forward(&x);
-                let (mut y, inner) = sublayer(&normed);
-                let dropout_mask = rng.and_then(|r| dropout_mask(r, y.len(), self.dropout));
-                dropout_add_inplace(&mut y, dropout_mask.as_deref(), &x);
-                let cache = ResidualCache {
-                    input: x,
-                    normed_input: Some(normed),
-                    sublayer: inner,
-                    dropout_mask,
-                    sum: None,
-                    norm_stats,
-                };
-                (y, cache)
-            }
-        }
-    }
-
-    /// [`forward`](Self::forward) around a sublayer with a dropout of its own (attention
-    /// weights, FFN activations) of probability `inner_p`: the sublayer gets a generator forked
-    /// from `rng`, only when it has something to drop (see [`fork_for`]).
-    pub fn forward_inner<C>(
-        &self,
-        x: Vec<T>,
+        batch: usize,
+        mask: AttnMask<'_>,
         mut rng: Option<&mut Rng>,
-        inner_p: f64,
-        sublayer: impl FnOnce(&[T], Option<&mut Rng>) -> (Vec<T>, C),
-    ) -> (Vec<T>, ResidualCache<T, C>) {
-        let mut inner = fork_for(rng.as_deref_mut(), inner_p);
-        self.forward(x, rng, |u| sublayer(u, inner.as_mut()))
+    ) -> (Vec<T>, SelfAttentionBlockCache<T>) {
+        let attn = &self.self_attn;
+        let (x, self_attn) =
+            self.self_attn_res
+                .forward_inner(x, rng.as_deref_mut(), attn.dropout, |u, r| {
+                    attn.forward(u, u, batch, mask, r)
+                });
+        let (x, ffn) = self
+            .ffn_res
+            .forward_inner(x, rng, self.ffn.dropout, |u, r| {
+                self.ffn.forward_train(u, r)
+            });
+        (x, SelfAttentionBlockCache { self_attn, ffn })
     }
 
-    /// Backward through the connection. `sublayer_backward(sublayer_input, saved, d_output)`
-    /// must return the gradient with respect to the sublayer's input.
-    pub fn backward<C>(
-        &mut self,
-        cache: ResidualCache<T, C>,
-        dy: &[T],
-        sublayer_backward: impl FnOnce(&[T], C, &[T]) -> Vec<T>,
-    ) -> Vec<T> {
-        let ResidualCache {
-            input,
-            normed_input,
-            sublayer,
-            dropout_mask,
-            sum,
-            norm_stats,
-        } = cache;
-        match self.placement {
-            NormPlacement::PostLn => {
-                let sum = sum.expect("post-LN cache keeps the sum");
-                let dsum = self.norm.backward(&sum, &norm_stats, dy);
-                let mut dsub = dsum.clone();
-                if let Some(m) = &dropout_mask {
-                    mul_inplace(&mut dsub, m);
-                }
-                let mut dx = sublayer_backward(&input, sublayer, &dsub);
-                add_inplace(&mut dx, &dsum);
-                dx
-            }
-            NormPlacement::PreLn => {
-                let normed = normed_input.expect("pre-LN cache keeps the normed input");
-                let mut dsub = dy.to_vec();
-                if let Some(m) = &dropout_mask {
-                    mul_inplace(&mut dsub, m);
-                }
-                let dnormed = sublayer_backward(&normed, sublayer, &dsub);
-                let mut dx = self.norm.backward(&input, &norm_stats, &dnormed);
-                add_inplace(&mut dx, dy);
-                dx
-            }
-        }
+    /// Accumulates gradients and returns dx.
+    pub fn backward(&mut self, cache: SelfAttentionBlockCache<T>, dy: &[T]) -> Vec<T> {
+        let dx = self
+            .ffn_res
+            .backward(cache.ffn, dy, |u, c, d| self.ffn.backward(u, c, d));
+        self.self_attn_res
+            .backward(cache.self_attn, &dx, |u, c, d| {
+                let (dq, mut dkv) = self.self_attn.backward(u, u, c, d);
+                add_inplace(&mut dkv, &dq);
+                dkv
+            })
     }
 
-    /// Inference: the same computation without dropout and without saving anything.
-    pub fn apply(&self, x: Vec<T>, sublayer: impl FnOnce(&[T]) -> Vec<T>) -> Vec<T> {
-        self.forward(x, None, |input| (sublayer(input), ())).0
+    /// Inference returning the self-attention weights `[batch, heads, len, len]` too (attention
+    /// maps; the plain kernel at any length).
+    pub fn forward_weights(&self, x: Vec<T>, batch: usize, mask: AttnMask<'_>) -> (Vec<T>, Vec<T>) {
+        let mut weights = Vec::new();
+        let x = self.self_attn_res.apply(x, |u| {
+            let (y, w) = self.self_attn.forward_weights(u, u, batch, mask);
+            weights = w;
+            y
+        });
+        (self.ffn_res.apply(x, |u| self.ffn.forward(u).0), weights)
+    }
+
+    /// Incremental, causal: `x [batch*q_len, d_model]` are the next positions; their keys and
+    /// values are appended to `cache` (see [`CachedAttention::Prefill`]).
+    pub fn forward_cached(&self, x: Vec<T>, cache: &mut KvCache<T>) -> Vec<T> {
+        let x = self.self_attn_res.apply(x, |u| {
+            self.self_attn
+                .forward_cached(u, cache, CachedAttention::Prefill)
+                .0
+        });
+        self.ffn_res.apply(x, |u| self.ffn.forward(u).0)
+    }
+
+    /// Transposed weight copies for decoding (see [`super::linear::Linear::prepare_inference`]).
+    pub fn prepare_inference(&mut self) {
+        self.self_attn.prepare_inference();
+        self.ffn.prepare_inference();
     }
 }
 
-impl<T> Module<T> for Residual<T> {
-    fn collect_params<'a>(&'a mut self, prefix: &str, out: &mut Vec<(String, &'a mut Param<T>)>) {
-        self.norm.collect_params(prefix, out);
+impl<T> Module<T> for SelfAttentionBlock<T> {
+    fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
+        v.module("self_attn", &mut self.self_attn);
+        v.module("self_attn_norm", &mut self.self_attn_res);
+        v.module("ffn", &mut self.ffn);
+        v.module("ffn_norm", &mut self.ffn_res);
     }
 }

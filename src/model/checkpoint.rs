@@ -1,31 +1,180 @@
-//! Model directories: `config.json` and `model.safetensors` (see [`crate::store`]), saved from
-//! and loaded into our models, every tensor's name and shape checked.
+//! Model directories: `config.json` and `model.safetensors` (see [`crate::store`]), saved from and
+//! loaded into our models through one walk over their named parameters
+//! ([`Module::visit`]), every tensor's name and shape checked.
+//!
+//! One loader serves every model: [`load`] for our own directories (tensor names are our module
+//! paths), and [`fill_params`] with a [`RenameTable`] for imported layouts, whose tensor names
+//! are mapped onto ours by an explicit table (BERT today, see `super::bert`). The weights in a
+//! file are counted against the parameter count the config implies ([`count_params`] on a model
+//! built with [`ShapesOnly`]) before anything is allocated, so an edited config cannot ask for
+//! terabytes.
 
-use crate::error::Error;
-use crate::error::Result;
-use crate::model::{LanguageModel, ModelConfig, Param, Seq2Seq};
+use super::param::{count_params, Init, Module, Param, ShapesOnly};
+use super::{LanguageModel, ModelConfig, Seq2Seq};
+use crate::error::{Error, Result};
 use crate::rng::Rng;
 use crate::store::{
     ckpt_err, read_file, read_tensors, tensors_to_bytes, write_atomic, TensorMap, CONFIG_FILE,
     MODEL_FILE,
 };
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use std::path::Path;
 
-/// Copies tensors from `map` into the parameters' values, checking names and shapes.
-fn fill_params(
+/// A model kept in a directory of ours: its config (`config.json`), how it is built from it,
+/// and its parameters (the [`Module`] walk gives their names and order).
+pub trait Model: Module<f32> + Sized {
+    type Config: Clone;
+    /// The model's config.
+    fn config(&self) -> &Self::Config;
+    /// Checks a config read from a directory; the message names the offending field.
+    fn check_config(config: &Self::Config) -> std::result::Result<(), String>;
+    /// A model of this shape, parameters drawn from `init` (random, or shapes only).
+    fn build(config: Self::Config, init: &mut impl Init) -> Self;
+}
+
+impl Model for Seq2Seq<f32> {
+    type Config = ModelConfig;
+    fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+    fn check_config(config: &ModelConfig) -> std::result::Result<(), String> {
+        config.validate()
+    }
+    fn build(config: ModelConfig, init: &mut impl Init) -> Self {
+        Seq2Seq::new(config, init)
+    }
+}
+
+impl Model for LanguageModel<f32> {
+    type Config = ModelConfig;
+    fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+    fn check_config(config: &ModelConfig) -> std::result::Result<(), String> {
+        config.validate()?;
+        if config.n_encoder_layers != 0 {
+            return Err(format!(
+                "n_encoder_layers is {}: an encoder-decoder model, not a language model",
+                config.n_encoder_layers
+            ));
+        }
+        Ok(())
+    }
+    fn build(config: ModelConfig, init: &mut impl Init) -> Self {
+        LanguageModel::new(config, init)
+    }
+}
+
+/// Saves the model's `config.json` and `model.safetensors` into `dir` (created if needed).
+pub fn save<M: Model>(dir: &Path, model: &mut M) -> Result<()>
+where
+    M::Config: Serialize,
+{
+    std::fs::create_dir_all(dir).map_err(|cause| Error::Write {
+        path: dir.to_path_buf(),
+        cause,
+    })?;
+    let config = serde_json::to_string_pretty(model.config()).expect("config serialises");
+    write_atomic(&dir.join(CONFIG_FILE), config.as_bytes())?;
+    let path = dir.join(MODEL_FILE);
+    let params = model.named_params("");
+    let tensors: Vec<(String, Vec<usize>, &[f32])> = params
+        .iter()
+        .map(|(n, p)| (n.clone(), p.value.shape.clone(), &p.value.data[..]))
+        .collect();
+    let bytes = tensors_to_bytes(&tensors, &path)?;
+    write_atomic(&path, &bytes)
+}
+
+/// Reads `config.json` from `dir` and checks it for `M`.
+pub fn load_config_of<M: Model>(dir: &Path) -> Result<M::Config>
+where
+    M::Config: DeserializeOwned,
+{
+    let path = dir.join(CONFIG_FILE);
+    let bytes = read_file(&path)?;
+    let config: M::Config = serde_json::from_slice(&bytes)
+        .map_err(|e| ckpt_err(&path, format!("invalid model config: {e}")))?;
+    M::check_config(&config).map_err(|e| ckpt_err(&path, e))?;
+    Ok(config)
+}
+
+/// Loads a model saved by [`save`]: the weights must match the config in count (checked before
+/// allocating), names and shapes.
+pub fn load<M: Model>(dir: &Path) -> Result<M>
+where
+    M::Config: DeserializeOwned,
+{
+    let config = load_config_of::<M>(dir)?;
+    let path = dir.join(MODEL_FILE);
+    let map = read_tensors(&path)?;
+    build_filled(&path, config, map, None)
+}
+
+/// Builds the model `config` describes and fills it from `map`: the weights are counted against
+/// the config first, then each parameter takes the tensor of its name (through `rename` for
+/// imported layouts), and tensors no parameter took are an error.
+pub fn build_filled<M: Model>(
+    path: &Path,
+    config: M::Config,
+    map: TensorMap,
+    rename: Option<&RenameTable>,
+) -> Result<M> {
+    let mut map = match rename {
+        Some(table) => table.import_map(path, map)?,
+        None => map
+            .into_iter()
+            .map(|(name, t)| (name.clone(), (name, t)))
+            .collect(),
+    };
+    // Compare sizes before allocating: a config edited to huge sizes is an error, not an OOM.
+    let expected = count_params(&mut M::build(config.clone(), &mut ShapesOnly));
+    let in_file: usize = map.values().map(|(_, (_, v))| v.len()).sum();
+    if expected != Some(in_file) {
+        return Err(ckpt_err(
+            path,
+            format!(
+                "holds {in_file} weights but config.json implies {} (config.json does not match the weights)",
+                expected.map_or("too many".to_string(), |n| n.to_string())
+            ),
+        ));
+    }
+    let mut model = M::build(config, &mut Rng::new(0));
+    fill_params(path, &mut model.named_params(""), &mut map, rename)?;
+    if let Some(extra) = map.values().map(|(name, _)| name).min() {
+        return Err(ckpt_err(
+            path,
+            format!("unexpected tensor {extra} (config.json does not match the weights)"),
+        ));
+    }
+    Ok(model)
+}
+
+/// Tensors by our parameter name: `(name in the file, (shape, values))`.
+pub type NamedTensors = std::collections::HashMap<String, (String, (Vec<usize>, Vec<f32>))>;
+
+/// Copies the tensor of each parameter's name from `map` into its value, checking shapes
+/// (errors name the tensor as the file names it, through `rename` for imported layouts).
+pub fn fill_params(
     path: &Path,
     params: &mut [(String, &mut Param<f32>)],
-    map: &mut TensorMap,
+    map: &mut NamedTensors,
+    rename: Option<&RenameTable>,
 ) -> Result<()> {
     for (key, p) in params.iter_mut() {
-        let (shape, values) = map
-            .remove(key.as_str())
-            .ok_or_else(|| ckpt_err(path, format!("missing tensor {key}")))?;
+        let (name, (shape, values)) = map.remove(key.as_str()).ok_or_else(|| {
+            let theirs = rename.and_then(|t| t.export(key));
+            ckpt_err(
+                path,
+                format!("missing tensor {}", theirs.as_deref().unwrap_or(key)),
+            )
+        })?;
         if shape != p.value.shape {
             return Err(ckpt_err(
                 path,
                 format!(
-                    "tensor {key} has shape {shape:?} but the config needs {:?} (config.json does not match the weights)",
+                    "tensor {name} has shape {shape:?} but the config needs {:?} (config.json does not match the weights)",
                     p.value.shape
                 ),
             ));
@@ -35,111 +184,135 @@ fn fill_params(
     Ok(())
 }
 
-/// Saves `config.json` and `model.safetensors` into `dir` (created if needed).
+/// How an imported checkpoint's tensor names map onto our module paths: `(theirs, ours)` name
+/// prefixes, where `{i}` stands for a layer number, e.g.
+/// `("encoder.layer.{i}.attention.self.query.", "layers.{i}.self_attn.q_proj.")`. The first
+/// matching rule wins; the rest of the name (`weight`, `bias`) is kept.
+#[derive(Clone, Copy, Debug)]
+pub struct RenameTable(pub &'static [(&'static str, &'static str)]);
+
+/// `name` with the prefix `pattern` (which may hold one `{i}`) replaced by `to` (with the same
+/// `{i}`), or `None` when it does not match.
+fn replace_prefix(name: &str, pattern: &str, to: &str) -> Option<String> {
+    match pattern.split_once("{i}") {
+        None => name.strip_prefix(pattern).map(|rest| format!("{to}{rest}")),
+        Some((before, after)) => {
+            let rest = name.strip_prefix(before)?;
+            let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+            if digits == 0 {
+                return None;
+            }
+            let (i, rest) = rest.split_at(digits);
+            let rest = rest.strip_prefix(after)?;
+            Some(format!("{}{rest}", to.replace("{i}", i)))
+        }
+    }
+}
+
+impl RenameTable {
+    /// Our name for a tensor of the imported layout.
+    pub fn import(&self, theirs: &str) -> Option<String> {
+        self.0
+            .iter()
+            .find_map(|(from, to)| replace_prefix(theirs, from, to))
+    }
+
+    /// The imported layout's name for one of our parameters.
+    pub fn export(&self, ours: &str) -> Option<String> {
+        self.0
+            .iter()
+            .find_map(|(from, to)| replace_prefix(ours, to, from))
+    }
+
+    /// `map` keyed by our names; a tensor the table does not know, or two tensors that map to
+    /// one name, is an error naming it.
+    pub fn import_map(&self, path: &Path, map: TensorMap) -> Result<NamedTensors> {
+        let mut out = NamedTensors::new();
+        let mut names: Vec<&String> = map.keys().collect();
+        names.sort();
+        for name in names {
+            if self.import(name).is_none() {
+                return Err(ckpt_err(
+                    path,
+                    format!("unexpected tensor {name} (not a parameter of this model)"),
+                ));
+            }
+        }
+        for (name, t) in map {
+            let ours = self.import(&name).expect("checked above");
+            if let Some((first, _)) = out.insert(ours.clone(), (name, t)) {
+                return Err(ckpt_err(
+                    path,
+                    format!("tensor {ours} appears twice ({first})"),
+                ));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Saves a translation model (see [`save`]).
 pub fn save_model(dir: &Path, model: &mut Seq2Seq<f32>) -> Result<()> {
-    let config = model.config.clone();
-    save_params(dir, &config, &model.params_mut())
+    save(dir, model)
 }
 
-/// Saves `config` as `config.json` and the named parameters as `model.safetensors` into `dir`
-/// (created if needed).
-pub fn save_params(
-    dir: &Path,
-    config: &ModelConfig,
-    params: &[(String, &mut Param<f32>)],
-) -> Result<()> {
-    std::fs::create_dir_all(dir).map_err(|cause| Error::Write {
-        path: dir.to_path_buf(),
-        cause,
-    })?;
-    let config = serde_json::to_string_pretty(config).expect("config serialises");
-    write_atomic(&dir.join(CONFIG_FILE), config.as_bytes())?;
-    let path = dir.join(MODEL_FILE);
-    let tensors: Vec<(String, Vec<usize>, &[f32])> = params
-        .iter()
-        .map(|(n, p)| (n.clone(), p.value.shape.clone(), &p.value.data[..]))
-        .collect();
-    let bytes = tensors_to_bytes(&tensors, &path)?;
-    write_atomic(&path, &bytes)
-}
-
-/// Saves a decoder-only language model (`config.json`, `model.safetensors`) into `dir`.
-pub fn save_language_model(dir: &Path, model: &mut LanguageModel<f32>) -> Result<()> {
-    let config = model.config.clone();
-    save_params(dir, &config, &model.params_mut())
-}
-
-/// Loads a language model saved by [`save_language_model`]: the config must describe a
-/// decoder-only model (`n_encoder_layers` 0), and the weights must match it in count (checked
-/// before allocating), names and shapes.
-pub fn load_language_model(dir: &Path) -> Result<LanguageModel<f32>> {
-    let config = load_config(dir)?;
-    if config.n_encoder_layers != 0 {
-        return Err(ckpt_err(
-            &dir.join(CONFIG_FILE),
-            format!(
-                "n_encoder_layers is {}: an encoder-decoder model, not a language model",
-                config.n_encoder_layers
-            ),
-        ));
-    }
-    let path = dir.join(MODEL_FILE);
-    let mut map = read_tensors(&path)?;
-    let expected = crate::model::lm::lm_n_params(&config);
-    let in_file: usize = map.values().map(|(_, v)| v.len()).sum();
-    if expected != Some(in_file) {
-        return Err(ckpt_err(
-            &path,
-            format!(
-                "holds {in_file} weights but config.json implies {} (config.json does not match the weights)",
-                expected.map_or("too many".to_string(), |n| n.to_string())
-            ),
-        ));
-    }
-    let mut model = LanguageModel::new(config, &mut Rng::new(0));
-    fill_params(&path, &mut model.params_mut(), &mut map)?;
-    if let Some(extra) = map.keys().min() {
-        return Err(ckpt_err(
-            &path,
-            format!("unexpected tensor {extra} (config.json does not match the weights)"),
-        ));
-    }
-    Ok(model)
-}
-
-/// Reads and validates `config.json` from `dir`.
-pub fn load_config(dir: &Path) -> Result<ModelConfig> {
-    let path = dir.join(CONFIG_FILE);
-    let bytes = read_file(&path)?;
-    let config: ModelConfig = serde_json::from_slice(&bytes)
-        .map_err(|e| ckpt_err(&path, format!("invalid model config: {e}")))?;
-    config.validate().map_err(|e| ckpt_err(&path, e))?;
-    Ok(config)
-}
-
-/// Loads a model saved by [`save_model`], checking every tensor's name and shape.
+/// Loads a translation model (see [`load`]).
 pub fn load_model(dir: &Path) -> Result<Seq2Seq<f32>> {
-    let config = load_config(dir)?;
-    let path = dir.join(MODEL_FILE);
-    let mut map = read_tensors(&path)?;
-    // Compare sizes before allocating: a config edited to huge sizes is an error, not an OOM.
-    let in_file: usize = map.values().map(|(_, v)| v.len()).sum();
-    if config.n_params() != Some(in_file) {
-        return Err(ckpt_err(
-            &path,
-            format!(
-                "holds {in_file} weights but config.json implies {} (config.json does not match the weights)",
-                config.n_params().map_or("too many".to_string(), |n| n.to_string())
-            ),
-        ));
+    load(dir)
+}
+
+/// Saves a decoder-only language model (see [`save`]).
+pub fn save_language_model(dir: &Path, model: &mut LanguageModel<f32>) -> Result<()> {
+    save(dir, model)
+}
+
+/// Loads a language model (see [`load`]): the config must describe a decoder-only model
+/// (`n_encoder_layers` 0).
+pub fn load_language_model(dir: &Path) -> Result<LanguageModel<f32>> {
+    load(dir)
+}
+
+/// Reads and validates a translation model's `config.json` from `dir`.
+pub fn load_config(dir: &Path) -> Result<ModelConfig> {
+    load_config_of::<Seq2Seq<f32>>(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TABLE: RenameTable = RenameTable(&[
+        ("embeddings.LayerNorm.", "embeddings_norm."),
+        (
+            "encoder.layer.{i}.attention.self.query.",
+            "layers.{i}.self_attn.q_proj.",
+        ),
+    ]);
+
+    #[test]
+    fn rename_tables_map_both_ways() {
+        assert_eq!(
+            TABLE
+                .import("encoder.layer.11.attention.self.query.weight")
+                .as_deref(),
+            Some("layers.11.self_attn.q_proj.weight")
+        );
+        assert_eq!(
+            TABLE.export("layers.3.self_attn.q_proj.bias").as_deref(),
+            Some("encoder.layer.3.attention.self.query.bias")
+        );
+        assert_eq!(
+            TABLE.import("embeddings.LayerNorm.weight").as_deref(),
+            Some("embeddings_norm.weight")
+        );
+        assert_eq!(
+            TABLE.import("encoder.layer.x.attention.self.query.weight"),
+            None
+        );
+        assert_eq!(
+            TABLE.import("encoder.layer.1.attention.self.key.weight"),
+            None
+        );
+        assert_eq!(TABLE.import("pooler.dense.weight"), None);
     }
-    let mut model = Seq2Seq::new(config, &mut Rng::new(0));
-    fill_params(&path, &mut model.params_mut(), &mut map)?;
-    if let Some(extra) = map.keys().min() {
-        return Err(ckpt_err(
-            &path,
-            format!("unexpected tensor {extra} (config.json does not match the weights)"),
-        ));
-    }
-    Ok(model)
 }

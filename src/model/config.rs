@@ -1,5 +1,8 @@
 //! Model hyper-parameters, with the paper's presets. Serialises to the checkpoint's `config.json`.
 
+use super::param::Init;
+use super::residual::Residual;
+use crate::Float;
 use serde::{Deserialize, Serialize};
 
 /// Where the layer norm sits in each residual block.
@@ -88,6 +91,53 @@ fn is_zero(p: &f64) -> bool {
     *p == 0.0
 }
 
+/// The shape of one attention block, shared by every model family: what
+/// [`SelfAttentionBlock`](super::block::SelfAttentionBlock), the decoder layer and their parts
+/// are built from. Each model's config gives its blocks' ([`ModelConfig::block`],
+/// [`BertConfig::block`](super::bert::BertConfig::block)).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BlockConfig {
+    /// Width of the residual stream.
+    pub d_model: usize,
+    /// Attention heads; d_k = d_model / n_heads.
+    pub n_heads: usize,
+    /// Inner width of the FFN.
+    pub d_ff: usize,
+    pub activation: Activation,
+    /// Where each residual connection's layer norm sits.
+    pub norm: NormPlacement,
+    pub layer_norm_eps: f64,
+    /// Dropout on each sublayer's output.
+    pub dropout: f64,
+    /// Dropout on the attention weights.
+    pub attention_dropout: f64,
+    /// Dropout on the FFN's hidden units.
+    pub activation_dropout: f64,
+    /// Rotary positions in the self-attention.
+    pub rotary: bool,
+}
+
+impl BlockConfig {
+    /// A residual connection of this block (its norm's parameters from `init`).
+    pub fn residual<T: Float>(&self, init: &mut impl Init) -> Residual<T> {
+        Residual::new(
+            self.d_model,
+            self.layer_norm_eps,
+            self.norm,
+            self.dropout,
+            init,
+        )
+    }
+
+    /// `(d_model, ε)` of the final norm a pre-LN stack ends with; `None` for post-LN.
+    pub fn final_norm(&self) -> Option<(usize, f64)> {
+        (self.norm == NormPlacement::PreLn).then_some((self.d_model, self.layer_norm_eps))
+    }
+}
+
+/// The most layers a configuration may ask for (a guard against edited configs).
+pub const MAX_LAYERS: usize = 4096;
+
 impl ModelConfig {
     /// The names accepted by [`ModelConfig::preset`].
     pub const PRESETS: [&'static str; 3] = ["tiny", "base", "big"];
@@ -124,10 +174,34 @@ impl ModelConfig {
         self.d_model / self.n_heads
     }
 
-    /// The number of trainable scalars this config implies (`None` on overflow). Checked against
-    /// a weights file before the model is allocated, so an edited config cannot ask for
-    /// terabytes.
+    /// The blocks' shape: every self-attention is rotary when the positions are.
+    pub fn block(&self) -> BlockConfig {
+        BlockConfig {
+            d_model: self.d_model,
+            n_heads: self.n_heads,
+            d_ff: self.d_ff,
+            activation: self.activation,
+            norm: self.norm,
+            layer_norm_eps: self.layer_norm_eps,
+            dropout: self.dropout,
+            attention_dropout: self.attention_dropout,
+            activation_dropout: self.activation_dropout,
+            rotary: self.positions == Positions::Rotary,
+        }
+    }
+
+    /// The number of trainable scalars of the encoder-decoder this config describes (`None` on
+    /// overflow), counted from the parameters' shapes (see
+    /// [`ShapesOnly`](super::param::ShapesOnly)). Checked against a weights file before the
+    /// model is allocated, so an edited config cannot ask for terabytes.
     pub fn n_params(&self) -> Option<usize> {
+        let mut shapes = super::Seq2Seq::<f32>::new(self.clone(), &mut super::param::ShapesOnly);
+        super::param::count_params(&mut shapes)
+    }
+
+    /// The arithmetic count [`n_params`](Self::n_params) replaced, kept to test it against.
+    #[cfg(test)]
+    fn n_params_formula(&self) -> Option<usize> {
         let (v, d, f) = (
             self.vocab_size as u128,
             self.d_model as u128,
@@ -160,6 +234,14 @@ impl ModelConfig {
             ("d_ff", self.d_ff),
             ("max_len", self.max_len),
         ];
+        for (name, n) in [
+            ("n_encoder_layers", self.n_encoder_layers),
+            ("n_decoder_layers", self.n_decoder_layers),
+        ] {
+            if n > MAX_LAYERS {
+                return Err(format!("{name} {n} is above the supported {MAX_LAYERS}"));
+            }
+        }
         for (name, v) in positive {
             if v == 0 {
                 return Err(format!("{name} must be positive"));
@@ -246,6 +328,7 @@ mod tests {
             let want = crate::model::Seq2Seq::<f32>::new(c.clone(), &mut crate::rng::Rng::new(0))
                 .n_params();
             assert_eq!(c.n_params(), Some(want));
+            assert_eq!(c.n_params_formula(), Some(want));
         }
         let mut old: serde_json::Value = serde_json::from_str(&json).unwrap();
         old.as_object_mut().unwrap().remove("activation");

@@ -12,7 +12,7 @@
 //! pre-softmax projection.
 
 use super::config::Positions;
-use super::param::{Module, Param};
+use super::param::{Init, Module, Param, ParamVisitor};
 use crate::kernels::dropout::dropout_mask;
 use crate::rng::Rng;
 use crate::Float;
@@ -56,8 +56,8 @@ pub struct EmbeddingCache<T> {
 
 impl<T: Float> Embedding<T> {
     /// Xavier-uniform table (fan_in = vocab, fan_out = d_model), sinusoidal positions.
-    pub fn new(vocab: usize, d_model: usize, max_len: usize, rng: &mut Rng) -> Self {
-        Self::with_positions(vocab, d_model, max_len, Positions::Sinusoidal, rng)
+    pub fn new(vocab: usize, d_model: usize, max_len: usize, init: &mut impl Init) -> Self {
+        Self::with_positions(vocab, d_model, max_len, Positions::Sinusoidal, init)
     }
 
     /// Xavier-uniform token table, then (learned positions) the Xavier-uniform position table
@@ -67,11 +67,11 @@ impl<T: Float> Embedding<T> {
         d_model: usize,
         max_len: usize,
         kind: Positions,
-        rng: &mut Rng,
+        init: &mut impl Init,
     ) -> Self {
-        let weight = Param::xavier(&[vocab, d_model], vocab, d_model, rng);
+        let weight = init.xavier(&[vocab, d_model], vocab, d_model);
         let mut sinusoids = Vec::new();
-        if kind == Positions::Sinusoidal {
+        if kind == Positions::Sinusoidal && init.computes() {
             sinusoids = vec![T::zero(); max_len * d_model];
             for pos in 0..max_len {
                 for dim in 0..d_model {
@@ -80,7 +80,7 @@ impl<T: Float> Embedding<T> {
             }
         }
         let positions = (kind == Positions::Learned)
-            .then(|| Param::xavier(&[max_len, d_model], max_len, d_model, rng));
+            .then(|| init.xavier(&[max_len, d_model], max_len, d_model));
         Embedding {
             weight,
             d_model,
@@ -184,10 +184,10 @@ impl<T: Float> Embedding<T> {
 }
 
 impl<T> Module<T> for Embedding<T> {
-    fn collect_params<'a>(&'a mut self, prefix: &str, out: &mut Vec<(String, &'a mut Param<T>)>) {
-        out.push((format!("{prefix}.weight"), &mut self.weight));
+    fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
+        v.param("weight", &mut self.weight);
         if let Some(p) = &mut self.positions {
-            out.push((format!("{prefix}.positions"), p));
+            v.param("positions", p);
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use super::config::Activation;
 use super::linear::Linear;
-use super::param::{Module, Param};
+use super::param::{Init, Module, ParamVisitor};
 use crate::kernels::activations::{
     gelu_erf_backward_inplace, gelu_erf_forward, gelu_tanh_backward_inplace, gelu_tanh_forward,
     mul_inplace, relu_backward_inplace,
@@ -37,10 +37,10 @@ pub struct FeedForwardCache<T> {
 }
 
 impl<T: Float> FeedForward<T> {
-    pub fn new(d_model: usize, d_ff: usize, activation: Activation, rng: &mut Rng) -> Self {
+    pub fn new(d_model: usize, d_ff: usize, activation: Activation, init: &mut impl Init) -> Self {
         FeedForward {
-            linear1: Linear::new(d_model, d_ff, rng),
-            linear2: Linear::new(d_ff, d_model, rng),
+            linear1: Linear::new(d_model, d_ff, init),
+            linear2: Linear::new(d_ff, d_model, init),
             activation,
             dropout: 0.0,
         }
@@ -121,10 +121,8 @@ impl<T: Float> FeedForward<T> {
 }
 
 impl<T> Module<T> for FeedForward<T> {
-    fn collect_params<'a>(&'a mut self, prefix: &str, out: &mut Vec<(String, &'a mut Param<T>)>) {
-        self.linear1
-            .collect_params(&format!("{prefix}.linear1"), out);
-        self.linear2
-            .collect_params(&format!("{prefix}.linear2"), out);
+    fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
+        v.module("linear1", &mut self.linear1);
+        v.module("linear2", &mut self.linear2);
     }
 }

@@ -1,94 +1,65 @@
-//! Key/value caches of incremental decoding.
+//! The key/value cache of incremental decoding, one per attention layer: the projected keys and
+//! values of every position fed so far, for each row of the batch.
 //!
-//! [`KvCache`]: one `[batch, capacity, d_model]` block per layer, rows filled in order: the
-//! cross-attention's projected encoder output (computed once per sentence), and the
-//! self-attention of the language model. [`StepKvCache`]: the decoder's self-attention keys and
-//! values stored step by step behind a table of row indices, so beam search reorders its
-//! hypotheses by rewriting indices instead of copying keys.
+//! Storage is a list of fixed-size **blocks** of `block_rows` positions (`[block_rows, d_model]`
+//! keys and values each), and each batch row has a **block table**: position `t` of row `b` lives
+//! in block `table[b][t / block_rows]` at offset `t % block_rows`. This is the layout of
+//! PagedAttention (Kwon et al., 2023):
+//! - rows are re-ordered, dropped or repeated ([`KvCache::gather_rows`]: beam search keeping a
+//!   hypothesis' continuation, greedy search dropping finished sentences) by rewriting tables, not
+//!   by copying keys and values; a block shared by several rows is copied only when one of them
+//!   writes into it (copy on write), and a block no row refers to returns to the free list;
+//! - memory follows the positions actually held, one block at a time.
+//!
+//! The block size is a choice of the layer that owns the cache:
+//! - `1` for the decoder's self-attention fed one token per step (beam search re-gathers its
+//!   rows after every step: with one position per block nothing is ever copied);
+//! - the whole capacity (one block per row) for the cross-attention's projected source and the
+//!   language model's self-attention, whose attention runs as matrix products over a dense
+//!   `[batch, capacity, d_model]` buffer ([`KvCache::dense`]).
+//!
+//! The blocks live in the cache itself today; the serving scheduler will hand them out from one
+//! pool shared by all sequences (the table stays the same, only `alloc`/`release` change).
 
 use crate::Float;
+use std::borrow::Cow;
 
-/// Cached keys and values of one attention layer for incremental decoding:
-/// `[batch, capacity, d_model]`, the first `len` rows of each batch element filled.
+/// Cached keys and values of one attention layer: see the module docs.
 #[derive(Clone, Debug)]
 pub struct KvCache<T> {
-    pub k: Vec<T>,
-    pub v: Vec<T>,
+    /// Keys `[blocks, block_rows, d_model]`.
+    k: Vec<T>,
+    /// Values, laid out like `k`.
+    v: Vec<T>,
+    /// `[batch, blocks_per_row]` block ids; the first `len.div_ceil(block_rows)` of a row are
+    /// valid.
+    table: Vec<u32>,
+    /// How many table entries refer to each block (0: free).
+    refs: Vec<u32>,
+    /// Blocks no table refers to, reused before the storage grows.
+    free: Vec<u32>,
+    pub block_rows: usize,
     pub batch: usize,
+    /// Positions each row has room for.
     pub capacity: usize,
-    pub len: usize,
-}
-
-impl<T: Float> KvCache<T> {
-    /// An empty cache with room for `capacity` positions per batch element.
-    pub fn new(batch: usize, capacity: usize, d_model: usize) -> Self {
-        KvCache {
-            k: vec![T::zero(); batch * capacity * d_model],
-            v: vec![T::zero(); batch * capacity * d_model],
-            batch,
-            capacity,
-            len: 0,
-        }
-    }
-
-    /// Rebuilds the batch from the rows `rows` (any order, repeats allowed): row `j` becomes the
-    /// old row `rows[j]`. Beam search uses it to make each surviving hypothesis inherit its
-    /// parent's keys and values. Only the `len` filled positions of the rows that change
-    /// (`rows[j] != j`) are copied; a beam that extends its own row costs nothing.
-    pub fn gather_rows(&mut self, rows: &[usize]) {
-        let block = self.k.len().checked_div(self.batch).unwrap_or(0);
-        let filled = block.checked_div(self.capacity).unwrap_or(0) * self.len;
-        if let Some(&r) = rows.iter().find(|&&r| r >= self.batch) {
-            panic!("row {r} of a batch of {}", self.batch);
-        }
-        let moved: Vec<(usize, usize)> = rows
-            .iter()
-            .enumerate()
-            .filter(|&(j, &r)| r != j)
-            .map(|(j, &r)| (j, r))
-            .collect();
-        for buf in [&mut self.k, &mut self.v] {
-            // The filled part of every moved row's source, read before anything is written.
-            let mut picked = Vec::with_capacity(moved.len() * filled);
-            for &(_, r) in &moved {
-                picked.extend_from_slice(&buf[r * block..r * block + filled]);
-            }
-            buf.resize(rows.len() * block, T::zero());
-            for (&(j, _), part) in moved.iter().zip(picked.chunks_exact(filled.max(1))) {
-                buf[j * block..j * block + filled].copy_from_slice(part);
-            }
-        }
-        self.batch = rows.len();
-    }
-}
-
-/// Self-attention keys and values of a decoder fed one token per row and step, kept in the
-/// order they were computed: every step appends one key row and one value row per batch row
-/// to `k` and `v` (`[stored rows, d_model]`), and `rows[b * capacity + t]` names the stored row
-/// that holds batch row `b`'s key and value at position `t` (a page table with pages of one
-/// row). [`StepKvCache::gather_rows`] (beam search keeping a hypothesis' continuation) copies
-/// `len` indices per moved row, not `len` keys and values; stored rows no row refers to any
-/// more are simply never read again.
-#[derive(Clone, Debug)]
-pub struct StepKvCache<T> {
-    pub k: Vec<T>,
-    pub v: Vec<T>,
-    /// `[batch, capacity]`; the first `len` of each row are valid.
-    pub rows: Vec<u32>,
-    pub batch: usize,
-    pub capacity: usize,
+    /// Positions filled in every row.
     pub len: usize,
     pub d_model: usize,
 }
 
-impl<T: Float> StepKvCache<T> {
-    /// An empty cache for `batch` rows of up to `capacity` positions. Keys and values take
-    /// memory only as steps are appended.
-    pub fn new(batch: usize, capacity: usize, d_model: usize) -> Self {
-        StepKvCache {
+impl<T: Float> KvCache<T> {
+    /// An empty cache for `batch` rows of up to `capacity` positions, in blocks of
+    /// `block_rows` positions (at least 1, at most `capacity`). Takes memory only as positions
+    /// are appended.
+    pub fn new(batch: usize, capacity: usize, d_model: usize, block_rows: usize) -> Self {
+        let block_rows = block_rows.clamp(1, capacity.max(1));
+        KvCache {
             k: Vec::new(),
             v: Vec::new(),
-            rows: vec![0; batch * capacity],
+            table: vec![0; batch * capacity.div_ceil(block_rows)],
+            refs: Vec::new(),
+            free: Vec::new(),
+            block_rows,
             batch,
             capacity,
             len: 0,
@@ -96,46 +67,195 @@ impl<T: Float> StepKvCache<T> {
         }
     }
 
-    /// Stores the keys and values `[batch, d_model]` of the next position of every row.
-    pub fn push(&mut self, k_new: &[T], v_new: &[T]) {
-        let d = self.d_model;
-        assert!(self.len < self.capacity, "KV cache capacity exceeded");
-        assert_eq!(k_new.len(), self.batch * d, "one key row per batch row");
-        assert_eq!(v_new.len(), self.batch * d, "one value row per batch row");
-        let first = self.k.len().checked_div(d).unwrap_or(0);
-        assert!(
-            first + self.batch <= u32::MAX as usize,
-            "KV cache holds more than 2^32 rows"
+    /// A full cache of `batch` rows of `len` positions, one block per row, holding `k` and `v`
+    /// (`[batch * len, d_model]` each, row-major): the cross-attention's projected source.
+    pub fn from_dense(k: Vec<T>, v: Vec<T>, batch: usize, len: usize, d_model: usize) -> Self {
+        assert_eq!(
+            k.len(),
+            batch * len * d_model,
+            "keys are [batch * len, d_model]"
         );
-        self.k.extend_from_slice(k_new);
-        self.v.extend_from_slice(v_new);
-        for b in 0..self.batch {
-            self.rows[b * self.capacity + self.len] = (first + b) as u32;
+        assert_eq!(v.len(), k.len(), "values are shaped like the keys");
+        let mut cache = Self::new(batch, len, d_model, len);
+        if len > 0 {
+            cache.table = (0..batch as u32).collect();
+            cache.refs = vec![1; batch];
         }
-        self.len += 1;
+        (cache.k, cache.v, cache.len) = (k, v, len);
+        cache
+    }
+
+    /// Blocks some row refers to (the memory the cache holds is `2 · block_rows · d_model`
+    /// values per block in use; free blocks are kept for reuse).
+    pub fn blocks_in_use(&self) -> usize {
+        self.refs.iter().filter(|&&r| r > 0).count()
+    }
+
+    fn blocks_per_row(&self) -> usize {
+        self.capacity.div_ceil(self.block_rows)
+    }
+
+    /// A block for one table entry: a free one, or a new one at the end of the storage.
+    fn alloc(&mut self) -> u32 {
+        let id = match self.free.pop() {
+            Some(id) => id,
+            None => {
+                let block = self.block_rows * self.d_model;
+                self.k.resize(self.k.len() + block, T::zero());
+                self.v.resize(self.v.len() + block, T::zero());
+                self.refs.push(0);
+                assert!(
+                    self.refs.len() <= u32::MAX as usize,
+                    "KV cache holds 2^32 blocks"
+                );
+                (self.refs.len() - 1) as u32
+            }
+        };
+        self.refs[id as usize] = 1;
+        id
+    }
+
+    /// Drops one reference to `id`; the block is free when none is left.
+    fn release(&mut self, id: u32) {
+        let r = &mut self.refs[id as usize];
+        *r -= 1;
+        if *r == 0 {
+            self.free.push(id);
+        }
+    }
+
+    /// Appends `q_len` positions to every row: `k_new`, `v_new` are `[batch * q_len, d_model]`
+    /// (row `b`'s positions consecutive).
+    pub fn append(&mut self, k_new: &[T], v_new: &[T]) {
+        let (d, bs) = (self.d_model, self.block_rows);
+        let q_len = k_new.len().checked_div(self.batch * d).unwrap_or(0);
+        assert_eq!(
+            k_new.len(),
+            self.batch * q_len * d,
+            "keys are [batch * q_len, d_model]"
+        );
+        assert_eq!(v_new.len(), k_new.len(), "values are shaped like the keys");
+        assert!(
+            self.len + q_len <= self.capacity,
+            "KV cache capacity exceeded"
+        );
+        let per_row = self.blocks_per_row();
+        for b in 0..self.batch {
+            for i in 0..q_len {
+                let t = self.len + i;
+                let slot = b * per_row + t / bs;
+                if t.is_multiple_of(bs) {
+                    self.table[slot] = self.alloc();
+                } else if self.refs[self.table[slot] as usize] > 1 {
+                    // Copy on write: this row stops sharing the block with the others.
+                    let shared = self.table[slot];
+                    let own = self.alloc();
+                    let (from, to) = (shared as usize * bs * d, own as usize * bs * d);
+                    self.k.copy_within(from..from + bs * d, to);
+                    self.v.copy_within(from..from + bs * d, to);
+                    self.release(shared);
+                    self.table[slot] = own;
+                }
+                let at = (self.table[slot] as usize * bs + t % bs) * d;
+                let src = (b * q_len + i) * d;
+                self.k[at..at + d].copy_from_slice(&k_new[src..src + d]);
+                self.v[at..at + d].copy_from_slice(&v_new[src..src + d]);
+            }
+        }
+        self.len += q_len;
     }
 
     /// Rebuilds the batch from the rows `rows` (any order, repeats allowed): row `j` becomes the
-    /// old row `rows[j]`. Only the index table changes.
+    /// old row `rows[j]`. Only tables change; repeated rows share blocks until they write.
     pub fn gather_rows(&mut self, rows: &[usize]) {
         if let Some(&r) = rows.iter().find(|&&r| r >= self.batch) {
             panic!("row {r} of a batch of {}", self.batch);
         }
-        let (cap, len) = (self.capacity, self.len);
-        let mut table = vec![0; rows.len() * cap];
+        let per_row = self.blocks_per_row();
+        let used = self.len.div_ceil(self.block_rows);
+        let mut table = vec![0; rows.len() * per_row];
         for (j, &r) in rows.iter().enumerate() {
-            table[j * cap..j * cap + len].copy_from_slice(&self.rows[r * cap..r * cap + len]);
+            let old = &self.table[r * per_row..r * per_row + used];
+            table[j * per_row..j * per_row + used].copy_from_slice(old);
+            for &id in old {
+                self.refs[id as usize] += 1;
+            }
         }
-        self.rows = table;
+        for b in 0..self.batch {
+            for i in 0..used {
+                self.release(self.table[b * per_row + i]);
+            }
+        }
+        self.table = table;
         self.batch = rows.len();
+    }
+
+    /// The stored row of position `t` of batch row `b` (an index into `[stored rows, d_model]`).
+    fn stored_row(&self, b: usize, t: usize) -> usize {
+        let block = self.table[b * self.blocks_per_row() + t / self.block_rows] as usize;
+        block * self.block_rows + t % self.block_rows
     }
 
     /// Key (or, with `values`, value) of batch row `b` at position `t`, `[d_model]`.
     pub fn row(&self, b: usize, t: usize, values: bool) -> &[T] {
         assert!(b < self.batch && t < self.len, "no position {t} in row {b}");
-        let at = self.rows[b * self.capacity + t] as usize * self.d_model;
+        let at = self.stored_row(b, t) * self.d_model;
         let buf = if values { &self.v } else { &self.k };
         &buf[at..at + self.d_model]
+    }
+
+    /// Keys and values as stored, `[stored rows, d_model]`, and the table of stored rows
+    /// `[batch, capacity]` (the first `len` of each row valid) that the step kernel reads them
+    /// through (`kernels::step_attention`).
+    pub fn paged(&self) -> (&[T], &[T], Cow<'_, [u32]>) {
+        let rows = if self.block_rows == 1 {
+            Cow::Borrowed(&self.table[..])
+        } else {
+            let mut rows = vec![0u32; self.batch * self.capacity];
+            for b in 0..self.batch {
+                for t in 0..self.len {
+                    rows[b * self.capacity + t] = self.stored_row(b, t) as u32;
+                }
+            }
+            Cow::Owned(rows)
+        };
+        (&self.k, &self.v, rows)
+    }
+
+    /// Keys and values as dense `[batch, capacity, d_model]` buffers (position `t` of row `b`
+    /// at row `b * capacity + t`), for attention as matrix products. Free when every row owns
+    /// block `b` whole (one block per row, in order); otherwise the blocks are first put in
+    /// that order.
+    pub fn dense(&mut self) -> (&[T], &[T]) {
+        let in_order = self.block_rows == self.capacity
+            && self
+                .table
+                .iter()
+                .enumerate()
+                .all(|(b, &id)| id as usize == b)
+            && self.refs.iter().all(|&r| r == 1);
+        if !in_order && self.len > 0 {
+            let (d, cap) = (self.d_model, self.capacity);
+            let mut k = vec![T::zero(); self.batch * cap * d];
+            let mut v = vec![T::zero(); self.batch * cap * d];
+            for b in 0..self.batch {
+                for t in 0..self.len {
+                    let (from, to) = (self.stored_row(b, t) * d, (b * cap + t) * d);
+                    k[to..to + d].copy_from_slice(&self.k[from..from + d]);
+                    v[to..to + d].copy_from_slice(&self.v[from..from + d]);
+                }
+            }
+            *self = KvCache {
+                table: (0..self.batch as u32).collect(),
+                refs: vec![1; self.batch],
+                free: Vec::new(),
+                block_rows: cap,
+                k,
+                v,
+                ..*self
+            };
+        }
+        (&self.k, &self.v)
     }
 }
 
@@ -143,77 +263,84 @@ impl<T: Float> StepKvCache<T> {
 mod tests {
     use super::*;
 
-    /// `gather_rows` against copying every filled row: fixed points, repeats, shrinking and
-    /// growing batches, and a cache with spare capacity.
+    /// Appends and re-gathers against rows kept whole, for several block sizes: reorders with
+    /// repeats, shrinking and growing batches, prompts of several positions, copy on write.
     #[test]
-    fn gather_rows_matches_copying_every_row() {
-        let (capacity, len, d) = (5, 3, 2);
-        let block = capacity * d;
-        for rows in [
-            vec![0, 1, 2, 3],
-            vec![0, 0, 2, 2],
-            vec![3, 1, 1, 0],
-            vec![1, 2],
-            vec![0, 0, 0, 1, 1, 1, 3],
-            vec![],
-        ] {
-            let mut cache = KvCache::<f64>::new(4, capacity, d);
-            cache.len = len;
-            for (i, x) in cache.k.iter_mut().enumerate() {
-                *x = i as f64;
+    fn cache_follows_its_rows_for_every_block_size() {
+        let d = 3;
+        for block_rows in [1, 2, 3, 8] {
+            let mut cache = KvCache::<f64>::new(2, 8, d, block_rows);
+            // Reference: each row's keys as a list of `[d]` vectors.
+            let mut want: Vec<Vec<Vec<f64>>> = vec![Vec::new(); 2];
+            let mut next = 0.0;
+            let mut feed = |cache: &mut KvCache<f64>, want: &mut Vec<Vec<Vec<f64>>>, n: usize| {
+                let k: Vec<f64> = (0..cache.batch * n * d).map(|i| next + i as f64).collect();
+                next += 1000.0;
+                let v: Vec<f64> = k.iter().map(|x| -x).collect();
+                cache.append(&k, &v);
+                for (b, row) in want.iter_mut().enumerate() {
+                    for i in 0..n {
+                        row.push(k[(b * n + i) * d..(b * n + i + 1) * d].to_vec());
+                    }
+                }
+            };
+            feed(&mut cache, &mut want, 3);
+            for rows in [vec![1, 0, 1], vec![2, 2, 0, 1], vec![3], vec![0, 0]] {
+                cache.gather_rows(&rows);
+                want = rows.iter().map(|&r| want[r].clone()).collect();
+                feed(&mut cache, &mut want, 1);
+                assert_eq!((cache.batch, cache.len), (want.len(), want[0].len()));
+                let check = |cache: &KvCache<f64>| {
+                    for (b, row) in want.iter().enumerate() {
+                        for (t, key) in row.iter().enumerate() {
+                            assert_eq!(cache.row(b, t, false), &key[..], "{block_rows} {rows:?}");
+                            let value: Vec<f64> = key.iter().map(|x| -x).collect();
+                            assert_eq!(cache.row(b, t, true), &value[..]);
+                        }
+                    }
+                };
+                check(&cache);
+                // The paged view names the same rows; the dense view lays them out in order.
+                let (k, _, table) = cache.paged();
+                for (b, row) in want.iter().enumerate() {
+                    for (t, key) in row.iter().enumerate() {
+                        let at = table[b * cache.capacity + t] as usize * d;
+                        assert_eq!(&k[at..at + d], &key[..]);
+                    }
+                }
+                let mut dense = cache.clone();
+                let capacity = dense.capacity;
+                let (k, _) = dense.dense();
+                for (b, row) in want.iter().enumerate() {
+                    for (t, key) in row.iter().enumerate() {
+                        let at = (b * capacity + t) * d;
+                        assert_eq!(&k[at..at + d], &key[..]);
+                    }
+                }
+                check(&dense);
             }
-            for (i, x) in cache.v.iter_mut().enumerate() {
-                *x = -(i as f64);
-            }
-            let old = cache.clone();
-            cache.gather_rows(&rows);
-            assert_eq!(
-                (cache.batch, cache.k.len()),
-                (rows.len(), rows.len() * block)
-            );
-            for (j, &r) in rows.iter().enumerate() {
-                let filled =
-                    |buf: &[f64], row: usize| buf[row * block..row * block + len * d].to_vec();
-                assert_eq!(filled(&cache.k, j), filled(&old.k, r), "{rows:?}");
-                assert_eq!(filled(&cache.v, j), filled(&old.v, r), "{rows:?}");
-            }
+            // Blocks no row refers to are reused, so the storage stays bounded.
+            let blocks = cache.refs.len();
+            let live: usize = cache.refs.iter().filter(|&&r| r > 0).count();
+            assert!(live <= 2 * 8usize.div_ceil(block_rows), "{live}");
+            assert!(blocks <= 4 * 8 + 2, "{blocks}");
+            cache.gather_rows(&[]);
+            assert!(cache.refs.iter().all(|&r| r == 0));
+            assert_eq!(cache.free.len(), cache.refs.len());
         }
     }
 
-    /// The step cache against rows kept whole: appends, reorders with repeats, a shrinking and a
-    /// growing batch, and more appends after each.
     #[test]
-    fn step_cache_follows_its_rows() {
-        let d = 3;
-        let mut cache = StepKvCache::<f64>::new(2, 6, d);
-        // Reference: each row's keys as a list of `[d]` vectors.
-        let mut want: Vec<Vec<Vec<f64>>> = vec![Vec::new(); 2];
-        let mut next = 0.0;
-        let mut step = |cache: &mut StepKvCache<f64>, want: &mut Vec<Vec<Vec<f64>>>| {
-            let k: Vec<f64> = (0..cache.batch * d).map(|i| next + i as f64).collect();
-            next += 100.0;
-            let v: Vec<f64> = k.iter().map(|x| -x).collect();
-            cache.push(&k, &v);
-            for (b, row) in want.iter_mut().enumerate() {
-                row.push(k[b * d..(b + 1) * d].to_vec());
-            }
-        };
-        step(&mut cache, &mut want);
-        step(&mut cache, &mut want);
-        for rows in [vec![1, 0, 1], vec![2, 2, 0, 1], vec![3], vec![0, 0]] {
-            cache.gather_rows(&rows);
-            want = rows.iter().map(|&r| want[r].clone()).collect();
-            step(&mut cache, &mut want);
-            assert_eq!((cache.batch, cache.len), (want.len(), want[0].len()));
-            for (b, row) in want.iter().enumerate() {
-                for (t, key) in row.iter().enumerate() {
-                    assert_eq!(cache.row(b, t, false), &key[..], "{rows:?} b {b} t {t}");
-                    let value: Vec<f64> = key.iter().map(|x| -x).collect();
-                    assert_eq!(cache.row(b, t, true), &value[..]);
-                }
-            }
-        }
-        cache.gather_rows(&[]);
-        assert_eq!((cache.batch, cache.rows.len()), (0, 0));
+    fn dense_cache_is_used_in_place() {
+        let k: Vec<f32> = (0..2 * 3 * 2).map(|i| i as f32).collect();
+        let v: Vec<f32> = k.iter().map(|x| x + 0.5).collect();
+        let mut cache = KvCache::from_dense(k.clone(), v.clone(), 2, 3, 2);
+        assert_eq!(cache.dense(), (&k[..], &v[..]));
+        assert_eq!(cache.row(1, 2, true), &v[10..12]);
+        cache.gather_rows(&[1, 1, 0]);
+        let (k2, _) = cache.dense();
+        assert_eq!(&k2[..6], &k[6..12]);
+        assert_eq!(&k2[6..12], &k[6..12]);
+        assert_eq!(&k2[12..18], &k[..6]);
     }
 }

@@ -1,7 +1,7 @@
 //! Layer normalisation as a module: `LN(x) = γ ⊙ (x − μ) / √(σ² + ε) + β` (the numeric kernel
 //! lives in `kernels::layer_norm`).
 
-use super::param::{Module, Param};
+use super::param::{Init, Module, Param, ParamVisitor};
 use crate::kernels::layer_norm::{layer_norm_backward, layer_norm_forward, LayerNormStats};
 use crate::Float;
 
@@ -20,6 +20,15 @@ impl<T: Float> LayerNorm<T> {
         LayerNorm {
             gamma: Param::constant(&[d], 1.0),
             beta: Param::constant(&[d], 0.0),
+            eps,
+        }
+    }
+
+    /// γ = 1, β = 0 through `init` (shapes only with [`ShapesOnly`](super::param::ShapesOnly)).
+    pub fn with_init(d: usize, eps: f64, init: &mut impl Init) -> Self {
+        LayerNorm {
+            gamma: init.constant(&[d], 1.0),
+            beta: init.constant(&[d], 0.0),
             eps,
         }
     }
@@ -61,8 +70,8 @@ impl<T: Float> LayerNorm<T> {
 }
 
 impl<T> Module<T> for LayerNorm<T> {
-    fn collect_params<'a>(&'a mut self, prefix: &str, out: &mut Vec<(String, &'a mut Param<T>)>) {
-        out.push((format!("{prefix}.weight"), &mut self.gamma));
-        out.push((format!("{prefix}.bias"), &mut self.beta));
+    fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
+        v.param("weight", &mut self.gamma);
+        v.param("bias", &mut self.beta);
     }
 }

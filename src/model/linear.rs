@@ -1,12 +1,11 @@
 //! A fully connected layer, `y = x Wᵀ + b`, with PyTorch's `[d_out, d_in]` weight layout.
 
-use super::param::{Module, Param};
+use super::param::{Init, Module, Param, ParamVisitor};
 use crate::kernels::activations::bias_relu_inplace;
 use crate::kernels::matmul::{
     add_row_bias, matmul, transpose_weight, weight_product, MatMut, MatRef,
 };
 use crate::kernels::reduce::add_column_sums;
-use crate::rng::Rng;
 use crate::Float;
 
 /// `y = x Wᵀ + b`.
@@ -20,16 +19,16 @@ pub struct Linear<T> {
     pub d_out: usize,
     /// Inference only: `Wᵀ [d_in, d_out]`, the layout gemm multiplies without repacking the
     /// weight on every call (see [`Linear::prepare_inference`]). Any mutable access to the
-    /// parameters through [`Module::collect_params`] drops it, so a stale copy is never used.
+    /// parameters through [`Module::visit`] drops it, so a stale copy is never used.
     transposed: Option<Vec<T>>,
 }
 
 impl<T: Float> Linear<T> {
     /// Xavier-uniform weight, zero bias.
-    pub fn new(d_in: usize, d_out: usize, rng: &mut Rng) -> Self {
+    pub fn new(d_in: usize, d_out: usize, init: &mut impl Init) -> Self {
         Linear {
-            weight: Param::xavier(&[d_out, d_in], d_in, d_out, rng),
-            bias: Param::constant(&[d_out], 0.0),
+            weight: init.xavier(&[d_out, d_in], d_in, d_out),
+            bias: init.constant(&[d_out], 0.0),
             d_in,
             d_out,
             transposed: None,
@@ -101,9 +100,9 @@ impl<T: Float> Linear<T> {
 }
 
 impl<T> Module<T> for Linear<T> {
-    fn collect_params<'a>(&'a mut self, prefix: &str, out: &mut Vec<(String, &'a mut Param<T>)>) {
+    fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
         self.transposed = None; // the caller may change the weight
-        out.push((format!("{prefix}.weight"), &mut self.weight));
-        out.push((format!("{prefix}.bias"), &mut self.bias));
+        v.param("weight", &mut self.weight);
+        v.param("bias", &mut self.bias);
     }
 }

@@ -1,19 +1,23 @@
 //! The paper's encoder-decoder (Figure 1): shared embeddings with positions, the encoder over the
 //! source, the decoder over the shifted target attending to the encoder output, and the
 //! pre-softmax projection tied to the embedding matrix (section 3.4).
+//!
+//! Parameters: `embedding.*`, `encoder.layers.{i}.*`, `encoder.final_norm.*` (pre-LN),
+//! `decoder.layers.{i}.*`, `decoder.final_norm.*` (pre-LN), `output_proj.weight` (untied).
 
+use super::block::{SelfAttentionBlock, SelfAttentionBlockCache};
 use super::config::ModelConfig;
-use super::decoder::{Decoder, DecoderCache, DecoderMasks, StepAttention};
+use super::decoder::{Decoder, DecoderLayer, DecoderLayerCache, DecoderMasks, StepAttention};
 use super::embedding::{Embedding, EmbeddingCache};
-use super::encoder::{Encoder, EncoderCache};
-use super::kv_cache::{KvCache, StepKvCache};
-use super::param::{Module, Param};
-use crate::batch::Batch;
-use crate::kernels::matmul::{matmul, transpose_weight, weight_product, MatMut, MatRef};
-use crate::model::loss::{label_smoothed_cross_entropy, LossStats};
+use super::encoder::{padding_mask, Encoder};
+use super::head::OutputHead;
+use super::kv_cache::KvCache;
+use super::loss::LossStats;
+use super::param::{Init, Module, Param, ParamVisitor};
+use super::stack::{Stack, StackCache};
+use crate::batch::{Batch, PAD};
 use crate::rng::Rng;
 use crate::Float;
-use rayon::prelude::*;
 
 /// The encoder-decoder Transformer.
 #[derive(Clone, Debug)]
@@ -23,22 +27,19 @@ pub struct Seq2Seq<T> {
     pub embedding: Embedding<T>,
     pub encoder: Encoder<T>,
     pub decoder: Decoder<T>,
-    /// The pre-softmax projection [vocab, d_model] when not tied to `embedding`.
-    pub output_proj: Option<Param<T>>,
-    /// Inference only: the projection transposed, [d_model, vocab] (see
-    /// [`Seq2Seq::prepare_inference`]); dropped by any mutable access to the parameters.
-    projection_t: Option<Vec<T>>,
+    /// The pre-softmax projection: the embedding matrix, or its own when untied.
+    pub head: OutputHead<T>,
 }
 
 /// Everything the forward keeps for the backward.
 #[derive(Clone, Debug)]
 pub struct Seq2SeqCache<T> {
     pub src_embedding: EmbeddingCache<T>,
-    pub encoder: EncoderCache<T>,
+    pub encoder: StackCache<SelfAttentionBlockCache<T>, T>,
     /// Encoder output [batch*src_len, d_model].
     pub memory: Vec<T>,
     pub tgt_embedding: EmbeddingCache<T>,
-    pub decoder: DecoderCache<T>,
+    pub decoder: StackCache<DecoderLayerCache<T>, T>,
     /// Final decoder states, the projection's input [batch*tgt_len, d_model].
     pub hidden: Vec<T>,
 }
@@ -46,8 +47,9 @@ pub struct Seq2SeqCache<T> {
 /// The state of incremental decoding for a batch of sources.
 #[derive(Clone, Debug)]
 pub struct DecodeState<T> {
-    /// Per decoder layer: cached self-attention keys/values of the tokens fed so far.
-    pub self_caches: Vec<StepKvCache<T>>,
+    /// Per decoder layer: the self-attention keys/values of the tokens fed so far, paged one
+    /// position per block (beam search re-gathers rows after every step).
+    pub self_caches: Vec<KvCache<T>>,
     /// Per decoder layer: the encoder output's keys/values, computed once. One row per decoder
     /// row, or one per group of `g` consecutive decoder rows that share a source (beam search:
     /// the beams of a sentence), which the cross-attention then reads as `g` queries (its
@@ -57,46 +59,77 @@ pub struct DecodeState<T> {
     pub src_lens: Vec<usize>,
 }
 
+impl<T: Float> DecodeState<T> {
+    /// Positions fed so far.
+    pub fn len(&self) -> usize {
+        self.self_caches.first().map_or(0, |c| c.len)
+    }
+
+    /// True before the first token.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Decoder row `j` becomes the old row `rows[j]` (the cross-attention rows stay).
+    pub fn gather_rows(&mut self, rows: &[usize]) {
+        for cache in &mut self.self_caches {
+            cache.gather_rows(rows);
+        }
+    }
+
+    /// Cross-attention row `j` becomes the old cross row `rows[j]`, with its source length.
+    pub fn gather_sources(&mut self, rows: &[usize]) {
+        for cache in &mut self.cross_caches {
+            cache.gather_rows(rows);
+        }
+        self.src_lens = rows.iter().map(|&r| self.src_lens[r]).collect();
+    }
+}
+
 impl<T: Float> Seq2Seq<T> {
-    /// A freshly initialised model (Xavier-uniform matrices, unit norms, zero biases).
-    pub fn new(config: ModelConfig, rng: &mut Rng) -> Self {
+    /// A freshly initialised model (Xavier-uniform matrices, unit norms, zero biases), drawn
+    /// from `init` in the order embedding, encoder, decoder, projection.
+    pub fn new(config: ModelConfig, init: &mut impl Init) -> Self {
         let c = &config;
+        let block = c.block();
         let embedding =
-            Embedding::with_positions(c.vocab_size, c.d_model, c.max_len, c.positions, rng);
-        let encoder = Encoder::new(c, rng);
-        let decoder = Decoder::new(c, rng);
-        let output_proj = (!c.tie_embeddings)
-            .then(|| Param::xavier(&[c.vocab_size, c.d_model], c.d_model, c.vocab_size, rng));
+            Embedding::with_positions(c.vocab_size, c.d_model, c.max_len, c.positions, init);
+        let encoder = Stack::new(c.n_encoder_layers, block.final_norm(), init, |init| {
+            SelfAttentionBlock::new(&block, init)
+        });
+        let decoder = Stack::new(c.n_decoder_layers, block.final_norm(), init, |init| {
+            DecoderLayer::new(&block, init)
+        });
+        let head = OutputHead::new(c.vocab_size, c.d_model, c.tie_embeddings, init);
         Seq2Seq {
             config,
             embedding,
             encoder,
             decoder,
-            output_proj,
-            projection_t: None,
+            head,
         }
     }
 
-    /// Readies the model for a run of decoding steps that leave the weights alone: the decoder's
-    /// linear layers and the output projection keep transposed copies of their weights, which
-    /// gemm multiplies in place instead of repacking them at every step (see
+    /// Readies the model for a run of decoding steps that leave the weights alone: the linear
+    /// layers and the output projection keep transposed copies of their weights, which gemm
+    /// multiplies in place instead of repacking them at every step (see
     /// [`Linear::prepare_inference`](super::linear::Linear::prepare_inference)). Results equal
     /// the unprepared model's up to float rounding. Training (`params_mut`) drops the copies.
     pub fn prepare_inference(&mut self) {
-        for layer in &mut self.encoder.layers {
-            layer.self_attn.prepare_inference();
-            layer.ffn.prepare_inference();
-        }
-        self.decoder.prepare_inference();
-        let (d, v) = (self.config.d_model, self.config.vocab_size);
-        self.projection_t = Some(transpose_weight(self.projection_weight(), v, d));
+        self.encoder
+            .layers
+            .iter_mut()
+            .for_each(SelfAttentionBlock::prepare_inference);
+        self.decoder
+            .layers
+            .iter_mut()
+            .for_each(DecoderLayer::prepare_inference);
+        self.head.prepare_inference(&self.embedding);
     }
 
     /// All parameters with their checkpoint names, in a fixed order.
     pub fn params_mut(&mut self) -> Vec<(String, &mut Param<T>)> {
-        let mut out = Vec::new();
-        self.collect_params("", &mut out);
-        out
+        self.named_params("")
     }
 
     /// Total number of trainable scalars.
@@ -111,42 +144,58 @@ impl<T: Float> Seq2Seq<T> {
         }
     }
 
-    fn projection_weight(&self) -> &[T] {
-        match &self.output_proj {
-            Some(p) => &p.value.data,
-            None => &self.embedding.weight.value.data,
-        }
-    }
-
     /// `hidden [rows, d_model]` -> logits `[rows, vocab]`.
     pub fn project(&self, hidden: &[T]) -> Vec<T> {
-        let (d, v) = (self.config.d_model, self.config.vocab_size);
-        let rows = hidden.len() / d;
-        let mut logits = vec![T::zero(); rows * v];
-        let (w, w_t) = (self.projection_weight(), self.projection_t.as_deref());
-        weight_product(&mut logits, hidden, w, w_t, rows, d, v);
-        logits
+        self.head.logits(&self.embedding, hidden)
+    }
+
+    /// Embeds and encodes `src [batch, src_len]`: the memory `[batch*src_len, d_model]`.
+    fn encode(
+        &self,
+        src: &[u32],
+        src_len: usize,
+        src_lens: &[usize],
+        mut rng: Option<&mut Rng>,
+    ) -> (
+        Vec<T>,
+        EmbeddingCache<T>,
+        StackCache<SelfAttentionBlockCache<T>, T>,
+    ) {
+        let p = self.config.dropout;
+        let (x, embedding) = self
+            .embedding
+            .forward(src, src_len, 0, p, rng.as_deref_mut());
+        let (b, mask) = (src_lens.len(), padding_mask(src_lens));
+        let (memory, encoder) = self
+            .encoder
+            .forward(x, rng, |l, x, r| l.forward(x, b, mask, r));
+        (memory, embedding, encoder)
     }
 
     /// Teacher-forced forward: logits `[batch*tgt_len, vocab]` and the cache. Dropout when
     /// `rng` is given.
     pub fn forward(&self, batch: &Batch, mut rng: Option<&mut Rng>) -> (Vec<T>, Seq2SeqCache<T>) {
-        let p = self.config.dropout;
         let b = batch.batch_size;
-        let (src, src_embedding) =
-            self.embedding
-                .forward(&batch.src, batch.src_len, 0, p, rng.as_deref_mut());
-        let (memory, encoder) = self
-            .encoder
-            .forward(src, b, &batch.src_lens, rng.as_deref_mut());
-        let (tgt, tgt_embedding) =
-            self.embedding
-                .forward(&batch.tgt_in, batch.tgt_len, 0, p, rng.as_deref_mut());
+        let (memory, src_embedding, encoder) = self.encode(
+            &batch.src,
+            batch.src_len,
+            &batch.src_lens,
+            rng.as_deref_mut(),
+        );
+        let (tgt, tgt_embedding) = self.embedding.forward(
+            &batch.tgt_in,
+            batch.tgt_len,
+            0,
+            self.config.dropout,
+            rng.as_deref_mut(),
+        );
         let masks = DecoderMasks {
             tgt_lens: &batch.tgt_lens,
             src_lens: &batch.src_lens,
         };
-        let (hidden, decoder) = self.decoder.forward(tgt, &memory, b, masks, rng);
+        let (hidden, decoder) = self
+            .decoder
+            .forward(tgt, rng, |l, x, r| l.forward(x, &memory, b, masks, r));
         let logits = self.project(&hidden);
         let cache = Seq2SeqCache {
             src_embedding,
@@ -161,31 +210,18 @@ impl<T: Float> Seq2Seq<T> {
 
     /// Backward from `dlogits [batch*tgt_len, vocab]`; accumulates every parameter gradient.
     pub fn backward(&mut self, cache: Seq2SeqCache<T>, dlogits: &[T]) {
-        let (d, v) = (self.config.d_model, self.config.vocab_size);
-        let rows = cache.hidden.len() / d;
-        // dW [vocab, d_model] += dlogitsᵀ hidden ; dhidden [rows, d_model] = dlogits W
-        let mut dhidden = vec![T::zero(); rows * d];
-        matmul(
-            MatMut::new(&mut dhidden, rows, d),
-            MatRef::new(dlogits, rows, v),
-            MatRef::new(self.projection_weight(), v, d),
-            T::one(),
-            false,
-        );
-        let w_grad = match &mut self.output_proj {
-            Some(p) => &mut p.grad.data,
-            None => &mut self.embedding.weight.grad.data,
-        };
-        matmul(
-            MatMut::new(w_grad, v, d),
-            MatRef::new(dlogits, rows, v).t(),
-            MatRef::new(&cache.hidden, rows, d),
-            T::one(),
-            true,
-        );
-        let (dtgt, dmemory) = self.decoder.backward(&cache.memory, cache.decoder, dhidden);
+        let dhidden = self
+            .head
+            .backward(&mut self.embedding, &cache.hidden, dlogits);
+        let memory = &cache.memory;
+        let mut dmemory = vec![T::zero(); memory.len()];
+        let dtgt = self.decoder.backward(cache.decoder, dhidden, |l, c, d| {
+            l.backward(memory, c, d, &mut dmemory)
+        });
         self.embedding.backward(&cache.tgt_embedding, &dtgt);
-        let dsrc = self.encoder.backward(cache.encoder, dmemory);
+        let dsrc = self
+            .encoder
+            .backward(cache.encoder, dmemory, |l, c, d| l.backward(c, d));
         self.embedding.backward(&cache.src_embedding, &dsrc);
     }
 
@@ -199,13 +235,11 @@ impl<T: Float> Seq2Seq<T> {
         rng: Option<&mut Rng>,
     ) -> LossStats {
         let (mut logits, cache) = self.forward(batch, rng);
-        let stats = label_smoothed_cross_entropy(
-            &mut logits,
-            &batch.tgt_out,
-            self.config.vocab_size,
-            label_smoothing,
-            Some(grad_scale),
-        );
+        let targets = &batch.tgt_out;
+        let scale = Some(grad_scale);
+        let stats = self
+            .head
+            .loss(&mut logits, targets, Some(PAD), label_smoothing, scale);
         self.backward(cache, &logits);
         stats
     }
@@ -223,14 +257,43 @@ impl<T: Float> Seq2Seq<T> {
         label_smoothing: f64,
     ) -> (LossStats, Vec<T>) {
         let (mut logits, _) = self.forward(batch, None);
-        let stats = label_smoothed_cross_entropy(
-            &mut logits,
-            &batch.tgt_out,
-            self.config.vocab_size,
-            label_smoothing,
-            None,
-        );
+        let targets = &batch.tgt_out;
+        let stats = self
+            .head
+            .loss(&mut logits, targets, Some(PAD), label_smoothing, None);
         (stats, logits)
+    }
+
+    /// Every attention weight of a teacher-forced forward without dropout, with the plain kernel
+    /// at any length: per encoder layer `[batch, heads, src_len, src_len]`, per decoder layer
+    /// the self-attention `[batch, heads, tgt_len, tgt_len]` and cross-attention
+    /// `[batch, heads, tgt_len, src_len]` weights.
+    pub fn attention_weights(&self, batch: &Batch) -> (Vec<Vec<T>>, Vec<StepAttention<T>>) {
+        let b = batch.batch_size;
+        let (x, _) = self
+            .embedding
+            .forward(&batch.src, batch.src_len, 0, 0.0, None);
+        let mask = padding_mask(&batch.src_lens);
+        let mut encoder = Vec::new();
+        let memory = self.encoder.apply(x, |_, l, x| {
+            let (y, w) = l.forward_weights(x, b, mask);
+            encoder.push(w);
+            y
+        });
+        let (y, _) = self
+            .embedding
+            .forward(&batch.tgt_in, batch.tgt_len, 0, 0.0, None);
+        let masks = DecoderMasks {
+            tgt_lens: &batch.tgt_lens,
+            src_lens: &batch.src_lens,
+        };
+        let mut decoder = Vec::new();
+        self.decoder.apply(y, |_, l, y| {
+            let (y, w) = l.forward_weights(y, &memory, b, masks);
+            decoder.push(w);
+            y
+        });
+        (encoder, decoder)
     }
 
     /// Encodes `src [batch, src_len]` and prepares incremental decoding with room for
@@ -243,8 +306,7 @@ impl<T: Float> Seq2Seq<T> {
         max_tgt_len: usize,
     ) -> DecodeState<T> {
         let batch = src_lens.len();
-        let (x, _) = self.embedding.forward(src, src_len, 0, 0.0, None);
-        let (memory, _) = self.encoder.forward(x, batch, src_lens, None);
+        let (memory, _, _) = self.encode(src, src_len, src_lens, None);
         let d = self.config.d_model;
         let cross_caches = self
             .decoder
@@ -253,7 +315,7 @@ impl<T: Float> Seq2Seq<T> {
             .map(|l| l.cross_attn.project_kv(&memory, batch))
             .collect();
         let self_caches = (0..self.decoder.layers.len())
-            .map(|_| StepKvCache::new(batch, max_tgt_len, d))
+            .map(|_| KvCache::new(batch, max_tgt_len, d, 1))
             .collect();
         DecodeState {
             self_caches,
@@ -269,33 +331,28 @@ impl<T: Float> Seq2Seq<T> {
         state: &mut DecodeState<T>,
         tokens: &[u32],
     ) -> (Vec<T>, Vec<StepAttention<T>>) {
-        let pos = state.self_caches.first().map_or(0, |c| c.len);
+        let pos = state.len();
         let (x, _) = self.embedding.forward(tokens, 1, pos, 0.0, None);
-        let (h, attn) = self.decoder.forward_step(
-            x,
-            &mut state.self_caches,
-            &mut state.cross_caches,
-            &state.src_lens,
-        );
-        let mut logits = self.project(&h);
-        logits
-            .par_chunks_mut(self.config.vocab_size)
-            .with_min_len(8)
-            .for_each(|row| {
-                crate::kernels::softmax::log_softmax_inplace(row);
-            });
-        (logits, attn)
+        let mut attn = Vec::with_capacity(self.decoder.layers.len());
+        let DecodeState {
+            self_caches,
+            cross_caches,
+            src_lens,
+        } = state;
+        let h = self.decoder.apply(x, |i, l, x| {
+            let (y, a) = l.forward_step(x, &mut self_caches[i], &mut cross_caches[i], src_lens);
+            attn.push(a);
+            y
+        });
+        (self.head.log_probs(&self.embedding, &h), attn)
     }
 }
 
 impl<T> Module<T> for Seq2Seq<T> {
-    fn collect_params<'a>(&'a mut self, _prefix: &str, out: &mut Vec<(String, &'a mut Param<T>)>) {
-        self.projection_t = None; // the caller may change the weights
-        self.embedding.collect_params("embedding", out);
-        self.encoder.collect_params("encoder", out);
-        self.decoder.collect_params("decoder", out);
-        if let Some(p) = &mut self.output_proj {
-            out.push(("output_proj.weight".into(), p));
-        }
+    fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
+        v.module("embedding", &mut self.embedding);
+        v.module("encoder", &mut self.encoder);
+        v.module("decoder", &mut self.decoder);
+        self.head.visit(v);
     }
 }

@@ -1,13 +1,14 @@
 //! Attention heat maps: the weights `softmax(Q Kᵀ / √d_k)` of every layer and head, one small
 //! matrix per panel with the query tokens down the left side and the key tokens along the top.
 //!
-//! [`attention_maps`] runs one teacher-forced forward of a single sentence pair and collects
-//! the encoder self-attention, decoder self-attention and encoder-decoder (cross) attention of
-//! every layer and head; [`draw_attention_grid`] draws panels as a grid of heat maps.
+//! [`attention_maps`] runs one teacher-forced inference of a single sentence pair that returns
+//! its attention weights ([`Seq2Seq::attention_weights`], the plain kernel at any length) and
+//! collects the encoder self-attention, decoder self-attention and encoder-decoder (cross)
+//! attention of every layer and head; [`draw_attention_grid`] draws panels as a grid of heat
+//! maps.
 
 use super::{msg, render, VizError, FONT};
 use crate::batch::{Batch, BOS, EOS, PAD, UNK};
-use crate::model::attention::AttentionCache;
 use crate::model::Seq2Seq;
 use crate::text::vocab::{Vocab, SPECIAL_TOKENS};
 use crate::Float;
@@ -66,8 +67,8 @@ pub fn token_label(vocab: &Vocab, id: u32) -> String {
 }
 
 /// Attention weights of one sentence pair (`src`, `tgt`: token ids without specials): one
-/// teacher-forced forward without dropout on the batch `src EOS` / `BOS tgt`, and every layer's
-/// and head's attention probabilities read from its cache.
+/// teacher-forced inference without dropout on the batch `src EOS` / `BOS tgt` that returns
+/// every layer's and head's attention probabilities.
 pub fn attention_maps<T: Float>(
     model: &Seq2Seq<T>,
     src: &[u32],
@@ -75,7 +76,7 @@ pub fn attention_maps<T: Float>(
     vocab: &Vocab,
 ) -> AttentionMaps {
     let batch = Batch::from_pairs(&[(src, tgt)]);
-    let (_, cache) = model.forward(&batch, None);
+    let (encoder, decoder) = model.attention_weights(&batch);
     let src_tokens: Vec<String> = batch.src.iter().map(|&id| token_label(vocab, id)).collect();
     let tgt_tokens: Vec<String> = batch
         .tgt_in
@@ -92,41 +93,42 @@ pub fn attention_maps<T: Float>(
         decoder: Vec::new(),
         cross: Vec::new(),
     };
-    for (l, layer) in cache.encoder.layers.iter().enumerate() {
-        let a = &layer.self_attn.sublayer;
+    let heads = maps.heads;
+    for (l, w) in encoder.iter().enumerate() {
+        let src = &maps.src_tokens;
         maps.encoder
-            .extend(panels(a, "encoder", l, &maps.src_tokens, &maps.src_tokens));
+            .extend(panels(w, heads, "encoder", l, src, src));
     }
-    for (l, layer) in cache.decoder.layers.iter().enumerate() {
-        let a = &layer.self_attn.sublayer;
+    for (l, w) in decoder.iter().enumerate() {
+        let (src, tgt) = (&maps.src_tokens, &maps.tgt_tokens);
         maps.decoder
-            .extend(panels(a, "decoder", l, &maps.tgt_tokens, &maps.tgt_tokens));
-        let a = &layer.cross_attn.sublayer;
+            .extend(panels(&w.self_attn, heads, "decoder", l, tgt, tgt));
         maps.cross
-            .extend(panels(a, "cross", l, &maps.tgt_tokens, &maps.src_tokens));
+            .extend(panels(&w.cross_attn, heads, "cross", l, tgt, src));
     }
     maps
 }
 
-/// The panels of every head of one attention layer of batch element 0.
+/// The panels of every head of one attention layer's weights `[1, heads, rows, cols]`.
 fn panels<T: Float>(
-    cache: &AttentionCache<T>,
+    weights: &[T],
+    heads: usize,
     kind: &str,
     layer: usize,
     rows: &[String],
     cols: &[String],
 ) -> Vec<AttentionPanel> {
-    let d = cache.dims;
-    assert_eq!((d.q_len, d.k_len), (rows.len(), cols.len()));
-    (0..d.heads)
+    let (q_len, k_len) = (rows.len(), cols.len());
+    assert_eq!(weights.len(), heads * q_len * k_len);
+    (0..heads)
         .map(|h| {
-            let head = &cache.probs[h * d.q_len * d.k_len..(h + 1) * d.q_len * d.k_len];
+            let head = &weights[h * q_len * k_len..(h + 1) * q_len * k_len];
             AttentionPanel {
                 label: format!("{kind} layer {} head {}", layer + 1, h + 1),
                 rows: rows.to_vec(),
                 cols: cols.to_vec(),
                 weights: head
-                    .chunks(d.k_len)
+                    .chunks(k_len)
                     .map(|row| row.iter().map(|&p| p.f64() as f32).collect())
                     .collect(),
             }

@@ -45,9 +45,7 @@ pub fn add(a: &[f64], b: &[f64]) -> Vec<f64> {
 
 /// All parameters of a module, in its fixed order.
 pub fn params_of<T, M: Module<T>>(m: &mut M) -> Vec<(String, &mut Param<T>)> {
-    let mut out = Vec::new();
-    m.collect_params("", &mut out);
-    out
+    m.named_params("")
 }
 
 /// Adds U(−scale, scale) to every parameter, so that zero biases, unit gains and zero layer-norm

@@ -1,0 +1,131 @@
+//! The output head (section 3.4): the pre-softmax linear transformation from the last hidden
+//! states to one logit per vocabulary entry, `logits = h Wᵀ` (no bias), and the loss it feeds.
+//! `W [vocab, d_model]` is the embedding matrix when tied (the paper shares it between the two
+//! embedding layers and this projection), else a parameter of its own, `output_proj.weight`.
+
+use super::embedding::Embedding;
+use super::loss::{cross_entropy_ignoring, LossStats};
+use super::param::{Init, Module, Param, ParamVisitor};
+use crate::kernels::matmul::{matmul, transpose_weight, weight_product, MatMut, MatRef};
+use crate::kernels::softmax::log_softmax_inplace;
+use crate::Float;
+use rayon::prelude::*;
+
+/// The pre-softmax projection, tied to the embedding or not.
+#[derive(Clone, Debug)]
+pub struct OutputHead<T> {
+    /// `W [vocab, d_model]` when untied; `None` when the embedding matrix is used.
+    pub output_proj: Option<Param<T>>,
+    /// Inference only: `Wᵀ [d_model, vocab]` (see [`OutputHead::prepare_inference`]); dropped by
+    /// any mutable visit of the parameters.
+    transposed: Option<Vec<T>>,
+    pub d_model: usize,
+    pub vocab: usize,
+}
+
+impl<T: Float> OutputHead<T> {
+    /// Tied (no parameter), or a Xavier-uniform `[vocab, d_model]` drawn from `init`.
+    pub fn new(vocab: usize, d_model: usize, tied: bool, init: &mut impl Init) -> Self {
+        OutputHead {
+            output_proj: (!tied).then(|| init.xavier(&[vocab, d_model], d_model, vocab)),
+            transposed: None,
+            d_model,
+            vocab,
+        }
+    }
+
+    /// `W [vocab, d_model]`: the own projection, or the embedding matrix.
+    pub fn weight<'a>(&'a self, embedding: &'a Embedding<T>) -> &'a [T] {
+        match &self.output_proj {
+            Some(p) => &p.value.data,
+            None => &embedding.weight.value.data,
+        }
+    }
+
+    /// Keeps `Wᵀ` for a run of decoding steps, which gemm multiplies without repacking.
+    pub fn prepare_inference(&mut self, embedding: &Embedding<T>) {
+        let w = transpose_weight(self.weight(embedding), self.vocab, self.d_model);
+        self.transposed = Some(w);
+    }
+
+    /// `hidden [rows, d_model]` -> logits `[rows, vocab]`.
+    pub fn logits(&self, embedding: &Embedding<T>, hidden: &[T]) -> Vec<T> {
+        let (d, v) = (self.d_model, self.vocab);
+        let rows = hidden.len() / d;
+        let mut logits = vec![T::zero(); rows * v];
+        let (w, w_t) = (self.weight(embedding), self.transposed.as_deref());
+        weight_product(&mut logits, hidden, w, w_t, rows, d, v);
+        logits
+    }
+
+    /// `hidden [rows, d_model]` -> log-probabilities `[rows, vocab]` (log-softmax of each row).
+    pub fn log_probs(&self, embedding: &Embedding<T>, hidden: &[T]) -> Vec<T> {
+        let mut logits = self.logits(embedding, hidden);
+        logits
+            .par_chunks_mut(self.vocab)
+            .with_min_len(8)
+            .for_each(|row| {
+                log_softmax_inplace(row);
+            });
+        logits
+    }
+
+    /// The loss of `logits [rows, vocab]` against `targets [rows]` (targets equal to `ignore`
+    /// skipped), label-smoothed by `smoothing` (see [`super::loss`]). With `grad_scale`, the
+    /// logits are overwritten with `grad_scale · ∂L/∂logits`, ready for [`backward`](Self::backward);
+    /// otherwise with log-probabilities.
+    pub fn loss(
+        &self,
+        logits: &mut [T],
+        targets: &[u32],
+        ignore: Option<u32>,
+        smoothing: f64,
+        grad_scale: Option<f64>,
+    ) -> LossStats {
+        cross_entropy_ignoring(logits, targets, self.vocab, smoothing, grad_scale, ignore)
+    }
+
+    /// From `dlogits [rows, vocab]` and the head's input `hidden [rows, d_model]`: accumulates
+    /// `dW += dlogitsᵀ hidden` (into the embedding's gradient when tied) and returns
+    /// `dhidden = dlogits W`.
+    pub fn backward(
+        &mut self,
+        embedding: &mut Embedding<T>,
+        hidden: &[T],
+        dlogits: &[T],
+    ) -> Vec<T> {
+        let (d, v) = (self.d_model, self.vocab);
+        let rows = hidden.len() / d;
+        // dhidden [rows, d_model] = dlogits W
+        let mut dhidden = vec![T::zero(); rows * d];
+        matmul(
+            MatMut::new(&mut dhidden, rows, d),
+            MatRef::new(dlogits, rows, v),
+            MatRef::new(self.weight(embedding), v, d),
+            T::one(),
+            false,
+        );
+        let w_grad = match &mut self.output_proj {
+            Some(p) => &mut p.grad.data,
+            None => &mut embedding.weight.grad.data,
+        };
+        matmul(
+            MatMut::new(w_grad, v, d),
+            MatRef::new(dlogits, rows, v).t(),
+            MatRef::new(hidden, rows, d),
+            T::one(),
+            true,
+        );
+        dhidden
+    }
+}
+
+/// The head's own parameter, `output_proj.weight` (untied only); a visit drops `Wᵀ`.
+impl<T> Module<T> for OutputHead<T> {
+    fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
+        self.transposed = None;
+        if let Some(p) = &mut self.output_proj {
+            v.param("output_proj.weight", p);
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! The residual connection around every sublayer (section 3.1 and 5.4):
+//! post-LN (the paper) `y = LayerNorm(x + Dropout(Sublayer(x)))`, or
+//! pre-LN `y = x + Dropout(Sublayer(LayerNorm(x)))`.
+
+use super::config::NormPlacement;
+use super::layer_norm::LayerNorm;
+use super::param::{Init, Module, ParamVisitor};
+use crate::kernels::activations::{add_inplace, dropout_add_inplace, mul_inplace};
+use crate::kernels::dropout::{dropout_mask, fork_for};
+use crate::kernels::layer_norm::LayerNormStats;
+use crate::rng::Rng;
+use crate::Float;
+
+/// A residual connection with its layer norm and dropout.
+#[derive(Clone, Debug)]
+pub struct Residual<T> {
+    pub norm: LayerNorm<T>,
+    pub placement: NormPlacement,
+    pub dropout: f64,
+}
+
+/// What a residual forward keeps: its input, what the sublayer saw and kept, the dropout mask,
+/// and the layer-norm input and statistics.
+#[derive(Clone, Debug)]
+pub struct ResidualCache<T, C> {
+    /// x [rows, d_model]
+    pub input: Vec<T>,
+    /// Pre-LN only: LayerNorm(x), the sublayer's input.
+    pub normed_input: Option<Vec<T>>,
+    /// What the sublayer saved for its own backward.
+    pub sublayer: C,
+    pub dropout_mask: Option<Vec<T>>,
+    /// Post-LN only: x + Dropout(Sublayer(x)), the norm's input.
+    pub sum: Option<Vec<T>>,
+    pub norm_stats: LayerNormStats<T>,
+}
+
+impl<T: Float> Residual<T> {
+    pub fn new(
+        d_model: usize,
+        eps: f64,
+        placement: NormPlacement,
+        dropout: f64,
+        init: &mut impl Init,
+    ) -> Self {
+        Residual {
+            norm: LayerNorm::with_init(d_model, eps, init),
+            placement,
+            dropout,
+        }
+    }
+
+    /// Runs `sublayer` inside the residual connection. Dropout when `rng` is given.
+    pub fn forward<C>(
+        &self,
+        x: Vec<T>,
+        rng: Option<&mut Rng>,
+        sublayer: impl FnOnce(&[T]) -> (Vec<T>, C),
+    ) -> (Vec<T>, ResidualCache<T, C>) {
+        match self.placement {
+            NormPlacement::PostLn => {
+                let (mut sum, inner) = sublayer(&x);
+                let dropout_mask = rng.and_then(|r| dropout_mask(r, sum.len(), self.dropout));
+                dropout_add_inplace(&mut sum, dropout_mask.as_deref(), &x);
+                let (y, norm_stats) = self.norm.forward(&sum);
+                let cache = ResidualCache {
+                    input: x,
+                    normed_input: None,
+                    sublayer: inner,
+                    dropout_mask,
+                    sum: Some(sum),
+                    norm_stats,
+                };
+                (y, cache)
+            }
+            NormPlacement::PreLn => {
+                let (normed, norm_stats) = self.norm.forward(&x);
+                let (mut y, inner) = sublayer(&normed);
+                let dropout_mask = rng.and_then(|r| dropout_mask(r, y.len(), self.dropout));
+                dropout_add_inplace(&mut y, dropout_mask.as_deref(), &x);
+                let cache = ResidualCache {
+                    input: x,
+                    normed_input: Some(normed),
+                    sublayer: inner,
+                    dropout_mask,
+                    sum: None,
+                    norm_stats,
+                };
+                (y, cache)
+            }
+        }
+    }
+
+    /// [`forward`](Self::forward) around a sublayer with a dropout of its own (attention
+    /// weights, FFN activations) of probability `inner_p`: the sublayer gets a generator forked
+    /// from `rng`, only when it has something to drop (see [`fork_for`]).
+    pub fn forward_inner<C>(
+        &self,
+        x: Vec<T>,
+        mut rng: Option<&mut Rng>,
+        inner_p: f64,
+        sublayer: impl FnOnce(&[T], Option<&mut Rng>) -> (Vec<T>, C),
+    ) -> (Vec<T>, ResidualCache<T, C>) {
+        let mut inner = fork_for(rng.as_deref_mut(), inner_p);
+        self.forward(x, rng, |u| sublayer(u, inner.as_mut()))
+    }
+
+    /// Backward through the connection. `sublayer_backward(sublayer_input, saved, d_output)`
+    /// must return the gradient with respect to the sublayer's input.
+    pub fn backward<C>(
+        &mut self,
+        cache: ResidualCache<T, C>,
+        dy: &[T],
+        sublayer_backward: impl FnOnce(&[T], C, &[T]) -> Vec<T>,
+    ) -> Vec<T> {
+        let ResidualCache {
+            input,
+            normed_input,
+            sublayer,
+            dropout_mask,
+            sum,
+            norm_stats,
+        } = cache;
+        match self.placement {
+            NormPlacement::PostLn => {
+                let sum = sum.expect("post-LN cache keeps the sum");
+                let dsum = self.norm.backward(&sum, &norm_stats, dy);
+                let mut dsub = dsum.clone();
+                if let Some(m) = &dropout_mask {
+                    mul_inplace(&mut dsub, m);
+                }
+                let mut dx = sublayer_backward(&input, sublayer, &dsub);
+                add_inplace(&mut dx, &dsum);
+                dx
+            }
+            NormPlacement::PreLn => {
+                let normed = normed_input.expect("pre-LN cache keeps the normed input");
+                let mut dsub = dy.to_vec();
+                if let Some(m) = &dropout_mask {
+                    mul_inplace(&mut dsub, m);
+                }
+                let dnormed = sublayer_backward(&normed, sublayer, &dsub);
+                let mut dx = self.norm.backward(&input, &norm_stats, &dnormed);
+                add_inplace(&mut dx, dy);
+                dx
+            }
+        }
+    }
+
+    /// Inference: the same computation without dropout and without saving anything.
+    pub fn apply(&self, x: Vec<T>, sublayer: impl FnOnce(&[T]) -> Vec<T>) -> Vec<T> {
+        self.forward(x, None, |input| (sublayer(input), ())).0
+    }
+}
+
+/// A residual connection's parameters are its norm's: `weight` and `bias` under the
+/// connection's own name (`self_attn_norm`, `ffn_norm`, ...).
+impl<T> Module<T> for Residual<T> {
+    fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
+        self.norm.visit(v);
+    }
+}
