@@ -220,6 +220,29 @@ fn extracted_attention_is_normalised_and_causal() {
     }
 }
 
+/// Sentences long enough that training attends with the tiled kernel (which keeps no weights):
+/// the maps come from the explicit inference call with the plain kernel, one per layer, and are
+/// normalised (`transformer attention` panicked here before).
+#[test]
+fn attention_maps_of_long_sentences() {
+    let (model, vocab) = tiny_model_and_vocab();
+    let text: String = "the cat sat on the mat ".repeat(7);
+    let (src, tgt) = (vocab.encode(&text), vocab.encode(&text[..150]));
+    assert!(src.len() + 1 >= transformer::model::attention::TILED_FROM_KEYS);
+    let maps = attention_maps(&model, &src, &tgt, &vocab);
+    assert_eq!(maps.encoder[0].weights.len(), src.len() + 1);
+    for panel in maps.encoder.iter().chain(&maps.decoder).chain(&maps.cross) {
+        for row in &panel.weights {
+            let sum: f64 = row.iter().map(|&w| w as f64).sum();
+            assert!((sum - 1.0).abs() < 1e-4, "{} sums to {sum}", panel.label);
+        }
+    }
+    let batch = transformer::batch::Batch::from_pairs(&[(&src[..], &tgt[..])]);
+    let (enc, dec) = model.attention_weights(&batch);
+    assert_eq!(enc.len(), model.config.n_encoder_layers);
+    assert_eq!(dec.len(), model.config.n_decoder_layers);
+}
+
 #[test]
 fn attention_grid_as_png_and_svg() {
     let tmp = tempfile::tempdir().unwrap();

@@ -45,7 +45,8 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         bail!("--top-p {} must be in (0, 1]", args.top_p);
     }
     set_threads(args.threads)?;
-    let TextGenerator { model, bpe } = TextGenerator::load(&args.model)?;
+    let TextGenerator { mut model, bpe } = TextGenerator::load(&args.model)?;
+    model.prepare_inference();
     let prompt = document_tokens(&bpe, &args.prompt)?;
     let opts = SamplingOptions {
         temperature: args.temperature,

@@ -26,7 +26,8 @@ pub struct PerplexityArgs {
 
 pub fn run(args: PerplexityArgs) -> Result<()> {
     set_threads(args.threads)?;
-    let generator = TextGenerator::load(&args.model)?;
+    let mut generator = TextGenerator::load(&args.model)?;
+    generator.model.prepare_inference();
     let mut bytes = Vec::new();
     std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut bytes)
         .context("reading standard input")?;

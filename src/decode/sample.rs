@@ -1,6 +1,8 @@
-//! Sampling the next token from a language model's log-probabilities: temperature, top-k and
-//! nucleus (top-p) filtering, seeded.
+//! Sampling: the next token drawn from a distribution with temperature, top-k and nucleus
+//! (top-p) filtering, seeded ([`sample`]); and a continuation sampled token by token through any
+//! [`IncrementalDecoder`] ([`sample_search`]).
 
+use super::IncrementalDecoder;
 use crate::rng::Rng;
 use crate::Float;
 
@@ -80,6 +82,37 @@ pub fn sample<T: Float>(logprobs: &[T], opts: SamplingOptions, rng: &mut Rng) ->
         u -= w;
     }
     *order.last().expect("non-empty vocabulary") as u32
+}
+
+/// Continues one row: feeds `prompt` (its tokens `[1, n]`) into `state`, then samples up to
+/// `max_tokens` tokens, each from the distribution after the previous one, calling `emit` with
+/// each (an error from it stops the search and is returned). The row does not stop at an end
+/// token: the caller's `emit` may stop it by returning an error, or cut the result.
+pub fn sample_search<T: Float, M: IncrementalDecoder<T>, E>(
+    model: &M,
+    state: &mut M::State,
+    prompt: &[u32],
+    max_tokens: usize,
+    opts: SamplingOptions,
+    rng: &mut Rng,
+    mut emit: impl FnMut(u32) -> Result<(), E>,
+) -> Result<Vec<u32>, E> {
+    let v = model.vocab_size();
+    let mut out = Vec::with_capacity(max_tokens.min(1 << 16));
+    if max_tokens == 0 {
+        return Ok(out);
+    }
+    let mut logprobs = model.step(state, prompt);
+    loop {
+        let last = &logprobs[logprobs.len() - v..];
+        let id = sample(last, opts, rng);
+        emit(id)?;
+        out.push(id);
+        if out.len() == max_tokens {
+            return Ok(out);
+        }
+        logprobs = model.step(state, &[id]);
+    }
 }
 
 #[cfg(test)]

@@ -6,14 +6,17 @@
 //! ([`document_tokens`]).
 
 use super::check_model_dir;
-use crate::decode::sample::{sample, SamplingOptions};
+use crate::decode::sample::{sample_search, SamplingOptions};
 use crate::decode::score::score_stream;
+use crate::decode::{DecodingState, IncrementalDecoder};
 use crate::error::{Error, Result};
 use crate::model::checkpoint::load_language_model;
+use crate::model::lm::LmState;
 use crate::model::LanguageModel;
 use crate::rng::Rng;
 use crate::store::TOKENIZER_FILE;
 use crate::text::bpe::Bpe;
+use crate::Float;
 use std::path::Path;
 
 /// A language model and its byte-level BPE.
@@ -52,41 +55,79 @@ pub fn document_tokens(bpe: &Bpe, text: &str) -> Result<Vec<u32>> {
     Ok(tokens)
 }
 
-/// Continues `prompt` (ids, starting with `<|endoftext|>`) by `max_tokens` sampled ids, feeding
-/// each id through the KV caches; calls `emit` with every new id (an error from it stops the
-/// generation and is returned). When the context is full the caches are rebuilt from the last
-/// half of the context.
+/// A language model decoded past its context: when the next positions would not fit, the
+/// state is rebuilt from the last half of the context ([`LanguageModel::max_len`]) of the
+/// tokens fed so far. One row.
+pub struct ContextWindow<'a, T> {
+    pub model: &'a LanguageModel<T>,
+}
+
+/// The window's state: the model's caches and every token fed.
+pub struct WindowState<T> {
+    pub caches: LmState<T>,
+    pub history: Vec<u32>,
+}
+
+impl<T: Float> ContextWindow<'_, T> {
+    /// An empty state with room for the whole context.
+    pub fn start(&self) -> WindowState<T> {
+        WindowState {
+            caches: self.model.start(1, self.model.max_len()),
+            history: Vec::new(),
+        }
+    }
+}
+
+impl<T: Float> DecodingState for WindowState<T> {
+    fn len(&self) -> usize {
+        self.history.len()
+    }
+    fn gather_rows(&mut self, rows: &[usize]) {
+        assert!(
+            rows.iter().all(|&r| r == 0),
+            "a context window holds one row"
+        );
+        self.caches.gather_rows(rows);
+    }
+}
+
+impl<T: Float> IncrementalDecoder<T> for ContextWindow<'_, T> {
+    type State = WindowState<T>;
+    fn vocab_size(&self) -> usize {
+        self.model.config.vocab_size
+    }
+    /// Feeds `tokens` (one row); a first feed longer than the context keeps its last
+    /// `max_len` tokens.
+    fn step(&self, state: &mut WindowState<T>, tokens: &[u32]) -> Vec<T> {
+        let max_len = self.model.max_len();
+        state.history.extend_from_slice(tokens);
+        let recent = |n: usize| &state.history[state.history.len().saturating_sub(n)..];
+        let feed = if state.caches.is_empty() {
+            recent(max_len)
+        } else if state.caches.len() + tokens.len() > max_len {
+            state.caches = self.model.start(1, max_len);
+            recent((max_len / 2).max(1))
+        } else {
+            tokens
+        };
+        self.model.step(&mut state.caches, feed)
+    }
+}
+
+/// Continues `prompt` (ids, starting with `<|endoftext|>`) by `max_tokens` sampled ids through
+/// the KV caches of a [`ContextWindow`]; calls `emit` with every new id (an error from it stops
+/// the generation and is returned).
 pub fn generate_ids<E>(
     model: &LanguageModel<f32>,
     prompt: &[u32],
     max_tokens: usize,
     opts: SamplingOptions,
     rng: &mut Rng,
-    mut emit: impl FnMut(u32) -> std::result::Result<(), E>,
+    emit: impl FnMut(u32) -> std::result::Result<(), E>,
 ) -> std::result::Result<Vec<u32>, E> {
-    let max_len = model.max_len();
-    let v = model.config.vocab_size;
-    let mut history = prompt.to_vec();
-    let keep = |h: &[u32], n: usize| h[h.len().saturating_sub(n)..].to_vec();
-    let mut state = model.start(1, max_len);
-    let first = keep(&history, max_len);
-    let mut logprobs = model.step(&mut state, &first);
-    let mut out = Vec::with_capacity(max_tokens);
-    for _ in 0..max_tokens {
-        let last = &logprobs[logprobs.len() - v..];
-        let id = sample(last, opts, rng);
-        emit(id)?;
-        out.push(id);
-        history.push(id);
-        if state.len() == max_len {
-            state = model.start(1, max_len);
-            let recent = keep(&history, (max_len / 2).max(1));
-            logprobs = model.step(&mut state, &recent);
-        } else {
-            logprobs = model.step(&mut state, &[id]);
-        }
-    }
-    Ok(out)
+    let window = ContextWindow { model };
+    let mut state = window.start();
+    sample_search(&window, &mut state, prompt, max_tokens, opts, rng, emit)
 }
 
 /// Loss per token, perplexity and bits per character of a scored document.
