@@ -3,14 +3,9 @@
 use crate::rng::Rng;
 use serde::{Deserialize, Serialize};
 
-/// Special token ids shared by every vocabulary of the project.
-pub const PAD: u32 = 0;
-/// Begin of sentence: the first decoder input.
-pub const BOS: u32 = 1;
-/// End of sentence: closes every source and every target.
-pub const EOS: u32 = 2;
-/// Unknown token.
-pub const UNK: u32 = 3;
+/// The special token ids of every translation vocabulary (defined with the vocabularies, in
+/// [`crate::text`]).
+pub use crate::text::{BOS, EOS, PAD, UNK};
 
 /// Source and target token ids of `batch_size` pairs, padded with [`PAD`] to the longest.
 ///

@@ -2,10 +2,9 @@
 //! of the attention weights of every layer and head for one sentence pair.
 
 use super::set_threads;
-use crate::decode::greedy::{greedy_decode, GreedyOptions};
 use crate::pipeline::translate::Translator;
-use crate::viz::{attention_maps, draw_attention_grid_with_columns};
-use anyhow::{bail, Context, Result};
+use crate::viz::draw_attention_grid_with_columns;
+use anyhow::{bail, Result};
 use clap::Args;
 use std::path::{Path, PathBuf};
 
@@ -66,44 +65,11 @@ pub fn run(args: AttentionArgs) -> Result<()> {
         }
     }
     set_threads(args.threads)?;
-    let Translator { model, vocab } = Translator::load(&args.model)?;
-    let limit = model.config.max_len - 1;
-    let src = vocab.encode(&args.src);
-    if src.is_empty() {
-        bail!("--src is empty");
+    let translator = Translator::load(&args.model)?;
+    let (maps, greedy) = translator.attention_maps(&args.src, args.tgt.as_deref())?;
+    if let Some(target) = greedy {
+        eprintln!("target (greedy): {target}");
     }
-    if src.len() > limit {
-        bail!(
-            "--src has {} tokens; the model takes at most {limit}",
-            src.len()
-        );
-    }
-    let tgt = match &args.tgt {
-        Some(t) => {
-            let tgt = vocab.encode(t);
-            if tgt.len() > limit {
-                bail!(
-                    "--tgt has {} tokens; the model takes at most {limit}",
-                    tgt.len()
-                );
-            }
-            tgt
-        }
-        None => {
-            let hyp = greedy_decode(
-                &model,
-                std::slice::from_ref(&src),
-                &GreedyOptions::default(),
-            )
-            .pop()
-            .context("greedy decoding returned nothing")?;
-            eprintln!("target (greedy): {}", vocab.decode(&hyp.tokens));
-            let mut tokens = hyp.tokens;
-            tokens.truncate(limit);
-            tokens
-        }
-    };
-    let maps = attention_maps(&model, &src, &tgt, &vocab);
     let heads = maps.heads;
     let kinds = [
         ("encoder", "Encoder self-attention", &maps.encoder),

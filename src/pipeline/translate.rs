@@ -13,6 +13,7 @@ use crate::model::Seq2Seq;
 use crate::store::VOCAB_FILE;
 use crate::text::corpus::Pair;
 use crate::text::vocab::Vocab;
+use crate::viz::{attention_maps, AttentionMaps};
 use std::path::Path;
 
 /// A translation model and its vocabulary.
@@ -76,6 +77,46 @@ impl Translator {
             encoded.push((s, t));
         }
         Ok(score_pairs(&self.model, &encoded, batch_size.max(1)))
+    }
+}
+
+impl Translator {
+    /// Every attention map of one sentence pair (see [`attention_maps`]); without `target`,
+    /// the target is the greedy translation of `source`, returned with the maps.
+    pub fn attention_maps(
+        &self,
+        source: &str,
+        target: Option<&str>,
+    ) -> Result<(AttentionMaps, Option<String>)> {
+        let limit = self.model.config.max_len - 1;
+        let encode = |what: &str, text: &str| -> Result<Vec<u32>> {
+            let ids = self.vocab.encode(text);
+            if ids.len() > limit {
+                return Err(Error::Input(format!(
+                    "--{what} has {} tokens; the model takes at most {limit}",
+                    ids.len()
+                )));
+            }
+            Ok(ids)
+        };
+        let src = encode("src", source)?;
+        if src.is_empty() {
+            return Err(Error::Input("--src is empty".into()));
+        }
+        let (tgt, greedy) = match target {
+            Some(t) => (encode("tgt", t)?, None),
+            None => {
+                let hyp = greedy_decode(&self.model, &[src.clone()], &GreedyOptions::default())
+                    .pop()
+                    .expect("one hypothesis per source");
+                let mut tokens = hyp.tokens;
+                tokens.truncate(limit);
+                let text = self.vocab.decode(&tokens);
+                (tokens, Some(text))
+            }
+        };
+        let maps = attention_maps(&self.model, &src, &tgt, &self.vocab);
+        Ok((maps, greedy))
     }
 }
 

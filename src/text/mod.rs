@@ -7,6 +7,15 @@ pub mod vocab;
 
 use std::path::PathBuf;
 
+/// Special token ids shared by every translation vocabulary of the project: padding.
+pub const PAD: u32 = 0;
+/// Begin of sentence: the first decoder input.
+pub const BOS: u32 = 1;
+/// End of sentence: closes every source and every target.
+pub const EOS: u32 = 2;
+/// Unknown token.
+pub const UNK: u32 = 3;
+
 /// Everything that can go wrong reading or writing text files; every variant names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum TextError {

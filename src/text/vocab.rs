@@ -1,6 +1,6 @@
 //! A vocabulary: the table between tokens (characters or words) and ids.
 //!
-//! Ids 0..=3 are always the specials of [`crate::batch`]: [`PAD`] `<pad>`, [`BOS`] `<s>`,
+//! Ids 0..=3 are always the specials of [`crate::text`]: [`PAD`] `<pad>`, [`BOS`] `<s>`,
 //! [`EOS`] `</s>` and [`UNK`] `<unk>`. A vocabulary is saved as JSON,
 //! `{"level": "char", "tokens": ["<pad>", "<s>", "</s>", "<unk>", ...]}`, where the position of
 //! a token is its id.
@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use super::bpe::Bpe;
 use super::TextError;
-use crate::batch::{BOS, EOS, PAD, UNK};
+use super::{BOS, EOS, PAD, UNK};
 use crate::store::TOKENIZER_FILE;
 
 /// The spellings of the special tokens, in id order.
@@ -469,7 +469,7 @@ mod tests {
             assert_eq!(tokenizer.token_to_id(special), Some(id as u32));
             assert_eq!(vocab.token(id as u32), Some(*special));
         }
-        assert_eq!((PAD, BOS, EOS, UNK), (0, 1, 2, 3), "crate::batch specials");
+        assert_eq!((PAD, BOS, EOS, UNK), (0, 1, 2, 3), "crate::text specials");
         // Unicode text (also unseen) round-trips; no specials in the ids; no stray markers.
         for text in [
             "zwölf grüne Häuser, 12 €!",
