@@ -106,9 +106,13 @@ impl Translator {
         let (tgt, greedy) = match target {
             Some(t) => (encode("tgt", t)?, None),
             None => {
-                let hyp = greedy_decode(&self.model, &[src.clone()], &GreedyOptions::default())
-                    .pop()
-                    .expect("one hypothesis per source");
+                let hyp = greedy_decode(
+                    &self.model,
+                    std::slice::from_ref(&src),
+                    &GreedyOptions::default(),
+                )
+                .pop()
+                .expect("one hypothesis per source");
                 let mut tokens = hyp.tokens;
                 tokens.truncate(limit);
                 let text = self.vocab.decode(&tokens);
