@@ -39,16 +39,10 @@ pub struct SelfAttentionBlockCache<T> {
 impl<T: Float> SelfAttentionBlock<T> {
     /// Parameters drawn from `init` in the order self-attention (Q, K, V, O), FFN.
     pub fn new(c: &BlockConfig, init: &mut impl Init) -> Self {
-        let self_attn = MultiHeadAttention::new(c.d_model, c.n_heads, init)
-            .with_dropout(c.attention_dropout)
-            .with_rotary(c.rotary);
-        let self_attn_res = c.residual(init);
-        let ffn = FeedForward::new(c.d_model, c.d_ff, c.activation, init)
-            .with_dropout(c.activation_dropout);
         SelfAttentionBlock {
-            self_attn,
-            self_attn_res,
-            ffn,
+            self_attn: c.attention(true, init),
+            self_attn_res: c.residual(init),
+            ffn: c.feed_forward(init),
             ffn_res: c.residual(init),
         }
     }

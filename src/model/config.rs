@@ -1,5 +1,7 @@
 //! Model hyper-parameters, with the paper's presets. Serialises to the checkpoint's `config.json`.
 
+use super::attention::MultiHeadAttention;
+use super::feed_forward::FeedForward;
 use super::param::Init;
 use super::residual::Residual;
 use crate::Float;
@@ -118,6 +120,20 @@ pub struct BlockConfig {
 }
 
 impl BlockConfig {
+    /// A multi-head attention of this block, with its attention dropout; `rotary` for a
+    /// self-attention when the block is rotary (never for a cross-attention).
+    pub fn attention<T: Float>(&self, rotary: bool, init: &mut impl Init) -> MultiHeadAttention<T> {
+        MultiHeadAttention::new(self.d_model, self.n_heads, init)
+            .with_dropout(self.attention_dropout)
+            .with_rotary(rotary && self.rotary)
+    }
+
+    /// The position-wise FFN of this block, with its activation dropout.
+    pub fn feed_forward<T: Float>(&self, init: &mut impl Init) -> FeedForward<T> {
+        FeedForward::new(self.d_model, self.d_ff, self.activation, init)
+            .with_dropout(self.activation_dropout)
+    }
+
     /// A residual connection of this block (its norm's parameters from `init`).
     pub fn residual<T: Float>(&self, init: &mut impl Init) -> Residual<T> {
         Residual::new(

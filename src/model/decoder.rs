@@ -66,21 +66,12 @@ impl<T: Float> DecoderLayer<T> {
     pub fn new(c: &BlockConfig, init: &mut impl Init) -> Self {
         // Rotary positions rotate the self-attention only: the cross-attention's keys are
         // source positions, its queries target positions, and stay unrotated.
-        let self_attn = MultiHeadAttention::new(c.d_model, c.n_heads, init)
-            .with_dropout(c.attention_dropout)
-            .with_rotary(c.rotary);
-        let self_attn_res = c.residual(init);
-        let cross_attn =
-            MultiHeadAttention::new(c.d_model, c.n_heads, init).with_dropout(c.attention_dropout);
-        let cross_attn_res = c.residual(init);
-        let ffn = FeedForward::new(c.d_model, c.d_ff, c.activation, init)
-            .with_dropout(c.activation_dropout);
         DecoderLayer {
-            self_attn,
-            self_attn_res,
-            cross_attn,
-            cross_attn_res,
-            ffn,
+            self_attn: c.attention(true, init),
+            self_attn_res: c.residual(init),
+            cross_attn: c.attention(false, init),
+            cross_attn_res: c.residual(init),
+            ffn: c.feed_forward(init),
             ffn_res: c.residual(init),
         }
     }

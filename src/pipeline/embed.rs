@@ -2,7 +2,7 @@
 //! (`config.json`, `model.safetensors`, `tokenizer.json`; e.g. all-MiniLM-L6-v2): the
 //! L2-normalised mean of the last hidden states, the sentence-transformers recipe.
 
-use super::check_model_dir;
+use super::{check_model_dir, check_vocab};
 use crate::error::{Error, Result};
 use crate::model::bert::Bert;
 use crate::store::{read_file, SENTENCE_CONFIG_FILE, TOKENIZER_FILE};
@@ -33,15 +33,14 @@ impl SentenceEncoder {
                 "max length {max_len} must be in 1..={positions} (the model's positions)"
             )));
         }
-        let tokenizer = Tokenizer::load(&dir.join(TOKENIZER_FILE), max_len)?;
-        if tokenizer.vocab_size() > model.config.vocab_size {
-            return Err(Error::Input(format!(
-                "{}: {} tokens but config.json says vocab_size {}",
-                dir.join(TOKENIZER_FILE).display(),
-                tokenizer.vocab_size(),
-                model.config.vocab_size
-            )));
-        }
+        let path = dir.join(TOKENIZER_FILE);
+        let tokenizer = Tokenizer::load(&path, max_len)?;
+        check_vocab(
+            &path,
+            tokenizer.vocab_size(),
+            model.config.vocab_size,
+            false,
+        )?;
         Ok(SentenceEncoder { model, tokenizer })
     }
 

@@ -5,11 +5,11 @@
 //! A document is trained, scored and prompted as `[<|endoftext|>] + encode(text)`
 //! ([`document_tokens`]).
 
-use super::check_model_dir;
+use super::{check_model_dir, check_vocab};
 use crate::decode::sample::{sample_search, SamplingOptions};
 use crate::decode::score::score_stream;
 use crate::decode::{DecodingState, IncrementalDecoder};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::checkpoint::load_language_model;
 use crate::model::lm::LmState;
 use crate::model::LanguageModel;
@@ -30,15 +30,9 @@ impl TextGenerator {
     pub fn load(dir: &Path) -> Result<TextGenerator> {
         check_model_dir(dir)?;
         let model = load_language_model(dir)?;
-        let bpe = Bpe::load(&dir.join(TOKENIZER_FILE))?;
-        if bpe.vocab_size() != model.config.vocab_size {
-            return Err(Error::Input(format!(
-                "{}: tokenizer has {} tokens but config.json says vocab_size {}",
-                dir.join(TOKENIZER_FILE).display(),
-                bpe.vocab_size(),
-                model.config.vocab_size
-            )));
-        }
+        let path = dir.join(TOKENIZER_FILE);
+        let bpe = Bpe::load(&path)?;
+        check_vocab(&path, bpe.vocab_size(), model.config.vocab_size, true)?;
         Ok(TextGenerator { model, bpe })
     }
 

@@ -32,3 +32,16 @@ pub fn check_model_dir(dir: &Path) -> Result<()> {
         )))
     }
 }
+
+/// Refuses a tokenizer (or vocabulary) of `n` tokens at `path` for a model whose config says
+/// `vocab_size` (`exact`: the sizes must be equal; otherwise the tokenizer may be smaller, as a
+/// Hugging Face model's embedding table may be padded).
+pub fn check_vocab(path: &Path, n: usize, vocab_size: usize, exact: bool) -> Result<()> {
+    if n == vocab_size || (!exact && n < vocab_size) {
+        return Ok(());
+    }
+    Err(Error::Input(format!(
+        "{}: {n} tokens but config.json says vocab_size {vocab_size}",
+        path.display()
+    )))
+}

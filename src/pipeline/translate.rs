@@ -3,7 +3,7 @@
 //! n-best lists, and the log-probability of given pairs. Empty lines stay empty, so line counts
 //! always match.
 
-use super::check_model_dir;
+use super::{check_model_dir, check_vocab};
 use crate::decode::beam::{beam_search, length_penalty, BeamOptions};
 use crate::decode::greedy::{greedy_decode, GreedyOptions};
 use crate::decode::score::score_pairs;
@@ -27,15 +27,9 @@ impl Translator {
     pub fn load(dir: &Path) -> Result<Translator> {
         check_model_dir(dir)?;
         let model = load_model(dir)?;
-        let vocab = Vocab::load(&dir.join(VOCAB_FILE))?;
-        if vocab.len() != model.config.vocab_size {
-            return Err(Error::Input(format!(
-                "{}: vocabulary has {} tokens but config.json says vocab_size {}",
-                dir.join(VOCAB_FILE).display(),
-                vocab.len(),
-                model.config.vocab_size
-            )));
-        }
+        let path = dir.join(VOCAB_FILE);
+        let vocab = Vocab::load(&path)?;
+        check_vocab(&path, vocab.len(), model.config.vocab_size, true)?;
         Ok(Translator { model, vocab })
     }
 
