@@ -21,7 +21,7 @@ a space is shown as \u{2423}. Without --tgt the target is the model's greedy tra
 #[derive(Args, Debug)]
 #[command(after_help = AFTER_HELP)]
 pub struct AttentionArgs {
-    /// Model directory written by `transformer train` (or `demo --out`).
+    /// Model directory written by `transformer train`, `demo --out` or `average`.
     #[arg(long)]
     pub model: PathBuf,
     /// The source sentence.

@@ -10,10 +10,14 @@ use std::path::PathBuf;
 
 #[derive(Args, Debug)]
 pub struct AverageArgs {
-    /// Where the averaged model directory is written.
+    /// Where the averaged model directory is written: config.json, model.safetensors and the
+    /// vocabulary (vocab.json, with tokenizer.json for BPE) of the first checkpoint, or of the
+    /// run directory two levels above it (OUT for OUT/checkpoints/step-*); without either, no
+    /// vocabulary is written. No optimizer or trainer state: the result cannot be resumed.
     #[arg(long)]
     pub out: PathBuf,
-    /// Checkpoint directories of the same model (e.g. OUT/checkpoints/step-*).
+    /// Checkpoint directories of one translation model, identical config.json (e.g.
+    /// OUT/checkpoints/step-*).
     #[arg(required = true)]
     pub checkpoints: Vec<PathBuf>,
 }

@@ -1,4 +1,4 @@
-//! `transformer embed --model DIR < sentences.txt`: one JSON line `{"embedding": [...]}` per input
+//! `transformer embed --model DIR < sentences.txt`: one JSON line `{"embedding":[...]}` per input
 //! line, the L2-normalised mean of a pretrained BERT encoder's last hidden states (the
 //! sentence-transformers recipe, e.g. all-MiniLM-L6-v2).
 
@@ -11,14 +11,15 @@ use std::path::PathBuf;
 
 #[derive(Args, Debug)]
 pub struct EmbedArgs {
-    /// Hugging Face BERT directory: config.json, model.safetensors, tokenizer.json.
+    /// Hugging Face BERT directory: config.json, model.safetensors, tokenizer.json (and
+    /// optionally sentence_bert_config.json).
     #[arg(long)]
     pub model: PathBuf,
     /// Sentences embedded together (sorted by length, padded to the longest of each batch).
     #[arg(long, default_value_t = 32)]
     pub batch_size: usize,
-    /// Word pieces kept per sentence, special tokens included [default: max_seq_length of the
-    /// directory's sentence_bert_config.json, else 256].
+    /// Word pieces kept per sentence, special tokens included; longer sentences are truncated
+    /// [default: max_seq_length of the directory's sentence_bert_config.json, else 256].
     #[arg(long)]
     pub max_len: Option<usize>,
     /// Worker threads (0: all cores).

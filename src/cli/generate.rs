@@ -16,9 +16,11 @@ pub struct GenerateArgs {
     /// A directory written by train-lm.
     #[arg(long)]
     pub model: PathBuf,
-    /// The text to continue (printed first).
+    /// The text to continue (printed first; fed after <|endoftext|>, as documents are trained).
     #[arg(long, default_value = "")]
     pub prompt: String,
+    /// Tokens to sample, always this many (a sampled <|endoftext|> is printed as text and does
+    /// not stop it). Past the model's context the cache restarts from the last half of it.
     #[arg(long, default_value_t = 200)]
     pub max_tokens: usize,
     /// Softmax temperature; 0 is greedy.
@@ -30,6 +32,7 @@ pub struct GenerateArgs {
     /// Nucleus sampling: the smallest set of tokens with this much probability (1: all).
     #[arg(long, default_value_t = 1.0)]
     pub top_p: f64,
+    /// Seed of the sampling generator.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Worker threads (0: all cores).

@@ -35,25 +35,29 @@ pub enum Command {
     Train(Box<train::TrainArgs>),
     /// Translate source lines from stdin to stdout (greedy decoding, or beam search: --beam).
     Translate(translate::TranslateArgs),
-    /// Print log p(target | source) for each `source<TAB>target` line on stdin.
+    /// Print log p(target | source) (natural log) for each `source<TAB>target` line on stdin.
     Score(score::ScoreArgs),
     /// The embedded default: learn English number words -> German number words, in minutes.
     Demo(demo::DemoArgs),
-    /// Time training steps on random tokens and print tokens per second.
+    /// Time training steps on random tokens (--lm: a decoder-only step and peak memory), or
+    /// translation of a file with a trained model (--translate).
     Bench(bench::BenchArgs),
-    /// Sentence embeddings of stdin lines with a pretrained BERT encoder (e.g. all-MiniLM-L6-v2).
+    /// Sentence embeddings of stdin lines with a pretrained BERT encoder (e.g. all-MiniLM-L6-v2),
+    /// one JSON line each.
     Embed(embed::EmbedArgs),
-    /// Average the parameters of checkpoints of one model into a model directory.
+    /// Average the parameters of checkpoints of one translation model into a model directory.
     Average(average::AverageArgs),
     /// Corpus BLEU (sacreBLEU defaults) of hypotheses (file or stdin) against `--ref`.
     Bleu(bleu::BleuArgs),
-    /// Heat maps of every layer's and head's attention weights for one sentence pair (PNG/SVG).
+    /// Heat maps of every layer's and head's attention weights for one sentence pair: three
+    /// PNG/SVG files.
     Attention(attention::AttentionArgs),
     /// Train a GPT-style decoder-only language model (byte-level BPE) on a text file.
     TrainLm(train_lm::TrainLmArgs),
     /// Continue a prompt with a language model (sampling, KV cache), streamed to stdout.
     Generate(generate::GenerateArgs),
-    /// Loss per token, perplexity and bits per character of stdin under a language model.
+    /// Loss per token, perplexity and bits per character of stdin (one document) under a
+    /// language model.
     Perplexity(perplexity::PerplexityArgs),
 }
 

@@ -9,9 +9,17 @@ use clap::Args;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
+/// What the command reads and writes, shown by `--help`.
+const AFTER_HELP: &str = "\
+Prints one number per input line, to 6 decimals: the natural-log probability of the target given
+the source, summed over the target tokens and the closing </s>. Every line must be a pair: a
+malformed line (no tab, more than one tab, an empty side, an empty line, invalid UTF-8) or a side
+longer than the model's max_len - 1 tokens is an error naming the line, and nothing is printed.";
+
 #[derive(Args, Debug)]
+#[command(after_help = AFTER_HELP)]
 pub struct ScoreArgs {
-    /// Model directory written by `transformer train`.
+    /// Model directory written by `transformer train`, `demo --out` or `average`.
     #[arg(long)]
     pub model: PathBuf,
     /// Pairs scored together.

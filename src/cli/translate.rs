@@ -12,15 +12,24 @@ use clap::Args;
 use std::io::Write;
 use std::path::PathBuf;
 
+/// What the command reads and writes, shown by `--help`.
+const AFTER_HELP: &str = "\
+Reads all of stdin, then writes one line per input line: an empty or blank input line gives an
+empty output line (with --nbest, N lines `i<TAB>0<TAB>`). An input line longer than the model's
+max_len - 1 tokens is an error naming it, and nothing is written.";
+
 #[derive(Args, Debug)]
+#[command(after_help = AFTER_HELP)]
 pub struct TranslateArgs {
-    /// Model directory written by `transformer train` (or `demo --out`).
+    /// Model directory written by `transformer train` (its OUT or a step checkpoint), `demo
+    /// --out` or `average`.
     #[arg(long)]
     pub model: PathBuf,
     /// Sentences decoded together.
     #[arg(long, default_value_t = 32)]
     pub batch_size: usize,
-    /// Output length limit: source length + this.
+    /// Output length limit: source tokens + this, the closing EOS counted, at most the model's
+    /// max_len.
     #[arg(long, default_value_t = 50)]
     pub max_extra: usize,
     /// Beam size K; greedy search when absent or 1.
@@ -29,11 +38,13 @@ pub struct TranslateArgs {
     /// counting the emitted tokens with the closing EOS (the paper: --beam 4 --alpha 0.6).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub beam: Option<u32>,
-    /// Length-penalty exponent: hypotheses are ranked by log p / ((5 + |Y|) / 6)^alpha.
+    /// Length-penalty exponent: hypotheses are ranked by log p / ((5 + |Y|) / 6)^alpha (beam
+    /// search, and the scores of --nbest; plain greedy output ignores it).
     #[arg(long, default_value_t = 0.6)]
     pub alpha: f64,
     /// When beam search stops a sentence before its length limit: exact (once no live beam can
     /// beat the k finished hypotheses) or first-k (once k are finished, like CTranslate2).
+    /// Ignored without --beam 2 or more.
     #[arg(long, value_enum, default_value = "exact")]
     pub beam_stop: BeamStop,
     /// Print the N best hypotheses per input as `i<TAB>score<TAB>text` lines (N <= --beam).
