@@ -1,9 +1,9 @@
 //! Attention of the few new queries of each batch row during incremental decoding,
 //! `ctx_{b,i} = Σ_t softmax_t(q_{b,i} · k_{b,t} / √d_k) v_{b,t}` for each head, where the keys
 //! and values of row `b` may lie anywhere in the stores: key `t` of row `b` is stored row
-//! `key_rows[b * kv_stride + t]` (a page table with pages of one row). Beam search reorders its
-//! hypotheses by rewriting that table, never the keys and values (see
-//! `model::kv_cache::StepKvCache`); its cross-attention passes the `k` beams of a sentence as
+//! `key_rows[b * kv_stride + t]` (the per-position view of a paged cache's block tables, see
+//! `model::kv_cache::KvCache::paged`). Beam search reorders its hypotheses by rewriting block
+//! tables, never the keys and values; its cross-attention passes the `k` beams of a sentence as
 //! `k` queries against the sentence's encoder keys.
 //!
 //! The products are a handful of 64-wide dot products and `axpy`s per (row, head); a matrix
