@@ -75,7 +75,7 @@ impl Reporter for DemoReporter {
         self.bar.set_position(r.step);
         self.bar
             .set_message(bar_message(r.loss, r.lr, tokens_per_s));
-        if r.step % 100 == 0 {
+        if r.step.is_multiple_of(100) {
             log_line(
                 &self.bar,
                 format!(

@@ -144,8 +144,9 @@ pub struct TrainArgs {
     /// Evaluate the validation loss every N steps (0: only at the end).
     #[arg(long, default_value_t = 0)]
     pub valid_every: u64,
-    /// With validation: also translate the first N validation sources greedily and report
-    /// corpus BLEU (sacreBLEU-exact) against their targets (0: off).
+    /// On each --valid-every validation (not the final one): also translate the first N
+    /// validation sources greedily and report corpus BLEU (sacreBLEU-exact) against their
+    /// targets (0: off).
     #[arg(long, default_value_t = 0)]
     pub valid_bleu_lines: usize,
 }

@@ -154,6 +154,48 @@ fn check_train_args(a: &TrainLmArgs) -> Result<()> {
     super::check_run_options(a.label_smoothing, a.time_limit, a.resume.as_deref())
 }
 
+/// A fresh run: a BPE learnt on the training text, the model and recipe from the options.
+fn start(args: &TrainLmArgs, train_text: &str) -> Result<(Bpe, LmTrainer)> {
+    let bpe = Bpe::train(train_text.split_inclusive('\n'), args.vocab_size)?;
+    let tokens = document_tokens(&bpe, train_text)?;
+    let model_config = ModelConfig {
+        vocab_size: bpe.vocab_size(),
+        d_model: args.d_model,
+        n_heads: args.n_heads,
+        d_ff: args.d_ff,
+        n_encoder_layers: 0,
+        n_decoder_layers: args.layers,
+        dropout: args.dropout,
+        norm: if args.pre_ln {
+            NormPlacement::PreLn
+        } else {
+            NormPlacement::PostLn
+        },
+        layer_norm_eps: 1e-5,
+        tie_embeddings: !args.untied,
+        max_len: args.context,
+        activation: args.activation,
+        positions: args.positions,
+        attention_dropout: 0.0,
+        activation_dropout: 0.0,
+    };
+    model_config
+        .validate()
+        .map_err(|e| anyhow::anyhow!("invalid model: {e}"))?;
+    let config = LmTrainConfig {
+        context: args.context,
+        batch: args.batch,
+        lr: args.lr,
+        warmup: args.warmup,
+        total_steps: args.max_steps,
+        clip_norm: (args.clip_norm > 0.0).then_some(args.clip_norm),
+        label_smoothing: args.label_smoothing,
+        seed: args.seed,
+        ..LmTrainConfig::default()
+    };
+    Ok((bpe, LmTrainer::new(model_config, config, tokens)?))
+}
+
 pub fn run(args: TrainLmArgs) -> Result<()> {
     check_train_args(&args)?;
     let threads = set_threads(args.threads)?;
@@ -174,46 +216,7 @@ pub fn run(args: TrainLmArgs) -> Result<()> {
             eprintln!("resumed {} at step {}", dir.display(), trainer.state.step);
             (bpe, trainer)
         }
-        None => {
-            let bpe = Bpe::train(train_text.split_inclusive('\n'), args.vocab_size)?;
-            let tokens = document_tokens(&bpe, train_text)?;
-            let model_config = ModelConfig {
-                vocab_size: bpe.vocab_size(),
-                d_model: args.d_model,
-                n_heads: args.n_heads,
-                d_ff: args.d_ff,
-                n_encoder_layers: 0,
-                n_decoder_layers: args.layers,
-                dropout: args.dropout,
-                norm: if args.pre_ln {
-                    NormPlacement::PreLn
-                } else {
-                    NormPlacement::PostLn
-                },
-                layer_norm_eps: 1e-5,
-                tie_embeddings: !args.untied,
-                max_len: args.context,
-                activation: args.activation,
-                positions: args.positions,
-                attention_dropout: 0.0,
-                activation_dropout: 0.0,
-            };
-            model_config
-                .validate()
-                .map_err(|e| anyhow::anyhow!("invalid model: {e}"))?;
-            let config = LmTrainConfig {
-                context: args.context,
-                batch: args.batch,
-                lr: args.lr,
-                warmup: args.warmup,
-                total_steps: args.max_steps,
-                clip_norm: (args.clip_norm > 0.0).then_some(args.clip_norm),
-                label_smoothing: args.label_smoothing,
-                seed: args.seed,
-                ..LmTrainConfig::default()
-            };
-            (bpe, LmTrainer::new(model_config, config, tokens)?)
-        }
+        None => start(&args, train_text)?,
     };
     let valid_tokens = document_tokens(&bpe, valid_text)?;
     let valid_chars = valid_text.chars().count();
@@ -229,7 +232,7 @@ pub fn run(args: TrainLmArgs) -> Result<()> {
     );
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
-    let validation = (valid_chars > 0).then(|| TextValidation {
+    let validation = (valid_chars > 0).then_some(TextValidation {
         tokens: valid_tokens,
         chars: valid_chars,
         batch: trainer.state.config.batch,

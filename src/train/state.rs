@@ -76,6 +76,79 @@ impl Fnv1a {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::train::pairs::TrainConfig;
+    use crate::train::windows::LmTrainConfig;
+
+    /// Both layouts read and write back byte for byte: with `order` for sentence pairs, without
+    /// it for the language model (tests/cli_checkpoints.rs checks whole files from runs).
+    #[test]
+    fn both_layouts_round_trip_byte_for_byte() {
+        let rng = r#""rng": {
+    "inner": {
+      "s": [
+        1,
+        2,
+        3,
+        4
+      ]
+    }
+  },"#;
+        let adam = r#""adam": {
+      "beta1": 0.9,
+      "beta2": 0.98,
+      "eps": 1e-9
+    },"#;
+        let pairs = format!(
+            r#"{{
+  "step": 7,
+  {rng}
+  "order": {{
+    "seed": 3,
+    "epoch": 2,
+    "position": 5
+  }},
+  "config": {{
+    "label_smoothing": 0.1,
+    "warmup": 4000,
+    "lr_factor": 0.5,
+    "tokens_per_batch": 2000,
+    "accumulate": 1,
+    "clip_norm": null,
+    {adam}
+    "seed": 3,
+    "word_dropout": 0.0,
+    "cooldown": null
+  }},
+  "data_fingerprint": 18446744073709551615
+}}"#
+        );
+        let state: TrainerState<TrainConfig> = serde_json::from_str(&pairs).unwrap();
+        assert_eq!(state.order.as_ref().map(|o| o.position), Some(5));
+        assert_eq!(state.data_fingerprint, u64::MAX);
+        assert_eq!(serde_json::to_string_pretty(&state).unwrap(), pairs);
+        let lm = format!(
+            r#"{{
+  "step": 7,
+  {rng}
+  "config": {{
+    "context": 64,
+    "batch": 8,
+    "lr": 0.0005,
+    "warmup": 200,
+    "total_steps": 80,
+    "min_lr_ratio": 0.1,
+    "clip_norm": 1.0,
+    "label_smoothing": 0.0,
+    {adam}
+    "seed": 1
+  }},
+  "data_fingerprint": 12
+}}"#
+        );
+        let state: TrainerState<LmTrainConfig> = serde_json::from_str(&lm).unwrap();
+        assert_eq!(state.order, None);
+        assert_eq!(serde_json::to_string_pretty(&state).unwrap(), lm);
+    }
 
     #[test]
     fn fnv1a_matches_the_published_test_vectors() {
