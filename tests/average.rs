@@ -3,7 +3,8 @@
 use transformer::model::ModelConfig;
 use transformer::store::{list_step_checkpoints, step_checkpoint_name};
 use transformer::train::average::average_checkpoints;
-use transformer::train::trainer::{Example, TrainConfig, Trainer};
+use transformer::train::pairs::{Example, TrainConfig};
+use transformer::train::trainer::PairTrainer;
 
 fn examples() -> Vec<Example> {
     (0..20u32)
@@ -26,7 +27,7 @@ fn averages_parameters_and_rejects_mismatched_models() {
         ..TrainConfig::default()
     };
     let root = tempfile::tempdir().unwrap();
-    let mut trainer = Trainer::new(m.clone(), t.clone(), examples()).unwrap();
+    let mut trainer = PairTrainer::new(m.clone(), t.clone(), examples()).unwrap();
     let mut dirs = Vec::new();
     let mut snapshots: Vec<Vec<Vec<f32>>> = Vec::new();
     for step in [1u64, 2, 3] {
@@ -57,7 +58,7 @@ fn averages_parameters_and_rejects_mismatched_models() {
     // A checkpoint of another model is refused, naming its config.
     let mut m2 = m.clone();
     m2.d_ff = 48;
-    let mut other = Trainer::new(m2, t, examples()).unwrap();
+    let mut other = PairTrainer::new(m2, t, examples()).unwrap();
     let odd = root.path().join("odd");
     other.save(&odd).unwrap();
     let err = average_checkpoints(&[dirs[0].clone(), odd])

@@ -3,8 +3,9 @@
 use transformer::model::checkpoint::load_model;
 use transformer::model::ModelConfig;
 use transformer::store as checkpoint;
-use transformer::train::schedule::{Cooldown, NoamSchedule};
-use transformer::train::trainer::{Example, TrainConfig, Trainer};
+use transformer::train::pairs::{Example, TrainConfig};
+use transformer::train::schedule::{Cooldown, Schedule};
+use transformer::train::trainer::PairTrainer;
 
 fn examples() -> Vec<Example> {
     (0..60u32)
@@ -45,12 +46,7 @@ fn resume_is_exact_with_attention_activation_and_word_dropout_and_a_cooldown() {
     // The cool-down spans the checkpoint at step 5: updates 4..=14 decay to zero at 14.
     t.cooldown = Cooldown::last(10, 14);
     let lrs = check_resume(m, t.clone());
-    let plain = NoamSchedule {
-        d_model: 32,
-        warmup: t.warmup,
-        factor: t.lr_factor,
-        cooldown: None,
-    };
+    let plain = Schedule::inverse_sqrt(32, t.warmup, t.lr_factor);
     for (i, lr) in lrs.iter().enumerate() {
         let step = i as u64 + 1;
         let left = if step <= 4 {
@@ -65,18 +61,18 @@ fn resume_is_exact_with_attention_activation_and_word_dropout_and_a_cooldown() {
 /// Runs 12 updates straight and 5 + 7 through a checkpoint, asserts equal losses, and returns
 /// the learning rates of the straight run.
 fn check_resume(m: ModelConfig, t: TrainConfig) -> Vec<f64> {
-    let mut straight = Trainer::new(m.clone(), t.clone(), examples()).unwrap();
+    let mut straight = PairTrainer::new(m.clone(), t.clone(), examples()).unwrap();
     let reports: Vec<_> = (0..12).map(|_| straight.step().unwrap()).collect();
     let losses: Vec<f64> = reports.iter().map(|r| r.loss).collect();
 
     let dir = tempfile::tempdir().unwrap();
-    let mut first = Trainer::new(m, t, examples()).unwrap();
+    let mut first = PairTrainer::new(m, t, examples()).unwrap();
     for want in &losses[..5] {
         assert_eq!(first.step().unwrap().loss.to_bits(), want.to_bits());
     }
     first.save(dir.path()).unwrap();
     drop(first);
-    let mut resumed = Trainer::resume(dir.path(), examples()).unwrap();
+    let mut resumed = PairTrainer::resume(dir.path(), examples()).unwrap();
     assert_eq!(resumed.state.step, 5);
     for (i, want) in losses[5..].iter().enumerate() {
         let got = resumed.step().unwrap().loss;
@@ -91,7 +87,7 @@ fn check_resume(m: ModelConfig, t: TrainConfig) -> Vec<f64> {
 fn bad_checkpoints_are_clear_errors_naming_the_file() {
     let (m, t) = configs();
     let dir = tempfile::tempdir().unwrap();
-    let mut trainer = Trainer::new(m, t, examples()).unwrap();
+    let mut trainer = PairTrainer::new(m, t, examples()).unwrap();
     trainer.step().unwrap();
     trainer.save(dir.path()).unwrap();
     let model_path = dir.path().join(checkpoint::MODEL_FILE);
@@ -144,7 +140,7 @@ fn bad_checkpoints_are_clear_errors_naming_the_file() {
 
     // Missing files.
     std::fs::remove_file(dir.path().join(checkpoint::OPTIMIZER_FILE)).unwrap();
-    let err = Trainer::resume(dir.path(), examples())
+    let err = PairTrainer::resume(dir.path(), examples())
         .err()
         .unwrap()
         .to_string();
@@ -164,7 +160,7 @@ fn bad_checkpoints_are_clear_errors_naming_the_file() {
     trainer.save(dir.path()).unwrap();
     let mut other = examples();
     other[0].tgt.push(5);
-    let err = Trainer::resume(dir.path(), other)
+    let err = PairTrainer::resume(dir.path(), other)
         .err()
         .unwrap()
         .to_string();

@@ -555,6 +555,75 @@ fn help_and_version_work_for_every_subcommand() {
     assert!(r.stdout.starts_with("transformer "), "{}", r.describe());
 }
 
+/// The training commands' help says what applies on --resume, what --cooldown 0 does there, and
+/// that data parallelism always splits in two halves.
+#[test]
+fn training_help_says_what_applies_on_resume() {
+    let train = run(&["train", "--help"], b"").ok().stdout;
+    let lm = run(&["train-lm", "--help"], b"").ok().stdout;
+    for help in [&train, &lm] {
+        assert!(help.contains("always two halves"), "{help}");
+        assert!(help.contains("What applies:"), "{help}");
+        for flag in ["--log-every", "--save-every", "--keep-last", "--time-limit"] {
+            assert!(help.contains(flag), "{flag}\n{help}");
+        }
+    }
+    assert!(train.contains("0 removes it"), "{train}");
+    // Every recipe option says it is ignored with --resume.
+    let ignored = |help: &str, flags: &[&str]| {
+        for flag in flags {
+            let entry = help
+                .split("\n      --")
+                .find(|e| e.starts_with(&flag[2..]))
+                .unwrap_or_else(|| panic!("no {flag} in\n{help}"));
+            assert!(entry.contains("Ignored with --resume"), "{entry}");
+        }
+    };
+    ignored(
+        &train,
+        &[
+            "--preset",
+            "--config",
+            "--seed",
+            "--tokens-per-batch",
+            "--accumulate",
+            "--clip-norm",
+            "--warmup",
+            "--lr-factor",
+            "--label-smoothing",
+            "--dropout",
+            "--attention-dropout",
+            "--activation-dropout",
+            "--word-dropout",
+            "--pre-ln",
+            "--vocab-level",
+            "--vocab-size",
+        ],
+    );
+    ignored(
+        &lm,
+        &[
+            "--vocab-size",
+            "--context",
+            "--batch",
+            "--d-model",
+            "--n-heads",
+            "--d-ff",
+            "--layers",
+            "--dropout",
+            "--pre-ln",
+            "--activation",
+            "--positions",
+            "--untied",
+            "--lr",
+            "--warmup",
+            "--clip-norm",
+            "--label-smoothing",
+            "--seed",
+        ],
+    );
+}
+
 #[test]
 fn demo_runs_on_tiny_settings() {
     let r = run(

@@ -193,3 +193,300 @@ fn resuming_past_a_cooldown_needs_a_new_one() {
     assert_eq!(lrs.len(), 2, "{metrics}");
     assert!(lrs[0] > 0.0 && lrs[1] == 0.0, "{lrs:?}");
 }
+
+/// `--cooldown 0` on resume removes the checkpoint's cool-down: the run continues on the paper's
+/// schedule.
+#[test]
+fn resuming_with_cooldown_0_removes_the_cooldown() {
+    use transformer::model::ModelConfig;
+    use transformer::train::schedule::Schedule;
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("train.tsv");
+    let lines: String = (0..20).map(|i| format!("blue {i}\tblau {i}\n")).collect();
+    std::fs::write(&data, lines).unwrap();
+    let run = |out: &str, extra: &[&str]| {
+        let output = bin()
+            .args(["train", "--train"])
+            .arg(&data)
+            .arg("--out")
+            .arg(tmp.path().join(out))
+            .args([
+                "--tokens-per-batch",
+                "100",
+                "--threads",
+                "1",
+                "--log-every",
+                "1",
+            ])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    run("first", &["--max-steps", "4", "--cooldown", "2"]);
+    let first = tmp.path().join("first");
+    run(
+        "plain",
+        &[
+            "--resume",
+            first.to_str().unwrap(),
+            "--max-steps",
+            "6",
+            "--cooldown",
+            "0",
+        ],
+    );
+    let state = std::fs::read_to_string(tmp.path().join("plain/trainer_state.json")).unwrap();
+    assert!(state.contains("\"cooldown\": null"), "{state}");
+    let metrics = std::fs::read_to_string(tmp.path().join("plain/metrics.jsonl")).unwrap();
+    let d_model = ModelConfig::preset("tiny", 10).unwrap().d_model;
+    let schedule = Schedule::inverse_sqrt(d_model, 4000, 1.0);
+    let lrs: Vec<(u64, f64)> = metrics
+        .lines()
+        .map(|l| {
+            let r: serde_json::Value = serde_json::from_str(l).unwrap();
+            (r["step"].as_u64().unwrap(), r["lr"].as_f64().unwrap())
+        })
+        .collect();
+    assert_eq!(lrs.len(), 2, "{metrics}");
+    for (step, lr) in lrs {
+        let want = schedule.lr(step);
+        assert!(
+            (lr - want).abs() <= 1e-12 * want,
+            "step {step}: {lr} vs {want}"
+        );
+    }
+}
+
+/// The data of the state-format check below, written by the test (the commands that made the
+/// expected files ran the binary built before the trainers were merged into one).
+fn state_format_inputs(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let pairs = dir.join("pairs.tsv");
+    let text = dir.join("text.txt");
+    let lines: String = (0..30)
+        .map(|i| format!("red {i}\trot {}\n", i * 2))
+        .collect();
+    std::fs::write(&pairs, lines).unwrap();
+    let lines: String = (0..400)
+        .map(|i| format!("line {i}: the quick brown fox {} jumps\n", i * 7 % 13))
+        .collect();
+    std::fs::write(&text, lines).unwrap();
+    (pairs, text)
+}
+
+/// `trainer_state.json` as the code before the single trainer wrote it for
+/// `train --train pairs.tsv --max-steps 3 --tokens-per-batch 120 --word-dropout 0.1
+/// --cooldown 2 --clip-norm 1 --seed 7 --threads 1` (with `--threads 2` only the generator
+/// differs: RNG_2_THREADS).
+const PAIRS_STATE: &str = r#"{
+  "step": 3,
+  "rng": {
+    "inner": {
+      "s": [
+        7197772818487392818,
+        10115163215447594667,
+        3143928896400016874,
+        5544217279052820989
+      ]
+    }
+  },
+  "order": {
+    "seed": 7,
+    "epoch": 0,
+    "position": 3
+  },
+  "config": {
+    "label_smoothing": 0.1,
+    "warmup": 4000,
+    "lr_factor": 1.0,
+    "tokens_per_batch": 120,
+    "accumulate": 1,
+    "clip_norm": 1.0,
+    "adam": {
+      "beta1": 0.9,
+      "beta2": 0.98,
+      "eps": 1e-9
+    },
+    "seed": 7,
+    "word_dropout": 0.1,
+    "cooldown": {
+      "start": 1,
+      "end": 3
+    }
+  },
+  "data_fingerprint": 8582204859564045561
+}"#;
+
+const RNG_1_THREAD: &str = r#"        7197772818487392818,
+        10115163215447594667,
+        3143928896400016874,
+        5544217279052820989"#;
+
+const RNG_2_THREADS: &str = r#"        9439396509004923638,
+        1542364580768478253,
+        5634898598034390040,
+        18060795828817002012"#;
+
+/// The same for `train-lm --text text.txt --vocab-size 300 --context 16 --batch 4 --d-model 16
+/// --n-heads 2 --d-ff 32 --layers 1 --max-steps 3 --eval-every 0` (1 or 2 threads alike).
+const LM_STATE: &str = r#"{
+  "step": 3,
+  "rng": {
+    "inner": {
+      "s": [
+        11892568880107674222,
+        3141315510371766351,
+        5023068224897126806,
+        16448783457672662163
+      ]
+    }
+  },
+  "config": {
+    "context": 16,
+    "batch": 4,
+    "lr": 0.0005,
+    "warmup": 200,
+    "total_steps": 3,
+    "min_lr_ratio": 0.1,
+    "clip_norm": 1.0,
+    "label_smoothing": 0.0,
+    "adam": {
+      "beta1": 0.9,
+      "beta2": 0.98,
+      "eps": 1e-9
+    },
+    "seed": 1
+  },
+  "data_fingerprint": 9171600218887911800
+}"#;
+
+/// `trainer_state.json` stays byte for byte what the code before the single trainer wrote (same
+/// fields, order, values, generator and data fingerprints), for both shapes; and state files in
+/// that format, and in the older one without `word_dropout` and `cooldown`, resume.
+#[test]
+fn trainer_state_files_keep_their_format_and_old_ones_resume() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (pairs, text) = state_format_inputs(tmp.path());
+    let train = |out: &str, threads: &str, extra: &[&str]| {
+        let output = bin()
+            .args(["train", "--train"])
+            .arg(&pairs)
+            .arg("--out")
+            .arg(tmp.path().join(out))
+            .args(["--threads", threads])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    let train_lm = |out: &str, threads: &str, extra: &[&str]| {
+        let output = bin()
+            .args(["train-lm", "--text"])
+            .arg(&text)
+            .arg("--out")
+            .arg(tmp.path().join(out))
+            .args([
+                "--vocab-size",
+                "300",
+                "--context",
+                "16",
+                "--batch",
+                "4",
+                "--d-model",
+                "16",
+            ])
+            .args([
+                "--n-heads",
+                "2",
+                "--d-ff",
+                "32",
+                "--layers",
+                "1",
+                "--eval-every",
+                "0",
+            ])
+            .args(["--threads", threads])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    let state = |out: &str| {
+        std::fs::read_to_string(tmp.path().join(out).join("trainer_state.json")).unwrap()
+    };
+    let recipe = [
+        "--tokens-per-batch",
+        "120",
+        "--word-dropout",
+        "0.1",
+        "--cooldown",
+        "2",
+        "--clip-norm",
+        "1",
+        "--seed",
+        "7",
+        "--max-steps",
+        "3",
+    ];
+    train("p1", "1", &recipe);
+    train("p2", "2", &recipe);
+    train_lm("l1", "1", &["--max-steps", "3"]);
+    train_lm("l2", "2", &["--max-steps", "3"]);
+    assert_eq!(state("p1"), PAIRS_STATE);
+    assert_eq!(
+        state("p2"),
+        PAIRS_STATE.replace(RNG_1_THREAD, RNG_2_THREADS)
+    );
+    assert_eq!(state("l1"), LM_STATE);
+    assert_eq!(state("l2"), LM_STATE);
+
+    // A state in the format before `word_dropout` and `cooldown` (meaning 0 and none) resumes
+    // with those defaults; the resumed run writes both fields.
+    let old = tmp.path().join("old");
+    std::fs::create_dir(&old).unwrap();
+    for f in [
+        "config.json",
+        "model.safetensors",
+        "optimizer.safetensors",
+        "vocab.json",
+    ] {
+        std::fs::copy(tmp.path().join("p1").join(f), old.join(f)).unwrap();
+    }
+    let before_options = PAIRS_STATE.replace(
+        r#",
+    "word_dropout": 0.1,
+    "cooldown": {
+      "start": 1,
+      "end": 3
+    }"#,
+        "",
+    );
+    assert!(!before_options.contains("word_dropout"));
+    std::fs::write(old.join("trainer_state.json"), &before_options).unwrap();
+    let old_str = old.to_str().unwrap();
+    train("from-old", "1", &["--resume", old_str, "--max-steps", "5"]);
+    let resumed = state("from-old");
+    assert!(resumed.contains("\"step\": 5"), "{resumed}");
+    assert!(resumed.contains("\"word_dropout\": 0.0"), "{resumed}");
+    assert!(resumed.contains("\"cooldown\": null"), "{resumed}");
+    // The language model's state file in today's format resumes too.
+    let l1 = tmp.path().join("l1");
+    train_lm(
+        "l1-more",
+        "1",
+        &["--resume", l1.to_str().unwrap(), "--max-steps", "5"],
+    );
+    assert!(state("l1-more").contains("\"step\": 5"));
+}

@@ -3,8 +3,9 @@
 //! encoder-decoder trainer and the language-model trainer.
 
 use transformer::model::{ModelConfig, Param};
-use transformer::train::lm_trainer::{LmTrainConfig, LmTrainer};
-use transformer::train::trainer::{Example, TrainConfig, Trainer};
+use transformer::train::pairs::{Example, TrainConfig};
+use transformer::train::trainer::{LmTrainer, PairTrainer};
+use transformer::train::windows::LmTrainConfig;
 
 fn examples() -> Vec<Example> {
     (0..48u32)
@@ -49,7 +50,7 @@ fn outcome(losses: Vec<f64>, params: Vec<(String, &mut Param<f32>)>) -> Outcome 
 /// The encoder-decoder trainer over `steps` updates.
 fn run(parallel: bool, dropout: f64, steps: usize) -> Outcome {
     let (m, t) = configs(dropout);
-    let mut trainer = Trainer::new(m, t, examples()).unwrap();
+    let mut trainer = PairTrainer::new(m, t, examples()).unwrap();
     trainer.set_data_parallel(parallel);
     let losses = (0..steps).map(|_| trainer.step().unwrap().loss).collect();
     outcome(losses, trainer.model.params_mut())

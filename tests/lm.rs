@@ -14,7 +14,8 @@ use transformer::model::{LanguageModel, ModelConfig, NormPlacement};
 use transformer::pipeline::generate::generate_ids;
 use transformer::rng::Rng;
 use transformer::text::bpe::{chunk_bounds, Bpe};
-use transformer::train::lm_trainer::{LmTrainConfig, LmTrainer};
+use transformer::train::trainer::LmTrainer;
+use transformer::train::windows::LmTrainConfig;
 
 fn config(norm: NormPlacement, tie: bool, dropout: f64, d_model: usize) -> ModelConfig {
     ModelConfig {
@@ -338,7 +339,16 @@ fn cli_train_lm_generate_perplexity_and_errors() {
         args.extend_from_slice(extra);
         run(&args, b"")
     };
-    let r = train(&["--max-steps", "3"]);
+    let r = train(&[
+        "--max-steps",
+        "3",
+        "--log-every",
+        "1",
+        "--save-every",
+        "1",
+        "--keep-last",
+        "2",
+    ]);
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     assert!(r.stderr.contains("bits/char"), "{}", r.stderr);
     for f in [
@@ -346,9 +356,39 @@ fn cli_train_lm_generate_perplexity_and_errors() {
         "model.safetensors",
         "tokenizer.json",
         "trainer_state.json",
+        "metrics.jsonl",
+        "curves.png",
     ] {
         assert!(out.join(f).is_file(), "{f}");
     }
+    // One metrics line per update; the evaluation at step 2 with bits per character.
+    let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    let records: Vec<serde_json::Value> = metrics
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let steps: Vec<u64> = records
+        .iter()
+        .map(|r| r["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(steps, [1, 2, 3], "{metrics}");
+    let bpc = records[1]["valid_bits_per_char"].as_f64().unwrap();
+    assert!(bpc > 0.0 && bpc < 20.0, "{bpc}");
+    assert!(records[0].get("valid_loss").is_none() && records[2].get("valid_loss").is_none());
+    // Rotating step checkpoints: the last two, each a model directory with its tokenizer.
+    let ckpts = out.join("checkpoints");
+    let mut names: Vec<String> = std::fs::read_dir(&ckpts)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["step-00000002", "step-00000003"]);
+    assert!(ckpts.join("step-00000002/tokenizer.json").is_file());
+    // The step-3 checkpoint and the final save are the same model.
+    assert_eq!(
+        std::fs::read(ckpts.join("step-00000003/model.safetensors")).unwrap(),
+        std::fs::read(out.join("model.safetensors")).unwrap()
+    );
     let r = train(&["--max-steps", "5", "--resume", s(&out)]);
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     assert!(r.stderr.contains("resumed"), "{}", r.stderr);

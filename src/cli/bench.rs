@@ -9,7 +9,7 @@ use crate::model::{LanguageModel, ModelConfig, Seq2Seq};
 use crate::rng::Rng;
 use crate::train::adam::{Adam, AdamConfig};
 use crate::train::data_parallel::{split, DataParallel};
-use crate::train::schedule::NoamSchedule;
+use crate::train::schedule::Schedule;
 use anyhow::{Context, Result};
 use clap::Args;
 use std::time::Instant;
@@ -121,12 +121,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let mut rng = Rng::new(1);
     let mut model = Seq2Seq::<f32>::new(config.clone(), &mut rng);
     let mut adam = Adam::new(AdamConfig::default(), &model.params_mut());
-    let schedule = NoamSchedule {
-        d_model: config.d_model,
-        warmup: 4000,
-        cooldown: None,
-        factor: 1.0,
-    };
+    let schedule = Schedule::inverse_sqrt(config.d_model, 4000, 1.0);
     let random_ids = |rng: &mut Rng, n: usize| -> Vec<u32> {
         (0..n)
             .map(|_| 4 + rng.below(args.vocab - 4) as u32)

@@ -3,16 +3,19 @@
 //! model must reorder), trains the `tiny` model with a progress bar, then reports exact-match
 //! accuracy on held-out numbers and prints sample translations. No download needed.
 
-use super::{bar_message, set_threads, training_bar};
+use super::{bar_message, log_line, set_threads, training_bar};
 use crate::data::numbers::{english, german_pieces, number_task};
 use crate::decode::greedy::GreedyOptions;
 use crate::model::ModelConfig;
 use crate::store::VOCAB_FILE;
 use crate::text::vocab::{Vocab, VocabLevel};
-use crate::train::trainer::{Example, TrainConfig, Trainer};
+use crate::train::pairs::{Example, TrainConfig};
+use crate::train::run::{run as run_training, Output, Reporter, RunOptions};
+use crate::train::trainer::{PairTrainer, StepReport};
 use anyhow::Result;
 use clap::Args;
-use std::path::PathBuf;
+use indicatif::ProgressBar;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 #[derive(Args, Debug)]
@@ -29,7 +32,8 @@ pub struct DemoArgs {
     /// Training updates.
     #[arg(long, default_value_t = 3000)]
     pub steps: u64,
-    /// Stop training early after this many seconds (0: no limit).
+    /// Stop training early once this many seconds have passed (0: no limit), checked after
+    /// each update.
     #[arg(long, default_value_t = 270)]
     pub time_limit: u64,
     /// Source + target tokens per batch.
@@ -44,8 +48,7 @@ pub struct DemoArgs {
     /// Seed for data, initialisation, dropout and shuffling.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Worker threads (0: all cores).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, help = super::TRAIN_THREADS_HELP)]
     pub threads: usize,
     /// Also save the trained model directory here (usable by translate and score).
     #[arg(long)]
@@ -59,6 +62,38 @@ pub struct DemoArgs {
     /// Sample translations to print.
     #[arg(long, default_value_t = 8)]
     pub samples: usize,
+}
+
+/// The demo's progress: the bar, a log line every 100 updates, the time limit.
+struct DemoReporter {
+    bar: ProgressBar,
+    time_limit: u64,
+}
+
+impl Reporter for DemoReporter {
+    fn step(&mut self, r: &StepReport, tokens_per_s: f64, secs: f64) {
+        self.bar.set_position(r.step);
+        self.bar
+            .set_message(bar_message(r.loss, r.lr, tokens_per_s));
+        if r.step.is_multiple_of(100) {
+            log_line(
+                &self.bar,
+                format!(
+                    "step {:>5}  loss {:.3}  lr {:.2e}  {:.0} s",
+                    r.step, r.loss, r.lr, secs
+                ),
+            );
+        }
+    }
+    fn time_limit(&mut self, step: u64) {
+        log_line(
+            &self.bar,
+            format!("time limit of {} s reached at step {step}", self.time_limit),
+        );
+    }
+    fn finish(&mut self) {
+        self.bar.finish();
+    }
 }
 
 pub fn run(args: DemoArgs) -> Result<()> {
@@ -105,7 +140,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
         seed: args.seed,
         ..TrainConfig::default()
     };
-    let mut trainer = Trainer::new(model_config, config, train)?;
+    let mut trainer = PairTrainer::new(model_config, config, train)?;
     eprintln!(
         "demo: English -> German number words up to {}, {} training / {} held-out pairs, \
          shared word/morpheme vocabulary of {}, tiny model ({} parameters), {threads} threads",
@@ -117,37 +152,27 @@ pub fn run(args: DemoArgs) -> Result<()> {
     );
     let (s, t) = &train_pairs[0];
     eprintln!("example: {s:?} -> {t:?} -> {:?}", t.replace(' ', ""));
-    let bar = training_bar(args.steps);
-    let mut tokens = 0usize;
-    let train_started = Instant::now();
-    while trainer.state.step < args.steps {
-        let r = trainer.step()?;
-        tokens += r.tokens;
-        let secs = train_started.elapsed().as_secs_f64();
-        bar.set_position(r.step);
-        bar.set_message(bar_message(r.loss, r.lr, tokens as f64 / secs));
-        if r.step % 100 == 0 {
-            super::log_line(
-                &bar,
-                format!(
-                    "step {:>5}  loss {:.3}  lr {:.2e}  {:.0} s",
-                    r.step, r.loss, r.lr, secs
-                ),
-            );
-        }
-        if args.time_limit > 0 && secs > args.time_limit as f64 {
-            super::log_line(
-                &bar,
-                format!(
-                    "time limit of {} s reached at step {}",
-                    args.time_limit, r.step
-                ),
-            );
-            break;
-        }
-    }
-    bar.finish();
-    let train_secs = train_started.elapsed().as_secs_f64();
+    let save_vocab = |dir: &Path| Ok(vocab.save(&dir.join(VOCAB_FILE))?);
+    // With --out: the model directory, written at the end (no metrics log, no checkpoints).
+    let output = args.out.as_ref().map(|dir| Output {
+        dir: dir.clone(),
+        save_tokenizer: &save_vocab,
+        log_every: None,
+        save_every: 0,
+        keep_last: 1,
+        save_into_dir_every: 0,
+    });
+    let options = RunOptions {
+        max_steps: args.steps,
+        time_limit: (args.time_limit > 0).then_some(args.time_limit as f64),
+        valid_every: 0,
+    };
+    let mut reporter = DemoReporter {
+        bar: training_bar(args.steps),
+        time_limit: args.time_limit,
+    };
+    let summary = run_training(&mut trainer, &options, output.as_ref(), None, &mut reporter)?;
+    let train_secs = summary.seconds;
 
     let sources: Vec<String> = task.held_out_numbers.iter().map(|&n| english(n)).collect();
     let options = GreedyOptions {
@@ -196,8 +221,6 @@ pub fn run(args: DemoArgs) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     if let Some(dir) = &args.out {
-        trainer.save(dir)?;
-        vocab.save(&dir.join(VOCAB_FILE))?;
         println!("model saved to {}", dir.display());
     }
     Ok(())

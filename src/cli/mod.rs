@@ -13,6 +13,9 @@ pub mod train;
 pub mod train_lm;
 pub mod translate;
 
+use crate::train::run::{Reporter, RunSummary};
+use crate::train::trainer::StepReport;
+use crate::train::validate::ValidReport;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -157,6 +160,57 @@ pub fn training_bar(total: u64) -> ProgressBar {
     );
     bar
 }
+
+/// A training run's progress bar as a [`Reporter`]: step, loss, lr and tokens/s after every
+/// update; the lines `on_valid` makes of each validation, and the time limit, above the bar.
+pub struct BarReporter<F> {
+    pub bar: ProgressBar,
+    on_valid: F,
+}
+
+impl<F: FnMut(&StepReport, &ValidReport, f64) -> Vec<String>> BarReporter<F> {
+    /// A bar for a run to `max_steps` updates that stands at `step`.
+    pub fn new(max_steps: u64, step: u64, on_valid: F) -> Self {
+        let bar = training_bar(max_steps);
+        bar.set_position(step);
+        BarReporter { bar, on_valid }
+    }
+}
+
+impl<F: FnMut(&StepReport, &ValidReport, f64) -> Vec<String>> Reporter for BarReporter<F> {
+    fn step(&mut self, r: &StepReport, tokens_per_s: f64, _seconds: f64) {
+        self.bar.set_position(r.step);
+        self.bar
+            .set_message(bar_message(r.loss, r.lr, tokens_per_s));
+    }
+    fn validated(&mut self, r: &StepReport, valid: &ValidReport, tokens_per_s: f64) {
+        for line in (self.on_valid)(r, valid, tokens_per_s) {
+            log_line(&self.bar, line);
+        }
+    }
+    fn time_limit(&mut self, step: u64) {
+        log_line(&self.bar, format!("--time-limit reached at step {step}"));
+    }
+    fn finish(&mut self) {
+        self.bar.finish();
+    }
+}
+
+/// Prints where a run's training curves went, or why there are none.
+pub fn print_curves(summary: &RunSummary) {
+    match &summary.curves {
+        Some(Ok(path)) => eprintln!("training curves: {}", path.display()),
+        Some(Err(e)) => eprintln!("warning: no training curves: {e}"),
+        None => {}
+    }
+}
+
+/// The `--threads` help of the training commands.
+pub const TRAIN_THREADS_HELP: &str = "Worker threads (0: all cores). With 2 or more, training \
+    splits every batch in two halves that run side by side on the model and a replica (data \
+    parallelism, each half's matrix products on a single thread): always two halves, whatever \
+    the count beyond 2; extra threads only serve the other parallel loops (attention, the \
+    optimizer, validation). Runs are reproducible bit for bit at the same thread count";
 
 /// Formats the per-step fields of the progress bar.
 pub fn bar_message(loss: f64, lr: f64, tokens_per_s: f64) -> String {

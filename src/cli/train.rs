@@ -1,17 +1,18 @@
 //! `transformer train`: train on `source<TAB>target` files, save checkpoints, resume exactly.
 
-use super::{bar_message, set_threads, training_bar};
+use super::{print_curves, set_threads, BarReporter};
 use crate::model::{ModelConfig, NormPlacement};
-use crate::store::{list_step_checkpoints, step_checkpoint_name};
-use crate::store::{CHECKPOINTS_DIR, CURVES_FILE, METRICS_FILE, VOCAB_FILE};
+use crate::store::VOCAB_FILE;
 use crate::text::corpus::{read_pairs, read_parallel, Pair};
 use crate::text::vocab::{Vocab, VocabLevel};
+use crate::train::pairs::{Example, TrainConfig};
+use crate::train::run::{run as run_training, Output, RunOptions};
 use crate::train::schedule::Cooldown;
-use crate::train::trainer::{Example, TrainConfig, Trainer};
+use crate::train::trainer::PairTrainer;
+use crate::train::validate::{BleuCheck, PairValidation, Validator};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Level {
@@ -31,7 +32,8 @@ pub struct TrainArgs {
     /// Training targets, one per line, parallel to --src-file.
     #[arg(long, requires = "src_file")]
     pub tgt_file: Option<PathBuf>,
-    /// Validation pairs, evaluated every --valid-every steps and at the end.
+    /// Validation pairs, evaluated every --valid-every steps and at the end (loss and NLL per
+    /// target token, in the run's batching and label smoothing).
     #[arg(long, conflicts_with_all = ["valid_src", "valid_tgt"])]
     pub valid: Option<PathBuf>,
     /// Validation sources, one per line, parallel to --valid-tgt (instead of --valid).
@@ -43,166 +45,110 @@ pub struct TrainArgs {
     /// Where the model directory is written.
     #[arg(long)]
     pub out: PathBuf,
-    /// Continue the run saved in this directory (same data, same thread count for bit-exact).
-    /// The model and the training options (batching, schedule, smoothing, ...) come from the
-    /// checkpoint; only --max-steps, --out, --threads, --valid, --save-every, --valid-every,
-    /// --cooldown and --max-len apply.
+    /// Continue the run saved in this directory (OUT or one of OUT/checkpoints/step-*), on the
+    /// same training data; at the same thread count it continues bit for bit. The model, the
+    /// vocabulary and the recipe (batching, schedule, smoothing, dropout, seed) come from the
+    /// checkpoint: the options marked "ignored with --resume" are. What applies: the data
+    /// (--train or --src-file/--tgt-file, --valid or --valid-src/--valid-tgt), --out,
+    /// --max-steps, --time-limit, --threads, --max-len, --cooldown, --log-every, --save-every,
+    /// --keep-last, --valid-every and --valid-bleu-lines.
     #[arg(long)]
     pub resume: Option<PathBuf>,
-    /// Model size: tiny, base or big.
+    /// Model size: tiny, base or big. Ignored with --resume.
     #[arg(long, default_value = "tiny", conflicts_with = "config")]
     pub preset: String,
     /// A model config JSON (as written to config.json); vocab_size is taken from the data.
+    /// Ignored with --resume.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Stop after this many updates in total.
+    /// Stop after this many updates in total (a resumed run counts from its checkpoint).
     #[arg(long, default_value_t = 1000)]
     pub max_steps: u64,
     /// Also stop (and save) once this many seconds of training have passed, whichever comes
-    /// first; the step reached is printed.
+    /// first. Checked after each update: the update that crosses the limit completes, so at
+    /// least one runs; the step reached is printed.
     #[arg(long)]
     pub time_limit: Option<f64>,
-    /// Seed for initialisation, dropout and shuffling.
+    /// Seed for initialisation, dropout and shuffling. Ignored with --resume.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Worker threads (0: all cores).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, help = super::TRAIN_THREADS_HELP)]
     pub threads: usize,
-    /// Source + target tokens (with padding) per batch.
+    /// Source + target tokens (with padding) per batch. Ignored with --resume.
     #[arg(long, default_value_t = 4000)]
     pub tokens_per_batch: usize,
-    /// Batches accumulated per update.
+    /// Batches accumulated per update. Ignored with --resume.
     #[arg(long, default_value_t = 1)]
     pub accumulate: usize,
-    /// Clip the global gradient norm to this value.
+    /// Clip the global gradient norm to this value. Ignored with --resume.
     #[arg(long)]
     pub clip_norm: Option<f64>,
-    /// Warm-up steps of the learning-rate schedule.
+    /// Warm-up steps of the learning-rate schedule. Ignored with --resume.
     #[arg(long, default_value_t = 4000)]
     pub warmup: u64,
-    /// Multiplier of the learning-rate schedule.
+    /// Multiplier of the learning-rate schedule. Ignored with --resume.
     #[arg(long, default_value_t = 1.0)]
     pub lr_factor: f64,
     /// Decay the learning rate linearly to zero over the last N updates before --max-steps
-    /// (0: the paper's schedule to the end). With --resume it replaces the checkpoint's
-    /// cool-down. A --time-limit that stops the run first cuts the cool-down short.
-    #[arg(long, default_value_t = 0)]
-    pub cooldown: u64,
-    /// Label smoothing ε.
+    /// (default and 0: none, the paper's schedule to the end). With --resume, N replaces the
+    /// checkpoint's cool-down and 0 removes it; without the option the checkpoint's stays. A
+    /// --time-limit that stops the run first cuts the cool-down short.
+    #[arg(long)]
+    pub cooldown: Option<u64>,
+    /// Label smoothing ε. Ignored with --resume.
     #[arg(long, default_value_t = 0.1)]
     pub label_smoothing: f64,
-    /// Override the preset's dropout.
+    /// Override the preset's dropout. Ignored with --resume.
     #[arg(long)]
     pub dropout: Option<f64>,
-    /// Override the config's dropout on attention weights (0 in the paper).
+    /// Override the config's dropout on attention weights (0 in the paper). Ignored with
+    /// --resume.
     #[arg(long)]
     pub attention_dropout: Option<f64>,
-    /// Override the config's dropout on FFN activations (0 in the paper).
+    /// Override the config's dropout on FFN activations (0 in the paper). Ignored with
+    /// --resume.
     #[arg(long)]
     pub activation_dropout: Option<f64>,
     /// Word dropout: replace each source and decoder-input token by UNK with this probability
-    /// during training (a regulariser for small corpora).
+    /// during training (a regulariser for small corpora). Ignored with --resume.
     #[arg(long, default_value_t = 0.0)]
     pub word_dropout: f64,
-    /// Use pre-LN residual blocks instead of the paper's post-LN.
+    /// Use pre-LN residual blocks instead of the paper's post-LN. Ignored with --resume.
     #[arg(long)]
     pub pre_ln: bool,
     /// Vocabulary: characters, whitespace-separated words, or byte-level BPE subwords learnt
     /// jointly from sources and targets (saved as tokenizer.json in the model directory).
+    /// Ignored with --resume.
     #[arg(long, value_enum, default_value = "char")]
     pub vocab_level: Level,
-    /// With --vocab-level bpe: the size of the joint vocabulary (specials included).
+    /// With --vocab-level bpe: the size of the joint vocabulary (specials included). Ignored
+    /// with --resume.
     #[arg(long, default_value_t = 8000)]
     pub vocab_size: usize,
-    /// Drop training pairs with more tokens than this on either side (reported).
+    /// Drop training pairs with more tokens than this on either side (reported; default: the
+    /// model's max_len, which also caps it on a fresh run). Validation pairs longer than the
+    /// model's max_len are dropped too.
     #[arg(long)]
     pub max_len: Option<usize>,
     /// Also save a checkpoint every N steps into OUT/checkpoints/step-NNNNNNNN (0: never);
     /// each is a full model directory that `--resume`, `translate` and `average` accept.
     #[arg(long, default_value_t = 0)]
     pub save_every: u64,
-    /// Keep only the last K step checkpoints.
+    /// Keep only the last K step checkpoints (at least one).
     #[arg(long, default_value_t = 5)]
     pub keep_last: usize,
-    /// Append a JSON line of metrics to OUT/metrics.jsonl every N steps.
+    /// Append a JSON line of metrics to OUT/metrics.jsonl every N steps (0: only on validation
+    /// steps and at the last step); OUT/curves.png plots the log at the end.
     #[arg(long, default_value_t = 100)]
     pub log_every: u64,
     /// Evaluate the validation loss every N steps (0: only at the end).
     #[arg(long, default_value_t = 0)]
     pub valid_every: u64,
-    /// With validation: also translate the first N validation sources greedily and report
-    /// corpus BLEU (sacreBLEU-exact) against their targets (0: off).
+    /// On each --valid-every validation (not the final one): also translate the first N
+    /// validation sources greedily and report corpus BLEU (sacreBLEU-exact) against their
+    /// targets (0: off).
     #[arg(long, default_value_t = 0)]
     pub valid_bleu_lines: usize,
-}
-
-/// An append-only JSON-lines log.
-struct Metrics {
-    file: std::fs::File,
-    path: PathBuf,
-}
-
-impl Metrics {
-    fn open(path: &Path) -> Result<Self> {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .with_context(|| format!("cannot open {}", path.display()))?;
-        Ok(Metrics {
-            file,
-            path: path.to_path_buf(),
-        })
-    }
-
-    fn write(&mut self, record: &serde_json::Map<String, serde_json::Value>) -> Result<()> {
-        use std::io::Write;
-        writeln!(self.file, "{}", serde_json::Value::Object(record.clone()))
-            .with_context(|| format!("cannot write {}", self.path.display()))
-    }
-}
-
-/// Saves a full checkpoint (with its vocabulary) as OUT/checkpoints/step-NNNNNNNN and deletes
-/// all but the last `keep_last` of them.
-fn save_step_checkpoint(
-    trainer: &mut Trainer,
-    vocab: &Vocab,
-    out: &Path,
-    keep_last: usize,
-) -> Result<()> {
-    let root = out.join(CHECKPOINTS_DIR);
-    let dir = root.join(step_checkpoint_name(trainer.state.step));
-    trainer.save(&dir)?;
-    vocab.save(&dir.join(VOCAB_FILE))?;
-    let all = list_step_checkpoints(&root);
-    for old in &all[..all.len().saturating_sub(keep_last.max(1))] {
-        std::fs::remove_dir_all(old).with_context(|| format!("cannot remove {}", old.display()))?;
-    }
-    Ok(())
-}
-
-/// Greedy translations of the first `lines` validation sources, scored against their targets.
-/// Hypotheses stop at source length + 10 tokens (not the search's + 50), so the runaway
-/// repetitions of an early model cost little training time.
-fn valid_bleu(
-    trainer: &Trainer,
-    vocab: &Vocab,
-    pairs: &[Pair],
-    lines: usize,
-) -> Result<crate::eval::bleu::BleuScore> {
-    let pairs = &pairs[..lines.min(pairs.len())];
-    let sources: Vec<String> = pairs.iter().map(|p| p.source.clone()).collect();
-    let refs: Vec<&str> = pairs.iter().map(|p| p.target.as_str()).collect();
-    let hyps = crate::pipeline::translate::translate_lines(
-        &trainer.model,
-        vocab,
-        &sources,
-        &crate::decode::greedy::GreedyOptions {
-            max_len_extra: 10,
-            ..Default::default()
-        },
-    )?;
-    Ok(crate::eval::bleu::corpus_bleu(&hyps, &refs)?)
 }
 
 /// Reads a TSV file, reporting malformed lines (with line numbers) on stderr.
@@ -297,10 +243,9 @@ fn check_options(args: &TrainArgs) -> Result<()> {
     if let Some(c) = args.clip_norm.filter(|c| !(c.is_finite() && *c > 0.0)) {
         bail!("--clip-norm {c} must be positive");
     }
-    if args.cooldown > args.max_steps {
+    if let Some(c) = args.cooldown.filter(|&c| c > args.max_steps) {
         bail!(
-            "--cooldown {} is longer than the run (--max-steps {})",
-            args.cooldown,
+            "--cooldown {c} is longer than the run (--max-steps {})",
             args.max_steps
         );
     }
@@ -330,65 +275,11 @@ pub fn run(args: TrainArgs) -> Result<()> {
         (None, Some(s), Some(t)) => read_parallel_corpus(s, t)?,
         _ => Vec::new(),
     };
-    let (vocab, mut trainer) = match &args.resume {
-        Some(dir) => {
-            let vocab = Vocab::load(&dir.join(VOCAB_FILE))?;
-            let model_config = crate::model::checkpoint::load_config(dir)?;
-            let max_len = args.max_len.unwrap_or(model_config.max_len);
-            let examples = encode_pairs(&train_pairs, &vocab, max_len, "training data");
-            let mut trainer = Trainer::resume(dir, examples)?;
-            eprintln!("resumed {} at step {}", dir.display(), trainer.state.step);
-            if args.cooldown > 0 {
-                trainer.set_cooldown(Cooldown::last(args.cooldown, args.max_steps));
-            }
-            if let Some(c) = trainer.state.config.cooldown {
-                if c.end < args.max_steps {
-                    bail!(
-                        "{}: the run's learning-rate cool-down ends at step {} (rate 0 after \
-                         it), before --max-steps {}; give --cooldown N to decay over the last N \
-                         updates of the longer run",
-                        dir.display(),
-                        c.end,
-                        args.max_steps
-                    );
-                }
-            }
-            (vocab, trainer)
-        }
-        None => {
-            let texts = train_pairs
-                .iter()
-                .flat_map(|p| [p.source.as_str(), p.target.as_str()]);
-            let vocab = match args.vocab_level {
-                Level::Char => Vocab::build(texts, VocabLevel::Char, 1),
-                Level::Word => Vocab::build(texts, VocabLevel::Word, 1),
-                Level::Bpe => Vocab::build_bpe(texts, args.vocab_size)
-                    .context("--vocab-level bpe: building the joint BPE vocabulary")?,
-            };
-            let model_config = model_config(&args, vocab.len())?;
-            let max_len = args
-                .max_len
-                .unwrap_or(model_config.max_len)
-                .min(model_config.max_len);
-            let examples = encode_pairs(&train_pairs, &vocab, max_len, "training data");
-            if examples.is_empty() {
-                bail!("{train_name}: no training pairs left");
-            }
-            let config = TrainConfig {
-                label_smoothing: args.label_smoothing,
-                warmup: args.warmup,
-                lr_factor: args.lr_factor,
-                tokens_per_batch: args.tokens_per_batch,
-                accumulate: args.accumulate,
-                clip_norm: args.clip_norm,
-                seed: args.seed,
-                word_dropout: args.word_dropout,
-                cooldown: Cooldown::last(args.cooldown, args.max_steps),
-                ..TrainConfig::default()
-            };
-            (vocab, Trainer::new(model_config, config, examples)?)
-        }
+    let (vocab, trainer) = match &args.resume {
+        Some(dir) => resume(&args, dir, &train_pairs)?,
+        None => start(&args, &train_pairs, &train_name)?,
     };
+    let mut trainer = trainer;
     let max_len = trainer.model.config.max_len;
     let valid = encode_pairs(&valid_pairs, &vocab, max_len, "validation data");
     let n_params = trainer.model.n_params();
@@ -396,12 +287,10 @@ pub fn run(args: TrainArgs) -> Result<()> {
         "model: {n_params} parameters, vocabulary {} ({:?}), {} batches per epoch, {threads} threads",
         vocab.len(),
         vocab.level(),
-        trainer.batches_per_epoch()
+        trainer.source().batches_per_epoch()
     );
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
-    vocab.save(&args.out.join(VOCAB_FILE))?;
-
     let start_step = trainer.state.step;
     if start_step >= args.max_steps {
         eprintln!(
@@ -409,83 +298,120 @@ pub fn run(args: TrainArgs) -> Result<()> {
             args.max_steps
         );
     }
-    let bar = training_bar(args.max_steps);
-    bar.set_position(start_step);
-    let started = Instant::now();
-    let mut tokens = 0usize;
-    let mut metrics = Metrics::open(&args.out.join(METRICS_FILE))?;
-    let mut window = (0.0, 0.0, 0usize); // (loss sum, nll sum, steps) since the last log line
-    while trainer.state.step < args.max_steps {
-        let report = trainer.step()?;
-        tokens += report.tokens;
-        let rate = tokens as f64 / started.elapsed().as_secs_f64();
-        bar.set_position(report.step);
-        bar.set_message(bar_message(report.loss, report.lr, rate));
-        window = (window.0 + report.loss, window.1 + report.nll, window.2 + 1);
-        let mut record = serde_json::Map::new();
-        if args.valid_every > 0 && report.step % args.valid_every == 0 && !valid.is_empty() {
-            let s = trainer.evaluate(&valid);
-            super::log_line(
-                &bar,
-                format!(
-                    "step {}: valid loss {:.4} nll {:.4}",
-                    report.step,
-                    s.loss(),
-                    s.nll()
-                ),
-            );
-            record.insert("valid_loss".into(), s.loss().into());
-            record.insert("valid_nll".into(), s.nll().into());
-            if args.valid_bleu_lines > 0 {
-                let bleu = valid_bleu(&trainer, &vocab, &valid_pairs, args.valid_bleu_lines)?;
-                super::log_line(&bar, format!("step {}: valid {bleu}", report.step));
-                record.insert("valid_bleu".into(), bleu.score.into());
-            }
-        }
-        let time_up = args
-            .time_limit
-            .is_some_and(|secs| started.elapsed().as_secs_f64() >= secs);
-        let last = report.step == args.max_steps || time_up;
-        if (args.log_every > 0 && report.step % args.log_every == 0) || last || !record.is_empty() {
-            let n = window.2.max(1) as f64;
-            record.insert("step".into(), report.step.into());
-            record.insert("epoch".into(), report.epoch.into());
-            record.insert("loss".into(), (window.0 / n).into());
-            record.insert("nll".into(), (window.1 / n).into());
-            record.insert("lr".into(), report.lr.into());
-            record.insert("tokens_per_s".into(), rate.into());
-            record.insert("elapsed_s".into(), started.elapsed().as_secs_f64().into());
-            metrics.write(&record)?;
-            window = (0.0, 0.0, 0);
-        }
-        if args.save_every > 0 && report.step % args.save_every == 0 {
-            save_step_checkpoint(&mut trainer, &vocab, &args.out, args.keep_last)?;
-        }
-        if time_up {
-            let message = format!("--time-limit reached at step {}", report.step);
-            super::log_line(&bar, message);
-            break;
-        }
-    }
-    bar.finish();
-    trainer.save(&args.out)?;
-    let metrics_path = args.out.join(METRICS_FILE);
-    if std::fs::metadata(&metrics_path).is_ok_and(|m| m.len() > 0) {
-        let curves = args.out.join(CURVES_FILE);
-        match crate::viz::plot_metrics(&metrics_path, &curves) {
-            Ok(()) => eprintln!("training curves: {}", curves.display()),
-            Err(e) => eprintln!("warning: no training curves: {e}"),
-        }
-    }
-    if !valid.is_empty() {
-        let s = trainer.evaluate(&valid);
-        eprintln!("valid loss {:.4} nll {:.4} per token", s.loss(), s.nll());
+    // Validation in the run's batching and smoothing; BLEU on the first lines as read.
+    let bleu_pairs = &valid_pairs[..args.valid_bleu_lines.min(valid_pairs.len())];
+    let validation = (!valid.is_empty()).then(|| PairValidation {
+        examples: valid,
+        tokens_per_batch: trainer.state.config.tokens_per_batch,
+        label_smoothing: trainer.state.config.label_smoothing,
+        bleu: (!bleu_pairs.is_empty()).then(|| BleuCheck {
+            vocab: &vocab,
+            sources: bleu_pairs.iter().map(|p| p.source.clone()).collect(),
+            references: bleu_pairs.iter().map(|p| p.target.clone()).collect(),
+        }),
+    });
+    let save_vocab = |dir: &Path| Ok(vocab.save(&dir.join(VOCAB_FILE))?);
+    let output = Output {
+        dir: args.out.clone(),
+        save_tokenizer: &save_vocab,
+        log_every: Some(args.log_every),
+        save_every: args.save_every,
+        keep_last: args.keep_last,
+        save_into_dir_every: 0,
+    };
+    let mut reporter = BarReporter::new(args.max_steps, start_step, |r, v, _| {
+        let mut lines = vec![format!(
+            "step {}: valid loss {:.4} nll {:.4}",
+            r.step, v.loss, v.nll
+        )];
+        lines.extend(v.bleu.iter().map(|b| format!("step {}: valid {b}", r.step)));
+        lines
+    });
+    let options = RunOptions {
+        max_steps: args.max_steps,
+        time_limit: args.time_limit,
+        valid_every: args.valid_every,
+    };
+    let validator = validation.as_ref().map(|v| v as &dyn Validator<_>);
+    let summary = run_training(
+        &mut trainer,
+        &options,
+        Some(&output),
+        validator,
+        &mut reporter,
+    )?;
+    print_curves(&summary);
+    if let Some(v) = &summary.valid {
+        eprintln!("valid loss {:.4} nll {:.4} per token", v.loss, v.nll);
     }
     eprintln!(
         "saved {} at step {} ({:.1} s)",
         args.out.display(),
-        trainer.state.step,
-        started.elapsed().as_secs_f64()
+        summary.step,
+        summary.seconds
     );
     Ok(())
+}
+
+/// Continues the run saved in `dir`: its vocabulary, model and recipe, with the cool-down
+/// replaced when --cooldown is given.
+fn resume(args: &TrainArgs, dir: &Path, train_pairs: &[Pair]) -> Result<(Vocab, PairTrainer)> {
+    let vocab = Vocab::load(&dir.join(VOCAB_FILE))?;
+    let model_config = crate::model::checkpoint::load_config(dir)?;
+    let max_len = args.max_len.unwrap_or(model_config.max_len);
+    let examples = encode_pairs(train_pairs, &vocab, max_len, "training data");
+    let mut trainer = PairTrainer::resume(dir, examples)?;
+    eprintln!("resumed {} at step {}", dir.display(), trainer.state.step);
+    if let Some(steps) = args.cooldown {
+        trainer.set_cooldown(Cooldown::last(steps, args.max_steps));
+    }
+    if let Some(c) = trainer.state.config.cooldown {
+        if c.end < args.max_steps {
+            bail!(
+                "{}: the run's learning-rate cool-down ends at step {} (rate 0 after it), \
+                 before --max-steps {}; give --cooldown N to decay over the last N updates of \
+                 the longer run (or --cooldown 0 for none)",
+                dir.display(),
+                c.end,
+                args.max_steps
+            );
+        }
+    }
+    Ok((vocab, trainer))
+}
+
+/// A fresh run: the vocabulary learnt from the training pairs, the model and recipe from the
+/// options.
+fn start(args: &TrainArgs, train_pairs: &[Pair], train_name: &str) -> Result<(Vocab, PairTrainer)> {
+    let texts = train_pairs
+        .iter()
+        .flat_map(|p| [p.source.as_str(), p.target.as_str()]);
+    let vocab = match args.vocab_level {
+        Level::Char => Vocab::build(texts, VocabLevel::Char, 1),
+        Level::Word => Vocab::build(texts, VocabLevel::Word, 1),
+        Level::Bpe => Vocab::build_bpe(texts, args.vocab_size)
+            .context("--vocab-level bpe: building the joint BPE vocabulary")?,
+    };
+    let model_config = model_config(args, vocab.len())?;
+    let max_len = args
+        .max_len
+        .unwrap_or(model_config.max_len)
+        .min(model_config.max_len);
+    let examples = encode_pairs(train_pairs, &vocab, max_len, "training data");
+    if examples.is_empty() {
+        bail!("{train_name}: no training pairs left");
+    }
+    let config = TrainConfig {
+        label_smoothing: args.label_smoothing,
+        warmup: args.warmup,
+        lr_factor: args.lr_factor,
+        tokens_per_batch: args.tokens_per_batch,
+        accumulate: args.accumulate,
+        clip_norm: args.clip_norm,
+        seed: args.seed,
+        word_dropout: args.word_dropout,
+        cooldown: Cooldown::last(args.cooldown.unwrap_or(0), args.max_steps),
+        ..TrainConfig::default()
+    };
+    Ok((vocab, PairTrainer::new(model_config, config, examples)?))
 }

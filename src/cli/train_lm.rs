@@ -1,13 +1,15 @@
 //! `transformer train-lm`: learn a byte-level BPE on a text file and train a GPT-style
 //! decoder-only Transformer on it, with validation on the file's end and exact resume.
 
-use super::{log_line, set_threads, training_bar};
-use crate::decode::score::score_stream;
+use super::{print_curves, set_threads, BarReporter};
 use crate::model::{Activation, ModelConfig, NormPlacement, Positions};
 use crate::pipeline::generate::document_tokens;
 use crate::store::TOKENIZER_FILE;
 use crate::text::bpe::Bpe;
-use crate::train::lm_trainer::{LmTrainConfig, LmTrainer};
+use crate::train::run::{run as run_training, Output, RunOptions};
+use crate::train::trainer::LmTrainer;
+use crate::train::validate::{TextValidation, Validator};
+use crate::train::windows::LmTrainConfig;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::path::{Path, PathBuf};
@@ -29,70 +31,90 @@ pub struct TrainLmArgs {
     /// The model directory to write (config.json, model.safetensors, tokenizer.json, ...).
     #[arg(long)]
     pub out: PathBuf,
-    /// Continue the run saved in this directory (same text and --valid-fraction; same thread
-    /// count for bit-exact). Model, tokenizer and recipe come from the checkpoint; only
-    /// --max-steps, --time-limit, --out, --threads and --eval-every apply.
+    /// Continue the run saved in this directory (OUT or one of OUT/checkpoints/step-*), on the
+    /// same --text and --valid-fraction; at the same thread count it continues bit for bit.
+    /// Model, tokenizer and recipe come from the checkpoint: the options marked "ignored with
+    /// --resume" are. What applies: --text, --valid-fraction, --out, --max-steps (where to stop
+    /// only), --time-limit, --threads, --eval-every, --log-every, --save-every and --keep-last.
     #[arg(long)]
     pub resume: Option<PathBuf>,
-    /// BPE vocabulary size (at least 257: the 256 bytes and <|endoftext|>).
+    /// BPE vocabulary size (at least 257: the 256 bytes and <|endoftext|>). Ignored with
+    /// --resume.
     #[arg(long, default_value_t = 4096)]
     pub vocab_size: usize,
-    /// Tokens per training window (also the model's max_len).
+    /// Tokens per training window (also the model's max_len). Ignored with --resume.
     #[arg(long, default_value_t = 128)]
     pub context: usize,
-    /// Windows per update.
+    /// Windows per update (also per validation batch). Ignored with --resume.
     #[arg(long, default_value_t = 16)]
     pub batch: usize,
+    /// Model width. Ignored with --resume.
     #[arg(long, default_value_t = 256)]
     pub d_model: usize,
+    /// Attention heads. Ignored with --resume.
     #[arg(long, default_value_t = 4)]
     pub n_heads: usize,
+    /// FFN hidden width. Ignored with --resume.
     #[arg(long, default_value_t = 1024)]
     pub d_ff: usize,
-    /// Transformer blocks.
+    /// Transformer blocks. Ignored with --resume.
     #[arg(long, default_value_t = 4)]
     pub layers: usize,
+    /// Dropout probability. Ignored with --resume.
     #[arg(long, default_value_t = 0.1)]
     pub dropout: f64,
-    /// Pre-LN blocks (with a final norm) instead of post-LN.
+    /// Pre-LN blocks (with a final norm) instead of post-LN. Ignored with --resume.
     #[arg(long)]
     pub pre_ln: bool,
-    /// FFN activation: relu, gelu-erf or gelu-tanh.
+    /// FFN activation: relu, gelu-erf or gelu-tanh. Ignored with --resume.
     #[arg(long, default_value = "gelu-tanh", value_parser = parse_kebab::<Activation>)]
     pub activation: Activation,
-    /// Positions: sinusoidal, learned or rotary.
+    /// Positions: sinusoidal, learned or rotary. Ignored with --resume.
     #[arg(long, default_value = "sinusoidal", value_parser = parse_kebab::<Positions>)]
     pub positions: Positions,
-    /// Untie the output projection from the embedding.
+    /// Untie the output projection from the embedding. Ignored with --resume.
     #[arg(long)]
     pub untied: bool,
-    /// Stop after this many updates; also where the cosine schedule reaches its floor.
+    /// Stop after this many updates in total. On a fresh run also where the cosine schedule
+    /// reaches its floor; with --resume the floor stays at the checkpoint's planned length.
     #[arg(long, default_value_t = 5000)]
     pub max_steps: u64,
-    /// Stop (and save) after this many seconds of training.
+    /// Also stop (and save) once this many seconds of training have passed. Checked after each
+    /// update: the update that crosses the limit completes, so at least one runs.
     #[arg(long)]
     pub time_limit: Option<f64>,
-    /// Peak learning rate.
+    /// Peak learning rate. Ignored with --resume.
     #[arg(long, default_value_t = 5e-4)]
     pub lr: f64,
-    /// Linear warm-up updates.
+    /// Linear warm-up updates. Ignored with --resume.
     #[arg(long, default_value_t = 200)]
     pub warmup: u64,
-    /// Clip the global gradient norm (0: off).
+    /// Clip the global gradient norm (0: off). Ignored with --resume.
     #[arg(long, default_value_t = 1.0)]
     pub clip_norm: f64,
-    /// Label smoothing ε (0: plain cross-entropy).
+    /// Label smoothing ε (0: plain cross-entropy). Ignored with --resume.
     #[arg(long, default_value_t = 0.0)]
     pub label_smoothing: f64,
+    /// Seed for initialisation, windows and dropout. Ignored with --resume.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Worker threads (0: all cores).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, help = super::TRAIN_THREADS_HELP)]
     pub threads: usize,
-    /// Evaluate (validation loss, bits per character) and save every N updates (0: only at
-    /// the end).
+    /// Evaluate (validation loss, bits per character) and save into OUT every N updates (0:
+    /// only at the end).
     #[arg(long, default_value_t = 500)]
     pub eval_every: u64,
+    /// Append a JSON line of metrics to OUT/metrics.jsonl every N steps (0: only on evaluation
+    /// steps and at the last step); OUT/curves.png plots the log at the end.
+    #[arg(long, default_value_t = 100)]
+    pub log_every: u64,
+    /// Also save a checkpoint every N steps into OUT/checkpoints/step-NNNNNNNN (0: never);
+    /// each is a full model directory that `--resume`, `generate` and `perplexity` accept.
+    #[arg(long, default_value_t = 0)]
+    pub save_every: u64,
+    /// Keep only the last K step checkpoints (at least one).
+    #[arg(long, default_value_t = 5)]
+    pub keep_last: usize,
 }
 
 /// Splits `text` at the start of its last `fraction` (moved forward to a character boundary).
@@ -132,6 +154,48 @@ fn check_train_args(a: &TrainLmArgs) -> Result<()> {
     super::check_run_options(a.label_smoothing, a.time_limit, a.resume.as_deref())
 }
 
+/// A fresh run: a BPE learnt on the training text, the model and recipe from the options.
+fn start(args: &TrainLmArgs, train_text: &str) -> Result<(Bpe, LmTrainer)> {
+    let bpe = Bpe::train(train_text.split_inclusive('\n'), args.vocab_size)?;
+    let tokens = document_tokens(&bpe, train_text)?;
+    let model_config = ModelConfig {
+        vocab_size: bpe.vocab_size(),
+        d_model: args.d_model,
+        n_heads: args.n_heads,
+        d_ff: args.d_ff,
+        n_encoder_layers: 0,
+        n_decoder_layers: args.layers,
+        dropout: args.dropout,
+        norm: if args.pre_ln {
+            NormPlacement::PreLn
+        } else {
+            NormPlacement::PostLn
+        },
+        layer_norm_eps: 1e-5,
+        tie_embeddings: !args.untied,
+        max_len: args.context,
+        activation: args.activation,
+        positions: args.positions,
+        attention_dropout: 0.0,
+        activation_dropout: 0.0,
+    };
+    model_config
+        .validate()
+        .map_err(|e| anyhow::anyhow!("invalid model: {e}"))?;
+    let config = LmTrainConfig {
+        context: args.context,
+        batch: args.batch,
+        lr: args.lr,
+        warmup: args.warmup,
+        total_steps: args.max_steps,
+        clip_norm: (args.clip_norm > 0.0).then_some(args.clip_norm),
+        label_smoothing: args.label_smoothing,
+        seed: args.seed,
+        ..LmTrainConfig::default()
+    };
+    Ok((bpe, LmTrainer::new(model_config, config, tokens)?))
+}
+
 pub fn run(args: TrainLmArgs) -> Result<()> {
     check_train_args(&args)?;
     let threads = set_threads(args.threads)?;
@@ -152,122 +216,73 @@ pub fn run(args: TrainLmArgs) -> Result<()> {
             eprintln!("resumed {} at step {}", dir.display(), trainer.state.step);
             (bpe, trainer)
         }
-        None => {
-            let bpe = Bpe::train(train_text.split_inclusive('\n'), args.vocab_size)?;
-            let tokens = document_tokens(&bpe, train_text)?;
-            let model_config = ModelConfig {
-                vocab_size: bpe.vocab_size(),
-                d_model: args.d_model,
-                n_heads: args.n_heads,
-                d_ff: args.d_ff,
-                n_encoder_layers: 0,
-                n_decoder_layers: args.layers,
-                dropout: args.dropout,
-                norm: if args.pre_ln {
-                    NormPlacement::PreLn
-                } else {
-                    NormPlacement::PostLn
-                },
-                layer_norm_eps: 1e-5,
-                tie_embeddings: !args.untied,
-                max_len: args.context,
-                activation: args.activation,
-                positions: args.positions,
-                attention_dropout: 0.0,
-                activation_dropout: 0.0,
-            };
-            model_config
-                .validate()
-                .map_err(|e| anyhow::anyhow!("invalid model: {e}"))?;
-            let config = LmTrainConfig {
-                context: args.context,
-                batch: args.batch,
-                lr: args.lr,
-                warmup: args.warmup,
-                total_steps: args.max_steps,
-                clip_norm: (args.clip_norm > 0.0).then_some(args.clip_norm),
-                label_smoothing: args.label_smoothing,
-                seed: args.seed,
-                ..LmTrainConfig::default()
-            };
-            (bpe, LmTrainer::new(model_config, config, tokens)?)
-        }
+        None => start(&args, train_text)?,
     };
     let valid_tokens = document_tokens(&bpe, valid_text)?;
     let valid_chars = valid_text.chars().count();
     let n_params = trainer.model.n_params();
+    let n_tokens = trainer.source().n_tokens();
     eprintln!(
         "model: {n_params} parameters, BPE vocabulary {}, {} training tokens ({:.2} chars/token), {} validation tokens, {threads} threads ({:.1} s to prepare)",
         bpe.vocab_size(),
-        trainer.n_tokens(),
-        train_text.chars().count() as f64 / trainer.n_tokens() as f64,
+        n_tokens,
+        train_text.chars().count() as f64 / n_tokens as f64,
         valid_tokens.len() - 1,
         started.elapsed().as_secs_f64()
     );
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
-    bpe.save(&args.out.join(TOKENIZER_FILE))?;
-
-    let batch = trainer.state.config.batch;
-    let evaluate = |trainer: &LmTrainer| -> Option<(f64, f64)> {
-        if valid_chars == 0 {
-            return None;
-        }
-        let ctx = trainer.model.max_len();
-        let s = score_stream(&trainer.model, &valid_tokens, ctx, ctx, batch);
-        Some((
-            s.nll(),
-            s.nll_sum / valid_chars as f64 / std::f64::consts::LN_2,
-        ))
+    let validation = (valid_chars > 0).then_some(TextValidation {
+        tokens: valid_tokens,
+        chars: valid_chars,
+        batch: trainer.state.config.batch,
+    });
+    let save_tokenizer = |dir: &Path| bpe.save(&dir.join(TOKENIZER_FILE));
+    let output = Output {
+        dir: args.out.clone(),
+        save_tokenizer: &save_tokenizer,
+        log_every: Some(args.log_every),
+        save_every: args.save_every,
+        keep_last: args.keep_last,
+        save_into_dir_every: args.eval_every,
     };
-    let bar = training_bar(args.max_steps);
-    bar.set_position(trainer.state.step);
-    let started = Instant::now();
-    let mut tokens = 0usize;
-    let mut timed_out = false;
-    while trainer.state.step < args.max_steps {
-        if args
-            .time_limit
-            .is_some_and(|t| started.elapsed().as_secs_f64() >= t)
-        {
-            timed_out = true;
-            break;
-        }
-        let r = trainer.step()?;
-        tokens += r.tokens;
-        let rate = tokens as f64 / started.elapsed().as_secs_f64();
-        bar.set_position(r.step);
-        bar.set_message(super::bar_message(r.loss, r.lr, rate));
-        if args.eval_every > 0 && r.step % args.eval_every == 0 && r.step < args.max_steps {
-            if let Some((nll, bpc)) = evaluate(&trainer) {
-                log_line(
-                    &bar,
-                    format!(
-                        "step {}: train loss {:.4} valid loss {nll:.4} nats/token, {bpc:.4} bits/char, {rate:.0} tok/s",
-                        r.step, r.loss
-                    ),
-                );
-            }
-            trainer.save(&args.out)?;
-        }
-    }
-    bar.finish();
-    if timed_out {
-        eprintln!("time limit reached at step {}", trainer.state.step);
-    }
-    trainer.save(&args.out)?;
-    if let Some((nll, bpc)) = evaluate(&trainer) {
+    let mut reporter = BarReporter::new(args.max_steps, trainer.state.step, |r, v, rate| {
+        vec![format!(
+            "step {}: train loss {:.4} valid loss {:.4} nats/token, {:.4} bits/char, {rate:.0} tok/s",
+            r.step,
+            r.loss,
+            v.nll,
+            v.bits_per_char.unwrap_or(f64::NAN)
+        )]
+    });
+    let options = RunOptions {
+        max_steps: args.max_steps,
+        time_limit: args.time_limit,
+        valid_every: args.eval_every,
+    };
+    let validator = validation.as_ref().map(|v| v as &dyn Validator<_>);
+    let summary = run_training(
+        &mut trainer,
+        &options,
+        Some(&output),
+        validator,
+        &mut reporter,
+    )?;
+    print_curves(&summary);
+    if let Some(v) = &summary.valid {
         eprintln!(
-            "valid loss {nll:.4} nats/token, perplexity {:.2}, {bpc:.4} bits/char",
-            nll.exp()
+            "valid loss {:.4} nats/token, perplexity {:.2}, {:.4} bits/char",
+            v.nll,
+            v.nll.exp(),
+            v.bits_per_char.unwrap_or(f64::NAN)
         );
     }
     eprintln!(
         "saved {} at step {} ({:.1} s, {:.0} tokens/s)",
         args.out.display(),
-        trainer.state.step,
-        started.elapsed().as_secs_f64(),
-        tokens as f64 / started.elapsed().as_secs_f64().max(1e-9)
+        summary.step,
+        summary.seconds,
+        summary.tokens as f64 / summary.seconds.max(1e-9)
     );
     Ok(())
 }

@@ -1,15 +1,10 @@
 //! The optimizer's part of a checkpoint: Adam's moments in `optimizer.safetensors`.
 
 use crate::error::Result;
-use crate::model::{Param, Seq2Seq};
+use crate::model::Param;
 use crate::store::{ckpt_err, read_tensors, tensors_to_bytes, write_atomic, OPTIMIZER_FILE};
 use crate::train::adam::Adam;
 use std::path::Path;
-
-/// Saves Adam's moments to `optimizer.safetensors`.
-pub fn save_optimizer(dir: &Path, model: &mut Seq2Seq<f32>, adam: &Adam<f32>) -> Result<()> {
-    save_optimizer_params(dir, &model.params_mut(), adam)
-}
 
 /// Saves Adam's moments of the named parameters to `optimizer.safetensors`.
 pub fn save_optimizer_params(
@@ -27,12 +22,8 @@ pub fn save_optimizer_params(
     write_atomic(&path, &bytes)
 }
 
-/// Loads Adam's moments saved by [`save_optimizer`] into `adam` (shaped for `model`).
-pub fn load_optimizer(dir: &Path, model: &mut Seq2Seq<f32>, adam: &mut Adam<f32>) -> Result<()> {
-    load_optimizer_params(dir, &model.params_mut(), adam)
-}
-
-/// Loads Adam's moments of the named parameters into `adam`, checking names and shapes.
+/// Loads Adam's moments saved by [`save_optimizer_params`] into `adam` (shaped for `params`),
+/// checking names and shapes.
 pub fn load_optimizer_params(
     dir: &Path,
     params: &[(String, &mut Param<f32>)],

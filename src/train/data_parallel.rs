@@ -16,45 +16,20 @@
 //! language model (2,048 tokens per step) runs as fast either way; with 512 tokens per step
 //! it gains 3-20%.
 
-use crate::batch::Batch;
 use crate::kernels::activations::add_inplace;
 use crate::kernels::matmul::serial_matmuls;
 use crate::model::loss::LossStats;
-use crate::model::{LanguageModel, Param, Seq2Seq};
+use crate::model::Param;
 use crate::rng::Rng;
+use crate::train::model::Trainable;
 use rayon::prelude::*;
-
-/// What data parallelism needs of a model: a copy of it, its parameters in a fixed order, and
-/// zeroing their gradients. The encoder-decoder and the decoder-only language model have it.
-pub trait Replicable: Clone + Send {
-    fn parameters(&mut self) -> Vec<(String, &mut Param<f32>)>;
-    fn clear_grads(&mut self);
-}
-
-impl Replicable for Seq2Seq<f32> {
-    fn parameters(&mut self) -> Vec<(String, &mut Param<f32>)> {
-        self.params_mut()
-    }
-    fn clear_grads(&mut self) {
-        self.zero_grads()
-    }
-}
-
-impl Replicable for LanguageModel<f32> {
-    fn parameters(&mut self) -> Vec<(String, &mut Param<f32>)> {
-        self.params_mut()
-    }
-    fn clear_grads(&mut self) {
-        self.zero_grads()
-    }
-}
 
 /// The replica (when on) that trains on the second half of every batch.
 pub struct DataParallel<M> {
     replica: Option<M>,
 }
 
-impl<M: Replicable> DataParallel<M> {
+impl<M: Trainable> DataParallel<M> {
     /// On: a replica of `model` (same weights, zero gradients). Off: one pass per batch.
     pub fn new(model: &M, on: bool) -> Self {
         let replica = on.then(|| {
@@ -111,6 +86,21 @@ impl<M: Replicable> DataParallel<M> {
         stats
     }
 
+    /// Forward and backward of the model over the parts of one batch (see [`run`](Self::run)),
+    /// gradients scaled by `grad_scale`; the loss sums over all parts.
+    pub fn forward_backward(
+        &mut self,
+        model: &mut M,
+        parts: &[M::Part],
+        label_smoothing: f64,
+        grad_scale: f64,
+        rng: &mut Rng,
+    ) -> LossStats {
+        self.run(model, parts, rng, |m, part, rng| {
+            m.forward_backward(part, label_smoothing, grad_scale, rng)
+        })
+    }
+
     /// Adds the replica's gradients to the model's (in parameter order) and zeroes the
     /// replica's: call before the update.
     pub fn gather_grads(&mut self, model: &mut M) {
@@ -142,23 +132,6 @@ impl<M: Replicable> DataParallel<M> {
                 .zip(theirs.par_iter_mut())
                 .for_each(|((_, mine), (_, other))| f(mine, other));
         }
-    }
-}
-
-impl DataParallel<Seq2Seq<f32>> {
-    /// Forward and backward of the encoder-decoder over the parts of one batch (see
-    /// [`run`](Self::run)), gradients scaled by `grad_scale`.
-    pub fn forward_backward(
-        &mut self,
-        model: &mut Seq2Seq<f32>,
-        parts: &[Batch],
-        label_smoothing: f64,
-        grad_scale: f64,
-        rng: &mut Rng,
-    ) -> LossStats {
-        self.run(model, parts, rng, |m, batch, rng| {
-            m.forward_backward(batch, label_smoothing, grad_scale, Some(rng))
-        })
     }
 }
 

@@ -1,10 +1,24 @@
-//! The training recipe: optimizer, schedule, batching, the loop and its checkpoints.
+//! The training recipe: optimizer, schedule, data sources, the step, the run and its
+//! checkpoints.
+//!
+//! One trainer serves both model shapes: [`trainer::Trainer`] is generic over the model
+//! ([`model::Trainable`]: the encoder-decoder, the decoder-only language model) and its data
+//! ([`source::BatchSource`]: sentence pairs batched by token count in [`pairs`], random windows
+//! of a token stream in [`windows`]); [`run::run`] is the loop the `train`, `train-lm` and `demo`
+//! commands share.
 
 pub mod adam;
 pub mod average;
 pub mod batching;
 pub mod checkpoint;
 pub mod data_parallel;
-pub mod lm_trainer;
+pub mod metrics;
+pub mod model;
+pub mod pairs;
+pub mod run;
 pub mod schedule;
+pub mod source;
+pub mod state;
 pub mod trainer;
+pub mod validate;
+pub mod windows;

@@ -1,19 +1,33 @@
-//! The learning-rate schedule of section 5.3:
-//! `lr = factor · d_model^−0.5 · min(step^−0.5, step · warmup^−1.5)`,
-//! rising linearly for `warmup` steps, then decaying with the inverse square root of the step;
-//! optionally ending with a linear cool-down to zero (see [`Cooldown`]).
+//! Learning-rate schedules: one [`Schedule`] whose rate is a warm-up-and-decay [`Shape`] times an
+//! optional linear [`Cooldown`].
+//!
+//! - The paper's (section 5.3), [`Shape::InverseSqrt`]:
+//!   `lr = factor · d_model^−0.5 · min(step^−0.5, step · warmup^−1.5)`, rising linearly for
+//!   `warmup` steps, then decaying with the inverse square root of the step.
+//! - The language model's, [`Shape::Cosine`]: a linear warm-up to `peak`, then a cosine decay to
+//!   `min_ratio · peak` at update `total`, constant after it.
+//! - Either may end with a linear cool-down to zero over the last updates of a run of known
+//!   length (the `train` recipe's `--cooldown`).
 
 use serde::{Deserialize, Serialize};
 
-/// The paper's warm-up then inverse-square-root schedule.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct NoamSchedule {
-    pub d_model: usize,
-    pub warmup: u64,
-    pub factor: f64,
-    /// An optional linear decay to zero at the end of a run of known length.
-    #[serde(default)]
-    pub cooldown: Option<Cooldown>,
+/// How the rate warms up and decays, before any cool-down.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Shape {
+    /// `factor · d_model^−0.5 · min(step^−0.5, step · warmup^−1.5)`.
+    InverseSqrt {
+        d_model: usize,
+        warmup: u64,
+        factor: f64,
+    },
+    /// `peak · step / warmup` for `step ≤ warmup`, else
+    /// `peak · (min_ratio + (1 − min_ratio) · ½ (1 + cos(π · min(1, (step − warmup) / (total − warmup)))))`.
+    Cosine {
+        peak: f64,
+        warmup: u64,
+        total: u64,
+        min_ratio: f64,
+    },
 }
 
 /// A linear cool-down of the learning rate to zero over the updates after `start` up to `end`
@@ -47,40 +61,79 @@ impl Cooldown {
     }
 }
 
-impl NoamSchedule {
-    /// Learning rate for update number `step` (1-based; step 0 is treated as 1).
-    pub fn lr(&self, step: u64) -> f64 {
-        let s = step.max(1) as f64;
-        let w = self.warmup.max(1) as f64;
-        let noam =
-            self.factor * (self.d_model as f64).powf(-0.5) * s.powf(-0.5).min(s * w.powf(-1.5));
-        noam * self.cooldown.map_or(1.0, |c| c.factor(step.max(1)))
+/// The learning rate of every update: `shape(step) · cooldown.factor(step)` (factor 1 without
+/// a cool-down).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Schedule {
+    pub shape: Shape,
+    pub cooldown: Option<Cooldown>,
+}
+
+impl Schedule {
+    /// The paper's warm-up then inverse-square-root schedule, without a cool-down.
+    pub fn inverse_sqrt(d_model: usize, warmup: u64, factor: f64) -> Schedule {
+        Schedule {
+            shape: Shape::InverseSqrt {
+                d_model,
+                warmup,
+                factor,
+            },
+            cooldown: None,
+        }
     }
-}
 
-/// Linear warm-up to `lr` over `warmup` updates, then a cosine decay to `min_ratio · lr` at
-/// update `total`, constant after it (the language-model recipe; `min_ratio` 0.1 by default):
-/// `lr(t) = lr · t / warmup` for `t ≤ warmup`, else
-/// `lr · (min_ratio + (1 − min_ratio) · ½ (1 + cos(π · min(1, (t − warmup) / (total − warmup)))))`.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CosineSchedule {
-    pub lr: f64,
-    pub warmup: u64,
-    pub total: u64,
-    pub min_ratio: f64,
-}
+    /// Linear warm-up to `peak`, cosine decay to `min_ratio · peak` at `total`, no cool-down.
+    pub fn cosine(peak: f64, warmup: u64, total: u64, min_ratio: f64) -> Schedule {
+        Schedule {
+            shape: Shape::Cosine {
+                peak,
+                warmup,
+                total,
+                min_ratio,
+            },
+            cooldown: None,
+        }
+    }
 
-impl CosineSchedule {
+    /// The same schedule ending with `cooldown`.
+    pub fn with_cooldown(self, cooldown: Option<Cooldown>) -> Schedule {
+        Schedule { cooldown, ..self }
+    }
+
     /// Learning rate for update number `step` (1-based; step 0 is treated as 1).
     pub fn lr(&self, step: u64) -> f64 {
         let s = step.max(1);
-        if s <= self.warmup {
-            return self.lr * s as f64 / self.warmup as f64;
+        self.shape.lr(s) * self.cooldown.map_or(1.0, |c| c.factor(s))
+    }
+}
+
+impl Shape {
+    /// The rate at update `s >= 1`.
+    fn lr(&self, s: u64) -> f64 {
+        match *self {
+            Shape::InverseSqrt {
+                d_model,
+                warmup,
+                factor,
+            } => {
+                let (s, w) = (s as f64, warmup.max(1) as f64);
+                factor * (d_model as f64).powf(-0.5) * s.powf(-0.5).min(s * w.powf(-1.5))
+            }
+            Shape::Cosine {
+                peak,
+                warmup,
+                total,
+                min_ratio,
+            } => {
+                if s <= warmup {
+                    return peak * s as f64 / warmup as f64;
+                }
+                let span = total.saturating_sub(warmup).max(1) as f64;
+                let progress = ((s - warmup) as f64 / span).min(1.0);
+                let cosine = 0.5 * (1.0 + (std::f64::consts::PI * progress).cos());
+                peak * (min_ratio + (1.0 - min_ratio) * cosine)
+            }
         }
-        let span = self.total.saturating_sub(self.warmup).max(1) as f64;
-        let progress = ((s - self.warmup) as f64 / span).min(1.0);
-        let cosine = 0.5 * (1.0 + (std::f64::consts::PI * progress).cos());
-        self.lr * (self.min_ratio + (1.0 - self.min_ratio) * cosine)
     }
 }
 
@@ -90,12 +143,7 @@ mod tests {
 
     #[test]
     fn warms_up_linearly_peaks_at_warmup_then_decays() {
-        let s = NoamSchedule {
-            d_model: 512,
-            warmup: 4000,
-            factor: 1.0,
-            cooldown: None,
-        };
+        let s = Schedule::inverse_sqrt(512, 4000, 1.0);
         let peak = 512f64.powf(-0.5) * 4000f64.powf(-0.5);
         assert!((s.lr(4000) - peak).abs() < 1e-15);
         assert!((s.lr(2000) - peak / 2.0).abs() < 1e-12);
@@ -106,16 +154,8 @@ mod tests {
 
     #[test]
     fn cooldown_decays_linearly_to_zero_over_the_last_steps() {
-        let plain = NoamSchedule {
-            d_model: 256,
-            warmup: 400,
-            factor: 0.5,
-            cooldown: None,
-        };
-        let cooled = NoamSchedule {
-            cooldown: Cooldown::last(1000, 11_000),
-            ..plain
-        };
+        let plain = Schedule::inverse_sqrt(256, 400, 0.5);
+        let cooled = plain.with_cooldown(Cooldown::last(1000, 11_000));
         assert_eq!(Cooldown::last(0, 11_000), None);
         for step in [1, 400, 5000, 10_000] {
             assert_eq!(cooled.lr(step), plain.lr(step), "step {step}");
@@ -135,16 +175,24 @@ mod tests {
 
     #[test]
     fn cosine_warms_up_then_decays_to_the_floor() {
-        let s = CosineSchedule {
-            lr: 1e-3,
-            warmup: 10,
-            total: 110,
-            min_ratio: 0.1,
-        };
+        let s = Schedule::cosine(1e-3, 10, 110, 0.1);
         assert!((s.lr(5) - 5e-4).abs() < 1e-15);
         assert!((s.lr(10) - 1e-3).abs() < 1e-15);
         assert!((s.lr(60) - 1e-3 * 0.55).abs() < 1e-12);
         assert!((s.lr(110) - 1e-4).abs() < 1e-15);
         assert!((s.lr(1000) - 1e-4).abs() < 1e-15);
+        // A quarter of the way through the decay (step 35 of 10..110) the cosine is ½(1 + cos π/4).
+        let quarter = 0.1 + 0.9 * 0.5 * (1.0 + (std::f64::consts::PI / 4.0).cos());
+        assert!((s.lr(35) - 1e-3 * quarter).abs() < 1e-15);
+        assert_eq!(s.lr(0), s.lr(1));
+    }
+
+    #[test]
+    fn a_cooldown_also_ends_the_cosine() {
+        let plain = Schedule::cosine(1e-3, 10, 110, 0.1);
+        let cooled = plain.with_cooldown(Cooldown::last(20, 100));
+        assert_eq!(cooled.lr(80), plain.lr(80));
+        assert!((cooled.lr(90) - plain.lr(90) * 0.5).abs() < 1e-18);
+        assert_eq!(cooled.lr(100), 0.0);
     }
 }

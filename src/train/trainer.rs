@@ -1,240 +1,120 @@
-//! The training loop: batches by token count in a seeded order, forward and backward with
-//! dropout, gradient accumulation and optional clipping, Adam on the warm-up schedule, and
-//! checkpoints from which a run resumes exactly.
+//! The training step, one for both model shapes: an update's batches from a [`BatchSource`],
+//! forward and backward with dropout (each batch in two halves on the model and a replica under
+//! data parallelism), gradients summed over the update and scaled to the mean over its target
+//! tokens, optional clipping, then Adam at the [`Schedule`]'s rate; and checkpoints (model,
+//! Adam's moments, [`TrainerState`]) from which a run resumes bit for bit at the same thread
+//! count.
 
-use crate::batch::Batch;
 use crate::error::{Error, Result};
-use crate::model::checkpoint as model_checkpoint;
 use crate::model::loss::LossStats;
-use crate::model::{ModelConfig, Seq2Seq};
+use crate::model::{LanguageModel, ModelConfig, Seq2Seq};
 use crate::rng::Rng;
 use crate::store;
-use crate::train::adam::{guarded_update, Adam, AdamConfig};
-use crate::train::batching::{batch_by_tokens, BatchOrder};
+use crate::train::adam::{guarded_update, Adam};
 use crate::train::checkpoint;
-use crate::train::data_parallel::{split, DataParallel};
-use crate::train::schedule::{Cooldown, NoamSchedule};
-use serde::{Deserialize, Serialize};
+use crate::train::data_parallel::DataParallel;
+use crate::train::model::Trainable;
+use crate::train::pairs::PairBatches;
+use crate::train::schedule::{Cooldown, Schedule};
+use crate::train::source::{BatchSource, Recipe};
+use crate::train::state::TrainerState;
+use crate::train::windows::TokenWindows;
 use std::path::Path;
 
-/// The training recipe's hyper-parameters (saved with every checkpoint).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct TrainConfig {
-    /// ε_ls of the label-smoothed loss.
-    pub label_smoothing: f64,
-    /// Warm-up steps of the schedule.
-    pub warmup: u64,
-    /// Multiplier of the schedule.
-    pub lr_factor: f64,
-    /// Source + target tokens (padding included) per batch.
-    pub tokens_per_batch: usize,
-    /// Batches whose gradients are summed before each update.
-    pub accumulate: usize,
-    /// Clip the global gradient norm to this value.
-    pub clip_norm: Option<f64>,
-    pub adam: AdamConfig,
-    /// Decides initialisation, dropout masks and shuffling.
-    pub seed: u64,
-    /// Word dropout: the probability of replacing each source and decoder-input token by UNK
-    /// (see [`Batch::drop_words`]); absent in checkpoints written before the option, meaning 0.
-    #[serde(default)]
-    pub word_dropout: f64,
-    /// A linear cool-down of the learning rate to zero at the end of the run (absent in
-    /// checkpoints written before the option, meaning none).
-    #[serde(default)]
-    pub cooldown: Option<Cooldown>,
-}
-
-impl Default for TrainConfig {
-    /// The paper's recipe (batch size scaled to a CPU).
-    fn default() -> Self {
-        TrainConfig {
-            label_smoothing: 0.1,
-            warmup: 4000,
-            lr_factor: 1.0,
-            tokens_per_batch: 4000,
-            accumulate: 1,
-            clip_norm: None,
-            adam: AdamConfig::default(),
-            seed: 1,
-            word_dropout: 0.0,
-            cooldown: None,
-        }
-    }
-}
-
-/// One training pair in token ids, without specials.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Example {
-    pub src: Vec<u32>,
-    pub tgt: Vec<u32>,
-}
-
-/// Where a run stands: saved as `trainer_state.json` so a resumed run continues identically.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct TrainerState {
-    /// Updates applied so far.
-    pub step: u64,
-    /// The dropout generator.
-    pub rng: Rng,
-    /// Position in the shuffled batch order.
-    pub order: BatchOrder,
-    pub config: TrainConfig,
-    /// A fingerprint of the training data, to refuse resuming on different data.
-    pub data_fingerprint: u64,
-}
+/// The encoder-decoder on sentence pairs.
+pub type PairTrainer = Trainer<Seq2Seq<f32>, PairBatches>;
+/// The decoder-only language model on a token stream.
+pub type LmTrainer = Trainer<LanguageModel<f32>, TokenWindows>;
 
 /// What one update did.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct StepReport {
     pub step: u64,
-    pub epoch: u64,
+    /// The epoch the batch order is in after the update (sources that keep an order).
+    pub epoch: Option<u64>,
     /// Mean label-smoothed loss per target token.
     pub loss: f64,
     /// Mean negative log-likelihood per target token.
     pub nll: f64,
     pub lr: f64,
-    /// Real source + target tokens processed.
+    /// Tokens processed (see [`crate::train::source::Update::tokens`]).
     pub tokens: usize,
     /// Global gradient norm before clipping (when clipping is on).
     pub grad_norm: Option<f64>,
 }
 
 /// A model, its optimizer and its data, stepping through the recipe.
-pub struct Trainer {
-    pub model: Seq2Seq<f32>,
+pub struct Trainer<M, S: BatchSource> {
+    pub model: M,
     pub adam: Adam<f32>,
-    pub schedule: NoamSchedule,
-    pub state: TrainerState,
-    examples: Vec<Example>,
-    batches: Vec<Vec<usize>>,
-    /// The replica training on the second half of each batch (when on).
-    parallel: DataParallel<Seq2Seq<f32>>,
+    pub schedule: Schedule,
+    pub state: TrainerState<S::Recipe>,
+    source: S,
+    /// The replica training on the second part of each batch (when on).
+    parallel: DataParallel<M>,
 }
 
-/// FNV-1a over the token ids of all examples.
-fn fingerprint(examples: &[Example]) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    let mut eat = |x: u64| {
-        h ^= x;
-        h = h.wrapping_mul(0x100_0000_01b3);
-    };
-    for e in examples {
-        eat(e.src.len() as u64);
-        e.src.iter().for_each(|&t| eat(t as u64));
-        eat(e.tgt.len() as u64);
-        e.tgt.iter().for_each(|&t| eat(t as u64));
-    }
-    h
-}
-
-fn check_examples(examples: &[Example], model: &ModelConfig) -> Result<()> {
-    if examples.is_empty() {
-        return Err(Error::Input("no training examples".into()));
-    }
-    for (i, e) in examples.iter().enumerate() {
-        let longest = e.src.len().max(e.tgt.len()) + 1;
-        if longest > model.max_len {
-            return Err(Error::Input(format!(
-                "training example {} has {} tokens, more than the model's max_len {}",
-                i + 1,
-                longest,
-                model.max_len
-            )));
-        }
-        if let Some(&t) = e
-            .src
-            .iter()
-            .chain(&e.tgt)
-            .find(|&&t| t as usize >= model.vocab_size)
-        {
-            return Err(Error::Input(format!(
-                "training example {} has token id {t} outside the vocabulary of {}",
-                i + 1,
-                model.vocab_size
-            )));
-        }
-    }
-    Ok(())
-}
-
-impl Trainer {
-    /// A fresh run: the model is initialised from `config.seed`.
-    pub fn new(
-        model_config: ModelConfig,
-        config: TrainConfig,
-        examples: Vec<Example>,
-    ) -> Result<Self> {
+impl<M, S> Trainer<M, S>
+where
+    M: Trainable,
+    S: BatchSource<Part = M::Part>,
+{
+    /// A fresh run: the model is initialised from the recipe's seed, whose generator then
+    /// draws the run's dropout (and windows).
+    pub fn new(model_config: ModelConfig, recipe: S::Recipe, data: S::Data) -> Result<Self> {
         model_config.validate().map_err(Error::Config)?;
-        check_examples(&examples, &model_config)?;
-        let mut rng = Rng::new(config.seed);
-        let mut model = Seq2Seq::new(model_config, &mut rng);
-        let adam = Adam::new(config.adam, &model.params_mut());
+        let source = S::new(data, &recipe, &model_config)?;
+        let mut rng = Rng::new(recipe.seed());
+        let mut model = M::init(model_config, &mut rng);
+        let adam = Adam::new(recipe.adam(), &model.parameters());
         let state = TrainerState {
             step: 0,
             rng,
-            order: BatchOrder::new(config.seed),
-            data_fingerprint: fingerprint(&examples),
-            config,
+            order: S::start(&recipe),
+            data_fingerprint: source.fingerprint(),
+            config: recipe,
         };
-        Ok(Self::assemble(model, adam, state, examples))
+        Ok(Self::assemble(model, adam, state, source))
     }
 
-    /// Continues the run saved in `dir` on the same `examples`.
-    pub fn resume(dir: &Path, examples: Vec<Example>) -> Result<Self> {
-        let mut model = model_checkpoint::load_model(dir)?;
+    /// Continues the run saved in `dir` on the same data.
+    pub fn resume(dir: &Path, data: S::Data) -> Result<Self> {
+        let mut model = M::load(dir)?;
+        let state = TrainerState::<S::Recipe>::load(dir)?;
         let path = dir.join(store::TRAINER_STATE_FILE);
-        let bytes = store::read_file(&path)?;
-        let state: TrainerState =
-            serde_json::from_slice(&bytes).map_err(|e| Error::Checkpoint {
-                path: path.clone(),
-                reason: format!("invalid trainer state: {e}"),
-            })?;
-        check_examples(&examples, &model.config)?;
-        if state.data_fingerprint != fingerprint(&examples) {
+        if state.order.is_some() != S::start(&state.config).is_some() {
+            return Err(Error::Checkpoint {
+                path,
+                reason: "the trainer state is for another kind of training data".into(),
+            });
+        }
+        let source = S::new(data, &state.config, model.config())?;
+        if state.data_fingerprint != source.fingerprint() {
             return Err(Error::Checkpoint {
                 path,
                 reason: "the training data differ from the data this run started on".into(),
             });
         }
-        let mut adam = Adam::new(state.config.adam, &model.params_mut());
+        let mut adam = Adam::new(state.config.adam(), &model.parameters());
         adam.step = state.step;
-        checkpoint::load_optimizer(dir, &mut model, &mut adam)?;
-        Ok(Self::assemble(model, adam, state, examples))
+        checkpoint::load_optimizer_params(dir, &model.parameters(), &mut adam)?;
+        Ok(Self::assemble(model, adam, state, source))
     }
 
-    fn assemble(
-        model: Seq2Seq<f32>,
-        adam: Adam<f32>,
-        state: TrainerState,
-        examples: Vec<Example>,
-    ) -> Self {
-        let lengths: Vec<(usize, usize)> = examples
-            .iter()
-            .map(|e| (e.src.len() + 1, e.tgt.len() + 1))
-            .collect();
-        let batches = batch_by_tokens(&lengths, state.config.tokens_per_batch);
-        let schedule = NoamSchedule {
-            d_model: model.config.d_model,
-            warmup: state.config.warmup,
-            factor: state.config.lr_factor,
-            cooldown: state.config.cooldown,
-        };
+    fn assemble(model: M, adam: Adam<f32>, state: TrainerState<S::Recipe>, source: S) -> Self {
         Trainer {
+            schedule: state.config.schedule(model.config().d_model),
             parallel: DataParallel::for_pool(&model),
             model,
             adam,
-            schedule,
             state,
-            examples,
-            batches,
+            source,
         }
     }
 
-    /// Replaces the learning-rate cool-down (saved with the next checkpoint).
-    pub fn set_cooldown(&mut self, cooldown: Option<Cooldown>) {
-        self.state.config.cooldown = cooldown;
-        self.schedule.cooldown = cooldown;
+    /// The training data.
+    pub fn source(&self) -> &S {
+        &self.source
     }
 
     /// Data parallelism on or off (see `train::data_parallel`); on by default when the
@@ -243,57 +123,35 @@ impl Trainer {
         self.parallel = DataParallel::new(&self.model, on);
     }
 
-    /// Batches per epoch.
-    pub fn batches_per_epoch(&self) -> usize {
-        self.batches.len()
-    }
-
-    /// The padded batch of the given example indices.
-    pub fn make_batch(&self, indices: &[usize]) -> Batch {
-        let pairs: Vec<(&[u32], &[u32])> = indices
-            .iter()
-            .map(|&i| (&self.examples[i].src[..], &self.examples[i].tgt[..]))
-            .collect();
-        Batch::from_pairs(&pairs)
-    }
-
-    /// One update: `accumulate` batches forward and backward (each split in two halves that run
+    /// One update: the source's batches forward and backward (each split in two parts that run
     /// concurrently under data parallelism), then Adam.
     pub fn step(&mut self) -> Result<StepReport> {
-        let accumulate = self.state.config.accumulate.max(1);
-        let n_parts = self.parallel.parts();
-        // Each accumulated batch in parts (halves by pairs), word dropout drawn in order.
-        let batches: Vec<Vec<Batch>> = (0..accumulate)
-            .map(|_| {
-                let (b, _) = self.state.order.next(self.batches.len());
-                let indices = self.batches[b].clone();
-                split(&indices, n_parts)
-                    .map(|part| {
-                        let mut batch = self.make_batch(part);
-                        batch.drop_words(self.state.config.word_dropout, &mut self.state.rng);
-                        batch
-                    })
-                    .collect()
-            })
-            .collect();
-        let all = || batches.iter().flatten();
-        let n_tgt: usize = all().map(Batch::n_tgt_tokens).sum();
-        let tokens: usize = all().map(|b| b.n_src_tokens() + b.n_tgt_tokens()).sum();
+        let parts = self.parallel.parts();
+        let mut update = self.source.next(
+            &self.state.config,
+            &mut self.state.order,
+            &mut self.state.rng,
+            parts,
+        );
         // The replica starts from the model's weights (copied here, not after the update, so
         // that a change made to the public `model` between steps reaches it too).
         self.parallel.sync_weights(&mut self.model);
-        self.model.zero_grads();
-        let mut stats = LossStats::default();
+        self.model.clear_grads();
         // The loss is the mean over every target token of the update.
-        let grad_scale = 1.0 / n_tgt as f64;
-        let smoothing = self.state.config.label_smoothing;
-        for parts in &batches {
+        let grad_scale = 1.0 / update.targets as f64;
+        let smoothing = self.state.config.label_smoothing();
+        let rng = match update.dropout_rng.as_mut() {
+            Some(own) => own,
+            None => &mut self.state.rng,
+        };
+        let mut stats = LossStats::default();
+        for batch in &update.batches {
             stats.add(self.parallel.forward_backward(
                 &mut self.model,
-                parts,
+                batch,
                 smoothing,
                 grad_scale,
-                &mut self.state.rng,
+                rng,
             ));
         }
         self.parallel.gather_grads(&mut self.model);
@@ -301,8 +159,8 @@ impl Trainer {
         let lr = self.schedule.lr(step);
         let grad_norm = guarded_update(
             &mut self.adam,
-            &mut self.model.params_mut(),
-            self.state.config.clip_norm,
+            &mut self.model.parameters(),
+            self.state.config.clip_norm(),
             lr,
             step,
             stats.loss(),
@@ -310,11 +168,11 @@ impl Trainer {
         self.state.step = step;
         Ok(StepReport {
             step,
-            epoch: self.state.order.epoch,
+            epoch: self.state.order.as_ref().map(|o| o.epoch),
             loss: stats.loss(),
             nll: stats.nll(),
             lr,
-            tokens,
+            tokens: update.tokens,
             grad_norm,
         })
     }
@@ -322,41 +180,19 @@ impl Trainer {
     /// Writes a full checkpoint (model, optimizer, trainer state) into `dir`. The trainer state
     /// is written last, so a directory with it is complete.
     pub fn save(&mut self, dir: &Path) -> Result<()> {
-        model_checkpoint::save_model(dir, &mut self.model)?;
-        checkpoint::save_optimizer(dir, &mut self.model, &self.adam)?;
-        let state = serde_json::to_string_pretty(&self.state).expect("trainer state serialises");
-        store::write_atomic(&dir.join(store::TRAINER_STATE_FILE), state.as_bytes())
-    }
-
-    /// Mean loss and NLL per token over `examples` without dropout, batched by tokens.
-    pub fn evaluate(&self, examples: &[Example]) -> LossStats {
-        evaluate(
-            &self.model,
-            examples,
-            self.state.config.tokens_per_batch,
-            self.state.config.label_smoothing,
-        )
+        self.model.save(dir)?;
+        checkpoint::save_optimizer_params(dir, &self.model.parameters(), &self.adam)?;
+        self.state.save(dir)
     }
 }
 
-/// Loss sums of `model` over `examples` without dropout, batched by `tokens_per_batch`.
-pub fn evaluate(
-    model: &Seq2Seq<f32>,
-    examples: &[Example],
-    tokens_per_batch: usize,
-    label_smoothing: f64,
-) -> LossStats {
-    let lengths: Vec<(usize, usize)> = examples
-        .iter()
-        .map(|e| (e.src.len() + 1, e.tgt.len() + 1))
-        .collect();
-    let mut stats = LossStats::default();
-    for indices in batch_by_tokens(&lengths, tokens_per_batch) {
-        let pairs: Vec<(&[u32], &[u32])> = indices
-            .iter()
-            .map(|&i| (&examples[i].src[..], &examples[i].tgt[..]))
-            .collect();
-        stats.add(model.evaluate(&Batch::from_pairs(&pairs), label_smoothing));
+impl<M> Trainer<M, PairBatches>
+where
+    M: Trainable<Part = crate::batch::Batch>,
+{
+    /// Replaces the learning-rate cool-down (saved with the next checkpoint).
+    pub fn set_cooldown(&mut self, cooldown: Option<Cooldown>) {
+        self.state.config.cooldown = cooldown;
+        self.schedule.cooldown = cooldown;
     }
-    stats
 }

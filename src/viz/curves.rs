@@ -1,6 +1,7 @@
-//! Training curves from the JSON-lines metrics log that `transformer train` writes
-//! (`OUT/metrics.jsonl`, one object per line: `step`, `loss`, `nll`, `lr`, `tokens_per_s`, and
-//! on validation steps `valid_loss`, `valid_nll`, possibly `valid_bleu`).
+//! Training curves from the JSON-lines metrics log that `transformer train` and `train-lm` write
+//! (`OUT/metrics.jsonl`, see `train::metrics`: one object per line with `step`, `loss`, `nll`,
+//! `lr`, `tokens_per_s`, and on validation steps `valid_loss`, `valid_nll`, possibly
+//! `valid_bleu`; other fields are ignored here).
 //!
 //! The picture stacks one panel per quantity: the training loss (with the validation loss when
 //! the log has any) against the step, the learning rate against the step, and the validation

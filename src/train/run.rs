@@ -1,0 +1,217 @@
+//! The training run, one loop for `train`, `train-lm` and `demo`: updates until `max_steps`
+//! (or the time limit), validation every N updates, the metrics log and its curves, rotating
+//! step checkpoints, periodic saves, and the final save.
+//!
+//! The time limit is checked after each update: the update during which the limit passes is
+//! completed (and logged, validated and checkpointed as its step number asks), then the run
+//! stops and saves. Every run therefore makes at least one update.
+//!
+//! Nothing is printed here: the caller sees every update, validation and the time limit
+//! through a [`Reporter`].
+
+use crate::error::{Error, Result};
+use crate::store::{
+    list_step_checkpoints, step_checkpoint_name, CHECKPOINTS_DIR, CURVES_FILE, METRICS_FILE,
+};
+use crate::train::metrics::MetricsLog;
+use crate::train::model::Trainable;
+use crate::train::source::BatchSource;
+use crate::train::trainer::{StepReport, Trainer};
+use crate::train::validate::{ValidReport, Validator};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// When to stop and validate.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RunOptions {
+    /// Stop once the run has made this many updates in all (a resumed run counts from its
+    /// checkpoint's step).
+    pub max_steps: u64,
+    /// Stop after the update during which this many seconds of training have passed.
+    pub time_limit: Option<f64>,
+    /// Validate after every update whose number is a multiple of this (0: only at the end).
+    pub valid_every: u64,
+}
+
+/// What a run writes, and where.
+pub struct Output<'a> {
+    /// The model directory: the run is saved here at the end (created when missing).
+    pub dir: PathBuf,
+    /// Writes the tokenizer's files into a model directory (`dir` at the start, and every
+    /// step checkpoint), so that each is complete.
+    pub save_tokenizer: &'a dyn Fn(&Path) -> Result<()>,
+    /// `Some(n)`: append a line to `dir/metrics.jsonl` every n updates (0: never by count), on
+    /// every validation and at the last update, and plot `dir/curves.png` at the end.
+    /// `None`: no log.
+    pub log_every: Option<u64>,
+    /// Save a full checkpoint into `dir/checkpoints/step-NNNNNNNN` every N updates (0: never)...
+    pub save_every: u64,
+    /// ... keeping the last K (at least one).
+    pub keep_last: usize,
+    /// Also save the run into `dir` itself every N updates (0: only at the end).
+    pub save_into_dir_every: u64,
+}
+
+/// What the caller hears of a run (a progress bar, log lines). Every method does nothing by
+/// default.
+pub trait Reporter {
+    /// After every update, with the tokens per second and the seconds since the run started.
+    fn step(&mut self, _report: &StepReport, _tokens_per_s: f64, _seconds: f64) {}
+    /// After a validation inside the loop (the update's report, the tokens per second).
+    fn validated(&mut self, _report: &StepReport, _valid: &ValidReport, _tokens_per_s: f64) {}
+    /// When the time limit stops the run, after update `step`.
+    fn time_limit(&mut self, _step: u64) {}
+    /// After the last update, before the final save.
+    fn finish(&mut self) {}
+}
+
+/// A reporter that reports nothing.
+pub struct Silent;
+impl Reporter for Silent {}
+
+/// How a run ended.
+#[derive(Debug)]
+pub struct RunSummary {
+    /// The step the run started from and the step it reached.
+    pub start_step: u64,
+    pub step: u64,
+    /// The time limit stopped the run.
+    pub timed_out: bool,
+    /// Tokens processed (see [`StepReport::tokens`]) and seconds, from the start of the run
+    /// to the end of the final validation.
+    pub tokens: usize,
+    pub seconds: f64,
+    /// The final model's validation (loss and NLL, no extras), when there is a validator: the
+    /// loop's own when it validated the last update, else made after the final save.
+    pub valid: Option<ValidReport>,
+    /// The curves' picture, or why it could not be drawn (when a metrics log was written).
+    pub curves: Option<std::result::Result<PathBuf, String>>,
+}
+
+/// Trains until `options.max_steps` updates or the time limit; see the module's description.
+pub fn run<M, S>(
+    trainer: &mut Trainer<M, S>,
+    options: &RunOptions,
+    output: Option<&Output>,
+    validator: Option<&dyn Validator<M>>,
+    reporter: &mut dyn Reporter,
+) -> Result<RunSummary>
+where
+    M: Trainable,
+    S: BatchSource<Part = M::Part>,
+{
+    if let Some(out) = output {
+        std::fs::create_dir_all(&out.dir).map_err(|cause| Error::Write {
+            path: out.dir.clone(),
+            cause,
+        })?;
+        (out.save_tokenizer)(&out.dir)?;
+    }
+    let mut metrics = match output {
+        Some(out) if out.log_every.is_some() => {
+            Some(MetricsLog::open(&out.dir.join(METRICS_FILE))?)
+        }
+        _ => None,
+    };
+    let start_step = trainer.state.step;
+    let started = Instant::now();
+    let mut tokens = 0usize;
+    let mut timed_out = false;
+    let mut last_valid: Option<(u64, ValidReport)> = None;
+    while trainer.state.step < options.max_steps {
+        let report = trainer.step()?;
+        tokens += report.tokens;
+        let rate = tokens as f64 / started.elapsed().as_secs_f64();
+        reporter.step(&report, rate, started.elapsed().as_secs_f64());
+        let step = report.step;
+        let valid = match validator {
+            Some(v) if options.valid_every > 0 && step % options.valid_every == 0 => {
+                let valid = v.validate(&trainer.model, true)?;
+                reporter.validated(&report, &valid, rate);
+                Some(valid)
+            }
+            _ => None,
+        };
+        timed_out = options
+            .time_limit
+            .is_some_and(|secs| started.elapsed().as_secs_f64() >= secs);
+        let last = step == options.max_steps || timed_out;
+        if let (Some(log), Some(out)) = (metrics.as_mut(), output) {
+            log.add(&report);
+            let every = out.log_every.unwrap_or(0);
+            if (every > 0 && step % every == 0) || last || valid.is_some() {
+                log.write(
+                    &report,
+                    valid.as_ref(),
+                    rate,
+                    started.elapsed().as_secs_f64(),
+                )?;
+            }
+        }
+        if let Some(out) = output {
+            if out.save_every > 0 && step % out.save_every == 0 {
+                save_step_checkpoint(trainer, out)?;
+            }
+            let every = out.save_into_dir_every;
+            if every > 0 && step % every == 0 && !last {
+                trainer.save(&out.dir)?;
+            }
+        }
+        if let Some(valid) = valid {
+            last_valid = Some((step, valid));
+        }
+        if timed_out {
+            reporter.time_limit(step);
+            break;
+        }
+    }
+    reporter.finish();
+    let mut curves = None;
+    if let Some(out) = output {
+        trainer.save(&out.dir)?;
+        let log = out.dir.join(METRICS_FILE);
+        if metrics.is_some() && std::fs::metadata(&log).is_ok_and(|m| m.len() > 0) {
+            let picture = out.dir.join(CURVES_FILE);
+            curves = Some(
+                crate::viz::plot_metrics(&log, &picture)
+                    .map(|()| picture)
+                    .map_err(|e| e.to_string()),
+            );
+        }
+    }
+    let valid = match (validator, last_valid) {
+        (Some(_), Some((step, valid))) if step == trainer.state.step => Some(valid),
+        (Some(v), _) => Some(v.validate(&trainer.model, false)?),
+        (None, _) => None,
+    };
+    Ok(RunSummary {
+        start_step,
+        step: trainer.state.step,
+        timed_out,
+        tokens,
+        seconds: started.elapsed().as_secs_f64(),
+        valid,
+        curves,
+    })
+}
+
+/// Saves a full checkpoint (with the tokenizer) as `OUT/checkpoints/step-NNNNNNNN` and deletes
+/// all but the last `keep_last` of them.
+fn save_step_checkpoint<M, S>(trainer: &mut Trainer<M, S>, out: &Output) -> Result<()>
+where
+    M: Trainable,
+    S: BatchSource<Part = M::Part>,
+{
+    let root = out.dir.join(CHECKPOINTS_DIR);
+    let dir = root.join(step_checkpoint_name(trainer.state.step));
+    trainer.save(&dir)?;
+    (out.save_tokenizer)(&dir)?;
+    let all = list_step_checkpoints(&root);
+    for old in &all[..all.len().saturating_sub(out.keep_last.max(1))] {
+        std::fs::remove_dir_all(old).map_err(|cause| Error::Write {
+            path: old.clone(),
+            cause,
+        })?;
+    }
+    Ok(())
+}
