@@ -1,6 +1,7 @@
 //! Checkpoint averaging: the mean of every parameter, refused across different models.
 
 use transformer::model::ModelConfig;
+use transformer::model::{Module, Seq2Seq};
 use transformer::store::{list_step_checkpoints, step_checkpoint_name};
 use transformer::train::average::average_checkpoints;
 use transformer::train::pairs::{Example, TrainConfig};
@@ -45,7 +46,7 @@ fn averages_parameters_and_rejects_mismatched_models() {
         dirs.push(dir);
     }
     assert_eq!(list_step_checkpoints(root.path()), dirs);
-    let mut avg = average_checkpoints(&dirs).unwrap();
+    let mut avg: Seq2Seq<f32> = average_checkpoints(&dirs).unwrap();
     for (i, (name, p)) in avg.params_mut().iter().enumerate() {
         for (j, &v) in p.value.data.iter().enumerate() {
             let want = snapshots.iter().map(|s| s[i][j] as f64).sum::<f64>() / 3.0;
@@ -61,7 +62,7 @@ fn averages_parameters_and_rejects_mismatched_models() {
     let mut other = PairTrainer::new(m2, t, examples()).unwrap();
     let odd = root.path().join("odd");
     other.save(&odd).unwrap();
-    let err = average_checkpoints(&[dirs[0].clone(), odd])
+    let err = average_checkpoints::<Seq2Seq<f32>>(&[dirs[0].clone(), odd])
         .err()
         .unwrap()
         .to_string();
@@ -69,5 +70,5 @@ fn averages_parameters_and_rejects_mismatched_models() {
         err.contains("config") && err.contains("cannot be averaged"),
         "{err}"
     );
-    assert!(average_checkpoints(&[]).is_err());
+    assert!(average_checkpoints::<Seq2Seq<f32>>(&[]).is_err());
 }

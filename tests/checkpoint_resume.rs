@@ -1,7 +1,8 @@
 //! Checkpoints: exact resume, and clear errors for missing, truncated, corrupt or mismatched files.
 
-use transformer::model::checkpoint::load_model;
+use transformer::model::checkpoint::load;
 use transformer::model::ModelConfig;
+use transformer::model::{Module, Seq2Seq};
 use transformer::store as checkpoint;
 use transformer::train::pairs::{Example, TrainConfig};
 use transformer::train::schedule::{Cooldown, Schedule};
@@ -93,20 +94,20 @@ fn bad_checkpoints_are_clear_errors_naming_the_file() {
     let model_path = dir.path().join(checkpoint::MODEL_FILE);
     let good = std::fs::read(&model_path).unwrap();
     // Loads fine as is, and gives the same weights.
-    let mut loaded = load_model(dir.path()).unwrap();
+    let mut loaded = load::<Seq2Seq<f32>>(dir.path()).unwrap();
     let a: Vec<f32> = loaded.params_mut()[3].1.value.data.clone();
     assert_eq!(a, trainer.model.params_mut()[3].1.value.data);
 
     // Truncated weights.
     std::fs::write(&model_path, &good[..good.len() / 2]).unwrap();
-    let err = load_model(dir.path()).unwrap_err().to_string();
+    let err = load::<Seq2Seq<f32>>(dir.path()).unwrap_err().to_string();
     assert!(
         err.contains("model.safetensors") && err.contains("truncated"),
         "{err}"
     );
     // Garbage.
     std::fs::write(&model_path, b"not a checkpoint").unwrap();
-    let err = load_model(dir.path()).unwrap_err().to_string();
+    let err = load::<Seq2Seq<f32>>(dir.path()).unwrap_err().to_string();
     assert!(err.contains("model.safetensors"), "{err}");
     std::fs::write(&model_path, &good).unwrap();
 
@@ -114,7 +115,7 @@ fn bad_checkpoints_are_clear_errors_naming_the_file() {
     let cfg_path = dir.path().join(checkpoint::CONFIG_FILE);
     let cfg = std::fs::read_to_string(&cfg_path).unwrap();
     std::fs::write(&cfg_path, cfg.replace("\"d_ff\": 64", "\"d_ff\": 96")).unwrap();
-    let err = load_model(dir.path()).unwrap_err().to_string();
+    let err = load::<Seq2Seq<f32>>(dir.path()).unwrap_err().to_string();
     assert!(
         err.contains("model.safetensors") && err.contains("does not match"),
         "{err}"
@@ -125,16 +126,16 @@ fn bad_checkpoints_are_clear_errors_naming_the_file() {
         cfg.replace("\"d_model\": 32", "\"d_model\": 1000000000000"),
     )
     .unwrap();
-    let err = load_model(dir.path()).unwrap_err().to_string();
+    let err = load::<Seq2Seq<f32>>(dir.path()).unwrap_err().to_string();
     assert!(err.contains("does not match"), "{err}");
     std::fs::write(&cfg_path, cfg.replace("\"n_heads\": 4", "\"n_heads\": 5")).unwrap();
-    let err = load_model(dir.path()).unwrap_err().to_string();
+    let err = load::<Seq2Seq<f32>>(dir.path()).unwrap_err().to_string();
     assert!(
         err.contains("config.json") && err.contains("n_heads"),
         "{err}"
     );
     std::fs::write(&cfg_path, "{").unwrap();
-    let err = load_model(dir.path()).unwrap_err().to_string();
+    let err = load::<Seq2Seq<f32>>(dir.path()).unwrap_err().to_string();
     assert!(err.contains("config.json"), "{err}");
     std::fs::write(&cfg_path, &cfg).unwrap();
 
@@ -148,7 +149,7 @@ fn bad_checkpoints_are_clear_errors_naming_the_file() {
         err.contains("optimizer.safetensors") && err.contains("not found"),
         "{err}"
     );
-    let err = load_model(&dir.path().join("nowhere"))
+    let err = load::<Seq2Seq<f32>>(&dir.path().join("nowhere"))
         .unwrap_err()
         .to_string();
     assert!(

@@ -2,6 +2,7 @@
 //! replica train like the whole batch on one model, and the run stays deterministic; for the
 //! encoder-decoder trainer and the language-model trainer.
 
+use transformer::model::Module;
 use transformer::model::{ModelConfig, Param};
 use transformer::train::pairs::{Example, TrainConfig};
 use transformer::train::trainer::{LmTrainer, PairTrainer};

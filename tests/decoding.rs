@@ -5,6 +5,7 @@ use transformer::batch::{Batch, BOS, EOS, PAD};
 use transformer::decode::{
     greedy_decode, greedy_decode_full, score_pairs, GreedyOptions, Hypothesis,
 };
+use transformer::model::Module;
 use transformer::model::{ModelConfig, NormPlacement, Seq2Seq};
 use transformer::rng::Rng;
 

@@ -10,6 +10,7 @@ use transformer::decode::score::score_stream;
 use transformer::model::checkpoint;
 use transformer::model::config::{Activation, Positions};
 use transformer::model::lm::lm_n_params;
+use transformer::model::Module;
 use transformer::model::{LanguageModel, ModelConfig, NormPlacement};
 use transformer::pipeline::generate::generate_ids;
 use transformer::rng::Rng;
@@ -253,14 +254,14 @@ fn training_resumes_bit_for_bit_and_checkpoints_are_checked() {
     }
     // Another text refuses to resume; a config that does not match the weights is refused.
     assert!(LmTrainer::resume(dir.path(), tokens[1..].to_vec()).is_err());
-    let model = checkpoint::load_language_model(dir.path()).unwrap();
+    let model = checkpoint::load::<LanguageModel<f32>>(dir.path()).unwrap();
     assert_eq!(lm_n_params(&model.config), Some(model.clone().n_params()));
     let cfg_path = dir.path().join("config.json");
     let text = std::fs::read_to_string(&cfg_path).unwrap();
     let edited = text.replace("\"d_ff\": 20", "\"d_ff\": 24");
     assert_ne!(edited, text);
     std::fs::write(&cfg_path, edited).unwrap();
-    let err = checkpoint::load_language_model(dir.path())
+    let err = checkpoint::load::<LanguageModel<f32>>(dir.path())
         .unwrap_err()
         .to_string();
     assert!(err.contains("does not match"), "{err}");

@@ -1,6 +1,7 @@
 //! The whole model's hand-written gradient against central finite differences in f64.
 
 use transformer::batch::Batch;
+use transformer::model::Module;
 use transformer::model::{ModelConfig, NormPlacement, Seq2Seq};
 use transformer::rng::Rng;
 

@@ -12,6 +12,7 @@ use transformer::kernels::rope::{rope_backward, rope_forward};
 use transformer::model::attention::{CachedAttention, MultiHeadAttention};
 use transformer::model::embedding::Embedding;
 use transformer::model::kv_cache::KvCache;
+use transformer::model::Module;
 use transformer::model::{ModelConfig, NormPlacement, Positions, Seq2Seq};
 use transformer::rng::Rng;
 use transformer::Float;
@@ -507,8 +508,8 @@ fn learned_positions_survive_a_checkpoint() {
     for positions in [Positions::Learned, Positions::Rotary] {
         let mut m = decoding_model(positions, NormPlacement::PreLn, true, 1.0);
         let dir = tempfile::tempdir().unwrap();
-        transformer::model::checkpoint::save_model(dir.path(), &mut m).unwrap();
-        let mut back = transformer::model::checkpoint::load_model(dir.path()).unwrap();
+        transformer::model::checkpoint::save(dir.path(), &mut m).unwrap();
+        let mut back: Seq2Seq<f32> = transformer::model::checkpoint::load(dir.path()).unwrap();
         assert_eq!(back.config.positions, positions);
         let a: Vec<(String, Vec<f32>)> = m
             .params_mut()

@@ -4,6 +4,7 @@
 //! checkpoint, and the time-limit rule (checked after each update).
 
 use std::path::Path;
+use transformer::model::Module;
 use transformer::model::{ModelConfig, NormPlacement};
 use transformer::model::{Param, Seq2Seq};
 use transformer::train::pairs::{evaluate, Example, TrainConfig};

@@ -5,6 +5,7 @@
 
 use super::set_threads;
 use crate::batch::Batch;
+use crate::model::Module;
 use crate::model::{LanguageModel, ModelConfig, Seq2Seq};
 use crate::rng::Rng;
 use crate::train::adam::{Adam, AdamConfig};

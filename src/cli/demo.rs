@@ -7,6 +7,7 @@ use super::{bar_message, log_line, set_threads, training_bar};
 use crate::data::numbers::{english, german_pieces, number_task};
 use crate::decode::greedy::GreedyOptions;
 use crate::model::ModelConfig;
+use crate::model::Module;
 use crate::store::VOCAB_FILE;
 use crate::text::vocab::{Vocab, VocabLevel};
 use crate::train::pairs::{Example, TrainConfig};

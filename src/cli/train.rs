@@ -1,6 +1,7 @@
 //! `transformer train`: train on `source<TAB>target` files, save checkpoints, resume exactly.
 
 use super::{print_curves, set_threads, BarReporter};
+use crate::model::Module;
 use crate::model::{ModelConfig, NormPlacement};
 use crate::store::VOCAB_FILE;
 use crate::text::corpus::{read_pairs, read_parallel, Pair};
@@ -357,7 +358,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
 /// replaced when --cooldown is given.
 fn resume(args: &TrainArgs, dir: &Path, train_pairs: &[Pair]) -> Result<(Vocab, PairTrainer)> {
     let vocab = Vocab::load(&dir.join(VOCAB_FILE))?;
-    let model_config = crate::model::checkpoint::load_config(dir)?;
+    let model_config = crate::model::checkpoint::load_config_of::<crate::model::Seq2Seq<f32>>(dir)?;
     let max_len = args.max_len.unwrap_or(model_config.max_len);
     let examples = encode_pairs(train_pairs, &vocab, max_len, "training data");
     let mut trainer = PairTrainer::resume(dir, examples)?;

@@ -2,6 +2,7 @@
 //! decoder-only Transformer on it, with validation on the file's end and exact resume.
 
 use super::{print_curves, set_threads, BarReporter};
+use crate::model::Module;
 use crate::model::{Activation, ModelConfig, NormPlacement, Positions};
 use crate::pipeline::generate::document_tokens;
 use crate::store::TOKENIZER_FILE;

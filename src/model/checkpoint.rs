@@ -251,32 +251,6 @@ impl RenameTable {
     }
 }
 
-/// Saves a translation model (see [`save`]).
-pub fn save_model(dir: &Path, model: &mut Seq2Seq<f32>) -> Result<()> {
-    save(dir, model)
-}
-
-/// Loads a translation model (see [`load`]).
-pub fn load_model(dir: &Path) -> Result<Seq2Seq<f32>> {
-    load(dir)
-}
-
-/// Saves a decoder-only language model (see [`save`]).
-pub fn save_language_model(dir: &Path, model: &mut LanguageModel<f32>) -> Result<()> {
-    save(dir, model)
-}
-
-/// Loads a language model (see [`load`]): the config must describe a decoder-only model
-/// (`n_encoder_layers` 0).
-pub fn load_language_model(dir: &Path) -> Result<LanguageModel<f32>> {
-    load(dir)
-}
-
-/// Reads and validates a translation model's `config.json` from `dir`.
-pub fn load_config(dir: &Path) -> Result<ModelConfig> {
-    load_config_of::<Seq2Seq<f32>>(dir)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -309,6 +309,7 @@ impl ModelConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Module;
 
     #[test]
     fn presets_have_the_papers_sizes_and_round_trip() {

@@ -16,7 +16,7 @@ use super::embedding::{Embedding, EmbeddingCache};
 use super::head::OutputHead;
 use super::kv_cache::KvCache;
 use super::loss::LossStats;
-use super::param::{count_params, Init, Module, Param, ParamVisitor, ShapesOnly};
+use super::param::{count_params, Init, Module, ParamVisitor, ShapesOnly};
 use super::stack::{Stack, StackCache};
 use crate::kernels::attention::AttnMask;
 use crate::rng::Rng;
@@ -109,23 +109,6 @@ impl<T: Float> LanguageModel<T> {
             .iter_mut()
             .for_each(SelfAttentionBlock::prepare_inference);
         self.head.prepare_inference(&self.embedding);
-    }
-
-    /// All parameters with their checkpoint names, in a fixed order.
-    pub fn params_mut(&mut self) -> Vec<(String, &mut Param<T>)> {
-        self.named_params("")
-    }
-
-    /// Total number of trainable scalars.
-    pub fn n_params(&mut self) -> usize {
-        self.params_mut().iter().map(|(_, p)| p.value.len()).sum()
-    }
-
-    /// Sets every gradient to zero.
-    pub fn zero_grads(&mut self) {
-        for (_, p) in self.params_mut() {
-            p.grad.fill_zero();
-        }
     }
 
     /// The longest sequence the model accepts.

@@ -20,6 +20,7 @@ pub mod residual;
 pub mod seq2seq;
 pub mod stack;
 
+pub use checkpoint::Model;
 pub use config::{Activation, BlockConfig, ModelConfig, NormPlacement, Positions};
 pub use lm::LanguageModel;
 pub use param::{Init, Module, Param, ShapesOnly};

@@ -119,6 +119,36 @@ pub trait Module<T> {
         self.visit(&mut v);
         v.params
     }
+
+    /// Every parameter under its checkpoint name (the module path from this module).
+    fn params_mut(&mut self) -> Vec<(String, &mut Param<T>)>
+    where
+        Self: Sized,
+    {
+        self.named_params("")
+    }
+
+    /// The number of trainable scalars held.
+    fn n_params(&mut self) -> usize
+    where
+        Self: Sized,
+    {
+        self.params_mut()
+            .iter()
+            .map(|(_, p)| p.value.data.len())
+            .sum()
+    }
+
+    /// Sets every gradient to zero.
+    fn zero_grads(&mut self)
+    where
+        Self: Sized,
+        T: Float,
+    {
+        for (_, p) in self.params_mut() {
+            p.grad.fill_zero();
+        }
+    }
 }
 
 /// Collects `(name, parameter)` pairs, the name joined from the module path with `.`.

@@ -13,7 +13,7 @@ use super::encoder::{padding_mask, Encoder};
 use super::head::OutputHead;
 use super::kv_cache::KvCache;
 use super::loss::LossStats;
-use super::param::{Init, Module, Param, ParamVisitor};
+use super::param::{Init, Module, ParamVisitor};
 use super::stack::{Stack, StackCache};
 use crate::batch::{Batch, PAD};
 use crate::rng::Rng;
@@ -125,23 +125,6 @@ impl<T: Float> Seq2Seq<T> {
             .iter_mut()
             .for_each(DecoderLayer::prepare_inference);
         self.head.prepare_inference(&self.embedding);
-    }
-
-    /// All parameters with their checkpoint names, in a fixed order.
-    pub fn params_mut(&mut self) -> Vec<(String, &mut Param<T>)> {
-        self.named_params("")
-    }
-
-    /// Total number of trainable scalars.
-    pub fn n_params(&mut self) -> usize {
-        self.params_mut().iter().map(|(_, p)| p.value.len()).sum()
-    }
-
-    /// Sets every gradient to zero.
-    pub fn zero_grads(&mut self) {
-        for (_, p) in self.params_mut() {
-            p.grad.fill_zero();
-        }
     }
 
     /// `hidden [rows, d_model]` -> logits `[rows, vocab]`.

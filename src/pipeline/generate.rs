@@ -10,7 +10,7 @@ use crate::decode::sample::{sample_search, SamplingOptions};
 use crate::decode::score::score_stream;
 use crate::decode::{DecodingState, IncrementalDecoder};
 use crate::error::Result;
-use crate::model::checkpoint::load_language_model;
+use crate::model::checkpoint::load;
 use crate::model::lm::LmState;
 use crate::model::LanguageModel;
 use crate::rng::Rng;
@@ -29,7 +29,7 @@ impl TextGenerator {
     /// Loads a language-model directory, checking that the tokenizer matches the model.
     pub fn load(dir: &Path) -> Result<TextGenerator> {
         check_model_dir(dir)?;
-        let model = load_language_model(dir)?;
+        let model: LanguageModel<f32> = load(dir)?;
         let path = dir.join(TOKENIZER_FILE);
         let bpe = Bpe::load(&path)?;
         check_vocab(&path, bpe.vocab_size(), model.config.vocab_size, true)?;

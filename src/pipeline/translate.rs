@@ -8,7 +8,7 @@ use crate::decode::beam::{beam_search, length_penalty, BeamOptions};
 use crate::decode::greedy::{greedy_decode, GreedyOptions};
 use crate::decode::score::score_pairs;
 use crate::error::{Error, Result};
-use crate::model::checkpoint::load_model;
+use crate::model::checkpoint::load;
 use crate::model::Seq2Seq;
 use crate::store::VOCAB_FILE;
 use crate::text::corpus::Pair;
@@ -26,7 +26,7 @@ impl Translator {
     /// Loads a model directory, checking that the vocabulary matches the model.
     pub fn load(dir: &Path) -> Result<Translator> {
         check_model_dir(dir)?;
-        let model = load_model(dir)?;
+        let model: Seq2Seq<f32> = load(dir)?;
         let path = dir.join(VOCAB_FILE);
         let vocab = Vocab::load(&path)?;
         check_vocab(&path, vocab.len(), model.config.vocab_size, true)?;

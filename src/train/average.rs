@@ -2,20 +2,25 @@
 //! checkpoints"): every parameter becomes the mean of its values across checkpoints.
 
 use crate::error::{Error, Result};
-use crate::model::checkpoint::{load_config, load_model};
-use crate::model::Seq2Seq;
+use crate::model::checkpoint::{load, load_config_of};
+use crate::model::Model;
+use serde::de::DeserializeOwned;
 use std::path::PathBuf;
 
 /// Loads the models in `dirs` (same config required) and returns their parameter average.
-/// The sum runs in f64 in the order given, then rounds once to f32.
-pub fn average_checkpoints(dirs: &[PathBuf]) -> Result<Seq2Seq<f32>> {
+/// The sum runs in f64 in the order given, then rounds once to f32. Any model kept in a
+/// directory of ours: the translator, the language model.
+pub fn average_checkpoints<M: Model>(dirs: &[PathBuf]) -> Result<M>
+where
+    M::Config: DeserializeOwned + PartialEq,
+{
     let first = dirs
         .first()
         .ok_or_else(|| Error::Input("no checkpoints to average".into()))?;
-    let config = load_config(first)?;
+    let config = load_config_of::<M>(first)?;
     let mut sums: Option<Vec<Vec<f64>>> = None;
     for dir in dirs {
-        let other = load_config(dir)?;
+        let other = load_config_of::<M>(dir)?;
         if other != config {
             return Err(Error::Checkpoint {
                 path: dir.join(crate::store::CONFIG_FILE),
@@ -25,7 +30,7 @@ pub fn average_checkpoints(dirs: &[PathBuf]) -> Result<Seq2Seq<f32>> {
                 ),
             });
         }
-        let mut model = load_model(dir)?;
+        let mut model: M = load(dir)?;
         let params = model.params_mut();
         let sums = sums.get_or_insert_with(|| {
             params
@@ -40,7 +45,7 @@ pub fn average_checkpoints(dirs: &[PathBuf]) -> Result<Seq2Seq<f32>> {
         }
     }
     let sums = sums.expect("at least one checkpoint");
-    let mut averaged = load_model(first)?;
+    let mut averaged: M = load(first)?;
     let n = dirs.len() as f64;
     for (sum, (_, p)) in sums.iter().zip(averaged.params_mut()) {
         for (v, &s) in p.value.data.iter_mut().zip(sum) {

@@ -34,7 +34,7 @@ impl<M: Trainable> DataParallel<M> {
     pub fn new(model: &M, on: bool) -> Self {
         let replica = on.then(|| {
             let mut replica = model.clone();
-            replica.clear_grads();
+            replica.zero_grads();
             replica
         });
         DataParallel { replica }
@@ -125,9 +125,9 @@ impl<M: Trainable> DataParallel<M> {
         f: impl Fn(&mut Param<f32>, &mut Param<f32>) + Sync,
     ) {
         if let Some(replica) = self.replica.as_mut() {
-            let mut theirs = replica.parameters();
+            let mut theirs = replica.params_mut();
             model
-                .parameters()
+                .params_mut()
                 .par_iter_mut()
                 .zip(theirs.par_iter_mut())
                 .for_each(|((_, mine), (_, other))| f(mine, other));

@@ -6,6 +6,7 @@
 //! count.
 
 use crate::error::{Error, Result};
+use crate::model::checkpoint as model_checkpoint;
 use crate::model::loss::LossStats;
 use crate::model::{LanguageModel, ModelConfig, Seq2Seq};
 use crate::rng::Rng;
@@ -65,8 +66,8 @@ where
         model_config.validate().map_err(Error::Config)?;
         let source = S::new(data, &recipe, &model_config)?;
         let mut rng = Rng::new(recipe.seed());
-        let mut model = M::init(model_config, &mut rng);
-        let adam = Adam::new(recipe.adam(), &model.parameters());
+        let mut model = M::build(model_config, &mut rng);
+        let adam = Adam::new(recipe.adam(), &model.params_mut());
         let state = TrainerState {
             step: 0,
             rng,
@@ -79,7 +80,7 @@ where
 
     /// Continues the run saved in `dir` on the same data.
     pub fn resume(dir: &Path, data: S::Data) -> Result<Self> {
-        let mut model = M::load(dir)?;
+        let mut model: M = model_checkpoint::load(dir)?;
         let state = TrainerState::<S::Recipe>::load(dir)?;
         let path = dir.join(store::TRAINER_STATE_FILE);
         if state.order.is_some() != S::start(&state.config).is_some() {
@@ -95,9 +96,9 @@ where
                 reason: "the training data differ from the data this run started on".into(),
             });
         }
-        let mut adam = Adam::new(state.config.adam(), &model.parameters());
+        let mut adam = Adam::new(state.config.adam(), &model.params_mut());
         adam.step = state.step;
-        checkpoint::load_optimizer_params(dir, &model.parameters(), &mut adam)?;
+        checkpoint::load_optimizer_params(dir, &model.params_mut(), &mut adam)?;
         Ok(Self::assemble(model, adam, state, source))
     }
 
@@ -136,7 +137,7 @@ where
         // The replica starts from the model's weights (copied here, not after the update, so
         // that a change made to the public `model` between steps reaches it too).
         self.parallel.sync_weights(&mut self.model);
-        self.model.clear_grads();
+        self.model.zero_grads();
         // The loss is the mean over every target token of the update.
         let grad_scale = 1.0 / update.targets as f64;
         let smoothing = self.state.config.label_smoothing();
@@ -159,7 +160,7 @@ where
         let lr = self.schedule.lr(step);
         let grad_norm = guarded_update(
             &mut self.adam,
-            &mut self.model.parameters(),
+            &mut self.model.params_mut(),
             self.state.config.clip_norm(),
             lr,
             step,
@@ -180,8 +181,8 @@ where
     /// Writes a full checkpoint (model, optimizer, trainer state) into `dir`. The trainer state
     /// is written last, so a directory with it is complete.
     pub fn save(&mut self, dir: &Path) -> Result<()> {
-        self.model.save(dir)?;
-        checkpoint::save_optimizer_params(dir, &self.model.parameters(), &self.adam)?;
+        model_checkpoint::save(dir, &mut self.model)?;
+        checkpoint::save_optimizer_params(dir, &self.model.params_mut(), &self.adam)?;
         self.state.save(dir)
     }
 }
