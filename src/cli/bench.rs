@@ -17,31 +17,32 @@ use std::time::Instant;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Model size: tiny, base or big.
+    /// Model size: tiny, base or big (training and --lm; --translate uses the model's own).
     #[arg(long, default_value = "base")]
     pub preset: String,
     /// Worker threads (0: all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
-    /// Sentence pairs per batch.
+    /// Sentence pairs per batch (the encoder-decoder step only).
     #[arg(long, default_value_t = 16)]
     pub batch: usize,
-    /// Source tokens per sentence (EOS included).
+    /// Source tokens per sentence, EOS included (the encoder-decoder step only).
     #[arg(long, default_value_t = 32)]
     pub src_len: usize,
-    /// Target tokens per sentence (EOS included).
+    /// Target tokens per sentence, EOS included (the encoder-decoder step only).
     #[arg(long, default_value_t = 32)]
     pub tgt_len: usize,
-    /// Vocabulary size.
+    /// Vocabulary size (training and --lm).
     #[arg(long, default_value_t = 8000)]
     pub vocab: usize,
-    /// Untimed warm-up steps.
+    /// Untimed warm-up steps (training and --lm).
     #[arg(long, default_value_t = 2)]
     pub warmup_steps: usize,
-    /// Timed steps.
+    /// Timed steps (training and --lm).
     #[arg(long, default_value_t = 5)]
     pub steps: usize,
-    /// Time a decoder-only (GPT-style) training step instead, on sequences of --seq-len.
+    /// Time a decoder-only (GPT-style) training step instead, on sequences of --seq-len, in one
+    /// pass (not split in halves between threads like `train-lm`'s step).
     #[arg(long, conflicts_with = "translate")]
     pub lm: bool,
     /// With --lm: tokens per sequence.
@@ -53,10 +54,10 @@ pub struct BenchArgs {
     /// Time translation (greedy, then beam search) with the model in this directory instead.
     #[arg(long, requires = "src")]
     pub translate: Option<std::path::PathBuf>,
-    /// With --translate: source sentences, one per line.
-    #[arg(long)]
+    /// With --translate: source sentences, one per line (empty lines are skipped).
+    #[arg(long, requires = "translate")]
     pub src: Option<std::path::PathBuf>,
-    /// With --translate: the beam size of the second run.
+    /// With --translate: the beam size of the second run (length penalty α 0.6).
     #[arg(long, default_value_t = 4)]
     pub beam: usize,
     /// With --translate: when beam search stops a sentence (see `translate --beam-stop`).

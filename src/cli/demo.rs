@@ -51,7 +51,8 @@ pub struct DemoArgs {
     pub seed: u64,
     #[arg(long, default_value_t = 0, help = super::TRAIN_THREADS_HELP)]
     pub threads: usize,
-    /// Also save the trained model directory here (usable by translate and score).
+    /// Also save the trained model directory here (model, vocabulary, optimizer and trainer
+    /// state: usable by translate, score, attention and average).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Dropout probability (the tiny preset's is 0.1).
@@ -60,7 +61,8 @@ pub struct DemoArgs {
     /// Pre-LN residual blocks instead of the paper's post-LN.
     #[arg(long)]
     pub pre_ln: bool,
-    /// Sample translations to print.
+    /// Sample translations to print: at most N, up to N/2 of them wrong ones (fewer when there
+    /// are not enough right or wrong ones).
     #[arg(long, default_value_t = 8)]
     pub samples: usize,
 }

@@ -43,7 +43,9 @@ pub struct TrainArgs {
     /// Validation targets, one per line, parallel to --valid-src.
     #[arg(long, requires = "valid_src")]
     pub valid_tgt: Option<PathBuf>,
-    /// Where the model directory is written.
+    /// The run directory: the vocabulary at the start, metrics.jsonl as it goes, checkpoints/
+    /// with --save-every, and at the end the final model, optimizer and trainer state (a model
+    /// directory for translate, score, attention, average and --resume) and curves.png.
     #[arg(long)]
     pub out: PathBuf,
     /// Continue the run saved in this directory (OUT or one of OUT/checkpoints/step-*), on the
@@ -99,7 +101,7 @@ pub struct TrainArgs {
     /// Label smoothing ε. Ignored with --resume.
     #[arg(long, default_value_t = 0.1)]
     pub label_smoothing: f64,
-    /// Override the preset's dropout. Ignored with --resume.
+    /// Override the preset's or the --config file's dropout. Ignored with --resume.
     #[arg(long)]
     pub dropout: Option<f64>,
     /// Override the config's dropout on attention weights (0 in the paper). Ignored with
