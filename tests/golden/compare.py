@@ -2,18 +2,22 @@
 """Compares two output directories of tests/golden/golden.sh (usually: the base binary's and a
 refactored binary's). Usage: compare.py DIR_A DIR_B (or golden.sh --compare DIR_A DIR_B).
 
-Every file listed in either SHA256SUMS is reported as identical or DIFFERENT (or missing on one
-side); a difference is explained where the format allows:
+Every file listed in either SHA256SUMS is reported as identical, DIFFERENT, MISSING in B or NEW
+in B (written only by the second binary: reported, not a failure); a difference is explained
+where the format allows:
   metrics.jsonl   which fields differ, at which steps, by how much (timing fields elapsed_s and
                   tokens_per_s are ignored: the hashed copies under filtered/ have none)
   *.safetensors   which tensors differ and the largest absolute difference
-  text files      how many lines differ, and the first few
+  text files      a unified diff (first 12 lines)
 Raw stderr (NAME.err) and raw metrics.jsonl hold timings and are not hashed; their filtered
-copies under filtered/ are. Exit status: 0 when every hashed file is identical, 1 otherwise.
+copies under filtered/ are. Exit status: 0 when every hashed file of A is identical in B, 1
+otherwise.
 Python 3 standard library only.
 """
 
 import array
+import difflib
+import hashlib
 import json
 import os
 import struct
@@ -24,12 +28,23 @@ TEXT_SUFFIXES = (".out", ".err", ".txt", ".tsv", ".json", ".jsonl", ".svg", ".cm
 
 
 def read_sums(d):
+    """The files listed in d/SHA256SUMS with the sha256 of their current contents (a file
+    changed after golden.sh wrote the list is compared as it is now, with a warning)."""
     path = os.path.join(d, "SHA256SUMS")
     sums = {}
     with open(path, encoding="utf-8") as f:
         for line in f:
             digest, name = line.rstrip("\n").split(None, 1)
-            sums[name.lstrip("*")] = digest
+            name = name.lstrip("*")
+            p = os.path.join(d, name)
+            if not os.path.exists(p):
+                print(f"warning: {p} is listed in SHA256SUMS but absent")
+                continue
+            with open(p, "rb") as g:
+                now = hashlib.sha256(g.read()).hexdigest()
+            if now != digest:
+                print(f"warning: {p} changed since SHA256SUMS was written")
+            sums[name] = now
     return sums
 
 
@@ -120,15 +135,13 @@ def explain_text(pa, pb):
         la = f.read().split("\n")
     with open(pb, encoding="utf-8", errors="replace") as f:
         lb = f.read().split("\n")
-    out = []
-    if len(la) != len(lb):
-        out.append(f"{len(la)} vs {len(lb)} lines")
-    diffs = [i for i, (a, b) in enumerate(zip(la, lb)) if a != b]
-    out.append(f"{len(diffs)} of {min(len(la), len(lb))} lines differ")
-    for i in diffs[:3]:
-        out.append(f"line {i + 1}:")
-        out.append(f"  A: {la[i][:200]}")
-        out.append(f"  B: {lb[i][:200]}")
+    changed = sum(1 for op in difflib.SequenceMatcher(None, la, lb, autojunk=False).get_opcodes()
+                  if op[0] != "equal")
+    out = [f"{len(la)} vs {len(lb)} lines, {changed} changed region(s); diff (A -, B +):"]
+    diff = [l[:200] for l in difflib.unified_diff(la, lb, "A", "B", n=0, lineterm="")][2:]
+    out += ["  " + l for l in diff[:12]]
+    if len(diff) > 12:
+        out.append(f"  ... {len(diff) - 12} more diff lines")
     return out
 
 
@@ -156,12 +169,16 @@ def main():
         return 2
     a, b = sys.argv[1], sys.argv[2]
     sa, sb = read_sums(a), read_sums(b)
-    n_same, bad = 0, []
+    n_same, bad, new = 0, [], []
     for name in sorted(set(sa) | set(sb)):
-        if name not in sa or name not in sb:
-            side = "A" if name not in sa else "B"
-            print(f"MISSING in {side}  {name}")
+        if name not in sb:
+            print(f"MISSING in B  {name}")
             bad.append(name)
+        elif name not in sa:
+            # An output the first binary did not write (e.g. a new metrics file): reported, but
+            # not a difference of an existing output.
+            print(f"NEW in B   {name}")
+            new.append(name)
         elif sa[name] == sb[name]:
             print(f"identical  {name}")
             n_same += 1
@@ -179,7 +196,8 @@ def main():
             if os.path.exists(pb):
                 diff = explain_metrics(os.path.join(a, rel), pb)
                 if diff != ["no difference outside the timing fields"]:
-                    print(f"(raw) {rel}: " + "; ".join(diff))
+                    print(f"DIFFERENT  {rel} (raw, timing fields ignored): " + "; ".join(diff))
+                    bad.append(rel)
 
     # Resuming from the step-200 checkpoint should end where the uninterrupted run ended.
     for d, label in ((a, "A"), (b, "B")):
@@ -188,7 +206,7 @@ def main():
             verdict = "bit-identical" if same_file(p, q) else "DIFFERENT"
             print(f"note: {label}: deen-resumed/model.safetensors vs deen/: {verdict}")
 
-    print(f"\n{n_same} identical, {len(bad)} different or missing "
+    print(f"\n{n_same} identical, {len(bad)} different or missing, {len(new)} new in B "
           f"({len(set(sa) | set(sb))} hashed files)")
     if bad:
         print("FAIL: " + ", ".join(bad[:20]) + (" ..." if len(bad) > 20 else ""))
