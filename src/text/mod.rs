@@ -1,7 +1,9 @@
-//! Text in and out: vocabularies and corpus reading with line-numbered errors.
+//! Text in and out: vocabularies (and the tokenizer stored in a GGUF file) and corpus reading
+//! with line-numbered errors.
 
 pub mod bpe;
 pub mod corpus;
+pub mod gguf_tokenizer;
 pub mod tokenizer;
 pub mod vocab;
 

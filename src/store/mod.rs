@@ -1,5 +1,7 @@
 //! File formats and the names of the files in a model directory, in one place for every module
-//! that reads or writes them: safetensors tensors, atomic writes, and the layout
+//! that reads or writes them: safetensors tensors, GGUF files ([`gguf`]; metadata values in
+//! [`gguf_value`], element types in [`ggml`], llama hyper-parameters in [`gguf_llama`]), atomic
+//! writes, and the layout
 //!
 //! | file | what | written by |
 //! |---|---|---|
@@ -11,9 +13,15 @@
 //! | `trainer_state.json` | step, generator state, position in the data, recipe | training runs |
 //! | `metrics.jsonl`, `curves.png` | one JSON line of metrics per log step, their plot | `train` |
 //! | `checkpoints/step-NNNNNNNN/` | full checkpoints (model directories) | `train --save-every` |
+//! | `*.gguf` (a single file, read only) | a llama.cpp model: metadata, tokenizer, quantised weights ([`gguf`]) | llama.cpp's converters |
 //!
 //! Every file is written to a temporary name and renamed, so a crash mid-write never leaves a
 //! broken file behind.
+
+pub mod ggml;
+pub mod gguf;
+pub mod gguf_llama;
+pub mod gguf_value;
 
 use crate::error::{Error, Result};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};

@@ -1,0 +1,320 @@
+//! ggml's tensor element types as GGUF files store them, and their dequantisation to f32.
+//!
+//! A GGUF tensor's data is a row-major run of *blocks*; a row (`ne[0]` elements, the fastest
+//! dimension) is always a whole number of blocks. The supported layouts, as ggml's
+//! `ggml-common.h` declares them (all little-endian, `f16` = IEEE 754 half precision):
+//!
+//! | type (code) | elements / block | bytes / block | layout | element `j` |
+//! |---|---|---|---|---|
+//! | `F32` (0) | 1 | 4 | `f32` | the value |
+//! | `F16` (1) | 1 | 2 | `f16` | the value |
+//! | `BF16` (30) | 1 | 2 | the top 16 bits of an `f32` | the value |
+//! | `Q4_0` (2) | 32 | 18 | `d: f16, qs: [u8; 16]` | `(q_j - 8) · d` |
+//! | `Q4_1` (3) | 32 | 20 | `d: f16, m: f16, qs: [u8; 16]` | `q_j · d + m` |
+//! | `Q8_0` (8) | 32 | 34 | `d: f16, qs: [i8; 32]` | `qs[j] · d` |
+//!
+//! In the 4-bit blocks, element `j < 16` is the low nibble of `qs[j]` and element `j + 16` the
+//! high nibble of `qs[j]` (not interleaved pairs). The formulas are those of ggml's
+//! `dequantize_row_q4_0`, `dequantize_row_q4_1` and `dequantize_row_q8_0` (`ggml-quants.c`),
+//! computed in f32 in the same order: the integer times `d` is exact in f32 (at most 8 × 11
+//! significant bits), so the only rounding is Q4_1's `+ m`, as in ggml and in gguf-py's numpy
+//! version. Every other ggml type is named in errors but not decoded.
+
+use rayon::prelude::*;
+
+/// A ggml tensor element type, by its code in the GGUF tensor info.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GgmlType {
+    F32,
+    F16,
+    BF16,
+    Q4_0,
+    Q4_1,
+    Q8_0,
+    /// A type this reader does not decode (its ggml code).
+    Unsupported(u32),
+}
+
+/// ggml's names of its type codes (`ggml.h`, `enum ggml_type`); codes 4, 5 and 31–33, 36–38
+/// were retired and are unnamed.
+fn ggml_type_name(code: u32) -> Option<&'static str> {
+    Some(match code {
+        0 => "F32",
+        1 => "F16",
+        2 => "Q4_0",
+        3 => "Q4_1",
+        6 => "Q5_0",
+        7 => "Q5_1",
+        8 => "Q8_0",
+        9 => "Q8_1",
+        10 => "Q2_K",
+        11 => "Q3_K",
+        12 => "Q4_K",
+        13 => "Q5_K",
+        14 => "Q6_K",
+        15 => "Q8_K",
+        16 => "IQ2_XXS",
+        17 => "IQ2_XS",
+        18 => "IQ3_XXS",
+        19 => "IQ1_S",
+        20 => "IQ4_NL",
+        21 => "IQ3_S",
+        22 => "IQ2_S",
+        23 => "IQ4_XS",
+        24 => "I8",
+        25 => "I16",
+        26 => "I32",
+        27 => "I64",
+        28 => "F64",
+        29 => "IQ1_M",
+        30 => "BF16",
+        34 => "TQ1_0",
+        35 => "TQ2_0",
+        39 => "MXFP4",
+        _ => return None,
+    })
+}
+
+impl GgmlType {
+    /// The type of ggml code `code`.
+    pub fn from_code(code: u32) -> GgmlType {
+        match code {
+            0 => GgmlType::F32,
+            1 => GgmlType::F16,
+            2 => GgmlType::Q4_0,
+            3 => GgmlType::Q4_1,
+            8 => GgmlType::Q8_0,
+            30 => GgmlType::BF16,
+            other => GgmlType::Unsupported(other),
+        }
+    }
+
+    /// The ggml code.
+    pub fn code(self) -> u32 {
+        match self {
+            GgmlType::F32 => 0,
+            GgmlType::F16 => 1,
+            GgmlType::Q4_0 => 2,
+            GgmlType::Q4_1 => 3,
+            GgmlType::Q8_0 => 8,
+            GgmlType::BF16 => 30,
+            GgmlType::Unsupported(code) => code,
+        }
+    }
+
+    /// ggml's name (`Q4_1`), or `unknown type N`.
+    pub fn name(self) -> String {
+        match ggml_type_name(self.code()) {
+            Some(name) => name.to_string(),
+            None => format!("unknown type {}", self.code()),
+        }
+    }
+
+    /// Elements per block and bytes per block, for the supported types.
+    pub fn block(self) -> Option<(usize, usize)> {
+        match self {
+            GgmlType::F32 => Some((1, 4)),
+            GgmlType::F16 | GgmlType::BF16 => Some((1, 2)),
+            GgmlType::Q4_0 => Some((32, 18)),
+            GgmlType::Q4_1 => Some((32, 20)),
+            GgmlType::Q8_0 => Some((32, 34)),
+            GgmlType::Unsupported(_) => None,
+        }
+    }
+
+    /// Whether [`dequantize`] decodes this type.
+    pub fn is_supported(self) -> bool {
+        self.block().is_some()
+    }
+}
+
+impl std::fmt::Display for GgmlType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+/// IEEE 754 half precision (1 sign, 5 exponent, 10 mantissa bits) to f32; exact for every
+/// input (f32 holds every f16 value), NaN payloads kept in the top mantissa bits.
+pub fn f16_to_f32(h: u16) -> f32 {
+    let sign = u32::from(h >> 15) << 31;
+    let exp = u32::from((h >> 10) & 0x1f);
+    let man = u32::from(h & 0x3ff);
+    let magnitude = match exp {
+        // Zero and subnormals: man · 2^-24, exact in f32.
+        0 => (man as f32 * f32::powi(2.0, -24)).to_bits(),
+        // Infinity and NaN.
+        0x1f => 0x7f80_0000 | (man << 13),
+        // Normal: rebias the exponent from 15 to 127.
+        _ => ((exp + 112) << 23) | (man << 13),
+    };
+    f32::from_bits(sign | magnitude)
+}
+
+/// bfloat16 (the top half of an f32) to f32.
+pub fn bf16_to_f32(b: u16) -> f32 {
+    f32::from_bits(u32::from(b) << 16)
+}
+
+fn half_at(bytes: &[u8], at: usize) -> f32 {
+    f16_to_f32(u16::from_le_bytes([bytes[at], bytes[at + 1]]))
+}
+
+/// Decodes one block of `ty` (`block.len()` bytes) into `out` (its elements).
+fn dequantize_block(ty: GgmlType, block: &[u8], out: &mut [f32]) {
+    match ty {
+        GgmlType::F32 => out[0] = f32::from_le_bytes([block[0], block[1], block[2], block[3]]),
+        GgmlType::F16 => out[0] = half_at(block, 0),
+        GgmlType::BF16 => out[0] = bf16_to_f32(u16::from_le_bytes([block[0], block[1]])),
+        GgmlType::Q4_0 => {
+            let d = half_at(block, 0);
+            for (j, &q) in block[2..18].iter().enumerate() {
+                out[j] = ((q & 0x0f) as i32 - 8) as f32 * d;
+                out[j + 16] = ((q >> 4) as i32 - 8) as f32 * d;
+            }
+        }
+        GgmlType::Q4_1 => {
+            let d = half_at(block, 0);
+            let m = half_at(block, 2);
+            for (j, &q) in block[4..20].iter().enumerate() {
+                out[j] = (q & 0x0f) as f32 * d + m;
+                out[j + 16] = (q >> 4) as f32 * d + m;
+            }
+        }
+        GgmlType::Q8_0 => {
+            let d = half_at(block, 0);
+            for (o, &q) in out.iter_mut().zip(&block[2..34]) {
+                *o = q as i8 as f32 * d;
+            }
+        }
+        GgmlType::Unsupported(_) => unreachable!("checked by dequantize"),
+    }
+}
+
+/// Blocks decoded per parallel task: large enough that rayon's overhead does not show.
+const BLOCKS_PER_TASK: usize = 4096;
+
+/// The `n` elements of `ty` stored in `data` as f32, or why not: an unsupported type (named),
+/// `n` not a whole number of blocks, or `data` not exactly `n`'s blocks long.
+pub fn dequantize(ty: GgmlType, data: &[u8], n: usize) -> Result<Vec<f32>, String> {
+    let (block_n, block_bytes) = ty.block().ok_or_else(|| {
+        format!(
+            "ggml type {} cannot be dequantised (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1)",
+            ty.name()
+        )
+    })?;
+    if !n.is_multiple_of(block_n) {
+        return Err(format!(
+            "{n} elements of {} are not a whole number of {block_n}-element blocks",
+            ty.name()
+        ));
+    }
+    let blocks = n / block_n;
+    if blocks.checked_mul(block_bytes) != Some(data.len()) {
+        return Err(format!(
+            "{n} elements of {} need {blocks} blocks of {block_bytes} bytes, but the data has {} bytes",
+            ty.name(),
+            data.len()
+        ));
+    }
+    let mut out = vec![0f32; n];
+    out.par_chunks_mut(block_n * BLOCKS_PER_TASK)
+        .zip(data.par_chunks(block_bytes * BLOCKS_PER_TASK))
+        .for_each(|(out, data)| {
+            for (o, b) in out
+                .chunks_exact_mut(block_n)
+                .zip(data.chunks_exact(block_bytes))
+            {
+                dequantize_block(ty, b, o);
+            }
+        });
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The f16 value of `h` from the IEEE 754 definition, in f64.
+    fn f16_reference(h: u16) -> f64 {
+        let sign = if h >> 15 == 1 { -1.0 } else { 1.0 };
+        let exp = i32::from((h >> 10) & 0x1f);
+        let man = f64::from(h & 0x3ff);
+        match exp {
+            0 => sign * man / 1024.0 * 2f64.powi(-14),
+            0x1f if man == 0.0 => sign * f64::INFINITY,
+            0x1f => f64::NAN,
+            _ => sign * (1.0 + man / 1024.0) * 2f64.powi(exp - 15),
+        }
+    }
+
+    #[test]
+    fn every_f16_converts_exactly() {
+        for h in 0..=u16::MAX {
+            let (got, want) = (f16_to_f32(h), f16_reference(h));
+            if want.is_nan() {
+                assert!(got.is_nan(), "{h:#06x}");
+            } else {
+                assert_eq!(f64::from(got), want, "{h:#06x}");
+                assert_eq!(got.is_sign_negative(), h >> 15 == 1, "{h:#06x} sign");
+            }
+        }
+        assert_eq!(f16_to_f32(0x3c00), 1.0);
+        assert_eq!(f16_to_f32(0xc000), -2.0);
+        assert_eq!(f16_to_f32(0x7bff), 65504.0);
+        assert_eq!(f16_to_f32(0x0001), 2f32.powi(-24));
+    }
+
+    #[test]
+    fn bf16_is_the_top_half_of_f32() {
+        for x in [1.0f32, -2.5, 3.0e38, 1.0e-38, 0.0, -0.0] {
+            let top = (x.to_bits() >> 16) as u16;
+            assert_eq!(bf16_to_f32(top).to_bits(), x.to_bits() & 0xffff_0000);
+        }
+    }
+
+    #[test]
+    fn nibbles_split_low_then_high() {
+        // d = 1 (0x3c00), qs[j] = j | (15 - j) << 4: elements 0..15 = j - 8, 16..31 = 7 - j.
+        let mut block = vec![0x00, 0x3c];
+        block.extend((0..16u8).map(|j| j | ((15 - j) << 4)));
+        let got = dequantize(GgmlType::Q4_0, &block, 32).unwrap();
+        for j in 0..16 {
+            assert_eq!(got[j], j as f32 - 8.0);
+            assert_eq!(got[j + 16], 7.0 - j as f32);
+        }
+        // Q4_1 with d = 0.5 (0x3800), m = -1 (0xbc00): q · 0.5 - 1.
+        let mut block = vec![0x00, 0x38, 0x00, 0xbc];
+        block.extend((0..16u8).map(|j| j | ((15 - j) << 4)));
+        let got = dequantize(GgmlType::Q4_1, &block, 32).unwrap();
+        for j in 0..16 {
+            assert_eq!(got[j], j as f32 * 0.5 - 1.0);
+            assert_eq!(got[j + 16], (15 - j) as f32 * 0.5 - 1.0);
+        }
+    }
+
+    #[test]
+    fn q8_0_is_signed() {
+        let mut block = vec![0x00, 0x40]; // d = 2
+        block.extend((0..32).map(|j: i32| ((j - 16) * 8) as i8 as u8));
+        let got = dequantize(GgmlType::Q8_0, &block, 32).unwrap();
+        for (j, v) in got.iter().enumerate() {
+            assert_eq!(*v, ((j as i32 - 16) * 8 * 2) as f32);
+        }
+    }
+
+    #[test]
+    fn sizes_and_types_are_checked() {
+        let err = dequantize(GgmlType::Unsupported(12), &[0; 144], 256).unwrap_err();
+        assert!(err.contains("Q4_K"), "{err}");
+        let err = dequantize(GgmlType::Unsupported(99), &[], 0).unwrap_err();
+        assert!(err.contains("unknown type 99"), "{err}");
+        assert!(dequantize(GgmlType::Q8_0, &[0; 34], 16).is_err());
+        assert!(dequantize(GgmlType::Q8_0, &[0; 33], 32).is_err());
+        assert!(dequantize(GgmlType::F32, &[0; 8], 3).is_err());
+        assert_eq!(
+            dequantize(GgmlType::F32, &[], 0).unwrap(),
+            Vec::<f32>::new()
+        );
+    }
+}

@@ -1,0 +1,148 @@
+//! The hyper-parameters of a llama-architecture decoder as its GGUF metadata states them.
+//!
+//! llama.cpp's keys (`llama-arch.cpp`), prefixed by the architecture name `llama`:
+//!
+//! | key | field | |
+//! |---|---|---|
+//! | `general.architecture` | must be `llama` | required |
+//! | `llama.block_count` | [`LlamaGgufConfig::n_layers`] | required |
+//! | `llama.embedding_length` | [`LlamaGgufConfig::d_model`] | required |
+//! | `llama.feed_forward_length` | [`LlamaGgufConfig::d_ff`] | required |
+//! | `llama.attention.head_count` | [`LlamaGgufConfig::n_heads`] | required |
+//! | `llama.attention.head_count_kv` | [`LlamaGgufConfig::n_kv_heads`] | defaults to `head_count` (no grouping), as in llama.cpp |
+//! | `llama.attention.layer_norm_rms_epsilon` | [`LlamaGgufConfig::rms_norm_eps`] | required |
+//! | `llama.rope.freq_base` | [`LlamaGgufConfig::rope_freq_base`] | defaults to 10000, as in llama.cpp |
+//! | `llama.rope.dimension_count` | [`LlamaGgufConfig::rope_dim`] | defaults to the head size |
+//! | `llama.context_length` | [`LlamaGgufConfig::context_length`] | required |
+//! | `llama.vocab_size` | [`LlamaGgufConfig::vocab_size`] | else the length of `tokenizer.ggml.tokens` |
+//!
+//! Integers may be stored as any GGUF integer type, floats as f32 or f64; a key of another
+//! type is an error naming it. The weights' names and shapes are not checked here (the model
+//! that loads them does).
+
+use super::ckpt_err;
+use super::gguf::GgufFile;
+use crate::error::Result;
+
+/// llama.cpp's `rope_freq_base` when the file does not state one.
+pub const DEFAULT_ROPE_FREQ_BASE: f64 = 10000.0;
+
+/// A llama decoder's shape and constants, read from GGUF metadata.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlamaGgufConfig {
+    /// Decoder blocks (`llama.block_count`).
+    pub n_layers: usize,
+    /// Width of the residual stream (`llama.embedding_length`).
+    pub d_model: usize,
+    /// Hidden width of the SwiGLU feed-forward (`llama.feed_forward_length`).
+    pub d_ff: usize,
+    /// Query heads (`llama.attention.head_count`).
+    pub n_heads: usize,
+    /// Key/value heads (`llama.attention.head_count_kv`); `n_heads / n_kv_heads` query heads
+    /// share each (grouped-query attention).
+    pub n_kv_heads: usize,
+    /// RMSNorm's ε (`llama.attention.layer_norm_rms_epsilon`), as stored (f32 in most files).
+    pub rms_norm_eps: f64,
+    /// RoPE's base θ (`llama.rope.freq_base`).
+    pub rope_freq_base: f64,
+    /// Dimensions of each head that RoPE rotates (`llama.rope.dimension_count`).
+    pub rope_dim: usize,
+    /// Training context length (`llama.context_length`).
+    pub context_length: usize,
+    /// Vocabulary size.
+    pub vocab_size: usize,
+}
+
+impl LlamaGgufConfig {
+    /// Reads the hyper-parameters of `file`, which must be a llama-architecture model.
+    pub fn from_gguf(file: &GgufFile) -> Result<LlamaGgufConfig> {
+        let bad = |reason: String| ckpt_err(file.path(), reason);
+        let arch = file.architecture()?;
+        if arch != "llama" {
+            return Err(bad(format!(
+                "general.architecture is {arch:?}, expected \"llama\""
+            )));
+        }
+        let n_heads: usize = file.require("llama.attention.head_count")?;
+        let d_model: usize = file.require("llama.embedding_length")?;
+        let vocab_size = match file.get::<usize>("llama.vocab_size")? {
+            Some(n) => n,
+            None => file
+                .get::<Vec<&str>>("tokenizer.ggml.tokens")?
+                .map(|t| t.len())
+                .ok_or_else(|| {
+                    bad("neither llama.vocab_size nor tokenizer.ggml.tokens is present".into())
+                })?,
+        };
+        let config = LlamaGgufConfig {
+            n_layers: file.require("llama.block_count")?,
+            d_model,
+            d_ff: file.require("llama.feed_forward_length")?,
+            n_heads,
+            n_kv_heads: file
+                .get("llama.attention.head_count_kv")?
+                .unwrap_or(n_heads),
+            rms_norm_eps: file.require("llama.attention.layer_norm_rms_epsilon")?,
+            rope_freq_base: file
+                .get("llama.rope.freq_base")?
+                .unwrap_or(DEFAULT_ROPE_FREQ_BASE),
+            rope_dim: match file.get("llama.rope.dimension_count")? {
+                Some(n) => n,
+                None => d_model / n_heads.max(1),
+            },
+            context_length: file.require("llama.context_length")?,
+            vocab_size,
+        };
+        config.validate().map_err(bad)?;
+        Ok(config)
+    }
+
+    /// Size of one attention head: `d_model / n_heads`.
+    pub fn head_dim(&self) -> usize {
+        self.d_model / self.n_heads
+    }
+
+    fn validate(&self) -> std::result::Result<(), String> {
+        let positive = [
+            ("llama.block_count", self.n_layers),
+            ("llama.embedding_length", self.d_model),
+            ("llama.feed_forward_length", self.d_ff),
+            ("llama.attention.head_count", self.n_heads),
+            ("llama.attention.head_count_kv", self.n_kv_heads),
+            ("llama.context_length", self.context_length),
+            ("the vocabulary size", self.vocab_size),
+        ];
+        if let Some((key, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(format!("{key} is 0"));
+        }
+        if !self.d_model.is_multiple_of(self.n_heads) {
+            return Err(format!(
+                "embedding length {} is not a multiple of the {} heads",
+                self.d_model, self.n_heads
+            ));
+        }
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
+            return Err(format!(
+                "{} query heads cannot be shared evenly by {} key/value heads",
+                self.n_heads, self.n_kv_heads
+            ));
+        }
+        if self.rope_dim > self.head_dim() || !self.rope_dim.is_multiple_of(2) {
+            return Err(format!(
+                "RoPE dimension count {} must be even and at most the head size {}",
+                self.rope_dim,
+                self.head_dim()
+            ));
+        }
+        if !(self.rms_norm_eps > 0.0 && self.rms_norm_eps.is_finite()) {
+            return Err(format!(
+                "RMSNorm epsilon {} is not positive",
+                self.rms_norm_eps
+            ));
+        }
+        if !(self.rope_freq_base > 0.0 && self.rope_freq_base.is_finite()) {
+            return Err(format!("RoPE base {} is not positive", self.rope_freq_base));
+        }
+        Ok(())
+    }
+}
