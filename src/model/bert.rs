@@ -172,7 +172,7 @@ impl BertConfig {
     }
 }
 
-/// Hugging Face BERT tensor names (after [`canonical_name`]) -> our module paths.
+/// Hugging Face BERT tensor names (after the `bert.` prefix is stripped and `gamma`/`beta` read as `weight`/`bias`) -> our module paths.
 pub const HF_NAMES: RenameTable = RenameTable(&[
     ("embeddings.word_embeddings.", "word_embeddings."),
     ("embeddings.position_embeddings.", "position_embeddings."),
