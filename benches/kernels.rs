@@ -68,6 +68,7 @@ fn main() {
     let dims = AttnDims {
         batch,
         heads,
+        kv_heads: heads,
         d_head,
         q_len: len,
         k_len: len,

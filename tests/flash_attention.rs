@@ -25,6 +25,7 @@ impl Case {
             dims: AttnDims {
                 batch,
                 heads,
+                kv_heads: heads,
                 d_head,
                 q_len,
                 k_len,

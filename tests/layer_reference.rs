@@ -222,6 +222,7 @@ fn attention_dropout_kernel_matches_reference() {
         let dims = AttnDims {
             batch: BATCH,
             heads: HEADS,
+            kv_heads: HEADS,
             d_head,
             q_len,
             k_len,
@@ -506,6 +507,7 @@ fn attention_kernel_with_spare_kv_capacity_matches_compact() {
         let dims = AttnDims {
             batch: BATCH,
             heads: HEADS,
+            kv_heads: HEADS,
             d_head,
             q_len,
             k_len,

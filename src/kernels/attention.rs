@@ -3,6 +3,11 @@
 //! This is the plain path: the [query x key] probabilities are kept for the backward (and for
 //! attention maps). Activations are row-major `[batch * len, heads * d_head]`; head `h` is the
 //! column block `h*d_head .. (h+1)*d_head`, read through strided views without copies.
+//!
+//! Grouped-query attention (GQA, Ainslie et al. 2023; multi-query attention when
+//! `kv_heads == 1`): keys and values have `kv_heads` heads, `[batch * len, kv_heads * d_head]`,
+//! and query head `h` reads key/value head `h / (heads / kv_heads)`. With `kv_heads == heads`
+//! this is plain multi-head attention, computed exactly as before.
 
 use super::activations::mul_inplace;
 use super::matmul::{matmul, MatMut, MatRef};
@@ -14,7 +19,11 @@ use rayon::prelude::*;
 #[derive(Clone, Copy, Debug)]
 pub struct AttnDims {
     pub batch: usize,
+    /// Query heads.
     pub heads: usize,
+    /// Key/value heads, dividing `heads`: query head `h` reads key/value head
+    /// `h / (heads / kv_heads)`. Equal to `heads` for plain multi-head attention.
+    pub kv_heads: usize,
     pub d_head: usize,
     /// Query rows per batch element.
     pub q_len: usize,
@@ -26,9 +35,26 @@ pub struct AttnDims {
 }
 
 impl AttnDims {
-    /// Width of the activations, `heads * d_head`.
+    /// Width of the queries and the context, `heads * d_head`.
     pub fn d_model(&self) -> usize {
         self.heads * self.d_head
+    }
+
+    /// Width of the keys and values (their row stride), `kv_heads * d_head`.
+    pub fn d_kv(&self) -> usize {
+        self.kv_heads * self.d_head
+    }
+
+    /// Query heads per key/value head, `heads / kv_heads`; panics unless `kv_heads` divides
+    /// `heads`.
+    pub fn group(&self) -> usize {
+        assert!(
+            self.kv_heads > 0 && self.heads.is_multiple_of(self.kv_heads),
+            "{} query heads cannot share {} key/value heads",
+            self.heads,
+            self.kv_heads
+        );
+        self.heads / self.kv_heads
     }
 
     /// The score scale `1 / √d_k`.
@@ -61,7 +87,8 @@ impl AttnMask<'_> {
     }
 }
 
-/// Forward. Writes `ctx [batch*q_len, d_model]` and `probs [batch, heads, q_len, k_len]`.
+/// Forward. Writes `ctx [batch*q_len, d_model]` and `probs [batch, heads, q_len, k_len]` from
+/// `q [batch*q_len, d_model]` and `k`, `v` `[batch*kv_stride, d_kv]`.
 ///
 /// Attention dropout: with `drop` (a mask laid out like `probs`, each factor 0 or 1/(1 − p), see
 /// `kernels::dropout`), the context is `(P ⊙ M) V`; `probs` still receives the undropped `P`,
@@ -85,7 +112,8 @@ pub fn attention_forward<T: Float>(
         kv_stride,
         ..
     } = dims;
-    let (d_model, scale) = (dims.d_model(), dims.scale::<T>());
+    let (d_model, d_kv, group) = (dims.d_model(), dims.d_kv(), dims.group());
+    let scale = dims.scale::<T>();
     assert_eq!(ctx.len(), dims.batch * q_len * d_model);
     assert_eq!(probs.len(), dims.batch * heads * q_len * k_len);
     if let Some(m) = drop {
@@ -96,14 +124,15 @@ pub fn attention_forward<T: Float>(
         .enumerate()
         .for_each(|(b, (ctx_b, probs_b))| {
             let q_off = b * q_len * d_model;
-            let kv_off = b * kv_stride * d_model;
+            let kv_off = b * kv_stride * d_kv;
             // P ⊙ M of one head [q_len, k_len], when dropping
             let mut dropped = vec![T::zero(); if drop.is_some() { q_len * k_len } else { 0 }];
             for h in 0..heads {
                 let p = &mut probs_b[h * q_len * k_len..(h + 1) * q_len * k_len];
                 let q_h = MatRef::strided(q, q_off + h * d_head, q_len, d_head, d_model, 1);
-                let k_h = MatRef::strided(k, kv_off + h * d_head, k_len, d_head, d_model, 1);
-                let v_h = MatRef::strided(v, kv_off + h * d_head, k_len, d_head, d_model, 1);
+                let kv_h = kv_off + (h / group) * d_head;
+                let k_h = MatRef::strided(k, kv_h, k_len, d_head, d_kv, 1);
+                let v_h = MatRef::strided(v, kv_h, k_len, d_head, d_kv, 1);
                 // scores [q_len, k_len] = Q_h K_hᵀ / √d_k
                 matmul(MatMut::new(p, q_len, k_len), q_h, k_h.t(), scale, false);
                 for (i, row) in p.chunks_exact_mut(k_len).enumerate() {
@@ -125,7 +154,8 @@ pub fn attention_forward<T: Float>(
 }
 
 /// Backward. Given `dctx`, writes `dq [batch*q_len, d_model]` and `dk`, `dv`
-/// `[batch*k_len, d_model]` (the forward's key buffers must have had `kv_stride == k_len`).
+/// `[batch*k_len, d_kv]` (the forward's key buffers must have had `kv_stride == k_len`); a
+/// key/value head's gradients sum the contributions of the query heads of its group.
 /// `drop` is the forward's attention-dropout mask: `dV = (P ⊙ M)ᵀ dC` and `dP = M ⊙ (dC Vᵀ)`.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_backward<T: Float>(
@@ -148,14 +178,17 @@ pub fn attention_backward<T: Float>(
         ..
     } = dims;
     assert_eq!(dims.kv_stride, k_len, "backward needs unstrided keys");
-    let (d_model, scale) = (dims.d_model(), dims.scale::<T>());
+    let (d_model, d_kv, group) = (dims.d_model(), dims.d_kv(), dims.group());
+    let scale = dims.scale::<T>();
+    // One task per batch element: it alone writes that element's dK and dV rows, so the query
+    // heads of a group add into their key/value head in a fixed order.
     dq.par_chunks_mut(q_len * d_model)
-        .zip(dk.par_chunks_mut(k_len * d_model))
-        .zip(dv.par_chunks_mut(k_len * d_model))
+        .zip(dk.par_chunks_mut(k_len * d_kv))
+        .zip(dv.par_chunks_mut(k_len * d_kv))
         .enumerate()
         .for_each(|(b, ((dq_b, dk_b), dv_b))| {
             let q_off = b * q_len * d_model;
-            let kv_off = b * k_len * d_model;
+            let kv_off = b * k_len * d_kv;
             let mut ds = vec![T::zero(); q_len * k_len];
             let mut dropped = vec![T::zero(); if drop.is_some() { q_len * k_len } else { 0 }];
             for h in 0..heads {
@@ -170,13 +203,16 @@ pub fn attention_backward<T: Float>(
                     }
                     None => MatRef::new(p_rows, q_len, k_len),
                 };
+                // key/value head g, which the first query head of its group overwrites and
+                // the others add to
+                let (g, add) = (h / group, h % group != 0);
                 let q_h = MatRef::strided(q, q_off + h * d_head, q_len, d_head, d_model, 1);
-                let k_h = MatRef::strided(k, kv_off + h * d_head, k_len, d_head, d_model, 1);
-                let v_h = MatRef::strided(v, kv_off + h * d_head, k_len, d_head, d_model, 1);
+                let k_h = MatRef::strided(k, kv_off + g * d_head, k_len, d_head, d_kv, 1);
+                let v_h = MatRef::strided(v, kv_off + g * d_head, k_len, d_head, d_kv, 1);
                 let dc_h = MatRef::strided(dctx, q_off + h * d_head, q_len, d_head, d_model, 1);
-                // dV_h [k_len, d_head] = Pᵀ dC_h
-                let dv_h = MatMut::strided(dv_b, h * d_head, k_len, d_head, d_model, 1);
-                matmul(dv_h, p.t(), dc_h, T::one(), false);
+                // dV_g [k_len, d_head] (+)= Pᵀ dC_h
+                let dv_g = MatMut::strided(dv_b, g * d_head, k_len, d_head, d_kv, 1);
+                matmul(dv_g, p.t(), dc_h, T::one(), add);
                 // dP [q_len, k_len] = dC_h V_hᵀ, then through the softmax: dS = P ⊙ (dP − rowsum)
                 matmul(
                     MatMut::new(&mut ds, q_len, k_len),
@@ -192,11 +228,11 @@ pub fn attention_backward<T: Float>(
                     softmax_backward_inplace(ds_row, p_row);
                 }
                 let ds_m = MatRef::new(&ds, q_len, k_len);
-                // dQ_h = dS K_h / √d_k ;  dK_h = dSᵀ Q_h / √d_k
+                // dQ_h = dS K_g / √d_k ;  dK_g (+)= dSᵀ Q_h / √d_k
                 let dq_h = MatMut::strided(dq_b, h * d_head, q_len, d_head, d_model, 1);
                 matmul(dq_h, ds_m, k_h, scale, false);
-                let dk_h = MatMut::strided(dk_b, h * d_head, k_len, d_head, d_model, 1);
-                matmul(dk_h, ds_m.t(), q_h, scale, false);
+                let dk_g = MatMut::strided(dk_b, g * d_head, k_len, d_head, d_kv, 1);
+                matmul(dk_g, ds_m.t(), q_h, scale, add);
             }
         });
 }

@@ -14,7 +14,9 @@
 //! blocks (dQ). Tiles that the mask hides completely are skipped.
 //!
 //! Same layouts and masks as [`super::attention`]: activations `[batch * len, heads * d_head]`,
-//! head `h` in column block `h`. The log-sum-exp is `[batch * q_len, heads]`.
+//! head `h` in column block `h`; keys and values `[batch * len, kv_heads * d_head]`, query head
+//! `h` reading key/value head `h / (heads / kv_heads)` (grouped-query attention). The
+//! log-sum-exp is `[batch * q_len, heads]`.
 
 use super::attention::{AttnDims, AttnMask};
 use super::matmul::{matmul, MatMut, MatRef};
@@ -26,8 +28,9 @@ pub const BLOCK_Q: usize = 64;
 /// Key rows per tile.
 pub const BLOCK_K: usize = 64;
 
-/// Forward. Writes `ctx [batch*q_len, d_model]` and `lse [batch*q_len, heads]` (rows that see no
-/// key get a zero context and `lse = +∞`, so their recomputed probabilities are 0).
+/// Forward. Writes `ctx [batch*q_len, d_model]` and `lse [batch*q_len, heads]` from
+/// `q [batch*q_len, d_model]` and `k`, `v` `[batch*kv_stride, d_kv]` (rows that see no key get a
+/// zero context and `lse = +∞`, so their recomputed probabilities are 0).
 pub fn flash_attention_forward<T: Float>(
     ctx: &mut [T],
     lse: &mut [T],
@@ -45,7 +48,8 @@ pub fn flash_attention_forward<T: Float>(
         kv_stride,
         ..
     } = dims;
-    let (d_model, scale) = (dims.d_model(), dims.scale::<T>());
+    let (d_model, d_kv, group) = (dims.d_model(), dims.d_kv(), dims.group());
+    let scale = dims.scale::<T>();
     assert_eq!(ctx.len(), dims.batch * q_len * d_model);
     assert_eq!(lse.len(), dims.batch * q_len * heads);
     ctx.par_chunks_mut(q_len * d_model)
@@ -65,7 +69,7 @@ pub fn flash_attention_forward<T: Float>(
                     let mut m = vec![T::neg_infinity(); rows];
                     let mut l = vec![T::zero(); rows];
                     let q_off = (b * q_len + i0) * d_model;
-                    let kv_off = b * kv_stride * d_model;
+                    let kv_off = b * kv_stride * d_kv;
                     for h in 0..heads {
                         m.fill(T::neg_infinity());
                         l.fill(T::zero());
@@ -73,9 +77,9 @@ pub fn flash_attention_forward<T: Float>(
                         let q_h = MatRef::strided(q, q_off + h * d_head, rows, d_head, d_model, 1);
                         for j0 in (0..seen).step_by(BLOCK_K) {
                             let cols = BLOCK_K.min(seen - j0);
-                            let kv = kv_off + j0 * d_model + h * d_head;
-                            let k_j = MatRef::strided(k, kv, cols, d_head, d_model, 1);
-                            let v_j = MatRef::strided(v, kv, cols, d_head, d_model, 1);
+                            let kv = kv_off + j0 * d_kv + (h / group) * d_head;
+                            let k_j = MatRef::strided(k, kv, cols, d_head, d_kv, 1);
+                            let v_j = MatRef::strided(v, kv, cols, d_head, d_kv, 1);
                             let s_blk = &mut s[..rows * cols];
                             // s [rows, cols] = Q_h K_jᵀ / √d_k
                             matmul(MatMut::new(s_blk, rows, cols), q_h, k_j.t(), scale, false);
@@ -168,7 +172,8 @@ fn tile_score_grads<T: Float>(dp: &mut [T], p: &[T], cols: usize, delta_rows: im
 }
 
 /// Backward. Given `dctx` and the forward's `ctx` and `lse`, writes `dq [batch*q_len, d_model]`
-/// and `dk`, `dv` `[batch*k_len, d_model]` (keys must be unstrided: `kv_stride == k_len`).
+/// and `dk`, `dv` `[batch*k_len, d_kv]` (keys must be unstrided: `kv_stride == k_len`); a
+/// key/value head's gradients sum over the query heads of its group, in head order.
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attention_backward<T: Float>(
     dq: &mut [T],
@@ -191,7 +196,8 @@ pub fn flash_attention_backward<T: Float>(
         ..
     } = dims;
     assert_eq!(dims.kv_stride, k_len, "backward needs unstrided keys");
-    let (d_model, scale) = (dims.d_model(), dims.scale::<T>());
+    let (d_model, d_kv, group) = (dims.d_model(), dims.d_kv(), dims.group());
+    let scale = dims.scale::<T>();
     // D [batch*q_len, heads]: D_i = dO_i · O_i per head.
     let mut delta = vec![T::zero(); dims.batch * q_len * heads];
     delta
@@ -209,25 +215,30 @@ pub fn flash_attention_backward<T: Float>(
         });
     let delta = &delta;
 
-    // Pass 1: dK, dV, one key block per task, looping over the query blocks that see it.
-    dk.par_chunks_mut(k_len * d_model)
-        .zip(dv.par_chunks_mut(k_len * d_model))
+    // Pass 1: dK, dV, one key block per task (all key/value heads of it, so every query head of
+    // a group adds into its key/value head from one task, in a fixed order), looping over the
+    // query blocks that see it.
+    dk.par_chunks_mut(k_len * d_kv)
+        .zip(dv.par_chunks_mut(k_len * d_kv))
         .enumerate()
         .for_each(|(b, (dk_b, dv_b))| {
-            dk_b.par_chunks_mut(BLOCK_K * d_model)
-                .zip(dv_b.par_chunks_mut(BLOCK_K * d_model))
+            dk_b.par_chunks_mut(BLOCK_K * d_kv)
+                .zip(dv_b.par_chunks_mut(BLOCK_K * d_kv))
                 .enumerate()
                 .for_each(|(kb, (dk_blk, dv_blk))| {
                     let j0 = kb * BLOCK_K;
-                    let cols = dk_blk.len() / d_model;
+                    let cols = dk_blk.len() / d_kv;
                     let mut p = vec![T::zero(); BLOCK_Q * cols];
                     let mut dp = vec![T::zero(); BLOCK_Q * cols];
-                    let kv_off = (b * k_len + j0) * d_model;
-                    for h in 0..heads {
-                        let k_j = MatRef::strided(k, kv_off + h * d_head, cols, d_head, d_model, 1);
-                        let v_j = MatRef::strided(v, kv_off + h * d_head, cols, d_head, d_model, 1);
+                    let kv_off = (b * k_len + j0) * d_kv;
+                    for g in 0..dims.kv_heads {
+                        let k_j = MatRef::strided(k, kv_off + g * d_head, cols, d_head, d_kv, 1);
+                        let v_j = MatRef::strided(v, kv_off + g * d_head, cols, d_head, d_kv, 1);
+                        // the first tile that reaches key/value head g overwrites its gradients
                         let mut first = true;
-                        for i0 in (0..q_len).step_by(BLOCK_Q) {
+                        for (h, i0) in (g * group..(g + 1) * group)
+                            .flat_map(|h| (0..q_len).step_by(BLOCK_Q).map(move |i0| (h, i0)))
+                        {
                             let rows = BLOCK_Q.min(q_len - i0);
                             if mask.visible(b, i0 + rows - 1) <= j0 {
                                 continue; // no row of this query block sees this key block
@@ -240,10 +251,9 @@ pub fn flash_attention_backward<T: Float>(
                             let lse_r = |r: usize| lse[(row0 + r) * heads + h];
                             tile_probs(p_t, q_i, k_j, lse_r, scale, mask, b, i0, j0);
                             // dV_j += Pᵀ dO_i
-                            let dv_h =
-                                MatMut::strided(dv_blk, h * d_head, cols, d_head, d_model, 1);
+                            let dv_g = MatMut::strided(dv_blk, g * d_head, cols, d_head, d_kv, 1);
                             matmul(
-                                dv_h,
+                                dv_g,
                                 MatRef::new(p_t, rows, cols).t(),
                                 do_i,
                                 T::one(),
@@ -260,15 +270,14 @@ pub fn flash_attention_backward<T: Float>(
                             let delta_r = |r: usize| delta[(row0 + r) * heads + h];
                             tile_score_grads(dp_t, p_t, cols, delta_r);
                             // dK_j += dSᵀ Q_i / √d_k
-                            let dk_h =
-                                MatMut::strided(dk_blk, h * d_head, cols, d_head, d_model, 1);
-                            matmul(dk_h, MatRef::new(dp_t, rows, cols).t(), q_i, scale, !first);
+                            let dk_g = MatMut::strided(dk_blk, g * d_head, cols, d_head, d_kv, 1);
+                            matmul(dk_g, MatRef::new(dp_t, rows, cols).t(), q_i, scale, !first);
                             first = false;
                         }
                         if first {
                             // No query sees these keys: their gradients are zero.
-                            zero_head_rows(dk_blk, cols, d_model, h, d_head);
-                            zero_head_rows(dv_blk, cols, d_model, h, d_head);
+                            zero_head_rows(dk_blk, cols, d_kv, g, d_head);
+                            zero_head_rows(dv_blk, cols, d_kv, g, d_head);
                         }
                     }
                 });
@@ -294,9 +303,9 @@ pub fn flash_attention_backward<T: Float>(
                         zero_head_rows(dq_blk, rows, d_model, h, d_head);
                         for j0 in (0..seen).step_by(BLOCK_K) {
                             let cols = BLOCK_K.min(seen - j0);
-                            let kv = (b * k_len + j0) * d_model + h * d_head;
-                            let k_j = MatRef::strided(k, kv, cols, d_head, d_model, 1);
-                            let v_j = MatRef::strided(v, kv, cols, d_head, d_model, 1);
+                            let kv = (b * k_len + j0) * d_kv + (h / group) * d_head;
+                            let k_j = MatRef::strided(k, kv, cols, d_head, d_kv, 1);
+                            let v_j = MatRef::strided(v, kv, cols, d_head, d_kv, 1);
                             let (p_t, dp_t) = (&mut p[..rows * cols], &mut dp[..rows * cols]);
                             let lse_r = |r: usize| lse[(row0 + r) * heads + h];
                             tile_probs(p_t, q_i, k_j, lse_r, scale, mask, b, i0, j0);

@@ -19,8 +19,8 @@ use rayon::prelude::*;
 /// Forward for `q [batch * q_len, d_model]`: the `q_len` queries of row `b` see its keys
 /// `0 .. visible[b]` (at most `dims.k_len`). Writes `ctx [batch * q_len, d_model]` and the weights
 /// `probs [batch, heads, q_len, k_len]` (exactly 0 past `visible[b]`). `k`, `v`: `[stored rows,
-/// d_model]`; `key_rows`: `[batch, dims.kv_stride]` stored-row indices, the first `visible[b]`
-/// of each row read.
+/// d_kv]`, query head `h` reading key/value head `h / (heads / kv_heads)`; `key_rows`:
+/// `[batch, dims.kv_stride]` stored-row indices, the first `visible[b]` of each row read.
 #[allow(clippy::too_many_arguments)]
 pub fn step_attention_forward<T: Float>(
     ctx: &mut [T],
@@ -39,8 +39,9 @@ pub fn step_attention_forward<T: Float>(
         q_len,
         k_len,
         kv_stride,
+        ..
     } = dims;
-    let (d_model, scale) = (dims.d_model(), dims.scale::<T>());
+    let (d_model, group, scale) = (dims.d_model(), dims.group(), dims.scale::<T>());
     assert!(k_len <= kv_stride, "more keys than the table holds");
     assert_eq!(q.len(), batch * q_len * d_model);
     assert_eq!(ctx.len(), batch * q_len * d_model);
@@ -65,6 +66,7 @@ pub fn step_attention_forward<T: Float>(
                 v,
                 rows: &key_rows[b * kv_stride..b * kv_stride + seen],
                 heads,
+                group,
                 d_head,
                 k_len,
                 scale,
@@ -87,6 +89,8 @@ struct OneRow<'a, T> {
     /// The stored rows of the visible keys.
     rows: &'a [u32],
     heads: usize,
+    /// Query heads per key/value head.
+    group: usize,
     d_head: usize,
     k_len: usize,
     scale: T,
@@ -105,27 +109,30 @@ impl<T: Float> pulp::WithSimd for OneRow<'_, T> {
             v,
             rows,
             heads,
+            group,
             d_head,
             k_len,
             scale,
         } = self;
-        let d_model = heads * d_head;
+        let (d_model, d_kv) = (heads * d_head, heads / group * d_head);
         let q_len = q_b.len() / d_model;
         for h in 0..heads {
             let cols = h * d_head..(h + 1) * d_head;
+            // the columns of its key/value head
+            let kv_cols = (h / group) * d_head..(h / group + 1) * d_head;
             for i in 0..q_len {
                 let q_i = &q_b[i * d_model + cols.start..i * d_model + cols.end];
                 let p = &mut probs_b[(h * q_len + i) * k_len..(h * q_len + i + 1) * k_len];
                 for (s, &r) in p.iter_mut().zip(rows) {
-                    let at = r as usize * d_model;
-                    *s = lane_dot(q_i, &k[at + cols.start..at + cols.end]) * scale;
+                    let at = r as usize * d_kv;
+                    *s = lane_dot(q_i, &k[at + kv_cols.start..at + kv_cols.end]) * scale;
                 }
                 softmax_inplace(p, rows.len());
                 let c_i = &mut ctx_b[i * d_model + cols.start..i * d_model + cols.end];
                 c_i.iter_mut().for_each(|c| *c = T::zero());
                 for (&w, &r) in p.iter().zip(rows) {
-                    let at = r as usize * d_model;
-                    for (c, &x) in c_i.iter_mut().zip(&v[at + cols.start..at + cols.end]) {
+                    let at = r as usize * d_kv;
+                    for (c, &x) in c_i.iter_mut().zip(&v[at + kv_cols.start..at + kv_cols.end]) {
                         *c += w * x;
                     }
                 }
@@ -174,6 +181,7 @@ mod tests {
             let dims = AttnDims {
                 batch,
                 heads,
+                kv_heads: heads,
                 d_head,
                 q_len,
                 k_len,
@@ -229,6 +237,7 @@ mod tests {
         let dims = AttnDims {
             batch,
             heads,
+            kv_heads: heads,
             d_head,
             q_len,
             k_len,

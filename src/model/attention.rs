@@ -172,6 +172,7 @@ impl<T: Float> MultiHeadAttention<T> {
         AttnDims {
             batch,
             heads: self.n_heads,
+            kv_heads: self.n_heads,
             d_head: self.d_model / self.n_heads,
             q_len,
             k_len,
