@@ -8,7 +8,7 @@ use common::*;
 use transformer::batch::{Batch, EOS};
 use transformer::decode::{greedy_decode, greedy_decode_full, GreedyOptions, Hypothesis};
 use transformer::kernels::attention::AttnMask;
-use transformer::kernels::rope::{rope_backward, rope_forward};
+use transformer::kernels::rope::{rope_backward, rope_forward, Rope};
 use transformer::model::attention::{CachedAttention, MultiHeadAttention};
 use transformer::model::embedding::Embedding;
 use transformer::model::kv_cache::KvCache;
@@ -114,11 +114,11 @@ fn rope_forward_matches_f64_loop() {
         let x: Vec<f64> = randn(&mut rng, n, 1.0);
         let want = naive_rope(&x, seq_len, heads, d_head, pos0);
         let mut y = x.clone();
-        rope_forward(&mut y, seq_len, heads, d_head, pos0);
+        rope_forward(&mut y, Rope::default(), seq_len, heads, d_head, pos0);
         let err = max_abs_diff(&y, &want);
         assert!(err < 1e-12, "f64: {err:e}");
         let mut y32: Vec<f32> = x.iter().map(|&v| v as f32).collect();
-        rope_forward(&mut y32, seq_len, heads, d_head, pos0);
+        rope_forward(&mut y32, Rope::default(), seq_len, heads, d_head, pos0);
         assert_close("rope f32", &y32, &want, 1e-5, 1e-5);
         // Rotations keep norms.
         let norm = |v: &[f64]| v.iter().map(|a| a * a).sum::<f64>();
@@ -133,11 +133,11 @@ fn rope_backward_is_the_gradient() {
     let x: Vec<f64> = randn(&mut rng, BATCH * seq_len * heads * d_head, 1.0);
     let r: Vec<f64> = randn(&mut rng, x.len(), 1.0);
     let mut dx = r.clone();
-    rope_backward(&mut dx, seq_len, heads, d_head, pos0);
+    rope_backward(&mut dx, Rope::default(), seq_len, heads, d_head, pos0);
     let mut gc = GradCheck::new("rope");
     gc.wrt_input("x", &x, &dx, |x| {
         let mut y = x.to_vec();
-        rope_forward(&mut y, seq_len, heads, d_head, pos0);
+        rope_forward(&mut y, Rope::default(), seq_len, heads, d_head, pos0);
         dot(&y, &r)
     });
     gc.report();
@@ -168,8 +168,8 @@ fn rope_scores_depend_only_on_relative_position() {
     let k: Vec<f64> = randn(&mut rng, len * heads * d_head, 1.0);
     let scores = |q_pos: usize, k_pos: usize| {
         let (mut qr, mut kr) = (q.clone(), k.clone());
-        rope_forward(&mut qr, len, heads, d_head, q_pos);
-        rope_forward(&mut kr, len, heads, d_head, k_pos);
+        rope_forward(&mut qr, Rope::default(), len, heads, d_head, q_pos);
+        rope_forward(&mut kr, Rope::default(), len, heads, d_head, k_pos);
         head_scores(&qr, &kr, heads, d_head)
     };
     let base = scores(0, 0);

@@ -1,17 +1,19 @@
 //! Rotary position embedding (RoPE, Su et al. 2021, "RoFormer"), forward and backward.
 //!
-//! Within every head of `d_head` columns, the pair of columns `(2i, 2i+1)` of a row at absolute
-//! position `pos` is rotated by the angle `pos · θᵢ`, `θᵢ = 10000^(−2i/d_head)`:
+//! Within every head of `d_head` columns, pair `i < d_head/2` of columns `(a, b)` of a row at
+//! absolute position `pos` is rotated by the angle `pos · θᵢ`, `θᵢ = base^(−2i/d_head)`:
 //!
 //! ```text
-//! y[2i]   = x[2i] · cos(pos·θᵢ) − x[2i+1] · sin(pos·θᵢ)
-//! y[2i+1] = x[2i] · sin(pos·θᵢ) + x[2i+1] · cos(pos·θᵢ)
+//! y[a] = x[a] · cos(pos·θᵢ) − x[b] · sin(pos·θᵢ)
+//! y[b] = x[a] · sin(pos·θᵢ) + x[b] · cos(pos·θᵢ)
 //! ```
 //!
-//! Pairing convention: adjacent (interleaved) columns, as in the RoFormer paper, GPT-J and the
-//! original LLaMA code, not GPT-NeoX's half split (`i` with `i + d_head/2`); the two differ only
-//! by a fixed permutation of the projection's columns. Since rotations compose,
-//! `⟨R(m)q, R(n)k⟩ = ⟨q, R(n−m)k⟩`: attention scores depend on relative positions only.
+//! Pairing conventions ([`RopeStyle`]): `Interleaved` pairs adjacent columns `(2i, 2i+1)`, as in
+//! the RoFormer paper, GPT-J and the original LLaMA code (the default, with base 10000);
+//! `HalfSplit` pairs `(i, i + d_head/2)`, as GPT-NeoX and Hugging Face's Llama-family
+//! checkpoints do (`q·cos + rotate_half(q)·sin`). The two differ only by a fixed permutation of
+//! the projection's columns. Since rotations compose, `⟨R(m)q, R(n)k⟩ = ⟨q, R(n−m)k⟩`: attention
+//! scores depend on relative positions only.
 //!
 //! The backward of an orthogonal map is its transpose, i.e. the rotation by the opposite angle.
 //! Angles are computed in f64 and rounded once, so f32 and f64 see the same rotation.
@@ -22,13 +24,60 @@
 use crate::Float;
 use rayon::prelude::*;
 
+/// Which columns of a head form the rotated pairs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Pair `i` is columns `(2i, 2i+1)` (RoFormer, GPT-J, the original LLaMA code).
+    Interleaved,
+    /// Pair `i` is columns `(i, i + d_head/2)` (GPT-NeoX, Hugging Face `rotate_half`).
+    HalfSplit,
+}
+
+/// A rotary embedding: the frequencies' base and the pairing of columns.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rope {
+    /// `θᵢ = base^(−2i/d_head)`: 10000 in RoFormer and Llama, 100000 in SmolLM2.
+    pub base: f64,
+    pub style: RopeStyle,
+}
+
+impl Default for Rope {
+    /// Interleaved pairs, base 10000 (this crate's rotary models).
+    fn default() -> Self {
+        Rope {
+            base: 10000.0,
+            style: RopeStyle::Interleaved,
+        }
+    }
+}
+
+impl Rope {
+    /// Hugging Face's convention (`rotate_half`) with the given base.
+    pub fn half_split(base: f64) -> Self {
+        Rope {
+            base,
+            style: RopeStyle::HalfSplit,
+        }
+    }
+
+    /// `θᵢ = base^(−2i/d_head)` for `i < d_head / 2`, in f64.
+    pub fn inv_freq(&self, d_head: usize) -> Vec<f64> {
+        (0..d_head / 2)
+            .map(|i| self.base.powf(-((2 * i) as f64) / d_head as f64))
+            .collect()
+    }
+}
+
 /// `(cos, sin)` of `pos · θᵢ` for positions `pos_offset .. pos_offset + seq_len` and
 /// `i < d_head / 2`: two `[seq_len, d_head / 2]` tables.
-fn tables<T: Float>(seq_len: usize, d_head: usize, pos_offset: usize) -> (Vec<T>, Vec<T>) {
+fn tables<T: Float>(
+    rope: Rope,
+    seq_len: usize,
+    d_head: usize,
+    pos_offset: usize,
+) -> (Vec<T>, Vec<T>) {
     let half = d_head / 2;
-    let inv_freq: Vec<f64> = (0..half)
-        .map(|i| 10000f64.powf(-((2 * i) as f64) / d_head as f64))
-        .collect();
+    let inv_freq = rope.inv_freq(d_head);
     let mut cos = Vec::with_capacity(seq_len * half);
     let mut sin = Vec::with_capacity(seq_len * half);
     for s in 0..seq_len {
@@ -45,6 +94,7 @@ fn tables<T: Float>(seq_len: usize, d_head: usize, pos_offset: usize) -> (Vec<T>
 /// Rotates in place by `+pos·θᵢ`, or by `−pos·θᵢ` when `inverse` (the backward).
 fn rotate<T: Float>(
     x: &mut [T],
+    rope: Rope,
     seq_len: usize,
     heads: usize,
     d_head: usize,
@@ -65,7 +115,8 @@ fn rotate<T: Float>(
         x.len()
     );
     let half = d_head / 2;
-    let (cos, sin) = tables::<T>(seq_len, d_head, pos_offset);
+    let (cos, sin) = tables::<T>(rope, seq_len, d_head, pos_offset);
+    let style = rope.style;
     x.par_chunks_mut(d).enumerate().for_each(|(r, row)| {
         let s = r % seq_len;
         let (c_row, s_row) = (
@@ -73,38 +124,53 @@ fn rotate<T: Float>(
             &sin[s * half..(s + 1) * half],
         );
         for head in row.chunks_exact_mut(d_head) {
-            for ((pair, &c), &sn) in head.chunks_exact_mut(2).zip(c_row).zip(s_row) {
-                let sn = if inverse { -sn } else { sn };
-                let (a, b) = (pair[0], pair[1]);
-                pair[0] = a * c - b * sn;
-                pair[1] = a * sn + b * c;
+            match style {
+                RopeStyle::Interleaved => {
+                    for ((pair, &c), &sn) in head.chunks_exact_mut(2).zip(c_row).zip(s_row) {
+                        let sn = if inverse { -sn } else { sn };
+                        let (a, b) = (pair[0], pair[1]);
+                        pair[0] = a * c - b * sn;
+                        pair[1] = a * sn + b * c;
+                    }
+                }
+                RopeStyle::HalfSplit => {
+                    let (lo, hi) = head.split_at_mut(half);
+                    for (((a, b), &c), &sn) in lo.iter_mut().zip(hi).zip(c_row).zip(s_row) {
+                        let sn = if inverse { -sn } else { sn };
+                        let (x0, x1) = (*a, *b);
+                        *a = x0 * c - x1 * sn;
+                        *b = x0 * sn + x1 * c;
+                    }
+                }
             }
         }
     });
 }
 
 /// Forward: rotates every head of `x [batch*seq_len, heads*d_head]` in place, row `r` at
-/// position `pos_offset + r % seq_len`.
+/// position `pos_offset + r % seq_len` (keys of grouped-query attention: `heads = kv_heads`).
 pub fn rope_forward<T: Float>(
     x: &mut [T],
+    rope: Rope,
     seq_len: usize,
     heads: usize,
     d_head: usize,
     pos_offset: usize,
 ) {
-    rotate(x, seq_len, heads, d_head, pos_offset, false);
+    rotate(x, rope, seq_len, heads, d_head, pos_offset, false);
 }
 
 /// Backward: turns `dy` (the gradient w.r.t. the rotated rows) into the gradient w.r.t. the
 /// unrotated rows, in place, by the inverse rotation at the same positions.
 pub fn rope_backward<T: Float>(
     dy: &mut [T],
+    rope: Rope,
     seq_len: usize,
     heads: usize,
     d_head: usize,
     pos_offset: usize,
 ) {
-    rotate(dy, seq_len, heads, d_head, pos_offset, true);
+    rotate(dy, rope, seq_len, heads, d_head, pos_offset, true);
 }
 
 #[cfg(test)]
@@ -114,15 +180,17 @@ mod tests {
     #[test]
     fn position_zero_is_the_identity_and_backward_inverts_forward() {
         let x: Vec<f64> = (0..2 * 3 * 8).map(|i| (i as f64 * 0.37).sin()).collect();
-        let mut y = x.clone();
-        rope_forward(&mut y, 1, 2, 4, 0);
-        assert_eq!(y[..8], x[..8]); // one row per sequence, all at position 0
-        let mut y = x.clone();
-        rope_forward(&mut y, 3, 2, 4, 5);
-        assert!(y.iter().zip(&x).any(|(a, b)| (a - b).abs() > 1e-3));
-        rope_backward(&mut y, 3, 2, 4, 5);
-        for (a, b) in y.iter().zip(&x) {
-            assert!((a - b).abs() < 1e-14);
+        for rope in [Rope::default(), Rope::half_split(100000.0)] {
+            let mut y = x.clone();
+            rope_forward(&mut y, rope, 1, 2, 4, 0);
+            assert_eq!(y[..8], x[..8]); // one row per sequence, all at position 0
+            let mut y = x.clone();
+            rope_forward(&mut y, rope, 3, 2, 4, 5);
+            assert!(y.iter().zip(&x).any(|(a, b)| (a - b).abs() > 1e-3));
+            rope_backward(&mut y, rope, 3, 2, 4, 5);
+            for (a, b) in y.iter().zip(&x) {
+                assert!((a - b).abs() < 1e-14);
+            }
         }
     }
 }

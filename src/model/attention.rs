@@ -26,7 +26,7 @@ use super::param::{Init, Module, ParamVisitor};
 use crate::kernels::attention::{attention_backward, attention_forward, AttnDims, AttnMask};
 use crate::kernels::dropout::dropout_mask;
 use crate::kernels::flash_attention::{flash_attention_backward, flash_attention_forward};
-use crate::kernels::rope::{rope_backward, rope_forward};
+use crate::kernels::rope::{rope_backward, rope_forward, Rope};
 use crate::kernels::step_attention::step_attention_forward;
 use crate::rng::Rng;
 use crate::Float;
@@ -164,7 +164,8 @@ impl<T: Float> MultiHeadAttention<T> {
     /// Rotates `x [batch*len, d_model]` in place, rows at positions `pos ..` (when rotary).
     fn rotate(&self, x: &mut [T], len: usize, pos: usize) {
         if self.rotary {
-            rope_forward(x, len, self.n_heads, self.d_model / self.n_heads, pos);
+            let (heads, rope) = (self.n_heads, Rope::default());
+            rope_forward(x, rope, len, heads, self.d_model / heads, pos);
         }
     }
 
@@ -336,8 +337,9 @@ impl<T: Float> MultiHeadAttention<T> {
         }
         if self.rotary {
             let (heads, d_head) = (self.n_heads, self.d_model / self.n_heads);
-            rope_backward(&mut dq, cache.dims.q_len, heads, d_head, cache.q_pos);
-            rope_backward(&mut dk, cache.dims.k_len, heads, d_head, cache.k_pos);
+            let rope = Rope::default();
+            rope_backward(&mut dq, rope, cache.dims.q_len, heads, d_head, cache.q_pos);
+            rope_backward(&mut dk, rope, cache.dims.k_len, heads, d_head, cache.k_pos);
         }
         let dx_q = self.q_proj.backward(x_q, &dq);
         let mut dx_kv = self.k_proj.backward(x_kv, &dk);
