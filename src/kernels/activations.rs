@@ -129,6 +129,70 @@ pub fn gelu_tanh_backward_inplace<T: Float>(dy: &mut [T], x: &[T]) {
     scale_by_grad(dy, x, gelu_tanh_grad);
 }
 
+/// The logistic sigmoid `σ(x) = 1 / (1 + e^(−x))`: 0 for very negative `x` (`e^(−x)` = ∞, or the
+/// f32 `exp_vec`'s largest value), 1 for very positive `x`, never NaN for finite `x`.
+#[inline(always)]
+fn sigmoid<T: Float>(x: T) -> T {
+    T::one() / (T::one() + (-x).exp_vec())
+}
+
+/// SwiGLU (Shazeer 2020, the Llama feed-forward network's activation): `h = silu(g) ⊙ u` with
+/// `silu(x) = x · σ(x)`, for the gate `g` and the up projection `u` in two buffers of the
+/// same shape (`[rows, d_ff]`).
+pub fn swiglu_forward<T: Float>(h: &mut [T], gate: &[T], up: &[T]) {
+    assert_eq!(
+        h.len(),
+        gate.len(),
+        "swiglu: output and gate differ in size"
+    );
+    assert_eq!(
+        h.len(),
+        up.len(),
+        "swiglu: output and up projection differ in size"
+    );
+    let f = |((o, &g), &u): ((&mut T, &T), &T)| *o = g * sigmoid(g) * u;
+    if h.len() < PAR_MIN {
+        h.iter_mut().zip(gate).zip(up).for_each(f);
+    } else {
+        h.par_iter_mut()
+            .zip(gate.par_iter())
+            .zip(up.par_iter())
+            .for_each(f);
+    }
+}
+
+/// SwiGLU's backward: given `dh`, writes `dgate = dh ⊙ u ⊙ silu'(g)` and `dup = dh ⊙ silu(g)`,
+/// with `silu'(x) = σ(x) (1 + x (1 − σ(x)))`.
+pub fn swiglu_backward<T: Float>(dgate: &mut [T], dup: &mut [T], dh: &[T], gate: &[T], up: &[T]) {
+    let n = dh.len();
+    assert!(
+        dgate.len() == n && dup.len() == n && gate.len() == n && up.len() == n,
+        "swiglu backward: buffers differ in size"
+    );
+    if n < PAR_MIN {
+        dgate
+            .iter_mut()
+            .zip(dup.iter_mut())
+            .zip(dh)
+            .zip(gate.iter().zip(up))
+            .for_each(|(((dg, du), &d), (&g, &u))| (*dg, *du) = swiglu_grads(d, g, u));
+    } else {
+        dgate
+            .par_iter_mut()
+            .zip(dup.par_iter_mut())
+            .zip(dh.par_iter())
+            .zip(gate.par_iter().zip(up.par_iter()))
+            .for_each(|(((dg, du), &d), (&g, &u))| (*dg, *du) = swiglu_grads(d, g, u));
+    }
+}
+
+/// `(dh · u · silu'(g), dh · silu(g))` at one element.
+#[inline(always)]
+fn swiglu_grads<T: Float>(dh: T, g: T, u: T) -> (T, T) {
+    let s = sigmoid(g);
+    (dh * u * (s * (T::one() + g * (T::one() - s))), dh * (g * s))
+}
+
 /// `y += x` element-wise (residual connections).
 pub fn add_inplace<T: Float>(y: &mut [T], x: &[T]) {
     assert_eq!(y.len(), x.len());
