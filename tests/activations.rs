@@ -123,7 +123,7 @@ fn naive_gelu_ffn(m: &FeedForward<f32>, x: &[f64], act: fn(f64) -> f64) -> Vec<f
     let hidden: Vec<f64> = naive_linear(
         x,
         &to_f64(&l1.weight.value.data),
-        &to_f64(&l1.bias.value.data),
+        &to_f64(&l1.bias.as_ref().unwrap().value.data),
         l1.d_in,
         l1.d_out,
     )
@@ -133,7 +133,7 @@ fn naive_gelu_ffn(m: &FeedForward<f32>, x: &[f64], act: fn(f64) -> f64) -> Vec<f
     naive_linear(
         &hidden,
         &to_f64(&l2.weight.value.data),
-        &to_f64(&l2.bias.value.data),
+        &to_f64(&l2.bias.as_ref().unwrap().value.data),
         l2.d_in,
         l2.d_out,
     )

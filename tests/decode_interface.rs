@@ -160,10 +160,19 @@ fn sampling_through_the_interface_draws_from_the_models_distributions() {
     };
     let mut state = m.start(1, m.config.max_len);
     let mut emitted = Vec::new();
-    let out = sample_search(&m, &mut state, &prompt, 10, opts, &mut Rng::new(9), |t| {
-        emitted.push(t);
-        Ok::<(), ()>(())
-    })
+    let out = sample_search(
+        &m,
+        &mut state,
+        &prompt,
+        10,
+        opts,
+        &mut Rng::new(9),
+        &[],
+        |t| {
+            emitted.push(t);
+            Ok::<(), ()>(())
+        },
+    )
     .unwrap();
     assert_eq!((out.len(), &out), (10, &emitted));
     // Replayed by hand: the same draws from the full forward's distributions.
@@ -177,14 +186,23 @@ fn sampling_through_the_interface_draws_from_the_models_distributions() {
     // An error from `emit` stops the search.
     let mut state = m.start(1, m.config.max_len);
     let mut n = 0;
-    let r = sample_search(&m, &mut state, &prompt, 10, opts, &mut Rng::new(9), |_| {
-        n += 1;
-        if n == 3 {
-            Err("stop")
-        } else {
-            Ok(())
-        }
-    });
+    let r = sample_search(
+        &m,
+        &mut state,
+        &prompt,
+        10,
+        opts,
+        &mut Rng::new(9),
+        &[],
+        |_| {
+            n += 1;
+            if n == 3 {
+                Err("stop")
+            } else {
+                Ok(())
+            }
+        },
+    );
     assert_eq!(r, Err("stop"));
     assert_eq!(n, 3);
 }

@@ -28,6 +28,12 @@ fn config(norm: NormPlacement, tie: bool) -> ModelConfig {
         positions: Default::default(),
         attention_dropout: 0.0,
         activation_dropout: 0.0,
+        bias: true,
+        scale_embeddings: true,
+        n_kv_heads: None,
+        normalization: Default::default(),
+        rope_base: transformer::model::config::ROPE_BASE,
+        rope_style: Default::default(),
     }
 }
 

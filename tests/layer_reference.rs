@@ -19,6 +19,7 @@ use transformer::model::feed_forward::FeedForward;
 use transformer::model::kv_cache::KvCache;
 use transformer::model::layer_norm::LayerNorm;
 use transformer::model::loss::label_smoothed_cross_entropy;
+use transformer::model::norm::Norm;
 use transformer::model::residual::Residual;
 use transformer::model::{Activation, NormPlacement};
 use transformer::rng::Rng;
@@ -297,8 +298,14 @@ fn feed_forward_activation_dropout_matches_reference() {
     assert!(mask
         .iter()
         .all(|&m| m == 0.0 || (m - 1.0 / 0.75).abs() < 1e-15));
-    let (w1, b1) = (&ffn.linear1.weight.value.data, &ffn.linear1.bias.value.data);
-    let (w2, b2) = (&ffn.linear2.weight.value.data, &ffn.linear2.bias.value.data);
+    let (w1, b1) = (
+        &ffn.linear1.weight.value.data,
+        &ffn.linear1.bias.as_ref().unwrap().value.data,
+    );
+    let (w2, b2) = (
+        &ffn.linear2.weight.value.data,
+        &ffn.linear2.bias.as_ref().unwrap().value.data,
+    );
     let mut want = vec![0.0; rows * D];
     for r in 0..rows {
         let mut hidden = [0.0; D_FF];
@@ -379,8 +386,10 @@ fn residual_vs_reference(placement: NormPlacement, dropout: f64) {
             vec![1.0; x.len()]
         }
     };
-    let gamma = to_f64(&res.norm.gamma.value.data);
-    let beta = to_f64(&res.norm.beta.value.data);
+    let Norm::Layer(ln) = &res.norm else {
+        panic!("a layer norm")
+    };
+    let (gamma, beta) = (to_f64(&ln.gamma.value.data), to_f64(&ln.beta.value.data));
     let x64 = to_f64(&x);
     let dropped = |v: Vec<f64>| -> Vec<f64> { v.iter().zip(&mask).map(|(a, m)| a * m).collect() };
     let want = match placement {

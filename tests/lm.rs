@@ -35,6 +35,12 @@ fn config(norm: NormPlacement, tie: bool, dropout: f64, d_model: usize) -> Model
         positions: Default::default(),
         attention_dropout: 0.0,
         activation_dropout: 0.0,
+        bias: true,
+        scale_embeddings: true,
+        n_kv_heads: None,
+        normalization: Default::default(),
+        rope_base: transformer::model::config::ROPE_BASE,
+        rope_style: Default::default(),
     }
 }
 
@@ -155,9 +161,15 @@ fn sampling_is_seeded_and_top_k_one_is_greedy() {
     let model = LanguageModel::<f32>::new(c, &mut Rng::new(4));
     let run = |opts: SamplingOptions, seed: u64| {
         // 40 tokens from a 16-token context: the caches are rebuilt on the way.
-        generate_ids(&model, &[1, 2, 3], 40, opts, &mut Rng::new(seed), |_| {
-            Ok::<(), ()>(())
-        })
+        generate_ids(
+            &model,
+            &[1, 2, 3],
+            40,
+            opts,
+            &mut Rng::new(seed),
+            &[],
+            |_| Ok::<(), ()>(()),
+        )
         .unwrap()
     };
     let free = SamplingOptions::default();
@@ -482,4 +494,39 @@ fn cli_train_lm_generate_perplexity_and_errors() {
         "{}",
         r.stderr
     );
+}
+
+/// The Llama-family parts trained end to end: RMSNorm, the gated SwiGLU FFN, grouped-query
+/// attention (4 query heads on 2 and on 1 key/value heads), no biases, unscaled embeddings,
+/// rotary positions in both pairings; every parameter checked by finite differences.
+#[test]
+fn whole_lm_gradient_with_llama_parts() {
+    use transformer::model::config::{Normalization, RopeStyle};
+    for (kv, style, tie) in [
+        (2, RopeStyle::HalfSplit, false),
+        (1, RopeStyle::Interleaved, true),
+    ] {
+        let mut c = config(NormPlacement::PreLn, tie, 0.1, 16);
+        c.n_heads = 4;
+        c.n_kv_heads = Some(kv);
+        c.activation = Activation::SiluGated;
+        c.normalization = Normalization::RmsNorm;
+        c.positions = Positions::Rotary;
+        c.rope_style = style;
+        c.rope_base = 500.0;
+        c.bias = false;
+        c.scale_embeddings = false;
+        c.validate().unwrap();
+        let mut m = LanguageModel::<f64>::new(c.clone(), &mut Rng::new(2));
+        let names: Vec<String> = m.params_mut().into_iter().map(|(n, _)| n).collect();
+        assert!(names.contains(&"layers.0.ffn.gate.weight".to_string()));
+        assert!(!names.iter().any(|n| n.ends_with(".bias")), "{names:?}");
+        let k = m
+            .params_mut()
+            .into_iter()
+            .find(|(n, _)| n == "layers.0.self_attn.k_proj.weight");
+        assert_eq!(k.unwrap().1.value.shape, [kv * 4, 16]);
+        assert_eq!(lm_n_params(&c), Some(m.n_params()));
+        gradient_check_with(c, 0.0);
+    }
 }

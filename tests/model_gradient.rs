@@ -23,6 +23,12 @@ fn tiny_config(norm: NormPlacement, tie: bool, dropout: f64) -> ModelConfig {
         // The dropout cases also drop attention weights and FFN activations.
         attention_dropout: dropout,
         activation_dropout: dropout,
+        bias: true,
+        scale_embeddings: true,
+        n_kv_heads: None,
+        normalization: Default::default(),
+        rope_base: transformer::model::config::ROPE_BASE,
+        rope_style: Default::default(),
     }
 }
 

@@ -315,6 +315,12 @@ fn tiny_config(positions: Positions, norm: NormPlacement, tie: bool, dropout: f6
         positions,
         attention_dropout: 0.0,
         activation_dropout: 0.0,
+        bias: true,
+        scale_embeddings: true,
+        n_kv_heads: None,
+        normalization: Default::default(),
+        rope_base: transformer::model::config::ROPE_BASE,
+        rope_style: Default::default(),
     }
 }
 
@@ -418,6 +424,12 @@ fn decoding_model(positions: Positions, norm: NormPlacement, tie: bool, eos: f32
         positions,
         attention_dropout: 0.0,
         activation_dropout: 0.0,
+        bias: true,
+        scale_embeddings: true,
+        n_kv_heads: None,
+        normalization: Default::default(),
+        rope_base: transformer::model::config::ROPE_BASE,
+        rope_style: Default::default(),
     };
     c.validate().unwrap();
     let mut m = Seq2Seq::new(c, &mut Rng::new(3));

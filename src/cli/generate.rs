@@ -1,29 +1,54 @@
-//! `transformer generate`: continue a prompt with a language model written by `train-lm`,
-//! sampling through the KV cache, streamed to stdout.
+//! `transformer generate`: continue a prompt with a language model (a `train-lm` directory, a
+//! Hugging Face Llama or GPT-2 directory, or a llama GGUF file), sampling through the KV cache,
+//! streamed to stdout; `--chat` sends the prompt as a user message through the model's chat
+//! template and stops at the end of the reply.
 
 use super::set_threads;
 use crate::decode::sample::SamplingOptions;
-use crate::pipeline::generate::{document_tokens, generate_ids, TextGenerator};
+use crate::pipeline::chat::ChatMessage;
+use crate::pipeline::generate::{generate_ids, TextGenerator};
 use crate::rng::Rng;
-use crate::text::bpe::StreamDecoder;
+use crate::text::decoder_tokenizer::StreamDecoder;
 use anyhow::{bail, Result};
-use clap::Args;
+use clap::{Args, ValueEnum};
 use std::io::Write;
 use std::path::PathBuf;
 
+/// How `generate` prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// The prompt, then the continuation as it is sampled.
+    Text,
+    /// One JSON object at the end: prompt_ids, new_ids, text (the continuation).
+    Json,
+}
+
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
-    /// A directory written by train-lm.
+    /// A directory written by train-lm, a Hugging Face directory (config.json model_type llama
+    /// or gpt2), or a llama .gguf file.
     #[arg(long)]
     pub model: PathBuf,
-    /// The text to continue (printed first; fed after <|endoftext|>, as documents are trained).
+    /// The text to continue (printed first). A train-lm model reads it after <|endoftext|>, as
+    /// documents are trained; the others as their tokenizer encodes a text.
     #[arg(long, default_value = "")]
     pub prompt: String,
-    /// Tokens to sample, always this many (a sampled <|endoftext|> is printed as text and does
-    /// not stop it). Past the model's context the cache restarts from the last half of it.
+    /// Send --prompt as a user message through the model's chat template (and --system first)
+    /// and generate the assistant's reply, up to its end-of-turn token.
+    #[arg(long)]
+    pub chat: bool,
+    /// With --chat: a system message (default: the template's own, if it has one).
+    #[arg(long, requires = "chat")]
+    pub system: Option<String>,
+    /// Tokens to sample at most. A train-lm model always samples this many (a sampled
+    /// <|endoftext|> is printed as text); the others stop after their end-of-sequence or
+    /// end-of-turn token. Past the model's context the cache restarts from the last half of it.
     #[arg(long, default_value_t = 200)]
     pub max_tokens: usize,
-    /// Softmax temperature; 0 is greedy.
+    /// Output: text (streamed) or json.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+    /// Softmax temperature; 0 is greedy (the most probable token, ties to the lowest id).
     #[arg(long, default_value_t = 1.0)]
     pub temperature: f64,
     /// Sample among the k most likely tokens only (0: all).
@@ -48,27 +73,75 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         bail!("--top-p {} must be in (0, 1]", args.top_p);
     }
     set_threads(args.threads)?;
-    let TextGenerator { mut model, bpe } = TextGenerator::load(&args.model)?;
+    let TextGenerator {
+        mut model,
+        tokenizer,
+        chat,
+        ..
+    } = TextGenerator::load(&args.model)?;
     model.prepare_inference();
-    let prompt = document_tokens(&bpe, &args.prompt)?;
+    let prompt = if args.chat {
+        let template = chat
+            .as_ref()
+            .ok_or_else(|| anyhow::anyhow!("--chat: this model has no chat template"))?;
+        let mut messages = Vec::new();
+        if let Some(system) = &args.system {
+            messages.push(ChatMessage::new("system", system));
+        }
+        messages.push(ChatMessage::new("user", &args.prompt));
+        tokenizer.encode(&template.prompt(&messages)?)?
+    } else {
+        tokenizer.document(&args.prompt)?
+    };
+    let until = tokenizer.end_tokens();
     let opts = SamplingOptions {
         temperature: args.temperature,
         top_k: args.top_k,
         top_p: args.top_p,
     };
+    let mut rng = Rng::new(args.seed);
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    write!(out, "{}", args.prompt)?;
-    out.flush()?;
-    let mut decoder = StreamDecoder::new(&bpe);
-    let mut rng = Rng::new(args.seed);
+    if args.format == Format::Json {
+        let ids = generate_ids(
+            &model,
+            &prompt,
+            args.max_tokens,
+            opts,
+            &mut rng,
+            &until,
+            |_| Ok::<(), std::convert::Infallible>(()),
+        )
+        .unwrap_or_else(|e| match e {});
+        let shown: Vec<u32> = ids
+            .iter()
+            .copied()
+            .filter(|id| !until.contains(id))
+            .collect();
+        let json = serde_json::json!({
+            "prompt_ids": prompt,
+            "new_ids": ids,
+            "text": tokenizer.decode(&shown)?,
+        });
+        writeln!(out, "{json}")?;
+        return Ok(());
+    }
+    if !args.chat {
+        write!(out, "{}", args.prompt)?;
+        out.flush()?;
+    }
+    let mut decoder = StreamDecoder::new(&tokenizer);
     generate_ids(
         &model,
         &prompt,
         args.max_tokens,
         opts,
         &mut rng,
+        &until,
         |id| -> Result<()> {
+            if until.contains(&id) {
+                return Ok(());
+            }
             let piece = decoder.push(id)?;
             if !piece.is_empty() {
                 out.write_all(piece.as_bytes())?;

@@ -4,6 +4,7 @@ pub mod attention;
 pub mod average;
 pub mod bench;
 pub mod bleu;
+pub mod chat;
 pub mod demo;
 pub mod embed;
 pub mod generate;
@@ -59,6 +60,8 @@ pub enum Command {
     TrainLm(train_lm::TrainLmArgs),
     /// Continue a prompt with a language model (sampling, KV cache), streamed to stdout.
     Generate(generate::GenerateArgs),
+    /// Talk with a chat model (a Llama-family GGUF or Hugging Face directory), line by line.
+    Chat(chat::ChatArgs),
     /// Loss per token, perplexity and bits per character of stdin (one document) under a
     /// language model.
     Perplexity(perplexity::PerplexityArgs),
@@ -77,6 +80,7 @@ impl Command {
             Command::Attention(a) => a.threads,
             Command::TrainLm(a) => a.threads,
             Command::Generate(a) => a.threads,
+            Command::Chat(a) => a.threads,
             Command::Perplexity(a) => a.threads,
             Command::Average(_) | Command::Bleu(_) => return None,
         })
@@ -110,6 +114,7 @@ fn dispatch(command: Command) -> Result<()> {
         Command::Attention(a) => attention::run(a),
         Command::TrainLm(a) => train_lm::run(a),
         Command::Generate(a) => generate::run(a),
+        Command::Chat(a) => chat::run(a),
         Command::Perplexity(a) => perplexity::run(a),
     }
 }

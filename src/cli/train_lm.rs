@@ -2,6 +2,7 @@
 //! decoder-only Transformer on it, with validation on the file's end and exact resume.
 
 use super::{print_curves, set_threads, BarReporter};
+use crate::model::config::Normalization;
 use crate::model::Module;
 use crate::model::{Activation, ModelConfig, NormPlacement, Positions};
 use crate::pipeline::generate::document_tokens;
@@ -67,12 +68,26 @@ pub struct TrainLmArgs {
     /// Pre-LN blocks (with a final norm) instead of post-LN. Ignored with --resume.
     #[arg(long)]
     pub pre_ln: bool,
-    /// FFN activation: relu, gelu-erf or gelu-tanh. Ignored with --resume.
+    /// FFN activation: relu, gelu-erf, gelu-tanh, or silu-gated (SwiGLU, a gated FFN of three matrices, as Llama). Ignored with --resume.
     #[arg(long, default_value = "gelu-tanh", value_parser = parse_kebab::<Activation>)]
     pub activation: Activation,
     /// Positions: sinusoidal, learned or rotary. Ignored with --resume.
     #[arg(long, default_value = "sinusoidal", value_parser = parse_kebab::<Positions>)]
     pub positions: Positions,
+    /// Normalisation in every residual connection and the final norm: layer-norm or rms-norm
+    /// (Llama's). Ignored with --resume.
+    #[arg(long, default_value = "layer-norm", value_parser = parse_kebab::<Normalization>)]
+    pub normalization: Normalization,
+    /// Key/value heads of grouped-query attention, dividing --n-heads (default: --n-heads).
+    /// Ignored with --resume.
+    #[arg(long)]
+    pub n_kv_heads: Option<usize>,
+    /// Linear layers without biases (as Llama). Ignored with --resume.
+    #[arg(long)]
+    pub no_bias: bool,
+    /// With --positions rotary: the base of the rotation angles. Ignored with --resume.
+    #[arg(long, default_value_t = crate::model::config::ROPE_BASE)]
+    pub rope_base: f64,
     /// Untie the output projection from the embedding. Ignored with --resume.
     #[arg(long)]
     pub untied: bool,
@@ -179,6 +194,12 @@ fn start(args: &TrainLmArgs, train_text: &str) -> Result<(Bpe, LmTrainer)> {
         positions: args.positions,
         attention_dropout: 0.0,
         activation_dropout: 0.0,
+        bias: !args.no_bias,
+        scale_embeddings: true,
+        n_kv_heads: args.n_kv_heads,
+        normalization: args.normalization,
+        rope_base: args.rope_base,
+        rope_style: Default::default(),
     };
     model_config
         .validate()

@@ -86,8 +86,9 @@ pub fn sample<T: Float>(logprobs: &[T], opts: SamplingOptions, rng: &mut Rng) ->
 
 /// Continues one row: feeds `prompt` (its tokens `[1, n]`) into `state`, then samples up to
 /// `max_tokens` tokens, each from the distribution after the previous one, calling `emit` with
-/// each (an error from it stops the search and is returned). The row does not stop at an end
-/// token: the caller's `emit` may stop it by returning an error, or cut the result.
+/// each (an error from it stops the search and is returned). The row ends after a token of
+/// `until` (end of text, end of turn), which is emitted and returned.
+#[allow(clippy::too_many_arguments)]
 pub fn sample_search<T: Float, M: IncrementalDecoder<T>, E>(
     model: &M,
     state: &mut M::State,
@@ -95,6 +96,7 @@ pub fn sample_search<T: Float, M: IncrementalDecoder<T>, E>(
     max_tokens: usize,
     opts: SamplingOptions,
     rng: &mut Rng,
+    until: &[u32],
     mut emit: impl FnMut(u32) -> Result<(), E>,
 ) -> Result<Vec<u32>, E> {
     let v = model.vocab_size();
@@ -108,7 +110,7 @@ pub fn sample_search<T: Float, M: IncrementalDecoder<T>, E>(
         let id = sample(last, opts, rng);
         emit(id)?;
         out.push(id);
-        if out.len() == max_tokens {
+        if out.len() == max_tokens || until.contains(&id) {
             return Ok(out);
         }
         logprobs = model.step(state, &[id]);

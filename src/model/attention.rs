@@ -31,17 +31,24 @@ use crate::kernels::step_attention::step_attention_forward;
 use crate::rng::Rng;
 use crate::Float;
 
-/// Multi-head attention with h heads of d_k = d_model / h.
+/// Multi-head attention with h heads of d_k = d_model / h (grouped-query: fewer key/value
+/// heads, each shared by a group of query heads).
 #[derive(Clone, Debug)]
 pub struct MultiHeadAttention<T> {
     pub q_proj: Linear<T>,
+    /// `[n_kv_heads · d_k, d_model]`
     pub k_proj: Linear<T>,
+    /// `[n_kv_heads · d_k, d_model]`
     pub v_proj: Linear<T>,
     pub out_proj: Linear<T>,
     pub n_heads: usize,
+    /// Key/value heads (`n_heads` for multi-head attention).
+    pub n_kv_heads: usize,
     pub d_model: usize,
     /// Rotary positions on queries and keys (self-attention only).
     pub rotary: bool,
+    /// The rotary base and pairing of columns (when rotary).
+    pub rope: Rope,
     /// Attention dropout: the probability of dropping each attention weight during training
     /// (`softmax(Q Kᵀ / √d_k) ⊙ M`, then `· V`); 0 in the paper.
     pub dropout: f64,
@@ -124,16 +131,38 @@ pub const STEP_KERNEL_MAX_QUERIES: usize = 8;
 
 impl<T: Float> MultiHeadAttention<T> {
     pub fn new(d_model: usize, n_heads: usize, init: &mut impl Init) -> Self {
+        Self::grouped(d_model, n_heads, n_heads, true, init)
+    }
+
+    /// Grouped-query attention: `n_kv_heads` key/value heads (dividing `n_heads`), each read by
+    /// `n_heads / n_kv_heads` query heads, so the key and value projections are
+    /// `[n_kv_heads · d_k, d_model]`; biases only when `bias`. Parameters drawn in the order
+    /// Q, K, V, O.
+    pub fn grouped(
+        d_model: usize,
+        n_heads: usize,
+        n_kv_heads: usize,
+        bias: bool,
+        init: &mut impl Init,
+    ) -> Self {
+        let d_kv = n_kv_heads * (d_model / n_heads);
         MultiHeadAttention {
-            q_proj: Linear::new(d_model, d_model, init),
-            k_proj: Linear::new(d_model, d_model, init),
-            v_proj: Linear::new(d_model, d_model, init),
-            out_proj: Linear::new(d_model, d_model, init),
+            q_proj: Linear::with_bias(d_model, d_model, bias, init),
+            k_proj: Linear::with_bias(d_model, d_kv, bias, init),
+            v_proj: Linear::with_bias(d_model, d_kv, bias, init),
+            out_proj: Linear::with_bias(d_model, d_model, bias, init),
             n_heads,
+            n_kv_heads,
             d_model,
             rotary: false,
+            rope: Rope::default(),
             dropout: 0.0,
         }
+    }
+
+    /// Width of the keys and values, `n_kv_heads · d_k` (`d_model` without grouping).
+    pub fn d_kv(&self) -> usize {
+        self.n_kv_heads * (self.d_model / self.n_heads)
     }
 
     /// The same layer with attention dropout `p`.
@@ -145,6 +174,12 @@ impl<T: Float> MultiHeadAttention<T> {
     /// The same layer with rotary positions switched on or off.
     pub fn with_rotary(mut self, rotary: bool) -> Self {
         self.rotary = rotary;
+        self
+    }
+
+    /// The same layer with the rotary base and pairing `rope` (when rotary).
+    pub fn with_rope(mut self, rope: Rope) -> Self {
+        self.rope = rope;
         self
     }
 
@@ -161,11 +196,12 @@ impl<T: Float> MultiHeadAttention<T> {
         }
     }
 
-    /// Rotates `x [batch*len, d_model]` in place, rows at positions `pos ..` (when rotary).
-    fn rotate(&self, x: &mut [T], len: usize, pos: usize) {
+    /// Rotates `x [batch*len, heads·d_k]` in place (queries: `n_heads`, keys: `n_kv_heads`),
+    /// rows at positions `pos ..` (when rotary).
+    fn rotate(&self, x: &mut [T], len: usize, heads: usize, pos: usize) {
         if self.rotary {
-            let (heads, rope) = (self.n_heads, Rope::default());
-            rope_forward(x, rope, len, heads, self.d_model / heads, pos);
+            let d_head = self.d_model / self.n_heads;
+            rope_forward(x, self.rope, len, heads, d_head, pos);
         }
     }
 
@@ -173,7 +209,7 @@ impl<T: Float> MultiHeadAttention<T> {
         AttnDims {
             batch,
             heads: self.n_heads,
-            kv_heads: self.n_heads,
+            kv_heads: self.n_kv_heads,
             d_head: self.d_model / self.n_heads,
             q_len,
             k_len,
@@ -226,8 +262,8 @@ impl<T: Float> MultiHeadAttention<T> {
         let mut q = self.q_proj.forward(x_q);
         let mut k = self.k_proj.forward(x_kv);
         let v = self.v_proj.forward(x_kv);
-        self.rotate(&mut q, q_len, q_pos);
-        self.rotate(&mut k, k_len, k_pos);
+        self.rotate(&mut q, q_len, self.n_heads, q_pos);
+        self.rotate(&mut k, k_len, self.n_kv_heads, k_pos);
         (q, k, v)
     }
 
@@ -337,9 +373,16 @@ impl<T: Float> MultiHeadAttention<T> {
         }
         if self.rotary {
             let (heads, d_head) = (self.n_heads, self.d_model / self.n_heads);
-            let rope = Rope::default();
+            let (rope, kv_heads) = (self.rope, self.n_kv_heads);
             rope_backward(&mut dq, rope, cache.dims.q_len, heads, d_head, cache.q_pos);
-            rope_backward(&mut dk, rope, cache.dims.k_len, heads, d_head, cache.k_pos);
+            rope_backward(
+                &mut dk,
+                rope,
+                cache.dims.k_len,
+                kv_heads,
+                d_head,
+                cache.k_pos,
+            );
         }
         let dx_q = self.q_proj.backward(x_q, &dq);
         let mut dx_kv = self.k_proj.backward(x_kv, &dk);
@@ -354,9 +397,9 @@ impl<T: Float> MultiHeadAttention<T> {
     pub fn project_kv(&self, x_kv: &[T], batch: usize) -> KvCache<T> {
         let k_len = x_kv.len() / (batch * self.d_model);
         let mut k = self.k_proj.forward(x_kv);
-        self.rotate(&mut k, k_len, 0);
+        self.rotate(&mut k, k_len, self.n_kv_heads, 0);
         let v = self.v_proj.forward(x_kv);
-        KvCache::from_dense(k, v, batch, k_len, self.d_model)
+        KvCache::from_dense(k, v, batch, k_len, self.d_kv())
     }
 
     /// Inference with cached keys and values (see [`CachedAttention`]). Queries
@@ -387,12 +430,12 @@ impl<T: Float> MultiHeadAttention<T> {
         );
         if appends {
             let mut k_new = self.k_proj.forward(x_q);
-            self.rotate(&mut k_new, q_len, q_offset);
+            self.rotate(&mut k_new, q_len, self.n_kv_heads, q_offset);
             cache.append(&k_new, &self.v_proj.forward(x_q));
         }
         let k_len = cache.len;
         let mut q = self.q_proj.forward(x_q);
-        self.rotate(&mut q, q_len, q_offset);
+        self.rotate(&mut q, q_len, self.n_heads, q_offset);
         let mut ctx = vec![T::zero(); x_q.len()];
         let mut probs = vec![T::zero(); batch * self.n_heads * q_len * k_len];
         let paged = |ctx: &mut [T], probs: &mut [T], visible: &[usize]| {

@@ -98,6 +98,11 @@ impl BertConfig {
             attention_dropout: 0.0,
             activation_dropout: 0.0,
             rotary: false,
+            n_kv_heads: self.num_attention_heads,
+            bias: true,
+            normalization: super::config::Normalization::LayerNorm,
+            rope_base: super::config::ROPE_BASE,
+            rope_style: super::config::RopeStyle::Interleaved,
         }
     }
 
@@ -262,9 +267,12 @@ impl<T: Float> Bert<T> {
             table(config.type_vocab_size),
         );
         let embeddings_norm = LayerNorm::with_init(d, config.layer_norm_eps, init);
-        let encoder = Stack::new(config.num_hidden_layers, None, init, |init| {
-            SelfAttentionBlock::new(&block, init)
-        });
+        let encoder = Stack::new(
+            config.num_hidden_layers,
+            init,
+            |init| SelfAttentionBlock::new(&block, init),
+            |_| None,
+        );
         Bert {
             word_embeddings,
             position_embeddings,

@@ -2,6 +2,8 @@
 
 use super::attention::MultiHeadAttention;
 use super::feed_forward::FeedForward;
+use super::layer_norm::LayerNorm;
+use super::norm::{Norm, RmsNorm};
 use super::param::Init;
 use super::residual::Residual;
 use crate::Float;
@@ -28,6 +30,31 @@ pub enum Activation {
     GeluErf,
     /// GPT-2's tanh approximation of GELU (`gelu_new`).
     GeluTanh,
+    /// SwiGLU (Shazeer 2020; Llama): `FFN(x) = (silu(x W_gateᵀ) ⊙ x W_upᵀ) W_downᵀ`, a gated
+    /// FFN of three matrices, `silu(z) = z · σ(z)`.
+    SiluGated,
+}
+
+/// Which normalisation every residual connection (and a pre-LN stack's final norm) uses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Normalization {
+    /// `γ ⊙ (x − μ) / √(σ² + ε) + β`, the paper's.
+    #[default]
+    LayerNorm,
+    /// `γ ⊙ x / √(mean(x²) + ε)` (Zhang & Sennrich 2019; Llama): no mean, no bias.
+    RmsNorm,
+}
+
+/// How rotary positions pair the columns of a head (see `kernels::rope`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RopeStyle {
+    /// Adjacent columns `(2i, 2i+1)`: RoFormer, GPT-J, and Llama weights as ggml stores them.
+    #[default]
+    Interleaved,
+    /// Column `i` with `i + d_head/2` (`rotate_half`): Hugging Face's Llama checkpoints.
+    HalfSplit,
 }
 
 /// How token positions enter the model.
@@ -87,10 +114,56 @@ pub struct ModelConfig {
     /// fairseq's `activation_dropout`). Absent means 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub activation_dropout: f64,
+    /// Whether the linear layers have biases (absent: true; Llama has none).
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub bias: bool,
+    /// Whether the token embeddings are multiplied by √d_model (absent: true, the paper's;
+    /// GPT-2 and Llama add them unscaled).
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub scale_embeddings: bool,
+    /// Key/value heads of grouped-query attention (Ainslie et al. 2023): each serves
+    /// `n_heads / n_kv_heads` query heads. Absent: `n_heads` (multi-head attention).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n_kv_heads: Option<usize>,
+    /// Layer norm or RMSNorm (absent: layer norm).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub normalization: Normalization,
+    /// Rotary positions: the base of the angles (absent: 10000).
+    #[serde(
+        default = "rope_base_default",
+        skip_serializing_if = "is_rope_base_default"
+    )]
+    pub rope_base: f64,
+    /// Rotary positions: how the columns are paired (absent: interleaved).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub rope_style: RopeStyle,
 }
 
 fn is_zero(p: &f64) -> bool {
     *p == 0.0
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
+fn is_default<T: Default + PartialEq>(x: &T) -> bool {
+    *x == T::default()
+}
+
+/// The rotary base of the RoFormer paper and Llama 1/2.
+pub const ROPE_BASE: f64 = 10000.0;
+
+fn rope_base_default() -> f64 {
+    ROPE_BASE
+}
+
+fn is_rope_base_default(b: &f64) -> bool {
+    *b == ROPE_BASE
 }
 
 /// The shape of one attention block, shared by every model family: what
@@ -117,37 +190,58 @@ pub struct BlockConfig {
     pub activation_dropout: f64,
     /// Rotary positions in the self-attention.
     pub rotary: bool,
+    /// Key/value heads (grouped-query attention; `n_heads` for multi-head attention).
+    pub n_kv_heads: usize,
+    /// Biases in the linear layers.
+    pub bias: bool,
+    /// Layer norm or RMSNorm.
+    pub normalization: Normalization,
+    /// Rotary base and pairing.
+    pub rope_base: f64,
+    pub rope_style: RopeStyle,
 }
 
 impl BlockConfig {
     /// A multi-head attention of this block, with its attention dropout; `rotary` for a
     /// self-attention when the block is rotary (never for a cross-attention).
     pub fn attention<T: Float>(&self, rotary: bool, init: &mut impl Init) -> MultiHeadAttention<T> {
-        MultiHeadAttention::new(self.d_model, self.n_heads, init)
+        let (d, h, kv) = (self.d_model, self.n_heads, self.n_kv_heads);
+        let style = match self.rope_style {
+            RopeStyle::Interleaved => crate::kernels::rope::RopeStyle::Interleaved,
+            RopeStyle::HalfSplit => crate::kernels::rope::RopeStyle::HalfSplit,
+        };
+        MultiHeadAttention::grouped(d, h, kv, self.bias, init)
             .with_dropout(self.attention_dropout)
             .with_rotary(rotary && self.rotary)
+            .with_rope(crate::kernels::rope::Rope {
+                base: self.rope_base,
+                style,
+            })
     }
 
     /// The position-wise FFN of this block, with its activation dropout.
     pub fn feed_forward<T: Float>(&self, init: &mut impl Init) -> FeedForward<T> {
-        FeedForward::new(self.d_model, self.d_ff, self.activation, init)
+        FeedForward::with_bias(self.d_model, self.d_ff, self.activation, self.bias, init)
             .with_dropout(self.activation_dropout)
+    }
+
+    /// A norm of this block's kind and width (its parameters from `init`).
+    pub fn norm<T: Float>(&self, init: &mut impl Init) -> Norm<T> {
+        let (d, eps) = (self.d_model, self.layer_norm_eps);
+        match self.normalization {
+            Normalization::LayerNorm => Norm::Layer(LayerNorm::with_init(d, eps, init)),
+            Normalization::RmsNorm => Norm::Rms(RmsNorm::new(d, eps, init)),
+        }
     }
 
     /// A residual connection of this block (its norm's parameters from `init`).
     pub fn residual<T: Float>(&self, init: &mut impl Init) -> Residual<T> {
-        Residual::new(
-            self.d_model,
-            self.layer_norm_eps,
-            self.norm,
-            self.dropout,
-            init,
-        )
+        Residual::with_norm(self.norm(init), self.norm, self.dropout)
     }
 
-    /// `(d_model, ε)` of the final norm a pre-LN stack ends with; `None` for post-LN.
-    pub fn final_norm(&self) -> Option<(usize, f64)> {
-        (self.norm == NormPlacement::PreLn).then_some((self.d_model, self.layer_norm_eps))
+    /// The final norm a pre-LN stack ends with; `None` for post-LN.
+    pub fn final_norm<T: Float>(&self, init: &mut impl Init) -> Option<Norm<T>> {
+        (self.norm == NormPlacement::PreLn).then(|| self.norm(init))
     }
 }
 
@@ -182,6 +276,12 @@ impl ModelConfig {
             positions: Positions::Sinusoidal,
             attention_dropout: 0.0,
             activation_dropout: 0.0,
+            bias: true,
+            scale_embeddings: true,
+            n_kv_heads: None,
+            normalization: Normalization::LayerNorm,
+            rope_base: ROPE_BASE,
+            rope_style: RopeStyle::Interleaved,
         })
     }
 
@@ -203,6 +303,11 @@ impl ModelConfig {
             attention_dropout: self.attention_dropout,
             activation_dropout: self.activation_dropout,
             rotary: self.positions == Positions::Rotary,
+            n_kv_heads: self.n_kv_heads.unwrap_or(self.n_heads),
+            bias: self.bias,
+            normalization: self.normalization,
+            rope_base: self.rope_base,
+            rope_style: self.rope_style,
         }
     }
 
@@ -301,6 +406,21 @@ impl ModelConfig {
         }
         if self.layer_norm_eps.is_nan() || self.layer_norm_eps <= 0.0 {
             return Err("layer_norm_eps must be positive".into());
+        }
+        if let Some(kv) = self.n_kv_heads {
+            if kv == 0 || !self.n_heads.is_multiple_of(kv) {
+                return Err(format!(
+                    "n_kv_heads {kv} must divide n_heads {} (each key/value head serves a \
+                     group of query heads)",
+                    self.n_heads
+                ));
+            }
+        }
+        if !(self.rope_base.is_finite() && self.rope_base > 1.0) {
+            return Err(format!(
+                "rope_base {} must be a number above 1",
+                self.rope_base
+            ));
         }
         Ok(())
     }

@@ -1,4 +1,5 @@
-//! Input embeddings: `x = E[token] · √d_model + PE(pos)`, then dropout on the sum.
+//! Input embeddings: `x = E[token] · √d_model + PE(pos)`, then dropout on the sum (the paper's
+//! scale; GPT-2 and Llama add their table unscaled: [`Embedding::unscaled`]).
 //!
 //! `PE` depends on [`Positions`]:
 //! - `Sinusoidal`, the paper's encoding (section 3.5):
@@ -42,6 +43,8 @@ pub struct Embedding<T> {
     /// only, empty otherwise).
     sinusoids: Vec<T>,
     max_len: usize,
+    /// Multiply the token embedding by √d_model (section 3.4); false for GPT-2 and Llama.
+    pub scaled: bool,
 }
 
 /// What the embedding forward keeps: the tokens, their positions and the dropout mask.
@@ -88,6 +91,22 @@ impl<T: Float> Embedding<T> {
             positions,
             sinusoids,
             max_len,
+            scaled: true,
+        }
+    }
+
+    /// The same embedding without the √d_model scale (GPT-2, Llama).
+    pub fn unscaled(mut self) -> Self {
+        self.scaled = false;
+        self
+    }
+
+    /// The factor of the token embedding: √d_model, or 1 when unscaled.
+    fn scale(&self) -> T {
+        if self.scaled {
+            T::of((self.d_model as f64).sqrt())
+        } else {
+            T::one()
         }
     }
 
@@ -116,7 +135,7 @@ impl<T: Float> Embedding<T> {
         rng: Option<&mut Rng>,
     ) -> (Vec<T>, EmbeddingCache<T>) {
         let d = self.d_model;
-        let scale = T::of((d as f64).sqrt());
+        let scale = self.scale();
         assert!(
             pos_offset + seq_len <= self.max_len,
             "sequence longer than max_len"
@@ -159,7 +178,7 @@ impl<T: Float> Embedding<T> {
     /// (after the dropout mask).
     pub fn backward(&mut self, cache: &EmbeddingCache<T>, dx: &[T]) {
         let d = self.d_model;
-        let scale = T::of((d as f64).sqrt());
+        let scale = self.scale();
         let masked: Option<Vec<T>> = cache
             .dropout_mask
             .as_ref()

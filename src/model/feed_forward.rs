@@ -1,22 +1,27 @@
 //! The position-wise feed-forward network: `FFN(x) = max(0, x W₁ᵀ + b₁) W₂ᵀ + b₂`, or with GELU
-//! in place of the ReLU (BERT, GPT-2).
+//! in place of the ReLU (BERT, GPT-2), or gated (SwiGLU, Llama):
+//! `FFN(x) = (silu(x W_gateᵀ) ⊙ x W₁ᵀ) W₂ᵀ` (`linear1` is the "up", `linear2` the "down"
+//! projection; biases only when the model has them).
 
 use super::config::Activation;
 use super::linear::Linear;
 use super::param::{Init, Module, ParamVisitor};
 use crate::kernels::activations::{
-    gelu_erf_backward_inplace, gelu_erf_forward, gelu_tanh_backward_inplace, gelu_tanh_forward,
-    mul_inplace, relu_backward_inplace,
+    add_inplace, gelu_erf_backward_inplace, gelu_erf_forward, gelu_tanh_backward_inplace,
+    gelu_tanh_forward, mul_inplace, relu_backward_inplace, swiglu_backward, swiglu_forward,
 };
 use crate::kernels::dropout::dropout_mask;
 use crate::rng::Rng;
 use crate::Float;
 
-/// Linear(d_model, d_ff) -> activation -> Linear(d_ff, d_model).
+/// Linear(d_model, d_ff) -> activation -> Linear(d_ff, d_model); gated: the activation is
+/// `silu(gate) ⊙ linear1`.
 #[derive(Clone, Debug)]
 pub struct FeedForward<T> {
     pub linear1: Linear<T>,
     pub linear2: Linear<T>,
+    /// `W_gate [d_ff, d_model]` of the gated FFN ([`Activation::SiluGated`] only).
+    pub gate: Option<Linear<T>>,
     pub activation: Activation,
     /// Activation dropout: the probability of dropping each hidden unit after the activation
     /// during training (0 in the paper).
@@ -32,15 +37,35 @@ pub struct FeedForwardCache<T> {
     pub hidden: Vec<T>,
     /// [rows, d_ff], the activation-dropout mask (factors 0 or 1/(1 − p)).
     pub dropout_mask: Option<Vec<T>>,
-    /// [rows, d_ff], the first linear's output; empty for ReLU, which does not need it.
+    /// [rows, d_ff], the first linear's output (gated: the gate's); empty for ReLU, which does
+    /// not need it.
     pub pre_activation: Vec<T>,
+    /// [rows, d_ff], gated only: the first linear's ("up") output.
+    pub up: Vec<T>,
 }
 
 impl<T: Float> FeedForward<T> {
     pub fn new(d_model: usize, d_ff: usize, activation: Activation, init: &mut impl Init) -> Self {
+        Self::with_bias(d_model, d_ff, activation, true, init)
+    }
+
+    /// Parameters drawn in the order linear1, linear2 (and the gate when gated); biases only
+    /// when `bias`.
+    pub fn with_bias(
+        d_model: usize,
+        d_ff: usize,
+        activation: Activation,
+        bias: bool,
+        init: &mut impl Init,
+    ) -> Self {
+        let linear1 = Linear::with_bias(d_model, d_ff, bias, init);
+        let linear2 = Linear::with_bias(d_ff, d_model, bias, init);
+        let gate = (activation == Activation::SiluGated)
+            .then(|| Linear::with_bias(d_model, d_ff, bias, init));
         FeedForward {
-            linear1: Linear::new(d_model, d_ff, init),
-            linear2: Linear::new(d_ff, d_model, init),
+            linear1,
+            linear2,
+            gate,
             activation,
             dropout: 0.0,
         }
@@ -57,6 +82,9 @@ impl<T: Float> FeedForward<T> {
     pub fn prepare_inference(&mut self) {
         self.linear1.prepare_inference();
         self.linear2.prepare_inference();
+        if let Some(g) = &mut self.gate {
+            g.prepare_inference();
+        }
     }
 
     /// `x [rows, d_model]` -> `y [rows, d_model]`.
@@ -67,9 +95,19 @@ impl<T: Float> FeedForward<T> {
     /// [`forward`](Self::forward) with activation dropout drawn from `rng` when it is given and
     /// [`dropout`](Self::dropout) is positive: `y = (act(x W₁ᵀ + b₁) ⊙ M) W₂ᵀ + b₂`.
     pub fn forward_train(&self, x: &[T], rng: Option<&mut Rng>) -> (Vec<T>, FeedForwardCache<T>) {
+        let mut up = Vec::new();
         let (mut hidden, pre_activation) = match self.activation {
             // hidden: [rows, d_ff], bias and ReLU fused
             Activation::Relu => (self.linear1.forward_relu(x), Vec::new()),
+            Activation::SiluGated => {
+                // gate, up, hidden: [rows, d_ff]
+                let gate = self.gate.as_ref().expect("a gated FFN has a gate");
+                let g = gate.forward(x);
+                up = self.linear1.forward(x);
+                let mut hidden = vec![T::zero(); g.len()];
+                swiglu_forward(&mut hidden, &g, &up);
+                (hidden, g)
+            }
             Activation::GeluErf | Activation::GeluTanh => {
                 // pre: [rows, d_ff]
                 let pre = self.linear1.forward(x);
@@ -93,6 +131,7 @@ impl<T: Float> FeedForward<T> {
                 hidden,
                 dropout_mask,
                 pre_activation,
+                up,
             },
         )
     }
@@ -104,6 +143,19 @@ impl<T: Float> FeedForward<T> {
         match self.activation {
             // The mask and the ReLU's derivative in one pass.
             Activation::Relu => relu_backward_inplace(&mut dhidden, &cache.hidden, mask),
+            Activation::SiluGated => {
+                if let Some(m) = mask {
+                    mul_inplace(&mut dhidden, m);
+                }
+                let n = dhidden.len();
+                let (mut dgate, mut dup) = (vec![T::zero(); n], vec![T::zero(); n]);
+                let (g, u) = (&cache.pre_activation, &cache.up);
+                swiglu_backward(&mut dgate, &mut dup, &dhidden, g, u);
+                let gate = self.gate.as_mut().expect("a gated FFN has a gate");
+                let mut dx = gate.backward(x, &dgate);
+                add_inplace(&mut dx, &self.linear1.backward(x, &dup));
+                return dx;
+            }
             Activation::GeluErf | Activation::GeluTanh => {
                 if let Some(m) = mask {
                     mul_inplace(&mut dhidden, m);
@@ -124,5 +176,6 @@ impl<T> Module<T> for FeedForward<T> {
     fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
         v.module("linear1", &mut self.linear1);
         v.module("linear2", &mut self.linear2);
+        v.optional("gate", self.gate.as_mut());
     }
 }

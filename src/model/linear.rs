@@ -1,7 +1,8 @@
-//! A fully connected layer, `y = x Wᵀ + b`, with PyTorch's `[d_out, d_in]` weight layout.
+//! A fully connected layer, `y = x Wᵀ + b` (or `x Wᵀ` without a bias, as in Llama), with
+//! PyTorch's `[d_out, d_in]` weight layout.
 
 use super::param::{Init, Module, Param, ParamVisitor};
-use crate::kernels::activations::bias_relu_inplace;
+use crate::kernels::activations::{bias_relu_inplace, relu_inplace};
 use crate::kernels::matmul::{
     add_row_bias, matmul, transpose_weight, weight_product, MatMut, MatRef,
 };
@@ -13,8 +14,8 @@ use crate::Float;
 pub struct Linear<T> {
     /// [d_out, d_in]
     pub weight: Param<T>,
-    /// `[d_out]`
-    pub bias: Param<T>,
+    /// `[d_out]`, absent for a layer without bias.
+    pub bias: Option<Param<T>>,
     pub d_in: usize,
     pub d_out: usize,
     /// Inference only: `Wᵀ [d_in, d_out]`, the layout gemm multiplies without repacking the
@@ -26,9 +27,14 @@ pub struct Linear<T> {
 impl<T: Float> Linear<T> {
     /// Xavier-uniform weight, zero bias.
     pub fn new(d_in: usize, d_out: usize, init: &mut impl Init) -> Self {
+        Self::with_bias(d_in, d_out, true, init)
+    }
+
+    /// Xavier-uniform weight, and a zero bias when `bias`.
+    pub fn with_bias(d_in: usize, d_out: usize, bias: bool, init: &mut impl Init) -> Self {
         Linear {
             weight: init.xavier(&[d_out, d_in], d_in, d_out),
-            bias: init.constant(&[d_out], 0.0),
+            bias: bias.then(|| init.constant(&[d_out], 0.0)),
             d_in,
             d_out,
             transposed: None,
@@ -54,7 +60,9 @@ impl<T: Float> Linear<T> {
         // y: [rows, d_out]
         let mut y = vec![T::zero(); rows * self.d_out];
         self.product(&mut y, x, rows);
-        add_row_bias(&mut y, &self.bias.value.data);
+        if let Some(b) = &self.bias {
+            add_row_bias(&mut y, &b.value.data);
+        }
         y
     }
 
@@ -65,7 +73,10 @@ impl<T: Float> Linear<T> {
         // y: [rows, d_out]
         let mut y = vec![T::zero(); rows * self.d_out];
         self.product(&mut y, x, rows);
-        bias_relu_inplace(&mut y, &self.bias.value.data);
+        match &self.bias {
+            Some(b) => bias_relu_inplace(&mut y, &b.value.data),
+            None => relu_inplace(&mut y),
+        }
         y
     }
 
@@ -95,7 +106,9 @@ impl<T: Float> Linear<T> {
             T::one(),
             true,
         );
-        add_column_sums(&mut self.bias.grad.data, dy, self.d_out);
+        if let Some(b) = &mut self.bias {
+            add_column_sums(&mut b.grad.data, dy, self.d_out);
+        }
     }
 }
 
@@ -103,6 +116,8 @@ impl<T> Module<T> for Linear<T> {
     fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
         self.transposed = None; // the caller may change the weight
         v.param("weight", &mut self.weight);
-        v.param("bias", &mut self.bias);
+        if let Some(b) = &mut self.bias {
+            v.param("bias", b);
+        }
     }
 }

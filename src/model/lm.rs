@@ -87,11 +87,15 @@ impl<T: Float> LanguageModel<T> {
     pub fn new(config: ModelConfig, init: &mut impl Init) -> Self {
         let c = &config;
         let block = c.block();
-        let embedding =
+        let mut embedding =
             Embedding::with_positions(c.vocab_size, c.d_model, c.max_len, c.positions, init);
-        let blocks = Stack::new(c.n_decoder_layers, block.final_norm(), init, |init| {
-            SelfAttentionBlock::new(&block, init)
-        });
+        embedding.scaled = c.scale_embeddings;
+        let blocks = Stack::new(
+            c.n_decoder_layers,
+            init,
+            |init| SelfAttentionBlock::new(&block, init),
+            |init| block.final_norm(init),
+        );
         let head = OutputHead::new(c.vocab_size, c.d_model, c.tie_embeddings, init);
         LanguageModel {
             config,
@@ -213,13 +217,12 @@ impl<T: Float> LanguageModel<T> {
     /// (at most `max_len`): one block per row, attended as matrix products.
     pub fn start(&self, batch: usize, capacity: usize) -> LmState<T> {
         let capacity = capacity.min(self.config.max_len);
-        let d = self.config.d_model;
         LmState {
             caches: self
                 .blocks
                 .layers
                 .iter()
-                .map(|_| KvCache::new(batch, capacity, d, capacity))
+                .map(|l| KvCache::new(batch, capacity, l.self_attn.d_kv(), capacity))
                 .collect(),
         }
     }

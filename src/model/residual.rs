@@ -1,20 +1,21 @@
 //! The residual connection around every sublayer (section 3.1 and 5.4):
 //! post-LN (the paper) `y = LayerNorm(x + Dropout(Sublayer(x)))`, or
-//! pre-LN `y = x + Dropout(Sublayer(LayerNorm(x)))`.
+//! pre-LN `y = x + Dropout(Sublayer(LayerNorm(x)))`; the norm a layer norm or an RMSNorm
+//! ([`Norm`]).
 
 use super::config::NormPlacement;
 use super::layer_norm::LayerNorm;
+use super::norm::{Norm, NormStats};
 use super::param::{Init, Module, ParamVisitor};
 use crate::kernels::activations::{add_inplace, dropout_add_inplace, mul_inplace};
 use crate::kernels::dropout::{dropout_mask, fork_for};
-use crate::kernels::layer_norm::LayerNormStats;
 use crate::rng::Rng;
 use crate::Float;
 
 /// A residual connection with its layer norm and dropout.
 #[derive(Clone, Debug)]
 pub struct Residual<T> {
-    pub norm: LayerNorm<T>,
+    pub norm: Norm<T>,
     pub placement: NormPlacement,
     pub dropout: f64,
 }
@@ -32,7 +33,7 @@ pub struct ResidualCache<T, C> {
     pub dropout_mask: Option<Vec<T>>,
     /// Post-LN only: x + Dropout(Sublayer(x)), the norm's input.
     pub sum: Option<Vec<T>>,
-    pub norm_stats: LayerNormStats<T>,
+    pub norm_stats: NormStats<T>,
 }
 
 impl<T: Float> Residual<T> {
@@ -44,7 +45,16 @@ impl<T: Float> Residual<T> {
         init: &mut impl Init,
     ) -> Self {
         Residual {
-            norm: LayerNorm::with_init(d_model, eps, init),
+            norm: Norm::Layer(LayerNorm::with_init(d_model, eps, init)),
+            placement,
+            dropout,
+        }
+    }
+
+    /// A connection around `norm` (a layer norm or an RMSNorm).
+    pub fn with_norm(norm: Norm<T>, placement: NormPlacement, dropout: f64) -> Self {
+        Residual {
+            norm,
             placement,
             dropout,
         }

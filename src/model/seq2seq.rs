@@ -92,14 +92,21 @@ impl<T: Float> Seq2Seq<T> {
     pub fn new(config: ModelConfig, init: &mut impl Init) -> Self {
         let c = &config;
         let block = c.block();
-        let embedding =
+        let mut embedding =
             Embedding::with_positions(c.vocab_size, c.d_model, c.max_len, c.positions, init);
-        let encoder = Stack::new(c.n_encoder_layers, block.final_norm(), init, |init| {
-            SelfAttentionBlock::new(&block, init)
-        });
-        let decoder = Stack::new(c.n_decoder_layers, block.final_norm(), init, |init| {
-            DecoderLayer::new(&block, init)
-        });
+        embedding.scaled = c.scale_embeddings;
+        let encoder = Stack::new(
+            c.n_encoder_layers,
+            init,
+            |init| SelfAttentionBlock::new(&block, init),
+            |init| block.final_norm(init),
+        );
+        let decoder = Stack::new(
+            c.n_decoder_layers,
+            init,
+            |init| DecoderLayer::new(&block, init),
+            |init| block.final_norm(init),
+        );
         let head = OutputHead::new(c.vocab_size, c.d_model, c.tie_embeddings, init);
         Seq2Seq {
             config,
@@ -290,15 +297,17 @@ impl<T: Float> Seq2Seq<T> {
     ) -> DecodeState<T> {
         let batch = src_lens.len();
         let (memory, _, _) = self.encode(src, src_len, src_lens, None);
-        let d = self.config.d_model;
         let cross_caches = self
             .decoder
             .layers
             .iter()
             .map(|l| l.cross_attn.project_kv(&memory, batch))
             .collect();
-        let self_caches = (0..self.decoder.layers.len())
-            .map(|_| KvCache::new(batch, max_tgt_len, d, 1))
+        let self_caches = self
+            .decoder
+            .layers
+            .iter()
+            .map(|l| KvCache::new(batch, max_tgt_len, l.self_attn.d_kv(), 1))
             .collect();
         DecodeState {
             self_caches,

@@ -4,9 +4,8 @@
 //! one `Stack`; what a layer does with its input is the caller's closure, so the loop, the final
 //! norm and their backward are written once. Parameters: `layers.{i}.…`, `final_norm`.
 
-use super::layer_norm::LayerNorm;
+use super::norm::{Norm, NormStats};
 use super::param::{Init, Module, ParamVisitor};
-use crate::kernels::layer_norm::LayerNormStats;
 use crate::rng::Rng;
 use crate::Float;
 
@@ -14,27 +13,27 @@ use crate::Float;
 #[derive(Clone, Debug)]
 pub struct Stack<L, T> {
     pub layers: Vec<L>,
-    pub final_norm: Option<LayerNorm<T>>,
+    pub final_norm: Option<Norm<T>>,
 }
 
 /// What a stack's forward keeps: each layer's cache and the final norm's input and statistics.
 #[derive(Clone, Debug)]
 pub struct StackCache<C, T> {
     pub layers: Vec<C>,
-    pub final_norm: Option<(Vec<T>, LayerNormStats<T>)>,
+    pub final_norm: Option<(Vec<T>, NormStats<T>)>,
 }
 
 impl<L, T: Float> Stack<L, T> {
-    /// `n` layers made by `layer` in order (each drawing its parameters from `init`), and a
-    /// final norm of width `d` when `final_norm` is set.
+    /// `n` layers made by `layer` in order (each drawing its parameters from `init`), then the
+    /// final norm `final_norm` makes, if any.
     pub fn new<I: Init>(
         n: usize,
-        final_norm: Option<(usize, f64)>,
         init: &mut I,
         mut layer: impl FnMut(&mut I) -> L,
+        final_norm: impl FnOnce(&mut I) -> Option<Norm<T>>,
     ) -> Self {
         let layers = (0..n).map(|_| layer(init)).collect();
-        let final_norm = final_norm.map(|(d, eps)| LayerNorm::with_init(d, eps, init));
+        let final_norm = final_norm(init);
         Stack { layers, final_norm }
     }
 

@@ -1,48 +1,172 @@
-//! Language models written by `train-lm` (`config.json`, `model.safetensors`,
-//! `tokenizer.json`): continuing a prompt by sampling through the KV cache, and the perplexity
-//! of a text.
-//!
-//! A document is trained, scored and prompted as `[<|endoftext|>] + encode(text)`
-//! ([`document_tokens`]).
+//! Decoder-only language models: continuing a prompt by sampling through the KV cache, and the
+//! perplexity of a text. One `--model PATH` takes any of:
+//! - a directory written by `train-lm` (`config.json`, `model.safetensors`, `tokenizer.json`:
+//!   this crate's byte-level BPE; a document is `[<|endoftext|>] + encode(text)`);
+//! - a Hugging Face directory whose `config.json` says `model_type` `llama` or `gpt2`
+//!   (`model.safetensors` or a sharded index, `tokenizer.json`);
+//! - a GGUF file of architecture `llama` (tokenizer and chat template in its metadata).
 
-use super::{check_model_dir, check_vocab};
+use super::check_vocab;
 use crate::decode::sample::{sample_search, SamplingOptions};
 use crate::decode::score::score_stream;
 use crate::decode::{DecodingState, IncrementalDecoder};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::model::checkpoint::load;
 use crate::model::lm::LmState;
-use crate::model::LanguageModel;
+use crate::model::{gpt2, llama, LanguageModel};
+use crate::pipeline::chat::{hf_chat_template, ChatMessage, ChatTemplate};
 use crate::rng::Rng;
-use crate::store::TOKENIZER_FILE;
+use crate::store::gguf::GgufFile;
+use crate::store::{ckpt_err, read_file, read_hf_weights, CONFIG_FILE, TOKENIZER_FILE};
 use crate::text::bpe::Bpe;
+use crate::text::decoder_tokenizer::DecoderTokenizer;
+use crate::text::gguf_tokenizer::GgufTokenizer;
 use crate::Float;
 use std::path::Path;
 
-/// A language model and its byte-level BPE.
+/// Where a loaded model came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModelSource {
+    /// A `train-lm` directory.
+    Ours,
+    /// A Hugging Face Llama directory.
+    HfLlama,
+    /// A Hugging Face GPT-2 directory.
+    HfGpt2,
+    /// A llama GGUF file.
+    Gguf,
+}
+
+/// A language model, its tokenizer and, for a chat model, its chat template.
 pub struct TextGenerator {
     pub model: LanguageModel<f32>,
-    pub bpe: Bpe,
+    pub tokenizer: DecoderTokenizer,
+    pub source: ModelSource,
+    pub chat: Option<ChatTemplate>,
+}
+
+/// The end-of-sequence id of a Hugging Face `config.json` (`eos_token_id`: a number or a list,
+/// the first taken).
+fn hf_eos(config: &serde_json::Value) -> Option<u32> {
+    let v = config.get("eos_token_id")?;
+    let id = v.as_u64().or_else(|| v.as_array()?.first()?.as_u64())?;
+    u32::try_from(id).ok()
 }
 
 impl TextGenerator {
-    /// Loads a language-model directory, checking that the tokenizer matches the model.
-    pub fn load(dir: &Path) -> Result<TextGenerator> {
-        check_model_dir(dir)?;
-        let model: LanguageModel<f32> = load(dir)?;
-        let path = dir.join(TOKENIZER_FILE);
-        let bpe = Bpe::load(&path)?;
-        check_vocab(&path, bpe.vocab_size(), model.config.vocab_size, true)?;
-        Ok(TextGenerator { model, bpe })
+    /// Loads a model directory or GGUF file (see the module docs), checking that the tokenizer
+    /// fits the model.
+    pub fn load(path: &Path) -> Result<TextGenerator> {
+        if path.is_file() {
+            if path
+                .extension()
+                .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+            {
+                return Self::load_gguf(path);
+            }
+            return Err(Error::Input(format!(
+                "{} is a file: give a model directory or a .gguf file",
+                path.display()
+            )));
+        }
+        super::check_model_dir(path)?;
+        let config_path = path.join(CONFIG_FILE);
+        let bytes = read_file(&config_path)?;
+        let json: serde_json::Value = serde_json::from_slice(&bytes)
+            .map_err(|e| ckpt_err(&config_path, format!("invalid JSON: {e}")))?;
+        let (model, tokenizer, source) = match json.get("model_type").and_then(|t| t.as_str()) {
+            None => {
+                let model: LanguageModel<f32> = load(path)?;
+                let bpe = Bpe::load(&path.join(TOKENIZER_FILE))?;
+                (
+                    model,
+                    DecoderTokenizer::Ours(Box::new(bpe)),
+                    ModelSource::Ours,
+                )
+            }
+            Some(kind @ ("llama" | "gpt2")) => {
+                let weights = read_hf_weights(path, |_| false)?;
+                let (model, source) = if kind == "llama" {
+                    let c = llama::parse_config(&bytes, &config_path)?;
+                    (llama::from_hf(&c, path, weights)?, ModelSource::HfLlama)
+                } else {
+                    let c = gpt2::parse_config(&bytes, &config_path)?;
+                    (gpt2::from_hf(&c, path, weights)?, ModelSource::HfGpt2)
+                };
+                let tok =
+                    DecoderTokenizer::hugging_face(&path.join(TOKENIZER_FILE), hf_eos(&json))?;
+                (model, tok, source)
+            }
+            Some(other) => {
+                return Err(ckpt_err(
+                    &config_path,
+                    format!(
+                        "model_type {other:?} is not supported here (llama and gpt2 generate; a \
+                         bert encoder embeds: transformer embed)"
+                    ),
+                ))
+            }
+        };
+        let exact = source == ModelSource::Ours;
+        let tok_path = path.join(TOKENIZER_FILE);
+        check_vocab(
+            &tok_path,
+            tokenizer.vocab_size(),
+            model.config.vocab_size,
+            exact,
+        )?;
+        let chat = match source {
+            ModelSource::Ours => None,
+            _ => hf_chat_template(path)?,
+        };
+        Ok(TextGenerator {
+            model,
+            tokenizer,
+            source,
+            chat,
+        })
     }
 
-    /// Scores `text` as one document; see [`score_text`].
+    /// The ids of a chat prompt: `messages` through the model's chat template, ending where the
+    /// assistant's reply begins (the template writes every special token; nothing is added).
+    pub fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<Vec<u32>> {
+        let chat = self.chat.as_ref().ok_or_else(|| {
+            Error::Input("this model has no chat template (give a plain --prompt)".into())
+        })?;
+        self.tokenizer.encode(&chat.prompt(messages)?)
+    }
+
+    /// A llama GGUF file: its weights dequantised to float32, its tokenizer.
+    fn load_gguf(path: &Path) -> Result<TextGenerator> {
+        let file = GgufFile::open(path)?;
+        let tokenizer = GgufTokenizer::from_gguf(&file)?;
+        let model = llama::from_gguf(&file)?;
+        check_vocab(path, tokenizer.vocab_size(), model.config.vocab_size, false)?;
+        let text = |id: Option<u32>| {
+            id.and_then(|i| tokenizer.token_bytes(i))
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .unwrap_or_default()
+        };
+        let chat = tokenizer.chat_template().map(|t| ChatTemplate {
+            template: t.to_string(),
+            bos: text(tokenizer.bos_id()),
+            eos: text(tokenizer.eos_id()),
+        });
+        Ok(TextGenerator {
+            model,
+            tokenizer: DecoderTokenizer::Gguf(Box::new(tokenizer)),
+            source: ModelSource::Gguf,
+            chat,
+        })
+    }
+
+    /// Scores `text` as one document; see [`score_document`].
     pub fn perplexity(&self, text: &str, stride: usize, batch: usize) -> Result<TextScore> {
-        score_text(&self.model, &self.bpe, text, stride, batch)
+        score_document(&self.model, &self.tokenizer, text, stride, batch)
     }
 }
 
-/// `[<|endoftext|>] + encode(text)`: the stream a document is trained and scored as.
+/// `[<|endoftext|>] + encode(text)`: the stream a document of ours is trained and scored as.
 pub fn document_tokens(bpe: &Bpe, text: &str) -> Result<Vec<u32>> {
     let mut tokens = vec![bpe.eot()];
     tokens.extend(bpe.encode(text)?);
@@ -51,9 +175,11 @@ pub fn document_tokens(bpe: &Bpe, text: &str) -> Result<Vec<u32>> {
 
 /// A language model decoded past its context: when the next positions would not fit, the
 /// state is rebuilt from the last half of the context ([`LanguageModel::max_len`]) of the
-/// tokens fed so far. One row.
+/// tokens fed so far. One row; its caches have room for `capacity` positions (at most the
+/// context: a model with a long context need not hold it all for a short generation).
 pub struct ContextWindow<'a, T> {
     pub model: &'a LanguageModel<T>,
+    pub capacity: usize,
 }
 
 /// The window's state: the model's caches and every token fed.
@@ -63,10 +189,10 @@ pub struct WindowState<T> {
 }
 
 impl<T: Float> ContextWindow<'_, T> {
-    /// An empty state with room for the whole context.
+    /// An empty state.
     pub fn start(&self) -> WindowState<T> {
         WindowState {
-            caches: self.model.start(1, self.model.max_len()),
+            caches: self.model.start(1, self.capacity),
             history: Vec::new(),
         }
     }
@@ -93,13 +219,13 @@ impl<T: Float> IncrementalDecoder<T> for ContextWindow<'_, T> {
     /// Feeds `tokens` (one row); a first feed longer than the context keeps its last
     /// `max_len` tokens.
     fn step(&self, state: &mut WindowState<T>, tokens: &[u32]) -> Vec<T> {
-        let max_len = self.model.max_len();
+        let max_len = self.capacity.min(self.model.max_len());
         state.history.extend_from_slice(tokens);
         let recent = |n: usize| &state.history[state.history.len().saturating_sub(n)..];
         let feed = if state.caches.is_empty() {
             recent(max_len)
         } else if state.caches.len() + tokens.len() > max_len {
-            state.caches = self.model.start(1, max_len);
+            state.caches = self.model.start(1, self.capacity);
             recent((max_len / 2).max(1))
         } else {
             tokens
@@ -108,20 +234,27 @@ impl<T: Float> IncrementalDecoder<T> for ContextWindow<'_, T> {
     }
 }
 
-/// Continues `prompt` (ids, starting with `<|endoftext|>`) by `max_tokens` sampled ids through
-/// the KV caches of a [`ContextWindow`]; calls `emit` with every new id (an error from it stops
-/// the generation and is returned).
+/// Continues `prompt` (a document's ids) by up to `max_tokens` sampled ids through the KV caches
+/// of a [`ContextWindow`], stopping after any of `until` (included in the result); calls `emit`
+/// with every new id (an error from it stops the generation and is returned).
 pub fn generate_ids<E>(
     model: &LanguageModel<f32>,
     prompt: &[u32],
     max_tokens: usize,
     opts: SamplingOptions,
     rng: &mut Rng,
+    until: &[u32],
     emit: impl FnMut(u32) -> std::result::Result<(), E>,
 ) -> std::result::Result<Vec<u32>, E> {
-    let window = ContextWindow { model };
+    let needed = prompt.len().saturating_add(max_tokens);
+    let window = ContextWindow {
+        model,
+        capacity: needed.clamp(1, model.max_len()),
+    };
     let mut state = window.start();
-    sample_search(&window, &mut state, prompt, max_tokens, opts, rng, emit)
+    sample_search(
+        &window, &mut state, prompt, max_tokens, opts, rng, until, emit,
+    )
 }
 
 /// Loss per token, perplexity and bits per character of a scored document.
@@ -133,16 +266,16 @@ pub struct TextScore {
     pub chars: usize,
 }
 
-/// Scores `text` as one document (every token after `<|endoftext|>`), windows of the model's
-/// context every `stride` tokens.
-pub fn score_text(
+/// Scores `text` as one document (every token after the first of
+/// [`DecoderTokenizer::document`]), windows of the model's context every `stride` tokens.
+pub fn score_document(
     model: &LanguageModel<f32>,
-    bpe: &Bpe,
+    tokenizer: &DecoderTokenizer,
     text: &str,
     stride: usize,
     batch: usize,
 ) -> Result<TextScore> {
-    let tokens = document_tokens(bpe, text)?;
+    let tokens = tokenizer.document(text)?;
     let s = score_stream(model, &tokens, model.max_len(), stride, batch);
     let chars = text.chars().count();
     Ok(TextScore {

@@ -9,6 +9,7 @@
 //!   KV cache, and the perplexity of a text;
 //! - [`embed`]: a pretrained BERT encoder (e.g. all-MiniLM-L6-v2): sentence embeddings.
 
+pub mod chat;
 pub mod embed;
 pub mod generate;
 pub mod translate;

@@ -32,6 +32,8 @@ pub const CONFIG_FILE: &str = "config.json";
 pub const MODEL_FILE: &str = "model.safetensors";
 pub const OPTIMIZER_FILE: &str = "optimizer.safetensors";
 pub const TRAINER_STATE_FILE: &str = "trainer_state.json";
+/// The index of a Hugging Face checkpoint sharded into several safetensors files.
+pub const HF_INDEX_FILE: &str = "model.safetensors.index.json";
 /// The translation vocabulary (word, character or the BPE's token list).
 pub const VOCAB_FILE: &str = "vocab.json";
 /// A `tokenizers` tokenizer: byte-level BPE (ours), or a Hugging Face model's.
@@ -133,6 +135,92 @@ pub fn read_tensors_skipping(path: &Path, skip: impl Fn(&str) -> bool) -> Result
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect();
         out.insert(name, (view.shape().to_vec(), values));
+    }
+    Ok(out)
+}
+
+/// Like [`read_tensors_skipping`], for checkpoints of other tools: F32, F16 and BF16 tensors are
+/// read as f32 (other dtypes are an error naming the tensor).
+pub fn read_float_tensors(path: &Path, skip: impl Fn(&str) -> bool) -> Result<TensorMap> {
+    let bytes = read_file(path)?;
+    let st = SafeTensors::deserialize(&bytes).map_err(|e| {
+        ckpt_err(
+            path,
+            format!("not a valid safetensors file (truncated or corrupt?): {e}"),
+        )
+    })?;
+    let mut out = HashMap::new();
+    for (name, view) in st.tensors() {
+        if skip(&name) {
+            continue;
+        }
+        let data = view.data();
+        let half = |f: fn(u16) -> f32| -> Vec<f32> {
+            data.chunks_exact(2)
+                .map(|c| f(u16::from_le_bytes([c[0], c[1]])))
+                .collect()
+        };
+        let values = match view.dtype() {
+            Dtype::F32 => data
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+            Dtype::F16 => half(ggml::f16_to_f32),
+            Dtype::BF16 => half(ggml::bf16_to_f32),
+            other => {
+                return Err(ckpt_err(
+                    path,
+                    format!("tensor {name} has dtype {other:?}, expected F32, F16 or BF16"),
+                ))
+            }
+        };
+        out.insert(name, (view.shape().to_vec(), values));
+    }
+    Ok(out)
+}
+
+/// The weights of a Hugging Face model directory: `model.safetensors`, or the shards its
+/// `model.safetensors.index.json` lists (`weight_map`: tensor name -> shard file), as f32.
+pub fn read_hf_weights(dir: &Path, skip: impl Fn(&str) -> bool + Copy) -> Result<TensorMap> {
+    let single = dir.join(MODEL_FILE);
+    let index = dir.join(HF_INDEX_FILE);
+    if single.is_file() || !index.is_file() {
+        return read_float_tensors(&single, skip);
+    }
+    let bad = |reason: String| ckpt_err(&index, reason);
+    let json: serde_json::Value = serde_json::from_slice(&read_file(&index)?)
+        .map_err(|e| bad(format!("invalid JSON: {e}")))?;
+    let map = json
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or_else(|| bad("no weight_map object".into()))?;
+    let mut shards: Vec<&str> = Vec::new();
+    for (name, file) in map {
+        let file = file
+            .as_str()
+            .ok_or_else(|| bad(format!("weight_map entry {name} is not a file name")))?;
+        let plain = Path::new(file).file_name().is_some_and(|f| f == file);
+        if !plain {
+            return Err(bad(format!(
+                "shard {file:?} is not a file name in the directory"
+            )));
+        }
+        if !shards.contains(&file) {
+            shards.push(file);
+        }
+    }
+    shards.sort();
+    let mut out = TensorMap::new();
+    for shard in shards {
+        let path = dir.join(shard);
+        for (name, t) in read_float_tensors(&path, skip)? {
+            if out.insert(name.clone(), t).is_some() {
+                return Err(ckpt_err(
+                    &path,
+                    format!("tensor {name} appears in two shards"),
+                ));
+            }
+        }
     }
     Ok(out)
 }

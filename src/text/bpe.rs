@@ -193,37 +193,3 @@ pub fn chunk_bounds(text: &str, target: usize) -> Vec<usize> {
     }
     bounds
 }
-
-/// Prints decoded text as ids arrive, holding back ids that end inside a UTF-8 character until
-/// it is complete (at most 3 ids are held for an invalid sequence, which then prints as U+FFFD).
-pub struct StreamDecoder<'a> {
-    bpe: &'a Bpe,
-    pending: Vec<u32>,
-}
-
-impl<'a> StreamDecoder<'a> {
-    pub fn new(bpe: &'a Bpe) -> Self {
-        StreamDecoder {
-            bpe,
-            pending: Vec::new(),
-        }
-    }
-
-    /// Adds one id; returns the text that is now complete (possibly empty).
-    pub fn push(&mut self, id: u32) -> Result<String> {
-        self.pending.push(id);
-        let text = self.bpe.decode(&self.pending)?;
-        if text.ends_with('\u{FFFD}') && self.pending.len() < 4 {
-            return Ok(String::new());
-        }
-        self.pending.clear();
-        Ok(text)
-    }
-
-    /// Whatever is still held back.
-    pub fn finish(&mut self) -> Result<String> {
-        let text = self.bpe.decode(&self.pending)?;
-        self.pending.clear();
-        Ok(text)
-    }
-}

@@ -3,6 +3,7 @@
 
 pub mod bpe;
 pub mod corpus;
+pub mod decoder_tokenizer;
 pub mod gguf_tokenizer;
 pub mod tokenizer;
 pub mod vocab;

@@ -348,13 +348,13 @@ impl NaiveMha {
     pub fn of<T: Float>(m: &MultiHeadAttention<T>) -> Self {
         NaiveMha {
             wq: to_f64(&m.q_proj.weight.value.data),
-            bq: to_f64(&m.q_proj.bias.value.data),
+            bq: to_f64(&m.q_proj.bias.as_ref().unwrap().value.data),
             wk: to_f64(&m.k_proj.weight.value.data),
-            bk: to_f64(&m.k_proj.bias.value.data),
+            bk: to_f64(&m.k_proj.bias.as_ref().unwrap().value.data),
             wv: to_f64(&m.v_proj.weight.value.data),
-            bv: to_f64(&m.v_proj.bias.value.data),
+            bv: to_f64(&m.v_proj.bias.as_ref().unwrap().value.data),
             wo: to_f64(&m.out_proj.weight.value.data),
-            bo: to_f64(&m.out_proj.bias.value.data),
+            bo: to_f64(&m.out_proj.bias.as_ref().unwrap().value.data),
             d: m.d_model,
             heads: m.n_heads,
         }
@@ -396,7 +396,7 @@ pub fn naive_ffn<T: Float>(m: &FeedForward<T>, x: &[f64]) -> Vec<f64> {
     let mut hidden = naive_linear(
         x,
         &to_f64(&l1.weight.value.data),
-        &to_f64(&l1.bias.value.data),
+        &to_f64(&l1.bias.as_ref().unwrap().value.data),
         l1.d_in,
         l1.d_out,
     );
@@ -408,7 +408,7 @@ pub fn naive_ffn<T: Float>(m: &FeedForward<T>, x: &[f64]) -> Vec<f64> {
     naive_linear(
         &hidden,
         &to_f64(&l2.weight.value.data),
-        &to_f64(&l2.bias.value.data),
+        &to_f64(&l2.bias.as_ref().unwrap().value.data),
         l2.d_in,
         l2.d_out,
     )

@@ -1,0 +1,99 @@
+//! The normalisation of a residual connection (and of a pre-norm stack's end): the paper's layer
+//! norm, or RMSNorm (Llama), chosen by the model's config. The numeric kernels live in
+//! `kernels::layer_norm` and `kernels::rms_norm`.
+
+use super::layer_norm::LayerNorm;
+use super::param::{Init, Module, Param, ParamVisitor};
+use crate::kernels::layer_norm::LayerNormStats;
+use crate::kernels::rms_norm::{rms_norm_backward, rms_norm_forward, RmsNormStats};
+use crate::Float;
+
+/// RMSNorm (Zhang & Sennrich 2019): `RMSNorm(x) = g ⊙ x / √(mean(x²) + ε)`, gain `g` (init 1),
+/// no bias, no mean subtraction. Parameter: `weight` (the gain).
+#[derive(Clone, Debug)]
+pub struct RmsNorm<T> {
+    /// g `[d]`
+    pub gain: Param<T>,
+    pub eps: f64,
+}
+
+impl<T: Float> RmsNorm<T> {
+    /// Gain 1 through `init`.
+    pub fn new(d: usize, eps: f64, init: &mut impl Init) -> Self {
+        RmsNorm {
+            gain: init.constant(&[d], 1.0),
+            eps,
+        }
+    }
+
+    /// `x [rows, d]` -> (`y [rows, d]`, what the backward needs).
+    pub fn forward(&self, x: &[T]) -> (Vec<T>, RmsNormStats<T>) {
+        let d = self.gain.value.shape[0];
+        let mut y = vec![T::zero(); x.len()];
+        let stats = rms_norm_forward(&mut y, x, &self.gain.value.data, d, self.eps);
+        (y, stats)
+    }
+
+    /// Accumulates dg and returns dx.
+    pub fn backward(&mut self, x: &[T], stats: &RmsNormStats<T>, dy: &[T]) -> Vec<T> {
+        let d = self.gain.value.shape[0];
+        let mut dx = vec![T::zero(); x.len()];
+        let gain = &self.gain.value.data;
+        rms_norm_backward(&mut dx, dy, x, stats, gain, &mut self.gain.grad.data, d);
+        dx
+    }
+}
+
+impl<T> Module<T> for RmsNorm<T> {
+    fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
+        v.param("weight", &mut self.gain);
+    }
+}
+
+/// A layer norm or an RMSNorm.
+#[derive(Clone, Debug)]
+pub enum Norm<T> {
+    Layer(LayerNorm<T>),
+    Rms(RmsNorm<T>),
+}
+
+/// What either norm's forward keeps for its backward.
+#[derive(Clone, Debug)]
+pub enum NormStats<T> {
+    Layer(LayerNormStats<T>),
+    Rms(RmsNormStats<T>),
+}
+
+impl<T: Float> Norm<T> {
+    /// `x [rows, d]` -> (`y [rows, d]`, the statistics the backward needs).
+    pub fn forward(&self, x: &[T]) -> (Vec<T>, NormStats<T>) {
+        match self {
+            Norm::Layer(n) => {
+                let (y, s) = n.forward(x);
+                (y, NormStats::Layer(s))
+            }
+            Norm::Rms(n) => {
+                let (y, s) = n.forward(x);
+                (y, NormStats::Rms(s))
+            }
+        }
+    }
+
+    /// Accumulates the norm's parameter gradients and returns dx.
+    pub fn backward(&mut self, x: &[T], stats: &NormStats<T>, dy: &[T]) -> Vec<T> {
+        match (self, stats) {
+            (Norm::Layer(n), NormStats::Layer(s)) => n.backward(x, s, dy),
+            (Norm::Rms(n), NormStats::Rms(s)) => n.backward(x, s, dy),
+            _ => panic!("norm statistics of the other kind"),
+        }
+    }
+}
+
+impl<T> Module<T> for Norm<T> {
+    fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
+        match self {
+            Norm::Layer(n) => n.visit(v),
+            Norm::Rms(n) => n.visit(v),
+        }
+    }
+}
