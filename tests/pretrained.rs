@@ -102,6 +102,30 @@ fn check_hf(name: &str, tol: f64) {
         compared >= 8,
         "{name}: too few greedy steps above the margin"
     );
+    // Perplexity of a prompt equals the mean NLL of transformers' logits.
+    let p = &r.prompts[3];
+    let (_, want) = &logits["logits.3"];
+    let v = g.model.config.vocab_size;
+    let mut nll = 0.0;
+    for (t, row) in want.chunks_exact(v).enumerate().take(p.input_ids.len() - 1) {
+        let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)) as f64;
+        let lse = max
+            + row
+                .iter()
+                .map(|&x| (x as f64 - max).exp())
+                .sum::<f64>()
+                .ln();
+        nll += lse - row[p.input_ids[t + 1] as usize] as f64;
+    }
+    let want_ppl = (nll / (p.input_ids.len() - 1) as f64).exp();
+    let got = g.perplexity(&p.text, 64, 4).unwrap();
+    assert_eq!(got.tokens, p.input_ids.len() - 1);
+    let rel = (got.perplexity / want_ppl - 1.0).abs();
+    assert!(
+        rel < 1e-4,
+        "{name}: perplexity {} vs {want_ppl}",
+        got.perplexity
+    );
 }
 
 #[test]
