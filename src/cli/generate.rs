@@ -51,6 +51,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let TextGenerator { mut model, bpe } = TextGenerator::load(&args.model)?;
     model.prepare_inference();
     let prompt = document_tokens(&bpe, &args.prompt)?;
+    model.embedding.check_ids(&prompt)?;
     let opts = SamplingOptions {
         temperature: args.temperature,
         top_k: args.top_k,

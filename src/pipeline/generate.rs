@@ -143,6 +143,7 @@ pub fn score_text(
     batch: usize,
 ) -> Result<TextScore> {
     let tokens = document_tokens(bpe, text)?;
+    model.embedding.check_ids(&tokens)?;
     let s = score_stream(model, &tokens, model.max_len(), stride, batch);
     let chars = text.chars().count();
     Ok(TextScore {
