@@ -378,7 +378,17 @@ impl Vocab {
             })
         };
         let json = read(path)?;
-        Vocab::from_bytes(&json, path, |name| read(&path.with_file_name(name)))
+        Vocab::from_bytes(&json, path, |name| {
+            read(&path.with_file_name(name)).map_err(|e| match e {
+                TextError::Io {
+                    path: tokenizer, ..
+                } => TextError::BadVocab {
+                    path: tokenizer,
+                    reason: format!("tokenizer file not found (named by {})", path.display()),
+                },
+                other => other,
+            })
+        })
     }
 
     /// Parses `vocab.json` bytes read from `path` (named in errors); a BPE vocabulary's
@@ -430,7 +440,14 @@ pub fn parse_tokenizer(bytes: &[u8], path: &Path) -> Result<tokenizers::Tokenize
     };
     let text = std::str::from_utf8(crate::store::strip_bom(bytes))
         .map_err(|e| bad(format!("not UTF-8: {e}")))?;
-    let tokenizer: tokenizers::Tokenizer = text.parse().map_err(|e| bad(format!("{e}")))?;
+    // The JSON is checked first: the tokenizers crate (0.22) panics instead of returning an
+    // error when its decoder section is not valid JSON; a panic it still has on a valid
+    // document is turned into an error too.
+    serde_json::from_str::<serde::de::IgnoredAny>(text)
+        .map_err(|e| bad(format!("not valid JSON: {e}")))?;
+    let parsed = std::panic::catch_unwind(|| text.parse::<tokenizers::Tokenizer>())
+        .map_err(|_| bad("the tokenizers crate failed on this file".into()))?;
+    let tokenizer = parsed.map_err(|e| bad(format!("{e}")))?;
     let size = tokenizer.get_vocab_size(true);
     if let Some((token, id)) = tokenizer
         .get_vocab(true)
