@@ -189,11 +189,13 @@ pub fn manifest_in_force(dir: &Path) -> Result<Option<(Manifest, bool)>> {
     Ok(read_manifest(&dir.join(MANIFEST_FILE))?.map(|m| (m, false)))
 }
 
-/// Whether `dir` holds a complete checkpoint: a manifest in force, or (written before
-/// manifests) `config.json`, `model.safetensors` and `trainer_state.json`.
+/// Whether `dir` holds a complete checkpoint: a manifest in force whose files are all there,
+/// or (written before manifests) `config.json`, `model.safetensors` and `trainer_state.json`.
 pub fn is_complete(dir: &Path) -> bool {
     match manifest_in_force(dir) {
-        Ok(Some(_)) => true,
+        Ok(Some((manifest, overlay))) => manifest.files.keys().all(|name| {
+            dir.join(name).is_file() || (overlay && dir.join(COMMIT_DIR).join(name).is_file())
+        }),
         Ok(None) => [
             super::CONFIG_FILE,
             super::MODEL_FILE,
@@ -318,19 +320,35 @@ fn roll_forward(dir: &Path) -> Result<()> {
     sync_dir(dir)
 }
 
+/// The suffix of a checkpoint directory being deleted ([`remove_checkpoint`]).
+const REMOVING_SUFFIX: &str = ".removing";
+
 /// Deletes the staging directories `.NAME.saving` that interrupted saves of new directories
-/// left in `parent` (a run's `checkpoints/`).
+/// left in `parent` (a run's `checkpoints/`), and the remains `.NAME.removing` of interrupted
+/// deletions.
 pub fn remove_stale_staging(parent: &Path) -> Result<()> {
     let Ok(entries) = std::fs::read_dir(parent) else {
         return Ok(());
     };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().to_string();
-        if name.starts_with('.') && name.ends_with(NEW_DIR_SUFFIX) && name.len() > 8 {
+        let ours = name.ends_with(NEW_DIR_SUFFIX) || name.ends_with(REMOVING_SUFFIX);
+        if name.starts_with('.') && ours && name.len() > 9 {
             remove_dir_if_present(&entry.path())?;
         }
     }
     Ok(())
+}
+
+/// Deletes the checkpoint directory `dir` all at once: renamed to `.NAME.removing` first
+/// (one step, after which it is no longer a checkpoint), then deleted, so that a kill during
+/// the deletion never leaves a checkpoint with files missing.
+pub fn remove_checkpoint(dir: &Path) -> Result<()> {
+    let (parent, name) = parent_and_name(dir)?;
+    let doomed = parent.join(format!(".{name}{REMOVING_SUFFIX}"));
+    remove_dir_if_present(&doomed)?;
+    std::fs::rename(dir, &doomed).map_err(|e| io_err(dir, e))?;
+    remove_dir_if_present(&doomed)
 }
 
 /// One all-or-nothing save of a checkpoint directory: [`CheckpointWriter::begin`], a

@@ -204,11 +204,15 @@ pub fn clear_run(dir: &Path) -> Result<()> {
             _ => Ok(()),
         }
     };
+    // The manifest first (the directory then holds no checkpoint), the step checkpoints
+    // renamed aside before they are deleted.
+    remove(dir.join(MANIFEST_FILE))?;
+    if dir.join(CHECKPOINTS_DIR).is_dir() {
+        atomic::remove_checkpoint(&dir.join(CHECKPOINTS_DIR))?;
+    }
     for name in atomic::CHECKPOINT_FILES.iter().chain(&[
-        MANIFEST_FILE,
         METRICS_FILE,
         CURVES_FILE,
-        CHECKPOINTS_DIR,
         atomic::STAGING_DIR,
         atomic::COMMIT_DIR,
     ]) {

@@ -288,10 +288,7 @@ where
     atomic::remove_stale_staging(&root)?;
     let all = list_step_checkpoints(&root);
     for old in &all[..all.len().saturating_sub(out.keep_last.max(1))] {
-        std::fs::remove_dir_all(old).map_err(|cause| Error::Write {
-            path: old.clone(),
-            cause,
-        })?;
+        atomic::remove_checkpoint(old)?;
     }
     Ok(())
 }
