@@ -119,12 +119,11 @@ fn fuzz(
     assert!(n > 0);
 }
 
+/// A mutation: the seed, the splice sources, the mutated copy.
+type Mutation = fn(&mut Rng, &[u8], &[Vec<u8>]) -> Vec<u8>;
+
 /// One seed of `pool` mutated by `how`, the other seeds as splice sources.
-fn one_of(
-    rng: &mut Rng,
-    pool: &[Vec<u8>],
-    how: fn(&mut Rng, &[u8], &[Vec<u8>]) -> Vec<u8>,
-) -> Vec<u8> {
+fn one_of(rng: &mut Rng, pool: &[Vec<u8>], how: Mutation) -> Vec<u8> {
     let seed = &pool[rng.below(pool.len())];
     how(rng, seed, pool)
 }
