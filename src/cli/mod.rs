@@ -146,10 +146,14 @@ pub fn set_threads(threads: usize) -> Result<usize> {
     let n = match threads {
         0 => cores,
         n if n > cap => {
-            eprintln!(
-                "warning: --threads {n} is more than {MAX_THREADS_PER_CORE} per available core \
-                 ({cores}); using {cap}"
-            );
+            // Once per process (the pool is set up before the command and by it).
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                eprintln!(
+                    "warning: --threads {n} is more than {MAX_THREADS_PER_CORE} per available \
+                     core ({cores}); using {cap}"
+                )
+            });
             cap
         }
         n => n,
