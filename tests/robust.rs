@@ -549,3 +549,34 @@ fn resumed_settings_and_edited_files_are_checked() {
     std::fs::write(&bom, [b"\xEF\xBB\xBF".as_slice(), &c].concat()).unwrap();
     train(&tsv, &bom, &tmp.path().join("bom-run"), &[]).ok();
 }
+
+/// A weights file with a tensor missing and another one too many names both.
+#[test]
+fn missing_and_unexpected_tensors_are_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut t = trainer();
+    save(tmp.path(), &mut t.model).unwrap();
+    std::fs::remove_file(tmp.path().join("checkpoint.json")).unwrap();
+    let path = tmp.path().join("model.safetensors");
+    let mut map = transformer::store::read_tensors(&path).unwrap();
+    let mut names: Vec<String> = map.keys().cloned().collect();
+    names.sort();
+    let (shape, values) = map.remove(&names[3]).unwrap();
+    map.insert(
+        "decoder.layers.9.extra.weight".into(),
+        (vec![2], vec![0.0, 1.0]),
+    );
+    let _ = (shape, values);
+    let tensors: Vec<(String, Vec<usize>, &[f32])> = map
+        .iter()
+        .map(|(n, (s, v))| (n.clone(), s.clone(), &v[..]))
+        .collect();
+    let bytes = transformer::store::tensors_to_bytes(&tensors, &path).unwrap();
+    std::fs::write(&path, bytes).unwrap();
+    let err = load::<Seq2Seq<f32>>(tmp.path()).unwrap_err().to_string();
+    assert!(
+        err.contains(&format!("missing tensors: {}", names[3]))
+            && err.contains("unexpected tensors: decoder.layers.9.extra.weight"),
+        "{err}"
+    );
+}
