@@ -12,4 +12,4 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 KILLS="${1:-100}"
 TRANSFORMER_CRASH_KILLS="$KILLS" cargo test --test crash -- --nocapture --test-threads 2 2>&1 \
-    | grep -E '^crash |^test |test result|panicked|differs' 
+    | grep -E 'crash [a-z ,]+: |^test |test result|panicked|differs'

@@ -12,4 +12,4 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 SECONDS_PER_READER="${1:-60}"
 TRANSFORMER_FUZZ_SECONDS="$SECONDS_PER_READER" TRANSFORMER_FUZZ_CASES=1000000000 \
     cargo test --test fuzz_readers -- --nocapture --test-threads 2 2>&1 \
-    | grep -E '^fuzz |^test |test result|panicked|unclear'
+    | grep -E 'fuzz [a-z_.]+: |^test |test result|panicked|unclear'
