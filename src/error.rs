@@ -16,6 +16,22 @@ pub enum Error {
     /// The loss became NaN or infinite: training stops before anything is saved.
     #[error("training diverged at step {step}: loss is {loss} (try a lower learning rate or gradient clipping)")]
     NonFiniteLoss { step: u64, loss: f64 },
+    /// A tensor to be saved holds NaN or an infinity: nothing is saved, the directory keeps
+    /// its last checkpoint.
+    #[error("not saved to {path}: tensor {tensor} holds {value} at index {index} (not finite: training diverged; the last checkpoint saved there is kept)")]
+    NotFinite {
+        path: PathBuf,
+        tensor: String,
+        index: usize,
+        value: f32,
+    },
+    /// Training diverged: the run stopped, and what was saved last is kept.
+    #[error("{reason}; the run stopped at step {step}, {kept}")]
+    Diverged {
+        step: u64,
+        reason: String,
+        kept: String,
+    },
     /// Input that cannot be used (an over-long sentence, an empty data set, ...).
     #[error("{0}")]
     Input(String),

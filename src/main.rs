@@ -10,6 +10,10 @@ fn main() {
     }
     let cli = transformer::cli::Cli::parse();
     if let Err(e) = transformer::cli::run(cli) {
+        if transformer::cli::is_broken_pipe(&e) {
+            // The reader of stdout closed it (`| head`): it has what it wanted.
+            std::process::exit(0);
+        }
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }

@@ -19,6 +19,13 @@ impl Rng {
         }
     }
 
+    /// Whether the generator is stuck at zero (xoshiro's one invalid state, all words zero,
+    /// which only a damaged checkpoint can hold): it would draw 0 forever.
+    pub fn is_degenerate(&self) -> bool {
+        let mut probe = self.clone();
+        (0..4).all(|_| probe.next_u64() == 0)
+    }
+
     /// 64 uniformly random bits.
     #[inline]
     pub fn next_u64(&mut self) -> u64 {

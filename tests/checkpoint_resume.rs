@@ -98,6 +98,18 @@ fn bad_checkpoints_are_clear_errors_naming_the_file() {
     let a: Vec<f32> = loaded.params_mut()[3].1.value.data.clone();
     assert_eq!(a, trainer.model.params_mut()[3].1.value.data);
 
+    // The manifest refuses any file changed after the save.
+    std::fs::write(&model_path, &good[..good.len() / 2]).unwrap();
+    let err = load::<Seq2Seq<f32>>(dir.path()).unwrap_err().to_string();
+    assert!(
+        err.contains("model.safetensors")
+            && err.contains("does not match the checkpoint's manifest"),
+        "{err}"
+    );
+    // Without one (a directory of another tool, or from before manifests), each file's own
+    // checks speak.
+    std::fs::remove_file(dir.path().join("checkpoint.json")).unwrap();
+
     // Truncated weights.
     std::fs::write(&model_path, &good[..good.len() / 2]).unwrap();
     let err = load::<Seq2Seq<f32>>(dir.path()).unwrap_err().to_string();

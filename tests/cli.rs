@@ -314,10 +314,25 @@ fn train_resume_translate_score_and_broken_model_dirs() {
     let long = format!("red 1\t1 der\nred\t{}\n", "b".repeat(1100));
     score(long.as_bytes()).user_error(&["<stdin> line 2", "1100 target tokens"]);
 
-    // Broken model directories: each error names the directory or file at fault.
+    // A file changed after the save is refused by the checkpoint's manifest.
+    let edited = tmp.path().join("edited");
+    copy_dir(&model, &edited);
+    let path = edited.join("model.safetensors");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&path, &bytes).unwrap();
+    translate(&edited, b"red 1\n").user_error(&[
+        "model.safetensors",
+        "does not match the checkpoint's manifest",
+    ]);
+
+    // Broken model directories without a manifest (another tool's, or older): each error
+    // names the directory or file at fault.
     let broken = |name: &str, damage: &dyn Fn(&Path)| -> PathBuf {
         let dir = tmp.path().join(name);
         copy_dir(&model, &dir);
+        std::fs::remove_file(dir.join("checkpoint.json")).unwrap();
         damage(&dir);
         dir
     };
@@ -459,7 +474,8 @@ fn train_input_errors_are_one_clear_message() {
         .user_error(&["--cooldown 11", "--max-steps 10"]);
 
     // --out names an existing file.
-    train(&good, &empty, &["--max-steps", "0"]).user_error(&["cannot create", s(&empty)]);
+    train(&good, &empty, &["--max-steps", "0"])
+        .user_error(&[s(&empty), "is a file, not a directory"]);
     assert!(!out.exists(), "no output directory after failures");
 }
 

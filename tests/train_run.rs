@@ -7,6 +7,7 @@ use std::path::Path;
 use transformer::model::Module;
 use transformer::model::{ModelConfig, NormPlacement};
 use transformer::model::{Param, Seq2Seq};
+use transformer::store::CheckpointWriter;
 use transformer::train::pairs::{evaluate, Example, TrainConfig};
 use transformer::train::run::{run, Output, Reporter, RunOptions, Silent};
 use transformer::train::schedule::Schedule;
@@ -87,10 +88,9 @@ fn pair_trainer() -> PairTrainer {
     PairTrainer::new(m, t, examples()).unwrap()
 }
 
-/// Writes a stand-in tokenizer file into a model directory.
-fn save_tokenizer(dir: &Path) -> transformer::error::Result<()> {
-    std::fs::write(dir.join("tokenizer.json"), b"{}").unwrap();
-    Ok(())
+/// Stages a stand-in tokenizer file in a checkpoint save.
+fn save_tokenizer(writer: &mut CheckpointWriter) -> transformer::error::Result<()> {
+    writer.add("tokenizer.json", b"{}")
 }
 
 fn output(dir: &Path, log_every: Option<u64>, save_every: u64, into_dir: u64) -> Output<'static> {
@@ -101,6 +101,7 @@ fn output(dir: &Path, log_every: Option<u64>, save_every: u64, into_dir: u64) ->
         save_every,
         keep_last: 2,
         save_into_dir_every: into_dir,
+        autosave: None,
     }
 }
 
@@ -216,6 +217,7 @@ fn language_model_run_logs_validates_rotates_checkpoints_and_resumes_exactly() {
     assert_eq!(
         files(&ckpt),
         [
+            "checkpoint.json",
             "config.json",
             "model.safetensors",
             "optimizer.safetensors",
@@ -305,6 +307,7 @@ fn pair_run_logs_epochs_and_validates_at_the_end() {
     assert_eq!(
         files(&out),
         [
+            "checkpoint.json",
             "config.json",
             "curves.png",
             "metrics.jsonl",

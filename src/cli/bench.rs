@@ -87,7 +87,39 @@ pub fn median(mut xs: Vec<f64>) -> f64 {
     }
 }
 
+/// Refuses sizes that would ask for more memory than any machine has before anything is
+/// allocated: tokens per step, vocabulary, sequence length, beam.
+fn check_sizes(args: &BenchArgs) -> Result<()> {
+    use crate::train::source::MAX_BATCH_TOKENS;
+    let step_tokens = args
+        .batch
+        .saturating_mul(args.src_len.saturating_add(args.tgt_len));
+    anyhow::ensure!(
+        step_tokens <= MAX_BATCH_TOKENS && args.tokens <= MAX_BATCH_TOKENS,
+        "--batch x (--src-len + --tgt-len) and --tokens must be at most {MAX_BATCH_TOKENS} tokens"
+    );
+    anyhow::ensure!(
+        args.vocab <= super::train_lm::MAX_VOCAB,
+        "--vocab {} is above the supported {}",
+        args.vocab,
+        super::train_lm::MAX_VOCAB
+    );
+    anyhow::ensure!(
+        args.seq_len <= 1 << 16,
+        "--seq-len {} is above the supported 65536",
+        args.seq_len
+    );
+    anyhow::ensure!(
+        (1..=crate::decode::beam::MAX_BEAM as usize).contains(&args.beam),
+        "--beam {} must be in 1..={}",
+        args.beam,
+        crate::decode::beam::MAX_BEAM
+    );
+    Ok(())
+}
+
 pub fn run(args: BenchArgs) -> Result<()> {
+    check_sizes(&args)?;
     let threads = set_threads(args.threads)?;
     if let Some(dir) = &args.translate {
         return bench_translate(&args, dir, threads);
@@ -162,8 +194,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
         adam.update(&mut model.params_mut(), schedule.lr(step as u64 + 1));
         stats.loss()
     });
-    println!("train: {:.0} tokens/s", tokens as f64 / med);
-    println!("step: {:.3} s median over {} steps", med, args.steps);
+    super::outln!("train: {:.0} tokens/s", tokens as f64 / med)?;
+    super::outln!("step: {:.3} s median over {} steps", med, args.steps)?;
     Ok(())
 }
 
@@ -213,11 +245,11 @@ fn bench_lm(args: &BenchArgs, mut config: ModelConfig, threads: usize) -> Result
         adam.update(&mut model.params_mut(), 1e-4);
         stats.loss()
     });
-    println!("train-lm: {:.0} tokens/s", n as f64 / med);
-    println!("step: {:.3} s median over {} steps", med, args.steps);
+    super::outln!("train-lm: {:.0} tokens/s", n as f64 / med)?;
+    super::outln!("step: {:.3} s median over {} steps", med, args.steps)?;
     match peak_rss_mib() {
-        Some(mib) => println!("peak resident memory: {mib:.0} MiB"),
-        None => println!("peak resident memory: not reported by this system"),
+        Some(mib) => super::outln!("peak resident memory: {mib:.0} MiB")?,
+        None => super::outln!("peak resident memory: not reported by this system")?,
     }
     Ok(())
 }
@@ -243,11 +275,11 @@ fn bench_translate(args: &BenchArgs, dir: &std::path::Path, threads: usize) -> R
         sources.len()
     );
     let report = |what: &str, secs: f64, tokens: usize| {
-        println!(
+        super::outln!(
             "{what}: {:.1} sentences/s, {:.0} target tokens/s ({tokens} tokens in {secs:.2} s)",
             sources.len() as f64 / secs,
             tokens as f64 / secs
-        );
+        )
     };
     let greedy = GreedyOptions {
         batch_size: batch,
@@ -256,7 +288,7 @@ fn bench_translate(args: &BenchArgs, dir: &std::path::Path, threads: usize) -> R
     let t0 = Instant::now();
     let hyps = greedy_decode(&model, &sources, &greedy);
     let tokens = hyps.iter().map(|h| h.n_emitted()).sum();
-    report("greedy", t0.elapsed().as_secs_f64(), tokens);
+    report("greedy", t0.elapsed().as_secs_f64(), tokens)?;
     let beam = BeamOptions {
         beam_size: args.beam,
         batch_size: batch,
@@ -270,6 +302,6 @@ fn bench_translate(args: &BenchArgs, dir: &std::path::Path, threads: usize) -> R
         &format!("beam {}", args.beam),
         t0.elapsed().as_secs_f64(),
         tokens,
-    );
+    )?;
     Ok(())
 }

@@ -45,6 +45,6 @@ pub fn run(args: BleuArgs) -> Result<()> {
             count_lines(refs.len())
         )
     })?;
-    println!("{score}");
+    super::outln!("{score}")?;
     Ok(())
 }

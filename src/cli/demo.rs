@@ -8,7 +8,7 @@ use crate::data::numbers::{english, german_pieces, number_task};
 use crate::decode::greedy::GreedyOptions;
 use crate::model::ModelConfig;
 use crate::model::Module;
-use crate::store::VOCAB_FILE;
+use crate::store::CheckpointWriter;
 use crate::text::vocab::{Vocab, VocabLevel};
 use crate::train::pairs::{Example, TrainConfig};
 use crate::train::run::{run as run_training, Output, Reporter, RunOptions};
@@ -16,7 +16,7 @@ use crate::train::trainer::{PairTrainer, StepReport};
 use anyhow::Result;
 use clap::Args;
 use indicatif::ProgressBar;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 #[derive(Args, Debug)]
@@ -55,6 +55,8 @@ pub struct DemoArgs {
     /// state: usable by translate, score, attention and average).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    #[arg(long, help = super::OVERWRITE_HELP, requires = "out")]
+    pub overwrite: bool,
     /// Dropout probability (the tiny preset's is 0.1).
     #[arg(long, default_value_t = 0.1)]
     pub dropout: f64,
@@ -100,6 +102,9 @@ impl Reporter for DemoReporter {
 }
 
 pub fn run(args: DemoArgs) -> Result<()> {
+    if let Some(out) = &args.out {
+        super::check_out(out, None, args.overwrite, false)?;
+    }
     let threads = set_threads(args.threads)?;
     let started = Instant::now();
     anyhow::ensure!(
@@ -153,9 +158,12 @@ pub fn run(args: DemoArgs) -> Result<()> {
         vocab.len(),
         trainer.model.n_params()
     );
+    if let Some(out) = &args.out {
+        super::clear_out(out, None, args.overwrite)?;
+    }
     let (s, t) = &train_pairs[0];
     eprintln!("example: {s:?} -> {t:?} -> {:?}", t.replace(' ', ""));
-    let save_vocab = |dir: &Path| Ok(vocab.save(&dir.join(VOCAB_FILE))?);
+    let save_vocab = |w: &mut CheckpointWriter| vocab.write(w);
     // With --out: the model directory, written at the end (no metrics log, no checkpoints).
     let output = args.out.as_ref().map(|dir| Output {
         dir: dir.clone(),
@@ -164,6 +172,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
         save_every: 0,
         keep_last: 1,
         save_into_dir_every: 0,
+        autosave: None,
     });
     let options = RunOptions {
         max_steps: args.steps,
@@ -193,7 +202,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
         .filter(|(h, (_, t))| *h == t)
         .count();
     let accuracy = 100.0 * correct as f64 / task.held_out.len() as f64;
-    println!("samples (held-out):");
+    super::outln!("samples (held-out):")?;
     // Show some right and (if any) some wrong translations.
     let (right, wrong): (Vec<_>, Vec<_>) = hyps
         .iter()
@@ -206,25 +215,25 @@ pub fn run(args: DemoArgs) -> Result<()> {
         .chain(wrong.into_iter().take(n_wrong));
     for (h, (s, t)) in shown {
         let mark = if h == t { "ok " } else { "BAD" };
-        println!(
+        super::outln!(
             "  {mark} {s:<60} -> {h}{}",
             if h == t {
                 String::new()
             } else {
                 format!("   (want {t})")
             }
-        );
+        )?;
     }
-    println!(
+    super::outln!(
         "exact match on {} held-out numbers: {correct}/{} = {accuracy:.1}% after {} steps \
          ({train_secs:.0} s training, {:.0} s in all)",
         task.held_out.len(),
         task.held_out.len(),
         trainer.state.step,
         started.elapsed().as_secs_f64()
-    );
+    )?;
     if let Some(dir) = &args.out {
-        println!("model saved to {}", dir.display());
+        super::outln!("model saved to {}", dir.display())?;
     }
     Ok(())
 }

@@ -94,6 +94,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         tokenizer.document(&args.prompt)?
     };
     let until = tokenizer.end_tokens();
+    model.embedding.check_ids(&prompt)?;
     let opts = SamplingOptions {
         temperature: args.temperature,
         top_k: args.top_k,

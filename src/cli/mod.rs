@@ -14,6 +14,26 @@ pub mod train;
 pub mod train_lm;
 pub mod translate;
 
+/// `println!` that returns the write's error instead of panicking: a closed stdout (`| head`)
+/// ends the command quietly ([`is_broken_pipe`]).
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout(), $($arg)*)
+    }};
+}
+pub(crate) use outln;
+
+/// Whether `error` comes from writing to a closed pipe (`transformer generate | head`): the
+/// reader has what it wanted, so the command ends quietly with exit status 0.
+pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 use crate::train::run::{Reporter, RunSummary};
 use crate::train::trainer::StepReport;
 use crate::train::validate::ValidReport;
@@ -119,12 +139,29 @@ fn dispatch(command: Command) -> Result<()> {
     }
 }
 
-/// Sets the number of worker threads (0: all cores) for the whole process.
+/// The most worker threads per available core (`--threads` above is capped, with a warning).
+pub const MAX_THREADS_PER_CORE: usize = 4;
+
+/// Sets the number of worker threads (0: all cores) for the whole process; more than
+/// [`MAX_THREADS_PER_CORE`] per available core are capped with a warning (they only slow the
+/// run down, and thousands of them stall it).
 pub fn set_threads(threads: usize) -> Result<usize> {
-    let n = if threads == 0 {
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    } else {
-        threads
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cap = cores.saturating_mul(MAX_THREADS_PER_CORE);
+    let n = match threads {
+        0 => cores,
+        n if n > cap => {
+            // Once per process (the pool is set up before the command and by it).
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                eprintln!(
+                    "warning: --threads {n} is more than {MAX_THREADS_PER_CORE} per available \
+                     core ({cores}); using {cap}"
+                )
+            });
+            cap
+        }
+        n => n,
     };
     // A second call in the same process (tests) keeps the first pool.
     // Commands run on a worker (see `run`), so workers get a main thread's stack.
@@ -136,11 +173,15 @@ pub fn set_threads(threads: usize) -> Result<usize> {
 }
 
 /// The checks `train` and `train-lm` share: label smoothing in [0, 1), a positive
-/// `--time-limit` (seconds) and an existing `--resume` directory.
+/// `--time-limit` (seconds), an `--autosave` of 0 or more seconds, an existing `--resume`
+/// directory, and an `--out` that holds no other run unless `--overwrite` (see [`check_out`]).
 pub fn check_run_options(
     label_smoothing: f64,
     time_limit: Option<f64>,
+    autosave: f64,
     resume: Option<&Path>,
+    out: &Path,
+    overwrite: bool,
 ) -> Result<()> {
     if !(0.0..1.0).contains(&label_smoothing) {
         anyhow::bail!("--label-smoothing {label_smoothing} must be in [0, 1)");
@@ -148,11 +189,80 @@ pub fn check_run_options(
     if let Some(t) = time_limit.filter(|t| !(t.is_finite() && *t > 0.0)) {
         anyhow::bail!("--time-limit {t} must be a positive number of seconds");
     }
-    if let Some(dir) = resume.filter(|d| !d.is_dir()) {
-        anyhow::bail!("--resume: directory {} does not exist", dir.display());
+    if !(autosave.is_finite() && autosave >= 0.0) {
+        anyhow::bail!("--autosave {autosave} must be 0 (off) or a positive number of seconds");
+    }
+    if let Some(dir) = resume {
+        check_dir("--resume", dir)?;
+    }
+    check_out(out, resume, overwrite, true)
+}
+
+/// Refuses a directory argument that is missing or a file, naming the flag.
+pub fn check_dir(flag: &str, dir: &Path) -> Result<()> {
+    if dir.is_dir() {
+        Ok(())
+    } else if dir.exists() {
+        anyhow::bail!("{flag} {}: is a file, not a directory", dir.display())
+    } else {
+        anyhow::bail!("{flag} {}: directory does not exist", dir.display())
+    }
+}
+
+/// Refuses an `--out` that already holds a run or a model, unless it is the run being resumed
+/// (`--resume` is `--out` or inside it) or `--overwrite` is given; an `--out` that is a file is
+/// refused always. `resumable`: the command has `--resume` (the message suggests it).
+pub fn check_out(
+    out: &Path,
+    resume: Option<&Path>,
+    overwrite: bool,
+    resumable: bool,
+) -> Result<()> {
+    if out.exists() && !out.is_dir() {
+        anyhow::bail!("--out {}: is a file, not a directory", out.display());
+    }
+    let Some(found) = crate::store::existing_run(out) else {
+        return Ok(());
+    };
+    if resume.is_some_and(|r| crate::store::same_or_inside(r, out)) || overwrite {
+        return Ok(());
+    }
+    let resume = if resumable {
+        format!("give --resume {} to continue it, ", out.display())
+    } else {
+        String::new()
+    };
+    anyhow::bail!(
+        "--out {} already holds a run or a model ({found}); {resume}give --overwrite to \
+         replace it, or another --out",
+        out.display()
+    )
+}
+
+/// With `--overwrite`, deletes the run or model `out` holds (its checkpoint files, metrics,
+/// curves and step checkpoints; nothing else), unless the run resumes from inside it.
+pub fn clear_out(out: &Path, resume: Option<&Path>, overwrite: bool) -> Result<()> {
+    if overwrite && !resume.is_some_and(|r| crate::store::same_or_inside(r, out)) {
+        if let Some(found) = crate::store::existing_run(out) {
+            eprintln!(
+                "--overwrite: deleting the run in {} ({found}, ...)",
+                out.display()
+            );
+            crate::store::clear_run(out)?;
+        }
     }
     Ok(())
 }
+
+/// The `--autosave` help of the training commands.
+pub const AUTOSAVE_HELP: &str = "Also save the run into OUT whenever this many seconds have \
+    passed since it was last saved there (0: off), so that a run that is killed loses at most \
+    that much; resume it with --resume OUT --out OUT";
+
+/// The `--overwrite` help of the commands that write a model directory.
+pub const OVERWRITE_HELP: &str = "Replace the run or model that --out already holds (its \
+    checkpoint files, metrics and step checkpoints are deleted first); without it such an \
+    --out is refused, unless it is the run being resumed";
 
 /// A progress bar for `total` training steps: step, loss, lr, tokens/s and ETA.
 pub fn training_bar(total: u64) -> ProgressBar {

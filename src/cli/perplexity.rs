@@ -45,9 +45,13 @@ pub fn run(args: PerplexityArgs) -> Result<()> {
         bail!("--stride must be positive");
     }
     let s = generator.perplexity(&text, stride, args.batch)?;
-    println!(
+    super::outln!(
         "tokens {} chars {} loss {:.4} nats/token perplexity {:.3} bits/char {:.4}",
-        s.tokens, s.chars, s.nats_per_token, s.perplexity, s.bits_per_char
-    );
+        s.tokens,
+        s.chars,
+        s.nats_per_token,
+        s.perplexity,
+        s.bits_per_char
+    )?;
     Ok(())
 }

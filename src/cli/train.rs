@@ -3,12 +3,13 @@
 use super::{print_curves, set_threads, BarReporter};
 use crate::model::Module;
 use crate::model::{ModelConfig, NormPlacement};
-use crate::store::VOCAB_FILE;
+use crate::store::{CheckpointWriter, VOCAB_FILE};
 use crate::text::corpus::{read_pairs, read_parallel, Pair};
 use crate::text::vocab::{Vocab, VocabLevel};
 use crate::train::pairs::{Example, TrainConfig};
 use crate::train::run::{run as run_training, Output, RunOptions};
 use crate::train::schedule::Cooldown;
+use crate::train::source::{Recipe, MAX_STEP};
 use crate::train::trainer::PairTrainer;
 use crate::train::validate::{BleuCheck, PairValidation, Validator};
 use anyhow::{bail, Context, Result};
@@ -140,6 +141,10 @@ pub struct TrainArgs {
     /// Keep only the last K step checkpoints (at least one).
     #[arg(long, default_value_t = 5)]
     pub keep_last: usize,
+    #[arg(long, default_value_t = 600.0, help = super::AUTOSAVE_HELP)]
+    pub autosave: f64,
+    #[arg(long, help = super::OVERWRITE_HELP)]
+    pub overwrite: bool,
     /// Append a JSON line of metrics to OUT/metrics.jsonl every N steps (0: only on validation
     /// steps and at the last step); OUT/curves.png plots the log at the end.
     #[arg(long, default_value_t = 100)]
@@ -207,9 +212,9 @@ pub fn encode_pairs(pairs: &[Pair], vocab: &Vocab, max_len: usize, what: &str) -
 fn model_config(args: &TrainArgs, vocab_size: usize) -> Result<ModelConfig> {
     let mut c = match &args.config {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
+            let bytes = std::fs::read(path)
                 .with_context(|| format!("cannot read config {}", path.display()))?;
-            serde_json::from_str::<ModelConfig>(&text)
+            serde_json::from_slice::<ModelConfig>(crate::store::strip_bom(&bytes))
                 .with_context(|| format!("{}: invalid model config", path.display()))?
         }
         None => ModelConfig::preset(&args.preset, vocab_size).with_context(|| {
@@ -233,32 +238,63 @@ fn model_config(args: &TrainArgs, vocab_size: usize) -> Result<ModelConfig> {
     if args.pre_ln {
         c.norm = NormPlacement::PreLn;
     }
-    c.validate()
-        .map_err(|e| anyhow::anyhow!("invalid model config: {e}"))?;
+    c.validate().map_err(|e| match &args.config {
+        Some(path) => anyhow::anyhow!("{}: invalid model config: {e}", path.display()),
+        None => anyhow::anyhow!("invalid model config: {e}"),
+    })?;
     Ok(c)
 }
 
-/// Refuses option values that would silently give a broken run.
+/// The recipe of a fresh run, from the options.
+fn recipe(args: &TrainArgs) -> TrainConfig {
+    TrainConfig {
+        label_smoothing: args.label_smoothing,
+        warmup: args.warmup,
+        lr_factor: args.lr_factor,
+        tokens_per_batch: args.tokens_per_batch,
+        accumulate: args.accumulate,
+        clip_norm: args.clip_norm,
+        seed: args.seed,
+        word_dropout: args.word_dropout,
+        cooldown: Cooldown::last(args.cooldown.unwrap_or(0), args.max_steps),
+        ..TrainConfig::default()
+    }
+}
+
+/// Refuses option values that would silently give a broken run: the recipe's with the rules a
+/// checkpoint's recipe is checked with on --resume.
 fn check_options(args: &TrainArgs) -> Result<()> {
-    if !(args.lr_factor.is_finite() && args.lr_factor > 0.0) {
-        bail!("--lr-factor {} must be positive", args.lr_factor);
-    }
-    if let Some(c) = args.clip_norm.filter(|c| !(c.is_finite() && *c > 0.0)) {
-        bail!("--clip-norm {c} must be positive");
-    }
     if let Some(c) = args.cooldown.filter(|&c| c > args.max_steps) {
         bail!(
             "--cooldown {c} is longer than the run (--max-steps {})",
             args.max_steps
         );
     }
-    if !(0.0..1.0).contains(&args.word_dropout) {
-        bail!("--word-dropout {} must be in [0, 1)", args.word_dropout);
+    if args.max_steps > MAX_STEP {
+        bail!(
+            "--max-steps {} is beyond the supported {MAX_STEP}",
+            args.max_steps
+        );
+    }
+    if args.resume.is_none() {
+        let max_vocab = super::train_lm::MAX_VOCAB;
+        if args.vocab_size > max_vocab {
+            bail!(
+                "--vocab-size {} is above the supported {max_vocab}",
+                args.vocab_size
+            );
+        }
+        recipe(args)
+            .validate()
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
     }
     super::check_run_options(
         args.label_smoothing,
         args.time_limit,
+        args.autosave,
         args.resume.as_deref(),
+        &args.out,
+        args.overwrite,
     )
 }
 
@@ -292,6 +328,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
         vocab.level(),
         trainer.source().batches_per_epoch()
     );
+    super::clear_out(&args.out, args.resume.as_deref(), args.overwrite)?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
     let start_step = trainer.state.step;
@@ -313,7 +350,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
             references: bleu_pairs.iter().map(|p| p.target.clone()).collect(),
         }),
     });
-    let save_vocab = |dir: &Path| Ok(vocab.save(&dir.join(VOCAB_FILE))?);
+    let save_vocab = |w: &mut CheckpointWriter| vocab.write(w);
     let output = Output {
         dir: args.out.clone(),
         save_tokenizer: &save_vocab,
@@ -321,6 +358,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
         save_every: args.save_every,
         keep_last: args.keep_last,
         save_into_dir_every: 0,
+        autosave: (args.autosave > 0.0).then_some(args.autosave),
     };
     let mut reporter = BarReporter::new(args.max_steps, start_step, |r, v, _| {
         let mut lines = vec![format!(
@@ -404,17 +442,8 @@ fn start(args: &TrainArgs, train_pairs: &[Pair], train_name: &str) -> Result<(Vo
     if examples.is_empty() {
         bail!("{train_name}: no training pairs left");
     }
-    let config = TrainConfig {
-        label_smoothing: args.label_smoothing,
-        warmup: args.warmup,
-        lr_factor: args.lr_factor,
-        tokens_per_batch: args.tokens_per_batch,
-        accumulate: args.accumulate,
-        clip_norm: args.clip_norm,
-        seed: args.seed,
-        word_dropout: args.word_dropout,
-        cooldown: Cooldown::last(args.cooldown.unwrap_or(0), args.max_steps),
-        ..TrainConfig::default()
-    };
-    Ok((vocab, PairTrainer::new(model_config, config, examples)?))
+    Ok((
+        vocab,
+        PairTrainer::new(model_config, recipe(args), examples)?,
+    ))
 }

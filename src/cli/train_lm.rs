@@ -6,12 +6,16 @@ use crate::model::config::Normalization;
 use crate::model::Module;
 use crate::model::{Activation, ModelConfig, NormPlacement, Positions};
 use crate::pipeline::generate::document_tokens;
-use crate::store::TOKENIZER_FILE;
+use crate::store::{CheckpointWriter, TOKENIZER_FILE};
 use crate::text::bpe::Bpe;
 use crate::train::run::{run as run_training, Output, RunOptions};
+use crate::train::source::{Recipe, MAX_STEP};
 use crate::train::trainer::LmTrainer;
 use crate::train::validate::{TextValidation, Validator};
 use crate::train::windows::LmTrainConfig;
+
+/// The largest BPE vocabulary `--vocab-size` asks for.
+pub const MAX_VOCAB: usize = 1 << 20;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::path::{Path, PathBuf};
@@ -131,6 +135,10 @@ pub struct TrainLmArgs {
     /// Keep only the last K step checkpoints (at least one).
     #[arg(long, default_value_t = 5)]
     pub keep_last: usize,
+    #[arg(long, default_value_t = 600.0, help = super::AUTOSAVE_HELP)]
+    pub autosave: f64,
+    #[arg(long, help = super::OVERWRITE_HELP)]
+    pub overwrite: bool,
 }
 
 /// Splits `text` at the start of its last `fraction` (moved forward to a character boundary).
@@ -154,12 +162,24 @@ fn read_text(path: &Path) -> Result<String> {
     })
 }
 
+/// The recipe of a fresh run, from the options.
+fn recipe(args: &TrainLmArgs) -> LmTrainConfig {
+    LmTrainConfig {
+        context: args.context,
+        batch: args.batch,
+        lr: args.lr,
+        warmup: args.warmup,
+        total_steps: args.max_steps,
+        clip_norm: (args.clip_norm > 0.0).then_some(args.clip_norm),
+        label_smoothing: args.label_smoothing,
+        seed: args.seed,
+        ..LmTrainConfig::default()
+    }
+}
+
 fn check_train_args(a: &TrainLmArgs) -> Result<()> {
     if !(0.0..1.0).contains(&a.valid_fraction) {
         bail!("--valid-fraction {} must be in [0, 1)", a.valid_fraction);
-    }
-    if !(a.lr.is_finite() && a.lr > 0.0) {
-        bail!("--lr {} must be positive", a.lr);
     }
     if !(a.clip_norm.is_finite() && a.clip_norm >= 0.0) {
         bail!("--clip-norm {} must be >= 0", a.clip_norm);
@@ -167,7 +187,29 @@ fn check_train_args(a: &TrainLmArgs) -> Result<()> {
     if a.context == 0 || a.batch == 0 || a.layers == 0 {
         bail!("--context, --batch and --layers must be positive");
     }
-    super::check_run_options(a.label_smoothing, a.time_limit, a.resume.as_deref())
+    if a.max_steps > MAX_STEP {
+        bail!(
+            "--max-steps {} is beyond the supported {MAX_STEP}",
+            a.max_steps
+        );
+    }
+    if a.resume.is_none() {
+        if a.vocab_size > MAX_VOCAB {
+            bail!(
+                "--vocab-size {} is above the supported {MAX_VOCAB}",
+                a.vocab_size
+            );
+        }
+        recipe(a).validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    super::check_run_options(
+        a.label_smoothing,
+        a.time_limit,
+        a.autosave,
+        a.resume.as_deref(),
+        &a.out,
+        a.overwrite,
+    )
 }
 
 /// A fresh run: a BPE learnt on the training text, the model and recipe from the options.
@@ -204,18 +246,7 @@ fn start(args: &TrainLmArgs, train_text: &str) -> Result<(Bpe, LmTrainer)> {
     model_config
         .validate()
         .map_err(|e| anyhow::anyhow!("invalid model: {e}"))?;
-    let config = LmTrainConfig {
-        context: args.context,
-        batch: args.batch,
-        lr: args.lr,
-        warmup: args.warmup,
-        total_steps: args.max_steps,
-        clip_norm: (args.clip_norm > 0.0).then_some(args.clip_norm),
-        label_smoothing: args.label_smoothing,
-        seed: args.seed,
-        ..LmTrainConfig::default()
-    };
-    Ok((bpe, LmTrainer::new(model_config, config, tokens)?))
+    Ok((bpe, LmTrainer::new(model_config, recipe(args), tokens)?))
 }
 
 pub fn run(args: TrainLmArgs) -> Result<()> {
@@ -252,6 +283,7 @@ pub fn run(args: TrainLmArgs) -> Result<()> {
         valid_tokens.len() - 1,
         started.elapsed().as_secs_f64()
     );
+    super::clear_out(&args.out, args.resume.as_deref(), args.overwrite)?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
     let validation = (valid_chars > 0).then_some(TextValidation {
@@ -259,7 +291,7 @@ pub fn run(args: TrainLmArgs) -> Result<()> {
         chars: valid_chars,
         batch: trainer.state.config.batch,
     });
-    let save_tokenizer = |dir: &Path| bpe.save(&dir.join(TOKENIZER_FILE));
+    let save_tokenizer = |w: &mut CheckpointWriter| bpe.write(w);
     let output = Output {
         dir: args.out.clone(),
         save_tokenizer: &save_tokenizer,
@@ -267,6 +299,7 @@ pub fn run(args: TrainLmArgs) -> Result<()> {
         save_every: args.save_every,
         keep_last: args.keep_last,
         save_into_dir_every: args.eval_every,
+        autosave: (args.autosave > 0.0).then_some(args.autosave),
     };
     let mut reporter = BarReporter::new(args.max_steps, trainer.state.step, |r, v, rate| {
         vec![format!(

@@ -4,7 +4,7 @@
 //! input gives N lines `i<TAB>score<TAB>text`.
 
 use super::{read_stdin_lines, set_threads};
-use crate::decode::beam::{BeamOptions, BeamStop};
+use crate::decode::beam::{BeamOptions, BeamStop, MAX_BEAM};
 use crate::decode::greedy::GreedyOptions;
 use crate::pipeline::translate::Translator;
 use anyhow::{bail, Result};
@@ -36,7 +36,7 @@ pub struct TranslateArgs {
     ///
     /// Beam search ranks hypotheses by log p(Y|X) / lp(Y), lp(Y) = ((5 + |Y|) / 6)^alpha, |Y|
     /// counting the emitted tokens with the closing EOS (the paper: --beam 4 --alpha 0.6).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=MAX_BEAM as i64))]
     pub beam: Option<u32>,
     /// Length-penalty exponent: hypotheses are ranked by log p / ((5 + |Y|) / 6)^alpha (beam
     /// search, and the scores of --nbest; plain greedy output ignores it).
@@ -53,7 +53,7 @@ pub struct TranslateArgs {
     /// of --beam (with greedy search, its one hypothesis scored the same way). An empty input
     /// line gives N lines `i<TAB>0<TAB>`. Fewer than N lines only when the search space holds
     /// fewer hypotheses (tiny vocabularies and length limits).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=MAX_BEAM as i64))]
     pub nbest: Option<u32>,
     /// Worker threads (0: all cores).
     #[arg(long, default_value_t = 0)]

@@ -60,6 +60,10 @@ use crate::model::seq2seq::Seq2Seq;
 use crate::Float;
 use rayon::prelude::*;
 
+/// The largest beam the command line accepts (`--beam`, `--nbest`): a sentence decodes up to
+/// this many rows, each with its cache.
+pub const MAX_BEAM: u32 = 256;
+
 /// Search settings.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct BeamOptions {

@@ -79,7 +79,7 @@ impl Hypothesis {
 
 /// The most tokens (EOS included) a source of `src_len` tokens (without EOS) may produce.
 pub fn max_output_len(config: &ModelConfig, src_len: usize, max_len_extra: usize) -> usize {
-    (src_len + max_len_extra).min(config.max_len)
+    src_len.saturating_add(max_len_extra).min(config.max_len)
 }
 
 /// Greedy decoding with the incremental (KV-cached) decoder. See the module docs.

@@ -7,15 +7,21 @@
 //! are mapped onto ours by an explicit table (BERT today, see `super::bert`). The weights in a
 //! file are counted against the parameter count the config implies ([`count_params`] on a model
 //! built with [`ShapesOnly`]) before anything is allocated, so an edited config cannot ask for
-//! terabytes.
+//! terabytes; a missing, unexpected or misshapen tensor is named, and so is a tensor that holds
+//! a value that is not finite.
+//!
+//! Saving goes through [`crate::store::CheckpointWriter`] (all or nothing, see
+//! [`crate::store::atomic`]) and refuses weights that are not finite, so a diverged run never
+//! replaces a good checkpoint; reading goes through [`crate::store::read_file`], which checks
+//! each file against the directory's manifest.
 
 use super::param::{count_params, Init, Module, Param, ShapesOnly};
 use super::{LanguageModel, ModelConfig, Seq2Seq};
 use crate::error::{Error, Result};
 use crate::rng::Rng;
 use crate::store::{
-    ckpt_err, read_file, read_tensors, tensors_to_bytes, write_atomic, TensorMap, CONFIG_FILE,
-    MODEL_FILE,
+    ckpt_err, read_file, read_tensors, strip_bom, tensors_to_bytes, CheckpointWriter, TensorMap,
+    CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, VOCAB_FILE,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -29,6 +35,11 @@ pub trait Model: Module<f32> + Sized {
     fn config(&self) -> &Self::Config;
     /// Checks a config read from a directory; the message names the offending field.
     fn check_config(config: &Self::Config) -> std::result::Result<(), String>;
+    /// When the directory `dir` with this config holds another kind of model (a language
+    /// model given where a translation model is wanted, ...): what it is and what to use.
+    fn other_kind(_config: &Self::Config, _dir: &Path) -> Option<String> {
+        None
+    }
     /// A model of this shape, parameters drawn from `init` (random, or shapes only).
     fn build(config: Self::Config, init: &mut impl Init) -> Self;
 }
@@ -40,6 +51,17 @@ impl Model for Seq2Seq<f32> {
     }
     fn check_config(config: &ModelConfig) -> std::result::Result<(), String> {
         config.validate()
+    }
+    fn other_kind(config: &ModelConfig, dir: &Path) -> Option<String> {
+        let lm = config.n_encoder_layers == 0
+            && dir.join(TOKENIZER_FILE).is_file()
+            && !dir.join(VOCAB_FILE).exists();
+        lm.then(|| {
+            "a language model directory (train-lm: no encoder, tokenizer.json and no \
+             vocab.json), not a translation model; use generate or perplexity with it, or \
+             train-lm --resume"
+                .to_string()
+        })
     }
     fn build(config: ModelConfig, init: &mut impl Init) -> Self {
         Seq2Seq::new(config, init)
@@ -55,7 +77,9 @@ impl Model for LanguageModel<f32> {
         config.validate()?;
         if config.n_encoder_layers != 0 {
             return Err(format!(
-                "n_encoder_layers is {}: an encoder-decoder model, not a language model",
+                "n_encoder_layers is {}: a translation (encoder-decoder) model directory, \
+                 not a language model; use translate, score or attention with it, or train \
+                 --resume",
                 config.n_encoder_layers
             ));
         }
@@ -66,25 +90,56 @@ impl Model for LanguageModel<f32> {
     }
 }
 
-/// Saves the model's `config.json` and `model.safetensors` into `dir` (created if needed).
+/// Saves the model's `config.json` and `model.safetensors` as the checkpoint of `dir` (created
+/// if needed), all or nothing; see [`write_model`].
 pub fn save<M: Model>(dir: &Path, model: &mut M) -> Result<()>
 where
     M::Config: Serialize,
 {
-    std::fs::create_dir_all(dir).map_err(|cause| Error::Write {
-        path: dir.to_path_buf(),
-        cause,
-    })?;
-    let config = serde_json::to_string_pretty(model.config()).expect("config serialises");
-    write_atomic(&dir.join(CONFIG_FILE), config.as_bytes())?;
-    let path = dir.join(MODEL_FILE);
+    let mut writer = CheckpointWriter::begin(dir)?;
+    write_model(&mut writer, model)?;
+    writer.commit()
+}
+
+/// Stages the model's `config.json` and `model.safetensors` in a save; refuses (saving
+/// nothing) a parameter that holds a value that is not finite, naming it.
+pub fn write_model<M: Model>(writer: &mut CheckpointWriter, model: &mut M) -> Result<()>
+where
+    M::Config: Serialize,
+{
+    let path = writer.dir().join(MODEL_FILE);
     let params = model.named_params("");
+    check_finite(
+        &path,
+        params.iter().map(|(n, p)| (n.as_str(), &p.value.data[..])),
+    )?;
     let tensors: Vec<(String, Vec<usize>, &[f32])> = params
         .iter()
         .map(|(n, p)| (n.clone(), p.value.shape.clone(), &p.value.data[..]))
         .collect();
     let bytes = tensors_to_bytes(&tensors, &path)?;
-    write_atomic(&path, &bytes)
+    let config = serde_json::to_string_pretty(model.config()).expect("config serialises");
+    writer.add(CONFIG_FILE, config.as_bytes())?;
+    writer.add(MODEL_FILE, &bytes)
+}
+
+/// Refuses (for saving at `path`) the first tensor that holds NaN or an infinity, naming it:
+/// a diverged run must not replace its last good checkpoint.
+pub fn check_finite<'a>(
+    path: &Path,
+    tensors: impl IntoIterator<Item = (&'a str, &'a [f32])>,
+) -> Result<()> {
+    for (name, values) in tensors {
+        if let Some((i, v)) = values.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+            return Err(Error::NotFinite {
+                path: path.to_path_buf(),
+                tensor: name.to_string(),
+                index: i,
+                value: *v,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Reads `config.json` from `dir` and checks it for `M`.
@@ -94,9 +149,23 @@ where
 {
     let path = dir.join(CONFIG_FILE);
     let bytes = read_file(&path)?;
-    let config: M::Config = serde_json::from_slice(&bytes)
-        .map_err(|e| ckpt_err(&path, format!("invalid model config: {e}")))?;
-    M::check_config(&config).map_err(|e| ckpt_err(&path, e))?;
+    parse_config::<M>(&bytes, &path, Some(dir))
+}
+
+/// Parses and checks the `config.json` bytes of `M` read from `path` (a leading UTF-8 byte
+/// order mark is accepted); `dir`, when given, is looked at to say which kind of model it holds
+/// when the config is not one of `M`.
+pub fn parse_config<M: Model>(bytes: &[u8], path: &Path, dir: Option<&Path>) -> Result<M::Config>
+where
+    M::Config: DeserializeOwned,
+{
+    let config: M::Config = serde_json::from_slice(strip_bom(bytes))
+        .map_err(|e| ckpt_err(path, format!("invalid model config: {e}")))?;
+    if let Some(other) = dir.and_then(|d| M::other_kind(&config, d)) {
+        let dir = dir.expect("checked");
+        return Err(Error::Input(format!("{} is {other}", dir.display())));
+    }
+    M::check_config(&config).map_err(|e| ckpt_err(path, e))?;
     Ok(config)
 }
 
@@ -109,6 +178,18 @@ where
     let config = load_config_of::<M>(dir)?;
     let path = dir.join(MODEL_FILE);
     let map = read_tensors(&path)?;
+    build_filled(&path, config, map, None)
+}
+
+/// [`load`] from the bytes of `config.json` and `model.safetensors` (as read from `dir`, which
+/// errors name): what [`load`] does once the files are read.
+pub fn load_bytes<M: Model>(config: &[u8], weights: &[u8], dir: &Path) -> Result<M>
+where
+    M::Config: DeserializeOwned,
+{
+    let config = parse_config::<M>(config, &dir.join(CONFIG_FILE), None)?;
+    let path = dir.join(MODEL_FILE);
+    let map = crate::store::parse_tensors(weights, &path, |_| false)?;
     build_filled(&path, config, map, None)
 }
 
@@ -128,18 +209,64 @@ pub fn build_filled<M: Model>(
             .map(|(name, t)| (name.clone(), (name, t)))
             .collect(),
     };
-    // Compare sizes before allocating: a config edited to huge sizes is an error, not an OOM.
-    let expected = count_params(&mut M::build(config.clone(), &mut ShapesOnly));
-    let in_file: usize = map.values().map(|(_, (_, v))| v.len()).sum();
+    // Compare names, shapes and sizes before allocating: a config edited to huge sizes is an
+    // error, not an OOM; a missing or unexpected tensor is named.
+    let mut shapes_only = M::build(config.clone(), &mut ShapesOnly);
+    let expected = count_params(&mut shapes_only);
+    let in_file: usize = map
+        .values()
+        .fold(0usize, |n, (_, (_, v))| n.saturating_add(v.len()));
     if expected != Some(in_file) {
+        let wanted: Vec<(String, Vec<usize>)> = shapes_only
+            .named_params("")
+            .into_iter()
+            .map(|(n, p)| (n, p.value.shape.clone()))
+            .collect();
+        let mut details = Vec::new();
+        let named = |ours: &str| {
+            rename
+                .and_then(|t| t.export(ours))
+                .unwrap_or_else(|| ours.to_string())
+        };
+        let missing: Vec<String> = wanted
+            .iter()
+            .filter(|(n, _)| !map.contains_key(n))
+            .map(|(n, _)| named(n))
+            .collect();
+        if !missing.is_empty() {
+            details.push(format!("missing tensors: {}", first_few(&missing)));
+        }
+        let mut extra: Vec<String> = map
+            .iter()
+            .filter(|(n, _)| !wanted.iter().any(|(w, _)| w == *n))
+            .map(|(_, (theirs, _))| theirs.clone())
+            .collect();
+        extra.sort();
+        if !extra.is_empty() {
+            details.push(format!("unexpected tensors: {}", first_few(&extra)));
+        }
+        if let Some((shape, (theirs, (got, _)))) = wanted
+            .iter()
+            .find_map(|(n, s)| map.get(n).filter(|(_, (g, _))| g != s).map(|t| (s, t)))
+        {
+            details.push(format!(
+                "tensor {theirs} has shape {got:?} but the config needs {shape:?}"
+            ));
+        }
         return Err(ckpt_err(
             path,
             format!(
-                "holds {in_file} weights but config.json implies {} (config.json does not match the weights)",
-                expected.map_or("too many".to_string(), |n| n.to_string())
+                "holds {in_file} weights but config.json implies {} (config.json does not match the weights{})",
+                expected.map_or("too many".to_string(), |n| n.to_string()),
+                if details.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", details.join("; "))
+                }
             ),
         ));
     }
+    drop(shapes_only);
     let mut model = M::build(config, &mut Rng::new(0));
     fill_params(path, &mut model.named_params(""), &mut map, rename)?;
     if let Some(extra) = map.values().map(|(name, _)| name).min() {
@@ -179,9 +306,26 @@ pub fn fill_params(
                 ),
             ));
         }
+        if let Some((i, v)) = values.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+            return Err(ckpt_err(
+                path,
+                format!(
+                    "tensor {name} holds {v} at index {i}: the weights are not finite (saved by a run that diverged?)"
+                ),
+            ));
+        }
         p.value.data.copy_from_slice(&values);
     }
     Ok(())
+}
+
+/// The first five of `names`, and how many more.
+fn first_few(names: &[String]) -> String {
+    let mut s = names.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
+    if names.len() > 5 {
+        s.push_str(&format!(" and {} more", names.len() - 5));
+    }
+    s
 }
 
 /// How an imported checkpoint's tensor names map onto our module paths: `(theirs, ours)` name

@@ -124,6 +124,24 @@ impl<T: Float> Embedding<T> {
         self.max_len
     }
 
+    /// The number of token ids the table has rows for.
+    pub fn vocab_size(&self) -> usize {
+        self.weight.value.shape[0]
+    }
+
+    /// Refuses the first token id with no row in the table (an error naming it), so that
+    /// ids from outside (a tokenizer, a caller) never reach [`Embedding::forward`] unchecked:
+    /// every public entry point that takes ids calls it.
+    pub fn check_ids(&self, ids: &[u32]) -> crate::error::Result<()> {
+        let vocab = self.vocab_size();
+        match ids.iter().find(|&&t| t as usize >= vocab) {
+            Some(t) => Err(crate::error::Error::Input(format!(
+                "token id {t} is outside the model's vocabulary of {vocab} (ids 0..{vocab})"
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// `tokens [batch, seq_len]` (row-major) -> `x [batch*seq_len, d_model]`, positions starting
     /// at `pos_offset` (for incremental decoding). Dropout with probability `p` when `rng` is given.
     pub fn forward(
@@ -145,7 +163,18 @@ impl<T: Float> Embedding<T> {
         let table = self.additive();
         for (r, &tok) in tokens.iter().enumerate() {
             let pos = pos_offset + r % seq_len;
-            let e = &self.weight.value.data[tok as usize * d..(tok as usize + 1) * d];
+            let e = self
+                .weight
+                .value
+                .data
+                .get(tok as usize * d..(tok as usize + 1) * d)
+                .unwrap_or_else(|| {
+                    panic!(
+                        "token id {tok} is outside the vocabulary of {} (callers check ids \
+                         with Embedding::check_ids first)",
+                        self.vocab_size()
+                    )
+                });
             let out = &mut x[r * d..(r + 1) * d];
             match table {
                 Some(table) => {

@@ -276,6 +276,7 @@ pub fn score_document(
     batch: usize,
 ) -> Result<TextScore> {
     let tokens = tokenizer.document(text)?;
+    model.embedding.check_ids(&tokens)?;
     let s = score_stream(model, &tokens, model.max_len(), stride, batch);
     let chars = text.chars().count();
     Ok(TextScore {

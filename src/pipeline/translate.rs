@@ -68,6 +68,8 @@ impl Translator {
                     t.len()
                 )));
             }
+            self.model.embedding.check_ids(&s)?;
+            self.model.embedding.check_ids(&t)?;
             encoded.push((s, t));
         }
         Ok(score_pairs(&self.model, &encoded, batch_size.max(1)))
@@ -85,6 +87,7 @@ impl Translator {
         let limit = self.model.config.max_len - 1;
         let encode = |what: &str, text: &str| -> Result<Vec<u32>> {
             let ids = self.vocab.encode(text);
+            self.model.embedding.check_ids(&ids)?;
             if ids.len() > limit {
                 return Err(Error::Input(format!(
                     "--{what} has {} tokens; the model takes at most {limit}",
@@ -137,6 +140,9 @@ pub fn encode_sources(
             ids
         })
         .collect();
+    for ids in &sources {
+        model.embedding.check_ids(ids)?;
+    }
     if !too_long.is_empty() {
         return Err(Error::Input(format!(
             "{} input {} longer than the model's limit of {limit} tokens: {}",

@@ -13,15 +13,21 @@
 //! | `trainer_state.json` | step, generator state, position in the data, recipe | training runs |
 //! | `metrics.jsonl`, `curves.png` | one JSON line of metrics per log step, their plot | `train` |
 //! | `checkpoints/step-NNNNNNNN/` | full checkpoints (model directories) | `train --save-every` |
+//! | `checkpoint.json` | the manifest of the last complete save: every file's size and hash ([`atomic`]) | every save |
 //! | `*.gguf` (a single file, read only) | a llama.cpp model: metadata, tokenizer, quantised weights ([`gguf`]) | llama.cpp's converters |
 //!
-//! Every file is written to a temporary name and renamed, so a crash mid-write never leaves a
-//! broken file behind.
+//! A checkpoint is saved all or nothing ([`atomic`]): its files are staged in a temporary
+//! directory with a manifest written last, then published at once; readers check every file
+//! against the manifest, so a crash mid-save never leaves a broken or mixed checkpoint behind.
+//! Single files ([`write_atomic`]) are written to a temporary name and renamed.
 
+pub mod atomic;
 pub mod ggml;
 pub mod gguf;
 pub mod gguf_llama;
 pub mod gguf_value;
+
+pub use atomic::{read_file, CheckpointWriter, MANIFEST_FILE};
 
 use crate::error::{Error, Result};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
@@ -73,12 +79,10 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         })
 }
 
-/// Reads a whole file, naming it in the error.
-pub fn read_file(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => ckpt_err(path, "file not found"),
-        _ => ckpt_err(path, format!("cannot read: {e}")),
-    })
+/// `bytes` without a leading UTF-8 byte order mark (editors on Windows write one; JSON
+/// parsers refuse it).
+pub fn strip_bom(bytes: &[u8]) -> &[u8] {
+    bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes)
 }
 
 fn f32_bytes(data: &[f32]) -> Vec<u8> {
@@ -111,8 +115,13 @@ pub fn read_tensors(path: &Path) -> Result<TensorMap> {
 /// Like [`read_tensors`], but leaves out (unread, whatever their dtype) the tensors whose name
 /// `skip` accepts: non-parameter buffers of foreign checkpoints, such as BERT's `position_ids`.
 pub fn read_tensors_skipping(path: &Path, skip: impl Fn(&str) -> bool) -> Result<TensorMap> {
-    let bytes = read_file(path)?;
-    let st = SafeTensors::deserialize(&bytes).map_err(|e| {
+    parse_tensors(&read_file(path)?, path, skip)
+}
+
+/// The tensors of safetensors `bytes` (read from `path`, named in errors), as
+/// [`read_tensors_skipping`] reads them.
+pub fn parse_tensors(bytes: &[u8], path: &Path, skip: impl Fn(&str) -> bool) -> Result<TensorMap> {
+    let st = SafeTensors::deserialize(bytes).map_err(|e| {
         ckpt_err(
             path,
             format!("not a valid safetensors file (truncated or corrupt?): {e}"),
@@ -225,7 +234,8 @@ pub fn read_hf_weights(dir: &Path, skip: impl Fn(&str) -> bool + Copy) -> Result
     Ok(out)
 }
 
-/// The checkpoint directories `step-*` under `dir`, oldest first.
+/// The complete checkpoint directories `step-*` under `dir`, oldest first: a save that was
+/// interrupted is never listed (see [`atomic::is_complete`]).
 pub fn list_step_checkpoints(dir: &Path) -> Vec<PathBuf> {
     let mut found: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)
         .into_iter()
@@ -234,7 +244,7 @@ pub fn list_step_checkpoints(dir: &Path) -> Vec<PathBuf> {
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().to_string();
             let step = name.strip_prefix("step-")?.parse::<u64>().ok()?;
-            Some((step, e.path()))
+            atomic::is_complete(&e.path()).then(|| (step, e.path()))
         })
         .collect();
     found.sort();
@@ -244,4 +254,64 @@ pub fn list_step_checkpoints(dir: &Path) -> Vec<PathBuf> {
 /// The directory name of the checkpoint at `step`.
 pub fn step_checkpoint_name(step: u64) -> String {
     format!("step-{step:08}")
+}
+
+/// What in `dir` shows that it already holds a run or a model (a checkpoint file, the
+/// metrics log, step checkpoints), or `None` when there is nothing of the kind (a missing or
+/// empty directory, or one with other files only).
+pub fn existing_run(dir: &Path) -> Option<String> {
+    if !dir.is_dir() {
+        return None;
+    }
+    atomic::CHECKPOINT_FILES
+        .iter()
+        .chain(&[
+            MANIFEST_FILE,
+            METRICS_FILE,
+            CHECKPOINTS_DIR,
+            atomic::STAGING_DIR,
+            atomic::COMMIT_DIR,
+        ])
+        .find(|name| dir.join(name).exists())
+        .map(|name| name.to_string())
+}
+
+/// Deletes what [`existing_run`] looks for (and the curves), leaving other files alone: the
+/// start of a run that replaces an older one (`--overwrite`).
+pub fn clear_run(dir: &Path) -> Result<()> {
+    let remove = |path: PathBuf| -> Result<()> {
+        let result = if path.is_dir() {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        match result {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(Error::Write { path, cause: e })
+            }
+            _ => Ok(()),
+        }
+    };
+    // The manifest first (the directory then holds no checkpoint), the step checkpoints
+    // renamed aside before they are deleted.
+    remove(dir.join(MANIFEST_FILE))?;
+    if dir.join(CHECKPOINTS_DIR).is_dir() {
+        atomic::remove_checkpoint(&dir.join(CHECKPOINTS_DIR))?;
+    }
+    for name in atomic::CHECKPOINT_FILES.iter().chain(&[
+        METRICS_FILE,
+        CURVES_FILE,
+        atomic::STAGING_DIR,
+        atomic::COMMIT_DIR,
+    ]) {
+        remove(dir.join(name))?;
+    }
+    Ok(())
+}
+
+/// Whether `inner` is `outer` or lies inside it (both resolved through the file system when
+/// they exist).
+pub fn same_or_inside(inner: &Path, outer: &Path) -> bool {
+    let resolve = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    resolve(inner).starts_with(resolve(outer))
 }

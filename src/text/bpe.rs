@@ -104,19 +104,37 @@ impl Bpe {
         Ok(inner)
     }
 
-    /// Loads a `tokenizer.json` written by [`Bpe::save`].
+    /// Loads a `tokenizer.json` written by [`Bpe::save`], checked against the directory's
+    /// checkpoint manifest when it has one ([`crate::store::read_file`]).
     pub fn load(path: &Path) -> Result<Bpe> {
-        let bad_file = |reason: String| {
-            Error::Text(TextError::BadVocab {
+        let bytes = crate::store::read_file(path).map_err(|e| match e {
+            Error::Checkpoint { reason, .. } => Error::Text(TextError::BadVocab {
                 path: path.to_path_buf(),
                 reason,
-            })
-        };
-        if !path.is_file() {
-            return Err(bad_file("file not found".into()));
-        }
-        let inner = tokenizers::Tokenizer::from_file(path).map_err(|e| bad_file(e.to_string()))?;
+            }),
+            other => other,
+        })?;
+        Self::from_bytes(&bytes, path)
+    }
+
+    /// Parses `tokenizer.json` bytes read from `path` (named in errors): a tokenizer whose ids
+    /// are below its size (see [`crate::text::vocab::parse_tokenizer`]) with `<|endoftext|>`.
+    pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Bpe> {
+        let inner = super::vocab::parse_tokenizer(bytes, path)?;
         Self::from_tokenizer(inner, &path.display().to_string())
+    }
+
+    /// The bytes of `tokenizer.json` (what [`Bpe::save`] writes).
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        self.inner
+            .to_string(false)
+            .map(String::into_bytes)
+            .map_err(|e| bad(crate::store::TOKENIZER_FILE, e))
+    }
+
+    /// Stages `tokenizer.json` in a checkpoint save.
+    pub fn write(&self, writer: &mut crate::store::CheckpointWriter) -> Result<()> {
+        writer.add(crate::store::TOKENIZER_FILE, &self.to_bytes()?)
     }
 
     /// Writes `tokenizer.json` (through a temporary file and a rename).

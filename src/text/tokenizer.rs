@@ -15,7 +15,8 @@ pub struct Tokenizer {
 }
 
 impl Tokenizer {
-    /// Loads `path`; encodings keep at most `max_len` ids, special tokens included.
+    /// Loads `path` (a leading UTF-8 byte order mark accepted; every id below the tokenizer's
+    /// size); encodings keep at most `max_len` ids, special tokens included.
     pub fn load(path: &Path, max_len: usize) -> Result<Tokenizer> {
         let bad = |reason: String| {
             Error::Text(TextError::BadVocab {
@@ -26,7 +27,9 @@ impl Tokenizer {
         if !path.is_file() {
             return Err(bad("file not found".into()));
         }
-        let mut inner = tokenizers::Tokenizer::from_file(path).map_err(|e| bad(e.to_string()))?;
+        let bytes = crate::store::read_file(path)?;
+        // Ids below the size: no encoding can reach past the vocabulary.
+        let mut inner = super::vocab::parse_tokenizer(&bytes, path)?;
         // Sentences are padded by the caller, per batch; the file may ask for fixed padding.
         inner.with_padding(None);
         inner

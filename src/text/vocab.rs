@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use super::bpe::Bpe;
 use super::TextError;
 use super::{BOS, EOS, PAD, UNK};
-use crate::store::TOKENIZER_FILE;
+use crate::store::{TOKENIZER_FILE, VOCAB_FILE};
 
 /// The spellings of the special tokens, in id order.
 pub const SPECIAL_TOKENS: [&str; 4] = ["<pad>", "<s>", "</s>", "<unk>"];
@@ -311,18 +311,17 @@ impl Vocab {
         self.tokens.get(id as usize).map(String::as_str)
     }
 
-    /// Writes the vocabulary as JSON to `path`, through `path.tmp` and a rename so a crash
-    /// never leaves a half-written file. BPE: also writes [`TOKENIZER_FILE`] next to `path`
-    /// (first, so `vocab.json` never points to a missing tokenizer).
-    pub fn save(&self, path: &Path) -> Result<(), TextError> {
+    /// The files of the vocabulary as (name, bytes): [`VOCAB_FILE`] with its JSON and, for
+    /// BPE, [`TOKENIZER_FILE`] (what `vocab.json` points to), for a checkpoint save.
+    pub fn files(&self) -> Result<Vec<(&'static str, Vec<u8>)>, TextError> {
+        let mut files = Vec::new();
         let json = match &self.bpe {
             Some(tokenizer) => {
-                let tokenizer_path = path.with_file_name(TOKENIZER_FILE);
                 let tokenizer_json = tokenizer.to_string(true).map_err(|e| TextError::Write {
-                    path: tokenizer_path.clone(),
+                    path: PathBuf::from(TOKENIZER_FILE),
                     cause: std::io::Error::other(e.to_string()),
                 })?;
-                write_atomic(&tokenizer_path, &tokenizer_json)?;
+                files.push((TOKENIZER_FILE, tokenizer_json.into_bytes()));
                 serde_json::to_string_pretty(&serde_json::json!({
                     "level": "bpe",
                     "tokenizer": TOKENIZER_FILE,
@@ -332,32 +331,92 @@ impl Vocab {
             None => serde_json::to_string_pretty(self)
                 .expect("a vocabulary of strings always serialises"),
         };
-        write_atomic(path, &json)
+        files.push((VOCAB_FILE, json.into_bytes()));
+        Ok(files)
+    }
+
+    /// Stages the vocabulary's [`Vocab::files`] in a checkpoint save.
+    pub fn write(&self, writer: &mut crate::store::CheckpointWriter) -> crate::error::Result<()> {
+        for (name, bytes) in self.files()? {
+            writer.add(name, &bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the vocabulary as JSON to `path`, through `path.tmp` and a rename so a crash
+    /// never leaves a half-written file. BPE: also writes [`TOKENIZER_FILE`] next to `path`
+    /// (first, so `vocab.json` never points to a missing tokenizer).
+    pub fn save(&self, path: &Path) -> Result<(), TextError> {
+        for (name, bytes) in self.files()? {
+            let target = if name == VOCAB_FILE {
+                path.to_path_buf()
+            } else {
+                path.with_file_name(name)
+            };
+            write_atomic(&target, &bytes)?;
+        }
+        Ok(())
     }
 
     /// Reads and validates a vocabulary written by [`Vocab::save`] (for BPE, `vocab.json` and
-    /// the tokenizer file it names, in the same directory).
+    /// the tokenizer file it names, in the same directory), each checked against the
+    /// directory's checkpoint manifest when it has one ([`crate::store::read_file`]). A
+    /// leading UTF-8 byte order mark is accepted.
     pub fn load(path: &Path) -> Result<Vocab, TextError> {
-        let json = std::fs::read_to_string(path).map_err(|cause| TextError::Io {
-            path: path.to_path_buf(),
-            cause,
-        })?;
+        let read = |path: &Path| {
+            crate::store::read_file(path).map_err(|e| match e {
+                crate::error::Error::Checkpoint { reason, .. } if reason == "file not found" => {
+                    TextError::Io {
+                        path: path.to_path_buf(),
+                        cause: std::io::Error::new(std::io::ErrorKind::NotFound, "file not found"),
+                    }
+                }
+                other => TextError::BadVocab {
+                    path: path.to_path_buf(),
+                    reason: other.to_string(),
+                },
+            })
+        };
+        let json = read(path)?;
+        Vocab::from_bytes(&json, path, |name| {
+            read(&path.with_file_name(name)).map_err(|e| match e {
+                TextError::Io {
+                    path: tokenizer, ..
+                } => TextError::BadVocab {
+                    path: tokenizer,
+                    reason: format!("tokenizer file not found (named by {})", path.display()),
+                },
+                other => other,
+            })
+        })
+    }
+
+    /// Parses `vocab.json` bytes read from `path` (named in errors); a BPE vocabulary's
+    /// tokenizer file is read with `read_tokenizer(name)`.
+    pub fn from_bytes(
+        json: &[u8],
+        path: &Path,
+        read_tokenizer: impl FnOnce(&str) -> Result<Vec<u8>, TextError>,
+    ) -> Result<Vocab, TextError> {
         let bad = |path: &Path, reason: String| TextError::BadVocab {
             path: path.to_path_buf(),
             reason,
         };
-        let file: VocabFile =
-            serde_json::from_str(&json).map_err(|error| bad(path, error.to_string()))?;
+        let file: VocabFile = serde_json::from_slice(crate::store::strip_bom(json))
+            .map_err(|error| bad(path, error.to_string()))?;
         if file.level != VocabLevel::Bpe {
             return Vocab::try_from(file).map_err(|reason| bad(path, reason));
         }
         let name = file.tokenizer.as_deref().unwrap_or(TOKENIZER_FILE);
         let tokenizer_path = path.with_file_name(name);
-        if !tokenizer_path.is_file() {
-            return Err(bad(&tokenizer_path, "tokenizer file not found".into()));
+        if name.contains(['/', '\\']) || name.is_empty() || name == "." || name == ".." {
+            return Err(bad(
+                path,
+                format!("tokenizer {name:?} must be a file name in the same directory"),
+            ));
         }
-        let tokenizer = tokenizers::Tokenizer::from_file(&tokenizer_path)
-            .map_err(|error| bad(&tokenizer_path, error.to_string()))?;
+        let bytes = read_tokenizer(name)?;
+        let tokenizer = parse_tokenizer(&bytes, &tokenizer_path)?;
         for (id, special) in SPECIAL_TOKENS.iter().enumerate() {
             let got = tokenizer.token_to_id(special);
             if got != Some(id as u32) {
@@ -371,8 +430,41 @@ impl Vocab {
     }
 }
 
+/// Parses `tokenizer.json` bytes read from `path` (a leading UTF-8 byte order mark accepted)
+/// and checks that its ids are `0..n` for its `n` tokens, so that no encoding can produce an id
+/// at or past the vocabulary size.
+pub fn parse_tokenizer(bytes: &[u8], path: &Path) -> Result<tokenizers::Tokenizer, TextError> {
+    let bad = |reason: String| TextError::BadVocab {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let text = std::str::from_utf8(crate::store::strip_bom(bytes))
+        .map_err(|e| bad(format!("not UTF-8: {e}")))?;
+    // The JSON is checked first: the tokenizers crate (0.22) panics instead of returning an
+    // error when its decoder section is not valid JSON; a panic it still has on a valid
+    // document is turned into an error too.
+    serde_json::from_str::<serde::de::IgnoredAny>(text)
+        .map_err(|e| bad(format!("not valid JSON: {e}")))?;
+    let parsed = std::panic::catch_unwind(|| text.parse::<tokenizers::Tokenizer>())
+        .map_err(|_| bad("the tokenizers crate failed on this file".into()))?;
+    let tokenizer = parsed.map_err(|e| bad(format!("{e}")))?;
+    let size = tokenizer.get_vocab_size(true);
+    if let Some((token, id)) = tokenizer
+        .get_vocab(true)
+        .into_iter()
+        .max_by_key(|(_, id)| *id)
+        .filter(|(_, id)| *id as usize >= size)
+    {
+        return Err(bad(format!(
+            "token {token:?} has id {id}, but the tokenizer has {size} tokens (ids must be below \
+             the vocabulary size)"
+        )));
+    }
+    Ok(tokenizer)
+}
+
 /// Writes `contents` to `path` through `path.tmp` and a rename.
-fn write_atomic(path: &Path, contents: &str) -> Result<(), TextError> {
+fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), TextError> {
     let mut temporary_name = OsString::from(path.as_os_str());
     temporary_name.push(".tmp");
     let temporary_path = PathBuf::from(temporary_name);

@@ -12,7 +12,9 @@ use crate::train::adam::AdamConfig;
 use crate::train::batching::{batch_by_tokens, BatchOrder};
 use crate::train::data_parallel::split;
 use crate::train::schedule::{Cooldown, Schedule};
-use crate::train::source::{BatchSource, Recipe, Update};
+use crate::train::source::{
+    check, BadSetting, BatchSource, Recipe, Update, MAX_ACCUMULATE, MAX_BATCH_TOKENS, MAX_STEP,
+};
 use crate::train::state::Fnv1a;
 use serde::{Deserialize, Serialize};
 
@@ -63,6 +65,30 @@ impl Default for TrainConfig {
 }
 
 impl Recipe for TrainConfig {
+    fn validate(&self) -> std::result::Result<(), BadSetting> {
+        check::fraction("label_smoothing", self.label_smoothing)?;
+        check::positive("lr_factor", self.lr_factor)?;
+        check::count(
+            "tokens_per_batch",
+            self.tokens_per_batch,
+            1,
+            MAX_BATCH_TOKENS,
+        )?;
+        check::count("accumulate", self.accumulate, 1, MAX_ACCUMULATE)?;
+        check::clip_norm(self.clip_norm)?;
+        check::adam(&self.adam)?;
+        check::fraction("word_dropout", self.word_dropout)?;
+        match self.cooldown {
+            Some(c) if c.start > c.end || c.end > MAX_STEP => Err(BadSetting {
+                field: "cooldown",
+                reason: format!(
+                    "from step {} to {} is not a range of steps up to {MAX_STEP}",
+                    c.start, c.end
+                ),
+            }),
+            _ => Ok(()),
+        }
+    }
     fn seed(&self) -> u64 {
         self.seed
     }

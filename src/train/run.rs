@@ -1,6 +1,13 @@
 //! The training run, one loop for `train`, `train-lm` and `demo`: updates until `max_steps`
 //! (or the time limit), validation every N updates, the metrics log and its curves, rotating
-//! step checkpoints, periodic saves, and the final save.
+//! step checkpoints, periodic saves (every N updates, and every so many seconds: the autosave),
+//! and the final save.
+//!
+//! Every save is all or nothing ([`crate::store::atomic`]) and holds the model, the optimizer,
+//! the trainer state and the tokenizer, so each is a complete model directory. A run that
+//! diverges (a loss, gradient norm, weight or moment that is not finite) stops with
+//! [`Error::Diverged`] before saving anything more: the last good checkpoint stays, and step
+//! checkpoints are only rotated away after a newer one is saved.
 //!
 //! The time limit is checked after each update: the update during which the limit passes is
 //! completed (and logged, validated and checkpointed as its step number asks), then the run
@@ -11,7 +18,8 @@
 
 use crate::error::{Error, Result};
 use crate::store::{
-    list_step_checkpoints, step_checkpoint_name, CHECKPOINTS_DIR, CURVES_FILE, METRICS_FILE,
+    atomic, list_step_checkpoints, step_checkpoint_name, CheckpointWriter, CHECKPOINTS_DIR,
+    CURVES_FILE, METRICS_FILE,
 };
 use crate::train::metrics::MetricsLog;
 use crate::train::model::Trainable;
@@ -37,9 +45,9 @@ pub struct RunOptions {
 pub struct Output<'a> {
     /// The model directory: the run is saved here at the end (created when missing).
     pub dir: PathBuf,
-    /// Writes the tokenizer's files into a model directory (`dir` at the start, and every
-    /// step checkpoint), so that each is complete.
-    pub save_tokenizer: &'a dyn Fn(&Path) -> Result<()>,
+    /// Stages the tokenizer's files in every save (of `dir` and of each step checkpoint), so
+    /// that each is a complete model directory.
+    pub save_tokenizer: &'a dyn Fn(&mut CheckpointWriter) -> Result<()>,
     /// `Some(n)`: append a line to `dir/metrics.jsonl` every n updates (0: never by count), on
     /// every validation and at the last update, and plot `dir/curves.png` at the end.
     /// `None`: no log.
@@ -50,6 +58,9 @@ pub struct Output<'a> {
     pub keep_last: usize,
     /// Also save the run into `dir` itself every N updates (0: only at the end).
     pub save_into_dir_every: u64,
+    /// Also save the run into `dir` once this many seconds have passed since it was last
+    /// saved there (or since the start), so that a killed run loses at most that much.
+    pub autosave: Option<f64>,
 }
 
 /// What the caller hears of a run (a progress bar, log lines). Every method does nothing by
@@ -105,7 +116,9 @@ where
             path: out.dir.clone(),
             cause,
         })?;
-        (out.save_tokenizer)(&out.dir)?;
+        // Leftovers of a run that was killed: finish its last save, drop half-staged ones.
+        atomic::recover(&out.dir)?;
+        atomic::remove_stale_staging(&out.dir.join(CHECKPOINTS_DIR))?;
     }
     let mut metrics = match output {
         Some(out) if out.log_every.is_some() => {
@@ -115,11 +128,17 @@ where
     };
     let start_step = trainer.state.step;
     let started = Instant::now();
+    let mut saved = Saved {
+        at: Instant::now(),
+        last: None,
+    };
     let mut tokens = 0usize;
     let mut timed_out = false;
     let mut last_valid: Option<(u64, ValidReport)> = None;
     while trainer.state.step < options.max_steps {
-        let report = trainer.step()?;
+        let report = trainer
+            .step()
+            .map_err(|e| saved.diverged(trainer.state.step + 1, e))?;
         tokens += report.tokens;
         let rate = tokens as f64 / started.elapsed().as_secs_f64();
         reporter.step(&report, rate, started.elapsed().as_secs_f64());
@@ -150,11 +169,15 @@ where
         }
         if let Some(out) = output {
             if out.save_every > 0 && step % out.save_every == 0 {
-                save_step_checkpoint(trainer, out)?;
+                save_step_checkpoint(trainer, out, &mut saved)?;
             }
             let every = out.save_into_dir_every;
-            if every > 0 && step % every == 0 && !last {
-                trainer.save(&out.dir)?;
+            let periodic = every > 0 && step % every == 0;
+            let autosave = out
+                .autosave
+                .is_some_and(|secs| saved.at.elapsed().as_secs_f64() >= secs);
+            if (periodic || autosave) && !last {
+                save_into(trainer, out, &out.dir, &mut saved)?;
             }
         }
         if let Some(valid) = valid {
@@ -168,7 +191,7 @@ where
     reporter.finish();
     let mut curves = None;
     if let Some(out) = output {
-        trainer.save(&out.dir)?;
+        save_into(trainer, out, &out.dir, &mut saved)?;
         let log = out.dir.join(METRICS_FILE);
         if metrics.is_some() && std::fs::metadata(&log).is_ok_and(|m| m.len() > 0) {
             let picture = out.dir.join(CURVES_FILE);
@@ -195,23 +218,77 @@ where
     })
 }
 
-/// Saves a full checkpoint (with the tokenizer) as `OUT/checkpoints/step-NNNNNNNN` and deletes
-/// all but the last `keep_last` of them.
-fn save_step_checkpoint<M, S>(trainer: &mut Trainer<M, S>, out: &Output) -> Result<()>
+/// When and where the run last saved, for the autosave and for what a diverged run keeps.
+struct Saved {
+    at: Instant,
+    last: Option<(u64, PathBuf)>,
+}
+
+impl Saved {
+    /// `error` as the run's end when it is a divergence (a loss, gradient norm, weight or
+    /// moment that is not finite, at update `step`), saying which checkpoint is kept.
+    fn diverged(&self, step: u64, error: Error) -> Error {
+        let reason = match &error {
+            Error::NonFiniteLoss { .. } | Error::NotFinite { .. } => error.to_string(),
+            _ => return error,
+        };
+        let kept = match &self.last {
+            Some((s, dir)) => format!(
+                "and the last checkpoint it saved (step {s}, {}) is kept",
+                dir.display()
+            ),
+            None => "before this run saved anything (checkpoints saved earlier are kept)".into(),
+        };
+        Error::Diverged { step, reason, kept }
+    }
+}
+
+/// Saves the run (model, optimizer, state, tokenizer) as the checkpoint of `dir`, all or
+/// nothing.
+fn save_into<M, S>(
+    trainer: &mut Trainer<M, S>,
+    out: &Output,
+    dir: &Path,
+    saved: &mut Saved,
+) -> Result<()>
+where
+    M: Trainable,
+    S: BatchSource<Part = M::Part>,
+{
+    let step = trainer.state.step;
+    let result = (|| {
+        let mut writer = CheckpointWriter::begin(dir)?;
+        trainer.write(&mut writer)?;
+        (out.save_tokenizer)(&mut writer)?;
+        writer.commit()
+    })();
+    result.map_err(|e| saved.diverged(step, e))?;
+    saved.at = Instant::now();
+    saved.last = Some((step, dir.to_path_buf()));
+    Ok(())
+}
+
+/// Saves a full checkpoint (with the tokenizer) as `OUT/checkpoints/step-NNNNNNNN` and, once
+/// it is complete, deletes all but the last `keep_last` of them.
+fn save_step_checkpoint<M, S>(
+    trainer: &mut Trainer<M, S>,
+    out: &Output,
+    saved: &mut Saved,
+) -> Result<()>
 where
     M: Trainable,
     S: BatchSource<Part = M::Part>,
 {
     let root = out.dir.join(CHECKPOINTS_DIR);
     let dir = root.join(step_checkpoint_name(trainer.state.step));
-    trainer.save(&dir)?;
-    (out.save_tokenizer)(&dir)?;
+    let at = saved.at;
+    save_into(trainer, out, &dir, saved)?;
+    // A step checkpoint does not reset the autosave of the run directory.
+    saved.at = at;
+    atomic::remove_stale_staging(&root)?;
     let all = list_step_checkpoints(&root);
     for old in &all[..all.len().saturating_sub(out.keep_last.max(1))] {
-        std::fs::remove_dir_all(old).map_err(|cause| Error::Write {
-            path: old.clone(),
-            cause,
-        })?;
+        atomic::remove_checkpoint(old)?;
     }
     Ok(())
 }

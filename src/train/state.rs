@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::rng::Rng;
 use crate::store;
 use crate::train::batching::BatchOrder;
-use serde::de::DeserializeOwned;
+use crate::train::source::{Recipe, MAX_STEP};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -31,21 +31,59 @@ pub struct TrainerState<R> {
     pub data_fingerprint: u64,
 }
 
-impl<R: Serialize + DeserializeOwned> TrainerState<R> {
-    /// Reads `dir/trainer_state.json`.
+impl<R: Recipe> TrainerState<R> {
+    /// Reads `dir/trainer_state.json`; see [`TrainerState::from_bytes`].
     pub fn load(dir: &Path) -> Result<Self> {
         let path = dir.join(store::TRAINER_STATE_FILE);
-        let bytes = store::read_file(&path)?;
-        serde_json::from_slice(&bytes).map_err(|e| Error::Checkpoint {
-            path,
-            reason: format!("invalid trainer state: {e}"),
-        })
+        Self::from_bytes(&store::read_file(&path)?, &path)
     }
 
-    /// Writes `dir/trainer_state.json` (pretty-printed JSON, through a temporary file).
-    pub fn save(&self, dir: &Path) -> Result<()> {
-        let json = serde_json::to_string_pretty(self).expect("trainer state serialises");
-        store::write_atomic(&dir.join(store::TRAINER_STATE_FILE), json.as_bytes())
+    /// Parses and checks the bytes of a `trainer_state.json` read from `path`: the recipe with
+    /// the command line's rules ([`Recipe::validate`]), the step count and epoch within range,
+    /// a generator that is not stuck at zero. A leading UTF-8 byte order mark is accepted.
+    pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Self> {
+        let bad = |reason: String| Error::Checkpoint {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let state: Self = serde_json::from_slice(store::strip_bom(bytes))
+            .map_err(|e| bad(format!("invalid trainer state: {e}")))?;
+        state.config.validate().map_err(|e| {
+            bad(format!(
+                "config.{} {} (the recipe is checked with the command line's rules)",
+                e.field, e.reason
+            ))
+        })?;
+        if state.step > MAX_STEP {
+            return Err(bad(format!(
+                "step {} is beyond the supported {MAX_STEP}",
+                state.step
+            )));
+        }
+        if let Some(o) = state.order.as_ref().filter(|o| o.epoch > MAX_STEP) {
+            return Err(bad(format!(
+                "order.epoch {} is beyond the supported {MAX_STEP}",
+                o.epoch
+            )));
+        }
+        if state.rng.is_degenerate() {
+            return Err(bad(
+                "rng: the generator's state is all zeros (it would draw 0 forever)".into(),
+            ));
+        }
+        Ok(state)
+    }
+
+    /// The file's bytes (pretty-printed JSON).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_string_pretty(self)
+            .expect("trainer state serialises")
+            .into_bytes()
+    }
+
+    /// Stages `trainer_state.json` in a save.
+    pub fn write(&self, writer: &mut store::CheckpointWriter) -> Result<()> {
+        writer.add(store::TRAINER_STATE_FILE, &self.to_bytes())
     }
 }
 

@@ -8,6 +8,7 @@
 use crate::error::{Error, Result};
 use crate::model::checkpoint as model_checkpoint;
 use crate::model::loss::LossStats;
+use crate::model::param::{count_params, ShapesOnly};
 use crate::model::{LanguageModel, ModelConfig, Seq2Seq};
 use crate::rng::Rng;
 use crate::store;
@@ -21,6 +22,10 @@ use crate::train::source::{BatchSource, Recipe};
 use crate::train::state::TrainerState;
 use crate::train::windows::TokenWindows;
 use std::path::Path;
+
+/// The largest model a run trains (2³¹ parameters: 8 GiB of weights, 32 GiB with gradients
+/// and Adam's moments).
+pub const MAX_PARAMS: usize = 1 << 31;
 
 /// The encoder-decoder on sentence pairs.
 pub type PairTrainer = Trainer<Seq2Seq<f32>, PairBatches>;
@@ -64,6 +69,19 @@ where
     /// draws the run's dropout (and windows).
     pub fn new(model_config: ModelConfig, recipe: S::Recipe, data: S::Data) -> Result<Self> {
         model_config.validate().map_err(Error::Config)?;
+        recipe
+            .validate()
+            .map_err(|e| Error::Config(e.to_string()))?;
+        // Count before allocating: a config of huge sizes is an error, not an OOM.
+        match count_params(&mut M::build(model_config.clone(), &mut ShapesOnly)) {
+            Some(n) if n <= MAX_PARAMS => {}
+            n => {
+                return Err(Error::Config(format!(
+                    "the model would have {} parameters, more than the supported {MAX_PARAMS}",
+                    n.map_or("too many".to_string(), |n| n.to_string())
+                )))
+            }
+        }
         let source = S::new(data, &recipe, &model_config)?;
         let mut rng = Rng::new(recipe.seed());
         let mut model = M::build(model_config, &mut rng);
@@ -78,8 +96,24 @@ where
         Ok(Self::assemble(model, adam, state, source))
     }
 
-    /// Continues the run saved in `dir` on the same data.
+    /// Continues the run saved in `dir` on the same data. Every file is checked against the
+    /// directory's manifest, and the manifest must not change while they are read: model,
+    /// optimizer and state always come from one save.
     pub fn resume(dir: &Path, data: S::Data) -> Result<Self> {
+        let manifest = || -> Result<_> { Ok(store::atomic::manifest_in_force(dir)?.map(|m| m.0)) };
+        let before = manifest()?;
+        let trainer = Self::resume_from(dir, data)?;
+        if manifest()? != before {
+            return Err(Error::Checkpoint {
+                path: dir.to_path_buf(),
+                reason: "was saved into while it was read (another run writes there); try again"
+                    .into(),
+            });
+        }
+        Ok(trainer)
+    }
+
+    fn resume_from(dir: &Path, data: S::Data) -> Result<Self> {
         let mut model: M = model_checkpoint::load(dir)?;
         let state = TrainerState::<S::Recipe>::load(dir)?;
         let path = dir.join(store::TRAINER_STATE_FILE);
@@ -178,12 +212,20 @@ where
         })
     }
 
-    /// Writes a full checkpoint (model, optimizer, trainer state) into `dir`. The trainer state
-    /// is written last, so a directory with it is complete.
+    /// Saves a full checkpoint (model, optimizer, trainer state) as the checkpoint of `dir`,
+    /// all or nothing (see [`crate::store::atomic`]).
     pub fn save(&mut self, dir: &Path) -> Result<()> {
-        model_checkpoint::save(dir, &mut self.model)?;
-        checkpoint::save_optimizer_params(dir, &self.model.params_mut(), &self.adam)?;
-        self.state.save(dir)
+        let mut writer = store::CheckpointWriter::begin(dir)?;
+        self.write(&mut writer)?;
+        writer.commit()
+    }
+
+    /// Stages the model, the optimizer and the trainer state in a save; nothing is staged
+    /// when a weight or a moment is not finite (an error naming it).
+    pub fn write(&mut self, writer: &mut store::CheckpointWriter) -> Result<()> {
+        model_checkpoint::write_model(writer, &mut self.model)?;
+        checkpoint::write_optimizer_params(writer, &self.model.params_mut(), &self.adam)?;
+        self.state.write(writer)
     }
 }
 

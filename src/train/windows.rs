@@ -9,7 +9,12 @@ use crate::rng::Rng;
 use crate::train::adam::AdamConfig;
 use crate::train::batching::BatchOrder;
 use crate::train::schedule::Schedule;
-use crate::train::source::{BatchSource, Recipe, Update};
+use crate::train::source::{
+    check, BadSetting, BatchSource, Recipe, Update, MAX_BATCH_TOKENS, MAX_WINDOWS,
+};
+
+/// The longest context a language model takes (the models' `max_len` bound).
+const MAX_LEN: usize = 1 << 16;
 use crate::train::state::Fnv1a;
 use serde::{Deserialize, Serialize};
 
@@ -55,6 +60,31 @@ impl Default for LmTrainConfig {
 }
 
 impl Recipe for LmTrainConfig {
+    fn validate(&self) -> std::result::Result<(), BadSetting> {
+        check::count("context", self.context, 1, MAX_LEN)?;
+        check::count("batch", self.batch, 1, MAX_WINDOWS)?;
+        if self.batch * self.context > MAX_BATCH_TOKENS {
+            return Err(BadSetting {
+                field: "batch",
+                reason: format!(
+                    "{} x context {} = {} tokens per update, more than {MAX_BATCH_TOKENS}",
+                    self.batch,
+                    self.context,
+                    self.batch * self.context
+                ),
+            });
+        }
+        check::positive("lr", self.lr)?;
+        if !(0.0..=1.0).contains(&self.min_lr_ratio) {
+            return Err(BadSetting {
+                field: "min_lr_ratio",
+                reason: format!("{} must be in [0, 1]", self.min_lr_ratio),
+            });
+        }
+        check::clip_norm(self.clip_norm)?;
+        check::fraction("label_smoothing", self.label_smoothing)?;
+        check::adam(&self.adam)
+    }
     fn seed(&self) -> u64 {
         self.seed
     }

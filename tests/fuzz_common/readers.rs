@@ -1,0 +1,249 @@
+//! Every reader of the crate, run on one (possibly damaged) input as the command line would
+//! run it: the file is parsed, and what loads is used (a model translates, a tokenizer encodes,
+//! a trainer state resumes and trains one update). A reader must return `Ok` or an error that
+//! names the file; a panic is the fuzzer's finding. Each function returns `Err` only for an
+//! error that does not name its file (an unclear message).
+//!
+//! Shared by `tests/fuzz_readers.rs` (mutations of valid files) and the `cargo fuzz` targets
+//! in `fuzz/` (libFuzzer's inputs), which include this file and `seeds.rs`.
+#![allow(dead_code)]
+
+use super::seeds::{self, Files, Seeds, SAMPLE};
+use std::path::Path;
+use transformer::decode::greedy::GreedyOptions;
+use transformer::decode::sample::SamplingOptions;
+use transformer::model::checkpoint::{load, parse_config};
+use transformer::model::{LanguageModel, Seq2Seq};
+use transformer::pipeline::generate::{generate_ids, TextGenerator};
+use transformer::pipeline::translate::Translator;
+use transformer::rng::Rng;
+use transformer::store::gguf::GgufFile;
+use transformer::store::gguf_llama::LlamaGgufConfig;
+use transformer::text::bpe::Bpe;
+use transformer::text::corpus::{parse_pairs, read_lines};
+use transformer::text::gguf_tokenizer::GgufTokenizer;
+use transformer::text::vocab::Vocab;
+use transformer::train::pairs::TrainConfig;
+use transformer::train::state::TrainerState;
+use transformer::train::trainer::PairTrainer;
+use transformer::train::windows::LmTrainConfig;
+
+/// How a reader ended: the input loaded, or was refused with a clear error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Loaded,
+    Refused,
+}
+
+/// `Ok(Refused)` for an error whose message contains `name`, `Err` for one that does not.
+fn clear<T, E: std::fmt::Display>(
+    result: Result<T, E>,
+    name: &str,
+) -> Result<Result<T, Outcome>, String> {
+    match result {
+        Ok(v) => Ok(Ok(v)),
+        Err(e) => {
+            let msg = e.to_string();
+            if msg.trim().is_empty() || !msg.contains(name) {
+                Err(format!("unclear error (does not name {name}): {msg:?}"))
+            } else {
+                Ok(Err(Outcome::Refused))
+            }
+        }
+    }
+}
+
+/// `?` for [`clear`]: returns `Ok(Refused)` from the caller on a clear error.
+macro_rules! must {
+    ($result:expr, $name:expr) => {
+        match clear($result, $name)? {
+            Ok(v) => v,
+            Err(outcome) => return Ok(outcome),
+        }
+    };
+}
+
+/// Writes `files` into `dir` (emptied first), replacing `name` by `bytes`; without
+/// `keep_manifest` the directory has no `checkpoint.json` (a directory written by another
+/// tool), so the damaged file reaches its parser.
+fn lay_out(dir: &Path, files: &Files, name: &str, bytes: &[u8], keep_manifest: bool) {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    for (n, b) in files {
+        if *n == "checkpoint.json" && !keep_manifest {
+            continue;
+        }
+        std::fs::write(dir.join(n), if *n == name { bytes } else { b }).unwrap();
+    }
+    if !files.iter().any(|(n, _)| *n == name) {
+        std::fs::write(dir.join(name), bytes).unwrap();
+    }
+}
+
+/// Translates one line with the model directory `dir` (what `translate` does).
+fn translate(dir: &Path) -> Result<Outcome, String> {
+    let name = dir.to_str().unwrap();
+    let mut t = must!(Translator::load(dir), name);
+    t.prepare_inference();
+    let options = GreedyOptions {
+        max_len_extra: 4,
+        batch_size: 2,
+    };
+    let lines = [SAMPLE.to_string(), String::new(), "red 1".into()];
+    must!(t.translate(&lines, &options), "");
+    Ok(Outcome::Loaded)
+}
+
+/// Scores and continues a text with the language-model directory `dir`.
+fn generate(dir: &Path) -> Result<Outcome, String> {
+    let name = dir.to_str().unwrap();
+    let mut g = must!(TextGenerator::load(dir), name);
+    g.model.prepare_inference();
+    must!(g.perplexity(SAMPLE, 8, 2), "");
+    let prompt = must!(
+        transformer::pipeline::generate::document_tokens(&g.bpe, SAMPLE),
+        ""
+    );
+    must!(g.model.embedding.check_ids(&prompt), "");
+    let opts = SamplingOptions {
+        temperature: 1.0,
+        top_k: 0,
+        top_p: 1.0,
+    };
+    let ids = generate_ids::<()>(&g.model, &prompt, 3, opts, &mut Rng::new(1), |_| Ok(()))
+        .expect("emit never fails");
+    must!(g.bpe.decode(&ids), "");
+    Ok(Outcome::Loaded)
+}
+
+/// `model.safetensors` through `model::checkpoint::load` (and the model then used), in a
+/// translation or language model directory.
+pub fn model_weights(
+    dir: &Path,
+    seeds: &Seeds,
+    lm: bool,
+    weights: &[u8],
+) -> Result<Outcome, String> {
+    let files = if lm {
+        &seeds.language_model
+    } else {
+        &seeds.translation
+    };
+    lay_out(dir, files, "model.safetensors", weights, false);
+    let name = dir.join("model.safetensors");
+    let name = name.to_str().unwrap();
+    if lm {
+        must!(load::<LanguageModel<f32>>(dir), name);
+        generate(dir)
+    } else {
+        must!(load::<Seq2Seq<f32>>(dir), name);
+        translate(dir)
+    }
+}
+
+/// `config.json` parsed for both model kinds, then loaded with the seed's weights.
+pub fn config(dir: &Path, seeds: &Seeds, lm: bool, bytes: &[u8]) -> Result<Outcome, String> {
+    let path = Path::new("config.json");
+    let _ = clear(
+        parse_config::<Seq2Seq<f32>>(bytes, path, None),
+        "config.json",
+    )?;
+    let _ = clear(
+        parse_config::<LanguageModel<f32>>(bytes, path, None),
+        "config.json",
+    )?;
+    let files = if lm {
+        &seeds.language_model
+    } else {
+        &seeds.translation
+    };
+    lay_out(dir, files, "config.json", bytes, false);
+    if lm {
+        generate(dir)
+    } else {
+        translate(dir)
+    }
+}
+
+/// `vocab.json` (with `tokenizer` for BPE) loaded and used: encoded, decoded, and translated
+/// with the seed model (whose vocabulary size it must match).
+pub fn vocab(dir: &Path, seeds: &Seeds, json: &[u8], tokenizer: &[u8]) -> Result<Outcome, String> {
+    lay_out(dir, &seeds.translation, "vocab.json", json, false);
+    std::fs::write(dir.join("tokenizer.json"), tokenizer).unwrap();
+    let v = must!(Vocab::load(&dir.join("vocab.json")), dir.to_str().unwrap());
+    let ids = v.encode(SAMPLE);
+    let _ = v.decode(&ids);
+    let _ = v.decode(&[0, 1, 5, 99, u32::MAX, 2, 7]);
+    translate(dir)
+}
+
+/// A byte-level BPE `tokenizer.json` loaded, used, and driving the seed language model
+/// (the ids it produces must be refused or fit the model).
+pub fn tokenizer(dir: &Path, seeds: &Seeds, bytes: &[u8]) -> Result<Outcome, String> {
+    let bpe = must!(
+        Bpe::from_bytes(bytes, Path::new("tokenizer.json")),
+        "tokenizer.json"
+    );
+    let ids = must!(bpe.encode(SAMPLE), "");
+    let _ = bpe.decode(&ids);
+    lay_out(dir, &seeds.language_model, "tokenizer.json", bytes, false);
+    generate(dir)
+}
+
+/// `trainer_state.json` parsed for both recipes; a sentence-pair state then resumes the seed
+/// run and trains one update.
+pub fn trainer_state(dir: &Path, seeds: &Seeds, bytes: &[u8]) -> Result<Outcome, String> {
+    let path = Path::new("trainer_state.json");
+    let _ = clear(
+        TrainerState::<LmTrainConfig>::from_bytes(bytes, path),
+        "trainer_state.json",
+    )?;
+    must!(
+        TrainerState::<TrainConfig>::from_bytes(bytes, path),
+        "trainer_state.json"
+    );
+    lay_out(dir, &seeds.translation, "trainer_state.json", bytes, false);
+    let examples = seeds::examples(&seeds::char_vocab());
+    let mut trainer = must!(PairTrainer::resume(dir, examples), "trainer_state.json");
+    must!(trainer.step(), "");
+    Ok(Outcome::Loaded)
+}
+
+/// A TSV corpus and a file of lines, as `train`, `score` and `translate` read them.
+pub fn corpus(bytes: &[u8]) -> Result<Outcome, String> {
+    let _ = clear(read_lines(bytes, "<stdin>"), "<stdin>")?;
+    let (pairs, report) = must!(parse_pairs(bytes, Path::new("train.tsv")), "train.tsv");
+    let _ = report.summary();
+    assert!(pairs
+        .iter()
+        .all(|p| !p.source.is_empty() && !p.target.is_empty()));
+    Ok(Outcome::Loaded)
+}
+
+/// A GGUF file: metadata, every tensor dequantised, the llama config and the tokenizer
+/// (which then encodes and decodes).
+pub fn gguf(bytes: &[u8]) -> Result<Outcome, String> {
+    let name = "model.gguf";
+    let file = must!(GgufFile::from_bytes(bytes.to_vec(), Path::new(name)), name);
+    let _ = file.architecture();
+    let _ = file.chat_template();
+    for info in file.tensors() {
+        let _ = clear(file.dequantize_info(info), name)?;
+    }
+    let _ = clear(LlamaGgufConfig::from_gguf(&file), name)?;
+    let tokenizer = must!(GgufTokenizer::from_gguf(&file), name);
+    let ids = must!(tokenizer.encode(SAMPLE), "");
+    let _ = tokenizer.decode(&ids);
+    let _ = tokenizer.decode_bytes(&[0, 1, 999_999]);
+    Ok(Outcome::Loaded)
+}
+
+/// A checkpoint manifest (`checkpoint.json`) in the seed translation directory: every
+/// reader of the directory goes through it.
+pub fn manifest(dir: &Path, seeds: &Seeds, bytes: &[u8]) -> Result<Outcome, String> {
+    lay_out(dir, &seeds.translation, "checkpoint.json", bytes, true);
+    let examples = seeds::examples(&seeds::char_vocab());
+    let name = dir.to_str().unwrap();
+    must!(PairTrainer::resume(dir, examples), name);
+    translate(dir)
+}
