@@ -101,7 +101,7 @@ fn generate(dir: &Path) -> Result<Outcome, String> {
     g.model.prepare_inference();
     must!(g.perplexity(SAMPLE, 8, 2), "");
     let prompt = must!(
-        transformer::pipeline::generate::document_tokens(&g.bpe, SAMPLE),
+        g.tokenizer.document(SAMPLE),
         ""
     );
     must!(g.model.embedding.check_ids(&prompt), "");
@@ -110,9 +110,9 @@ fn generate(dir: &Path) -> Result<Outcome, String> {
         top_k: 0,
         top_p: 1.0,
     };
-    let ids = generate_ids::<()>(&g.model, &prompt, 3, opts, &mut Rng::new(1), |_| Ok(()))
+    let ids = generate_ids::<()>(&g.model, &prompt, 3, opts, &mut Rng::new(1), &[], |_| Ok(()))
         .expect("emit never fails");
-    must!(g.bpe.decode(&ids), "");
+    must!(g.tokenizer.decode(&ids), "");
     Ok(Outcome::Loaded)
 }
 
