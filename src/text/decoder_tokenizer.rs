@@ -27,10 +27,8 @@ pub enum DecoderTokenizer {
 impl DecoderTokenizer {
     /// Loads a Hugging Face `tokenizer.json`; `eos` is the model's end-of-sequence id.
     pub fn hugging_face(path: &Path, eos: Option<u32>) -> Result<DecoderTokenizer> {
-        let inner = tokenizers::Tokenizer::from_file(path).map_err(|e| Error::Checkpoint {
-            path: path.to_path_buf(),
-            reason: format!("not a valid tokenizer.json: {e}"),
-        })?;
+        // The checked parser: the tokenizers crate panics on some damaged files.
+        let inner = super::vocab::parse_tokenizer(&crate::store::read_file(path)?, path)?;
         Ok(DecoderTokenizer::HuggingFace {
             inner: Box::new(inner),
             eos,
@@ -176,5 +174,33 @@ impl<'a> StreamDecoder<'a> {
         let text = self.tokenizer.decode(&self.pending)?;
         self.pending.clear();
         Ok(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `tokenizer.json` whose decoder section holds a raw NUL in a key (found by the
+    /// `hf_decoder` fuzz target: the tokenizers crate panicked with "Helper") is refused with
+    /// an error naming the file.
+    #[test]
+    fn a_damaged_decoder_section_is_an_error_not_a_panic() {
+        let bpe = Bpe::train(["red apples and green apples"; 8].into_iter(), 270).unwrap();
+        let json = String::from_utf8(bpe.to_bytes().unwrap()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("good.json");
+        std::fs::write(&good, &json).unwrap();
+        assert!(DecoderTokenizer::hugging_face(&good, None).is_ok());
+        let key = json
+            .rfind("\"add_prefix_space\"")
+            .expect("a ByteLevel section");
+        let damaged = format!("{}add_pref\0ix{}", &json[..key + 1], &json[key + 9..]);
+        let bad = dir.path().join("bad.json");
+        std::fs::write(&bad, damaged).unwrap();
+        let err = DecoderTokenizer::hugging_face(&bad, None)
+            .err()
+            .expect("refused");
+        assert!(err.to_string().contains("bad.json"), "{err}");
     }
 }
