@@ -580,3 +580,21 @@ fn missing_and_unexpected_tensors_are_named() {
         "{err}"
     );
 }
+
+/// A Hugging Face config.json where one of our translation models is wanted is named as such.
+#[test]
+fn a_hugging_face_directory_given_to_translate_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("config.json"),
+        r#"{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 8}"#,
+    )
+    .unwrap();
+    let err = load::<Seq2Seq<f32>>(dir.path()).err().expect("refused");
+    let msg = err.to_string();
+    assert!(msg.contains("config.json"), "{msg}");
+    assert!(
+        msg.contains("Hugging Face model (model_type \"llama\")"),
+        "{msg}"
+    );
+}

@@ -159,8 +159,23 @@ pub fn parse_config<M: Model>(bytes: &[u8], path: &Path, dir: Option<&Path>) -> 
 where
     M::Config: DeserializeOwned,
 {
-    let config: M::Config = serde_json::from_slice(strip_bom(bytes))
-        .map_err(|e| ckpt_err(path, format!("invalid model config: {e}")))?;
+    let config: M::Config = serde_json::from_slice(strip_bom(bytes)).map_err(|e| {
+        // Another tool's config (Hugging Face's `model_type`): say what it is.
+        let foreign = serde_json::from_slice::<serde_json::Value>(strip_bom(bytes))
+            .ok()
+            .and_then(|v| v.get("model_type")?.as_str().map(str::to_string));
+        match foreign {
+            Some(kind) => ckpt_err(
+                path,
+                format!(
+                    "a Hugging Face model (model_type {kind:?}), not one of this command's \
+                     models; generate, chat and perplexity load Hugging Face llama and gpt2 \
+                     decoders, embed loads BERT encoders"
+                ),
+            ),
+            None => ckpt_err(path, format!("invalid model config: {e}")),
+        }
+    })?;
     if let Some(other) = dir.and_then(|d| M::other_kind(&config, d)) {
         let dir = dir.expect("checked");
         return Err(Error::Input(format!("{} is {other}", dir.display())));
