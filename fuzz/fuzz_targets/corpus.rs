@@ -2,7 +2,7 @@
 #![no_main]
 #[path = "../../tests/fuzz_common/mod.rs"]
 mod fuzz_common;
-use fuzz_common::{judge, readers, setup};
+use fuzz_common::{judge, readers};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
