@@ -598,3 +598,23 @@ fn a_hugging_face_directory_given_to_translate_is_named() {
         "{msg}"
     );
 }
+
+/// One of our config.json files where a BERT encoder is wanted (`embed`) is named as such.
+#[test]
+fn our_model_given_to_embed_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = ModelConfig::preset("tiny", 50).unwrap();
+    std::fs::write(
+        dir.path().join("config.json"),
+        serde_json::to_vec(&config).unwrap(),
+    )
+    .unwrap();
+    let err = transformer::model::bert::Bert::load(dir.path())
+        .err()
+        .expect("refused");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("config.json") && msg.contains("a model of this project"),
+        "{msg}"
+    );
+}

@@ -421,6 +421,22 @@ impl Model for Bert<f32> {
     fn check_config(config: &BertConfig) -> std::result::Result<(), String> {
         config.validate()
     }
+    fn foreign_config(json: &serde_json::Value) -> Option<String> {
+        if json.get("d_model").is_some() && json.get("n_heads").is_some() {
+            return Some(
+                "a model of this project (train or train-lm), not a BERT encoder; use \
+                 translate, generate or perplexity with it"
+                    .into(),
+            );
+        }
+        let kind = json.get("model_type")?.as_str()?;
+        (kind != "bert").then(|| {
+            format!(
+                "a Hugging Face model of type {kind:?}, not a BERT encoder; generate, chat \
+                 and perplexity load llama and gpt2 decoders"
+            )
+        })
+    }
     fn build(config: BertConfig, init: &mut impl Init) -> Self {
         Bert::new(config, init)
     }

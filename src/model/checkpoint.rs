@@ -40,6 +40,16 @@ pub trait Model: Module<f32> + Sized {
     fn other_kind(_config: &Self::Config, _dir: &Path) -> Option<String> {
         None
     }
+    /// When a `config.json` this model cannot parse is recognisably another kind of model
+    /// (its JSON given): what it is and what to use, for the error message.
+    fn foreign_config(json: &serde_json::Value) -> Option<String> {
+        let kind = json.get("model_type")?.as_str()?;
+        Some(format!(
+            "a Hugging Face model (model_type {kind:?}), not one of this command's models; \
+             generate, chat and perplexity load Hugging Face llama and gpt2 decoders, embed \
+             loads BERT encoders"
+        ))
+    }
     /// A model of this shape, parameters drawn from `init` (random, or shapes only).
     fn build(config: Self::Config, init: &mut impl Init) -> Self;
 }
@@ -160,21 +170,13 @@ where
     M::Config: DeserializeOwned,
 {
     let config: M::Config = serde_json::from_slice(strip_bom(bytes)).map_err(|e| {
-        // Another tool's config (Hugging Face's `model_type`): say what it is.
         let foreign = serde_json::from_slice::<serde_json::Value>(strip_bom(bytes))
             .ok()
-            .and_then(|v| v.get("model_type")?.as_str().map(str::to_string));
-        match foreign {
-            Some(kind) => ckpt_err(
-                path,
-                format!(
-                    "a Hugging Face model (model_type {kind:?}), not one of this command's \
-                     models; generate, chat and perplexity load Hugging Face llama and gpt2 \
-                     decoders, embed loads BERT encoders"
-                ),
-            ),
-            None => ckpt_err(path, format!("invalid model config: {e}")),
-        }
+            .and_then(|json| M::foreign_config(&json));
+        ckpt_err(
+            path,
+            foreign.unwrap_or_else(|| format!("invalid model config: {e}")),
+        )
     })?;
     if let Some(other) = dir.and_then(|d| M::other_kind(&config, d)) {
         let dir = dir.expect("checked");
