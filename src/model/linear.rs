@@ -66,7 +66,10 @@ impl<T: Float> Linear<T> {
         }
         let Some(w) = T::as_f32(&self.weight.value.data) else {
             return match precision {
-                Precision::F32 => Ok(self.prepare_inference()),
+                Precision::F32 => {
+                    self.prepare_inference();
+                    Ok(())
+                }
                 _ => Err("low-precision inference needs an f32 model".into()),
             };
         };

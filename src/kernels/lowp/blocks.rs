@@ -26,7 +26,7 @@
 //! the 32 nibble bytes of blocks `b, b+1` to `[low b, low b+1, high b, high b+1]`, so the
 //! activations of each pair of blocks are stored in that order ([`pair_order`]).
 
-use super::{dot_f32, Kernel, PackedFormat};
+use super::{dot_f32, round_small, Kernel, PackedFormat};
 use crate::store::ggml::{f16_to_f32, GgmlType};
 
 /// Elements per block.
@@ -220,7 +220,7 @@ impl BlockMatrix {
                 let inv = if e > 0.0 { 1.0 / e } else { 0.0 };
                 let mut sum = 0i32;
                 for (j, &v) in xb.iter().enumerate() {
-                    let p = (v * inv).round_ties_even().clamp(-127.0, 127.0) as i32;
+                    let p = round_small((v * inv).clamp(-127.0, 127.0)) as i32;
                     sum += p;
                     if nibbles {
                         q_row[pair_order(b, j, nb)] = p as i8 as u8;

@@ -47,7 +47,7 @@ fn quantize_row(row: &[f32], out: &mut [i8]) -> f32 {
     let scale = amax / 127.0;
     let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
     for (q, &v) in out.iter_mut().zip(row) {
-        *q = (v * inv).round_ties_even().clamp(-127.0, 127.0) as i8;
+        *q = super::round_small((v * inv).clamp(-127.0, 127.0)) as i8;
     }
     scale
 }

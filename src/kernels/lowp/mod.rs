@@ -218,6 +218,15 @@ impl PackedWeight {
     }
 }
 
+/// `x` rounded to the nearest integer, ties to even, for `|x| <= 2^22` (as
+/// `f32::round_ties_even`, which compiles to a library call on baseline x86-64): adding and
+/// subtracting 1.5 · 2^23 leaves no fraction bits, and Rust does not reassociate float sums.
+#[inline(always)]
+fn round_small(x: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0;
+    (x + MAGIC) - MAGIC
+}
+
 /// `Σ_i a_i b_i` in f32, in one fixed order (shared by both kernels).
 fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     let mut lanes = [0f32; 8];

@@ -92,6 +92,18 @@ fn bf16_rounds_to_nearest_even() {
 }
 
 #[test]
+fn small_rounding_is_round_ties_even() {
+    let mut rng = Lcg(5);
+    for _ in 0..100_000 {
+        let x = (rng.unit() * 130.0) as f32;
+        assert_eq!(round_small(x), x.round_ties_even(), "{x}");
+    }
+    for x in [0.5f32, 1.5, 2.5, -0.5, -1.5, 126.5, -127.0, 0.0, -0.0] {
+        assert_eq!(round_small(x), x.round_ties_even(), "{x}");
+    }
+}
+
+#[test]
 fn bf16_products_match_float64() {
     let mut rng = Lcg(11);
     for &(d_out, d_in, rows) in SHAPES.iter().chain(RAGGED) {
