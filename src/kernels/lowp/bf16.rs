@@ -3,9 +3,9 @@
 //! bf16 is the top half of an f32 (8 exponent, 7 mantissa bits); [`f32_to_bf16`] rounds to the
 //! nearest, ties to even, as `vcvtneps2bf16` does. A product of two bf16 numbers has at most
 //! 16 significant bits, so it is exact in f32; the sum is in f32 lanes, 2 products per lane
-//! per step of 32 elements (`vdpbf16ps`; the portable kernel sums in the same lanes and order,
-//! so the two differ only where the hardware flushes subnormals to zero and in the final
-//! reduction order). Rows are padded with zeros to a multiple of 32 elements.
+//! per step of 32 elements (`vdpbf16ps`, two chains of lanes for even and odd steps; the
+//! portable kernel sums in one chain of the same lanes, so the two differ by f32 rounding of
+//! the sums and where the hardware flushes subnormals to zero). Rows are padded with zeros to a multiple of 32 elements.
 
 use super::{Kernel, PackedFormat};
 
@@ -103,21 +103,38 @@ mod avx512 {
     /// multiple of 32 elements.
     #[target_feature(enable = "avx512f,avx512bf16")]
     pub unsafe fn dot_rows<const R: usize>(w: &[u16], xs: [&[u16]; R], out: &mut [f32]) {
-        let mut acc = [_mm512_setzero_ps(); R];
-        for c in 0..w.len() / 32 {
-            // SAFETY (caller): 32 u16 from element 32c lie inside `w` and each `xs[r]`;
-            // loadu has no alignment requirement; __m512i and __m512bh are both 64 plain bytes.
-            let wv: __m512bh =
-                std::mem::transmute(_mm512_loadu_si512(w.as_ptr().add(32 * c) as *const __m512i));
-            for r in 0..R {
-                let xv: __m512bh = std::mem::transmute(_mm512_loadu_si512(
-                    xs[r].as_ptr().add(32 * c) as *const __m512i,
+        // Two chains per row (even and odd steps), so one row does not wait on the latency
+        // of a single chain.
+        let mut acc = [[_mm512_setzero_ps(); R]; 2];
+        let n = w.len() / 32;
+        macro_rules! step {
+            ($c:expr, $set:expr) => {{
+                let c = $c;
+                // SAFETY (caller): 32 u16 from element 32c lie inside `w` and each `xs[r]`;
+                // loadu has no alignment requirement; __m512i and __m512bh are both 64 plain
+                // bytes.
+                let wv: __m512bh = std::mem::transmute(_mm512_loadu_si512(
+                    w.as_ptr().add(32 * c) as *const __m512i
                 ));
-                acc[r] = _mm512_dpbf16_ps(acc[r], wv, xv);
-            }
+                for r in 0..R {
+                    let xv: __m512bh = std::mem::transmute(_mm512_loadu_si512(
+                        xs[r].as_ptr().add(32 * c) as *const __m512i,
+                    ));
+                    acc[$set][r] = _mm512_dpbf16_ps(acc[$set][r], wv, xv);
+                }
+            }};
+        }
+        let mut c = 0;
+        while c + 1 < n {
+            step!(c, 0);
+            step!(c + 1, 1);
+            c += 2;
+        }
+        if c < n {
+            step!(c, 0);
         }
         for r in 0..R {
-            out[r] = _mm512_reduce_add_ps(acc[r]);
+            out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][r], acc[1][r]));
         }
     }
 }

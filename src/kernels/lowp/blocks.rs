@@ -302,7 +302,6 @@ mod avx512 {
         let d = w.d.as_ptr().add(o * nb);
         let c = w.c.as_ptr().add(o * nb);
         let mut f = [std::ptr::null::<f32>(); R];
-        let mut acc_c = [_mm_setzero_ps(); R];
         let mut xq = [std::ptr::null::<u8>(); R];
         let mut lanes = [std::ptr::null::<f32>(); R];
         for r in 0..R {
@@ -310,40 +309,55 @@ mod avx512 {
             lanes[r] = acts.lanes.as_ptr().add((r0 + r) * pairs * 16);
             f[r] = acts.f.as_ptr().add((r0 + r) * nb);
         }
-        let mut acc = [_mm512_setzero_ps(); R];
-        for p in 0..pairs {
-            // SAFETY (caller): pair p's weight bytes (2·qb from 2p·qb), its two scales, the
-            // 64 activation bytes from 64p and 16 lane scales from 16p are inside their rows.
-            let wv = if nibbles {
-                let raw = _mm256_loadu_si256(qs.add(p * 2 * qb) as *const __m256i);
-                let lo = _mm256_and_si256(raw, mask);
-                let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
-                _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1)
-            } else {
-                _mm512_loadu_si512(qs.add(p * 2 * qb) as *const __m512i)
-            };
-            let d2 = _mm_castsi128_ps(_mm_loadl_epi64(d.add(2 * p) as *const __m128i));
-            let dw = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(d2));
-            let c2 = _mm_castsi128_ps(_mm_loadl_epi64(c.add(2 * p) as *const __m128i));
-            for r in 0..R {
-                let f2 = _mm_castsi128_ps(_mm_loadl_epi64(f[r].add(2 * p) as *const __m128i));
-                acc_c[r] = _mm_fmadd_ps(c2, f2, acc_c[r]);
-                let xv = _mm512_loadu_si512(xq[r].add(p * 2 * BLOCK) as *const __m512i);
-                // Nibbles are the unsigned operand; against Q8_0 weights the shifted
-                // activations are.
-                let isum = if nibbles {
-                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, xv)
+        // Two sets of accumulators, for even and odd pairs: one decoding row would otherwise
+        // wait on the latency of a single chain of fused multiply-adds.
+        let mut acc = [[_mm512_setzero_ps(); R]; 2];
+        let mut acc_c = [[_mm_setzero_ps(); R]; 2];
+        macro_rules! pair {
+            ($p:expr, $set:expr) => {{
+                let p = $p;
+                // SAFETY (caller): pair p's weight bytes (2·qb from 2p·qb), its two scales, the
+                // 64 activation bytes from 64p and 16 lane scales from 16p are inside their rows.
+                let wv = if nibbles {
+                    let raw = _mm256_loadu_si256(qs.add(p * 2 * qb) as *const __m256i);
+                    let lo = _mm256_and_si256(raw, mask);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
+                    _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1)
                 } else {
-                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), xv, wv)
+                    _mm512_loadu_si512(qs.add(p * 2 * qb) as *const __m512i)
                 };
-                let scale = _mm512_mul_ps(dw, _mm512_loadu_ps(lanes[r].add(16 * p)));
-                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[r]);
-            }
+                let d2 = _mm_castsi128_ps(_mm_loadl_epi64(d.add(2 * p) as *const __m128i));
+                let dw = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(d2));
+                let c2 = _mm_castsi128_ps(_mm_loadl_epi64(c.add(2 * p) as *const __m128i));
+                for r in 0..R {
+                    let f2 = _mm_castsi128_ps(_mm_loadl_epi64(f[r].add(2 * p) as *const __m128i));
+                    acc_c[$set][r] = _mm_fmadd_ps(c2, f2, acc_c[$set][r]);
+                    let xv = _mm512_loadu_si512(xq[r].add(p * 2 * BLOCK) as *const __m512i);
+                    // Nibbles are the unsigned operand; against Q8_0 weights the shifted
+                    // activations are.
+                    let isum = if nibbles {
+                        _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, xv)
+                    } else {
+                        _mm512_dpbusd_epi32(_mm512_setzero_si512(), xv, wv)
+                    };
+                    let scale = _mm512_mul_ps(dw, _mm512_loadu_ps(lanes[r].add(16 * p)));
+                    acc[$set][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[$set][r]);
+                }
+            }};
+        }
+        let mut p = 0;
+        while p + 1 < pairs {
+            pair!(p, 0);
+            pair!(p + 1, 1);
+            p += 2;
+        }
+        if p < pairs {
+            pair!(p, 0);
         }
         for r in 0..R {
             let mut cf = [0f32; 4];
-            _mm_storeu_ps(cf.as_mut_ptr(), acc_c[r]);
-            out[r] = _mm512_reduce_add_ps(acc[r]) + (cf[0] + cf[1]);
+            _mm_storeu_ps(cf.as_mut_ptr(), _mm_add_ps(acc_c[0][r], acc_c[1][r]));
+            out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][r], acc[1][r])) + (cf[0] + cf[1]);
         }
     }
 }

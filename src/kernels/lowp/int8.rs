@@ -125,17 +125,33 @@ mod avx512 {
     /// multiple of 64 bytes.
     #[target_feature(enable = "avx512f,avx512vnni")]
     pub unsafe fn dot_rows<const R: usize>(q: &[i8], us: [&[u8]; R], out: &mut [i32; R]) {
-        let mut acc = [_mm512_setzero_si512(); R];
-        for c in 0..q.len() / 64 {
-            // SAFETY (caller): 64 bytes from 64c lie inside `q` and each `us[r]`; unaligned loads.
-            let qv = _mm512_loadu_si512(q.as_ptr().add(64 * c) as *const __m512i);
-            for r in 0..R {
-                let uv = _mm512_loadu_si512(us[r].as_ptr().add(64 * c) as *const __m512i);
-                acc[r] = _mm512_dpbusd_epi32(acc[r], uv, qv);
-            }
+        // Two chains per row (even and odd steps), so one row does not wait on the latency
+        // of a single chain; the integer sums are exact in any order.
+        let mut acc = [[_mm512_setzero_si512(); R]; 2];
+        let n = q.len() / 64;
+        macro_rules! step {
+            ($c:expr, $set:expr) => {{
+                let c = $c;
+                // SAFETY (caller): 64 bytes from 64c lie inside `q` and each `us[r]`; unaligned
+                // loads.
+                let qv = _mm512_loadu_si512(q.as_ptr().add(64 * c) as *const __m512i);
+                for r in 0..R {
+                    let uv = _mm512_loadu_si512(us[r].as_ptr().add(64 * c) as *const __m512i);
+                    acc[$set][r] = _mm512_dpbusd_epi32(acc[$set][r], uv, qv);
+                }
+            }};
+        }
+        let mut c = 0;
+        while c + 1 < n {
+            step!(c, 0);
+            step!(c + 1, 1);
+            c += 2;
+        }
+        if c < n {
+            step!(c, 0);
         }
         for r in 0..R {
-            out[r] = _mm512_reduce_add_epi32(acc[r]);
+            out[r] = _mm512_reduce_add_epi32(_mm512_add_epi32(acc[0][r], acc[1][r]));
         }
     }
 }
