@@ -53,7 +53,7 @@ fn quantize_row(row: &[f32], out: &mut [i8]) -> f32 {
 }
 
 impl Int8Matrix {
-    /// Quantises `w [rows, cols]` per row, or says why not (a row longer than [`MAX_COLS`],
+    /// Quantises `w [rows, cols]` per row, or says why not (a row longer than `MAX_COLS` (65,536),
     /// a value that is not finite).
     pub fn from_f32(w: &[f32], rows: usize, cols: usize) -> Result<Int8Matrix, String> {
         assert_eq!(w.len(), rows * cols, "int8 weight is not [rows, cols]");
