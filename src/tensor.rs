@@ -28,6 +28,10 @@ pub trait Float:
     /// `eˣ` in straight-line arithmetic that vectorises (f32: [`exp_f32`](crate::kernels::softmax::exp_f32),
     /// within 2 ulp; f64: the exact library `exp`, so the reference checks stay exact).
     fn exp_vec(self) -> Self;
+    /// The slice as f32, when `Self` is f32 (the low-precision kernels take f32 only).
+    fn as_f32(s: &[Self]) -> Option<&[f32]>;
+    /// The mutable slice as f32, when `Self` is f32.
+    fn as_f32_mut(s: &mut [Self]) -> Option<&mut [f32]>;
 }
 
 impl Float for f32 {
@@ -43,6 +47,12 @@ impl Float for f32 {
     fn exp_vec(self) -> Self {
         crate::kernels::softmax::exp_f32(self)
     }
+    fn as_f32(s: &[Self]) -> Option<&[f32]> {
+        Some(s)
+    }
+    fn as_f32_mut(s: &mut [Self]) -> Option<&mut [f32]> {
+        Some(s)
+    }
 }
 
 impl Float for f64 {
@@ -57,6 +67,12 @@ impl Float for f64 {
     #[inline(always)]
     fn exp_vec(self) -> Self {
         self.exp()
+    }
+    fn as_f32(_: &[Self]) -> Option<&[f32]> {
+        None
+    }
+    fn as_f32_mut(_: &mut [Self]) -> Option<&mut [f32]> {
+        None
     }
 }
 

@@ -37,6 +37,10 @@ pub struct ChatArgs {
     /// Seed of the sampling generator.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// The numbers the weights are multiplied in: auto (a GGUF file's own quantised blocks,
+    /// else f32), f32, bf16, int8, ggml.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub precision: super::PrecisionArg,
     /// Worker threads (0: all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
@@ -50,8 +54,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
         bail!("--top-p {} must be in (0, 1]", args.top_p);
     }
     set_threads(args.threads)?;
-    let mut generator = TextGenerator::load(&args.model)?;
-    generator.model.prepare_inference();
+    let generator = TextGenerator::load_prepared(&args.model, args.precision.model_precision())?;
     if generator.chat.is_none() {
         bail!("{}: this model has no chat template", args.model.display());
     }

@@ -22,6 +22,10 @@ pub struct EmbedArgs {
     /// [default: max_seq_length of the directory's sentence_bert_config.json, else 256].
     #[arg(long)]
     pub max_len: Option<usize>,
+    /// The numbers the weights are multiplied in: auto (a GGUF file's own quantised blocks,
+    /// else f32), f32, bf16, int8, ggml.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub precision: super::PrecisionArg,
     /// Worker threads (0: all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
@@ -29,7 +33,11 @@ pub struct EmbedArgs {
 
 pub fn run(args: EmbedArgs) -> Result<()> {
     set_threads(args.threads)?;
-    let encoder = SentenceEncoder::load(&args.model, args.max_len)?;
+    let mut encoder = SentenceEncoder::load(&args.model, args.max_len)?;
+    encoder
+        .model
+        .prepare_precision(args.precision.float_precision()?)
+        .map_err(|e| anyhow::anyhow!("--precision: {e}"))?;
     let lines = read_stdin_lines()?;
     let start = std::time::Instant::now();
     let embeddings = encoder.embed(&lines, args.batch_size)?;

@@ -60,6 +60,10 @@ pub struct GenerateArgs {
     /// Seed of the sampling generator.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// The numbers the weights are multiplied in: auto (a GGUF file's own quantised blocks,
+    /// else f32), f32, bf16, int8, ggml.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub precision: super::PrecisionArg,
     /// Worker threads (0: all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
@@ -74,12 +78,11 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     }
     set_threads(args.threads)?;
     let TextGenerator {
-        mut model,
+        model,
         tokenizer,
         chat,
         ..
-    } = TextGenerator::load(&args.model)?;
-    model.prepare_inference();
+    } = TextGenerator::load_prepared(&args.model, args.precision.model_precision())?;
     let prompt = if args.chat {
         let template = chat
             .as_ref()

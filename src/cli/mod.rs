@@ -348,3 +348,44 @@ pub fn log_line(bar: &ProgressBar, line: String) {
         bar.println(line);
     }
 }
+
+/// `--precision` of the inference commands: the numbers the weights are multiplied in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum PrecisionArg {
+    /// A quantised GGUF file's own blocks, float32 for every other model.
+    #[default]
+    Auto,
+    /// float32 (a GGUF file dequantised at load).
+    F32,
+    /// bf16 weights and activations, float32 sums.
+    Bf16,
+    /// int8 weights per output row, activations quantised per row on the fly.
+    Int8,
+    /// A GGUF file's Q4_0/Q4_1/Q8_0 blocks as stored (GGUF only).
+    Ggml,
+}
+
+impl PrecisionArg {
+    /// For a decoder language model.
+    pub fn model_precision(self) -> crate::pipeline::generate::ModelPrecision {
+        use crate::pipeline::generate::ModelPrecision as M;
+        match self {
+            PrecisionArg::Auto => M::Auto,
+            PrecisionArg::F32 => M::F32,
+            PrecisionArg::Bf16 => M::Bf16,
+            PrecisionArg::Int8 => M::Int8,
+            PrecisionArg::Ggml => M::Ggml,
+        }
+    }
+
+    /// For a model of float weights (translation, embeddings): `ggml` is refused.
+    pub fn float_precision(self) -> anyhow::Result<crate::kernels::lowp::Precision> {
+        use crate::kernels::lowp::Precision as P;
+        Ok(match self {
+            PrecisionArg::Auto | PrecisionArg::F32 => P::F32,
+            PrecisionArg::Bf16 => P::Bf16,
+            PrecisionArg::Int8 => P::Int8,
+            PrecisionArg::Ggml => anyhow::bail!("--precision ggml is for .gguf models only"),
+        })
+    }
+}

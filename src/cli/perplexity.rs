@@ -19,6 +19,10 @@ pub struct PerplexityArgs {
     /// Windows per forward pass.
     #[arg(long, default_value_t = 8)]
     pub batch: usize,
+    /// The numbers the weights are multiplied in: auto (a GGUF file's own quantised blocks,
+    /// else f32), f32, bf16, int8, ggml.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub precision: super::PrecisionArg,
     /// Worker threads (0: all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
@@ -26,8 +30,7 @@ pub struct PerplexityArgs {
 
 pub fn run(args: PerplexityArgs) -> Result<()> {
     set_threads(args.threads)?;
-    let mut generator = TextGenerator::load(&args.model)?;
-    generator.model.prepare_inference();
+    let generator = TextGenerator::load_prepared(&args.model, args.precision.model_precision())?;
     let mut bytes = Vec::new();
     std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut bytes)
         .context("reading standard input")?;

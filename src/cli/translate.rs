@@ -55,6 +55,10 @@ pub struct TranslateArgs {
     /// fewer hypotheses (tiny vocabularies and length limits).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=MAX_BEAM as i64))]
     pub nbest: Option<u32>,
+    /// The numbers the weights are multiplied in: auto (a GGUF file's own quantised blocks,
+    /// else f32), f32, bf16, int8, ggml.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub precision: super::PrecisionArg,
     /// Worker threads (0: all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
@@ -72,7 +76,7 @@ pub fn run(args: TranslateArgs) -> Result<()> {
     }
     set_threads(args.threads)?;
     let mut translator = Translator::load(&args.model)?;
-    translator.prepare_inference();
+    translator.prepare_precision(args.precision.float_precision()?)?;
     let lines = read_stdin_lines()?;
     let mut stdout = std::io::stdout().lock();
     if beam_size <= 1 && args.nbest.is_none() {

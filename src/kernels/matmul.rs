@@ -24,6 +24,11 @@ pub fn serial_matmuls<R>(f: impl FnOnce() -> R) -> R {
     result
 }
 
+/// Whether the calling thread is inside [`serial_matmuls`].
+pub fn matmuls_are_serial() -> bool {
+    SERIAL.with(Cell::get)
+}
+
 /// A read-only matrix view: element (r, c) is `data[offset + r * row_stride + c * col_stride]`.
 #[derive(Clone, Copy, Debug)]
 pub struct MatRef<'a, T> {

@@ -7,6 +7,7 @@ pub mod attention;
 pub mod dropout;
 pub mod flash_attention;
 pub mod layer_norm;
+pub mod lowp;
 pub mod matmul;
 pub mod reduce;
 pub mod rms_norm;

@@ -196,6 +196,18 @@ impl<T: Float> MultiHeadAttention<T> {
         }
     }
 
+    /// Calls `f` on each of the four projections.
+    pub fn for_each_linear(&mut self, f: &mut dyn FnMut(&mut Linear<T>)) {
+        for linear in [
+            &mut self.q_proj,
+            &mut self.k_proj,
+            &mut self.v_proj,
+            &mut self.out_proj,
+        ] {
+            f(linear);
+        }
+    }
+
     /// Rotates `x [batch*len, heads·d_k]` in place (queries: `n_heads`, keys: `n_kv_heads`),
     /// rows at positions `pos ..` (when rotary).
     fn rotate(&self, x: &mut [T], len: usize, heads: usize, pos: usize) {

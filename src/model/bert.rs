@@ -443,6 +443,26 @@ impl Model for Bert<f32> {
 }
 
 impl Bert<f32> {
+    /// Packs every linear layer's weight for inference in `precision` (see
+    /// [`crate::kernels::lowp`]); f32 leaves the model as it is.
+    pub fn prepare_precision(
+        &mut self,
+        precision: crate::kernels::lowp::Precision,
+    ) -> std::result::Result<(), String> {
+        if precision == crate::kernels::lowp::Precision::F32 {
+            return Ok(());
+        }
+        let mut result = Ok(());
+        for block in &mut self.encoder.layers {
+            block.for_each_linear(&mut |l| {
+                if result.is_ok() {
+                    result = l.prepare_precision(precision);
+                }
+            });
+        }
+        result
+    }
+
     /// Loads a Hugging Face BERT directory (`config.json`, `model.safetensors`), checking every
     /// tensor's name and shape; errors name the file and the tensor.
     pub fn load(dir: &Path) -> Result<Bert<f32>> {

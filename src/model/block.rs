@@ -112,6 +112,12 @@ impl<T: Float> SelfAttentionBlock<T> {
         self.self_attn.prepare_inference();
         self.ffn.prepare_inference();
     }
+
+    /// Calls `f` on every linear layer of the block.
+    pub fn for_each_linear(&mut self, f: &mut dyn FnMut(&mut super::linear::Linear<T>)) {
+        self.self_attn.for_each_linear(f);
+        self.ffn.for_each_linear(f);
+    }
 }
 
 impl<T> Module<T> for SelfAttentionBlock<T> {

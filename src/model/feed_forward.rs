@@ -87,6 +87,15 @@ impl<T: Float> FeedForward<T> {
         }
     }
 
+    /// Calls `f` on each linear layer (the gate too, when there is one).
+    pub fn for_each_linear(&mut self, f: &mut dyn FnMut(&mut Linear<T>)) {
+        f(&mut self.linear1);
+        f(&mut self.linear2);
+        if let Some(g) = &mut self.gate {
+            f(g);
+        }
+    }
+
     /// `x [rows, d_model]` -> `y [rows, d_model]`.
     pub fn forward(&self, x: &[T]) -> (Vec<T>, FeedForwardCache<T>) {
         self.forward_train(x, None)

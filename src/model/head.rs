@@ -6,6 +6,7 @@
 use super::embedding::Embedding;
 use super::loss::{cross_entropy_ignoring, LossStats};
 use super::param::{Init, Module, Param, ParamVisitor};
+use crate::kernels::lowp::{PackedWeight, Precision};
 use crate::kernels::matmul::{matmul, transpose_weight, weight_product, MatMut, MatRef};
 use crate::kernels::softmax::log_softmax_inplace;
 use crate::Float;
@@ -19,6 +20,9 @@ pub struct OutputHead<T> {
     /// Inference only: `Wᵀ [d_model, vocab]` (see [`OutputHead::prepare_inference`]); dropped by
     /// any mutable visit of the parameters.
     transposed: Option<Vec<T>>,
+    /// Inference only: `W` packed in a low-precision format (f32 models), multiplied instead;
+    /// dropped with `transposed`.
+    packed: Option<PackedWeight>,
     pub d_model: usize,
     pub vocab: usize,
 }
@@ -29,6 +33,7 @@ impl<T: Float> OutputHead<T> {
         OutputHead {
             output_proj: (!tied).then(|| init.xavier(&[vocab, d_model], d_model, vocab)),
             transposed: None,
+            packed: None,
             d_model,
             vocab,
         }
@@ -44,8 +49,56 @@ impl<T: Float> OutputHead<T> {
 
     /// Keeps `Wᵀ` for a run of decoding steps, which gemm multiplies without repacking.
     pub fn prepare_inference(&mut self, embedding: &Embedding<T>) {
+        if self.packed.is_some() {
+            return;
+        }
         let w = transpose_weight(self.weight(embedding), self.vocab, self.d_model);
         self.transposed = Some(w);
+    }
+
+    /// Readies the projection for inference in `precision` (see
+    /// [`super::linear::Linear::prepare_precision`]); a packed weight already set is kept.
+    pub fn prepare_precision(
+        &mut self,
+        embedding: &Embedding<T>,
+        precision: Precision,
+    ) -> Result<(), String> {
+        if self.packed.is_some() {
+            return Ok(());
+        }
+        match T::as_f32(self.weight(embedding)) {
+            Some(w) => match precision.pack(w, self.vocab, self.d_model)? {
+                Some(p) => {
+                    self.transposed = None;
+                    self.packed = Some(p);
+                }
+                None => self.prepare_inference(embedding),
+            },
+            None if precision == Precision::F32 => self.prepare_inference(embedding),
+            None => return Err("low-precision inference needs an f32 model".into()),
+        }
+        Ok(())
+    }
+
+    /// Multiplies by `packed` (`[vocab, d_model]`) from now on, until the next mutable visit.
+    pub fn set_packed(&mut self, packed: PackedWeight) -> Result<(), String> {
+        if (packed.rows(), packed.cols()) != (self.vocab, self.d_model) {
+            return Err(format!(
+                "packed output projection {}x{} for vocabulary {} x d_model {}",
+                packed.rows(),
+                packed.cols(),
+                self.vocab,
+                self.d_model
+            ));
+        }
+        self.transposed = None;
+        self.packed = Some(packed);
+        Ok(())
+    }
+
+    /// The packed weight in use, if any.
+    pub fn packed(&self) -> Option<&PackedWeight> {
+        self.packed.as_ref()
     }
 
     /// `hidden [rows, d_model]` -> logits `[rows, vocab]`.
@@ -53,6 +106,12 @@ impl<T: Float> OutputHead<T> {
         let (d, v) = (self.d_model, self.vocab);
         let rows = hidden.len() / d;
         let mut logits = vec![T::zero(); rows * v];
+        if let Some(p) = &self.packed {
+            if let (Some(x), Some(y)) = (T::as_f32(hidden), T::as_f32_mut(&mut logits)) {
+                p.product(y, x, rows);
+                return logits;
+            }
+        }
         let (w, w_t) = (self.weight(embedding), self.transposed.as_deref());
         weight_product(&mut logits, hidden, w, w_t, rows, d, v);
         logits
@@ -124,6 +183,7 @@ impl<T: Float> OutputHead<T> {
 impl<T> Module<T> for OutputHead<T> {
     fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
         self.transposed = None;
+        self.packed = None;
         if let Some(p) = &mut self.output_proj {
             v.param("output_proj.weight", p);
         }

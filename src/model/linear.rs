@@ -3,6 +3,7 @@
 
 use super::param::{Init, Module, Param, ParamVisitor};
 use crate::kernels::activations::{bias_relu_inplace, relu_inplace};
+use crate::kernels::lowp::{PackedWeight, Precision};
 use crate::kernels::matmul::{
     add_row_bias, matmul, transpose_weight, weight_product, MatMut, MatRef,
 };
@@ -22,6 +23,10 @@ pub struct Linear<T> {
     /// weight on every call (see [`Linear::prepare_inference`]). Any mutable access to the
     /// parameters through [`Module::visit`] drops it, so a stale copy is never used.
     transposed: Option<Vec<T>>,
+    /// Inference only: the weight in a low-precision format (bf16, int8, or a GGUF file's
+    /// blocks) that [`Linear::forward`] multiplies instead (f32 models only); dropped with
+    /// `transposed`.
+    packed: Option<PackedWeight>,
 }
 
 impl<T: Float> Linear<T> {
@@ -38,18 +43,75 @@ impl<T: Float> Linear<T> {
             d_in,
             d_out,
             transposed: None,
+            packed: None,
         }
     }
 
     /// Keeps a transposed copy of the weight for a run of forwards that do not change it
     /// (decoding), which gemm multiplies in place (see [`transpose_weight`]).
     pub fn prepare_inference(&mut self) {
+        if self.packed.is_some() {
+            return;
+        }
         let w = &self.weight.value.data;
         self.transposed = Some(transpose_weight(w, self.d_out, self.d_in));
     }
 
+    /// Readies the layer for inference in `precision`: f32 keeps the transposed copy of
+    /// [`prepare_inference`](Self::prepare_inference); bf16 and int8 pack the weight (f32
+    /// layers only) unless it already holds packed blocks ([`set_packed`](Self::set_packed)).
+    pub fn prepare_precision(&mut self, precision: Precision) -> Result<(), String> {
+        if self.packed.is_some() {
+            return Ok(());
+        }
+        let Some(w) = T::as_f32(&self.weight.value.data) else {
+            return match precision {
+                Precision::F32 => {
+                    self.prepare_inference();
+                    Ok(())
+                }
+                _ => Err("low-precision inference needs an f32 model".into()),
+            };
+        };
+        match precision.pack(w, self.d_out, self.d_in)? {
+            Some(p) => {
+                self.transposed = None;
+                self.packed = Some(p);
+            }
+            None => self.prepare_inference(),
+        }
+        Ok(())
+    }
+
+    /// Multiplies by `packed` (`[d_out, d_in]`, e.g. a GGUF file's own blocks) from now on,
+    /// until the next mutable visit.
+    pub fn set_packed(&mut self, packed: PackedWeight) -> Result<(), String> {
+        if (packed.rows(), packed.cols()) != (self.d_out, self.d_in) {
+            return Err(format!(
+                "packed weight {}x{} for a {}x{} linear layer",
+                packed.rows(),
+                packed.cols(),
+                self.d_out,
+                self.d_in
+            ));
+        }
+        self.transposed = None;
+        self.packed = Some(packed);
+        Ok(())
+    }
+
+    /// The packed weight in use, if any.
+    pub fn packed(&self) -> Option<&PackedWeight> {
+        self.packed.as_ref()
+    }
+
     /// `y = x Wᵀ`, without the bias, into `y [rows, d_out]`.
     fn product(&self, y: &mut [T], x: &[T], rows: usize) {
+        if let Some(p) = &self.packed {
+            if let (Some(x32), Some(y32)) = (T::as_f32(x), T::as_f32_mut(y)) {
+                return p.product(y32, x32, rows);
+            }
+        }
         let (w, w_t) = (&self.weight.value.data, self.transposed.as_deref());
         weight_product(y, x, w, w_t, rows, self.d_in, self.d_out);
     }
@@ -115,6 +177,7 @@ impl<T: Float> Linear<T> {
 impl<T> Module<T> for Linear<T> {
     fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
         self.transposed = None; // the caller may change the weight
+        self.packed = None;
         v.param("weight", &mut self.weight);
         if let Some(b) = &mut self.bias {
             v.param("bias", b);

@@ -14,8 +14,10 @@
 
 use super::checkpoint::{build_filled, RenameTable};
 use super::config::{Activation, ModelConfig, NormPlacement, Normalization, Positions, RopeStyle};
+use super::linear::Linear;
 use super::LanguageModel;
 use crate::error::{Error, Result};
+use crate::kernels::lowp::{BlockKind, BlockMatrix, PackedWeight};
 use crate::store::gguf::GgufFile;
 use crate::store::gguf_llama::LlamaGgufConfig;
 use crate::store::{ckpt_err, TensorMap};
@@ -276,6 +278,62 @@ pub fn from_gguf(file: &GgufFile) -> Result<LanguageModel<f32>> {
         tensors.insert(info.name.clone(), (info.shape(), values));
     }
     build_filled(path, c, tensors, Some(&GGUF_NAMES))
+}
+
+/// Makes every linear layer of `model` (loaded by [`from_gguf`] from `file`) and its output
+/// projection multiply the file's own `Q4_0` / `Q4_1` / `Q8_0` blocks, as llama.cpp does,
+/// instead of the dequantised float32 weights (see [`crate::kernels::lowp::BlockMatrix`]).
+/// Weights stored as floats keep the float32 product. Returns how many matrices use blocks.
+pub fn use_gguf_blocks(model: &mut LanguageModel<f32>, file: &GgufFile) -> Result<usize> {
+    let path = file.path();
+    let blocks = |name: &str| -> Result<Option<PackedWeight>> {
+        let info = file.tensor(name)?;
+        if BlockKind::of(info.ggml_type).is_none() {
+            return Ok(None);
+        }
+        let (rows, cols) = info.rows_cols();
+        let data = file.tensor_data(info)?;
+        BlockMatrix::from_ggml(info.ggml_type, data, rows, cols)
+            .map(|m| Some(PackedWeight::Blocks(m)))
+            .map_err(|e| ckpt_err(path, format!("tensor {name}: {e}")))
+    };
+    let mut used = 0;
+    for (i, block) in model.blocks.layers.iter_mut().enumerate() {
+        let attn = &mut block.self_attn;
+        let ffn = &mut block.ffn;
+        let mut linears: Vec<(&str, &mut Linear<f32>)> = vec![
+            ("attn_q", &mut attn.q_proj),
+            ("attn_k", &mut attn.k_proj),
+            ("attn_v", &mut attn.v_proj),
+            ("attn_output", &mut attn.out_proj),
+            ("ffn_up", &mut ffn.linear1),
+            ("ffn_down", &mut ffn.linear2),
+        ];
+        if let Some(gate) = ffn.gate.as_mut() {
+            linears.push(("ffn_gate", gate));
+        }
+        for (short, linear) in linears {
+            let name = format!("blk.{i}.{short}.weight");
+            if let Some(packed) = blocks(&name)? {
+                linear
+                    .set_packed(packed)
+                    .map_err(|e| ckpt_err(path, format!("tensor {name}: {e}")))?;
+                used += 1;
+            }
+        }
+    }
+    let head_name = match model.head.output_proj {
+        Some(_) => "output.weight",
+        None => "token_embd.weight",
+    };
+    if let Some(packed) = blocks(head_name)? {
+        model
+            .head
+            .set_packed(packed)
+            .map_err(|e| ckpt_err(path, format!("tensor {head_name}: {e}")))?;
+        used += 1;
+    }
+    Ok(used)
 }
 
 /// A Hugging Face directory's `config.json` for `model_type` `llama`.

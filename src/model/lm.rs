@@ -19,6 +19,7 @@ use super::loss::LossStats;
 use super::param::{count_params, Init, Module, ParamVisitor, ShapesOnly};
 use super::stack::{Stack, StackCache};
 use crate::kernels::attention::AttnMask;
+use crate::kernels::lowp::Precision;
 use crate::rng::Rng;
 use crate::Float;
 
@@ -113,6 +114,21 @@ impl<T: Float> LanguageModel<T> {
             .iter_mut()
             .for_each(SelfAttentionBlock::prepare_inference);
         self.head.prepare_inference(&self.embedding);
+    }
+
+    /// Readies the model for inference in `precision` (see
+    /// [`Seq2Seq::prepare_precision`](super::Seq2Seq::prepare_precision)).
+    pub fn prepare_precision(&mut self, precision: Precision) -> Result<(), String> {
+        let mut result = Ok(());
+        for block in &mut self.blocks.layers {
+            block.for_each_linear(&mut |l| {
+                if result.is_ok() {
+                    result = l.prepare_precision(precision);
+                }
+            });
+        }
+        result?;
+        self.head.prepare_precision(&self.embedding, precision)
     }
 
     /// The longest sequence the model accepts.

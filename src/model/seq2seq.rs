@@ -16,6 +16,7 @@ use super::loss::LossStats;
 use super::param::{Init, Module, ParamVisitor};
 use super::stack::{Stack, StackCache};
 use crate::batch::{Batch, PAD};
+use crate::kernels::lowp::Precision;
 use crate::rng::Rng;
 use crate::Float;
 
@@ -132,6 +133,27 @@ impl<T: Float> Seq2Seq<T> {
             .iter_mut()
             .for_each(DecoderLayer::prepare_inference);
         self.head.prepare_inference(&self.embedding);
+    }
+
+    /// Readies the model for inference in `precision`: f32 as [`prepare_inference`](Self::prepare_inference);
+    /// bf16 or int8 packs every linear layer's weight and the output projection once (see
+    /// [`crate::kernels::lowp`]); the embeddings, norms and attention stay f32. An error names
+    /// a weight that cannot be packed.
+    pub fn prepare_precision(&mut self, precision: Precision) -> Result<(), String> {
+        let mut result = Ok(());
+        let mut pack = |l: &mut super::linear::Linear<T>| {
+            if result.is_ok() {
+                result = l.prepare_precision(precision);
+            }
+        };
+        for block in &mut self.encoder.layers {
+            block.for_each_linear(&mut pack);
+        }
+        for layer in &mut self.decoder.layers {
+            layer.for_each_linear(&mut pack);
+        }
+        result?;
+        self.head.prepare_precision(&self.embedding, precision)
     }
 
     /// `hidden [rows, d_model]` -> logits `[rows, vocab]`.

@@ -11,6 +11,7 @@ use crate::decode::sample::{sample_search, SamplingOptions};
 use crate::decode::score::score_stream;
 use crate::decode::{DecodingState, IncrementalDecoder};
 use crate::error::{Error, Result};
+use crate::kernels::lowp::Precision;
 use crate::model::checkpoint::load;
 use crate::model::lm::LmState;
 use crate::model::{gpt2, llama, LanguageModel};
@@ -35,6 +36,35 @@ pub enum ModelSource {
     HfGpt2,
     /// A llama GGUF file.
     Gguf,
+}
+
+/// The numbers a loaded model multiplies its weights in (see [`crate::kernels::lowp`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ModelPrecision {
+    /// A quantised GGUF file's own blocks ([`ModelPrecision::Ggml`]), float32 for every other
+    /// model.
+    #[default]
+    Auto,
+    /// The float32 weights (a GGUF file's dequantised to float32 at load).
+    F32,
+    /// bf16 weights and activations, f32 sums.
+    Bf16,
+    /// int8 weights per output row, activations per row.
+    Int8,
+    /// A GGUF file's Q4_0 / Q4_1 / Q8_0 blocks as stored, times Q8 activations (float32 for
+    /// the tensors it stores as floats); GGUF files only.
+    Ggml,
+}
+
+impl ModelPrecision {
+    /// The format float32 weights are packed in (GGUF blocks aside).
+    pub fn float_precision(self) -> Precision {
+        match self {
+            ModelPrecision::Bf16 => Precision::Bf16,
+            ModelPrecision::Int8 => Precision::Int8,
+            _ => Precision::F32,
+        }
+    }
 }
 
 /// A language model, its tokenizer and, for a chat model, its chat template.
@@ -62,7 +92,7 @@ impl TextGenerator {
                 .extension()
                 .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
             {
-                return Self::load_gguf(path);
+                return Self::load_gguf(path, false);
             }
             return Err(Error::Input(format!(
                 "{} is a file: give a model directory or a .gguf file",
@@ -136,11 +166,41 @@ impl TextGenerator {
         self.tokenizer.encode(&chat.prompt(messages)?)
     }
 
-    /// A llama GGUF file: its weights dequantised to float32, its tokenizer.
-    fn load_gguf(path: &Path) -> Result<TextGenerator> {
+    /// Loads a model (see [`load`](Self::load)) and readies it for inference in `precision`:
+    /// [`ModelPrecision::Auto`] multiplies a GGUF file's quantised blocks as stored and every
+    /// other model in float32.
+    pub fn load_prepared(path: &Path, precision: ModelPrecision) -> Result<TextGenerator> {
+        let is_gguf = path.is_file()
+            && path
+                .extension()
+                .is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
+        if precision == ModelPrecision::Ggml && !is_gguf {
+            return Err(Error::Input(format!(
+                "--precision ggml needs a .gguf file, {} is not one",
+                path.display()
+            )));
+        }
+        let blocks = is_gguf && matches!(precision, ModelPrecision::Auto | ModelPrecision::Ggml);
+        let mut g = if is_gguf {
+            Self::load_gguf(path, blocks)?
+        } else {
+            Self::load(path)?
+        };
+        g.model
+            .prepare_precision(precision.float_precision())
+            .map_err(|e| ckpt_err(path, e))?;
+        Ok(g)
+    }
+
+    /// A llama GGUF file: its weights dequantised to float32 (and, with `blocks`, its linear
+    /// layers multiplying the stored blocks instead), its tokenizer.
+    fn load_gguf(path: &Path, blocks: bool) -> Result<TextGenerator> {
         let file = GgufFile::open(path)?;
         let tokenizer = GgufTokenizer::from_gguf(&file)?;
-        let model = llama::from_gguf(&file)?;
+        let mut model = llama::from_gguf(&file)?;
+        if blocks {
+            llama::use_gguf_blocks(&mut model, &file)?;
+        }
         check_vocab(path, tokenizer.vocab_size(), model.config.vocab_size, false)?;
         let text = |id: Option<u32>| {
             id.and_then(|i| tokenizer.token_bytes(i))

@@ -38,6 +38,13 @@ impl Translator {
         self.model.prepare_inference();
     }
 
+    /// Readies the model for decoding in `precision` (see [`Seq2Seq::prepare_precision`]).
+    pub fn prepare_precision(&mut self, precision: crate::kernels::lowp::Precision) -> Result<()> {
+        self.model
+            .prepare_precision(precision)
+            .map_err(|e| Error::Input(format!("--precision: {e}")))
+    }
+
     /// Greedy translations of `lines` (empty lines stay empty).
     pub fn translate(&self, lines: &[String], options: &GreedyOptions) -> Result<Vec<String>> {
         translate_lines(&self.model, &self.vocab, lines, options)

@@ -1,0 +1,446 @@
+//! ggml's block formats used as stored: `Q4_0`, `Q4_1` and `Q8_0` weights (32 per block, see
+//! [`crate::store::ggml`]) times activations quantised on the fly to `Q8_0`-style blocks, as
+//! llama.cpp's `ggml_vec_dot_q4_1_q8_1` does:
+//!
+//! ```text
+//! activations, block b of row r:  e_b = max_{j∈b} |x_j| / 127,  p_j = round(x_j / e_b)
+//!                                  (ties to even, where ggml rounds them away from zero)
+//! Q4_0 weight j of block b:       (n_j - 8) d_b          n_j ∈ [0, 15] the stored nibble
+//! Q4_1:                           n_j d_b + m_b
+//! Q8_0:                           q_j d_b                q_j ∈ [-127, 127]
+//!
+//! y = Σ_b d_b e_b I_b + Σ_b c_b f_b    with
+//!   Q4_0: I_b = Σ n_j p_j,  c_b = -8 d_b,  f_b = e_b Σ p_j
+//!   Q4_1: I_b = Σ n_j p_j,  c_b = m_b,     f_b = e_b Σ p_j
+//!   Q8_0: I_b = Σ q_j (p_j + 128),  c_b = -128 d_b Σ q_j,  f_b = e_b
+//! ```
+//!
+//! `vpdpbusd` multiplies unsigned by signed bytes: the 4-bit nibbles are the unsigned side
+//! against signed activations; against signed `Q8_0` weights the activations are stored
+//! shifted by 128 and the shift is taken back by `c_b f_b`. The integer sums `I_b` are exact.
+//!
+//! Packing at load keeps every nibble and byte as the file stores it (16 bytes of nibbles per
+//! 4-bit block, low nibbles elements 0–15, high nibbles 16–31; 32 bytes per `Q8_0` block),
+//! rows of blocks contiguous; the f16 scales are widened to f32 and the offset terms `c_b`
+//! computed once. The AVX-512 kernel takes two blocks per step: for 4-bit weights it expands
+//! the 32 nibble bytes of blocks `b, b+1` to `[low b, low b+1, high b, high b+1]`, so the
+//! activations of each pair of blocks are stored in that order ([`pair_order`]).
+
+use super::{dot_f32, round_small, Kernel, PackedFormat};
+use crate::store::ggml::{f16_to_f32, GgmlType};
+
+/// Elements per block.
+pub const BLOCK: usize = 32;
+
+/// The ggml block formats multiplied directly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockKind {
+    Q4_0,
+    Q4_1,
+    Q8_0,
+}
+
+impl BlockKind {
+    /// The kind of a ggml type, if it is one of these.
+    pub fn of(ty: GgmlType) -> Option<BlockKind> {
+        match ty {
+            GgmlType::Q4_0 => Some(BlockKind::Q4_0),
+            GgmlType::Q4_1 => Some(BlockKind::Q4_1),
+            GgmlType::Q8_0 => Some(BlockKind::Q8_0),
+            _ => None,
+        }
+    }
+
+    fn ggml(self) -> GgmlType {
+        match self {
+            BlockKind::Q4_0 => GgmlType::Q4_0,
+            BlockKind::Q4_1 => GgmlType::Q4_1,
+            BlockKind::Q8_0 => GgmlType::Q8_0,
+        }
+    }
+
+    /// Bytes of weights per block (nibbles or bytes), without the scales.
+    fn q_bytes(self) -> usize {
+        match self {
+            BlockKind::Q8_0 => 32,
+            _ => 16,
+        }
+    }
+
+    fn nibbles(self) -> bool {
+        self != BlockKind::Q8_0
+    }
+}
+
+/// `W [rows, cols]` of ggml blocks, `cols` a multiple of 32.
+#[derive(Clone, Debug)]
+pub struct BlockMatrix {
+    kind: BlockKind,
+    rows: usize,
+    cols: usize,
+    /// Blocks per row.
+    nb: usize,
+    /// [rows, nb, q_bytes] as stored.
+    qs: Vec<u8>,
+    /// [rows, nb]: `d_b`.
+    d: Vec<f32>,
+    /// [rows, nb]: `c_b`.
+    c: Vec<f32>,
+}
+
+/// Activations of one call: `[n, nb, 32]` bytes (`p` as i8 for 4-bit weights, in pair order;
+/// `p + 128` for Q8_0 weights, in natural order), `e [n, nb]`, `f [n, nb]`, and `e` spread over
+/// the 16 lanes of each pair of blocks as the AVX-512 kernel sums them `[n, nb / 2, 16]`.
+pub struct BlockActs {
+    nb: usize,
+    q: Vec<u8>,
+    e: Vec<f32>,
+    f: Vec<f32>,
+    lanes: Vec<f32>,
+}
+
+/// Where element `j` of block `b` of a row is stored among the activations of a 4-bit product:
+/// blocks are taken in pairs `(2i, 2i+1)` stored as `[low 2i, low 2i+1, high 2i, high 2i+1]`
+/// (16 elements each); a last unpaired block keeps its natural order.
+pub fn pair_order(b: usize, j: usize, nb: usize) -> usize {
+    if b / 2 * 2 + 1 >= nb {
+        return b * BLOCK + j;
+    }
+    let base = (b / 2) * 2 * BLOCK;
+    let (half, i) = (j / 16, j % 16);
+    base + half * 32 + (b % 2) * 16 + i
+}
+
+/// The lane of an AVX-512 step (two blocks) that element `j` of block `b % 2` is summed in:
+/// 4-bit: `[b0: 0-3, b1: 4-7, b0: 8-11, b1: 12-15]`; Q8_0: `[b0: 0-7, b1: 8-15]`.
+fn lane_block(nibbles: bool, lane: usize) -> usize {
+    if nibbles {
+        (lane / 4) % 2
+    } else {
+        lane / 8
+    }
+}
+
+impl BlockMatrix {
+    /// Packs a ggml tensor of `rows` rows of `cols` elements (`data` as the GGUF file holds
+    /// it), or says why not.
+    pub fn from_ggml(
+        ty: GgmlType,
+        data: &[u8],
+        rows: usize,
+        cols: usize,
+    ) -> Result<BlockMatrix, String> {
+        let kind = BlockKind::of(ty).ok_or_else(|| {
+            format!(
+                "ggml type {} is not multiplied in blocks (Q4_0, Q4_1, Q8_0 are)",
+                ty.name()
+            )
+        })?;
+        if !cols.is_multiple_of(BLOCK) {
+            return Err(format!(
+                "rows of {cols} elements are not whole {BLOCK}-element blocks"
+            ));
+        }
+        let nb = cols / BLOCK;
+        let (_, block_bytes) = ty.block().expect("supported type");
+        if rows
+            .checked_mul(nb)
+            .and_then(|n| n.checked_mul(block_bytes))
+            != Some(data.len())
+        {
+            return Err(format!(
+                "{rows} x {cols} {} needs {} bytes, the data has {}",
+                ty.name(),
+                rows * nb * block_bytes,
+                data.len()
+            ));
+        }
+        let qb = kind.q_bytes();
+        let mut qs = Vec::with_capacity(rows * nb * qb);
+        let mut d = Vec::with_capacity(rows * nb);
+        let mut c = Vec::with_capacity(rows * nb);
+        for block in data.chunks_exact(block_bytes) {
+            let scale = f16_to_f32(u16::from_le_bytes([block[0], block[1]]));
+            d.push(scale);
+            match kind {
+                BlockKind::Q4_0 => {
+                    qs.extend_from_slice(&block[2..18]);
+                    c.push(-8.0 * scale);
+                }
+                BlockKind::Q4_1 => {
+                    qs.extend_from_slice(&block[4..20]);
+                    c.push(f16_to_f32(u16::from_le_bytes([block[2], block[3]])));
+                }
+                BlockKind::Q8_0 => {
+                    qs.extend_from_slice(&block[2..34]);
+                    let sum: i32 = block[2..34].iter().map(|&q| i32::from(q as i8)).sum();
+                    c.push(-128.0 * scale * sum as f32);
+                }
+            }
+        }
+        Ok(BlockMatrix {
+            kind,
+            rows,
+            cols,
+            nb,
+            qs,
+            d,
+            c,
+        })
+    }
+
+    pub fn kind(&self) -> BlockKind {
+        self.kind
+    }
+
+    /// The ggml type of the blocks.
+    pub fn ggml_type(&self) -> GgmlType {
+        self.kind.ggml()
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.qs.len() + (self.d.len() + self.c.len()) * 4
+    }
+
+    /// Quantises `x [n, cols]` into the activation blocks this weight multiplies.
+    pub fn quantize(&self, x: &[f32], n: usize) -> BlockActs {
+        let (nb, nibbles) = (self.nb, self.kind.nibbles());
+        let mut acts = BlockActs {
+            nb,
+            q: vec![0u8; n * self.cols],
+            e: Vec::with_capacity(n * nb),
+            f: Vec::with_capacity(n * nb),
+            lanes: Vec::with_capacity(n * (nb / 2) * 16),
+        };
+        for (r, row) in x.chunks_exact(self.cols).enumerate() {
+            let q_row = &mut acts.q[r * self.cols..(r + 1) * self.cols];
+            for (b, xb) in row.chunks_exact(BLOCK).enumerate() {
+                let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let e = amax / 127.0;
+                let inv = if e > 0.0 { 1.0 / e } else { 0.0 };
+                let mut sum = 0i32;
+                for (j, &v) in xb.iter().enumerate() {
+                    let p = round_small((v * inv).clamp(-127.0, 127.0)) as i32;
+                    sum += p;
+                    if nibbles {
+                        q_row[pair_order(b, j, nb)] = p as i8 as u8;
+                    } else {
+                        q_row[b * BLOCK + j] = (p + 128) as u8;
+                    }
+                }
+                acts.e.push(e);
+                acts.f.push(if nibbles { e * sum as f32 } else { e });
+            }
+            let e_row = &acts.e[r * nb..(r + 1) * nb];
+            for pair in e_row.chunks_exact(2) {
+                acts.lanes
+                    .extend((0..16).map(|lane| pair[lane_block(nibbles, lane)]));
+            }
+        }
+        acts
+    }
+
+    /// `Σ_b d_b e_b I_b` of weight row `o` and activation row `r`, plain Rust.
+    fn scaled_sums_portable(&self, acts: &BlockActs, o: usize, r: usize) -> f32 {
+        let (nb, qb) = (self.nb, self.kind.q_bytes());
+        let qs = &self.qs[o * nb * qb..(o + 1) * nb * qb];
+        let xq = &acts.q[r * self.cols..(r + 1) * self.cols];
+        let mut total = 0f32;
+        for b in 0..nb {
+            let wb = &qs[b * qb..(b + 1) * qb];
+            let isum: i32 = if self.kind.nibbles() {
+                (0..16)
+                    .map(|j| {
+                        let lo = i32::from(wb[j] & 0x0f);
+                        let hi = i32::from(wb[j] >> 4);
+                        let p_lo = i32::from(xq[pair_order(b, j, nb)] as i8);
+                        let p_hi = i32::from(xq[pair_order(b, j + 16, nb)] as i8);
+                        lo * p_lo + hi * p_hi
+                    })
+                    .sum()
+            } else {
+                (0..BLOCK)
+                    .map(|j| i32::from(wb[j] as i8) * i32::from(xq[b * BLOCK + j]))
+                    .sum()
+            };
+            total += self.d[o * nb + b] * acts.e[r * nb + b] * isum as f32;
+        }
+        total
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::{BlockActs, BlockMatrix, BLOCK};
+    use std::arch::x86_64::*;
+
+    /// `out[i] = Σ_{b < 2·⌊nb/2⌋} (d_b e_b I_b + c_b f_b)` for activation rows `r0 + i`,
+    /// `i < R`.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F/BW/VL and VNNI; `o < w.rows` and `r0 + R <=` the rows of
+    /// `acts`, which `w.quantize` made.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub unsafe fn scaled_sums<const R: usize>(
+        w: &BlockMatrix,
+        acts: &BlockActs,
+        o: usize,
+        r0: usize,
+        out: &mut [f32],
+    ) {
+        let (nb, qb, cols) = (w.nb, w.kind.q_bytes(), w.cols);
+        let pairs = nb / 2;
+        let nibbles = w.kind.nibbles();
+        // Lane patterns of the two scales of a pair, `[d0 d1]` -> 16 lanes (see lane_block).
+        let idx = if nibbles {
+            _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1)
+        } else {
+            _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1)
+        };
+        let mask = _mm256_set1_epi8(0x0f);
+        let qs = w.qs.as_ptr().add(o * nb * qb);
+        let d = w.d.as_ptr().add(o * nb);
+        let c = w.c.as_ptr().add(o * nb);
+        let mut f = [std::ptr::null::<f32>(); R];
+        let mut xq = [std::ptr::null::<u8>(); R];
+        let mut lanes = [std::ptr::null::<f32>(); R];
+        for r in 0..R {
+            xq[r] = acts.q.as_ptr().add((r0 + r) * cols);
+            lanes[r] = acts.lanes.as_ptr().add((r0 + r) * pairs * 16);
+            f[r] = acts.f.as_ptr().add((r0 + r) * nb);
+        }
+        // Two sets of accumulators, for even and odd pairs: one decoding row would otherwise
+        // wait on the latency of a single chain of fused multiply-adds.
+        let mut acc = [[_mm512_setzero_ps(); R]; 2];
+        let mut acc_c = [[_mm_setzero_ps(); R]; 2];
+        macro_rules! pair {
+            ($p:expr, $set:expr) => {{
+                let p = $p;
+                // SAFETY (caller): pair p's weight bytes (2·qb from 2p·qb), its two scales, the
+                // 64 activation bytes from 64p and 16 lane scales from 16p are inside their rows.
+                let wv = if nibbles {
+                    let raw = _mm256_loadu_si256(qs.add(p * 2 * qb) as *const __m256i);
+                    let lo = _mm256_and_si256(raw, mask);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
+                    _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1)
+                } else {
+                    _mm512_loadu_si512(qs.add(p * 2 * qb) as *const __m512i)
+                };
+                let d2 = _mm_castsi128_ps(_mm_loadl_epi64(d.add(2 * p) as *const __m128i));
+                let dw = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(d2));
+                let c2 = _mm_castsi128_ps(_mm_loadl_epi64(c.add(2 * p) as *const __m128i));
+                for r in 0..R {
+                    let f2 = _mm_castsi128_ps(_mm_loadl_epi64(f[r].add(2 * p) as *const __m128i));
+                    acc_c[$set][r] = _mm_fmadd_ps(c2, f2, acc_c[$set][r]);
+                    let xv = _mm512_loadu_si512(xq[r].add(p * 2 * BLOCK) as *const __m512i);
+                    // Nibbles are the unsigned operand; against Q8_0 weights the shifted
+                    // activations are.
+                    let isum = if nibbles {
+                        _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, xv)
+                    } else {
+                        _mm512_dpbusd_epi32(_mm512_setzero_si512(), xv, wv)
+                    };
+                    let scale = _mm512_mul_ps(dw, _mm512_loadu_ps(lanes[r].add(16 * p)));
+                    acc[$set][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[$set][r]);
+                }
+            }};
+        }
+        let mut p = 0;
+        while p + 1 < pairs {
+            pair!(p, 0);
+            pair!(p + 1, 1);
+            p += 2;
+        }
+        if p < pairs {
+            pair!(p, 0);
+        }
+        for r in 0..R {
+            let mut cf = [0f32; 4];
+            _mm_storeu_ps(cf.as_mut_ptr(), _mm_add_ps(acc_c[0][r], acc_c[1][r]));
+            out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][r], acc[1][r])) + (cf[0] + cf[1]);
+        }
+    }
+}
+
+impl BlockMatrix {
+    /// The last, unpaired block (odd `nb`) of `o` against row `r` with its offset term, plain
+    /// Rust.
+    fn tail_block(&self, acts: &BlockActs, o: usize, r: usize) -> f32 {
+        let (nb, qb) = (self.nb, self.kind.q_bytes());
+        if nb % 2 == 0 {
+            return 0.0;
+        }
+        let b = nb - 1;
+        let wb = &self.qs[(o * nb + b) * qb..(o * nb + b + 1) * qb];
+        let xb = &acts.q[r * self.cols + b * BLOCK..r * self.cols + (b + 1) * BLOCK];
+        let isum: i32 = if self.kind.nibbles() {
+            (0..16)
+                .map(|j| {
+                    i32::from(wb[j] & 0x0f) * i32::from(xb[j] as i8)
+                        + i32::from(wb[j] >> 4) * i32::from(xb[j + 16] as i8)
+                })
+                .sum()
+        } else {
+            (0..BLOCK)
+                .map(|j| i32::from(wb[j] as i8) * i32::from(xb[j]))
+                .sum()
+        };
+        self.d[o * nb + b] * acts.e[r * nb + b] * isum as f32
+            + self.c[o * nb + b] * acts.f[r * nb + b]
+    }
+}
+
+impl PackedFormat for BlockMatrix {
+    type Acts = BlockActs;
+
+    fn rows(&self) -> usize {
+        self.rows
+    }
+
+    fn cols(&self) -> usize {
+        self.cols
+    }
+
+    fn simd_available(&self) -> bool {
+        super::has_vnni()
+    }
+
+    fn quantize_acts(&self, x: &[f32], n: usize) -> BlockActs {
+        self.quantize(x, n)
+    }
+
+    fn tile(&self, kernel: Kernel, acts: &BlockActs, o: usize, r0: usize, out: &mut [f32]) {
+        match kernel {
+            Kernel::Portable => {
+                let nb = self.nb;
+                let c = &self.c[o * nb..(o + 1) * nb];
+                for (i, v) in out.iter_mut().enumerate() {
+                    let r = r0 + i;
+                    *v = self.scaled_sums_portable(acts, o, r)
+                        + dot_f32(c, &acts.f[r * nb..(r + 1) * nb]);
+                }
+            }
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512 => {
+                assert!(o < self.rows && (r0 + out.len()) * acts.nb <= acts.e.len());
+                // SAFETY: Avx512 is only passed after simd_available() (AVX-512F/BW/VL and
+                // VNNI present); the assertion above bounds o and the activation rows, and
+                // `acts` came from self.quantize, so its rows have self.cols bytes and nb / 2
+                // lane patterns each.
+                unsafe {
+                    match out.len() {
+                        1 => avx512::scaled_sums::<1>(self, acts, o, r0, out),
+                        2 => avx512::scaled_sums::<2>(self, acts, o, r0, out),
+                        3 => avx512::scaled_sums::<3>(self, acts, o, r0, out),
+                        _ => avx512::scaled_sums::<4>(self, acts, o, r0, out),
+                    }
+                }
+                for (i, v) in out.iter_mut().enumerate() {
+                    *v += self.tail_block(acts, o, r0 + i);
+                }
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            Kernel::Avx512 => unreachable!("simd_available is false off x86_64"),
+        }
+    }
+}

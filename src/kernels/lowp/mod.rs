@@ -1,0 +1,268 @@
+//! Low-precision matrix products for inference: `y = x Wᵀ` with `W [d_out, d_in]` packed once
+//! at load into a narrower number format, `x [rows, d_in]` float32 and quantised on the fly,
+//! `y [rows, d_out]` float32.
+//!
+//! | format | weight element | activations | product per output |
+//! |---|---|---|---|
+//! | [`Bf16Matrix`] | bf16 (round to nearest even) | bf16 per element | `Σ_k w_k x_k` in f32 (each bf16 product exact in f32) |
+//! | [`Int8Matrix`] | `s_o · q_ok`, `q ∈ [-127, 127]`, `s_o = max_k |w_ok| / 127` per output row | `t_r · p_rk` per row (same rule) | `s_o t_r Σ_k q_ok p_rk` (exact integer sum) |
+//! | [`BlockMatrix`] | ggml `Q4_0` / `Q4_1` / `Q8_0` blocks of 32, as the GGUF file stores them | ggml `Q8_0` blocks of 32 (`d_b = max|x| / 127`) | `Σ_b d^w_b d^x_b Σ_{j∈b} q_j p_j` + the blocks' offset terms |
+//!
+//! int8 is CTranslate2's scheme (weights per output row, activations per row at run time);
+//! the block formats are llama.cpp's 4- and 8-bit products (`ggml_vec_dot_q4_1_q8_1` and
+//! kin). Every integer dot product is exact in i32, so the only differences from the float64
+//! product of the dequantised weights and activations are float32 rounding of the per-block
+//! terms; the difference from the float product `x Wᵀ` is the activations' rounding (at most
+//! half a quantisation step per element) and the weights' own.
+//!
+//! Kernels: a portable one (plain Rust, any machine) and, chosen at run time with
+//! `is_x86_feature_detected!`, AVX-512 kernels: VNNI `vpdpbusd` (64 u8 × i8 products summed
+//! into 16 i32 lanes per instruction) for int8 and the blocks, AVX-512 BF16 `vdpbf16ps` (32
+//! bf16 products into 16 f32 lanes) for bf16. The work is split over output rows with rayon,
+//! each task computing a block of `y` for up to [`ROW_TILE`] activation rows at a time from
+//! one loaded weight row.
+
+mod bf16;
+mod blocks;
+mod int8;
+
+pub use bf16::{bf16_to_f32, f32_to_bf16, Bf16Matrix};
+pub use blocks::{BlockKind, BlockMatrix};
+pub use int8::Int8Matrix;
+
+use rayon::prelude::*;
+
+/// Activation rows multiplied with each loaded weight row.
+pub const ROW_TILE: usize = 4;
+/// Output rows (weight rows) per parallel task.
+const OUT_ROWS_PER_TASK: usize = 16;
+
+/// Which implementation of a product runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernel {
+    /// Plain Rust, every machine.
+    Portable,
+    /// AVX-512 (VNNI for the integer formats, BF16 for bf16); only where the CPU has it.
+    Avx512,
+}
+
+/// Whether this CPU runs the AVX-512 VNNI kernels (int8 and ggml blocks).
+pub fn has_vnni() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512vnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether this CPU runs the AVX-512 BF16 kernel.
+pub fn has_avx512_bf16() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bf16")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// One packed weight format: how activations are quantised for it and how one weight row
+/// meets a few activation rows.
+pub trait PackedFormat: Sync {
+    /// The quantised activations of one call.
+    type Acts: Sync;
+    /// `d_out`.
+    fn rows(&self) -> usize;
+    /// `d_in`.
+    fn cols(&self) -> usize;
+    /// Whether [`Kernel::Avx512`] can run on this CPU for this format.
+    fn simd_available(&self) -> bool;
+    /// Quantises `x [n, d_in]`.
+    fn quantize_acts(&self, x: &[f32], n: usize) -> Self::Acts;
+    /// `out[i] = (x_{r0+i} · w_o)` for `i < out.len() <= ROW_TILE`. With [`Kernel::Avx512`]
+    /// the caller has checked [`simd_available`](Self::simd_available).
+    fn tile(&self, kernel: Kernel, acts: &Self::Acts, o: usize, r0: usize, out: &mut [f32]);
+}
+
+/// `y [rows, d_out] = x [rows, d_in] · Wᵀ` with `kernel`, parallel over output rows.
+pub fn product_with<F: PackedFormat>(w: &F, kernel: Kernel, y: &mut [f32], x: &[f32], rows: usize) {
+    let (d_out, d_in) = (w.rows(), w.cols());
+    assert_eq!(
+        x.len(),
+        rows * d_in,
+        "low-precision product: x is not [rows, d_in]"
+    );
+    assert_eq!(
+        y.len(),
+        rows * d_out,
+        "low-precision product: y is not [rows, d_out]"
+    );
+    assert!(
+        kernel == Kernel::Portable || w.simd_available(),
+        "the AVX-512 kernel was asked for on a CPU without it"
+    );
+    if rows == 0 || d_out == 0 {
+        return;
+    }
+    let acts = w.quantize_acts(x, rows);
+    // yt [d_out, rows]: each task owns whole output rows of W, so whole rows of yt.
+    let fill = |(task, yt): (usize, &mut [f32])| {
+        let o0 = task * OUT_ROWS_PER_TASK;
+        let mut out = [0f32; ROW_TILE];
+        for r0 in (0..rows).step_by(ROW_TILE) {
+            let nr = ROW_TILE.min(rows - r0);
+            for (i, yt_row) in yt.chunks_exact_mut(rows).enumerate() {
+                w.tile(kernel, &acts, o0 + i, r0, &mut out[..nr]);
+                yt_row[r0..r0 + nr].copy_from_slice(&out[..nr]);
+            }
+        }
+    };
+    let serial = crate::kernels::matmul::matmuls_are_serial() || rayon::current_num_threads() == 1;
+    let chunk = rows * OUT_ROWS_PER_TASK;
+    if rows == 1 {
+        if serial {
+            y.chunks_mut(chunk).enumerate().for_each(fill);
+        } else {
+            y.par_chunks_mut(chunk).enumerate().for_each(fill);
+        }
+        return;
+    }
+    let mut yt = vec![0f32; rows * d_out];
+    if serial {
+        yt.chunks_mut(chunk).enumerate().for_each(fill);
+    } else {
+        yt.par_chunks_mut(chunk).enumerate().for_each(fill);
+    }
+    // y = ytᵀ, in blocks of output rows so that both sides stay in cache.
+    for (block, yt_block) in yt.chunks(chunk).enumerate() {
+        let o0 = block * OUT_ROWS_PER_TASK;
+        let n = yt_block.len() / rows;
+        for r in 0..rows {
+            let dst = &mut y[r * d_out + o0..r * d_out + o0 + n];
+            for (i, d) in dst.iter_mut().enumerate() {
+                *d = yt_block[i * rows + r];
+            }
+        }
+    }
+}
+
+/// A weight matrix in one of the packed formats, prepared once for a run of products.
+#[derive(Clone, Debug)]
+pub enum PackedWeight {
+    Bf16(Bf16Matrix),
+    Int8(Int8Matrix),
+    Blocks(BlockMatrix),
+}
+
+impl PackedWeight {
+    /// `d_out`.
+    pub fn rows(&self) -> usize {
+        match self {
+            PackedWeight::Bf16(w) => w.rows(),
+            PackedWeight::Int8(w) => w.rows(),
+            PackedWeight::Blocks(w) => w.rows(),
+        }
+    }
+
+    /// `d_in`.
+    pub fn cols(&self) -> usize {
+        match self {
+            PackedWeight::Bf16(w) => w.cols(),
+            PackedWeight::Int8(w) => w.cols(),
+            PackedWeight::Blocks(w) => w.cols(),
+        }
+    }
+
+    /// The fastest kernel this CPU runs for this format.
+    pub fn best_kernel(&self) -> Kernel {
+        let simd = match self {
+            PackedWeight::Bf16(w) => w.simd_available(),
+            PackedWeight::Int8(w) => w.simd_available(),
+            PackedWeight::Blocks(w) => w.simd_available(),
+        };
+        if simd {
+            Kernel::Avx512
+        } else {
+            Kernel::Portable
+        }
+    }
+
+    /// `y [rows, d_out] = x [rows, d_in] · Wᵀ` with the fastest kernel.
+    pub fn product(&self, y: &mut [f32], x: &[f32], rows: usize) {
+        self.product_with(self.best_kernel(), y, x, rows);
+    }
+
+    /// `y = x Wᵀ` with the given kernel.
+    pub fn product_with(&self, kernel: Kernel, y: &mut [f32], x: &[f32], rows: usize) {
+        match self {
+            PackedWeight::Bf16(w) => product_with(w, kernel, y, x, rows),
+            PackedWeight::Int8(w) => product_with(w, kernel, y, x, rows),
+            PackedWeight::Blocks(w) => product_with(w, kernel, y, x, rows),
+        }
+    }
+
+    /// Bytes the packed weight occupies.
+    pub fn bytes(&self) -> usize {
+        match self {
+            PackedWeight::Bf16(w) => w.bytes(),
+            PackedWeight::Int8(w) => w.bytes(),
+            PackedWeight::Blocks(w) => w.bytes(),
+        }
+    }
+}
+
+/// `x` rounded to the nearest integer, ties to even, for `|x| <= 2^22` (as
+/// `f32::round_ties_even`, which compiles to a library call on baseline x86-64): adding and
+/// subtracting 1.5 · 2^23 leaves no fraction bits, and Rust does not reassociate float sums.
+#[inline(always)]
+fn round_small(x: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0;
+    (x + MAGIC) - MAGIC
+}
+
+/// `Σ_i a_i b_i` in f32, in one fixed order (shared by both kernels).
+fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for l in 0..8 {
+            lanes[l] += x[l] * y[l];
+        }
+    }
+    let tail: f32 = ra.iter().zip(rb).map(|(x, y)| x * y).sum();
+    lanes.iter().sum::<f32>() + tail
+}
+
+#[cfg(test)]
+mod tests;
+
+/// The number format a model's float32 weights are multiplied in at inference.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Precision {
+    /// float32 throughout (the training format; bit-identical to the plain product).
+    #[default]
+    F32,
+    /// bf16 weights and activations, f32 accumulation ([`Bf16Matrix`]).
+    Bf16,
+    /// int8 weights per output row, activations per row ([`Int8Matrix`]).
+    Int8,
+}
+
+impl Precision {
+    /// `w [rows, cols]` packed for this precision (`None` for f32), or why it cannot be.
+    pub fn pack(self, w: &[f32], rows: usize, cols: usize) -> Result<Option<PackedWeight>, String> {
+        Ok(match self {
+            Precision::F32 => None,
+            Precision::Bf16 => Some(PackedWeight::Bf16(Bf16Matrix::from_f32(w, rows, cols))),
+            Precision::Int8 => Some(PackedWeight::Int8(Int8Matrix::from_f32(w, rows, cols)?)),
+        })
+    }
+}

@@ -1,0 +1,347 @@
+//! Every format against float64 loops on every shape class (one row, rows not a multiple of
+//! the tile, many rows; columns not a multiple of the SIMD step where the format allows; an
+//! odd number of blocks), the AVX-512 kernels against the portable ones where the CPU has them.
+
+use super::*;
+use crate::store::ggml::{dequantize, GgmlType};
+
+/// (d_out, d_in, rows): decode, tile remainders, odd block counts, prefill.
+const SHAPES: &[(usize, usize, usize)] = &[
+    (1, 32, 1),
+    (37, 64, 1),
+    (5, 96, 7),
+    (70, 160, 13),
+    (33, 576, 64),
+    (17, 1536, 3),
+];
+/// Shapes whose d_in is not a multiple of 32 (bf16 and int8 pad their rows).
+const RAGGED: &[(usize, usize, usize)] = &[(19, 45, 6), (3, 1, 2), (9, 77, 5), (40, 200, 1)];
+
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        self.0 >> 33
+    }
+    /// Uniform in [-1, 1).
+    fn unit(&mut self) -> f64 {
+        (self.next() % (1 << 24)) as f64 / (1 << 23) as f64 - 1.0
+    }
+    fn vec(&mut self, n: usize, scale: f64) -> Vec<f32> {
+        (0..n).map(|_| (self.unit() * scale) as f32).collect()
+    }
+}
+
+/// The kernels this CPU runs for `w`.
+fn kernels(w: &PackedWeight) -> Vec<Kernel> {
+    let mut k = vec![Kernel::Portable];
+    if w.best_kernel() == Kernel::Avx512 {
+        k.push(Kernel::Avx512);
+    }
+    k
+}
+
+fn run(w: &PackedWeight, kernel: Kernel, x: &[f32], rows: usize) -> Vec<f32> {
+    let mut y = vec![f32::NAN; rows * w.rows()];
+    w.product_with(kernel, &mut y, x, rows);
+    y
+}
+
+/// Checks `y [rows, d_out]` against `want(r, o) = (value, tolerance)`.
+fn check(label: &str, y: &[f32], d_out: usize, want: impl Fn(usize, usize) -> (f64, f64)) {
+    for (i, &v) in y.iter().enumerate() {
+        let (r, o) = (i / d_out, i % d_out);
+        let (value, tol) = want(r, o);
+        let err = (f64::from(v) - value).abs();
+        assert!(
+            err <= tol,
+            "{label}: y[{r}][{o}] = {v}, want {value} ± {tol:e} (off by {err:e})"
+        );
+    }
+}
+
+#[test]
+fn bf16_rounds_to_nearest_even() {
+    let mut rng = Lcg(7);
+    for _ in 0..100_000 {
+        let x = f32::from_bits(rng.next() as u32 ^ ((rng.next() as u32) << 16));
+        if !x.is_finite() || bf16_to_f32(f32_to_bf16(x)).is_infinite() {
+            continue;
+        }
+        let got = f64::from(bf16_to_f32(f32_to_bf16(x)));
+        // The two bf16 neighbours of x, by truncation and one step away from zero.
+        let down = f64::from(f32::from_bits(x.to_bits() & 0xffff_0000));
+        let up = f64::from(f32::from_bits((x.to_bits() & 0xffff_0000) + 0x1_0000));
+        let (dd, du) = ((f64::from(x) - down).abs(), (up - f64::from(x)).abs());
+        let want = if dd < du || (dd == du && (x.to_bits() >> 16) & 1 == 0) {
+            down
+        } else {
+            up
+        };
+        assert_eq!(got, want, "{x:e}");
+    }
+    assert!(bf16_to_f32(f32_to_bf16(f32::NAN)).is_nan());
+    assert_eq!(bf16_to_f32(f32_to_bf16(1.0 + 1.0 / 256.0)), 1.0); // tie to even
+    assert_eq!(
+        bf16_to_f32(f32_to_bf16(1.0 + 3.0 / 256.0)),
+        1.0 + 4.0 / 256.0
+    );
+}
+
+#[test]
+fn small_rounding_is_round_ties_even() {
+    let mut rng = Lcg(5);
+    for _ in 0..100_000 {
+        let x = (rng.unit() * 130.0) as f32;
+        assert_eq!(round_small(x), x.round_ties_even(), "{x}");
+    }
+    for x in [0.5f32, 1.5, 2.5, -0.5, -1.5, 126.5, -127.0, 0.0, -0.0] {
+        assert_eq!(round_small(x), x.round_ties_even(), "{x}");
+    }
+}
+
+#[test]
+fn bf16_products_match_float64() {
+    let mut rng = Lcg(11);
+    for &(d_out, d_in, rows) in SHAPES.iter().chain(RAGGED) {
+        let w = rng.vec(d_out * d_in, 0.5);
+        let x = rng.vec(rows * d_in, 2.0);
+        let packed = PackedWeight::Bf16(Bf16Matrix::from_f32(&w, d_out, d_in));
+        let r16 = |v: f32| f64::from(bf16_to_f32(f32_to_bf16(v)));
+        for kernel in kernels(&packed) {
+            let y = run(&packed, kernel, &x, rows);
+            let label = format!("bf16 {kernel:?} {d_out}x{d_in} rows {rows}");
+            check(&label, &y, d_out, |r, o| {
+                let (mut exact, mut rounded, mut mag) = (0.0, 0.0, 0.0);
+                for k in 0..d_in {
+                    let (a, b) = (w[o * d_in + k], x[r * d_in + k]);
+                    exact += f64::from(a) * f64::from(b);
+                    rounded += r16(a) * r16(b);
+                    mag += (f64::from(a) * f64::from(b)).abs();
+                }
+                // f32 sums of d_in / 16 terms per lane, then 16 lanes.
+                let sum_err = (d_in as f64 / 16.0 + 6.0) * f64::from(f32::EPSILON) * mag;
+                assert!(
+                    (rounded - exact).abs() <= mag * 2.0 * 2f64.powi(-8),
+                    "bf16 rounding bound"
+                );
+                (rounded, sum_err * 1.1 + 1e-30)
+            });
+        }
+    }
+}
+
+#[test]
+fn int8_products_match_float64() {
+    let mut rng = Lcg(13);
+    for &(d_out, d_in, rows) in SHAPES.iter().chain(RAGGED) {
+        // Integer grids: w = s_o q, x = t_r p with a ±127 in every row, so quantisation is
+        // lossless and the product must equal the float64 one up to the final f32 rounding.
+        let grid = |rng: &mut Lcg, n: usize, len: usize, scale: f32| -> Vec<f32> {
+            let mut v: Vec<f32> = (0..n * len)
+                .map(|_| (rng.next() % 255) as f32 - 127.0)
+                .collect();
+            for row in v.chunks_exact_mut(len) {
+                row[0] = 127.0;
+                row.iter_mut().for_each(|e| *e *= scale);
+            }
+            v
+        };
+        let w = grid(&mut rng, d_out, d_in, 0.25 / 127.0);
+        let x = grid(&mut rng, rows, d_in, 2.0);
+        let packed = PackedWeight::Int8(Int8Matrix::from_f32(&w, d_out, d_in).unwrap());
+        let exact = |w: &[f32], x: &[f32], r: usize, o: usize| -> (f64, f64) {
+            let mut s = (0.0, 0.0);
+            for k in 0..d_in {
+                let (a, b) = (f64::from(w[o * d_in + k]), f64::from(x[r * d_in + k]));
+                s.0 += a * b;
+                s.1 += (a * b).abs();
+            }
+            s
+        };
+        let mut results = Vec::new();
+        for kernel in kernels(&packed) {
+            let y = run(&packed, kernel, &x, rows);
+            let label = format!("int8 grid {kernel:?} {d_out}x{d_in} rows {rows}");
+            check(&label, &y, d_out, |r, o| {
+                let (v, mag) = exact(&w, &x, r, o);
+                (v, 3e-7 * mag + 1e-30)
+            });
+            results.push(y);
+        }
+        // The integer sums are exact: every kernel gives the same bits.
+        assert!(
+            results.windows(2).all(|p| p[0] == p[1]),
+            "int8 kernels differ"
+        );
+
+        // Random values: off by at most the rounding of each factor (half a step each).
+        let w = rng.vec(d_out * d_in, 0.5);
+        let x = rng.vec(rows * d_in, 3.0);
+        let packed = PackedWeight::Int8(Int8Matrix::from_f32(&w, d_out, d_in).unwrap());
+        let step = |v: &[f32]| v.iter().fold(0f64, |m, &e| m.max(f64::from(e).abs())) / 127.0;
+        for kernel in kernels(&packed) {
+            let y = run(&packed, kernel, &x, rows);
+            let label = format!("int8 random {kernel:?} {d_out}x{d_in} rows {rows}");
+            check(&label, &y, d_out, |r, o| {
+                let (v, mag) = exact(&w, &x, r, o);
+                let s = step(&w[o * d_in..(o + 1) * d_in]);
+                let t = step(&x[r * d_in..(r + 1) * d_in]);
+                let mut bound = 0.0;
+                for k in 0..d_in {
+                    let (a, b) = (f64::from(w[o * d_in + k]), f64::from(x[r * d_in + k]));
+                    bound += a.abs() * t / 2.0 + b.abs() * s / 2.0 + s * t / 4.0;
+                }
+                (v, bound * 1.001 + 1e-6 * mag + 1e-30)
+            });
+        }
+    }
+}
+
+#[test]
+fn int8_refuses_what_it_cannot_sum() {
+    let err = Int8Matrix::from_f32(&[1.0, f32::NAN], 1, 2).unwrap_err();
+    assert!(err.contains("non-finite"), "{err}");
+    let long = vec![0f32; int8::MAX_COLS + 1];
+    let err = Int8Matrix::from_f32(&long, 1, long.len()).unwrap_err();
+    assert!(err.contains("longer"), "{err}");
+}
+
+/// Random ggml blocks of `ty`, `rows x cols`, as a GGUF file stores them.
+fn random_blocks(rng: &mut Lcg, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
+    let (_, bytes) = ty.block().unwrap();
+    let mut data = Vec::new();
+    // Normal f16 scales: sign, exponent 9..14 (2^-6 .. 2^-1), any mantissa.
+    let f16 = |rng: &mut Lcg| -> [u8; 2] {
+        let h = ((rng.next() % 2) << 15) | ((9 + rng.next() % 6) << 10) | (rng.next() % 1024);
+        (h as u16).to_le_bytes()
+    };
+    for _ in 0..rows * cols / 32 {
+        let start = data.len();
+        data.extend(f16(rng));
+        match ty {
+            GgmlType::Q4_0 => data.extend((0..16).map(|_| rng.next() as u8)),
+            GgmlType::Q4_1 => {
+                data.extend(f16(rng));
+                data.extend((0..16).map(|_| rng.next() as u8));
+            }
+            _ => data.extend((0..32).map(|_| ((rng.next() % 255) as i32 - 127) as i8 as u8)),
+        }
+        assert_eq!(data.len() - start, bytes);
+    }
+    data
+}
+
+#[test]
+fn ggml_block_products_match_float64() {
+    let mut rng = Lcg(17);
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+        for &(d_out, d_in, rows) in SHAPES {
+            let data = random_blocks(&mut rng, ty, d_out, d_in);
+            // The weights' values by the store's own dequantisation.
+            let w = dequantize(ty, &data, d_out * d_in).unwrap();
+            let packed =
+                PackedWeight::Blocks(BlockMatrix::from_ggml(ty, &data, d_out, d_in).unwrap());
+            for lossless in [true, false] {
+                // Lossless: each 32-block of x is e·p with integer p, |p| <= 127, one p = 127.
+                let x: Vec<f32> = if lossless {
+                    let mut x: Vec<f32> = (0..rows * d_in)
+                        .map(|_| (rng.next() % 255) as f32 - 127.0)
+                        .collect();
+                    for (b, block) in x.chunks_exact_mut(32).enumerate() {
+                        block[b % 32] = 127.0;
+                        let e = 2f32.powi((b % 5) as i32 - 8);
+                        block.iter_mut().for_each(|v| *v *= e);
+                    }
+                    x
+                } else {
+                    rng.vec(rows * d_in, 4.0)
+                };
+                let mut results = Vec::new();
+                for kernel in kernels(&packed) {
+                    let y = run(&packed, kernel, &x, rows);
+                    let label =
+                        format!("{ty} lossless={lossless} {kernel:?} {d_out}x{d_in} rows {rows}");
+                    check(&label, &y, d_out, |r, o| {
+                        let (mut v, mut quant, mut scale) = (0.0, 0.0, 0.0);
+                        for b in 0..d_in / 32 {
+                            let xb = &x[r * d_in + b * 32..r * d_in + b * 32 + 32];
+                            let e = xb.iter().fold(0f64, |m, &t| m.max(f64::from(t).abs())) / 127.0;
+                            let wb = &w[o * d_in + b * 32..o * d_in + b * 32 + 32];
+                            let wmax = wb.iter().fold(0f64, |m, &t| m.max(f64::from(t).abs()));
+                            for j in 0..32 {
+                                let (a, t) = (f64::from(wb[j]), f64::from(xb[j]));
+                                v += a * t;
+                                quant += a.abs() * e / 2.0;
+                                // f32 sums of the integer-scaled terms, including the
+                                // offsets (nibble - 8, Q4_1's minimum, Q8_0's shift of 128).
+                                scale += (wmax + a.abs()) * (t.abs() + 128.0 * e);
+                            }
+                        }
+                        let round = 2e-6 * scale;
+                        (
+                            v,
+                            if lossless {
+                                round
+                            } else {
+                                quant * 1.001 + round
+                            },
+                        )
+                    });
+                    results.push(y);
+                }
+                // The kernels differ only in the order of f32 sums (of terms that can cancel).
+                if let [p, s] = &results[..] {
+                    let top = p.iter().fold(0f32, |m, v| m.max(v.abs()));
+                    for (a, b) in p.iter().zip(s) {
+                        assert!((a - b).abs() <= 1e-5 * top, "{ty}: {a} vs {b}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn ggml_blocks_check_their_input() {
+    let err = BlockMatrix::from_ggml(GgmlType::F32, &[0; 128], 1, 32).unwrap_err();
+    assert!(err.contains("F32"), "{err}");
+    let err = BlockMatrix::from_ggml(GgmlType::Q4_0, &[0; 18], 1, 16).unwrap_err();
+    assert!(err.contains("32-element"), "{err}");
+    let err = BlockMatrix::from_ggml(GgmlType::Q4_0, &[0; 17], 1, 32).unwrap_err();
+    assert!(err.contains("17"), "{err}");
+}
+
+#[test]
+fn pair_order_is_a_permutation() {
+    for nb in 1..6 {
+        let mut seen = vec![false; nb * 32];
+        for b in 0..nb {
+            for j in 0..32 {
+                let at = blocks::pair_order(b, j, nb);
+                assert!(!seen[at]);
+                seen[at] = true;
+            }
+        }
+    }
+}
+
+#[test]
+fn serial_and_parallel_products_agree() {
+    let mut rng = Lcg(19);
+    let (d_out, d_in, rows) = (300, 128, 9);
+    let w = rng.vec(d_out * d_in, 1.0);
+    let x = rng.vec(rows * d_in, 1.0);
+    let packed = PackedWeight::Bf16(Bf16Matrix::from_f32(&w, d_out, d_in));
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
+    let product = || run(&packed, packed.best_kernel(), &x, rows);
+    let (threaded, serial) =
+        pool.install(|| (product(), crate::kernels::matmul::serial_matmuls(product)));
+    assert_eq!(threaded, serial);
+}
