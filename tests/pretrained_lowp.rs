@@ -108,7 +108,7 @@ fn compare(base: &[f32], ours: &[f32], vocab: usize) -> Stats {
 /// per row leaves most channels 2–3 bits (the outlier problem of LLM.int8); the 32-element
 /// blocks of ggml confine an outlier's damage to its block.
 const BOUNDS: &[(ModelPrecision, f64, f64, f64, f32, f64)] = &[
-    (ModelPrecision::Auto, 6.5, 0.65, 0.05, 1.0, 0.9),
+    (ModelPrecision::Ggml, 6.5, 0.65, 0.05, 1.0, 0.9),
     (ModelPrecision::Int8, 14.0, 2.5, 1.2, 1.0, 0.8),
     (ModelPrecision::Bf16, 0.7, 0.15, 0.004, 1.0, 0.95),
 ];
@@ -129,7 +129,7 @@ fn smollm2_low_precision_stays_close_to_float32() {
         let packed = |p: Option<&PackedWeight>| {
             matches!(
                 (precision, p),
-                (ModelPrecision::Auto, Some(PackedWeight::Blocks(_)))
+                (ModelPrecision::Ggml, Some(PackedWeight::Blocks(_)))
                     | (ModelPrecision::Int8, Some(PackedWeight::Int8(_)))
                     | (ModelPrecision::Bf16, Some(PackedWeight::Bf16(_)))
             )

@@ -79,7 +79,7 @@ pub struct BenchArgs {
     pub decode_tokens: usize,
     /// With --generate or --translate: the numbers the weights are multiplied in (see
     /// `generate --precision`).
-    #[arg(long, value_enum, default_value = "auto")]
+    #[arg(long, value_enum, default_value = "f32")]
     pub precision: super::PrecisionArg,
 }
 

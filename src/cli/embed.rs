@@ -22,9 +22,9 @@ pub struct EmbedArgs {
     /// [default: max_seq_length of the directory's sentence_bert_config.json, else 256].
     #[arg(long)]
     pub max_len: Option<usize>,
-    /// The numbers the weights are multiplied in: auto (a GGUF file's own quantised blocks,
-    /// else f32), f32, bf16, int8, ggml.
-    #[arg(long, value_enum, default_value = "auto")]
+    /// The numbers the weights are multiplied in: f32 (a GGUF file dequantised at load), bf16,
+    /// int8, or ggml (a GGUF file's own quantised blocks, as llama.cpp computes).
+    #[arg(long, value_enum, default_value = "f32")]
     pub precision: super::PrecisionArg,
     /// Worker threads (0: all cores).
     #[arg(long, default_value_t = 0)]

@@ -60,9 +60,9 @@ pub struct GenerateArgs {
     /// Seed of the sampling generator.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// The numbers the weights are multiplied in: auto (a GGUF file's own quantised blocks,
-    /// else f32), f32, bf16, int8, ggml.
-    #[arg(long, value_enum, default_value = "auto")]
+    /// The numbers the weights are multiplied in: f32 (a GGUF file dequantised at load), bf16,
+    /// int8, or ggml (a GGUF file's own quantised blocks, as llama.cpp computes).
+    #[arg(long, value_enum, default_value = "f32")]
     pub precision: super::PrecisionArg,
     /// Worker threads (0: all cores).
     #[arg(long, default_value_t = 0)]

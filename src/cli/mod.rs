@@ -352,10 +352,8 @@ pub fn log_line(bar: &ProgressBar, line: String) {
 /// `--precision` of the inference commands: the numbers the weights are multiplied in.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum PrecisionArg {
-    /// A quantised GGUF file's own blocks, float32 for every other model.
+    /// float32 (a GGUF file dequantised at load): the default.
     #[default]
-    Auto,
-    /// float32 (a GGUF file dequantised at load).
     F32,
     /// bf16 weights and activations, float32 sums.
     Bf16,
@@ -370,7 +368,6 @@ impl PrecisionArg {
     pub fn model_precision(self) -> crate::pipeline::generate::ModelPrecision {
         use crate::pipeline::generate::ModelPrecision as M;
         match self {
-            PrecisionArg::Auto => M::Auto,
             PrecisionArg::F32 => M::F32,
             PrecisionArg::Bf16 => M::Bf16,
             PrecisionArg::Int8 => M::Int8,
@@ -382,7 +379,7 @@ impl PrecisionArg {
     pub fn float_precision(self) -> anyhow::Result<crate::kernels::lowp::Precision> {
         use crate::kernels::lowp::Precision as P;
         Ok(match self {
-            PrecisionArg::Auto | PrecisionArg::F32 => P::F32,
+            PrecisionArg::F32 => P::F32,
             PrecisionArg::Bf16 => P::Bf16,
             PrecisionArg::Int8 => P::Int8,
             PrecisionArg::Ggml => anyhow::bail!("--precision ggml is for .gguf models only"),

@@ -55,9 +55,9 @@ pub struct TranslateArgs {
     /// fewer hypotheses (tiny vocabularies and length limits).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=MAX_BEAM as i64))]
     pub nbest: Option<u32>,
-    /// The numbers the weights are multiplied in: auto (a GGUF file's own quantised blocks,
-    /// else f32), f32, bf16, int8, ggml.
-    #[arg(long, value_enum, default_value = "auto")]
+    /// The numbers the weights are multiplied in: f32 (a GGUF file dequantised at load), bf16,
+    /// int8, or ggml (a GGUF file's own quantised blocks, as llama.cpp computes).
+    #[arg(long, value_enum, default_value = "f32")]
     pub precision: super::PrecisionArg,
     /// Worker threads (0: all cores).
     #[arg(long, default_value_t = 0)]

@@ -41,11 +41,9 @@ pub enum ModelSource {
 /// The numbers a loaded model multiplies its weights in (see [`crate::kernels::lowp`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ModelPrecision {
-    /// A quantised GGUF file's own blocks ([`ModelPrecision::Ggml`]), float32 for every other
-    /// model.
+    /// The float32 weights (a GGUF file's dequantised to float32 at load): the default, the
+    /// path checked against transformers.
     #[default]
-    Auto,
-    /// The float32 weights (a GGUF file's dequantised to float32 at load).
     F32,
     /// bf16 weights and activations, f32 sums.
     Bf16,
@@ -167,8 +165,7 @@ impl TextGenerator {
     }
 
     /// Loads a model (see [`load`](Self::load)) and readies it for inference in `precision`:
-    /// [`ModelPrecision::Auto`] multiplies a GGUF file's quantised blocks as stored and every
-    /// other model in float32.
+    /// [`ModelPrecision::Ggml`] multiplies a GGUF file's quantised blocks as stored.
     pub fn load_prepared(path: &Path, precision: ModelPrecision) -> Result<TextGenerator> {
         let is_gguf = path.is_file()
             && path
@@ -180,7 +177,7 @@ impl TextGenerator {
                 path.display()
             )));
         }
-        let blocks = is_gguf && matches!(precision, ModelPrecision::Auto | ModelPrecision::Ggml);
+        let blocks = is_gguf && precision == ModelPrecision::Ggml;
         let mut g = if is_gguf {
             Self::load_gguf(path, blocks)?
         } else {
