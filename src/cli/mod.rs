@@ -87,8 +87,9 @@ pub enum Command {
     /// Loss per token, perplexity and bits per character of stdin (one document) under a
     /// language model.
     Perplexity(perplexity::PerplexityArgs),
-    /// Serve a language model over HTTP: OpenAI-compatible completions and chat (streamed),
-    /// continuous batching over a paged KV cache, a chat page at `/`, Prometheus `/metrics`.
+    /// Serve a model over HTTP: OpenAI-compatible completions and chat (streamed, continuous
+    /// batching over a paged KV cache) and embeddings, LibreTranslate's /translate, a page at
+    /// `/`, Prometheus `/metrics`.
     Serve(serve::ServeArgs),
     /// Load-test an OpenAI-compatible server on loopback: throughput, p50/p99 latency and
     /// time to first token at several concurrencies.

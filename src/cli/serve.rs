@@ -1,5 +1,6 @@
 //! `transformer serve --model PATH [--addr 127.0.0.1:8080]`: the model behind an HTTP server
-//! (OpenAI-compatible endpoints, a web page at `/`, Prometheus metrics); see [`crate::serve`].
+//! (OpenAI-compatible endpoints, LibreTranslate's `/translate`, a web page at `/`, Prometheus
+//! metrics); see [`crate::serve`].
 
 use super::set_threads;
 use crate::serve::{ServeConfig, Server};
@@ -10,8 +11,9 @@ use std::path::PathBuf;
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
-    /// A language model: a `train-lm` directory, a Hugging Face Llama/GPT-2 directory or a
-    /// Llama-family .gguf file.
+    /// A language model (a `train-lm` directory, a Hugging Face Llama/GPT-2 directory, a
+    /// Llama-family .gguf file), a translation model directory (`train`, `demo --out`) or a
+    /// BERT encoder directory (all-MiniLM-L6-v2).
     #[arg(long)]
     pub model: PathBuf,
     /// Address and port to listen on.
@@ -42,6 +44,12 @@ pub struct ServeArgs {
     /// Positions per KV block.
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
+    /// A translation model's source language code (`/languages`, LibreTranslate's `source`).
+    #[arg(long, default_value = "src")]
+    pub source_lang: String,
+    /// A translation model's target language code.
+    #[arg(long, default_value = "tgt")]
+    pub target_lang: String,
     /// Worker threads for the model (0: all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
@@ -75,6 +83,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         timeout_s: args.timeout,
         block_rows: args.block_size,
         prefill_budget: args.prefill_budget,
+        source_lang: args.source_lang.clone(),
+        target_lang: args.target_lang.clone(),
         ..ServeConfig::new(args.model.clone(), args.addr)
     };
     let server = Server::start(config)?;

@@ -6,13 +6,20 @@
 //! channel; a client that goes away drops its receiver, which the engine notices at its next
 //! step (the sequence leaves the batch and its KV blocks return to the pool).
 //!
+//! Model kinds (decided from the path): a directory with `vocab.json` is a translation model
+//! (`/translate`, `/languages`, `/attention`; its jobs run through [`jobs`]), a Hugging Face
+//! directory of `model_type` `bert` an encoder (`/v1/embeddings`), anything else a language
+//! model ([`TextGenerator::load`]: ours, Hugging Face Llama/GPT-2, GGUF). An endpoint of another
+//! kind answers 404 naming the kind served.
+//!
 //! Modules, one concept each: [`scheduler`] (continuous batching over the paged KV cache),
 //! [`openai`] (the OpenAI-compatible endpoints), [`text`] (streamed detokenization, stop
 //! strings), [`metrics`] (Prometheus), [`api_error`] (errors as JSON), [`client`] (a minimal
 //! HTTP/1.1 client for the tests and the load test), [`page`] (the web page at `/`).
 //!
 //! Routes: `GET /` (page), `GET /health` (503 until the model is loaded), `GET /metrics`,
-//! `GET /v1/models`, `POST /v1/completions`, `POST /v1/chat/completions`.
+//! `GET /v1/models`, `POST /v1/completions`, `POST /v1/chat/completions`, `POST /translate`,
+//! `GET /languages`, `POST /attention`, `POST /v1/embeddings`, `GET /info` (the kind served).
 //!
 //! Shutdown (SIGTERM, Ctrl-C, or [`Server::shutdown`]): the listener stops accepting, `/health`
 //! turns 503, new generation requests get 503, and running requests finish before the process
@@ -20,16 +27,21 @@
 
 pub mod api_error;
 pub mod client;
+pub mod embeddings;
+pub mod jobs;
 pub mod metrics;
 pub mod openai;
 pub mod page;
 pub mod scheduler;
 pub mod text;
+pub mod translate_api;
 
 use crate::error::{Error, Result};
 use crate::model::LanguageModel;
 use crate::pipeline::chat::ChatTemplate;
+use crate::pipeline::embed::SentenceEncoder;
 use crate::pipeline::generate::TextGenerator;
+use crate::pipeline::translate::Translator;
 use crate::text::decoder_tokenizer::DecoderTokenizer;
 use api_error::ApiError;
 use axum::extract::State;
@@ -66,6 +78,9 @@ pub struct ServeConfig {
     pub block_rows: usize,
     /// Tokens one forward feeds at most.
     pub prefill_budget: usize,
+    /// The language codes a translation model translates from and to (`/languages`).
+    pub source_lang: String,
+    pub target_lang: String,
 }
 
 impl ServeConfig {
@@ -82,6 +97,8 @@ impl ServeConfig {
             timeout_s: 600.0,
             block_rows: 16,
             prefill_budget: 512,
+            source_lang: "src".into(),
+            target_lang: "tgt".into(),
         }
     }
 }
@@ -101,12 +118,32 @@ pub struct LmFront {
     pub requests: std::sync::mpsc::Sender<GenRequest>,
 }
 
+/// What is served, once loaded.
+pub enum Served {
+    Lm(Arc<LmFront>),
+    /// A translation model or an encoder: its job queue.
+    Jobs {
+        kind: &'static str,
+        jobs: std::sync::mpsc::Sender<jobs::Job>,
+    },
+}
+
+impl Served {
+    /// `language-model`, `translation` or `encoder`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Served::Lm(_) => "language-model",
+            Served::Jobs { kind, .. } => kind,
+        }
+    }
+}
+
 /// The state every handler shares.
 pub struct App {
     pub config: ServeConfig,
     pub metrics: Arc<Metrics>,
     /// Set once the model is loaded.
-    lm: OnceLock<Arc<LmFront>>,
+    served: OnceLock<Served>,
     /// Set if loading failed.
     load_error: OnceLock<String>,
     /// Set on shutdown.
@@ -118,15 +155,64 @@ pub struct App {
 }
 
 impl App {
-    /// The language model, or 503 while it loads (or after it failed to).
-    fn lm(&self) -> std::result::Result<Arc<LmFront>, ApiError> {
-        if let Some(lm) = self.lm.get() {
-            return Ok(lm.clone());
+    /// What is served, or 503 while it loads (or after it failed to).
+    fn served(&self) -> std::result::Result<&Served, ApiError> {
+        if let Some(served) = self.served.get() {
+            return Ok(served);
         }
         Err(ApiError::unavailable(match self.load_error.get() {
             Some(e) => format!("the model failed to load: {e}"),
             None => "the model is loading".to_string(),
         }))
+    }
+
+    /// The language model, 503 while loading, 404 when another kind is served.
+    fn lm(&self) -> std::result::Result<Arc<LmFront>, ApiError> {
+        match self.served()? {
+            Served::Lm(lm) => Ok(lm.clone()),
+            other => Err(ApiError::not_found(format!(
+                "this server serves a {} model, not a language model",
+                other.kind()
+            ))),
+        }
+    }
+
+    /// Runs a job on the compute thread and waits for its answer (429 when the queue is
+    /// full, 404 when a language model is served, 504 past the deadline).
+    async fn job<T>(
+        &self,
+        make: impl FnOnce(jobs::Answer<T>) -> jobs::Job,
+    ) -> std::result::Result<T, ApiError> {
+        let Served::Jobs { jobs, .. } = self.served()? else {
+            return Err(ApiError::not_found(
+                "this server serves a language model (POST /v1/completions)",
+            ));
+        };
+        if self.draining.load(Ordering::Relaxed) {
+            return Err(ApiError::unavailable("the server is shutting down"));
+        }
+        let max = self.config.max_queue;
+        let queued = self
+            .metrics
+            .queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |q| {
+                (q < max).then_some(q + 1)
+            });
+        if queued.is_err() {
+            return Err(ApiError::queue_full(max));
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if jobs.send(make(tx)).is_err() {
+            self.metrics.queued.fetch_sub(1, Ordering::AcqRel);
+            return Err(ApiError::internal("the engine has stopped"));
+        }
+        let deadline = std::time::Duration::from_secs_f64(self.config.timeout_s);
+        match tokio::time::timeout(deadline, rx).await {
+            Ok(Ok(Ok(value))) => Ok(value),
+            Ok(Ok(Err(message))) => Err(ApiError::invalid(None, message)),
+            Ok(Err(_)) => Err(ApiError::internal("the engine dropped the request")),
+            Err(_) => Err(ApiError::timeout(self.config.timeout_s)),
+        }
     }
 }
 
@@ -162,7 +248,7 @@ async fn health(State(app): State<Arc<App>>) -> Response {
     if app.draining.load(Ordering::Relaxed) {
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
     }
-    match app.lm() {
+    match app.served() {
         Ok(_) => (StatusCode::OK, "ok\n").into_response(),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{}\n", e.message)).into_response(),
     }
@@ -180,6 +266,20 @@ async fn metrics_text(State(app): State<Arc<App>>) -> Response {
         .into_response()
 }
 
+/// `GET /info`: the kind of model served (the page picks its view from it).
+async fn info(State(app): State<Arc<App>>) -> Response {
+    match app.served() {
+        Ok(served) => axum::Json(serde_json::json!({
+            "model": app.model_name,
+            "kind": served.kind(),
+            "source_lang": app.config.source_lang,
+            "target_lang": app.config.target_lang,
+        }))
+        .into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
 async fn not_found() -> ApiError {
     ApiError::not_found("no such route (see GET / for the page, /v1/models, /health, /metrics)")
 }
@@ -192,13 +292,67 @@ fn router(app: Arc<App>) -> Router {
         .route("/v1/models", get(openai::models))
         .route("/v1/completions", post(openai::completions))
         .route("/v1/chat/completions", post(openai::chat_completions))
+        .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/translate", post(translate_api::translate))
+        .route("/languages", get(translate_api::languages))
+        .route("/attention", post(translate_api::attention))
+        .route("/info", get(info))
         .fallback(not_found)
         .with_state(app)
 }
 
-/// Loads the model and runs the engine until the request channel closes (on the compute
-/// thread, inside the rayon pool).
+/// What kind of model `path` holds (see the module docs).
+fn model_kind(path: &std::path::Path) -> &'static str {
+    if path.join(crate::store::VOCAB_FILE).is_file() {
+        return "translation";
+    }
+    let config = std::fs::read(path.join(crate::store::CONFIG_FILE)).unwrap_or_default();
+    let model_type = serde_json::from_slice::<serde_json::Value>(&config)
+        .ok()
+        .and_then(|v| v.get("model_type")?.as_str().map(str::to_string));
+    if model_type.as_deref() == Some("bert") {
+        "encoder"
+    } else {
+        "language-model"
+    }
+}
+
+/// Loads the model and runs its engine until the request channel closes (on the compute
+/// thread; the model's work on the rayon pool).
 fn compute(app: Arc<App>) {
+    let path = &app.config.model;
+    let model = match model_kind(path) {
+        "translation" => Translator::load(path).map(|mut t| {
+            t.prepare_inference();
+            jobs::JobModel::Translator(Box::new(t))
+        }),
+        "encoder" => {
+            SentenceEncoder::load(path, None).map(|e| jobs::JobModel::Encoder(Box::new(e)))
+        }
+        _ => return compute_lm(app),
+    };
+    let model = match model {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = app.load_error.set(e.to_string());
+            return;
+        }
+    };
+    let kind = match model {
+        jobs::JobModel::Translator(_) => "translation",
+        jobs::JobModel::Encoder(_) => "encoder",
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let _ = app.served.set(Served::Jobs { kind, jobs: tx });
+    // The queue's sender lives in `app`: once the server and its handlers are gone, the
+    // channel closes and the loop ends.
+    let metrics = app.metrics.clone();
+    drop(app);
+    jobs::run(&model, rx, &metrics);
+}
+
+/// [`compute`] for a language model: the continuous-batching engine.
+fn compute_lm(app: Arc<App>) {
     let loaded = TextGenerator::load(&app.config.model);
     let mut generator = match loaded {
         Ok(g) => g,
@@ -226,9 +380,11 @@ fn compute(app: Arc<App>) {
         timeout_s: app.config.timeout_s,
         requests: tx,
     };
-    let _ = app.lm.set(Arc::new(front));
+    let _ = app.served.set(Served::Lm(Arc::new(front)));
     let mut scheduler = Scheduler::new(&model, engine, app.metrics.clone());
-    rayon::scope(|_| scheduler.run(rx));
+    // As for jobs: the engine stops when the server and its handlers are gone.
+    drop(app);
+    scheduler.run(rx);
 }
 
 /// The pool and batch sizes for `model`.
@@ -272,7 +428,7 @@ impl Server {
         let app = Arc::new(App {
             config,
             metrics: Arc::new(Metrics::default()),
-            lm: OnceLock::new(),
+            served: OnceLock::new(),
             load_error: OnceLock::new(),
             draining: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
@@ -325,7 +481,7 @@ impl Server {
     /// Waits until the model is loaded (`Ok`) or failed to load (its error).
     pub fn wait_ready(&self) -> Result<()> {
         loop {
-            if self.app.lm.get().is_some() {
+            if self.app.served.get().is_some() {
                 return Ok(());
             }
             if let Some(e) = self.app.load_error.get() {

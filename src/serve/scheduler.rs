@@ -34,7 +34,7 @@ use crate::model::LanguageModel;
 use crate::rng::Rng;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
@@ -306,6 +306,9 @@ impl<'m> Scheduler<'m> {
         let logprobs = self
             .model
             .step_ragged(&mut self.state, &tokens, ragged, &picked);
+        // Gauges before any token goes out: a client that reads its first token and then
+        // /metrics sees its sequence running and its blocks held.
+        self.metrics.set_gauges(self.gauges());
         // Prompts fed.
         for (r, seq) in self.running.iter_mut().enumerate() {
             let n = rows.iter().filter(|&&x| x == r).count();
@@ -338,13 +341,9 @@ impl<'m> Scheduler<'m> {
             } else {
                 None
             };
-            let mut alive = seq.req.events.send(Event::Token(id)).is_ok();
-            if let Some(reason) = finished {
-                let _ = seq.req.events.send(Event::Finished {
-                    reason,
-                    prompt_tokens: seq.req.prompt.len(),
-                    completion_tokens: seq.out.len(),
-                });
+            if finished.is_some() {
+                // Observed before the events go out: a client that has its answer sees it
+                // counted.
                 let first = seq.first_token.unwrap_or(now);
                 if seq.out.len() > 1 {
                     let per_token = (now - first).as_secs_f64() / (seq.out.len() - 1) as f64;
@@ -352,6 +351,14 @@ impl<'m> Scheduler<'m> {
                 }
                 let e2e = (now - seq.req.arrived).as_secs_f64();
                 self.metrics.observe(Latency::EndToEnd, e2e);
+            }
+            let mut alive = seq.req.events.send(Event::Token(id)).is_ok();
+            if let Some(reason) = finished {
+                let _ = seq.req.events.send(Event::Finished {
+                    reason,
+                    prompt_tokens: seq.req.prompt.len(),
+                    completion_tokens: seq.out.len(),
+                });
                 alive = false;
             }
             keep[r] = alive;
@@ -362,29 +369,32 @@ impl<'m> Scheduler<'m> {
         true
     }
 
-    /// Runs until `requests` is closed and everything submitted is answered: waits for a
-    /// request when idle, otherwise takes what has arrived and steps.
-    pub fn run(&mut self, requests: Receiver<GenRequest>) {
+    /// Runs until `requests` is closed and everything submitted is answered. Waits for a
+    /// request outside the rayon pool when idle (so an idle server holds no pool thread), and
+    /// steps on a pool thread while busy (the many small parallel loops of a step then start
+    /// without a hand-off).
+    pub fn run(&mut self, mut requests: Receiver<GenRequest>) {
+        while let Ok(req) = requests.recv() {
+            self.submit(req);
+            // The receiver moves to the pool thread and back (it is Send, not Sync).
+            let this = &mut *self;
+            requests = rayon::scope(move |_| {
+                this.run_busy(&requests);
+                requests
+            });
+        }
+    }
+
+    /// Takes what has arrived and steps, until nothing runs or waits.
+    fn run_busy(&mut self, requests: &Receiver<GenRequest>) {
         loop {
-            if self.is_idle() {
-                match requests.recv() {
-                    Ok(req) => self.submit(req),
-                    Err(_) => return,
-                }
+            while let Ok(req) = requests.try_recv() {
+                self.submit(req);
             }
-            loop {
-                match requests.try_recv() {
-                    Ok(req) => self.submit(req),
-                    Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Disconnected) => {
-                        if self.is_idle() {
-                            return;
-                        }
-                        break;
-                    }
+            if !self.step() {
+                if self.is_idle() {
+                    return;
                 }
-            }
-            if !self.step() && !self.is_idle() {
                 // Everything waiting waits for blocks or a batch slot that only a finishing
                 // sequence frees, and nothing runs: cannot happen while the HTTP layer checks
                 // each request against the pool; avoid spinning if it does.
