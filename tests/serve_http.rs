@@ -401,10 +401,17 @@ fn overload_disconnect_and_shutdown() {
         addr,
         "POST",
         "/v1/completions",
-        Some(&json!({"prompt": "ROMEO.", "max_tokens": 12, "stream": true}).to_string()),
+        Some(
+            &json!({"prompt": "ROMEO.", "max_tokens": 12, "temperature": 0, "stream": true})
+                .to_string(),
+        ),
         T,
     )
     .unwrap();
+    let status = last.status;
+    if status != 200 {
+        panic!("status {status}: {:?}", last.text());
+    }
     assert!(last.next_event().unwrap().is_some());
     let stopper = std::thread::spawn(move || server.shutdown());
     let chunks = events(&mut last);
