@@ -360,6 +360,10 @@ impl<'m> Scheduler<'m> {
                     completion_tokens: seq.out.len(),
                 });
                 alive = false;
+            } else if !alive {
+                // The client went away during this step.
+                let e2e = (now - seq.req.arrived).as_secs_f64();
+                self.metrics.observe(Latency::EndToEnd, e2e);
             }
             keep[r] = alive;
         }
