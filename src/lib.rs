@@ -22,4 +22,5 @@ pub use tensor::{Float, Tensor};
 pub mod kernels;
 pub mod model;
 pub mod pipeline;
+pub mod serve;
 pub mod viz;

@@ -8,8 +8,10 @@ pub mod chat;
 pub mod demo;
 pub mod embed;
 pub mod generate;
+pub mod loadtest;
 pub mod perplexity;
 pub mod score;
+pub mod serve;
 pub mod train;
 pub mod train_lm;
 pub mod translate;
@@ -85,6 +87,13 @@ pub enum Command {
     /// Loss per token, perplexity and bits per character of stdin (one document) under a
     /// language model.
     Perplexity(perplexity::PerplexityArgs),
+    /// Serve a model over HTTP: OpenAI-compatible completions and chat (streamed, continuous
+    /// batching over a paged KV cache) and embeddings, LibreTranslate's /translate, a page at
+    /// `/`, Prometheus `/metrics`.
+    Serve(serve::ServeArgs),
+    /// Load-test an OpenAI-compatible server on loopback: throughput, p50/p99 latency and
+    /// time to first token at several concurrencies.
+    Loadtest(loadtest::LoadtestArgs),
 }
 
 impl Command {
@@ -102,7 +111,10 @@ impl Command {
             Command::Generate(a) => a.threads,
             Command::Chat(a) => a.threads,
             Command::Perplexity(a) => a.threads,
-            Command::Average(_) | Command::Bleu(_) => return None,
+            // The server sizes the pool itself: its async runtime must not run on a pool worker.
+            Command::Average(_) | Command::Bleu(_) | Command::Serve(_) | Command::Loadtest(_) => {
+                return None
+            }
         })
     }
 }
@@ -136,6 +148,8 @@ fn dispatch(command: Command) -> Result<()> {
         Command::Generate(a) => generate::run(a),
         Command::Chat(a) => chat::run(a),
         Command::Perplexity(a) => perplexity::run(a),
+        Command::Serve(a) => serve::run(a),
+        Command::Loadtest(a) => loadtest::run(a),
     }
 }
 

@@ -117,6 +117,34 @@ pub enum CachedAttention<'a> {
     Cross { key_lens: &'a [usize] },
 }
 
+/// The token rows of a continuous-batching step (see [`MultiHeadAttention::forward_ragged`]):
+/// token `i` belongs to cache row `rows[i]` and sits at position `positions[i]` of it. The
+/// tokens of one row are consecutive positions, in order, starting at the row's length.
+#[derive(Clone, Copy, Debug)]
+pub struct RaggedTokens<'a> {
+    pub rows: &'a [usize],
+    pub positions: &'a [usize],
+}
+
+impl RaggedTokens<'_> {
+    /// Maximal runs `(start, len)` of tokens of one row at consecutive positions.
+    pub fn runs(&self) -> Vec<(usize, usize)> {
+        let mut runs: Vec<(usize, usize)> = Vec::new();
+        for i in 0..self.rows.len() {
+            match runs.last_mut() {
+                Some((s, n))
+                    if self.rows[*s] == self.rows[i]
+                        && self.positions[*s] + *n == self.positions[i] =>
+                {
+                    *n += 1
+                }
+                _ => runs.push((i, 1)),
+            }
+        }
+        runs
+    }
+}
+
 /// Training attends with the tiled (FlashAttention) kernel from this many keys on, so memory
 /// stays linear in the sequence length; below it the plain kernel, which keeps the whole
 /// [query x key] weight matrix, is as cheap and needs no recomputation in the backward.
@@ -484,6 +512,61 @@ impl<T: Float> MultiHeadAttention<T> {
             }
         }
         (self.out_proj.forward(&ctx), probs)
+    }
+}
+
+impl<T: Float> MultiHeadAttention<T> {
+    /// Causal self-attention of a continuous-batching step: `x [n, d_model]` are `n` tokens of
+    /// any rows of `cache` (a prompt chunk of one sequence, the next token of others; see
+    /// [`RaggedTokens`]). Their keys and values are appended to their rows (rotary: rotated at
+    /// their own positions, like the queries); token `i` then attends to positions
+    /// `0 ..= positions[i]` of its row through the block table, with the step kernel (one
+    /// query per token, its own visible count). Returns `[n, d_model]`.
+    pub fn forward_ragged(
+        &self,
+        x: &[T],
+        cache: &mut KvCache<T>,
+        tokens: RaggedTokens<'_>,
+    ) -> Vec<T> {
+        let n = tokens.rows.len();
+        assert_eq!(x.len(), n * self.d_model, "x is [tokens, d_model]");
+        assert_eq!(tokens.positions.len(), n, "one position per token");
+        let runs = tokens.runs();
+        let mut k_new = self.k_proj.forward(x);
+        let mut q = self.q_proj.forward(x);
+        let (d_kv, d) = (self.d_kv(), self.d_model);
+        for &(s, len) in &runs {
+            let pos = tokens.positions[s];
+            assert_eq!(
+                pos,
+                cache.row_len(tokens.rows[s]),
+                "tokens continue their row"
+            );
+            self.rotate(
+                &mut k_new[s * d_kv..(s + len) * d_kv],
+                len,
+                self.n_kv_heads,
+                pos,
+            );
+            self.rotate(&mut q[s * d..(s + len) * d], len, self.n_heads, pos);
+        }
+        cache.append_ragged(tokens.rows, &k_new, &self.v_proj.forward(x));
+        // key_rows: [n, k_len], the stored rows of each token's visible keys.
+        let k_len = tokens.positions.iter().max().map_or(0, |&p| p + 1);
+        let mut key_rows = Vec::with_capacity(n * k_len);
+        let mut visible = Vec::with_capacity(n);
+        for i in 0..n {
+            let seen = tokens.positions[i] + 1;
+            cache.stored_rows_of(tokens.rows[i], seen, &mut key_rows);
+            key_rows.resize((i + 1) * k_len, 0);
+            visible.push(seen);
+        }
+        let mut ctx = vec![T::zero(); x.len()];
+        let mut probs = vec![T::zero(); n * self.n_heads * k_len];
+        let dims = self.dims(n, 1, k_len, k_len);
+        let (k, v) = cache.storage();
+        step_attention_forward(&mut ctx, &mut probs, &q, k, v, &key_rows, &visible, dims);
+        self.out_proj.forward(&ctx)
     }
 }
 

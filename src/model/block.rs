@@ -9,7 +9,7 @@
 //! [`KvCache`]. Parameters: `self_attn.{q,k,v,out}_proj`, `self_attn_norm`, `ffn.linear{1,2}`,
 //! `ffn_norm`.
 
-use super::attention::{AttentionCache, CachedAttention, MultiHeadAttention};
+use super::attention::{AttentionCache, CachedAttention, MultiHeadAttention, RaggedTokens};
 use super::config::BlockConfig;
 use super::feed_forward::{FeedForward, FeedForwardCache};
 use super::kv_cache::KvCache;
@@ -104,6 +104,20 @@ impl<T: Float> SelfAttentionBlock<T> {
                 .forward_cached(u, cache, CachedAttention::Prefill)
                 .0
         });
+        self.ffn_res.apply(x, |u| self.ffn.forward(u).0)
+    }
+
+    /// A continuous-batching step: `x [n, d_model]` are tokens of any rows of `cache` (see
+    /// [`MultiHeadAttention::forward_ragged`]).
+    pub fn forward_ragged(
+        &self,
+        x: Vec<T>,
+        cache: &mut KvCache<T>,
+        tokens: RaggedTokens<'_>,
+    ) -> Vec<T> {
+        let x = self
+            .self_attn_res
+            .apply(x, |u| self.self_attn.forward_ragged(u, cache, tokens));
         self.ffn_res.apply(x, |u| self.ffn.forward(u).0)
     }
 

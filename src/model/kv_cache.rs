@@ -18,8 +18,12 @@
 //!   language model's self-attention, whose attention runs as matrix products over a dense
 //!   `[batch, capacity, d_model]` buffer ([`KvCache::dense`]).
 //!
-//! The blocks live in the cache itself today; the serving scheduler will hand them out from one
-//! pool shared by all sequences (the table stays the same, only `alloc`/`release` change).
+//! **Ragged rows** (continuous batching, `serve`): rows may also be added one at a time
+//! ([`KvCache::add_row`]), grow by different numbers of positions ([`KvCache::append_ragged`])
+//! and leave ([`KvCache::gather_rows`]); each row then has its own length ([`KvCache::row_len`])
+//! and `len` is the longest. One such cache per layer, with small blocks, is the serving pool:
+//! every sequence of the running batch is a row, its blocks come from the shared free list and
+//! go back to it the moment the row leaves.
 
 use crate::Float;
 use std::borrow::Cow;
@@ -42,9 +46,11 @@ pub struct KvCache<T> {
     pub batch: usize,
     /// Positions each row has room for.
     pub capacity: usize,
-    /// Positions filled in every row.
+    /// Positions filled in every row (ragged rows: in the longest row).
     pub len: usize,
     pub d_model: usize,
+    /// Positions filled in each row `[batch]` (all `len` unless rows were appended ragged).
+    lens: Vec<usize>,
 }
 
 impl<T: Float> KvCache<T> {
@@ -64,6 +70,7 @@ impl<T: Float> KvCache<T> {
             capacity,
             len: 0,
             d_model,
+            lens: vec![0; batch],
         }
     }
 
@@ -82,6 +89,7 @@ impl<T: Float> KvCache<T> {
             cache.refs = vec![1; batch];
         }
         (cache.k, cache.v, cache.len) = (k, v, len);
+        cache.lens = vec![len; batch];
         cache
     }
 
@@ -127,7 +135,7 @@ impl<T: Float> KvCache<T> {
     /// Appends `q_len` positions to every row: `k_new`, `v_new` are `[batch * q_len, d_model]`
     /// (row `b`'s positions consecutive).
     pub fn append(&mut self, k_new: &[T], v_new: &[T]) {
-        let (d, bs) = (self.d_model, self.block_rows);
+        let d = self.d_model;
         let q_len = k_new.len().checked_div(self.batch * d).unwrap_or(0);
         assert_eq!(
             k_new.len(),
@@ -139,30 +147,94 @@ impl<T: Float> KvCache<T> {
             self.len + q_len <= self.capacity,
             "KV cache capacity exceeded"
         );
-        let per_row = self.blocks_per_row();
+        assert!(
+            self.lens.iter().all(|&l| l == self.len),
+            "rows of different lengths grow with append_ragged"
+        );
         for b in 0..self.batch {
             for i in 0..q_len {
-                let t = self.len + i;
-                let slot = b * per_row + t / bs;
-                if t.is_multiple_of(bs) {
-                    self.table[slot] = self.alloc();
-                } else if self.refs[self.table[slot] as usize] > 1 {
-                    // Copy on write: this row stops sharing the block with the others.
-                    let shared = self.table[slot];
-                    let own = self.alloc();
-                    let (from, to) = (shared as usize * bs * d, own as usize * bs * d);
-                    self.k.copy_within(from..from + bs * d, to);
-                    self.v.copy_within(from..from + bs * d, to);
-                    self.release(shared);
-                    self.table[slot] = own;
-                }
-                let at = (self.table[slot] as usize * bs + t % bs) * d;
                 let src = (b * q_len + i) * d;
-                self.k[at..at + d].copy_from_slice(&k_new[src..src + d]);
-                self.v[at..at + d].copy_from_slice(&v_new[src..src + d]);
+                self.write(b, self.len + i, &k_new[src..src + d], &v_new[src..src + d]);
             }
         }
         self.len += q_len;
+        self.lens.iter_mut().for_each(|l| *l += q_len);
+    }
+
+    /// Stores key `k` and value `v` (`[d_model]` each) at position `t` of row `b`: a new block
+    /// when `t` starts one, a private copy of a shared block before writing into it.
+    fn write(&mut self, b: usize, t: usize, k: &[T], v: &[T]) {
+        let (d, bs) = (self.d_model, self.block_rows);
+        let slot = b * self.blocks_per_row() + t / bs;
+        if t.is_multiple_of(bs) {
+            self.table[slot] = self.alloc();
+        } else if self.refs[self.table[slot] as usize] > 1 {
+            // Copy on write: this row stops sharing the block with the others.
+            let shared = self.table[slot];
+            let own = self.alloc();
+            let (from, to) = (shared as usize * bs * d, own as usize * bs * d);
+            self.k.copy_within(from..from + bs * d, to);
+            self.v.copy_within(from..from + bs * d, to);
+            self.release(shared);
+            self.table[slot] = own;
+        }
+        let at = (self.table[slot] as usize * bs + t % bs) * d;
+        self.k[at..at + d].copy_from_slice(k);
+        self.v[at..at + d].copy_from_slice(v);
+    }
+
+    /// A new empty row at the end of the batch (ragged use); returns its index.
+    pub fn add_row(&mut self) -> usize {
+        let per_row = self.blocks_per_row();
+        self.table.resize(self.table.len() + per_row, 0);
+        self.lens.push(0);
+        self.len = self.lens.iter().copied().max().unwrap_or(0);
+        self.batch += 1;
+        self.batch - 1
+    }
+
+    /// Positions filled in row `b`.
+    pub fn row_len(&self, b: usize) -> usize {
+        self.lens[b]
+    }
+
+    /// Appends position `i` of `k_new`, `v_new` (`[n, d_model]` each) to row `rows[i]` at its
+    /// next position, in order (a row may appear several times: a prompt chunk).
+    pub fn append_ragged(&mut self, rows: &[usize], k_new: &[T], v_new: &[T]) {
+        let d = self.d_model;
+        assert_eq!(k_new.len(), rows.len() * d, "keys are [rows, d_model]");
+        assert_eq!(v_new.len(), k_new.len(), "values are shaped like the keys");
+        for (i, &b) in rows.iter().enumerate() {
+            assert!(b < self.batch, "row {b} of a batch of {}", self.batch);
+            let t = self.lens[b];
+            assert!(t < self.capacity, "KV cache capacity exceeded");
+            self.write(b, t, &k_new[i * d..(i + 1) * d], &v_new[i * d..(i + 1) * d]);
+            self.lens[b] += 1;
+            self.len = self.len.max(t + 1);
+        }
+    }
+
+    /// The stored rows (indices into `[stored rows, d_model]`, see [`paged`](Self::paged)) of
+    /// positions `0 .. n` of row `b`, appended to `out`.
+    pub fn stored_rows_of(&self, b: usize, n: usize, out: &mut Vec<u32>) {
+        assert!(
+            n <= self.lens[b],
+            "row {b} holds {} positions",
+            self.lens[b]
+        );
+        let (bs, per_row) = (self.block_rows, self.blocks_per_row());
+        let blocks = &self.table[b * per_row..b * per_row + n.div_ceil(bs)];
+        for (i, &id) in blocks.iter().enumerate() {
+            let start = id as usize * bs;
+            let count = bs.min(n - i * bs);
+            out.extend((start..start + count).map(|r| r as u32));
+        }
+    }
+
+    /// Keys and values as stored, `[stored rows, d_model]` each (read through
+    /// [`stored_rows_of`](Self::stored_rows_of)).
+    pub fn storage(&self) -> (&[T], &[T]) {
+        (&self.k, &self.v)
     }
 
     /// Rebuilds the batch from the rows `rows` (any order, repeats allowed): row `j` becomes the
@@ -172,22 +244,27 @@ impl<T: Float> KvCache<T> {
             panic!("row {r} of a batch of {}", self.batch);
         }
         let per_row = self.blocks_per_row();
-        let used = self.len.div_ceil(self.block_rows);
+        let bs = self.block_rows;
+        let used = |len: usize| len.div_ceil(bs);
         let mut table = vec![0; rows.len() * per_row];
         for (j, &r) in rows.iter().enumerate() {
-            let old = &self.table[r * per_row..r * per_row + used];
-            table[j * per_row..j * per_row + used].copy_from_slice(old);
+            let old = &self.table[r * per_row..r * per_row + used(self.lens[r])];
+            table[j * per_row..j * per_row + old.len()].copy_from_slice(old);
             for &id in old {
                 self.refs[id as usize] += 1;
             }
         }
         for b in 0..self.batch {
-            for i in 0..used {
+            for i in 0..used(self.lens[b]) {
                 self.release(self.table[b * per_row + i]);
             }
         }
         self.table = table;
         self.batch = rows.len();
+        self.lens = rows.iter().map(|&r| self.lens[r]).collect();
+        if self.lens.iter().any(|&l| l != self.len) {
+            self.len = self.lens.iter().copied().max().unwrap_or(0);
+        }
     }
 
     /// The stored row of position `t` of batch row `b` (an index into `[stored rows, d_model]`).
@@ -198,7 +275,10 @@ impl<T: Float> KvCache<T> {
 
     /// Key (or, with `values`, value) of batch row `b` at position `t`, `[d_model]`.
     pub fn row(&self, b: usize, t: usize, values: bool) -> &[T] {
-        assert!(b < self.batch && t < self.len, "no position {t} in row {b}");
+        assert!(
+            b < self.batch && t < self.lens[b],
+            "no position {t} in row {b}"
+        );
         let at = self.stored_row(b, t) * self.d_model;
         let buf = if values { &self.v } else { &self.k };
         &buf[at..at + self.d_model]
@@ -250,6 +330,7 @@ impl<T: Float> KvCache<T> {
                 refs: vec![1; self.batch],
                 free: Vec::new(),
                 block_rows: cap,
+                lens: std::mem::take(&mut self.lens),
                 k,
                 v,
                 ..*self
@@ -328,6 +409,63 @@ mod tests {
             assert!(cache.refs.iter().all(|&r| r == 0));
             assert_eq!(cache.free.len(), cache.refs.len());
         }
+    }
+
+    /// Rows added one at a time and grown by different amounts (continuous batching) against
+    /// rows kept whole: contents, stored-row lists, blocks returned when rows leave.
+    #[test]
+    fn ragged_rows_join_grow_and_leave() {
+        let (d, bs) = (2, 4);
+        let mut cache = KvCache::<f64>::new(0, 32, d, bs);
+        let mut want: Vec<Vec<f64>> = Vec::new();
+        let mut next = 0.0;
+        let mut grow = |cache: &mut KvCache<f64>, want: &mut Vec<Vec<f64>>, rows: &[usize]| {
+            let k: Vec<f64> = (0..rows.len() * d).map(|i| next + i as f64).collect();
+            next += 100.0;
+            let v: Vec<f64> = k.iter().map(|x| x * 2.0).collect();
+            cache.append_ragged(rows, &k, &v);
+            for (i, &r) in rows.iter().enumerate() {
+                want[r].extend_from_slice(&k[i * d..(i + 1) * d]);
+            }
+        };
+        cache.add_row();
+        want.push(Vec::new());
+        grow(&mut cache, &mut want, &[0, 0, 0, 0, 0]);
+        assert_eq!(cache.add_row(), 1);
+        want.push(Vec::new());
+        grow(&mut cache, &mut want, &[0, 1, 1, 1]);
+        cache.add_row();
+        want.push(Vec::new());
+        grow(&mut cache, &mut want, &[2, 0, 1, 2, 2, 2, 2, 2, 2, 2, 2]);
+        let check = |cache: &KvCache<f64>, want: &[Vec<f64>]| {
+            assert_eq!(cache.batch, want.len());
+            for (b, row) in want.iter().enumerate() {
+                let n = row.len() / d;
+                assert_eq!(cache.row_len(b), n);
+                let mut stored = Vec::new();
+                cache.stored_rows_of(b, n, &mut stored);
+                let (k, v) = cache.storage();
+                for t in 0..n {
+                    assert_eq!(cache.row(b, t, false), &row[t * d..(t + 1) * d]);
+                    let at = stored[t] as usize * d;
+                    assert_eq!(&k[at..at + d], &row[t * d..(t + 1) * d]);
+                    assert_eq!(v[at], 2.0 * row[t * d]);
+                }
+            }
+            let held: usize = want.iter().map(|r| (r.len() / d).div_ceil(bs)).sum();
+            assert_eq!(cache.blocks_in_use(), held);
+        };
+        check(&cache, &want);
+        // The middle row leaves; the others keep their contents, its blocks are free again.
+        cache.gather_rows(&[0, 2]);
+        want.remove(1);
+        check(&cache, &want);
+        cache.add_row();
+        want.push(Vec::new());
+        grow(&mut cache, &mut want, &[2, 2, 0]);
+        check(&cache, &want);
+        cache.gather_rows(&[]);
+        assert_eq!(cache.blocks_in_use(), 0);
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! `layers.{i}.ffn.linear1.weight`, `layers.{i}.ffn_norm.weight`, `final_norm.weight`,
 //! `output_proj.weight` (untied only).
 
+use super::attention::RaggedTokens;
 use super::block::{SelfAttentionBlock, SelfAttentionBlockCache};
 use super::config::ModelConfig;
 use super::embedding::{Embedding, EmbeddingCache};
@@ -73,6 +74,30 @@ impl<T: Float> LmState<T> {
         for cache in &mut self.caches {
             cache.gather_rows(rows);
         }
+    }
+
+    /// A new empty row at the end of every layer's cache (continuous batching); its index.
+    pub fn add_row(&mut self) -> usize {
+        self.caches
+            .iter_mut()
+            .map(KvCache::add_row)
+            .last()
+            .unwrap_or(0)
+    }
+
+    /// Rows in the batch.
+    pub fn rows(&self) -> usize {
+        self.caches.first().map_or(0, |c| c.batch)
+    }
+
+    /// Positions row `b` holds.
+    pub fn row_len(&self, b: usize) -> usize {
+        self.caches.first().map_or(0, |c| c.row_len(b))
+    }
+
+    /// Blocks in use, summed over the layers' caches.
+    pub fn blocks_in_use(&self) -> usize {
+        self.caches.iter().map(KvCache::blocks_in_use).sum()
     }
 }
 
@@ -241,6 +266,56 @@ impl<T: Float> LanguageModel<T> {
                 .map(|l| KvCache::new(batch, capacity, l.self_attn.d_kv(), capacity))
                 .collect(),
         }
+    }
+
+    /// An empty state for continuous batching: no rows yet, each row may hold up to `max_len`
+    /// positions, stored in blocks of `block_rows` from one free list per layer (the serving
+    /// pool; rows join with [`LmState::add_row`], grow through [`step_ragged`](Self::step_ragged)
+    /// and leave with [`LmState::gather_rows`]).
+    pub fn start_paged(&self, block_rows: usize) -> LmState<T> {
+        let capacity = self.config.max_len;
+        LmState {
+            caches: self
+                .blocks
+                .layers
+                .iter()
+                .map(|l| KvCache::new(0, capacity, l.self_attn.d_kv(), block_rows))
+                .collect(),
+        }
+    }
+
+    /// A continuous-batching step: `tokens [n]` continue the rows `ragged.rows` at positions
+    /// `ragged.positions` (several consecutive tokens of a row: a prompt chunk; one: the next
+    /// token of a sequence being decoded). Returns the log-probabilities `[outputs.len(), vocab]`
+    /// of the token after each token `outputs[j]` (the last of each row's chunk, typically):
+    /// the output projection runs on those rows only.
+    pub fn step_ragged(
+        &self,
+        state: &mut LmState<T>,
+        tokens: &[u32],
+        ragged: RaggedTokens<'_>,
+        outputs: &[usize],
+    ) -> Vec<T> {
+        let d = self.config.d_model;
+        assert_eq!(tokens.len(), ragged.rows.len(), "one row per token");
+        let mut x = vec![T::zero(); tokens.len() * d];
+        for (s, len) in ragged.runs() {
+            let pos = ragged.positions[s];
+            assert!(pos + len <= self.max_len(), "sequence longer than max_len");
+            let (e, _) = self
+                .embedding
+                .forward(&tokens[s..s + len], len, pos, 0.0, None);
+            x[s * d..(s + len) * d].copy_from_slice(&e);
+        }
+        let caches = &mut state.caches;
+        let h = self
+            .blocks
+            .apply(x, |i, l, x| l.forward_ragged(x, &mut caches[i], ragged));
+        let mut picked = Vec::with_capacity(outputs.len() * d);
+        for &i in outputs {
+            picked.extend_from_slice(&h[i * d..(i + 1) * d]);
+        }
+        self.head.log_probs(&self.embedding, &picked)
     }
 
     /// Feeds `tokens [batch, q_len]` at the next positions (a prompt at once, or one token per

@@ -1,0 +1,131 @@
+//! Errors as HTTP responses, in OpenAI's shape:
+//! `{"error": {"message": "...", "type": "invalid_request_error", "param": "max_tokens", "code": "..."}}`
+//! with the status that says who is at fault (4xx the request, 5xx the server); 429 carries
+//! `Retry-After`.
+
+use super::metrics::Outcome;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+/// A request refused or failed, with the reason a client can act on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    /// The request field at fault, if one is.
+    pub param: Option<&'static str>,
+    /// A machine-readable code (`context_length_exceeded`, `queue_full`, ...).
+    pub code: &'static str,
+}
+
+impl ApiError {
+    /// 400: the request is malformed or asks for something impossible.
+    pub fn invalid(param: Option<&'static str>, message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            param,
+            code: "invalid_request",
+        }
+    }
+
+    /// 400 naming a token limit (prompt too long, `max_tokens` too large).
+    pub fn limit(param: &'static str, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            param: Some(param),
+            code,
+        }
+    }
+
+    /// 429: the queue is full; try again after a second.
+    pub fn queue_full(max_queue: usize) -> Self {
+        ApiError {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            message: format!("the server's queue is full ({max_queue} requests waiting: --max-queue); retry later"),
+            param: None,
+            code: "queue_full",
+        }
+    }
+
+    /// 503: the model is still loading, or the server is shutting down.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: message.into(),
+            param: None,
+            code: "unavailable",
+        }
+    }
+
+    /// 504: the request's deadline passed before it finished.
+    pub fn timeout(seconds: f64) -> Self {
+        ApiError {
+            status: StatusCode::GATEWAY_TIMEOUT,
+            message: format!(
+                "the request did not finish within its deadline of {seconds} s (--timeout)"
+            ),
+            param: None,
+            code: "timeout",
+        }
+    }
+
+    /// 500: the engine stopped answering.
+    pub fn internal(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: message.into(),
+            param: None,
+            code: "internal_error",
+        }
+    }
+
+    /// 404: no such route or model kind.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            message: message.into(),
+            param: None,
+            code: "not_found",
+        }
+    }
+
+    /// How this ends the request in `/metrics`.
+    pub fn outcome(&self) -> Outcome {
+        match self.status {
+            StatusCode::TOO_MANY_REQUESTS => Outcome::Rejected,
+            StatusCode::GATEWAY_TIMEOUT => Outcome::Timeout,
+            s if s.is_client_error() => Outcome::Invalid,
+            _ => Outcome::Error,
+        }
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> serde_json::Value {
+        let kind = if self.status.is_client_error() {
+            "invalid_request_error"
+        } else {
+            "server_error"
+        };
+        json!({"error": {
+            "message": self.message,
+            "type": kind,
+            "param": self.param,
+            "code": self.code,
+        }})
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, axum::Json(self.body())).into_response();
+        if self.status == StatusCode::TOO_MANY_REQUESTS {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}

@@ -1,0 +1,546 @@
+//! `transformer serve`: a model held in memory, answering many HTTP clients at once.
+//!
+//! Threads: the HTTP side runs on a tokio runtime (axum), which only parses, tokenizes, queues
+//! and streams; the model runs on its own compute thread ([`scheduler::Scheduler::run`] inside
+//! the rayon pool), fed through a channel. A request's tokens come back through its own
+//! channel; a client that goes away drops its receiver, which the engine notices at its next
+//! step (the sequence leaves the batch and its KV blocks return to the pool).
+//!
+//! Model kinds (decided from the path): a directory with `vocab.json` is a translation model
+//! (`/translate`, `/languages`, `/attention`; its jobs run through [`jobs`]), a Hugging Face
+//! directory of `model_type` `bert` an encoder (`/v1/embeddings`), anything else a language
+//! model ([`TextGenerator::load`]: ours, Hugging Face Llama/GPT-2, GGUF). An endpoint of another
+//! kind answers 404 naming the kind served.
+//!
+//! Modules, one concept each: [`scheduler`] (continuous batching over the paged KV cache),
+//! [`openai`] (the OpenAI-compatible endpoints), [`text`] (streamed detokenization, stop
+//! strings), [`metrics`] (Prometheus), [`api_error`] (errors as JSON), [`client`] (a minimal
+//! HTTP/1.1 client for the tests and the load test), [`page`] (the web page at `/`).
+//!
+//! Routes: `GET /` (page), `GET /health` (503 until the model is loaded), `GET /metrics`,
+//! `GET /v1/models`, `POST /v1/completions`, `POST /v1/chat/completions`, `POST /translate`,
+//! `GET /languages`, `POST /attention`, `POST /v1/embeddings`, `GET /info` (the kind served).
+//!
+//! Shutdown (SIGTERM, Ctrl-C, or [`Server::shutdown`]): the listener stops accepting, `/health`
+//! turns 503, new generation requests get 503, and running requests finish before the process
+//! exits.
+
+pub mod api_error;
+pub mod client;
+pub mod embeddings;
+pub mod jobs;
+pub mod metrics;
+pub mod openai;
+pub mod page;
+pub mod scheduler;
+pub mod text;
+pub mod translate_api;
+
+use crate::error::{Error, Result};
+use crate::model::LanguageModel;
+use crate::pipeline::chat::ChatTemplate;
+use crate::pipeline::embed::SentenceEncoder;
+use crate::pipeline::generate::TextGenerator;
+use crate::pipeline::translate::Translator;
+use crate::text::decoder_tokenizer::DecoderTokenizer;
+use api_error::ApiError;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use metrics::{Metrics, Outcome};
+use scheduler::{EngineConfig, GenRequest, Scheduler};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
+
+/// Everything `transformer serve` is told.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    pub model: PathBuf,
+    pub addr: SocketAddr,
+    /// The KV pool in MiB.
+    pub kv_memory_mib: usize,
+    /// Sequences decoded together at most.
+    pub max_batch: usize,
+    /// Requests waiting for admission at most (then 429).
+    pub max_queue: usize,
+    /// Prompt tokens at most (default: the model's context less one).
+    pub max_input_tokens: Option<usize>,
+    /// `max_tokens` at most.
+    pub max_output_tokens: usize,
+    /// Seconds a request may take, queue included.
+    pub timeout_s: f64,
+    /// Positions per KV block.
+    pub block_rows: usize,
+    /// Tokens one forward feeds at most.
+    pub prefill_budget: usize,
+    /// The language codes a translation model translates from and to (`/languages`).
+    pub source_lang: String,
+    pub target_lang: String,
+}
+
+impl ServeConfig {
+    /// The defaults for `model` on `addr`.
+    pub fn new(model: PathBuf, addr: SocketAddr) -> Self {
+        ServeConfig {
+            model,
+            addr,
+            kv_memory_mib: 512,
+            max_batch: 64,
+            max_queue: 256,
+            max_input_tokens: None,
+            max_output_tokens: 2048,
+            timeout_s: 600.0,
+            block_rows: 16,
+            prefill_budget: 512,
+            source_lang: "src".into(),
+            target_lang: "tgt".into(),
+        }
+    }
+}
+
+/// What the HTTP side knows of a loaded language model.
+pub struct LmFront {
+    pub tokenizer: DecoderTokenizer,
+    pub chat: Option<ChatTemplate>,
+    /// Tokens that end a sequence (end of text, end of turn); not shown as text.
+    pub end_tokens: Vec<u32>,
+    pub vocab_size: usize,
+    /// The model's context.
+    pub max_len: usize,
+    pub engine: EngineConfig,
+    pub timeout_s: f64,
+    /// The engine's queue.
+    pub requests: std::sync::mpsc::Sender<GenRequest>,
+}
+
+/// What is served, once loaded.
+pub enum Served {
+    Lm(Arc<LmFront>),
+    /// A translation model or an encoder: its job queue.
+    Jobs {
+        kind: &'static str,
+        jobs: std::sync::mpsc::Sender<jobs::Job>,
+    },
+}
+
+impl Served {
+    /// `language-model`, `translation` or `encoder`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Served::Lm(_) => "language-model",
+            Served::Jobs { kind, .. } => kind,
+        }
+    }
+}
+
+/// The state every handler shares.
+pub struct App {
+    pub config: ServeConfig,
+    pub metrics: Arc<Metrics>,
+    /// Set once the model is loaded.
+    served: OnceLock<Served>,
+    /// Set if loading failed.
+    load_error: OnceLock<String>,
+    /// Set on shutdown.
+    draining: AtomicBool,
+    /// Response ids and default seeds.
+    next_id: AtomicU64,
+    /// The `model` of responses: the model path's file name.
+    pub model_name: String,
+}
+
+impl App {
+    /// What is served, or 503 while it loads (or after it failed to).
+    fn served(&self) -> std::result::Result<&Served, ApiError> {
+        if let Some(served) = self.served.get() {
+            return Ok(served);
+        }
+        Err(ApiError::unavailable(match self.load_error.get() {
+            Some(e) => format!("the model failed to load: {e}"),
+            None => "the model is loading".to_string(),
+        }))
+    }
+
+    /// The language model, 503 while loading, 404 when another kind is served.
+    fn lm(&self) -> std::result::Result<Arc<LmFront>, ApiError> {
+        match self.served()? {
+            Served::Lm(lm) => Ok(lm.clone()),
+            other => Err(ApiError::not_found(format!(
+                "this server serves a {} model, not a language model",
+                other.kind()
+            ))),
+        }
+    }
+
+    /// Runs a job on the compute thread and waits for its answer (429 when the queue is
+    /// full, 404 when a language model is served, 504 past the deadline).
+    async fn job<T>(
+        &self,
+        make: impl FnOnce(jobs::Answer<T>) -> jobs::Job,
+    ) -> std::result::Result<T, ApiError> {
+        let Served::Jobs { jobs, .. } = self.served()? else {
+            return Err(ApiError::not_found(
+                "this server serves a language model (POST /v1/completions)",
+            ));
+        };
+        if self.draining.load(Ordering::Relaxed) {
+            return Err(ApiError::unavailable("the server is shutting down"));
+        }
+        let max = self.config.max_queue;
+        let queued = self
+            .metrics
+            .queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |q| {
+                (q < max).then_some(q + 1)
+            });
+        if queued.is_err() {
+            return Err(ApiError::queue_full(max));
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if jobs.send(make(tx)).is_err() {
+            self.metrics.queued.fetch_sub(1, Ordering::AcqRel);
+            return Err(ApiError::internal("the engine has stopped"));
+        }
+        let deadline = std::time::Duration::from_secs_f64(self.config.timeout_s);
+        match tokio::time::timeout(deadline, rx).await {
+            Ok(Ok(Ok(value))) => Ok(value),
+            Ok(Ok(Err(message))) => Err(ApiError::invalid(None, message)),
+            Ok(Err(_)) => Err(ApiError::internal("the engine dropped the request")),
+            Err(_) => Err(ApiError::timeout(self.config.timeout_s)),
+        }
+    }
+}
+
+/// Counts a request's outcome once, when dropped: `Cancelled` unless the handler said
+/// otherwise (dropped early = the client went away).
+pub struct OutcomeGuard {
+    metrics: Arc<Metrics>,
+    outcome: Option<Outcome>,
+}
+
+impl OutcomeGuard {
+    pub fn new(metrics: Arc<Metrics>) -> Self {
+        OutcomeGuard {
+            metrics,
+            outcome: None,
+        }
+    }
+
+    pub fn set(&mut self, outcome: Outcome) {
+        self.outcome = Some(outcome);
+    }
+}
+
+impl Drop for OutcomeGuard {
+    fn drop(&mut self) {
+        self.metrics
+            .count(self.outcome.unwrap_or(Outcome::Cancelled));
+    }
+}
+
+/// `GET /health`: 200 once the model is loaded and while not shutting down, else 503.
+async fn health(State(app): State<Arc<App>>) -> Response {
+    if app.draining.load(Ordering::Relaxed) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
+    }
+    match app.served() {
+        Ok(_) => (StatusCode::OK, "ok\n").into_response(),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{}\n", e.message)).into_response(),
+    }
+}
+
+/// `GET /metrics`: Prometheus text.
+async fn metrics_text(State(app): State<Arc<App>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        app.metrics.render(),
+    )
+        .into_response()
+}
+
+/// `GET /info`: the kind of model served (the page picks its view from it).
+async fn info(State(app): State<Arc<App>>) -> Response {
+    match app.served() {
+        Ok(served) => axum::Json(serde_json::json!({
+            "model": app.model_name,
+            "kind": served.kind(),
+            "source_lang": app.config.source_lang,
+            "target_lang": app.config.target_lang,
+        }))
+        .into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("no such route (see GET / for the page, /v1/models, /health, /metrics)")
+}
+
+fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/", get(page::index))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics_text))
+        .route("/v1/models", get(openai::models))
+        .route("/v1/completions", post(openai::completions))
+        .route("/v1/chat/completions", post(openai::chat_completions))
+        .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/translate", post(translate_api::translate))
+        .route("/languages", get(translate_api::languages))
+        .route("/attention", post(translate_api::attention))
+        .route("/info", get(info))
+        .fallback(not_found)
+        .with_state(app)
+}
+
+/// What kind of model `path` holds (see the module docs).
+fn model_kind(path: &std::path::Path) -> &'static str {
+    if path.join(crate::store::VOCAB_FILE).is_file() {
+        return "translation";
+    }
+    let config = std::fs::read(path.join(crate::store::CONFIG_FILE)).unwrap_or_default();
+    let model_type = serde_json::from_slice::<serde_json::Value>(&config)
+        .ok()
+        .and_then(|v| v.get("model_type")?.as_str().map(str::to_string));
+    if model_type.as_deref() == Some("bert") {
+        "encoder"
+    } else {
+        "language-model"
+    }
+}
+
+/// Loads the model and runs its engine until the request channel closes (on the compute
+/// thread; the model's work on the rayon pool).
+fn compute(app: Arc<App>) {
+    let path = &app.config.model;
+    let model = match model_kind(path) {
+        "translation" => Translator::load(path).map(|mut t| {
+            t.prepare_inference();
+            jobs::JobModel::Translator(Box::new(t))
+        }),
+        "encoder" => {
+            SentenceEncoder::load(path, None).map(|e| jobs::JobModel::Encoder(Box::new(e)))
+        }
+        _ => return compute_lm(app),
+    };
+    let model = match model {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = app.load_error.set(e.to_string());
+            return;
+        }
+    };
+    let kind = match model {
+        jobs::JobModel::Translator(_) => "translation",
+        jobs::JobModel::Encoder(_) => "encoder",
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let _ = app.served.set(Served::Jobs { kind, jobs: tx });
+    // The queue's sender lives in `app`: once the server and its handlers are gone, the
+    // channel closes and the loop ends.
+    let metrics = app.metrics.clone();
+    drop(app);
+    jobs::run(&model, rx, &metrics);
+}
+
+/// [`compute`] for a language model: the continuous-batching engine.
+fn compute_lm(app: Arc<App>) {
+    let loaded = TextGenerator::load(&app.config.model);
+    let mut generator = match loaded {
+        Ok(g) => g,
+        Err(e) => {
+            let _ = app.load_error.set(e.to_string());
+            return;
+        }
+    };
+    generator.model.prepare_inference();
+    let TextGenerator {
+        model,
+        tokenizer,
+        chat,
+        ..
+    } = generator;
+    let engine = engine_config(&app.config, &model);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let front = LmFront {
+        end_tokens: tokenizer.end_tokens(),
+        tokenizer,
+        chat,
+        vocab_size: model.config.vocab_size,
+        max_len: model.max_len(),
+        engine,
+        timeout_s: app.config.timeout_s,
+        requests: tx,
+    };
+    let _ = app.served.set(Served::Lm(Arc::new(front)));
+    let mut scheduler = Scheduler::new(&model, engine, app.metrics.clone());
+    // As for jobs: the engine stops when the server and its handlers are gone.
+    drop(app);
+    scheduler.run(rx);
+}
+
+/// The pool and batch sizes for `model`.
+fn engine_config(config: &ServeConfig, model: &LanguageModel<f32>) -> EngineConfig {
+    let block_rows = config.block_rows.max(1);
+    let block_bytes = EngineConfig::block_bytes(model, block_rows).max(1);
+    EngineConfig {
+        block_rows,
+        pool_blocks: config.kv_memory_mib.saturating_mul(1 << 20) / block_bytes,
+        max_batch: config.max_batch.max(1),
+        prefill_budget: config.prefill_budget.max(1),
+    }
+}
+
+/// A running server.
+pub struct Server {
+    /// Where it listens (the port the OS chose when asked for port 0).
+    pub addr: SocketAddr,
+    app: Arc<App>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    http: Option<JoinHandle<Result<()>>>,
+}
+
+impl Server {
+    /// Binds `config.addr`, then loads the model on the compute thread while already answering
+    /// (`/health` is 503 until the model is ready).
+    pub fn start(config: ServeConfig) -> Result<Server> {
+        let listener = std::net::TcpListener::bind(config.addr)
+            .map_err(|e| Error::Input(format!("cannot listen on {}: {e}", config.addr)))?;
+        let io = |what: &str, e: std::io::Error| Error::Input(format!("{what}: {e}"));
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| io("cannot set up the listener", e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| io("cannot set up the listener", e))?;
+        let model_name = config
+            .model
+            .file_name()
+            .map_or("model".into(), |n| n.to_string_lossy().into_owned());
+        let app = Arc::new(App {
+            config,
+            metrics: Arc::new(Metrics::default()),
+            served: OnceLock::new(),
+            load_error: OnceLock::new(),
+            draining: AtomicBool::new(false),
+            next_id: AtomicU64::new(1),
+            model_name,
+        });
+        let compute_app = app.clone();
+        std::thread::Builder::new()
+            .name("compute".into())
+            .spawn(move || compute(compute_app))
+            .map_err(|e| io("cannot start the compute thread", e))?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let http_app = app.clone();
+        let http = std::thread::Builder::new()
+            .name("http".into())
+            .spawn(move || -> Result<()> {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .map_err(|e| io("cannot start the async runtime", e))?;
+                runtime.block_on(async move {
+                    let listener = tokio::net::TcpListener::from_std(listener)
+                        .map_err(|e| io("cannot set up the listener", e))?;
+                    let draining = http_app.clone();
+                    let shutdown = async move {
+                        shutdown_signal(stopped).await;
+                        draining.draining.store(true, Ordering::Relaxed);
+                    };
+                    axum::serve(listener, router(http_app))
+                        .with_graceful_shutdown(shutdown)
+                        .await
+                        .map_err(|e| io("the server stopped", e))?;
+                    Ok(())
+                })
+            })
+            .map_err(|e| io("cannot start the HTTP thread", e))?;
+        Ok(Server {
+            addr,
+            app,
+            stop: Some(stop),
+            http: Some(http),
+        })
+    }
+
+    /// The server's metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.app.metrics
+    }
+
+    /// Waits until the model is loaded (`Ok`) or failed to load (its error).
+    pub fn wait_ready(&self) -> Result<()> {
+        loop {
+            if self.app.served.get().is_some() {
+                return Ok(());
+            }
+            if let Some(e) = self.app.load_error.get() {
+                return Err(Error::Input(e.clone()));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// Blocks until the server has shut down (SIGTERM or Ctrl-C) and its requests finished.
+    pub fn wait(mut self) -> Result<()> {
+        self.join()
+    }
+
+    /// Stops accepting, lets running requests finish, and returns when they have.
+    pub fn shutdown(mut self) -> Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.join()
+    }
+
+    fn join(&mut self) -> Result<()> {
+        match self.http.take().map(JoinHandle::join) {
+            Some(Ok(result)) => result,
+            Some(Err(_)) => Err(Error::Input("the HTTP thread panicked".into())),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = self.join();
+    }
+}
+
+/// Resolves on SIGTERM, Ctrl-C or `stopped`.
+async fn shutdown_signal(stopped: tokio::sync::oneshot::Receiver<()>) {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+        _ = stopped => {},
+    }
+}

@@ -1,0 +1,21 @@
+//! The web page at `GET /`: one static HTML file with its script, embedded in the binary
+//! (`assets/serve/index.html`). It asks `/v1/models` what is served and chats through
+//! `/v1/chat/completions` with `stream: true`, showing the reply as its events arrive.
+
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+
+/// The page, as built into the binary.
+pub const INDEX_HTML: &str = include_str!("../../assets/serve/index.html");
+
+/// `GET /`.
+pub async fn index() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        INDEX_HTML,
+    )
+        .into_response()
+}

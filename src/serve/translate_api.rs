@@ -1,0 +1,203 @@
+//! The translation endpoints, LibreTranslate-compatible:
+//! - `POST /translate` `{"q": "text" | ["a", "b"], "source": "en" | "auto", "target": "de",
+//!   "alternatives": 2}` → `{"translatedText": "..." | [...], "alternatives": [...] | [[...]]}`
+//!   (`alternatives` only when asked: the beam's next-best hypotheses; `detectedLanguage` when
+//!   the source was `auto`). Errors are LibreTranslate's `{"error": "..."}` with a 4xx/5xx.
+//! - `GET /languages` → `[{"code", "name", "targets"}]`: the one pair the model translates
+//!   (`--source-lang`, `--target-lang`).
+//! - `POST /attention` `{"q": "sentence"}` → the greedy translation and every attention map
+//!   (encoder, decoder, cross; per layer and head) for the page's heat maps.
+
+use super::api_error::ApiError;
+use super::jobs::Job;
+use super::metrics::Outcome;
+use super::{App, OutcomeGuard};
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Sentences per request at most.
+pub const MAX_SENTENCES: usize = 128;
+/// Alternatives per sentence at most.
+pub const MAX_ALTERNATIVES: usize = 8;
+
+/// LibreTranslate's error shape.
+fn libre_error(e: ApiError) -> Response {
+    (e.status, Json(json!({"error": e.message}))).into_response()
+}
+
+/// A language's English name, for the few codes this project's data uses.
+fn language_name(code: &str) -> String {
+    match code {
+        "en" => "English",
+        "de" => "German",
+        "es" => "Spanish",
+        "fr" => "French",
+        other => other,
+    }
+    .to_string()
+}
+
+/// `GET /languages`.
+pub async fn languages(State(app): State<Arc<App>>) -> Response {
+    let (src, tgt) = (&app.config.source_lang, &app.config.target_lang);
+    Json(json!([
+        {"code": src, "name": language_name(src), "targets": [tgt]},
+        {"code": tgt, "name": language_name(tgt), "targets": []},
+    ]))
+    .into_response()
+}
+
+/// The sentences of `q`, and whether it was a list.
+fn sentences(body: &Value) -> Result<(Vec<String>, bool), ApiError> {
+    match body.get("q") {
+        Some(Value::String(s)) => Ok((vec![s.clone()], false)),
+        Some(Value::Array(items)) => {
+            let list = items
+                .iter()
+                .map(|v| v.as_str().map(str::to_string))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| {
+                    ApiError::invalid(Some("q"), "q must be a string or a list of strings")
+                })?;
+            if list.len() > MAX_SENTENCES {
+                return Err(ApiError::limit(
+                    "q",
+                    "too_many_sentences",
+                    format!(
+                        "q has {} sentences; at most {MAX_SENTENCES} per request",
+                        list.len()
+                    ),
+                ));
+            }
+            Ok((list, true))
+        }
+        _ => Err(ApiError::invalid(
+            Some("q"),
+            "q (a string or a list of strings) is missing",
+        )),
+    }
+}
+
+/// `POST /translate`.
+pub async fn translate(State(app): State<Arc<App>>, body: Bytes) -> Response {
+    let mut guard = OutcomeGuard::new(app.metrics.clone());
+    match translate_inner(&app, &body).await {
+        Ok(v) => {
+            guard.set(Outcome::Ok);
+            Json(v).into_response()
+        }
+        Err(e) => {
+            guard.set(e.outcome());
+            libre_error(e)
+        }
+    }
+}
+
+async fn translate_inner(app: &App, body: &Bytes) -> Result<Value, ApiError> {
+    let body: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::invalid(None, format!("the body is not valid JSON: {e}")))?;
+    let (lines, listed) = sentences(&body)?;
+    let (src, tgt) = (&app.config.source_lang, &app.config.target_lang);
+    let source = body.get("source").and_then(Value::as_str).unwrap_or("auto");
+    let target = body.get("target").and_then(Value::as_str).unwrap_or(tgt);
+    if (source != "auto" && source != src) || target != tgt {
+        return Err(ApiError::invalid(
+            Some("source"),
+            format!(
+                "this server translates {src} to {tgt}, not {source} to {target} (GET /languages)"
+            ),
+        ));
+    }
+    let alternatives = match body.get("alternatives") {
+        None | Some(Value::Null) => 0,
+        Some(v) => v
+            .as_u64()
+            .filter(|&n| n as usize <= MAX_ALTERNATIVES)
+            .ok_or_else(|| {
+                ApiError::limit(
+                    "alternatives",
+                    "too_many_alternatives",
+                    format!("alternatives must be a whole number from 0 to {MAX_ALTERNATIVES}"),
+                )
+            })? as usize,
+    };
+    let n = lines.len();
+    let lists = app
+        .job(|reply| Job::Translate {
+            lines,
+            nbest: alternatives + 1,
+            arrived: Instant::now(),
+            reply,
+        })
+        .await?;
+    debug_assert_eq!(lists.len(), n);
+    let best = |l: &Vec<(f64, String)>| l.first().map(|h| h.1.clone()).unwrap_or_default();
+    let alts =
+        |l: &Vec<(f64, String)>| -> Vec<String> { l.iter().skip(1).map(|h| h.1.clone()).collect() };
+    let mut out = if listed {
+        json!({"translatedText": lists.iter().map(best).collect::<Vec<_>>()})
+    } else {
+        json!({"translatedText": lists.first().map(best).unwrap_or_default()})
+    };
+    if alternatives > 0 {
+        out["alternatives"] = if listed {
+            json!(lists.iter().map(alts).collect::<Vec<_>>())
+        } else {
+            json!(lists.first().map(alts).unwrap_or_default())
+        };
+    }
+    if source == "auto" {
+        let detected = json!({"confidence": 100.0, "language": src});
+        out["detectedLanguage"] = if listed {
+            json!(vec![detected; n])
+        } else {
+            detected
+        };
+    }
+    Ok(out)
+}
+
+/// `POST /attention`.
+pub async fn attention(State(app): State<Arc<App>>, body: Bytes) -> Response {
+    let mut guard = OutcomeGuard::new(app.metrics.clone());
+    let result = async {
+        let body: Value = serde_json::from_slice(&body)
+            .map_err(|e| ApiError::invalid(None, format!("the body is not valid JSON: {e}")))?;
+        let source = body
+            .get("q")
+            .and_then(Value::as_str)
+            .ok_or_else(|| ApiError::invalid(Some("q"), "q (one sentence) is missing"))?
+            .to_string();
+        let (maps, translation) = app
+            .job(|reply| Job::Attention { source, arrived: Instant::now(), reply })
+            .await?;
+        let panels = |ps: &[crate::viz::AttentionPanel]| -> Vec<Value> {
+            ps.iter().map(|p| json!({"label": p.label, "rows": p.rows, "cols": p.cols, "weights": p.weights})).collect()
+        };
+        Ok::<Value, ApiError>(json!({
+            "translatedText": translation,
+            "heads": maps.heads,
+            "source_tokens": maps.src_tokens,
+            "target_tokens": maps.tgt_tokens,
+            "encoder": panels(&maps.encoder),
+            "decoder": panels(&maps.decoder),
+            "cross": panels(&maps.cross),
+        }))
+    }
+    .await;
+    match result {
+        Ok(v) => {
+            guard.set(Outcome::Ok);
+            Json(v).into_response()
+        }
+        Err(e) => {
+            guard.set(e.outcome());
+            e.into_response()
+        }
+    }
+}

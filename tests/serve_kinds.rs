@@ -1,0 +1,196 @@
+//! `transformer serve` with a translation model (a small random one saved here) and an encoder
+//! (all-MiniLM-L6-v2 from ../shared): LibreTranslate's `/translate` and `/languages`, the
+//! attention maps of `/attention`, OpenAI's `/v1/embeddings`, each answer equal to what the
+//! library computes directly; endpoints of another kind answer 404.
+
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+use transformer::decode::beam::BeamOptions;
+use transformer::model::{ModelConfig, Seq2Seq};
+use transformer::pipeline::embed::SentenceEncoder;
+use transformer::pipeline::translate::Translator;
+use transformer::rng::Rng;
+use transformer::serve::client::request;
+use transformer::serve::{ServeConfig, Server};
+use transformer::text::vocab::{Vocab, VocabLevel};
+
+const T: Duration = Duration::from_secs(120);
+
+fn post(addr: SocketAddr, path: &str, body: &Value) -> (u16, Value) {
+    let (status, _, text) = request(addr, "POST", path, Some(&body.to_string()), T).unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}")),
+    )
+}
+
+fn serve(dir: &Path) -> Server {
+    let config = ServeConfig {
+        source_lang: "en".into(),
+        target_lang: "de".into(),
+        ..ServeConfig::new(dir.to_path_buf(), "127.0.0.1:0".parse().unwrap())
+    };
+    let server = Server::start(config).unwrap();
+    server.wait_ready().unwrap();
+    server
+}
+
+#[test]
+fn translation_endpoints_answer_what_the_library_computes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let vocab = Vocab::build(
+        ["the cat sat on the mat", "die katze sass auf der matte"],
+        VocabLevel::Char,
+        1,
+    );
+    let mut config = ModelConfig::preset("tiny", vocab.len()).unwrap();
+    config.max_len = 40;
+    let mut model = Seq2Seq::<f32>::new(config, &mut Rng::new(11));
+    let mut writer = transformer::store::CheckpointWriter::begin(tmp.path()).unwrap();
+    transformer::model::checkpoint::write_model(&mut writer, &mut model).unwrap();
+    vocab.write(&mut writer).unwrap();
+    writer.commit().unwrap();
+    let mut direct = Translator::load(tmp.path()).unwrap();
+    direct.prepare_inference();
+    let server = serve(tmp.path());
+    let addr = server.addr;
+
+    let (status, _, text) = request(addr, "GET", "/languages", None, T).unwrap();
+    assert_eq!(status, 200);
+    let langs: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        langs[0],
+        json!({"code": "en", "name": "English", "targets": ["de"]})
+    );
+
+    let lines: Vec<String> = ["the cat", "sat on the mat", "a"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let beam = |nbest| BeamOptions {
+        beam_size: 4usize.max(nbest),
+        nbest,
+        ..BeamOptions::default()
+    };
+    let want1 = direct.translate_nbest(&lines, &beam(1)).unwrap();
+    let want3 = direct.translate_nbest(&lines, &beam(3)).unwrap();
+    // One string.
+    let (status, body) = post(
+        addr,
+        "/translate",
+        &json!({"q": lines[0], "source": "en", "target": "de"}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body, json!({"translatedText": want1[0][0].1}));
+    // A list with alternatives, source auto: concurrent requests share the searches.
+    let threads: Vec<_> = (0..3)
+        .map(|_| {
+            let lines = lines.clone();
+            std::thread::spawn(move || {
+                post(
+                    addr,
+                    "/translate",
+                    &json!({"q": lines, "source": "auto", "target": "de", "alternatives": 2}),
+                )
+            })
+        })
+        .collect();
+    for t in threads {
+        let (status, body) = t.join().unwrap();
+        assert_eq!(status, 200, "{body}");
+        let best: Vec<&str> = want3.iter().map(|l| l[0].1.as_str()).collect();
+        assert_eq!(body["translatedText"], json!(best));
+        for (i, list) in want3.iter().enumerate() {
+            let alts: Vec<&str> = list[1..].iter().map(|h| h.1.as_str()).collect();
+            assert_eq!(body["alternatives"][i], json!(alts));
+        }
+        assert_eq!(body["detectedLanguage"][0]["language"], "en");
+    }
+    // Errors: LibreTranslate's {"error": ...}.
+    let (status, body) = post(
+        addr,
+        "/translate",
+        &json!({"q": "x", "source": "fr", "target": "de"}),
+    );
+    assert_eq!(status, 400);
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("translates en to de"),
+        "{body}"
+    );
+    let (status, body) = post(addr, "/translate", &json!({"q": "x", "alternatives": 100}));
+    assert_eq!(status, 400);
+    assert!(body["error"].as_str().unwrap().contains("alternatives"));
+    let (status, body) = post(addr, "/translate", &json!({"q": "the cat ".repeat(20)}));
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("limit of 39"),
+        "{body}"
+    );
+
+    // Attention maps: the greedy translation and every panel, rows summing to one.
+    let (status, body) = post(addr, "/attention", &json!({"q": "the cat"}));
+    assert_eq!(status, 200, "{body}");
+    let (maps, greedy) = direct.attention_maps("the cat", None).unwrap();
+    assert_eq!(body["translatedText"], greedy.unwrap());
+    assert_eq!(body["heads"], maps.heads);
+    assert_eq!(body["source_tokens"], json!(maps.src_tokens));
+    let cross = body["cross"].as_array().unwrap();
+    assert_eq!(cross.len(), maps.cross.len());
+    for (got, want) in cross.iter().zip(&maps.cross) {
+        assert_eq!(got["label"], want.label);
+        let rows: Vec<Vec<f32>> = serde_json::from_value(got["weights"].clone()).unwrap();
+        assert_eq!(rows, want.weights);
+    }
+
+    // Language-model endpoints are not this server's.
+    let (status, body) = post(addr, "/v1/completions", &json!({"prompt": "x"}));
+    assert_eq!(status, 404);
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("translation"));
+    let (_, _, info) = request(addr, "GET", "/info", None, T).unwrap();
+    assert!(info.contains("\"kind\":\"translation\""), "{info}");
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn embeddings_equal_the_encoder_s() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/models/all-MiniLM-L6-v2");
+    if !dir.is_dir() {
+        eprintln!("skipped: {} is absent", dir.display());
+        return;
+    }
+    let server = serve(&dir);
+    let inputs = ["A man is eating food.", "The weather is lovely today."];
+    let (status, body) = post(
+        server.addr,
+        "/v1/embeddings",
+        &json!({"input": inputs, "model": "x"}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["object"], "list");
+    let encoder = SentenceEncoder::load(&dir, None).unwrap();
+    let owned: Vec<String> = inputs.iter().map(|s| s.to_string()).collect();
+    let want = encoder.embed(&owned, 8).unwrap();
+    for (i, w) in want.iter().enumerate() {
+        assert_eq!(body["data"][i]["object"], "embedding");
+        assert_eq!(body["data"][i]["index"], i);
+        let got: Vec<f32> = serde_json::from_value(body["data"][i]["embedding"].clone()).unwrap();
+        assert_eq!(&got, w);
+    }
+    let tokens: usize = owned
+        .iter()
+        .map(|s| encoder.tokenizer.encode(s).unwrap().len())
+        .sum();
+    assert_eq!(body["usage"]["prompt_tokens"], tokens);
+    let (status, body) = post(server.addr, "/v1/embeddings", &json!({"input": 5}));
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["param"], "input");
+    server.shutdown().unwrap();
+}
