@@ -1,7 +1,8 @@
 //! `transformer bench`: times training steps (forward, backward, Adam) on random tokens and
 //! prints `train: X tokens/s` (source + target tokens per second, median over timed steps).
 //! `--lm` times a decoder-only step at `--seq-len` with `--tokens` per batch and prints the peak
-//! resident memory; `--translate` times greedy and beam search with a trained model.
+//! resident memory; `--translate` times greedy and beam search with a trained model;
+//! `--generate` prompt and decode tokens/s of a language model (see `bench_generate`).
 
 use super::set_threads;
 use crate::batch::Batch;
@@ -66,6 +67,24 @@ pub struct BenchArgs {
     /// With --translate: sentences decoded together.
     #[arg(long, default_value_t = 32)]
     pub sentences_per_batch: usize,
+    /// Time prompt (prefill) and greedy decode tokens/s of the language model at this path (a
+    /// train-lm or Hugging Face directory, or a llama .gguf file) instead.
+    #[arg(long, conflicts_with_all = ["translate", "lm"])]
+    pub generate: Option<std::path::PathBuf>,
+    /// With --generate: the prompt, a JSON list of token ids (default: a fixed English text cut
+    /// to --prompt-tokens).
+    #[arg(long, requires = "generate")]
+    pub prompt_ids: Option<std::path::PathBuf>,
+    /// With --generate and no --prompt-ids: prompt tokens.
+    #[arg(long, default_value_t = 128)]
+    pub prompt_tokens: usize,
+    /// With --generate: greedy steps after the prompt (end-of-text tokens do not stop them).
+    #[arg(long, default_value_t = 128)]
+    pub new_tokens: usize,
+    /// With --generate: print one JSON line instead (every timed repetition's tokens/s, the
+    /// greedy ids, the peak memory), as benches/compare's Python scripts do.
+    #[arg(long, requires = "generate")]
+    pub json: bool,
 }
 
 /// Peak resident memory of this process in MiB (Linux `VmHWM`), if the system reports it.
@@ -123,6 +142,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let threads = set_threads(args.threads)?;
     if let Some(dir) = &args.translate {
         return bench_translate(&args, dir, threads);
+    }
+    if let Some(path) = &args.generate {
+        return super::bench_generate::bench_generate(&args, path, threads);
     }
     anyhow::ensure!(
         args.batch > 0 && args.src_len > 1 && args.tgt_len > 1 && args.steps > 0,

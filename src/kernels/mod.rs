@@ -8,6 +8,7 @@ pub mod dropout;
 pub mod flash_attention;
 pub mod layer_norm;
 pub mod matmul;
+pub mod matvec;
 pub mod reduce;
 pub mod rms_norm;
 pub mod rope;
