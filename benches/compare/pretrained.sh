@@ -19,6 +19,8 @@
 #   OUT=DIR              outputs [benches/compare/out/pretrained]
 #   SKIP_BUILD=1         use the binary as it is
 #   BIN=PATH             our binary [target/release/transformer]
+#   OMP_WAIT_POLICY      passed on to torch and llama.cpp (both OpenMP); PASSIVE keeps their
+#                        idle threads from spinning on a machine shared with other work
 #
 # See benches/compare/README.md.
 set -euo pipefail
@@ -54,10 +56,10 @@ if [[ ! -x "$PY" ]]; then
     say "creating the virtual environment $VENV"
     python3 -m venv "$VENV"
 fi
-if has_impl transformers && ! "$PY" -c "import torch, transformers, gguf" 2>/dev/null; then
+if has_impl transformers && ! "$PY" -c "import torch, transformers, gguf, accelerate" 2>/dev/null; then
     # PyPI's Linux torch wheel is a CUDA build that loads its CUDA libraries even on the CPU.
-    say "installing torch transformers gguf numpy into $VENV"
-    "$PY" -m pip install --quiet torch transformers gguf numpy
+    say "installing torch transformers gguf accelerate numpy into $VENV"
+    "$PY" -m pip install --quiet torch transformers gguf accelerate numpy
 fi
 if has_impl llama.cpp && ! "$PY" -c "import llama_cpp" 2>/dev/null; then
     # Built from source for this CPU. ggml's AMX kernels crash on some CPUs that have AMX, so
@@ -81,7 +83,7 @@ IDS=$OUT/prompt_ids.json
 assert len(ids)==$PROMPT_TOKENS, f'the text has only {len(ids)} tokens'; print(json.dumps(ids))" \
     >"$IDS"
 say "prompt: $PROMPT_TOKENS ids in $IDS; $NEW_TOKENS new tokens; $REPS repetitions x $ROUNDS rounds"
-say "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
+say "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset}"
 
 # --- interleaved rounds -------------------------------------------------------------------
 run_one() { # impl threads -> one JSON line on stdout
