@@ -43,10 +43,12 @@ def main():
     def run(n_new):
         with torch.inference_mode():
             cache = DynamicCache(config=model.config)
+            c0 = time.process_time()
             t0 = time.perf_counter()
             out = model(input_ids=prompt, use_cache=True, logits_to_keep=1, **{cache_arg: cache})
             token = int(out.logits[0, -1].argmax())
             t1 = time.perf_counter()
+            c1 = time.process_time()
             new = [token]
             for _ in range(n_new):
                 out = model(
@@ -55,14 +57,17 @@ def main():
                 token = int(out.logits[0, -1].argmax())
                 new.append(token)
             t2 = time.perf_counter()
-        return t1 - t0, t2 - t1, new
+            c2 = time.process_time()
+        return t1 - t0, t2 - t1, new, c1 - c0, c2 - c1
 
     run(8)  # warm-up
-    prefill, decode, new = [], [], []
+    prefill, decode, new, prefill_cpu, decode_cpu = [], [], [], [], []
     for _ in range(reps):
-        tp, td, new = run(new_tokens)
+        tp, td, new, cp, cd = run(new_tokens)
         prefill.append(len(ids) / tp)
         decode.append(new_tokens / td)
+        prefill_cpu.append(cp)
+        decode_cpu.append(cd)
     print(json.dumps({
         "impl": "transformers",
         "version": __import__("transformers").__version__ + " / torch " + torch.__version__,
@@ -71,6 +76,8 @@ def main():
         "new_tokens": new_tokens,
         "prefill_tps": prefill,
         "decode_tps": decode,
+        "prefill_cpu_s": prefill_cpu,
+        "decode_cpu_s": decode_cpu,
         "new_ids": new,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }))

@@ -41,24 +41,29 @@ def main():
 
     def run(n_new):
         llm.reset()
+        c0 = time.process_time()
         t0 = time.perf_counter()
         llm.eval(ids)
         token = last_argmax()
         t1 = time.perf_counter()
+        c1 = time.process_time()
         new = [token]
         for _ in range(n_new):
             llm.eval([token])
             token = last_argmax()
             new.append(token)
         t2 = time.perf_counter()
-        return t1 - t0, t2 - t1, new
+        c2 = time.process_time()
+        return t1 - t0, t2 - t1, new, c1 - c0, c2 - c1
 
     run(8)  # warm-up
-    prefill, decode, new = [], [], []
+    prefill, decode, new, prefill_cpu, decode_cpu = [], [], [], [], []
     for _ in range(reps):
-        tp, td, new = run(new_tokens)
+        tp, td, new, cp, cd = run(new_tokens)
         prefill.append(len(ids) / tp)
         decode.append(new_tokens / td)
+        prefill_cpu.append(cp)
+        decode_cpu.append(cd)
     print(json.dumps({
         "impl": "llama.cpp",
         "version": "llama-cpp-python " + llama_cpp.__version__,
@@ -67,6 +72,8 @@ def main():
         "new_tokens": new_tokens,
         "prefill_tps": prefill,
         "decode_tps": decode,
+        "prefill_cpu_s": prefill_cpu,
+        "decode_cpu_s": decode_cpu,
         "new_ids": new,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }))

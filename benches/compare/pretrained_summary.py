@@ -4,7 +4,10 @@ For each thread count and implementation: the median prompt and decode tokens/s 
 repetition of every round, the peak resident memory (the largest over the rounds); the ratios
 ours / transformers and ours / llama.cpp are the medians over the rounds of the ratio of the
 two runs' medians in the same round (runs of one round are back to back, so they share the
-machine's load). Also: how many of the greedy ids agree with ours from the start.
+machine's load). Also: how many of the greedy ids agree with ours from the start. Then the
+same per CPU-second (tokens / the CPU time all of a process's threads spent, where reported):
+steadier than wall time on a machine shared with other work, but it counts threads that spin
+while they wait as busy.
 """
 
 import json
@@ -58,6 +61,29 @@ def main():
             print(f"| {t} | {impl} | {pre:.1f} | {dec:.1f} | {ratio_p} | {ratio_d} | {mem:.0f} "
                   f"| {agree} |")
     print()
+    if all("decode_cpu_s" in r for r in runs):
+        print("Per CPU-second (tokens / CPU seconds of all the process's threads):")
+        print()
+        print("| threads | implementation | prompt tokens per CPU-s | decode tokens per CPU-s "
+              "| ours / it (prompt) | ours / it (decode) |")
+        print("|---|---|---|---|---|---|")
+        for t in threads:
+            rows = {}
+            for impl in impls:
+                rs = by.get((t, impl), [])
+                if not rs:
+                    continue
+                p = statistics.median(
+                    r["prompt_tokens"] / c for r in rs for c in r["prefill_cpu_s"] if c > 0)
+                d = statistics.median(
+                    r["new_tokens"] / c for r in rs for c in r["decode_cpu_s"] if c > 0)
+                rows[impl] = (p, d)
+            for impl, (p, d) in rows.items():
+                o = rows.get("ours")
+                rp = f"{o[0] / p:.2f}" if o and impl != "ours" else ""
+                rd = f"{o[1] / d:.2f}" if o and impl != "ours" else ""
+                print(f"| {t} | {impl} | {p:.1f} | {d:.1f} | {rp} | {rd} |")
+        print()
     for impl in impls:
         v = next(r for r in runs if r["impl"] == impl).get("version", "")
         print(f"- {impl}: {v}")

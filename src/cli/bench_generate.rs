@@ -37,24 +37,53 @@ fn read_ids(path: &Path) -> Result<Vec<u32>> {
     })
 }
 
-/// Seconds of the prefill and of the decode, and the greedy ids (the first from the prefill).
+/// CPU seconds this process's threads have run (Linux: the sum of
+/// `/proc/self/task/*/schedstat`'s first field, nanoseconds on a CPU; 0 elsewhere). On a machine
+/// shared with other work, where wall time depends on how often the process gets a core, CPU
+/// time per token is the steadier figure.
+fn cpu_seconds() -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0.0;
+    };
+    let ns: u64 = tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    ns as f64 * 1e-9
+}
+
+/// One repetition's wall and CPU seconds.
+struct Timing {
+    prefill: f64,
+    decode: f64,
+    prefill_cpu: f64,
+    decode_cpu: f64,
+}
+
+/// The prefill's and the decode's times, and the greedy ids (the first from the prefill).
 fn generate_once(
     model: &crate::model::LanguageModel<f32>,
     prompt: &[u32],
     new_tokens: usize,
-) -> (f64, f64, Vec<u32>) {
+) -> (Timing, Vec<u32>) {
     let mut state = model.start(1, prompt.len() + new_tokens + 1);
-    let t0 = Instant::now();
+    let (t0, c0) = (Instant::now(), cpu_seconds());
     let mut token = argmax(&model.step_last(&mut state, prompt));
-    let t1 = Instant::now();
+    let (t1, c1) = (Instant::now(), cpu_seconds());
     let mut ids = vec![token];
     for _ in 0..new_tokens {
         token = argmax(&model.step_last(&mut state, &[token]));
         ids.push(token);
     }
-    let t2 = Instant::now();
+    let (t2, c2) = (Instant::now(), cpu_seconds());
     let secs = |a: Instant, b: Instant| (b - a).as_secs_f64();
-    (secs(t0, t1), secs(t1, t2), ids)
+    let timing = Timing {
+        prefill: secs(t0, t1),
+        decode: secs(t1, t2),
+        prefill_cpu: c1 - c0,
+        decode_cpu: c2 - c1,
+    };
+    (timing, ids)
 }
 
 pub fn bench_generate(args: &BenchArgs, path: &Path, threads: usize) -> Result<()> {
@@ -104,16 +133,22 @@ pub fn bench_generate(args: &BenchArgs, path: &Path, threads: usize) -> Result<(
         args.new_tokens
     );
     let (mut prefill, mut decode) = (Vec::new(), Vec::new());
+    let (mut prefill_cpu, mut decode_cpu) = (Vec::new(), Vec::new());
     let mut ids = Vec::new();
     for i in 0..args.warmup_steps + args.steps {
-        let (tp, td, new) = generate_once(&model, &prompt, args.new_tokens);
-        let (p, d) = (prompt.len() as f64 / tp, args.new_tokens as f64 / td);
+        let (t, new) = generate_once(&model, &prompt, args.new_tokens);
+        let (p, d) = (
+            prompt.len() as f64 / t.prefill,
+            args.new_tokens as f64 / t.decode,
+        );
         let warm_up = i < args.warmup_steps;
         let note = if warm_up { " (warm-up)" } else { "" };
         eprintln!("run {i}: prefill {p:.1} tokens/s, decode {d:.1} tokens/s{note}");
         if !warm_up {
             prefill.push(p);
             decode.push(d);
+            prefill_cpu.push(t.prefill_cpu);
+            decode_cpu.push(t.decode_cpu);
         }
         ids = new;
     }
@@ -127,6 +162,8 @@ pub fn bench_generate(args: &BenchArgs, path: &Path, threads: usize) -> Result<(
             "new_tokens": args.new_tokens,
             "prefill_tps": prefill,
             "decode_tps": decode,
+            "prefill_cpu_s": prefill_cpu,
+            "decode_cpu_s": decode_cpu,
             "new_ids": ids,
             "peak_rss_mib": peak,
             "load_s": load_secs,
