@@ -5,9 +5,9 @@
 //! A decoding step of one sequence multiplies one row by every weight matrix: that is
 //! memory-bound, its time the time to stream the weights once. A general matrix multiply either
 //! repacks W on every call or needs a transposed copy of it (twice the memory), and its
-//! column-major matrix-vector path runs far below the memory bandwidth; reading each row of W
+//! column-major matrix-vector path streamed the weights more slowly here; reading each row of W
 //! once, in the order it is stored, with the `rows` dot products of that row side by side,
-//! does neither. Blocks of [`BLOCK`] rows of W are shared between the threads; every output is
+//! does neither. Blocks of `BLOCK` (64) rows of W are shared between the threads; every output is
 //! one [`lane_dot`] whatever the thread count, so results do not depend on it. The loops are
 //! compiled for the machine's widest vectors at run time (`pulp`).
 
