@@ -1,7 +1,8 @@
 //! `transformer bench`: times training steps (forward, backward, Adam) on random tokens and
 //! prints `train: X tokens/s` (source + target tokens per second, median over timed steps).
 //! `--lm` times a decoder-only step at `--seq-len` with `--tokens` per batch and prints the peak
-//! resident memory; `--translate` times greedy and beam search with a trained model.
+//! resident memory; `--translate` times greedy and beam search with a trained model;
+//! `--generate` prompt and decode tokens/s of a language model (see `bench_generate`).
 
 use super::set_threads;
 use crate::batch::Batch;
@@ -66,17 +67,24 @@ pub struct BenchArgs {
     /// With --translate: sentences decoded together.
     #[arg(long, default_value_t = 32)]
     pub sentences_per_batch: usize,
-    /// Time a pretrained decoder instead (a GGUF file or a model directory, as `generate
-    /// --model`): prompt tokens/s of one --prompt-tokens prefill and single-stream decode
-    /// tokens/s of --decode-tokens greedy steps, medians over --steps runs.
+    /// Time prompt (prefill) and greedy decode tokens/s of the language model at this path (a
+    /// train-lm or Hugging Face directory, or a llama .gguf file) instead.
     #[arg(long, conflicts_with_all = ["translate", "lm"])]
     pub generate: Option<std::path::PathBuf>,
-    /// With --generate: prompt length.
+    /// With --generate: the prompt, a JSON list of token ids (default: a fixed English text cut
+    /// to --prompt-tokens).
+    #[arg(long, requires = "generate")]
+    pub prompt_ids: Option<std::path::PathBuf>,
+    /// With --generate and no --prompt-ids: prompt tokens.
     #[arg(long, default_value_t = 128)]
     pub prompt_tokens: usize,
-    /// With --generate: tokens decoded one at a time after the prompt.
-    #[arg(long, default_value_t = 64)]
-    pub decode_tokens: usize,
+    /// With --generate: greedy steps after the prompt (end-of-text tokens do not stop them).
+    #[arg(long, default_value_t = 128)]
+    pub new_tokens: usize,
+    /// With --generate: print one JSON line instead (every timed repetition's tokens/s, the
+    /// greedy ids, the peak memory), as benches/compare's Python scripts do.
+    #[arg(long, requires = "generate")]
+    pub json: bool,
     /// With --generate or --translate: the numbers the weights are multiplied in (see
     /// `generate --precision`).
     #[arg(long, value_enum, default_value = "f32")]
@@ -139,8 +147,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if let Some(dir) = &args.translate {
         return bench_translate(&args, dir, threads);
     }
-    if let Some(model) = &args.generate {
-        return bench_generate(&args, model, threads);
+    if let Some(path) = &args.generate {
+        return super::bench_generate::bench_generate(&args, path, threads);
     }
     anyhow::ensure!(
         args.batch > 0 && args.src_len > 1 && args.tgt_len > 1 && args.steps > 0,
@@ -321,63 +329,5 @@ fn bench_translate(args: &BenchArgs, dir: &std::path::Path, threads: usize) -> R
         t0.elapsed().as_secs_f64(),
         tokens,
     )?;
-    Ok(())
-}
-
-/// Prompt (prefill) and single-stream decode speed of a pretrained decoder: the prompt is
-/// `--prompt-tokens` fixed pseudo-random ids, then `--decode-tokens` greedy steps through the
-/// KV cache; medians over `--steps` runs after `--warmup-steps`.
-fn bench_generate(args: &BenchArgs, path: &std::path::Path, threads: usize) -> Result<()> {
-    use crate::pipeline::generate::TextGenerator;
-    let g = TextGenerator::load_prepared(path, args.precision.model_precision())?;
-    let model = &g.model;
-    let vocab = model.config.vocab_size;
-    anyhow::ensure!(
-        args.prompt_tokens > 0 && args.steps > 0,
-        "--prompt-tokens and --steps must be positive"
-    );
-    let total = args.prompt_tokens + args.decode_tokens;
-    anyhow::ensure!(
-        total <= model.max_len(),
-        "--prompt-tokens + --decode-tokens = {total} exceeds the model's context {}",
-        model.max_len()
-    );
-    let prompt: Vec<u32> = (0..args.prompt_tokens)
-        .map(|i| ((i as u64 * 7919 + 13) % vocab as u64) as u32)
-        .collect();
-    eprintln!(
-        "bench --generate: {} ({:?}), {threads} threads, {} prompt + {} decode tokens",
-        path.display(),
-        args.precision,
-        args.prompt_tokens,
-        args.decode_tokens
-    );
-    let argmax = |logits: &[f32]| {
-        let last = &logits[logits.len() - vocab..];
-        (0..vocab).fold(0, |b, i| if last[i] > last[b] { i } else { b }) as u32
-    };
-    let (mut prefill, mut decode) = (Vec::new(), Vec::new());
-    for run in 0..args.warmup_steps + args.steps {
-        let mut state = model.start(1, total);
-        let t0 = Instant::now();
-        let logits = model.step(&mut state, &prompt);
-        let t_prompt = t0.elapsed().as_secs_f64();
-        let mut next = argmax(&logits);
-        let t1 = Instant::now();
-        for _ in 0..args.decode_tokens {
-            next = argmax(&model.step(&mut state, &[next]));
-        }
-        let t_decode = t1.elapsed().as_secs_f64();
-        if run >= args.warmup_steps {
-            prefill.push(args.prompt_tokens as f64 / t_prompt);
-            if args.decode_tokens > 0 {
-                decode.push(args.decode_tokens as f64 / t_decode);
-            }
-        }
-    }
-    super::outln!("prompt: {:.1} tokens/s", median(prefill))?;
-    if !decode.is_empty() {
-        super::outln!("decode: {:.1} tokens/s", median(decode))?;
-    }
     Ok(())
 }

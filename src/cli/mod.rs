@@ -3,6 +3,7 @@
 pub mod attention;
 pub mod average;
 pub mod bench;
+pub mod bench_generate;
 pub mod bleu;
 pub mod chat;
 pub mod demo;
@@ -66,7 +67,8 @@ pub enum Command {
     /// The embedded default: learn English number words -> German number words, in minutes.
     Demo(demo::DemoArgs),
     /// Time training steps on random tokens (--lm: a decoder-only step and peak memory), or
-    /// translation of a file with a trained model (--translate).
+    /// translation of a file with a trained model (--translate), or prompt and decode speed of
+    /// a language model (--generate).
     Bench(bench::BenchArgs),
     /// Sentence embeddings of stdin lines with a pretrained BERT encoder (e.g. all-MiniLM-L6-v2),
     /// one JSON line each.

@@ -39,6 +39,22 @@ pub trait IncrementalDecoder<T: Float>: Sync {
     /// Feeds `tokens [rows, q_len]` at the next positions of the rows of `state`; returns the
     /// log-probabilities of the token after each, `[rows * q_len, vocab]`.
     fn step(&self, state: &mut Self::State, tokens: &[u32]) -> Vec<T>;
+
+    /// [`step`](Self::step) for `rows` rows, returning only the log-probabilities after each
+    /// row's last token, `[rows, vocab]` (a model may skip the output projection of the other
+    /// positions).
+    fn step_last(&self, state: &mut Self::State, tokens: &[u32], rows: usize) -> Vec<T> {
+        let v = self.vocab_size();
+        let all = self.step(state, tokens);
+        let q_len = tokens.len() / rows.max(1);
+        if q_len == 1 {
+            return all;
+        }
+        all.chunks_exact(q_len * v)
+            .flat_map(|row| &row[(q_len - 1) * v..])
+            .copied()
+            .collect()
+    }
 }
 
 /// The rows of an incremental-decoding state.
@@ -147,6 +163,9 @@ impl<T: Float> IncrementalDecoder<T> for LanguageModel<T> {
     }
     fn step(&self, state: &mut LmState<T>, tokens: &[u32]) -> Vec<T> {
         LanguageModel::step(self, state, tokens)
+    }
+    fn step_last(&self, state: &mut LmState<T>, tokens: &[u32], _rows: usize) -> Vec<T> {
+        LanguageModel::step_last(self, state, tokens)
     }
 }
 

@@ -104,7 +104,7 @@ pub fn sample_search<T: Float, M: IncrementalDecoder<T>, E>(
     if max_tokens == 0 {
         return Ok(out);
     }
-    let mut logprobs = model.step(state, prompt);
+    let mut logprobs = model.step_last(state, prompt, 1);
     loop {
         let last = &logprobs[logprobs.len() - v..];
         let id = sample(last, opts, rng);
@@ -113,7 +113,7 @@ pub fn sample_search<T: Float, M: IncrementalDecoder<T>, E>(
         if out.len() == max_tokens || until.contains(&id) {
             return Ok(out);
         }
-        logprobs = model.step(state, &[id]);
+        logprobs = model.step_last(state, &[id], 1);
     }
 }
 

@@ -4,6 +4,7 @@
 //! matrix is a view, never a copy. The `gemm` crate (AVX-512 kernels with its `x86-v4` feature)
 //! does the work; only this file knows about it.
 
+use super::matvec::{matvec, MATVEC_MAX_ROWS};
 use crate::Float;
 use std::cell::Cell;
 
@@ -266,7 +267,8 @@ pub fn transpose_weight<T: Float>(w: &[T], d_out: usize, d_in: usize) -> Vec<T> 
 }
 
 /// `y = x Wᵀ` (no bias) into `y [rows, d_out]` from `w [d_out, d_in]`, or from its
-/// [`transpose_weight`] copy `w_t` when there is one (same result up to rounding).
+/// [`transpose_weight`] copy `w_t` when there is one (same result up to rounding). Up to
+/// [`MATVEC_MAX_ROWS`] rows are dot products along W's rows ([`matvec`]).
 pub fn weight_product<T: Float>(
     y: &mut [T],
     x: &[T],
@@ -276,6 +278,11 @@ pub fn weight_product<T: Float>(
     d_in: usize,
     d_out: usize,
 ) {
+    if rows <= MATVEC_MAX_ROWS && d_in > 0 {
+        // A few rows (a decoding step): W streamed once as stored, w_t not needed.
+        let parallel = !SERIAL.with(Cell::get) && rayon::current_num_threads() > 1;
+        return matvec(&mut y[..rows * d_out], &x[..rows * d_in], w, d_in, parallel);
+    }
     match w_t {
         Some(t) => matmul(
             MatMut::new(y, rows, d_out),

@@ -9,6 +9,7 @@ pub mod flash_attention;
 pub mod layer_norm;
 pub mod lowp;
 pub mod matmul;
+pub mod matvec;
 pub mod reduce;
 pub mod rms_norm;
 pub mod rope;

@@ -20,11 +20,12 @@ use super::{LanguageModel, ModelConfig, Seq2Seq};
 use crate::error::{Error, Result};
 use crate::rng::Rng;
 use crate::store::{
-    ckpt_err, read_file, read_tensors, strip_bom, tensors_to_bytes, CheckpointWriter, TensorMap,
-    CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, VOCAB_FILE,
+    ckpt_err, read_file, read_tensors, strip_bom, tensors_to_bytes, CheckpointWriter, CONFIG_FILE,
+    MODEL_FILE, TOKENIZER_FILE, VOCAB_FILE,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use std::collections::HashMap;
 use std::path::Path;
 
 /// A model kept in a directory of ours: its config (`config.json`), how it is built from it,
@@ -210,13 +211,33 @@ where
     build_filled(&path, config, map, None)
 }
 
-/// Builds the model `config` describes and fills it from `map`: the weights are counted against
-/// the config first, then each parameter takes the tensor of its name (through `rename` for
-/// imported layouts), and tensors no parameter took are an error.
-pub fn build_filled<M: Model>(
+/// The values of a tensor on their way into a parameter: decoded already (`Vec<f32>`), or
+/// decoded on demand straight into the parameter (a quantised GGUF tensor), so a loader never
+/// holds every tensor twice.
+pub trait TensorValues {
+    /// Number of values.
+    fn n_values(&self) -> usize;
+    /// Writes the values into `out` (`n_values()` long).
+    fn write_into(self, out: &mut [f32]) -> Result<()>;
+}
+
+impl TensorValues for Vec<f32> {
+    fn n_values(&self) -> usize {
+        self.len()
+    }
+    fn write_into(self, out: &mut [f32]) -> Result<()> {
+        out.copy_from_slice(&self);
+        Ok(())
+    }
+}
+
+/// Builds the model `config` describes and fills it from `map` (name -> (shape, values)): the
+/// weights are counted against the config first, then each parameter takes the tensor of its
+/// name (through `rename` for imported layouts), and tensors no parameter took are an error.
+pub fn build_filled<M: Model, V: TensorValues>(
     path: &Path,
     config: M::Config,
-    map: TensorMap,
+    map: HashMap<String, (Vec<usize>, V)>,
     rename: Option<&RenameTable>,
 ) -> Result<M> {
     let mut map = match rename {
@@ -232,7 +253,7 @@ pub fn build_filled<M: Model>(
     let expected = count_params(&mut shapes_only);
     let in_file: usize = map
         .values()
-        .fold(0usize, |n, (_, (_, v))| n.saturating_add(v.len()));
+        .fold(0usize, |n, (_, (_, v))| n.saturating_add(v.n_values()));
     if expected != Some(in_file) {
         let wanted: Vec<(String, Vec<usize>)> = shapes_only
             .named_params("")
@@ -296,14 +317,14 @@ pub fn build_filled<M: Model>(
 }
 
 /// Tensors by our parameter name: `(name in the file, (shape, values))`.
-pub type NamedTensors = std::collections::HashMap<String, (String, (Vec<usize>, Vec<f32>))>;
+pub type NamedTensors<V = Vec<f32>> = HashMap<String, (String, (Vec<usize>, V))>;
 
-/// Copies the tensor of each parameter's name from `map` into its value, checking shapes
+/// Writes the tensor of each parameter's name from `map` into its value, checking shapes
 /// (errors name the tensor as the file names it, through `rename` for imported layouts).
-pub fn fill_params(
+pub fn fill_params<V: TensorValues>(
     path: &Path,
     params: &mut [(String, &mut Param<f32>)],
-    map: &mut NamedTensors,
+    map: &mut NamedTensors<V>,
     rename: Option<&RenameTable>,
 ) -> Result<()> {
     for (key, p) in params.iter_mut() {
@@ -323,7 +344,9 @@ pub fn fill_params(
                 ),
             ));
         }
-        if let Some((i, v)) = values.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+        values.write_into(&mut p.value.data)?;
+        let data = &p.value.data;
+        if let Some((i, v)) = data.iter().enumerate().find(|(_, v)| !v.is_finite()) {
             return Err(ckpt_err(
                 path,
                 format!(
@@ -331,7 +354,6 @@ pub fn fill_params(
                 ),
             ));
         }
-        p.value.data.copy_from_slice(&values);
     }
     Ok(())
 }
@@ -387,8 +409,12 @@ impl RenameTable {
 
     /// `map` keyed by our names; a tensor the table does not know, or two tensors that map to
     /// one name, is an error naming it.
-    pub fn import_map(&self, path: &Path, map: TensorMap) -> Result<NamedTensors> {
-        let mut out = NamedTensors::new();
+    pub fn import_map<V>(
+        &self,
+        path: &Path,
+        map: HashMap<String, (Vec<usize>, V)>,
+    ) -> Result<NamedTensors<V>> {
+        let mut out = NamedTensors::<V>::new();
         let mut names: Vec<&String> = map.keys().collect();
         names.sort();
         for name in names {

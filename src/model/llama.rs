@@ -12,16 +12,17 @@
 //!   rotary pairs are adjacent ([`RopeStyle::Interleaved`]). A ggml tensor of dims `[in, out]`
 //!   is our row-major `[out, in]`, PyTorch's layout, so no weight is transposed.
 
-use super::checkpoint::{build_filled, RenameTable};
+use super::checkpoint::{build_filled, RenameTable, TensorValues};
 use super::config::{Activation, ModelConfig, NormPlacement, Normalization, Positions, RopeStyle};
 use super::linear::Linear;
 use super::LanguageModel;
 use crate::error::{Error, Result};
 use crate::kernels::lowp::{BlockKind, BlockMatrix, PackedWeight};
-use crate::store::gguf::GgufFile;
+use crate::store::gguf::{GgufFile, TensorInfo};
 use crate::store::gguf_llama::LlamaGgufConfig;
 use crate::store::{ckpt_err, TensorMap};
 use serde::Deserialize;
+use std::collections::HashMap;
 use std::path::Path;
 
 /// Hugging Face Llama tensor names -> our module paths (`lm_head` is our `output_proj`).
@@ -272,11 +273,12 @@ pub fn from_gguf(file: &GgufFile) -> Result<LanguageModel<f32>> {
         RopeStyle::Interleaved,
     );
     c.validate().map_err(|e| ckpt_err(path, e))?;
-    let mut tensors = TensorMap::new();
-    for info in file.tensors() {
-        let values = file.dequantize_info(info)?;
-        tensors.insert(info.name.clone(), (info.shape(), values));
-    }
+    // Each tensor is decoded straight into its parameter: no map of every tensor in float32.
+    let tensors: HashMap<String, (Vec<usize>, GgufTensor)> = file
+        .tensors()
+        .iter()
+        .map(|info| (info.name.clone(), (info.shape(), GgufTensor { file, info })))
+        .collect();
     build_filled(path, c, tensors, Some(&GGUF_NAMES))
 }
 
@@ -334,6 +336,21 @@ pub fn use_gguf_blocks(model: &mut LanguageModel<f32>, file: &GgufFile) -> Resul
         used += 1;
     }
     Ok(used)
+}
+
+/// A tensor of a GGUF file, dequantised when its parameter is filled.
+struct GgufTensor<'a> {
+    file: &'a GgufFile,
+    info: &'a TensorInfo,
+}
+
+impl TensorValues for GgufTensor<'_> {
+    fn n_values(&self) -> usize {
+        self.info.n_elements
+    }
+    fn write_into(self, out: &mut [f32]) -> Result<()> {
+        self.file.dequantize_into(self.info, out)
+    }
 }
 
 /// A Hugging Face directory's `config.json` for `model_type` `llama`.

@@ -321,6 +321,31 @@ impl<T: Float> LanguageModel<T> {
     /// Feeds `tokens [batch, q_len]` at the next positions (a prompt at once, or one token per
     /// step) and returns the log-probabilities of each following token, `[batch*q_len, vocab]`.
     pub fn step(&self, state: &mut LmState<T>, tokens: &[u32]) -> Vec<T> {
+        let (h, _) = self.step_hidden(state, tokens);
+        self.head.log_probs(&self.embedding, &h)
+    }
+
+    /// [`step`](Self::step), returning only the log-probabilities after the last token of each
+    /// row, `[batch, vocab]`: the output projection (the widest product of a step) runs on the
+    /// last position of a prompt only, which is all a search reads.
+    pub fn step_last(&self, state: &mut LmState<T>, tokens: &[u32]) -> Vec<T> {
+        let (h, q_len) = self.step_hidden(state, tokens);
+        if q_len == 1 {
+            return self.head.log_probs(&self.embedding, &h);
+        }
+        // last: [batch, d_model], the hidden state of each row's last position
+        let d = self.config.d_model;
+        let last: Vec<T> = h
+            .chunks_exact(q_len * d)
+            .flat_map(|row| &row[(q_len - 1) * d..])
+            .copied()
+            .collect();
+        self.head.log_probs(&self.embedding, &last)
+    }
+
+    /// The blocks' output `[batch*q_len, d_model]` for `tokens [batch, q_len]` at the next
+    /// positions (appended to the caches), and `q_len`.
+    fn step_hidden(&self, state: &mut LmState<T>, tokens: &[u32]) -> (Vec<T>, usize) {
         let batch = state.caches.first().map_or(1, |c| c.batch);
         assert!(
             tokens.len().is_multiple_of(batch),
@@ -338,7 +363,7 @@ impl<T: Float> LanguageModel<T> {
         let h = self
             .blocks
             .apply(x, |i, l, x| l.forward_cached(x, &mut caches[i]));
-        self.head.log_probs(&self.embedding, &h)
+        (h, q_len)
     }
 }
 

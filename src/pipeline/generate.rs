@@ -276,18 +276,30 @@ impl<T: Float> IncrementalDecoder<T> for ContextWindow<'_, T> {
     /// Feeds `tokens` (one row); a first feed longer than the context keeps its last
     /// `max_len` tokens.
     fn step(&self, state: &mut WindowState<T>, tokens: &[u32]) -> Vec<T> {
+        let feed = self.feed(state, tokens);
+        self.model.step(&mut state.caches, &feed)
+    }
+    fn step_last(&self, state: &mut WindowState<T>, tokens: &[u32], _rows: usize) -> Vec<T> {
+        let feed = self.feed(state, tokens);
+        self.model.step_last(&mut state.caches, &feed)
+    }
+}
+
+impl<T: Float> ContextWindow<'_, T> {
+    /// Records `tokens` and returns what to feed the caches: `tokens`, or the recent history
+    /// into emptied caches when they would overflow.
+    fn feed(&self, state: &mut WindowState<T>, tokens: &[u32]) -> Vec<u32> {
         let max_len = self.capacity.min(self.model.max_len());
         state.history.extend_from_slice(tokens);
-        let recent = |n: usize| &state.history[state.history.len().saturating_sub(n)..];
-        let feed = if state.caches.is_empty() {
+        let recent = |n: usize| state.history[state.history.len().saturating_sub(n)..].to_vec();
+        if state.caches.is_empty() {
             recent(max_len)
         } else if state.caches.len() + tokens.len() > max_len {
             state.caches = self.model.start(1, self.capacity);
             recent((max_len / 2).max(1))
         } else {
-            tokens
-        };
-        self.model.step(&mut state.caches, feed)
+            tokens.to_vec()
+        }
     }
 }
 

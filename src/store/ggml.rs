@@ -197,6 +197,32 @@ const BLOCKS_PER_TASK: usize = 4096;
 /// The `n` elements of `ty` stored in `data` as f32, or why not: an unsupported type (named),
 /// `n` not a whole number of blocks, or `data` not exactly `n`'s blocks long.
 pub fn dequantize(ty: GgmlType, data: &[u8], n: usize) -> Result<Vec<f32>, String> {
+    check_blocks(ty, data, n)?; // before allocating
+    let mut out = vec![0f32; n];
+    dequantize_into(ty, data, &mut out)?;
+    Ok(out)
+}
+
+/// Like [`dequantize`], into `out` (its length is the number of elements): a tensor is decoded
+/// straight into the parameter that holds it, without an intermediate copy.
+pub fn dequantize_into(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<(), String> {
+    let (block_n, block_bytes) = check_blocks(ty, data, out.len())?;
+    out.par_chunks_mut(block_n * BLOCKS_PER_TASK)
+        .zip(data.par_chunks(block_bytes * BLOCKS_PER_TASK))
+        .for_each(|(out, data)| {
+            for (o, b) in out
+                .chunks_exact_mut(block_n)
+                .zip(data.chunks_exact(block_bytes))
+            {
+                dequantize_block(ty, b, o);
+            }
+        });
+    Ok(())
+}
+
+/// `(elements, bytes)` of one block of `ty`, after checking that `data` holds exactly `n`
+/// elements of it.
+fn check_blocks(ty: GgmlType, data: &[u8], n: usize) -> Result<(usize, usize), String> {
     let (block_n, block_bytes) = ty.block().ok_or_else(|| {
         format!(
             "ggml type {} cannot be dequantised (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1)",
@@ -217,18 +243,7 @@ pub fn dequantize(ty: GgmlType, data: &[u8], n: usize) -> Result<Vec<f32>, Strin
             data.len()
         ));
     }
-    let mut out = vec![0f32; n];
-    out.par_chunks_mut(block_n * BLOCKS_PER_TASK)
-        .zip(data.par_chunks(block_bytes * BLOCKS_PER_TASK))
-        .for_each(|(out, data)| {
-            for (o, b) in out
-                .chunks_exact_mut(block_n)
-                .zip(data.chunks_exact(block_bytes))
-            {
-                dequantize_block(ty, b, o);
-            }
-        });
-    Ok(out)
+    Ok((block_n, block_bytes))
 }
 
 #[cfg(test)]

@@ -297,6 +297,25 @@ impl GgufFile {
         ggml::dequantize(info.ggml_type, data, info.n_elements)
             .map_err(|e| ckpt_err(&self.path, format!("tensor {}: {e}", info.name)))
     }
+
+    /// The tensor of `info` decoded into `out` (which must hold exactly its elements), e.g.
+    /// straight into a model's parameter.
+    pub fn dequantize_into(&self, info: &TensorInfo, out: &mut [f32]) -> Result<()> {
+        if out.len() != info.n_elements {
+            return Err(ckpt_err(
+                &self.path,
+                format!(
+                    "tensor {} has {} elements, not the {} asked for",
+                    info.name,
+                    info.n_elements,
+                    out.len()
+                ),
+            ));
+        }
+        let data = self.tensor_data(info)?;
+        ggml::dequantize_into(info.ggml_type, data, out)
+            .map_err(|e| ckpt_err(&self.path, format!("tensor {}: {e}", info.name)))
+    }
 }
 
 /// Rounds `pos` up to a multiple of `align` (a power of two).
