@@ -34,6 +34,7 @@ pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
     })
 }
 
+use crate::dist::Communicator;
 use crate::train::run::{Reporter, RunSummary};
 use crate::train::trainer::StepReport;
 use crate::train::validate::ValidReport;
@@ -41,6 +42,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::Path;
+use std::sync::Arc;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -252,6 +254,29 @@ pub fn clear_out(out: &Path, resume: Option<&Path>, overwrite: bool) -> Result<(
         }
     }
     Ok(())
+}
+
+/// Runs a training command's body with the run's communicator ([`crate::dist::world`]: MPI's
+/// world under `mpirun`, else one process). In a distributed run an error on any rank ends every
+/// rank (the others would wait for it forever): printed with the rank, then `MPI_Abort`.
+pub fn with_world(body: impl FnOnce(Arc<dyn Communicator>) -> Result<()>) -> Result<()> {
+    let comm = crate::dist::world()?;
+    let result = body(comm.clone());
+    match result {
+        Err(e) if comm.size() > 1 => {
+            eprintln!("error (rank {} of {}): {e:#}", comm.rank(), comm.size());
+            comm.abort(1)
+        }
+        r => r,
+    }
+}
+
+/// The part of the "model: ..." line about processes: empty for one.
+pub fn ranks_note(comm: &dyn Communicator) -> String {
+    match comm.size() {
+        1 => String::new(),
+        n => format!(" per process, {n} processes (MPI)"),
+    }
 }
 
 /// The `--autosave` help of the training commands.
