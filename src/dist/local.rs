@@ -71,7 +71,7 @@ impl LocalGroup {
     }
 
     /// Rank 0's values.
-    fn from_root(&self, values: Vec<f64>) -> Vec<f64> {
+    fn root_values(&self, values: Vec<f64>) -> Vec<f64> {
         let mut out = Vec::new();
         self.exchange(values, |all| out = all[0].clone());
         out
@@ -94,11 +94,11 @@ impl Communicator for LocalGroup {
         buf.copy_from_slice(&sum);
     }
     fn broadcast(&self, buf: &mut [f32]) {
-        let root = self.from_root(buf.iter().map(|&x| x as f64).collect());
+        let root = self.root_values(buf.iter().map(|&x| x as f64).collect());
         buf.iter_mut().zip(root).for_each(|(b, r)| *b = r as f32);
     }
     fn broadcast_bytes(&self, buf: &mut [u8]) {
-        let root = self.from_root(buf.iter().map(|&x| x as f64).collect());
+        let root = self.root_values(buf.iter().map(|&x| x as f64).collect());
         buf.iter_mut().zip(root).for_each(|(b, r)| *b = r as u8);
     }
     fn barrier(&self) {

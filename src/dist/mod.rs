@@ -20,7 +20,7 @@ pub mod local;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use std::sync::Arc;
 
 /// The collectives data-parallel training needs. Errors inside MPI abort the whole run (MPI's
@@ -105,7 +105,7 @@ pub fn world() -> Result<Arc<dyn Communicator>> {
         #[cfg(not(feature = "mpi"))]
         Some(1) => Ok(Arc::new(SingleProcess)),
         #[cfg(not(feature = "mpi"))]
-        Some(n) => Err(Error::Distributed(format!(
+        Some(n) => Err(crate::error::Error::Distributed(format!(
             "started by mpirun as one of {n} processes, but this build has no MPI support: \
              rebuild with `cargo build --release --features mpi` (needs an MPI library and \
              libclang), or run one process without mpirun"

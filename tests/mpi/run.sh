@@ -4,7 +4,8 @@
 #     batches split in the same 2 parts (--threads 2, in-process data parallelism), to 1e-5;
 #  2. translation: 10 updates on 2 ranks, resumed to 20 in one process: the same losses;
 #  3. language model: the same as 1;
-#  4. language model: 10 updates in one process, resumed to 20 on 2 ranks: the same losses.
+#  4. language model: 10 updates in one process, resumed to 20 on 2 ranks: the losses of the
+#     same run resumed in one process.
 # Installs Open MPI and libclang when missing (Debian: libopenmpi-dev openmpi-bin
 # libclang-dev), builds with --features mpi in the test profile (the dependencies `cargo test`
 # already built are reused), and fails loudly when a loss differs.
@@ -23,12 +24,14 @@ if ((${#missing[@]})); then
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-cargo build --profile test --features mpi --bin transformer
+# MPI_PROFILE=release reuses a release build instead (the profile's directory: test -> debug).
+profile=${MPI_PROFILE:-test}
+cargo build --profile "$profile" --features mpi --bin transformer
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # A copy: a later `cargo test` rebuilds target/debug/transformer without the feature.
 bin="$work/transformer"
-cp target/debug/transformer "$bin"
+cp "target/$([ "$profile" = test ] && echo debug || echo "$profile")/transformer" "$bin"
 mpirun=(mpirun -np 2 --oversubscribe --bind-to none)
 [ "$(id -u)" -ne 0 ] || mpirun+=(--allow-run-as-root)
 
@@ -46,7 +49,7 @@ done >"$work/pairs.tsv"
 train=(train --train "$work/pairs.tsv" --preset tiny --vocab-level word --tokens-per-batch 600
     --warmup 20 --log-every 1 --autosave 0 --seed 3)
 lm=(train-lm --text README.md --vocab-size 300 --context 64 --batch 8 --d-model 64 --n-heads 4
-    --d-ff 128 --layers 2 --dropout 0.1 --warmup 5 --max-steps 20 --eval-every 0 --log-every 1
+    --d-ff 128 --layers 2 --dropout 0.1 --warmup 5 --eval-every 0 --log-every 1
     --autosave 0 --valid-fraction 0.05 --seed 5)
 
 # `losses DIR`: "step loss" per line of DIR/metrics.jsonl.
@@ -66,20 +69,24 @@ same() {
 }
 
 t0=$SECONDS
-"$bin" "${train[@]}" --threads 2 --max-steps 20 --out "$work/one" 2>/dev/null
+"$bin" "${train[@]}" --threads 2 --max-steps 20 --out "$work/one"
 "${mpirun[@]}" "$bin" "${train[@]}" --threads 1 --max-steps 20 --out "$work/two"
 same "$work/one" "$work/two" 1
-"${mpirun[@]}" "$bin" "${train[@]}" --threads 1 --max-steps 10 --out "$work/resumed" 2>/dev/null
+"${mpirun[@]}" "$bin" "${train[@]}" --threads 1 --max-steps 10 --out "$work/resumed"
 "$bin" train --train "$work/pairs.tsv" --resume "$work/resumed" --out "$work/resumed" \
-    --max-steps 20 --log-every 1 --autosave 0 --threads 2 2>/dev/null
+    --max-steps 20 --log-every 1 --autosave 0 --threads 2
 same "$work/one" "$work/resumed" 11
 
-"$bin" "${lm[@]}" --threads 2 --out "$work/lm-one" 2>/dev/null
-"${mpirun[@]}" "$bin" "${lm[@]}" --threads 1 --out "$work/lm-two"
+"$bin" "${lm[@]}" --threads 2 --max-steps 20 --out "$work/lm-one"
+"${mpirun[@]}" "$bin" "${lm[@]}" --threads 1 --max-steps 20 --out "$work/lm-two"
 same "$work/lm-one" "$work/lm-two" 1
-"$bin" "${lm[@]}" --threads 2 --max-steps 10 --out "$work/lm-resumed" 2>/dev/null
-"${mpirun[@]}" "$bin" train-lm --text README.md --valid-fraction 0.05 --resume "$work/lm-resumed" \
-    --out "$work/lm-resumed" --max-steps 20 --eval-every 0 --log-every 1 --autosave 0 --threads 1 \
-    2>/dev/null
-same "$work/lm-one" "$work/lm-resumed" 11
+# train-lm plans its cosine to --max-steps: both resumed runs continue a 10-update plan.
+"$bin" "${lm[@]}" --threads 2 --max-steps 10 --out "$work/lm-ten"
+cp -r "$work/lm-ten" "$work/lm-ten-two"
+resume_lm=(train-lm --text README.md --valid-fraction 0.05 --max-steps 20 --eval-every 0
+    --log-every 1 --autosave 0)
+"$bin" "${resume_lm[@]}" --resume "$work/lm-ten" --out "$work/lm-ten" --threads 2
+"${mpirun[@]}" "$bin" "${resume_lm[@]}" --resume "$work/lm-ten-two" --out "$work/lm-ten-two" \
+    --threads 1
+same "$work/lm-ten" "$work/lm-ten-two" 11
 echo "mpi: all checks passed ($((SECONDS - t0)) s of training)"
