@@ -163,6 +163,10 @@ fn two_file_corpus_trains_and_mismatched_line_counts_are_an_error() {
     assert_eq!(out.lines().count(), 1);
 
     std::fs::write(&tgt_path, tgt[..10].join("\n")).unwrap();
+    // A fresh --out: the first run's directory would be refused before the corpus is read.
+    let fresh = tmp.path().join("model-2");
+    let out_at = args.iter().position(|a| *a == "--out").unwrap() + 1;
+    args[out_at] = s(&fresh);
     let (code, stdout, stderr) = run(&args, b"");
     assert!(matches!(code, Some(c) if c != 0 && c != 101), "{stderr}");
     assert!(stdout.is_empty());

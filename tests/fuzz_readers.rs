@@ -361,6 +361,42 @@ fn gguf_files() {
 
 /// The seeds themselves load: the mutations start from valid files.
 #[test]
+fn hugging_face_decoder_directories() {
+    let dirs = &seeds().hf_decoders;
+    if dirs.is_empty() {
+        eprintln!("skipped: ../shared/reference/hf-decoders is absent (the Hugging Face seeds)");
+        return;
+    }
+    let pool: Vec<Vec<u8>> = dirs
+        .iter()
+        .flat_map(|files| files.iter().map(|(_, b)| b.clone()))
+        .filter(|b| b.first() == Some(&b'{'))
+        .collect();
+    fuzz(
+        "hugging face directory",
+        8,
+        3000,
+        |rng| {
+            let d = rng.below(dirs.len());
+            let files = &dirs[d];
+            let f = rng.below(files.len());
+            let (name, bytes) = &files[f];
+            let mutated = if name.ends_with(".safetensors") {
+                mutate::safetensors(rng, bytes, &pool)
+            } else {
+                mutate::json(rng, bytes, &pool)
+            };
+            vec![vec![d as u8, f as u8], mutated]
+        },
+        |dir, input| {
+            let files = &seeds().hf_decoders[input[0][0] as usize];
+            let name = files[input[0][1] as usize].0;
+            readers::hf_decoder(dir, files, name, &input[1])
+        },
+    );
+}
+
+#[test]
 fn every_seed_loads() {
     let s = seeds();
     let dir = tempfile::tempdir().unwrap();
@@ -399,5 +435,16 @@ fn every_seed_loads() {
     );
     ok(readers::corpus(&s.corpora[0]), "tsv");
     ok(readers::gguf(&s.gguf), "gguf");
+    for files in &s.hf_decoders {
+        let (name, bytes) = &files[0];
+        ok(
+            readers::hf_decoder(d, files, name, bytes),
+            "hugging face directory",
+        );
+    }
     let _ = seeds::SAMPLE;
+    // `TRANSFORMER_FUZZ_CORPUS=DIR`: also write the starting corpus of the cargo fuzz targets.
+    if let Ok(root) = std::env::var("TRANSFORMER_FUZZ_CORPUS") {
+        fuzz_common::write_corpus(Path::new(&root), s).unwrap();
+    }
 }

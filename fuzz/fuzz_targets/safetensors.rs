@@ -1,33 +1,14 @@
-//! cargo fuzz target: model.safetensors through model::checkpoint::load, then translate or generate (first byte: 1 = language model). A panic, or an error that does not name its file, is a finding.
+//! cargo fuzz target: model.safetensors through the model loader (first byte odd: a language model), then used.
 #![no_main]
-
 #[path = "../../tests/fuzz_common/mod.rs"]
 mod fuzz_common;
-
-use fuzz_common::readers;
-use fuzz_common::seeds::{tempdir, Seeds};
+use fuzz_common::{judge, readers, setup};
 use libfuzzer_sys::fuzz_target;
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
-
-fn seeds() -> &'static Seeds {
-    static SEEDS: OnceLock<Seeds> = OnceLock::new();
-    SEEDS.get_or_init(Seeds::build)
-}
-
-fn scratch() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(tempdir)
-}
 
 fuzz_target!(|data: &[u8]| {
-    let _ = (seeds, scratch);
-    let result = {
-        let lm = data.first() == Some(&1);
-    let weights = data.get(1..).unwrap_or_default();
-    readers::model_weights(scratch(), seeds(), lm, weights)
+    let (seeds, dir) = setup();
+    let Some((&kind, weights)) = data.split_first() else {
+        return;
     };
-    if let Err(unclear) = result {
-        panic!("{unclear}");
-    }
+    judge(readers::model_weights(dir, seeds, kind & 1 == 1, weights));
 });

@@ -1,31 +1,11 @@
-//! cargo fuzz target: vocab.json (the seed BPE tokenizer beside it), encoded, decoded and used to translate. A panic, or an error that does not name its file, is a finding.
+//! cargo fuzz target: vocab.json (with the seed BPE tokenizer beside it), loaded, used and translated with.
 #![no_main]
-
 #[path = "../../tests/fuzz_common/mod.rs"]
 mod fuzz_common;
-
-use fuzz_common::readers;
-use fuzz_common::seeds::{tempdir, Seeds};
+use fuzz_common::{judge, readers, setup};
 use libfuzzer_sys::fuzz_target;
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
-
-fn seeds() -> &'static Seeds {
-    static SEEDS: OnceLock<Seeds> = OnceLock::new();
-    SEEDS.get_or_init(Seeds::build)
-}
-
-fn scratch() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(tempdir)
-}
 
 fuzz_target!(|data: &[u8]| {
-    let _ = (seeds, scratch);
-    let result = {
-        readers::vocab(scratch(), seeds(), data, &seeds().bpe_vocab.1)
-    };
-    if let Err(unclear) = result {
-        panic!("{unclear}");
-    }
+    let (seeds, dir) = setup();
+    judge(readers::vocab(dir, seeds, data, &seeds.bpe_vocab.1));
 });

@@ -100,19 +100,24 @@ fn generate(dir: &Path) -> Result<Outcome, String> {
     let mut g = must!(TextGenerator::load(dir), name);
     g.model.prepare_inference();
     must!(g.perplexity(SAMPLE, 8, 2), "");
-    let prompt = must!(
-        transformer::pipeline::generate::document_tokens(&g.bpe, SAMPLE),
-        ""
-    );
+    let prompt = must!(g.tokenizer.document(SAMPLE), "");
     must!(g.model.embedding.check_ids(&prompt), "");
     let opts = SamplingOptions {
         temperature: 1.0,
         top_k: 0,
         top_p: 1.0,
     };
-    let ids = generate_ids::<()>(&g.model, &prompt, 3, opts, &mut Rng::new(1), |_| Ok(()))
-        .expect("emit never fails");
-    must!(g.bpe.decode(&ids), "");
+    let ids = generate_ids::<()>(
+        &g.model,
+        &prompt,
+        3,
+        opts,
+        &mut Rng::new(1),
+        &[],
+        |_| Ok(()),
+    )
+    .expect("emit never fails");
+    must!(g.tokenizer.decode(&ids), "");
     Ok(Outcome::Loaded)
 }
 
@@ -236,6 +241,13 @@ pub fn gguf(bytes: &[u8]) -> Result<Outcome, String> {
     let _ = tokenizer.decode(&ids);
     let _ = tokenizer.decode_bytes(&[0, 1, 999_999]);
     Ok(Outcome::Loaded)
+}
+
+/// A Hugging Face decoder directory (`files`, with `name` replaced by `bytes`) loaded as
+/// `generate --model DIR` loads it, then used: perplexity and three sampled tokens.
+pub fn hf_decoder(dir: &Path, files: &Files, name: &str, bytes: &[u8]) -> Result<Outcome, String> {
+    lay_out(dir, files, name, bytes, false);
+    generate(dir)
 }
 
 /// A checkpoint manifest (`checkpoint.json`) in the seed translation directory: every

@@ -51,6 +51,65 @@ pub struct Seeds {
     pub corpora: Vec<Vec<u8>>,
     /// A GGUF file: llama metadata, a byte-level BPE tokenizer, one tensor of each type.
     pub gguf: Vec<u8>,
+    /// Hugging Face decoder directories (the tiny Llama and GPT-2 of `../shared`, each also
+    /// with its weights as a one-shard index); empty where `../shared` is absent.
+    pub hf_decoders: Vec<Files>,
+}
+
+/// The files of a Hugging Face decoder directory that its loader reads.
+pub const HF_FILES: [&str; 5] = [
+    "config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "generation_config.json",
+];
+
+/// The shard of the one-shard variants.
+pub const HF_SHARD: &str = "model-00001-of-00001.safetensors";
+/// The index of the one-shard variants.
+pub const HF_INDEX: &str = "model.safetensors.index.json";
+
+/// `../shared/reference/hf-decoders` beside the crate (tests) or beside `fuzz/`.
+fn hf_reference_dir() -> Option<std::path::PathBuf> {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    [here.join("../shared"), here.join("../../shared")]
+        .into_iter()
+        .map(|d| d.join("reference/hf-decoders"))
+        .find(|d| d.is_dir())
+}
+
+/// The tiny Hugging Face decoders, as they are and with their weights moved into a one-shard
+/// index (`model.safetensors.index.json` naming [`HF_SHARD`] for every tensor).
+fn hf_decoder_seeds() -> Vec<Files> {
+    let Some(root) = hf_reference_dir() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for name in ["llama-tiny", "gpt2-tiny"] {
+        let files = read_dir(&root.join(name), &HF_FILES);
+        if files.is_empty() {
+            continue;
+        }
+        let weights = Seeds::file(&files, "model.safetensors");
+        let tensors = safetensors::SafeTensors::deserialize(&weights).unwrap();
+        let weight_map: serde_json::Map<String, serde_json::Value> = tensors
+            .names()
+            .into_iter()
+            .map(|n| (n.to_string(), serde_json::Value::from(HF_SHARD)))
+            .collect();
+        let index = serde_json::json!({ "metadata": {}, "weight_map": weight_map });
+        let mut sharded: Files = files
+            .iter()
+            .filter(|(n, _)| *n != "model.safetensors")
+            .cloned()
+            .collect();
+        sharded.push((HF_SHARD, weights));
+        sharded.push((HF_INDEX, serde_json::to_vec_pretty(&index).unwrap()));
+        out.push(files);
+        out.push(sharded);
+    }
+    out
 }
 
 fn tiny(vocab_size: usize, encoder_layers: usize) -> ModelConfig {
@@ -174,6 +233,7 @@ impl Seeds {
                 TEXTS.join("\n").into_bytes(),
             ],
             gguf: gguf_seed(),
+            hf_decoders: hf_decoder_seeds(),
         }
     }
 
