@@ -271,3 +271,28 @@ fn a_run_resumes_with_another_number_of_ranks() {
     }
     assert_eq!(ranks[0], ranks[1]);
 }
+
+/// A build without MPI started by `mpirun` as one of several processes refuses to train (N
+/// single-process copies would overwrite each other's run) and says how to build with MPI.
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn a_build_without_mpi_refuses_to_run_as_one_of_several_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("text.txt");
+    std::fs::write(&text, "a small text to train on\n".repeat(50)).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_transformer"))
+        .args(["train-lm", "--text"])
+        .arg(&text)
+        .arg("--out")
+        .arg(dir.path().join("run"))
+        .env("OMPI_COMM_WORLD_SIZE", "2")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("one of 2 processes") && stderr.contains("--features mpi"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("run").exists());
+}

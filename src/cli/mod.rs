@@ -350,7 +350,9 @@ pub const TRAIN_THREADS_HELP: &str = "Worker threads (0: all cores). With 2 or m
     splits every batch in two halves that run side by side on the model and a replica (data \
     parallelism, each half's matrix products on a single thread): always two halves, whatever \
     the count beyond 2; extra threads only serve the other parallel loops (attention, the \
-    optimizer, validation). Runs are reproducible bit for bit at the same thread count";
+    optimizer, validation). Under mpirun (a build with --features mpi): the threads of each \
+    process, which splits its share of every batch the same way. Runs are reproducible bit for \
+    bit at the same thread and process count";
 
 /// Formats the per-step fields of the progress bar.
 pub fn bar_message(loss: f64, lr: f64, tokens_per_s: f64) -> String {
