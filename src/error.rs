@@ -32,6 +32,9 @@ pub enum Error {
         reason: String,
         kept: String,
     },
+    /// The processes of a distributed run disagree (data, model) or cannot start.
+    #[error("distributed training: {0}")]
+    Distributed(String),
     /// Input that cannot be used (an over-long sentence, an empty data set, ...).
     #[error("{0}")]
     Input(String),

@@ -10,6 +10,7 @@ pub mod batch;
 pub mod cli;
 pub mod data;
 pub mod decode;
+pub mod dist;
 pub mod error;
 pub mod eval;
 pub mod rng;

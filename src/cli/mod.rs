@@ -37,6 +37,7 @@ pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
     })
 }
 
+use crate::dist::Communicator;
 use crate::train::run::{Reporter, RunSummary};
 use crate::train::trainer::StepReport;
 use crate::train::validate::ValidReport;
@@ -44,6 +45,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::Path;
+use std::sync::Arc;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -270,6 +272,29 @@ pub fn clear_out(out: &Path, resume: Option<&Path>, overwrite: bool) -> Result<(
     Ok(())
 }
 
+/// Runs a training command's body with the run's communicator ([`crate::dist::world`]: MPI's
+/// world under `mpirun`, else one process). In a distributed run an error on any rank ends every
+/// rank (the others would wait for it forever): printed with the rank, then `MPI_Abort`.
+pub fn with_world(body: impl FnOnce(Arc<dyn Communicator>) -> Result<()>) -> Result<()> {
+    let comm = crate::dist::world()?;
+    let result = body(comm.clone());
+    match result {
+        Err(e) if comm.size() > 1 => {
+            eprintln!("error (rank {} of {}): {e:#}", comm.rank(), comm.size());
+            comm.abort(1)
+        }
+        r => r,
+    }
+}
+
+/// The part of the "model: ..." line about processes: empty for one.
+pub fn ranks_note(comm: &dyn Communicator) -> String {
+    match comm.size() {
+        1 => String::new(),
+        n => format!(" per process, {n} processes (MPI)"),
+    }
+}
+
 /// The `--autosave` help of the training commands.
 pub const AUTOSAVE_HELP: &str = "Also save the run into OUT whenever this many seconds have \
     passed since it was last saved there (0: off), so that a run that is killed loses at most \
@@ -341,7 +366,9 @@ pub const TRAIN_THREADS_HELP: &str = "Worker threads (0: all cores). With 2 or m
     splits every batch in two halves that run side by side on the model and a replica (data \
     parallelism, each half's matrix products on a single thread): always two halves, whatever \
     the count beyond 2; extra threads only serve the other parallel loops (attention, the \
-    optimizer, validation). Runs are reproducible bit for bit at the same thread count";
+    optimizer, validation). Under mpirun (a build with --features mpi): the threads of each \
+    process, which splits its share of every batch the same way. Runs are reproducible bit for \
+    bit at the same thread and process count";
 
 /// Formats the per-step fields of the progress bar.
 pub fn bar_message(loss: f64, lr: f64, tokens_per_s: f64) -> String {

@@ -1,6 +1,7 @@
 //! `transformer train`: train on `source<TAB>target` files, save checkpoints, resume exactly.
 
 use super::{print_curves, set_threads, BarReporter};
+use crate::dist::Communicator;
 use crate::model::Module;
 use crate::model::{ModelConfig, NormPlacement};
 use crate::store::{CheckpointWriter, VOCAB_FILE};
@@ -15,6 +16,7 @@ use crate::train::validate::{BleuCheck, PairValidation, Validator};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Level {
@@ -300,6 +302,12 @@ fn check_options(args: &TrainArgs) -> Result<()> {
 
 pub fn run(args: TrainArgs) -> Result<()> {
     check_options(&args)?;
+    super::with_world(|comm| run_on(args, comm))
+}
+
+/// The run on this process, one of `comm`'s ranks (only rank 0 prints and writes).
+fn run_on(args: TrainArgs, comm: Arc<dyn Communicator>) -> Result<()> {
+    let root = comm.rank() == 0;
     let threads = set_threads(args.threads)?;
     let (train_pairs, train_name) = match (&args.train, &args.src_file, &args.tgt_file) {
         (Some(p), _, _) => (read_corpus(p)?, p.display().to_string()),
@@ -315,24 +323,28 @@ pub fn run(args: TrainArgs) -> Result<()> {
         _ => Vec::new(),
     };
     let (vocab, trainer) = match &args.resume {
-        Some(dir) => resume(&args, dir, &train_pairs)?,
+        Some(dir) => resume(&args, dir, &train_pairs, root)?,
         None => start(&args, &train_pairs, &train_name)?,
     };
     let mut trainer = trainer;
+    trainer.set_communicator(comm.clone())?;
     let max_len = trainer.model.config.max_len;
     let valid = encode_pairs(&valid_pairs, &vocab, max_len, "validation data");
     let n_params = trainer.model.n_params();
-    eprintln!(
-        "model: {n_params} parameters, vocabulary {} ({:?}), {} batches per epoch, {threads} threads",
-        vocab.len(),
-        vocab.level(),
-        trainer.source().batches_per_epoch()
-    );
-    super::clear_out(&args.out, args.resume.as_deref(), args.overwrite)?;
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    if root {
+        eprintln!(
+            "model: {n_params} parameters, vocabulary {} ({:?}), {} batches per epoch, {threads} threads{}",
+            vocab.len(),
+            vocab.level(),
+            trainer.source().batches_per_epoch(),
+            super::ranks_note(&*comm)
+        );
+        super::clear_out(&args.out, args.resume.as_deref(), args.overwrite)?;
+        std::fs::create_dir_all(&args.out)
+            .with_context(|| format!("cannot create {}", args.out.display()))?;
+    }
     let start_step = trainer.state.step;
-    if start_step >= args.max_steps {
+    if root && start_step >= args.max_steps {
         eprintln!(
             "already at step {start_step} >= --max-steps {}",
             args.max_steps
@@ -381,6 +393,9 @@ pub fn run(args: TrainArgs) -> Result<()> {
         validator,
         &mut reporter,
     )?;
+    if !root {
+        return Ok(());
+    }
     print_curves(&summary);
     if let Some(v) = &summary.valid {
         eprintln!("valid loss {:.4} nll {:.4} per token", v.loss, v.nll);
@@ -396,13 +411,20 @@ pub fn run(args: TrainArgs) -> Result<()> {
 
 /// Continues the run saved in `dir`: its vocabulary, model and recipe, with the cool-down
 /// replaced when --cooldown is given.
-fn resume(args: &TrainArgs, dir: &Path, train_pairs: &[Pair]) -> Result<(Vocab, PairTrainer)> {
+fn resume(
+    args: &TrainArgs,
+    dir: &Path,
+    train_pairs: &[Pair],
+    root: bool,
+) -> Result<(Vocab, PairTrainer)> {
     let vocab = Vocab::load(&dir.join(VOCAB_FILE))?;
     let model_config = crate::model::checkpoint::load_config_of::<crate::model::Seq2Seq<f32>>(dir)?;
     let max_len = args.max_len.unwrap_or(model_config.max_len);
     let examples = encode_pairs(train_pairs, &vocab, max_len, "training data");
     let mut trainer = PairTrainer::resume(dir, examples)?;
-    eprintln!("resumed {} at step {}", dir.display(), trainer.state.step);
+    if root {
+        eprintln!("resumed {} at step {}", dir.display(), trainer.state.step);
+    }
     if let Some(steps) = args.cooldown {
         trainer.set_cooldown(Cooldown::last(steps, args.max_steps));
     }

@@ -2,6 +2,7 @@
 //! decoder-only Transformer on it, with validation on the file's end and exact resume.
 
 use super::{print_curves, set_threads, BarReporter};
+use crate::dist::Communicator;
 use crate::model::config::Normalization;
 use crate::model::Module;
 use crate::model::{Activation, ModelConfig, NormPlacement, Positions};
@@ -19,6 +20,7 @@ pub const MAX_VOCAB: usize = 1 << 20;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Parses a kebab-case config value (`gelu-erf`, `rotary`, ...) through its serde name.
@@ -251,6 +253,12 @@ fn start(args: &TrainLmArgs, train_text: &str) -> Result<(Bpe, LmTrainer)> {
 
 pub fn run(args: TrainLmArgs) -> Result<()> {
     check_train_args(&args)?;
+    super::with_world(|comm| run_on(args, comm))
+}
+
+/// The run on this process, one of `comm`'s ranks (only rank 0 prints and writes).
+fn run_on(args: TrainLmArgs, comm: Arc<dyn Communicator>) -> Result<()> {
+    let root = comm.rank() == 0;
     let threads = set_threads(args.threads)?;
     let text = read_text(&args.text)?;
     let (train_text, valid_text) = split_valid(&text, args.valid_fraction);
@@ -266,26 +274,32 @@ pub fn run(args: TrainLmArgs) -> Result<()> {
             let bpe = Bpe::load(&dir.join(TOKENIZER_FILE))?;
             let tokens = document_tokens(&bpe, train_text)?;
             let trainer = LmTrainer::resume(dir, tokens)?;
-            eprintln!("resumed {} at step {}", dir.display(), trainer.state.step);
+            if root {
+                eprintln!("resumed {} at step {}", dir.display(), trainer.state.step);
+            }
             (bpe, trainer)
         }
         None => start(&args, train_text)?,
     };
+    trainer.set_communicator(comm.clone())?;
     let valid_tokens = document_tokens(&bpe, valid_text)?;
     let valid_chars = valid_text.chars().count();
     let n_params = trainer.model.n_params();
     let n_tokens = trainer.source().n_tokens();
-    eprintln!(
-        "model: {n_params} parameters, BPE vocabulary {}, {} training tokens ({:.2} chars/token), {} validation tokens, {threads} threads ({:.1} s to prepare)",
-        bpe.vocab_size(),
-        n_tokens,
-        train_text.chars().count() as f64 / n_tokens as f64,
-        valid_tokens.len() - 1,
-        started.elapsed().as_secs_f64()
-    );
-    super::clear_out(&args.out, args.resume.as_deref(), args.overwrite)?;
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    if root {
+        eprintln!(
+            "model: {n_params} parameters, BPE vocabulary {}, {} training tokens ({:.2} chars/token), {} validation tokens, {threads} threads{} ({:.1} s to prepare)",
+            bpe.vocab_size(),
+            n_tokens,
+            train_text.chars().count() as f64 / n_tokens as f64,
+            valid_tokens.len() - 1,
+            super::ranks_note(&*comm),
+            started.elapsed().as_secs_f64()
+        );
+        super::clear_out(&args.out, args.resume.as_deref(), args.overwrite)?;
+        std::fs::create_dir_all(&args.out)
+            .with_context(|| format!("cannot create {}", args.out.display()))?;
+    }
     let validation = (valid_chars > 0).then_some(TextValidation {
         tokens: valid_tokens,
         chars: valid_chars,
@@ -323,6 +337,9 @@ pub fn run(args: TrainLmArgs) -> Result<()> {
         validator,
         &mut reporter,
     )?;
+    if !root {
+        return Ok(());
+    }
     print_curves(&summary);
     if let Some(v) = &summary.valid {
         eprintln!(

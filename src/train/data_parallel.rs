@@ -66,19 +66,44 @@ impl<M: Trainable> DataParallel<M> {
         rng: &mut Rng,
         pass: impl Fn(&mut M, &P, &mut Rng) -> LossStats + Sync,
     ) -> LossStats {
+        match (parts, self.replica.is_some()) {
+            ([_, _], true) => {
+                let mut rngs = [rng.fork(), rng.fork()];
+                self.run_forked(model, parts, &mut rngs, pass)
+            }
+            _ => {
+                let mut stats = LossStats::default();
+                for part in parts {
+                    stats.add(pass(model, part, rng));
+                }
+                stats
+            }
+        }
+    }
+
+    /// `pass` over `parts` (at most two), each part drawing its dropout from its own generator
+    /// in `rngs` (as many as parts): two parts run concurrently on the model and the replica
+    /// when on, otherwise the parts run one after the other on `model`. Used by distributed
+    /// training, where the forks are drawn for the parts of every rank.
+    pub fn run_forked<P: Sync>(
+        &mut self,
+        model: &mut M,
+        parts: &[P],
+        rngs: &mut [Rng],
+        pass: impl Fn(&mut M, &P, &mut Rng) -> LossStats + Sync,
+    ) -> LossStats {
         let mut stats = LossStats::default();
-        match (parts, self.replica.as_mut()) {
-            ([first, second], Some(replica)) => {
-                let (mut rng_first, mut rng_second) = (rng.fork(), rng.fork());
+        match (parts, rngs, self.replica.as_mut()) {
+            ([first, second], [rng_first, rng_second], Some(replica)) => {
                 let (a, b) = rayon::join(
-                    || serial_matmuls(|| pass(model, first, &mut rng_first)),
-                    || serial_matmuls(|| pass(replica, second, &mut rng_second)),
+                    || serial_matmuls(|| pass(model, first, rng_first)),
+                    || serial_matmuls(|| pass(replica, second, rng_second)),
                 );
                 stats.add(a);
                 stats.add(b);
             }
-            _ => {
-                for part in parts {
+            (parts, rngs, _) => {
+                for (part, rng) in parts.iter().zip(rngs) {
                     stats.add(pass(model, part, rng));
                 }
             }

@@ -12,6 +12,7 @@ pub mod average;
 pub mod batching;
 pub mod checkpoint;
 pub mod data_parallel;
+pub mod distributed;
 pub mod metrics;
 pub mod model;
 pub mod pairs;

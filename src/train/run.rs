@@ -15,6 +15,11 @@
 //!
 //! Nothing is printed here: the caller sees every update, validation and the time limit
 //! through a [`Reporter`].
+//!
+//! In a distributed run (the trainer's [`Communicator`](crate::dist::Communicator) has more
+//! than one rank) every rank runs this loop, and only rank 0 writes, validates and reports: the
+//! other ranks ignore `output`, `validator` and `reporter`. The time limit is then one decision
+//! for all ranks: the run stops after the update during which any rank's clock passed it.
 
 use crate::error::{Error, Result};
 use crate::store::{
@@ -111,6 +116,15 @@ where
     M: Trainable,
     S: BatchSource<Part = M::Part>,
 {
+    let ranks = trainer.communicator().size();
+    let root = trainer.communicator().rank() == 0;
+    let (output, validator) = if root {
+        (output, validator)
+    } else {
+        (None, None)
+    };
+    let mut silent = Silent;
+    let reporter: &mut dyn Reporter = if root { reporter } else { &mut silent };
     if let Some(out) = output {
         std::fs::create_dir_all(&out.dir).map_err(|cause| Error::Write {
             path: out.dir.clone(),
@@ -154,6 +168,9 @@ where
         timed_out = options
             .time_limit
             .is_some_and(|secs| started.elapsed().as_secs_f64() >= secs);
+        if ranks > 1 && options.time_limit.is_some() {
+            timed_out = !crate::dist::all_ok(trainer.communicator(), !timed_out);
+        }
         let last = step == options.max_steps || timed_out;
         if let (Some(log), Some(out)) = (metrics.as_mut(), output) {
             log.add(&report);

@@ -5,6 +5,7 @@
 //! Adam's moments, [`TrainerState`]) from which a run resumes bit for bit at the same thread
 //! count.
 
+use crate::dist::{all_ok, broadcast_vec, Communicator, SingleProcess};
 use crate::error::{Error, Result};
 use crate::model::checkpoint as model_checkpoint;
 use crate::model::loss::LossStats;
@@ -15,6 +16,9 @@ use crate::store;
 use crate::train::adam::{guarded_update, Adam};
 use crate::train::checkpoint;
 use crate::train::data_parallel::DataParallel;
+use crate::train::distributed::{
+    all_reduce_grads, all_reduce_stats, broadcast_values, broadcast_vecs, shard,
+};
 use crate::train::model::Trainable;
 use crate::train::pairs::PairBatches;
 use crate::train::schedule::{Cooldown, Schedule};
@@ -22,6 +26,7 @@ use crate::train::source::{BatchSource, Recipe};
 use crate::train::state::TrainerState;
 use crate::train::windows::TokenWindows;
 use std::path::Path;
+use std::sync::Arc;
 
 /// The largest model a run trains (2³¹ parameters: 8 GiB of weights, 32 GiB with gradients
 /// and Adam's moments).
@@ -58,6 +63,10 @@ pub struct Trainer<M, S: BatchSource> {
     source: S,
     /// The replica training on the second part of each batch (when on).
     parallel: DataParallel<M>,
+    /// The processes of the run (see `train::distributed`); one by default.
+    comm: Arc<dyn Communicator>,
+    /// The gradients of all parameters in one buffer, for the all-reduce (distributed only).
+    flat_grads: Vec<f32>,
 }
 
 impl<M, S> Trainer<M, S>
@@ -144,12 +153,59 @@ where
             adam,
             state,
             source,
+            comm: Arc::new(SingleProcess),
+            flat_grads: Vec::new(),
         }
     }
 
     /// The training data.
     pub fn source(&self) -> &S {
         &self.source
+    }
+
+    /// The processes this trainer trains with.
+    pub fn communicator(&self) -> &dyn Communicator {
+        &*self.comm
+    }
+
+    /// Trains with the processes of `comm` from now on (a collective: every rank calls it):
+    /// rank 0's parameters, Adam moments and trainer state (step, generator, batch order,
+    /// recipe) replace every other rank's. Fails on every rank when the ranks' models differ in
+    /// shape or their training data differ (their fingerprints).
+    pub fn set_communicator(&mut self, comm: Arc<dyn Communicator>) -> Result<()> {
+        self.comm = comm;
+        let comm = &*self.comm;
+        if comm.size() == 1 {
+            return Ok(());
+        }
+        let mine = serde_json::to_vec(self.model.config()).unwrap_or_default();
+        let mut root = mine.clone();
+        broadcast_vec(comm, &mut root);
+        if !all_ok(comm, root == mine) {
+            return Err(Error::Distributed(
+                "the ranks' models differ: give every rank the same options (and with --resume \
+                 the same checkpoint)"
+                    .into(),
+            ));
+        }
+        broadcast_values(comm, &mut self.model.params_mut());
+        broadcast_vecs(comm, &mut self.adam.m);
+        broadcast_vecs(comm, &mut self.adam.v);
+        let mut bytes = self.state.to_bytes();
+        broadcast_vec(comm, &mut bytes);
+        let state =
+            TrainerState::<S::Recipe>::from_bytes(&bytes, Path::new("<rank 0's trainer state>"))?;
+        if !all_ok(comm, state.data_fingerprint == self.source.fingerprint()) {
+            return Err(Error::Distributed(
+                "the ranks' training data differ: every rank must read the same files (the same \
+                 corpus at the same path on every machine)"
+                    .into(),
+            ));
+        }
+        self.adam.step = state.step;
+        self.schedule = state.config.schedule(self.model.config().d_model);
+        self.state = state;
+        Ok(())
     }
 
     /// Data parallelism on or off (see `train::data_parallel`); on by default when the
@@ -161,12 +217,14 @@ where
     /// One update: the source's batches forward and backward (each split in two parts that run
     /// concurrently under data parallelism), then Adam.
     pub fn step(&mut self) -> Result<StepReport> {
-        let parts = self.parallel.parts();
+        // Each rank's own parts, and those of the whole update over all ranks.
+        let local = self.parallel.parts();
+        let (rank, ranks) = (self.comm.rank(), self.comm.size());
         let mut update = self.source.next(
             &self.state.config,
             &mut self.state.order,
             &mut self.state.rng,
-            parts,
+            local * ranks,
         );
         // The replica starts from the model's weights (copied here, not after the update, so
         // that a change made to the public `model` between steps reaches it too).
@@ -181,15 +239,35 @@ where
         };
         let mut stats = LossStats::default();
         for batch in &update.batches {
-            stats.add(self.parallel.forward_backward(
-                &mut self.model,
-                batch,
-                smoothing,
-                grad_scale,
-                rng,
-            ));
+            if ranks == 1 {
+                stats.add(self.parallel.forward_backward(
+                    &mut self.model,
+                    batch,
+                    smoothing,
+                    grad_scale,
+                    rng,
+                ));
+            } else {
+                // A generator for every part of every rank, so that all ranks stay in step.
+                let mut rngs: Vec<Rng> = batch.iter().map(|_| rng.fork()).collect();
+                let mine = shard(batch.len(), rank, local);
+                stats.add(self.parallel.run_forked(
+                    &mut self.model,
+                    &batch[mine.clone()],
+                    &mut rngs[mine],
+                    |m, part, rng| m.forward_backward(part, smoothing, grad_scale, rng),
+                ));
+            }
         }
         self.parallel.gather_grads(&mut self.model);
+        if ranks > 1 {
+            all_reduce_grads(
+                &*self.comm,
+                &mut self.model.params_mut(),
+                &mut self.flat_grads,
+            );
+            stats = all_reduce_stats(&*self.comm, stats);
+        }
         let step = self.state.step + 1;
         let lr = self.schedule.lr(step);
         let grad_norm = guarded_update(
