@@ -14,6 +14,8 @@
 #   PROMPT_TOKENS=128    prompt length (the same ids for all three)
 #   NEW_TOKENS=128       greedy steps after the prompt (end-of-text does not stop them)
 #   IMPLS="ours transformers llama.cpp"
+#   PRECISION=f32        ours: --precision f32 (the GGUF dequantised, as transformers) or ggml
+#                        (the file's blocks times 8-bit activations, as llama.cpp)
 #   GGUF=FILE            [../shared/models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf]
 #   VENV=DIR             Python virtual environment [benches/compare/.venv], created if missing
 #   OUT=DIR              outputs [benches/compare/out/pretrained]
@@ -35,6 +37,7 @@ REPS=${REPS:-3}
 PROMPT_TOKENS=${PROMPT_TOKENS:-128}
 NEW_TOKENS=${NEW_TOKENS:-128}
 IMPLS=${IMPLS:-"ours transformers llama.cpp"}
+PRECISION=${PRECISION:-f32}
 GGUF=${GGUF:-$ROOT/../shared/models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf}
 VENV=${VENV:-$HERE/.venv}
 OUT=${OUT:-$HERE/out/pretrained}
@@ -82,14 +85,14 @@ IDS=$OUT/prompt_ids.json
     | "$PY" -c "import json,sys; ids=json.load(sys.stdin)['prompt_ids'][:$PROMPT_TOKENS]; \
 assert len(ids)==$PROMPT_TOKENS, f'the text has only {len(ids)} tokens'; print(json.dumps(ids))" \
     >"$IDS"
-say "prompt: $PROMPT_TOKENS ids in $IDS; $NEW_TOKENS new tokens; $REPS repetitions x $ROUNDS rounds"
+say "prompt: $PROMPT_TOKENS ids in $IDS; $NEW_TOKENS new tokens; $REPS repetitions x $ROUNDS rounds; ours at --precision $PRECISION"
 say "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset}"
 
 # --- interleaved rounds -------------------------------------------------------------------
 run_one() { # impl threads -> one JSON line on stdout
     case $1 in
         ours) "$BIN" bench --generate "$GGUF" --prompt-ids "$IDS" --new-tokens "$NEW_TOKENS" \
-                  --threads "$2" --warmup-steps 1 --steps "$REPS" --json ;;
+                  --threads "$2" --warmup-steps 1 --steps "$REPS" --precision "$PRECISION" --json ;;
         transformers) OMP_NUM_THREADS=$2 "$PY" "$HERE/hf_generate.py" "$GGUF" "$IDS" "$2" \
                   "$NEW_TOKENS" "$REPS" ;;
         llama.cpp) OMP_NUM_THREADS=$2 "$PY" "$HERE/llama_generate.py" "$GGUF" "$IDS" "$2" \
