@@ -25,7 +25,7 @@ pub fn write_optimizer_params(
     writer.add(OPTIMIZER_FILE, &bytes)
 }
 
-/// Loads Adam's moments saved by [`save_optimizer_params`] into `adam` (shaped for `params`),
+/// Loads Adam's moments saved by [`write_optimizer_params`] into `adam` (shaped for `params`),
 /// checking names and shapes.
 pub fn load_optimizer_params(
     dir: &Path,
