@@ -3,8 +3,7 @@
 //! chat template and the reply is streamed until the end-of-turn token. An empty line or the
 //! end of the input ends the session.
 
-use super::set_threads;
-use crate::decode::sample::SamplingOptions;
+use super::{sampling_options, set_threads};
 use crate::pipeline::chat::ChatMessage;
 use crate::pipeline::generate::{generate_ids, TextGenerator};
 use crate::rng::Rng;
@@ -47,23 +46,13 @@ pub struct ChatArgs {
 }
 
 pub fn run(args: ChatArgs) -> Result<()> {
-    if !(args.temperature.is_finite() && args.temperature >= 0.0) {
-        bail!("--temperature {} must be >= 0", args.temperature);
-    }
-    if !(args.top_p > 0.0 && args.top_p <= 1.0) {
-        bail!("--top-p {} must be in (0, 1]", args.top_p);
-    }
+    let opts = sampling_options(args.temperature, args.top_k, args.top_p)?;
     set_threads(args.threads)?;
     let generator = TextGenerator::load_prepared(&args.model, args.precision.model_precision())?;
     if generator.chat.is_none() {
         bail!("{}: this model has no chat template", args.model.display());
     }
     let until = generator.tokenizer.end_tokens();
-    let opts = SamplingOptions {
-        temperature: args.temperature,
-        top_k: args.top_k,
-        top_p: args.top_p,
-    };
     let mut rng = Rng::new(args.seed);
     let mut messages: Vec<ChatMessage> = Vec::new();
     if let Some(system) = &args.system {

@@ -3,13 +3,12 @@
 //! streamed to stdout; `--chat` sends the prompt as a user message through the model's chat
 //! template and stops at the end of the reply.
 
-use super::set_threads;
-use crate::decode::sample::SamplingOptions;
+use super::{sampling_options, set_threads};
 use crate::pipeline::chat::ChatMessage;
 use crate::pipeline::generate::{generate_ids, TextGenerator};
 use crate::rng::Rng;
 use crate::text::decoder_tokenizer::StreamDecoder;
-use anyhow::{bail, Result};
+use anyhow::Result;
 use clap::{Args, ValueEnum};
 use std::io::Write;
 use std::path::PathBuf;
@@ -70,12 +69,7 @@ pub struct GenerateArgs {
 }
 
 pub fn run(args: GenerateArgs) -> Result<()> {
-    if !(args.temperature.is_finite() && args.temperature >= 0.0) {
-        bail!("--temperature {} must be >= 0", args.temperature);
-    }
-    if !(args.top_p > 0.0 && args.top_p <= 1.0) {
-        bail!("--top-p {} must be in (0, 1]", args.top_p);
-    }
+    let opts = sampling_options(args.temperature, args.top_k, args.top_p)?;
     set_threads(args.threads)?;
     let TextGenerator {
         model,
@@ -98,11 +92,6 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     };
     let until = tokenizer.end_tokens();
     model.embedding.check_ids(&prompt)?;
-    let opts = SamplingOptions {
-        temperature: args.temperature,
-        top_k: args.top_k,
-        top_p: args.top_p,
-    };
     let mut rng = Rng::new(args.seed);
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

@@ -160,6 +160,26 @@ fn dispatch(command: Command) -> Result<()> {
 /// The most worker threads per available core (`--threads` above is capped, with a warning).
 pub const MAX_THREADS_PER_CORE: usize = 4;
 
+/// The sampling settings of `generate` and `chat`, checked: `--temperature` finite and >= 0,
+/// `--top-p` in (0, 1].
+pub fn sampling_options(
+    temperature: f64,
+    top_k: usize,
+    top_p: f64,
+) -> Result<crate::decode::sample::SamplingOptions> {
+    if !(temperature.is_finite() && temperature >= 0.0) {
+        anyhow::bail!("--temperature {temperature} must be >= 0");
+    }
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        anyhow::bail!("--top-p {top_p} must be in (0, 1]");
+    }
+    Ok(crate::decode::sample::SamplingOptions {
+        temperature,
+        top_k,
+        top_p,
+    })
+}
+
 /// Sets the number of worker threads (0: all cores) for the whole process; more than
 /// [`MAX_THREADS_PER_CORE`] per available core are capped with a warning (they only slow the
 /// run down, and thousands of them stall it).
