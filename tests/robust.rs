@@ -281,6 +281,39 @@ fn train(tsv: &Path, config: &Path, out: &Path, extra: &[&str]) -> Out {
     bin(&args, b"")
 }
 
+/// One update of a tiny language model on `text` into `out` (which must succeed).
+fn train_tiny_lm(text: &Path, out: &Path) {
+    bin(
+        &[
+            "train-lm",
+            "--text",
+            s(text),
+            "--out",
+            s(out),
+            "--vocab-size",
+            "260",
+            "--context",
+            "8",
+            "--batch",
+            "2",
+            "--d-model",
+            "8",
+            "--n-heads",
+            "2",
+            "--d-ff",
+            "16",
+            "--layers",
+            "1",
+            "--max-steps",
+            "1",
+            "--threads",
+            "1",
+        ],
+        b"",
+    )
+    .ok();
+}
+
 #[test]
 fn out_never_overwrites_by_accident() {
     let tmp = tempfile::tempdir().unwrap();
@@ -362,35 +395,7 @@ fn average_checks_its_inputs_and_writes_the_vocabulary() {
     .refused(&["vocab.json differs", "cannot be averaged"]);
     // A language model and a translation model: refused.
     let lm = tmp.path().join("lm");
-    bin(
-        &[
-            "train-lm",
-            "--text",
-            s(&text),
-            "--out",
-            s(&lm),
-            "--vocab-size",
-            "260",
-            "--context",
-            "8",
-            "--batch",
-            "2",
-            "--d-model",
-            "8",
-            "--n-heads",
-            "2",
-            "--d-ff",
-            "16",
-            "--layers",
-            "1",
-            "--max-steps",
-            "1",
-            "--threads",
-            "1",
-        ],
-        b"",
-    )
-    .ok();
+    train_tiny_lm(&text, &lm);
     bin(
         &["average", "--out", s(&tmp.path().join("x")), s(&lm), s(&c1)],
         b"",
@@ -444,35 +449,7 @@ fn sizes_are_bounded_and_pipes_close_quietly() {
     assert!(r.stderr.contains("256"), "{}", r.stderr);
     // A closed stdout ends quietly: generate | head -c 1.
     let lm = tmp.path().join("lm");
-    bin(
-        &[
-            "train-lm",
-            "--text",
-            s(&text),
-            "--out",
-            s(&lm),
-            "--vocab-size",
-            "260",
-            "--context",
-            "8",
-            "--batch",
-            "2",
-            "--d-model",
-            "8",
-            "--n-heads",
-            "2",
-            "--d-ff",
-            "16",
-            "--layers",
-            "1",
-            "--max-steps",
-            "1",
-            "--threads",
-            "1",
-        ],
-        b"",
-    )
-    .ok();
+    train_tiny_lm(&text, &lm);
     let mut child = Command::new(env!("CARGO_BIN_EXE_transformer"))
         .args([
             "generate",
