@@ -2,6 +2,9 @@
 //! readers run on them ([`readers`]).
 #![allow(dead_code)]
 
+/// The GGUF tests' writer, shared with the seeds.
+#[path = "../gguf_common/mod.rs"]
+pub mod gguf_common;
 pub mod mutate;
 pub mod readers;
 pub mod seeds;

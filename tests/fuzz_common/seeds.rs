@@ -3,6 +3,7 @@
 //! files of the `cargo fuzz` targets (`fuzz/`), which include this file.
 #![allow(dead_code)]
 
+use super::gguf_common::{gguf, tensor, TensorSpec};
 use std::path::Path;
 use transformer::model::checkpoint::save;
 use transformer::model::{LanguageModel, ModelConfig, NormPlacement, Positions};
@@ -262,76 +263,17 @@ pub fn tempdir() -> std::path::PathBuf {
     dir
 }
 
-// A GGUF writer, from the specification (as in tests/gguf_common).
-
-fn put_u32(b: &mut Vec<u8>, v: u32) {
-    b.extend_from_slice(&v.to_le_bytes());
-}
-
-fn put_u64(b: &mut Vec<u8>, v: u64) {
-    b.extend_from_slice(&v.to_le_bytes());
-}
-
-fn put_str(b: &mut Vec<u8>, s: &str) {
-    put_u64(b, s.len() as u64);
-    b.extend_from_slice(s.as_bytes());
-}
-
-fn put_value(b: &mut Vec<u8>, v: &Value) {
-    match v {
-        Value::U8(x) => b.push(*x),
-        Value::I8(x) => b.push(*x as u8),
-        Value::U16(x) => b.extend_from_slice(&x.to_le_bytes()),
-        Value::I16(x) => b.extend_from_slice(&x.to_le_bytes()),
-        Value::U32(x) => put_u32(b, *x),
-        Value::I32(x) => b.extend_from_slice(&x.to_le_bytes()),
-        Value::U64(x) => put_u64(b, *x),
-        Value::I64(x) => b.extend_from_slice(&x.to_le_bytes()),
-        Value::F32(x) => b.extend_from_slice(&x.to_le_bytes()),
-        Value::F64(x) => b.extend_from_slice(&x.to_le_bytes()),
-        Value::Bool(x) => b.push(u8::from(*x)),
-        Value::String(s) => put_str(b, s),
-        Value::Array(t, items) => {
-            put_u32(b, *t as u32);
-            put_u64(b, items.len() as u64);
-            items.iter().for_each(|i| put_value(b, i));
-        }
-    }
-}
-
 /// A tensor of a GGUF file: name, dims (fastest first), ggml type code, data.
 pub type GgufTensor = (String, Vec<u64>, u32, Vec<u8>);
 
-/// A version-3 GGUF file (each tensor aligned to 32 bytes).
+/// A version-3 GGUF file (each tensor aligned to 32 bytes), written by the GGUF tests' writer.
 pub fn write_gguf(kvs: &[(String, Value)], tensors: &[GgufTensor]) -> Vec<u8> {
-    let align = 32;
-    let mut b = b"GGUF".to_vec();
-    put_u32(&mut b, 3);
-    put_u64(&mut b, tensors.len() as u64);
-    put_u64(&mut b, kvs.len() as u64);
-    for (k, v) in kvs {
-        put_str(&mut b, k);
-        put_u32(&mut b, v.value_type() as u32);
-        put_value(&mut b, v);
-    }
-    let pad = |n: usize| n.div_ceil(align) * align;
-    let mut offset = 0;
-    let mut offsets = vec![];
-    for (name, dims, code, data) in tensors {
-        put_str(&mut b, name);
-        put_u32(&mut b, dims.len() as u32);
-        dims.iter().for_each(|&d| put_u64(&mut b, d));
-        put_u32(&mut b, *code);
-        put_u64(&mut b, offset as u64);
-        offsets.push(offset);
-        offset = pad(offset + data.len());
-    }
-    let data_start = pad(b.len());
-    for ((_, _, _, data), off) in tensors.iter().zip(offsets) {
-        b.resize(data_start + off, 0);
-        b.extend_from_slice(data);
-    }
-    b
+    let kvs: Vec<(&str, Value)> = kvs.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    let specs: Vec<TensorSpec> = tensors
+        .iter()
+        .map(|(name, dims, code, data)| tensor(name, dims, *code, data.clone()))
+        .collect();
+    gguf(&kvs, &specs, 32)
 }
 
 /// The metadata and tensors of the GGUF seed.

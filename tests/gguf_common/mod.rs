@@ -45,7 +45,7 @@ pub fn put_value(b: &mut Vec<u8>, v: &Value) {
 }
 
 pub struct TensorSpec {
-    pub name: &'static str,
+    pub name: String,
     pub dims: Vec<u64>,
     pub code: u32,
     pub data: Vec<u8>,
@@ -53,9 +53,9 @@ pub struct TensorSpec {
     pub offset: Option<u64>,
 }
 
-pub fn tensor(name: &'static str, dims: &[u64], code: u32, data: Vec<u8>) -> TensorSpec {
+pub fn tensor(name: &str, dims: &[u64], code: u32, data: Vec<u8>) -> TensorSpec {
     TensorSpec {
-        name,
+        name: name.to_string(),
         dims: dims.to_vec(),
         code,
         data,
@@ -78,7 +78,7 @@ pub fn gguf(kvs: &[(&str, Value)], tensors: &[TensorSpec], alignment: usize) -> 
     let mut offset = 0;
     let mut offsets = vec![];
     for t in tensors {
-        put_str(&mut b, t.name);
+        put_str(&mut b, &t.name);
         put_u32(&mut b, t.dims.len() as u32);
         t.dims.iter().for_each(|&d| put_u64(&mut b, d));
         put_u32(&mut b, t.code);
