@@ -1,4 +1,5 @@
 //! Checkpoints: exact resume, and clear errors for missing, truncated, corrupt or mismatched files.
+mod common;
 
 use transformer::model::checkpoint::load;
 use transformer::model::ModelConfig;
@@ -9,12 +10,7 @@ use transformer::train::schedule::{Cooldown, Schedule};
 use transformer::train::trainer::PairTrainer;
 
 fn examples() -> Vec<Example> {
-    (0..60u32)
-        .map(|i| Example {
-            src: (0..(3 + i % 5)).map(|j| 4 + (i * 7 + j) % 20).collect(),
-            tgt: (0..(2 + i % 4)).map(|j| 4 + (i * 3 + j * 5) % 20).collect(),
-        })
-        .collect()
+    common::toy_examples(60)
 }
 
 fn configs() -> (ModelConfig, TrainConfig) {

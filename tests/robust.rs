@@ -2,6 +2,7 @@
 //! are never saved nor loaded, resumed recipes are checked like the command line, a directory
 //! mixing two saves is refused, `--out` never overwrites by accident, averaging checks its
 //! inputs, sizes are bounded, and closed pipes end quietly (library and binary).
+mod common;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -17,12 +18,7 @@ use transformer::train::trainer::PairTrainer;
 use transformer::train::windows::LmTrainConfig;
 
 fn examples() -> Vec<Example> {
-    (0..40u32)
-        .map(|i| Example {
-            src: (0..(3 + i % 5)).map(|j| 4 + (i * 7 + j) % 20).collect(),
-            tgt: (0..(2 + i % 4)).map(|j| 4 + (i * 3 + j * 5) % 20).collect(),
-        })
-        .collect()
+    common::toy_examples(40)
 }
 
 fn trainer() -> PairTrainer {

@@ -2,6 +2,7 @@
 //! sources: the metrics log and its fields, validation (reused for the final report when it was
 //! made at the last update), rotating step checkpoints, periodic saves, exact resume from a step
 //! checkpoint, and the time-limit rule (checked after each update).
+mod common;
 
 use std::path::Path;
 use transformer::model::Module;
@@ -68,12 +69,7 @@ fn lm_trainer() -> LmTrainer {
 }
 
 fn examples() -> Vec<Example> {
-    (0..40u32)
-        .map(|i| Example {
-            src: (0..(3 + i % 5)).map(|j| 4 + (i * 7 + j) % 20).collect(),
-            tgt: (0..(2 + i % 4)).map(|j| 4 + (i * 3 + j * 5) % 20).collect(),
-        })
-        .collect()
+    common::toy_examples(40)
 }
 
 fn pair_trainer() -> PairTrainer {

@@ -9,6 +9,7 @@ use transformer::model::attention::MultiHeadAttention;
 use transformer::model::feed_forward::FeedForward;
 use transformer::model::param::{Module, Param};
 use transformer::rng::Rng;
+use transformer::train::pairs::Example;
 use transformer::Float;
 
 /// Finite-difference step.
@@ -492,4 +493,15 @@ pub fn naive_label_smoothed(
         out.n_tokens += 1;
     }
     out
+}
+
+/// `n` short sentence pairs of ids 4..24 (lengths 3-7 and 2-5): the toy corpus of the
+/// training-loop tests.
+pub fn toy_examples(n: u32) -> Vec<Example> {
+    (0..n)
+        .map(|i| Example {
+            src: (0..(3 + i % 5)).map(|j| 4 + (i * 7 + j) % 20).collect(),
+            tgt: (0..(2 + i % 4)).map(|j| 4 + (i * 3 + j * 5) % 20).collect(),
+        })
+        .collect()
 }
