@@ -121,38 +121,23 @@ pub fn read_tensors_skipping(path: &Path, skip: impl Fn(&str) -> bool) -> Result
 /// The tensors of safetensors `bytes` (read from `path`, named in errors), as
 /// [`read_tensors_skipping`] reads them.
 pub fn parse_tensors(bytes: &[u8], path: &Path, skip: impl Fn(&str) -> bool) -> Result<TensorMap> {
-    let st = SafeTensors::deserialize(bytes).map_err(|e| {
-        ckpt_err(
-            path,
-            format!("not a valid safetensors file (truncated or corrupt?): {e}"),
-        )
-    })?;
-    let mut out = HashMap::new();
-    for (name, view) in st.tensors() {
-        if skip(&name) {
-            continue;
-        }
-        if view.dtype() != Dtype::F32 {
-            return Err(ckpt_err(
-                path,
-                format!("tensor {name} has dtype {:?}, expected F32", view.dtype()),
-            ));
-        }
-        let values = view
-            .data()
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
-        out.insert(name, (view.shape().to_vec(), values));
-    }
-    Ok(out)
+    parse_tensors_as(bytes, path, skip, false)
 }
 
 /// Like [`read_tensors_skipping`], for checkpoints of other tools: F32, F16 and BF16 tensors are
 /// read as f32 (other dtypes are an error naming the tensor).
 pub fn read_float_tensors(path: &Path, skip: impl Fn(&str) -> bool) -> Result<TensorMap> {
-    let bytes = read_file(path)?;
-    let st = SafeTensors::deserialize(&bytes).map_err(|e| {
+    parse_tensors_as(&read_file(path)?, path, skip, true)
+}
+
+/// The tensors of safetensors `bytes` as f32: F32 only, or with `widen` also F16 and BF16.
+fn parse_tensors_as(
+    bytes: &[u8],
+    path: &Path,
+    skip: impl Fn(&str) -> bool,
+    widen: bool,
+) -> Result<TensorMap> {
+    let st = SafeTensors::deserialize(bytes).map_err(|e| {
         ckpt_err(
             path,
             format!("not a valid safetensors file (truncated or corrupt?): {e}"),
@@ -174,13 +159,14 @@ pub fn read_float_tensors(path: &Path, skip: impl Fn(&str) -> bool) -> Result<Te
                 .chunks_exact(4)
                 .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                 .collect(),
-            Dtype::F16 => half(ggml::f16_to_f32),
-            Dtype::BF16 => half(ggml::bf16_to_f32),
+            Dtype::F16 if widen => half(ggml::f16_to_f32),
+            Dtype::BF16 if widen => half(ggml::bf16_to_f32),
             other => {
+                let expected = if widen { "F32, F16 or BF16" } else { "F32" };
                 return Err(ckpt_err(
                     path,
-                    format!("tensor {name} has dtype {other:?}, expected F32, F16 or BF16"),
-                ))
+                    format!("tensor {name} has dtype {other:?}, expected {expected}"),
+                ));
             }
         };
         out.insert(name, (view.shape().to_vec(), values));
