@@ -5,12 +5,10 @@
 
 use super::api_error::ApiError;
 use super::jobs::Job;
-use super::metrics::Outcome;
 use super::{App, OutcomeGuard};
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::response::Response;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Instant;
@@ -68,14 +66,5 @@ pub async fn embeddings(State(app): State<Arc<App>>, body: Bytes) -> Response {
         }))
     }
     .await;
-    match result {
-        Ok(v) => {
-            guard.set(Outcome::Ok);
-            Json(v).into_response()
-        }
-        Err(e) => {
-            guard.set(e.outcome());
-            e.into_response()
-        }
-    }
+    guard.respond(result)
 }

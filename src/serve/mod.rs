@@ -234,6 +234,23 @@ impl OutcomeGuard {
     pub fn set(&mut self, outcome: Outcome) {
         self.outcome = Some(outcome);
     }
+
+    /// A handler's JSON answer or its error response, the outcome counted.
+    pub fn respond(
+        &mut self,
+        result: std::result::Result<serde_json::Value, ApiError>,
+    ) -> Response {
+        match result {
+            Ok(v) => {
+                self.set(Outcome::Ok);
+                axum::Json(v).into_response()
+            }
+            Err(e) => {
+                self.set(e.outcome());
+                e.into_response()
+            }
+        }
+    }
 }
 
 impl Drop for OutcomeGuard {

@@ -190,14 +190,5 @@ pub async fn attention(State(app): State<Arc<App>>, body: Bytes) -> Response {
         }))
     }
     .await;
-    match result {
-        Ok(v) => {
-            guard.set(Outcome::Ok);
-            Json(v).into_response()
-        }
-        Err(e) => {
-            guard.set(e.outcome());
-            e.into_response()
-        }
-    }
+    guard.respond(result)
 }
