@@ -321,6 +321,7 @@ impl<'m> Scheduler<'m> {
         let max_len = self.model.max_len();
         let now = Instant::now();
         let mut keep = vec![true; self.running.len()];
+        let mut endings = Vec::new();
         for (j, &(r, _)) in outputs.iter().enumerate() {
             let seq = &mut self.running[r];
             let id = sample(
@@ -354,11 +355,14 @@ impl<'m> Scheduler<'m> {
             }
             let mut alive = seq.req.events.send(Event::Token(id)).is_ok();
             if let Some(reason) = finished {
-                let _ = seq.req.events.send(Event::Finished {
-                    reason,
-                    prompt_tokens: seq.req.prompt.len(),
-                    completion_tokens: seq.out.len(),
-                });
+                endings.push((
+                    seq.req.events.clone(),
+                    Event::Finished {
+                        reason,
+                        prompt_tokens: seq.req.prompt.len(),
+                        completion_tokens: seq.out.len(),
+                    },
+                ));
                 alive = false;
             } else if !alive {
                 // The client went away during this step.
@@ -367,9 +371,13 @@ impl<'m> Scheduler<'m> {
             }
             keep[r] = alive;
         }
-        // 5. Finished sequences leave; their blocks are free for the next admission.
+        // 5. Finished sequences leave; their blocks are free for the next admission. Their
+        // clients hear of the end only then: one that has its answer sees its blocks freed.
         self.retire(&keep);
         self.metrics.step(self.gauges(), prefilled, outputs.len());
+        for (events, ending) in endings {
+            let _ = events.send(ending);
+        }
         true
     }
 
