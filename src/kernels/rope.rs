@@ -69,26 +69,44 @@ impl Rope {
 }
 
 /// `(cos, sin)` of `pos · θᵢ` for positions `pos_offset .. pos_offset + seq_len` and
-/// `i < d_head / 2`: two `[seq_len, d_head / 2]` tables.
+/// `i < d_head / 2`: two `[seq_len, d_head / 2]` tables. Computed in f64 and kept per thread
+/// for the next call with the same arguments (every layer of a forward rotates its queries and
+/// keys at the same positions: one computation instead of two per layer).
 fn tables<T: Float>(
     rope: Rope,
     seq_len: usize,
     d_head: usize,
     pos_offset: usize,
 ) -> (Vec<T>, Vec<T>) {
-    let half = d_head / 2;
-    let inv_freq = rope.inv_freq(d_head);
-    let mut cos = Vec::with_capacity(seq_len * half);
-    let mut sin = Vec::with_capacity(seq_len * half);
-    for s in 0..seq_len {
-        let pos = (pos_offset + s) as f64;
-        for &f in &inv_freq {
-            let (sn, cs) = (pos * f).sin_cos();
-            cos.push(T::of(cs));
-            sin.push(T::of(sn));
-        }
+    type Key = (u64, RopeStyle, usize, usize, usize);
+    thread_local! {
+        static LAST: std::cell::RefCell<Option<(Key, Vec<f64>, Vec<f64>)>> =
+            const { std::cell::RefCell::new(None) };
     }
-    (cos, sin)
+    let key: Key = (rope.base.to_bits(), rope.style, seq_len, d_head, pos_offset);
+    let convert = |xs: &[f64]| xs.iter().map(|&v| T::of(v)).collect::<Vec<T>>();
+    LAST.with_borrow_mut(|last| {
+        if let Some((k, cos, sin)) = last.as_ref() {
+            if *k == key {
+                return (convert(cos), convert(sin));
+            }
+        }
+        let half = d_head / 2;
+        let inv_freq = rope.inv_freq(d_head);
+        let mut cos = Vec::with_capacity(seq_len * half);
+        let mut sin = Vec::with_capacity(seq_len * half);
+        for s in 0..seq_len {
+            let pos = (pos_offset + s) as f64;
+            for &f in &inv_freq {
+                let (sn, cs) = (pos * f).sin_cos();
+                cos.push(cs);
+                sin.push(sn);
+            }
+        }
+        let tables = (convert(&cos), convert(&sin));
+        *last = Some((key, cos, sin));
+        tables
+    })
 }
 
 /// Rotates in place by `+pos·θᵢ`, or by `−pos·θᵢ` when `inverse` (the backward).
