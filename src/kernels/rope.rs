@@ -78,9 +78,11 @@ fn tables<T: Float>(
     d_head: usize,
     pos_offset: usize,
 ) -> (Vec<T>, Vec<T>) {
+    /// (base bits, style, seq_len, d_head, pos_offset), then the cos and sin tables.
     type Key = (u64, RopeStyle, usize, usize, usize);
+    type Tables = (Key, Vec<f64>, Vec<f64>);
     thread_local! {
-        static LAST: std::cell::RefCell<Option<(Key, Vec<f64>, Vec<f64>)>> =
+        static LAST: std::cell::RefCell<Option<Tables>> =
             const { std::cell::RefCell::new(None) };
     }
     let key: Key = (rope.base.to_bits(), rope.style, seq_len, d_head, pos_offset);
