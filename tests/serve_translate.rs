@@ -265,3 +265,90 @@ fn a_client_that_goes_away_frees_its_rows() {
         Err(oneshot::error::TryRecvError::Closed)
     ));
 }
+
+/// Over HTTP: concurrent clients get the single-request translations, and
+/// `transformer loadtest --translate` reports every request answered, online and offline.
+#[test]
+fn http_clients_and_the_translation_load_test() {
+    use transformer::serve::client::request;
+    use transformer::serve::{ServeConfig, Server};
+    let tmp = tempfile::tempdir().unwrap();
+    let mut t = translator();
+    let mut writer = transformer::store::CheckpointWriter::begin(tmp.path()).unwrap();
+    transformer::model::checkpoint::write_model(&mut writer, &mut t.model).unwrap();
+    t.vocab.write(&mut writer).unwrap();
+    writer.commit().unwrap();
+    let server = Server::start(ServeConfig::new(
+        tmp.path().to_path_buf(),
+        "127.0.0.1:0".parse().unwrap(),
+    ))
+    .unwrap();
+    server.wait_ready().unwrap();
+    let addr = server.addr;
+    let lines: [&'static str; 5] = ["the cat", "sat on the mat", "die katze sass", "a", "matte"];
+    let threads: Vec<_> = lines
+        .into_iter()
+        .map(|line| {
+            std::thread::spawn(move || {
+                let body = serde_json::json!({"q": line}).to_string();
+                let (status, _, text) = request(
+                    addr,
+                    "POST",
+                    "/translate",
+                    Some(&body),
+                    Duration::from_secs(120),
+                )
+                .unwrap();
+                assert_eq!(status, 200, "{text}");
+                let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+                v["translatedText"].as_str().unwrap().to_string()
+            })
+        })
+        .collect();
+    for (line, thread) in lines.iter().zip(threads) {
+        let alone = t
+            .translate(&[line.to_string()], &GreedyOptions::default())
+            .unwrap();
+        assert_eq!(thread.join().unwrap(), alone[0], "{line:?}");
+    }
+    let tsv = tmp.path().join("pairs.tsv");
+    std::fs::write(&tsv, lines.map(|l| format!("{l}\tx\n")).concat()).unwrap();
+    let loadtest = |extra: &[&str]| -> String {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_transformer"))
+            .args(["loadtest", "--translate", tsv.to_str().unwrap()])
+            .args(["--clients", "1,3", "--requests", "2"])
+            .args(extra)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    };
+    let online = loadtest(&["--addr", &addr.to_string()]);
+    // | clients | requests | errors | ...
+    let rows: Vec<Vec<String>> = online
+        .lines()
+        .skip(2)
+        .map(|l| l.split('|').map(|c| c.trim().to_string()).collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{online}");
+    for (row, (clients, requests)) in rows.iter().zip([("1", "2"), ("3", "6")]) {
+        assert_eq!(
+            (&row[1][..], &row[2][..], &row[3][..]),
+            (clients, requests, "0")
+        );
+        assert!(row[4].parse::<f64>().unwrap() > 0.0, "{online}");
+    }
+    let ok = server
+        .metrics()
+        .outcomes(transformer::serve::metrics::Outcome::Ok);
+    assert_eq!(ok, lines.len() as u64 + 2 + 6);
+    let offline = loadtest(&["--offline", tmp.path().to_str().unwrap(), "--threads", "1"]);
+    assert_eq!(offline.lines().count(), 4, "{offline}");
+    assert!(offline.contains("| 3 | 6 |"), "{offline}");
+    server.shutdown().unwrap();
+}
