@@ -6,7 +6,12 @@
 //! - a short sentence arriving while a long one decodes joins the running decode and is
 //!   answered first;
 //! - a client that goes away (or a deadline that passes) frees its rows and blocks at the next
-//!   step, queued or running, and the others are unaffected.
+//!   step, queued or running, and the others are unaffected;
+//! - over HTTP, concurrent clients get the same translations, and `transformer loadtest
+//!   --translate` counts every request answered.
+//!
+//! The random model does not emit EOS within these lengths: every sentence runs to its own
+//! limit (source length + 50), so rows still leave the batch at different steps.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -76,6 +81,16 @@ fn texts(answer: &[Vec<(f64, String)>]) -> Vec<String> {
         .collect()
 }
 
+/// Source tokens encoded so far (`transformer_prompt_tokens_total`).
+fn prompt_tokens(metrics: &Metrics) -> u64 {
+    let text = metrics.render();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("transformer_prompt_tokens_total "))
+        .unwrap();
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
 #[test]
 fn staggered_requests_get_their_single_request_translations() {
     let t = translator();
@@ -100,9 +115,17 @@ fn staggered_requests_get_their_single_request_translations() {
                 replies.push(Some(submit(&mut engine, &metrics, lines, LONG)));
             }
         }
+        let before = prompt_tokens(&metrics);
         let stepped = engine.step();
         max_running = max_running.max(engine.running());
         assert!(engine.running() <= CONFIG.max_batch);
+        // The encoding budget (24 padded tokens, or one sentence alone: the longest source
+        // here has 29 + EOS) holds back the burst of step 0 (3 sentences, 35 tokens).
+        let encoded = prompt_tokens(&metrics) - before;
+        assert!(encoded <= 30, "step {step} encoded {encoded} source tokens");
+        if step == 0 {
+            assert!(engine.waiting() > 0);
+        }
         step += 1;
         if !stepped && replies.len() == requests.len() {
             break;
