@@ -1,13 +1,15 @@
 //! `transformer serve` with a translation model (a small random one saved here) and an encoder
-//! (all-MiniLM-L6-v2 from ../shared): LibreTranslate's `/translate` and `/languages`, the
-//! attention maps of `/attention`, OpenAI's `/v1/embeddings`, each answer equal to what the
-//! library computes directly; endpoints of another kind answer 404.
+//! (all-MiniLM-L6-v2 from ../shared): LibreTranslate's `/translate` (greedy, or the beam's
+//! n-best with `alternatives`) and `/languages`, the attention maps of `/attention`, OpenAI's
+//! `/v1/embeddings`, each answer equal to what the library computes directly; endpoints of
+//! another kind answer 404.
 
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 use transformer::decode::beam::BeamOptions;
+use transformer::decode::greedy::GreedyOptions;
 use transformer::model::{ModelConfig, Seq2Seq};
 use transformer::pipeline::embed::SentenceEncoder;
 use transformer::pipeline::translate::Translator;
@@ -74,7 +76,8 @@ fn translation_endpoints_answer_what_the_library_computes() {
         nbest,
         ..BeamOptions::default()
     };
-    let want1 = direct.translate_nbest(&lines, &beam(1)).unwrap();
+    // Without alternatives: greedy (continuous batching); with: the beam's n-best.
+    let want1 = direct.translate(&lines, &GreedyOptions::default()).unwrap();
     let want3 = direct.translate_nbest(&lines, &beam(3)).unwrap();
     // One string.
     let (status, body) = post(
@@ -83,7 +86,14 @@ fn translation_endpoints_answer_what_the_library_computes() {
         &json!({"q": lines[0], "source": "en", "target": "de"}),
     );
     assert_eq!(status, 200, "{body}");
-    assert_eq!(body, json!({"translatedText": want1[0][0].1}));
+    assert_eq!(body, json!({"translatedText": want1[0]}));
+    let (status, body) = post(
+        addr,
+        "/translate",
+        &json!({"q": lines, "source": "en", "target": "de", "alternatives": 0}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body, json!({"translatedText": want1}));
     // A list with alternatives, source auto: concurrent requests share the searches.
     let threads: Vec<_> = (0..3)
         .map(|_| {

@@ -10,6 +10,7 @@ pub mod demo;
 pub mod embed;
 pub mod generate;
 pub mod loadtest;
+pub mod loadtest_translate;
 pub mod perplexity;
 pub mod score;
 pub mod serve;
@@ -96,7 +97,8 @@ pub enum Command {
     /// `/`, Prometheus `/metrics`.
     Serve(serve::ServeArgs),
     /// Load-test an OpenAI-compatible server on loopback: throughput, p50/p99 latency and
-    /// time to first token at several concurrencies.
+    /// time to first token at several concurrencies (or, with --translate, a translation
+    /// server's /translate).
     Loadtest(loadtest::LoadtestArgs),
 }
 

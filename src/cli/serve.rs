@@ -23,7 +23,7 @@ pub struct ServeArgs {
     /// for its prompt plus max_tokens are free.
     #[arg(long, default_value_t = 512)]
     pub kv_memory: usize,
-    /// Sequences decoded together at most (the running batch).
+    /// Sequences decoded together at most (the running batch; a translation model: sentences).
     #[arg(long, default_value_t = 64)]
     pub max_batch: usize,
     /// Requests waiting for admission at most; more get 429 with Retry-After.
@@ -38,7 +38,8 @@ pub struct ServeArgs {
     /// Seconds a request may take, waiting included (then 504, or an error event).
     #[arg(long, default_value_t = 600.0)]
     pub timeout: f64,
-    /// Tokens one forward pass feeds at most (decode tokens plus prompt chunks).
+    /// Tokens one forward pass feeds at most (decode tokens plus prompt chunks; a translation
+    /// model: source tokens encoded per step, padding included).
     #[arg(long, default_value_t = 512)]
     pub prefill_budget: usize,
     /// Positions per KV block.

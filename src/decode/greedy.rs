@@ -149,8 +149,11 @@ fn pick<T: Float>(logprobs: &[T], rules: TokenRules) -> (u32, f64) {
     (id, lp.f64())
 }
 
-/// Updates the hypothesis of one row with its step distribution; returns whether it goes on.
-fn advance<T: Float>(
+/// Updates the hypothesis of one row with its step distribution `logprobs [vocab]` (the
+/// argmax over the tokens `rules` allows, ties to the lowest id); returns the token and whether
+/// the row goes on (no end token yet, fewer than `limit` tokens emitted). The step of every
+/// greedy search, also the serving engine's (`serve::translate_engine`).
+pub fn advance<T: Float>(
     hyp: &mut Hypothesis,
     logprobs: &[T],
     limit: usize,

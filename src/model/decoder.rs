@@ -3,7 +3,7 @@
 //! position-wise FFN, each inside a residual connection. Also the incremental (KV-cached) step
 //! used for decoding, and the attention weights for attention maps.
 
-use super::attention::{AttentionCache, CachedAttention, MultiHeadAttention};
+use super::attention::{AttentionCache, CachedAttention, MultiHeadAttention, RaggedTokens};
 use super::config::BlockConfig;
 use super::feed_forward::{FeedForward, FeedForwardCache};
 use super::kv_cache::KvCache;
@@ -185,6 +185,28 @@ impl<T: Float> DecoderLayer<T> {
             cross_attn: cross_probs,
         };
         (x, attn)
+    }
+
+    /// A continuous-batching step: `x [rows, d_model]` is the next token of every row of
+    /// `self_cache`, row `r` at its own position `tokens.positions[r]` (rows started at
+    /// different steps; see [`MultiHeadAttention::forward_ragged`]); `cross_cache` holds one
+    /// source per row, `src_lens` long. Returns `[rows, d_model]`.
+    pub fn forward_step_ragged(
+        &self,
+        x: Vec<T>,
+        self_cache: &mut KvCache<T>,
+        cross_cache: &mut KvCache<T>,
+        src_lens: &[usize],
+        tokens: RaggedTokens<'_>,
+    ) -> Vec<T> {
+        let x = self
+            .self_attn_res
+            .apply(x, |u| self.self_attn.forward_ragged(u, self_cache, tokens));
+        let x = self.cross_attn_res.apply(x, |u| {
+            let mode = CachedAttention::Cross { key_lens: src_lens };
+            self.cross_attn.forward_cached(u, cross_cache, mode).0
+        });
+        self.ffn_res.apply(x, |u| self.ffn.forward(u).0)
     }
 
     /// Teacher-forced inference returning both attention weights (`[batch, heads, tgt_len,

@@ -193,6 +193,26 @@ impl<T: Float> KvCache<T> {
         self.batch - 1
     }
 
+    /// A new row at the end of the batch holding positions `0 .. n` of row `b` of `other`
+    /// (copied; `other` may have another block size and capacity, at most this one's):
+    /// decoding states of separate starts joined into one running batch. Returns its index.
+    pub fn push_row_from(&mut self, other: &KvCache<T>, b: usize, n: usize) -> usize {
+        assert_eq!(other.d_model, self.d_model, "caches of different widths");
+        assert!(
+            n <= other.row_len(b),
+            "row {b} holds {} positions",
+            other.row_len(b)
+        );
+        assert!(n <= self.capacity, "KV cache capacity exceeded");
+        let row = self.add_row();
+        for t in 0..n {
+            self.write(row, t, other.row(b, t, false), other.row(b, t, true));
+        }
+        self.lens[row] = n;
+        self.len = self.len.max(n);
+        row
+    }
+
     /// Positions filled in row `b`.
     pub fn row_len(&self, b: usize) -> usize {
         self.lens[b]
@@ -466,6 +486,41 @@ mod tests {
         check(&cache, &want);
         cache.gather_rows(&[]);
         assert_eq!(cache.blocks_in_use(), 0);
+    }
+
+    /// Rows copied from caches of other block sizes and capacities (a dense cross-attention
+    /// cache, a paged one) hold the same keys and values; leaving returns their blocks.
+    #[test]
+    fn rows_pushed_from_other_caches_keep_their_contents() {
+        let d = 2;
+        let k: Vec<f64> = (0..2 * 5 * d).map(|i| i as f64).collect();
+        let v: Vec<f64> = k.iter().map(|x| x + 0.5).collect();
+        let dense = KvCache::from_dense(k.clone(), v.clone(), 2, 5, d);
+        let mut paged = KvCache::<f64>::new(1, 6, d, 1);
+        paged.append(&[9.0, 8.0, 7.0, 6.0], &[1.0, 2.0, 3.0, 4.0]);
+        let mut running = KvCache::<f64>::new(0, 16, d, 3);
+        // Row 1 of the dense cache, its first 4 positions (the fifth is padding).
+        assert_eq!(running.push_row_from(&dense, 1, 4), 0);
+        assert_eq!(running.push_row_from(&paged, 0, 2), 1);
+        assert_eq!(running.push_row_from(&dense, 0, 0), 2);
+        assert_eq!((running.batch, running.len), (3, 4));
+        assert_eq!(
+            (running.row_len(0), running.row_len(1), running.row_len(2)),
+            (4, 2, 0)
+        );
+        for t in 0..4 {
+            assert_eq!(running.row(0, t, false), &k[(5 + t) * d..(6 + t) * d]);
+            assert_eq!(running.row(0, t, true), &v[(5 + t) * d..(6 + t) * d]);
+        }
+        assert_eq!(running.row(1, 1, false), &[7.0, 6.0]);
+        assert_eq!(running.row(1, 0, true), &[1.0, 2.0]);
+        // ⌈4/3⌉ + ⌈2/3⌉ blocks; the new empty row grows like any other.
+        assert_eq!(running.blocks_in_use(), 3);
+        running.append_ragged(&[2], &[5.0, 5.0], &[6.0, 6.0]);
+        assert_eq!(running.row(2, 0, false), &[5.0, 5.0]);
+        running.gather_rows(&[1]);
+        assert_eq!(running.blocks_in_use(), 1);
+        assert_eq!(running.row(0, 1, false), &[7.0, 6.0]);
     }
 
     #[test]

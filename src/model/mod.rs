@@ -21,6 +21,7 @@ pub mod norm;
 pub mod param;
 pub mod residual;
 pub mod seq2seq;
+pub mod seq2seq_ragged;
 pub mod stack;
 
 pub use checkpoint::Model;

@@ -1,15 +1,18 @@
-//! The compute loop of translation models and encoders: whole jobs (a request's sentences),
-//! not token streams.
+//! The compute loop of translation models and encoders.
 //!
-//! Each turn takes every job that has arrived, drops those whose client went away, and runs
-//! the translation jobs of the same settings (n-best size) as ONE call of the existing batched
-//! search ([`Translator::translate_nbest`]: beam search, sentences sorted by length and decoded
-//! in batches), so sentences of concurrent requests share decoding steps; then the attention-map
-//! and embedding jobs. Sentences arriving during a turn join the next turn (micro-batching at
-//! request boundaries; the language model's engine, [`super::scheduler`], admits at every
-//! step).
+//! Greedy translations (LibreTranslate requests without `alternatives`) go to the
+//! continuous-batching engine, [`TranslationEngine`]: their sentences join the running decode
+//! at the next step and leave it when done. Everything else is a whole job run between two
+//! steps of that engine, in turns: each turn takes every such job that has arrived, drops those
+//! whose client went away, and runs the translation jobs of the same settings (n-best size) as
+//! ONE call of the batched beam search ([`Translator::translate_nbest`]: sentences sorted by
+//! length and decoded in batches), so sentences of concurrent requests share decoding steps;
+//! then the attention-map and embedding jobs. A beam job arriving during a turn waits for the
+//! next one, and the running greedy rows wait for the turn to end (beam n-best requests are
+//! micro-batched at request boundaries, not per step).
 
 use super::metrics::{Latency, Metrics};
+use super::translate_engine::{TranslateConfig, TranslateRequest, TranslationEngine};
 use crate::decode::beam::BeamOptions;
 use crate::pipeline::embed::SentenceEncoder;
 use crate::pipeline::translate::Translator;
@@ -17,6 +20,7 @@ use crate::viz::AttentionMaps;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::Receiver;
+use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::oneshot;
 
@@ -28,11 +32,14 @@ pub type NbestAnswer = Answer<Vec<Vec<(f64, String)>>>;
 
 /// One request's work.
 pub enum Job {
-    /// Translations of `lines`, `nbest` best each (best first) with their scores.
+    /// Translations of `lines`, `nbest` best each (best first) with their scores: greedy for
+    /// `nbest == 1`, beam search for more.
     Translate {
         lines: Vec<String>,
         nbest: usize,
         arrived: Instant,
+        /// When the engine gives up on it.
+        deadline: Instant,
         reply: NbestAnswer,
     },
     /// The greedy translation of `source` and every attention map.
@@ -82,23 +89,83 @@ fn beam_for(nbest: usize) -> BeamOptions {
     }
 }
 
-/// Answers jobs until the channel closes (see the module docs). Waits outside the rayon pool;
-/// each turn runs on a pool thread.
-pub fn run(model: &JobModel, jobs: Receiver<Job>, metrics: &Metrics) {
+/// Answers jobs until the channel closes (see the module docs). Waits outside the rayon pool
+/// when idle; steps and turns run on a pool thread.
+pub fn run(
+    model: &JobModel,
+    mut jobs: Receiver<Job>,
+    metrics: &Arc<Metrics>,
+    config: TranslateConfig,
+) {
+    let mut engine = match model {
+        JobModel::Translator(t) => Some(TranslationEngine::new(t, config, metrics.clone())),
+        JobModel::Encoder(_) => None,
+    };
+    while let Ok(first) = jobs.recv() {
+        // The receiver moves to the pool thread and back (it is Send, not Sync).
+        let engine = &mut engine;
+        jobs = rayon::scope(move |_| {
+            busy(model, engine, first, &jobs, metrics);
+            jobs
+        });
+    }
+}
+
+/// Takes what has arrived, runs a turn of the whole jobs and steps the engine, until nothing
+/// runs or waits.
+fn busy(
+    model: &JobModel,
+    engine: &mut Option<TranslationEngine<'_>>,
+    first: Job,
+    jobs: &Receiver<Job>,
+    metrics: &Metrics,
+) {
+    let mut arrived = vec![first];
     loop {
-        let Ok(first) = jobs.recv() else { return };
-        let mut batch = vec![first];
         while let Ok(job) = jobs.try_recv() {
-            batch.push(job);
+            arrived.push(job);
         }
-        metrics.queued.fetch_sub(batch.len(), Ordering::Relaxed);
-        let now = Instant::now();
-        batch.retain(|job| !job.closed());
-        for job in &batch {
-            let waited = (now - job.arrived()).as_secs_f64();
-            metrics.observe(Latency::QueueTime, waited);
+        let mut whole = Vec::new();
+        for job in arrived.drain(..) {
+            match (job, engine.as_mut()) {
+                (
+                    Job::Translate {
+                        lines,
+                        nbest: 1,
+                        arrived,
+                        deadline,
+                        reply,
+                    },
+                    Some(engine),
+                ) => engine.submit(TranslateRequest {
+                    lines,
+                    arrived,
+                    deadline,
+                    reply,
+                }),
+                (job, _) => whole.push(job),
+            }
         }
-        rayon::scope(|_| turn(model, batch, metrics));
+        if !whole.is_empty() {
+            metrics.queued.fetch_sub(whole.len(), Ordering::Relaxed);
+            let now = Instant::now();
+            whole.retain(|job| !job.closed());
+            for job in &whole {
+                let waited = (now - job.arrived()).as_secs_f64();
+                metrics.observe(Latency::QueueTime, waited);
+            }
+            turn(model, whole, metrics);
+        }
+        let Some(engine) = engine.as_mut() else {
+            return;
+        };
+        if !engine.step() {
+            if engine.is_idle() {
+                return;
+            }
+            // Not reached: a step with sentences waiting admits at least one.
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 }
 
@@ -113,6 +180,7 @@ fn turn(model: &JobModel, batch: Vec<Job>, metrics: &Metrics) {
                     nbest,
                     arrived,
                     reply,
+                    ..
                 },
                 _,
             ) => translations.push((lines, nbest, arrived, reply)),

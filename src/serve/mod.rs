@@ -7,7 +7,8 @@
 //! step (the sequence leaves the batch and its KV blocks return to the pool).
 //!
 //! Model kinds (decided from the path): a directory with `vocab.json` is a translation model
-//! (`/translate`, `/languages`, `/attention`; its jobs run through [`jobs`]), a Hugging Face
+//! (`/translate`, `/languages`, `/attention`; greedy translations are continuously batched by
+//! [`translate_engine`], the other jobs run between its steps through [`jobs`]), a Hugging Face
 //! directory of `model_type` `bert` an encoder (`/v1/embeddings`), anything else a language
 //! model ([`TextGenerator::load`]: ours, Hugging Face Llama/GPT-2, GGUF). An endpoint of another
 //! kind answers 404 naming the kind served.
@@ -35,6 +36,7 @@ pub mod page;
 pub mod scheduler;
 pub mod text;
 pub mod translate_api;
+pub mod translate_engine;
 
 use crate::error::{Error, Result};
 use crate::model::LanguageModel;
@@ -64,7 +66,7 @@ pub struct ServeConfig {
     pub addr: SocketAddr,
     /// The KV pool in MiB.
     pub kv_memory_mib: usize,
-    /// Sequences decoded together at most.
+    /// Sequences decoded together at most (a translation model: sentences).
     pub max_batch: usize,
     /// Requests waiting for admission at most (then 429).
     pub max_queue: usize,
@@ -76,7 +78,7 @@ pub struct ServeConfig {
     pub timeout_s: f64,
     /// Positions per KV block.
     pub block_rows: usize,
-    /// Tokens one forward feeds at most.
+    /// Tokens one forward feeds at most (a translation model: source tokens encoded per step).
     pub prefill_budget: usize,
     /// The language codes a translation model translates from and to (`/languages`).
     pub source_lang: String,
@@ -207,9 +209,14 @@ impl App {
             return Err(ApiError::internal("the engine has stopped"));
         }
         let deadline = std::time::Duration::from_secs_f64(self.config.timeout_s);
+        let start = std::time::Instant::now();
         match tokio::time::timeout(deadline, rx).await {
             Ok(Ok(Ok(value))) => Ok(value),
             Ok(Ok(Err(message))) => Err(ApiError::invalid(None, message)),
+            // The engine gives up on a request at its deadline, maybe just before this timer.
+            Ok(Err(_)) if start.elapsed() >= deadline => {
+                Err(ApiError::timeout(self.config.timeout_s))
+            }
             Ok(Err(_)) => Err(ApiError::internal("the engine dropped the request")),
             Err(_) => Err(ApiError::timeout(self.config.timeout_s)),
         }
@@ -364,8 +371,14 @@ fn compute(app: Arc<App>) {
     // The queue's sender lives in `app`: once the server and its handlers are gone, the
     // channel closes and the loop ends.
     let metrics = app.metrics.clone();
+    let config = translate_engine::TranslateConfig {
+        block_rows: app.config.block_rows.max(1),
+        max_batch: app.config.max_batch.max(1),
+        encode_budget: app.config.prefill_budget.max(1),
+        max_len_extra: crate::decode::GreedyOptions::default().max_len_extra,
+    };
     drop(app);
-    jobs::run(&model, rx, &metrics);
+    jobs::run(&model, rx, &metrics, config);
 }
 
 /// [`compute`] for a language model: the continuous-batching engine.

@@ -1,6 +1,10 @@
 //! The web page at `GET /`: one static HTML file with its script, embedded in the binary
-//! (`assets/serve/index.html`). It asks `/v1/models` what is served and chats through
-//! `/v1/chat/completions` with `stream: true`, showing the reply as its events arrive.
+//! (`assets/serve/index.html`). It asks `/v1/models` and `/info` what is served; for a
+//! language model it chats through `/v1/chat/completions` with `stream: true`, showing the
+//! reply as its events arrive; for a translation model it translates through `/attention` and
+//! draws one heat map per layer and head of the attention kind chosen (encoder, decoder,
+//! cross), each a canvas in a `.map` element whose `data-label` names it ("cross layer 1
+//! head 2").
 
 use axum::http::header;
 use axum::response::{IntoResponse, Response};

@@ -3,6 +3,10 @@
 //!   "alternatives": 2}` → `{"translatedText": "..." | [...], "alternatives": [...] | [[...]]}`
 //!   (`alternatives` only when asked: the beam's next-best hypotheses; `detectedLanguage` when
 //!   the source was `auto`). Errors are LibreTranslate's `{"error": "..."}` with a 4xx/5xx.
+//!   Without `alternatives` (or with 0) each sentence gets its greedy translation, decoded by
+//!   continuous batching ([`super::translate_engine`]: sentences join the running decode at
+//!   the next step); with `alternatives: n` the n + 1 best of a beam search of width
+//!   `max(4, n + 1)`, run between steps ([`super::jobs`]).
 //! - `GET /languages` → `[{"code", "name", "targets"}]`: the one pair the model translates
 //!   (`--source-lang`, `--target-lang`).
 //! - `POST /attention` `{"q": "sentence"}` → the greedy translation and every attention map
@@ -127,11 +131,14 @@ async fn translate_inner(app: &App, body: &Bytes) -> Result<Value, ApiError> {
             })? as usize,
     };
     let n = lines.len();
+    let arrived = Instant::now();
+    let deadline = arrived + std::time::Duration::from_secs_f64(app.config.timeout_s);
     let lists = app
         .job(|reply| Job::Translate {
             lines,
             nbest: alternatives + 1,
-            arrived: Instant::now(),
+            arrived,
+            deadline,
             reply,
         })
         .await?;

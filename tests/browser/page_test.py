@@ -1,8 +1,14 @@
 #!/usr/bin/env python3
 """The page of `transformer serve` in headless Chromium, driven through chromedriver's
-WebDriver protocol (plain HTTP + JSON, no client library): the page finds the model ready,
-a message typed and sent gets a streamed reply, and the reply shown is exactly the text the
-API returns for the same conversation (greedy, as the page's default temperature 0).
+WebDriver protocol (plain HTTP + JSON, no client library). The page finds the model ready and
+shows the view of its kind (`GET /info`):
+- a language model: a message typed and sent gets a streamed reply, and the reply shown is
+  exactly the text the API returns for the same conversation (greedy, as the page's default
+  temperature 0);
+- a translation model: a sentence typed and translated shows exactly the translation
+  `POST /translate` returns, and the heat map of a chosen layer and head (for the cross-,
+  encoder and decoder attention) is a canvas of one 14-pixel cell per (query, key) pair whose
+  colours are the weights `POST /attention` returns.
 
 Usage: page_test.py SERVER_URL CHROMEDRIVER_URL CHROMIUM_BINARY
 """
@@ -50,9 +56,7 @@ def element(css):
     return next(iter(found.values()))
 
 
-try:
-    call("POST", base + "/url", {"url": server + "/"})
-    wait_for("return document.getElementById('status').dataset.ready === '1'", "the model ready")
+def chat_view():
     message = "Good morning, how are you?"
     box = element("#input")
     call("POST", f"{base}/element/{box}/value", {"text": message})
@@ -73,5 +77,92 @@ try:
     if users != [message]:
         raise SystemExit(f"FAIL: user messages shown: {users}")
     print(f"ok: the page streamed a reply of {len(shown)} characters equal to the API's")
+
+
+# The colour the page gives weight w: rgb(v, v, 255) with v = round(255 (1 - w)).
+CELL = 14
+
+
+def check_map(kind, label, panel):
+    """The map `label` of `kind` is shown as a canvas whose cells have `panel`'s colours."""
+    select = "const k = document.getElementById('kind'); k.value = arguments[0];" \
+             "k.dispatchEvent(new Event('change'));"
+    script(select, kind)
+    found = script("""
+        const m = [...document.querySelectorAll('#maps .map')]
+            .find(m => m.dataset.label === arguments[0]);
+        if (!m) return null;
+        const c = m.querySelector('canvas');
+        const g = c.getContext('2d');
+        const px = [];
+        for (let i = 0; i < arguments[1]; i++) for (let j = 0; j < arguments[2]; j++) {
+            const d = g.getImageData(j * arguments[3] + arguments[3] / 2,
+                                     i * arguments[3] + arguments[3] / 2, 1, 1).data;
+            px.push([d[0], d[1], d[2]]);
+        }
+        return {width: c.width, height: c.height, title: m.textContent, px,
+                maps: document.querySelectorAll('#maps .map').length};
+    """, label, len(panel["rows"]), len(panel["cols"]), CELL)
+    if not found:
+        raise SystemExit(f"FAIL: no heat map labelled {label!r} in the {kind} view")
+    rows, cols = len(panel["rows"]), len(panel["cols"])
+    if (found["width"], found["height"]) != (cols * CELL, rows * CELL):
+        raise SystemExit(f"FAIL: {label}: canvas {found['width']}x{found['height']}, "
+                         f"want {cols}x{rows} cells of {CELL}")
+    for i in range(rows):
+        for j in range(cols):
+            v = round(255 * (1 - panel["weights"][i][j]))
+            got = found["px"][i * cols + j]
+            if abs(got[0] - v) > 1 or abs(got[1] - v) > 1 or got[2] != 255:
+                raise SystemExit(f"FAIL: {label} cell ({i}, {j}): colour {got}, want "
+                                 f"({v}, {v}, 255) for weight {panel['weights'][i][j]}")
+    return found["maps"]
+
+
+def translate_view():
+    sentence = "three hundred twenty-one"
+    box = element("#source")
+    call("POST", f"{base}/element/{box}/value", {"text": sentence})
+    call("POST", f"{base}/element/{element('#tsend')}/click", {})
+    wait_for("return document.getElementById('translation').dataset.done === '1'",
+             "the translation")
+    shown = script("return document.getElementById('translation').textContent")
+    want = call("POST", server + "/translate", {"q": sentence, "source": "auto"})
+    if not shown or shown != want["translatedText"] or shown.startswith("error"):
+        raise SystemExit(f"FAIL: the page shows {shown!r}, /translate answers {want!r}")
+    maps = call("POST", server + "/attention", {"q": sentence})
+    heads = maps["heads"]
+    layers = len(maps["cross"]) // heads
+    if layers < 1 or not maps["encoder"]:
+        raise SystemExit(f"FAIL: /attention has {len(maps['cross'])} cross maps, {heads} heads")
+    # The last layer's last head, the first layer's second head, the first of the decoder.
+    chosen = [("cross", layers - 1, heads - 1), ("encoder", 0, min(1, heads - 1)),
+              ("decoder", 0, 0)]
+    for kind, layer, head in chosen:
+        panel = maps[kind][layer * heads + head]
+        label = f"{kind} layer {layer + 1} head {head + 1}"
+        if panel["label"] != label:
+            raise SystemExit(f"FAIL: /attention panel {layer * heads + head} of {kind} is "
+                             f"{panel['label']!r}, want {label!r}")
+        shown_maps = check_map(kind, label, panel)
+        if shown_maps != len(maps[kind]):
+            raise SystemExit(f"FAIL: the {kind} view shows {shown_maps} maps, /attention "
+                             f"has {len(maps[kind])}")
+    print(f"ok: the page translated {sentence!r} to {shown!r} as /translate does, and drew "
+          f"every layer's {heads} heads' heat maps with /attention's weights "
+          f"({', '.join(f'{k} L{l + 1} H{h + 1}' for k, l, h in chosen)} checked cell by cell)")
+
+
+try:
+    call("POST", base + "/url", {"url": server + "/"})
+    wait_for("return document.getElementById('status').dataset.ready === '1'"
+             " && !!document.getElementById('status').dataset.kind", "the model ready")
+    kind = script("return document.getElementById('status').dataset.kind")
+    if kind == "translation":
+        translate_view()
+    elif kind == "language-model":
+        chat_view()
+    else:
+        raise SystemExit(f"FAIL: the page has no view for a {kind!r} model")
 finally:
     call("DELETE", base)
