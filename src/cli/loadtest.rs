@@ -57,14 +57,16 @@ pub struct LoadtestArgs {
     /// Worker threads of the offline engine (0: all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
+    /// The numbers the offline engine's products use (as `serve --precision`).
+    #[arg(long, value_enum, default_value_t)]
+    pub precision: super::PrecisionArg,
 }
 
 /// Offline batched generation: each round submits `clients` requests to one engine and runs
 /// it dry. Prints tokens per second per concurrency.
 fn offline(args: &LoadtestArgs, path: &std::path::Path) -> Result<()> {
     super::set_threads(args.threads)?;
-    let mut g = TextGenerator::load(path)?;
-    g.model.prepare_inference();
+    let g = TextGenerator::load_prepared(path, args.precision.model_precision())?;
     let config = EngineConfig {
         block_rows: 16,
         pool_blocks: usize::MAX / 2,

@@ -69,7 +69,7 @@ fn one(args: &LoadtestArgs, sentence: &str) -> Result<(f64, usize)> {
 fn offline(args: &LoadtestArgs, model: &Path, lines: &[String]) -> Result<()> {
     super::set_threads(args.threads)?;
     let mut translator = Translator::load(model)?;
-    translator.prepare_inference();
+    translator.prepare_precision(args.precision.float_precision()?)?;
     println!("| clients | sentences | sentences/s (offline) | words/s (offline) |");
     println!("|---:|---:|---:|---:|");
     for &clients in &args.clients {

@@ -51,6 +51,9 @@ pub struct ServeArgs {
     /// A translation model's target language code.
     #[arg(long, default_value = "tgt")]
     pub target_lang: String,
+    /// The numbers the model's products use (see `generate --precision`).
+    #[arg(long, value_enum, default_value_t)]
+    pub precision: super::PrecisionArg,
     /// Worker threads for the model (0: all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
@@ -86,6 +89,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         prefill_budget: args.prefill_budget,
         source_lang: args.source_lang.clone(),
         target_lang: args.target_lang.clone(),
+        precision: args.precision.model_precision(),
         ..ServeConfig::new(args.model.clone(), args.addr)
     };
     let server = Server::start(config)?;

@@ -42,7 +42,7 @@ use crate::error::{Error, Result};
 use crate::model::LanguageModel;
 use crate::pipeline::chat::ChatTemplate;
 use crate::pipeline::embed::SentenceEncoder;
-use crate::pipeline::generate::TextGenerator;
+use crate::pipeline::generate::{ModelPrecision, TextGenerator};
 use crate::pipeline::translate::Translator;
 use crate::text::decoder_tokenizer::DecoderTokenizer;
 use api_error::ApiError;
@@ -83,6 +83,8 @@ pub struct ServeConfig {
     /// The language codes a translation model translates from and to (`/languages`).
     pub source_lang: String,
     pub target_lang: String,
+    /// The numbers the model's products use (`--precision`; `ggml`: a GGUF file's blocks).
+    pub precision: crate::pipeline::generate::ModelPrecision,
 }
 
 impl ServeConfig {
@@ -101,6 +103,7 @@ impl ServeConfig {
             prefill_budget: 512,
             source_lang: "src".into(),
             target_lang: "tgt".into(),
+            precision: Default::default(),
         }
     }
 }
@@ -345,14 +348,26 @@ fn model_kind(path: &std::path::Path) -> &'static str {
 /// thread; the model's work on the rayon pool).
 fn compute(app: Arc<App>) {
     let path = &app.config.model;
+    let precision = app.config.precision;
+    let float_only = || match precision {
+        ModelPrecision::Ggml => Err(Error::Input(
+            "--precision ggml is for .gguf models only".into(),
+        )),
+        p => Ok(p.float_precision()),
+    };
     let model = match model_kind(path) {
-        "translation" => Translator::load(path).map(|mut t| {
-            t.prepare_inference();
-            jobs::JobModel::Translator(Box::new(t))
-        }),
-        "encoder" => {
-            SentenceEncoder::load(path, None).map(|e| jobs::JobModel::Encoder(Box::new(e)))
-        }
+        "translation" => float_only()
+            .and_then(|p| Ok((p, Translator::load(path)?)))
+            .and_then(|(p, mut t)| {
+                t.prepare_precision(p)?;
+                Ok(jobs::JobModel::Translator(Box::new(t)))
+            }),
+        "encoder" => float_only()
+            .and_then(|p| Ok((p, SentenceEncoder::load(path, None)?)))
+            .and_then(|(p, mut e)| {
+                e.model.prepare_precision(p).map_err(Error::Input)?;
+                Ok(jobs::JobModel::Encoder(Box::new(e)))
+            }),
         _ => return compute_lm(app),
     };
     let model = match model {
@@ -383,15 +398,14 @@ fn compute(app: Arc<App>) {
 
 /// [`compute`] for a language model: the continuous-batching engine.
 fn compute_lm(app: Arc<App>) {
-    let loaded = TextGenerator::load(&app.config.model);
-    let mut generator = match loaded {
+    let loaded = TextGenerator::load_prepared(&app.config.model, app.config.precision);
+    let generator = match loaded {
         Ok(g) => g,
         Err(e) => {
             let _ = app.load_error.set(e.to_string());
             return;
         }
     };
-    generator.model.prepare_inference();
     let TextGenerator {
         model,
         tokenizer,
