@@ -516,6 +516,45 @@ impl<T: Float> MultiHeadAttention<T> {
 }
 
 impl<T: Float> MultiHeadAttention<T> {
+    /// A prompt's self-attention when only each row's last position is read further (the last
+    /// block of a prefill whose other outputs nobody reads): the keys and values of every
+    /// position of `x [batch*q_len, d_model]` are appended to `cache` as in
+    /// [`forward_cached`](Self::forward_cached), but only the last position's query is
+    /// projected and attends, to every key of its row. Returns `[batch, d_model]`.
+    pub fn forward_cached_last(&self, x: &[T], cache: &mut KvCache<T>) -> Vec<T> {
+        let d = self.d_model;
+        let batch = cache.batch;
+        let q_len = x.len() / (batch * d);
+        assert!(
+            q_len > 0 && x.len() == batch * q_len * d,
+            "query rows are not a whole number per cached batch element"
+        );
+        let mut k_new = self.k_proj.forward(x);
+        self.rotate(&mut k_new, q_len, self.n_kv_heads, cache.len);
+        cache.append(&k_new, &self.v_proj.forward(x));
+        let k_len = cache.len;
+        // q: [batch, d_model], the last position of each row, at position k_len - 1
+        let mut q = self
+            .q_proj
+            .forward(&super::residual::last_rows(x, q_len, d));
+        self.rotate(&mut q, 1, self.n_heads, k_len - 1);
+        let mut ctx = vec![T::zero(); batch * d];
+        let mut probs = vec![T::zero(); batch * self.n_heads * k_len];
+        let dims = self.dims(batch, 1, k_len, cache.capacity);
+        let (k, v, rows) = cache.paged();
+        step_attention_forward(
+            &mut ctx,
+            &mut probs,
+            &q,
+            k,
+            v,
+            &rows,
+            &vec![k_len; batch],
+            dims,
+        );
+        self.out_proj.forward(&ctx)
+    }
+
     /// Causal self-attention of a continuous-batching step: `x [n, d_model]` are `n` tokens of
     /// any rows of `cache` (a prompt chunk of one sequence, the next token of others; see
     /// [`RaggedTokens`]). Their keys and values are appended to their rows (rotary: rotated at

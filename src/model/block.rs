@@ -107,6 +107,17 @@ impl<T: Float> SelfAttentionBlock<T> {
         self.ffn_res.apply(x, |u| self.ffn.forward(u).0)
     }
 
+    /// [`forward_cached`](Self::forward_cached) of a prompt `x [batch*q_len, d_model]` that
+    /// returns only each row's last position, `[batch, d_model]`: every position's keys and
+    /// values are cached, the rest of the block runs on the last positions only.
+    pub fn forward_cached_last(&self, x: Vec<T>, cache: &mut KvCache<T>, q_len: usize) -> Vec<T> {
+        let d = self.self_attn.d_model;
+        let x = self.self_attn_res.apply_last(x, q_len, d, |u| {
+            self.self_attn.forward_cached_last(u, cache)
+        });
+        self.ffn_res.apply(x, |u| self.ffn.forward(u).0)
+    }
+
     /// A continuous-batching step: `x [n, d_model]` are tokens of any rows of `cache` (see
     /// [`MultiHeadAttention::forward_ragged`]).
     pub fn forward_ragged(

@@ -329,23 +329,44 @@ impl<T: Float> LanguageModel<T> {
     /// row, `[batch, vocab]`: the output projection (the widest product of a step) runs on the
     /// last position of a prompt only, which is all a search reads.
     pub fn step_last(&self, state: &mut LmState<T>, tokens: &[u32]) -> Vec<T> {
-        let (h, q_len) = self.step_hidden(state, tokens);
-        if q_len == 1 {
-            return self.head.log_probs(&self.embedding, &h);
+        let (x, q_len) = self.step_embed(state, tokens);
+        let caches = &mut state.caches;
+        let layers = &self.blocks.layers;
+        let Some((last_layer, first)) = layers.split_last().filter(|_| q_len > 1) else {
+            let h = self
+                .blocks
+                .apply(x, |i, l, x| l.forward_cached(x, &mut caches[i]));
+            let last = super::residual::last_rows(&h, q_len, self.config.d_model);
+            return self.head.log_probs(&self.embedding, &last);
+        };
+        // Every block but the last on all positions; the last one caches every position's keys
+        // and values but computes the rest for the last position of each row only.
+        let mut x = x;
+        for (i, l) in first.iter().enumerate() {
+            x = l.forward_cached(x, &mut caches[i]);
         }
-        // last: [batch, d_model], the hidden state of each row's last position
-        let d = self.config.d_model;
-        let last: Vec<T> = h
-            .chunks_exact(q_len * d)
-            .flat_map(|row| &row[(q_len - 1) * d..])
-            .copied()
-            .collect();
+        // last: [batch, d_model]
+        let mut last = last_layer.forward_cached_last(x, &mut caches[first.len()], q_len);
+        if let Some(norm) = &self.blocks.final_norm {
+            last = norm.forward(&last).0;
+        }
         self.head.log_probs(&self.embedding, &last)
     }
 
     /// The blocks' output `[batch*q_len, d_model]` for `tokens [batch, q_len]` at the next
     /// positions (appended to the caches), and `q_len`.
     fn step_hidden(&self, state: &mut LmState<T>, tokens: &[u32]) -> (Vec<T>, usize) {
+        let (x, q_len) = self.step_embed(state, tokens);
+        let caches = &mut state.caches;
+        let h = self
+            .blocks
+            .apply(x, |i, l, x| l.forward_cached(x, &mut caches[i]));
+        (h, q_len)
+    }
+
+    /// The embeddings `[batch*q_len, d_model]` of `tokens [batch, q_len]` at the state's next
+    /// positions, and `q_len`.
+    fn step_embed(&self, state: &LmState<T>, tokens: &[u32]) -> (Vec<T>, usize) {
         let batch = state.caches.first().map_or(1, |c| c.batch);
         assert!(
             tokens.len().is_multiple_of(batch),
@@ -359,11 +380,7 @@ impl<T: Float> LanguageModel<T> {
             state.capacity()
         );
         let (x, _) = self.embedding.forward(tokens, q_len, pos, 0.0, None);
-        let caches = &mut state.caches;
-        let h = self
-            .blocks
-            .apply(x, |i, l, x| l.forward_cached(x, &mut caches[i]));
-        (h, q_len)
+        (x, q_len)
     }
 }
 
@@ -379,6 +396,48 @@ impl<T> Module<T> for LanguageModel<T> {
 mod tests {
     use super::*;
     use crate::model::{NormPlacement, Positions};
+
+    /// A prompt through `step_last` (the last block on the last positions only) against the
+    /// last rows of `step` (every position everywhere), in f64, post-LN sinusoidal and pre-LN
+    /// rotary grouped-query models, after a cached prefix; then one more token through both
+    /// states, which checks that the last block cached every position's keys and values.
+    #[test]
+    fn step_last_equals_the_last_rows_of_step() {
+        for (norm, positions) in [
+            (NormPlacement::PostLn, Positions::Sinusoidal),
+            (NormPlacement::PreLn, Positions::Rotary),
+        ] {
+            let mut c = ModelConfig::preset("tiny", 29).unwrap();
+            c.n_encoder_layers = 0;
+            c.n_decoder_layers = 2;
+            c.norm = norm;
+            c.positions = positions;
+            if positions == Positions::Rotary {
+                c.n_kv_heads = Some(c.n_heads / 2);
+            }
+            let m = LanguageModel::<f64>::new(c.clone(), &mut Rng::new(3));
+            let (batch, q_len, vocab) = (2, 5, c.vocab_size);
+            let (mut a, mut b) = (m.start(batch, 16), m.start(batch, 16));
+            let prefix = [4, 9, 1, 7, 7, 2];
+            m.step(&mut a, &prefix);
+            m.step(&mut b, &prefix);
+            let prompt: Vec<u32> = (0..batch * q_len).map(|i| (i * 7 % vocab) as u32).collect();
+            let last = m.step_last(&mut a, &prompt);
+            let all = m.step(&mut b, &prompt);
+            let want = super::super::residual::last_rows(&all, q_len, vocab);
+            assert_eq!(last.len(), want.len());
+            for (x, y) in last.iter().zip(&want) {
+                assert!((x - y).abs() < 1e-10, "{norm:?} {positions:?}: {x} vs {y}");
+            }
+            let (next_a, next_b) = (m.step_last(&mut a, &[3, 5]), m.step_last(&mut b, &[3, 5]));
+            for (x, y) in next_a.iter().zip(&next_b) {
+                assert!(
+                    (x - y).abs() < 1e-10,
+                    "{norm:?} {positions:?} next: {x} vs {y}"
+                );
+            }
+        }
+    }
 
     /// The count from shapes against the arithmetic of the encoder-decoder's count: the same
     /// model without the encoder, the decoder's cross-attention sublayers and the encoder's

@@ -161,6 +161,45 @@ impl<T: Float> Residual<T> {
     pub fn apply(&self, x: Vec<T>, sublayer: impl FnOnce(&[T]) -> Vec<T>) -> Vec<T> {
         self.forward(x, None, |input| (sublayer(input), ())).0
     }
+
+    /// [`apply`](Self::apply) when only the last of every `q_len` rows of the output is wanted
+    /// (the last position of each prompt in `x [batch*q_len, d]`): `sublayer` gets the whole
+    /// (pre-LN: normalised) input and returns its output for those rows only, `[batch, d]`; the
+    /// residual sum and (post-LN) the norm run on those rows only.
+    pub fn apply_last(
+        &self,
+        x: Vec<T>,
+        q_len: usize,
+        d: usize,
+        sublayer: impl FnOnce(&[T]) -> Vec<T>,
+    ) -> Vec<T> {
+        let x_last = last_rows(&x, q_len, d);
+        match self.placement {
+            NormPlacement::PostLn => {
+                let mut sum = sublayer(&x);
+                add_inplace(&mut sum, &x_last);
+                self.norm.forward(&sum).0
+            }
+            NormPlacement::PreLn => {
+                let (normed, _) = self.norm.forward(&x);
+                let mut y = sublayer(&normed);
+                add_inplace(&mut y, &x_last);
+                y
+            }
+        }
+    }
+}
+
+/// The last of every `q_len` rows of `x [batch*q_len, d]`: `[batch, d]`.
+pub fn last_rows<T: Float>(x: &[T], q_len: usize, d: usize) -> Vec<T> {
+    assert!(
+        q_len > 0 && x.len().is_multiple_of(q_len * d),
+        "x is not [batch*q_len, d]"
+    );
+    x.chunks_exact(q_len * d)
+        .flat_map(|seq| &seq[(q_len - 1) * d..])
+        .copied()
+        .collect()
 }
 
 /// A residual connection's parameters are its norm's: `weight` and `bias` under the
