@@ -24,24 +24,6 @@ pub fn lane_sum<T: Float>(xs: &[T], f: impl Fn(T) -> T) -> T {
     acc.iter().fold(tail, |s, &x| s + x)
 }
 
-/// `xᵢ ← f(xᵢ)` for every element, returning `Σᵢ f(xᵢ)` summed as [`lane_sum`] does.
-#[inline(always)]
-pub fn lane_sum_map_inplace<T: Float>(xs: &mut [T], f: impl Fn(T) -> T) -> T {
-    let mut chunks = xs.chunks_exact_mut(LANES);
-    let mut acc = [T::zero(); LANES];
-    for c in &mut chunks {
-        for i in 0..LANES {
-            c[i] = f(c[i]);
-            acc[i] += c[i];
-        }
-    }
-    let tail = chunks.into_remainder().iter_mut().fold(T::zero(), |s, x| {
-        *x = f(*x);
-        s + *x
-    });
-    acc.iter().fold(tail, |s, &x| s + x)
-}
-
 /// `a · b` with sixteen running sums (see [`lane_sum`]).
 #[inline(always)]
 pub fn lane_dot<T: Float>(a: &[T], b: &[T]) -> T {

@@ -1,12 +1,10 @@
 //! Numerically stable softmax and log-softmax over rows (the max is subtracted first).
 
-use super::reduce::{lane_max, lane_sum, lane_sum_map_inplace};
+use super::reduce::{lane_max, lane_sum};
 use crate::Float;
 
 /// `x ← softmax(x)` over the first `valid` entries; entries at or past `valid` get exactly 0.
-/// With `valid == 0` the whole row is 0 (a query that may attend to nothing). The passes run
-/// with sixteen running maxima and sums and the vectorisable [`Float::exp_vec`], compiled for the
-/// machine's widest vectors (`pulp`), as [`log_softmax_inplace`]'s.
+/// With `valid == 0` the whole row is 0 (a query that may attend to nothing).
 pub fn softmax_inplace<T: Float>(row: &mut [T], valid: usize) {
     let valid = valid.min(row.len());
     let (live, masked) = row.split_at_mut(valid);
@@ -14,23 +12,14 @@ pub fn softmax_inplace<T: Float>(row: &mut [T], valid: usize) {
     if live.is_empty() {
         return;
     }
-    pulp::Arch::new().dispatch(Softmax(live));
-}
-
-/// The passes of [`softmax_inplace`] over the live entries (see [`LogSoftmax`]).
-struct Softmax<'a, T>(&'a mut [T]);
-
-impl<T: Float> pulp::WithSimd for Softmax<'_, T> {
-    type Output = ();
-
-    #[inline(always)]
-    fn with_simd<S: pulp::Simd>(self, _simd: S) {
-        let live = self.0;
-        let max = lane_max(live);
-        let sum = lane_sum_map_inplace(live, |x| (x - max).exp_vec());
-        let inv = T::one() / sum;
-        live.iter_mut().for_each(|x| *x *= inv);
+    let max = live.iter().fold(T::neg_infinity(), |m, &x| m.max(x));
+    let mut sum = T::zero();
+    for x in live.iter_mut() {
+        *x = (*x - max).exp();
+        sum += *x;
     }
+    let inv = T::one() / sum;
+    live.iter_mut().for_each(|x| *x *= inv);
 }
 
 /// `x ← log softmax(x)` over the whole row; returns the log-sum-exp that was subtracted.
