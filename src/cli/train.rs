@@ -8,6 +8,7 @@ use crate::store::{CheckpointWriter, VOCAB_FILE};
 use crate::text::corpus::{read_pairs, read_parallel, Pair};
 use crate::text::vocab::{Vocab, VocabLevel};
 use crate::train::pairs::{Example, TrainConfig};
+use crate::train::precision::TrainPrecision;
 use crate::train::run::{run as run_training, Output, RunOptions};
 use crate::train::schedule::Cooldown;
 use crate::train::source::{Recipe, MAX_STEP};
@@ -119,6 +120,11 @@ pub struct TrainArgs {
     /// during training (a regulariser for small corpora). Ignored with --resume.
     #[arg(long, default_value_t = 0.0)]
     pub word_dropout: f64,
+    /// The number format of the linear layers' products: f32, or bf16 (operands rounded to
+    /// bf16, float32 sums, float32 weights and optimizer state; see `train::precision`).
+    /// Saved with the run: ignored with --resume, which continues in the checkpoint's.
+    #[arg(long, value_enum, default_value_t = TrainPrecision::F32)]
+    pub precision: TrainPrecision,
     /// Use pre-LN residual blocks instead of the paper's post-LN. Ignored with --resume.
     #[arg(long)]
     pub pre_ln: bool,
@@ -258,6 +264,7 @@ fn recipe(args: &TrainArgs) -> TrainConfig {
         clip_norm: args.clip_norm,
         seed: args.seed,
         word_dropout: args.word_dropout,
+        precision: args.precision,
         cooldown: Cooldown::last(args.cooldown.unwrap_or(0), args.max_steps),
         ..TrainConfig::default()
     }
@@ -423,7 +430,12 @@ fn resume(
     let examples = encode_pairs(train_pairs, &vocab, max_len, "training data");
     let mut trainer = PairTrainer::resume(dir, examples)?;
     if root {
-        eprintln!("resumed {} at step {}", dir.display(), trainer.state.step);
+        eprintln!(
+            "resumed {} at step {} (precision {})",
+            dir.display(),
+            trainer.state.step,
+            trainer.state.config.precision
+        );
     }
     if let Some(steps) = args.cooldown {
         trainer.set_cooldown(Cooldown::last(steps, args.max_steps));

@@ -17,6 +17,7 @@ use crate::train::windows::LmTrainConfig;
 
 /// The largest BPE vocabulary `--vocab-size` asks for.
 pub const MAX_VOCAB: usize = 1 << 20;
+use crate::train::precision::TrainPrecision;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::path::{Path, PathBuf};
@@ -105,6 +106,11 @@ pub struct TrainLmArgs {
     /// update: the update that crosses the limit completes, so at least one runs.
     #[arg(long)]
     pub time_limit: Option<f64>,
+    /// The number format of the linear layers' products: f32, or bf16 (operands rounded to
+    /// bf16, float32 sums, float32 weights and optimizer state; see `train::precision`).
+    /// Saved with the run: ignored with --resume, which continues in the checkpoint's.
+    #[arg(long, value_enum, default_value_t = TrainPrecision::F32)]
+    pub precision: TrainPrecision,
     /// Peak learning rate. Ignored with --resume.
     #[arg(long, default_value_t = 5e-4)]
     pub lr: f64,
@@ -175,6 +181,7 @@ fn recipe(args: &TrainLmArgs) -> LmTrainConfig {
         clip_norm: (args.clip_norm > 0.0).then_some(args.clip_norm),
         label_smoothing: args.label_smoothing,
         seed: args.seed,
+        precision: args.precision,
         ..LmTrainConfig::default()
     }
 }
@@ -275,7 +282,12 @@ fn run_on(args: TrainLmArgs, comm: Arc<dyn Communicator>) -> Result<()> {
             let tokens = document_tokens(&bpe, train_text)?;
             let trainer = LmTrainer::resume(dir, tokens)?;
             if root {
-                eprintln!("resumed {} at step {}", dir.display(), trainer.state.step);
+                eprintln!(
+                    "resumed {} at step {} (precision {})",
+                    dir.display(),
+                    trainer.state.step,
+                    trainer.state.config.precision
+                );
             }
             (bpe, trainer)
         }

@@ -1,14 +1,25 @@
 //! A fully connected layer, `y = x Wᵀ + b` (or `x Wᵀ` without a bias, as in Llama), with
 //! PyTorch's `[d_out, d_in]` weight layout.
+//!
+//! In bf16 training ([`Linear::set_bf16_products`], f32 layers) the three products `x Wᵀ`,
+//! `dy W` and `dyᵀ x` take their operands rounded to bf16 and sum in float32 (see
+//! [`crate::train::precision`]). The rounded weight is made once per weight change (once per
+//! optimizer step); the multiplication itself is the
+//! float32 gemm: a product of two bf16 numbers is exact in f32, so gemm's fused multiply-adds
+//! of bf16 values are exactly "bf16 inputs, f32 accumulation". On the machines measured
+//! (BENCHMARKS.md) that beats the AVX-512 BF16 kernel
+//! ([`crate::kernels::lowp::bf16_gemm`]), whose `vdpbf16ps` retires a quarter as often as an
+//! f32 FMA there.
 
 use super::param::{Init, Module, Param, ParamVisitor};
 use crate::kernels::activations::{bias_relu_inplace, relu_inplace};
-use crate::kernels::lowp::{PackedWeight, Precision};
+use crate::kernels::lowp::{rounded_to_bf16, PackedWeight, Precision};
 use crate::kernels::matmul::{
     add_row_bias, matmul, transpose_weight, weight_product, MatMut, MatRef,
 };
 use crate::kernels::reduce::add_column_sums;
 use crate::Float;
+use std::sync::OnceLock;
 
 /// `y = x Wᵀ + b`.
 #[derive(Clone, Debug)]
@@ -27,6 +38,17 @@ pub struct Linear<T> {
     /// blocks) that [`Linear::forward`] multiplies instead (f32 models only); dropped with
     /// `transposed`.
     packed: Option<PackedWeight>,
+    /// Training in bf16: the products' operands are rounded to bf16.
+    bf16_products: bool,
+    /// With `bf16_products`: the weight rounded to bf16, made on first use after each change
+    /// of the weight and dropped with `transposed`.
+    bf16_weight: OnceLock<Bf16Weight>,
+}
+
+/// A weight rounded to bf16 (values kept in f32), `[d_out, d_in]`.
+#[derive(Clone, Debug)]
+struct Bf16Weight {
+    w: Vec<f32>,
 }
 
 impl<T: Float> Linear<T> {
@@ -44,7 +66,32 @@ impl<T: Float> Linear<T> {
             d_out,
             transposed: None,
             packed: None,
+            bf16_products: false,
+            bf16_weight: OnceLock::new(),
         }
+    }
+
+    /// Training: multiply bf16-rounded operands (`on`) or float32 ones. Only f32 layers round;
+    /// an f64 layer (the gradient checks) stays f64 either way.
+    pub fn set_bf16_products(&mut self, on: bool) {
+        self.bf16_products = on;
+        self.bf16_weight = OnceLock::new();
+    }
+
+    /// Whether the products take bf16-rounded operands.
+    pub fn bf16_products(&self) -> bool {
+        self.bf16_products
+    }
+
+    /// With bf16 products on an f32 layer: the rounded weight (made once per weight change).
+    fn bf16_weight(&self) -> Option<&Bf16Weight> {
+        if !self.bf16_products {
+            return None;
+        }
+        let w = T::as_f32(&self.weight.value.data)?;
+        Some(self.bf16_weight.get_or_init(|| Bf16Weight {
+            w: rounded_to_bf16(w),
+        }))
     }
 
     /// Keeps a transposed copy of the weight for a run of forwards that do not change it
@@ -112,6 +159,12 @@ impl<T: Float> Linear<T> {
                 return p.product(y32, x32, rows);
             }
         }
+        if let Some(w16) = self.bf16_weight() {
+            if let (Some(x32), Some(y32)) = (T::as_f32(x), T::as_f32_mut(y)) {
+                let x16 = rounded_to_bf16(x32);
+                return weight_product(y32, &x16, &w16.w, None, rows, self.d_in, self.d_out);
+            }
+        }
         let (w, w_t) = (&self.weight.value.data, self.transposed.as_deref());
         weight_product(y, x, w, w_t, rows, self.d_in, self.d_out);
     }
@@ -145,9 +198,24 @@ impl<T: Float> Linear<T> {
     /// Accumulates `dW += dyᵀ x`, `db += Σ dy` and returns `dx = dy W`.
     pub fn backward(&mut self, x: &[T], dy: &[T]) -> Vec<T> {
         let rows = x.len() / self.d_in;
-        self.accumulate_grads(x, dy);
         // dx: [rows, d_in]
         let mut dx = vec![T::zero(); rows * self.d_in];
+        if let (Some(x32), Some(dy32)) = (T::as_f32(x), T::as_f32(dy)) {
+            if self.bf16_weight().is_some() {
+                let dy16 = rounded_to_bf16(dy32);
+                self.accumulate_grads_bf16(&rounded_to_bf16(x32), &dy16, dy32);
+                let w16 = self.bf16_weight().expect("checked just above");
+                matmul(
+                    MatMut::new(T::as_f32_mut(&mut dx).expect("f32 layer"), rows, self.d_in),
+                    MatRef::new(&dy16, rows, self.d_out),
+                    MatRef::new(&w16.w, self.d_out, self.d_in),
+                    1.0,
+                    false,
+                );
+                return dx;
+            }
+        }
+        self.accumulate_grads(x, dy);
         matmul(
             MatMut::new(&mut dx, rows, self.d_in),
             MatRef::new(dy, rows, self.d_out),
@@ -160,6 +228,12 @@ impl<T: Float> Linear<T> {
 
     /// Accumulates the parameter gradients only (when `dx` is not needed).
     pub fn accumulate_grads(&mut self, x: &[T], dy: &[T]) {
+        if let (Some(x32), Some(dy32)) = (T::as_f32(x), T::as_f32(dy)) {
+            if self.bf16_products {
+                let (x16, dy16) = (rounded_to_bf16(x32), rounded_to_bf16(dy32));
+                return self.accumulate_grads_bf16(&x16, &dy16, dy32);
+            }
+        }
         let rows = x.len() / self.d_in;
         matmul(
             MatMut::new(&mut self.weight.grad.data, self.d_out, self.d_in),
@@ -174,10 +248,31 @@ impl<T: Float> Linear<T> {
     }
 }
 
+impl<T: Float> Linear<T> {
+    /// bf16 training: `dW += dy16ᵀ x16` from the rounded operands, `db += Σ dy` (a sum, not a
+    /// product: from the f32 `dy`).
+    fn accumulate_grads_bf16(&mut self, x16: &[f32], dy16: &[f32], dy: &[f32]) {
+        let rows = x16.len() / self.d_in;
+        let grad = T::as_f32_mut(&mut self.weight.grad.data).expect("f32 layer");
+        matmul(
+            MatMut::new(grad, self.d_out, self.d_in),
+            MatRef::new(dy16, rows, self.d_out).t(),
+            MatRef::new(x16, rows, self.d_in),
+            1.0,
+            true,
+        );
+        if let Some(b) = &mut self.bias {
+            let db = T::as_f32_mut(&mut b.grad.data).expect("f32 layer");
+            add_column_sums(db, dy, self.d_out);
+        }
+    }
+}
+
 impl<T> Module<T> for Linear<T> {
     fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
         self.transposed = None; // the caller may change the weight
         self.packed = None;
+        self.bf16_weight = OnceLock::new();
         v.param("weight", &mut self.weight);
         if let Some(b) = &mut self.bias {
             v.param("bias", b);

@@ -141,6 +141,14 @@ impl<T: Float> LanguageModel<T> {
         self.head.prepare_inference(&self.embedding);
     }
 
+    /// Training: the linear layers multiply bf16-rounded operands (`on`) or float32 ones (see
+    /// [`crate::train::precision`]).
+    pub fn set_bf16_products(&mut self, on: bool) {
+        for block in &mut self.blocks.layers {
+            block.for_each_linear(&mut |l| l.set_bf16_products(on));
+        }
+    }
+
     /// Readies the model for inference in `precision` (see
     /// [`Seq2Seq::prepare_precision`](super::Seq2Seq::prepare_precision)).
     pub fn prepare_precision(&mut self, precision: Precision) -> Result<(), String> {

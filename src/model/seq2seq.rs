@@ -135,6 +135,18 @@ impl<T: Float> Seq2Seq<T> {
         self.head.prepare_inference(&self.embedding);
     }
 
+    /// Training: the linear layers multiply bf16-rounded operands (`on`) or float32 ones (see
+    /// [`crate::train::precision`]).
+    pub fn set_bf16_products(&mut self, on: bool) {
+        let mut set = |l: &mut super::linear::Linear<T>| l.set_bf16_products(on);
+        for block in &mut self.encoder.layers {
+            block.for_each_linear(&mut set);
+        }
+        for layer in &mut self.decoder.layers {
+            layer.for_each_linear(&mut set);
+        }
+    }
+
     /// Readies the model for inference in `precision`: f32 as [`prepare_inference`](Self::prepare_inference);
     /// bf16 or int8 packs every linear layer's weight and the output projection once (see
     /// [`crate::kernels::lowp`]); the embeddings, norms and attention stay f32. An error names

@@ -27,6 +27,10 @@ pub trait Trainable: Model<Config = ModelConfig> + Clone + Send {
         grad_scale: f64,
         rng: &mut Rng,
     ) -> LossStats;
+
+    /// Whether the linear layers' products take bf16-rounded operands (see
+    /// [`crate::train::precision`]).
+    fn set_bf16_products(&mut self, on: bool);
 }
 
 impl Trainable for Seq2Seq<f32> {
@@ -40,6 +44,10 @@ impl Trainable for Seq2Seq<f32> {
         rng: &mut Rng,
     ) -> LossStats {
         Seq2Seq::forward_backward(self, batch, label_smoothing, grad_scale, Some(rng))
+    }
+
+    fn set_bf16_products(&mut self, on: bool) {
+        Seq2Seq::set_bf16_products(self, on)
     }
 }
 
@@ -62,5 +70,9 @@ impl Trainable for LanguageModel<f32> {
             grad_scale,
             Some(rng),
         )
+    }
+
+    fn set_bf16_products(&mut self, on: bool) {
+        LanguageModel::set_bf16_products(self, on)
     }
 }

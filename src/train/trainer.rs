@@ -145,7 +145,9 @@ where
         Ok(Self::assemble(model, adam, state, source))
     }
 
-    fn assemble(model: M, adam: Adam<f32>, state: TrainerState<S::Recipe>, source: S) -> Self {
+    fn assemble(mut model: M, adam: Adam<f32>, state: TrainerState<S::Recipe>, source: S) -> Self {
+        // Before the replica is copied from it.
+        model.set_bf16_products(state.config.precision().bf16_products());
         Trainer {
             schedule: state.config.schedule(model.config().d_model),
             parallel: DataParallel::for_pool(&model),
@@ -204,7 +206,10 @@ where
         }
         self.adam.step = state.step;
         self.schedule = state.config.schedule(self.model.config().d_model);
+        let bf16 = state.config.precision().bf16_products();
         self.state = state;
+        self.model.set_bf16_products(bf16);
+        self.parallel.for_replica(|r| r.set_bf16_products(bf16));
         Ok(())
     }
 
