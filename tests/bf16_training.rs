@@ -5,6 +5,7 @@
 mod common;
 
 use transformer::batch::Batch;
+use transformer::kernels::lowp::bf16_train::Bf16Kernel;
 use transformer::kernels::lowp::round_to_bf16;
 use transformer::model::linear::Linear;
 use transformer::model::{ModelConfig, Module, NormPlacement, Seq2Seq};
@@ -18,8 +19,16 @@ fn r16(x: f32) -> f64 {
     f64::from(round_to_bf16(x))
 }
 
-/// A layer with random weight and bias (in [-0.5, 0.5)), bf16 products on.
-fn layer(d_in: usize, d_out: usize, seed: u64) -> Linear<f32> {
+/// Every way of multiplying this machine runs: the f32 gemm over rounded operands, the packed
+/// portable kernel (forced, so it runs everywhere) and the AVX-512 BF16 one where the CPU has it.
+fn kernels() -> Vec<Bf16Kernel> {
+    let mut k = vec![Bf16Kernel::Gemm, Bf16Kernel::parse("portable").unwrap()];
+    k.extend(Bf16Kernel::parse("avx512").ok());
+    k
+}
+
+/// A layer with random weight and bias (in [-0.5, 0.5)), bf16 products with `kernel`.
+fn layer(d_in: usize, d_out: usize, seed: u64, kernel: Bf16Kernel) -> Linear<f32> {
     let mut rng = Rng::new(seed);
     let mut l = Linear::<f32>::new(d_in, d_out, &mut rng);
     for (_, p) in l.params_mut() {
@@ -27,7 +36,7 @@ fn layer(d_in: usize, d_out: usize, seed: u64) -> Linear<f32> {
             *v = rng.uniform() as f32 - 0.5;
         }
     }
-    l.set_bf16_products(true);
+    l.set_bf16_products(Some(kernel));
     l
 }
 
@@ -54,8 +63,12 @@ fn check_sum(what: &str, got: f32, base: f64, terms: impl Iterator<Item = f64>) 
 #[test]
 fn linear_products_match_f64_loops_over_bf16_rounded_operands() {
     // Rows: a decoding-sized product (the matrix-vector path) and gemm-sized ones.
-    for &(rows, d_in, d_out) in &[(1, 40, 7), (3, 33, 65), (70, 96, 130), (129, 257, 31)] {
-        let mut l = layer(d_in, d_out, rows as u64);
+    let shapes = [(1, 40, 7), (3, 33, 65), (70, 96, 130), (129, 257, 31)];
+    let cases = kernels()
+        .into_iter()
+        .flat_map(|k| shapes.iter().map(move |s| (k, s)));
+    for (kernel, &(rows, d_in, d_out)) in cases {
+        let mut l = layer(d_in, d_out, rows as u64, kernel);
         let x = random(rows * d_in, 10 + rows as u64);
         let dy = random(rows * d_out, 20 + rows as u64);
         let w = l.weight.value.data.clone();
@@ -68,7 +81,7 @@ fn linear_products_match_f64_loops_over_bf16_rounded_operands() {
             for o in 0..d_out {
                 let terms = (0..d_in).map(|k| r16(x[r * d_in + k]) * r16(w[o * d_in + k]));
                 check_sum(
-                    &format!("y[{r},{o}] ({rows}x{d_in}x{d_out})"),
+                    &format!("{kernel:?}: y[{r},{o}] ({rows}x{d_in}x{d_out})"),
                     y[r * d_out + o],
                     f64::from(b[o]),
                     terms,
@@ -79,7 +92,12 @@ fn linear_products_match_f64_loops_over_bf16_rounded_operands() {
         for r in 0..rows {
             for k in 0..d_in {
                 let terms = (0..d_out).map(|o| r16(dy[r * d_out + o]) * r16(w[o * d_in + k]));
-                check_sum(&format!("dx[{r},{k}]"), dx[r * d_in + k], 0.0, terms);
+                check_sum(
+                    &format!("{kernel:?}: dx[{r},{k}]"),
+                    dx[r * d_in + k],
+                    0.0,
+                    terms,
+                );
             }
         }
         for o in 0..d_out {
@@ -87,7 +105,7 @@ fn linear_products_match_f64_loops_over_bf16_rounded_operands() {
                 let terms = (0..rows).map(|r| r16(dy[r * d_out + o]) * r16(x[r * d_in + k]));
                 let base = f64::from(grad0[o * d_in + k]);
                 check_sum(
-                    &format!("dW[{o},{k}]"),
+                    &format!("{kernel:?}: dW[{o},{k}]"),
                     l.weight.grad.data[o * d_in + k],
                     base,
                     terms,
@@ -106,28 +124,30 @@ fn linear_products_match_f64_loops_over_bf16_rounded_operands() {
 #[test]
 fn the_rounded_weight_follows_every_change_of_the_weight() {
     let (rows, d_in, d_out) = (9, 20, 6);
-    let mut l = layer(d_in, d_out, 1);
-    let x = random(rows * d_in, 2);
-    let before = l.forward(&x);
-    // An optimizer step changes the weight through the parameter walk.
-    for (_, p) in l.params_mut() {
-        p.value.data.iter_mut().for_each(|v| *v *= -2.0);
-    }
-    let after = l.forward(&x);
-    let w = &l.weight.value.data;
-    let b = &l.bias.as_ref().unwrap().value.data;
-    for r in 0..rows {
-        for o in 0..d_out {
-            let terms = (0..d_in).map(|k| r16(x[r * d_in + k]) * r16(w[o * d_in + k]));
-            check_sum(
-                "y after the change",
-                after[r * d_out + o],
-                f64::from(b[o]),
-                terms,
-            );
+    for kernel in kernels() {
+        let mut l = layer(d_in, d_out, 1, kernel);
+        let x = random(rows * d_in, 2);
+        let before = l.forward(&x);
+        // An optimizer step changes the weight through the parameter walk.
+        for (_, p) in l.params_mut() {
+            p.value.data.iter_mut().for_each(|v| *v *= -2.0);
         }
+        let after = l.forward(&x);
+        let w = &l.weight.value.data;
+        let b = &l.bias.as_ref().unwrap().value.data;
+        for r in 0..rows {
+            for o in 0..d_out {
+                let terms = (0..d_in).map(|k| r16(x[r * d_in + k]) * r16(w[o * d_in + k]));
+                check_sum(
+                    "y after the change",
+                    after[r * d_out + o],
+                    f64::from(b[o]),
+                    terms,
+                );
+            }
+        }
+        assert_ne!(before, after);
     }
-    assert_ne!(before, after);
 }
 
 #[test]
@@ -137,7 +157,7 @@ fn f64_layers_stay_f64_with_bf16_products_on() {
     let mut rng = Rng::new(3);
     let mut plain = Linear::<f64>::new(d_in, d_out, &mut rng);
     let mut bf16 = plain.clone();
-    bf16.set_bf16_products(true);
+    bf16.set_bf16_products(Some(Bf16Kernel::Gemm));
     let x: Vec<f64> = (0..rows * d_in).map(|i| (i as f64 * 0.37).sin()).collect();
     let dy: Vec<f64> = (0..rows * d_out).map(|i| (i as f64 * 0.11).cos()).collect();
     assert_eq!(plain.forward(&x), bf16.forward(&x));
@@ -153,10 +173,16 @@ fn tiny_model(vocab: usize) -> ModelConfig {
 
 #[test]
 fn a_bf16_steps_gradients_are_float32_s_within_bf16_rounding() {
+    for kernel in kernels() {
+        step_gradients_against_f32(kernel);
+    }
+}
+
+fn step_gradients_against_f32(kernel: Bf16Kernel) {
     let mut rng = Rng::new(7);
     let mut f32_model = Seq2Seq::<f32>::new(tiny_model(24), &mut rng);
     let mut bf16_model = f32_model.clone();
-    bf16_model.set_bf16_products(true);
+    bf16_model.set_bf16_products(Some(kernel));
     let examples = common::toy_examples(12);
     let pairs: Vec<(&[u32], &[u32])> = examples.iter().map(|e| (&e.src[..], &e.tgt[..])).collect();
     let batch = Batch::from_pairs(&pairs);
@@ -203,10 +229,13 @@ fn a_bf16_steps_gradients_are_float32_s_within_bf16_rounding() {
         let (d, n) = (sq_diff(a, b).sqrt(), sq(a).sqrt());
         assert!(
             d <= 0.05 * n + 1e-3 * norm,
-            "{name}: |g_bf16 - g_f32| = {d:e} against |g_f32| = {n:e}"
+            "{kernel:?} {name}: |g_bf16 - g_f32| = {d:e} against |g_f32| = {n:e}"
         );
     }
-    assert!(diff <= 0.02 * norm, "overall {diff:e} / {norm:e}");
+    assert!(
+        diff <= 0.02 * norm,
+        "{kernel:?}: overall {diff:e} / {norm:e}"
+    );
     assert!(
         any_diff,
         "bf16 products changed nothing: the mode is not in effect"
@@ -227,18 +256,29 @@ fn pair_recipe(precision: TrainPrecision) -> TrainConfig {
 
 #[test]
 fn a_short_bf16_run_on_a_toy_task_ends_near_the_float32_loss() {
-    let run = |precision| {
+    let run = |precision, kernel| {
         let mut t = PairTrainer::new(
             tiny_model(24),
             pair_recipe(precision),
             common::toy_examples(60),
         )
         .unwrap();
+        t.set_bf16_kernel(kernel);
         let losses: Vec<f64> = (0..40).map(|_| t.step().unwrap().loss).collect();
         losses
     };
-    let (l32, l16) = (run(TrainPrecision::F32), run(TrainPrecision::Bf16));
+    let l32 = run(TrainPrecision::F32, Bf16Kernel::Gemm);
+    let l16 = run(TrainPrecision::Bf16, Bf16Kernel::Gemm);
+    // The packed portable kernel, forced: the same run up to the order of the f32 sums.
+    let portable = run(TrainPrecision::Bf16, Bf16Kernel::parse("portable").unwrap());
     let tail = |l: &[f64]| l[l.len() - 5..].iter().sum::<f64>() / 5.0;
+    let rel_portable = (tail(&portable) - tail(&l16)).abs() / tail(&l16);
+    assert!(
+        rel_portable < 0.03,
+        "portable {} against gemm {}",
+        tail(&portable),
+        tail(&l16)
+    );
     assert!(tail(&l32) < 0.85 * l32[0], "f32 did not learn: {l32:?}");
     let rel = (tail(&l16) - tail(&l32)).abs() / tail(&l32);
     eprintln!(

@@ -90,6 +90,9 @@ pub struct BenchArgs {
     /// `train --precision`.
     #[arg(long, value_enum, default_value = "f32")]
     pub precision: super::PrecisionArg,
+    /// Training with --precision bf16: the kernel (see `train --bf16-kernel`).
+    #[arg(long, default_value = "gemm", value_parser = super::parse_bf16_kernel)]
+    pub bf16_kernel: crate::kernels::lowp::bf16_train::Bf16Kernel,
 }
 
 /// Peak resident memory of this process in MiB (Linux `VmHWM`), if the system reports it.
@@ -177,8 +180,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
         config.max_len
     );
     let bf16 = match args.precision {
-        super::PrecisionArg::F32 => false,
-        super::PrecisionArg::Bf16 => true,
+        super::PrecisionArg::F32 => None,
+        super::PrecisionArg::Bf16 => Some(args.bf16_kernel),
         p => anyhow::bail!("training benchmarks run in f32 or bf16, not {p:?}"),
     };
     if args.lm {
@@ -216,7 +219,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     eprintln!(
         "bench: preset {} ({} parameters), {threads} threads, batch {} x ({} + {}) tokens, vocab {}, {} part(s) per batch, {} products",
         args.preset, model.n_params(), args.batch, args.src_len, args.tgt_len, args.vocab,
-        parts.len(), if bf16 { "bf16" } else { "f32" }
+        parts.len(), bf16.map_or("f32".into(), |k| format!("bf16 ({k:?})"))
     );
     let med = time_steps(&args, |step| {
         parallel.sync_weights(&mut model);
@@ -251,7 +254,12 @@ fn time_steps(args: &BenchArgs, mut step: impl FnMut(usize) -> f64) -> f64 {
 }
 
 /// Decoder-only training steps on random tokens: tokens/s and the process's peak memory.
-fn bench_lm(args: &BenchArgs, mut config: ModelConfig, threads: usize, bf16: bool) -> Result<()> {
+fn bench_lm(
+    args: &BenchArgs,
+    mut config: ModelConfig,
+    threads: usize,
+    bf16: Option<crate::kernels::lowp::bf16_train::Bf16Kernel>,
+) -> Result<()> {
     anyhow::ensure!(args.seq_len > 1, "--seq-len must be at least 2");
     let batch = (args.tokens / args.seq_len).max(1);
     config.max_len = config.max_len.max(args.seq_len);

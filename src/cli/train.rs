@@ -2,6 +2,7 @@
 
 use super::{print_curves, set_threads, BarReporter};
 use crate::dist::Communicator;
+use crate::kernels::lowp::bf16_train::Bf16Kernel;
 use crate::model::Module;
 use crate::model::{ModelConfig, NormPlacement};
 use crate::store::{CheckpointWriter, VOCAB_FILE};
@@ -125,6 +126,13 @@ pub struct TrainArgs {
     /// Saved with the run: ignored with --resume, which continues in the checkpoint's.
     #[arg(long, value_enum, default_value_t = TrainPrecision::F32)]
     pub precision: TrainPrecision,
+    /// With --precision bf16, how the products are multiplied: gemm (the float32 gemm over
+    /// bf16-rounded operands, fastest where measured), packed (bf16 panels through the AVX-512
+    /// BF16 kernel where the CPU has it, else its portable twin), avx512 or portable. Not saved
+    /// with the run: kernels differ in the order of the f32 sums, so a resume continues bit for
+    /// bit only with the same one.
+    #[arg(long, default_value = "gemm", value_parser = super::parse_bf16_kernel)]
+    pub bf16_kernel: Bf16Kernel,
     /// Use pre-LN residual blocks instead of the paper's post-LN. Ignored with --resume.
     #[arg(long)]
     pub pre_ln: bool,
@@ -335,6 +343,7 @@ fn run_on(args: TrainArgs, comm: Arc<dyn Communicator>) -> Result<()> {
     };
     let mut trainer = trainer;
     trainer.set_communicator(comm.clone())?;
+    trainer.set_bf16_kernel(args.bf16_kernel);
     let max_len = trainer.model.config.max_len;
     let valid = encode_pairs(&valid_pairs, &vocab, max_len, "validation data");
     let n_params = trainer.model.n_params();

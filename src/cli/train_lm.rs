@@ -17,6 +17,7 @@ use crate::train::windows::LmTrainConfig;
 
 /// The largest BPE vocabulary `--vocab-size` asks for.
 pub const MAX_VOCAB: usize = 1 << 20;
+use crate::kernels::lowp::bf16_train::Bf16Kernel;
 use crate::train::precision::TrainPrecision;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -111,6 +112,13 @@ pub struct TrainLmArgs {
     /// Saved with the run: ignored with --resume, which continues in the checkpoint's.
     #[arg(long, value_enum, default_value_t = TrainPrecision::F32)]
     pub precision: TrainPrecision,
+    /// With --precision bf16, how the products are multiplied: gemm (the float32 gemm over
+    /// bf16-rounded operands, fastest where measured), packed (bf16 panels through the AVX-512
+    /// BF16 kernel where the CPU has it, else its portable twin), avx512 or portable. Not saved
+    /// with the run: kernels differ in the order of the f32 sums, so a resume continues bit for
+    /// bit only with the same one.
+    #[arg(long, default_value = "gemm", value_parser = super::parse_bf16_kernel)]
+    pub bf16_kernel: Bf16Kernel,
     /// Peak learning rate. Ignored with --resume.
     #[arg(long, default_value_t = 5e-4)]
     pub lr: f64,
@@ -294,6 +302,7 @@ fn run_on(args: TrainLmArgs, comm: Arc<dyn Communicator>) -> Result<()> {
         None => start(&args, train_text)?,
     };
     trainer.set_communicator(comm.clone())?;
+    trainer.set_bf16_kernel(args.bf16_kernel);
     let valid_tokens = document_tokens(&bpe, valid_text)?;
     let valid_chars = valid_text.chars().count();
     let n_params = trainer.model.n_params();

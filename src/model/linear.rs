@@ -2,24 +2,18 @@
 //! PyTorch's `[d_out, d_in]` weight layout.
 //!
 //! In bf16 training ([`Linear::set_bf16_products`], f32 layers) the three products `x Wᵀ`,
-//! `dy W` and `dyᵀ x` take their operands rounded to bf16 and sum in float32 (see
-//! [`crate::train::precision`]). The rounded weight is made once per weight change (once per
-//! optimizer step); the multiplication itself is the
-//! float32 gemm: a product of two bf16 numbers is exact in f32, so gemm's fused multiply-adds
-//! of bf16 values are exactly "bf16 inputs, f32 accumulation". On the machines measured
-//! (BENCHMARKS.md) that beats the AVX-512 BF16 kernel
-//! ([`crate::kernels::lowp::bf16_gemm`]), whose `vdpbf16ps` retires a quarter as often as an
-//! f32 FMA there.
+//! `dy W` and `dyᵀ x` take their operands rounded to bf16 and sum in float32
+//! ([`crate::kernels::lowp::bf16_train`]); the bias gradient (a sum) stays float32.
 
 use super::param::{Init, Module, Param, ParamVisitor};
 use crate::kernels::activations::{bias_relu_inplace, relu_inplace};
-use crate::kernels::lowp::{rounded_to_bf16, PackedWeight, Precision};
+use crate::kernels::lowp::bf16_train::{Bf16Kernel, Bf16Products};
+use crate::kernels::lowp::{PackedWeight, Precision};
 use crate::kernels::matmul::{
     add_row_bias, matmul, transpose_weight, weight_product, MatMut, MatRef,
 };
 use crate::kernels::reduce::add_column_sums;
 use crate::Float;
-use std::sync::OnceLock;
 
 /// `y = x Wᵀ + b`.
 #[derive(Clone, Debug)]
@@ -38,17 +32,9 @@ pub struct Linear<T> {
     /// blocks) that [`Linear::forward`] multiplies instead (f32 models only); dropped with
     /// `transposed`.
     packed: Option<PackedWeight>,
-    /// Training in bf16: the products' operands are rounded to bf16.
-    bf16_products: bool,
-    /// With `bf16_products`: the weight rounded to bf16, made on first use after each change
-    /// of the weight and dropped with `transposed`.
-    bf16_weight: OnceLock<Bf16Weight>,
-}
-
-/// A weight rounded to bf16 (values kept in f32), `[d_out, d_in]`.
-#[derive(Clone, Debug)]
-struct Bf16Weight {
-    w: Vec<f32>,
+    /// Training in bf16 (f32 layers): the products' kernel and the weight's bf16 copy, dropped
+    /// with `transposed`.
+    bf16: Bf16Products,
 }
 
 impl<T: Float> Linear<T> {
@@ -66,32 +52,19 @@ impl<T: Float> Linear<T> {
             d_out,
             transposed: None,
             packed: None,
-            bf16_products: false,
-            bf16_weight: OnceLock::new(),
+            bf16: Bf16Products::default(),
         }
     }
 
-    /// Training: multiply bf16-rounded operands (`on`) or float32 ones. Only f32 layers round;
-    /// an f64 layer (the gradient checks) stays f64 either way.
-    pub fn set_bf16_products(&mut self, on: bool) {
-        self.bf16_products = on;
-        self.bf16_weight = OnceLock::new();
+    /// Training: multiply bf16-rounded operands with `kernel`, or float32 ones (`None`). Only
+    /// f32 layers round; an f64 layer (the gradient checks) stays f64 either way.
+    pub fn set_bf16_products(&mut self, kernel: Option<Bf16Kernel>) {
+        self.bf16.set(kernel);
     }
 
-    /// Whether the products take bf16-rounded operands.
-    pub fn bf16_products(&self) -> bool {
-        self.bf16_products
-    }
-
-    /// With bf16 products on an f32 layer: the rounded weight (made once per weight change).
-    fn bf16_weight(&self) -> Option<&Bf16Weight> {
-        if !self.bf16_products {
-            return None;
-        }
-        let w = T::as_f32(&self.weight.value.data)?;
-        Some(self.bf16_weight.get_or_init(|| Bf16Weight {
-            w: rounded_to_bf16(w),
-        }))
+    /// The bf16 kernel when the products take bf16-rounded operands.
+    pub fn bf16_products(&self) -> Option<Bf16Kernel> {
+        self.bf16.kernel()
     }
 
     /// Keeps a transposed copy of the weight for a run of forwards that do not change it
@@ -159,10 +132,13 @@ impl<T: Float> Linear<T> {
                 return p.product(y32, x32, rows);
             }
         }
-        if let Some(w16) = self.bf16_weight() {
-            if let (Some(x32), Some(y32)) = (T::as_f32(x), T::as_f32_mut(y)) {
-                let x16 = rounded_to_bf16(x32);
-                return weight_product(y32, &x16, &w16.w, None, rows, self.d_in, self.d_out);
+        if let (Some(w32), Some(x32), Some(y32)) = (
+            T::as_f32(&self.weight.value.data),
+            T::as_f32(x),
+            T::as_f32_mut(y),
+        ) {
+            if self.bf16.forward(w32, y32, x32, self.d_in, self.d_out) {
+                return;
             }
         }
         let (w, w_t) = (&self.weight.value.data, self.transposed.as_deref());
@@ -200,20 +176,8 @@ impl<T: Float> Linear<T> {
         let rows = x.len() / self.d_in;
         // dx: [rows, d_in]
         let mut dx = vec![T::zero(); rows * self.d_in];
-        if let (Some(x32), Some(dy32)) = (T::as_f32(x), T::as_f32(dy)) {
-            if self.bf16_weight().is_some() {
-                let dy16 = rounded_to_bf16(dy32);
-                self.accumulate_grads_bf16(&rounded_to_bf16(x32), &dy16, dy32);
-                let w16 = self.bf16_weight().expect("checked just above");
-                matmul(
-                    MatMut::new(T::as_f32_mut(&mut dx).expect("f32 layer"), rows, self.d_in),
-                    MatRef::new(&dy16, rows, self.d_out),
-                    MatRef::new(&w16.w, self.d_out, self.d_in),
-                    1.0,
-                    false,
-                );
-                return dx;
-            }
+        if self.bf16_backward(x, dy, Some(&mut dx)) {
+            return dx;
         }
         self.accumulate_grads(x, dy);
         matmul(
@@ -228,11 +192,8 @@ impl<T: Float> Linear<T> {
 
     /// Accumulates the parameter gradients only (when `dx` is not needed).
     pub fn accumulate_grads(&mut self, x: &[T], dy: &[T]) {
-        if let (Some(x32), Some(dy32)) = (T::as_f32(x), T::as_f32(dy)) {
-            if self.bf16_products {
-                let (x16, dy16) = (rounded_to_bf16(x32), rounded_to_bf16(dy32));
-                return self.accumulate_grads_bf16(&x16, &dy16, dy32);
-            }
+        if self.bf16_backward(x, dy, None) {
+            return;
         }
         let rows = x.len() / self.d_in;
         matmul(
@@ -249,22 +210,28 @@ impl<T: Float> Linear<T> {
 }
 
 impl<T: Float> Linear<T> {
-    /// bf16 training: `dW += dy16ᵀ x16` from the rounded operands, `db += Σ dy` (a sum, not a
-    /// product: from the f32 `dy`).
-    fn accumulate_grads_bf16(&mut self, x16: &[f32], dy16: &[f32], dy: &[f32]) {
-        let rows = x16.len() / self.d_in;
-        let grad = T::as_f32_mut(&mut self.weight.grad.data).expect("f32 layer");
-        matmul(
-            MatMut::new(grad, self.d_out, self.d_in),
-            MatRef::new(dy16, rows, self.d_out).t(),
-            MatRef::new(x16, rows, self.d_in),
-            1.0,
-            true,
-        );
-        if let Some(b) = &mut self.bias {
-            let db = T::as_f32_mut(&mut b.grad.data).expect("f32 layer");
-            add_column_sums(db, dy, self.d_out);
+    /// bf16 training, f32 layers: `dW += bf16(dy)ᵀ bf16(x)`, `db += Σ dy` (a sum, from the
+    /// f32 `dy`) and `dx = bf16(dy) bf16(W)` into `dx` when given; `false` (nothing done)
+    /// when the products are not in bf16.
+    fn bf16_backward(&mut self, x: &[T], dy: &[T], dx: Option<&mut Vec<T>>) -> bool {
+        let (Some(x32), Some(dy32), Some(w)) = (
+            T::as_f32(x),
+            T::as_f32(dy),
+            T::as_f32(&self.weight.value.data),
+        ) else {
+            return false;
+        };
+        let dx = dx.and_then(|d| T::as_f32_mut(d));
+        let Some(grad) = T::as_f32_mut(&mut self.weight.grad.data) else {
+            return false;
+        };
+        if !self.bf16.backward(w, grad, dx, x32, dy32, self.d_in) {
+            return false;
         }
+        if let Some(b) = &mut self.bias {
+            add_column_sums(&mut b.grad.data, dy, self.d_out);
+        }
+        true
     }
 }
 
@@ -272,7 +239,7 @@ impl<T> Module<T> for Linear<T> {
     fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
         self.transposed = None; // the caller may change the weight
         self.packed = None;
-        self.bf16_weight = OnceLock::new();
+        self.bf16.weight_changed();
         v.param("weight", &mut self.weight);
         if let Some(b) = &mut self.bias {
             v.param("bias", b);

@@ -5,6 +5,7 @@
 //! stream) have it; everything specific to one of them stays in its impl here.
 
 use crate::batch::Batch;
+use crate::kernels::lowp::bf16_train::Bf16Kernel;
 use crate::model::loss::LossStats;
 use crate::model::{LanguageModel, Model, ModelConfig, Seq2Seq};
 use crate::rng::Rng;
@@ -28,9 +29,9 @@ pub trait Trainable: Model<Config = ModelConfig> + Clone + Send {
         rng: &mut Rng,
     ) -> LossStats;
 
-    /// Whether the linear layers' products take bf16-rounded operands (see
-    /// [`crate::train::precision`]).
-    fn set_bf16_products(&mut self, on: bool);
+    /// The linear layers multiply bf16-rounded operands with `kernel`, or float32 ones (`None`;
+    /// see [`crate::train::precision`]).
+    fn set_bf16_products(&mut self, kernel: Option<Bf16Kernel>);
 }
 
 impl Trainable for Seq2Seq<f32> {
@@ -46,8 +47,8 @@ impl Trainable for Seq2Seq<f32> {
         Seq2Seq::forward_backward(self, batch, label_smoothing, grad_scale, Some(rng))
     }
 
-    fn set_bf16_products(&mut self, on: bool) {
-        Seq2Seq::set_bf16_products(self, on)
+    fn set_bf16_products(&mut self, kernel: Option<Bf16Kernel>) {
+        Seq2Seq::set_bf16_products(self, kernel)
     }
 }
 
@@ -72,7 +73,7 @@ impl Trainable for LanguageModel<f32> {
         )
     }
 
-    fn set_bf16_products(&mut self, on: bool) {
-        LanguageModel::set_bf16_products(self, on)
+    fn set_bf16_products(&mut self, kernel: Option<Bf16Kernel>) {
+        LanguageModel::set_bf16_products(self, kernel)
     }
 }

@@ -1,6 +1,6 @@
-//! Low-precision matrix products. Mixed-precision training multiplies in bf16 with
-//! [`bf16_gemm`] (both operands rounded to bf16 as they are packed, f32 sums). The rest of this
-//! module is for inference: `y = x Wᵀ` with `W [d_out, d_in]` packed once
+//! Low-precision matrix products. Mixed-precision training multiplies a linear layer's
+//! products in bf16 with [`bf16_train`] (through the f32 gemm over bf16-rounded operands, or
+//! the packed `vdpbf16ps` kernel of [`bf16_gemm`]). The rest of this module is for inference: `y = x Wᵀ` with `W [d_out, d_in]` packed once
 //! at load into a narrower number format, `x [rows, d_in]` float32 and quantised on the fly,
 //! `y [rows, d_out]` float32.
 //!
@@ -26,6 +26,7 @@
 
 mod bf16;
 pub mod bf16_gemm;
+pub mod bf16_train;
 mod blocks;
 mod int8;
 
