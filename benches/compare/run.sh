@@ -60,7 +60,8 @@ if [[ ! -x "$PY" ]]; then
     say "creating the virtual environment $VENV"
     python3 -m venv "$VENV"
 fi
-if ! "$PY" -c "import numpy, safetensors, tokenizers, ctranslate2" 2>/dev/null; then
+# The translation part's modules (the training part needs torch alone).
+if has_part translate && ! "$PY" -c "import numpy, safetensors, tokenizers, ctranslate2" 2>/dev/null; then
     say "installing numpy safetensors tokenizers ctranslate2 into $VENV"
     "$PY" -m pip install --quiet numpy safetensors tokenizers ctranslate2
 fi
