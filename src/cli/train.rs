@@ -59,7 +59,8 @@ pub struct TrainArgs {
     /// checkpoint: the options marked "ignored with --resume" are. What applies: the data
     /// (--train or --src-file/--tgt-file, --valid or --valid-src/--valid-tgt), --out,
     /// --max-steps, --time-limit, --threads, --max-len, --cooldown, --log-every, --save-every,
-    /// --keep-last, --valid-every and --valid-bleu-lines.
+    /// --keep-last, --valid-every, --valid-bleu-lines and --bf16-kernel (the precision is the
+    /// checkpoint's).
     #[arg(long)]
     pub resume: Option<PathBuf>,
     /// Model size: tiny, base or big. Ignored with --resume.

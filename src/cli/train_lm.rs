@@ -45,7 +45,8 @@ pub struct TrainLmArgs {
     /// same --text and --valid-fraction; at the same thread count it continues bit for bit.
     /// Model, tokenizer and recipe come from the checkpoint: the options marked "ignored with
     /// --resume" are. What applies: --text, --valid-fraction, --out, --max-steps (where to stop
-    /// only), --time-limit, --threads, --eval-every, --log-every, --save-every and --keep-last.
+    /// only), --time-limit, --threads, --eval-every, --log-every, --save-every, --keep-last and
+    /// --bf16-kernel (the precision is the checkpoint's).
     #[arg(long)]
     pub resume: Option<PathBuf>,
     /// BPE vocabulary size (at least 257: the 256 bytes and <|endoftext|>). Ignored with
