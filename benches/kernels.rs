@@ -5,6 +5,7 @@
 use std::time::Instant;
 use transformer::kernels::attention::{attention_backward, attention_forward, AttnDims, AttnMask};
 use transformer::kernels::layer_norm::{layer_norm_backward, layer_norm_forward};
+use transformer::kernels::lowp::bf16_gemm::{self, Bf16Panels};
 use transformer::kernels::matmul::{matmul, MatMut, MatRef};
 use transformer::model::loss::label_smoothed_cross_entropy;
 
@@ -61,6 +62,22 @@ fn main() {
         println!(
             "matmul {m}x{n}x{k:<5} {:>8.3} ms {gflops:>7.1} GFLOP/s  {what}",
             secs * 1e3
+        );
+        // The same product in bf16 (training's --precision bf16): B packed once (a weight,
+        // once per optimizer step), A rounded and packed on every call.
+        let b_view = MatRef::new(&b, n, k).t();
+        let pack = median_secs(9, || drop(Bf16Panels::pack(b_view)));
+        let panels = Bf16Panels::pack(b_view);
+        let kernel = bf16_gemm::best_kernel();
+        let secs16 = median_secs(9, || {
+            bf16_gemm::bf16_matmul(kernel, &mut c, MatRef::new(&a, m, k), &panels, false)
+        });
+        println!(
+            "bf16   {m}x{n}x{k:<5} {:>8.3} ms {:>7.1} GFLOP/s  {:.2}x f32 ({kernel:?}; packing B {:.3} ms)",
+            secs16 * 1e3,
+            2.0 * (m * n * k) as f64 / secs16 / 1e9,
+            secs / secs16,
+            pack * 1e3
         );
     }
     let (batch, heads, d_head, len) = (16, 8, 64, 32);

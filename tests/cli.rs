@@ -179,6 +179,40 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// `--precision bf16` is saved with the run: a resume continues in bf16 whatever the flag says,
+/// and says so.
+#[test]
+fn bf16_training_is_saved_and_resumed_in_bf16() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = training_file(tmp.path());
+    let model = tmp.path().join("model");
+    train(&data, &model, &["--max-steps", "2", "--precision", "bf16"]).ok();
+    let state = std::fs::read_to_string(model.join("trainer_state.json")).unwrap();
+    let state: serde_json::Value = serde_json::from_str(&state).unwrap();
+    assert_eq!(state["config"]["precision"], "bf16", "{state}");
+    let r = train(
+        &data,
+        &model,
+        &[
+            "--resume",
+            s(&model),
+            "--max-steps",
+            "3",
+            "--precision",
+            "f32",
+        ],
+    )
+    .ok();
+    assert!(
+        r.stderr.contains("at step 2 (precision bf16)"),
+        "{}",
+        r.describe()
+    );
+    assert_eq!(trainer_step(&model), 3);
+    let state = std::fs::read_to_string(model.join("trainer_state.json")).unwrap();
+    assert!(state.contains("\"precision\": \"bf16\""), "{state}");
+}
+
 /// One trained model serves every step that needs one: train (with malformed lines reported),
 /// resume, translate, score, and the errors of broken model directories.
 #[test]
@@ -528,6 +562,22 @@ fn bad_flags_are_one_clear_message() {
         (&["score", "--model", "m", "--batch-size", "-3"], &["-3"]),
         (&["demo", "--steps", "1.5"], &["1.5", "--steps"]),
         (&["bench", "--threads", "lots"], &["lots", "--threads"]),
+        (
+            &["train", "--train", "a", "--out", "b", "--precision", "int8"],
+            &["int8", "--precision"],
+        ),
+        (
+            &[
+                "train",
+                "--train",
+                "a",
+                "--out",
+                "b",
+                "--bf16-kernel",
+                "fast",
+            ],
+            &["fast", "--bf16-kernel", "gemm"],
+        ),
     ];
     // No subcommand at all: the overview of the commands, as a failure.
     let r = run(&[], b"");

@@ -8,6 +8,9 @@
 #   PRESET=base          model size of the training comparison: tiny, base or big (our presets)
 #   TRAIN_BATCHES="16"   training batch sizes in sentence pairs of 32 + 32 tokens ("16 64" adds
 #                        the ~4000-token batch)
+#   TRAIN_PRECISIONS="f32 bf16"  training precisions: f32 (PyTorch float32 eager vs ours f32)
+#                        and bf16 (PyTorch bf16 autocast vs ours --precision bf16; the bf16
+#                        rows also give ours bf16 / PyTorch float32)
 #   MODEL=DIR            one of our translation model directories; without it the translation
 #                        part is skipped
 #   SRC=FILE             sentences to translate (TSV: first column) [../shared/data/de-en/ding.test.tsv]
@@ -31,6 +34,7 @@ cd "$ROOT"
 THREADS=${THREADS:-"1 2"}
 PRESET=${PRESET:-base}
 TRAIN_BATCHES=${TRAIN_BATCHES:-16}
+TRAIN_PRECISIONS=${TRAIN_PRECISIONS:-"f32 bf16"}
 MODEL=${MODEL:-}
 SRC=${SRC:-../shared/data/de-en/ding.test.tsv}
 N=${N:-0}
@@ -56,7 +60,8 @@ if [[ ! -x "$PY" ]]; then
     say "creating the virtual environment $VENV"
     python3 -m venv "$VENV"
 fi
-if ! "$PY" -c "import numpy, safetensors, tokenizers, ctranslate2" 2>/dev/null; then
+# The translation part's modules (the training part needs torch alone).
+if has_part translate && ! "$PY" -c "import numpy, safetensors, tokenizers, ctranslate2" 2>/dev/null; then
     say "installing numpy safetensors tokenizers ctranslate2 into $VENV"
     "$PY" -m pip install --quiet numpy safetensors tokenizers ctranslate2
 fi
@@ -116,18 +121,28 @@ if has_part train; then
         *) say "unknown PRESET $PRESET (tiny, base or big)"; exit 1 ;;
     esac
     say "== training, preset $PRESET (${SHAPE[*]}, vocab 8000)"
-    printf '%-8s %-8s %-22s %-22s %s\n' threads batch "PyTorch tokens/s" "ours tokens/s" "ours/PyTorch" >>"$SUMMARY"
+    printf '%-8s %-6s %-10s %-18s %-18s %-14s %s\n' threads batch precision "PyTorch tokens/s" \
+        "ours tokens/s" "ours/PyTorch" "ours/PyTorch-f32" >>"$SUMMARY"
     for B in $TRAIN_BATCHES; do
         for T in $THREADS; do
-            say "-- batch $B x (32 + 32) tokens, $T threads"
-            torch_out=$("$PY" "$HERE/torch_train.py" "${SHAPE[@]}" --threads "$T" --batch "$B" \
-                --src-len 32 --tgt-len 32 --vocab 8000 --warmup-steps 2 --steps 5 2>&1 | tee -a "$LOG")
-            pt=$(awk '/^pytorch:/ { print $2 }' <<<"$torch_out")
-            ours_out=$("$BIN" bench --preset "$PRESET" --threads "$T" --batch "$B" --src-len 32 \
-                --tgt-len 32 --vocab 8000 2>&1 | tee -a "$LOG")
-            ot=$(awk '/^train:/ { print $2 }' <<<"$ours_out")
-            say "PyTorch $pt tokens/s, ours $ot tokens/s, ours/PyTorch $(ratio "$ot" "$pt")"
-            printf '%-8s %-8s %-22s %-22s %s\n' "$T" "$B" "$pt" "$ot" "$(ratio "$ot" "$pt")" >>"$SUMMARY"
+            pt_f32=""
+            for P in $TRAIN_PRECISIONS; do
+                say "-- batch $B x (32 + 32) tokens, $T threads, $P"
+                autocast=()
+                [[ $P == bf16 ]] && autocast=(--autocast-bf16)
+                torch_out=$("$PY" "$HERE/torch_train.py" "${SHAPE[@]}" --threads "$T" --batch "$B" \
+                    --src-len 32 --tgt-len 32 --vocab 8000 --warmup-steps 2 --steps 5 "${autocast[@]}" \
+                    2>&1 | tee -a "$LOG")
+                pt=$(awk '/^pytorch:/ { print $2 }' <<<"$torch_out")
+                [[ $P == f32 ]] && pt_f32=$pt
+                ours_out=$("$BIN" bench --preset "$PRESET" --threads "$T" --batch "$B" --src-len 32 \
+                    --tgt-len 32 --vocab 8000 --precision "$P" 2>&1 | tee -a "$LOG")
+                ot=$(awk '/^train:/ { print $2 }' <<<"$ours_out")
+                say "PyTorch $pt tokens/s, ours $ot tokens/s, ours/PyTorch $(ratio "$ot" "$pt") ($P; load: $(cut -d' ' -f1-3 /proc/loadavg))"
+                vs_f32=$([[ -n $pt_f32 ]] && ratio "$ot" "$pt_f32" || echo "-")
+                printf '%-8s %-6s %-10s %-18s %-18s %-14s %s\n' "$T" "$B" "$P" "$pt" "$ot" \
+                    "$(ratio "$ot" "$pt")" "$vs_f32" >>"$SUMMARY"
+            done
         done
     done
 fi

@@ -19,6 +19,11 @@ written the way a PyTorch user would write it (torch.nn layers, no compilation):
 - a step: zero the gradients, forward, label-smoothed (0.1) cross-entropy averaged over target
   tokens, backward, Adam(0.9, 0.98, eps 1e-9) with the Noam learning rate (warm-up 4000).
 
+With `--autocast-bf16` the forward and the loss run under
+`torch.autocast("cpu", dtype=torch.bfloat16)` (PyTorch's mixed precision: bf16 inputs to the
+linear layers' and attention's products, float32 weights, gradients and Adam state), the
+peer of our `--precision bf16`.
+
 Prints `pytorch: X tokens/s` and `step: S s median over N steps` (N timed steps after the
 warm-up steps, median of their wall-clock times).
 """
@@ -100,6 +105,11 @@ def main():
     parser.add_argument("--warmup-steps", type=int, default=2, help="untimed steps first")
     parser.add_argument("--steps", type=int, default=5, help="timed steps")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--autocast-bf16",
+        action="store_true",
+        help='forward and loss under torch.autocast("cpu", dtype=torch.bfloat16)',
+    )
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -125,7 +135,8 @@ def main():
     tokens = src.numel() + tgt_out.numel()
     print(
         f"pytorch {torch.__version__}: {n_params} parameters, {args.threads} threads, "
-        f"batch {args.batch} x ({args.src_len} + {args.tgt_len}) tokens, vocab {args.vocab}",
+        f"batch {args.batch} x ({args.src_len} + {args.tgt_len}) tokens, vocab {args.vocab}, "
+        f"{'bf16 autocast' if args.autocast_bf16 else 'float32'}",
         flush=True,
     )
 
@@ -133,13 +144,14 @@ def main():
     for step in range(args.warmup_steps + args.steps):
         t0 = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        logits = model(src, tgt_in)
-        loss = F.cross_entropy(
-            logits.reshape(-1, args.vocab),
-            tgt_out.reshape(-1),
-            ignore_index=PAD,
-            label_smoothing=0.1,
-        )
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast_bf16):
+            logits = model(src, tgt_in)
+            loss = F.cross_entropy(
+                logits.reshape(-1, args.vocab),
+                tgt_out.reshape(-1),
+                ignore_index=PAD,
+                label_smoothing=0.1,
+            )
         loss.backward()
         optimizer.step()
         schedule.step()

@@ -86,9 +86,13 @@ pub struct BenchArgs {
     #[arg(long, requires = "generate")]
     pub json: bool,
     /// With --generate or --translate: the numbers the weights are multiplied in (see
-    /// `generate --precision`).
+    /// `generate --precision`). Training (the default, and --lm): f32 or bf16, as
+    /// `train --precision`.
     #[arg(long, value_enum, default_value = "f32")]
     pub precision: super::PrecisionArg,
+    /// Training with --precision bf16: the kernel (see `train --bf16-kernel`).
+    #[arg(long, default_value = "gemm", value_parser = super::parse_bf16_kernel)]
+    pub bf16_kernel: crate::kernels::lowp::bf16_train::Bf16Kernel,
 }
 
 /// Peak resident memory of this process in MiB (Linux `VmHWM`), if the system reports it.
@@ -175,11 +179,17 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "lengths must be at most max_len {}",
         config.max_len
     );
+    let bf16 = match args.precision {
+        super::PrecisionArg::F32 => None,
+        super::PrecisionArg::Bf16 => Some(args.bf16_kernel),
+        p => anyhow::bail!("training benchmarks run in f32 or bf16, not {p:?}"),
+    };
     if args.lm {
-        return bench_lm(&args, config, threads);
+        return bench_lm(&args, config, threads, bf16);
     }
     let mut rng = Rng::new(1);
     let mut model = Seq2Seq::<f32>::new(config.clone(), &mut rng);
+    model.set_bf16_products(bf16);
     let mut adam = Adam::new(AdamConfig::default(), &model.params_mut());
     let schedule = Schedule::inverse_sqrt(config.d_model, 4000, 1.0);
     let random_ids = |rng: &mut Rng, n: usize| -> Vec<u32> {
@@ -207,9 +217,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
         .sum();
     let n_tgt: usize = parts.iter().map(Batch::n_tgt_tokens).sum();
     eprintln!(
-        "bench: preset {} ({} parameters), {threads} threads, batch {} x ({} + {}) tokens, vocab {}, {} part(s) per batch",
+        "bench: preset {} ({} parameters), {threads} threads, batch {} x ({} + {}) tokens, vocab {}, {} part(s) per batch, {} products",
         args.preset, model.n_params(), args.batch, args.src_len, args.tgt_len, args.vocab,
-        parts.len()
+        parts.len(), bf16.map_or("f32".into(), |k| format!("bf16 ({k:?})"))
     );
     let med = time_steps(&args, |step| {
         parallel.sync_weights(&mut model);
@@ -244,12 +254,18 @@ fn time_steps(args: &BenchArgs, mut step: impl FnMut(usize) -> f64) -> f64 {
 }
 
 /// Decoder-only training steps on random tokens: tokens/s and the process's peak memory.
-fn bench_lm(args: &BenchArgs, mut config: ModelConfig, threads: usize) -> Result<()> {
+fn bench_lm(
+    args: &BenchArgs,
+    mut config: ModelConfig,
+    threads: usize,
+    bf16: Option<crate::kernels::lowp::bf16_train::Bf16Kernel>,
+) -> Result<()> {
     anyhow::ensure!(args.seq_len > 1, "--seq-len must be at least 2");
     let batch = (args.tokens / args.seq_len).max(1);
     config.max_len = config.max_len.max(args.seq_len);
     let mut rng = Rng::new(1);
     let mut model = LanguageModel::<f32>::new(config.clone(), &mut rng);
+    model.set_bf16_products(bf16);
     let mut adam = Adam::new(AdamConfig::default(), &model.params_mut());
     let n = batch * args.seq_len;
     // tokens and targets [batch, seq_len]: the targets are the tokens shifted by one.

@@ -2,12 +2,14 @@
 
 use super::{print_curves, set_threads, BarReporter};
 use crate::dist::Communicator;
+use crate::kernels::lowp::bf16_train::Bf16Kernel;
 use crate::model::Module;
 use crate::model::{ModelConfig, NormPlacement};
 use crate::store::{CheckpointWriter, VOCAB_FILE};
 use crate::text::corpus::{read_pairs, read_parallel, Pair};
 use crate::text::vocab::{Vocab, VocabLevel};
 use crate::train::pairs::{Example, TrainConfig};
+use crate::train::precision::TrainPrecision;
 use crate::train::run::{run as run_training, Output, RunOptions};
 use crate::train::schedule::Cooldown;
 use crate::train::source::{Recipe, MAX_STEP};
@@ -57,7 +59,8 @@ pub struct TrainArgs {
     /// checkpoint: the options marked "ignored with --resume" are. What applies: the data
     /// (--train or --src-file/--tgt-file, --valid or --valid-src/--valid-tgt), --out,
     /// --max-steps, --time-limit, --threads, --max-len, --cooldown, --log-every, --save-every,
-    /// --keep-last, --valid-every and --valid-bleu-lines.
+    /// --keep-last, --valid-every, --valid-bleu-lines and --bf16-kernel (the precision is the
+    /// checkpoint's).
     #[arg(long)]
     pub resume: Option<PathBuf>,
     /// Model size: tiny, base or big. Ignored with --resume.
@@ -119,6 +122,18 @@ pub struct TrainArgs {
     /// during training (a regulariser for small corpora). Ignored with --resume.
     #[arg(long, default_value_t = 0.0)]
     pub word_dropout: f64,
+    /// The number format of the linear layers' products: f32, or bf16 (operands rounded to
+    /// bf16, float32 sums, float32 weights and optimizer state; see `train::precision`).
+    /// Saved with the run: ignored with --resume, which continues in the checkpoint's.
+    #[arg(long, value_enum, default_value_t = TrainPrecision::F32)]
+    pub precision: TrainPrecision,
+    /// With --precision bf16, how the products are multiplied: gemm (the float32 gemm over
+    /// bf16-rounded operands, fastest where measured), packed (bf16 panels through the AVX-512
+    /// BF16 kernel where the CPU has it, else its portable twin), avx512 or portable. Not saved
+    /// with the run: kernels differ in the order of the f32 sums, so a resume continues bit for
+    /// bit only with the same one.
+    #[arg(long, default_value = "gemm", value_parser = super::parse_bf16_kernel)]
+    pub bf16_kernel: Bf16Kernel,
     /// Use pre-LN residual blocks instead of the paper's post-LN. Ignored with --resume.
     #[arg(long)]
     pub pre_ln: bool,
@@ -258,6 +273,7 @@ fn recipe(args: &TrainArgs) -> TrainConfig {
         clip_norm: args.clip_norm,
         seed: args.seed,
         word_dropout: args.word_dropout,
+        precision: args.precision,
         cooldown: Cooldown::last(args.cooldown.unwrap_or(0), args.max_steps),
         ..TrainConfig::default()
     }
@@ -328,6 +344,7 @@ fn run_on(args: TrainArgs, comm: Arc<dyn Communicator>) -> Result<()> {
     };
     let mut trainer = trainer;
     trainer.set_communicator(comm.clone())?;
+    trainer.set_bf16_kernel(args.bf16_kernel);
     let max_len = trainer.model.config.max_len;
     let valid = encode_pairs(&valid_pairs, &vocab, max_len, "validation data");
     let n_params = trainer.model.n_params();
@@ -423,7 +440,12 @@ fn resume(
     let examples = encode_pairs(train_pairs, &vocab, max_len, "training data");
     let mut trainer = PairTrainer::resume(dir, examples)?;
     if root {
-        eprintln!("resumed {} at step {}", dir.display(), trainer.state.step);
+        eprintln!(
+            "resumed {} at step {} (precision {})",
+            dir.display(),
+            trainer.state.step,
+            trainer.state.config.precision
+        );
     }
     if let Some(steps) = args.cooldown {
         trainer.set_cooldown(Cooldown::last(steps, args.max_steps));

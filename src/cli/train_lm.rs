@@ -17,6 +17,8 @@ use crate::train::windows::LmTrainConfig;
 
 /// The largest BPE vocabulary `--vocab-size` asks for.
 pub const MAX_VOCAB: usize = 1 << 20;
+use crate::kernels::lowp::bf16_train::Bf16Kernel;
+use crate::train::precision::TrainPrecision;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::path::{Path, PathBuf};
@@ -43,7 +45,8 @@ pub struct TrainLmArgs {
     /// same --text and --valid-fraction; at the same thread count it continues bit for bit.
     /// Model, tokenizer and recipe come from the checkpoint: the options marked "ignored with
     /// --resume" are. What applies: --text, --valid-fraction, --out, --max-steps (where to stop
-    /// only), --time-limit, --threads, --eval-every, --log-every, --save-every and --keep-last.
+    /// only), --time-limit, --threads, --eval-every, --log-every, --save-every, --keep-last and
+    /// --bf16-kernel (the precision is the checkpoint's).
     #[arg(long)]
     pub resume: Option<PathBuf>,
     /// BPE vocabulary size (at least 257: the 256 bytes and <|endoftext|>). Ignored with
@@ -105,6 +108,18 @@ pub struct TrainLmArgs {
     /// update: the update that crosses the limit completes, so at least one runs.
     #[arg(long)]
     pub time_limit: Option<f64>,
+    /// The number format of the linear layers' products: f32, or bf16 (operands rounded to
+    /// bf16, float32 sums, float32 weights and optimizer state; see `train::precision`).
+    /// Saved with the run: ignored with --resume, which continues in the checkpoint's.
+    #[arg(long, value_enum, default_value_t = TrainPrecision::F32)]
+    pub precision: TrainPrecision,
+    /// With --precision bf16, how the products are multiplied: gemm (the float32 gemm over
+    /// bf16-rounded operands, fastest where measured), packed (bf16 panels through the AVX-512
+    /// BF16 kernel where the CPU has it, else its portable twin), avx512 or portable. Not saved
+    /// with the run: kernels differ in the order of the f32 sums, so a resume continues bit for
+    /// bit only with the same one.
+    #[arg(long, default_value = "gemm", value_parser = super::parse_bf16_kernel)]
+    pub bf16_kernel: Bf16Kernel,
     /// Peak learning rate. Ignored with --resume.
     #[arg(long, default_value_t = 5e-4)]
     pub lr: f64,
@@ -175,6 +190,7 @@ fn recipe(args: &TrainLmArgs) -> LmTrainConfig {
         clip_norm: (args.clip_norm > 0.0).then_some(args.clip_norm),
         label_smoothing: args.label_smoothing,
         seed: args.seed,
+        precision: args.precision,
         ..LmTrainConfig::default()
     }
 }
@@ -275,13 +291,19 @@ fn run_on(args: TrainLmArgs, comm: Arc<dyn Communicator>) -> Result<()> {
             let tokens = document_tokens(&bpe, train_text)?;
             let trainer = LmTrainer::resume(dir, tokens)?;
             if root {
-                eprintln!("resumed {} at step {}", dir.display(), trainer.state.step);
+                eprintln!(
+                    "resumed {} at step {} (precision {})",
+                    dir.display(),
+                    trainer.state.step,
+                    trainer.state.config.precision
+                );
             }
             (bpe, trainer)
         }
         None => start(&args, train_text)?,
     };
     trainer.set_communicator(comm.clone())?;
+    trainer.set_bf16_kernel(args.bf16_kernel);
     let valid_tokens = document_tokens(&bpe, valid_text)?;
     let valid_chars = valid_text.chars().count();
     let n_params = trainer.model.n_params();

@@ -85,6 +85,15 @@ impl<'a, T> MatRef<'a, T> {
     pub fn cols(&self) -> usize {
         self.cols
     }
+
+    /// Element `(r, c)`; `r < rows`, `c < cols`.
+    #[inline(always)]
+    pub fn at(&self, r: usize, c: usize) -> T
+    where
+        T: Copy,
+    {
+        self.data[self.offset + r * self.row_stride + c * self.col_stride]
+    }
 }
 
 /// A mutable matrix view whose elements never overlap: either row-major (`col_stride == 1`,

@@ -1,8 +1,13 @@
 //! A fully connected layer, `y = x Wᵀ + b` (or `x Wᵀ` without a bias, as in Llama), with
 //! PyTorch's `[d_out, d_in]` weight layout.
+//!
+//! In bf16 training ([`Linear::set_bf16_products`], f32 layers) the three products `x Wᵀ`,
+//! `dy W` and `dyᵀ x` take their operands rounded to bf16 and sum in float32
+//! ([`crate::kernels::lowp::bf16_train`]); the bias gradient (a sum) stays float32.
 
 use super::param::{Init, Module, Param, ParamVisitor};
 use crate::kernels::activations::{bias_relu_inplace, relu_inplace};
+use crate::kernels::lowp::bf16_train::{Bf16Kernel, Bf16Products};
 use crate::kernels::lowp::{PackedWeight, Precision};
 use crate::kernels::matmul::{
     add_row_bias, matmul, transpose_weight, weight_product, MatMut, MatRef,
@@ -27,6 +32,9 @@ pub struct Linear<T> {
     /// blocks) that [`Linear::forward`] multiplies instead (f32 models only); dropped with
     /// `transposed`.
     packed: Option<PackedWeight>,
+    /// Training in bf16 (f32 layers): the products' kernel and the weight's bf16 copy, dropped
+    /// with `transposed`.
+    bf16: Bf16Products,
 }
 
 impl<T: Float> Linear<T> {
@@ -44,7 +52,19 @@ impl<T: Float> Linear<T> {
             d_out,
             transposed: None,
             packed: None,
+            bf16: Bf16Products::default(),
         }
+    }
+
+    /// Training: multiply bf16-rounded operands with `kernel`, or float32 ones (`None`). Only
+    /// f32 layers round; an f64 layer (the gradient checks) stays f64 either way.
+    pub fn set_bf16_products(&mut self, kernel: Option<Bf16Kernel>) {
+        self.bf16.set(kernel);
+    }
+
+    /// The bf16 kernel when the products take bf16-rounded operands.
+    pub fn bf16_products(&self) -> Option<Bf16Kernel> {
+        self.bf16.kernel()
     }
 
     /// Keeps a transposed copy of the weight for a run of forwards that do not change it
@@ -112,6 +132,15 @@ impl<T: Float> Linear<T> {
                 return p.product(y32, x32, rows);
             }
         }
+        if let (Some(w32), Some(x32), Some(y32)) = (
+            T::as_f32(&self.weight.value.data),
+            T::as_f32(x),
+            T::as_f32_mut(y),
+        ) {
+            if self.bf16.forward(w32, y32, x32, self.d_in, self.d_out) {
+                return;
+            }
+        }
         let (w, w_t) = (&self.weight.value.data, self.transposed.as_deref());
         weight_product(y, x, w, w_t, rows, self.d_in, self.d_out);
     }
@@ -145,9 +174,12 @@ impl<T: Float> Linear<T> {
     /// Accumulates `dW += dyᵀ x`, `db += Σ dy` and returns `dx = dy W`.
     pub fn backward(&mut self, x: &[T], dy: &[T]) -> Vec<T> {
         let rows = x.len() / self.d_in;
-        self.accumulate_grads(x, dy);
         // dx: [rows, d_in]
         let mut dx = vec![T::zero(); rows * self.d_in];
+        if self.bf16_backward(x, dy, Some(&mut dx)) {
+            return dx;
+        }
+        self.accumulate_grads(x, dy);
         matmul(
             MatMut::new(&mut dx, rows, self.d_in),
             MatRef::new(dy, rows, self.d_out),
@@ -160,6 +192,9 @@ impl<T: Float> Linear<T> {
 
     /// Accumulates the parameter gradients only (when `dx` is not needed).
     pub fn accumulate_grads(&mut self, x: &[T], dy: &[T]) {
+        if self.bf16_backward(x, dy, None) {
+            return;
+        }
         let rows = x.len() / self.d_in;
         matmul(
             MatMut::new(&mut self.weight.grad.data, self.d_out, self.d_in),
@@ -174,10 +209,37 @@ impl<T: Float> Linear<T> {
     }
 }
 
+impl<T: Float> Linear<T> {
+    /// bf16 training, f32 layers: `dW += bf16(dy)ᵀ bf16(x)`, `db += Σ dy` (a sum, from the
+    /// f32 `dy`) and `dx = bf16(dy) bf16(W)` into `dx` when given; `false` (nothing done)
+    /// when the products are not in bf16.
+    fn bf16_backward(&mut self, x: &[T], dy: &[T], dx: Option<&mut Vec<T>>) -> bool {
+        let (Some(x32), Some(dy32), Some(w)) = (
+            T::as_f32(x),
+            T::as_f32(dy),
+            T::as_f32(&self.weight.value.data),
+        ) else {
+            return false;
+        };
+        let dx = dx.and_then(|d| T::as_f32_mut(d));
+        let Some(grad) = T::as_f32_mut(&mut self.weight.grad.data) else {
+            return false;
+        };
+        if !self.bf16.backward(w, grad, dx, x32, dy32, self.d_in) {
+            return false;
+        }
+        if let Some(b) = &mut self.bias {
+            add_column_sums(&mut b.grad.data, dy, self.d_out);
+        }
+        true
+    }
+}
+
 impl<T> Module<T> for Linear<T> {
     fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
         self.transposed = None; // the caller may change the weight
         self.packed = None;
+        self.bf16.weight_changed();
         v.param("weight", &mut self.weight);
         if let Some(b) = &mut self.bias {
             v.param("bias", b);

@@ -20,6 +20,7 @@ use super::loss::LossStats;
 use super::param::{count_params, Init, Module, ParamVisitor, ShapesOnly};
 use super::stack::{Stack, StackCache};
 use crate::kernels::attention::AttnMask;
+use crate::kernels::lowp::bf16_train::Bf16Kernel;
 use crate::kernels::lowp::Precision;
 use crate::rng::Rng;
 use crate::Float;
@@ -139,6 +140,14 @@ impl<T: Float> LanguageModel<T> {
             .iter_mut()
             .for_each(SelfAttentionBlock::prepare_inference);
         self.head.prepare_inference(&self.embedding);
+    }
+
+    /// Training: the linear layers multiply bf16-rounded operands with `kernel`, or float32
+    /// ones (`None`; see [`crate::train::precision`]).
+    pub fn set_bf16_products(&mut self, kernel: Option<Bf16Kernel>) {
+        for block in &mut self.blocks.layers {
+            block.for_each_linear(&mut |l| l.set_bf16_products(kernel));
+        }
     }
 
     /// Readies the model for inference in `precision` (see

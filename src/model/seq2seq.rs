@@ -16,6 +16,7 @@ use super::loss::LossStats;
 use super::param::{Init, Module, ParamVisitor};
 use super::stack::{Stack, StackCache};
 use crate::batch::{Batch, PAD};
+use crate::kernels::lowp::bf16_train::Bf16Kernel;
 use crate::kernels::lowp::Precision;
 use crate::rng::Rng;
 use crate::Float;
@@ -133,6 +134,18 @@ impl<T: Float> Seq2Seq<T> {
             .iter_mut()
             .for_each(DecoderLayer::prepare_inference);
         self.head.prepare_inference(&self.embedding);
+    }
+
+    /// Training: the linear layers multiply bf16-rounded operands with `kernel`, or float32
+    /// ones (`None`; see [`crate::train::precision`]).
+    pub fn set_bf16_products(&mut self, kernel: Option<Bf16Kernel>) {
+        let mut set = |l: &mut super::linear::Linear<T>| l.set_bf16_products(kernel);
+        for block in &mut self.encoder.layers {
+            block.for_each_linear(&mut set);
+        }
+        for layer in &mut self.decoder.layers {
+            layer.for_each_linear(&mut set);
+        }
     }
 
     /// Readies the model for inference in `precision`: f32 as [`prepare_inference`](Self::prepare_inference);

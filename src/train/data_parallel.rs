@@ -135,6 +135,13 @@ impl<M: Trainable> DataParallel<M> {
         });
     }
 
+    /// Calls `f` on the replica (nothing when off).
+    pub fn for_replica(&mut self, f: impl FnOnce(&mut M)) {
+        if let Some(r) = self.replica.as_mut() {
+            f(r);
+        }
+    }
+
     /// Copies the model's weights into the replica: call before a step's passes.
     pub fn sync_weights(&mut self, model: &mut M) {
         self.for_each_pair(model, |mine, other| {

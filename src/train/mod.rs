@@ -16,6 +16,7 @@ pub mod distributed;
 pub mod metrics;
 pub mod model;
 pub mod pairs;
+pub mod precision;
 pub mod run;
 pub mod schedule;
 pub mod source;

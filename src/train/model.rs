@@ -5,6 +5,7 @@
 //! stream) have it; everything specific to one of them stays in its impl here.
 
 use crate::batch::Batch;
+use crate::kernels::lowp::bf16_train::Bf16Kernel;
 use crate::model::loss::LossStats;
 use crate::model::{LanguageModel, Model, ModelConfig, Seq2Seq};
 use crate::rng::Rng;
@@ -27,6 +28,10 @@ pub trait Trainable: Model<Config = ModelConfig> + Clone + Send {
         grad_scale: f64,
         rng: &mut Rng,
     ) -> LossStats;
+
+    /// The linear layers multiply bf16-rounded operands with `kernel`, or float32 ones (`None`;
+    /// see [`crate::train::precision`]).
+    fn set_bf16_products(&mut self, kernel: Option<Bf16Kernel>);
 }
 
 impl Trainable for Seq2Seq<f32> {
@@ -40,6 +45,10 @@ impl Trainable for Seq2Seq<f32> {
         rng: &mut Rng,
     ) -> LossStats {
         Seq2Seq::forward_backward(self, batch, label_smoothing, grad_scale, Some(rng))
+    }
+
+    fn set_bf16_products(&mut self, kernel: Option<Bf16Kernel>) {
+        Seq2Seq::set_bf16_products(self, kernel)
     }
 }
 
@@ -62,5 +71,9 @@ impl Trainable for LanguageModel<f32> {
             grad_scale,
             Some(rng),
         )
+    }
+
+    fn set_bf16_products(&mut self, kernel: Option<Bf16Kernel>) {
+        LanguageModel::set_bf16_products(self, kernel)
     }
 }

@@ -11,6 +11,7 @@ use crate::rng::Rng;
 use crate::train::adam::AdamConfig;
 use crate::train::batching::{batch_by_tokens, BatchOrder};
 use crate::train::data_parallel::split;
+use crate::train::precision::TrainPrecision;
 use crate::train::schedule::{Cooldown, Schedule};
 use crate::train::source::{
     check, BadSetting, BatchSource, Recipe, Update, MAX_ACCUMULATE, MAX_BATCH_TOKENS, MAX_STEP,
@@ -44,6 +45,10 @@ pub struct TrainConfig {
     /// checkpoints written before the option, meaning none).
     #[serde(default)]
     pub cooldown: Option<Cooldown>,
+    /// The number format of the products (absent in checkpoints written before the option,
+    /// meaning f32; f32 is not written, so such recipes keep their layout).
+    #[serde(default, skip_serializing_if = "TrainPrecision::is_f32")]
+    pub precision: TrainPrecision,
 }
 
 impl Default for TrainConfig {
@@ -60,6 +65,7 @@ impl Default for TrainConfig {
             seed: 1,
             word_dropout: 0.0,
             cooldown: None,
+            precision: TrainPrecision::F32,
         }
     }
 }
@@ -89,6 +95,11 @@ impl Recipe for TrainConfig {
             _ => Ok(()),
         }
     }
+
+    fn precision(&self) -> TrainPrecision {
+        self.precision
+    }
+
     fn seed(&self) -> u64 {
         self.seed
     }

@@ -10,6 +10,7 @@ use crate::model::ModelConfig;
 use crate::rng::Rng;
 use crate::train::adam::AdamConfig;
 use crate::train::batching::BatchOrder;
+use crate::train::precision::TrainPrecision;
 use crate::train::schedule::Schedule;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -112,6 +113,8 @@ pub trait Recipe: Clone + Serialize + DeserializeOwned {
     fn clip_norm(&self) -> Option<f64>;
     /// The learning rate of every update, for a model of width `d_model`.
     fn schedule(&self, d_model: usize) -> Schedule;
+    /// The number format of the products.
+    fn precision(&self) -> TrainPrecision;
 }
 
 /// The data of one update.

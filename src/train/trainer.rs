@@ -7,6 +7,7 @@
 
 use crate::dist::{all_ok, broadcast_vec, Communicator, SingleProcess};
 use crate::error::{Error, Result};
+use crate::kernels::lowp::bf16_train::Bf16Kernel;
 use crate::model::checkpoint as model_checkpoint;
 use crate::model::loss::LossStats;
 use crate::model::param::{count_params, ShapesOnly};
@@ -67,6 +68,8 @@ pub struct Trainer<M, S: BatchSource> {
     comm: Arc<dyn Communicator>,
     /// The gradients of all parameters in one buffer, for the all-reduce (distributed only).
     flat_grads: Vec<f32>,
+    /// How the products are multiplied when the recipe's precision is bf16.
+    bf16_kernel: Bf16Kernel,
 }
 
 impl<M, S> Trainer<M, S>
@@ -145,7 +148,11 @@ where
         Ok(Self::assemble(model, adam, state, source))
     }
 
-    fn assemble(model: M, adam: Adam<f32>, state: TrainerState<S::Recipe>, source: S) -> Self {
+    fn assemble(mut model: M, adam: Adam<f32>, state: TrainerState<S::Recipe>, source: S) -> Self {
+        // Before the replica is copied from it.
+        let bf16_kernel = Bf16Kernel::default();
+        let precision = state.config.precision();
+        model.set_bf16_products(precision.bf16_products().then_some(bf16_kernel));
         Trainer {
             schedule: state.config.schedule(model.config().d_model),
             parallel: DataParallel::for_pool(&model),
@@ -155,6 +162,7 @@ where
             source,
             comm: Arc::new(SingleProcess),
             flat_grads: Vec::new(),
+            bf16_kernel,
         }
     }
 
@@ -205,7 +213,23 @@ where
         self.adam.step = state.step;
         self.schedule = state.config.schedule(self.model.config().d_model);
         self.state = state;
+        self.apply_precision();
         Ok(())
+    }
+
+    /// Multiplies with `kernel` when the recipe's precision is bf16 (the default:
+    /// [`Bf16Kernel::Gemm`]). Not saved: the kernels differ in the order of the f32 sums, so a
+    /// run resumed with another kernel does not continue bit for bit.
+    pub fn set_bf16_kernel(&mut self, kernel: Bf16Kernel) {
+        self.bf16_kernel = kernel;
+        self.apply_precision();
+    }
+
+    /// Sets the recipe's precision (and the bf16 kernel) on the model and its replica.
+    fn apply_precision(&mut self) {
+        let kernel = (self.state.config.precision().bf16_products()).then_some(self.bf16_kernel);
+        self.model.set_bf16_products(kernel);
+        self.parallel.for_replica(|r| r.set_bf16_products(kernel));
     }
 
     /// Data parallelism on or off (see `train::data_parallel`); on by default when the

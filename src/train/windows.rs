@@ -15,6 +15,7 @@ use crate::train::source::{
 
 /// The longest context a language model takes (the models' `max_len` bound).
 const MAX_LEN: usize = 1 << 16;
+use crate::train::precision::TrainPrecision;
 use crate::train::state::Fnv1a;
 use serde::{Deserialize, Serialize};
 
@@ -40,6 +41,10 @@ pub struct LmTrainConfig {
     pub adam: AdamConfig,
     /// Decides initialisation, windows and dropout.
     pub seed: u64,
+    /// The number format of the products (absent in checkpoints written before the option,
+    /// meaning f32; f32 is not written, so such recipes keep their layout).
+    #[serde(default, skip_serializing_if = "TrainPrecision::is_f32")]
+    pub precision: TrainPrecision,
 }
 
 impl Default for LmTrainConfig {
@@ -55,6 +60,7 @@ impl Default for LmTrainConfig {
             label_smoothing: 0.0,
             adam: AdamConfig::default(),
             seed: 1,
+            precision: TrainPrecision::F32,
         }
     }
 }
@@ -85,6 +91,11 @@ impl Recipe for LmTrainConfig {
         check::fraction("label_smoothing", self.label_smoothing)?;
         check::adam(&self.adam)
     }
+
+    fn precision(&self) -> TrainPrecision {
+        self.precision
+    }
+
     fn seed(&self) -> u64 {
         self.seed
     }

@@ -27,6 +27,21 @@ pub fn bf16_to_f32(h: u16) -> f32 {
     f32::from_bits(u32::from(h) << 16)
 }
 
+/// `x` rounded to the nearest bf16 value (ties to even), kept in an f32: the same as
+/// `bf16_to_f32(f32_to_bf16(x))`, branch-free so that a loop of it vectorises.
+#[inline(always)]
+pub fn round_to_bf16(x: f32) -> f32 {
+    let b = x.to_bits();
+    let rounded = b.wrapping_add(0x7fff + ((b >> 16) & 1)) & 0xffff_0000;
+    let nan = (b | 0x0040_0000) & 0xffff_0000;
+    f32::from_bits(if x.is_nan() { nan } else { rounded })
+}
+
+/// Every element of `x` rounded to bf16 ([`round_to_bf16`]), as f32 values.
+pub fn rounded_to_bf16(x: &[f32]) -> Vec<f32> {
+    x.iter().map(|&v| round_to_bf16(v)).collect()
+}
+
 /// `W [rows, cols]` in bf16, each row padded with zeros to `stride` (a multiple of 32).
 #[derive(Clone, Debug)]
 pub struct Bf16Matrix {

@@ -1,4 +1,6 @@
-//! Low-precision matrix products for inference: `y = x Wᵀ` with `W [d_out, d_in]` packed once
+//! Low-precision matrix products. Mixed-precision training multiplies a linear layer's
+//! products in bf16 with [`bf16_train`] (through the f32 gemm over bf16-rounded operands, or
+//! the packed `vdpbf16ps` kernel of [`bf16_gemm`]). The rest of this module is for inference: `y = x Wᵀ` with `W [d_out, d_in]` packed once
 //! at load into a narrower number format, `x [rows, d_in]` float32 and quantised on the fly,
 //! `y [rows, d_out]` float32.
 //!
@@ -23,10 +25,12 @@
 //! one loaded weight row.
 
 mod bf16;
+pub mod bf16_gemm;
+pub mod bf16_train;
 mod blocks;
 mod int8;
 
-pub use bf16::{bf16_to_f32, f32_to_bf16, Bf16Matrix};
+pub use bf16::{bf16_to_f32, f32_to_bf16, round_to_bf16, rounded_to_bf16, Bf16Matrix};
 pub use blocks::{BlockKind, BlockMatrix};
 pub use int8::Int8Matrix;
 
