@@ -280,18 +280,7 @@ fn a_short_bf16_run_on_a_toy_task_ends_near_the_float32_loss() {
         tail(&l16)
     );
     assert!(tail(&l32) < 0.85 * l32[0], "f32 did not learn: {l32:?}");
-    let rel = (tail(&l16) - tail(&l32)).abs() / tail(&l32);
-    eprintln!(
-        "last 5 of 40 updates, mean loss: f32 {:.4}, bf16 {:.4}",
-        tail(&l32),
-        tail(&l16)
-    );
-    assert!(
-        rel < 0.03,
-        "bf16 {} against f32 {} ({l16:?})",
-        tail(&l16),
-        tail(&l32)
-    );
+    assert_near_f32(&l32, &l16);
     assert_ne!(l16, l32, "bf16 products changed nothing");
 }
 
@@ -320,18 +309,7 @@ fn a_short_bf16_language_model_run_ends_near_the_float32_loss() {
     let (l32, l16) = (run(TrainPrecision::F32), run(TrainPrecision::Bf16));
     let tail = |l: &[f64]| l[l.len() - 5..].iter().sum::<f64>() / 5.0;
     assert!(tail(&l32) < 0.7 * l32[0], "f32 did not learn: {l32:?}");
-    let rel = (tail(&l16) - tail(&l32)).abs() / tail(&l32);
-    eprintln!(
-        "last 5 of 40 updates, mean loss: f32 {:.4}, bf16 {:.4}",
-        tail(&l32),
-        tail(&l16)
-    );
-    assert!(
-        rel < 0.03,
-        "bf16 {} against f32 {} ({l16:?})",
-        tail(&l16),
-        tail(&l32)
-    );
+    assert_near_f32(&l32, &l16);
 }
 
 #[test]
@@ -368,4 +346,21 @@ fn a_resumed_bf16_run_keeps_its_precision_and_continues_bit_for_bit() {
     f32_run.save(dir32.path()).unwrap();
     let state32 = std::fs::read_to_string(dir32.path().join("trainer_state.json")).unwrap();
     assert!(!state32.contains("precision"), "{state32}");
+}
+
+/// The mean of the last 5 losses of the bf16 run within 3% of the f32 run's.
+fn assert_near_f32(l32: &[f64], l16: &[f64]) {
+    let tail = |l: &[f64]| l[l.len() - 5..].iter().sum::<f64>() / 5.0;
+    let rel = (tail(l16) - tail(l32)).abs() / tail(l32);
+    eprintln!(
+        "last 5 of 40 updates, mean loss: f32 {:.4}, bf16 {:.4}",
+        tail(l32),
+        tail(l16)
+    );
+    assert!(
+        rel < 0.03,
+        "bf16 {} against f32 {} ({l16:?})",
+        tail(l16),
+        tail(l32)
+    );
 }

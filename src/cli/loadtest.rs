@@ -173,6 +173,24 @@ fn one(args: &LoadtestArgs, prompt: &str) -> Result<Sample> {
     })
 }
 
+/// The answers that came back, and how many requests failed (the first failure printed).
+pub(super) fn successes<T>(results: Vec<Result<T>>, clients: usize) -> (Vec<T>, usize) {
+    let mut errors = 0;
+    let mut ok = Vec::with_capacity(results.len());
+    for r in results {
+        match r {
+            Ok(v) => ok.push(v),
+            Err(e) => {
+                if errors == 0 {
+                    eprintln!("first error at {clients} clients: {e}");
+                }
+                errors += 1;
+            }
+        }
+    }
+    (ok, errors)
+}
+
 /// The `q`-quantile (nearest rank) of `xs`.
 pub(super) fn quantile(xs: &mut [f64], q: f64) -> f64 {
     if xs.is_empty() {
@@ -222,23 +240,10 @@ pub fn run(args: LoadtestArgs) -> Result<()> {
                 .collect()
         });
         let wall = start.elapsed().as_secs_f64();
-        let mut errors = 0;
-        let (mut e2e, mut ttft, mut tokens) = (Vec::new(), Vec::new(), 0);
-        for r in results {
-            match r {
-                Ok(s) => {
-                    e2e.push(s.e2e);
-                    ttft.push(s.ttft);
-                    tokens += s.tokens;
-                }
-                Err(e) => {
-                    if errors == 0 {
-                        eprintln!("first error at {clients} clients: {e}");
-                    }
-                    errors += 1;
-                }
-            }
-        }
+        let (samples, errors) = successes(results, clients);
+        let mut e2e: Vec<f64> = samples.iter().map(|s| s.e2e).collect();
+        let mut ttft: Vec<f64> = samples.iter().map(|s| s.ttft).collect();
+        let tokens: usize = samples.iter().map(|s| s.tokens).sum();
         println!(
             "| {clients} | {} | {errors} | {:.1} | {:.3} | {:.3} | {:.3} | {:.3} |",
             clients * args.requests,

@@ -12,7 +12,7 @@
 //! one call of the batched greedy translation (`transformer translate`: sentences sorted by
 //! length, decoded in batches of 32), timed the same way.
 
-use super::loadtest::{quantile, LoadtestArgs};
+use super::loadtest::{quantile, successes, LoadtestArgs};
 use crate::decode::greedy::GreedyOptions;
 use crate::pipeline::translate::Translator;
 use crate::serve::client::request;
@@ -110,21 +110,9 @@ pub fn run(args: &LoadtestArgs, file: &Path) -> Result<()> {
                 .collect()
         });
         let wall = start.elapsed().as_secs_f64();
-        let (mut latencies, mut n_words, mut errors) = (Vec::new(), 0, 0);
-        for r in results {
-            match r {
-                Ok((latency, w)) => {
-                    latencies.push(latency);
-                    n_words += w;
-                }
-                Err(e) => {
-                    if errors == 0 {
-                        eprintln!("first error at {clients} clients: {e}");
-                    }
-                    errors += 1;
-                }
-            }
-        }
+        let (answers, errors) = successes(results, clients);
+        let mut latencies: Vec<f64> = answers.iter().map(|a| a.0).collect();
+        let n_words: usize = answers.iter().map(|a| a.1).sum();
         println!(
             "| {clients} | {} | {errors} | {:.2} | {:.1} | {:.3} | {:.3} |",
             batch.len(),
