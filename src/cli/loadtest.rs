@@ -173,6 +173,25 @@ fn one(args: &LoadtestArgs, prompt: &str) -> Result<Sample> {
     })
 }
 
+/// Runs `client(i)` for each of `clients` clients, each on its own thread; all their answers.
+pub(super) fn on_client_threads<T: Send>(
+    clients: usize,
+    client: impl Fn(usize) -> Vec<Result<T>> + Sync,
+) -> Vec<Result<T>> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..clients)
+            .map(|i| {
+                let client = &client;
+                s.spawn(move || client(i))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    })
+}
+
 /// The answers that came back, and how many requests failed (the first failure printed).
 pub(super) fn successes<T>(results: Vec<Result<T>>, clients: usize) -> (Vec<T>, usize) {
     let mut errors = 0;
@@ -218,25 +237,12 @@ pub fn run(args: LoadtestArgs) -> Result<()> {
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
     for &clients in &args.clients {
         let start = Instant::now();
-        let results: Vec<Result<Sample>> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..clients)
-                .map(|i| {
-                    let args = &args;
-                    s.spawn(move || {
-                        (0..args.requests)
-                            .map(|r| {
-                                one(
-                                    args,
-                                    &format!("{} ({})", args.prompt, i * args.requests + r),
-                                )
-                            })
-                            .collect::<Vec<_>>()
-                    })
+        let results: Vec<Result<Sample>> = on_client_threads(clients, |i| {
+            (0..args.requests)
+                .map(|r| {
+                    let prompt = format!("{} ({})", args.prompt, i * args.requests + r);
+                    one(&args, &prompt)
                 })
-                .collect();
-            handles
-                .into_iter()
-                .flat_map(|h| h.join().unwrap_or_default())
                 .collect()
         });
         let wall = start.elapsed().as_secs_f64();

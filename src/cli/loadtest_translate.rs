@@ -12,7 +12,7 @@
 //! one call of the batched greedy translation (`transformer translate`: sentences sorted by
 //! length, decoded in batches of 32), timed the same way.
 
-use super::loadtest::{quantile, successes, LoadtestArgs};
+use super::loadtest::{on_client_threads, quantile, successes, LoadtestArgs};
 use crate::decode::greedy::GreedyOptions;
 use crate::pipeline::translate::Translator;
 use crate::serve::client::request;
@@ -99,15 +99,9 @@ pub fn run(args: &LoadtestArgs, file: &Path) -> Result<()> {
     for &clients in &args.clients {
         let batch = batch_of(&lines, clients, args.requests);
         let start = Instant::now();
-        let results: Vec<Result<(f64, usize)>> = std::thread::scope(|s| {
-            let handles: Vec<_> = batch
-                .chunks(args.requests)
-                .map(|mine| s.spawn(move || mine.iter().map(|q| one(args, q)).collect::<Vec<_>>()))
-                .collect();
-            handles
-                .into_iter()
-                .flat_map(|h| h.join().unwrap_or_default())
-                .collect()
+        let mine: Vec<&[String]> = batch.chunks(args.requests).collect();
+        let results: Vec<Result<(f64, usize)>> = on_client_threads(mine.len(), |i| {
+            mine[i].iter().map(|q| one(args, q)).collect()
         });
         let wall = start.elapsed().as_secs_f64();
         let (answers, errors) = successes(results, clients);
