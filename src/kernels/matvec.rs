@@ -8,7 +8,7 @@
 //! column-major matrix-vector path streamed the weights more slowly here; reading each row of W
 //! once, in the order it is stored, with the `rows` dot products of that row side by side,
 //! does neither. Blocks of `BLOCK` (64) rows of W are shared between the threads; every output is
-//! computed by the same [`dot4`] (or, for the last rows of a weight whose row count is not a
+//! computed by the same `dot4` (or, for the last rows of a weight whose row count is not a
 //! multiple of four, [`lane_dot`]) whatever the thread count, so results do not depend on it. The loops are
 //! compiled for the machine's widest vectors at run time (`pulp`).
 
