@@ -58,10 +58,18 @@ pub fn matvec<T: Float>(y: &mut [T], x: &[T], w: &[T], d_in: usize, parallel: bo
             }
         }
     };
-    if rows == 1 && parallel {
-        y.par_chunks_mut(BLOCK)
-            .zip(w.par_chunks(BLOCK * d_in))
-            .for_each(|(y, w)| pulp::Arch::new().dispatch(Dots { out: y, x, w, d_in }));
+    if rows == 1 {
+        // One row: `y` is already laid out as the blocks' outputs, no scatter needed (serially,
+        // the whole weight is one block: the same groups of four rows, so the same bits).
+        let dots =
+            |(y, w): (&mut [T], &[T])| pulp::Arch::new().dispatch(Dots { out: y, x, w, d_in });
+        if parallel {
+            y.par_chunks_mut(BLOCK)
+                .zip(w.par_chunks(BLOCK * d_in))
+                .for_each(dots);
+        } else {
+            dots((y, w));
+        }
     } else if parallel {
         let outs: Vec<Vec<T>> = w.par_chunks(BLOCK * d_in).map(block).collect();
         outs.iter().enumerate().for_each(|(b, o)| scatter(y, b, o));
@@ -202,6 +210,7 @@ mod tests {
         for (rows, d_in, d_out) in [
             (1, 576, 1536),
             (1, 37, 5),
+            (1, 40, 130),
             (2, 64, 130),
             (3, 17, 64),
             (5, 100, 129),

@@ -345,7 +345,11 @@ impl<T: Float> LanguageModel<T> {
             let h = self
                 .blocks
                 .apply(x, |i, l, x| l.forward_cached(x, &mut caches[i]));
-            let last = super::residual::last_rows(&h, q_len, self.config.d_model);
+            // One position a row (a decoding step): every row is a last one.
+            let last = match q_len {
+                1 => h,
+                _ => super::residual::last_rows(&h, q_len, self.config.d_model),
+            };
             return self.head.log_probs(&self.embedding, &last);
         };
         // Every block but the last on all positions; the last one caches every position's keys
