@@ -203,7 +203,7 @@ def cmd_run(args):
     threads = [int(t) for t in args.threads.split()]
     compare_threads = args.compare_threads or (threads[-1] if threads else 1)
     print(
-        f"CTranslate2 {ctranslate2.__version__}: {len(lines)} sentences, "
+        f"CTranslate2 {ctranslate2.__version__} ({args.compute_type}): {len(lines)} sentences, "
         f"{sum(len(s) for s in src_ids)} source tokens (+1 EOS each), batch {args.batch}, "
         f"beam {args.beam} (length_penalty {args.alpha}), max length source + {args.max_extra}"
         + (f"; {roundtrip} sources do not round-trip through the tokenizer" if roundtrip else "")
@@ -220,7 +220,8 @@ def cmd_run(args):
         best = {}
         for layout, inter, intra, parallel in layouts:
             translator = ctranslate2.Translator(
-                args.ct2, device="cpu", compute_type="float32", inter_threads=inter, intra_threads=intra
+                args.ct2, device="cpu", compute_type=args.compute_type, inter_threads=inter,
+                intra_threads=intra,
             )
             ct2_pass(translator, sources, src_ids, chunks[:inter], config, args, 1, parallel)  # warm-up
             for name, beam in (("greedy", 1), (f"beam {args.beam}", args.beam)):
@@ -245,7 +246,8 @@ def cmd_run(args):
     if not (args.ours_greedy or args.ours_beam):
         return
     translator = ctranslate2.Translator(
-        args.ct2, device="cpu", compute_type="float32", inter_threads=1, intra_threads=compare_threads
+        args.ct2, device="cpu", compute_type=args.compute_type, inter_threads=1,
+        intra_threads=compare_threads,
     )
     groups = {}
     for i in sorted(range(len(lines)), key=lambda i: limits[i]):
@@ -325,6 +327,12 @@ def main():
         "--compare-threads", type=int, default=0, help="threads of the comparison pass (default: the last of --threads)"
     )
     r.add_argument("--batch", type=int, default=32, help="sentences per batch")
+    r.add_argument(
+        "--compute-type",
+        default="float32",
+        help="CTranslate2's compute_type: float32, or int8 (weights per output row, "
+        "activations quantised on the fly: the scheme of our --precision int8)",
+    )
     r.add_argument("--beam", type=int, default=4)
     r.add_argument("--alpha", type=float, default=0.6, help="length penalty (beam only)")
     r.add_argument("--max-extra", type=int, default=50, help="output limit: source length + this")

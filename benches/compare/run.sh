@@ -17,6 +17,8 @@
 #   N=0                  translate only the first N sentences (0: all)
 #   BEAM_STOP=exact      our beam search's stopping rule: exact (our default) or first-k (stop at
 #                        k finished hypotheses, as CTranslate2 does with its default patience 1)
+#   TRANSLATE_PRECISIONS="f32 int8"  translation: ours --precision P against CTranslate2's
+#                        compute_type float32 (f32) or int8 (int8)
 #   PARTS="train translate"  which parts to run
 #   VENV=DIR             Python virtual environment [benches/compare/.venv], created if missing
 #   OUT=DIR              outputs and logs [benches/compare/out]
@@ -39,6 +41,7 @@ MODEL=${MODEL:-}
 SRC=${SRC:-../shared/data/de-en/ding.test.tsv}
 N=${N:-0}
 BEAM_STOP=${BEAM_STOP:-exact}
+TRANSLATE_PRECISIONS=${TRANSLATE_PRECISIONS:-"f32 int8"}
 PARTS=${PARTS:-"train translate"}
 VENV=${VENV:-$HERE/.venv}
 OUT=${OUT:-$HERE/out}
@@ -162,38 +165,51 @@ if has_part translate; then
         "$PY" "$HERE/ct2_translate.py" prepare --model "$MODEL" --input "$SRC" --n "$N" \
             --out "$OUT/src.txt" | tee -a "$LOG"
         TMAX=$(tr ' ' '\n' <<<"$THREADS" | sort -n | tail -1)
-        # Our outputs to compare against (greedy scored with alpha 0: raw log-probabilities).
-        "$BIN" translate --model "$MODEL" --threads "$TMAX" --batch-size "$BATCH" --nbest 1 \
-            --alpha 0 <"$OUT/src.txt" >"$OUT/ours.greedy.tsv" 2>>"$LOG"
-        "$BIN" translate --model "$MODEL" --threads "$TMAX" --batch-size "$BATCH" --beam "$BEAM" \
-            --beam-stop "$BEAM_STOP" --alpha 0.6 --nbest 1 <"$OUT/src.txt" >"$OUT/ours.beam$BEAM.tsv" 2>>"$LOG"
-        declare -A OURS
-        for T in $THREADS; do
-            bench_out=$("$BIN" bench --translate "$MODEL" --src "$OUT/src.txt" --threads "$T" \
-                --sentences-per-batch "$BATCH" --beam "$BEAM" --beam-stop "$BEAM_STOP" 2>&1 |
-                tee -a "$LOG")
-            OURS[$T,greedy]=$(target_tps "greedy:" <<<"$bench_out")
-            OURS[$T,beam]=$(target_tps "beam $BEAM:" <<<"$bench_out")
-            say "ours threads $T: greedy ${OURS[$T,greedy]}, beam $BEAM ${OURS[$T,beam]} target tokens/s"
-        done
-        ct2_out=$("$PY" "$HERE/ct2_translate.py" run --model "$MODEL" --ct2 "$OUT/ct2" \
-            --src "$OUT/src.txt" --threads "$THREADS" --compare-threads "$TMAX" --batch "$BATCH" \
-            --beam "$BEAM" --alpha 0.6 --max-extra 50 --ours-greedy "$OUT/ours.greedy.tsv" \
-            --ours-beam "$OUT/ours.beam$BEAM.tsv" --out-dir "$OUT" 2>&1 | tee -a "$LOG")
-        {
-            echo ""
-            echo "translation of $(wc -l <"$OUT/src.txt") sentences, $BATCH per batch, target tokens/s (EOS counted)"
-            printf '%-8s %-8s %-16s %-16s %s\n' threads search "ours" "CTranslate2" "ours/CTranslate2"
+        for P in $TRANSLATE_PRECISIONS; do
+            case $P in
+            f32) CT2_TYPE=float32 ;;
+            int8) CT2_TYPE=int8 ;;
+            *) say "TRANSLATE_PRECISIONS: $P is not f32 or int8"; exit 1 ;;
+            esac
+            say ""
+            say "-- precision $P (CTranslate2 compute_type $CT2_TYPE)"
+            # Our outputs to compare against (greedy scored with alpha 0: raw log-probabilities).
+            "$BIN" translate --model "$MODEL" --threads "$TMAX" --batch-size "$BATCH" --nbest 1 \
+                --alpha 0 --precision "$P" <"$OUT/src.txt" >"$OUT/ours.$P.greedy.tsv" 2>>"$LOG"
+            "$BIN" translate --model "$MODEL" --threads "$TMAX" --batch-size "$BATCH" --beam "$BEAM" \
+                --beam-stop "$BEAM_STOP" --alpha 0.6 --nbest 1 --precision "$P" \
+                <"$OUT/src.txt" >"$OUT/ours.$P.beam$BEAM.tsv" 2>>"$LOG"
+            declare -A OURS
             for T in $THREADS; do
-                for S in greedy beam; do
-                    if [[ $S == greedy ]]; then name=greedy; else name="beam $BEAM"; fi
-                    c=$(target_tps "ct2 threads $T $name:" <<<"$ct2_out")
-                    o=${OURS[$T,$S]}
-                    printf '%-8s %-8s %-16s %-16s %s\n' "$T" "$name" "$o" "$c" "$(ratio "$o" "$c")"
-                done
+                bench_out=$("$BIN" bench --translate "$MODEL" --src "$OUT/src.txt" --threads "$T" \
+                    --sentences-per-batch "$BATCH" --beam "$BEAM" --beam-stop "$BEAM_STOP" \
+                    --precision "$P" 2>&1 | tee -a "$LOG")
+                OURS[$T,greedy]=$(target_tps "greedy:" <<<"$bench_out")
+                OURS[$T,beam]=$(target_tps "beam $BEAM:" <<<"$bench_out")
+                say "ours $P threads $T: greedy ${OURS[$T,greedy]}, beam $BEAM ${OURS[$T,beam]} target tokens/s"
             done
-            grep -E '^identical|^  (summed|of the|note)' <<<"$ct2_out" || true
-        } >>"$SUMMARY"
+            mkdir -p "$OUT/$P"
+            ct2_out=$("$PY" "$HERE/ct2_translate.py" run --model "$MODEL" --ct2 "$OUT/ct2" \
+                --src "$OUT/src.txt" --threads "$THREADS" --compare-threads "$TMAX" --batch "$BATCH" \
+                --beam "$BEAM" --alpha 0.6 --max-extra 50 --compute-type "$CT2_TYPE" \
+                --ours-greedy "$OUT/ours.$P.greedy.tsv" --ours-beam "$OUT/ours.$P.beam$BEAM.tsv" \
+                --out-dir "$OUT/$P" 2>&1 | tee -a "$LOG")
+            {
+                echo ""
+                echo "translation of $(wc -l <"$OUT/src.txt") sentences, $BATCH per batch, ours --precision $P," \
+                    "CTranslate2 compute_type $CT2_TYPE, target tokens/s (EOS counted)"
+                printf '%-8s %-8s %-16s %-16s %s\n' threads search "ours" "CTranslate2" "ours/CTranslate2"
+                for T in $THREADS; do
+                    for S in greedy beam; do
+                        if [[ $S == greedy ]]; then name=greedy; else name="beam $BEAM"; fi
+                        c=$(target_tps "ct2 threads $T $name:" <<<"$ct2_out")
+                        o=${OURS[$T,$S]}
+                        printf '%-8s %-8s %-16s %-16s %s\n' "$T" "$name" "$o" "$c" "$(ratio "$o" "$c")"
+                    done
+                done
+                grep -E '^identical|^  (summed|of the|note)' <<<"$ct2_out" || true
+            } >>"$SUMMARY"
+        done
     fi
 fi
 

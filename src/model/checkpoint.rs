@@ -15,14 +15,14 @@
 //! replaces a good checkpoint; reading goes through [`crate::store::read_file`], which checks
 //! each file against the directory's manifest.
 
-use super::param::{count_params, Init, Module, Param, ShapesOnly};
+use super::param::{count_params, Init, Module, Param, ShapesOnly, Unfilled};
 use super::{LanguageModel, ModelConfig, Seq2Seq};
 use crate::error::{Error, Result};
-use crate::rng::Rng;
 use crate::store::{
     ckpt_err, read_file, read_tensors, strip_bom, tensors_to_bytes, CheckpointWriter, CONFIG_FILE,
     MODEL_FILE, TOKENIZER_FILE, VOCAB_FILE,
 };
+use crate::Tensor;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -219,6 +219,12 @@ pub trait TensorValues {
     fn n_values(&self) -> usize;
     /// Writes the values into `out` (`n_values()` long).
     fn write_into(self, out: &mut [f32]) -> Result<()>;
+    /// Whether the parameter stays without float32 values because the model multiplies the
+    /// tensor in its stored format (a GGUF file's blocks, see
+    /// [`super::llama::from_gguf`]); its shape is still checked.
+    fn stays_packed(&self) -> bool {
+        false
+    }
 }
 
 impl TensorValues for Vec<f32> {
@@ -305,7 +311,7 @@ pub fn build_filled<M: Model, V: TensorValues>(
         ));
     }
     drop(shapes_only);
-    let mut model = M::build(config, &mut Rng::new(0));
+    let mut model = M::build(config, &mut Unfilled);
     fill_params(path, &mut model.named_params(""), &mut map, rename)?;
     if let Some(extra) = map.values().map(|(name, _)| name).min() {
         return Err(ckpt_err(
@@ -320,7 +326,9 @@ pub fn build_filled<M: Model, V: TensorValues>(
 pub type NamedTensors<V = Vec<f32>> = HashMap<String, (String, (Vec<usize>, V))>;
 
 /// Writes the tensor of each parameter's name from `map` into its value, checking shapes
-/// (errors name the tensor as the file names it, through `rename` for imported layouts).
+/// (errors name the tensor as the file names it, through `rename` for imported layouts). A
+/// parameter built without values ([`Unfilled`]) is allocated here, value and (zero) gradient,
+/// unless its tensor [stays packed](TensorValues::stays_packed).
 pub fn fill_params<V: TensorValues>(
     path: &Path,
     params: &mut [(String, &mut Param<f32>)],
@@ -343,6 +351,12 @@ pub fn fill_params<V: TensorValues>(
                     p.value.shape
                 ),
             ));
+        }
+        if values.stays_packed() {
+            continue;
+        }
+        if p.value.data.is_empty() {
+            **p = Param::new(Tensor::zeros(&shape));
         }
         values.write_into(&mut p.value.data)?;
         let data = &p.value.data;

@@ -183,7 +183,15 @@ impl<T: Float> OutputHead<T> {
 impl<T> Module<T> for OutputHead<T> {
     fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
         self.transposed = None;
-        self.packed = None;
+        // An own projection held only in its packed form (a GGUF file's blocks, no float32
+        // values) keeps it: there is nothing else to multiply.
+        if self
+            .output_proj
+            .as_ref()
+            .is_none_or(|p| !p.value.data.is_empty())
+        {
+            self.packed = None;
+        }
         if let Some(p) = &mut self.output_proj {
             v.param("output_proj.weight", p);
         }

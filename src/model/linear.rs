@@ -238,7 +238,11 @@ impl<T: Float> Linear<T> {
 impl<T> Module<T> for Linear<T> {
     fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
         self.transposed = None; // the caller may change the weight
-        self.packed = None;
+                                // A weight held only in its packed form (a GGUF file's blocks, no float32 values)
+                                // keeps it: there is nothing else to multiply.
+        if !self.weight.value.data.is_empty() {
+            self.packed = None;
+        }
         self.bf16.weight_changed();
         v.param("weight", &mut self.weight);
         if let Some(b) = &mut self.bias {

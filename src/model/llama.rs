@@ -8,7 +8,7 @@
 //!   sharded index): names through [`HF_NAMES`]; Hugging Face pairs the rotary columns as
 //!   `rotate_half` does ([`RopeStyle::HalfSplit`]);
 //! - a GGUF file of architecture `llama` (llama.cpp): names through [`GGUF_NAMES`], weights
-//!   dequantised to float32; llama.cpp's converter permutes the query and key rows so that the
+//!   dequantised to float32 or multiplied in their stored blocks ([`GgufWeights`]); llama.cpp's converter permutes the query and key rows so that the
 //!   rotary pairs are adjacent ([`RopeStyle::Interleaved`]). A ggml tensor of dims `[in, out]`
 //!   is our row-major `[out, in]`, PyTorch's layout, so no weight is transposed.
 
@@ -243,9 +243,33 @@ pub fn from_hf(
     build_filled(path, c, tensors, Some(&HF_NAMES))
 }
 
-/// Loads a GGUF file of architecture `llama`: its hyper-parameters, every tensor dequantised to
-/// float32.
-pub fn from_gguf(file: &GgufFile) -> Result<LanguageModel<f32>> {
+/// How a GGUF model's linear layers multiply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GgufWeights {
+    /// Every tensor dequantised to float32.
+    Dequantised,
+    /// Every linear layer and the output projection whose tensor is stored in `Q4_0` / `Q4_1` /
+    /// `Q8_0` blocks multiplies the file's own blocks, as llama.cpp does (see
+    /// [`crate::kernels::lowp::BlockMatrix`]), and holds no float32 copy of them; tensors
+    /// stored as floats, the norms and the token embedding are float32 (a tied output
+    /// projection multiplies the embedding's blocks, the lookup reads the float32 table).
+    Blocks,
+}
+
+/// The linear layers of a llama block, by GGUF name suffix.
+const GGUF_LINEARS: [&str; 7] = [
+    "attn_q",
+    "attn_k",
+    "attn_v",
+    "attn_output",
+    "ffn_up",
+    "ffn_down",
+    "ffn_gate",
+];
+
+/// Loads a GGUF file of architecture `llama`: its hyper-parameters and weights, dequantised or
+/// kept in blocks (`weights`).
+pub fn from_gguf(file: &GgufFile, weights: GgufWeights) -> Result<LanguageModel<f32>> {
     let g = LlamaGgufConfig::from_gguf(file)?;
     let path = file.path();
     if g.rope_dim != g.head_dim() {
@@ -273,20 +297,41 @@ pub fn from_gguf(file: &GgufFile) -> Result<LanguageModel<f32>> {
         RopeStyle::Interleaved,
     );
     c.validate().map_err(|e| ckpt_err(path, e))?;
+    // Whether a tensor is multiplied as stored: a block-format weight of a linear layer or of
+    // an untied output projection.
+    let stays_packed = |info: &TensorInfo| {
+        let multiplied = info.name == "output.weight"
+            || info.name.strip_prefix("blk.").is_some_and(|rest| {
+                GGUF_LINEARS
+                    .iter()
+                    .any(|l| rest.ends_with(&format!(".{l}.weight")))
+            });
+        weights == GgufWeights::Blocks && multiplied && BlockKind::of(info.ggml_type).is_some()
+    };
     // Each tensor is decoded straight into its parameter: no map of every tensor in float32.
     let tensors: HashMap<String, (Vec<usize>, GgufTensor)> = file
         .tensors()
         .iter()
-        .map(|info| (info.name.clone(), (info.shape(), GgufTensor { file, info })))
+        .map(|info| {
+            let t = GgufTensor {
+                file,
+                info,
+                packed: stays_packed(info),
+            };
+            (info.name.clone(), (info.shape(), t))
+        })
         .collect();
-    build_filled(path, c, tensors, Some(&GGUF_NAMES))
+    let mut model = build_filled(path, c, tensors, Some(&GGUF_NAMES))?;
+    if weights == GgufWeights::Blocks {
+        use_gguf_blocks(&mut model, file)?;
+    }
+    Ok(model)
 }
 
-/// Makes every linear layer of `model` (loaded by [`from_gguf`] from `file`) and its output
-/// projection multiply the file's own `Q4_0` / `Q4_1` / `Q8_0` blocks, as llama.cpp does,
-/// instead of the dequantised float32 weights (see [`crate::kernels::lowp::BlockMatrix`]).
-/// Weights stored as floats keep the float32 product. Returns how many matrices use blocks.
-pub fn use_gguf_blocks(model: &mut LanguageModel<f32>, file: &GgufFile) -> Result<usize> {
+/// Makes every linear layer of `model` (loaded by [`from_gguf`] from `file`, its block
+/// tensors left without float32 values) and its output projection multiply the file's own
+/// blocks. Returns how many matrices use blocks.
+fn use_gguf_blocks(model: &mut LanguageModel<f32>, file: &GgufFile) -> Result<usize> {
     let path = file.path();
     let blocks = |name: &str| -> Result<Option<PackedWeight>> {
         let info = file.tensor(name)?;
@@ -324,6 +369,8 @@ pub fn use_gguf_blocks(model: &mut LanguageModel<f32>, file: &GgufFile) -> Resul
             }
         }
     }
+    // Tied: the projection multiplies the token embedding's blocks, the lookup reads its
+    // float32 values.
     let head_name = match model.head.output_proj {
         Some(_) => "output.weight",
         None => "token_embd.weight",
@@ -338,10 +385,12 @@ pub fn use_gguf_blocks(model: &mut LanguageModel<f32>, file: &GgufFile) -> Resul
     Ok(used)
 }
 
-/// A tensor of a GGUF file, dequantised when its parameter is filled.
+/// A tensor of a GGUF file, dequantised when its parameter is filled, or kept in its blocks
+/// (`packed`).
 struct GgufTensor<'a> {
     file: &'a GgufFile,
     info: &'a TensorInfo,
+    packed: bool,
 }
 
 impl TensorValues for GgufTensor<'_> {
@@ -350,6 +399,9 @@ impl TensorValues for GgufTensor<'_> {
     }
     fn write_into(self, out: &mut [f32]) -> Result<()> {
         self.file.dequantize_into(self.info, out)
+    }
+    fn stays_packed(&self) -> bool {
+        self.packed
     }
 }
 

@@ -103,6 +103,25 @@ impl Init for ShapesOnly {
     }
 }
 
+/// Builds a model's structure with every parameter's shape and no values yet, the tables that
+/// are not parameters computed: a model about to be filled from a weights file
+/// ([`super::checkpoint::build_filled`] allocates each parameter as it writes its values, so
+/// nothing is drawn at random only to be overwritten, and a tensor kept in its stored
+/// low-precision format never gets a float32 copy).
+pub struct Unfilled;
+
+impl Init for Unfilled {
+    fn xavier<T: Float>(&mut self, shape: &[usize], _: usize, _: usize) -> Param<T> {
+        Param::shape_only(shape)
+    }
+    fn constant<T: Float>(&mut self, shape: &[usize], _: f64) -> Param<T> {
+        Param::shape_only(shape)
+    }
+    fn computes(&self) -> bool {
+        true
+    }
+}
+
 /// Anything that owns parameters lists them, each under its name, in one fixed order.
 pub trait Module<T> {
     /// Calls `v.param(name, p)` for each own parameter and `v.module(name, m)` for each child.

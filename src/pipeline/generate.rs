@@ -194,10 +194,11 @@ impl TextGenerator {
     fn load_gguf(path: &Path, blocks: bool) -> Result<TextGenerator> {
         let file = GgufFile::open(path)?;
         let tokenizer = GgufTokenizer::from_gguf(&file)?;
-        let mut model = llama::from_gguf(&file)?;
-        if blocks {
-            llama::use_gguf_blocks(&mut model, &file)?;
-        }
+        let weights = match blocks {
+            true => llama::GgufWeights::Blocks,
+            false => llama::GgufWeights::Dequantised,
+        };
+        let model = llama::from_gguf(&file, weights)?;
         check_vocab(path, tokenizer.vocab_size(), model.config.vocab_size, false)?;
         let text = |id: Option<u32>| {
             id.and_then(|i| tokenizer.token_bytes(i))

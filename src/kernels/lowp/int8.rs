@@ -10,46 +10,77 @@
 //! `u_rk = p_rk + 128 ∈ [1, 255]` and the kernel subtracts `128 Σ_k q_ok` (kept per row):
 //! `Σ_k q_ok p_rk = Σ_k q_ok u_rk - 128 Σ_k q_ok`. Every sum is an exact i32 (each term is at
 //! most 255 · 127, and rows are limited to [`MAX_COLS`] elements), so the portable and the
-//! AVX-512 kernel give bit-identical results. Rows are padded to a multiple of 64 with zero
-//! weights.
+//! AVX-512 kernel give bit-identical results.
+//!
+//! The product is a register-tiled GEMM, as oneDNN's int8 kernels are: the weight is stored
+//! in panels of [`LANES`] outputs, each input group of four bytes of the 16 outputs side by
+//! side (`[panel][k / 4][lane][4]`, zero-padded), so one 64-byte load holds 16 outputs × 4
+//! inputs and `vpdpbusd` against four broadcast activation bytes adds four products into each
+//! output's own i32 lane: no horizontal sums. A tile keeps [`TILE_ROWS`] activation rows ×
+//! [`TILE_PANELS`] panels (64 outputs) of accumulators in registers; `y` is written row-major
+//! from them directly.
 
-use super::{Kernel, PackedFormat};
+use super::Kernel;
+use rayon::prelude::*;
 
-/// Bytes per step of the AVX-512 kernel.
-const STEP: usize = 64;
+/// Outputs per panel: the 16 i32 lanes of one AVX-512 register.
+pub const LANES: usize = 16;
+/// Activation rows per register tile.
+pub const TILE_ROWS: usize = 4;
+/// Panels per register tile (and per parallel task).
+pub const TILE_PANELS: usize = 4;
 /// The longest row: `255 · 127 · MAX_COLS` stays below `i32::MAX`.
 pub const MAX_COLS: usize = 65_536;
 
-/// `W [rows, cols]` as int8 with one scale per row.
+/// `W [rows, cols]` as int8 with one scale per row, in panels of [`LANES`] rows.
 #[derive(Clone, Debug)]
 pub struct Int8Matrix {
     rows: usize,
     cols: usize,
-    stride: usize,
-    /// [rows, stride], zero-padded.
+    /// Input groups of four: `⌈cols / 4⌉`.
+    groups: usize,
+    /// `[panels, groups, LANES, 4]`: `q_ok` of output `LANES · panel + lane`, input
+    /// `4 · group + j`; zero past `rows` and `cols`.
     q: Vec<i8>,
-    /// [rows]: `s_o`.
+    /// `[panels · LANES]`: `s_o` (0 past `rows`).
     scale: Vec<f32>,
-    /// [rows]: `Σ_k q_ok`.
+    /// `[panels · LANES]`: `Σ_k q_ok`.
     row_sum: Vec<i32>,
 }
 
-/// Activations: `u = p + 128` `[n, stride]` and the row scales `t [n]`.
+/// Activations: `u = p + 128` `[n, 4 · groups]` (padded with 128, `p = 0`) and the row
+/// scales `t [n]`.
 pub struct Int8Acts {
     stride: usize,
     u: Vec<u8>,
     scale: Vec<f32>,
 }
 
-/// The symmetric int8 scale and values of one row (`scale` 0 for an all-zero row).
-fn quantize_row(row: &[f32], out: &mut [i8]) -> f32 {
-    let amax = row.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let scale = amax / 127.0;
-    let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
-    for (q, &v) in out.iter_mut().zip(row) {
-        *q = super::round_small((v * inv).clamp(-127.0, 127.0)) as i8;
+/// `max_k |row_k|` (in lanes, so that it vectorises; a maximum is exact in any order).
+fn max_abs(row: &[f32]) -> f32 {
+    let mut lanes = [0f32; 16];
+    let chunks = row.chunks_exact(16);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (m, v) in lanes.iter_mut().zip(c) {
+            *m = m.max(v.abs());
+        }
     }
-    scale
+    let m = lanes.iter().fold(0f32, |m, &v| m.max(v));
+    rest.iter().fold(m, |m, v| m.max(v.abs()))
+}
+
+/// The symmetric int8 scale of one row (0 for an all-zero row) and `1 / scale` (0 then).
+fn row_scale(row: &[f32]) -> (f32, f32) {
+    let scale = max_abs(row) / 127.0;
+    let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+    (scale, inv)
+}
+
+/// `round(v · inv)` clamped to ±127.
+#[inline(always)]
+fn quantize(v: f32, inv: f32) -> f32 {
+    super::round_small((v * inv).clamp(-127.0, 127.0))
 }
 
 impl Int8Matrix {
@@ -65,157 +96,284 @@ impl Int8Matrix {
         if let Some(bad) = w.iter().find(|v| !v.is_finite()) {
             return Err(format!("int8 weight holds a non-finite value {bad}"));
         }
-        let stride = cols.div_ceil(STEP).max(1) * STEP;
-        let mut q = vec![0i8; rows * stride];
-        let mut scale = Vec::with_capacity(rows);
-        let mut row_sum = Vec::with_capacity(rows);
-        for (dst, src) in q.chunks_exact_mut(stride).zip(w.chunks_exact(cols.max(1))) {
-            scale.push(quantize_row(src, dst));
-            row_sum.push(dst.iter().map(|&v| i32::from(v)).sum());
+        let groups = cols.div_ceil(4).max(1);
+        let padded_rows = rows.div_ceil(LANES) * LANES;
+        let mut q = vec![0i8; padded_rows * groups * 4];
+        let mut scale = vec![0f32; padded_rows];
+        let mut row_sum = vec![0i32; padded_rows];
+        for (o, src) in w.chunks_exact(cols.max(1)).enumerate().take(rows) {
+            let (s, inv) = row_scale(src);
+            scale[o] = s;
+            let (panel, lane) = (o / LANES, o % LANES);
+            for (k, &v) in src.iter().enumerate() {
+                let p = quantize(v, inv) as i8;
+                q[((panel * groups + k / 4) * LANES + lane) * 4 + k % 4] = p;
+                row_sum[o] += i32::from(p);
+            }
         }
         Ok(Int8Matrix {
             rows,
             cols,
-            stride,
+            groups,
             q,
             scale,
             row_sum,
         })
     }
 
+    /// `d_out`.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// `d_in`.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
     /// Weight `(o, k)` as stored: `s_o · q_ok`.
     pub fn get(&self, o: usize, k: usize) -> f32 {
-        self.scale[o] * f32::from(self.q[o * self.stride + k])
+        self.scale[o] * f32::from(self.q_at(o, k))
+    }
+
+    fn q_at(&self, o: usize, k: usize) -> i8 {
+        let (panel, lane) = (o / LANES, o % LANES);
+        self.q[((panel * self.groups + k / 4) * LANES + lane) * 4 + k % 4]
     }
 
     pub fn bytes(&self) -> usize {
         self.q.len() + self.scale.len() * 8
     }
-}
 
-/// Quantises `x [n, cols]` per row into `u = p + 128`, padded with 128 (`p = 0`).
-pub fn quantize_acts(x: &[f32], n: usize, cols: usize, stride: usize) -> Int8Acts {
-    let mut u = vec![128u8; n * stride];
-    let mut scale = Vec::with_capacity(n);
-    let mut p = vec![0i8; cols];
-    for (dst, src) in u.chunks_exact_mut(stride).zip(x.chunks_exact(cols.max(1))) {
-        scale.push(quantize_row(src, &mut p));
-        for (d, &v) in dst.iter_mut().zip(&p) {
-            *d = (i32::from(v) + 128) as u8;
-        }
-    }
-    Int8Acts { stride, u, scale }
-}
-
-fn dot_portable(q: &[i8], u: &[u8]) -> i32 {
-    q.iter()
-        .zip(u)
-        .map(|(&a, &b)| i32::from(a) * i32::from(b))
-        .sum()
-}
-
-#[cfg(target_arch = "x86_64")]
-mod avx512 {
-    use std::arch::x86_64::*;
-
-    /// `out[i] = Σ_k q_k u_{i,k}` (exact i32) for `R` activation rows.
-    ///
-    /// # Safety
-    /// The CPU must have AVX-512F and VNNI, and `q` and every `us[i]` must hold the same
-    /// multiple of 64 bytes.
-    #[target_feature(enable = "avx512f,avx512vnni")]
-    pub unsafe fn dot_rows<const R: usize>(q: &[i8], us: [&[u8]; R], out: &mut [i32; R]) {
-        // Two chains per row (even and odd steps), so one row does not wait on the latency
-        // of a single chain; the integer sums are exact in any order.
-        let mut acc = [[_mm512_setzero_si512(); R]; 2];
-        let n = q.len() / 64;
-        macro_rules! step {
-            ($c:expr, $set:expr) => {{
-                let c = $c;
-                // SAFETY (caller): 64 bytes from 64c lie inside `q` and each `us[r]`; unaligned
-                // loads.
-                let qv = _mm512_loadu_si512(q.as_ptr().add(64 * c) as *const __m512i);
-                for r in 0..R {
-                    let uv = _mm512_loadu_si512(us[r].as_ptr().add(64 * c) as *const __m512i);
-                    acc[$set][r] = _mm512_dpbusd_epi32(acc[$set][r], uv, qv);
-                }
-            }};
-        }
-        let mut c = 0;
-        while c + 1 < n {
-            step!(c, 0);
-            step!(c + 1, 1);
-            c += 2;
-        }
-        if c < n {
-            step!(c, 0);
-        }
-        for r in 0..R {
-            out[r] = _mm512_reduce_add_epi32(_mm512_add_epi32(acc[0][r], acc[1][r]));
-        }
-    }
-}
-
-impl PackedFormat for Int8Matrix {
-    type Acts = Int8Acts;
-
-    fn rows(&self) -> usize {
-        self.rows
-    }
-
-    fn cols(&self) -> usize {
-        self.cols
-    }
-
-    fn simd_available(&self) -> bool {
+    /// Whether [`Kernel::Avx512`] runs on this CPU.
+    pub fn simd_available(&self) -> bool {
         super::has_vnni()
     }
 
+    /// Quantises `x [n, cols]` per row into `u = p + 128`.
     fn quantize_acts(&self, x: &[f32], n: usize) -> Int8Acts {
-        quantize_acts(x, n, self.cols, self.stride)
+        let stride = self.groups * 4;
+        let mut u = vec![128u8; n * stride];
+        let mut scale = Vec::with_capacity(n);
+        for (dst, src) in u
+            .chunks_exact_mut(stride)
+            .zip(x.chunks_exact(self.cols.max(1)))
+        {
+            let (s, inv) = row_scale(src);
+            scale.push(s);
+            for (d, &v) in dst.iter_mut().zip(src) {
+                // An integer in [1, 255]: exact.
+                *d = (quantize(v, inv) + 128.0) as u8;
+            }
+        }
+        Int8Acts { stride, u, scale }
     }
 
-    fn tile(&self, kernel: Kernel, acts: &Int8Acts, o: usize, r0: usize, out: &mut [f32]) {
-        let q = &self.q[o * self.stride..(o + 1) * self.stride];
-        let u = |i: usize| &acts.u[(r0 + i) * acts.stride..(r0 + i + 1) * acts.stride];
-        let mut sums = [0i32; super::ROW_TILE];
+    /// `y [rows, d_out] = x [rows, d_in] · Wᵀ` with `kernel`, parallel over groups of
+    /// [`TILE_PANELS`] panels.
+    pub fn product(&self, kernel: Kernel, y: &mut [f32], x: &[f32], rows: usize) {
+        let (d_out, d_in) = (self.rows, self.cols);
+        assert_eq!(x.len(), rows * d_in, "int8 product: x is not [rows, d_in]");
+        assert_eq!(
+            y.len(),
+            rows * d_out,
+            "int8 product: y is not [rows, d_out]"
+        );
+        assert!(
+            kernel == Kernel::Portable || self.simd_available(),
+            "the AVX-512 kernel was asked for on a CPU without it"
+        );
+        if rows == 0 || d_out == 0 {
+            return;
+        }
+        let acts = self.quantize_acts(x, rows);
+        let out = OutPtr(y.as_mut_ptr());
+        let task = |g: usize| {
+            let p0 = g * TILE_PANELS;
+            let panels = TILE_PANELS.min(d_out.div_ceil(LANES) - p0);
+            // SAFETY: this task writes y[r · d_out + o] for r < rows and o in its own outputs
+            // [LANES · p0, LANES · (p0 + panels)) ∩ [0, d_out) only: the groups' outputs are
+            // disjoint, every index lies inside y (exclusively borrowed for this call), and
+            // the parallel loop below joins before `product` returns.
+            unsafe { self.fill_group(kernel, &acts, rows, p0, panels, &out) };
+        };
+        let n_groups = d_out.div_ceil(LANES * TILE_PANELS);
+        let serial =
+            crate::kernels::matmul::matmuls_are_serial() || rayon::current_num_threads() == 1;
+        if serial || n_groups == 1 {
+            (0..n_groups).for_each(task);
+        } else {
+            (0..n_groups).into_par_iter().for_each(task);
+        }
+    }
+
+    /// Writes the outputs of panels `p0 .. p0 + panels` for every activation row.
+    ///
+    /// # Safety
+    /// `out` points at `y [rows, d_out]`, and no other thread writes these outputs meanwhile.
+    unsafe fn fill_group(
+        &self,
+        kernel: Kernel,
+        acts: &Int8Acts,
+        rows: usize,
+        p0: usize,
+        panels: usize,
+        out: &OutPtr,
+    ) {
+        let d_out = self.rows;
+        let o0 = p0 * LANES;
+        // Outputs of the group's last panel that exist.
+        let last_lanes = (d_out - o0 - (panels - 1) * LANES).min(LANES);
         match kernel {
             Kernel::Portable => {
-                for (i, s) in sums.iter_mut().take(out.len()).enumerate() {
-                    *s = dot_portable(q, u(i));
+                for r in 0..rows {
+                    let u = &acts.u[r * acts.stride..(r + 1) * acts.stride];
+                    for o in o0..(o0 + panels * LANES).min(d_out) {
+                        let (panel, lane) = (o / LANES, o % LANES);
+                        let mut sum = 0i32;
+                        for g in 0..self.groups {
+                            let w = &self.q[((panel * self.groups + g) * LANES + lane) * 4..][..4];
+                            for j in 0..4 {
+                                sum += i32::from(w[j]) * i32::from(u[4 * g + j]);
+                            }
+                        }
+                        let v = self.output(sum, o, acts.scale[r]);
+                        // SAFETY (caller): r < rows and o < d_out, an output of this group.
+                        unsafe { *out.0.add(r * d_out + o) = v };
+                    }
                 }
             }
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx512 => {
-                // SAFETY: product_with only passes Avx512 after simd_available() (AVX-512F and
-                // VNNI present); every row here is `stride` bytes, a multiple of 64.
-                unsafe {
-                    match out.len() {
-                        1 => {
-                            let mut s = [0; 1];
-                            avx512::dot_rows(q, [u(0)], &mut s);
-                            sums[..1].copy_from_slice(&s);
-                        }
-                        2 => {
-                            let mut s = [0; 2];
-                            avx512::dot_rows(q, [u(0), u(1)], &mut s);
-                            sums[..2].copy_from_slice(&s);
-                        }
-                        3 => {
-                            let mut s = [0; 3];
-                            avx512::dot_rows(q, [u(0), u(1), u(2)], &mut s);
-                            sums[..3].copy_from_slice(&s);
-                        }
-                        _ => avx512::dot_rows(q, [u(0), u(1), u(2), u(3)], &mut sums),
+                let panel_bytes = self.groups * LANES * 4;
+                for r0 in (0..rows).step_by(TILE_ROWS) {
+                    let tile = avx512::Tile {
+                        q: self.q[p0 * panel_bytes..].as_ptr(),
+                        panel_bytes,
+                        groups: self.groups,
+                        u: acts.u[r0 * acts.stride..].as_ptr(),
+                        u_stride: acts.stride,
+                        row_sum: self.row_sum[o0..].as_ptr(),
+                        scale: self.scale[o0..].as_ptr(),
+                        t: acts.scale[r0..].as_ptr(),
+                        y: out.0.add(r0 * d_out + o0),
+                        d_out,
+                        last_lanes,
+                    };
+                    macro_rules! by_panels {
+                        ($r:literal) => {
+                            match panels {
+                                1 => tile.run::<$r, 1>(),
+                                2 => tile.run::<$r, 2>(),
+                                3 => tile.run::<$r, 3>(),
+                                _ => tile.run::<$r, 4>(),
+                            }
+                        };
+                    }
+                    // SAFETY: product_with only passes Avx512 after simd_available()
+                    // (AVX-512F and VNNI present). The tile reads panels p0 .. p0 + panels
+                    // (inside q, padded to whole panels), rows r0 .. r0 + R of u and t, and
+                    // writes rows r0 .. r0 + R of y at this group's outputs, the last panel's
+                    // past d_out masked off (the caller's guarantee covers them).
+                    match (rows - r0).min(TILE_ROWS) {
+                        1 => by_panels!(1),
+                        2 => by_panels!(2),
+                        3 => by_panels!(3),
+                        _ => by_panels!(4),
                     }
                 }
             }
             #[cfg(not(target_arch = "x86_64"))]
             Kernel::Avx512 => unreachable!("simd_available is false off x86_64"),
         }
-        let comp = 128 * self.row_sum[o];
-        for (i, v) in out.iter_mut().enumerate() {
-            *v = (sums[i] - comp) as f32 * (self.scale[o] * acts.scale[r0 + i]);
+    }
+
+    /// `y_ro` from the exact sum `Σ_k q_ok u_rk`: the same float operations in both kernels.
+    #[inline(always)]
+    fn output(&self, sum: i32, o: usize, t: f32) -> f32 {
+        (sum - 128 * self.row_sum[o]) as f32 * (self.scale[o] * t)
+    }
+}
+
+/// `y`'s first element, shared by the tasks of one product (each writes its own outputs).
+struct OutPtr(*mut f32);
+// SAFETY: the pointer is only written through by `fill_group`, whose callers give each task
+// a disjoint set of outputs of a `y` that outlives the parallel loop.
+unsafe impl Sync for OutPtr {}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::LANES;
+    use std::arch::x86_64::*;
+
+    /// One register tile: `R` activation rows × `P` panels.
+    pub struct Tile {
+        /// The first panel's `[groups, LANES, 4]` weights; the next panels follow.
+        pub q: *const i8,
+        pub panel_bytes: usize,
+        pub groups: usize,
+        /// The first row's `u`; rows `u_stride` apart.
+        pub u: *const u8,
+        pub u_stride: usize,
+        /// `Σ_k q_ok` and `s_o` from the tile's first output.
+        pub row_sum: *const i32,
+        pub scale: *const f32,
+        /// The rows' scales `t_r`.
+        pub t: *const f32,
+        /// `y` at (first row, first output).
+        pub y: *mut f32,
+        pub d_out: usize,
+        /// Outputs of the last panel to write (1..=16).
+        pub last_lanes: usize,
+    }
+
+    impl Tile {
+        /// `y_ro = (Σ_k q_ok u_rk - 128 Σ_k q_ok) · (s_o t_r)` for the tile.
+        ///
+        /// # Safety
+        /// The CPU has AVX-512F and VNNI; the pointers cover `P` panels, `R` rows of `u` and
+        /// `t`, and `R` rows of `y` at `P · LANES` outputs (`last_lanes` of the last panel),
+        /// which nothing else accesses meanwhile.
+        #[target_feature(enable = "avx512f,avx512vnni")]
+        pub unsafe fn run<const R: usize, const P: usize>(&self) {
+            let mut acc = [[_mm512_setzero_si512(); P]; R];
+            for g in 0..self.groups {
+                let mut w = [_mm512_setzero_si512(); P];
+                for (p, wp) in w.iter_mut().enumerate() {
+                    // SAFETY (caller): 64 bytes of panel p, group g; unaligned load.
+                    *wp = _mm512_loadu_si512(
+                        self.q.add(p * self.panel_bytes + g * 64) as *const __m512i
+                    );
+                }
+                for (r, acc_r) in acc.iter_mut().enumerate() {
+                    // SAFETY (caller): bytes 4g .. 4g + 4 of row r (rows are 4 · groups long).
+                    let four =
+                        (self.u.add(r * self.u_stride + 4 * g) as *const i32).read_unaligned();
+                    let a = _mm512_set1_epi32(four);
+                    for (acc_rp, wp) in acc_r.iter_mut().zip(&w) {
+                        *acc_rp = _mm512_dpbusd_epi32(*acc_rp, a, *wp);
+                    }
+                }
+            }
+            for p in 0..P {
+                // SAFETY (caller): row_sum and scale hold whole panels (padded).
+                let rs = _mm512_loadu_si512(self.row_sum.add(p * LANES) as *const __m512i);
+                let comp = _mm512_slli_epi32(rs, 7); // 128 Σ_k q_ok
+                let s = _mm512_loadu_ps(self.scale.add(p * LANES));
+                let lanes = if p + 1 == P { self.last_lanes } else { LANES };
+                let mask: __mmask16 = if lanes == LANES {
+                    0xffff
+                } else {
+                    (1u16 << lanes) - 1
+                };
+                for (r, acc_r) in acc.iter().enumerate() {
+                    let sum = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc_r[p], comp));
+                    let st = _mm512_mul_ps(s, _mm512_set1_ps(*self.t.add(r)));
+                    let v = _mm512_mul_ps(sum, st);
+                    // SAFETY (caller): the masked lanes are the outputs that exist.
+                    _mm512_mask_storeu_ps(self.y.add(r * self.d_out + p * LANES), mask, v);
+                }
+            }
         }
     }
 }

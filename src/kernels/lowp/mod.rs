@@ -207,7 +207,7 @@ impl PackedWeight {
     pub fn product_with(&self, kernel: Kernel, y: &mut [f32], x: &[f32], rows: usize) {
         match self {
             PackedWeight::Bf16(w) => product_with(w, kernel, y, x, rows),
-            PackedWeight::Int8(w) => product_with(w, kernel, y, x, rows),
+            PackedWeight::Int8(w) => w.product(kernel, y, x, rows),
             PackedWeight::Blocks(w) => product_with(w, kernel, y, x, rows),
         }
     }

@@ -15,7 +15,14 @@ const SHAPES: &[(usize, usize, usize)] = &[
     (17, 1536, 3),
 ];
 /// Shapes whose d_in is not a multiple of 32 (bf16 and int8 pad their rows).
-const RAGGED: &[(usize, usize, usize)] = &[(19, 45, 6), (3, 1, 2), (9, 77, 5), (40, 200, 1)];
+const RAGGED: &[(usize, usize, usize)] = &[
+    (19, 45, 6),
+    (3, 1, 2),
+    (9, 77, 5),
+    (40, 200, 1),
+    // int8: several groups of 64 outputs, the last one partial, rows past a tile of 4.
+    (150, 66, 11),
+];
 
 struct Lcg(u64);
 impl Lcg {
