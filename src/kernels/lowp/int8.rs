@@ -57,6 +57,7 @@ pub struct Int8Acts {
 }
 
 /// `max_k |row_k|` (in lanes, so that it vectorises; a maximum is exact in any order).
+#[inline(always)]
 fn max_abs(row: &[f32]) -> f32 {
     let mut lanes = [0f32; 16];
     let chunks = row.chunks_exact(16);
@@ -71,6 +72,7 @@ fn max_abs(row: &[f32]) -> f32 {
 }
 
 /// The symmetric int8 scale of one row (0 for an all-zero row) and `1 / scale` (0 then).
+#[inline(always)]
 fn row_scale(row: &[f32]) -> (f32, f32) {
     let scale = max_abs(row) / 127.0;
     let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
@@ -81,6 +83,72 @@ fn row_scale(row: &[f32]) -> (f32, f32) {
 #[inline(always)]
 fn quantize(v: f32, inv: f32) -> f32 {
     super::round_small((v * inv).clamp(-127.0, 127.0))
+}
+
+/// `u_k = round(x_k / t) + 128` for one activation row; returns `t`.
+#[inline(always)]
+fn quantize_row(src: &[f32], dst: &mut [u8]) -> f32 {
+    let (s, inv) = row_scale(src);
+    for (d, &v) in dst.iter_mut().zip(src) {
+        // An integer in [1, 255]: exact.
+        *d = (quantize(v, inv) + 128.0) as u8;
+    }
+    s
+}
+
+/// [`quantize_row`] with AVX-512 instructions: the same operations on 16 lanes (the maximum
+/// ignores NaN as `f32::max` does; finite inputs give the same bits).
+///
+/// # Safety
+/// The CPU has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn quantize_row_avx512(src: &[f32], dst: &mut [u8]) -> f32 {
+    use std::arch::x86_64::*;
+    let n = src.len().min(dst.len());
+    let tail = n % 16;
+    let tail_mask: __mmask16 = ((1u32 << tail) - 1) as u16;
+    // SAFETY (here and below): full loads and stores at i < n - tail cover 16 elements
+    // inside both slices; the tail's are masked to its `tail` elements.
+    let mut amax = _mm512_setzero_ps();
+    let mut i = 0;
+    while i + 16 <= n {
+        let v = _mm512_abs_ps(_mm512_loadu_ps(src.as_ptr().add(i)));
+        amax = _mm512_max_ps(v, amax);
+        i += 16;
+    }
+    if tail > 0 {
+        let v = _mm512_abs_ps(_mm512_maskz_loadu_ps(tail_mask, src.as_ptr().add(i)));
+        amax = _mm512_max_ps(v, amax);
+    }
+    let scale = _mm512_reduce_max_ps(amax) / 127.0;
+    let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+    let (inv, lo, hi) = (
+        _mm512_set1_ps(inv),
+        _mm512_set1_ps(-127.0),
+        _mm512_set1_ps(127.0),
+    );
+    let (magic, offset) = (_mm512_set1_ps(12_582_912.0), _mm512_set1_ps(128.0));
+    // round_small(clamp(v · inv, ±127)) + 128, as an integer in [1, 255], to a byte.
+    let quantize = |v: __m512| {
+        let c = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v, inv), lo), hi);
+        let r = _mm512_sub_ps(_mm512_add_ps(c, magic), magic);
+        _mm512_cvttps_epi32(_mm512_add_ps(r, offset))
+    };
+    let mut i = 0;
+    while i + 16 <= n {
+        let q = quantize(_mm512_loadu_ps(src.as_ptr().add(i)));
+        _mm_storeu_si128(
+            dst.as_mut_ptr().add(i) as *mut __m128i,
+            _mm512_cvtepi32_epi8(q),
+        );
+        i += 16;
+    }
+    if tail > 0 {
+        let q = quantize(_mm512_maskz_loadu_ps(tail_mask, src.as_ptr().add(i)));
+        _mm512_mask_cvtepi32_storeu_epi8(dst.as_mut_ptr().add(i) as *mut i8, tail_mask, q);
+    }
+    scale
 }
 
 impl Int8Matrix {
@@ -150,8 +218,9 @@ impl Int8Matrix {
         super::has_vnni()
     }
 
-    /// Quantises `x [n, cols]` per row into `u = p + 128`.
-    fn quantize_acts(&self, x: &[f32], n: usize) -> Int8Acts {
+    /// Quantises `x [n, cols]` per row into `u = p + 128` (with `kernel`'s instructions: the
+    /// same code and the same bits either way).
+    fn quantize_acts(&self, kernel: Kernel, x: &[f32], n: usize) -> Int8Acts {
         let stride = self.groups * 4;
         let mut u = vec![128u8; n * stride];
         let mut scale = Vec::with_capacity(n);
@@ -159,12 +228,13 @@ impl Int8Matrix {
             .chunks_exact_mut(stride)
             .zip(x.chunks_exact(self.cols.max(1)))
         {
-            let (s, inv) = row_scale(src);
+            let s = match kernel {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: product only passes Avx512 after simd_available() (AVX-512F).
+                Kernel::Avx512 => unsafe { quantize_row_avx512(src, dst) },
+                _ => quantize_row(src, dst),
+            };
             scale.push(s);
-            for (d, &v) in dst.iter_mut().zip(src) {
-                // An integer in [1, 255]: exact.
-                *d = (quantize(v, inv) + 128.0) as u8;
-            }
         }
         Int8Acts { stride, u, scale }
     }
@@ -186,7 +256,7 @@ impl Int8Matrix {
         if rows == 0 || d_out == 0 {
             return;
         }
-        let acts = self.quantize_acts(x, rows);
+        let acts = self.quantize_acts(kernel, x, rows);
         let out = OutPtr(y.as_mut_ptr());
         let task = |g: usize| {
             let p0 = g * TILE_PANELS;
@@ -373,6 +443,47 @@ mod avx512 {
                     // SAFETY (caller): the masked lanes are the outputs that exist.
                     _mm512_mask_storeu_ps(self.y.add(r * self.d_out + p * LANES), mask, v);
                 }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The AVX-512 activation quantiser gives the portable one's bits: scale and bytes, on
+    /// rows with and without a tail of 16, all-zero rows, tiny values, a grid of halves.
+    #[test]
+    fn activation_quantisers_agree() {
+        if !super::super::has_vnni() {
+            eprintln!("skipped: no AVX-512 on this CPU");
+            return;
+        }
+        let mut state = 1u64;
+        let mut next = move || {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            ((state >> 33) % 2001) as f32 / 1000.0 - 1.0
+        };
+        for len in [1, 15, 16, 17, 45, 64, 256, 1000] {
+            for case in 0..4 {
+                let row: Vec<f32> = (0..len)
+                    .map(|i| match case {
+                        0 => next() * 3.0,
+                        1 => 0.0,
+                        // Half-integers: the products with 1 / t land on integers.
+                        2 => (i % 255) as f32 / 2.0 - 63.5,
+                        _ => next() * 1e-30,
+                    })
+                    .collect();
+                let (mut a, mut b) = (vec![0u8; len], vec![0u8; len]);
+                let sa = quantize_row(&row, &mut a);
+                // SAFETY: has_vnni() includes AVX-512F.
+                let sb = unsafe { quantize_row_avx512(&row, &mut b) };
+                assert_eq!(sa.to_bits(), sb.to_bits(), "scale, len {len} case {case}");
+                assert_eq!(a, b, "bytes, len {len} case {case}");
             }
         }
     }
