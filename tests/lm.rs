@@ -441,6 +441,27 @@ fn cli_train_lm_generate_perplexity_and_errors() {
         "{}",
         r.stdout
     );
+    // --context: the model's own (16) is the default; a shorter window scores the same
+    // tokens with less history, so the loss differs; outside 1..=16 is an error.
+    let ppl = |extra: &[&str]| {
+        let mut args = vec!["perplexity", "--model", s(&out), "--threads", "2"];
+        args.extend_from_slice(extra);
+        run(&args, TEXT.as_bytes())
+    };
+    assert_eq!(ppl(&["--context", "16"]).stdout, r.stdout);
+    let short = ppl(&["--context", "4"]);
+    assert_eq!(short.code, Some(0), "{}", short.stderr);
+    let tokens = |out: &str| out.split_whitespace().nth(1).map(str::to_string);
+    assert_eq!(tokens(&short.stdout), tokens(&r.stdout), "{}", short.stdout);
+    assert_ne!(short.stdout, r.stdout);
+    for bad in ["0", "17"] {
+        let e = ppl(&["--context", bad]);
+        assert!(
+            e.code == Some(1) && e.stderr.contains("context is 1 to 16"),
+            "--context {bad}: {}",
+            e.stderr
+        );
+    }
 
     // Clear errors, no panics.
     let missing = dir.path().join("nope");

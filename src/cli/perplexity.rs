@@ -16,6 +16,11 @@ pub struct PerplexityArgs {
     /// smaller stride gives each token more history and costs context/stride times more).
     #[arg(long)]
     pub stride: Option<usize>,
+    /// Window length in tokens (default and upper bound: the model's context length). A
+    /// shorter window scores long texts faster (attention costs grow with its square) and
+    /// gives each token at most that much history.
+    #[arg(long)]
+    pub context: Option<usize>,
     /// Windows per forward pass.
     #[arg(long, default_value_t = 8)]
     pub batch: usize,
@@ -43,11 +48,16 @@ pub fn run(args: PerplexityArgs) -> Result<()> {
     if text.is_empty() {
         bail!("<stdin>: empty text, nothing to score");
     }
-    let stride = args.stride.unwrap_or(generator.model.max_len());
+    let max_len = generator.model.max_len();
+    let window = args.context.unwrap_or(max_len);
+    if window == 0 || window > max_len {
+        bail!("--context {window}: the model's context is 1 to {max_len} tokens");
+    }
+    let stride = args.stride.unwrap_or(window);
     if stride == 0 {
         bail!("--stride must be positive");
     }
-    let s = generator.perplexity(&text, stride, args.batch)?;
+    let s = generator.perplexity_in_windows(&text, window, stride, args.batch)?;
     super::outln!(
         "tokens {} chars {} loss {:.4} nats/token perplexity {:.3} bits/char {:.4}",
         s.tokens,

@@ -218,9 +218,23 @@ impl TextGenerator {
         })
     }
 
-    /// Scores `text` as one document; see [`score_document`].
+    /// Scores `text` as one document in windows of the model's whole context; see
+    /// [`score_document`].
     pub fn perplexity(&self, text: &str, stride: usize, batch: usize) -> Result<TextScore> {
-        score_document(&self.model, &self.tokenizer, text, stride, batch)
+        let window = self.model.max_len();
+        score_document(&self.model, &self.tokenizer, text, window, stride, batch)
+    }
+
+    /// [`perplexity`](Self::perplexity) in windows of `window` tokens (at most the model's
+    /// context).
+    pub fn perplexity_in_windows(
+        &self,
+        text: &str,
+        window: usize,
+        stride: usize,
+        batch: usize,
+    ) -> Result<TextScore> {
+        score_document(&self.model, &self.tokenizer, text, window, stride, batch)
     }
 }
 
@@ -337,17 +351,22 @@ pub struct TextScore {
 }
 
 /// Scores `text` as one document (every token after the first of
-/// [`DecoderTokenizer::document`]), windows of the model's context every `stride` tokens.
+/// [`DecoderTokenizer::document`]), windows of `window` tokens (clamped to the model's context)
+/// every `stride` tokens.
 pub fn score_document(
     model: &LanguageModel<f32>,
     tokenizer: &DecoderTokenizer,
     text: &str,
+    window: usize,
     stride: usize,
     batch: usize,
 ) -> Result<TextScore> {
+    if window == 0 {
+        return Err(Error::Input("the scoring window must hold a token".into()));
+    }
     let tokens = tokenizer.document(text)?;
     model.embedding.check_ids(&tokens)?;
-    let s = score_stream(model, &tokens, model.max_len(), stride, batch);
+    let s = score_stream(model, &tokens, window.min(model.max_len()), stride, batch);
     let chars = text.chars().count();
     Ok(TextScore {
         nats_per_token: s.nll(),
