@@ -135,6 +135,15 @@ fn smollm2_low_precision_stays_close_to_float32() {
             )
         };
         assert!(packed(g.model.head.packed()), "{precision:?}: output head");
+        // ggml: the Q8_0 token table is looked up in its blocks, without a float32 table.
+        assert_eq!(
+            g.model.embedding.has_stored_rows(),
+            precision == ModelPrecision::Ggml
+        );
+        assert_eq!(
+            g.model.embedding.weight.value.data.is_empty(),
+            precision == ModelPrecision::Ggml
+        );
         for block in &g.model.blocks.layers {
             assert!(
                 packed(block.self_attn.q_proj.packed()),

@@ -16,7 +16,19 @@ use super::config::Positions;
 use super::param::{Init, Module, Param, ParamVisitor};
 use crate::kernels::dropout::dropout_mask;
 use crate::rng::Rng;
+use crate::store::ggml::{self, GgmlType};
 use crate::Float;
+
+/// Inference only: the token table as a GGUF file stores it (`[vocab]` rows of ggml blocks),
+/// each row dequantised when its token is looked up, so that no float32 table is kept (see
+/// [`Embedding::set_stored_rows`]).
+#[derive(Clone, Debug)]
+pub struct StoredRows {
+    ty: GgmlType,
+    row_bytes: usize,
+    /// `[vocab, row_bytes]`
+    data: Vec<u8>,
+}
 
 /// The sinusoidal encoding of position `pos` in dimension `dim` of a `d_model`-wide model.
 pub fn sinusoid(pos: usize, dim: usize, d_model: usize) -> f64 {
@@ -45,6 +57,8 @@ pub struct Embedding<T> {
     max_len: usize,
     /// Multiply the token embedding by √d_model (section 3.4); false for GPT-2 and Llama.
     pub scaled: bool,
+    /// Inference only: the table in its stored blocks, `weight` then without values.
+    stored: Option<StoredRows>,
 }
 
 /// What the embedding forward keeps: the tokens, their positions and the dropout mask.
@@ -92,7 +106,49 @@ impl<T: Float> Embedding<T> {
             sinusoids,
             max_len,
             scaled: true,
+            stored: None,
         }
+    }
+
+    /// Looks the tokens up in `data` (`[vocab, d_model]` of ggml `ty`, as a GGUF file stores
+    /// the table) from now on, and drops the float32 values of the table: for inference with
+    /// a model that never trains or saves. Refuses data of the wrong size or type.
+    pub fn set_stored_rows(&mut self, ty: GgmlType, data: Vec<u8>) -> Result<(), String> {
+        let (vocab, d) = (self.vocab_size(), self.d_model);
+        let (block_n, block_bytes) = ty
+            .block()
+            .filter(|&(n, _)| d.is_multiple_of(n))
+            .ok_or_else(|| format!("rows of {d} elements are not whole {} blocks", ty.name()))?;
+        let row_bytes = d / block_n * block_bytes;
+        if data.len() != vocab * row_bytes {
+            return Err(format!(
+                "{vocab} x {d} {} needs {} bytes, the data has {}",
+                ty.name(),
+                vocab * row_bytes,
+                data.len()
+            ));
+        }
+        self.stored = Some(StoredRows {
+            ty,
+            row_bytes,
+            data,
+        });
+        self.weight = Param {
+            value: crate::Tensor {
+                data: Vec::new(),
+                shape: self.weight.value.shape.clone(),
+            },
+            grad: crate::Tensor {
+                data: Vec::new(),
+                shape: self.weight.value.shape.clone(),
+            },
+        };
+        Ok(())
+    }
+
+    /// Whether the table is looked up in its stored blocks.
+    pub fn has_stored_rows(&self) -> bool {
+        self.stored.is_some()
     }
 
     /// The same embedding without the √d_model scale (GPT-2, Llama).
@@ -163,18 +219,33 @@ impl<T: Float> Embedding<T> {
         let table = self.additive();
         for (r, &tok) in tokens.iter().enumerate() {
             let pos = pos_offset + r % seq_len;
-            let e = self
-                .weight
-                .value
-                .data
-                .get(tok as usize * d..(tok as usize + 1) * d)
-                .unwrap_or_else(|| {
-                    panic!(
-                        "token id {tok} is outside the vocabulary of {} (callers check ids \
-                         with Embedding::check_ids first)",
-                        self.vocab_size()
-                    )
-                });
+            let row: Vec<T>;
+            let outside = || -> ! {
+                panic!(
+                    "token id {tok} is outside the vocabulary of {} (callers check ids \
+                     with Embedding::check_ids first)",
+                    self.vocab_size()
+                )
+            };
+            let e: &[T] = match &self.stored {
+                Some(s) => {
+                    let bytes = s
+                        .data
+                        .get(tok as usize * s.row_bytes..(tok as usize + 1) * s.row_bytes)
+                        .unwrap_or_else(|| outside());
+                    let mut values = vec![0f32; d];
+                    ggml::dequantize_into(s.ty, bytes, &mut values)
+                        .expect("sizes checked by set_stored_rows");
+                    row = values.into_iter().map(|v| T::of(f64::from(v))).collect();
+                    &row
+                }
+                None => self
+                    .weight
+                    .value
+                    .data
+                    .get(tok as usize * d..(tok as usize + 1) * d)
+                    .unwrap_or_else(|| outside()),
+            };
             let out = &mut x[r * d..(r + 1) * d];
             match table {
                 Some(table) => {
@@ -243,6 +314,43 @@ impl<T> Module<T> for Embedding<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A table looked up in its stored Q8_0 blocks gives the rows of the dequantised table,
+    /// holds no float32 values, and refuses data of the wrong size.
+    #[test]
+    fn stored_rows_are_the_dequantised_table() {
+        let (vocab, d) = (5, 64);
+        let mut rng = Rng::new(3);
+        let mut data = Vec::new();
+        for _ in 0..vocab * d / 32 {
+            // f16 scales between 2^-8 and 2^-5, then 32 signed bytes.
+            let scale: u16 = 0x1c00 + (rng.next_u64() % 0x0c00) as u16;
+            data.extend_from_slice(&scale.to_le_bytes());
+            data.extend((0..32).map(|_| rng.next_u64() as u8));
+        }
+        let table = ggml::dequantize(GgmlType::Q8_0, &data, vocab * d).unwrap();
+        let mut plain =
+            Embedding::<f32>::with_positions(vocab, d, 8, Positions::Rotary, &mut rng).unscaled();
+        plain.weight.value.data.copy_from_slice(&table);
+        let mut stored = plain.clone();
+        assert!(stored
+            .set_stored_rows(GgmlType::Q8_0, data[..data.len() - 34].to_vec())
+            .unwrap_err()
+            .contains("needs"));
+        stored.set_stored_rows(GgmlType::Q8_0, data).unwrap();
+        assert!(stored.weight.value.data.is_empty() && stored.has_stored_rows());
+        assert_eq!(stored.vocab_size(), vocab);
+        let tokens = [4, 0, 2, 2, 1, 3];
+        let (want, _) = plain.forward(&tokens, 3, 0, 0.0, None);
+        let (got, _) = stored.forward(&tokens, 3, 0, 0.0, None);
+        assert_eq!(got, want);
+        for (r, &t) in tokens.iter().enumerate() {
+            assert_eq!(
+                got[r * d..(r + 1) * d],
+                table[t as usize * d..(t as usize + 1) * d]
+            );
+        }
+    }
 
     #[test]
     fn sinusoid_matches_the_paper() {

@@ -21,8 +21,10 @@ pub struct OutputHead<T> {
     /// any mutable visit of the parameters.
     transposed: Option<Vec<T>>,
     /// Inference only: `W` packed in a low-precision format (f32 models), multiplied instead;
-    /// dropped with `transposed`.
+    /// dropped with `transposed` unless it is the only copy of `W` (`packed_only`).
     packed: Option<PackedWeight>,
+    /// `packed` holds the only values of `W` (a GGUF file's blocks, no float32 copy).
+    packed_only: bool,
     pub d_model: usize,
     pub vocab: usize,
 }
@@ -34,6 +36,7 @@ impl<T: Float> OutputHead<T> {
             output_proj: (!tied).then(|| init.xavier(&[vocab, d_model], d_model, vocab)),
             transposed: None,
             packed: None,
+            packed_only: false,
             d_model,
             vocab,
         }
@@ -93,6 +96,15 @@ impl<T: Float> OutputHead<T> {
         }
         self.transposed = None;
         self.packed = Some(packed);
+        Ok(())
+    }
+
+    /// [`set_packed`](Self::set_packed) for a `W` that has no float32 values (an own
+    /// projection left unfilled, or the embedding table looked up in its stored blocks): the
+    /// packed weight stays through visits, there being nothing else to multiply.
+    pub fn set_packed_only(&mut self, packed: PackedWeight) -> Result<(), String> {
+        self.set_packed(packed)?;
+        self.packed_only = true;
         Ok(())
     }
 
@@ -183,13 +195,7 @@ impl<T: Float> OutputHead<T> {
 impl<T> Module<T> for OutputHead<T> {
     fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
         self.transposed = None;
-        // An own projection held only in its packed form (a GGUF file's blocks, no float32
-        // values) keeps it: there is nothing else to multiply.
-        if self
-            .output_proj
-            .as_ref()
-            .is_none_or(|p| !p.value.data.is_empty())
-        {
+        if !self.packed_only {
             self.packed = None;
         }
         if let Some(p) = &mut self.output_proj {

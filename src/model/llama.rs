@@ -250,9 +250,10 @@ pub enum GgufWeights {
     Dequantised,
     /// Every linear layer and the output projection whose tensor is stored in `Q4_0` / `Q4_1` /
     /// `Q8_0` blocks multiplies the file's own blocks, as llama.cpp does (see
-    /// [`crate::kernels::lowp::BlockMatrix`]), and holds no float32 copy of them; tensors
-    /// stored as floats, the norms and the token embedding are float32 (a tied output
-    /// projection multiplies the embedding's blocks, the lookup reads the float32 table).
+    /// [`crate::kernels::lowp::BlockMatrix`]), and holds no float32 copy of them; a token
+    /// embedding in blocks is looked up in them (a row dequantised per token, as llama.cpp's
+    /// `get_rows`), and a tied output projection multiplies them. Tensors stored as floats
+    /// and the norms are float32.
     Blocks,
 }
 
@@ -306,7 +307,10 @@ pub fn from_gguf(file: &GgufFile, weights: GgufWeights) -> Result<LanguageModel<
                     .iter()
                     .any(|l| rest.ends_with(&format!(".{l}.weight")))
             });
-        weights == GgufWeights::Blocks && multiplied && BlockKind::of(info.ggml_type).is_some()
+        let looked_up = info.name == "token_embd.weight";
+        weights == GgufWeights::Blocks
+            && (multiplied || looked_up)
+            && BlockKind::of(info.ggml_type).is_some()
     };
     // Each tensor is decoded straight into its parameter: no map of every tensor in float32.
     let tensors: HashMap<String, (Vec<usize>, GgufTensor)> = file
@@ -369,17 +373,31 @@ fn use_gguf_blocks(model: &mut LanguageModel<f32>, file: &GgufFile) -> Result<us
             }
         }
     }
-    // Tied: the projection multiplies the token embedding's blocks, the lookup reads its
-    // float32 values.
+    // The token embedding left in blocks is looked up in them, row by row.
+    if model.embedding.weight.value.data.is_empty() {
+        let info = file.tensor("token_embd.weight")?;
+        let data = file.tensor_data(info)?.to_vec();
+        model
+            .embedding
+            .set_stored_rows(info.ggml_type, data)
+            .map_err(|e| ckpt_err(path, format!("tensor token_embd.weight: {e}")))?;
+    }
+    // Tied: the projection multiplies the token embedding's blocks too.
     let head_name = match model.head.output_proj {
         Some(_) => "output.weight",
         None => "token_embd.weight",
     };
     if let Some(packed) = blocks(head_name)? {
-        model
-            .head
-            .set_packed(packed)
-            .map_err(|e| ckpt_err(path, format!("tensor {head_name}: {e}")))?;
+        let only_copy = match &model.head.output_proj {
+            Some(p) => p.value.data.is_empty(),
+            None => model.embedding.has_stored_rows(),
+        };
+        let head = &mut model.head;
+        match only_copy {
+            true => head.set_packed_only(packed),
+            false => head.set_packed(packed),
+        }
+        .map_err(|e| ckpt_err(path, format!("tensor {head_name}: {e}")))?;
         used += 1;
     }
     Ok(used)
