@@ -32,7 +32,7 @@ pub const TILE_PANELS: usize = 4;
 /// The longest row: `255 · 127 · MAX_COLS` stays below `i32::MAX`.
 pub const MAX_COLS: usize = 65_536;
 
-/// `W [rows, cols]` as int8 with one scale per row, in panels of [`LANES`] rows.
+/// `W [rows, cols]` as int8 with one scale per row, in panels of 16 rows.
 #[derive(Clone, Debug)]
 pub struct Int8Matrix {
     rows: usize,
@@ -240,7 +240,7 @@ impl Int8Matrix {
     }
 
     /// `y [rows, d_out] = x [rows, d_in] · Wᵀ` with `kernel`, parallel over groups of
-    /// [`TILE_PANELS`] panels.
+    /// four panels (64 outputs).
     pub fn product(&self, kernel: Kernel, y: &mut [f32], x: &[f32], rows: usize) {
         let (d_out, d_in) = (self.rows, self.cols);
         assert_eq!(x.len(), rows * d_in, "int8 product: x is not [rows, d_in]");
