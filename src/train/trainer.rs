@@ -148,12 +148,8 @@ where
         Ok(Self::assemble(model, adam, state, source))
     }
 
-    fn assemble(mut model: M, adam: Adam<f32>, state: TrainerState<S::Recipe>, source: S) -> Self {
-        // Before the replica is copied from it.
-        let bf16_kernel = Bf16Kernel::default();
-        let precision = state.config.precision();
-        model.set_bf16_products(precision.bf16_products().then_some(bf16_kernel));
-        Trainer {
+    fn assemble(model: M, adam: Adam<f32>, state: TrainerState<S::Recipe>, source: S) -> Self {
+        let mut trainer = Trainer {
             schedule: state.config.schedule(model.config().d_model),
             parallel: DataParallel::for_pool(&model),
             model,
@@ -162,8 +158,10 @@ where
             source,
             comm: Arc::new(SingleProcess),
             flat_grads: Vec::new(),
-            bf16_kernel,
-        }
+            bf16_kernel: Bf16Kernel::default(),
+        };
+        trainer.apply_precision();
+        trainer
     }
 
     /// The training data.
