@@ -6,6 +6,7 @@
 
 use super::set_threads;
 use crate::batch::Batch;
+use crate::kernels::lowp::bf16_train::Bf16Kernel;
 use crate::model::Module;
 use crate::model::{LanguageModel, ModelConfig, Seq2Seq};
 use crate::rng::Rng;
@@ -91,8 +92,8 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value = "f32")]
     pub precision: super::PrecisionArg,
     /// Training with --precision bf16: the kernel (see `train --bf16-kernel`).
-    #[arg(long, default_value = "gemm", value_parser = super::parse_bf16_kernel)]
-    pub bf16_kernel: crate::kernels::lowp::bf16_train::Bf16Kernel,
+    #[arg(long, default_value = "gemm", value_parser = Bf16Kernel::parse)]
+    pub bf16_kernel: Bf16Kernel,
 }
 
 /// Peak resident memory of this process in MiB (Linux `VmHWM`), if the system reports it.
@@ -258,7 +259,7 @@ fn bench_lm(
     args: &BenchArgs,
     mut config: ModelConfig,
     threads: usize,
-    bf16: Option<crate::kernels::lowp::bf16_train::Bf16Kernel>,
+    bf16: Option<Bf16Kernel>,
 ) -> Result<()> {
     anyhow::ensure!(args.seq_len > 1, "--seq-len must be at least 2");
     let batch = (args.tokens / args.seq_len).max(1);

@@ -414,13 +414,6 @@ pub fn log_line(bar: &ProgressBar, line: String) {
     }
 }
 
-/// `--bf16-kernel` of the training commands (see [`Bf16Kernel::parse`](crate::kernels::lowp::bf16_train::Bf16Kernel::parse)).
-pub fn parse_bf16_kernel(
-    name: &str,
-) -> Result<crate::kernels::lowp::bf16_train::Bf16Kernel, String> {
-    crate::kernels::lowp::bf16_train::Bf16Kernel::parse(name)
-}
-
 /// `--precision` of the inference commands: the numbers the weights are multiplied in.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum PrecisionArg {

@@ -132,7 +132,7 @@ pub struct TrainArgs {
     /// BF16 kernel where the CPU has it, else its portable twin), avx512 or portable. Not saved
     /// with the run: kernels differ in the order of the f32 sums, so a resume continues bit for
     /// bit only with the same one.
-    #[arg(long, default_value = "gemm", value_parser = super::parse_bf16_kernel)]
+    #[arg(long, default_value = "gemm", value_parser = Bf16Kernel::parse)]
     pub bf16_kernel: Bf16Kernel,
     /// Use pre-LN residual blocks instead of the paper's post-LN. Ignored with --resume.
     #[arg(long)]

@@ -3,27 +3,27 @@
 
 use super::{print_curves, set_threads, BarReporter};
 use crate::dist::Communicator;
+use crate::kernels::lowp::bf16_train::Bf16Kernel;
 use crate::model::config::Normalization;
 use crate::model::Module;
 use crate::model::{Activation, ModelConfig, NormPlacement, Positions};
 use crate::pipeline::generate::document_tokens;
 use crate::store::{CheckpointWriter, TOKENIZER_FILE};
 use crate::text::bpe::Bpe;
+use crate::train::precision::TrainPrecision;
 use crate::train::run::{run as run_training, Output, RunOptions};
 use crate::train::source::{Recipe, MAX_STEP};
 use crate::train::trainer::LmTrainer;
 use crate::train::validate::{TextValidation, Validator};
 use crate::train::windows::LmTrainConfig;
-
-/// The largest BPE vocabulary `--vocab-size` asks for.
-pub const MAX_VOCAB: usize = 1 << 20;
-use crate::kernels::lowp::bf16_train::Bf16Kernel;
-use crate::train::precision::TrainPrecision;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
+
+/// The largest BPE vocabulary `--vocab-size` asks for.
+pub const MAX_VOCAB: usize = 1 << 20;
 
 /// Parses a kebab-case config value (`gelu-erf`, `rotary`, ...) through its serde name.
 fn parse_kebab<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, String> {
@@ -118,7 +118,7 @@ pub struct TrainLmArgs {
     /// BF16 kernel where the CPU has it, else its portable twin), avx512 or portable. Not saved
     /// with the run: kernels differ in the order of the f32 sums, so a resume continues bit for
     /// bit only with the same one.
-    #[arg(long, default_value = "gemm", value_parser = super::parse_bf16_kernel)]
+    #[arg(long, default_value = "gemm", value_parser = Bf16Kernel::parse)]
     pub bf16_kernel: Bf16Kernel,
     /// Peak learning rate. Ignored with --resume.
     #[arg(long, default_value_t = 5e-4)]

@@ -237,9 +237,9 @@ impl<T: Float> Linear<T> {
 
 impl<T> Module<T> for Linear<T> {
     fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
-        self.transposed = None; // the caller may change the weight
-                                // A weight held only in its packed form (a GGUF file's blocks, no float32 values)
-                                // keeps it: there is nothing else to multiply.
+        // The caller may change the weight. A weight held only in its packed form (a GGUF
+        // file's blocks, no float32 values) keeps it: there is nothing else to multiply.
+        self.transposed = None;
         if !self.weight.value.data.is_empty() {
             self.packed = None;
         }

@@ -8,16 +8,16 @@ use crate::model::ModelConfig;
 use crate::rng::Rng;
 use crate::train::adam::AdamConfig;
 use crate::train::batching::BatchOrder;
+use crate::train::precision::TrainPrecision;
 use crate::train::schedule::Schedule;
 use crate::train::source::{
     check, BadSetting, BatchSource, Recipe, Update, MAX_BATCH_TOKENS, MAX_WINDOWS,
 };
+use crate::train::state::Fnv1a;
+use serde::{Deserialize, Serialize};
 
 /// The longest context a language model takes (the models' `max_len` bound).
 const MAX_LEN: usize = 1 << 16;
-use crate::train::precision::TrainPrecision;
-use crate::train::state::Fnv1a;
-use serde::{Deserialize, Serialize};
 
 /// The language-model recipe (saved with every checkpoint).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
