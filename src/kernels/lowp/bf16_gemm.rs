@@ -70,7 +70,7 @@ impl Bf16Panels {
             }
         };
         let chunk = (pairs * 2 * NR).max(1);
-        if matmuls_are_serial() || rayon::current_num_threads() == 1 || panels < 4 {
+        if super::products_are_serial() || panels < 4 {
             data.chunks_mut(chunk).enumerate().for_each(pack_panel);
         } else {
             data.par_chunks_mut(chunk).enumerate().for_each(pack_panel);

@@ -242,18 +242,9 @@ impl Int8Matrix {
     /// `y [rows, d_out] = x [rows, d_in] · Wᵀ` with `kernel`, parallel over groups of
     /// four panels (64 outputs).
     pub fn product(&self, kernel: Kernel, y: &mut [f32], x: &[f32], rows: usize) {
-        let (d_out, d_in) = (self.rows, self.cols);
-        assert_eq!(x.len(), rows * d_in, "int8 product: x is not [rows, d_in]");
-        assert_eq!(
-            y.len(),
-            rows * d_out,
-            "int8 product: y is not [rows, d_out]"
-        );
-        assert!(
-            kernel == Kernel::Portable || self.simd_available(),
-            "the AVX-512 kernel was asked for on a CPU without it"
-        );
-        if rows == 0 || d_out == 0 {
+        let d_out = self.rows;
+        let shape = (d_out, self.cols);
+        if !super::check_operands(shape, y, x, rows, kernel, self.simd_available()) {
             return;
         }
         let acts = self.quantize_acts(kernel, x, rows);
@@ -268,9 +259,7 @@ impl Int8Matrix {
             unsafe { self.fill_group(kernel, &acts, rows, p0, panels, &out) };
         };
         let n_groups = d_out.div_ceil(LANES * TILE_PANELS);
-        let serial =
-            crate::kernels::matmul::matmuls_are_serial() || rayon::current_num_threads() == 1;
-        if serial || n_groups == 1 {
+        if super::products_are_serial() || n_groups == 1 {
             (0..n_groups).for_each(task);
         } else {
             (0..n_groups).into_par_iter().for_each(task);

@@ -99,21 +99,7 @@ pub trait PackedFormat: Sync {
 /// `y [rows, d_out] = x [rows, d_in] · Wᵀ` with `kernel`, parallel over output rows.
 pub fn product_with<F: PackedFormat>(w: &F, kernel: Kernel, y: &mut [f32], x: &[f32], rows: usize) {
     let (d_out, d_in) = (w.rows(), w.cols());
-    assert_eq!(
-        x.len(),
-        rows * d_in,
-        "low-precision product: x is not [rows, d_in]"
-    );
-    assert_eq!(
-        y.len(),
-        rows * d_out,
-        "low-precision product: y is not [rows, d_out]"
-    );
-    assert!(
-        kernel == Kernel::Portable || w.simd_available(),
-        "the AVX-512 kernel was asked for on a CPU without it"
-    );
-    if rows == 0 || d_out == 0 {
+    if !check_operands((d_out, d_in), y, x, rows, kernel, w.simd_available()) {
         return;
     }
     let acts = w.quantize_acts(x, rows);
@@ -129,7 +115,7 @@ pub fn product_with<F: PackedFormat>(w: &F, kernel: Kernel, y: &mut [f32], x: &[
             }
         }
     };
-    let serial = crate::kernels::matmul::matmuls_are_serial() || rayon::current_num_threads() == 1;
+    let serial = products_are_serial();
     let chunk = rows * OUT_ROWS_PER_TASK;
     if rows == 1 {
         if serial {
@@ -156,6 +142,39 @@ pub fn product_with<F: PackedFormat>(w: &F, kernel: Kernel, y: &mut [f32], x: &[
             }
         }
     }
+}
+
+/// Panics unless `x` is `[rows, d_in]`, `y` is `[rows, d_out]` for a weight of `(d_out, d_in)`
+/// and `kernel` runs on this CPU (`simd_available`); whether there is anything to compute.
+fn check_operands(
+    (d_out, d_in): (usize, usize),
+    y: &[f32],
+    x: &[f32],
+    rows: usize,
+    kernel: Kernel,
+    simd_available: bool,
+) -> bool {
+    assert_eq!(
+        x.len(),
+        rows * d_in,
+        "low-precision product: x is not [rows, d_in]"
+    );
+    assert_eq!(
+        y.len(),
+        rows * d_out,
+        "low-precision product: y is not [rows, d_out]"
+    );
+    assert!(
+        kernel == Kernel::Portable || simd_available,
+        "the AVX-512 kernel was asked for on a CPU without it"
+    );
+    rows > 0 && d_out > 0
+}
+
+/// Whether a product runs on the calling thread only (inside
+/// [`serial_matmuls`](crate::kernels::matmul::serial_matmuls), or a one-thread pool).
+fn products_are_serial() -> bool {
+    crate::kernels::matmul::matmuls_are_serial() || rayon::current_num_threads() == 1
 }
 
 /// A weight matrix in one of the packed formats, prepared once for a run of products.
