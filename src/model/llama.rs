@@ -12,6 +12,7 @@
 //!   rotary pairs are adjacent ([`RopeStyle::Interleaved`]). A ggml tensor of dims `[in, out]`
 //!   is our row-major `[out, in]`, PyTorch's layout, so no weight is transposed.
 
+use super::block::SelfAttentionBlock;
 use super::checkpoint::{build_filled, RenameTable, TensorValues};
 use super::config::{Activation, ModelConfig, NormPlacement, Normalization, Positions, RopeStyle};
 use super::linear::Linear;
@@ -257,15 +258,19 @@ pub enum GgufWeights {
     Blocks,
 }
 
-/// The linear layers of a llama block, by GGUF name suffix.
-const GGUF_LINEARS: [&str; 7] = [
-    "attn_q",
-    "attn_k",
-    "attn_v",
-    "attn_output",
-    "ffn_up",
-    "ffn_down",
-    "ffn_gate",
+/// A llama block's linear layer (`None`: the block has no such layer).
+type LinearOf = fn(&mut SelfAttentionBlock<f32>) -> Option<&mut Linear<f32>>;
+
+/// The linear layers of a llama block: the GGUF name suffix of each (`blk.N.{suffix}.weight`)
+/// and the layer it fills.
+const GGUF_LINEARS: [(&str, LinearOf); 7] = [
+    ("attn_q", |b| Some(&mut b.self_attn.q_proj)),
+    ("attn_k", |b| Some(&mut b.self_attn.k_proj)),
+    ("attn_v", |b| Some(&mut b.self_attn.v_proj)),
+    ("attn_output", |b| Some(&mut b.self_attn.out_proj)),
+    ("ffn_up", |b| Some(&mut b.ffn.linear1)),
+    ("ffn_down", |b| Some(&mut b.ffn.linear2)),
+    ("ffn_gate", |b| b.ffn.gate.as_mut()),
 ];
 
 /// Loads a GGUF file of architecture `llama`: its hyper-parameters and weights, dequantised or
@@ -305,7 +310,7 @@ pub fn from_gguf(file: &GgufFile, weights: GgufWeights) -> Result<LanguageModel<
             || info.name.strip_prefix("blk.").is_some_and(|rest| {
                 GGUF_LINEARS
                     .iter()
-                    .any(|l| rest.ends_with(&format!(".{l}.weight")))
+                    .any(|(l, _)| rest.ends_with(&format!(".{l}.weight")))
             });
         let looked_up = info.name == "token_embd.weight";
         weights == GgufWeights::Blocks
@@ -350,20 +355,10 @@ fn use_gguf_blocks(model: &mut LanguageModel<f32>, file: &GgufFile) -> Result<us
     };
     let mut used = 0;
     for (i, block) in model.blocks.layers.iter_mut().enumerate() {
-        let attn = &mut block.self_attn;
-        let ffn = &mut block.ffn;
-        let mut linears: Vec<(&str, &mut Linear<f32>)> = vec![
-            ("attn_q", &mut attn.q_proj),
-            ("attn_k", &mut attn.k_proj),
-            ("attn_v", &mut attn.v_proj),
-            ("attn_output", &mut attn.out_proj),
-            ("ffn_up", &mut ffn.linear1),
-            ("ffn_down", &mut ffn.linear2),
-        ];
-        if let Some(gate) = ffn.gate.as_mut() {
-            linears.push(("ffn_gate", gate));
-        }
-        for (short, linear) in linears {
+        for (short, linear_of) in GGUF_LINEARS {
+            let Some(linear) = linear_of(block) else {
+                continue;
+            };
             let name = format!("blk.{i}.{short}.weight");
             if let Some(packed) = blocks(&name)? {
                 linear
