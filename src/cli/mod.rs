@@ -414,6 +414,19 @@ pub fn log_line(bar: &ProgressBar, line: String) {
     }
 }
 
+/// What `train --resume` and `train-lm --resume` print: the run, its step and its precision.
+pub fn resumed_line<R: crate::train::source::Recipe>(
+    dir: &std::path::Path,
+    state: &crate::train::state::TrainerState<R>,
+) -> String {
+    format!(
+        "resumed {} at step {} (precision {})",
+        dir.display(),
+        state.step,
+        state.config.precision()
+    )
+}
+
 /// `--precision` of the inference commands: the numbers the weights are multiplied in.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum PrecisionArg {

@@ -440,12 +440,7 @@ fn resume(
     let examples = encode_pairs(train_pairs, &vocab, max_len, "training data");
     let mut trainer = PairTrainer::resume(dir, examples)?;
     if root {
-        eprintln!(
-            "resumed {} at step {} (precision {})",
-            dir.display(),
-            trainer.state.step,
-            trainer.state.config.precision
-        );
+        eprintln!("{}", super::resumed_line(dir, &trainer.state));
     }
     if let Some(steps) = args.cooldown {
         trainer.set_cooldown(Cooldown::last(steps, args.max_steps));

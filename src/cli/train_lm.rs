@@ -291,12 +291,7 @@ fn run_on(args: TrainLmArgs, comm: Arc<dyn Communicator>) -> Result<()> {
             let tokens = document_tokens(&bpe, train_text)?;
             let trainer = LmTrainer::resume(dir, tokens)?;
             if root {
-                eprintln!(
-                    "resumed {} at step {} (precision {})",
-                    dir.display(),
-                    trainer.state.step,
-                    trainer.state.config.precision
-                );
+                eprintln!("{}", super::resumed_line(dir, &trainer.state));
             }
             (bpe, trainer)
         }
