@@ -184,6 +184,60 @@ run average - average --out "$OUT/avg" "$OUT/deen/checkpoints/step-00000200" \
 run tr-avg "$OUT/test-src.txt" translate --model "$OUT/avg" --threads 2
 run tr-avg-beam4 "$OUT/test-src.txt" translate --model "$OUT/avg" --threads 2 --beam 4
 
+# ---- g. pretrained decoders and the low-precision paths ---------------------------------------
+SMOL="$SHARED/models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
+HFD="$SHARED/reference/hf-decoders"
+head -c 3000 "$OUT/lm-heldout.txt" | cut_to_line > "$OUT/ppl-short.txt"
+for prec in f32 bf16 int8 ggml; do
+    run "gen-smol-$prec" - generate --model "$SMOL" --prompt "The capital of France is" \
+        --max-tokens 24 --temperature 0 --precision "$prec" --threads 2
+done
+run gen-smol-chat - generate --model "$SMOL" --chat --prompt "What is 2 + 2?" --max-tokens 24 \
+    --temperature 0 --precision ggml --threads 2
+run gen-smol-sampled - generate --model "$SMOL" --prompt "Once upon a time" --max-tokens 24 \
+    --seed 5 --top-k 40 --top-p 0.9 --precision ggml --threads 1
+run ppl-smol-ggml "$OUT/ppl-short.txt" perplexity --model "$SMOL" --context 128 --precision ggml \
+    --threads 2
+for fam in llama-tiny gpt2-tiny; do
+    run "gen-$fam" - generate --model "$HFD/$fam" --prompt "ROMEO:" --max-tokens 40 \
+        --temperature 0 --threads 2
+    run "ppl-$fam" "$OUT/ppl-short.txt" perplexity --model "$HFD/$fam" --threads 2
+done
+for prec in bf16 int8; do
+    run "tr-$prec" "$OUT/test-src.txt" translate --model "$M" --threads 2 --precision "$prec"
+    run "tr-$prec-beam4" "$OUT/test-src.txt" translate --model "$M" --threads 2 --beam 4 \
+        --precision "$prec"
+done
+
+# ---- h. the server: a fixed request set, alone and all at once (tests/golden/serve_requests.py)
+# serve_one NAME KIND ARGS...: starts `serve ARGS` on a free port, sends the requests, stops it.
+serve_one() {
+    local name=$1 kind=$2
+    shift 2
+    local port
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    printf '%s\n' "serve $* --addr 127.0.0.1:$port" | perl -pe 's/\Q$ENV{OUT}\E/<OUT>/g; s/\Q$ENV{SHARED}\E/<SHARED>/g; s/:\d+$/:<port>/' > "$OUT/$name.cmd"
+    local t0=$SECONDS
+    "$BIN" serve "$@" --addr "127.0.0.1:$port" > "$OUT/$name.log" 2>&1 &
+    local pid=$!
+    for _ in $(seq 1 600); do
+        curl -sf "http://127.0.0.1:$port/health" > /dev/null 2>&1 && break
+        kill -0 "$pid" 2>/dev/null || { echo "error: $name: server exited" >&2; tail "$OUT/$name.log" >&2; exit 1; }
+        sleep 0.2
+    done
+    local rc=0
+    python3 "$HERE/serve_requests.py" "http://127.0.0.1:$port" "$kind" "$OUT/$name.json" || rc=$?
+    kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true
+    printf '%s\t%s\t%s\n' "$name" $((SECONDS - t0)) "$rc" >> "$OUT/timings.tsv"
+    printf '%-28s %4d s  exit %d\n' "$name" $((SECONDS - t0)) "$rc" >&2
+    [[ $rc -eq 0 ]] || { echo "error: $name failed" >&2; exit 1; }
+}
+serve_one serve-lm lm --model "$OUT/lm" --threads 2
+serve_one serve-llama-tiny lm --model "$HFD/llama-tiny" --threads 2 --block-size 8
+serve_one serve-smol chat --model "$SMOL" --precision ggml --threads 2
+serve_one serve-deen mt --model "$M" --threads 2
+serve_one serve-minilm embed --model "$SHARED/models/all-MiniLM-L6-v2" --threads 2
+
 # ---- timing-free copies and checksums ---------------------------------------------------------
 # Replaces OUT and SHARED by placeholders and every timing or rate by <t>.
 filter_text() {
@@ -210,7 +264,7 @@ done < <(find "$OUT" -path "$OUT/filtered" -prune -o -name metrics.jsonl -print0
 # timings.tsv, the command lines and NONDETERMINISTIC.
 (
     cd "$OUT"
-    find . -type f ! -name SHA256SUMS ! -name timings.tsv ! -name '*.cmd' \
+    find . -type f ! -name SHA256SUMS ! -name timings.tsv ! -name '*.cmd' ! -name '*.log' \
         ! -path './*.err' ! -path './demo*.out' ! -name metrics.jsonl ! -path './filtered/*' \
         -printf '%P\n'
     find filtered -type f
