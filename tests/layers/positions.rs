@@ -2,7 +2,7 @@
 //! (RoPE), each checked forward (against f64 loops), backward (central finite differences in
 //! f64, relative error below 1e-6 with the 1e-3 floor) and in cached incremental decoding.
 
-mod common;
+use crate::common;
 
 use common::*;
 use transformer::batch::{Batch, EOS};

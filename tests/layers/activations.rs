@@ -2,7 +2,7 @@
 //! independent f64 formulas, derivatives and the GELU feed-forward network's hand-written
 //! backward against central finite differences in f64, and its f32 forward against an f64 loop.
 
-mod common;
+use crate::common;
 
 use common::*;
 use transformer::kernels::activations::{gelu_erf, gelu_erf_grad, gelu_tanh, gelu_tanh_grad};

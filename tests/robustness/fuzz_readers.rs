@@ -11,7 +11,7 @@
 //! and `TRANSFORMER_FUZZ_SECONDS` set both for a longer run (`tests/fuzz/fuzz.sh`). `fuzz/` holds a `cargo fuzz` target per reader for
 //! coverage-guided runs on a nightly toolchain.
 
-mod fuzz_common;
+use crate::fuzz_common;
 
 use fuzz_common::mutate;
 use fuzz_common::readers::{self, Outcome};

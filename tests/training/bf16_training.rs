@@ -2,7 +2,7 @@
 //! a float64 loop over the bf16-rounded operands, the f64 reference path left alone, a step's
 //! gradients against float32's, short runs of both model shapes against float32's, and the
 //! precision kept by a checkpoint (a resumed bf16 run continues bit for bit).
-mod common;
+use crate::common;
 
 use transformer::batch::Batch;
 use transformer::kernels::lowp::bf16_train::Bf16Kernel;

@@ -4,7 +4,7 @@
 //! fed `dy = R`; the loss is already a scalar. Every element of every input and parameter is
 //! checked (the sizes are small): relative error `|a − n| / max(|a| + |n|, 1e-3)` below 1e-6.
 
-mod common;
+use crate::common;
 
 use common::*;
 use transformer::batch::PAD;

@@ -1,7 +1,7 @@
 //! The tiled (FlashAttention) kernel against the plain kernel that keeps the whole probability
 //! matrix, and its backward against central finite differences in f64.
 
-mod common;
+use crate::common;
 
 use common::{dot, randn};
 use transformer::kernels::attention::{attention_backward, attention_forward, AttnDims, AttnMask};

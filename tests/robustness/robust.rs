@@ -2,7 +2,7 @@
 //! are never saved nor loaded, resumed recipes are checked like the command line, a directory
 //! mixing two saves is refused, `--out` never overwrites by accident, averaging checks its
 //! inputs, sizes are bounded, and closed pipes end quietly (library and binary).
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

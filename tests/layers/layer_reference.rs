@@ -5,7 +5,7 @@
 //! The f32 layers and the references see the same (f32-representable) inputs and parameters, so
 //! the only difference is f32 arithmetic: `|f32 − f64 ref| <= 1e-6 + 1e-5·|ref|`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use transformer::batch::PAD;

@@ -2,7 +2,7 @@
 //! sources: the metrics log and its fields, validation (reused for the final report when it was
 //! made at the last update), rotating step checkpoints, periodic saves, exact resume from a step
 //! checkpoint, and the time-limit rule (checked after each update).
-mod common;
+use crate::common;
 
 use std::path::Path;
 use transformer::model::Module;

@@ -2,7 +2,7 @@
 //! f64 loops written here from their formulas (f64 and f32), backward against central finite
 //! differences in f64 (relative error below 1e-6 with the 1e-3 floor).
 
-mod common;
+use crate::common;
 
 use common::*;
 use transformer::kernels::activations::{swiglu_backward, swiglu_forward};

@@ -3,7 +3,7 @@
 //! the ids transformers computed for the reference prompts in `../shared/reference/smollm2`
 //! (skipped, with the reason, where they are absent).
 
-mod gguf_common;
+use crate::gguf_common;
 
 use gguf_common::{gguf, parse, shared, smollm2};
 use serde::Deserialize;

@@ -4,7 +4,7 @@
 //! against central finite differences in f64, with padding and causal masks and
 //! `kv_heads ∈ {1, 2, heads}`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use transformer::kernels::attention::{attention_backward, attention_forward, AttnDims, AttnMask};

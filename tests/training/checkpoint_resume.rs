@@ -1,5 +1,5 @@
 //! Checkpoints: exact resume, and clear errors for missing, truncated, corrupt or mismatched files.
-mod common;
+use crate::common;
 
 use transformer::model::checkpoint::load;
 use transformer::model::ModelConfig;

@@ -4,7 +4,7 @@
 //! against central finite differences, and the two pairings related by a column permutation.
 //! The default (interleaved, base 10000) is also checked in tests/positions.rs.
 
-mod common;
+use crate::common;
 
 use common::*;
 use transformer::kernels::rope::{rope_backward, rope_forward, Rope, RopeStyle};

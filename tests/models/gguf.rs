@@ -6,7 +6,7 @@
 //! from `../shared`: metadata, hyper-parameters and every tensor decoded (skipped, with the
 //! reason, where it is absent). The tokenizer is tested in `gguf_tokenizer.rs`.
 
-mod gguf_common;
+use crate::gguf_common;
 
 use gguf_common::{gguf, parse, parse_err, put_str, put_u32, put_u64, smollm2, tensor, TensorSpec};
 use transformer::store::ggml::GgmlType;

@@ -1,0 +1,20 @@
+//! Whole models and what runs them: decoding (greedy, beam, sampling, the incremental
+//! interface), the language model, BLEU, GGUF files and their tokenizers, and the pretrained
+//! models of `../shared` against their references.
+//!
+//! One test binary (cargo builds `tests/models/main.rs` as the target `models`); each module was
+//! its own binary before. Run one module with `cargo test --test models MODULE::`.
+
+#[path = "../gguf_common/mod.rs"]
+mod gguf_common;
+
+mod beam;
+mod bleu;
+mod decode_interface;
+mod decoding;
+mod gguf;
+mod gguf_tokenizer;
+mod lm;
+mod minilm;
+mod pretrained;
+mod pretrained_lowp;

@@ -1,0 +1,10 @@
+//! The server: its engine (batched output equals single-request output, blocks returned), the
+//! HTTP interface, the kinds of model it serves, and translation.
+//!
+//! One test binary (cargo builds `tests/serving/main.rs` as the target `serving`); each module
+//! was its own binary before. Run one module with `cargo test --test serving MODULE::`.
+
+mod serve_engine;
+mod serve_http;
+mod serve_kinds;
+mod serve_translate;
