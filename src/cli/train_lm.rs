@@ -260,6 +260,13 @@ fn start(args: &TrainLmArgs, train_text: &str) -> Result<(Bpe, LmTrainer)> {
         normalization: args.normalization,
         rope_base: args.rope_base,
         rope_style: Default::default(),
+        qkv_bias: false,
+        qk_norm: false,
+        attn_logit_softcap: None,
+        final_logit_softcap: None,
+        norm_weight_offset: 0.0,
+        embedding_scale: None,
+        layer_windows: Vec::new(),
     };
     model_config
         .validate()

@@ -211,31 +211,6 @@ impl<T: Float> MultiHeadAttention<T> {
         self
     }
 
-    /// Transposed weight copies of the four projections for inference
-    /// (see [`Linear::prepare_inference`]).
-    pub fn prepare_inference(&mut self) {
-        for linear in [
-            &mut self.q_proj,
-            &mut self.k_proj,
-            &mut self.v_proj,
-            &mut self.out_proj,
-        ] {
-            linear.prepare_inference();
-        }
-    }
-
-    /// Calls `f` on each of the four projections.
-    pub fn for_each_linear(&mut self, f: &mut dyn FnMut(&mut Linear<T>)) {
-        for linear in [
-            &mut self.q_proj,
-            &mut self.k_proj,
-            &mut self.v_proj,
-            &mut self.out_proj,
-        ] {
-            f(linear);
-        }
-    }
-
     /// Rotates `x [batch*len, heads·d_k]` in place (queries: `n_heads`, keys: `n_kv_heads`),
     /// rows at positions `pos ..` (when rotary).
     fn rotate(&self, x: &mut [T], len: usize, heads: usize, pos: usize) {

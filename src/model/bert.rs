@@ -6,7 +6,8 @@
 //! is the mean of the last hidden states over the real (unpadded) tokens, L2-normalised.
 //!
 //! [`Bert::load`] reads a Hugging Face model directory (`config.json`, `model.safetensors`) and
-//! maps its tensor names onto our module paths with the explicit table [`HF_NAMES`] (Hugging
+//! maps its tensor names onto our module paths with the explicit table of its family,
+//! [`HF_NAMES`](super::families::bert::HF_NAMES) (Hugging
 //! Face `encoder.layer.i.attention.self.query.weight` is our `layers.i.self_attn.q_proj.weight`,
 //! and so on), then loads through the one loader of `super::checkpoint`.
 //!
@@ -16,9 +17,11 @@
 //! Any other unknown tensor is an error.
 
 use super::block::SelfAttentionBlock;
-use super::checkpoint::{build_filled, load_config_of, Model, RenameTable};
+use super::checkpoint::{build_filled, load_config_of, Model};
 use super::config::{Activation, BlockConfig, NormPlacement, MAX_LAYERS};
 use super::encoder::padding_mask;
+use super::families::bert::{canonical_name, is_ignored, HF_NAMES};
+use super::families::{hf_list, FamilyKind};
 use super::layer_norm::LayerNorm;
 use super::param::{count_params, Init, Module, Param, ParamVisitor, ShapesOnly};
 use super::stack::Stack;
@@ -103,6 +106,8 @@ impl BertConfig {
             normalization: super::config::Normalization::LayerNorm,
             rope_base: super::config::ROPE_BASE,
             rope_style: super::config::RopeStyle::Interleaved,
+            qkv_bias: false,
+            norm_weight_offset: 0.0,
         }
     }
 
@@ -121,7 +126,10 @@ impl BertConfig {
     /// Rejects what this implementation does not compute; the message names the field.
     pub fn validate(&self) -> std::result::Result<(), String> {
         if let Some(t) = &self.model_type {
-            if t != "bert" {
+            if !super::families::bert::FAMILY
+                .model_types
+                .contains(&t.as_str())
+            {
                 return Err(format!(
                     "model_type {t:?} is not supported (only \"bert\"; e.g. RoBERTa offsets its positions)"
                 ));
@@ -177,46 +185,6 @@ impl BertConfig {
     }
 }
 
-/// Hugging Face BERT tensor names (after the `bert.` prefix is stripped and `gamma`/`beta` read as `weight`/`bias`) -> our module paths.
-pub const HF_NAMES: RenameTable = RenameTable(&[
-    ("embeddings.word_embeddings.", "word_embeddings."),
-    ("embeddings.position_embeddings.", "position_embeddings."),
-    (
-        "embeddings.token_type_embeddings.",
-        "token_type_embeddings.",
-    ),
-    ("embeddings.LayerNorm.", "embeddings_norm."),
-    (
-        "encoder.layer.{i}.attention.self.query.",
-        "layers.{i}.self_attn.q_proj.",
-    ),
-    (
-        "encoder.layer.{i}.attention.self.key.",
-        "layers.{i}.self_attn.k_proj.",
-    ),
-    (
-        "encoder.layer.{i}.attention.self.value.",
-        "layers.{i}.self_attn.v_proj.",
-    ),
-    (
-        "encoder.layer.{i}.attention.output.dense.",
-        "layers.{i}.self_attn.out_proj.",
-    ),
-    (
-        "encoder.layer.{i}.attention.output.LayerNorm.",
-        "layers.{i}.self_attn_norm.",
-    ),
-    (
-        "encoder.layer.{i}.intermediate.dense.",
-        "layers.{i}.ffn.linear1.",
-    ),
-    ("encoder.layer.{i}.output.dense.", "layers.{i}.ffn.linear2."),
-    (
-        "encoder.layer.{i}.output.LayerNorm.",
-        "layers.{i}.ffn_norm.",
-    ),
-]);
-
 /// The BERT encoder: embeddings, their layer norm and the stack of post-LN encoder layers.
 #[derive(Clone, Debug)]
 pub struct Bert<T> {
@@ -230,28 +198,6 @@ pub struct Bert<T> {
     pub embeddings_norm: LayerNorm<T>,
     /// The post-LN self-attention blocks (no final norm).
     pub encoder: Stack<SelfAttentionBlock<T>, T>,
-}
-
-/// Is `name` (without a `bert.` prefix) a tensor of a BERT checkpoint that is not an encoder
-/// parameter: a buffer, or the weights of a head on top of the encoder?
-fn is_ignored(name: &str) -> bool {
-    matches!(
-        name,
-        "embeddings.position_ids" | "embeddings.token_type_ids"
-    ) || name.starts_with("pooler.")
-        || name.starts_with("cls.")
-}
-
-/// The canonical name of a checkpoint tensor: no `bert.` prefix, `LayerNorm.weight/bias`.
-fn canonical_name(name: &str) -> String {
-    let name = name.strip_prefix("bert.").unwrap_or(name);
-    if let Some(stem) = name.strip_suffix("LayerNorm.gamma") {
-        format!("{stem}LayerNorm.weight")
-    } else if let Some(stem) = name.strip_suffix("LayerNorm.beta") {
-        format!("{stem}LayerNorm.bias")
-    } else {
-        name.to_string()
-    }
 }
 
 impl<T: Float> Bert<T> {
@@ -430,10 +376,11 @@ impl Model for Bert<f32> {
             );
         }
         let kind = json.get("model_type")?.as_str()?;
-        (kind != "bert").then(|| {
+        (!super::families::is_encoder(kind)).then(|| {
             format!(
                 "a Hugging Face model of type {kind:?}, not a BERT encoder; generate, chat \
-                 and perplexity load llama and gpt2 decoders"
+                 and perplexity load {} decoders",
+                hf_list(FamilyKind::Decoder)
             )
         })
     }
@@ -452,15 +399,7 @@ impl Bert<f32> {
         if precision == crate::kernels::lowp::Precision::F32 {
             return Ok(());
         }
-        let mut result = Ok(());
-        for block in &mut self.encoder.layers {
-            block.for_each_linear(&mut |l| {
-                if result.is_ok() {
-                    result = l.prepare_precision(precision);
-                }
-            });
-        }
-        result
+        super::linear::prepare_precision_all(&mut self.encoder, precision)
     }
 
     /// Loads a Hugging Face BERT directory (`config.json`, `model.safetensors`), checking every
@@ -483,17 +422,6 @@ impl Bert<f32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn names_are_canonicalised_and_buffers_ignored() {
-        assert_eq!(
-            canonical_name("bert.encoder.layer.0.output.LayerNorm.gamma"),
-            "encoder.layer.0.output.LayerNorm.weight"
-        );
-        assert!(is_ignored(&canonical_name("bert.embeddings.position_ids")));
-        assert!(is_ignored("pooler.dense.weight"));
-        assert!(!is_ignored("embeddings.word_embeddings.weight"));
-    }
 
     #[test]
     fn random_model_has_the_implied_parameter_count() {

@@ -131,18 +131,6 @@ impl<T: Float> SelfAttentionBlock<T> {
             .apply(x, |u| self.self_attn.forward_ragged(u, cache, tokens));
         self.ffn_res.apply(x, |u| self.ffn.forward(u).0)
     }
-
-    /// Transposed weight copies for decoding (see [`super::linear::Linear::prepare_inference`]).
-    pub fn prepare_inference(&mut self) {
-        self.self_attn.prepare_inference();
-        self.ffn.prepare_inference();
-    }
-
-    /// Calls `f` on every linear layer of the block.
-    pub fn for_each_linear(&mut self, f: &mut dyn FnMut(&mut super::linear::Linear<T>)) {
-        self.self_attn.for_each_linear(f);
-        self.ffn.for_each_linear(f);
-    }
 }
 
 impl<T> Module<T> for SelfAttentionBlock<T> {

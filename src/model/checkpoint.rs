@@ -45,10 +45,13 @@ pub trait Model: Module<f32> + Sized {
     /// (its JSON given): what it is and what to use, for the error message.
     fn foreign_config(json: &serde_json::Value) -> Option<String> {
         let kind = json.get("model_type")?.as_str()?;
+        use super::families::{hf_list, FamilyKind};
         Some(format!(
             "a Hugging Face model (model_type {kind:?}), not one of this command's models; \
-             generate, chat and perplexity load Hugging Face llama and gpt2 decoders, embed \
-             loads BERT encoders"
+             generate, chat and perplexity load Hugging Face {} decoders, embed loads {} \
+             encoders",
+            hf_list(FamilyKind::Decoder),
+            hf_list(FamilyKind::Encoder)
         ))
     }
     /// A model of this shape, parameters drawn from `init` (random, or shapes only).
@@ -221,7 +224,7 @@ pub trait TensorValues {
     fn write_into(self, out: &mut [f32]) -> Result<()>;
     /// Whether the parameter stays without float32 values because the model multiplies the
     /// tensor in its stored format (a GGUF file's blocks, see
-    /// [`super::llama::from_gguf`]); its shape is still checked.
+    /// [`super::families::load_gguf`]); its shape is still checked.
     fn stays_packed(&self) -> bool {
         false
     }

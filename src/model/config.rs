@@ -1,12 +1,8 @@
 //! Model hyper-parameters, with the paper's presets. Serialises to the checkpoint's `config.json`.
+//!
+//! A leaf of the model: the layers read these types, and how a layer is built from them lives
+//! with the builders ([`super::build`]), so this file imports no layer.
 
-use super::attention::MultiHeadAttention;
-use super::feed_forward::FeedForward;
-use super::layer_norm::LayerNorm;
-use super::norm::{Norm, RmsNorm};
-use super::param::Init;
-use super::residual::Residual;
-use crate::Float;
 use serde::{Deserialize, Serialize};
 
 /// Where the layer norm sits in each residual block.
@@ -137,6 +133,35 @@ pub struct ModelConfig {
     /// Rotary positions: how the columns are paired (absent: interleaved).
     #[serde(default, skip_serializing_if = "is_default")]
     pub rope_style: RopeStyle,
+    /// The query, key and value projections have biases even where [`bias`](Self::bias) is
+    /// false (Qwen2: `q = x W_qᵀ + b_q`, the output projection and the FFN without). Absent:
+    /// false.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub qkv_bias: bool,
+    /// RMSNorm of each head's queries and keys before the scores (Qwen3, Gemma 3). Absent:
+    /// false; true is not supported yet.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub qk_norm: bool,
+    /// Soft-capping of the attention scores, `s ← c · tanh(s / c)` (Gemma 2). Absent: none;
+    /// a cap is not supported yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attn_logit_softcap: Option<f64>,
+    /// Soft-capping of the output logits, `z ← c · tanh(z / c)` (Gemma 2). Absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_logit_softcap: Option<f64>,
+    /// Added to every RMSNorm gain: `y = (g + offset) ⊙ x / rms(x)` (Gemma stores `g − 1`:
+    /// offset 1). Absent: 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub norm_weight_offset: f64,
+    /// The factor of the token embeddings, instead of √d_model or 1 ([`scale_embeddings`](
+    /// Self::scale_embeddings)). Absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub embedding_scale: Option<f64>,
+    /// Per decoder layer, the most recent keys a query may see (`None`: all, the causal
+    /// prefix); empty: every layer sees all (Mistral, Gemma 2's alternating layers). Absent:
+    /// empty; a window is not supported yet.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layer_windows: Vec<Option<usize>>,
 }
 
 fn is_zero(p: &f64) -> bool {
@@ -199,50 +224,10 @@ pub struct BlockConfig {
     /// Rotary base and pairing.
     pub rope_base: f64,
     pub rope_style: RopeStyle,
-}
-
-impl BlockConfig {
-    /// A multi-head attention of this block, with its attention dropout; `rotary` for a
-    /// self-attention when the block is rotary (never for a cross-attention).
-    pub fn attention<T: Float>(&self, rotary: bool, init: &mut impl Init) -> MultiHeadAttention<T> {
-        let (d, h, kv) = (self.d_model, self.n_heads, self.n_kv_heads);
-        let style = match self.rope_style {
-            RopeStyle::Interleaved => crate::kernels::rope::RopeStyle::Interleaved,
-            RopeStyle::HalfSplit => crate::kernels::rope::RopeStyle::HalfSplit,
-        };
-        MultiHeadAttention::grouped(d, h, kv, self.bias, init)
-            .with_dropout(self.attention_dropout)
-            .with_rotary(rotary && self.rotary)
-            .with_rope(crate::kernels::rope::Rope {
-                base: self.rope_base,
-                style,
-            })
-    }
-
-    /// The position-wise FFN of this block, with its activation dropout.
-    pub fn feed_forward<T: Float>(&self, init: &mut impl Init) -> FeedForward<T> {
-        FeedForward::with_bias(self.d_model, self.d_ff, self.activation, self.bias, init)
-            .with_dropout(self.activation_dropout)
-    }
-
-    /// A norm of this block's kind and width (its parameters from `init`).
-    pub fn norm<T: Float>(&self, init: &mut impl Init) -> Norm<T> {
-        let (d, eps) = (self.d_model, self.layer_norm_eps);
-        match self.normalization {
-            Normalization::LayerNorm => Norm::Layer(LayerNorm::with_init(d, eps, init)),
-            Normalization::RmsNorm => Norm::Rms(RmsNorm::new(d, eps, init)),
-        }
-    }
-
-    /// A residual connection of this block (its norm's parameters from `init`).
-    pub fn residual<T: Float>(&self, init: &mut impl Init) -> Residual<T> {
-        Residual::with_norm(self.norm(init), self.norm, self.dropout)
-    }
-
-    /// The final norm a pre-LN stack ends with; `None` for post-LN.
-    pub fn final_norm<T: Float>(&self, init: &mut impl Init) -> Option<Norm<T>> {
-        (self.norm == NormPlacement::PreLn).then(|| self.norm(init))
-    }
+    /// Biases on the query, key and value projections even without [`bias`](Self::bias).
+    pub qkv_bias: bool,
+    /// Added to every RMSNorm gain.
+    pub norm_weight_offset: f64,
 }
 
 /// The most layers a configuration may ask for (a guard against edited configs).
@@ -282,6 +267,13 @@ impl ModelConfig {
             normalization: Normalization::LayerNorm,
             rope_base: ROPE_BASE,
             rope_style: RopeStyle::Interleaved,
+            qkv_bias: false,
+            qk_norm: false,
+            attn_logit_softcap: None,
+            final_logit_softcap: None,
+            norm_weight_offset: 0.0,
+            embedding_scale: None,
+            layer_windows: Vec::new(),
         })
     }
 
@@ -308,16 +300,9 @@ impl ModelConfig {
             normalization: self.normalization,
             rope_base: self.rope_base,
             rope_style: self.rope_style,
+            qkv_bias: self.qkv_bias,
+            norm_weight_offset: self.norm_weight_offset,
         }
-    }
-
-    /// The number of trainable scalars of the encoder-decoder this config describes (`None` on
-    /// overflow), counted from the parameters' shapes (see
-    /// [`ShapesOnly`](super::param::ShapesOnly)). Checked against a weights file before the
-    /// model is allocated, so an edited config cannot ask for terabytes.
-    pub fn n_params(&self) -> Option<usize> {
-        let mut shapes = super::Seq2Seq::<f32>::new(self.clone(), &mut super::param::ShapesOnly);
-        super::param::count_params(&mut shapes)
     }
 
     /// The arithmetic count [`n_params`](Self::n_params) replaced, kept to test it against.
@@ -421,6 +406,57 @@ impl ModelConfig {
                 "rope_base {} must be a number above 1",
                 self.rope_base
             ));
+        }
+        self.validate_family_options()
+    }
+
+    /// The options later model families need: refuses those not computed yet, by name, and
+    /// values out of range, so that no config is silently computed as another model.
+    fn validate_family_options(&self) -> Result<(), String> {
+        if self.qk_norm {
+            return Err(
+                "qk_norm true (RMSNorm on the queries and keys) is not supported yet".into(),
+            );
+        }
+        if let Some(c) = self.attn_logit_softcap {
+            return Err(format!(
+                "attn_logit_softcap {c} (soft-capped attention scores) is not supported yet"
+            ));
+        }
+        if let Some(w) = self.layer_windows.iter().flatten().next() {
+            return Err(format!(
+                "layer_windows with a window ({w} keys; sliding-window attention) is not supported yet"
+            ));
+        }
+        if !self.layer_windows.is_empty() && self.layer_windows.len() != self.n_decoder_layers {
+            return Err(format!(
+                "layer_windows has {} entries for {} decoder layers",
+                self.layer_windows.len(),
+                self.n_decoder_layers
+            ));
+        }
+        if let Some(c) = self.final_logit_softcap {
+            if !(c.is_finite() && c > 0.0) {
+                return Err(format!("final_logit_softcap {c} must be a positive number"));
+            }
+        }
+        if let Some(s) = self.embedding_scale {
+            if !s.is_finite() {
+                return Err(format!("embedding_scale {s} must be a finite number"));
+            }
+        }
+        if self.norm_weight_offset != 0.0 {
+            if !self.norm_weight_offset.is_finite() {
+                return Err(format!(
+                    "norm_weight_offset {} must be a finite number",
+                    self.norm_weight_offset
+                ));
+            }
+            if self.normalization != Normalization::RmsNorm {
+                return Err(
+                    "norm_weight_offset with layer_norm is not supported yet (RMSNorm only)".into(),
+                );
+            }
         }
         Ok(())
     }

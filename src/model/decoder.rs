@@ -138,21 +138,6 @@ impl<T: Float> DecoderLayer<T> {
             })
     }
 
-    /// Transposed weight copies of every projection, for decoding steps (see
-    /// [`super::Seq2Seq::prepare_inference`]).
-    pub fn prepare_inference(&mut self) {
-        self.self_attn.prepare_inference();
-        self.cross_attn.prepare_inference();
-        self.ffn.prepare_inference();
-    }
-
-    /// Calls `f` on every linear layer of the layer.
-    pub fn for_each_linear(&mut self, f: &mut dyn FnMut(&mut super::linear::Linear<T>)) {
-        self.self_attn.for_each_linear(f);
-        self.cross_attn.for_each_linear(f);
-        self.ffn.for_each_linear(f);
-    }
-
     /// Incremental step: `x [batch, d_model]` are the next position of each row; its key and
     /// value are appended to `self_cache` (paged, see [`CachedAttention::Step`]); `cross_cache`
     /// holds the memory's keys and values (one row per decoder row, or per group of rows, see

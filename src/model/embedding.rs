@@ -15,8 +15,8 @@
 use super::config::Positions;
 use super::param::{Init, Module, Param, ParamVisitor};
 use crate::kernels::dropout::dropout_mask;
+use crate::kernels::lowp::ggml::{self, GgmlType};
 use crate::rng::Rng;
-use crate::store::ggml::{self, GgmlType};
 use crate::Float;
 
 /// Inference only: the token table as a GGUF file stores it (`[vocab]` rows of ggml blocks),
@@ -57,6 +57,9 @@ pub struct Embedding<T> {
     max_len: usize,
     /// Multiply the token embedding by √d_model (section 3.4); false for GPT-2 and Llama.
     pub scaled: bool,
+    /// The factor of the token embedding when a config states one (`embedding_scale`),
+    /// instead of √d_model or 1.
+    pub scale_override: Option<f64>,
     /// Inference only: the table in its stored blocks, `weight` then without values.
     stored: Option<StoredRows>,
 }
@@ -106,6 +109,7 @@ impl<T: Float> Embedding<T> {
             sinusoids,
             max_len,
             scaled: true,
+            scale_override: None,
             stored: None,
         }
     }
@@ -157,9 +161,11 @@ impl<T: Float> Embedding<T> {
         self
     }
 
-    /// The factor of the token embedding: √d_model, or 1 when unscaled.
+    /// The factor of the token embedding: the config's own, else √d_model, or 1 when unscaled.
     fn scale(&self) -> T {
-        if self.scaled {
+        if let Some(s) = self.scale_override {
+            T::of(s)
+        } else if self.scaled {
             T::of((self.d_model as f64).sqrt())
         } else {
             T::one()

@@ -77,25 +77,6 @@ impl<T: Float> FeedForward<T> {
         self
     }
 
-    /// Transposed weight copies of both linears for inference
-    /// (see [`Linear::prepare_inference`]).
-    pub fn prepare_inference(&mut self) {
-        self.linear1.prepare_inference();
-        self.linear2.prepare_inference();
-        if let Some(g) = &mut self.gate {
-            g.prepare_inference();
-        }
-    }
-
-    /// Calls `f` on each linear layer (the gate too, when there is one).
-    pub fn for_each_linear(&mut self, f: &mut dyn FnMut(&mut Linear<T>)) {
-        f(&mut self.linear1);
-        f(&mut self.linear2);
-        if let Some(g) = &mut self.gate {
-            f(g);
-        }
-    }
-
     /// `x [rows, d_model]` -> `y [rows, d_model]`.
     pub fn forward(&self, x: &[T]) -> (Vec<T>, FeedForwardCache<T>) {
         self.forward_train(x, None)

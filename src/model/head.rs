@@ -27,6 +27,8 @@ pub struct OutputHead<T> {
     packed_only: bool,
     pub d_model: usize,
     pub vocab: usize,
+    /// Soft-capping `c` of the logits, `z ← c · tanh(z / c)` (Gemma 2), or none.
+    pub softcap: Option<f64>,
 }
 
 impl<T: Float> OutputHead<T> {
@@ -39,7 +41,14 @@ impl<T: Float> OutputHead<T> {
             packed_only: false,
             d_model,
             vocab,
+            softcap: None,
         }
+    }
+
+    /// The same head with its logits soft-capped at `cap` (none: left as they are).
+    pub fn with_softcap(mut self, cap: Option<f64>) -> Self {
+        self.softcap = cap;
+        self
     }
 
     /// `W [vocab, d_model]`: the own projection, or the embedding matrix.
@@ -113,8 +122,25 @@ impl<T: Float> OutputHead<T> {
         self.packed.as_ref()
     }
 
-    /// `hidden [rows, d_model]` -> logits `[rows, vocab]`.
+    /// `hidden [rows, d_model]` -> logits `[rows, vocab]`: `z = h Wᵀ`, then `c · tanh(z / c)`
+    /// when soft-capped.
     pub fn logits(&self, embedding: &Embedding<T>, hidden: &[T]) -> Vec<T> {
+        let mut logits = self.product(embedding, hidden);
+        if let Some(c) = self.softcap {
+            logits
+                .par_chunks_mut(self.vocab)
+                .with_min_len(8)
+                .for_each(|row| {
+                    for z in row {
+                        *z = T::of(c * (z.f64() / c).tanh());
+                    }
+                });
+        }
+        logits
+    }
+
+    /// `hidden [rows, d_model]` -> `z = h Wᵀ [rows, vocab]`, before any soft-capping.
+    fn product(&self, embedding: &Embedding<T>, hidden: &[T]) -> Vec<T> {
         let (d, v) = (self.d_model, self.vocab);
         let rows = hidden.len() / d;
         let mut logits = vec![T::zero(); rows * v];
@@ -167,6 +193,23 @@ impl<T: Float> OutputHead<T> {
     ) -> Vec<T> {
         let (d, v) = (self.d_model, self.vocab);
         let rows = hidden.len() / d;
+        // Soft-capped: ∂/∂z = ∂/∂logit · (1 − tanh²(z / c)), z recomputed from `hidden`.
+        let capped: Vec<T>;
+        let dlogits = match self.softcap {
+            None => dlogits,
+            Some(c) => {
+                let z = self.product(embedding, hidden);
+                capped = dlogits
+                    .iter()
+                    .zip(&z)
+                    .map(|(&g, &z)| {
+                        let t = (z.f64() / c).tanh();
+                        T::of(g.f64() * (1.0 - t * t))
+                    })
+                    .collect();
+                &capped
+            }
+        };
         // dhidden [rows, d_model] = dlogits W
         let mut dhidden = vec![T::zero(); rows * d];
         matmul(

@@ -235,7 +235,47 @@ impl<T: Float> Linear<T> {
     }
 }
 
+/// Calls `f(path, layer)` on every linear layer of `module` reached by its parameter walk
+/// ([`Module::visit`]), in that order, without touching anything else: the one walk behind
+/// every operation on all of a model's linear layers (the functions below, a GGUF file's
+/// blocks).
+pub fn for_each_linear<'m, T, M: Module<T>>(
+    module: &'m mut M,
+    f: impl FnMut(&str, &mut Linear<T>) + 'm,
+) {
+    module.visit(&mut ParamVisitor::linears(f));
+}
+
+/// [`Linear::prepare_inference`] on every linear layer of `module`.
+pub fn prepare_inference_all<T: Float>(module: &mut impl Module<T>) {
+    for_each_linear(module, |_, l| l.prepare_inference());
+}
+
+/// [`Linear::set_bf16_products`] on every linear layer of `module`.
+pub fn set_bf16_products_all<T: Float>(module: &mut impl Module<T>, kernel: Option<Bf16Kernel>) {
+    for_each_linear(module, |_, l| l.set_bf16_products(kernel));
+}
+
+/// [`Linear::prepare_precision`] on every linear layer of `module`, in order, stopping at the
+/// first error.
+pub fn prepare_precision_all<T: Float>(
+    module: &mut impl Module<T>,
+    precision: Precision,
+) -> Result<(), String> {
+    let mut result = Ok(());
+    for_each_linear(module, |_, l| {
+        if result.is_ok() {
+            result = l.prepare_precision(precision);
+        }
+    });
+    result
+}
+
 impl<T> Module<T> for Linear<T> {
+    fn as_linear(&mut self) -> Option<&mut Linear<T>> {
+        Some(self)
+    }
+
     fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
         // The caller may change the weight. A weight held only in its packed form (a GGUF
         // file's blocks, no float32 values) keeps it: there is nothing else to multiply.

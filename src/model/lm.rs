@@ -16,6 +16,7 @@ use super::config::ModelConfig;
 use super::embedding::{Embedding, EmbeddingCache};
 use super::head::OutputHead;
 use super::kv_cache::KvCache;
+use super::linear::{prepare_inference_all, prepare_precision_all, set_bf16_products_all};
 use super::loss::LossStats;
 use super::param::{count_params, Init, Module, ParamVisitor, ShapesOnly};
 use super::stack::{Stack, StackCache};
@@ -117,13 +118,15 @@ impl<T: Float> LanguageModel<T> {
         let mut embedding =
             Embedding::with_positions(c.vocab_size, c.d_model, c.max_len, c.positions, init);
         embedding.scaled = c.scale_embeddings;
+        embedding.scale_override = c.embedding_scale;
         let blocks = Stack::new(
             c.n_decoder_layers,
             init,
             |init| SelfAttentionBlock::new(&block, init),
             |init| block.final_norm(init),
         );
-        let head = OutputHead::new(c.vocab_size, c.d_model, c.tie_embeddings, init);
+        let head = OutputHead::new(c.vocab_size, c.d_model, c.tie_embeddings, init)
+            .with_softcap(c.final_logit_softcap);
         LanguageModel {
             config,
             embedding,
@@ -135,33 +138,20 @@ impl<T: Float> LanguageModel<T> {
     /// Transposed weight copies for a run of decoding steps (see
     /// [`Seq2Seq::prepare_inference`](super::Seq2Seq::prepare_inference)).
     pub fn prepare_inference(&mut self) {
-        self.blocks
-            .layers
-            .iter_mut()
-            .for_each(SelfAttentionBlock::prepare_inference);
+        prepare_inference_all(&mut self.blocks);
         self.head.prepare_inference(&self.embedding);
     }
 
     /// Training: the linear layers multiply bf16-rounded operands with `kernel`, or float32
     /// ones (`None`; see [`crate::train::precision`]).
     pub fn set_bf16_products(&mut self, kernel: Option<Bf16Kernel>) {
-        for block in &mut self.blocks.layers {
-            block.for_each_linear(&mut |l| l.set_bf16_products(kernel));
-        }
+        set_bf16_products_all(&mut self.blocks, kernel);
     }
 
     /// Readies the model for inference in `precision` (see
     /// [`Seq2Seq::prepare_precision`](super::Seq2Seq::prepare_precision)).
     pub fn prepare_precision(&mut self, precision: Precision) -> Result<(), String> {
-        let mut result = Ok(());
-        for block in &mut self.blocks.layers {
-            block.for_each_linear(&mut |l| {
-                if result.is_ok() {
-                    result = l.prepare_precision(precision);
-                }
-            });
-        }
-        result?;
+        prepare_precision_all(&mut self.blocks, precision)?;
         self.head.prepare_precision(&self.embedding, precision)
     }
 

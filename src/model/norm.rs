@@ -7,14 +7,18 @@ use super::param::{Init, Module, Param, ParamVisitor};
 use crate::kernels::layer_norm::LayerNormStats;
 use crate::kernels::rms_norm::{rms_norm_backward, rms_norm_forward, RmsNormStats};
 use crate::Float;
+use std::borrow::Cow;
 
-/// RMSNorm (Zhang & Sennrich 2019): `RMSNorm(x) = g ⊙ x / √(mean(x²) + ε)`, gain `g` (init 1),
-/// no bias, no mean subtraction. Parameter: `weight` (the gain).
+/// RMSNorm (Zhang & Sennrich 2019): `RMSNorm(x) = (g + o) ⊙ x / √(mean(x²) + ε)`, gain `g`
+/// (init 1), no bias, no mean subtraction; the offset `o` is 0 but for checkpoints that store
+/// `g − 1` (Gemma: `o = 1`). Parameter: `weight` (the stored gain `g`).
 #[derive(Clone, Debug)]
 pub struct RmsNorm<T> {
     /// g `[d]`
     pub gain: Param<T>,
     pub eps: f64,
+    /// `o`, added to the stored gain when the norm is applied.
+    pub offset: f64,
 }
 
 impl<T: Float> RmsNorm<T> {
@@ -23,25 +27,41 @@ impl<T: Float> RmsNorm<T> {
         RmsNorm {
             gain: init.constant(&[d], 1.0),
             eps,
+            offset: 0.0,
         }
+    }
+
+    /// The same norm applying the gain `g + offset`.
+    pub fn with_offset(mut self, offset: f64) -> Self {
+        self.offset = offset;
+        self
     }
 
     /// `x [rows, d]` -> (`y [rows, d]`, what the backward needs).
     pub fn forward(&self, x: &[T]) -> (Vec<T>, RmsNormStats<T>) {
         let d = self.gain.value.shape[0];
         let mut y = vec![T::zero(); x.len()];
-        let stats = rms_norm_forward(&mut y, x, &self.gain.value.data, d, self.eps);
+        let gain = applied_gain(&self.gain.value.data, self.offset);
+        let stats = rms_norm_forward(&mut y, x, &gain, d, self.eps);
         (y, stats)
     }
 
-    /// Accumulates dg and returns dx.
+    /// Accumulates dg (`∂/∂g = ∂/∂(g + o)`) and returns dx.
     pub fn backward(&mut self, x: &[T], stats: &RmsNormStats<T>, dy: &[T]) -> Vec<T> {
         let d = self.gain.value.shape[0];
         let mut dx = vec![T::zero(); x.len()];
-        let gain = &self.gain.value.data;
-        rms_norm_backward(&mut dx, dy, x, stats, gain, &mut self.gain.grad.data, d);
+        let gain = applied_gain(&self.gain.value.data, self.offset);
+        rms_norm_backward(&mut dx, dy, x, stats, &gain, &mut self.gain.grad.data, d);
         dx
     }
+}
+
+/// The gain applied, `g + o`: the stored `g` itself when `o = 0`.
+fn applied_gain<T: Float>(g: &[T], offset: f64) -> Cow<'_, [T]> {
+    if offset == 0.0 {
+        return Cow::Borrowed(g);
+    }
+    g.iter().map(|&v| v + T::of(offset)).collect()
 }
 
 impl<T> Module<T> for RmsNorm<T> {

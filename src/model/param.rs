@@ -4,8 +4,12 @@
 //! Names mirror the module tree (`encoder.layers.0.self_attn.q_proj.weight`): every module
 //! lists its children once, in [`Module::visit`], with the name of each, and the
 //! [`ParamVisitor`] joins the path. Saving, loading, the optimizer, data parallelism, checkpoint
-//! averaging and parameter counts all go through that one walk, in one fixed order.
+//! averaging and parameter counts all go through that one walk, in one fixed order. The same
+//! walk, told to stop at linear layers ([`ParamVisitor::linears`]), is how every operation on
+//! all the linear layers of a model (inference copies, packing, bf16 products, a GGUF file's
+//! blocks) finds them: see [`super::linear::for_each_linear`].
 
+use super::linear::Linear;
 use crate::rng::Rng;
 use crate::{Float, Tensor};
 
@@ -128,6 +132,12 @@ pub trait Module<T> {
     /// A mutable visit may change the weights, so it drops any prepared inference copies.
     fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>);
 
+    /// This module as a linear layer, if it is one (only [`Linear`] answers): where a walk
+    /// over the linear layers ([`ParamVisitor::linears`]) stops instead of descending.
+    fn as_linear(&mut self) -> Option<&mut Linear<T>> {
+        None
+    }
+
     /// Every parameter with its full name (`prefix.path.name`, or `path.name` for an empty
     /// prefix), in visiting order.
     fn named_params(&mut self, prefix: &str) -> Vec<(String, &mut Param<T>)>
@@ -170,10 +180,18 @@ pub trait Module<T> {
     }
 }
 
-/// Collects `(name, parameter)` pairs, the name joined from the module path with `.`.
+/// What a walk over the linear layers does to each: `(module path, layer)`.
+type OnLinear<'a, T> = Box<dyn FnMut(&str, &mut Linear<T>) + 'a>;
+
+/// Collects `(name, parameter)` pairs, the name joined from the module path with `.`; or,
+/// made by [`linears`](Self::linears), hands each linear layer to a callback instead.
 pub struct ParamVisitor<'a, T> {
     path: Vec<String>,
     params: Vec<(String, &'a mut Param<T>)>,
+    /// Set for a walk over the linear layers: called on each instead of visiting it, and no
+    /// parameter is collected (so nothing is handed out to change, and no module drops its
+    /// prepared copies).
+    on_linear: Option<OnLinear<'a, T>>,
 }
 
 impl<'a, T> ParamVisitor<'a, T> {
@@ -185,11 +203,25 @@ impl<'a, T> ParamVisitor<'a, T> {
                 .into_iter()
                 .collect(),
             params: Vec::new(),
+            on_linear: None,
+        }
+    }
+
+    /// A walk that calls `f(path, layer)` on every linear layer reached through
+    /// [`module`](Self::module) (module paths without a prefix, e.g. `layers.0.self_attn.q_proj`),
+    /// in visiting order, and collects no parameters.
+    pub fn linears(f: impl FnMut(&str, &mut Linear<T>) + 'a) -> Self {
+        ParamVisitor {
+            on_linear: Some(Box::new(f)),
+            ..ParamVisitor::new("")
         }
     }
 
     /// A parameter of the module being visited.
     pub fn param(&mut self, name: &str, p: &'a mut Param<T>) {
+        if self.on_linear.is_some() {
+            return;
+        }
         let mut full = self.path.join(".");
         if !full.is_empty() {
             full.push('.');
@@ -201,6 +233,13 @@ impl<'a, T> ParamVisitor<'a, T> {
     /// A child module, its parameters named under `name`.
     pub fn module(&mut self, name: &str, m: &'a mut impl Module<T>) {
         self.path.push(name.to_string());
+        if let Some(f) = self.on_linear.as_mut() {
+            if let Some(linear) = m.as_linear() {
+                f(&self.path.join("."), linear);
+                self.path.pop();
+                return;
+            }
+        }
         m.visit(self);
         self.path.pop();
     }

@@ -12,6 +12,7 @@ use super::embedding::{Embedding, EmbeddingCache};
 use super::encoder::{padding_mask, Encoder};
 use super::head::OutputHead;
 use super::kv_cache::KvCache;
+use super::linear::{prepare_inference_all, prepare_precision_all, set_bf16_products_all};
 use super::loss::LossStats;
 use super::param::{Init, Module, ParamVisitor};
 use super::stack::{Stack, StackCache};
@@ -97,6 +98,7 @@ impl<T: Float> Seq2Seq<T> {
         let mut embedding =
             Embedding::with_positions(c.vocab_size, c.d_model, c.max_len, c.positions, init);
         embedding.scaled = c.scale_embeddings;
+        embedding.scale_override = c.embedding_scale;
         let encoder = Stack::new(
             c.n_encoder_layers,
             init,
@@ -109,7 +111,8 @@ impl<T: Float> Seq2Seq<T> {
             |init| DecoderLayer::new(&block, init),
             |init| block.final_norm(init),
         );
-        let head = OutputHead::new(c.vocab_size, c.d_model, c.tie_embeddings, init);
+        let head = OutputHead::new(c.vocab_size, c.d_model, c.tie_embeddings, init)
+            .with_softcap(c.final_logit_softcap);
         Seq2Seq {
             config,
             embedding,
@@ -125,27 +128,16 @@ impl<T: Float> Seq2Seq<T> {
     /// [`Linear::prepare_inference`](super::linear::Linear::prepare_inference)). Results equal
     /// the unprepared model's up to float rounding. Training (`params_mut`) drops the copies.
     pub fn prepare_inference(&mut self) {
-        self.encoder
-            .layers
-            .iter_mut()
-            .for_each(SelfAttentionBlock::prepare_inference);
-        self.decoder
-            .layers
-            .iter_mut()
-            .for_each(DecoderLayer::prepare_inference);
+        prepare_inference_all(&mut self.encoder);
+        prepare_inference_all(&mut self.decoder);
         self.head.prepare_inference(&self.embedding);
     }
 
     /// Training: the linear layers multiply bf16-rounded operands with `kernel`, or float32
     /// ones (`None`; see [`crate::train::precision`]).
     pub fn set_bf16_products(&mut self, kernel: Option<Bf16Kernel>) {
-        let mut set = |l: &mut super::linear::Linear<T>| l.set_bf16_products(kernel);
-        for block in &mut self.encoder.layers {
-            block.for_each_linear(&mut set);
-        }
-        for layer in &mut self.decoder.layers {
-            layer.for_each_linear(&mut set);
-        }
+        set_bf16_products_all(&mut self.encoder, kernel);
+        set_bf16_products_all(&mut self.decoder, kernel);
     }
 
     /// Readies the model for inference in `precision`: f32 as [`prepare_inference`](Self::prepare_inference);
@@ -153,19 +145,8 @@ impl<T: Float> Seq2Seq<T> {
     /// [`crate::kernels::lowp`]); the embeddings, norms and attention stay f32. An error names
     /// a weight that cannot be packed.
     pub fn prepare_precision(&mut self, precision: Precision) -> Result<(), String> {
-        let mut result = Ok(());
-        let mut pack = |l: &mut super::linear::Linear<T>| {
-            if result.is_ok() {
-                result = l.prepare_precision(precision);
-            }
-        };
-        for block in &mut self.encoder.layers {
-            block.for_each_linear(&mut pack);
-        }
-        for layer in &mut self.decoder.layers {
-            layer.for_each_linear(&mut pack);
-        }
-        result?;
+        prepare_precision_all(&mut self.encoder, precision)?;
+        prepare_precision_all(&mut self.decoder, precision)?;
         self.head.prepare_precision(&self.embedding, precision)
     }
 

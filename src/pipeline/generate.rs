@@ -2,9 +2,11 @@
 //! perplexity of a text. One `--model PATH` takes any of:
 //! - a directory written by `train-lm` (`config.json`, `model.safetensors`, `tokenizer.json`:
 //!   this crate's byte-level BPE; a document is `[<|endoftext|>] + encode(text)`);
-//! - a Hugging Face directory whose `config.json` says `model_type` `llama` or `gpt2`
-//!   (`model.safetensors` or a sharded index, `tokenizer.json`);
-//! - a GGUF file of architecture `llama` (tokenizer and chat template in its metadata).
+//! - a Hugging Face directory whose `config.json` says the `model_type` of a decoder family of
+//!   [`crate::model::families`] (`llama`, `gpt2`; `model.safetensors` or a sharded index,
+//!   `tokenizer.json`);
+//! - a GGUF file of an architecture of that table (`llama`; tokenizer and chat template in its
+//!   metadata).
 
 use super::check_vocab;
 use crate::decode::sample::{sample_search, SamplingOptions};
@@ -13,12 +15,13 @@ use crate::decode::{DecodingState, IncrementalDecoder};
 use crate::error::{Error, Result};
 use crate::kernels::lowp::Precision;
 use crate::model::checkpoint::load;
+use crate::model::families::{self, FamilyKind, GgufWeights};
 use crate::model::lm::LmState;
-use crate::model::{gpt2, llama, LanguageModel};
+use crate::model::LanguageModel;
 use crate::pipeline::chat::{hf_chat_template, ChatMessage, ChatTemplate};
 use crate::rng::Rng;
 use crate::store::gguf::GgufFile;
-use crate::store::{ckpt_err, read_file, read_hf_weights, CONFIG_FILE, TOKENIZER_FILE};
+use crate::store::{ckpt_err, read_file, CONFIG_FILE, TOKENIZER_FILE};
 use crate::text::bpe::Bpe;
 use crate::text::decoder_tokenizer::DecoderTokenizer;
 use crate::text::gguf_tokenizer::GgufTokenizer;
@@ -30,11 +33,10 @@ use std::path::Path;
 pub enum ModelSource {
     /// A `train-lm` directory.
     Ours,
-    /// A Hugging Face Llama directory.
-    HfLlama,
-    /// A Hugging Face GPT-2 directory.
-    HfGpt2,
-    /// A llama GGUF file.
+    /// A Hugging Face directory of the family of this `model_type` (see
+    /// [`crate::model::families`]).
+    HuggingFace(&'static str),
+    /// A GGUF file.
     Gguf,
 }
 
@@ -112,27 +114,24 @@ impl TextGenerator {
                     ModelSource::Ours,
                 )
             }
-            Some(kind @ ("llama" | "gpt2")) => {
-                let weights = read_hf_weights(path, |_| false)?;
-                let (model, source) = if kind == "llama" {
-                    let c = llama::parse_config(&bytes, &config_path)?;
-                    (llama::from_hf(&c, path, weights)?, ModelSource::HfLlama)
-                } else {
-                    let c = gpt2::parse_config(&bytes, &config_path)?;
-                    (gpt2::from_hf(&c, path, weights)?, ModelSource::HfGpt2)
-                };
+            Some(kind) => {
+                let family = families::by_model_type(kind)
+                    .filter(|f| f.kind == FamilyKind::Decoder && f.hf_decoder.is_some())
+                    .ok_or_else(|| {
+                        ckpt_err(
+                            &config_path,
+                            format!(
+                                "model_type {kind:?} is not supported here ({} generate; a \
+                                 {} encoder embeds: transformer embed)",
+                                families::hf_list(FamilyKind::Decoder),
+                                families::hf_list(FamilyKind::Encoder)
+                            ),
+                        )
+                    })?;
+                let model = families::load_hf_decoder(family, path, &bytes, &config_path)?;
                 let tok =
                     DecoderTokenizer::hugging_face(&path.join(TOKENIZER_FILE), hf_eos(&json))?;
-                (model, tok, source)
-            }
-            Some(other) => {
-                return Err(ckpt_err(
-                    &config_path,
-                    format!(
-                        "model_type {other:?} is not supported here (llama and gpt2 generate; a \
-                         bert encoder embeds: transformer embed)"
-                    ),
-                ))
+                (model, tok, ModelSource::HuggingFace(family.name))
             }
         };
         let exact = source == ModelSource::Ours;
@@ -144,8 +143,15 @@ impl TextGenerator {
             exact,
         )?;
         let chat = match source {
-            ModelSource::Ours => None,
-            _ => hf_chat_template(path)?,
+            ModelSource::HuggingFace(name) => hf_chat_template(path)?.or_else(|| {
+                let template = families::by_model_type(name)?.chat_template?;
+                Some(ChatTemplate {
+                    template: template.to_string(),
+                    bos: String::new(),
+                    eos: String::new(),
+                })
+            }),
+            _ => None,
         };
         Ok(TextGenerator {
             model,
@@ -195,10 +201,10 @@ impl TextGenerator {
         let file = GgufFile::open(path)?;
         let tokenizer = GgufTokenizer::from_gguf(&file)?;
         let weights = match blocks {
-            true => llama::GgufWeights::Blocks,
-            false => llama::GgufWeights::Dequantised,
+            true => GgufWeights::Blocks,
+            false => GgufWeights::Dequantised,
         };
-        let model = llama::from_gguf(&file, weights)?;
+        let model = families::load_gguf(&file, weights)?;
         check_vocab(path, tokenizer.vocab_size(), model.config.vocab_size, false)?;
         let text = |id: Option<u32>| {
             id.and_then(|i| tokenizer.token_bytes(i))

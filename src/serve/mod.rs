@@ -337,7 +337,10 @@ fn model_kind(path: &std::path::Path) -> &'static str {
     let model_type = serde_json::from_slice::<serde_json::Value>(&config)
         .ok()
         .and_then(|v| v.get("model_type")?.as_str().map(str::to_string));
-    if model_type.as_deref() == Some("bert") {
+    if model_type
+        .as_deref()
+        .is_some_and(crate::model::families::is_encoder)
+    {
         "encoder"
     } else {
         "language-model"

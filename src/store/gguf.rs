@@ -26,10 +26,10 @@
 //! names the field, never a panic; lists grow as their items are actually read, so a count
 //! the file claims never reserves memory its bytes do not back.
 
-use super::ggml::{self, GgmlType};
 pub use super::gguf_value::{FromValue, Value, ValueType};
 use super::{ckpt_err, read_file};
 use crate::error::Result;
+use crate::kernels::lowp::ggml::{self, GgmlType};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 

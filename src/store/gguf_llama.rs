@@ -1,10 +1,13 @@
-//! The hyper-parameters of a llama-architecture decoder as its GGUF metadata states them.
+//! The hyper-parameters of a llama-style decoder as its GGUF metadata states them.
 //!
-//! llama.cpp's keys (`llama-arch.cpp`), prefixed by the architecture name `llama`:
+//! llama.cpp's keys (`llama-arch.cpp`), prefixed by the architecture name (`general.architecture`,
+//! `llama` below; the families that share these keys write their own name). Which
+//! architectures load is the model's table of families (`crate::model::families`), not this
+//! reader's:
 //!
 //! | key | field | |
 //! |---|---|---|
-//! | `general.architecture` | must be `llama` | required |
+//! | `general.architecture` | the prefix of the keys below | required |
 //! | `llama.block_count` | [`LlamaGgufConfig::n_layers`] | required |
 //! | `llama.embedding_length` | [`LlamaGgufConfig::d_model`] | required |
 //! | `llama.feed_forward_length` | [`LlamaGgufConfig::d_ff`] | required |
@@ -54,46 +57,46 @@ pub struct LlamaGgufConfig {
 }
 
 impl LlamaGgufConfig {
-    /// Reads the hyper-parameters of `file`, which must be a llama-architecture model.
+    /// Reads the hyper-parameters of `file` under the keys of its architecture
+    /// (`{arch}.block_count`, ...).
     pub fn from_gguf(file: &GgufFile) -> Result<LlamaGgufConfig> {
         let bad = |reason: String| ckpt_err(file.path(), reason);
         let arch = file.architecture()?;
-        if arch != "llama" {
-            return Err(bad(format!(
-                "general.architecture is {arch:?}, expected \"llama\""
-            )));
-        }
-        let n_heads: usize = file.require("llama.attention.head_count")?;
-        let d_model: usize = file.require("llama.embedding_length")?;
-        let vocab_size = match file.get::<usize>("llama.vocab_size")? {
+        let key = |k: &str| format!("{arch}.{k}");
+        let n_heads: usize = file.require(&key("attention.head_count"))?;
+        let d_model: usize = file.require(&key("embedding_length"))?;
+        let vocab_size = match file.get::<usize>(&key("vocab_size"))? {
             Some(n) => n,
             None => file
                 .get::<Vec<&str>>("tokenizer.ggml.tokens")?
                 .map(|t| t.len())
                 .ok_or_else(|| {
-                    bad("neither llama.vocab_size nor tokenizer.ggml.tokens is present".into())
+                    bad(format!(
+                        "neither {} nor tokenizer.ggml.tokens is present",
+                        key("vocab_size")
+                    ))
                 })?,
         };
         let config = LlamaGgufConfig {
-            n_layers: file.require("llama.block_count")?,
+            n_layers: file.require(&key("block_count"))?,
             d_model,
-            d_ff: file.require("llama.feed_forward_length")?,
+            d_ff: file.require(&key("feed_forward_length"))?,
             n_heads,
             n_kv_heads: file
-                .get("llama.attention.head_count_kv")?
+                .get(&key("attention.head_count_kv"))?
                 .unwrap_or(n_heads),
-            rms_norm_eps: file.require("llama.attention.layer_norm_rms_epsilon")?,
+            rms_norm_eps: file.require(&key("attention.layer_norm_rms_epsilon"))?,
             rope_freq_base: file
-                .get("llama.rope.freq_base")?
+                .get(&key("rope.freq_base"))?
                 .unwrap_or(DEFAULT_ROPE_FREQ_BASE),
-            rope_dim: match file.get("llama.rope.dimension_count")? {
+            rope_dim: match file.get(&key("rope.dimension_count"))? {
                 Some(n) => n,
                 None => d_model / n_heads.max(1),
             },
-            context_length: file.require("llama.context_length")?,
+            context_length: file.require(&key("context_length"))?,
             vocab_size,
         };
-        config.validate().map_err(bad)?;
+        config.validate(arch).map_err(bad)?;
         Ok(config)
     }
 
@@ -102,18 +105,20 @@ impl LlamaGgufConfig {
         self.d_model / self.n_heads
     }
 
-    fn validate(&self) -> std::result::Result<(), String> {
+    fn validate(&self, arch: &str) -> std::result::Result<(), String> {
         let positive = [
-            ("llama.block_count", self.n_layers),
-            ("llama.embedding_length", self.d_model),
-            ("llama.feed_forward_length", self.d_ff),
-            ("llama.attention.head_count", self.n_heads),
-            ("llama.attention.head_count_kv", self.n_kv_heads),
-            ("llama.context_length", self.context_length),
-            ("the vocabulary size", self.vocab_size),
+            ("block_count", self.n_layers),
+            ("embedding_length", self.d_model),
+            ("feed_forward_length", self.d_ff),
+            ("attention.head_count", self.n_heads),
+            ("attention.head_count_kv", self.n_kv_heads),
+            ("context_length", self.context_length),
         ];
         if let Some((key, _)) = positive.iter().find(|(_, v)| *v == 0) {
-            return Err(format!("{key} is 0"));
+            return Err(format!("{arch}.{key} is 0"));
+        }
+        if self.vocab_size == 0 {
+            return Err("the vocabulary size is 0".into());
         }
         if !self.d_model.is_multiple_of(self.n_heads) {
             return Err(format!(

@@ -22,7 +22,9 @@
 //! Single files ([`write_atomic`]) are written to a temporary name and renamed.
 
 pub mod atomic;
-pub mod ggml;
+/// The ggml element types and block layouts, kept beside the kernels that multiply them
+/// ([`crate::kernels::lowp::ggml`]); re-exported here for the readers of GGUF files.
+pub use crate::kernels::lowp::ggml;
 pub mod gguf;
 pub mod gguf_llama;
 pub mod gguf_value;
@@ -160,7 +162,7 @@ fn parse_tensors_as(
                 .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                 .collect(),
             Dtype::F16 if widen => half(ggml::f16_to_f32),
-            Dtype::BF16 if widen => half(ggml::bf16_to_f32),
+            Dtype::BF16 if widen => half(crate::kernels::lowp::bf16_to_f32),
             other => {
                 let expected = if widen { "F32, F16 or BF16" } else { "F32" };
                 return Err(ckpt_err(

@@ -321,6 +321,13 @@ fn tiny_config(positions: Positions, norm: NormPlacement, tie: bool, dropout: f6
         normalization: Default::default(),
         rope_base: transformer::model::config::ROPE_BASE,
         rope_style: Default::default(),
+        qkv_bias: false,
+        qk_norm: false,
+        attn_logit_softcap: None,
+        final_logit_softcap: None,
+        norm_weight_offset: 0.0,
+        embedding_scale: None,
+        layer_windows: Vec::new(),
     }
 }
 
@@ -430,6 +437,13 @@ fn decoding_model(positions: Positions, norm: NormPlacement, tie: bool, eos: f32
         normalization: Default::default(),
         rope_base: transformer::model::config::ROPE_BASE,
         rope_style: Default::default(),
+        qkv_bias: false,
+        qk_norm: false,
+        attn_logit_softcap: None,
+        final_logit_softcap: None,
+        norm_weight_offset: 0.0,
+        embedding_scale: None,
+        layer_windows: Vec::new(),
     };
     c.validate().unwrap();
     let mut m = Seq2Seq::new(c, &mut Rng::new(3));

@@ -41,6 +41,13 @@ fn config(norm: NormPlacement, tie: bool, dropout: f64, d_model: usize) -> Model
         normalization: Default::default(),
         rope_base: transformer::model::config::ROPE_BASE,
         rope_style: Default::default(),
+        qkv_bias: false,
+        qk_norm: false,
+        attn_logit_softcap: None,
+        final_logit_softcap: None,
+        norm_weight_offset: 0.0,
+        embedding_scale: None,
+        layer_windows: Vec::new(),
     }
 }
 

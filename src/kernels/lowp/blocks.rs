@@ -1,5 +1,5 @@
 //! ggml's block formats used as stored: `Q4_0`, `Q4_1` and `Q8_0` weights (32 per block, see
-//! [`crate::store::ggml`]) times activations quantised on the fly to `Q8_0`-style blocks, as
+//! [`super::ggml`]) times activations quantised on the fly to `Q8_0`-style blocks, as
 //! llama.cpp's `ggml_vec_dot_q4_1_q8_1` does:
 //!
 //! ```text
@@ -26,8 +26,8 @@
 //! the 32 nibble bytes of blocks `b, b+1` to `[low b, low b+1, high b, high b+1]`, so the
 //! activations of each pair of blocks are stored in that order ([`pair_order`]).
 
+use super::ggml::{f16_to_f32, GgmlType};
 use super::{dot_f32, round_small, Kernel, PackedFormat};
-use crate::store::ggml::{f16_to_f32, GgmlType};
 
 /// Elements per block.
 pub const BLOCK: usize = 32;

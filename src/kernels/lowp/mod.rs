@@ -29,6 +29,7 @@ mod bf16;
 pub mod bf16_gemm;
 pub mod bf16_train;
 mod blocks;
+pub mod ggml;
 mod int8;
 
 pub use bf16::{bf16_to_f32, f32_to_bf16, round_to_bf16, rounded_to_bf16, Bf16Matrix};

@@ -2,8 +2,8 @@
 //! the tile, many rows; columns not a multiple of the SIMD step where the format allows; an
 //! odd number of blocks), the AVX-512 kernels against the portable ones where the CPU has them.
 
+use super::ggml::{dequantize, GgmlType};
 use super::*;
-use crate::store::ggml::{dequantize, GgmlType};
 
 /// (d_out, d_in, rows): decode, tile remainders, odd block counts, prefill.
 const SHAPES: &[(usize, usize, usize)] = &[

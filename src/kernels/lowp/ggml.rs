@@ -1,4 +1,5 @@
-//! ggml's tensor element types as GGUF files store them, and their dequantisation to f32.
+//! ggml's tensor element types as GGUF files store them (the block layouts the products of
+//! [`super::BlockMatrix`] read, and `store::gguf` decodes), and their dequantisation to f32.
 //!
 //! A GGUF tensor's data is a row-major run of *blocks*; a row (`ne[0]` elements, the fastest
 //! dimension) is always a whole number of blocks. The supported layouts, as ggml's
@@ -20,6 +21,7 @@
 //! significant bits), so the only rounding is Q4_1's `+ m`, as in ggml and in gguf-py's numpy
 //! version. Every other ggml type is named in errors but not decoded.
 
+pub use super::bf16::bf16_to_f32;
 use rayon::prelude::*;
 
 /// A ggml tensor element type, by its code in the GGUF tensor info.
@@ -149,11 +151,6 @@ pub fn f16_to_f32(h: u16) -> f32 {
         _ => ((exp + 112) << 23) | (man << 13),
     };
     f32::from_bits(sign | magnitude)
-}
-
-/// bfloat16 (the top half of an f32) to f32.
-pub fn bf16_to_f32(b: u16) -> f32 {
-    f32::from_bits(u32::from(b) << 16)
 }
 
 fn half_at(bytes: &[u8], at: usize) -> f32 {

@@ -1,30 +1,46 @@
 //! Llama-family decoders (Touvron et al. 2023; SmolLM2 is one): the paper's decoder-only stack
 //! with the engineering since 2017 — pre-norm blocks with RMSNorm, a SwiGLU FFN without biases,
 //! rotary positions, grouped-query attention, unscaled token embeddings. Composed from this
-//! crate's parts as a [`LanguageModel`] whose [`ModelConfig`] says so; this file only maps the
+//! crate's parts as a [`LanguageModel`](crate::model::LanguageModel) whose [`ModelConfig`] says so; this file only maps the
 //! two ways such a model is stored onto it:
 //!
 //! - a Hugging Face directory (`config.json` with `model_type: llama`, `model.safetensors` or a
 //!   sharded index): names through [`HF_NAMES`]; Hugging Face pairs the rotary columns as
 //!   `rotate_half` does ([`RopeStyle::HalfSplit`]);
 //! - a GGUF file of architecture `llama` (llama.cpp): names through [`GGUF_NAMES`], weights
-//!   dequantised to float32 or multiplied in their stored blocks ([`GgufWeights`]); llama.cpp's converter permutes the query and key rows so that the
+//!   dequantised to float32 or multiplied in their stored blocks ([`super::GgufWeights`]); llama.cpp's converter permutes the query and key rows so that the
 //!   rotary pairs are adjacent ([`RopeStyle::Interleaved`]). A ggml tensor of dims `[in, out]`
 //!   is our row-major `[out, in]`, PyTorch's layout, so no weight is transposed.
 
-use super::block::SelfAttentionBlock;
-use super::checkpoint::{build_filled, RenameTable, TensorValues};
-use super::config::{Activation, ModelConfig, NormPlacement, Normalization, Positions, RopeStyle};
-use super::linear::Linear;
-use super::LanguageModel;
+use super::{Family, FamilyKind, GgufDecoder, HfDecoder};
 use crate::error::{Error, Result};
-use crate::kernels::lowp::{BlockKind, BlockMatrix, PackedWeight};
-use crate::store::gguf::{GgufFile, TensorInfo};
+use crate::model::checkpoint::RenameTable;
+use crate::model::config::{
+    Activation, ModelConfig, NormPlacement, Normalization, Positions, RopeStyle,
+};
+use crate::store::gguf::GgufFile;
 use crate::store::gguf_llama::LlamaGgufConfig;
 use crate::store::{ckpt_err, TensorMap};
 use serde::Deserialize;
-use std::collections::HashMap;
 use std::path::Path;
+
+/// The row of [`super::FAMILIES`].
+pub const FAMILY: Family = Family {
+    name: "llama",
+    kind: FamilyKind::Decoder,
+    model_types: &["llama"],
+    hf_names: HF_NAMES,
+    hf_decoder: Some(HfDecoder {
+        config: hf_config,
+        tensors: hf_tensors,
+    }),
+    gguf: Some(GgufDecoder {
+        architecture: "llama",
+        config: gguf_config,
+        names: GGUF_NAMES,
+    }),
+    chat_template: None,
+};
 
 /// Hugging Face Llama tensor names -> our module paths (`lm_head` is our `output_proj`).
 pub const HF_NAMES: RenameTable = RenameTable(&[
@@ -161,6 +177,13 @@ fn llama_config(
         normalization: Normalization::RmsNorm,
         rope_base,
         rope_style,
+        qkv_bias: false,
+        qk_norm: false,
+        attn_logit_softcap: None,
+        final_logit_softcap: None,
+        norm_weight_offset: 0.0,
+        embedding_scale: None,
+        layer_windows: Vec::new(),
     }
 }
 
@@ -230,52 +253,23 @@ fn hf_ignored(name: &str, tied: bool) -> bool {
     name.ends_with("rotary_emb.inv_freq") || (tied && name == "lm_head.weight")
 }
 
-/// Loads a Hugging Face Llama directory's weights (`tensors`, read by the caller from
-/// `model.safetensors` or the shards) into the model its `config` describes.
-pub fn from_hf(
-    config: &LlamaConfig,
-    path: &Path,
-    mut tensors: TensorMap,
-) -> Result<LanguageModel<f32>> {
-    let c = config
+/// A Hugging Face directory's `config.json` (`bytes`, read from `config_path` in `dir`) for
+/// `model_type` `llama`, as our config.
+fn hf_config(bytes: &[u8], config_path: &Path, dir: &Path) -> Result<ModelConfig> {
+    parse_config(bytes, config_path)?
         .model_config()
-        .map_err(|e| ckpt_err(path, format!("config.json: {e}")))?;
-    tensors.retain(|name, _| !hf_ignored(name, c.tie_embeddings));
-    build_filled(path, c, tensors, Some(&HF_NAMES))
+        .map_err(|e| ckpt_err(dir, format!("config.json: {e}")))
 }
 
-/// How a GGUF model's linear layers multiply.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GgufWeights {
-    /// Every tensor dequantised to float32.
-    Dequantised,
-    /// Every linear layer and the output projection whose tensor is stored in `Q4_0` / `Q4_1` /
-    /// `Q8_0` blocks multiplies the file's own blocks, as llama.cpp does (see
-    /// [`crate::kernels::lowp::BlockMatrix`]), and holds no float32 copy of them; a token
-    /// embedding in blocks is looked up in them (a row dequantised per token, as llama.cpp's
-    /// `get_rows`), and a tied output projection multiplies them. Tensors stored as floats
-    /// and the norms are float32.
-    Blocks,
+/// The tensors of a Hugging Face Llama directory without those that are not parameters.
+fn hf_tensors(_dir: &Path, mut tensors: TensorMap, config: &ModelConfig) -> Result<TensorMap> {
+    tensors.retain(|name, _| !hf_ignored(name, config.tie_embeddings));
+    Ok(tensors)
 }
 
-/// A llama block's linear layer (`None`: the block has no such layer).
-type LinearOf = fn(&mut SelfAttentionBlock<f32>) -> Option<&mut Linear<f32>>;
-
-/// The linear layers of a llama block: the GGUF name suffix of each (`blk.N.{suffix}.weight`)
-/// and the layer it fills.
-const GGUF_LINEARS: [(&str, LinearOf); 7] = [
-    ("attn_q", |b| Some(&mut b.self_attn.q_proj)),
-    ("attn_k", |b| Some(&mut b.self_attn.k_proj)),
-    ("attn_v", |b| Some(&mut b.self_attn.v_proj)),
-    ("attn_output", |b| Some(&mut b.self_attn.out_proj)),
-    ("ffn_up", |b| Some(&mut b.ffn.linear1)),
-    ("ffn_down", |b| Some(&mut b.ffn.linear2)),
-    ("ffn_gate", |b| b.ffn.gate.as_mut()),
-];
-
-/// Loads a GGUF file of architecture `llama`: its hyper-parameters and weights, dequantised or
-/// kept in blocks (`weights`).
-pub fn from_gguf(file: &GgufFile, weights: GgufWeights) -> Result<LanguageModel<f32>> {
+/// The config of a GGUF file of architecture `llama`; the projection is tied when the file has
+/// no tensor of its own for it.
+fn gguf_config(file: &GgufFile) -> Result<ModelConfig> {
     let g = LlamaGgufConfig::from_gguf(file)?;
     let path = file.path();
     if g.rope_dim != g.head_dim() {
@@ -288,7 +282,11 @@ pub fn from_gguf(file: &GgufFile, weights: GgufWeights) -> Result<LanguageModel<
             ),
         ));
     }
-    let tied = file.tensors().iter().all(|t| t.name != "output.weight");
+    let output = GGUF_NAMES.export("output_proj.weight");
+    let tied = file
+        .tensors()
+        .iter()
+        .all(|t| Some(&t.name) != output.as_ref());
     let c = llama_config(
         g.vocab_size,
         g.d_model,
@@ -303,119 +301,7 @@ pub fn from_gguf(file: &GgufFile, weights: GgufWeights) -> Result<LanguageModel<
         RopeStyle::Interleaved,
     );
     c.validate().map_err(|e| ckpt_err(path, e))?;
-    // Whether a tensor is multiplied as stored: a block-format weight of a linear layer or of
-    // an untied output projection.
-    let stays_packed = |info: &TensorInfo| {
-        let multiplied = info.name == "output.weight"
-            || info.name.strip_prefix("blk.").is_some_and(|rest| {
-                GGUF_LINEARS
-                    .iter()
-                    .any(|(l, _)| rest.ends_with(&format!(".{l}.weight")))
-            });
-        let looked_up = info.name == "token_embd.weight";
-        weights == GgufWeights::Blocks
-            && (multiplied || looked_up)
-            && BlockKind::of(info.ggml_type).is_some()
-    };
-    // Each tensor is decoded straight into its parameter: no map of every tensor in float32.
-    let tensors: HashMap<String, (Vec<usize>, GgufTensor)> = file
-        .tensors()
-        .iter()
-        .map(|info| {
-            let t = GgufTensor {
-                file,
-                info,
-                packed: stays_packed(info),
-            };
-            (info.name.clone(), (info.shape(), t))
-        })
-        .collect();
-    let mut model = build_filled(path, c, tensors, Some(&GGUF_NAMES))?;
-    if weights == GgufWeights::Blocks {
-        use_gguf_blocks(&mut model, file)?;
-    }
-    Ok(model)
-}
-
-/// Makes every linear layer of `model` (loaded by [`from_gguf`] from `file`, its block
-/// tensors left without float32 values) and its output projection multiply the file's own
-/// blocks. Returns how many matrices use blocks.
-fn use_gguf_blocks(model: &mut LanguageModel<f32>, file: &GgufFile) -> Result<usize> {
-    let path = file.path();
-    let blocks = |name: &str| -> Result<Option<PackedWeight>> {
-        let info = file.tensor(name)?;
-        if BlockKind::of(info.ggml_type).is_none() {
-            return Ok(None);
-        }
-        let (rows, cols) = info.rows_cols();
-        let data = file.tensor_data(info)?;
-        BlockMatrix::from_ggml(info.ggml_type, data, rows, cols)
-            .map(|m| Some(PackedWeight::Blocks(m)))
-            .map_err(|e| ckpt_err(path, format!("tensor {name}: {e}")))
-    };
-    let mut used = 0;
-    for (i, block) in model.blocks.layers.iter_mut().enumerate() {
-        for (short, linear_of) in GGUF_LINEARS {
-            let Some(linear) = linear_of(block) else {
-                continue;
-            };
-            let name = format!("blk.{i}.{short}.weight");
-            if let Some(packed) = blocks(&name)? {
-                linear
-                    .set_packed(packed)
-                    .map_err(|e| ckpt_err(path, format!("tensor {name}: {e}")))?;
-                used += 1;
-            }
-        }
-    }
-    // The token embedding left in blocks is looked up in them, row by row.
-    if model.embedding.weight.value.data.is_empty() {
-        let info = file.tensor("token_embd.weight")?;
-        let data = file.tensor_data(info)?.to_vec();
-        model
-            .embedding
-            .set_stored_rows(info.ggml_type, data)
-            .map_err(|e| ckpt_err(path, format!("tensor token_embd.weight: {e}")))?;
-    }
-    // Tied: the projection multiplies the token embedding's blocks too.
-    let head_name = match model.head.output_proj {
-        Some(_) => "output.weight",
-        None => "token_embd.weight",
-    };
-    if let Some(packed) = blocks(head_name)? {
-        let only_copy = match &model.head.output_proj {
-            Some(p) => p.value.data.is_empty(),
-            None => model.embedding.has_stored_rows(),
-        };
-        let head = &mut model.head;
-        match only_copy {
-            true => head.set_packed_only(packed),
-            false => head.set_packed(packed),
-        }
-        .map_err(|e| ckpt_err(path, format!("tensor {head_name}: {e}")))?;
-        used += 1;
-    }
-    Ok(used)
-}
-
-/// A tensor of a GGUF file, dequantised when its parameter is filled, or kept in its blocks
-/// (`packed`).
-struct GgufTensor<'a> {
-    file: &'a GgufFile,
-    info: &'a TensorInfo,
-    packed: bool,
-}
-
-impl TensorValues for GgufTensor<'_> {
-    fn n_values(&self) -> usize {
-        self.info.n_elements
-    }
-    fn write_into(self, out: &mut [f32]) -> Result<()> {
-        self.file.dequantize_into(self.info, out)
-    }
-    fn stays_packed(&self) -> bool {
-        self.packed
-    }
+    Ok(c)
 }
 
 /// A Hugging Face directory's `config.json` for `model_type` `llama`.

@@ -1,26 +1,43 @@
 //! GPT-2 (Radford et al. 2019): the paper's decoder-only stack with learned positions added to
 //! unscaled token embeddings, pre-LN blocks with a final layer norm, GELU's tanh approximation
 //! (`gelu_new`), biases everywhere and the output projection tied to the token embedding —
-//! composed from this crate's parts as a [`LanguageModel`]; this file maps a Hugging Face
+//! composed from this crate's parts as a [`LanguageModel`](crate::model::LanguageModel); this file maps a Hugging Face
 //! `GPT2LMHeadModel` directory onto it.
 //!
 //! Two differences of storage, undone at load: GPT-2's `Conv1D` keeps weights `[in, out]`
 //! (transposed here to our `[out, in]`), and one fused `c_attn` `[d, 3d]` holds the query, key
 //! and value projections side by side (split here into `q_proj`, `k_proj`, `v_proj`).
 
-use super::checkpoint::{build_filled, RenameTable};
-use super::config::ROPE_BASE;
-use super::config::{Activation, ModelConfig, NormPlacement, Normalization, Positions, RopeStyle};
-use super::LanguageModel;
+use super::{Family, FamilyKind, HfDecoder};
 use crate::error::{Error, Result};
+use crate::model::checkpoint::RenameTable;
+use crate::model::config::ROPE_BASE;
+use crate::model::config::{
+    Activation, ModelConfig, NormPlacement, Normalization, Positions, RopeStyle,
+};
 use crate::store::{ckpt_err, TensorMap};
 use serde::Deserialize;
 use std::path::Path;
 
+/// The row of [`super::FAMILIES`].
+pub const FAMILY: Family = Family {
+    name: "gpt2",
+    kind: FamilyKind::Decoder,
+    model_types: &["gpt2"],
+    hf_names: HF_NAMES,
+    hf_decoder: Some(HfDecoder {
+        config: hf_config,
+        tensors: hf_tensors,
+    }),
+    gguf: None,
+    chat_template: None,
+};
+
 /// GPT-2 tensor names (without the `transformer.` prefix, after [`unfuse`]) -> our module paths.
 pub const HF_NAMES: RenameTable = RenameTable(&[
-    ("wte.", "embedding."),
+    // Before `wte.`, so that our `embedding.positions` is named `wpe.weight` in messages.
     ("wpe.weight", "embedding.positions"),
+    ("wte.", "embedding."),
     ("h.{i}.ln_1.", "layers.{i}.self_attn_norm."),
     ("h.{i}.attn.q_proj.", "layers.{i}.self_attn.q_proj."),
     ("h.{i}.attn.k_proj.", "layers.{i}.self_attn.k_proj."),
@@ -113,6 +130,13 @@ impl Gpt2Config {
             normalization: Normalization::LayerNorm,
             rope_base: ROPE_BASE,
             rope_style: RopeStyle::Interleaved,
+            qkv_bias: false,
+            qk_norm: false,
+            attn_logit_softcap: None,
+            final_logit_softcap: None,
+            norm_weight_offset: 0.0,
+            embedding_scale: None,
+            layer_windows: Vec::new(),
         };
         c.validate()?;
         Ok(c)
@@ -196,14 +220,17 @@ pub fn unfuse(path: &Path, tensors: TensorMap) -> Result<TensorMap> {
     Ok(out)
 }
 
-/// Loads a Hugging Face GPT-2 directory's weights (`tensors`, read by the caller) into the model
-/// its `config` describes.
-pub fn from_hf(config: &Gpt2Config, path: &Path, tensors: TensorMap) -> Result<LanguageModel<f32>> {
-    let c = config
+/// A Hugging Face directory's `config.json` (`bytes`, read from `config_path` in `dir`) for
+/// `model_type` `gpt2`, as our config.
+fn hf_config(bytes: &[u8], config_path: &Path, dir: &Path) -> Result<ModelConfig> {
+    parse_config(bytes, config_path)?
         .model_config()
-        .map_err(|e| ckpt_err(path, format!("config.json: {e}")))?;
-    let tensors = unfuse(path, tensors)?;
-    build_filled(path, c, tensors, Some(&HF_NAMES))
+        .map_err(|e| ckpt_err(dir, format!("config.json: {e}")))
+}
+
+/// The tensors of a Hugging Face GPT-2 directory in our layout ([`unfuse`]).
+fn hf_tensors(dir: &Path, tensors: TensorMap, _config: &ModelConfig) -> Result<TensorMap> {
+    unfuse(dir, tensors)
 }
 
 /// A Hugging Face directory's `config.json` for `model_type` `gpt2`.

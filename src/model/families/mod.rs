@@ -1,0 +1,177 @@
+//! One table of the model families this crate reads from other projects' files ([`FAMILIES`]):
+//! per family, the names it goes by (a Hugging Face `config.json`'s `model_type`, a GGUF
+//! file's `general.architecture`), how its hyper-parameters become our [`ModelConfig`], how its
+//! tensors are named (one [`RenameTable`] per storage, read by the loaders and by the code that
+//! keeps a GGUF file's blocks alike) and its chat defaults. Loaders, `serve`, the commands and
+//! the error messages that list what loads read this table; nothing else names a family.
+//!
+//! A new family is one file here (its config parser and name tables) and one row of
+//! [`FAMILIES`], as long as our layers compute it (see the options of [`ModelConfig`]).
+
+pub mod bert;
+pub mod gguf;
+pub mod gpt2;
+pub mod llama;
+
+pub use gguf::{load_gguf, GgufWeights};
+
+use super::checkpoint::{build_filled, RenameTable};
+use super::{LanguageModel, ModelConfig};
+use crate::error::Result;
+use crate::store::gguf::GgufFile;
+use crate::store::{ckpt_err, read_hf_weights, TensorMap};
+use std::path::Path;
+
+/// What a family's models are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FamilyKind {
+    /// A decoder-only language model, loaded as a [`LanguageModel`] (generate, chat,
+    /// perplexity, serve's completions).
+    Decoder,
+    /// A BERT-style encoder (embed, serve's embeddings).
+    Encoder,
+}
+
+/// How a Hugging Face decoder directory of a family becomes a [`LanguageModel`].
+pub struct HfDecoder {
+    /// `config.json` (its bytes, read from `config_path`, in the directory `dir`) -> our config;
+    /// an error names what is not supported.
+    pub config: fn(bytes: &[u8], config_path: &Path, dir: &Path) -> Result<ModelConfig>,
+    /// The checkpoint's tensors as [`Family::hf_names`] names them: buffers and tied copies
+    /// dropped, fused tensors split, layouts transposed to ours.
+    pub tensors: fn(dir: &Path, tensors: TensorMap, config: &ModelConfig) -> Result<TensorMap>,
+}
+
+/// How a GGUF file of a family becomes a [`LanguageModel`] (see [`gguf`]).
+pub struct GgufDecoder {
+    /// Its `general.architecture`.
+    pub architecture: &'static str,
+    /// The metadata -> our config; an error names the key.
+    pub config: fn(file: &GgufFile) -> Result<ModelConfig>,
+    /// llama.cpp's tensor names -> our module paths.
+    pub names: RenameTable,
+}
+
+/// One row of the table.
+pub struct Family {
+    /// The family's name in messages.
+    pub name: &'static str,
+    pub kind: FamilyKind,
+    /// The `model_type`s of a Hugging Face `config.json` that are this family.
+    pub model_types: &'static [&'static str],
+    /// Hugging Face tensor names (after the family's own canonicalisation) -> our module
+    /// paths.
+    pub hf_names: RenameTable,
+    /// Loading a Hugging Face directory as a decoder (decoders only).
+    pub hf_decoder: Option<HfDecoder>,
+    /// Loading a GGUF file, for the families llama.cpp stores that we read.
+    pub gguf: Option<GgufDecoder>,
+    /// The chat template a model of the family uses when its files carry none (none is
+    /// hard-coded today: every chat template comes from the model's files).
+    pub chat_template: Option<&'static str>,
+}
+
+/// Every family this crate loads, in the order messages list them.
+pub const FAMILIES: &[Family] = &[llama::FAMILY, gpt2::FAMILY, bert::FAMILY];
+
+/// The family whose Hugging Face `config.json` says `model_type`.
+pub fn by_model_type(model_type: &str) -> Option<&'static Family> {
+    FAMILIES
+        .iter()
+        .find(|f| f.model_types.contains(&model_type))
+}
+
+/// The family and GGUF reader of a file whose `general.architecture` is `architecture`.
+pub fn by_gguf_architecture(architecture: &str) -> Option<(&'static Family, &'static GgufDecoder)> {
+    FAMILIES.iter().find_map(|f| {
+        f.gguf
+            .as_ref()
+            .filter(|g| g.architecture == architecture)
+            .map(|g| (f, g))
+    })
+}
+
+/// Whether `model_type` is an encoder family's (a directory `embed` loads).
+pub fn is_encoder(model_type: &str) -> bool {
+    by_model_type(model_type).is_some_and(|f| f.kind == FamilyKind::Encoder)
+}
+
+/// `a`, `a and b`, `a, b and c`.
+fn english_list(names: &[&str]) -> String {
+    match names {
+        [] => "none".into(),
+        [one] => (*one).into(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    }
+}
+
+/// The `model_type`s of the Hugging Face families of `kind` that load, as a list for messages
+/// (`llama and gpt2`).
+pub fn hf_list(kind: FamilyKind) -> String {
+    let names: Vec<&str> = FAMILIES
+        .iter()
+        .filter(|f| f.kind == kind && (kind == FamilyKind::Encoder || f.hf_decoder.is_some()))
+        .flat_map(|f| f.model_types.iter().copied())
+        .collect();
+    english_list(&names)
+}
+
+/// The GGUF architectures that load, as a list for messages.
+pub fn gguf_list() -> String {
+    let names: Vec<&str> = FAMILIES
+        .iter()
+        .filter_map(|f| f.gguf.as_ref().map(|g| g.architecture))
+        .collect();
+    english_list(&names)
+}
+
+/// Loads the Hugging Face decoder directory `dir` of `family` (its `config.json` already read:
+/// `bytes`, from `config_path`): the weights (`model.safetensors` or the shards), then the
+/// config through the family's parser, the tensors through its layout and names.
+pub fn load_hf_decoder(
+    family: &Family,
+    dir: &Path,
+    bytes: &[u8],
+    config_path: &Path,
+) -> Result<LanguageModel<f32>> {
+    let hf = family.hf_decoder.as_ref().ok_or_else(|| {
+        ckpt_err(
+            config_path,
+            format!("model_type {} is not a decoder", family.name),
+        )
+    })?;
+    let weights = read_hf_weights(dir, |_| false)?;
+    let config = (hf.config)(bytes, config_path, dir)?;
+    let tensors = (hf.tensors)(dir, weights, &config)?;
+    build_filled(dir, config, tensors, Some(&family.hf_names))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_finds_each_family_by_each_of_its_names() {
+        assert_eq!(by_model_type("llama").unwrap().name, "llama");
+        assert_eq!(by_model_type("gpt2").unwrap().kind, FamilyKind::Decoder);
+        assert!(is_encoder("bert") && !is_encoder("llama") && !is_encoder("qwen2"));
+        assert!(by_model_type("qwen2").is_none());
+        assert_eq!(by_gguf_architecture("llama").unwrap().0.name, "llama");
+        assert!(by_gguf_architecture("gpt2").is_none());
+        assert_eq!(hf_list(FamilyKind::Decoder), "llama and gpt2");
+        assert_eq!(hf_list(FamilyKind::Encoder), "bert");
+        assert_eq!(gguf_list(), "llama");
+        assert_eq!(english_list(&["a", "b", "c"]), "a, b and c");
+        // Every name of every table maps back to itself.
+        for f in FAMILIES {
+            let tables = [Some(f.hf_names), f.gguf.as_ref().map(|g| g.names)];
+            for table in tables.into_iter().flatten() {
+                for (theirs, ours) in table.0 {
+                    let (theirs, ours) = (theirs.replace("{i}", "3"), ours.replace("{i}", "3"));
+                    assert_eq!(table.import(&theirs).as_deref(), Some(ours.as_str()));
+                    assert_eq!(table.export(&ours).as_deref(), Some(theirs.as_str()));
+                }
+            }
+        }
+    }
+}
