@@ -1,4 +1,4 @@
-//! The compute loop of translation models and encoders.
+//! The jobs of translation models and encoders.
 //!
 //! Greedy translations (LibreTranslate requests without `alternatives`) go to the
 //! continuous-batching engine, [`TranslationEngine`]: their sentences join the running decode
@@ -11,6 +11,7 @@
 //! next one, and the running greedy rows wait for the turn to end (beam n-best requests are
 //! micro-batched at request boundaries, not per step).
 
+use super::compute_loop::{self, Worker};
 use super::metrics::{Latency, Metrics};
 use super::translate_engine::{TranslateConfig, TranslateRequest, TranslationEngine};
 use crate::decode::beam::BeamOptions;
@@ -89,64 +90,60 @@ fn beam_for(nbest: usize) -> BeamOptions {
     }
 }
 
-/// Answers jobs until the channel closes (see the module docs). Waits outside the rayon pool
-/// when idle; steps and turns run on a pool thread.
-pub fn run(
-    model: &JobModel,
-    mut jobs: Receiver<Job>,
-    metrics: &Arc<Metrics>,
-    config: TranslateConfig,
-) {
-    let mut engine = match model {
+/// Answers jobs until the channel closes (see the module docs), on the compute loop that the
+/// language model's engine runs on too ([`compute_loop::run`]).
+pub fn run(model: &JobModel, jobs: Receiver<Job>, metrics: &Arc<Metrics>, config: TranslateConfig) {
+    let engine = match model {
         JobModel::Translator(t) => Some(TranslationEngine::new(t, config, metrics.clone())),
         JobModel::Encoder(_) => None,
     };
-    while let Ok(first) = jobs.recv() {
-        // The receiver moves to the pool thread and back (it is Send, not Sync).
-        let engine = &mut engine;
-        jobs = rayon::scope(move |_| {
-            busy(model, engine, first, &jobs, metrics);
-            jobs
-        });
-    }
+    let mut runner = Runner {
+        model,
+        engine,
+        whole: Vec::new(),
+        metrics,
+    };
+    compute_loop::run(&mut runner, jobs);
 }
 
-/// Takes what has arrived, runs a turn of the whole jobs and steps the engine, until nothing
-/// runs or waits.
-fn busy(
-    model: &JobModel,
-    engine: &mut Option<TranslationEngine<'_>>,
-    first: Job,
-    jobs: &Receiver<Job>,
-    metrics: &Metrics,
-) {
-    let mut arrived = vec![first];
-    loop {
-        while let Ok(job) = jobs.try_recv() {
-            arrived.push(job);
-        }
-        let mut whole = Vec::new();
-        for job in arrived.drain(..) {
-            match (job, engine.as_mut()) {
-                (
-                    Job::Translate {
-                        lines,
-                        nbest: 1,
-                        arrived,
-                        deadline,
-                        reply,
-                    },
-                    Some(engine),
-                ) => engine.submit(TranslateRequest {
+/// The engine of greedy translations, and the whole jobs waiting for the next turn.
+struct Runner<'m> {
+    model: &'m JobModel,
+    engine: Option<TranslationEngine<'m>>,
+    whole: Vec<Job>,
+    metrics: &'m Metrics,
+}
+
+impl Worker for Runner<'_> {
+    type Input = Job;
+
+    /// A greedy translation joins the engine; anything else waits for the next turn.
+    fn take(&mut self, job: Job) {
+        match (job, self.engine.as_mut()) {
+            (
+                Job::Translate {
                     lines,
+                    nbest: 1,
                     arrived,
                     deadline,
                     reply,
-                }),
-                (job, _) => whole.push(job),
-            }
+                },
+                Some(engine),
+            ) => engine.submit(TranslateRequest {
+                lines,
+                arrived,
+                deadline,
+                reply,
+            }),
+            (job, _) => self.whole.push(job),
         }
-        if !whole.is_empty() {
+    }
+
+    /// A turn of the whole jobs taken, then a step of the engine.
+    fn work(&mut self) -> bool {
+        if !self.whole.is_empty() {
+            let mut whole = std::mem::take(&mut self.whole);
+            let metrics = self.metrics;
             metrics.queued.fetch_sub(whole.len(), Ordering::Relaxed);
             let now = Instant::now();
             whole.retain(|job| !job.closed());
@@ -154,18 +151,13 @@ fn busy(
                 let waited = (now - job.arrived()).as_secs_f64();
                 metrics.observe(Latency::QueueTime, waited);
             }
-            turn(model, whole, metrics);
+            turn(self.model, whole, metrics);
         }
-        let Some(engine) = engine.as_mut() else {
-            return;
-        };
-        if !engine.step() {
-            if engine.is_idle() {
-                return;
-            }
-            // Not reached: a step with sentences waiting admits at least one.
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        self.engine.as_mut().is_some_and(TranslationEngine::step)
+    }
+
+    fn is_idle(&self) -> bool {
+        self.whole.is_empty() && self.engine.as_ref().is_none_or(TranslationEngine::is_idle)
     }
 }
 

@@ -1,22 +1,26 @@
 //! `transformer serve`: a model held in memory, answering many HTTP clients at once.
 //!
 //! Threads: the HTTP side runs on a tokio runtime (axum), which only parses, tokenizes, queues
-//! and streams; the model runs on its own compute thread ([`scheduler::Scheduler::run`] inside
-//! the rayon pool), fed through a channel. A request's tokens come back through its own
+//! and streams; the model runs on its own compute thread ([`compute_loop::run`] inside the
+//! rayon pool), fed through a channel. A request's tokens come back through its own
 //! channel; a client that goes away drops its receiver, which the engine notices at its next
 //! step (the sequence leaves the batch and its KV blocks return to the pool).
 //!
 //! Model kinds (decided from the path): a directory with `vocab.json` is a translation model
 //! (`/translate`, `/languages`, `/attention`; greedy translations are continuously batched by
-//! [`translate_engine`], the other jobs run between its steps through [`jobs`]), a Hugging Face
-//! directory of `model_type` `bert` an encoder (`/v1/embeddings`), anything else a language
-//! model ([`TextGenerator::load`]: ours, Hugging Face Llama/GPT-2, GGUF). An endpoint of another
-//! kind answers 404 naming the kind served.
+//! the engine's [`translate_engine`] kind, the other jobs run between its steps through
+//! [`jobs`]), a Hugging Face directory of `model_type` `bert` an encoder (`/v1/embeddings`),
+//! anything else a language model ([`TextGenerator::load`]: ours, Hugging Face Llama/GPT-2,
+//! GGUF). An endpoint of another kind answers 404 naming the kind served.
 //!
-//! Modules, one concept each: [`scheduler`] (continuous batching over the paged KV cache),
-//! [`openai`] (the OpenAI-compatible endpoints), [`text`] (streamed detokenization, stop
-//! strings), [`metrics`] (Prometheus), [`api_error`] (errors as JSON), [`client`] (a minimal
-//! HTTP/1.1 client for the tests and the load test), [`page`] (the web page at `/`).
+//! Modules, one concept each: [`engine`] (continuous batching, written once for every kind:
+//! requests, rows, KV blocks, admission, cancellation, metrics), its kinds [`scheduler`]
+//! (language models over the paged KV cache) and [`translate_engine`] (greedy translation),
+//! [`compute_loop`] (the compute thread's loop), [`jobs`] (whole jobs of translation models
+//! and encoders), [`openai`] (the OpenAI-compatible endpoints), [`text`] (streamed
+//! detokenization, stop strings), [`metrics`] (Prometheus), [`api_error`] (errors as JSON),
+//! [`client`] (a minimal HTTP/1.1 client for the tests and the load test), [`page`] (the web
+//! page at `/`).
 //!
 //! Routes: `GET /` (page), `GET /health` (503 until the model is loaded), `GET /metrics`,
 //! `GET /v1/models`, `POST /v1/completions`, `POST /v1/chat/completions`, `POST /translate`,
@@ -28,7 +32,9 @@
 
 pub mod api_error;
 pub mod client;
+pub mod compute_loop;
 pub mod embeddings;
+pub mod engine;
 pub mod jobs;
 pub mod metrics;
 pub mod openai;

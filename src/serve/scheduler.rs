@@ -1,22 +1,16 @@
-//! Continuous batching of a language model (Orca's iteration-level scheduling, Yu et al. 2022,
-//! with vLLM's paged KV memory, Kwon et al. 2023).
+//! Continuous batching of a language model: the [`RowKind`] of the [`Engine`] for language
+//! models, one row per request (its sequence).
 //!
-//! The engine holds one running batch of sequences; every iteration ([`Scheduler::step`]):
-//! 1. drops the sequences whose client went away (their channel is closed) or whose deadline
-//!    passed, and the waiting requests likewise;
-//! 2. admits waiting requests, first come first served, while the batch has room (`max_batch`)
-//!    and the pool has the blocks for the request's whole prompt plus `max_tokens`
-//!    (`blocks(p + m) = ⌈(p + m) / block_rows⌉`, reserved at admission, so a running sequence
-//!    never waits for memory and is never preempted);
-//! 3. runs ONE forward over a ragged batch of tokens ([`LanguageModel::step_ragged`]): the next
-//!    token of every decoding sequence, then chunks of the prompts being prefilled while the
-//!    step's token budget (`prefill_budget`) lasts, so a long prompt cannot stall the others;
-//! 4. samples the next token of every sequence whose prompt is complete ([`sample`]: greedy at
-//!    temperature 0, else temperature / top-k / top-p, each sequence with its own seeded
-//!    generator) and sends it to its client;
-//! 5. retires finished sequences (an end token, `max_tokens`, the context full): their rows
-//!    leave the state ([`DecodingState::gather_rows`]) and their blocks return to the free list
-//!    at once.
+//! - Admission reserves the blocks of the request's whole prompt plus `max_tokens`
+//!   (`blocks(p + m) = ⌈(p + m) / block_rows⌉`, see [`EngineConfig::blocks_for`]) from the
+//!   pool of `--kv-memory`.
+//! - A step runs ONE forward over a ragged batch of tokens ([`LanguageModel::step_ragged`]):
+//!   the next token of every decoding sequence, then chunks of the prompts being prefilled
+//!   while the step's token budget (`prefill_budget`) lasts, so a long prompt cannot stall the
+//!   others. Every sequence whose prompt is complete samples its next token ([`sample`]:
+//!   greedy at temperature 0, else temperature / top-k / top-p, each sequence with its own
+//!   seeded generator), streamed to its client ([`Event::Token`]); a sequence ends at an end
+//!   token, at `max_tokens` or when the context is full ([`Event::Finished`]).
 //!
 //! The KV memory is the state's per-layer paged caches ([`LanguageModel::start_paged`]): one
 //! free list of blocks per layer, the same block table in every layer, so "a block" below means
@@ -25,16 +19,14 @@
 //! Rows never interact: a sequence's tokens depend only on its own prompt, options and seed,
 //! not on what it is batched with (greedy results equal the single-request results).
 
-use super::metrics::{EngineGauges, Latency, Metrics};
+use super::engine::{Advance, Engine, Limits, Plan, Reply, RowKind, RowPlan, Stepped};
+use super::metrics::Metrics;
 use crate::decode::sample::{sample, SamplingOptions};
 use crate::decode::DecodingState;
 use crate::model::attention::RaggedTokens;
 use crate::model::lm::LmState;
 use crate::model::LanguageModel;
 use crate::rng::Rng;
-use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
-use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
@@ -120,174 +112,149 @@ impl EngineConfig {
     }
 }
 
-/// A sequence of the running batch; its row in the state is its index in `running`.
-struct Running {
-    req: GenRequest,
+/// The continuous-batching engine over one language model (see the module docs).
+pub type Scheduler<'m> = Engine<LmRows<'m>>;
+
+impl<'m> Scheduler<'m> {
+    pub fn new(model: &'m LanguageModel<f32>, config: EngineConfig, metrics: Arc<Metrics>) -> Self {
+        let limits = Limits {
+            max_batch: config.max_batch,
+            pool_blocks: Some(config.pool_blocks),
+        };
+        let state = model.start_paged(config.block_rows);
+        let kind = LmRows {
+            model,
+            config,
+            state,
+        };
+        Engine::with_kind(kind, limits, metrics)
+    }
+}
+
+/// A request's sequence, waiting or running; its row in the state is its index in the batch.
+pub struct Sequence {
+    prompt: Vec<u32>,
+    max_tokens: usize,
+    sampling: SamplingOptions,
+    stop_ids: Vec<u32>,
     /// Prompt tokens fed so far.
     fed: usize,
     /// Tokens generated; the last one is fed at the next step unless the sequence finished.
     out: Vec<u32>,
     rng: Rng,
-    first_token: Option<Instant>,
-    /// Blocks reserved at admission.
-    blocks: usize,
 }
 
-/// The continuous-batching engine over one language model (see the module docs).
-pub struct Scheduler<'m> {
-    model: &'m LanguageModel<f32>,
-    config: EngineConfig,
-    state: LmState<f32>,
-    running: Vec<Running>,
-    waiting: VecDeque<GenRequest>,
-    reserved: usize,
-    metrics: Arc<Metrics>,
+/// How a sequence ended, for [`Event::Finished`].
+pub struct Ending {
+    reason: FinishReason,
+    prompt_tokens: usize,
+    completion_tokens: usize,
 }
 
-impl<'m> Scheduler<'m> {
-    pub fn new(model: &'m LanguageModel<f32>, config: EngineConfig, metrics: Arc<Metrics>) -> Self {
-        let state = model.start_paged(config.block_rows);
-        let scheduler = Scheduler {
-            model,
-            config,
-            state,
-            running: Vec::new(),
-            waiting: VecDeque::new(),
-            reserved: 0,
-            metrics,
-        };
-        scheduler.metrics.set_gauges(scheduler.gauges());
-        scheduler
+impl Reply for UnboundedSender<Event> {
+    type Answer = Ending;
+    fn is_closed(&self) -> bool {
+        UnboundedSender::is_closed(self)
     }
-
-    /// Queues a request (the HTTP layer counted it in `metrics.queued` and checked its
-    /// limits: `blocks_for` within the pool, prompt plus `max_tokens` within the context).
-    pub fn submit(&mut self, req: GenRequest) {
-        self.waiting.push_back(req);
+    fn timed_out(self) {
+        let _ = self.send(Event::TimedOut);
     }
-
-    /// Nothing running and nothing waiting.
-    pub fn is_idle(&self) -> bool {
-        self.running.is_empty() && self.waiting.is_empty()
+    /// Not reached: a language model refuses nothing at submission (the HTTP layer checks).
+    fn refuse(self, _message: String) {}
+    fn token(&self, token: u32) -> bool {
+        self.send(Event::Token(token)).is_ok()
     }
-
-    /// Blocks in use now (each `block_rows` positions in every layer).
-    pub fn blocks_in_use(&self) -> usize {
-        self.state.blocks_in_use() / self.state.caches.len().max(1)
-    }
-
-    fn gauges(&self) -> EngineGauges {
-        let used = self.blocks_in_use();
-        EngineGauges {
-            running: self.running.len(),
-            kv_blocks_used: used,
-            kv_blocks_free: self.config.pool_blocks.saturating_sub(used),
-            kv_blocks_reserved: self.reserved,
-        }
-    }
-
-    /// Drops the rows whose `keep` is false from the batch and the state, returning their
-    /// blocks.
-    fn retire(&mut self, keep: &[bool]) {
-        if keep.iter().all(|&k| k) {
-            return;
-        }
-        let rows: Vec<usize> = (0..keep.len()).filter(|&r| keep[r]).collect();
-        DecodingState::gather_rows(&mut self.state, &rows);
-        let mut i = 0;
-        self.running.retain(|seq| {
-            let kept = keep[i];
-            i += 1;
-            if !kept {
-                self.reserved -= seq.blocks;
-            }
-            kept
-        });
-    }
-
-    /// One iteration (see the module docs). Returns false when there was nothing to run.
-    pub fn step(&mut self) -> bool {
-        let now = Instant::now();
-        // 1. Clients gone, deadlines passed.
-        let keep: Vec<bool> = self
-            .running
-            .iter()
-            .map(|seq| {
-                let gone = seq.req.events.is_closed();
-                if seq.req.deadline <= now {
-                    let _ = seq.req.events.send(Event::TimedOut);
-                }
-                let leaves = gone || seq.req.deadline <= now;
-                if leaves {
-                    let e2e = (now - seq.req.arrived).as_secs_f64();
-                    self.metrics.observe(Latency::EndToEnd, e2e);
-                }
-                !leaves
-            })
-            .collect();
-        self.retire(&keep);
-        let before = self.waiting.len();
-        self.waiting.retain(|req| {
-            if req.deadline <= now {
-                let _ = req.events.send(Event::TimedOut);
-                return false;
-            }
-            !req.events.is_closed()
-        });
-        self.metrics
-            .queued
-            .fetch_sub(before - self.waiting.len(), Ordering::Relaxed);
-        // 2. Admission.
-        while let Some(req) = self.waiting.front() {
-            let blocks = self.config.blocks_for(req.prompt.len(), req.max_tokens);
-            if self.running.len() >= self.config.max_batch
-                || self.reserved + blocks > self.config.pool_blocks
-            {
-                break;
-            }
-            let Some(req) = self.waiting.pop_front() else {
-                break;
-            };
-            self.metrics.queued.fetch_sub(1, Ordering::Relaxed);
-            self.metrics
-                .observe(Latency::QueueTime, (now - req.arrived).as_secs_f64());
-            self.state.add_row();
-            self.reserved += blocks;
-            self.running.push(Running {
-                rng: Rng::new(req.seed),
-                req,
-                fed: 0,
-                out: Vec::new(),
-                first_token: None,
-                blocks,
+    fn answer(self, answers: Vec<Ending>) {
+        for e in answers {
+            let _ = self.send(Event::Finished {
+                reason: e.reason,
+                prompt_tokens: e.prompt_tokens,
+                completion_tokens: e.completion_tokens,
             });
         }
-        if self.running.is_empty() {
-            self.metrics.set_gauges(self.gauges());
-            return false;
+    }
+}
+
+/// The language model's side of the [`Engine`] (see the module docs).
+pub struct LmRows<'m> {
+    model: &'m LanguageModel<f32>,
+    config: EngineConfig,
+    /// The running sequences' caches, one row each.
+    state: LmState<f32>,
+}
+
+impl RowKind for LmRows<'_> {
+    type Request = GenRequest;
+    type Reply = UnboundedSender<Event>;
+    type Pending = Sequence;
+    type Row = Sequence;
+    type Answer = Ending;
+    const LATENCY_OF_QUEUED_DROPS: bool = false;
+
+    /// One row; an empty prompt (which the HTTP layer refuses) is refused.
+    fn plan(&self, req: GenRequest) -> Plan<Self> {
+        let empty = req.prompt.is_empty();
+        let sequence = Sequence {
+            rng: Rng::new(req.seed),
+            prompt: req.prompt,
+            max_tokens: req.max_tokens,
+            sampling: req.sampling,
+            stop_ids: req.stop_ids,
+            fed: 0,
+            out: Vec::new(),
+        };
+        Plan {
+            reply: req.events,
+            arrived: req.arrived,
+            deadline: req.deadline,
+            rows: match empty {
+                true => Err("the prompt is empty".to_string()),
+                false => Ok(vec![RowPlan::Decode(sequence)]),
+            },
         }
-        // 3. The ragged batch: decode tokens first, then prompt chunks under the budget.
+    }
+
+    fn blocks(&self, seq: &Sequence) -> usize {
+        self.config.blocks_for(seq.prompt.len(), seq.max_tokens)
+    }
+
+    fn fits(&self, _admitted: &[Sequence], _next: &Sequence) -> bool {
+        true
+    }
+
+    fn start(&mut self, admitted: Vec<Sequence>) -> (Vec<Sequence>, usize) {
+        for _ in &admitted {
+            self.state.add_row();
+        }
+        (admitted, 0)
+    }
+
+    /// The ragged batch: decode tokens first, then prompt chunks under the budget.
+    fn step(&mut self, running: &mut [Sequence]) -> Option<Stepped<Ending>> {
         let (mut tokens, mut rows, mut positions) = (Vec::new(), Vec::new(), Vec::new());
         // (row, index of the token whose output is wanted)
         let mut outputs: Vec<(usize, usize)> = Vec::new();
-        for (r, seq) in self.running.iter().enumerate() {
-            if seq.fed == seq.req.prompt.len() {
+        for (r, seq) in running.iter().enumerate() {
+            if seq.fed == seq.prompt.len() {
+                let Some(&last) = seq.out.last() else {
+                    continue;
+                };
                 outputs.push((r, tokens.len()));
-                tokens.push(*seq.out.last().expect("a fed prompt has sampled a token"));
+                tokens.push(last);
                 rows.push(r);
                 positions.push(self.state.row_len(r));
             }
         }
         let mut prefilled = 0;
-        for (r, seq) in self.running.iter().enumerate() {
-            let left = seq.req.prompt.len() - seq.fed;
+        for (r, seq) in running.iter().enumerate() {
+            let left = seq.prompt.len() - seq.fed;
             let budget = self.config.prefill_budget.saturating_sub(tokens.len());
             if left == 0 || budget == 0 {
                 continue;
             }
             let n = left.min(budget);
             let start = self.state.row_len(r);
-            tokens.extend_from_slice(&seq.req.prompt[seq.fed..seq.fed + n]);
+            tokens.extend_from_slice(&seq.prompt[seq.fed..seq.fed + n]);
             rows.extend(std::iter::repeat_n(r, n));
             positions.extend(start..start + n);
             prefilled += n;
@@ -296,7 +263,7 @@ impl<'m> Scheduler<'m> {
             }
         }
         if tokens.is_empty() {
-            return false;
+            return None;
         }
         let ragged = RaggedTokens {
             rows: &rows,
@@ -306,112 +273,52 @@ impl<'m> Scheduler<'m> {
         let logprobs = self
             .model
             .step_ragged(&mut self.state, &tokens, ragged, &picked);
-        // Gauges before any token goes out: a client that reads its first token and then
-        // /metrics sees its sequence running and its blocks held.
-        self.metrics.set_gauges(self.gauges());
         // Prompts fed.
-        for (r, seq) in self.running.iter_mut().enumerate() {
+        for (r, seq) in running.iter_mut().enumerate() {
             let n = rows.iter().filter(|&&x| x == r).count();
-            if seq.fed < seq.req.prompt.len() {
+            if seq.fed < seq.prompt.len() {
                 seq.fed += n;
             }
         }
-        // 4. Next tokens.
+        // Next tokens.
         let v = self.model.config.vocab_size;
         let max_len = self.model.max_len();
-        let now = Instant::now();
-        let mut keep = vec![true; self.running.len()];
-        let mut endings = Vec::new();
+        let mut advances: Vec<Advance<Ending>> = running.iter().map(|_| Advance::Nothing).collect();
         for (j, &(r, _)) in outputs.iter().enumerate() {
-            let seq = &mut self.running[r];
-            let id = sample(
-                &logprobs[j * v..(j + 1) * v],
-                seq.req.sampling,
-                &mut seq.rng,
-            );
+            let seq = &mut running[r];
+            let id = sample(&logprobs[j * v..(j + 1) * v], seq.sampling, &mut seq.rng);
             seq.out.push(id);
-            if seq.first_token.is_none() {
-                seq.first_token = Some(now);
-                let ttft = (now - seq.req.arrived).as_secs_f64();
-                self.metrics.observe(Latency::TimeToFirstToken, ttft);
-            }
-            let finished = if seq.req.stop_ids.contains(&id) {
+            let finished = if seq.stop_ids.contains(&id) {
                 Some(FinishReason::Stop)
-            } else if seq.out.len() >= seq.req.max_tokens || self.state.row_len(r) >= max_len {
+            } else if seq.out.len() >= seq.max_tokens || self.state.row_len(r) >= max_len {
                 Some(FinishReason::Length)
             } else {
                 None
             };
-            if finished.is_some() {
-                // Observed before the events go out: a client that has its answer sees it
-                // counted.
-                let first = seq.first_token.unwrap_or(now);
-                if seq.out.len() > 1 {
-                    let per_token = (now - first).as_secs_f64() / (seq.out.len() - 1) as f64;
-                    self.metrics.observe(Latency::TimePerOutputToken, per_token);
-                }
-                let e2e = (now - seq.req.arrived).as_secs_f64();
-                self.metrics.observe(Latency::EndToEnd, e2e);
-            }
-            let mut alive = seq.req.events.send(Event::Token(id)).is_ok();
-            if let Some(reason) = finished {
-                endings.push((
-                    seq.req.events.clone(),
-                    Event::Finished {
+            advances[r] = match finished {
+                Some(reason) => Advance::Last(
+                    id,
+                    Ending {
                         reason,
-                        prompt_tokens: seq.req.prompt.len(),
+                        prompt_tokens: seq.prompt.len(),
                         completion_tokens: seq.out.len(),
                     },
-                ));
-                alive = false;
-            } else if !alive {
-                // The client went away during this step.
-                let e2e = (now - seq.req.arrived).as_secs_f64();
-                self.metrics.observe(Latency::EndToEnd, e2e);
-            }
-            keep[r] = alive;
+                ),
+                None => Advance::Token(id),
+            };
         }
-        // 5. Finished sequences leave; their blocks are free for the next admission. Their
-        // clients hear of the end only then: one that has its answer sees its blocks freed.
-        self.retire(&keep);
-        self.metrics.step(self.gauges(), prefilled, outputs.len());
-        for (events, ending) in endings {
-            let _ = events.send(ending);
-        }
-        true
+        Some(Stepped {
+            fed: prefilled,
+            rows: advances,
+        })
     }
 
-    /// Runs until `requests` is closed and everything submitted is answered. Waits for a
-    /// request outside the rayon pool when idle (so an idle server holds no pool thread), and
-    /// steps on a pool thread while busy (the many small parallel loops of a step then start
-    /// without a hand-off).
-    pub fn run(&mut self, mut requests: Receiver<GenRequest>) {
-        while let Ok(req) = requests.recv() {
-            self.submit(req);
-            // The receiver moves to the pool thread and back (it is Send, not Sync).
-            let this = &mut *self;
-            requests = rayon::scope(move |_| {
-                this.run_busy(&requests);
-                requests
-            });
-        }
+    fn keep_rows(&mut self, kept: &[usize]) {
+        DecodingState::gather_rows(&mut self.state, kept);
     }
 
-    /// Takes what has arrived and steps, until nothing runs or waits.
-    fn run_busy(&mut self, requests: &Receiver<GenRequest>) {
-        loop {
-            while let Ok(req) = requests.try_recv() {
-                self.submit(req);
-            }
-            if !self.step() {
-                if self.is_idle() {
-                    return;
-                }
-                // Everything waiting waits for blocks or a batch slot that only a finishing
-                // sequence frees, and nothing runs: cannot happen while the HTTP layer checks
-                // each request against the pool; avoid spinning if it does.
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-        }
+    /// Blocks of `block_rows` positions in every layer.
+    fn blocks_in_use(&self) -> usize {
+        self.state.blocks_in_use() / self.state.caches.len().max(1)
     }
 }
