@@ -7,7 +7,7 @@
 //!
 //! [`Bert::load`] reads a Hugging Face model directory (`config.json`, `model.safetensors`) and
 //! maps its tensor names onto our module paths with the explicit table of its family,
-//! [`HF_NAMES`](super::families::bert::HF_NAMES) (Hugging
+//! [`families::bert::HF_NAMES`](super::families::bert::HF_NAMES) (Hugging
 //! Face `encoder.layer.i.attention.self.query.weight` is our `layers.i.self_attn.q_proj.weight`,
 //! and so on), then loads through the one loader of `super::checkpoint`.
 //!

@@ -134,7 +134,8 @@ mod tests {
 
     #[test]
     fn options_not_computed_yet_are_refused_by_name() {
-        let refused: [(&str, fn(&mut ModelConfig)); 4] = [
+        type Set = fn(&mut ModelConfig);
+        let refused: [(&str, Set); 4] = [
             ("qk_norm", |c| c.qk_norm = true),
             ("attn_logit_softcap", |c| c.attn_logit_softcap = Some(50.0)),
             ("layer_windows", |c| c.layer_windows = vec![Some(4), None]),

@@ -33,7 +33,7 @@ use std::path::Path;
 pub enum ModelSource {
     /// A `train-lm` directory.
     Ours,
-    /// A Hugging Face directory of the family of this `model_type` (see
+    /// A Hugging Face directory of the family of this name (see
     /// [`crate::model::families`]).
     HuggingFace(&'static str),
     /// A GGUF file.
@@ -144,7 +144,7 @@ impl TextGenerator {
         )?;
         let chat = match source {
             ModelSource::HuggingFace(name) => hf_chat_template(path)?.or_else(|| {
-                let template = families::by_model_type(name)?.chat_template?;
+                let template = families::by_name(name)?.chat_template?;
                 Some(ChatTemplate {
                     template: template.to_string(),
                     bos: String::new(),

@@ -3,7 +3,7 @@
 //!
 //! `y = bf16(x) bf16(W)ᵀ`, `dx = bf16(dy) bf16(W)`, `dW += bf16(dy)ᵀ bf16(x)`,
 //!
-//! every sum in float32 (see [`crate::train::precision`]). The weight's bf16 copy is made once
+//! every sum in float32 (the training side is `train::precision`). The weight's bf16 copy is made once
 //! per change of the weight (once per optimizer step) and reused by every pass until the next
 //! change ([`Bf16Products::weight_changed`]).
 //!

@@ -74,6 +74,11 @@ pub struct Family {
 /// Every family this crate loads, in the order messages list them.
 pub const FAMILIES: &[Family] = &[llama::FAMILY, gpt2::FAMILY, bert::FAMILY];
 
+/// The family named `name` ([`Family::name`]).
+pub fn by_name(name: &str) -> Option<&'static Family> {
+    FAMILIES.iter().find(|f| f.name == name)
+}
+
 /// The family whose Hugging Face `config.json` says `model_type`.
 pub fn by_model_type(model_type: &str) -> Option<&'static Family> {
     FAMILIES
@@ -153,6 +158,7 @@ mod tests {
     #[test]
     fn the_table_finds_each_family_by_each_of_its_names() {
         assert_eq!(by_model_type("llama").unwrap().name, "llama");
+        assert_eq!(by_name("gpt2").unwrap().model_types, ["gpt2"]);
         assert_eq!(by_model_type("gpt2").unwrap().kind, FamilyKind::Decoder);
         assert!(is_encoder("bert") && !is_encoder("llama") && !is_encoder("qwen2"));
         assert!(by_model_type("qwen2").is_none());
