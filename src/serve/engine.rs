@@ -10,9 +10,9 @@
 //! 2. admits waiting rows, first come first served, while the batch has room
 //!    (`max_batch` rows), the pool has the row's blocks (`reserved + blocks ≤ pool_blocks`,
 //!    reserved at admission for the row's whole life, so a running row never waits for memory
-//!    and is never preempted; a kind without a pool reserves none) and the kind's own
-//!    per-step budget lasts ([`RowKind::fits`]); a row that does not fit stops admission (no
-//!    row overtakes another). The admitted rows start together ([`RowKind::start`]);
+//!    and is never preempted; not checked where there is no pool) and the kind's own per-step
+//!    budget lasts ([`RowKind::fits`]); a row that does not fit stops admission (no row
+//!    overtakes another). The admitted rows start together ([`RowKind::start`]);
 //! 3. runs ONE model step over the running rows ([`RowKind::step`]), which chooses each
 //!    row's next token and says which rows are done;
 //! 4. sends the tokens ([`Reply::token`]; a client found gone leaves now), retires the rows
