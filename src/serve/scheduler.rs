@@ -8,7 +8,7 @@
 //!    and the pool has the blocks for the request's whole prompt plus `max_tokens`
 //!    (`blocks(p + m) = ⌈(p + m) / block_rows⌉`, reserved at admission, so a running sequence
 //!    never waits for memory and is never preempted);
-//! 3. runs ONE forward over a ragged batch of tokens ([`LanguageModel::step_ragged`]): the next
+//! 3. runs ONE forward over a ragged batch of tokens ([`LanguageModel::step`]): the next
 //!    token of every decoding sequence, then chunks of the prompts being prefilled while the
 //!    step's token budget (`prefill_budget`) lasts, so a long prompt cannot stall the others;
 //! 4. samples the next token of every sequence whose prompt is complete ([`sample`]: greedy at
@@ -28,9 +28,9 @@
 use super::metrics::{EngineGauges, Latency, Metrics};
 use crate::decode::sample::{sample, SamplingOptions};
 use crate::decode::DecodingState;
-use crate::model::attention::RaggedTokens;
 use crate::model::lm::LmState;
 use crate::model::LanguageModel;
+use crate::model::StepLayout;
 use crate::rng::Rng;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -298,14 +298,9 @@ impl<'m> Scheduler<'m> {
         if tokens.is_empty() {
             return false;
         }
-        let ragged = RaggedTokens {
-            rows: &rows,
-            positions: &positions,
-        };
         let picked: Vec<usize> = outputs.iter().map(|&(_, i)| i).collect();
-        let logprobs = self
-            .model
-            .step_ragged(&mut self.state, &tokens, ragged, &picked);
+        let layout = StepLayout::ragged(&rows, &positions, &picked);
+        let logprobs = self.model.step(&mut self.state, &tokens, &layout);
         // Gauges before any token goes out: a client that reads its first token and then
         // /metrics sees its sequence running and its blocks held.
         self.metrics.set_gauges(self.gauges());

@@ -14,7 +14,7 @@
 //!    their rows appended to the running state ([`DecodeState::append`]), each to start from
 //!    BOS;
 //! 3. runs ONE decoder step for all rows, each at its own position
-//!    ([`Seq2Seq::decode_step_ragged`]);
+//!    ([`Seq2Seq::step`] with a one-per-row layout);
 //! 4. advances each row greedily ([`advance`]: the argmax over all tokens but PAD and BOS, ties
 //!    to the lowest id) and retires the rows that emitted EOS or reached their limit of
 //!    `source length + max_len_extra` tokens (capped by the model's `max_len`), exactly the
@@ -44,6 +44,7 @@ use crate::decode::TokenRules;
 use crate::model::seq2seq::DecodeState;
 #[cfg(doc)]
 use crate::model::Seq2Seq;
+use crate::model::StepLayout;
 use crate::pipeline::translate::{encode_sources, Translator};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering;
@@ -340,7 +341,7 @@ impl<'m> TranslationEngine<'m> {
         }
         let tokens: Vec<u32> = self.rows.iter().map(|r| r.next).collect();
         let model = &self.translator.model;
-        let logprobs = model.decode_step_ragged(&mut self.state, &tokens);
+        let logprobs = model.step(&mut self.state, &tokens, &StepLayout::one_per_row());
         let v = model.config.vocab_size;
         let now = Instant::now();
         let mut keep = vec![true; self.rows.len()];
