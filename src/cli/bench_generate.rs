@@ -11,6 +11,7 @@
 
 use super::bench::{median, peak_rss_mib, BenchArgs};
 use crate::decode::sample::argmax;
+use crate::model::StepLayout;
 use crate::pipeline::generate::TextGenerator;
 use anyhow::{Context, Result};
 use std::path::Path;
@@ -68,11 +69,11 @@ fn generate_once(
 ) -> (Timing, Vec<u32>) {
     let mut state = model.start(1, prompt.len() + new_tokens + 1);
     let (t0, c0) = (Instant::now(), cpu_seconds());
-    let mut token = argmax(&model.step_last(&mut state, prompt));
+    let mut token = argmax(&model.step(&mut state, prompt, &StepLayout::last()));
     let (t1, c1) = (Instant::now(), cpu_seconds());
     let mut ids = vec![token];
     for _ in 0..new_tokens {
-        token = argmax(&model.step_last(&mut state, &[token]));
+        token = argmax(&model.step(&mut state, &[token], &StepLayout::last()));
         ids.push(token);
     }
     let (t2, c2) = (Instant::now(), cpu_seconds());

@@ -57,6 +57,7 @@ use super::greedy::max_output_len;
 use super::{decode_chunks, length_sorted_chunks, DecodingState, IncrementalDecoder, TokenRules};
 use crate::batch::{Batch, BOS};
 use crate::model::seq2seq::Seq2Seq;
+use crate::model::StepLayout;
 use crate::Float;
 use rayon::prelude::*;
 
@@ -303,7 +304,7 @@ pub fn search_rows<T: Float, M: IncrementalDecoder<T>>(
             .iter()
             .map(|b| b.tokens.last().copied().unwrap_or(first[b.sentence]))
             .collect();
-        let logprobs = model.step(state, &inputs);
+        let logprobs = model.step(state, &inputs, &StepLayout::dense());
         // k + 1 per beam: at least k of them do not end the hypothesis.
         let tops: Vec<Vec<(f64, u32)>> = logprobs
             .par_chunks(v)

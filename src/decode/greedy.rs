@@ -25,6 +25,7 @@ use crate::batch::{Batch, BOS};
 use crate::kernels::softmax::log_softmax_inplace;
 use crate::model::config::ModelConfig;
 use crate::model::seq2seq::Seq2Seq;
+use crate::model::StepLayout;
 use crate::Float;
 
 /// Search settings.
@@ -192,7 +193,7 @@ pub fn greedy_search<T: Float, M: IncrementalDecoder<T>>(
     }
     let mut inputs: Vec<u32> = rows.iter().map(|&i| first[i]).collect();
     while !rows.is_empty() {
-        let logprobs = model.step(state, &inputs);
+        let logprobs = model.step(state, &inputs, &StepLayout::dense());
         let mut keep = vec![true; rows.len()];
         for (r, &i) in rows.iter().enumerate() {
             let row = &logprobs[r * v..(r + 1) * v];

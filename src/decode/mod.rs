@@ -25,7 +25,7 @@ use crate::batch::{BOS, EOS, PAD};
 use crate::kernels::matmul::serial_matmuls;
 use crate::model::lm::LmState;
 use crate::model::seq2seq::DecodeState;
-use crate::model::{LanguageModel, Seq2Seq};
+use crate::model::{LanguageModel, Seq2Seq, StepLayout};
 use crate::Float;
 
 /// A model decoded one token per row and step (see the module docs).
@@ -36,25 +36,11 @@ pub trait IncrementalDecoder<T: Float>: Sync {
     /// Entries of each distribution.
     fn vocab_size(&self) -> usize;
 
-    /// Feeds `tokens [rows, q_len]` at the next positions of the rows of `state`; returns the
-    /// log-probabilities of the token after each, `[rows * q_len, vocab]`.
-    fn step(&self, state: &mut Self::State, tokens: &[u32]) -> Vec<T>;
-
-    /// [`step`](Self::step) for `rows` rows, returning only the log-probabilities after each
-    /// row's last token, `[rows, vocab]` (a model may skip the output projection of the other
-    /// positions).
-    fn step_last(&self, state: &mut Self::State, tokens: &[u32], rows: usize) -> Vec<T> {
-        let v = self.vocab_size();
-        let all = self.step(state, tokens);
-        let q_len = tokens.len() / rows.max(1);
-        if q_len == 1 {
-            return all;
-        }
-        all.chunks_exact(q_len * v)
-            .flat_map(|row| &row[(q_len - 1) * v..])
-            .copied()
-            .collect()
-    }
+    /// Feeds `tokens` laid out as `layout` says at the next positions of the rows of `state`
+    /// (a search: [`StepLayout::dense`], one token per row; a prompt of which only the next
+    /// distribution is read: [`StepLayout::last`]); returns the log-probabilities of the token
+    /// after each output the layout selects, `[outputs, vocab]`.
+    fn step(&self, state: &mut Self::State, tokens: &[u32], layout: &StepLayout<'_>) -> Vec<T>;
 }
 
 /// The rows of an incremental-decoding state.
@@ -134,24 +120,8 @@ impl<T: Float> IncrementalDecoder<T> for Seq2Seq<T> {
     fn vocab_size(&self) -> usize {
         self.config.vocab_size
     }
-    fn step(&self, state: &mut DecodeState<T>, tokens: &[u32]) -> Vec<T> {
-        let rows = state.self_caches.first().map_or(tokens.len(), |c| c.batch);
-        let q_len = tokens.len() / rows.max(1);
-        if q_len == 1 {
-            return self.decode_step(state, tokens).0;
-        }
-        // Several positions per row: one step each, rows of the result in `[rows, q_len]` order.
-        let v = self.config.vocab_size;
-        let mut out = vec![T::zero(); tokens.len() * v];
-        for i in 0..q_len {
-            let column: Vec<u32> = (0..rows).map(|r| tokens[r * q_len + i]).collect();
-            let lp = self.decode_step(state, &column).0;
-            for r in 0..rows {
-                let at = (r * q_len + i) * v;
-                out[at..at + v].copy_from_slice(&lp[r * v..(r + 1) * v]);
-            }
-        }
-        out
+    fn step(&self, state: &mut DecodeState<T>, tokens: &[u32], layout: &StepLayout<'_>) -> Vec<T> {
+        Seq2Seq::step(self, state, tokens, layout)
     }
 }
 
@@ -161,11 +131,8 @@ impl<T: Float> IncrementalDecoder<T> for LanguageModel<T> {
     fn vocab_size(&self) -> usize {
         self.config.vocab_size
     }
-    fn step(&self, state: &mut LmState<T>, tokens: &[u32]) -> Vec<T> {
-        LanguageModel::step(self, state, tokens)
-    }
-    fn step_last(&self, state: &mut LmState<T>, tokens: &[u32], _rows: usize) -> Vec<T> {
-        LanguageModel::step_last(self, state, tokens)
+    fn step(&self, state: &mut LmState<T>, tokens: &[u32], layout: &StepLayout<'_>) -> Vec<T> {
+        LanguageModel::step(self, state, tokens, layout)
     }
 }
 

@@ -3,6 +3,7 @@
 //! [`IncrementalDecoder`] ([`sample_search`]).
 
 use super::IncrementalDecoder;
+use crate::model::StepLayout;
 use crate::rng::Rng;
 use crate::Float;
 
@@ -104,7 +105,7 @@ pub fn sample_search<T: Float, M: IncrementalDecoder<T>, E>(
     if max_tokens == 0 {
         return Ok(out);
     }
-    let mut logprobs = model.step_last(state, prompt, 1);
+    let mut logprobs = model.step(state, prompt, &StepLayout::last());
     loop {
         let last = &logprobs[logprobs.len() - v..];
         let id = sample(last, opts, rng);
@@ -113,7 +114,7 @@ pub fn sample_search<T: Float, M: IncrementalDecoder<T>, E>(
         if out.len() == max_tokens || until.contains(&id) {
             return Ok(out);
         }
-        logprobs = model.step_last(state, &[id], 1);
+        logprobs = model.step(state, &[id], &StepLayout::last());
     }
 }
 

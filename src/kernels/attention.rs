@@ -1,19 +1,26 @@
-//! Multi-head scaled dot-product attention, `softmax(Q Kᵀ / √d_k) V`, over all heads of a batch.
+//! The attention call: `softmax(Q Kᵀ / √d_k) V` over all heads of a batch, each query seeing
+//! the keys its [`KeyRanges`] allow, with the kernel chosen here ([`choose`]) from what the
+//! caller needs ([`Purpose`]), how the keys and values are laid out ([`KvView`]) and the sizes:
 //!
-//! This is the plain path: the [query x key] probabilities are kept for the backward (and for
-//! attention maps). Activations are row-major `[batch * len, heads * d_head]`; head `h` is the
-//! column block `h*d_head .. (h+1)*d_head`, read through strided views without copies.
+//! - the plain kernel ([`super::plain_attention`]): matrix products that keep the
+//!   [query x key] weights (the backward and attention maps read them);
+//! - the tiled kernel ([`super::flash_attention`], FlashAttention): memory linear in the length;
+//! - the step kernel ([`super::step_attention`]): a few queries per row, reading keys through a
+//!   table of stored rows (a paged KV cache).
 //!
-//! Grouped-query attention (GQA, Ainslie et al. 2023; multi-query attention when
-//! `kv_heads == 1`): keys and values have `kv_heads` heads, `[batch * len, kv_heads * d_head]`,
-//! and query head `h` reads key/value head `h / (heads / kv_heads)`. With `kv_heads == heads`
-//! this is plain multi-head attention, computed exactly as before.
+//! Activations are row-major `[batch * len, heads * d_head]`; head `h` is the column block
+//! `h*d_head .. (h+1)*d_head`, read through strided views without copies. Grouped-query
+//! attention (GQA, Ainslie et al. 2023; multi-query attention when `kv_heads == 1`): keys and
+//! values have `kv_heads` heads, `[batch * len, kv_heads * d_head]`, and query head `h` reads
+//! key/value head `h / (heads / kv_heads)`.
 
-use super::activations::mul_inplace;
-use super::matmul::{matmul, MatMut, MatRef};
-use super::softmax::{softmax_backward_inplace, softmax_inplace};
+pub use super::key_ranges::{AttnMask, KeyRanges, QueryRanges, Windowed};
+pub use super::plain_attention::{attention_backward, attention_forward};
+
+use super::flash_attention::{flash_attention_backward, flash_attention_forward};
+use super::step_attention::step_attention_forward;
 use crate::Float;
-use rayon::prelude::*;
+use std::borrow::Cow;
 
 /// Sizes of one attention call.
 #[derive(Clone, Copy, Debug)]
@@ -63,183 +70,389 @@ impl AttnDims {
     }
 }
 
-/// Which keys a query may see. Both masks are prefixes of the key row, so query `i` of batch
-/// element `b` sees keys `0 .. visible(b, i)`; the others get exactly zero weight.
+/// Training attends with the tiled (FlashAttention) kernel from this many keys on, so memory
+/// stays linear in the sequence length; below it the plain kernel, which keeps the whole
+/// [query x key] weight matrix, is as cheap and needs no recomputation in the backward.
+/// Attention dropout needs the weight matrix (its mask has the same shape), so a call with a
+/// dropout mask always runs the plain kernel.
+pub const TILED_FROM_KEYS: usize = 128;
+
+/// Decoding with at most this many queries per row (greedy: 1, beam search's cross-attention:
+/// the beam size) runs the written-out loops of the step kernel; more queries go through matrix
+/// products.
+pub const STEP_KERNEL_MAX_QUERIES: usize = 8;
+
+/// What the caller needs from an attention call; with the key/value view and the sizes it
+/// decides the kernel (see [`choose`]).
 #[derive(Clone, Copy, Debug)]
-pub struct AttnMask<'a> {
-    /// Real (unpadded) keys of each batch element.
-    pub key_lens: &'a [usize],
-    /// Causal: query `i` sees keys `j <= i + q_offset` (decoder self-attention).
-    pub causal: bool,
-    /// Absolute position of query row 0 (incremental decoding).
-    pub q_offset: usize,
+pub enum Purpose<'a, T> {
+    /// Training or a teacher-forced forward: what the backward needs is kept. `drop` is an
+    /// attention-dropout mask laid out like the weights `[batch, heads, q_len, k_len]` (each
+    /// factor 0 or 1/(1 − p)): the context is then `(P ⊙ M) V`.
+    Train { drop: Option<&'a [T]> },
+    /// The weights `[batch, heads, q_len, k_len]` are wanted (attention maps).
+    Weights,
+    /// A run of new positions of every row (a prompt, or a language model's tokens fed in
+    /// lockstep), every one a query over the cache.
+    Prefill,
+    /// Incremental decoding: a few queries per row against a cache (a decoder step, the
+    /// cross-attention of a step, the last position of a prompt, a continuous batch's tokens).
+    Decode,
 }
 
-impl AttnMask<'_> {
-    /// Number of visible keys for query row `i` of batch element `b`.
-    pub fn visible(&self, b: usize, i: usize) -> usize {
-        let pad = self.key_lens[b];
-        if self.causal {
-            pad.min(i + self.q_offset + 1)
-        } else {
-            pad
+/// The kernels [`attend`] chooses from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernel {
+    Plain,
+    Tiled,
+    Step,
+}
+
+/// Which kernel runs, the one rule for every caller:
+/// - [`Purpose::Train`]: tiled from [`TILED_FROM_KEYS`] keys on unless a dropout mask is given,
+///   plain otherwise;
+/// - [`Purpose::Weights`] and [`Purpose::Prefill`]: plain (matrix products, whatever the number
+///   of queries);
+/// - [`Purpose::Decode`]: the step kernel when the keys are paged (`paged`: only it reads
+///   through a table of stored rows) or at most [`STEP_KERNEL_MAX_QUERIES`] queries come per
+///   row; plain otherwise.
+///
+/// A paged view given to the plain or tiled kernel is gathered into rows first.
+pub fn choose<T>(purpose: &Purpose<'_, T>, paged: bool, q_per_row: usize, k_len: usize) -> Kernel {
+    match purpose {
+        Purpose::Train { drop } if k_len >= TILED_FROM_KEYS && drop.is_none() => Kernel::Tiled,
+        Purpose::Train { .. } | Purpose::Weights | Purpose::Prefill => Kernel::Plain,
+        Purpose::Decode if paged || q_per_row <= STEP_KERNEL_MAX_QUERIES => Kernel::Step,
+        Purpose::Decode => Kernel::Plain,
+    }
+}
+
+/// A cache that can lay its keys and values out for either kind of kernel (a KV cache, see
+/// `model::kv_cache`). Both views have `dims.kv_stride` positions per row.
+pub trait KvStore<T> {
+    /// Keys and values as rows `[batch * kv_stride, d_kv]` (position `t` of row `b` at row
+    /// `b * kv_stride + t`); may first reorder the storage.
+    fn contiguous(&mut self) -> (&[T], &[T]);
+    /// Keys and values as stored, `[stored rows, d_kv]`, and the table `[batch, kv_stride]` of
+    /// the stored row of each position.
+    fn paged(&self) -> (&[T], &[T], Cow<'_, [u32]>);
+}
+
+/// Where the keys and values of an attention call are.
+pub enum KvView<'a, T> {
+    /// `[batch * kv_stride, d_kv]` each: position `t` of row `b` at row `b * kv_stride + t`.
+    Contiguous { k: &'a [T], v: &'a [T] },
+    /// Stored rows `[n, d_kv]` each, read through `rows [batch, kv_stride]`: position `t` of row
+    /// `b` is stored row `rows[b * kv_stride + t]`.
+    Paged {
+        k: &'a [T],
+        v: &'a [T],
+        rows: &'a [u32],
+    },
+    /// A cache giving the layout the chosen kernel reads (not paged for [`choose`]).
+    Store(&'a mut dyn KvStore<T>),
+}
+
+/// The output of [`attend`]: the context `[batch * q_len, d_model]` and the weights as the
+/// kernel kept them.
+#[derive(Clone, Debug)]
+pub struct Attended<T> {
+    pub ctx: Vec<T>,
+    pub weights: AttnWeights<T>,
+}
+
+/// The attention weights as a kernel kept them.
+#[derive(Clone, Debug)]
+pub enum AttnWeights<T> {
+    /// Plain and step kernels: `[batch, heads, q_len, k_len]`, rows summing to one over the
+    /// visible keys (undropped), exactly 0 elsewhere.
+    Probs(Vec<T>),
+    /// Tiled kernel: the log-sum-exp of each score row `[batch * q_len, heads]`, from which its
+    /// backward recomputes the weights.
+    LogSumExp(Vec<T>),
+}
+
+/// The attention of `q [batch * q_len, d_model]` over `kv`, query `i` of row `b` seeing the keys
+/// `ranges.range(b, i)` of its row, with the kernel of [`choose`].
+pub fn attend<T: Float>(
+    q: &[T],
+    kv: KvView<'_, T>,
+    ranges: impl KeyRanges,
+    dims: AttnDims,
+    purpose: Purpose<'_, T>,
+) -> Attended<T> {
+    let paged = matches!(kv, KvView::Paged { .. });
+    let kernel = choose(&purpose, paged, dims.q_len, dims.k_len);
+    let drop = match purpose {
+        Purpose::Train { drop } => drop,
+        _ => None,
+    };
+    // ctx: [batch*q_len, d_model]
+    let mut ctx = vec![T::zero(); dims.batch * dims.q_len * dims.d_model()];
+    let n_weights = dims.batch * dims.heads * dims.q_len * dims.k_len;
+    if kernel == Kernel::Step {
+        // probs: [batch, heads, q_len, k_len]
+        let mut probs = vec![T::zero(); n_weights];
+        let step = |ctx: &mut [T], probs: &mut [T], k: &[T], v: &[T], rows: &[u32]| {
+            step_attention_forward(ctx, probs, q, k, v, rows, &ranges, dims);
+        };
+        match kv {
+            KvView::Paged { k, v, rows } => step(&mut ctx, &mut probs, k, v, rows),
+            KvView::Store(store) => {
+                let (k, v, rows) = store.paged();
+                step(&mut ctx, &mut probs, k, v, &rows);
+            }
+            KvView::Contiguous { k, v } => {
+                let rows: Vec<u32> = (0..(dims.batch * dims.kv_stride) as u32).collect();
+                step(&mut ctx, &mut probs, k, v, &rows);
+            }
+        }
+        return Attended {
+            ctx,
+            weights: AttnWeights::Probs(probs),
+        };
+    }
+    let gathered;
+    let (k, v): (&[T], &[T]) = match kv {
+        KvView::Contiguous { k, v } => (k, v),
+        KvView::Store(store) => store.contiguous(),
+        KvView::Paged { k, v, rows } => {
+            gathered = gather_rows(k, v, rows, dims);
+            (&gathered.0, &gathered.1)
+        }
+    };
+    let weights = if kernel == Kernel::Tiled {
+        // lse: [batch*q_len, heads]
+        let mut lse = vec![T::zero(); dims.batch * dims.q_len * dims.heads];
+        flash_attention_forward(&mut ctx, &mut lse, q, k, v, dims, ranges);
+        AttnWeights::LogSumExp(lse)
+    } else {
+        // probs: [batch, heads, q_len, k_len]
+        let mut probs = vec![T::zero(); n_weights];
+        attention_forward(&mut ctx, &mut probs, q, k, v, dims, ranges, drop);
+        AttnWeights::Probs(probs)
+    };
+    Attended { ctx, weights }
+}
+
+/// The rows `rows [batch, kv_stride]` of `k` and `v` in order, `[batch * kv_stride, d_kv]` each.
+fn gather_rows<T: Float>(k: &[T], v: &[T], rows: &[u32], dims: AttnDims) -> (Vec<T>, Vec<T>) {
+    let d_kv = dims.d_kv();
+    let n = dims.batch * dims.kv_stride;
+    let (mut k_out, mut v_out) = (vec![T::zero(); n * d_kv], vec![T::zero(); n * d_kv]);
+    for b in 0..dims.batch {
+        for t in 0..dims.k_len {
+            let (from, to) = (
+                rows[b * dims.kv_stride + t] as usize * d_kv,
+                (b * dims.kv_stride + t) * d_kv,
+            );
+            k_out[to..to + d_kv].copy_from_slice(&k[from..from + d_kv]);
+            v_out[to..to + d_kv].copy_from_slice(&v[from..from + d_kv]);
+        }
+    }
+    (k_out, v_out)
+}
+
+/// The forward's weights as [`attend_backward`] reads them.
+#[derive(Clone, Copy, Debug)]
+pub enum SavedRef<'a, T> {
+    /// The plain kernel's weights and its dropout mask, if one was drawn.
+    Probs {
+        probs: &'a [T],
+        drop: Option<&'a [T]>,
+    },
+    /// The tiled kernel's log-sum-exps.
+    LogSumExp(&'a [T]),
+}
+
+/// Backward of a [`Purpose::Train`] call with contiguous, unstrided keys (`kv_stride ==
+/// k_len`): given `dctx` and the forward's `ctx`, writes `dq [batch*q_len, d_model]` and `dk`,
+/// `dv` `[batch*k_len, d_kv]` with the kernel that ran forward (its saved weights say which),
+/// over the same key ranges.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_backward<T: Float>(
+    grads: (&mut [T], &mut [T], &mut [T]),
+    dctx: &[T],
+    ctx: &[T],
+    (q, k, v): (&[T], &[T], &[T]),
+    saved: SavedRef<'_, T>,
+    ranges: impl KeyRanges,
+    dims: AttnDims,
+) {
+    let (dq, dk, dv) = grads;
+    match saved {
+        // The weights are exactly 0 outside the ranges: no mask to re-apply.
+        SavedRef::Probs { probs, drop } => {
+            attention_backward(dq, dk, dv, dctx, q, k, v, probs, dims, drop)
+        }
+        SavedRef::LogSumExp(lse) => {
+            flash_attention_backward(dq, dk, dv, dctx, ctx, lse, q, k, v, dims, ranges)
         }
     }
 }
 
-/// Forward. Writes `ctx [batch*q_len, d_model]` and `probs [batch, heads, q_len, k_len]` from
-/// `q [batch*q_len, d_model]` and `k`, `v` `[batch*kv_stride, d_kv]`.
-///
-/// Attention dropout: with `drop` (a mask laid out like `probs`, each factor 0 or 1/(1 − p), see
-/// `kernels::dropout`), the context is `(P ⊙ M) V`; `probs` still receives the undropped `P`,
-/// which the backward needs for the softmax.
-#[allow(clippy::too_many_arguments)]
-pub fn attention_forward<T: Float>(
-    ctx: &mut [T],
-    probs: &mut [T],
-    q: &[T],
-    k: &[T],
-    v: &[T],
-    dims: AttnDims,
-    mask: AttnMask<'_>,
-    drop: Option<&[T]>,
-) {
-    let AttnDims {
-        heads,
-        d_head,
-        q_len,
-        k_len,
-        kv_stride,
-        ..
-    } = dims;
-    let (d_model, d_kv, group) = (dims.d_model(), dims.d_kv(), dims.group());
-    let scale = dims.scale::<T>();
-    assert_eq!(ctx.len(), dims.batch * q_len * d_model);
-    assert_eq!(probs.len(), dims.batch * heads * q_len * k_len);
-    if let Some(m) = drop {
-        assert_eq!(m.len(), probs.len(), "attention dropout mask shape");
+#[cfg(test)]
+mod tests {
+    use super::super::key_ranges::clip;
+    use super::*;
+    use crate::rng::Rng;
+
+    fn uniform(n: usize, seed: u64) -> Vec<f64> {
+        let mut rng = Rng::new(seed);
+        (0..n).map(|_| rng.uniform_range(-1.0, 1.0)).collect()
     }
-    ctx.par_chunks_mut(q_len * d_model)
-        .zip(probs.par_chunks_mut(heads * q_len * k_len))
-        .enumerate()
-        .for_each(|(b, (ctx_b, probs_b))| {
-            let q_off = b * q_len * d_model;
-            let kv_off = b * kv_stride * d_kv;
-            // P ⊙ M of one head [q_len, k_len], when dropping
-            let mut dropped = vec![T::zero(); if drop.is_some() { q_len * k_len } else { 0 }];
-            for h in 0..heads {
-                let p = &mut probs_b[h * q_len * k_len..(h + 1) * q_len * k_len];
-                let q_h = MatRef::strided(q, q_off + h * d_head, q_len, d_head, d_model, 1);
-                let kv_h = kv_off + (h / group) * d_head;
-                let k_h = MatRef::strided(k, kv_h, k_len, d_head, d_kv, 1);
-                let v_h = MatRef::strided(v, kv_h, k_len, d_head, d_kv, 1);
-                // scores [q_len, k_len] = Q_h K_hᵀ / √d_k
-                matmul(MatMut::new(p, q_len, k_len), q_h, k_h.t(), scale, false);
-                for (i, row) in p.chunks_exact_mut(k_len).enumerate() {
-                    softmax_inplace(row, mask.visible(b, i));
-                }
-                let p: &[T] = match drop {
-                    Some(m) => {
-                        let m_off = (b * heads + h) * q_len * k_len;
-                        mul_into(&mut dropped, p, &m[m_off..m_off + q_len * k_len]);
-                        &dropped
-                    }
-                    None => p,
-                };
-                // context [q_len, d_head] = P V_h (or (P ⊙ M) V_h), into head h's column block
-                let c_h = MatMut::strided(ctx_b, h * d_head, q_len, d_head, d_model, 1);
-                matmul(c_h, MatRef::new(p, q_len, k_len), v_h, T::one(), false);
-            }
-        });
-}
 
-/// Backward. Given `dctx`, writes `dq [batch*q_len, d_model]` and `dk`, `dv`
-/// `[batch*k_len, d_kv]` (the forward's key buffers must have had `kv_stride == k_len`); a
-/// key/value head's gradients sum the contributions of the query heads of its group.
-/// `drop` is the forward's attention-dropout mask: `dV = (P ⊙ M)ᵀ dC` and `dP = M ⊙ (dC Vᵀ)`.
-#[allow(clippy::too_many_arguments)]
-pub fn attention_backward<T: Float>(
-    dq: &mut [T],
-    dk: &mut [T],
-    dv: &mut [T],
-    dctx: &[T],
-    q: &[T],
-    k: &[T],
-    v: &[T],
-    probs: &[T],
-    dims: AttnDims,
-    drop: Option<&[T]>,
-) {
-    let AttnDims {
-        heads,
-        d_head,
-        q_len,
-        k_len,
-        ..
-    } = dims;
-    assert_eq!(dims.kv_stride, k_len, "backward needs unstrided keys");
-    let (d_model, d_kv, group) = (dims.d_model(), dims.d_kv(), dims.group());
-    let scale = dims.scale::<T>();
-    // One task per batch element: it alone writes that element's dK and dV rows, so the query
-    // heads of a group add into their key/value head in a fixed order.
-    dq.par_chunks_mut(q_len * d_model)
-        .zip(dk.par_chunks_mut(k_len * d_kv))
-        .zip(dv.par_chunks_mut(k_len * d_kv))
-        .enumerate()
-        .for_each(|(b, ((dq_b, dk_b), dv_b))| {
-            let q_off = b * q_len * d_model;
-            let kv_off = b * k_len * d_kv;
-            let mut ds = vec![T::zero(); q_len * k_len];
-            let mut dropped = vec![T::zero(); if drop.is_some() { q_len * k_len } else { 0 }];
-            for h in 0..heads {
-                let p_off = (b * heads + h) * q_len * k_len;
-                let p_rows = &probs[p_off..p_off + q_len * k_len];
-                let m_rows = drop.map(|m| &m[p_off..p_off + q_len * k_len]);
-                // the weights the forward multiplied V with: P or P ⊙ M
-                let p = match m_rows {
-                    Some(m) => {
-                        mul_into(&mut dropped, p_rows, m);
-                        MatRef::new(&dropped, q_len, k_len)
-                    }
-                    None => MatRef::new(p_rows, q_len, k_len),
-                };
-                // key/value head g, which the first query head of its group overwrites and
-                // the others add to
-                let (g, add) = (h / group, h % group != 0);
-                let q_h = MatRef::strided(q, q_off + h * d_head, q_len, d_head, d_model, 1);
-                let k_h = MatRef::strided(k, kv_off + g * d_head, k_len, d_head, d_kv, 1);
-                let v_h = MatRef::strided(v, kv_off + g * d_head, k_len, d_head, d_kv, 1);
-                let dc_h = MatRef::strided(dctx, q_off + h * d_head, q_len, d_head, d_model, 1);
-                // dV_g [k_len, d_head] (+)= Pᵀ dC_h
-                let dv_g = MatMut::strided(dv_b, g * d_head, k_len, d_head, d_kv, 1);
-                matmul(dv_g, p.t(), dc_h, T::one(), add);
-                // dP [q_len, k_len] = dC_h V_hᵀ, then through the softmax: dS = P ⊙ (dP − rowsum)
-                matmul(
-                    MatMut::new(&mut ds, q_len, k_len),
-                    dc_h,
-                    v_h.t(),
-                    T::one(),
-                    false,
-                );
-                if let Some(m) = m_rows {
-                    mul_inplace(&mut ds, m);
-                }
-                for (ds_row, p_row) in ds.chunks_exact_mut(k_len).zip(p_rows.chunks_exact(k_len)) {
-                    softmax_backward_inplace(ds_row, p_row);
-                }
-                let ds_m = MatRef::new(&ds, q_len, k_len);
-                // dQ_h = dS K_g / √d_k ;  dK_g (+)= dSᵀ Q_h / √d_k
-                let dq_h = MatMut::strided(dq_b, h * d_head, q_len, d_head, d_model, 1);
-                matmul(dq_h, ds_m, k_h, scale, false);
-                let dk_g = MatMut::strided(dk_b, g * d_head, k_len, d_head, d_kv, 1);
-                matmul(dk_g, ds_m.t(), q_h, scale, add);
-            }
-        });
-}
+    #[test]
+    fn chooser_follows_its_documented_rule() {
+        let drop = [1.0f32];
+        let train: Purpose<f32> = Purpose::Train { drop: None };
+        let dropped = Purpose::Train { drop: Some(&drop) };
+        assert_eq!(choose(&train, false, 4, TILED_FROM_KEYS - 1), Kernel::Plain);
+        assert_eq!(choose(&train, false, 4, TILED_FROM_KEYS), Kernel::Tiled);
+        assert_eq!(choose(&dropped, false, 4, 10_000), Kernel::Plain);
+        assert_eq!(
+            choose(&Purpose::<f32>::Weights, false, 1, 10_000),
+            Kernel::Plain
+        );
+        assert_eq!(
+            choose(&Purpose::<f32>::Prefill, false, 1, 10_000),
+            Kernel::Plain
+        );
+        let decode = Purpose::<f32>::Decode;
+        assert_eq!(
+            choose(&decode, false, STEP_KERNEL_MAX_QUERIES, 5),
+            Kernel::Step
+        );
+        assert_eq!(
+            choose(&decode, false, STEP_KERNEL_MAX_QUERIES + 1, 5),
+            Kernel::Plain
+        );
+        assert_eq!(choose(&decode, true, 100, 5), Kernel::Step);
+    }
 
-/// `out = a ⊙ b`, elementwise.
-fn mul_into<T: Float>(out: &mut [T], a: &[T], b: &[T]) {
-    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
-        *o = x * y;
+    /// `ctx` of attention with `ranges` in plain float64 loops.
+    fn naive(q: &[f64], k: &[f64], v: &[f64], dims: AttnDims, ranges: &impl KeyRanges) -> Vec<f64> {
+        let (d, d_kv, group) = (dims.d_model(), dims.d_kv(), dims.group());
+        let mut ctx = vec![0.0; dims.batch * dims.q_len * d];
+        for b in 0..dims.batch {
+            for h in 0..dims.heads {
+                for i in 0..dims.q_len {
+                    let qi = &q[(b * dims.q_len + i) * d + h * dims.d_head..][..dims.d_head];
+                    let key =
+                        |t: usize| (b * dims.kv_stride + t) * d_kv + (h / group) * dims.d_head;
+                    let seen = clip(ranges.range(b, i), dims.k_len);
+                    let s: Vec<f64> = seen
+                        .clone()
+                        .map(|t| {
+                            let kt = &k[key(t)..][..dims.d_head];
+                            qi.iter().zip(kt).map(|(a, b)| a * b).sum::<f64>()
+                                / (dims.d_head as f64).sqrt()
+                        })
+                        .collect();
+                    let max = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let z: f64 = s.iter().map(|x| (x - max).exp()).sum();
+                    let out = &mut ctx[(b * dims.q_len + i) * d + h * dims.d_head..][..dims.d_head];
+                    for (x, t) in s.iter().zip(seen) {
+                        let w = (x - max).exp() / z;
+                        for (o, &vt) in out.iter_mut().zip(&v[key(t)..][..dims.d_head]) {
+                            *o += w * vt;
+                        }
+                    }
+                }
+            }
+        }
+        ctx
+    }
+
+    fn close(a: &[f64], b: &[f64], what: &str) {
+        assert_eq!(a.len(), b.len());
+        for (x, y) in a.iter().zip(b) {
+            assert!((x - y).abs() < 1e-10, "{what}: {x} vs {y}");
+        }
+    }
+
+    /// Ranges that start past 0 (explicit per query, and a causal sliding window) through the
+    /// plain, tiled and step kernels against float64 loops; the tiled backward against the plain
+    /// one over the same ranges.
+    #[test]
+    fn late_starts_and_windows_match_reference_loops() {
+        let dims = AttnDims {
+            batch: 2,
+            heads: 4,
+            kv_heads: 2,
+            d_head: 8,
+            q_len: 70,
+            k_len: 150,
+            kv_stride: 150,
+        };
+        let (n_q, n_kv) = (
+            dims.batch * dims.q_len * dims.d_model(),
+            dims.batch * 150 * dims.d_kv(),
+        );
+        let (q, k, v) = (uniform(n_q, 1), uniform(n_kv, 2), uniform(n_kv, 3));
+        let mut rng = Rng::new(4);
+        let explicit = QueryRanges {
+            q_len: dims.q_len,
+            ranges: (0..dims.batch * dims.q_len)
+                .map(|_| {
+                    let a = (rng.uniform() * 150.0) as usize;
+                    let b = (rng.uniform() * 150.0) as usize;
+                    a.min(b)..a.max(b) + 1
+                })
+                .collect(),
+        };
+        let lens = [150, 131];
+        let mask = AttnMask {
+            key_lens: &lens,
+            causal: true,
+            q_offset: 75,
+        };
+        let table: Vec<u32> = (0..(dims.batch * 150) as u32).collect();
+        let ranges: [&dyn KeyRanges; 2] = [&explicit, &mask.windowed(40)];
+        for (r, ranges) in ranges.into_iter().enumerate() {
+            let want = naive(&q, &k, &v, dims, &ranges);
+            let contiguous = || KvView::Contiguous { k: &k, v: &v };
+            let plain = attend(&q, contiguous(), ranges, dims, Purpose::Weights);
+            close(&plain.ctx, &want, &format!("plain {r}"));
+            let tiled = attend(
+                &q,
+                contiguous(),
+                ranges,
+                dims,
+                Purpose::Train { drop: None },
+            );
+            assert!(matches!(tiled.weights, AttnWeights::LogSumExp(_)));
+            close(&tiled.ctx, &want, &format!("tiled {r}"));
+            let paged = KvView::Paged {
+                k: &k,
+                v: &v,
+                rows: &table,
+            };
+            let step = attend(&q, paged, ranges, dims, Purpose::Decode);
+            close(&step.ctx, &want, &format!("step {r}"));
+            // Backward: the tiled kernel's against the plain one's.
+            let dctx = uniform(n_q, 5);
+            let grads = |saved: SavedRef<'_, f64>, ctx: &[f64]| {
+                let (mut dq, mut dk, mut dv) = (vec![0.0; n_q], vec![0.0; n_kv], vec![0.0; n_kv]);
+                let g = (&mut dq[..], &mut dk[..], &mut dv[..]);
+                attend_backward(g, &dctx, ctx, (&q, &k, &v), saved, ranges, dims);
+                [dq, dk, dv].concat()
+            };
+            let (AttnWeights::Probs(p), AttnWeights::LogSumExp(lse)) =
+                (&plain.weights, &tiled.weights)
+            else {
+                unreachable!()
+            };
+            let from_probs = SavedRef::Probs {
+                probs: p,
+                drop: None,
+            };
+            let want = grads(from_probs, &plain.ctx);
+            close(
+                &grads(SavedRef::LogSumExp(lse), &tiled.ctx),
+                &want,
+                &format!("grads {r}"),
+            );
+        }
     }
 }

@@ -11,14 +11,15 @@
 //! `D_i = do_i·o_i`, `ds_ij = p_ij (do_i·v_j − D_i)`, `dV = Pᵀ dO`, `dK = dSᵀ Q / √d_k`,
 //! `dQ = dS K / √d_k`. It runs as two passes so that every output block has one writer and the
 //! result does not depend on the thread count: one over key blocks (dK, dV), one over query
-//! blocks (dQ). Tiles that the mask hides completely are skipped.
+//! blocks (dQ). Tiles that the key ranges hide completely are skipped.
 //!
-//! Same layouts and masks as [`super::attention`]: activations `[batch * len, heads * d_head]`,
+//! Same layouts and key ranges ([`super::key_ranges`]) as [`super::plain_attention`]: activations `[batch * len, heads * d_head]`,
 //! head `h` in column block `h`; keys and values `[batch * len, kv_heads * d_head]`, query head
 //! `h` reading key/value head `h / (heads / kv_heads)` (grouped-query attention). The
 //! log-sum-exp is `[batch * q_len, heads]`.
 
-use super::attention::{AttnDims, AttnMask};
+use super::attention::AttnDims;
+use super::key_ranges::{span, tile_cols, KeyRanges};
 use super::matmul::{matmul, MatMut, MatRef};
 use crate::Float;
 use rayon::prelude::*;
@@ -38,7 +39,7 @@ pub fn flash_attention_forward<T: Float>(
     k: &[T],
     v: &[T],
     dims: AttnDims,
-    mask: AttnMask<'_>,
+    ranges: impl KeyRanges,
 ) {
     let AttnDims {
         heads,
@@ -63,8 +64,8 @@ pub fn flash_attention_forward<T: Float>(
                 .for_each(|(qb, (ctx_blk, lse_blk))| {
                     let i0 = qb * BLOCK_Q;
                     let rows = ctx_blk.len() / d_model;
-                    // Keys seen by the last (widest) row of the block; visibility grows with i.
-                    let seen = mask.visible(b, i0 + rows - 1).min(k_len);
+                    // The keys any row of the block sees (a causal mask: those of its last row).
+                    let seen = span(&ranges, b, i0, rows, k_len);
                     let mut s = vec![T::zero(); rows * BLOCK_K];
                     let mut m = vec![T::neg_infinity(); rows];
                     let mut l = vec![T::zero(); rows];
@@ -75,8 +76,8 @@ pub fn flash_attention_forward<T: Float>(
                         l.fill(T::zero());
                         zero_head_rows(ctx_blk, rows, d_model, h, d_head);
                         let q_h = MatRef::strided(q, q_off + h * d_head, rows, d_head, d_model, 1);
-                        for j0 in (0..seen).step_by(BLOCK_K) {
-                            let cols = BLOCK_K.min(seen - j0);
+                        for j0 in tiles(&seen) {
+                            let cols = BLOCK_K.min(seen.end - j0);
                             let kv = kv_off + j0 * d_kv + (h / group) * d_head;
                             let k_j = MatRef::strided(k, kv, cols, d_head, d_kv, 1);
                             let v_j = MatRef::strided(v, kv, cols, d_head, d_kv, 1);
@@ -84,8 +85,9 @@ pub fn flash_attention_forward<T: Float>(
                             // s [rows, cols] = Q_h K_jᵀ / √d_k
                             matmul(MatMut::new(s_blk, rows, cols), q_h, k_j.t(), scale, false);
                             for (r, s_row) in s_blk.chunks_exact_mut(cols).enumerate() {
-                                let live = mask.visible(b, i0 + r).saturating_sub(j0).min(cols);
-                                let (on, hidden) = s_row.split_at_mut(live);
+                                let live = tile_cols(ranges.range(b, i0 + r), j0, cols);
+                                s_row[..live.start].fill(T::zero());
+                                let (on, hidden) = s_row[live.start..].split_at_mut(live.len());
                                 hidden.iter_mut().for_each(|x| *x = T::zero());
                                 let row_max = on.iter().fold(T::neg_infinity(), |a, &x| a.max(x));
                                 let m_new = m[r].max(row_max);
@@ -125,6 +127,12 @@ pub fn flash_attention_forward<T: Float>(
         });
 }
 
+/// The first keys of the key tiles that cover `seen`: multiples of [`BLOCK_K`] from the one
+/// holding `seen.start` (0 when every range starts at 0) up to `seen.end`.
+fn tiles(seen: &std::ops::Range<usize>) -> impl Iterator<Item = usize> {
+    (seen.start / BLOCK_K * BLOCK_K..seen.end).step_by(BLOCK_K)
+}
+
 /// Zeroes head `h`'s column block in the first `rows` rows of `[rows, d_model]`.
 fn zero_head_rows<T: Float>(buf: &mut [T], rows: usize, d_model: usize, h: usize, d_head: usize) {
     for r in 0..rows {
@@ -141,7 +149,7 @@ fn tile_probs<T: Float>(
     k_j: MatRef<'_, T>,
     lse_rows: impl Fn(usize) -> T,
     scale: T,
-    mask: AttnMask<'_>,
+    ranges: &impl KeyRanges,
     b: usize,
     i0: usize,
     j0: usize,
@@ -149,9 +157,10 @@ fn tile_probs<T: Float>(
     let (rows, cols) = (q_h.rows(), k_j.rows());
     matmul(MatMut::new(s, rows, cols), q_h, k_j.t(), scale, false);
     for (r, s_row) in s.chunks_exact_mut(cols).enumerate() {
-        let live = mask.visible(b, i0 + r).saturating_sub(j0).min(cols);
+        let live = tile_cols(ranges.range(b, i0 + r), j0, cols);
         let lse = lse_rows(r);
-        let (on, off) = s_row.split_at_mut(live);
+        s_row[..live.start].fill(T::zero());
+        let (on, off) = s_row[live.start..].split_at_mut(live.len());
         on.iter_mut().for_each(|x| *x = (*x - lse).exp());
         off.iter_mut().for_each(|x| *x = T::zero());
     }
@@ -186,7 +195,7 @@ pub fn flash_attention_backward<T: Float>(
     k: &[T],
     v: &[T],
     dims: AttnDims,
-    mask: AttnMask<'_>,
+    ranges: impl KeyRanges,
 ) {
     let AttnDims {
         heads,
@@ -240,7 +249,8 @@ pub fn flash_attention_backward<T: Float>(
                             .flat_map(|h| (0..q_len).step_by(BLOCK_Q).map(move |i0| (h, i0)))
                         {
                             let rows = BLOCK_Q.min(q_len - i0);
-                            if mask.visible(b, i0 + rows - 1) <= j0 {
+                            let seen = span(&ranges, b, i0, rows, k_len);
+                            if seen.end <= j0 || seen.start >= j0 + cols {
                                 continue; // no row of this query block sees this key block
                             }
                             let row0 = b * q_len + i0;
@@ -249,7 +259,7 @@ pub fn flash_attention_backward<T: Float>(
                             let do_i = MatRef::strided(dctx, q_off, rows, d_head, d_model, 1);
                             let (p_t, dp_t) = (&mut p[..rows * cols], &mut dp[..rows * cols]);
                             let lse_r = |r: usize| lse[(row0 + r) * heads + h];
-                            tile_probs(p_t, q_i, k_j, lse_r, scale, mask, b, i0, j0);
+                            tile_probs(p_t, q_i, k_j, lse_r, scale, &ranges, b, i0, j0);
                             // dV_j += Pᵀ dO_i
                             let dv_g = MatMut::strided(dv_blk, g * d_head, cols, d_head, d_kv, 1);
                             matmul(
@@ -292,7 +302,7 @@ pub fn flash_attention_backward<T: Float>(
                 .for_each(|(qb, dq_blk)| {
                     let i0 = qb * BLOCK_Q;
                     let rows = dq_blk.len() / d_model;
-                    let seen = mask.visible(b, i0 + rows - 1).min(k_len);
+                    let seen = span(&ranges, b, i0, rows, k_len);
                     let mut p = vec![T::zero(); rows * BLOCK_K];
                     let mut dp = vec![T::zero(); rows * BLOCK_K];
                     let row0 = b * q_len + i0;
@@ -301,14 +311,14 @@ pub fn flash_attention_backward<T: Float>(
                         let q_i = MatRef::strided(q, q_off, rows, d_head, d_model, 1);
                         let do_i = MatRef::strided(dctx, q_off, rows, d_head, d_model, 1);
                         zero_head_rows(dq_blk, rows, d_model, h, d_head);
-                        for j0 in (0..seen).step_by(BLOCK_K) {
-                            let cols = BLOCK_K.min(seen - j0);
+                        for j0 in tiles(&seen) {
+                            let cols = BLOCK_K.min(seen.end - j0);
                             let kv = (b * k_len + j0) * d_kv + (h / group) * d_head;
                             let k_j = MatRef::strided(k, kv, cols, d_head, d_kv, 1);
                             let v_j = MatRef::strided(v, kv, cols, d_head, d_kv, 1);
                             let (p_t, dp_t) = (&mut p[..rows * cols], &mut dp[..rows * cols]);
                             let lse_r = |r: usize| lse[(row0 + r) * heads + h];
-                            tile_probs(p_t, q_i, k_j, lse_r, scale, mask, b, i0, j0);
+                            tile_probs(p_t, q_i, k_j, lse_r, scale, &ranges, b, i0, j0);
                             matmul(
                                 MatMut::new(dp_t, rows, cols),
                                 do_i,

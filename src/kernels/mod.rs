@@ -1,15 +1,19 @@
 //! Numeric kernels only, with no model knowledge: a faster kernel drops in here without touching
 //! the model. Every kernel is generic over [`crate::Float`] so the f64 reference checks run the
-//! same code as f32 training.
+//! same code as f32 training. The model reaches them through [`backend`]: one attention call
+//! and one weight product, each choosing its kernel.
 
 pub mod activations;
 pub mod attention;
+pub mod backend;
 pub mod dropout;
 pub mod flash_attention;
+pub mod key_ranges;
 pub mod layer_norm;
 pub mod lowp;
 pub mod matmul;
 pub mod matvec;
+pub mod plain_attention;
 pub mod reduce;
 pub mod rms_norm;
 pub mod rope;

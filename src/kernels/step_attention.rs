@@ -11,16 +11,17 @@
 //! loops are written out and compiled for the machine's widest vectors at run time (`pulp`).
 
 use super::attention::AttnDims;
+use super::key_ranges::{clip, span, KeyRanges};
 use super::reduce::lane_dot;
 use super::softmax::softmax_inplace;
 use crate::Float;
 use rayon::prelude::*;
 
-/// Forward for `q [batch * q_len, d_model]`: the `q_len` queries of row `b` see its keys
-/// `0 .. visible[b]` (at most `dims.k_len`). Writes `ctx [batch * q_len, d_model]` and the weights
-/// `probs [batch, heads, q_len, k_len]` (exactly 0 past `visible[b]`). `k`, `v`: `[stored rows,
-/// d_kv]`, query head `h` reading key/value head `h / (heads / kv_heads)`; `key_rows`:
-/// `[batch, dims.kv_stride]` stored-row indices, the first `visible[b]` of each row read.
+/// Forward for `q [batch * q_len, d_model]`: query `i` of row `b` sees its keys
+/// `ranges.range(b, i)` (clipped to `dims.k_len`). Writes `ctx [batch * q_len, d_model]` and the
+/// weights `probs [batch, heads, q_len, k_len]` (exactly 0 outside the range). `k`, `v`:
+/// `[stored rows, d_kv]`, query head `h` reading key/value head `h / (heads / kv_heads)`;
+/// `key_rows`: `[batch, dims.kv_stride]` stored-row indices, those of the visible keys read.
 #[allow(clippy::too_many_arguments)]
 pub fn step_attention_forward<T: Float>(
     ctx: &mut [T],
@@ -29,7 +30,7 @@ pub fn step_attention_forward<T: Float>(
     k: &[T],
     v: &[T],
     key_rows: &[u32],
-    visible: &[usize],
+    ranges: impl KeyRanges,
     dims: AttnDims,
 ) {
     let AttnDims {
@@ -47,7 +48,6 @@ pub fn step_attention_forward<T: Float>(
     assert_eq!(ctx.len(), batch * q_len * d_model);
     assert_eq!(probs.len(), batch * heads * q_len * k_len);
     assert!(key_rows.len() >= batch * kv_stride, "key table too short");
-    assert_eq!(visible.len(), batch, "one visible count per row");
     if batch == 0 || d_model == 0 || q_len == 0 {
         return;
     }
@@ -57,14 +57,16 @@ pub fn step_attention_forward<T: Float>(
         .enumerate()
         .with_min_len(8)
         .for_each(|(b, ((ctx_b, probs_b), q_b))| {
-            let seen = visible[b].min(k_len);
+            let seen = span(&ranges, b, 0, q_len, k_len);
             pulp::Arch::new().dispatch(OneRow {
                 ctx_b,
                 probs_b,
                 q_b,
                 k,
                 v,
-                rows: &key_rows[b * kv_stride..b * kv_stride + seen],
+                rows: &key_rows[b * kv_stride..b * kv_stride + seen.end],
+                ranges: &ranges,
+                b,
                 heads,
                 group,
                 d_head,
@@ -77,7 +79,7 @@ pub fn step_attention_forward<T: Float>(
 /// One batch row: its queries, all heads. A `WithSimd` type rather than a closure: its
 /// `#[inline(always)]` body is compiled into each of pulp's target-feature functions (a closure
 /// would stay a separate function compiled for baseline x86-64).
-struct OneRow<'a, T> {
+struct OneRow<'a, T, R> {
     /// `[q_len, d_model]`
     ctx_b: &'a mut [T],
     /// `[heads, q_len, k_len]`
@@ -86,8 +88,11 @@ struct OneRow<'a, T> {
     q_b: &'a [T],
     k: &'a [T],
     v: &'a [T],
-    /// The stored rows of the visible keys.
+    /// The stored rows of the keys up to the last one any query of the row sees.
     rows: &'a [u32],
+    ranges: &'a R,
+    /// The batch row.
+    b: usize,
     heads: usize,
     /// Query heads per key/value head.
     group: usize,
@@ -96,7 +101,7 @@ struct OneRow<'a, T> {
     scale: T,
 }
 
-impl<T: Float> pulp::WithSimd for OneRow<'_, T> {
+impl<T: Float, R: KeyRanges> pulp::WithSimd for OneRow<'_, T, R> {
     type Output = ();
 
     #[inline(always)]
@@ -108,6 +113,8 @@ impl<T: Float> pulp::WithSimd for OneRow<'_, T> {
             k,
             v,
             rows,
+            ranges,
+            b,
             heads,
             group,
             d_head,
@@ -123,14 +130,17 @@ impl<T: Float> pulp::WithSimd for OneRow<'_, T> {
             for i in 0..q_len {
                 let q_i = &q_b[i * d_model + cols.start..i * d_model + cols.end];
                 let p = &mut probs_b[(h * q_len + i) * k_len..(h * q_len + i + 1) * k_len];
-                for (s, &r) in p.iter_mut().zip(rows) {
+                let seen = clip(ranges.range(b, i), rows.len());
+                let (p_seen, rows_seen) = (&mut p[seen.start..], &rows[seen.clone()]);
+                for (s, &r) in p_seen.iter_mut().zip(rows_seen) {
                     let at = r as usize * d_kv;
                     *s = lane_dot(q_i, &k[at + kv_cols.start..at + kv_cols.end]) * scale;
                 }
-                softmax_inplace(p, rows.len());
+                p[..seen.start].fill(T::zero());
+                softmax_inplace(&mut p[seen.start..], seen.len());
                 let c_i = &mut ctx_b[i * d_model + cols.start..i * d_model + cols.end];
                 c_i.iter_mut().for_each(|c| *c = T::zero());
-                for (&w, &r) in p.iter().zip(rows) {
+                for (&w, &r) in p[seen.start..].iter().zip(rows_seen) {
                     let at = r as usize * d_kv;
                     for (c, &x) in c_i.iter_mut().zip(&v[at + kv_cols.start..at + kv_cols.end]) {
                         *c += w * x;
@@ -144,7 +154,8 @@ impl<T: Float> pulp::WithSimd for OneRow<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::attention::{attention_forward, AttnMask};
+    use crate::kernels::key_ranges::AttnMask;
+    use crate::kernels::plain_attention::attention_forward;
     use crate::rng::Rng;
 
     fn uniform(n: usize, seed: u64) -> Vec<f64> {
@@ -189,7 +200,7 @@ mod tests {
             };
             let mut ctx = vec![0.0; batch * q_len * d];
             let mut probs = vec![f64::NAN; batch * heads * q_len * k_len];
-            step_attention_forward(&mut ctx, &mut probs, &q, &k, &v, &table, &visible, dims);
+            step_attention_forward(&mut ctx, &mut probs, &q, &k, &v, &table, &visible[..], dims);
             for b in 0..batch {
                 let seen = visible[b];
                 for h in 0..heads {
@@ -246,7 +257,7 @@ mod tests {
         let n = (batch * q_len * d, batch * heads * q_len * k_len);
         let lens: Vec<usize> = (0..batch).map(|b| k_len - 3 * b).collect();
         let (mut ctx, mut probs) = (vec![0f32; n.0], vec![0f32; n.1]);
-        step_attention_forward(&mut ctx, &mut probs, &q, &k, &v, &table, &lens, dims);
+        step_attention_forward(&mut ctx, &mut probs, &q, &k, &v, &table, &lens[..], dims);
         let (mut ctx2, mut probs2) = (vec![0f32; n.0], vec![0f32; n.1]);
         let mask = AttnMask {
             key_lens: &lens,

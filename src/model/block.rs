@@ -9,12 +9,13 @@
 //! [`KvCache`]. Parameters: `self_attn.{q,k,v,out}_proj`, `self_attn_norm`, `ffn.linear{1,2}`,
 //! `ffn_norm`.
 
-use super::attention::{AttentionCache, CachedAttention, MultiHeadAttention, RaggedTokens};
+use super::attention::{AttentionCache, MultiHeadAttention};
 use super::config::BlockConfig;
 use super::feed_forward::{FeedForward, FeedForwardCache};
 use super::kv_cache::KvCache;
 use super::param::{Init, Module, ParamVisitor};
 use super::residual::{Residual, ResidualCache};
+use super::step_layout::StepLayout;
 use crate::kernels::activations::add_inplace;
 use crate::kernels::attention::AttnMask;
 use crate::rng::Rng;
@@ -96,39 +97,21 @@ impl<T: Float> SelfAttentionBlock<T> {
         (self.ffn_res.apply(x, |u| self.ffn.forward(u).0), weights)
     }
 
-    /// Incremental, causal: `x [batch*q_len, d_model]` are the next positions; their keys and
-    /// values are appended to `cache` (see [`CachedAttention::Prefill`]).
-    pub fn forward_cached(&self, x: Vec<T>, cache: &mut KvCache<T>) -> Vec<T> {
-        let x = self.self_attn_res.apply(x, |u| {
-            self.self_attn
-                .forward_cached(u, cache, CachedAttention::Prefill)
-                .0
-        });
-        self.ffn_res.apply(x, |u| self.ffn.forward(u).0)
-    }
-
-    /// [`forward_cached`](Self::forward_cached) of a prompt `x [batch*q_len, d_model]` that
-    /// returns only each row's last position, `[batch, d_model]`: every position's keys and
-    /// values are cached, the rest of the block runs on the last positions only.
-    pub fn forward_cached_last(&self, x: Vec<T>, cache: &mut KvCache<T>, q_len: usize) -> Vec<T> {
+    /// Incremental, causal: `x [tokens, d_model]` are new positions laid out as `layout` says
+    /// (see [`MultiHeadAttention::step`]); their keys and values are appended to `cache`.
+    /// Returns the rows of the positions the layout's outputs ask for: with
+    /// [`Outputs::Last`](super::step_layout::Outputs::Last) on a uniform feed of several tokens
+    /// a row, `[rows, d_model]` (every position's keys and values are cached, the rest of the
+    /// block runs on the last positions only); otherwise every token's.
+    pub fn step(&self, x: Vec<T>, cache: &mut KvCache<T>, layout: &StepLayout<'_>) -> Vec<T> {
         let d = self.self_attn.d_model;
-        let x = self.self_attn_res.apply_last(x, q_len, d, |u| {
-            self.self_attn.forward_cached_last(u, cache)
-        });
-        self.ffn_res.apply(x, |u| self.ffn.forward(u).0)
-    }
-
-    /// A continuous-batching step: `x [n, d_model]` are tokens of any rows of `cache` (see
-    /// [`MultiHeadAttention::forward_ragged`]).
-    pub fn forward_ragged(
-        &self,
-        x: Vec<T>,
-        cache: &mut KvCache<T>,
-        tokens: RaggedTokens<'_>,
-    ) -> Vec<T> {
-        let x = self
-            .self_attn_res
-            .apply(x, |u| self.self_attn.forward_ragged(u, cache, tokens));
+        let q_len = x.len().checked_div(cache.batch * d).unwrap_or(0);
+        let attend = |u: &[T]| self.self_attn.step(u, cache, layout).0;
+        let x = if layout.last_of_several(q_len) {
+            self.self_attn_res.apply_last(x, q_len, d, attend)
+        } else {
+            self.self_attn_res.apply(x, attend)
+        };
         self.ffn_res.apply(x, |u| self.ffn.forward(u).0)
     }
 }

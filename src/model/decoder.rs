@@ -1,15 +1,16 @@
 //! The decoder (section 3.1): a [`Stack`] of N identical layers, each masked (causal)
 //! self-attention, then attention over the encoder output (cross-attention), then a
-//! position-wise FFN, each inside a residual connection. Also the incremental (KV-cached) step
-//! used for decoding, and the attention weights for attention maps.
+//! position-wise FFN, each inside a residual connection. Also the incremental (KV-cached)
+//! [`step`](DecoderLayer::step) used for decoding, and the attention weights for attention maps.
 
-use super::attention::{AttentionCache, CachedAttention, MultiHeadAttention, RaggedTokens};
+use super::attention::{AttentionCache, MultiHeadAttention};
 use super::config::BlockConfig;
 use super::feed_forward::{FeedForward, FeedForwardCache};
 use super::kv_cache::KvCache;
 use super::param::{Init, Module, ParamVisitor};
 use super::residual::{Residual, ResidualCache};
 use super::stack::Stack;
+use super::step_layout::StepLayout;
 use crate::kernels::activations::add_inplace;
 use crate::kernels::attention::AttnMask;
 use crate::rng::Rng;
@@ -138,58 +139,25 @@ impl<T: Float> DecoderLayer<T> {
             })
     }
 
-    /// Incremental step: `x [batch, d_model]` are the next position of each row; its key and
-    /// value are appended to `self_cache` (paged, see [`CachedAttention::Step`]); `cross_cache`
-    /// holds the memory's keys and values (one row per decoder row, or per group of rows, see
-    /// [`super::seq2seq::DecodeState`]). Returns the output and both attention weights.
-    pub fn forward_step(
+    /// Incremental step: `x [tokens, d_model]` are new positions laid out as `layout` says
+    /// (one per row: a uniform feed, or each row at its own position); their keys and values
+    /// are appended to `self_cache` (see [`MultiHeadAttention::step`]); `cross_cache` holds the
+    /// memory's keys and values (one row per decoder row, or per group of rows, see
+    /// [`super::seq2seq::DecodeState`]), `src_lens` long. Returns `[tokens, d_model]`.
+    pub fn step(
         &self,
         x: Vec<T>,
         self_cache: &mut KvCache<T>,
         cross_cache: &mut KvCache<T>,
         src_lens: &[usize],
-    ) -> (Vec<T>, StepAttention<T>) {
-        let mut self_probs = Vec::new();
-        let mut cross_probs = Vec::new();
-        let x = self.self_attn_res.apply(x, |u| {
-            let (y, p) = self
-                .self_attn
-                .forward_cached(u, self_cache, CachedAttention::Step);
-            self_probs = p;
-            y
-        });
-        let x = self.cross_attn_res.apply(x, |u| {
-            let mode = CachedAttention::Cross { key_lens: src_lens };
-            let (y, p) = self.cross_attn.forward_cached(u, cross_cache, mode);
-            cross_probs = p;
-            y
-        });
-        let x = self.ffn_res.apply(x, |u| self.ffn.forward(u).0);
-        let attn = StepAttention {
-            self_attn: self_probs,
-            cross_attn: cross_probs,
-        };
-        (x, attn)
-    }
-
-    /// A continuous-batching step: `x [rows, d_model]` is the next token of every row of
-    /// `self_cache`, row `r` at its own position `tokens.positions[r]` (rows started at
-    /// different steps; see [`MultiHeadAttention::forward_ragged`]); `cross_cache` holds one
-    /// source per row, `src_lens` long. Returns `[rows, d_model]`.
-    pub fn forward_step_ragged(
-        &self,
-        x: Vec<T>,
-        self_cache: &mut KvCache<T>,
-        cross_cache: &mut KvCache<T>,
-        src_lens: &[usize],
-        tokens: RaggedTokens<'_>,
+        layout: &StepLayout<'_>,
     ) -> Vec<T> {
+        let layout = layout.all_outputs();
         let x = self
             .self_attn_res
-            .apply(x, |u| self.self_attn.forward_ragged(u, self_cache, tokens));
+            .apply(x, |u| self.self_attn.step(u, self_cache, &layout).0);
         let x = self.cross_attn_res.apply(x, |u| {
-            let mode = CachedAttention::Cross { key_lens: src_lens };
-            self.cross_attn.forward_cached(u, cross_cache, mode).0
+            self.cross_attn.cross_cached(u, cross_cache, src_lens).0
         });
         self.ffn_res.apply(x, |u| self.ffn.forward(u).0)
     }

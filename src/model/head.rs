@@ -6,8 +6,9 @@
 use super::embedding::Embedding;
 use super::loss::{cross_entropy_ignoring, LossStats};
 use super::param::{Init, Module, Param, ParamVisitor};
+use crate::kernels::backend::{Backend, WeightRef, CPU};
 use crate::kernels::lowp::{PackedWeight, Precision};
-use crate::kernels::matmul::{matmul, transpose_weight, weight_product, MatMut, MatRef};
+use crate::kernels::matmul::{matmul, transpose_weight, MatMut, MatRef};
 use crate::kernels::softmax::log_softmax_inplace;
 use crate::Float;
 use rayon::prelude::*;
@@ -143,15 +144,17 @@ impl<T: Float> OutputHead<T> {
     fn product(&self, embedding: &Embedding<T>, hidden: &[T]) -> Vec<T> {
         let (d, v) = (self.d_model, self.vocab);
         let rows = hidden.len() / d;
+        // logits: [rows, vocab]
         let mut logits = vec![T::zero(); rows * v];
-        if let Some(p) = &self.packed {
-            if let (Some(x), Some(y)) = (T::as_f32(hidden), T::as_f32_mut(&mut logits)) {
-                p.product(y, x, rows);
-                return logits;
-            }
-        }
-        let (w, w_t) = (self.weight(embedding), self.transposed.as_deref());
-        weight_product(&mut logits, hidden, w, w_t, rows, d, v);
+        let w = WeightRef {
+            w: self.weight(embedding),
+            d_in: d,
+            d_out: v,
+            transposed: self.transposed.as_deref(),
+            packed: self.packed.as_ref(),
+            bf16: None,
+        };
+        CPU.weight_product(&mut logits, hidden, rows, w);
         logits
     }
 

@@ -25,6 +25,7 @@
 //! every sequence of the running batch is a row, its blocks come from the shared free list and
 //! go back to it the moment the row leaves.
 
+use crate::kernels::attention::KvStore;
 use crate::Float;
 use std::borrow::Cow;
 
@@ -91,6 +92,14 @@ impl<T: Float> KvCache<T> {
         (cache.k, cache.v, cache.len) = (k, v, len);
         cache.lens = vec![len; batch];
         cache
+    }
+
+    /// Whether attention reads this cache through its block table (blocks smaller than a row,
+    /// or of one position: the translator's self-attention, the serving pool) rather than as
+    /// one dense block per row (the language model's self-attention, a projected source); see
+    /// `super::step_layout`.
+    pub fn is_paged(&self) -> bool {
+        self.block_rows < self.capacity || self.block_rows == 1
     }
 
     /// Blocks some row refers to (the memory the cache holds is `2 · block_rows · d_model`
@@ -357,6 +366,18 @@ impl<T: Float> KvCache<T> {
             };
         }
         (&self.k, &self.v)
+    }
+}
+
+/// The attention call reads a cache as the kernel it chooses needs: rows in order
+/// ([`KvCache::dense`]) or through the table of stored rows ([`KvCache::paged`]); both with
+/// `capacity` positions per row.
+impl<T: Float> KvStore<T> for KvCache<T> {
+    fn contiguous(&mut self) -> (&[T], &[T]) {
+        self.dense()
+    }
+    fn paged(&self) -> (&[T], &[T], Cow<'_, [u32]>) {
+        KvCache::paged(self)
     }
 }
 

@@ -7,11 +7,10 @@
 
 use super::param::{Init, Module, Param, ParamVisitor};
 use crate::kernels::activations::{bias_relu_inplace, relu_inplace};
+use crate::kernels::backend::{Backend, WeightRef, CPU};
 use crate::kernels::lowp::bf16_train::{Bf16Kernel, Bf16Products};
 use crate::kernels::lowp::{PackedWeight, Precision};
-use crate::kernels::matmul::{
-    add_row_bias, matmul, transpose_weight, weight_product, MatMut, MatRef,
-};
+use crate::kernels::matmul::{add_row_bias, matmul, transpose_weight, MatMut, MatRef};
 use crate::kernels::reduce::add_column_sums;
 use crate::Float;
 
@@ -125,24 +124,18 @@ impl<T: Float> Linear<T> {
         self.packed.as_ref()
     }
 
-    /// `y = x Wᵀ`, without the bias, into `y [rows, d_out]`.
+    /// `y = x Wᵀ`, without the bias, into `y [rows, d_out]`: the backend's weight product
+    /// chooses the kernel from the forms of the weight this layer holds.
     fn product(&self, y: &mut [T], x: &[T], rows: usize) {
-        if let Some(p) = &self.packed {
-            if let (Some(x32), Some(y32)) = (T::as_f32(x), T::as_f32_mut(y)) {
-                return p.product(y32, x32, rows);
-            }
-        }
-        if let (Some(w32), Some(x32), Some(y32)) = (
-            T::as_f32(&self.weight.value.data),
-            T::as_f32(x),
-            T::as_f32_mut(y),
-        ) {
-            if self.bf16.forward(w32, y32, x32, self.d_in, self.d_out) {
-                return;
-            }
-        }
-        let (w, w_t) = (&self.weight.value.data, self.transposed.as_deref());
-        weight_product(y, x, w, w_t, rows, self.d_in, self.d_out);
+        let w = WeightRef {
+            w: &self.weight.value.data,
+            d_in: self.d_in,
+            d_out: self.d_out,
+            transposed: self.transposed.as_deref(),
+            packed: self.packed.as_ref(),
+            bf16: Some(&self.bf16),
+        };
+        CPU.weight_product(y, x, rows, w);
     }
 
     /// `x [rows, d_in]` -> `y [rows, d_out]`. The caller keeps `x` for the backward.

@@ -10,16 +10,16 @@
 //! `layers.{i}.ffn.linear1.weight`, `layers.{i}.ffn_norm.weight`, `final_norm.weight`,
 //! `output_proj.weight` (untied only).
 
-use super::attention::RaggedTokens;
 use super::block::{SelfAttentionBlock, SelfAttentionBlockCache};
+use super::cache_stack::CacheStack;
 use super::config::ModelConfig;
 use super::embedding::{Embedding, EmbeddingCache};
 use super::head::OutputHead;
-use super::kv_cache::KvCache;
 use super::linear::{prepare_inference_all, prepare_precision_all, set_bf16_products_all};
 use super::loss::LossStats;
 use super::param::{count_params, Init, Module, ParamVisitor, ShapesOnly};
 use super::stack::{Stack, StackCache};
+use super::step_layout::{embed_ragged, one_per_row, Feed, StepLayout};
 use crate::kernels::attention::AttnMask;
 use crate::kernels::lowp::bf16_train::Bf16Kernel;
 use crate::kernels::lowp::Precision;
@@ -48,60 +48,7 @@ pub struct LmCache<T> {
 }
 
 /// Incremental decoding state: one self-attention KV cache per block.
-#[derive(Clone, Debug)]
-pub struct LmState<T> {
-    pub caches: Vec<KvCache<T>>,
-}
-
-impl<T> LmState<T> {
-    /// Positions fed so far.
-    pub fn len(&self) -> usize {
-        self.caches.first().map_or(0, |c| c.len)
-    }
-
-    /// True before the first token.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Positions the caches have room for.
-    pub fn capacity(&self) -> usize {
-        self.caches.first().map_or(0, |c| c.capacity)
-    }
-}
-
-impl<T: Float> LmState<T> {
-    /// Row `j` becomes the old row `rows[j]`.
-    pub fn gather_rows(&mut self, rows: &[usize]) {
-        for cache in &mut self.caches {
-            cache.gather_rows(rows);
-        }
-    }
-
-    /// A new empty row at the end of every layer's cache (continuous batching); its index.
-    pub fn add_row(&mut self) -> usize {
-        self.caches
-            .iter_mut()
-            .map(KvCache::add_row)
-            .last()
-            .unwrap_or(0)
-    }
-
-    /// Rows in the batch.
-    pub fn rows(&self) -> usize {
-        self.caches.first().map_or(0, |c| c.batch)
-    }
-
-    /// Positions row `b` holds.
-    pub fn row_len(&self, b: usize) -> usize {
-        self.caches.first().map_or(0, |c| c.row_len(b))
-    }
-
-    /// Blocks in use, summed over the layers' caches.
-    pub fn blocks_in_use(&self) -> usize {
-        self.caches.iter().map(KvCache::blocks_in_use).sum()
-    }
-}
+pub type LmState<T> = CacheStack<T>;
 
 /// The number of trainable scalars of a language model of this shape (`None` on overflow),
 /// counted from the parameters' shapes. Checked against a weights file before allocating.
@@ -257,119 +204,83 @@ impl<T: Float> LanguageModel<T> {
     /// (at most `max_len`): one block per row, attended as matrix products.
     pub fn start(&self, batch: usize, capacity: usize) -> LmState<T> {
         let capacity = capacity.min(self.config.max_len);
-        LmState {
-            caches: self
-                .blocks
-                .layers
-                .iter()
-                .map(|l| KvCache::new(batch, capacity, l.self_attn.d_kv(), capacity))
-                .collect(),
-        }
+        CacheStack::new(self.kv_widths(), batch, capacity, capacity)
     }
 
     /// An empty state for continuous batching: no rows yet, each row may hold up to `max_len`
     /// positions, stored in blocks of `block_rows` from one free list per layer (the serving
-    /// pool; rows join with [`LmState::add_row`], grow through [`step_ragged`](Self::step_ragged)
-    /// and leave with [`LmState::gather_rows`]).
+    /// pool; rows join with [`CacheStack::add_row`], grow through [`step`](Self::step) with a
+    /// ragged layout and leave with [`CacheStack::gather_rows`]).
     pub fn start_paged(&self, block_rows: usize) -> LmState<T> {
-        let capacity = self.config.max_len;
-        LmState {
-            caches: self
-                .blocks
-                .layers
-                .iter()
-                .map(|l| KvCache::new(0, capacity, l.self_attn.d_kv(), block_rows))
-                .collect(),
-        }
+        CacheStack::new(self.kv_widths(), 0, self.config.max_len, block_rows)
     }
 
-    /// A continuous-batching step: `tokens [n]` continue the rows `ragged.rows` at positions
-    /// `ragged.positions` (several consecutive tokens of a row: a prompt chunk; one: the next
-    /// token of a sequence being decoded). Returns the log-probabilities `[outputs.len(), vocab]`
-    /// of the token after each token `outputs[j]` (the last of each row's chunk, typically):
-    /// the output projection runs on those rows only.
-    pub fn step_ragged(
+    /// The key/value width of each block's self-attention.
+    fn kv_widths(&self) -> Vec<usize> {
+        self.blocks
+            .layers
+            .iter()
+            .map(|l| l.self_attn.d_kv())
+            .collect()
+    }
+
+    /// Feeds `tokens` laid out as `layout` says (see [`super::step_layout`]): a uniform feed
+    /// `[rows, q_len]` at the state's next positions (a prompt at once, or one token a row), or
+    /// tokens of any rows at their own positions (continuous batching). Returns the
+    /// log-probabilities of the token after each output the layout selects,
+    /// `[outputs, vocab]`: the output projection (the widest product of a step) runs on those
+    /// rows only, and with [`Outputs::Last`](super::step_layout::Outputs::Last) on a uniform
+    /// feed the last block too.
+    pub fn step(&self, state: &mut LmState<T>, tokens: &[u32], layout: &StepLayout<'_>) -> Vec<T> {
+        let (x, q_len) = match layout.feed {
+            Feed::Uniform => self.embed_uniform(state, tokens),
+            Feed::Ragged { rows, positions } => {
+                let x = embed_ragged(&self.embedding, tokens, rows, positions, self.max_len());
+                (x, 1)
+            }
+            Feed::OnePerRow => {
+                let (rows, positions) = one_per_row(state.row_lens());
+                let x = embed_ragged(&self.embedding, tokens, &rows, &positions, self.max_len());
+                let layout = StepLayout {
+                    feed: Feed::Ragged {
+                        rows: &rows,
+                        positions: &positions,
+                    },
+                    outputs: layout.outputs,
+                };
+                return self.step_blocks(state, x, 1, &layout);
+            }
+        };
+        self.step_blocks(state, x, q_len, layout)
+    }
+
+    /// The blocks over the embedded step `x`, then the selected outputs' log-probabilities.
+    fn step_blocks(
         &self,
         state: &mut LmState<T>,
-        tokens: &[u32],
-        ragged: RaggedTokens<'_>,
-        outputs: &[usize],
+        x: Vec<T>,
+        q_len: usize,
+        layout: &StepLayout<'_>,
     ) -> Vec<T> {
-        let d = self.config.d_model;
-        assert_eq!(tokens.len(), ragged.rows.len(), "one row per token");
-        let mut x = vec![T::zero(); tokens.len() * d];
-        for (s, len) in ragged.runs() {
-            let pos = ragged.positions[s];
-            assert!(pos + len <= self.max_len(), "sequence longer than max_len");
-            let (e, _) = self
-                .embedding
-                .forward(&tokens[s..s + len], len, pos, 0.0, None);
-            x[s * d..(s + len) * d].copy_from_slice(&e);
-        }
         let caches = &mut state.caches;
-        let h = self
-            .blocks
-            .apply(x, |i, l, x| l.forward_ragged(x, &mut caches[i], ragged));
-        let mut picked = Vec::with_capacity(outputs.len() * d);
-        for &i in outputs {
-            picked.extend_from_slice(&h[i * d..(i + 1) * d]);
-        }
-        self.head.log_probs(&self.embedding, &picked)
-    }
-
-    /// Feeds `tokens [batch, q_len]` at the next positions (a prompt at once, or one token per
-    /// step) and returns the log-probabilities of each following token, `[batch*q_len, vocab]`.
-    pub fn step(&self, state: &mut LmState<T>, tokens: &[u32]) -> Vec<T> {
-        let (h, _) = self.step_hidden(state, tokens);
-        self.head.log_probs(&self.embedding, &h)
-    }
-
-    /// [`step`](Self::step), returning only the log-probabilities after the last token of each
-    /// row, `[batch, vocab]`: the output projection (the widest product of a step) runs on the
-    /// last position of a prompt only, which is all a search reads.
-    pub fn step_last(&self, state: &mut LmState<T>, tokens: &[u32]) -> Vec<T> {
-        let (x, q_len) = self.step_embed(state, tokens);
-        let caches = &mut state.caches;
-        let layers = &self.blocks.layers;
-        let Some((last_layer, first)) = layers.split_last().filter(|_| q_len > 1) else {
-            let h = self
-                .blocks
-                .apply(x, |i, l, x| l.forward_cached(x, &mut caches[i]));
-            // One position a row (a decoding step): every row is a last one.
-            let last = match q_len {
-                1 => h,
-                _ => super::residual::last_rows(&h, q_len, self.config.d_model),
-            };
-            return self.head.log_probs(&self.embedding, &last);
+        let last = self.blocks.layers.len().saturating_sub(1);
+        let inner = layout.all_outputs();
+        let h = self.blocks.apply(x, |i, l, x| {
+            l.step(x, &mut caches[i], if i == last { layout } else { &inner })
+        });
+        // The last block already kept only the last positions when it could.
+        let reduced = layout.last_of_several(q_len) && !self.blocks.layers.is_empty();
+        let h = if reduced {
+            h
+        } else {
+            layout.select(h, q_len, self.config.d_model)
         };
-        // Every block but the last on all positions; the last one caches every position's keys
-        // and values but computes the rest for the last position of each row only.
-        let mut x = x;
-        for (i, l) in first.iter().enumerate() {
-            x = l.forward_cached(x, &mut caches[i]);
-        }
-        // last: [batch, d_model]
-        let mut last = last_layer.forward_cached_last(x, &mut caches[first.len()], q_len);
-        if let Some(norm) = &self.blocks.final_norm {
-            last = norm.forward(&last).0;
-        }
-        self.head.log_probs(&self.embedding, &last)
-    }
-
-    /// The blocks' output `[batch*q_len, d_model]` for `tokens [batch, q_len]` at the next
-    /// positions (appended to the caches), and `q_len`.
-    fn step_hidden(&self, state: &mut LmState<T>, tokens: &[u32]) -> (Vec<T>, usize) {
-        let (x, q_len) = self.step_embed(state, tokens);
-        let caches = &mut state.caches;
-        let h = self
-            .blocks
-            .apply(x, |i, l, x| l.forward_cached(x, &mut caches[i]));
-        (h, q_len)
+        self.head.log_probs(&self.embedding, &h)
     }
 
     /// The embeddings `[batch*q_len, d_model]` of `tokens [batch, q_len]` at the state's next
     /// positions, and `q_len`.
-    fn step_embed(&self, state: &LmState<T>, tokens: &[u32]) -> (Vec<T>, usize) {
+    fn embed_uniform(&self, state: &LmState<T>, tokens: &[u32]) -> (Vec<T>, usize) {
         let batch = state.caches.first().map_or(1, |c| c.batch);
         assert!(
             tokens.len().is_multiple_of(batch),
@@ -400,12 +311,12 @@ mod tests {
     use super::*;
     use crate::model::{NormPlacement, Positions};
 
-    /// A prompt through `step_last` (the last block on the last positions only) against the
-    /// last rows of `step` (every position everywhere), in f64, post-LN sinusoidal and pre-LN
+    /// A prompt through `step` with the last outputs only (the last block on the last positions
+    /// only) against the last rows of a dense `step` (every position everywhere), in f64, post-LN sinusoidal and pre-LN
     /// rotary grouped-query models, after a cached prefix; then one more token through both
     /// states, which checks that the last block cached every position's keys and values.
     #[test]
-    fn step_last_equals_the_last_rows_of_step() {
+    fn last_outputs_equal_the_last_rows_of_a_dense_step() {
         for (norm, positions) in [
             (NormPlacement::PostLn, Positions::Sinusoidal),
             (NormPlacement::PreLn, Positions::Rotary),
@@ -422,17 +333,21 @@ mod tests {
             let (batch, q_len, vocab) = (2, 5, c.vocab_size);
             let (mut a, mut b) = (m.start(batch, 16), m.start(batch, 16));
             let prefix = [4, 9, 1, 7, 7, 2];
-            m.step(&mut a, &prefix);
-            m.step(&mut b, &prefix);
+            let (dense, last) = (StepLayout::dense(), StepLayout::last());
+            m.step(&mut a, &prefix, &dense);
+            m.step(&mut b, &prefix, &dense);
             let prompt: Vec<u32> = (0..batch * q_len).map(|i| (i * 7 % vocab) as u32).collect();
-            let last = m.step_last(&mut a, &prompt);
-            let all = m.step(&mut b, &prompt);
+            let last_rows = m.step(&mut a, &prompt, &last);
+            let all = m.step(&mut b, &prompt, &dense);
             let want = super::super::residual::last_rows(&all, q_len, vocab);
-            assert_eq!(last.len(), want.len());
-            for (x, y) in last.iter().zip(&want) {
+            assert_eq!(last_rows.len(), want.len());
+            for (x, y) in last_rows.iter().zip(&want) {
                 assert!((x - y).abs() < 1e-10, "{norm:?} {positions:?}: {x} vs {y}");
             }
-            let (next_a, next_b) = (m.step_last(&mut a, &[3, 5]), m.step_last(&mut b, &[3, 5]));
+            let (next_a, next_b) = (
+                m.step(&mut a, &[3, 5], &last),
+                m.step(&mut b, &[3, 5], &last),
+            );
             for (x, y) in next_a.iter().zip(&next_b) {
                 assert!(
                     (x - y).abs() < 1e-10,

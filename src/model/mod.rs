@@ -1,9 +1,11 @@
 //! The model: one file per concept of the paper, each layer's forward and backward side by side.
 
 pub mod attention;
+pub mod attention_step;
 pub mod bert;
 pub mod block;
 pub mod build;
+pub mod cache_stack;
 pub mod checkpoint;
 pub mod config;
 pub mod decoder;
@@ -23,9 +25,11 @@ pub mod residual;
 pub mod seq2seq;
 pub mod seq2seq_ragged;
 pub mod stack;
+pub mod step_layout;
 
 pub use checkpoint::Model;
 pub use config::{Activation, BlockConfig, ModelConfig, NormPlacement, Positions};
 pub use lm::LanguageModel;
 pub use param::{Init, Module, Param, ShapesOnly};
 pub use seq2seq::Seq2Seq;
+pub use step_layout::StepLayout;

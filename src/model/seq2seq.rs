@@ -6,16 +6,17 @@
 //! `decoder.layers.{i}.*`, `decoder.final_norm.*` (pre-LN), `output_proj.weight` (untied).
 
 use super::block::{SelfAttentionBlock, SelfAttentionBlockCache};
+use super::cache_stack::CacheStack;
 use super::config::ModelConfig;
 use super::decoder::{Decoder, DecoderLayer, DecoderLayerCache, DecoderMasks, StepAttention};
 use super::embedding::{Embedding, EmbeddingCache};
 use super::encoder::{padding_mask, Encoder};
 use super::head::OutputHead;
-use super::kv_cache::KvCache;
 use super::linear::{prepare_inference_all, prepare_precision_all, set_bf16_products_all};
 use super::loss::LossStats;
 use super::param::{Init, Module, ParamVisitor};
 use super::stack::{Stack, StackCache};
+use super::step_layout::{embed_ragged, one_per_row, Feed, StepLayout};
 use crate::batch::{Batch, PAD};
 use crate::kernels::lowp::bf16_train::Bf16Kernel;
 use crate::kernels::lowp::Precision;
@@ -52,20 +53,20 @@ pub struct Seq2SeqCache<T> {
 pub struct DecodeState<T> {
     /// Per decoder layer: the self-attention keys/values of the tokens fed so far, paged one
     /// position per block (beam search re-gathers rows after every step).
-    pub self_caches: Vec<KvCache<T>>,
+    pub self_caches: CacheStack<T>,
     /// Per decoder layer: the encoder output's keys/values, computed once. One row per decoder
     /// row, or one per group of `g` consecutive decoder rows that share a source (beam search:
     /// the beams of a sentence), which the cross-attention then reads as `g` queries (its
     /// weights come out as `[sentences, heads, g, src_len]`).
-    pub cross_caches: Vec<KvCache<T>>,
+    pub cross_caches: CacheStack<T>,
     /// Source lengths, one per cross-attention cache row.
     pub src_lens: Vec<usize>,
 }
 
 impl<T: Float> DecodeState<T> {
-    /// Positions fed so far.
+    /// Positions fed so far (ragged rows: in the longest row).
     pub fn len(&self) -> usize {
-        self.self_caches.first().map_or(0, |c| c.len)
+        self.self_caches.len()
     }
 
     /// True before the first token.
@@ -75,16 +76,12 @@ impl<T: Float> DecodeState<T> {
 
     /// Decoder row `j` becomes the old row `rows[j]` (the cross-attention rows stay).
     pub fn gather_rows(&mut self, rows: &[usize]) {
-        for cache in &mut self.self_caches {
-            cache.gather_rows(rows);
-        }
+        self.self_caches.gather_rows(rows);
     }
 
     /// Cross-attention row `j` becomes the old cross row `rows[j]`, with its source length.
     pub fn gather_sources(&mut self, rows: &[usize]) {
-        for cache in &mut self.cross_caches {
-            cache.gather_rows(rows);
-        }
+        self.cross_caches.gather_rows(rows);
         self.src_lens = rows.iter().map(|&r| self.src_lens[r]).collect();
     }
 }
@@ -313,18 +310,16 @@ impl<T: Float> Seq2Seq<T> {
     ) -> DecodeState<T> {
         let batch = src_lens.len();
         let (memory, _, _) = self.encode(src, src_len, src_lens, None);
-        let cross_caches = self
-            .decoder
-            .layers
-            .iter()
-            .map(|l| l.cross_attn.project_kv(&memory, batch))
-            .collect();
-        let self_caches = self
-            .decoder
-            .layers
-            .iter()
-            .map(|l| KvCache::new(batch, max_tgt_len, l.self_attn.d_kv(), 1))
-            .collect();
+        let cross_caches = CacheStack {
+            caches: self
+                .decoder
+                .layers
+                .iter()
+                .map(|l| l.cross_attn.project_kv(&memory, batch))
+                .collect(),
+        };
+        let widths = self.decoder.layers.iter().map(|l| l.self_attn.d_kv());
+        let self_caches = CacheStack::new(widths, batch, max_tgt_len, 1);
         DecodeState {
             self_caches,
             cross_caches,
@@ -332,27 +327,107 @@ impl<T: Float> Seq2Seq<T> {
         }
     }
 
-    /// Feeds one token per batch element (`tokens [batch]`) at the next position; returns the
-    /// log-probabilities of the following token `[batch, vocab]` and the attention weights.
-    pub fn decode_step(
+    /// Feeds target tokens laid out as `layout` says (see [`super::step_layout`]) and returns
+    /// the log-probabilities of the token after each output the layout selects,
+    /// `[outputs, vocab]`. A uniform feed `[rows, q_len]` runs one position at a time (the
+    /// cross-attention reads one query per row and step); a ragged feed brings one token per
+    /// row, each row at its own position (rows started at different steps, see
+    /// [`super::seq2seq_ragged`]).
+    pub fn step(
         &self,
         state: &mut DecodeState<T>,
         tokens: &[u32],
-    ) -> (Vec<T>, Vec<StepAttention<T>>) {
-        let pos = state.len();
-        let (x, _) = self.embedding.forward(tokens, 1, pos, 0.0, None);
-        let mut attn = Vec::with_capacity(self.decoder.layers.len());
+        layout: &StepLayout<'_>,
+    ) -> Vec<T> {
+        let (rows, positions) = match layout.feed {
+            Feed::Uniform => return self.step_uniform(state, tokens, layout),
+            Feed::OnePerRow => one_per_row(state.self_caches.row_lens()),
+            Feed::Ragged { rows, positions } => (rows.to_vec(), positions.to_vec()),
+        };
+        assert!(
+            rows.iter().copied().eq(0..state.rows()),
+            "the translator's step feeds one token per row, in row order"
+        );
+        if rows.is_empty() {
+            return Vec::new();
+        }
+        // x: [rows, d_model], each token embedded at its own position.
+        let x = embed_ragged(
+            &self.embedding,
+            tokens,
+            &rows,
+            &positions,
+            self.config.max_len,
+        );
+        let ragged = StepLayout {
+            feed: Feed::Ragged {
+                rows: &rows,
+                positions: &positions,
+            },
+            outputs: layout.outputs,
+        };
+        let h = self.decoder_step(state, x, &ragged);
+        self.head
+            .log_probs(&self.embedding, &ragged.select(h, 1, self.config.d_model))
+    }
+
+    /// A uniform feed `[rows, q_len]`: one position of every row at a time, the results in
+    /// `[rows, q_len]` order, then the layout's outputs.
+    fn step_uniform(
+        &self,
+        state: &mut DecodeState<T>,
+        tokens: &[u32],
+        layout: &StepLayout<'_>,
+    ) -> Vec<T> {
+        let rows = state
+            .self_caches
+            .caches
+            .first()
+            .map_or(tokens.len(), |c| c.batch);
+        let q_len = tokens.len() / rows.max(1);
+        let v = self.config.vocab_size;
+        let one = |state: &mut DecodeState<T>, column: &[u32]| {
+            let pos = state.len();
+            let (x, _) = self.embedding.forward(column, 1, pos, 0.0, None);
+            let h = self.decoder_step(state, x, &StepLayout::dense());
+            self.head.log_probs(&self.embedding, &h)
+        };
+        if q_len == 1 {
+            return layout.select(one(state, tokens), 1, v);
+        }
+        let mut out = vec![T::zero(); tokens.len() * v];
+        for i in 0..q_len {
+            let column: Vec<u32> = (0..rows).map(|r| tokens[r * q_len + i]).collect();
+            let lp = one(state, &column);
+            for r in 0..rows {
+                let at = (r * q_len + i) * v;
+                out[at..at + v].copy_from_slice(&lp[r * v..(r + 1) * v]);
+            }
+        }
+        layout.select(out, q_len, v)
+    }
+
+    /// The decoder layers over the embedded step `x`, one token per row.
+    fn decoder_step(
+        &self,
+        state: &mut DecodeState<T>,
+        x: Vec<T>,
+        layout: &StepLayout<'_>,
+    ) -> Vec<T> {
         let DecodeState {
             self_caches,
             cross_caches,
             src_lens,
         } = state;
-        let h = self.decoder.apply(x, |i, l, x| {
-            let (y, a) = l.forward_step(x, &mut self_caches[i], &mut cross_caches[i], src_lens);
-            attn.push(a);
-            y
-        });
-        (self.head.log_probs(&self.embedding, &h), attn)
+        self.decoder.apply(x, |i, l, x| {
+            l.step(
+                x,
+                &mut self_caches[i],
+                &mut cross_caches[i],
+                src_lens,
+                layout,
+            )
+        })
     }
 }
 

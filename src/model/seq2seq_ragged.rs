@@ -9,7 +9,9 @@
 //!   ([`Seq2Seq::start_decoding`] of the sentences that just arrived, encoded together) to the
 //!   running one: their projected sources (padding left out) and target positions are copied
 //!   into new rows.
-//! - [`Seq2Seq::decode_step_ragged`] feeds one token per row, row `r` at its own position
+//! - [`Seq2Seq::step`] with a one-per-row layout
+//!   ([`StepLayout::one_per_row`](super::step_layout::StepLayout::one_per_row)) feeds one token
+//!   per row, row `r` at its own position
 //!   `t_r` (its self-attention sees its positions `0 ..= t_r`, its cross-attention the
 //!   `src_lens[r]` keys of its own source), and returns `[rows, vocab]` log-probabilities.
 //! - rows leave with [`DecodeState::gather_rows`] and [`DecodeState::gather_sources`] (the same
@@ -19,8 +21,7 @@
 //! (up to the last bits of float rounding, which differ between products of different row
 //! counts; the test below checks the float64 teacher-forced forward to 1e-10).
 
-use super::attention::RaggedTokens;
-use super::kv_cache::KvCache;
+use super::cache_stack::CacheStack;
 use super::seq2seq::{DecodeState, Seq2Seq};
 use crate::Float;
 
@@ -32,14 +33,13 @@ impl<T: Float> DecodeState<T> {
 
     /// Target positions fed so far in row `r`.
     pub fn row_len(&self, r: usize) -> usize {
-        self.self_caches.first().map_or(0, |c| c.row_len(r))
+        self.self_caches.row_len(r)
     }
 
     /// Blocks holding keys and values, summed over the self- and cross-attention caches of one
     /// layer (every layer holds as many).
     pub fn blocks_in_use(&self) -> usize {
-        let first = |caches: &[KvCache<T>]| caches.first().map_or(0, KvCache::blocks_in_use);
-        first(&self.self_caches) + first(&self.cross_caches)
+        self.self_caches.blocks_per_layer() + self.cross_caches.blocks_per_layer()
     }
 
     /// Appends the rows of `other` (one source per row, as [`Seq2Seq::start_decoding`] makes
@@ -47,30 +47,17 @@ impl<T: Float> DecodeState<T> {
     /// row (not the padding of a batch) and its target positions fed so far, copied into new
     /// rows. Both states come from the same model; `self`'s capacities hold `other`'s rows.
     pub fn append(&mut self, other: &DecodeState<T>) {
-        let rows = other.rows();
-        assert_eq!(
-            self.self_caches.len(),
-            other.self_caches.len(),
-            "states of models with different numbers of decoder layers"
-        );
         for (states, what) in [(&*self, "this state"), (other, "the appended state")] {
-            let decoder_rows = states.self_caches.first().map_or(0, |c| c.batch);
             assert_eq!(
-                decoder_rows,
+                states.self_caches.rows(),
                 states.rows(),
                 "{what} shares sources between rows (beam search); append needs one per row"
             );
         }
-        for (mine, theirs) in self.self_caches.iter_mut().zip(&other.self_caches) {
-            for b in 0..rows {
-                mine.push_row_from(theirs, b, theirs.row_len(b));
-            }
-        }
-        for (mine, theirs) in self.cross_caches.iter_mut().zip(&other.cross_caches) {
-            for b in 0..rows {
-                mine.push_row_from(theirs, b, other.src_lens[b]);
-            }
-        }
+        self.self_caches
+            .push_rows_from(&other.self_caches, &other.self_caches.row_lens());
+        self.cross_caches
+            .push_rows_from(&other.cross_caches, &other.src_lens);
         self.src_lens.extend_from_slice(&other.src_lens);
     }
 }
@@ -79,55 +66,14 @@ impl<T: Float> Seq2Seq<T> {
     /// An empty running state for continuous batching (see the module docs).
     pub fn start_ragged(&self, block_rows: usize) -> DecodeState<T> {
         let cap = self.config.max_len;
-        let caches = |d_kv: Vec<usize>| -> Vec<KvCache<T>> {
-            d_kv.into_iter()
-                .map(|d| KvCache::new(0, cap, d, block_rows))
-                .collect()
-        };
         let layers = &self.decoder.layers;
+        let self_widths = layers.iter().map(|l| l.self_attn.d_kv());
+        let cross_widths = layers.iter().map(|l| l.cross_attn.d_kv());
         DecodeState {
-            self_caches: caches(layers.iter().map(|l| l.self_attn.d_kv()).collect()),
-            cross_caches: caches(layers.iter().map(|l| l.cross_attn.d_kv()).collect()),
+            self_caches: CacheStack::new(self_widths, 0, cap, block_rows),
+            cross_caches: CacheStack::new(cross_widths, 0, cap, block_rows),
             src_lens: Vec::new(),
         }
-    }
-
-    /// Feeds `tokens [rows]`, one per row of `state`, each at its row's next position; returns
-    /// the log-probabilities of the following token `[rows, vocab]` (see the module docs).
-    pub fn decode_step_ragged(&self, state: &mut DecodeState<T>, tokens: &[u32]) -> Vec<T> {
-        let rows = state.rows();
-        assert_eq!(tokens.len(), rows, "one token per row");
-        if rows == 0 {
-            return Vec::new();
-        }
-        let positions: Vec<usize> = (0..rows).map(|r| state.row_len(r)).collect();
-        let row_ids: Vec<usize> = (0..rows).collect();
-        let d = self.config.d_model;
-        // x: [rows, d_model], each token embedded at its own position.
-        let mut x = vec![T::zero(); rows * d];
-        for (r, &pos) in positions.iter().enumerate() {
-            let (e, _) = self.embedding.forward(&tokens[r..r + 1], 1, pos, 0.0, None);
-            x[r * d..(r + 1) * d].copy_from_slice(&e);
-        }
-        let ragged = RaggedTokens {
-            rows: &row_ids,
-            positions: &positions,
-        };
-        let DecodeState {
-            self_caches,
-            cross_caches,
-            src_lens,
-        } = state;
-        let h = self.decoder.apply(x, |i, l, x| {
-            l.forward_step_ragged(
-                x,
-                &mut self_caches[i],
-                &mut cross_caches[i],
-                src_lens,
-                ragged,
-            )
-        });
-        self.head.log_probs(&self.embedding, &h)
     }
 }
 
@@ -135,6 +81,7 @@ impl<T: Float> Seq2Seq<T> {
 mod tests {
     use super::*;
     use crate::batch::{Batch, BOS};
+    use crate::model::step_layout::StepLayout;
     use crate::model::{ModelConfig, Positions};
     use crate::rng::Rng;
 
@@ -206,7 +153,7 @@ mod tests {
                         n => sentences[i].1[n - 1],
                     })
                     .collect();
-                let got = model.decode_step_ragged(&mut state, &tokens);
+                let got = model.step(&mut state, &tokens, &StepLayout::one_per_row());
                 assert_eq!(got.len(), held.len() * v);
                 for (r, &i) in held.iter().enumerate() {
                     let want = &want[i][fed[i] * v..(fed[i] + 1) * v];

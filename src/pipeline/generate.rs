@@ -17,7 +17,7 @@ use crate::kernels::lowp::Precision;
 use crate::model::checkpoint::load;
 use crate::model::families::{self, FamilyKind, GgufWeights};
 use crate::model::lm::LmState;
-use crate::model::LanguageModel;
+use crate::model::{LanguageModel, StepLayout};
 use crate::pipeline::chat::{hf_chat_template, ChatMessage, ChatTemplate};
 use crate::rng::Rng;
 use crate::store::gguf::GgufFile;
@@ -296,13 +296,9 @@ impl<T: Float> IncrementalDecoder<T> for ContextWindow<'_, T> {
     }
     /// Feeds `tokens` (one row); a first feed longer than the context keeps its last
     /// `max_len` tokens.
-    fn step(&self, state: &mut WindowState<T>, tokens: &[u32]) -> Vec<T> {
+    fn step(&self, state: &mut WindowState<T>, tokens: &[u32], layout: &StepLayout<'_>) -> Vec<T> {
         let feed = self.feed(state, tokens);
-        self.model.step(&mut state.caches, &feed)
-    }
-    fn step_last(&self, state: &mut WindowState<T>, tokens: &[u32], _rows: usize) -> Vec<T> {
-        let feed = self.feed(state, tokens);
-        self.model.step_last(&mut state.caches, &feed)
+        self.model.step(&mut state.caches, &feed, layout)
     }
 }
 

@@ -4,7 +4,7 @@
 //! - Admission reserves the blocks of the request's whole prompt plus `max_tokens`
 //!   (`blocks(p + m) = ⌈(p + m) / block_rows⌉`, see [`EngineConfig::blocks_for`]) from the
 //!   pool of `--kv-memory`.
-//! - A step runs ONE forward over a ragged batch of tokens ([`LanguageModel::step_ragged`]):
+//! - A step runs ONE forward over a ragged batch of tokens ([`LanguageModel::step`] with a ragged [`StepLayout`]):
 //!   the next token of every decoding sequence, then chunks of the prompts being prefilled
 //!   while the step's token budget (`prefill_budget`) lasts, so a long prompt cannot stall the
 //!   others. Every sequence whose prompt is complete samples its next token ([`sample`]:
@@ -23,9 +23,9 @@ use super::engine::{Advance, Engine, Limits, Plan, Reply, RowKind, RowPlan, Step
 use super::metrics::Metrics;
 use crate::decode::sample::{sample, SamplingOptions};
 use crate::decode::DecodingState;
-use crate::model::attention::RaggedTokens;
 use crate::model::lm::LmState;
 use crate::model::LanguageModel;
+use crate::model::StepLayout;
 use crate::rng::Rng;
 use std::sync::Arc;
 use std::time::Instant;
@@ -265,14 +265,9 @@ impl RowKind for LmRows<'_> {
         if tokens.is_empty() {
             return None;
         }
-        let ragged = RaggedTokens {
-            rows: &rows,
-            positions: &positions,
-        };
         let picked: Vec<usize> = outputs.iter().map(|&(_, i)| i).collect();
-        let logprobs = self
-            .model
-            .step_ragged(&mut self.state, &tokens, ragged, &picked);
+        let layout = StepLayout::ragged(&rows, &positions, &picked);
+        let logprobs = self.model.step(&mut self.state, &tokens, &layout);
         // Prompts fed.
         for (r, seq) in running.iter_mut().enumerate() {
             let n = rows.iter().filter(|&&x| x == r).count();

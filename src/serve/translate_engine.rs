@@ -9,7 +9,7 @@
 //!   admitted together are encoded together ([`Seq2Seq::start_decoding`]) and their rows
 //!   appended to the running state ([`DecodeState::append`]), each to start from BOS.
 //! - A step runs ONE decoder step for all rows, each at its own position
-//!   ([`Seq2Seq::decode_step_ragged`]), and advances each row greedily ([`advance`]: the
+//!   ([`Seq2Seq::step`] with a one-per-row layout), and advances each row greedily ([`advance`]: the
 //!   argmax over all tokens but PAD and BOS, ties to the lowest id); a row ends at EOS or at
 //!   its limit of `source length + max_len_extra` tokens (capped by the model's `max_len`),
 //!   exactly the rules of [`crate::decode::greedy`].
@@ -37,6 +37,7 @@ use crate::decode::TokenRules;
 use crate::model::seq2seq::DecodeState;
 #[cfg(doc)]
 use crate::model::Seq2Seq;
+use crate::model::StepLayout;
 use crate::pipeline::translate::{encode_sources, Translator};
 use std::sync::Arc;
 use std::time::Instant;
@@ -206,7 +207,7 @@ impl RowKind for TranslationRows<'_> {
     fn step(&mut self, rows: &mut [Sentence]) -> Option<Stepped<Translation>> {
         let tokens: Vec<u32> = rows.iter().map(|r| r.next).collect();
         let model = &self.translator.model;
-        let logprobs = model.decode_step_ragged(&mut self.state, &tokens);
+        let logprobs = model.step(&mut self.state, &tokens, &StepLayout::one_per_row());
         let v = model.config.vocab_size;
         let mut advances = Vec::with_capacity(rows.len());
         for (r, row) in rows.iter_mut().enumerate() {

@@ -8,8 +8,8 @@ use crate::common;
 
 use common::*;
 use transformer::batch::PAD;
-use transformer::kernels::attention::AttnMask;
-use transformer::model::attention::{MultiHeadAttention, SavedWeights, TILED_FROM_KEYS};
+use transformer::kernels::attention::{AttnMask, TILED_FROM_KEYS};
+use transformer::model::attention::{MultiHeadAttention, SavedWeights};
 use transformer::model::embedding::Embedding;
 use transformer::model::feed_forward::FeedForward;
 use transformer::model::layer_norm::LayerNorm;

@@ -9,11 +9,11 @@ use crate::common;
 
 use common::*;
 use transformer::batch::PAD;
-use transformer::kernels::attention::{attention_forward, AttnDims, AttnMask};
-use transformer::kernels::dropout::dropout_mask;
-use transformer::model::attention::{
-    CachedAttention, MultiHeadAttention, SavedWeights, STEP_KERNEL_MAX_QUERIES,
+use transformer::kernels::attention::{
+    attention_forward, AttnDims, AttnMask, STEP_KERNEL_MAX_QUERIES,
 };
+use transformer::kernels::dropout::dropout_mask;
+use transformer::model::attention::{MultiHeadAttention, SavedWeights};
 use transformer::model::embedding::Embedding;
 use transformer::model::feed_forward::FeedForward;
 use transformer::model::kv_cache::KvCache;
@@ -21,7 +21,7 @@ use transformer::model::layer_norm::LayerNorm;
 use transformer::model::loss::label_smoothed_cross_entropy;
 use transformer::model::norm::Norm;
 use transformer::model::residual::Residual;
-use transformer::model::{Activation, NormPlacement};
+use transformer::model::{Activation, NormPlacement, StepLayout};
 use transformer::rng::Rng;
 
 const D: usize = 8;
@@ -191,7 +191,7 @@ fn attention_forward_causal_and_padding_matches_reference() {
 
 #[test]
 fn tiled_attention_forward_matches_reference() {
-    let n = transformer::model::attention::TILED_FROM_KEYS + 5;
+    let n = transformer::kernels::attention::TILED_FROM_KEYS + 5;
     attention_vs_reference("tiled causal+padding", n, n, &[n, n / 3], true);
     attention_vs_reference("tiled cross", 9, n + 70, &[n + 70, n - 2], false);
 }
@@ -603,18 +603,18 @@ fn forward_cached_matches_full_causal_forward() {
     // language model's prefill), and one position at a time through paged caches (the
     // decoder's step, one position per block, and blocks of 2).
     let mut worst = 0.0f64;
-    let dense = |n: usize| (CachedAttention::Prefill, n);
-    for (chunks, (mode, block_rows)) in [
+    let dense = |n: usize| n;
+    for (chunks, block_rows) in [
         (vec![1, 1, 1, 1, 1], dense(len + 3)),
         (vec![2, 3], dense(len + 3)),
         (vec![1, 3, 1], dense(len + 3)),
-        (vec![1, 1, 1, 1, 1], (CachedAttention::Step, 1)),
-        (vec![1, 1, 1, 1, 1], (CachedAttention::Step, 2)),
+        (vec![1, 1, 1, 1, 1], 1),
+        (vec![1, 1, 1, 1, 1], 2),
     ] {
         let mut kv = KvCache::<f64>::new(BATCH, len + 3, D, block_rows);
         let mut t0 = 0;
         for n in chunks {
-            let (y, probs) = mha.forward_cached(&rows(t0, t0 + n), &mut kv, mode);
+            let (y, probs) = mha.step(&rows(t0, t0 + n), &mut kv, &StepLayout::dense());
             assert_eq!(kv.len, t0 + n);
             let k_len = t0 + n;
             for b in 0..BATCH {
@@ -657,10 +657,7 @@ fn forward_cached_cross_attention_matches_full_forward() {
     };
     let (y_full, cache) = mha.forward(&x_q, &memory, BATCH, mask, None);
     let mut kv = mha.project_kv(&memory, BATCH);
-    let cross = CachedAttention::Cross {
-        key_lens: &key_lens,
-    };
-    let (y, probs) = mha.forward_cached(&x_q, &mut kv, cross);
+    let (y, probs) = mha.cross_cached(&x_q, &mut kv, &key_lens);
     assert_eq!(kv.len, k_len, "cross-attention must not append");
     let full_probs = cache.probs().unwrap();
     let mut worst = max_abs_diff(&y, &y_full).max(max_abs_diff(&probs, full_probs));
@@ -668,7 +665,7 @@ fn forward_cached_cross_attention_matches_full_forward() {
     let many = STEP_KERNEL_MAX_QUERIES + 1;
     let x_many: Vec<f64> = randn(&mut rng, BATCH * many * D, 1.0);
     let (y_full, cache) = mha.forward(&x_many, &memory, BATCH, mask, None);
-    let (y, probs) = mha.forward_cached(&x_many, &mut kv, cross);
+    let (y, probs) = mha.cross_cached(&x_many, &mut kv, &key_lens);
     worst = worst
         .max(max_abs_diff(&y, &y_full))
         .max(max_abs_diff(&probs, cache.probs().unwrap()));

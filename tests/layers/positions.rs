@@ -9,11 +9,11 @@ use transformer::batch::{Batch, EOS};
 use transformer::decode::{greedy_decode, greedy_decode_full, GreedyOptions, Hypothesis};
 use transformer::kernels::attention::AttnMask;
 use transformer::kernels::rope::{rope_backward, rope_forward, Rope};
-use transformer::model::attention::{CachedAttention, MultiHeadAttention};
+use transformer::model::attention::MultiHeadAttention;
 use transformer::model::embedding::Embedding;
 use transformer::model::kv_cache::KvCache;
 use transformer::model::Module;
-use transformer::model::{ModelConfig, NormPlacement, Positions, Seq2Seq};
+use transformer::model::{ModelConfig, NormPlacement, Positions, Seq2Seq, StepLayout};
 use transformer::rng::Rng;
 use transformer::Float;
 
@@ -280,7 +280,7 @@ fn rotary_cached_attention_matches_full_forward() {
     for chunk in [2, 1, 3, 1] {
         let rows = |b: usize| &x[(b * len + start) * D..(b * len + start + chunk) * D];
         let x_q: Vec<f64> = (0..BATCH).flat_map(|b| rows(b).to_vec()).collect();
-        let (y, _) = mha.forward_cached(&x_q, &mut cache, CachedAttention::Prefill);
+        let (y, _) = mha.step(&x_q, &mut cache, &StepLayout::dense());
         for b in 0..BATCH {
             let want = &full[(b * len + start) * D..(b * len + start + chunk) * D];
             let got = &y[b * chunk * D..(b + 1) * chunk * D];
@@ -521,8 +521,8 @@ fn rotary_decode_step_in_f32_matches_f64() {
     let mut s32 = m32.start_decoding(&src, 4, &[4], 10);
     let mut s64 = m64.start_decoding(&src, 4, &[4], 10);
     for tok in [1u32, 7, 8, 12, 6] {
-        let (a, _) = m32.decode_step(&mut s32, &[tok]);
-        let (b, _) = m64.decode_step(&mut s64, &[tok]);
+        let a = m32.step(&mut s32, &[tok], &StepLayout::dense());
+        let b = m64.step(&mut s64, &[tok], &StepLayout::dense());
         assert_close("decode step", &a, &b, 1e-4, 1e-4);
     }
 }

@@ -7,7 +7,7 @@ use transformer::decode::{
     beam_search, greedy_decode, length_penalty, BeamHypothesis, BeamOptions, BeamStop,
     GreedyOptions,
 };
-use transformer::model::{ModelConfig, NormPlacement, Seq2Seq};
+use transformer::model::{ModelConfig, NormPlacement, Seq2Seq, StepLayout};
 use transformer::rng::Rng;
 
 fn config(vocab_size: usize, d_model: usize, norm: NormPlacement, tie: bool) -> ModelConfig {
@@ -371,8 +371,8 @@ fn gathered_kv_cache_rows_decode_like_fresh_rows() {
     };
     // Two sentences, two steps with different prefixes, then rows [1, 0, 1].
     let mut state = start(&srcs);
-    m.decode_step(&mut state, &[BOS, BOS]);
-    m.decode_step(&mut state, &[7, 9]);
+    m.step(&mut state, &[BOS, BOS], &StepLayout::dense());
+    m.step(&mut state, &[7, 9], &StepLayout::dense());
     let rows = [1, 0, 1];
     state.gather_rows(&rows);
     state.gather_sources(&rows);
@@ -388,13 +388,13 @@ fn gathered_kv_cache_rows_decode_like_fresh_rows() {
         state.src_lens,
         [srcs[1].len() + 1, srcs[0].len() + 1, srcs[1].len() + 1]
     );
-    let (got, _) = m.decode_step(&mut state, &[5, 6, 4]);
+    let got = m.step(&mut state, &[5, 6, 4], &StepLayout::dense());
     // The same rows decoded from scratch.
     let again: Vec<Vec<u32>> = rows.iter().map(|&r| srcs[r].clone()).collect();
     let mut fresh = start(&again);
-    m.decode_step(&mut fresh, &[BOS, BOS, BOS]);
-    m.decode_step(&mut fresh, &[9, 7, 9]);
-    let (want, _) = m.decode_step(&mut fresh, &[5, 6, 4]);
+    m.step(&mut fresh, &[BOS, BOS, BOS], &StepLayout::dense());
+    m.step(&mut fresh, &[9, 7, 9], &StepLayout::dense());
+    let want = m.step(&mut fresh, &[5, 6, 4], &StepLayout::dense());
     assert_eq!(got.len(), 3 * v);
     for (a, b) in got.iter().zip(&want) {
         assert!((a - b).abs() < 1e-5, "{a} vs {b}");

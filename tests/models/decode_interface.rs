@@ -7,7 +7,7 @@ use transformer::decode::greedy::greedy_search;
 use transformer::decode::sample::{sample_search, SamplingOptions};
 use transformer::decode::{DecodingState, IncrementalDecoder, TokenRules};
 use transformer::kernels::softmax::log_softmax_inplace;
-use transformer::model::{LanguageModel, ModelConfig, NormPlacement, Positions};
+use transformer::model::{LanguageModel, ModelConfig, NormPlacement, Positions, StepLayout};
 use transformer::rng::Rng;
 
 const VOCAB: usize = 23;
@@ -78,7 +78,7 @@ fn started(
     let mut state = m.start(prompts.len(), m.config.max_len);
     let head: Vec<u32> = prompts.iter().flat_map(|p| p[..n - 1].to_vec()).collect();
     if n > 1 {
-        IncrementalDecoder::step(m, &mut state, &head);
+        IncrementalDecoder::step(m, &mut state, &head, &StepLayout::dense());
     }
     let first = prompts.iter().map(|p| p[n - 1]).collect();
     (state, first)

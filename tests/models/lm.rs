@@ -11,7 +11,7 @@ use transformer::model::checkpoint;
 use transformer::model::config::{Activation, Positions};
 use transformer::model::lm::lm_n_params;
 use transformer::model::Module;
-use transformer::model::{LanguageModel, ModelConfig, NormPlacement};
+use transformer::model::{LanguageModel, ModelConfig, NormPlacement, StepLayout};
 use transformer::pipeline::generate::generate_ids;
 use transformer::rng::Rng;
 use transformer::text::bpe::{chunk_bounds, Bpe};
@@ -141,12 +141,13 @@ fn cached_incremental_logprobs_equal_the_full_forward() {
         let row = |b: usize, from: usize, to: usize| tokens[b * seq + from..b * seq + to].to_vec();
         let mut got = vec![Vec::new(); batch];
         let first = [row(0, 0, 3), row(1, 0, 3)].concat();
-        let lp = model.step(&mut state, &first);
+        let lp = model.step(&mut state, &first, &StepLayout::dense());
         for (b, g) in got.iter_mut().enumerate() {
             g.extend_from_slice(&lp[b * 3 * 50..(b + 1) * 3 * 50]);
         }
         for i in 3..seq {
-            let lp = model.step(&mut state, &[row(0, i, i + 1), row(1, i, i + 1)].concat());
+            let next = [row(0, i, i + 1), row(1, i, i + 1)].concat();
+            let lp = model.step(&mut state, &next, &StepLayout::dense());
             for (b, g) in got.iter_mut().enumerate() {
                 g.extend_from_slice(&lp[b * 50..(b + 1) * 50]);
             }

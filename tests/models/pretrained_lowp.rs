@@ -10,6 +10,7 @@
 
 use std::path::{Path, PathBuf};
 use transformer::kernels::lowp::PackedWeight;
+use transformer::model::StepLayout;
 use transformer::pipeline::generate::{ModelPrecision, TextGenerator};
 
 fn smollm2() -> Option<PathBuf> {
@@ -43,7 +44,7 @@ fn decode_top1(g: &TextGenerator, text: &str, forced: &[u32], n: usize) -> (Vec<
     let v = g.model.config.vocab_size;
     let ids = g.tokenizer.encode(text).unwrap();
     let mut state = g.model.start(1, ids.len() + n);
-    let mut last = g.model.step(&mut state, &ids);
+    let mut last = g.model.step(&mut state, &ids, &StepLayout::dense());
     let (mut out, mut margins) = (Vec::new(), Vec::new());
     for step in 0..n {
         let row = &last[last.len() - v..];
@@ -54,7 +55,7 @@ fn decode_top1(g: &TextGenerator, text: &str, forced: &[u32], n: usize) -> (Vec<
         out.push(best as u32);
         margins.push(row[best] - second);
         let next = forced.get(step).copied().unwrap_or(best as u32);
-        last = g.model.step(&mut state, &[next]);
+        last = g.model.step(&mut state, &[next], &StepLayout::dense());
     }
     (out, margins)
 }

@@ -10,8 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use transformer::decode::sample::SamplingOptions;
-use transformer::model::attention::RaggedTokens;
-use transformer::model::{LanguageModel, ModelConfig, Positions};
+use transformer::model::{LanguageModel, ModelConfig, Positions, StepLayout};
 use transformer::pipeline::generate::{generate_ids, TextGenerator};
 use transformer::rng::Rng;
 use transformer::serve::metrics::Metrics;
@@ -76,11 +75,8 @@ fn ragged_steps_equal_the_full_forward() {
             if tokens.is_empty() {
                 break;
             }
-            let ragged = RaggedTokens {
-                rows: &row_of,
-                positions: &pos,
-            };
-            let lp = model.step_ragged(&mut state, &tokens, ragged, &outputs);
+            let layout = StepLayout::ragged(&row_of, &pos, &outputs);
+            let lp = model.step(&mut state, &tokens, &layout);
             for (j, &i) in outputs.iter().enumerate() {
                 let s = rows[row_of[i]];
                 let p = pos[i];

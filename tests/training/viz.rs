@@ -228,7 +228,7 @@ fn attention_maps_of_long_sentences() {
     let (model, vocab) = tiny_model_and_vocab();
     let text: String = "the cat sat on the mat ".repeat(7);
     let (src, tgt) = (vocab.encode(&text), vocab.encode(&text[..150]));
-    assert!(src.len() + 1 >= transformer::model::attention::TILED_FROM_KEYS);
+    assert!(src.len() + 1 >= transformer::kernels::attention::TILED_FROM_KEYS);
     let maps = attention_maps(&model, &src, &tgt, &vocab);
     assert_eq!(maps.encoder[0].weights.len(), src.len() + 1);
     for panel in maps.encoder.iter().chain(&maps.decoder).chain(&maps.cross) {

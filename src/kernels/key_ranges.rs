@@ -1,0 +1,171 @@
+//! Which keys each query of an attention call may see: query `i` of batch row `b` sees the keys
+//! `start .. end` of its row ([`KeyRanges::range`]); every other key gets exactly zero weight.
+//! Every attention kernel (plain, tiled, step) reads visibility through this one question, so a
+//! new kind of mask is a new [`KeyRanges`], not an edit of each kernel.
+//!
+//! - [`AttnMask`]: padding (keys past `key_lens[b]`) and causality (keys after the query's
+//!   absolute position `q_offset + i`), the one place these are turned into ranges. `start` is 0.
+//! - `[usize]`: row `b`'s queries see keys `0 .. lens[b]` (a padded source, or each row's filled
+//!   length of a cache).
+//! - [`Windowed`]: any of them restricted to its last `window` keys (sliding-window attention).
+//! - [`QueryRanges`]: an explicit `[start, end)` per query.
+
+use std::ops::Range;
+
+/// The keys each query may see (see the module docs). `Sync`: the kernels ask from their
+/// threads.
+pub trait KeyRanges: Sync {
+    /// The keys `start .. end` query `i` of batch row `b` may see (clipped by the kernels to
+    /// the keys they hold; `end <= start` sees nothing).
+    fn range(&self, b: usize, i: usize) -> Range<usize>;
+
+    /// The same ranges restricted to the last `window` keys of each (sliding-window attention).
+    fn windowed(self, window: usize) -> Windowed<Self>
+    where
+        Self: Sized,
+    {
+        Windowed {
+            inner: self,
+            window,
+        }
+    }
+}
+
+impl<R: KeyRanges + ?Sized> KeyRanges for &R {
+    fn range(&self, b: usize, i: usize) -> Range<usize> {
+        (**self).range(b, i)
+    }
+}
+
+/// Padding and causality: the masks of the paper's encoder (padding), decoder self-attention
+/// (causal, with padding) and cross-attention (padding of the source).
+#[derive(Clone, Copy, Debug)]
+pub struct AttnMask<'a> {
+    /// Real (unpadded) keys of each batch element.
+    pub key_lens: &'a [usize],
+    /// Causal: query `i` sees keys `j <= i + q_offset` (decoder self-attention).
+    pub causal: bool,
+    /// Absolute position of query row 0 (incremental decoding).
+    pub q_offset: usize,
+}
+
+impl AttnMask<'_> {
+    /// Number of visible keys for query row `i` of batch element `b`: the `end` of its range
+    /// (`key_lens[b]`, and at most `i + q_offset + 1` when causal).
+    pub fn visible(&self, b: usize, i: usize) -> usize {
+        let pad = self.key_lens[b];
+        if self.causal {
+            pad.min(i + self.q_offset + 1)
+        } else {
+            pad
+        }
+    }
+}
+
+impl KeyRanges for AttnMask<'_> {
+    fn range(&self, b: usize, i: usize) -> Range<usize> {
+        0..self.visible(b, i)
+    }
+}
+
+/// Row `b`'s queries see keys `0 .. self[b]`.
+impl KeyRanges for [usize] {
+    fn range(&self, b: usize, _i: usize) -> Range<usize> {
+        0..self[b]
+    }
+}
+
+/// As the slice: row `b`'s queries see keys `0 .. self[b]`.
+impl KeyRanges for Vec<usize> {
+    fn range(&self, b: usize, _i: usize) -> Range<usize> {
+        0..self[b]
+    }
+}
+
+/// `inner`'s ranges cut to their last `window` keys: `max(start, end − window) .. end`. With a
+/// causal `inner`, query position `p` sees keys `p + 1 − window ..= p`.
+#[derive(Clone, Copy, Debug)]
+pub struct Windowed<R> {
+    pub inner: R,
+    pub window: usize,
+}
+
+impl<R: KeyRanges> KeyRanges for Windowed<R> {
+    fn range(&self, b: usize, i: usize) -> Range<usize> {
+        let r = self.inner.range(b, i);
+        r.start.max(r.end.saturating_sub(self.window))..r.end
+    }
+}
+
+/// An explicit range per query, `[batch * q_len]` in query order.
+#[derive(Clone, Debug)]
+pub struct QueryRanges {
+    pub q_len: usize,
+    pub ranges: Vec<Range<usize>>,
+}
+
+impl KeyRanges for QueryRanges {
+    fn range(&self, b: usize, i: usize) -> Range<usize> {
+        self.ranges[b * self.q_len + i].clone()
+    }
+}
+
+/// The range `r` clipped to `0 .. len`, never reversed (`start <= end`).
+pub fn clip(r: Range<usize>, len: usize) -> Range<usize> {
+    let end = r.end.min(len);
+    r.start.min(end)..end
+}
+
+/// The keys any of the queries `i0 .. i0 + rows` of row `b` sees, clipped to `0 .. len`: from
+/// the smallest start to the largest end (a tile's span in the tiled kernel). Empty ranges
+/// count for nothing; all empty gives `0 .. 0`.
+pub fn span(ranges: &impl KeyRanges, b: usize, i0: usize, rows: usize, len: usize) -> Range<usize> {
+    let (mut lo, mut hi) = (usize::MAX, 0);
+    for i in i0..i0 + rows {
+        let r = clip(ranges.range(b, i), len);
+        if r.start < r.end {
+            lo = lo.min(r.start);
+            hi = hi.max(r.end);
+        }
+    }
+    if hi == 0 {
+        0..0
+    } else {
+        lo..hi
+    }
+}
+
+/// The columns `lo .. hi` of a key tile starting at key `j0`, `cols` wide, that the range `r`
+/// covers (`lo == hi` when none).
+pub fn tile_cols(r: Range<usize>, j0: usize, cols: usize) -> Range<usize> {
+    let hi = r.end.saturating_sub(j0).min(cols);
+    let lo = r.start.saturating_sub(j0).min(hi);
+    lo..hi
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks_windows_and_tiles() {
+        let lens = [5, 3];
+        let causal = AttnMask {
+            key_lens: &lens,
+            causal: true,
+            q_offset: 1,
+        };
+        assert_eq!(causal.range(0, 0), 0..2);
+        assert_eq!(causal.range(1, 4), 0..3);
+        let w = causal.windowed(2);
+        assert_eq!(w.range(0, 2), 2..4);
+        assert_eq!(w.range(0, 0), 0..2);
+        assert_eq!(lens[..].range(1, 7), 0..3);
+        assert_eq!(span(&w, 0, 0, 3, 5), 0..4);
+        assert_eq!(span(&w, 0, 2, 1, 3), 2..3);
+        assert_eq!(tile_cols(2..70, 64, 64), 0..6);
+        assert_eq!(tile_cols(66..70, 64, 64), 2..6);
+        assert_eq!(tile_cols(66..70, 0, 64), 64..64);
+        assert_eq!(clip(5..9, 3), 3..3);
+    }
+}
