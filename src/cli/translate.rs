@@ -3,7 +3,8 @@
 //! Empty input lines give empty output lines, so line counts always match; with `--nbest N` each
 //! input gives N lines `i<TAB>score<TAB>text`.
 
-use super::{read_stdin_lines, set_threads};
+use super::args::{PrecisionArgs, ThreadsArgs};
+use super::read_stdin_lines;
 use crate::decode::beam::{BeamOptions, BeamStop, MAX_BEAM};
 use crate::decode::greedy::GreedyOptions;
 use crate::pipeline::translate::Translator;
@@ -55,13 +56,10 @@ pub struct TranslateArgs {
     /// fewer hypotheses (tiny vocabularies and length limits).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=MAX_BEAM as i64))]
     pub nbest: Option<u32>,
-    /// The numbers the weights are multiplied in: f32 (a GGUF file dequantised at load), bf16,
-    /// int8, or ggml (a GGUF file's own quantised blocks, as llama.cpp computes).
-    #[arg(long, value_enum, default_value = "f32")]
-    pub precision: super::PrecisionArg,
-    /// Worker threads (0: all cores).
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
+    #[command(flatten)]
+    pub weights: PrecisionArgs,
+    #[command(flatten)]
+    pub pool: ThreadsArgs,
 }
 
 pub fn run(args: TranslateArgs) -> Result<()> {
@@ -74,9 +72,8 @@ pub fn run(args: TranslateArgs) -> Result<()> {
     if !args.alpha.is_finite() {
         bail!("--alpha must be a finite number (got {})", args.alpha);
     }
-    set_threads(args.threads)?;
     let mut translator = Translator::load(&args.model)?;
-    translator.prepare_precision(args.precision.float_precision()?)?;
+    translator.prepare_precision(args.weights.precision.float_precision()?)?;
     let lines = read_stdin_lines()?;
     let mut stdout = std::io::stdout().lock();
     if beam_size <= 1 && args.nbest.is_none() {
