@@ -6,7 +6,6 @@
 use super::args::{PrecisionArgs, ThreadsArgs};
 use super::read_stdin_lines;
 use crate::decode::beam::{BeamOptions, BeamStop, MAX_BEAM};
-use crate::decode::greedy::GreedyOptions;
 use crate::pipeline::translate::Translator;
 use anyhow::{bail, Result};
 use clap::Args;
@@ -75,17 +74,8 @@ pub fn run(args: TranslateArgs) -> Result<()> {
     let mut translator = Translator::load(&args.model)?;
     translator.prepare_precision(args.weights.precision.float_precision()?)?;
     let lines = read_stdin_lines()?;
-    let mut stdout = std::io::stdout().lock();
-    if beam_size <= 1 && args.nbest.is_none() {
-        let options = GreedyOptions {
-            max_len_extra: args.max_extra,
-            batch_size: args.batch_size.max(1),
-        };
-        for line in translator.translate(&lines, &options)? {
-            writeln!(stdout, "{line}")?;
-        }
-        return Ok(());
-    }
+    // One search for every case: the library decodes greedily for a beam of 1 (the best, and
+    // only, hypothesis scored the same way) and by beam search above.
     let nbest = args.nbest.map_or(1, |n| n as usize);
     let options = BeamOptions {
         beam_size,
@@ -96,6 +86,7 @@ pub fn run(args: TranslateArgs) -> Result<()> {
         stop: args.beam_stop,
     };
     let lists = translator.translate_nbest(&lines, &options)?;
+    let mut stdout = std::io::stdout().lock();
     for (i, list) in lists.iter().enumerate() {
         if args.nbest.is_none() {
             writeln!(stdout, "{}", list.first().map_or("", |(_, t)| t.as_str()))?;
