@@ -1,7 +1,7 @@
 //! `transformer attention --model DIR --src "..." [--tgt "..."] --out FILE.png|.svg`: heat maps
 //! of the attention weights of every layer and head for one sentence pair.
 
-use super::set_threads;
+use super::args::ThreadsArgs;
 use crate::pipeline::translate::Translator;
 use crate::viz::draw_attention_grid_with_columns;
 use anyhow::{bail, Result};
@@ -34,9 +34,8 @@ pub struct AttentionArgs {
     /// FILE-cross with the same extension.
     #[arg(long)]
     pub out: PathBuf,
-    /// Worker threads (0: all cores).
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
+    #[command(flatten)]
+    pub pool: ThreadsArgs,
 }
 
 /// `FILE.ext` -> `FILE-suffix.ext`.
@@ -64,7 +63,6 @@ pub fn run(args: AttentionArgs) -> Result<()> {
             );
         }
     }
-    set_threads(args.threads)?;
     let translator = Translator::load(&args.model)?;
     let (maps, greedy) = translator.attention_maps(&args.src, args.tgt.as_deref())?;
     if let Some(target) = greedy {

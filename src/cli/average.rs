@@ -26,7 +26,7 @@ pub struct AverageArgs {
     /// train-lm), identical config.json and vocabulary (e.g. OUT/checkpoints/step-*).
     #[arg(required = true)]
     pub checkpoints: Vec<PathBuf>,
-    #[arg(long, help = super::OVERWRITE_HELP)]
+    #[arg(long, help = super::args::OVERWRITE_HELP)]
     pub overwrite: bool,
 }
 
@@ -89,7 +89,7 @@ where
 
 pub fn run(args: AverageArgs) -> Result<()> {
     for dir in &args.checkpoints {
-        super::check_dir("checkpoint", dir)?;
+        super::args::check_dir("checkpoint", dir)?;
         if same_or_inside(dir, &args.out) {
             bail!(
                 "--out {} is (or holds) the checkpoint {}: write the average elsewhere",
@@ -98,7 +98,7 @@ pub fn run(args: AverageArgs) -> Result<()> {
             );
         }
     }
-    super::check_out(&args.out, None, args.overwrite, false)?;
+    super::args::check_out(&args.out, None, args.overwrite, false)?;
     let first = &args.checkpoints[0];
     // A decoder-only config (no encoder layers) is a language model.
     let lm = load_config_of::<LanguageModel<f32>>(first).is_ok();

@@ -4,7 +4,7 @@
 //! resident memory; `--translate` times greedy and beam search with a trained model;
 //! `--generate` prompt and decode tokens/s of a language model (see `bench_generate`).
 
-use super::set_threads;
+use super::args::{PrecisionArg, ThreadsArgs};
 use crate::batch::Batch;
 use crate::kernels::lowp::bf16_train::Bf16Kernel;
 use crate::model::Module;
@@ -22,9 +22,8 @@ pub struct BenchArgs {
     /// Model size: tiny, base or big (training and --lm; --translate uses the model's own).
     #[arg(long, default_value = "base")]
     pub preset: String,
-    /// Worker threads (0: all cores).
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
+    #[command(flatten)]
+    pub pool: ThreadsArgs,
     /// Sentence pairs per batch (the encoder-decoder step only).
     #[arg(long, default_value_t = 16)]
     pub batch: usize,
@@ -90,7 +89,7 @@ pub struct BenchArgs {
     /// `generate --precision`). Training (the default, and --lm): f32 or bf16, as
     /// `train --precision`.
     #[arg(long, value_enum, default_value = "f32")]
-    pub precision: super::PrecisionArg,
+    pub precision: PrecisionArg,
     /// Training with --precision bf16: the kernel (see `train --bf16-kernel`).
     #[arg(long, default_value = "gemm", value_parser = Bf16Kernel::parse)]
     pub bf16_kernel: Bf16Kernel,
@@ -118,6 +117,7 @@ pub fn median(mut xs: Vec<f64>) -> f64 {
 /// Refuses sizes that would ask for more memory than any machine has before anything is
 /// allocated: tokens per step, vocabulary, sequence length, beam.
 fn check_sizes(args: &BenchArgs) -> Result<()> {
+    use crate::train::setup::MAX_VOCAB;
     use crate::train::source::MAX_BATCH_TOKENS;
     let step_tokens = args
         .batch
@@ -127,10 +127,9 @@ fn check_sizes(args: &BenchArgs) -> Result<()> {
         "--batch x (--src-len + --tgt-len) and --tokens must be at most {MAX_BATCH_TOKENS} tokens"
     );
     anyhow::ensure!(
-        args.vocab <= super::train_lm::MAX_VOCAB,
-        "--vocab {} is above the supported {}",
-        args.vocab,
-        super::train_lm::MAX_VOCAB
+        args.vocab <= MAX_VOCAB,
+        "--vocab {} is above the supported {MAX_VOCAB}",
+        args.vocab
     );
     anyhow::ensure!(
         args.seq_len <= 1 << 16,
@@ -148,7 +147,7 @@ fn check_sizes(args: &BenchArgs) -> Result<()> {
 
 pub fn run(args: BenchArgs) -> Result<()> {
     check_sizes(&args)?;
-    let threads = set_threads(args.threads)?;
+    let threads = rayon::current_num_threads();
     if let Some(dir) = &args.translate {
         return bench_translate(&args, dir, threads);
     }
@@ -181,8 +180,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
         config.max_len
     );
     let bf16 = match args.precision {
-        super::PrecisionArg::F32 => None,
-        super::PrecisionArg::Bf16 => Some(args.bf16_kernel),
+        PrecisionArg::F32 => None,
+        PrecisionArg::Bf16 => Some(args.bf16_kernel),
         p => anyhow::bail!("training benchmarks run in f32 or bf16, not {p:?}"),
     };
     if args.lm {

@@ -3,7 +3,7 @@
 //! chat template and the reply is streamed until the end-of-turn token. An empty line or the
 //! end of the input ends the session.
 
-use super::{sampling_options, set_threads};
+use super::args::{PrecisionArgs, SamplingArgs, ThreadsArgs};
 use crate::pipeline::chat::ChatMessage;
 use crate::pipeline::generate::{generate_ids, TextGenerator};
 use crate::rng::Rng;
@@ -14,6 +14,10 @@ use std::io::{BufRead, Write};
 use std::path::PathBuf;
 
 #[derive(Args, Debug)]
+// A reply is greedy unless asked: `--temperature` defaults to 0 here (1 in `generate`).
+#[command(mut_arg("temperature", |a| a
+    .default_value("0")
+    .help("Softmax temperature; 0 is greedy")))]
 pub struct ChatArgs {
     /// A chat model: a Hugging Face directory with a chat template, or a .gguf file.
     #[arg(long)]
@@ -24,36 +28,23 @@ pub struct ChatArgs {
     /// Tokens of a reply at most.
     #[arg(long, default_value_t = 512)]
     pub max_tokens: usize,
-    /// Softmax temperature; 0 is greedy.
-    #[arg(long, default_value_t = 0.0)]
-    pub temperature: f64,
-    /// Sample among the k most likely tokens only (0: all).
-    #[arg(long, default_value_t = 0)]
-    pub top_k: usize,
-    /// Nucleus sampling: the smallest set of tokens with this much probability (1: all).
-    #[arg(long, default_value_t = 1.0)]
-    pub top_p: f64,
-    /// Seed of the sampling generator.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// The numbers the weights are multiplied in: f32 (a GGUF file dequantised at load), bf16,
-    /// int8, or ggml (a GGUF file's own quantised blocks, as llama.cpp computes).
-    #[arg(long, value_enum, default_value = "f32")]
-    pub precision: super::PrecisionArg,
-    /// Worker threads (0: all cores).
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub weights: PrecisionArgs,
+    #[command(flatten)]
+    pub pool: ThreadsArgs,
 }
 
 pub fn run(args: ChatArgs) -> Result<()> {
-    let opts = sampling_options(args.temperature, args.top_k, args.top_p)?;
-    set_threads(args.threads)?;
-    let generator = TextGenerator::load_prepared(&args.model, args.precision.model_precision())?;
+    let opts = args.sampling.options()?;
+    let generator =
+        TextGenerator::load_prepared(&args.model, args.weights.precision.model_precision())?;
     if generator.chat.is_none() {
         bail!("{}: this model has no chat template", args.model.display());
     }
     let until = generator.tokenizer.end_tokens();
-    let mut rng = Rng::new(args.seed);
+    let mut rng = Rng::new(args.sampling.seed);
     let mut messages: Vec<ChatMessage> = Vec::new();
     if let Some(system) = &args.system {
         messages.push(ChatMessage::new("system", system));

@@ -3,7 +3,8 @@
 //! model must reorder), trains the `tiny` model with a progress bar, then reports exact-match
 //! accuracy on held-out numbers and prints sample translations. No download needed.
 
-use super::{bar_message, log_line, set_threads, training_bar};
+use super::args::{check_out, clear_out, TrainThreadsArgs, OVERWRITE_HELP};
+use super::training::{bar_message, log_line, training_bar};
 use crate::data::numbers::{english, german_pieces, number_task};
 use crate::decode::greedy::GreedyOptions;
 use crate::model::ModelConfig;
@@ -49,13 +50,13 @@ pub struct DemoArgs {
     /// Seed for data, initialisation, dropout and shuffling.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    #[arg(long, default_value_t = 0, help = super::TRAIN_THREADS_HELP)]
-    pub threads: usize,
+    #[command(flatten)]
+    pub pool: TrainThreadsArgs,
     /// Also save the trained model directory here (model, vocabulary, optimizer and trainer
     /// state: usable by translate, score, attention and average).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    #[arg(long, help = super::OVERWRITE_HELP, requires = "out")]
+    #[arg(long, help = OVERWRITE_HELP, requires = "out")]
     pub overwrite: bool,
     /// Dropout probability (the tiny preset's is 0.1).
     #[arg(long, default_value_t = 0.1)]
@@ -103,9 +104,9 @@ impl Reporter for DemoReporter {
 
 pub fn run(args: DemoArgs) -> Result<()> {
     if let Some(out) = &args.out {
-        super::check_out(out, None, args.overwrite, false)?;
+        check_out(out, None, args.overwrite, false)?;
     }
-    let threads = set_threads(args.threads)?;
+    let threads = rayon::current_num_threads();
     let started = Instant::now();
     anyhow::ensure!(
         args.max_number <= crate::data::numbers::MAX_NUMBER,
@@ -159,7 +160,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
         trainer.model.n_params()
     );
     if let Some(out) = &args.out {
-        super::clear_out(out, None, args.overwrite)?;
+        clear_out(out, None, args.overwrite)?;
     }
     let (s, t) = &train_pairs[0];
     eprintln!("example: {s:?} -> {t:?} -> {:?}", t.replace(' ', ""));

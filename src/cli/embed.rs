@@ -2,7 +2,8 @@
 //! line, the L2-normalised mean of a pretrained BERT encoder's last hidden states (the
 //! sentence-transformers recipe, e.g. all-MiniLM-L6-v2).
 
-use super::{read_stdin_lines, set_threads};
+use super::args::{PrecisionArgs, ThreadsArgs};
+use super::read_stdin_lines;
 use crate::pipeline::embed::SentenceEncoder;
 use anyhow::Result;
 use clap::Args;
@@ -22,21 +23,17 @@ pub struct EmbedArgs {
     /// [default: max_seq_length of the directory's sentence_bert_config.json, else 256].
     #[arg(long)]
     pub max_len: Option<usize>,
-    /// The numbers the weights are multiplied in: f32 (a GGUF file dequantised at load), bf16,
-    /// int8, or ggml (a GGUF file's own quantised blocks, as llama.cpp computes).
-    #[arg(long, value_enum, default_value = "f32")]
-    pub precision: super::PrecisionArg,
-    /// Worker threads (0: all cores).
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
+    #[command(flatten)]
+    pub weights: PrecisionArgs,
+    #[command(flatten)]
+    pub pool: ThreadsArgs,
 }
 
 pub fn run(args: EmbedArgs) -> Result<()> {
-    set_threads(args.threads)?;
     let mut encoder = SentenceEncoder::load(&args.model, args.max_len)?;
     encoder
         .model
-        .prepare_precision(args.precision.float_precision()?)
+        .prepare_precision(args.weights.precision.float_precision()?)
         .map_err(|e| anyhow::anyhow!("--precision: {e}"))?;
     let lines = read_stdin_lines()?;
     let start = std::time::Instant::now();

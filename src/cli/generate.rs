@@ -3,7 +3,7 @@
 //! streamed to stdout; `--chat` sends the prompt as a user message through the model's chat
 //! template and stops at the end of the reply.
 
-use super::{sampling_options, set_threads};
+use super::args::{PrecisionArgs, SamplingArgs, ThreadsArgs};
 use crate::pipeline::chat::ChatMessage;
 use crate::pipeline::generate::{generate_ids, TextGenerator};
 use crate::rng::Rng;
@@ -47,36 +47,22 @@ pub struct GenerateArgs {
     /// Output: text (streamed) or json.
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
-    /// Softmax temperature; 0 is greedy (the most probable token, ties to the lowest id).
-    #[arg(long, default_value_t = 1.0)]
-    pub temperature: f64,
-    /// Sample among the k most likely tokens only (0: all).
-    #[arg(long, default_value_t = 0)]
-    pub top_k: usize,
-    /// Nucleus sampling: the smallest set of tokens with this much probability (1: all).
-    #[arg(long, default_value_t = 1.0)]
-    pub top_p: f64,
-    /// Seed of the sampling generator.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// The numbers the weights are multiplied in: f32 (a GGUF file dequantised at load), bf16,
-    /// int8, or ggml (a GGUF file's own quantised blocks, as llama.cpp computes).
-    #[arg(long, value_enum, default_value = "f32")]
-    pub precision: super::PrecisionArg,
-    /// Worker threads (0: all cores).
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub weights: PrecisionArgs,
+    #[command(flatten)]
+    pub pool: ThreadsArgs,
 }
 
 pub fn run(args: GenerateArgs) -> Result<()> {
-    let opts = sampling_options(args.temperature, args.top_k, args.top_p)?;
-    set_threads(args.threads)?;
+    let opts = args.sampling.options()?;
     let TextGenerator {
         model,
         tokenizer,
         chat,
         ..
-    } = TextGenerator::load_prepared(&args.model, args.precision.model_precision())?;
+    } = TextGenerator::load_prepared(&args.model, args.weights.precision.model_precision())?;
     let prompt = if args.chat {
         let template = chat
             .as_ref()
@@ -92,7 +78,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     };
     let until = tokenizer.end_tokens();
     model.embedding.check_ids(&prompt)?;
-    let mut rng = Rng::new(args.seed);
+    let mut rng = Rng::new(args.sampling.seed);
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if args.format == Format::Json {

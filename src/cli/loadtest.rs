@@ -59,7 +59,7 @@ pub struct LoadtestArgs {
     pub threads: usize,
     /// The numbers the offline engine's products use (as `serve --precision`).
     #[arg(long, value_enum, default_value_t)]
-    pub precision: super::PrecisionArg,
+    pub precision: super::args::PrecisionArg,
 }
 
 /// Offline batched generation: each round submits `clients` requests to one engine and runs

@@ -1,7 +1,7 @@
 //! `transformer perplexity`: loss per token, perplexity and bits per character of stdin under a
 //! language model written by `train-lm`.
 
-use super::set_threads;
+use super::args::{PrecisionArgs, ThreadsArgs};
 use crate::pipeline::generate::TextGenerator;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -24,18 +24,15 @@ pub struct PerplexityArgs {
     /// Windows per forward pass.
     #[arg(long, default_value_t = 8)]
     pub batch: usize,
-    /// The numbers the weights are multiplied in: f32 (a GGUF file dequantised at load), bf16,
-    /// int8, or ggml (a GGUF file's own quantised blocks, as llama.cpp computes).
-    #[arg(long, value_enum, default_value = "f32")]
-    pub precision: super::PrecisionArg,
-    /// Worker threads (0: all cores).
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
+    #[command(flatten)]
+    pub weights: PrecisionArgs,
+    #[command(flatten)]
+    pub pool: ThreadsArgs,
 }
 
 pub fn run(args: PerplexityArgs) -> Result<()> {
-    set_threads(args.threads)?;
-    let generator = TextGenerator::load_prepared(&args.model, args.precision.model_precision())?;
+    let generator =
+        TextGenerator::load_prepared(&args.model, args.weights.precision.model_precision())?;
     let mut bytes = Vec::new();
     std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut bytes)
         .context("reading standard input")?;

@@ -1,7 +1,7 @@
 //! `transformer score --model DIR < pairs.tsv`: for each `source<TAB>target` line, the
 //! log-probability of the target given the source (sum over target tokens including EOS).
 
-use super::set_threads;
+use super::args::ThreadsArgs;
 use crate::pipeline::translate::Translator;
 use crate::text::corpus::parse_pairs;
 use anyhow::{bail, Context, Result};
@@ -25,13 +25,11 @@ pub struct ScoreArgs {
     /// Pairs scored together.
     #[arg(long, default_value_t = 32)]
     pub batch_size: usize,
-    /// Worker threads (0: all cores).
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
+    #[command(flatten)]
+    pub pool: ThreadsArgs,
 }
 
 pub fn run(args: ScoreArgs) -> Result<()> {
-    set_threads(args.threads)?;
     let translator = Translator::load(&args.model)?;
     let mut bytes = Vec::new();
     std::io::stdin()

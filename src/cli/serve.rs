@@ -2,6 +2,7 @@
 //! (OpenAI-compatible endpoints, LibreTranslate's `/translate`, a web page at `/`, Prometheus
 //! metrics); see [`crate::serve`].
 
+use super::args::PrecisionArg;
 use super::set_threads;
 use crate::serve::{ServeConfig, Server};
 use anyhow::{bail, Result};
@@ -53,7 +54,7 @@ pub struct ServeArgs {
     pub target_lang: String,
     /// The numbers the model's products use (see `generate --precision`).
     #[arg(long, value_enum, default_value_t)]
-    pub precision: super::PrecisionArg,
+    pub precision: PrecisionArg,
     /// Worker threads for the model (0: all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,

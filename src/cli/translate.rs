@@ -3,9 +3,9 @@
 //! Empty input lines give empty output lines, so line counts always match; with `--nbest N` each
 //! input gives N lines `i<TAB>score<TAB>text`.
 
-use super::{read_stdin_lines, set_threads};
+use super::args::{PrecisionArgs, ThreadsArgs};
+use super::read_stdin_lines;
 use crate::decode::beam::{BeamOptions, BeamStop, MAX_BEAM};
-use crate::decode::greedy::GreedyOptions;
 use crate::pipeline::translate::Translator;
 use anyhow::{bail, Result};
 use clap::Args;
@@ -55,13 +55,10 @@ pub struct TranslateArgs {
     /// fewer hypotheses (tiny vocabularies and length limits).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=MAX_BEAM as i64))]
     pub nbest: Option<u32>,
-    /// The numbers the weights are multiplied in: f32 (a GGUF file dequantised at load), bf16,
-    /// int8, or ggml (a GGUF file's own quantised blocks, as llama.cpp computes).
-    #[arg(long, value_enum, default_value = "f32")]
-    pub precision: super::PrecisionArg,
-    /// Worker threads (0: all cores).
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
+    #[command(flatten)]
+    pub weights: PrecisionArgs,
+    #[command(flatten)]
+    pub pool: ThreadsArgs,
 }
 
 pub fn run(args: TranslateArgs) -> Result<()> {
@@ -74,21 +71,11 @@ pub fn run(args: TranslateArgs) -> Result<()> {
     if !args.alpha.is_finite() {
         bail!("--alpha must be a finite number (got {})", args.alpha);
     }
-    set_threads(args.threads)?;
     let mut translator = Translator::load(&args.model)?;
-    translator.prepare_precision(args.precision.float_precision()?)?;
+    translator.prepare_precision(args.weights.precision.float_precision()?)?;
     let lines = read_stdin_lines()?;
-    let mut stdout = std::io::stdout().lock();
-    if beam_size <= 1 && args.nbest.is_none() {
-        let options = GreedyOptions {
-            max_len_extra: args.max_extra,
-            batch_size: args.batch_size.max(1),
-        };
-        for line in translator.translate(&lines, &options)? {
-            writeln!(stdout, "{line}")?;
-        }
-        return Ok(());
-    }
+    // One search for every case: the library decodes greedily for a beam of 1 (the best, and
+    // only, hypothesis scored the same way) and by beam search above.
     let nbest = args.nbest.map_or(1, |n| n as usize);
     let options = BeamOptions {
         beam_size,
@@ -99,6 +86,7 @@ pub fn run(args: TranslateArgs) -> Result<()> {
         stop: args.beam_stop,
     };
     let lists = translator.translate_nbest(&lines, &options)?;
+    let mut stdout = std::io::stdout().lock();
     for (i, list) in lists.iter().enumerate() {
         if args.nbest.is_none() {
             writeln!(stdout, "{}", list.first().map_or("", |(_, t)| t.as_str()))?;

@@ -4,8 +4,8 @@
 //! One trainer serves both model shapes: [`trainer::Trainer`] is generic over the model
 //! ([`model::Trainable`]: the encoder-decoder, the decoder-only language model) and its data
 //! ([`source::BatchSource`]: sentence pairs batched by token count in [`pairs`], random windows
-//! of a token stream in [`windows`]); [`run::run`] is the loop the `train`, `train-lm` and `demo`
-//! commands share.
+//! of a token stream in [`windows`]); [`setup`] makes a run of each kind ready, fresh or
+//! resumed; [`run::run`] is the loop the `train`, `train-lm` and `demo` commands share.
 
 pub mod adam;
 pub mod average;
@@ -19,6 +19,7 @@ pub mod pairs;
 pub mod precision;
 pub mod run;
 pub mod schedule;
+pub mod setup;
 pub mod source;
 pub mod state;
 pub mod trainer;
