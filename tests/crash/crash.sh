@@ -3,7 +3,8 @@
 # resumed in place with --resume D --out D and into new directories) and check after every
 # kill that the directory loads, that its checkpoint and every listed step checkpoint are one
 # consistent save equal to an uninterrupted run's at that step, and that the resumed runs end
-# bit-identical to the uninterrupted one (tests/crash.rs; `cargo test` makes 3 kills per case).
+# bit-identical to the uninterrupted one (tests/robustness/crash.rs; `cargo test` makes 3 kills
+# per case).
 #
 #   tests/crash/crash.sh [KILLS_PER_CASE]      default 100 (4 cases: 400 kills)
 #
@@ -11,5 +12,6 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 KILLS="${1:-100}"
-TRANSFORMER_CRASH_KILLS="$KILLS" cargo test --test crash -- --nocapture --test-threads 2 2>&1 \
+TRANSFORMER_CRASH_KILLS="$KILLS" \
+    cargo test --test robustness -- crash:: --nocapture --test-threads 2 2>&1 \
     | grep -E 'crash [a-z ,]+: |^test |test result|panicked|differs'

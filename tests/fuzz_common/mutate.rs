@@ -2,8 +2,8 @@
 //! operators (bit flips, interesting integers, truncation, deletion, duplication, splices from
 //! other seeds, dictionary tokens) and field-level edits of JSON documents (any node replaced by
 //! an interesting value, removed, duplicated, nudged, an unknown key added) and of safetensors
-//! headers. Shared by `tests/fuzz_readers.rs` and nothing else (the `cargo fuzz` targets in
-//! `fuzz/` get their inputs from libFuzzer).
+//! headers. Shared by `tests/robustness/fuzz_readers.rs` and nothing else (the `cargo fuzz`
+//! targets in `fuzz/` get their inputs from libFuzzer).
 #![allow(dead_code)]
 
 use serde_json::Value as Json;

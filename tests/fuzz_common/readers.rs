@@ -4,8 +4,8 @@
 //! names the file; a panic is the fuzzer's finding. Each function returns `Err` only for an
 //! error that does not name its file (an unclear message).
 //!
-//! Shared by `tests/fuzz_readers.rs` (mutations of valid files) and the `cargo fuzz` targets
-//! in `fuzz/` (libFuzzer's inputs), which include this file and `seeds.rs`.
+//! Shared by `tests/robustness/fuzz_readers.rs` (mutations of valid files) and the `cargo fuzz`
+//! targets in `fuzz/` (libFuzzer's inputs), which include this file and `seeds.rs`.
 #![allow(dead_code)]
 
 use super::seeds::{self, Files, Seeds, SAMPLE};

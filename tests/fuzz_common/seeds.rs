@@ -1,6 +1,6 @@
 //! Valid files of every format we read, built with the library (tiny models, small
-//! tokenizers): the seeds of the mutation fuzzing (`tests/fuzz_readers.rs`) and the companion
-//! files of the `cargo fuzz` targets (`fuzz/`), which include this file.
+//! tokenizers): the seeds of the mutation fuzzing (`tests/robustness/fuzz_readers.rs`) and the
+//! companion files of the `cargo fuzz` targets (`fuzz/`), which include this file.
 #![allow(dead_code)]
 
 use super::gguf_common::{gguf, tensor, TensorSpec};

@@ -23,7 +23,7 @@
 #
 # Everything runs with an explicit --threads (1 or 2), so results do not depend on the core
 # count. Bit-exact results are only expected on the same machine (CPU features select the matrix
-# multiply kernels); tests/golden.rs is the tolerance-based check for other CPUs.
+# multiply kernels); tests/training/golden.rs is the tolerance-based check for other CPUs.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

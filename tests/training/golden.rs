@@ -40,8 +40,8 @@
 //! greedy, beam or sampled text changed.
 //!
 //! How the golden values were made: with the release binary of commit 660ead9,
-//! `GOLDEN_BIN=/work/golden/transformer-base GOLDEN_RECORD=1 cargo test --test golden`, which
-//! writes `tests/golden/{demo,seq2seq,lm}.json` instead of comparing. Re-record only with a
+//! `GOLDEN_BIN=/work/golden/transformer-base GOLDEN_RECORD=1 cargo test --test training golden::`,
+//! which writes `tests/golden/{demo,seq2seq,lm}.json` instead of comparing. Re-record only with a
 //! binary whose behaviour is the reference, never to make a failing refactor pass.
 //!
 //! Environment: `GOLDEN_BIN` runs another binary instead of this build's `transformer`;
@@ -350,9 +350,9 @@ impl Golden {
         if self.record {
             let doc = serde_json::json!({
                 "about": format!(
-                    "Golden values of tests/golden.rs ({}), recorded by GOLDEN_RECORD=1 cargo \
-                     test --test golden with the binary {} (the reference: the release build \
-                     of commit 660ead9)",
+                    "Golden values of tests/training/golden.rs ({}), recorded by GOLDEN_RECORD=1 \
+                     cargo test --test training golden:: with the binary {} (the reference: the \
+                     release build of commit 660ead9)",
                     self.name,
                     binary().display()
                 ),

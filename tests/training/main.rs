@@ -8,6 +8,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod alloc;
 mod average;
 mod bf16_training;
 mod checkpoint_resume;
