@@ -131,7 +131,7 @@ impl<T: Float> Seq2Seq<T> {
     }
 
     /// Training: the linear layers multiply bf16-rounded operands with `kernel`, or float32
-    /// ones (`None`; see [`crate::train::precision`]).
+    /// ones (`None`; see `train::precision`).
     pub fn set_bf16_products(&mut self, kernel: Option<Bf16Kernel>) {
         set_bf16_products_all(&mut self.encoder, kernel);
         set_bf16_products_all(&mut self.decoder, kernel);
