@@ -25,7 +25,9 @@
 use super::kv_cache::KvCache;
 use super::linear::Linear;
 use super::param::{Init, Module, ParamVisitor};
-use crate::kernels::attention::{AttnDims, AttnMask, AttnWeights, KvView, Purpose, SavedRef};
+use crate::kernels::attention::{
+    Attended, AttnDims, AttnMask, AttnWeights, KeyRanges, KvView, Purpose, SavedRef,
+};
 use crate::kernels::backend::{Backend, CPU};
 use crate::kernels::dropout::dropout_mask;
 use crate::kernels::rope::{rope_backward, rope_forward, Rope};
@@ -53,6 +55,12 @@ pub struct MultiHeadAttention<T> {
     /// Attention dropout: the probability of dropping each attention weight during training
     /// (`softmax(Q Kᵀ / √d_k) ⊙ M`, then `· V`); 0 in the paper.
     pub dropout: f64,
+    /// Sliding-window attention (causal self-attention only): the query at position `p` sees
+    /// the keys `max(0, p + 1 − w) ..= p` (Mistral); `None`: the whole causal prefix. Applied
+    /// to the key ranges of every call (training forward and backward, attention maps, each
+    /// decoding step); the KV cache still keeps every position (releasing the rows older than
+    /// the window is left for later).
+    pub window: Option<usize>,
 }
 
 /// What the attention forward keeps for the backward.
@@ -70,6 +78,8 @@ pub struct AttentionCache<T> {
     pub key_lens: Vec<usize>,
     pub causal: bool,
     pub q_offset: usize,
+    /// The layer's sliding window when the forward ran (see [`MultiHeadAttention::window`]).
+    pub window: Option<usize>,
     /// Concatenated heads before W^O [batch*q_len, d_model].
     pub ctx: Vec<T>,
     pub dims: AttnDims,
@@ -130,6 +140,7 @@ impl<T: Float> MultiHeadAttention<T> {
             rotary: false,
             rope: Rope::default(),
             dropout: 0.0,
+            window: None,
         }
     }
 
@@ -154,6 +165,28 @@ impl<T: Float> MultiHeadAttention<T> {
     pub fn with_rope(mut self, rope: Rope) -> Self {
         self.rope = rope;
         self
+    }
+
+    /// The same layer with the sliding window `window` (see [`window`](Self::window)).
+    pub fn with_window(mut self, window: Option<usize>) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// The backend's attention call over `ranges`, cut to the layer's last `w` keys when it
+    /// has a window (`ranges.windowed(w)`); without one, `ranges` as given (the same call).
+    pub(super) fn attend(
+        &self,
+        q: &[T],
+        kv: KvView<'_, T>,
+        ranges: impl KeyRanges,
+        dims: AttnDims,
+        purpose: Purpose<'_, T>,
+    ) -> Attended<T> {
+        match self.window {
+            None => CPU.attention(q, kv, ranges, dims, purpose),
+            Some(w) => CPU.attention(q, kv, ranges.windowed(w), dims, purpose),
+        }
     }
 
     /// Rotates `x [batch*len, heads·d_k]` in place (queries: `n_heads`, keys: `n_kv_heads`),
@@ -254,7 +287,7 @@ impl<T: Float> MultiHeadAttention<T> {
         let purpose = Purpose::Train {
             drop: drop_mask.as_deref(),
         };
-        let attended = CPU.attention(&q, kv, mask, dims, purpose);
+        let attended = self.attend(&q, kv, mask, dims, purpose);
         // ctx: [batch*q_len, d_model]
         let ctx = attended.ctx;
         let weights = match attended.weights {
@@ -270,6 +303,7 @@ impl<T: Float> MultiHeadAttention<T> {
             key_lens: mask.key_lens.to_vec(),
             causal: mask.causal,
             q_offset: mask.q_offset,
+            window: self.window,
             ctx,
             dims,
             q_pos,
@@ -292,7 +326,7 @@ impl<T: Float> MultiHeadAttention<T> {
         let (q, k, v) = self.project(x_q, x_kv, batch, mask.q_offset, 0);
         let dims = self.dims(batch, q_len, k_len, k_len);
         let kv = KvView::Contiguous { k: &k, v: &v };
-        let attended = CPU.attention(&q, kv, mask, dims, Purpose::Weights);
+        let attended = self.attend(&q, kv, mask, dims, Purpose::Weights);
         (
             self.out_proj.forward(&attended.ctx),
             probs(attended.weights),
@@ -325,7 +359,11 @@ impl<T: Float> MultiHeadAttention<T> {
             q_offset: cache.q_offset,
         };
         let grads = (&mut dq[..], &mut dk[..], &mut dv[..]);
-        CPU.attention_backward(grads, &dctx, &cache.ctx, qkv, saved, mask, cache.dims);
+        let (dctx, ctx, dims) = (&dctx[..], &cache.ctx[..], cache.dims);
+        match cache.window {
+            None => CPU.attention_backward(grads, dctx, ctx, qkv, saved, mask, dims),
+            Some(w) => CPU.attention_backward(grads, dctx, ctx, qkv, saved, mask.windowed(w), dims),
+        }
         if self.rotary {
             let (heads, d_head) = (self.n_heads, self.d_model / self.n_heads);
             let (rope, kv_heads) = (self.rope, self.n_kv_heads);

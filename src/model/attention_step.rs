@@ -6,6 +6,10 @@
 //!
 //! Rotary (self-attention only): the new keys are stored rotated at their positions, and the
 //! queries rotated at the same positions.
+//!
+//! A layer with a sliding [`window`](MultiHeadAttention::window) cuts every step's key ranges
+//! to their last `w` keys (the query at position `p` sees `max(0, p + 1 − w) ..= p`); the
+//! cache still appends and keeps every position.
 
 use super::attention::{probs, MultiHeadAttention};
 use super::kv_cache::KvCache;
@@ -77,7 +81,7 @@ impl<T: Float> MultiHeadAttention<T> {
         } else {
             Purpose::Prefill
         };
-        let attended = CPU.attention(&q, KvView::Store(cache), causal, dims, purpose);
+        let attended = self.attend(&q, KvView::Store(cache), causal, dims, purpose);
         (
             self.out_proj.forward(&attended.ctx),
             probs(attended.weights),
@@ -101,7 +105,7 @@ impl<T: Float> MultiHeadAttention<T> {
         self.rotate(&mut q, 1, self.n_heads, k_len - 1);
         let dims = self.dims(batch, 1, k_len, cache.capacity);
         let seen = vec![k_len; batch];
-        let attended = CPU.attention(&q, KvView::Store(cache), &seen, dims, Purpose::Decode);
+        let attended = self.attend(&q, KvView::Store(cache), &seen, dims, Purpose::Decode);
         (
             self.out_proj.forward(&attended.ctx),
             probs(attended.weights),
@@ -112,7 +116,7 @@ impl<T: Float> MultiHeadAttention<T> {
     /// `i` of row `rows[i]` at position `positions[i]` (a prompt chunk of one sequence, the next
     /// token of others). Their keys and values are appended to their rows (rotary: rotated at
     /// their own positions, like the queries); token `i` then attends to positions
-    /// `0 ..= positions[i]` of its row through the block table, one query per token
+    /// `0 ..= positions[i]` of its row (within the layer's window) through the block table, one query per token
     /// ([`Purpose::Decode`]). Returns `[n, d_model]` and the weights `[n, heads, 1, k_len]`.
     fn step_ragged(
         &self,
@@ -156,7 +160,7 @@ impl<T: Float> MultiHeadAttention<T> {
             v,
             rows: &key_rows,
         };
-        let attended = CPU.attention(&q, kv, &visible, dims, Purpose::Decode);
+        let attended = self.attend(&q, kv, &visible, dims, Purpose::Decode);
         (
             self.out_proj.forward(&attended.ctx),
             probs(attended.weights),

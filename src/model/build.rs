@@ -135,10 +135,9 @@ mod tests {
     #[test]
     fn options_not_computed_yet_are_refused_by_name() {
         type Set = fn(&mut ModelConfig);
-        let refused: [(&str, Set); 4] = [
+        let refused: [(&str, Set); 3] = [
             ("qk_norm", |c| c.qk_norm = true),
             ("attn_logit_softcap", |c| c.attn_logit_softcap = Some(50.0)),
-            ("layer_windows", |c| c.layer_windows = vec![Some(4), None]),
             ("norm_weight_offset", |c| {
                 c.normalization = Normalization::LayerNorm;
                 c.norm_weight_offset = 1.0;
@@ -158,8 +157,16 @@ mod tests {
         let mut c = llama_like();
         c.layer_windows = vec![None; 2];
         c.validate().unwrap();
+        c.layer_windows = vec![Some(4), None];
+        c.validate().unwrap();
         c.layer_windows = vec![None; 3];
         assert!(c.validate().unwrap_err().contains("layer_windows"));
+        c.layer_windows = vec![None, Some(0)];
+        let err = c.validate().unwrap_err();
+        assert!(
+            err.contains("layer_windows") && err.contains("0 keys"),
+            "{err}"
+        );
         for bad in [0.0, -1.0, f64::NAN] {
             let mut c = llama_like();
             c.final_logit_softcap = Some(bad);

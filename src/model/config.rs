@@ -158,8 +158,9 @@ pub struct ModelConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub embedding_scale: Option<f64>,
     /// Per decoder layer, the most recent keys a query may see (`None`: all, the causal
-    /// prefix); empty: every layer sees all (Mistral, Gemma 2's alternating layers). Absent:
-    /// empty; a window is not supported yet.
+    /// prefix): with window `w` the query at position `p` sees the keys
+    /// `max(0, p + 1 − w) ..= p` of the layer's causal self-attention (Mistral, Gemma 2's
+    /// alternating layers); empty: every layer sees all. Absent: empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub layer_windows: Vec<Option<usize>>,
 }
@@ -280,6 +281,12 @@ impl ModelConfig {
     /// d_k = d_v = d_model / h.
     pub fn d_head(&self) -> usize {
         self.d_model / self.n_heads
+    }
+
+    /// The sliding window of decoder layer `i` ([`layer_windows`](Self::layer_windows);
+    /// `None`: the whole causal prefix).
+    pub fn layer_window(&self, i: usize) -> Option<usize> {
+        self.layer_windows.get(i).copied().flatten()
     }
 
     /// The blocks' shape: every self-attention is rotary when the positions are.
@@ -423,10 +430,11 @@ impl ModelConfig {
                 "attn_logit_softcap {c} (soft-capped attention scores) is not supported yet"
             ));
         }
-        if let Some(w) = self.layer_windows.iter().flatten().next() {
-            return Err(format!(
-                "layer_windows with a window ({w} keys; sliding-window attention) is not supported yet"
-            ));
+        if self.layer_windows.contains(&Some(0)) {
+            return Err(
+                "layer_windows asks for a window of 0 keys (a query must see at least itself)"
+                    .into(),
+            );
         }
         if !self.layer_windows.is_empty() && self.layer_windows.len() != self.n_decoder_layers {
             return Err(format!(

@@ -58,7 +58,8 @@ pub fn lm_n_params(c: &ModelConfig) -> Option<usize> {
 
 impl<T: Float> LanguageModel<T> {
     /// A freshly initialised model, drawn from `init` in the order embedding, blocks,
-    /// projection. `config.n_encoder_layers` is ignored (an LM has no encoder).
+    /// projection. `config.n_encoder_layers` is ignored (an LM has no encoder). Layer `i`'s
+    /// self-attention has the sliding window `config.layer_window(i)`.
     pub fn new(config: ModelConfig, init: &mut impl Init) -> Self {
         let c = &config;
         let block = c.block();
@@ -66,12 +67,15 @@ impl<T: Float> LanguageModel<T> {
             Embedding::with_positions(c.vocab_size, c.d_model, c.max_len, c.positions, init);
         embedding.scaled = c.scale_embeddings;
         embedding.scale_override = c.embedding_scale;
-        let blocks = Stack::new(
+        let mut blocks = Stack::new(
             c.n_decoder_layers,
             init,
             |init| SelfAttentionBlock::new(&block, init),
             |init| block.final_norm(init),
         );
+        for (i, layer) in blocks.layers.iter_mut().enumerate() {
+            layer.self_attn.window = c.layer_window(i);
+        }
         let head = OutputHead::new(c.vocab_size, c.d_model, c.tie_embeddings, init)
             .with_softcap(c.final_logit_softcap);
         LanguageModel {

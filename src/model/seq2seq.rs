@@ -102,12 +102,15 @@ impl<T: Float> Seq2Seq<T> {
             |init| SelfAttentionBlock::new(&block, init),
             |init| block.final_norm(init),
         );
-        let decoder = Stack::new(
+        let mut decoder = Stack::new(
             c.n_decoder_layers,
             init,
             |init| DecoderLayer::new(&block, init),
             |init| block.final_norm(init),
         );
+        for (i, layer) in decoder.layers.iter_mut().enumerate() {
+            layer.self_attn.window = c.layer_window(i);
+        }
         let head = OutputHead::new(c.vocab_size, c.d_model, c.tie_embeddings, init)
             .with_softcap(c.final_logit_softcap);
         Seq2Seq {
