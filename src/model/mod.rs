@@ -26,6 +26,8 @@ pub mod seq2seq;
 pub mod seq2seq_ragged;
 pub mod stack;
 pub mod step_layout;
+#[cfg(test)]
+mod window_tests;
 
 pub use checkpoint::Model;
 pub use config::{Activation, BlockConfig, ModelConfig, NormPlacement, Positions};
