@@ -105,16 +105,6 @@ impl<T> CacheStack<T> {
     pub fn iter(&self) -> std::slice::Iter<'_, KvCache<T>> {
         self.caches.iter()
     }
-
-    /// The layers' caches in order, mutably.
-    pub fn iter_mut(&mut self) -> std::slice::IterMut<'_, KvCache<T>> {
-        self.caches.iter_mut()
-    }
-
-    /// Number of layers.
-    pub fn depth(&self) -> usize {
-        self.caches.len()
-    }
 }
 
 impl<T> std::ops::Index<usize> for CacheStack<T> {

@@ -25,6 +25,7 @@ use crate::kernels::lowp::bf16_train::Bf16Kernel;
 use crate::kernels::lowp::Precision;
 use crate::rng::Rng;
 use crate::Float;
+use std::borrow::Cow;
 
 /// The decoder-only language model.
 #[derive(Clone, Debug)]
@@ -236,26 +237,27 @@ impl<T: Float> LanguageModel<T> {
     /// rows only, and with [`Outputs::Last`](super::step_layout::Outputs::Last) on a uniform
     /// feed the last block too.
     pub fn step(&self, state: &mut LmState<T>, tokens: &[u32], layout: &StepLayout<'_>) -> Vec<T> {
-        let (x, q_len) = match layout.feed {
-            Feed::Uniform => self.embed_uniform(state, tokens),
-            Feed::Ragged { rows, positions } => {
-                let x = embed_ragged(&self.embedding, tokens, rows, positions, self.max_len());
-                (x, 1)
+        // A one-per-row feed is the ragged feed of every row at its own length.
+        let (rows, positions): (Cow<'_, [usize]>, Cow<'_, [usize]>) = match layout.feed {
+            Feed::Uniform => {
+                let (x, q_len) = self.embed_uniform(state, tokens);
+                return self.step_blocks(state, x, q_len, layout);
             }
+            Feed::Ragged { rows, positions } => (rows.into(), positions.into()),
             Feed::OnePerRow => {
                 let (rows, positions) = one_per_row(state.row_lens());
-                let x = embed_ragged(&self.embedding, tokens, &rows, &positions, self.max_len());
-                let layout = StepLayout {
-                    feed: Feed::Ragged {
-                        rows: &rows,
-                        positions: &positions,
-                    },
-                    outputs: layout.outputs,
-                };
-                return self.step_blocks(state, x, 1, &layout);
+                (rows.into(), positions.into())
             }
         };
-        self.step_blocks(state, x, q_len, layout)
+        let x = embed_ragged(&self.embedding, tokens, &rows, &positions, self.max_len());
+        let ragged = StepLayout {
+            feed: Feed::Ragged {
+                rows: &rows,
+                positions: &positions,
+            },
+            outputs: layout.outputs,
+        };
+        self.step_blocks(state, x, 1, &ragged)
     }
 
     /// The blocks over the embedded step `x`, then the selected outputs' log-probabilities.
