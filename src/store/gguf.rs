@@ -30,6 +30,7 @@ pub use super::gguf_value::{FromValue, Value, ValueType};
 use super::{ckpt_err, read_file};
 use crate::error::Result;
 use crate::kernels::lowp::ggml::{self, GgmlType};
+use crate::kernels::lowp::RawBytes;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -75,10 +76,11 @@ impl TensorInfo {
     }
 }
 
-/// A parsed GGUF file, its bytes kept in memory.
+/// A parsed GGUF file, its bytes kept in memory (shared with the tensors taken from it by
+/// [`GgufFile::tensor_bytes`]).
 pub struct GgufFile {
     path: PathBuf,
-    bytes: Vec<u8>,
+    bytes: RawBytes,
     version: u32,
     metadata: Vec<(String, Value)>,
     key_index: HashMap<String, usize>,
@@ -190,6 +192,12 @@ impl GgufFile {
 
     /// Parses a GGUF file's bytes; `path` is only used in messages.
     pub fn from_bytes(bytes: Vec<u8>, path: &Path) -> Result<GgufFile> {
+        GgufFile::from_shared(RawBytes::owned(bytes), path)
+    }
+
+    /// Parses a GGUF file's bytes held in a shared buffer (a memory map, say); `path` is only
+    /// used in messages.
+    pub fn from_shared(bytes: RawBytes, path: &Path) -> Result<GgufFile> {
         parse(bytes, path).map_err(|reason| ckpt_err(path, reason))
     }
 
@@ -286,6 +294,17 @@ impl GgufFile {
         Ok(&self.bytes[start..start + n_bytes])
     }
 
+    /// Like [`GgufFile::tensor_data`], but the bytes shared with the file's buffer (no copy),
+    /// so that they outlive this value.
+    pub fn tensor_bytes(&self, info: &TensorInfo) -> Result<RawBytes> {
+        let n_bytes = self.tensor_data(info)?.len();
+        let start = self.data_start + info.offset;
+        Ok(self
+            .bytes
+            .slice(start..start + n_bytes)
+            .expect("tensor bounds checked when the file was parsed"))
+    }
+
     /// The tensor `name` decoded to f32, row-major in [`TensorInfo::shape`] order.
     pub fn dequantize(&self, name: &str) -> Result<Vec<f32>> {
         self.dequantize_info(self.tensor(name)?)
@@ -323,7 +342,7 @@ fn align_up(pos: usize, align: usize) -> Option<usize> {
     pos.checked_add(align - 1).map(|p| p & !(align - 1))
 }
 
-fn parse(bytes: Vec<u8>, path: &Path) -> std::result::Result<GgufFile, String> {
+fn parse(bytes: RawBytes, path: &Path) -> std::result::Result<GgufFile, String> {
     let mut r = Reader {
         bytes: &bytes,
         pos: 0,

@@ -31,10 +31,12 @@ pub mod bf16_train;
 mod blocks;
 pub mod ggml;
 mod int8;
+pub mod raw_bytes;
 
 pub use bf16::{bf16_to_f32, f32_to_bf16, round_to_bf16, rounded_to_bf16, Bf16Matrix};
 pub use blocks::{BlockKind, BlockMatrix};
 pub use int8::Int8Matrix;
+pub use raw_bytes::RawBytes;
 
 use rayon::prelude::*;
 
