@@ -61,12 +61,14 @@ impl MalformedReport {
     }
 }
 
-/// The lines of `bytes`: split on `'\n'`, trailing `'\r'` stripped, no line after a final
-/// newline, a leading UTF-8 byte order mark removed. Yields (1-based line number, bytes).
+/// The lines of `bytes` as Python iterates a text file: split on `'\n'`, trailing `'\r'`
+/// stripped, no line after a final newline, a leading UTF-8 byte order mark removed. An empty
+/// input has no lines; a lone newline is one empty line (sacreBLEU scores such a hypothesis
+/// file as one empty hypothesis). Yields (1-based line number, bytes).
 fn split_lines(bytes: &[u8]) -> impl Iterator<Item = (usize, &[u8])> {
     let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
-    let bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
     let no_lines = bytes.is_empty();
+    let bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
     bytes
         .split(|&byte| byte == b'\n')
         .filter(move |_| !no_lines)
@@ -357,6 +359,12 @@ mod tests {
         let lines = read_lines(&b"one\r\n\ntwo three\n"[..], "<stdin>").unwrap();
         assert_eq!(lines, vec!["one", "", "two three"]);
         assert!(read_lines(&b""[..], "<stdin>").unwrap().is_empty());
+        assert!(read_lines(&b"\xEF\xBB\xBF"[..], "<stdin>")
+            .unwrap()
+            .is_empty());
+        assert_eq!(read_lines(&b"\n"[..], "<stdin>").unwrap(), vec![""]);
+        assert_eq!(read_lines(&b"\r\n"[..], "<stdin>").unwrap(), vec![""]);
+        assert_eq!(read_lines(&b"a\n\n"[..], "<stdin>").unwrap(), vec!["a", ""]);
         let error = read_lines(&b"ok\n\xFF\nok\n\xFE\xFE\n"[..], "input.txt").unwrap_err();
         assert_eq!(
             error.to_string(),

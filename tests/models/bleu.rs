@@ -281,6 +281,31 @@ fn cli_prints_sacrebleu_line_from_file_and_stdin() {
     assert_eq!(run.stdout, format!("{}\n", case.display));
 }
 
+/// A hypothesis file of one empty line is one empty hypothesis, as sacreBLEU reads it:
+/// `BLEU = 0.00 0.0/0.0/0.0/0.0 (BP = 0.000 ratio = 0.000 hyp_len = 0 ref_len = 3)`.
+#[test]
+fn cli_reads_one_empty_line_as_one_empty_hypothesis() {
+    let dir = tempfile::tempdir().unwrap();
+    let reference = dir.path().join("ref.txt");
+    std::fs::write(&reference, "a b c\n").unwrap();
+    let hyp = dir.path().join("hyp.txt");
+    std::fs::write(&hyp, "\n").unwrap();
+    let reference = reference.to_str().unwrap();
+    let expected = "BLEU = 0.00 0.0/0.0/0.0/0.0 (BP = 0.000 ratio = 0.000 hyp_len = 0 ref_len = 3)";
+    for run in [
+        transformer(&["bleu", "--ref", reference, hyp.to_str().unwrap()], b""),
+        transformer(&["bleu", "--ref", reference], b"\n"),
+    ] {
+        assert_eq!(run.code, Some(0), "{}", run.stderr);
+        assert!(run.stdout.starts_with(expected), "{}", run.stdout);
+    }
+    // An empty file is no hypotheses, which do not pair with one reference.
+    assert_error(
+        &transformer(&["bleu", "--ref", reference], b""),
+        &["0 lines", "1 line"],
+    );
+}
+
 #[test]
 fn cli_errors_are_one_clear_line() {
     let dir = tempfile::tempdir().unwrap();
