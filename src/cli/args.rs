@@ -46,7 +46,8 @@ pub enum PrecisionArg {
     Bf16,
     /// int8 weights per output row, activations quantised per row on the fly.
     Int8,
-    /// A GGUF file's Q4_0/Q4_1/Q8_0 blocks as stored (GGUF only).
+    /// A GGUF file's quantised blocks as stored: Q4_0/Q4_1/Q8_0, Q5_0/Q5_1/IQ4_NL, Q2_K..Q6_K
+    /// (GGUF only).
     Ggml,
 }
 

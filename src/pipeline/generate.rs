@@ -51,8 +51,9 @@ pub enum ModelPrecision {
     Bf16,
     /// int8 weights per output row, activations per row.
     Int8,
-    /// A GGUF file's Q4_0 / Q4_1 / Q8_0 blocks as stored, times Q8 activations (float32 for
-    /// the tensors it stores as floats); GGUF files only.
+    /// A GGUF file's blocks as stored (Q4_0 / Q4_1 / Q8_0, Q5_0 / Q5_1 / IQ4_NL, the K-quants
+    /// Q2_K … Q6_K), times 8-bit activations as llama.cpp quantises them (Q8_0 / Q8_1 / Q8_K;
+    /// float32 for the tensors it stores as floats); GGUF files only.
     Ggml,
 }
 

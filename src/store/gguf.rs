@@ -284,8 +284,10 @@ impl GgufFile {
                 &self.path,
                 format!(
                     "tensor {} has ggml type {}, which this reader cannot decode \
-                     (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1)",
-                    info.name, info.ggml_type
+                     (supported: {})",
+                    info.name,
+                    info.ggml_type,
+                    ggml::SUPPORTED
                 ),
             )
         })?;

@@ -12,6 +12,7 @@ use super::seeds::{self, Files, Seeds, SAMPLE};
 use std::path::Path;
 use transformer::decode::greedy::GreedyOptions;
 use transformer::decode::sample::SamplingOptions;
+use transformer::kernels::lowp::{is_block_product, pack_ggml};
 use transformer::model::checkpoint::{load, parse_config};
 use transformer::model::{LanguageModel, Seq2Seq};
 use transformer::pipeline::generate::{generate_ids, TextGenerator};
@@ -234,6 +235,20 @@ pub fn gguf(bytes: &[u8]) -> Result<Outcome, String> {
     let _ = file.chat_template();
     for info in file.tensors() {
         let _ = clear(file.dequantize_info(info), name)?;
+        // Block types are also multiplied as stored (a product of one row of ones).
+        if !is_block_product(info.ggml_type) {
+            continue;
+        }
+        let Ok(bytes) = file.tensor_bytes(info) else {
+            continue;
+        };
+        let (rows, cols) = info.rows_cols();
+        let packed = pack_ggml(info.ggml_type, bytes, rows, cols)
+            .map_err(|e| format!("{name}: tensor {}: {e}", info.name));
+        if let Ok(Some(w)) = clear(packed, name)? {
+            let mut y = vec![0f32; w.rows()];
+            w.product(&mut y, &vec![1f32; w.cols()], 1);
+        }
     }
     let _ = clear(LlamaGgufConfig::from_gguf(&file), name)?;
     let tokenizer = must!(GgufTokenizer::from_gguf(&file), name);

@@ -341,6 +341,28 @@ pub fn gguf_parts() -> (Vec<(String, Value)>, Vec<GgufTensor>) {
         ("blk.0.attn_v.weight".to_string(), vec![32], 3, q4_1),
         ("blk.0.ffn_up.weight".to_string(), vec![16, 2], 30, f16s),
     ];
+    let mut tensors = tensors;
+    // One tensor of each other block type: (name, ggml code, elements per row, bytes per
+    // block, where its f16 scales sit).
+    let blocks: [(&str, u32, u64, usize, &[usize]); 8] = [
+        ("extra.q5_0.weight", 6, 32, 22, &[0]),
+        ("extra.q5_1.weight", 7, 32, 24, &[0, 2]),
+        ("extra.q2_k.weight", 10, 256, 84, &[80, 82]),
+        ("extra.q3_k.weight", 11, 256, 110, &[108]),
+        ("blk.0.ffn_gate.weight", 12, 256, 144, &[0, 2]),
+        ("extra.q5_k.weight", 13, 256, 176, &[0, 2]),
+        ("blk.0.ffn_down.weight", 14, 256, 210, &[208]),
+        ("extra.iq4_nl.weight", 20, 32, 18, &[0]),
+    ];
+    for (i, (name, code, row, size, scales)) in blocks.into_iter().enumerate() {
+        let mut data: Vec<u8> = (0..2 * size).map(|j| (j * 37 + i * 11) as u8).collect();
+        for block in data.chunks_exact_mut(size) {
+            for &at in scales {
+                block[at..at + 2].copy_from_slice(&0x2c00u16.to_le_bytes());
+            }
+        }
+        tensors.push((name.to_string(), vec![row, 2], code, data));
+    }
     (kvs, tensors)
 }
 

@@ -142,7 +142,7 @@ fn all_tensors() -> (Vec<TensorSpec>, Vec<(&'static str, Vec<f64>)>) {
             0,
             F32_VALUES.iter().flat_map(|x| x.to_le_bytes()).collect(),
         ),
-        tensor("q4_k", &[256], 12, vec![0xab; 144]),
+        tensor("iq2_xxs", &[256], 16, vec![0xab; 66]),
         tensor("f16", &[6], 1, le16(&F16_BITS)),
         tensor("bf16", &[3, 1], 30, le16(&BF16_BITS)),
         tensor("q8_0", &[64, 2], 8, q8),
@@ -216,8 +216,8 @@ fn hand_built_file_reads_back_exactly() {
                 assert_eq!(g.to_bits(), w.to_bits(), "{name}[{i}]: {g} vs {w}");
             }
         }
-        let err = file.dequantize("q4_k").unwrap_err().to_string();
-        assert!(err.contains("q4_k") && err.contains("Q4_K"), "{err}");
+        let err = file.dequantize("iq2_xxs").unwrap_err().to_string();
+        assert!(err.contains("iq2_xxs") && err.contains("IQ2_XXS"), "{err}");
         assert!(file
             .dequantize("nothing")
             .unwrap_err()

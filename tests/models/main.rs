@@ -14,6 +14,7 @@ mod decode_interface;
 mod decoding;
 mod gguf;
 mod gguf_tokenizer;
+mod kquants;
 mod lm;
 mod minilm;
 mod pretrained;

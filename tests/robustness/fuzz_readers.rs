@@ -318,7 +318,26 @@ fn mutated_gguf(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
             }
             5 => {
                 let i = rng.below(tensors.len());
-                tensors[i].2 = [0, 1, 2, 3, 8, 12, 30, 31, 40, u32::MAX][rng.below(10)];
+                tensors[i].2 = [
+                    0,
+                    1,
+                    2,
+                    3,
+                    6,
+                    7,
+                    8,
+                    10,
+                    11,
+                    12,
+                    13,
+                    14,
+                    15,
+                    20,
+                    30,
+                    31,
+                    40,
+                    u32::MAX,
+                ][rng.below(18)];
             }
             6 => {
                 let i = rng.below(tensors.len());

@@ -12,19 +12,32 @@
 //! | `BF16` (30) | 1 | 2 | the top 16 bits of an `f32` | the value |
 //! | `Q4_0` (2) | 32 | 18 | `d: f16, qs: [u8; 16]` | `(q_j - 8) · d` |
 //! | `Q4_1` (3) | 32 | 20 | `d: f16, m: f16, qs: [u8; 16]` | `q_j · d + m` |
+//! | `Q5_0` (6) | 32 | 22 | `d: f16, qh: [u8; 4], qs: [u8; 16]` | `(q_j + 16 h_j - 16) · d` |
+//! | `Q5_1` (7) | 32 | 24 | `d: f16, m: f16, qh: [u8; 4], qs: [u8; 16]` | `(q_j + 16 h_j) · d + m` |
 //! | `Q8_0` (8) | 32 | 34 | `d: f16, qs: [i8; 32]` | `qs[j] · d` |
+//! | `IQ4_NL` (20) | 32 | 18 | `d: f16, qs: [u8; 16]` | `K[q_j] · d`, `K` ggml's 16 non-linear levels ([`IQ4_NL_LEVELS`]) |
+//! | `Q2_K` … `Q6_K`, `Q8_K` (10–15) | 256 | 84 … 292 | super-blocks, see [`super::kquants`] | |
 //!
 //! In the 4-bit blocks, element `j < 16` is the low nibble of `qs[j]` and element `j + 16` the
-//! high nibble of `qs[j]` (not interleaved pairs). The formulas are those of ggml's
-//! `dequantize_row_q4_0`, `dequantize_row_q4_1` and `dequantize_row_q8_0` (`ggml-quants.c`),
-//! computed in f32 in the same order: the integer times `d` is exact in f32 (at most 8 × 11
-//! significant bits), so the only rounding is Q4_1's `+ m`, as in ggml and in gguf-py's numpy
-//! version. Every other ggml type is named in errors but not decoded.
+//! high nibble of `qs[j]` (not interleaved pairs); the 5-bit blocks add bit `j` of the
+//! little-endian u32 `qh` as the fifth bit `h_j` of element `j`. The formulas are those of
+//! ggml's `dequantize_row_q4_0`, `dequantize_row_q4_1`, `dequantize_row_q5_0`, ...,
+//! `dequantize_row_iq4_nl` (`ggml-quants.c`), computed in f32 in the same order: the integer
+//! times `d` is exact in f32 (at most 8 × 11 significant bits), so the only rounding is the
+//! `+ m` of Q4_1 and Q5_1, as in ggml and in gguf-py's numpy version. Every other ggml type is
+//! named in errors but not decoded.
 
 pub use super::bf16::bf16_to_f32;
+use super::kquants::{self, QK_K};
 use rayon::prelude::*;
 
-/// A ggml tensor element type, by its code in the GGUF tensor info.
+/// ggml's `kvalues_iq4nl`: the 16 levels an `IQ4_NL` nibble selects.
+pub const IQ4_NL_LEVELS: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
+
+/// A ggml tensor element type, by its code in the GGUF tensor info (named as ggml names them).
+#[allow(non_camel_case_types)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GgmlType {
     F32,
@@ -32,7 +45,16 @@ pub enum GgmlType {
     BF16,
     Q4_0,
     Q4_1,
+    Q5_0,
+    Q5_1,
     Q8_0,
+    Q2_K,
+    Q3_K,
+    Q4_K,
+    Q5_K,
+    Q6_K,
+    Q8_K,
+    IQ4_NL,
     /// A type this reader does not decode (its ggml code).
     Unsupported(u32),
 }
@@ -85,7 +107,16 @@ impl GgmlType {
             1 => GgmlType::F16,
             2 => GgmlType::Q4_0,
             3 => GgmlType::Q4_1,
+            6 => GgmlType::Q5_0,
+            7 => GgmlType::Q5_1,
             8 => GgmlType::Q8_0,
+            10 => GgmlType::Q2_K,
+            11 => GgmlType::Q3_K,
+            12 => GgmlType::Q4_K,
+            13 => GgmlType::Q5_K,
+            14 => GgmlType::Q6_K,
+            15 => GgmlType::Q8_K,
+            20 => GgmlType::IQ4_NL,
             30 => GgmlType::BF16,
             other => GgmlType::Unsupported(other),
         }
@@ -98,7 +129,16 @@ impl GgmlType {
             GgmlType::F16 => 1,
             GgmlType::Q4_0 => 2,
             GgmlType::Q4_1 => 3,
+            GgmlType::Q5_0 => 6,
+            GgmlType::Q5_1 => 7,
             GgmlType::Q8_0 => 8,
+            GgmlType::Q2_K => 10,
+            GgmlType::Q3_K => 11,
+            GgmlType::Q4_K => 12,
+            GgmlType::Q5_K => 13,
+            GgmlType::Q6_K => 14,
+            GgmlType::Q8_K => 15,
+            GgmlType::IQ4_NL => 20,
             GgmlType::BF16 => 30,
             GgmlType::Unsupported(code) => code,
         }
@@ -117,9 +157,17 @@ impl GgmlType {
         match self {
             GgmlType::F32 => Some((1, 4)),
             GgmlType::F16 | GgmlType::BF16 => Some((1, 2)),
-            GgmlType::Q4_0 => Some((32, 18)),
+            GgmlType::Q4_0 | GgmlType::IQ4_NL => Some((32, 18)),
             GgmlType::Q4_1 => Some((32, 20)),
+            GgmlType::Q5_0 => Some((32, 22)),
+            GgmlType::Q5_1 => Some((32, 24)),
             GgmlType::Q8_0 => Some((32, 34)),
+            GgmlType::Q2_K => Some((QK_K, 84)),
+            GgmlType::Q3_K => Some((QK_K, 110)),
+            GgmlType::Q4_K => Some((QK_K, 144)),
+            GgmlType::Q5_K => Some((QK_K, 176)),
+            GgmlType::Q6_K => Some((QK_K, 210)),
+            GgmlType::Q8_K => Some((QK_K, 292)),
             GgmlType::Unsupported(_) => None,
         }
     }
@@ -153,8 +201,58 @@ pub fn f16_to_f32(h: u16) -> f32 {
     f32::from_bits(sign | magnitude)
 }
 
+/// f32 to IEEE 754 half precision, rounded to nearest, ties to even (as the F16C
+/// instruction `vcvtps2ph` and ggml's `GGML_FP32_TO_FP16` round): too large for f16 gives
+/// infinity, too small a signed zero, NaN stays a (quiet) NaN.
+pub fn f32_to_f16(x: f32) -> u16 {
+    let bits = x.to_bits();
+    let sign = ((bits >> 16) & 0x8000) as u16;
+    let exp = ((bits >> 23) & 0xff) as i32;
+    let man = bits & 0x007f_ffff;
+    if exp == 0xff {
+        let nan = if man != 0 {
+            0x0200 | (man >> 13) as u16
+        } else {
+            0
+        };
+        return sign | 0x7c00 | nan;
+    }
+    // The f16 biased exponent.
+    let e = exp - 127 + 15;
+    if e >= 0x1f {
+        return sign | 0x7c00;
+    }
+    // Rounds `value >> shift` to nearest, ties to even; a carry out of the mantissa moves
+    // into the exponent (up to infinity), which is the right result.
+    let round = |value: u32, shift: u32| -> u16 {
+        let kept = value >> shift;
+        let rest = value & ((1 << shift) - 1);
+        let half = 1 << (shift - 1);
+        let up = rest > half || (rest == half && kept & 1 == 1);
+        (kept + u32::from(up)) as u16
+    };
+    if e > 0 {
+        // Normal: 10 of the 23 mantissa bits.
+        return sign | round(((e as u32) << 23) | man, 13);
+    }
+    // Subnormal (or zero) in f16: the 24-bit significand in units of 2^-24.
+    let shift = (14 - e) as u32;
+    if shift > 24 {
+        return sign;
+    }
+    sign | round(man | 0x0080_0000, shift)
+}
+
 fn half_at(bytes: &[u8], at: usize) -> f32 {
     f16_to_f32(u16::from_le_bytes([bytes[at], bytes[at + 1]]))
+}
+
+/// The unsigned 5-bit values of elements `j` and `j + 16` of a `Q5_0` / `Q5_1` block: the low
+/// and high nibble of `qs[j]`, with bits `j` and `j + 16` of `qh` as their fifth bits.
+pub fn five_bit_pair(qs_j: u8, qh: u32, j: usize) -> (i32, i32) {
+    let lo = i32::from(qs_j & 0x0f) | (((qh >> j) & 1) << 4) as i32;
+    let hi = i32::from(qs_j >> 4) | (((qh >> (j + 16)) & 1) << 4) as i32;
+    (lo, hi)
 }
 
 /// Decodes one block of `ty` (`block.len()` bytes) into `out` (its elements).
@@ -178,15 +276,50 @@ fn dequantize_block(ty: GgmlType, block: &[u8], out: &mut [f32]) {
                 out[j + 16] = (q >> 4) as f32 * d + m;
             }
         }
+        GgmlType::Q5_0 => {
+            let d = half_at(block, 0);
+            let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
+            for (j, &q) in block[6..22].iter().enumerate() {
+                let (lo, hi) = five_bit_pair(q, qh, j);
+                out[j] = (lo - 16) as f32 * d;
+                out[j + 16] = (hi - 16) as f32 * d;
+            }
+        }
+        GgmlType::Q5_1 => {
+            let (d, m) = (half_at(block, 0), half_at(block, 2));
+            let qh = u32::from_le_bytes([block[4], block[5], block[6], block[7]]);
+            for (j, &q) in block[8..24].iter().enumerate() {
+                let (lo, hi) = five_bit_pair(q, qh, j);
+                out[j] = lo as f32 * d + m;
+                out[j + 16] = hi as f32 * d + m;
+            }
+        }
         GgmlType::Q8_0 => {
             let d = half_at(block, 0);
             for (o, &q) in out.iter_mut().zip(&block[2..34]) {
                 *o = q as i8 as f32 * d;
             }
         }
+        GgmlType::IQ4_NL => {
+            let d = half_at(block, 0);
+            for (j, &q) in block[2..18].iter().enumerate() {
+                out[j] = d * f32::from(IQ4_NL_LEVELS[usize::from(q & 0x0f)]);
+                out[j + 16] = d * f32::from(IQ4_NL_LEVELS[usize::from(q >> 4)]);
+            }
+        }
+        GgmlType::Q2_K => kquants::dequantize_q2_k(block, out),
+        GgmlType::Q3_K => kquants::dequantize_q3_k(block, out),
+        GgmlType::Q4_K => kquants::dequantize_q4_k(block, out),
+        GgmlType::Q5_K => kquants::dequantize_q5_k(block, out),
+        GgmlType::Q6_K => kquants::dequantize_q6_k(block, out),
+        GgmlType::Q8_K => kquants::dequantize_q8_k(block, out),
         GgmlType::Unsupported(_) => unreachable!("checked by dequantize"),
     }
 }
+
+/// The types [`dequantize`] decodes, for error messages.
+pub const SUPPORTED: &str =
+    "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL";
 
 /// Blocks decoded per parallel task: large enough that rayon's overhead does not show.
 const BLOCKS_PER_TASK: usize = 4096;
@@ -222,7 +355,7 @@ pub fn dequantize_into(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<(),
 fn check_blocks(ty: GgmlType, data: &[u8], n: usize) -> Result<(usize, usize), String> {
     let (block_n, block_bytes) = ty.block().ok_or_else(|| {
         format!(
-            "ggml type {} cannot be dequantised (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1)",
+            "ggml type {} cannot be dequantised (supported: {SUPPORTED})",
             ty.name()
         )
     })?;
@@ -278,6 +411,32 @@ mod tests {
     }
 
     #[test]
+    fn f32_to_f16_rounds_to_nearest_even() {
+        // Every finite f16 comes back; midpoints go to the even neighbour, just above them up.
+        for h in 0..0x7c00u16 {
+            for sign in [0, 0x8000] {
+                let x = f16_to_f32(h | sign);
+                assert_eq!(f32_to_f16(x), h | sign, "{h:#06x}");
+            }
+            if h == 0x7bff {
+                continue; // its upper neighbour is infinity
+            }
+            let (lo, hi) = (f64::from(f16_to_f32(h)), f64::from(f16_to_f32(h + 1)));
+            let mid = ((lo + hi) / 2.0) as f32; // exact: 12 significant bits
+            assert_eq!(f64::from(mid), (lo + hi) / 2.0);
+            let even = if h % 2 == 0 { h } else { h + 1 };
+            assert_eq!(f32_to_f16(mid), even, "midpoint above {h:#06x}");
+            assert_eq!(f32_to_f16(f32::from_bits(mid.to_bits() + 1)), h + 1);
+            assert_eq!(f32_to_f16(f32::from_bits(mid.to_bits() - 1)), h);
+        }
+        assert_eq!(f32_to_f16(65520.0), 0x7c00); // past the largest f16's midpoint
+        assert_eq!(f32_to_f16(1.0e-9), 0);
+        assert_eq!(f32_to_f16(-1.0e-9), 0x8000);
+        assert_eq!(f32_to_f16(f32::INFINITY), 0x7c00);
+        assert!(f16_to_f32(f32_to_f16(f32::NAN)).is_nan());
+    }
+
+    #[test]
     fn bf16_is_the_top_half_of_f32() {
         for x in [1.0f32, -2.5, 3.0e38, 1.0e-38, 0.0, -0.0] {
             let top = (x.to_bits() >> 16) as u16;
@@ -317,8 +476,8 @@ mod tests {
 
     #[test]
     fn sizes_and_types_are_checked() {
-        let err = dequantize(GgmlType::Unsupported(12), &[0; 144], 256).unwrap_err();
-        assert!(err.contains("Q4_K"), "{err}");
+        let err = dequantize(GgmlType::from_code(16), &[0; 66], 256).unwrap_err();
+        assert!(err.contains("IQ2_XXS"), "{err}");
         let err = dequantize(GgmlType::Unsupported(99), &[], 0).unwrap_err();
         assert!(err.contains("unknown type 99"), "{err}");
         assert!(dequantize(GgmlType::Q8_0, &[0; 34], 16).is_err());

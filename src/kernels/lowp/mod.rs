@@ -9,6 +9,7 @@
 //! | [`Bf16Matrix`] | bf16 (round to nearest even) | bf16 per element | `Σ_k w_k x_k` in f32 (each bf16 product exact in f32) |
 //! | [`Int8Matrix`] | `s_o · q_ok`, `q ∈ [-127, 127]`, `s_o = max_k |w_ok| / 127` per output row | `t_r · p_rk` per row (same rule) | `s_o t_r Σ_k q_ok p_rk` (exact integer sum) |
 //! | [`BlockMatrix`] | ggml `Q4_0` / `Q4_1` / `Q8_0` blocks of 32, as the GGUF file stores them | ggml `Q8_0` blocks of 32 (`d_b = max|x| / 127`) | `Σ_b d^w_b d^x_b Σ_{j∈b} q_j p_j` + the blocks' offset terms |
+//! | [`KQuantMatrix`] | ggml K-quants (`Q2_K` … `Q6_K`, super-blocks of 256 with 16 sub-block scales) and `Q5_0` / `Q5_1` / `IQ4_NL` blocks of 32, as stored | ggml `Q8_K` blocks of 256 (with sums per 16) for the K-quants, `Q8_0` / `Q8_1` for the others | `Σ_b d^w_b d^x_b Σ_g sc_g Σ_{j∈g} q_j p_j` − the minimum terms `dmin_b d^x_b Σ_g m_g Σ_{j∈g} p_j` |
 //!
 //! int8 is CTranslate2's scheme (weights per output row, activations per row at run time);
 //! the block formats are llama.cpp's 4- and 8-bit products (`ggml_vec_dot_q4_1_q8_1` and
@@ -31,11 +32,14 @@ pub mod bf16_train;
 mod blocks;
 pub mod ggml;
 mod int8;
+mod kquant_matrix;
+pub mod kquants;
 pub mod raw_bytes;
 
 pub use bf16::{bf16_to_f32, f32_to_bf16, round_to_bf16, rounded_to_bf16, Bf16Matrix};
 pub use blocks::{BlockKind, BlockMatrix};
 pub use int8::Int8Matrix;
+pub use kquant_matrix::{is_kquant_product, KQuantActs, KQuantMatrix};
 pub use raw_bytes::RawBytes;
 
 use rayon::prelude::*;
@@ -186,6 +190,8 @@ pub enum PackedWeight {
     Bf16(Bf16Matrix),
     Int8(Int8Matrix),
     Blocks(BlockMatrix),
+    /// K-quants, `Q5_0`, `Q5_1`, `IQ4_NL` as stored ([`KQuantMatrix`]).
+    KQuants(KQuantMatrix),
 }
 
 impl PackedWeight {
@@ -195,6 +201,7 @@ impl PackedWeight {
             PackedWeight::Bf16(w) => w.rows(),
             PackedWeight::Int8(w) => w.rows(),
             PackedWeight::Blocks(w) => w.rows(),
+            PackedWeight::KQuants(w) => w.rows(),
         }
     }
 
@@ -204,6 +211,7 @@ impl PackedWeight {
             PackedWeight::Bf16(w) => w.cols(),
             PackedWeight::Int8(w) => w.cols(),
             PackedWeight::Blocks(w) => w.cols(),
+            PackedWeight::KQuants(w) => w.cols(),
         }
     }
 
@@ -213,6 +221,7 @@ impl PackedWeight {
             PackedWeight::Bf16(w) => w.simd_available(),
             PackedWeight::Int8(w) => w.simd_available(),
             PackedWeight::Blocks(w) => w.simd_available(),
+            PackedWeight::KQuants(w) => w.simd_available(),
         };
         if simd {
             Kernel::Avx512
@@ -232,6 +241,7 @@ impl PackedWeight {
             PackedWeight::Bf16(w) => product_with(w, kernel, y, x, rows),
             PackedWeight::Int8(w) => w.product(kernel, y, x, rows),
             PackedWeight::Blocks(w) => product_with(w, kernel, y, x, rows),
+            PackedWeight::KQuants(w) => product_with(w, kernel, y, x, rows),
         }
     }
 
@@ -241,8 +251,34 @@ impl PackedWeight {
             PackedWeight::Bf16(w) => w.bytes(),
             PackedWeight::Int8(w) => w.bytes(),
             PackedWeight::Blocks(w) => w.bytes(),
+            PackedWeight::KQuants(w) => w.bytes(),
         }
     }
+}
+
+/// Whether a ggml tensor of `ty` can be multiplied in its stored blocks ([`pack_ggml`]).
+pub fn is_block_product(ty: ggml::GgmlType) -> bool {
+    BlockKind::of(ty).is_some() || is_kquant_product(ty)
+}
+
+/// A ggml tensor `[rows, cols]` (`data` as the GGUF file stores it) packed for block
+/// products: [`BlockMatrix`] for `Q4_0` / `Q4_1` / `Q8_0`, [`KQuantMatrix`] for the K-quants,
+/// `Q5_0`, `Q5_1` and `IQ4_NL`; `None` for a type that is not multiplied in blocks (floats).
+pub fn pack_ggml(
+    ty: ggml::GgmlType,
+    data: RawBytes,
+    rows: usize,
+    cols: usize,
+) -> Result<Option<PackedWeight>, String> {
+    if BlockKind::of(ty).is_some() {
+        return BlockMatrix::from_ggml(ty, &data, rows, cols)
+            .map(|m| Some(PackedWeight::Blocks(m)));
+    }
+    if is_kquant_product(ty) {
+        return KQuantMatrix::from_ggml(ty, data, rows, cols)
+            .map(|m| Some(PackedWeight::KQuants(m)));
+    }
+    Ok(None)
 }
 
 /// `x` rounded to the nearest integer, ties to even, for `|x| <= 2^22` (as
@@ -268,6 +304,8 @@ fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     lanes.iter().sum::<f32>() + tail
 }
 
+#[cfg(test)]
+mod kquant_tests;
 #[cfg(test)]
 mod tests;
 

@@ -4,7 +4,7 @@
 
 use super::by_gguf_architecture;
 use crate::error::Result;
-use crate::kernels::lowp::{BlockKind, BlockMatrix, PackedWeight};
+use crate::kernels::lowp::{is_block_product, pack_ggml, PackedWeight};
 use crate::model::checkpoint::{build_filled, RenameTable, TensorValues};
 use crate::model::linear::for_each_linear;
 use crate::model::{LanguageModel, ShapesOnly};
@@ -17,9 +17,10 @@ use std::collections::{HashMap, HashSet};
 pub enum GgufWeights {
     /// Every tensor dequantised to float32.
     Dequantised,
-    /// Every linear layer and the output projection whose tensor is stored in `Q4_0` / `Q4_1` /
-    /// `Q8_0` blocks multiplies the file's own blocks, as llama.cpp does (see
-    /// [`crate::kernels::lowp::BlockMatrix`]), and holds no float32 copy of them; a token
+    /// Every linear layer and the output projection whose tensor is stored in ggml blocks
+    /// (`Q4_0` / `Q4_1` / `Q8_0`, `Q5_0` / `Q5_1` / `IQ4_NL`, the K-quants `Q2_K` … `Q6_K`)
+    /// multiplies the file's own blocks, as llama.cpp does (see
+    /// [`crate::kernels::lowp::BlockMatrix`], [`crate::kernels::lowp::KQuantMatrix`]), and holds no float32 copy of them; a token
     /// embedding in blocks is looked up in them (a row dequantised per token, as llama.cpp's
     /// `get_rows`), and a tied output projection multiplies them. Tensors stored as floats
     /// and the norms are float32.
@@ -60,7 +61,7 @@ pub fn load_gguf(file: &GgufFile, weights: GgufWeights) -> Result<LanguageModel<
         let kept = ours
             .as_deref()
             .is_some_and(|n| n == OUTPUT || n == EMBEDDING || linear_weights.contains(n));
-        weights == GgufWeights::Blocks && kept && BlockKind::of(info.ggml_type).is_some()
+        weights == GgufWeights::Blocks && kept && is_block_product(info.ggml_type)
     };
     // Each tensor is decoded straight into its parameter: no map of every tensor in float32.
     let tensors: HashMap<String, (Vec<usize>, GgufTensor)> = file
@@ -98,13 +99,12 @@ fn use_gguf_blocks(
     };
     let blocks = |name: &str| -> Result<Option<PackedWeight>> {
         let info = file.tensor(name)?;
-        if BlockKind::of(info.ggml_type).is_none() {
+        if !is_block_product(info.ggml_type) {
             return Ok(None);
         }
         let (rows, cols) = info.rows_cols();
-        let data = file.tensor_data(info)?;
-        BlockMatrix::from_ggml(info.ggml_type, data, rows, cols)
-            .map(|m| Some(PackedWeight::Blocks(m)))
+        let data = file.tensor_bytes(info)?;
+        pack_ggml(info.ggml_type, data, rows, cols)
             .map_err(|e| ckpt_err(path, format!("tensor {name}: {e}")))
     };
     let mut used = 0;

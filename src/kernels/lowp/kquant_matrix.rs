@@ -1,0 +1,530 @@
+//! The K-quants (`Q2_K` … `Q6_K`, super-blocks of 256, see [`super::kquants`]) and the other
+//! ggml block types `Q5_0`, `Q5_1` and `IQ4_NL` (blocks of 32, see [`super::ggml`]) multiplied
+//! as stored, as llama.cpp's `ggml_vec_dot_*` do: the activations are quantised on the fly to
+//! 8 bits, the products summed in integers per block, and the f32 scales applied once a block.
+//!
+//! ```text
+//! activations, Q8_K (for the K-quants): per 256,  m = the x_j of largest |x_j|,
+//!     p_j = min(127, round(-127 x_j / m)),  e = -m / 127  (f32),  bsums_g = Σ_{j∈g} p_j per 16
+//! activations, Q8_0 (Q5_0, IQ4_NL) / Q8_1 (Q5_1): per 32,  a = max |x_j|,
+//!     p_j = round(127 x_j / a),  e = f16(a / 127),  Q8_1 also s = f16((a / 127) Σ p_j)
+//!     (rounding ties to even, as llama.cpp's AVX2 `quantize_row_q8_0` and the
+//!     `nearest_int` of `quantize_row_q8_K_ref`)
+//!
+//! weight element of group g (16) of super-block b:  d_b sc_g q_j − dmin_b m_g
+//!     (Q3_K: q_j = low − 4 (1 − h_j), Q6_K: q_j = value − 32, no minimum)
+//!
+//! y = Σ_b  (d_b e_b) I_b − (dmin_b e_b) M_b,   I_b = Σ_g sc_g Σ_{j∈g} q_j p_j,
+//!                                              M_b = Σ_g m_g bsums_g
+//! Q5_0 / IQ4_NL:  y = Σ_b (d_b e_b) Σ_j q_j p_j     (q_j = value − 16, or IQ4_NL's level)
+//! Q5_1:           y = Σ_b (d_b e_b) Σ_j q_j p_j + m_b s_b
+//! ```
+//!
+//! The integer sums are exact in i32 (at most 256 · 63 · 127 · 63 < 2^31), so two kernels that
+//! apply the same f32 steps in the same block order agree bit for bit. The weights stay in the
+//! file's bytes ([`RawBytes`]); each block is unpacked into signed bytes and small integer
+//! scales ([`Unpacked`]) once per tile of activation rows, and the inner loops are plain
+//! `i8 × i8 → i32` sums over 16 or 32 elements that the compiler vectorises.
+
+use super::ggml::{f16_to_f32, f32_to_f16, five_bit_pair, GgmlType, IQ4_NL_LEVELS};
+use super::kquants::{q3_k_scale, q4_k_scale_min, QK_K};
+use super::{round_small, Kernel, PackedFormat, RawBytes};
+
+/// A weight `[rows, cols]` of one of the types this module multiplies, as the file stores it.
+#[derive(Clone, Debug)]
+pub struct KQuantMatrix {
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    /// Elements and bytes per block of `ty`.
+    block: usize,
+    block_bytes: usize,
+    /// `[rows, cols / block, block_bytes]` as stored.
+    data: RawBytes,
+}
+
+/// Which 8-bit activation blocks a weight type meets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ActFormat {
+    /// ggml `Q8_K`: 256 per block, f32 scale, sums per 16.
+    Q8K,
+    /// ggml `Q8_0`: 32 per block, f16 scale.
+    Q80,
+    /// ggml `Q8_1`: `Q8_0` plus `s = e Σ p` in f16.
+    Q81,
+}
+
+/// Activations `[n, cols]` quantised for one call.
+pub struct KQuantActs {
+    format: ActFormat,
+    /// Elements per block (256 or 32) and blocks per row.
+    block: usize,
+    nb: usize,
+    /// `[n, cols]`: `p`.
+    pub(super) q: Vec<i8>,
+    /// `[n, nb]`: `e` (f16-rounded for Q8_0 / Q8_1).
+    pub(super) e: Vec<f32>,
+    /// `[n, cols / 16]`: `bsums` (Q8_K only).
+    pub(super) bsums: Vec<i32>,
+    /// `[n, nb]`: `s` (Q8_1 only).
+    s: Vec<f32>,
+}
+
+impl KQuantActs {
+    /// Row `r`'s activations as they are multiplied: `e_b p_j`, in f64.
+    pub fn values(&self, r: usize) -> Vec<f64> {
+        let cols = self.nb * self.block;
+        (0..cols)
+            .map(|j| {
+                f64::from(self.e[r * self.nb + j / self.block]) * f64::from(self.q[r * cols + j])
+            })
+            .collect()
+    }
+
+    /// Row `r`'s `s_b` of `Q8_1` blocks (empty for the other formats).
+    pub fn block_sums(&self, r: usize) -> &[f32] {
+        match self.format {
+            ActFormat::Q81 => &self.s[r * self.nb..(r + 1) * self.nb],
+            _ => &[],
+        }
+    }
+}
+
+/// Whether [`KQuantMatrix`] multiplies blocks of `ty`.
+pub fn is_kquant_product(ty: GgmlType) -> bool {
+    use GgmlType::*;
+    matches!(ty, Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q5_0 | Q5_1 | IQ4_NL)
+}
+
+/// Quantises one row `x` to `Q8_K` blocks (ggml's `quantize_row_q8_K_ref`).
+fn quantize_q8_k(x: &[f32], q: &mut [i8], e: &mut [f32], bsums: &mut [i32]) {
+    for (b, xb) in x.chunks_exact(QK_K).enumerate() {
+        let (mut amax, mut max) = (0f32, 0f32);
+        for &v in xb {
+            if v.abs() > amax {
+                amax = v.abs();
+                max = v;
+            }
+        }
+        let qb = &mut q[b * QK_K..(b + 1) * QK_K];
+        if amax == 0.0 {
+            qb.fill(0);
+            e[b] = 0.0;
+            bsums[b * 16..(b + 1) * 16].fill(0);
+            continue;
+        }
+        let iscale = -127.0 / max;
+        for (p, &v) in qb.iter_mut().zip(xb) {
+            *p = round_small(iscale * v).clamp(-128.0, 127.0) as i8;
+        }
+        for (g, sum) in bsums[b * 16..(b + 1) * 16].iter_mut().enumerate() {
+            *sum = qb[g * 16..(g + 1) * 16].iter().map(|&p| i32::from(p)).sum();
+        }
+        e[b] = 1.0 / iscale;
+    }
+}
+
+/// Quantises one row `x` to `Q8_0` blocks, with `Q8_1`'s `s` when `s` is not empty (ggml's
+/// x86 `quantize_row_q8_0` / `quantize_row_q8_1`).
+fn quantize_q8_0(x: &[f32], q: &mut [i8], e: &mut [f32], s: &mut [f32]) {
+    for (b, xb) in x.chunks_exact(32).enumerate() {
+        let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+        let qb = &mut q[b * 32..(b + 1) * 32];
+        let mut sum = 0i32;
+        for (p, &v) in qb.iter_mut().zip(xb) {
+            *p = round_small((v * id).clamp(-127.0, 127.0)) as i8;
+            sum += i32::from(*p);
+        }
+        e[b] = f16_to_f32(f32_to_f16(d));
+        if !s.is_empty() {
+            s[b] = f16_to_f32(f32_to_f16(d * sum as f32));
+        }
+    }
+}
+
+/// One weight block unpacked: signed values and, per group of 16, integer scale and minimum;
+/// for the 32-blocks only `q[..32]`, `d` and `dmin` (Q5_1's `m`) are used.
+struct Unpacked {
+    q: [i8; QK_K],
+    scale: [i32; 16],
+    min: [i32; 16],
+    d: f32,
+    dmin: f32,
+}
+
+impl Unpacked {
+    fn new() -> Unpacked {
+        Unpacked {
+            q: [0; QK_K],
+            scale: [0; 16],
+            min: [0; 16],
+            d: 0.0,
+            dmin: 0.0,
+        }
+    }
+}
+
+fn half_at(bytes: &[u8], at: usize) -> f32 {
+    f16_to_f32(u16::from_le_bytes([bytes[at], bytes[at + 1]]))
+}
+
+/// Unpacks one block of `ty` (see the layouts in [`super::kquants`] and [`super::ggml`]).
+fn unpack(ty: GgmlType, block: &[u8], u: &mut Unpacked) {
+    match ty {
+        GgmlType::Q2_K => {
+            let (scales, qs) = (&block[0..16], &block[16..80]);
+            (u.d, u.dmin) = (half_at(block, 80), half_at(block, 82));
+            for n in 0..2 {
+                for j in 0..4 {
+                    let q = &mut u.q[128 * n + 32 * j..128 * n + 32 * j + 32];
+                    for (q, &byte) in q.iter_mut().zip(&qs[32 * n..32 * n + 32]) {
+                        *q = ((byte >> (2 * j)) & 3) as i8;
+                    }
+                }
+            }
+            for (g, &sc) in scales.iter().enumerate() {
+                u.scale[g] = i32::from(sc & 0x0f);
+                u.min[g] = i32::from(sc >> 4);
+            }
+        }
+        GgmlType::Q3_K => {
+            let (hmask, qs, scales) = (&block[0..32], &block[32..96], &block[96..108]);
+            (u.d, u.dmin) = (half_at(block, 108), 0.0);
+            for n in 0..2 {
+                for j in 0..4 {
+                    let q = &mut u.q[128 * n + 32 * j..128 * n + 32 * j + 32];
+                    let bits = qs[32 * n..32 * n + 32].iter().zip(hmask);
+                    for (q, (&byte, &h)) in q.iter_mut().zip(bits) {
+                        let low = ((byte >> (2 * j)) & 3) as i8;
+                        let high = ((h >> (4 * n + j)) & 1) as i8;
+                        *q = low - 4 + 4 * high;
+                    }
+                }
+            }
+            for g in 0..16 {
+                u.scale[g] = q3_k_scale(scales, g);
+                u.min[g] = 0;
+            }
+        }
+        GgmlType::Q4_K | GgmlType::Q5_K => {
+            (u.d, u.dmin) = (half_at(block, 0), half_at(block, 2));
+            let scales = &block[4..16];
+            let (qh, qs) = match ty {
+                GgmlType::Q5_K => (Some(&block[16..48]), &block[48..176]),
+                _ => (None, &block[16..144]),
+            };
+            for c in 0..4 {
+                let (lo, hi) = u.q[64 * c..64 * c + 64].split_at_mut(32);
+                for (l, &byte) in qs[32 * c..32 * c + 32].iter().enumerate() {
+                    lo[l] = (byte & 0x0f) as i8;
+                    hi[l] = (byte >> 4) as i8;
+                }
+                if let Some(qh) = qh {
+                    for (l, &h) in qh.iter().enumerate() {
+                        lo[l] += 16 * ((h >> (2 * c)) & 1) as i8;
+                        hi[l] += 16 * ((h >> (2 * c + 1)) & 1) as i8;
+                    }
+                }
+            }
+            for s in 0..8 {
+                let (sc, m) = q4_k_scale_min(scales, s);
+                u.scale[2 * s..2 * s + 2].fill(i32::from(sc));
+                u.min[2 * s..2 * s + 2].fill(i32::from(m));
+            }
+        }
+        GgmlType::Q6_K => {
+            let (ql, qh, scales) = (&block[0..128], &block[128..192], &block[192..208]);
+            (u.d, u.dmin) = (half_at(block, 208), 0.0);
+            for n in 0..2 {
+                let (ql, qh) = (&ql[64 * n..64 * n + 64], &qh[32 * n..32 * n + 32]);
+                let q = &mut u.q[128 * n..128 * n + 128];
+                for l in 0..32 {
+                    let h = qh[l];
+                    q[l] = ((ql[l] & 0x0f) | ((h & 3) << 4)) as i8 - 32;
+                    q[l + 32] = ((ql[l + 32] & 0x0f) | (((h >> 2) & 3) << 4)) as i8 - 32;
+                    q[l + 64] = ((ql[l] >> 4) | (((h >> 4) & 3) << 4)) as i8 - 32;
+                    q[l + 96] = ((ql[l + 32] >> 4) | (((h >> 6) & 3) << 4)) as i8 - 32;
+                }
+            }
+            for (g, &sc) in scales.iter().enumerate() {
+                u.scale[g] = i32::from(sc as i8);
+                u.min[g] = 0;
+            }
+        }
+        GgmlType::Q5_0 | GgmlType::Q5_1 => {
+            let with_min = ty == GgmlType::Q5_1;
+            let at = if with_min { 4 } else { 2 };
+            u.d = half_at(block, 0);
+            u.dmin = if with_min { half_at(block, 2) } else { 0.0 };
+            let qh = u32::from_le_bytes([block[at], block[at + 1], block[at + 2], block[at + 3]]);
+            let offset = if with_min { 0 } else { 16 };
+            for (j, &byte) in block[at + 4..at + 20].iter().enumerate() {
+                let (lo, hi) = five_bit_pair(byte, qh, j);
+                u.q[j] = (lo - offset) as i8;
+                u.q[j + 16] = (hi - offset) as i8;
+            }
+        }
+        GgmlType::IQ4_NL => {
+            (u.d, u.dmin) = (half_at(block, 0), 0.0);
+            for (j, &byte) in block[2..18].iter().enumerate() {
+                u.q[j] = IQ4_NL_LEVELS[usize::from(byte & 0x0f)];
+                u.q[j + 16] = IQ4_NL_LEVELS[usize::from(byte >> 4)];
+            }
+        }
+        _ => unreachable!("KQuantMatrix holds only the types of is_kquant_product"),
+    }
+}
+
+/// `Σ_j a_j b_j` over equal-length i8 slices, in i32 (exact).
+#[inline(always)]
+fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| i32::from(x) * i32::from(y))
+        .sum()
+}
+
+/// `I_b = Σ_g sc_g Σ_{j∈g} q_j p_j` of an unpacked super-block against 256 activations.
+#[inline(always)]
+fn super_block_sum(u: &Unpacked, p: &[i8]) -> i32 {
+    let mut total = 0i32;
+    for g in 0..16 {
+        total += u.scale[g] * dot_i8(&u.q[16 * g..16 * (g + 1)], &p[16 * g..16 * (g + 1)]);
+    }
+    total
+}
+
+impl KQuantMatrix {
+    /// Wraps a tensor of `rows` rows of `cols` elements of `ty` (`data` as the GGUF file holds
+    /// it, not copied), or says why not.
+    pub fn from_ggml(
+        ty: GgmlType,
+        data: RawBytes,
+        rows: usize,
+        cols: usize,
+    ) -> Result<KQuantMatrix, String> {
+        if !is_kquant_product(ty) {
+            return Err(format!(
+                "ggml type {} is not multiplied by KQuantMatrix (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, \
+                 Q5_0, Q5_1, IQ4_NL are)",
+                ty.name()
+            ));
+        }
+        let (block, block_bytes) = ty.block().expect("a decoded type");
+        if cols == 0 || !cols.is_multiple_of(block) {
+            return Err(format!(
+                "rows of {cols} elements are not whole {block}-element {} blocks",
+                ty.name()
+            ));
+        }
+        let need = rows
+            .checked_mul(cols / block)
+            .and_then(|n| n.checked_mul(block_bytes));
+        if need != Some(data.len()) {
+            return Err(format!(
+                "{rows} x {cols} {} needs {} bytes, the data has {}",
+                ty.name(),
+                need.map_or("too many".to_string(), |n| n.to_string()),
+                data.len()
+            ));
+        }
+        Ok(KQuantMatrix {
+            ty,
+            rows,
+            cols,
+            block,
+            block_bytes,
+            data,
+        })
+    }
+
+    /// The ggml type of the blocks.
+    pub fn ggml_type(&self) -> GgmlType {
+        self.ty
+    }
+
+    /// Bytes of the stored blocks.
+    pub fn bytes(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Whether the type has the `− dmin m` term.
+    fn has_minimum(&self) -> bool {
+        matches!(self.ty, GgmlType::Q2_K | GgmlType::Q4_K | GgmlType::Q5_K)
+    }
+
+    fn act_format(&self) -> ActFormat {
+        match self.ty {
+            GgmlType::Q5_0 | GgmlType::IQ4_NL => ActFormat::Q80,
+            GgmlType::Q5_1 => ActFormat::Q81,
+            _ => ActFormat::Q8K,
+        }
+    }
+
+    /// Quantises `x [n, cols]` into the activation blocks this weight multiplies.
+    pub fn quantize(&self, x: &[f32], n: usize) -> KQuantActs {
+        let format = self.act_format();
+        let nb = self.cols / self.block;
+        let mut acts = KQuantActs {
+            format,
+            block: self.block,
+            nb,
+            q: vec![0; n * self.cols],
+            e: vec![0.0; n * nb],
+            bsums: vec![
+                0;
+                if format == ActFormat::Q8K {
+                    n * self.cols / 16
+                } else {
+                    0
+                }
+            ],
+            s: vec![0.0; if format == ActFormat::Q81 { n * nb } else { 0 }],
+        };
+        for (r, row) in x.chunks_exact(self.cols).take(n).enumerate() {
+            let q = &mut acts.q[r * self.cols..(r + 1) * self.cols];
+            let e = &mut acts.e[r * nb..(r + 1) * nb];
+            match format {
+                ActFormat::Q8K => {
+                    let g = self.cols / 16;
+                    quantize_q8_k(row, q, e, &mut acts.bsums[r * g..(r + 1) * g]);
+                }
+                ActFormat::Q80 => quantize_q8_0(row, q, e, &mut []),
+                ActFormat::Q81 => quantize_q8_0(row, q, e, &mut acts.s[r * nb..(r + 1) * nb]),
+            }
+        }
+        acts
+    }
+
+    /// `out[i] = w_o · x_{r0+i}`, each block unpacked once for the tile; `isum(u, p, bsums)`
+    /// gives a super-block's `I_b` (the only step the kernels do differently).
+    fn tile_with(
+        &self,
+        acts: &KQuantActs,
+        o: usize,
+        r0: usize,
+        out: &mut [f32],
+        isum: impl Fn(&Unpacked, &[i8], &[i32]) -> i32,
+    ) {
+        let nb = self.cols / self.block;
+        let row = &self.data[o * nb * self.block_bytes..(o + 1) * nb * self.block_bytes];
+        let mut u = Unpacked::new();
+        out.fill(0.0);
+        for (b, block) in row.chunks_exact(self.block_bytes).enumerate() {
+            unpack(self.ty, block, &mut u);
+            for (i, y) in out.iter_mut().enumerate() {
+                let r = r0 + i;
+                let e = acts.e[r * nb + b];
+                let at = r * self.cols + b * self.block;
+                let p = &acts.q[at..at + self.block];
+                match acts.format {
+                    ActFormat::Q8K => {
+                        let g0 = (r * self.cols + b * QK_K) / 16;
+                        let bsums = &acts.bsums[g0..g0 + 16];
+                        *y += (u.d * e) * isum(&u, p, bsums) as f32;
+                        if self.has_minimum() {
+                            let msum: i32 = u.min.iter().zip(bsums).map(|(&m, &s)| m * s).sum();
+                            *y -= (u.dmin * e) * msum as f32;
+                        }
+                    }
+                    ActFormat::Q80 => *y += (u.d * e) * dot_i8(&u.q[..32], p) as f32,
+                    ActFormat::Q81 => {
+                        *y += (u.d * e) * dot_i8(&u.q[..32], p) as f32;
+                        *y += u.dmin * acts.s[r * nb + b];
+                    }
+                }
+            }
+        }
+    }
+
+    /// What to add to the unpacked values of this type to make them unsigned (for `vpdpbusd`).
+    #[cfg(target_arch = "x86_64")]
+    fn unsigned_offset(&self) -> i8 {
+        match self.ty {
+            GgmlType::Q3_K => 4,
+            GgmlType::Q6_K => 32,
+            _ => 0,
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    /// `Σ_g scale_g Σ_{j∈g} (q_j + offset) p_j` over one super-block: `vpdpbusd` sums four
+    /// byte products per i32 lane, so lanes `4g'..4g'+4` of step `k` hold group `4k + g'`.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F/BW and VNNI. `q_j + offset` must be in [0, 255] as u8 (the
+    /// unsigned operand); the loads read 256 bytes of `q` and `p` and 16 scales, which the
+    /// array types guarantee.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub unsafe fn shifted_sum(q: &[i8; 256], offset: i8, scale: &[i32; 16], p: &[i8; 256]) -> i32 {
+        let idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+        let off = _mm512_set1_epi8(offset);
+        let mut acc = _mm512_setzero_si512();
+        for k in 0..4 {
+            // SAFETY: 64 bytes from 64k < 256 of q and p, 4 scales from 4k < 16.
+            let (qv, pv, sc4) = unsafe {
+                (
+                    _mm512_loadu_si512(q.as_ptr().add(64 * k) as *const __m512i),
+                    _mm512_loadu_si512(p.as_ptr().add(64 * k) as *const __m512i),
+                    _mm_loadu_si128(scale.as_ptr().add(4 * k) as *const __m128i),
+                )
+            };
+            let dots = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_add_epi8(qv, off), pv);
+            let sc = _mm512_permutexvar_epi32(idx, _mm512_castsi128_si512(sc4));
+            acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(dots, sc));
+        }
+        _mm512_reduce_add_epi32(acc)
+    }
+}
+
+impl PackedFormat for KQuantMatrix {
+    type Acts = KQuantActs;
+
+    fn rows(&self) -> usize {
+        self.rows
+    }
+
+    fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The AVX-512 VNNI kernel multiplies the K-quants (the 32-blocks have only the portable
+    /// one).
+    fn simd_available(&self) -> bool {
+        self.block == QK_K && super::has_vnni()
+    }
+
+    fn quantize_acts(&self, x: &[f32], n: usize) -> KQuantActs {
+        self.quantize(x, n)
+    }
+
+    fn tile(&self, kernel: Kernel, acts: &KQuantActs, o: usize, r0: usize, out: &mut [f32]) {
+        match kernel {
+            Kernel::Portable => self.tile_with(acts, o, r0, out, |u, p, _| super_block_sum(u, p)),
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512 => {
+                assert!(
+                    self.simd_available(),
+                    "the AVX-512 kernel needs VNNI and K-quants"
+                );
+                let offset = self.unsigned_offset();
+                self.tile_with(acts, o, r0, out, |u, p, bsums| {
+                    let p: &[i8; QK_K] = p.try_into().expect("a super-block of activations");
+                    // SAFETY: simd_available() checked AVX-512F/BW/VNNI; the unpacked values
+                    // plus this type's offset are in [0, 63] (Q2_K..Q6_K), so unsigned bytes.
+                    let shifted = unsafe { avx512::shifted_sum(&u.q, offset, &u.scale, p) };
+                    let taken: i32 = u.scale.iter().zip(bsums).map(|(&s, &b)| s * b).sum();
+                    shifted - i32::from(offset) * taken
+                })
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            Kernel::Avx512 => unreachable!("simd_available is false off x86_64"),
+        }
+    }
+}
