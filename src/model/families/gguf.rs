@@ -102,8 +102,8 @@ fn use_gguf_blocks(
             return Ok(None);
         }
         let (rows, cols) = info.rows_cols();
-        let data = file.tensor_data(info)?;
-        BlockMatrix::from_ggml(info.ggml_type, data, rows, cols)
+        let data = file.tensor_bytes(info)?;
+        BlockMatrix::in_place(info.ggml_type, data, rows, cols)
             .map(|m| Some(PackedWeight::Blocks(m)))
             .map_err(|e| ckpt_err(path, format!("tensor {name}: {e}")))
     };
@@ -129,7 +129,7 @@ fn use_gguf_blocks(
     let embedding_name = theirs(EMBEDDING)?;
     if model.embedding.weight.value.data.is_empty() {
         let info = file.tensor(&embedding_name)?;
-        let data = file.tensor_data(info)?.to_vec();
+        let data = file.tensor_bytes(info)?;
         model
             .embedding
             .set_stored_rows(info.ggml_type, data)
