@@ -16,6 +16,7 @@ use super::config::Positions;
 use super::param::{Init, Module, Param, ParamVisitor};
 use crate::kernels::dropout::dropout_mask;
 use crate::kernels::lowp::ggml::{self, GgmlType};
+use crate::kernels::lowp::RawBytes;
 use crate::rng::Rng;
 use crate::Float;
 
@@ -26,8 +27,8 @@ use crate::Float;
 pub struct StoredRows {
     ty: GgmlType,
     row_bytes: usize,
-    /// `[vocab, row_bytes]`
-    data: Vec<u8>,
+    /// `[vocab, row_bytes]`, read where the file stores them (its map, shared, not copied).
+    data: RawBytes,
 }
 
 /// The sinusoidal encoding of position `pos` in dimension `dim` of a `d_model`-wide model.
@@ -117,7 +118,7 @@ impl<T: Float> Embedding<T> {
     /// Looks the tokens up in `data` (`[vocab, d_model]` of ggml `ty`, as a GGUF file stores
     /// the table) from now on, and drops the float32 values of the table: for inference with
     /// a model that never trains or saves. Refuses data of the wrong size or type.
-    pub fn set_stored_rows(&mut self, ty: GgmlType, data: Vec<u8>) -> Result<(), String> {
+    pub fn set_stored_rows(&mut self, ty: GgmlType, data: RawBytes) -> Result<(), String> {
         let (vocab, d) = (self.vocab_size(), self.d_model);
         let (block_n, block_bytes) = ty
             .block()
@@ -340,10 +341,12 @@ mod tests {
         plain.weight.value.data.copy_from_slice(&table);
         let mut stored = plain.clone();
         assert!(stored
-            .set_stored_rows(GgmlType::Q8_0, data[..data.len() - 34].to_vec())
+            .set_stored_rows(GgmlType::Q8_0, RawBytes::owned(data[..data.len() - 34].to_vec()))
             .unwrap_err()
             .contains("needs"));
-        stored.set_stored_rows(GgmlType::Q8_0, data).unwrap();
+        stored
+            .set_stored_rows(GgmlType::Q8_0, RawBytes::owned(data))
+            .unwrap();
         assert!(stored.weight.value.data.is_empty() && stored.has_stored_rows());
         assert_eq!(stored.vocab_size(), vocab);
         let tokens = [4, 0, 2, 2, 1, 3];

@@ -21,18 +21,28 @@
 //! crate uses (slowest first: `[rows, cols]` for a matrix). The element types and their block
 //! layouts are in [`super::ggml`].
 //!
-//! The whole file is read into memory once. Every count, length and offset is checked against
-//! the bytes that remain before it is used, so a truncated or corrupt file gives an error that
-//! names the field, never a panic; lists grow as their items are actually read, so a count
-//! the file claims never reserves memory its bytes do not back.
+//! [`GgufFile::open`] maps the file into memory read-only, as llama.cpp does (`llama_mmap`):
+//! the tensors' bytes are read in place from the page cache, and the pages of the weights
+//! are shared with every process that maps the same file. This assumes, as llama.cpp does,
+//! that nobody truncates or rewrites the file while it is mapped (a page cut off by a
+//! truncation would fault with SIGBUS when read); replacing it by a rename, as our own saves
+//! and most downloaders do, leaves the mapped file intact. [`GgufFile::from_bytes`] parses
+//! bytes already in memory (tests, fuzzing).
+//!
+//! Every count, length and offset is checked against the bytes that remain before it is used,
+//! and every tensor's range against the file's length before any tensor is read, so a
+//! truncated or corrupt file gives an error that names the field, never a panic or a fault;
+//! lists grow as their items are actually read, so a count the file claims never reserves
+//! memory its bytes do not back.
 
 pub use super::gguf_value::{FromValue, Value, ValueType};
-use super::{ckpt_err, read_file};
+use super::ckpt_err;
 use crate::error::Result;
 use crate::kernels::lowp::ggml::{self, GgmlType};
 use crate::kernels::lowp::RawBytes;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The file's first four bytes.
 pub const MAGIC: &[u8; 4] = b"GGUF";
@@ -76,8 +86,8 @@ impl TensorInfo {
     }
 }
 
-/// A parsed GGUF file, its bytes kept in memory (shared with the tensors taken from it by
-/// [`GgufFile::tensor_bytes`]).
+/// A parsed GGUF file, its bytes mapped or in memory (shared with the tensors taken from it by
+/// [`GgufFile::tensor_bytes`], which keep them alive after this value is dropped).
 pub struct GgufFile {
     path: PathBuf,
     bytes: RawBytes,
@@ -185,9 +195,10 @@ impl<'a> Reader<'a> {
 }
 
 impl GgufFile {
-    /// Reads and parses the GGUF file at `path`.
+    /// Maps the GGUF file at `path` into memory (read-only, see the module's description) and
+    /// parses it: tensors are then read in place, never copied whole into memory.
     pub fn open(path: &Path) -> Result<GgufFile> {
-        GgufFile::from_bytes(read_file(path)?, path)
+        GgufFile::from_shared(map_file(path)?, path)
     }
 
     /// Parses a GGUF file's bytes; `path` is only used in messages.
@@ -337,6 +348,34 @@ impl GgufFile {
         ggml::dequantize_into(info.ggml_type, data, out)
             .map_err(|e| ckpt_err(&self.path, format!("tensor {}: {e}", info.name)))
     }
+}
+
+/// The whole file at `path`, mapped read-only; errors name the file (missing, a directory,
+/// unreadable).
+fn map_file(path: &Path) -> Result<RawBytes> {
+    let cannot = |e: std::io::Error| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            ckpt_err(path, "file not found")
+        } else if path.is_dir() {
+            ckpt_err(path, "is a directory, not a file")
+        } else {
+            ckpt_err(path, format!("cannot read: {e}"))
+        }
+    };
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    if file.metadata().map_err(cannot)?.is_dir() {
+        return Err(ckpt_err(path, "is a directory, not a file"));
+    }
+    // SAFETY: `Mmap::map` is unsafe because the mapped bytes could change, or vanish, if the
+    // file were modified or truncated by another process while it is mapped: the `&[u8]` read
+    // from it would then not be immutable, or a read would fault. The map is read-only (this
+    // crate never writes a GGUF file, through the map or otherwise), and, as llama.cpp, we
+    // assume nobody truncates or rewrites the file in place while it is loaded (see the
+    // module's description). The length is fixed when the map is made, and `parse` checks
+    // every range it reads against that length, so no read lands past the file's end.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(cannot)?;
+    let len = map.len();
+    Ok(RawBytes::shared(Arc::new(map), 0..len).expect("the whole map is inside it"))
 }
 
 /// Rounds `pos` up to a multiple of `align` (a power of two).

@@ -18,6 +18,7 @@ use transformer::model::{LanguageModel, Seq2Seq};
 use transformer::pipeline::generate::{generate_ids, TextGenerator};
 use transformer::pipeline::translate::Translator;
 use transformer::rng::Rng;
+use transformer::kernels::lowp::{BlockKind, BlockMatrix, PackedWeight};
 use transformer::store::gguf::GgufFile;
 use transformer::store::gguf_llama::LlamaGgufConfig;
 use transformer::text::bpe::Bpe;
@@ -231,6 +232,34 @@ pub fn corpus(bytes: &[u8]) -> Result<Outcome, String> {
 pub fn gguf(bytes: &[u8]) -> Result<Outcome, String> {
     let name = "model.gguf";
     let file = must!(GgufFile::from_bytes(bytes.to_vec(), Path::new(name)), name);
+    gguf_read(&file, name)
+}
+
+/// A GGUF file written into `dir` and opened through its memory map, as the command line
+/// opens one: what [`gguf`] reads, then every tensor in a ggml block format multiplied where
+/// the map holds it.
+pub fn gguf_mapped(dir: &Path, bytes: &[u8]) -> Result<Outcome, String> {
+    let name = "mapped.gguf";
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).unwrap();
+    let file = must!(GgufFile::open(&path), name);
+    for info in file.tensors() {
+        let (Some(_), Ok(data)) = (BlockKind::of(info.ggml_type), file.tensor_bytes(info)) else {
+            continue;
+        };
+        let (rows, cols) = info.rows_cols();
+        if let Ok(w) = BlockMatrix::in_place(info.ggml_type, data, rows, cols) {
+            let w = PackedWeight::Blocks(w);
+            let x: Vec<f32> = (0..2 * cols).map(|i| (i % 7) as f32 - 3.0).collect();
+            let mut y = vec![0f32; 2 * rows];
+            w.product(&mut y, &x, 2);
+        }
+    }
+    gguf_read(&file, name)
+}
+
+/// The reads of [`gguf`] on a parsed file.
+fn gguf_read(file: &GgufFile, name: &str) -> Result<Outcome, String> {
     let _ = file.architecture();
     let _ = file.chat_template();
     for info in file.tensors() {

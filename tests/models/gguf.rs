@@ -10,7 +10,7 @@ use crate::gguf_common;
 
 use gguf_common::{gguf, parse, parse_err, put_str, put_u32, put_u64, smollm2, tensor, TensorSpec};
 use transformer::store::ggml::GgmlType;
-use transformer::store::gguf::{Value, ValueType};
+use transformer::store::gguf::{GgufFile, Value, ValueType};
 use transformer::store::gguf_llama::LlamaGgufConfig;
 
 // ---------------------------------------------------------------------------------------------
@@ -238,6 +238,79 @@ fn every_truncation_is_a_clear_error() {
             "{len} bytes: {err}"
         );
     }
+}
+
+/// The file opened through its memory map (`GgufFile::open`) reads as its bytes parsed in
+/// memory; the bytes of its tensors stay readable after the file value is dropped.
+#[test]
+fn mapped_file_reads_as_its_bytes() {
+    let (specs, _) = all_tensors();
+    let bytes = gguf(&all_values(), &specs, 32);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.gguf");
+    std::fs::write(&path, &bytes).unwrap();
+    let mapped = GgufFile::open(&path).unwrap();
+    let read = parse(bytes).unwrap();
+    assert_eq!(mapped.path(), path);
+    assert_eq!(mapped.metadata(), read.metadata());
+    assert_eq!(mapped.tensors(), read.tensors());
+    assert_eq!(mapped.data_start(), read.data_start());
+    let mut kept = Vec::new();
+    for info in mapped.tensors() {
+        let Ok(want) = read.tensor_data(info) else {
+            assert!(mapped.tensor_data(info).is_err(), "{}", info.name);
+            continue;
+        };
+        assert_eq!(mapped.tensor_data(info).unwrap(), want, "{}", info.name);
+        let (got, want_f32) = (
+            mapped.dequantize_info(info).unwrap(),
+            read.dequantize_info(info).unwrap(),
+        );
+        assert!(got.iter().zip(&want_f32).all(|(a, b)| a.to_bits() == b.to_bits()));
+        kept.push((mapped.tensor_bytes(info).unwrap(), want.to_vec()));
+    }
+    assert!(kept.len() >= 6, "only {} tensors decoded", kept.len());
+    drop(mapped);
+    for (bytes, want) in kept {
+        assert_eq!(&*bytes, &want[..]);
+    }
+}
+
+/// Every truncation of a file on disk, opened through its map, is refused with an error naming
+/// the file and the cause: the header, the tensor table and every tensor's range are checked
+/// against the mapped length before anything is read from them (no read past the end, which
+/// would fault).
+#[test]
+fn every_truncation_of_a_mapped_file_is_a_clear_error() {
+    let (specs, _) = all_tensors();
+    let full = gguf(&all_values(), &specs, 32);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cut.gguf");
+    for len in 0..full.len() {
+        std::fs::write(&path, &full[..len]).unwrap();
+        let err = match GgufFile::open(&path) {
+            Ok(_) => panic!("{len} bytes of {} were accepted", full.len()),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains("cut.gguf"), "{len} bytes: {err}");
+        assert!(
+            err.contains("truncated") || err.contains("past the end") || err.contains("remain"),
+            "{len} bytes: {err}"
+        );
+    }
+    std::fs::write(&path, &full).unwrap();
+    GgufFile::open(&path).unwrap();
+}
+
+/// A missing file or a directory is named as such.
+#[test]
+fn opening_what_is_not_a_gguf_file_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.gguf");
+    let err = GgufFile::open(&missing).err().unwrap().to_string();
+    assert!(err.contains("missing.gguf") && err.contains("not found"), "{err}");
+    let err = GgufFile::open(dir.path()).err().unwrap().to_string();
+    assert!(err.contains("is a directory"), "{err}");
 }
 
 /// A file of `n_tensors` and `n_kv` as stated, followed by `rest`.

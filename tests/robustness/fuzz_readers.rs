@@ -378,6 +378,33 @@ fn gguf_files() {
     );
 }
 
+/// GGUF files written to disk and opened through their memory map (truncations among the
+/// mutations): refused with a clear error, never a fault from reading past the mapped end.
+#[test]
+fn gguf_files_mapped() {
+    let seed = seeds().gguf.clone();
+    fuzz(
+        "gguf mapped",
+        9,
+        3000,
+        |rng| {
+            let file = match rng.below(3) {
+                0 => mutated_gguf(rng, &seed),
+                1 => mutate::bytes(rng, &seed, &[]),
+                _ => seed.clone(),
+            };
+            // Often cut short: anywhere, or inside the data section.
+            let keep = match rng.below(3) {
+                0 => rng.below(file.len() + 1),
+                1 => file.len() - rng.below(file.len().min(160) + 1),
+                _ => file.len(),
+            };
+            vec![file[..keep].to_vec()]
+        },
+        |dir, input| readers::gguf_mapped(dir, &input[0]),
+    );
+}
+
 /// The seeds themselves load: the mutations start from valid files.
 #[test]
 fn hugging_face_decoder_directories() {
@@ -454,6 +481,7 @@ fn every_seed_loads() {
     );
     ok(readers::corpus(&s.corpora[0]), "tsv");
     ok(readers::gguf(&s.gguf), "gguf");
+    ok(readers::gguf_mapped(d, &s.gguf), "gguf mapped");
     for files in &s.hf_decoders {
         let (name, bytes) = &files[0];
         ok(

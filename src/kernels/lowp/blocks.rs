@@ -19,15 +19,18 @@
 //! against signed activations; against signed `Q8_0` weights the activations are stored
 //! shifted by 128 and the shift is taken back by `c_b f_b`. The integer sums `I_b` are exact.
 //!
-//! Packing at load keeps every nibble and byte as the file stores it (16 bytes of nibbles per
-//! 4-bit block, low nibbles elements 0–15, high nibbles 16–31; 32 bytes per `Q8_0` block),
-//! rows of blocks contiguous; the f16 scales are widened to f32 and the offset terms `c_b`
-//! computed once. The AVX-512 kernel takes two blocks per step: for 4-bit weights it expands
-//! the 32 nibble bytes of blocks `b, b+1` to `[low b, low b+1, high b, high b+1]`, so the
-//! activations of each pair of blocks are stored in that order ([`pair_order`]).
+//! The weights are read in place, as the file stores them ([`RawBytes`], a range of the
+//! file's memory map): per block the f16 scale `d_b` (and for `Q4_1` the f16 minimum `m_b`),
+//! then 16 bytes of nibbles (low nibbles elements 0–15, high nibbles 16–31) or 32 bytes of
+//! `Q8_0` weights; rows of blocks contiguous. Only `Q8_0`'s offset terms `c_b` (which need the
+//! sum of a block's weights) are computed once at load, 4 bytes per 34-byte block; the scales
+//! are widened from f16 as the blocks are read (exactly, as [`f16_to_f32`]). The AVX-512
+//! kernel takes two blocks per step: for 4-bit weights it expands the 2 × 16 nibble bytes of
+//! blocks `b, b+1` to `[low b, low b+1, high b, high b+1]`, so the activations of each pair of
+//! blocks are stored in that order ([`pair_order`]).
 
 use super::ggml::{f16_to_f32, GgmlType};
-use super::{dot_f32, round_small, Kernel, PackedFormat};
+use super::{dot_f32, round_small, Kernel, PackedFormat, RawBytes};
 
 /// Elements per block.
 pub const BLOCK: usize = 32;
@@ -67,12 +70,25 @@ impl BlockKind {
         }
     }
 
+    /// Bytes of one stored block: the scales, then the weights.
+    fn block_bytes(self) -> usize {
+        self.scale_bytes() + self.q_bytes()
+    }
+
+    /// Bytes of a stored block before its weights: `d_b` (f16), and `m_b` (f16) for `Q4_1`.
+    fn scale_bytes(self) -> usize {
+        match self {
+            BlockKind::Q4_1 => 4,
+            _ => 2,
+        }
+    }
+
     fn nibbles(self) -> bool {
         self != BlockKind::Q8_0
     }
 }
 
-/// `W [rows, cols]` of ggml blocks, `cols` a multiple of 32.
+/// `W [rows, cols]` of ggml blocks, `cols` a multiple of 32, read where they are stored.
 #[derive(Clone, Debug)]
 pub struct BlockMatrix {
     kind: BlockKind,
@@ -80,12 +96,11 @@ pub struct BlockMatrix {
     cols: usize,
     /// Blocks per row.
     nb: usize,
-    /// [rows, nb, q_bytes] as stored.
-    qs: Vec<u8>,
-    /// [rows, nb]: `d_b`.
-    d: Vec<f32>,
-    /// [rows, nb]: `c_b`.
-    c: Vec<f32>,
+    /// [rows, nb, block_bytes] as stored (a range of the file's map, or owned bytes).
+    blocks: RawBytes,
+    /// `Q8_0` only, [rows, nb]: `c_b = -128 d_b Σ_j q_j` (empty for the 4-bit kinds, whose
+    /// `c_b` is `-8 d_b` or `m_b`, read from the block).
+    q8_offsets: Vec<f32>,
 }
 
 /// Activations of one call: `[n, nb, 32]` bytes (`p` as i8 for 4-bit weights, in pair order;
@@ -122,11 +137,23 @@ fn lane_block(nibbles: bool, lane: usize) -> usize {
 }
 
 impl BlockMatrix {
-    /// Packs a ggml tensor of `rows` rows of `cols` elements (`data` as the GGUF file holds
-    /// it), or says why not.
+    /// A ggml tensor of `rows` rows of `cols` elements from a copy of `data` (as the GGUF file
+    /// holds it), or why not; see [`BlockMatrix::in_place`].
     pub fn from_ggml(
         ty: GgmlType,
         data: &[u8],
+        rows: usize,
+        cols: usize,
+    ) -> Result<BlockMatrix, String> {
+        BlockMatrix::in_place(ty, RawBytes::owned(data.to_vec()), rows, cols)
+    }
+
+    /// A ggml tensor of `rows` rows of `cols` elements multiplied where `data` holds it (a
+    /// range of a GGUF file's map, shared, not copied), or why not: the type must be one of
+    /// [`BlockKind`] and `data` exactly its blocks.
+    pub fn in_place(
+        ty: GgmlType,
+        data: RawBytes,
         rows: usize,
         cols: usize,
     ) -> Result<BlockMatrix, String> {
@@ -155,38 +182,56 @@ impl BlockMatrix {
                 data.len()
             ));
         }
-        let qb = kind.q_bytes();
-        let mut qs = Vec::with_capacity(rows * nb * qb);
-        let mut d = Vec::with_capacity(rows * nb);
-        let mut c = Vec::with_capacity(rows * nb);
-        for block in data.chunks_exact(block_bytes) {
-            let scale = f16_to_f32(u16::from_le_bytes([block[0], block[1]]));
-            d.push(scale);
-            match kind {
-                BlockKind::Q4_0 => {
-                    qs.extend_from_slice(&block[2..18]);
-                    c.push(-8.0 * scale);
-                }
-                BlockKind::Q4_1 => {
-                    qs.extend_from_slice(&block[4..20]);
-                    c.push(f16_to_f32(u16::from_le_bytes([block[2], block[3]])));
-                }
-                BlockKind::Q8_0 => {
-                    qs.extend_from_slice(&block[2..34]);
+        debug_assert_eq!(block_bytes, kind.block_bytes());
+        let q8_offsets = match kind {
+            BlockKind::Q8_0 => data
+                .chunks_exact(block_bytes)
+                .map(|block| {
+                    let scale = f16_to_f32(u16::from_le_bytes([block[0], block[1]]));
                     let sum: i32 = block[2..34].iter().map(|&q| i32::from(q as i8)).sum();
-                    c.push(-128.0 * scale * sum as f32);
-                }
-            }
-        }
+                    -128.0 * scale * sum as f32
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
         Ok(BlockMatrix {
             kind,
             rows,
             cols,
             nb,
-            qs,
-            d,
-            c,
+            blocks: data,
+            q8_offsets,
         })
+    }
+
+    /// The stored block `b` of row `o`.
+    fn block(&self, o: usize, b: usize) -> &[u8] {
+        let bb = self.kind.block_bytes();
+        let at = (o * self.nb + b) * bb;
+        &self.blocks[at..at + bb]
+    }
+
+    /// The weights (nibbles or bytes) of block `b` of row `o`.
+    fn qs(&self, o: usize, b: usize) -> &[u8] {
+        &self.block(o, b)[self.kind.scale_bytes()..]
+    }
+
+    /// `d_b` of block `b` of row `o`.
+    fn d(&self, o: usize, b: usize) -> f32 {
+        let block = self.block(o, b);
+        f16_to_f32(u16::from_le_bytes([block[0], block[1]]))
+    }
+
+    /// `c_b` of block `b` of row `o`.
+    fn c(&self, o: usize, b: usize) -> f32 {
+        match self.kind {
+            BlockKind::Q4_0 => -8.0 * self.d(o, b),
+            BlockKind::Q4_1 => {
+                let block = self.block(o, b);
+                f16_to_f32(u16::from_le_bytes([block[2], block[3]]))
+            }
+            BlockKind::Q8_0 => self.q8_offsets[o * self.nb + b],
+        }
     }
 
     pub fn kind(&self) -> BlockKind {
@@ -198,8 +243,15 @@ impl BlockMatrix {
         self.kind.ggml()
     }
 
+    /// Bytes of the weights (the stored blocks, mapped or owned) and of what was computed
+    /// from them at load.
     pub fn bytes(&self) -> usize {
-        self.qs.len() + (self.d.len() + self.c.len()) * 4
+        self.blocks.len() + self.q8_offsets.len() * 4
+    }
+
+    /// The stored blocks this matrix reads.
+    pub fn stored(&self) -> &RawBytes {
+        &self.blocks
     }
 
     /// Quantises `x [n, cols]` into the activation blocks this weight multiplies.
@@ -242,12 +294,11 @@ impl BlockMatrix {
 
     /// `Σ_b d_b e_b I_b` of weight row `o` and activation row `r`, plain Rust.
     fn scaled_sums_portable(&self, acts: &BlockActs, o: usize, r: usize) -> f32 {
-        let (nb, qb) = (self.nb, self.kind.q_bytes());
-        let qs = &self.qs[o * nb * qb..(o + 1) * nb * qb];
+        let nb = self.nb;
         let xq = &acts.q[r * self.cols..(r + 1) * self.cols];
         let mut total = 0f32;
         for b in 0..nb {
-            let wb = &qs[b * qb..(b + 1) * qb];
+            let wb = self.qs(o, b);
             let isum: i32 = if self.kind.nibbles() {
                 (0..16)
                     .map(|j| {
@@ -263,7 +314,7 @@ impl BlockMatrix {
                     .map(|j| i32::from(wb[j] as i8) * i32::from(xq[b * BLOCK + j]))
                     .sum()
             };
-            total += self.d[o * nb + b] * acts.e[r * nb + b] * isum as f32;
+            total += self.d(o, b) * acts.e[r * nb + b] * isum as f32;
         }
         total
     }
@@ -271,7 +322,7 @@ impl BlockMatrix {
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::{BlockActs, BlockMatrix, BLOCK};
+    use super::{BlockActs, BlockKind, BlockMatrix, BLOCK};
     use std::arch::x86_64::*;
 
     /// `out[i] = Σ_{b < 2·⌊nb/2⌋} (d_b e_b I_b + c_b f_b)` for activation rows `r0 + i`,
@@ -288,19 +339,20 @@ mod avx512 {
         r0: usize,
         out: &mut [f32],
     ) {
-        let (nb, qb, cols) = (w.nb, w.kind.q_bytes(), w.cols);
+        let (nb, cols, kind) = (w.nb, w.cols, w.kind);
+        let (bb, q_at) = (kind.block_bytes(), kind.scale_bytes());
         let pairs = nb / 2;
-        let nibbles = w.kind.nibbles();
-        // Lane patterns of the two scales of a pair, `[d0 d1]` -> 16 lanes (see lane_block).
+        let nibbles = kind.nibbles();
+        // The first four bytes of blocks b, b+1 widened from f16: `[d0 x0 d1 x1]` (x = m for
+        // Q4_1, unused otherwise). Lane patterns of `d0`, `d1` -> 16 lanes (see lane_block).
         let idx = if nibbles {
-            _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1)
+            _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 0, 0, 0, 0, 2, 2, 2, 2)
         } else {
-            _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1)
+            _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2)
         };
         let mask = _mm256_set1_epi8(0x0f);
-        let qs = w.qs.as_ptr().add(o * nb * qb);
-        let d = w.d.as_ptr().add(o * nb);
-        let c = w.c.as_ptr().add(o * nb);
+        let row = w.blocks.as_ptr().add(o * nb * bb);
+        let q8_offsets = w.q8_offsets.as_ptr().add(o * nb * usize::from(!nibbles));
         let mut f = [std::ptr::null::<f32>(); R];
         let mut xq = [std::ptr::null::<u8>(); R];
         let mut lanes = [std::ptr::null::<f32>(); R];
@@ -316,19 +368,47 @@ mod avx512 {
         macro_rules! pair {
             ($p:expr, $set:expr) => {{
                 let p = $p;
-                // SAFETY (caller): pair p's weight bytes (2·qb from 2p·qb), its two scales, the
-                // 64 activation bytes from 64p and 16 lane scales from 16p are inside their rows.
+                // SAFETY (caller): blocks 2p and 2p+1 (bb bytes each from (2p)·bb), Q8_0's two
+                // offsets from 2p, the 64 activation bytes from 64p and 16 lane scales from
+                // 16p are inside their rows.
+                let b0 = row.add(2 * p * bb);
+                let b1 = b0.add(bb);
                 let wv = if nibbles {
-                    let raw = _mm256_loadu_si256(qs.add(p * 2 * qb) as *const __m256i);
+                    let raw = _mm256_inserti128_si256(
+                        _mm256_castsi128_si256(_mm_loadu_si128(b0.add(q_at) as *const __m128i)),
+                        _mm_loadu_si128(b1.add(q_at) as *const __m128i),
+                        1,
+                    );
                     let lo = _mm256_and_si256(raw, mask);
                     let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
                     _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1)
                 } else {
-                    _mm512_loadu_si512(qs.add(p * 2 * qb) as *const __m512i)
+                    _mm512_inserti64x4(
+                        _mm512_castsi256_si512(_mm256_loadu_si256(b0.add(q_at) as *const __m256i)),
+                        _mm256_loadu_si256(b1.add(q_at) as *const __m256i),
+                        1,
+                    )
                 };
-                let d2 = _mm_castsi128_ps(_mm_loadl_epi64(d.add(2 * p) as *const __m128i));
-                let dw = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(d2));
-                let c2 = _mm_castsi128_ps(_mm_loadl_epi64(c.add(2 * p) as *const __m128i));
+                let heads = _mm_setr_epi32(
+                    (b0 as *const i32).read_unaligned(),
+                    (b1 as *const i32).read_unaligned(),
+                    0,
+                    0,
+                );
+                // [d0 x0 d1 x1 0 ...]: f16 -> f32 is exact, as f16_to_f32.
+                let dx = _mm512_cvtph_ps(_mm256_castsi128_si256(heads));
+                let dw = _mm512_permutexvar_ps(idx, dx);
+                let dx = _mm512_castps512_ps128(dx);
+                // [c0 c1 . .]; lanes 2, 3 meet f2's zeros and are dropped below.
+                let c2 = match kind {
+                    BlockKind::Q4_0 => {
+                        _mm_mul_ps(_mm_set1_ps(-8.0), _mm_shuffle_ps::<0b00_00_10_00>(dx, dx))
+                    }
+                    BlockKind::Q4_1 => _mm_shuffle_ps::<0b01_01_11_01>(dx, dx),
+                    BlockKind::Q8_0 => _mm_castsi128_ps(_mm_loadl_epi64(
+                        q8_offsets.add(2 * p) as *const __m128i,
+                    )),
+                };
                 for r in 0..R {
                     let f2 = _mm_castsi128_ps(_mm_loadl_epi64(f[r].add(2 * p) as *const __m128i));
                     acc_c[$set][r] = _mm_fmadd_ps(c2, f2, acc_c[$set][r]);
@@ -366,12 +446,12 @@ impl BlockMatrix {
     /// The last, unpaired block (odd `nb`) of `o` against row `r` with its offset term, plain
     /// Rust.
     fn tail_block(&self, acts: &BlockActs, o: usize, r: usize) -> f32 {
-        let (nb, qb) = (self.nb, self.kind.q_bytes());
+        let nb = self.nb;
         if nb % 2 == 0 {
             return 0.0;
         }
         let b = nb - 1;
-        let wb = &self.qs[(o * nb + b) * qb..(o * nb + b + 1) * qb];
+        let wb = self.qs(o, b);
         let xb = &acts.q[r * self.cols + b * BLOCK..r * self.cols + (b + 1) * BLOCK];
         let isum: i32 = if self.kind.nibbles() {
             (0..16)
@@ -385,8 +465,7 @@ impl BlockMatrix {
                 .map(|j| i32::from(wb[j] as i8) * i32::from(xb[j]))
                 .sum()
         };
-        self.d[o * nb + b] * acts.e[r * nb + b] * isum as f32
-            + self.c[o * nb + b] * acts.f[r * nb + b]
+        self.d(o, b) * acts.e[r * nb + b] * isum as f32 + self.c(o, b) * acts.f[r * nb + b]
     }
 }
 
@@ -413,20 +492,21 @@ impl PackedFormat for BlockMatrix {
         match kernel {
             Kernel::Portable => {
                 let nb = self.nb;
-                let c = &self.c[o * nb..(o + 1) * nb];
+                let c: Vec<f32> = (0..nb).map(|b| self.c(o, b)).collect();
                 for (i, v) in out.iter_mut().enumerate() {
                     let r = r0 + i;
                     *v = self.scaled_sums_portable(acts, o, r)
-                        + dot_f32(c, &acts.f[r * nb..(r + 1) * nb]);
+                        + dot_f32(&c, &acts.f[r * nb..(r + 1) * nb]);
                 }
             }
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx512 => {
                 assert!(o < self.rows && (r0 + out.len()) * acts.nb <= acts.e.len());
                 // SAFETY: Avx512 is only passed after simd_available() (AVX-512F/BW/VL and
-                // VNNI present); the assertion above bounds o and the activation rows, and
-                // `acts` came from self.quantize, so its rows have self.cols bytes and nb / 2
-                // lane patterns each.
+                // VNNI present); the assertion above bounds o and the activation rows;
+                // `self.blocks` holds rows · nb whole blocks (checked by in_place) and
+                // `q8_offsets` (Q8_0) one offset per block; `acts` came from self.quantize,
+                // so its rows have self.cols bytes and nb / 2 lane patterns each.
                 unsafe {
                     match out.len() {
                         1 => avx512::scaled_sums::<1>(self, acts, o, r0, out),

@@ -271,8 +271,7 @@ pub fn pack_ggml(
     cols: usize,
 ) -> Result<Option<PackedWeight>, String> {
     if BlockKind::of(ty).is_some() {
-        return BlockMatrix::from_ggml(ty, &data, rows, cols)
-            .map(|m| Some(PackedWeight::Blocks(m)));
+        return BlockMatrix::in_place(ty, data, rows, cols).map(|m| Some(PackedWeight::Blocks(m)));
     }
     if is_kquant_product(ty) {
         return KQuantMatrix::from_ggml(ty, data, rows, cols)

@@ -312,6 +312,38 @@ fn ggml_block_products_match_float64() {
     }
 }
 
+/// Blocks multiplied where a shared buffer holds them (a file's map), at any byte offset, give
+/// the products of the same blocks copied, bit for bit, on every kernel, and are not copied.
+#[test]
+fn ggml_blocks_are_read_in_place() {
+    let mut rng = Lcg(29);
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+        for &(d_out, d_in, rows) in SHAPES {
+            let data = random_blocks(&mut rng, ty, d_out, d_in);
+            let copied =
+                PackedWeight::Blocks(BlockMatrix::from_ggml(ty, &data, d_out, d_in).unwrap());
+            // The tensor at an odd offset of a larger buffer, ending where the buffer ends.
+            let lead = 1 + (rng.next() % 31) as usize;
+            let mut file = vec![0xa5u8; lead];
+            file.extend_from_slice(&data);
+            let file: raw_bytes::SharedBuffer = std::sync::Arc::new(file);
+            let range = lead..lead + data.len();
+            let bytes = RawBytes::shared(std::sync::Arc::clone(&file), range).unwrap();
+            let in_place = BlockMatrix::in_place(ty, bytes, d_out, d_in).unwrap();
+            let base = (*file).as_ref().as_ptr();
+            assert_eq!(in_place.stored().as_ptr(), base.wrapping_add(lead), "{ty}: copied");
+            let in_place = PackedWeight::Blocks(in_place);
+            let x = rng.vec(rows * d_in, 3.0);
+            for kernel in kernels(&copied) {
+                let want = run(&copied, kernel, &x, rows);
+                let got = run(&in_place, kernel, &x, rows);
+                let same = want.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{ty} {kernel:?} {d_out}x{d_in} rows {rows}");
+            }
+        }
+    }
+}
+
 #[test]
 fn ggml_blocks_check_their_input() {
     let err = BlockMatrix::from_ggml(GgmlType::F32, &[0; 128], 1, 32).unwrap_err();

@@ -129,7 +129,7 @@ fn use_gguf_blocks(
     let embedding_name = theirs(EMBEDDING)?;
     if model.embedding.weight.value.data.is_empty() {
         let info = file.tensor(&embedding_name)?;
-        let data = file.tensor_data(info)?.to_vec();
+        let data = file.tensor_bytes(info)?;
         model
             .embedding
             .set_stored_rows(info.ggml_type, data)
