@@ -14,6 +14,7 @@ mod decode_interface;
 mod decoding;
 mod gguf;
 mod gguf_tokenizer;
+mod gguf_vocab_suite;
 mod lm;
 mod minilm;
 mod pretrained;
