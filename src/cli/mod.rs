@@ -18,6 +18,7 @@ pub mod loadtest_translate;
 pub mod perplexity;
 pub mod score;
 pub mod serve;
+pub mod tokenize;
 pub mod train;
 pub mod train_lm;
 pub mod training;
@@ -98,6 +99,9 @@ pub enum Command {
     /// time to first token at several concurrencies (or, with --translate, a translation
     /// server's /translate).
     Loadtest(loadtest::LoadtestArgs),
+    /// Token ids of texts under a model's tokenizer (GGUF, as llama.cpp; tokenizer.json):
+    /// `--text T`, or `--json` (a JSON array of strings on stdin).
+    Tokenize(tokenize::TokenizeArgs),
 }
 
 impl Command {
@@ -121,6 +125,7 @@ impl Command {
             Command::Average(_) | Command::Bleu(_) | Command::Serve(_) | Command::Loadtest(_) => {
                 return None
             }
+            Command::Tokenize(_) => return None,
         })
     }
 }
@@ -157,6 +162,7 @@ fn dispatch(command: Command) -> Result<()> {
         Command::Perplexity(a) => perplexity::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Loadtest(a) => loadtest::run(a),
+        Command::Tokenize(a) => tokenize::run(a),
     }
 }
 

@@ -1,65 +1,84 @@
-//! The tokenizer stored in a GGUF file's metadata, rebuilt with the `tokenizers` crate.
+//! The tokenizer stored in a GGUF file's metadata, computed as llama.cpp computes it
+//! ([`super::llama_vocab`]). Only the metadata is read: a vocabulary file without weights
+//! loads as well as a model.
 //!
 //! llama.cpp's keys (`llama-vocab.cpp`):
-//! - `tokenizer.ggml.model`: the algorithm; `gpt2` (byte-level BPE) is the one read here.
-//! - `tokenizer.ggml.tokens`: the vocabulary, id = index, in GPT-2's byte-level spelling (each
-//!   byte as one printable character, a space as `Ġ`, a newline as `Ċ`).
-//! - `tokenizer.ggml.merges`: the merge rules, highest priority first, each `"left right"`.
+//! - `tokenizer.ggml.model`: the algorithm: `llama` (SentencePiece: scored pieces, byte
+//!   fallback `<0xXX>`, spaces as `▁`), `gpt2` (byte-level BPE with merges) or `bert`
+//!   (WordPiece). Any other is refused by name.
+//! - `tokenizer.ggml.tokens`: the vocabulary, id = index. A BPE vocabulary is spelt in GPT-2's
+//!   byte-level alphabet (each byte one printable character, a space `Ġ`, a newline `Ċ`).
+//! - `tokenizer.ggml.scores` (SentencePiece), `tokenizer.ggml.merges` (BPE: the merge rules,
+//!   highest priority first, each `"left right"`).
 //! - `tokenizer.ggml.token_type`: per token 1 normal, 2 unknown, 3 control, 4 user-defined,
-//!   5 unused, 6 byte. Control tokens (`<|im_start|>`, ...) are matched whole in the text,
-//!   before any splitting, as the special tokens of a Hugging Face tokenizer are; user-defined
-//!   ones likewise, as plain added tokens. Both are stored as plain text (llama.cpp's
-//!   converter writes them so), and decode to that text's UTF-8, as in llama.cpp; the
-//!   `tokenizers` decoder would pass them through the byte-level alphabet (the same for ASCII,
-//!   as SmolLM2's are).
-//! - `tokenizer.ggml.pre`: the name of the pre-tokenizer, the regular expressions that cut text
-//!   into the chunks BPE merges within (absent in older files: then GPT-2's is used). Two are
-//!   built here, as llama.cpp defines them:
-//!   - `gpt2`: `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)`, which
-//!     is the regex of the `tokenizers` crate's `ByteLevel` pre-tokenizer;
-//!   - `smollm` (shared in llama.cpp with `starcoder`, `refact`, `command-r`, ...): `\p{N}` first,
-//!     every digit its own chunk, then the GPT-2 regex. In `tokenizers` that is
-//!     `Sequence[Digits(individual_digits), ByteLevel]`, the pre-tokenizer of SmolLM2's own
-//!     `tokenizer.json`. (transformers' GGUF loader, in the versions read, cuts SmolLM2's text
-//!     with the GPT-2 regex alone. No merge of this vocabulary joins a digit to anything, so
-//!     the two agree on ASCII numbers, but not on a space before a non-ASCII numeral: ` ²` is
-//!     `Ġ` + `Â²` here, as in llama.cpp, and `ĠÂ` + `²` there.)
-//! - `tokenizer.ggml.bos_token_id`, `eos_token_id`, `padding_token_id`, `unknown_token_id`,
-//!   `add_bos_token`; `tokenizer.chat_template`.
+//!   5 unused, 6 byte. Control tokens (`<|im_start|>`, ...) are matched whole in a text when
+//!   special tokens are parsed, user-defined ones always, before any splitting; both decode to
+//!   their text's UTF-8.
+//! - `tokenizer.ggml.pre`: a BPE vocabulary's pre-tokenizer (see
+//!   [`super::llama_vocab::pre_tokenizer`]: `gpt-2`, `llama-bpe`, `qwen2`, `smollm`, `default`;
+//!   any other is refused by name). A file without one is cut with GPT-2's expression (as this
+//!   crate always did; llama.cpp would use its `default`).
+//! - `tokenizer.ggml.bos_token_id`, `eos_token_id`, `unknown_token_id`, `seperator_token_id`
+//!   (sic), `padding_token_id`; `add_bos_token`, `add_eos_token`, `add_space_prefix`;
+//!   `normalizer.lowercase`, `normalizer.strip_accents` (WordPiece); `tokenizer.chat_template`.
+//!   Absent, they default as in llama.cpp: SentencePiece BOS 1, EOS 2, unknown 0, BOS added, a
+//!   space put before the text; WordPiece `[CLS]` 101, `[SEP]` 102, unknown 100, lowercased
+//!   and accents stripped; Llama 3's BPE adds BOS.
 //!
-//! [`GgufTokenizer::encode`] adds nothing to the text (no BOS): a chat prompt already holds its
-//! special tokens, written by the chat template. [`GgufTokenizer::decode`] renders special
+//! [`GgufTokenizer::encode`] adds nothing to the text (no BOS) and recognises the special
+//! tokens written in it: a chat prompt already holds its special tokens, written by the chat
+//! template. [`GgufTokenizer::tokenize`] chooses both. [`GgufTokenizer::decode`] renders special
 //! tokens as their text.
 
+use super::llama_vocab::pre_tokenizer::{PreTokenizer, SUPPORTED_PRE};
+use super::llama_vocab::special::{self, Fragment, SpecialToken};
+use super::llama_vocab::token_type::{BYTE, CONTROL, UNKNOWN, UNUSED, USER_DEFINED};
+use super::llama_vocab::wpm::Normalizer;
+use super::llama_vocab::{bpe, spm, wpm, Vocab};
 use super::TextError;
 use crate::error::{Error, Result};
-use crate::store::gguf::GgufFile;
+use crate::store::gguf::{GgufFile, Value};
+use std::collections::HashMap;
 use std::path::PathBuf;
-use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
-use tokenizers::models::bpe::{Vocab, BPE};
-use tokenizers::pre_tokenizers::byte_level::ByteLevel;
-use tokenizers::pre_tokenizers::digits::Digits;
-use tokenizers::pre_tokenizers::sequence::Sequence;
-use tokenizers::pre_tokenizers::PreTokenizerWrapper;
-use tokenizers::AddedToken;
 
 /// `tokenizer.ggml.token_type` of a control token.
-pub const TOKEN_TYPE_CONTROL: i64 = 3;
+pub const TOKEN_TYPE_CONTROL: i64 = CONTROL;
 /// `tokenizer.ggml.token_type` of a user-defined token.
-pub const TOKEN_TYPE_USER_DEFINED: i64 = 4;
-/// The pre-tokenizer names understood.
-pub const SUPPORTED_PRE: [&str; 2] = ["gpt2", "smollm"];
+pub const TOKEN_TYPE_USER_DEFINED: i64 = USER_DEFINED;
+/// The `tokenizer.ggml.model` values understood.
+pub const SUPPORTED_MODELS: [&str; 3] = ["llama", "gpt2", "bert"];
 
-/// A byte-level BPE tokenizer from GGUF metadata.
+/// The algorithm of a vocabulary, with its settings.
+enum Algorithm {
+    /// SentencePiece (`llama`); `add_space_prefix`: a space is put before the text and after
+    /// every special token.
+    Spm { add_space_prefix: bool },
+    /// Byte-level BPE (`gpt2`); `ignore_merges`: a word that is a token is taken whole.
+    Bpe {
+        pre: PreTokenizer,
+        ignore_merges: bool,
+    },
+    /// WordPiece (`bert`).
+    Wpm { normalizer: Normalizer },
+}
+
+/// A tokenizer from GGUF metadata.
 pub struct GgufTokenizer {
-    inner: tokenizers::Tokenizer,
+    vocab: Vocab,
+    algorithm: Algorithm,
+    model: String,
+    /// Special tokens in matching order (longest text first).
+    matched: Vec<SpecialToken>,
     /// The bytes each token stands for (a control token's: its text).
     token_bytes: Vec<Vec<u8>>,
     special: Vec<u32>,
     bos: Option<u32>,
     eos: Option<u32>,
+    unk: Option<u32>,
+    sep: Option<u32>,
     pad: Option<u32>,
     add_bos: bool,
+    add_eos: bool,
     pre: String,
     chat_template: Option<String>,
     path: PathBuf,
@@ -91,6 +110,39 @@ fn bytes_of_token(token: &str) -> Vec<u8> {
         .unwrap_or_else(|| token.as_bytes().to_vec())
 }
 
+/// The byte of a `<0xXX>` token.
+fn byte_of_hex_token(token: &str) -> Option<u8> {
+    let hex = token.strip_prefix("<0x")?.strip_suffix('>')?;
+    (hex.len() == 2).then(|| u8::from_str_radix(hex, 16).ok())?
+}
+
+/// Token texts after which llama.cpp ends a generation, and which it therefore treats as
+/// control tokens whatever their stored type.
+const END_OF_GENERATION: [&str; 22] = [
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<｜end▁of▁sentence｜>",
+    "[e~[",
+];
+
 impl GgufTokenizer {
     /// Builds the tokenizer described by `file`'s metadata.
     pub fn from_gguf(file: &GgufFile) -> Result<GgufTokenizer> {
@@ -101,51 +153,35 @@ impl GgufTokenizer {
             })
         };
         let model: &str = file.require("tokenizer.ggml.model")?;
-        if model != "gpt2" {
+        if !SUPPORTED_MODELS.contains(&model) {
             return Err(bad(format!(
-                "tokenizer.ggml.model is {model:?}; only \"gpt2\" (byte-level BPE) is supported"
+                "tokenizer.ggml.model is {model:?}; supported: llama (SentencePiece), gpt2 \
+                 (byte-level BPE), bert (WordPiece)"
             )));
         }
-        let pre: &str = file.get("tokenizer.ggml.pre")?.unwrap_or("gpt2");
-        let byte_level = PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, true, true));
-        let pre_tokenizer = match pre {
-            "gpt2" => byte_level,
-            "smollm" => PreTokenizerWrapper::Sequence(Sequence::new(vec![
-                PreTokenizerWrapper::Digits(Digits::new(true)),
-                byte_level,
-            ])),
-            other => {
-                return Err(bad(format!(
-                    "tokenizer.ggml.pre is {other:?}; supported: {}",
-                    SUPPORTED_PRE.join(", ")
-                )))
-            }
-        };
+        let pre_name: Option<&str> = file.get("tokenizer.ggml.pre")?;
+        let pre = pre_name.unwrap_or("gpt2");
 
-        let tokens: Vec<&str> = file.require("tokenizer.ggml.tokens")?;
+        let mut tokens: Vec<String> = file
+            .require::<Vec<&str>>("tokenizer.ggml.tokens")?
+            .into_iter()
+            .map(str::to_string)
+            .collect();
         let n = tokens.len();
-        let mut vocab = Vocab::default();
-        for (id, &t) in tokens.iter().enumerate() {
-            if let Some(first) = vocab.insert(t.to_string(), id as u32) {
+        for (i, t) in tokens.iter_mut().enumerate() {
+            if t.is_empty() {
+                *t = format!("[EMPTY_{i}]");
+            }
+        }
+        let mut ids = HashMap::with_capacity(n);
+        for (id, t) in tokens.iter().enumerate() {
+            if let Some(first) = ids.insert(t.as_bytes().to_vec(), id as u32) {
                 return Err(bad(format!(
                     "token {t:?} appears twice (ids {first} and {id})"
                 )));
             }
         }
-        let merges: Vec<&str> = file.require("tokenizer.ggml.merges")?;
-        let merges = merges
-            .iter()
-            .enumerate()
-            .map(|(i, m)| match m.split_once(' ') {
-                Some((a, b)) if !a.is_empty() && !b.is_empty() && !b.contains(' ') => {
-                    Ok((a.to_string(), b.to_string()))
-                }
-                _ => Err(bad(format!(
-                    "merge {i} {m:?} is not two tokens separated by one space"
-                ))),
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let types: Vec<i64> = match file.get("tokenizer.ggml.token_type")? {
+        let mut types: Vec<i64> = match file.get("tokenizer.ggml.token_type")? {
             Some(t) => t,
             None => vec![1; n],
         };
@@ -155,63 +191,217 @@ impl GgufTokenizer {
                 types.len()
             )));
         }
+        let scores = match file.value("tokenizer.ggml.scores") {
+            None => vec![0.0; n],
+            Some(Value::Array(_, items)) if items.len() == n => items
+                .iter()
+                .map(|v| v.as_float().map(|x| x as f32))
+                .collect::<Option<Vec<f32>>>()
+                .ok_or_else(|| bad("tokenizer.ggml.scores holds a non-number".into()))?,
+            Some(Value::Array(_, items)) => {
+                return Err(bad(format!(
+                    "tokenizer.ggml.scores has {} entries for {n} tokens",
+                    items.len()
+                )))
+            }
+            Some(_) => return Err(bad("tokenizer.ggml.scores is not an array".into())),
+        };
+        let mut merge_ranks = HashMap::new();
+        if model == "gpt2" {
+            let merges: Vec<&str> = file.require("tokenizer.ggml.merges")?;
+            for (i, m) in merges.iter().enumerate() {
+                let (a, b) = match m.split_once(' ') {
+                    Some((a, b)) if !a.is_empty() && !b.is_empty() && !b.contains(' ') => (a, b),
+                    _ => {
+                        return Err(bad(format!(
+                            "merge {i} {m:?} is not two tokens separated by one space"
+                        )))
+                    }
+                };
+                let id = |t: &str| {
+                    ids.get(t.as_bytes()).copied().ok_or_else(|| {
+                        bad(format!(
+                            "cannot build the BPE model: merge {i} {m:?} needs {t:?}, which is \
+                             not in the vocabulary"
+                        ))
+                    })
+                };
+                let pair = (id(a)?, id(b)?);
+                id(&format!("{a}{b}"))?;
+                // The first rule for a pair wins, as in llama.cpp's `emplace`.
+                merge_ranks.entry(pair).or_insert(i as u32);
+            }
+        }
 
-        let bpe = BPE::builder()
-            .vocab_and_merges(vocab, merges)
-            .build()
-            .map_err(|e| bad(format!("cannot build the BPE model: {e}")))?;
-        let mut inner = tokenizers::Tokenizer::new(bpe);
-        inner.with_pre_tokenizer(Some(pre_tokenizer));
-        inner.with_decoder(Some(ByteLevelDecoder::new(false, false, true)));
-        let types = &types;
-        let of_type = |ty: i64| (0..n).filter(move |&i| types[i] == ty);
-        let special: Vec<u32> = of_type(TOKEN_TYPE_CONTROL).map(|i| i as u32).collect();
-        let specials: Vec<AddedToken> = special
-            .iter()
-            .map(|&i| AddedToken::from(tokens[i as usize], true))
-            .collect();
-        inner.add_special_tokens(&specials);
-        let user: Vec<AddedToken> = of_type(TOKEN_TYPE_USER_DEFINED)
-            .map(|i| AddedToken::from(tokens[i], false).normalized(false))
-            .collect();
-        inner.add_tokens(&user);
-
-        let id = |key: &str| -> Result<Option<u32>> {
+        let opt_bool = |key: &str| file.get::<bool>(key);
+        let algorithm = match model {
+            "llama" => Algorithm::Spm {
+                add_space_prefix: opt_bool("tokenizer.ggml.add_space_prefix")?.unwrap_or(true),
+            },
+            "gpt2" => Algorithm::Bpe {
+                pre: PreTokenizer::from_name(pre).ok_or_else(|| {
+                    bad(format!(
+                        "tokenizer.ggml.pre is {pre:?}; supported: {}",
+                        SUPPORTED_PRE.join(", ")
+                    ))
+                })?,
+                ignore_merges: PreTokenizer::from_name(pre) == Some(PreTokenizer::Llama3),
+            },
+            _ => {
+                let lowercase = opt_bool("tokenizer.ggml.normalizer.lowercase")?.unwrap_or(true);
+                Algorithm::Wpm {
+                    normalizer: Normalizer {
+                        lowercase,
+                        strip_accents: opt_bool("tokenizer.ggml.normalizer.strip_accents")?
+                            .unwrap_or(lowercase),
+                    },
+                }
+            }
+        };
+        // llama.cpp's defaults where the file names no id (none for BPE, whose legacy default
+        // 11 is Falcon's).
+        let (bos0, eos0, unk0, sep0, pad0) = match model {
+            "llama" => (Some(1), Some(2), Some(0), None, None),
+            "bert" => (Some(101), None, Some(100), Some(102), Some(0)),
+            _ => (None, None, None, None, None),
+        };
+        let id = |key: &str, default: Option<u32>| -> Result<Option<u32>> {
             match file.get::<u32>(key)? {
                 Some(i) if i as usize >= n => {
                     Err(bad(format!("{key} is {i}, past the {n} tokens")))
                 }
-                other => Ok(other),
+                Some(i) => Ok(Some(i)),
+                None => Ok(default.filter(|&d| (d as usize) < n)),
             }
         };
+        let add_bos_default = match &algorithm {
+            Algorithm::Spm { .. } | Algorithm::Wpm { .. } => true,
+            Algorithm::Bpe { pre, .. } => *pre == PreTokenizer::Llama3,
+        };
+
+        // Control-looking tokens are control tokens (llama.cpp overrides their type).
+        for name in END_OF_GENERATION {
+            if let Some(&i) = ids.get(name.as_bytes()) {
+                if types[i as usize] != CONTROL {
+                    types[i as usize] = CONTROL;
+                }
+            }
+        }
+        let general_name = file
+            .get::<&str>("general.name")?
+            .unwrap_or("")
+            .to_lowercase();
+        let matched = special_tokens(&tokens, &types, &general_name);
+
+        let token_bytes = tokens
+            .iter()
+            .zip(&types)
+            .map(|(t, &ty)| match ty {
+                CONTROL | USER_DEFINED | UNKNOWN => t.as_bytes().to_vec(),
+                BYTE => byte_of_hex_token(t).map_or_else(|| t.as_bytes().to_vec(), |b| vec![b]),
+                UNUSED => Vec::new(),
+                _ => match algorithm {
+                    Algorithm::Bpe { .. } => bytes_of_token(t),
+                    _ => t.replace('\u{2581}', " ").into_bytes(),
+                },
+            })
+            .collect();
+        let special: Vec<u32> = (0..n)
+            .filter(|&i| types[i] == CONTROL)
+            .map(|i| i as u32)
+            .collect();
+        let max_token_len = tokens.iter().map(String::len).max().unwrap_or(0);
         Ok(GgufTokenizer {
-            token_bytes: (tokens.iter().zip(types))
-                .map(|(t, &ty)| match ty {
-                    TOKEN_TYPE_CONTROL | TOKEN_TYPE_USER_DEFINED => t.as_bytes().to_vec(),
-                    _ => bytes_of_token(t),
-                })
-                .collect(),
-            inner,
+            token_bytes,
             special,
-            bos: id("tokenizer.ggml.bos_token_id")?,
-            eos: id("tokenizer.ggml.eos_token_id")?,
-            pad: id("tokenizer.ggml.padding_token_id")?,
-            add_bos: file.get("tokenizer.ggml.add_bos_token")?.unwrap_or(false),
+            matched,
+            bos: id("tokenizer.ggml.bos_token_id", bos0)?,
+            eos: id("tokenizer.ggml.eos_token_id", eos0)?,
+            unk: id("tokenizer.ggml.unknown_token_id", unk0)?,
+            sep: id("tokenizer.ggml.seperator_token_id", sep0)?,
+            pad: id("tokenizer.ggml.padding_token_id", pad0)?,
+            add_bos: opt_bool("tokenizer.ggml.add_bos_token")?.unwrap_or(add_bos_default),
+            add_eos: opt_bool("tokenizer.ggml.add_eos_token")?.unwrap_or(false),
+            algorithm,
+            model: model.to_string(),
             pre: pre.to_string(),
             chat_template: file.chat_template()?.map(str::to_string),
             path: file.path().to_path_buf(),
+            vocab: Vocab {
+                tokens,
+                ids,
+                scores,
+                types,
+                merge_ranks,
+                max_token_len,
+            },
         })
     }
 
     /// The ids of `text`, special tokens written in it recognised; nothing is added.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        let enc = self.inner.encode(text, false).map_err(|e| {
+        self.tokenize(text, false, true)
+    }
+
+    /// The ids of `text` as llama.cpp's `llama_tokenize` gives them: `add_special` adds what the
+    /// vocabulary adds around a text (BOS when `add_bos_token`, EOS when `add_eos_token`;
+    /// WordPiece's `[CLS]` and `[SEP]`), `parse_special` recognises control tokens written in
+    /// the text (user-defined ones always are).
+    pub fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
+        let missing = |what: &str| {
             Error::Input(format!(
-                "{}: cannot tokenize {text:?}: {e}",
+                "{}: the vocabulary adds a {what} token but names none",
                 self.path.display()
             ))
-        })?;
-        Ok(enc.get_ids().to_vec())
+        };
+        let mut out = Vec::new();
+        let fragments = special::partition(text, &self.matched, parse_special);
+        let wpm = matches!(self.algorithm, Algorithm::Wpm { .. });
+        if add_special && (self.add_bos || wpm) {
+            out.push(self.bos.ok_or_else(|| missing("BOS"))?);
+        }
+        let mut after_special = true;
+        for fragment in fragments {
+            let text = match fragment {
+                Fragment::Token(id) => {
+                    out.push(id);
+                    after_special = true;
+                    continue;
+                }
+                Fragment::Text(text) => text,
+            };
+            match &self.algorithm {
+                Algorithm::Spm { add_space_prefix } => {
+                    let prefix = if *add_space_prefix && after_special {
+                        " "
+                    } else {
+                        ""
+                    };
+                    let escaped = format!("{prefix}{text}").replace(' ', "\u{2581}");
+                    spm::tokenize(&self.vocab, &escaped, &mut out).map_err(|b| {
+                        Error::Input(format!(
+                            "{}: the byte 0x{b:02X} of {text:?} has no token",
+                            self.path.display()
+                        ))
+                    })?;
+                }
+                Algorithm::Bpe { pre, ignore_merges } => {
+                    for word in pre.words(text) {
+                        bpe::tokenize_word(&self.vocab, &word, *ignore_merges, &mut out);
+                    }
+                }
+                Algorithm::Wpm { normalizer } => {
+                    wpm::tokenize(&self.vocab, text, *normalizer, self.unk, &mut out)
+                }
+            }
+            after_special = false;
+        }
+        if add_special && wpm {
+            out.push(self.sep.ok_or_else(|| missing("separator"))?);
+        } else if add_special && self.add_eos {
+            out.push(self.eos.ok_or_else(|| missing("EOS"))?);
+        }
+        Ok(out)
     }
 
     /// The bytes `ids` stand for (special tokens as their text). Not necessarily UTF-8: a
@@ -239,9 +429,15 @@ impl GgufTokenizer {
         self.token_bytes.get(id as usize).map(Vec::as_slice)
     }
 
-    /// The id of a vocabulary entry (byte-level spelling, or a special token's text).
+    /// A token as stored in the vocabulary (byte-level or `▁` spelling, a special token's text).
+    pub fn token_text(&self, id: u32) -> Option<&str> {
+        self.vocab.tokens.get(id as usize).map(String::as_str)
+    }
+
+    /// The id of a vocabulary entry (as stored: byte-level or `▁` spelling, or a special
+    /// token's text).
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
-        self.inner.token_to_id(token)
+        self.vocab.ids.get(token.as_bytes()).copied()
     }
 
     /// Number of tokens.
@@ -259,7 +455,7 @@ impl GgufTokenizer {
         self.special.binary_search(&id).is_ok()
     }
 
-    /// `tokenizer.ggml.bos_token_id`.
+    /// `tokenizer.ggml.bos_token_id` (WordPiece: `[CLS]`).
     pub fn bos_id(&self) -> Option<u32> {
         self.bos
     }
@@ -274,10 +470,15 @@ impl GgufTokenizer {
         self.pad
     }
 
-    /// `tokenizer.ggml.add_bos_token` (false when absent): whether a plain prompt should start
-    /// with BOS. [`GgufTokenizer::encode`] never adds it.
+    /// Whether a plain prompt should start with BOS (`tokenizer.ggml.add_bos_token`, else
+    /// llama.cpp's default for the vocabulary). [`GgufTokenizer::encode`] never adds it.
     pub fn add_bos(&self) -> bool {
         self.add_bos
+    }
+
+    /// `tokenizer.ggml.model`.
+    pub fn model(&self) -> &str {
+        &self.model
     }
 
     /// The pre-tokenizer's name (`tokenizer.ggml.pre`).
@@ -289,11 +490,28 @@ impl GgufTokenizer {
     pub fn chat_template(&self) -> Option<&str> {
         self.chat_template.as_deref()
     }
+}
 
-    /// The `tokenizers` tokenizer inside (to save as `tokenizer.json`, or compare).
-    pub fn as_tokenizers(&self) -> &tokenizers::Tokenizer {
-        &self.inner
-    }
+/// The tokens matched in text before tokenizing (control, user-defined and unknown ones), in
+/// llama.cpp's order, longest text first, with its strip rules: Phi-3 (`general.name`) strips
+/// the white space after its special tokens except `<unk>`, `<s>`, `<|endoftext|>`.
+fn special_tokens(tokens: &[String], types: &[i64], general_name: &str) -> Vec<SpecialToken> {
+    let phi3 = general_name.contains("phi-3") || general_name.contains("phi3");
+    let mut matched: Vec<SpecialToken> = (0..tokens.len())
+        .filter(|&i| matches!(types[i], CONTROL | USER_DEFINED | UNKNOWN))
+        .map(|i| {
+            let text = tokens[i].clone();
+            SpecialToken {
+                id: i as u32,
+                always: types[i] == USER_DEFINED,
+                lstrip: false,
+                rstrip: phi3 && !matches!(text.as_str(), "<unk>" | "<s>" | "<|endoftext|>"),
+                text,
+            }
+        })
+        .collect();
+    matched.sort_by_key(|s| std::cmp::Reverse(s.text.len()));
+    matched
 }
 
 #[cfg(test)]
@@ -312,17 +530,21 @@ mod tests {
         assert_eq!(byte_of_char('Ń'), Some(0xad));
         assert_eq!(byte_of_char(' '), None);
         assert_eq!(byte_of_char('ń'), None);
-        // A bijection between 256 characters and the 256 bytes.
+        // A bijection between 256 characters and the 256 bytes, the inverse of the spelling
+        // the pre-tokenizer writes.
         let mut seen = [false; 256];
         for c in (0u32..0x200).filter_map(char::from_u32) {
             if let Some(b) = byte_of_char(c) {
                 assert!(!seen[b as usize], "byte {b} twice");
                 seen[b as usize] = true;
+                assert_eq!(super::super::llama_vocab::pre_tokenizer::byte_char(b), c);
             }
         }
         assert!(seen.iter().all(|&s| s));
         assert_eq!(bytes_of_token("ĠHello"), b" Hello");
         assert_eq!(bytes_of_token("<|im_start|>"), b"<|im_start|>");
         assert_eq!(bytes_of_token("Ã©"), "é".as_bytes());
+        assert_eq!(byte_of_hex_token("<0x0A>"), Some(b'\n'));
+        assert_eq!(byte_of_hex_token("<0xzz>"), None);
     }
 }

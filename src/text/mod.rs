@@ -1,10 +1,11 @@
-//! Text in and out: vocabularies (and the tokenizer stored in a GGUF file) and corpus reading
-//! with line-numbered errors.
+//! Text in and out: vocabularies (and the tokenizers of GGUF files: `gguf_tokenizer`,
+//! `llama_vocab`) and corpus reading with line-numbered errors.
 
 pub mod bpe;
 pub mod corpus;
 pub mod decoder_tokenizer;
 pub mod gguf_tokenizer;
+pub mod llama_vocab;
 pub mod tokenizer;
 pub mod vocab;
 

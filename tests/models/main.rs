@@ -15,6 +15,7 @@ mod decoding;
 mod gguf;
 mod gguf_tokenizer;
 mod kquants;
+mod gguf_vocab_suite;
 mod lm;
 mod minilm;
 mod pretrained;
