@@ -108,6 +108,7 @@ impl BertConfig {
             rope_style: super::config::RopeStyle::Interleaved,
             qkv_bias: false,
             norm_weight_offset: 0.0,
+            qk_norm: false,
         }
     }
 

@@ -53,6 +53,24 @@ pub enum RopeStyle {
     HalfSplit,
 }
 
+/// Rescaled rotary frequencies (long-context checkpoints): each frequency `θᵢ` of
+/// `kernels::rope` divided by a factor `fᵢ`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum RopeScaling {
+    /// Llama 3.1's `rope_type: llama3` (transformers' `_compute_llama3_parameters`): low
+    /// frequencies slowed by `factor`, high ones kept, those between interpolated (see
+    /// `kernels::rope::llama3_freq_factors`).
+    Llama3 {
+        factor: f64,
+        low_freq_factor: f64,
+        high_freq_factor: f64,
+        original_max_position_embeddings: f64,
+    },
+    /// The factors as stored (llama.cpp's `rope_freqs` tensor), `[d_k / 2]`.
+    FreqFactors { factors: Vec<f64> },
+}
+
 /// How token positions enter the model.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -133,13 +151,18 @@ pub struct ModelConfig {
     /// Rotary positions: how the columns are paired (absent: interleaved).
     #[serde(default, skip_serializing_if = "is_default")]
     pub rope_style: RopeStyle,
+    /// Rotary positions: the frequencies rescaled (Llama 3.1). Absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_scaling: Option<RopeScaling>,
     /// The query, key and value projections have biases even where [`bias`](Self::bias) is
     /// false (Qwen2: `q = x W_qᵀ + b_q`, the output projection and the FFN without). Absent:
     /// false.
     #[serde(default, skip_serializing_if = "is_default")]
     pub qkv_bias: bool,
-    /// RMSNorm of each head's queries and keys before the scores (Qwen3, Gemma 3). Absent:
-    /// false; true is not supported yet.
+    /// RMSNorm of each head's queries and keys before the rotation and the scores (Qwen3,
+    /// Gemma 3): `q_h ← (g_q + o) ⊙ q_h / √(mean(q_h²) + ε)`, one gain `[d_k]` for the queries
+    /// and one for the keys, shared by the heads, with the model's ε and
+    /// [`norm_weight_offset`](Self::norm_weight_offset) `o`. Absent: false.
     #[serde(default, skip_serializing_if = "is_default")]
     pub qk_norm: bool,
     /// Soft-capping of the attention scores, `s ← c · tanh(s / c)` (Gemma 2). Absent: none;
@@ -229,6 +252,8 @@ pub struct BlockConfig {
     pub qkv_bias: bool,
     /// Added to every RMSNorm gain.
     pub norm_weight_offset: f64,
+    /// RMSNorm of each head's queries and keys (see [`ModelConfig::qk_norm`]).
+    pub qk_norm: bool,
 }
 
 /// The most layers a configuration may ask for (a guard against edited configs).
@@ -268,6 +293,7 @@ impl ModelConfig {
             normalization: Normalization::LayerNorm,
             rope_base: ROPE_BASE,
             rope_style: RopeStyle::Interleaved,
+            rope_scaling: None,
             qkv_bias: false,
             qk_norm: false,
             attn_logit_softcap: None,
@@ -287,6 +313,30 @@ impl ModelConfig {
     /// `None`: the whole causal prefix).
     pub fn layer_window(&self, i: usize) -> Option<usize> {
         self.layer_windows.get(i).copied().flatten()
+    }
+
+    /// The divisors `fᵢ` of the rotary frequencies, `[d_k / 2]`, that
+    /// [`rope_scaling`](Self::rope_scaling) asks for; empty without scaling.
+    pub fn rope_freq_factors(&self) -> Vec<f64> {
+        match &self.rope_scaling {
+            None => Vec::new(),
+            Some(RopeScaling::FreqFactors { factors }) => factors.clone(),
+            &Some(RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings,
+            }) => crate::kernels::rope::llama3_freq_factors(
+                self.rope_base,
+                self.d_head(),
+                crate::kernels::rope::Llama3Scaling {
+                    factor,
+                    low_freq_factor,
+                    high_freq_factor,
+                    original_max_position_embeddings,
+                },
+            ),
+        }
     }
 
     /// The blocks' shape: every self-attention is rotary when the positions are.
@@ -309,6 +359,7 @@ impl ModelConfig {
             rope_style: self.rope_style,
             qkv_bias: self.qkv_bias,
             norm_weight_offset: self.norm_weight_offset,
+            qk_norm: self.qk_norm,
         }
     }
 
@@ -420,11 +471,7 @@ impl ModelConfig {
     /// The options later model families need: refuses those not computed yet, by name, and
     /// values out of range, so that no config is silently computed as another model.
     fn validate_family_options(&self) -> Result<(), String> {
-        if self.qk_norm {
-            return Err(
-                "qk_norm true (RMSNorm on the queries and keys) is not supported yet".into(),
-            );
-        }
+        self.validate_rope_scaling()?;
         if let Some(c) = self.attn_logit_softcap {
             return Err(format!(
                 "attn_logit_softcap {c} (soft-capped attention scores) is not supported yet"
@@ -464,6 +511,59 @@ impl ModelConfig {
                 return Err(
                     "norm_weight_offset with layer_norm is not supported yet (RMSNorm only)".into(),
                 );
+            }
+        }
+        Ok(())
+    }
+
+    /// [`rope_scaling`](Self::rope_scaling): rotary positions only, finite positive values,
+    /// one factor per rotated pair.
+    fn validate_rope_scaling(&self) -> Result<(), String> {
+        let Some(scaling) = &self.rope_scaling else {
+            return Ok(());
+        };
+        if self.positions != Positions::Rotary {
+            return Err("rope_scaling is set but the positions are not rotary".into());
+        }
+        let positive = |name: &str, v: f64| {
+            if v.is_finite() && v > 0.0 {
+                Ok(())
+            } else {
+                Err(format!("rope_scaling {name} {v} must be a positive number"))
+            }
+        };
+        match scaling {
+            &RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings,
+            } => {
+                positive("factor", factor)?;
+                positive("low_freq_factor", low_freq_factor)?;
+                positive("high_freq_factor", high_freq_factor)?;
+                positive(
+                    "original_max_position_embeddings",
+                    original_max_position_embeddings,
+                )?;
+                if low_freq_factor >= high_freq_factor {
+                    return Err(format!(
+                        "rope_scaling low_freq_factor {low_freq_factor} must be below \
+                         high_freq_factor {high_freq_factor}"
+                    ));
+                }
+            }
+            RopeScaling::FreqFactors { factors } => {
+                if factors.len() != self.d_head() / 2 {
+                    return Err(format!(
+                        "rope_scaling has {} frequency factors for {} rotated pairs per head",
+                        factors.len(),
+                        self.d_head() / 2
+                    ));
+                }
+                for &f in factors {
+                    positive("frequency factor", f)?;
+                }
             }
         }
         Ok(())

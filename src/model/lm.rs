@@ -74,8 +74,10 @@ impl<T: Float> LanguageModel<T> {
             |init| SelfAttentionBlock::new(&block, init),
             |init| block.final_norm(init),
         );
+        let rope_freq_factors = c.rope_freq_factors();
         for (i, layer) in blocks.layers.iter_mut().enumerate() {
             layer.self_attn.window = c.layer_window(i);
+            layer.self_attn.rope_freq_factors = rope_freq_factors.clone();
         }
         let head = OutputHead::new(c.vocab_size, c.d_model, c.tie_embeddings, init)
             .with_softcap(c.final_logit_softcap);
