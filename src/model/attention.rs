@@ -26,7 +26,7 @@ use super::kv_cache::KvCache;
 use super::linear::Linear;
 use super::param::{Init, Module, ParamVisitor};
 use crate::kernels::attention::{
-    Attended, AttnDims, AttnMask, AttnWeights, KeyRanges, KvView, Purpose, SavedRef,
+    Attended, AttnDims, AttnMask, AttnWeights, KeyRanges, KvView, Purpose, SavedRef, Scores,
 };
 use crate::kernels::backend::{Backend, CPU};
 use crate::kernels::dropout::dropout_mask;
@@ -61,6 +61,10 @@ pub struct MultiHeadAttention<T> {
     /// decoding step); the KV cache still keeps every position (releasing the rows older than
     /// the window is left for later).
     pub window: Option<usize>,
+    /// How the dot products become scores: their scale (`None`: `1/√d_k`; Gemma's
+    /// `query_pre_attn_scalar^(−1/2)`) and soft cap `c · tanh(s / c)` (Gemma 2), in every
+    /// kernel and the backward.
+    pub scores: Scores,
 }
 
 /// What the attention forward keeps for the backward.
@@ -141,6 +145,7 @@ impl<T: Float> MultiHeadAttention<T> {
             rope: Rope::default(),
             dropout: 0.0,
             window: None,
+            scores: Scores::default(),
         }
     }
 
@@ -170,6 +175,12 @@ impl<T: Float> MultiHeadAttention<T> {
     /// The same layer with the sliding window `window` (see [`window`](Self::window)).
     pub fn with_window(mut self, window: Option<usize>) -> Self {
         self.window = window;
+        self
+    }
+
+    /// The same layer with the score scale and soft cap `scores` (see [`scores`](Self::scores)).
+    pub fn with_scores(mut self, scores: Scores) -> Self {
+        self.scores = scores;
         self
     }
 
@@ -213,6 +224,7 @@ impl<T: Float> MultiHeadAttention<T> {
             q_len,
             k_len,
             kv_stride,
+            scores: self.scores,
         }
     }
 

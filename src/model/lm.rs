@@ -60,7 +60,8 @@ pub fn lm_n_params(c: &ModelConfig) -> Option<usize> {
 impl<T: Float> LanguageModel<T> {
     /// A freshly initialised model, drawn from `init` in the order embedding, blocks,
     /// projection. `config.n_encoder_layers` is ignored (an LM has no encoder). Layer `i`'s
-    /// self-attention has the sliding window `config.layer_window(i)`.
+    /// self-attention has the sliding window `config.layer_window(i)` and the rotary base
+    /// `config.layer_rope_base(i)`.
     pub fn new(config: ModelConfig, init: &mut impl Init) -> Self {
         let c = &config;
         let block = c.block();
@@ -76,6 +77,7 @@ impl<T: Float> LanguageModel<T> {
         );
         for (i, layer) in blocks.layers.iter_mut().enumerate() {
             layer.self_attn.window = c.layer_window(i);
+            layer.self_attn.rope.base = c.layer_rope_base(i);
         }
         let head = OutputHead::new(c.vocab_size, c.d_model, c.tie_embeddings, init)
             .with_softcap(c.final_logit_softcap);

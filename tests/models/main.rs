@@ -12,6 +12,7 @@ mod beam;
 mod bleu;
 mod decode_interface;
 mod decoding;
+mod gemma;
 mod gguf;
 mod gguf_tokenizer;
 mod lm;

@@ -9,6 +9,7 @@
 //! [`FAMILIES`], as long as our layers compute it (see the options of [`ModelConfig`]).
 
 pub mod bert;
+pub mod gemma;
 pub mod gguf;
 pub mod gpt2;
 pub mod llama;
@@ -72,7 +73,13 @@ pub struct Family {
 }
 
 /// Every family this crate loads, in the order messages list them.
-pub const FAMILIES: &[Family] = &[llama::FAMILY, gpt2::FAMILY, bert::FAMILY];
+pub const FAMILIES: &[Family] = &[
+    llama::FAMILY,
+    gpt2::FAMILY,
+    bert::FAMILY,
+    gemma::GEMMA2,
+    gemma::GEMMA3,
+];
 
 /// The family named `name` ([`Family::name`]).
 pub fn by_name(name: &str) -> Option<&'static Family> {
@@ -164,9 +171,12 @@ mod tests {
         assert!(by_model_type("qwen2").is_none());
         assert_eq!(by_gguf_architecture("llama").unwrap().0.name, "llama");
         assert!(by_gguf_architecture("gpt2").is_none());
-        assert_eq!(hf_list(FamilyKind::Decoder), "llama and gpt2");
+        assert_eq!(
+            hf_list(FamilyKind::Decoder),
+            "llama, gpt2, gemma2 and gemma3_text"
+        );
         assert_eq!(hf_list(FamilyKind::Encoder), "bert");
-        assert_eq!(gguf_list(), "llama");
+        assert_eq!(gguf_list(), "llama, gemma2 and gemma3");
         assert_eq!(english_list(&["a", "b", "c"]), "a, b and c");
         // Every name of every table maps back to itself.
         for f in FAMILIES {
