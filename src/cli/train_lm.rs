@@ -94,6 +94,18 @@ pub struct TrainLmArgs {
     /// Untie the output projection from the embedding. Ignored with --resume.
     #[arg(long)]
     pub untied: bool,
+    /// Biases on the query, key and value projections even with --no-bias (as Qwen2).
+    /// Ignored with --resume.
+    #[arg(long)]
+    pub qkv_bias: bool,
+    /// RMSNorm of each head's queries and keys before the scores (as Qwen3). Ignored with
+    /// --resume.
+    #[arg(long)]
+    pub qk_norm: bool,
+    /// Sliding-window attention in every layer: a query sees its last N keys (as Mistral).
+    /// Ignored with --resume.
+    #[arg(long, value_name = "N")]
+    pub sliding_window: Option<usize>,
     /// Stop after this many updates in total. On a fresh run also where the cosine schedule
     /// reaches its floor; with --resume the floor stays at the checkpoint's planned length.
     #[arg(long, default_value_t = 5000)]
@@ -156,6 +168,9 @@ impl TrainLmArgs {
                 bias: !self.no_bias,
                 rope_base: self.rope_base,
                 tied: !self.untied,
+                qkv_bias: self.qkv_bias,
+                qk_norm: self.qk_norm,
+                sliding_window: self.sliding_window,
             },
             recipe: LmTrainConfig {
                 context: self.context,

@@ -15,6 +15,18 @@
 //! the projection's columns. Since rotations compose, `⟨R(m)q, R(n)k⟩ = ⟨q, R(n−m)k⟩`: attention
 //! scores depend on relative positions only.
 //!
+//! Frequency scaling (long-context checkpoints): each frequency may be divided by a factor,
+//! `θᵢ = base^(−2i/d_head) / fᵢ` (llama.cpp's `rope_freqs` tensor, the `freq_factors` of
+//! [`rope_forward_scaled`]). Llama 3.1's factors ([`llama3_freq_factors`], transformers'
+//! `_compute_llama3_parameters`): with wavelength `λᵢ = 2π / θᵢ`, original context `L`, factor
+//! `s`, low/high frequency factors `l < h`,
+//!
+//! ```text
+//! fᵢ = 1                              when λᵢ < L / h   (high frequencies kept)
+//! fᵢ = s                              when λᵢ > L / l   (low frequencies slowed by s)
+//! 1/fᵢ = (1 − κᵢ)/s + κᵢ,  κᵢ = (L/λᵢ − l) / (h − l)    in between (interpolated)
+//! ```
+//!
 //! The backward of an orthogonal map is its transpose, i.e. the rotation by the opposite angle.
 //! Angles are computed in f64 and rounded once, so f32 and f64 see the same rotation.
 //!
@@ -66,6 +78,59 @@ impl Rope {
             .map(|i| self.base.powf(-((2 * i) as f64) / d_head as f64))
             .collect()
     }
+
+    /// `θᵢ = base^(−2i/d_head) / fᵢ` for `i < d_head / 2` (`freq_factors` empty: all `fᵢ = 1`).
+    pub fn inv_freq_scaled(&self, d_head: usize, freq_factors: &[f64]) -> Vec<f64> {
+        let mut inv_freq = self.inv_freq(d_head);
+        if !freq_factors.is_empty() {
+            assert_eq!(
+                freq_factors.len(),
+                inv_freq.len(),
+                "one frequency factor per rotated pair"
+            );
+            for (f, &factor) in inv_freq.iter_mut().zip(freq_factors) {
+                *f /= factor;
+            }
+        }
+        inv_freq
+    }
+}
+
+/// Llama 3.1's rotary scaling: the factor `s`, the low and high frequency factors `l < h`, and
+/// the original context `L` (see the module's equations).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Llama3Scaling {
+    pub factor: f64,
+    pub low_freq_factor: f64,
+    pub high_freq_factor: f64,
+    pub original_max_position_embeddings: f64,
+}
+
+/// The per-frequency divisors `fᵢ` of Llama 3.1's scaling for `i < d_head / 2` (the module's
+/// equations, as transformers' `_compute_llama3_parameters` and llama.cpp's converter compute
+/// them), so that [`rope_forward_scaled`] rotates by `base^(−2i/d_head) / fᵢ`.
+pub fn llama3_freq_factors(base: f64, d_head: usize, s: Llama3Scaling) -> Vec<f64> {
+    let l = s.original_max_position_embeddings;
+    let (low_wavelen, high_wavelen) = (l / s.low_freq_factor, l / s.high_freq_factor);
+    Rope {
+        base,
+        ..Rope::default()
+    }
+    .inv_freq(d_head)
+    .into_iter()
+    .map(|inv_freq| {
+        let wavelen = 2.0 * std::f64::consts::PI / inv_freq;
+        if wavelen < high_wavelen {
+            1.0
+        } else if wavelen > low_wavelen {
+            s.factor
+        } else {
+            let smooth =
+                (l / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+            1.0 / ((1.0 - smooth) / s.factor + smooth)
+        }
+    })
+    .collect()
 }
 
 /// `(cos, sin)` of `pos · θᵢ` for positions `pos_offset .. pos_offset + seq_len` and
@@ -74,18 +139,28 @@ impl Rope {
 /// keys at the same positions: one computation instead of two per layer).
 fn tables<T: Float>(
     rope: Rope,
+    freq_factors: &[f64],
     seq_len: usize,
     d_head: usize,
     pos_offset: usize,
 ) -> (Vec<T>, Vec<T>) {
-    /// (base bits, style, seq_len, d_head, pos_offset), then the cos and sin tables.
-    type Key = (u64, RopeStyle, usize, usize, usize);
+    /// (base bits, style, seq_len, d_head, pos_offset, factors' bits), then the cos and sin
+    /// tables.
+    type Key = (u64, RopeStyle, usize, usize, usize, Vec<u64>);
     type Tables = (Key, Vec<f64>, Vec<f64>);
     thread_local! {
         static LAST: std::cell::RefCell<Option<Tables>> =
             const { std::cell::RefCell::new(None) };
     }
-    let key: Key = (rope.base.to_bits(), rope.style, seq_len, d_head, pos_offset);
+    let factor_bits = freq_factors.iter().map(|f| f.to_bits()).collect();
+    let key: Key = (
+        rope.base.to_bits(),
+        rope.style,
+        seq_len,
+        d_head,
+        pos_offset,
+        factor_bits,
+    );
     let convert = |xs: &[f64]| xs.iter().map(|&v| T::of(v)).collect::<Vec<T>>();
     LAST.with_borrow_mut(|last| {
         if let Some((k, cos, sin)) = last.as_ref() {
@@ -94,7 +169,7 @@ fn tables<T: Float>(
             }
         }
         let half = d_head / 2;
-        let inv_freq = rope.inv_freq(d_head);
+        let inv_freq = rope.inv_freq_scaled(d_head, freq_factors);
         let mut cos = Vec::with_capacity(seq_len * half);
         let mut sin = Vec::with_capacity(seq_len * half);
         for s in 0..seq_len {
@@ -112,9 +187,11 @@ fn tables<T: Float>(
 }
 
 /// Rotates in place by `+pos·θᵢ`, or by `−pos·θᵢ` when `inverse` (the backward).
+#[allow(clippy::too_many_arguments)]
 fn rotate<T: Float>(
     x: &mut [T],
     rope: Rope,
+    freq_factors: &[f64],
     seq_len: usize,
     heads: usize,
     d_head: usize,
@@ -135,7 +212,7 @@ fn rotate<T: Float>(
         x.len()
     );
     let half = d_head / 2;
-    let (cos, sin) = tables::<T>(rope, seq_len, d_head, pos_offset);
+    let (cos, sin) = tables::<T>(rope, freq_factors, seq_len, d_head, pos_offset);
     let style = rope.style;
     x.par_chunks_mut(d).enumerate().for_each(|(r, row)| {
         let s = r % seq_len;
@@ -177,7 +254,50 @@ pub fn rope_forward<T: Float>(
     d_head: usize,
     pos_offset: usize,
 ) {
-    rotate(x, rope, seq_len, heads, d_head, pos_offset, false);
+    rotate(x, rope, &[], seq_len, heads, d_head, pos_offset, false);
+}
+
+/// [`rope_forward`] with each frequency divided by its factor, `θᵢ = base^(−2i/d_head) / fᵢ`
+/// (`freq_factors [d_head / 2]`; empty: unscaled).
+pub fn rope_forward_scaled<T: Float>(
+    x: &mut [T],
+    rope: Rope,
+    freq_factors: &[f64],
+    seq_len: usize,
+    heads: usize,
+    (d_head, pos_offset): (usize, usize),
+) {
+    rotate(
+        x,
+        rope,
+        freq_factors,
+        seq_len,
+        heads,
+        d_head,
+        pos_offset,
+        false,
+    );
+}
+
+/// The backward of [`rope_forward_scaled`].
+pub fn rope_backward_scaled<T: Float>(
+    dy: &mut [T],
+    rope: Rope,
+    freq_factors: &[f64],
+    seq_len: usize,
+    heads: usize,
+    (d_head, pos_offset): (usize, usize),
+) {
+    rotate(
+        dy,
+        rope,
+        freq_factors,
+        seq_len,
+        heads,
+        d_head,
+        pos_offset,
+        true,
+    );
 }
 
 /// Backward: turns `dy` (the gradient w.r.t. the rotated rows) into the gradient w.r.t. the
@@ -190,7 +310,7 @@ pub fn rope_backward<T: Float>(
     d_head: usize,
     pos_offset: usize,
 ) {
-    rotate(dy, rope, seq_len, heads, d_head, pos_offset, true);
+    rotate(dy, rope, &[], seq_len, heads, d_head, pos_offset, true);
 }
 
 #[cfg(test)]

@@ -13,6 +13,12 @@
 //! at `j` (plus a common shift, see [`MultiHeadAttention::forward_at`]). The [`KvCache`] of a
 //! rotary layer stores its keys already rotated. Cross-attention is never rotary.
 //!
+//! Query/key norms (`qk_norm`, Qwen3 and Gemma 3): before the rotation, each head's projected
+//! query and key is RMS-normalised over its `d_k` columns, `q_h ← (g_q + o) ⊙ q_h / rms(q_h)`
+//! (likewise `k_h` with `g_k`), one gain `[d_k]` shared by all heads ([`MultiHeadAttention::q_norm`],
+//! [`MultiHeadAttention::k_norm`]). Every path (training, attention maps, each decoding layout,
+//! cross-attention's cached keys) projects through the same two helpers, so none can skip it.
+//!
 //! Entry points: [`forward`](MultiHeadAttention::forward) (training and teacher-forced
 //! inference, saving what the backward needs) and its [`backward`](MultiHeadAttention::backward);
 //! [`forward_weights`](MultiHeadAttention::forward_weights) (inference that returns the
@@ -24,13 +30,15 @@
 
 use super::kv_cache::KvCache;
 use super::linear::Linear;
+use super::norm::RmsNorm;
 use super::param::{Init, Module, ParamVisitor};
 use crate::kernels::attention::{
     Attended, AttnDims, AttnMask, AttnWeights, KeyRanges, KvView, Purpose, SavedRef, Scores,
 };
 use crate::kernels::backend::{Backend, CPU};
 use crate::kernels::dropout::dropout_mask;
-use crate::kernels::rope::{rope_backward, rope_forward, Rope};
+use crate::kernels::rms_norm::RmsNormStats;
+use crate::kernels::rope::{rope_backward_scaled, rope_forward_scaled, Rope};
 use crate::rng::Rng;
 use crate::Float;
 
@@ -52,19 +60,35 @@ pub struct MultiHeadAttention<T> {
     pub rotary: bool,
     /// The rotary base and pairing of columns (when rotary).
     pub rope: Rope,
+    /// Per-frequency divisors of the rotary angles, `θᵢ = base^(−2i/d_k) / fᵢ`, `[d_k / 2]`
+    /// (Llama 3.1's scaling, `kernels::rope`); empty: unscaled.
+    pub rope_freq_factors: Vec<f64>,
     /// Attention dropout: the probability of dropping each attention weight during training
     /// (`softmax(Q Kᵀ / √d_k) ⊙ M`, then `· V`); 0 in the paper.
     pub dropout: f64,
     /// Sliding-window attention (causal self-attention only): the query at position `p` sees
     /// the keys `max(0, p + 1 − w) ..= p` (Mistral); `None`: the whole causal prefix. Applied
     /// to the key ranges of every call (training forward and backward, attention maps, each
-    /// decoding step); the KV cache still keeps every position (releasing the rows older than
-    /// the window is left for later).
+    /// decoding step); a paged KV cache releases the blocks older than the window.
     pub window: Option<usize>,
     /// How the dot products become scores: their scale (`None`: `1/√d_k`; Gemma's
     /// `query_pre_attn_scalar^(−1/2)`) and soft cap `c · tanh(s / c)` (Gemma 2), in every
     /// kernel and the backward.
     pub scores: Scores,
+    /// RMSNorm of each head's queries before the rotation (`qk_norm`), gain `[d_k]` shared by
+    /// the heads; `None`: the projection as is.
+    pub q_norm: Option<RmsNorm<T>>,
+    /// RMSNorm of each head's keys before the rotation (`qk_norm`), gain `[d_k]`.
+    pub k_norm: Option<RmsNorm<T>>,
+}
+
+/// What a per-head norm's backward needs: its input (the projection) and statistics.
+#[derive(Clone, Debug)]
+pub struct HeadNormSaved<T> {
+    /// The projection before the norm `[rows, heads·d_k]`.
+    pub input: Vec<T>,
+    /// One `1/rms` per head of each row.
+    pub stats: RmsNormStats<T>,
 }
 
 /// What the attention forward keeps for the backward.
@@ -90,6 +114,9 @@ pub struct AttentionCache<T> {
     /// Rotary: absolute positions of query row 0 and key row 0 (unused otherwise).
     pub q_pos: usize,
     pub k_pos: usize,
+    /// The query and key norms' inputs and statistics (when the layer has them).
+    pub q_normed: Option<HeadNormSaved<T>>,
+    pub k_normed: Option<HeadNormSaved<T>>,
 }
 
 impl<T> AttentionCache<T> {
@@ -143,9 +170,12 @@ impl<T: Float> MultiHeadAttention<T> {
             d_model,
             rotary: false,
             rope: Rope::default(),
+            rope_freq_factors: Vec::new(),
             dropout: 0.0,
             window: None,
             scores: Scores::default(),
+            q_norm: None,
+            k_norm: None,
         }
     }
 
@@ -184,6 +214,27 @@ impl<T: Float> MultiHeadAttention<T> {
         self
     }
 
+    /// The same layer with per-head query and key RMSNorms (`qk_norm`) of gain `1` (from
+    /// `init`), ε `eps` and gain offset `offset` (see [`RmsNorm`]).
+    pub fn with_qk_norm(mut self, eps: f64, offset: f64, init: &mut impl Init) -> Self {
+        let d_head = self.d_model / self.n_heads;
+        self.q_norm = Some(RmsNorm::new(d_head, eps, init).with_offset(offset));
+        self.k_norm = Some(RmsNorm::new(d_head, eps, init).with_offset(offset));
+        self
+    }
+
+    /// The queries of `x [rows, d_model]`: `x W^Qᵀ (+ b)`, each head normalised when the layer
+    /// has a [`q_norm`](Self::q_norm); not rotated. `[rows, d_model]`.
+    pub(super) fn queries(&self, x: &[T]) -> Vec<T> {
+        head_normed(&self.q_norm, self.q_proj.forward(x))
+    }
+
+    /// The keys of `x [rows, d_model]`: `x W^Kᵀ (+ b)`, each head normalised when the layer has
+    /// a [`k_norm`](Self::k_norm); not rotated. `[rows, n_kv_heads·d_k]`.
+    pub(super) fn keys(&self, x: &[T]) -> Vec<T> {
+        head_normed(&self.k_norm, self.k_proj.forward(x))
+    }
+
     /// The backend's attention call over `ranges`, cut to the layer's last `w` keys when it
     /// has a window (`ranges.windowed(w)`); without one, `ranges` as given (the same call).
     pub(super) fn attend(
@@ -205,7 +256,8 @@ impl<T: Float> MultiHeadAttention<T> {
     pub(super) fn rotate(&self, x: &mut [T], len: usize, heads: usize, pos: usize) {
         if self.rotary {
             let d_head = self.d_model / self.n_heads;
-            rope_forward(x, self.rope, len, heads, d_head, pos);
+            let factors = &self.rope_freq_factors;
+            rope_forward_scaled(x, self.rope, factors, len, heads, (d_head, pos));
         }
     }
 
@@ -259,7 +311,10 @@ impl<T: Float> MultiHeadAttention<T> {
         self.forward_shifted(x_q, x_kv, batch, mask, shift, None)
     }
 
-    /// The projections, rotated at `shift + ...` (see [`forward_at`](Self::forward_at)).
+    /// The projections, normalised per head (when the layer has query/key norms) and rotated
+    /// at `shift + ...` (see [`forward_at`](Self::forward_at)), with what the norms' backward
+    /// needs.
+    #[allow(clippy::type_complexity)]
     fn project(
         &self,
         x_q: &[T],
@@ -267,15 +322,19 @@ impl<T: Float> MultiHeadAttention<T> {
         batch: usize,
         q_pos: usize,
         k_pos: usize,
-    ) -> (Vec<T>, Vec<T>, Vec<T>) {
+    ) -> (
+        [Vec<T>; 3],
+        Option<HeadNormSaved<T>>,
+        Option<HeadNormSaved<T>>,
+    ) {
         let q_len = x_q.len() / (batch * self.d_model);
         let k_len = x_kv.len() / (batch * self.d_model);
-        let mut q = self.q_proj.forward(x_q);
-        let mut k = self.k_proj.forward(x_kv);
+        let (mut q, q_normed) = head_norm_saving(&self.q_norm, self.q_proj.forward(x_q));
+        let (mut k, k_normed) = head_norm_saving(&self.k_norm, self.k_proj.forward(x_kv));
         let v = self.v_proj.forward(x_kv);
         self.rotate(&mut q, q_len, self.n_heads, q_pos);
         self.rotate(&mut k, k_len, self.n_kv_heads, k_pos);
-        (q, k, v)
+        ([q, k, v], q_normed, k_normed)
     }
 
     fn forward_shifted(
@@ -290,7 +349,7 @@ impl<T: Float> MultiHeadAttention<T> {
         let q_len = x_q.len() / (batch * self.d_model);
         let k_len = x_kv.len() / (batch * self.d_model);
         let (q_pos, k_pos) = (shift + mask.q_offset, shift);
-        let (q, k, v) = self.project(x_q, x_kv, batch, q_pos, k_pos);
+        let ([q, k, v], q_normed, k_normed) = self.project(x_q, x_kv, batch, q_pos, k_pos);
         let dims = self.dims(batch, q_len, k_len, k_len);
         let n_weights = batch * self.n_heads * q_len * k_len;
         // drop_mask: [batch, heads, q_len, k_len]
@@ -320,6 +379,8 @@ impl<T: Float> MultiHeadAttention<T> {
             dims,
             q_pos,
             k_pos,
+            q_normed,
+            k_normed,
         };
         (y, cache)
     }
@@ -335,7 +396,7 @@ impl<T: Float> MultiHeadAttention<T> {
     ) -> (Vec<T>, Vec<T>) {
         let q_len = x_q.len() / (batch * self.d_model);
         let k_len = x_kv.len() / (batch * self.d_model);
-        let (q, k, v) = self.project(x_q, x_kv, batch, mask.q_offset, 0);
+        let ([q, k, v], _, _) = self.project(x_q, x_kv, batch, mask.q_offset, 0);
         let dims = self.dims(batch, q_len, k_len, k_len);
         let kv = KvView::Contiguous { k: &k, v: &v };
         let attended = self.attend(&q, kv, mask, dims, Purpose::Weights);
@@ -378,16 +439,24 @@ impl<T: Float> MultiHeadAttention<T> {
         }
         if self.rotary {
             let (heads, d_head) = (self.n_heads, self.d_model / self.n_heads);
-            let (rope, kv_heads) = (self.rope, self.n_kv_heads);
-            rope_backward(&mut dq, rope, cache.dims.q_len, heads, d_head, cache.q_pos);
-            rope_backward(
+            let (rope, kv_heads, factors) = (self.rope, self.n_kv_heads, &self.rope_freq_factors);
+            let (q_len, k_len) = (cache.dims.q_len, cache.dims.k_len);
+            rope_backward_scaled(&mut dq, rope, factors, q_len, heads, (d_head, cache.q_pos));
+            rope_backward_scaled(
                 &mut dk,
                 rope,
-                cache.dims.k_len,
+                factors,
+                k_len,
                 kv_heads,
-                d_head,
-                cache.k_pos,
+                (d_head, cache.k_pos),
             );
+        }
+        // The per-head norms' backward (gain gradients accumulated), back to the projections.
+        if let (Some(norm), Some(saved)) = (&mut self.q_norm, &cache.q_normed) {
+            dq = norm.backward(&saved.input, &saved.stats, &dq);
+        }
+        if let (Some(norm), Some(saved)) = (&mut self.k_norm, &cache.k_normed) {
+            dk = norm.backward(&saved.input, &saved.stats, &dk);
         }
         let dx_q = self.q_proj.backward(x_q, &dq);
         let mut dx_kv = self.k_proj.backward(x_kv, &dk);
@@ -401,10 +470,33 @@ impl<T: Float> MultiHeadAttention<T> {
     /// self-attention cache).
     pub fn project_kv(&self, x_kv: &[T], batch: usize) -> KvCache<T> {
         let k_len = x_kv.len() / (batch * self.d_model);
-        let mut k = self.k_proj.forward(x_kv);
+        let mut k = self.keys(x_kv);
         self.rotate(&mut k, k_len, self.n_kv_heads, 0);
         let v = self.v_proj.forward(x_kv);
         KvCache::from_dense(k, v, batch, k_len, self.d_kv())
+    }
+}
+
+/// `x [rows, heads·d_k]` with each head's `d_k` columns normalised by `norm` (the rows of
+/// `[rows·heads, d_k]`); `x` itself without one.
+fn head_normed<T: Float>(norm: &Option<RmsNorm<T>>, x: Vec<T>) -> Vec<T> {
+    match norm {
+        Some(n) => n.forward(&x).0,
+        None => x,
+    }
+}
+
+/// [`head_normed`], keeping the norm's input and statistics for its backward.
+fn head_norm_saving<T: Float>(
+    norm: &Option<RmsNorm<T>>,
+    x: Vec<T>,
+) -> (Vec<T>, Option<HeadNormSaved<T>>) {
+    match norm {
+        Some(n) => {
+            let (y, stats) = n.forward(&x);
+            (y, Some(HeadNormSaved { input: x, stats }))
+        }
+        None => (x, None),
     }
 }
 
@@ -422,5 +514,11 @@ impl<T> Module<T> for MultiHeadAttention<T> {
         v.module("k_proj", &mut self.k_proj);
         v.module("v_proj", &mut self.v_proj);
         v.module("out_proj", &mut self.out_proj);
+        if let Some(n) = &mut self.q_norm {
+            v.module("q_norm", n);
+        }
+        if let Some(n) = &mut self.k_norm {
+            v.module("k_norm", n);
+        }
     }
 }

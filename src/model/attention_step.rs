@@ -8,8 +8,9 @@
 //! queries rotated at the same positions.
 //!
 //! A layer with a sliding [`window`](MultiHeadAttention::window) cuts every step's key ranges
-//! to their last `w` keys (the query at position `p` sees `max(0, p + 1 − w) ..= p`); the
-//! cache still appends and keeps every position.
+//! to their last `w` keys (the query at position `p` sees `max(0, p + 1 − w) ..= p`), and
+//! before appending releases the blocks of each row that its first new query no longer sees
+//! ([`KvCache::release_before`]: a paged cache holds about `w` positions a row).
 
 use super::attention::{probs, MultiHeadAttention};
 use super::kv_cache::KvCache;
@@ -63,11 +64,12 @@ impl<T: Float> MultiHeadAttention<T> {
     fn step_uniform(&self, x: &[T], cache: &mut KvCache<T>, q_len: usize) -> (Vec<T>, Vec<T>) {
         let batch = cache.batch;
         let q_offset = cache.len;
-        let mut k_new = self.k_proj.forward(x);
+        (0..batch).for_each(|b| self.release_outside_window(cache, b, q_offset));
+        let mut k_new = self.keys(x);
         self.rotate(&mut k_new, q_len, self.n_kv_heads, q_offset);
         cache.append(&k_new, &self.v_proj.forward(x));
         let k_len = cache.len;
-        let mut q = self.q_proj.forward(x);
+        let mut q = self.queries(x);
         self.rotate(&mut q, q_len, self.n_heads, q_offset);
         let dims = self.dims(batch, q_len, k_len, cache.capacity);
         let full = vec![k_len; batch];
@@ -94,14 +96,14 @@ impl<T: Float> MultiHeadAttention<T> {
     /// Returns `[batch, d_model]`.
     fn step_last(&self, x: &[T], cache: &mut KvCache<T>, q_len: usize) -> (Vec<T>, Vec<T>) {
         let (d, batch) = (self.d_model, cache.batch);
-        let mut k_new = self.k_proj.forward(x);
+        let first = cache.len;
+        (0..batch).for_each(|b| self.release_outside_window(cache, b, first));
+        let mut k_new = self.keys(x);
         self.rotate(&mut k_new, q_len, self.n_kv_heads, cache.len);
         cache.append(&k_new, &self.v_proj.forward(x));
         let k_len = cache.len;
         // q: [batch, d_model], the last position of each row, at position k_len - 1
-        let mut q = self
-            .q_proj
-            .forward(&super::residual::last_rows(x, q_len, d));
+        let mut q = self.queries(&super::residual::last_rows(x, q_len, d));
         self.rotate(&mut q, 1, self.n_heads, k_len - 1);
         let dims = self.dims(batch, 1, k_len, cache.capacity);
         let seen = vec![k_len; batch];
@@ -128,12 +130,13 @@ impl<T: Float> MultiHeadAttention<T> {
         let n = rows.len();
         assert_eq!(x.len(), n * self.d_model, "x is [tokens, d_model]");
         assert_eq!(positions.len(), n, "one position per token");
-        let mut k_new = self.k_proj.forward(x);
-        let mut q = self.q_proj.forward(x);
+        let mut k_new = self.keys(x);
+        let mut q = self.queries(x);
         let (d_kv, d) = (self.d_kv(), self.d_model);
         for (s, len) in runs(rows, positions) {
             let pos = positions[s];
             assert_eq!(pos, cache.row_len(rows[s]), "tokens continue their row");
+            self.release_outside_window(cache, rows[s], pos);
             self.rotate(
                 &mut k_new[s * d_kv..(s + len) * d_kv],
                 len,
@@ -167,6 +170,14 @@ impl<T: Float> MultiHeadAttention<T> {
         )
     }
 
+    /// With a sliding window `w`, releases the blocks of row `b` of `cache` that a query at
+    /// `pos` (and every later one) does not see: those wholly before `pos + 1 − w`.
+    fn release_outside_window(&self, cache: &mut KvCache<T>, b: usize, pos: usize) {
+        if let Some(w) = self.window {
+            cache.release_before(b, (pos + 1).saturating_sub(w));
+        }
+    }
+
     /// Cross-attention of `x_q [batch*q_len, d_model]` over `cache` (the encoder output's keys
     /// and values, read as is), keys past `key_lens[b]` of row `b` masked; `batch` is the
     /// cache's (beam search reads one cross-attention row per sentence with its beams as `q_len`
@@ -189,7 +200,7 @@ impl<T: Float> MultiHeadAttention<T> {
             batch * q_len * d,
             "query rows are not a whole number per cached batch element"
         );
-        let q = self.q_proj.forward(x_q);
+        let q = self.queries(x_q);
         let dims = self.dims(batch, q_len, cache.len, cache.capacity);
         let attended = CPU.attention(&q, KvView::Store(cache), key_lens, dims, Purpose::Decode);
         (

@@ -111,6 +111,7 @@ impl BertConfig {
             query_pre_attn_scalar: None,
             attn_logit_softcap: None,
             post_norms: false,
+            qk_norm: false,
         }
     }
 

@@ -18,7 +18,9 @@ impl BlockConfig {
     /// A multi-head attention of this block, with its attention dropout; `rotary` for a
     /// self-attention when the block is rotary (never for a cross-attention). With
     /// [`qkv_bias`](BlockConfig::qkv_bias) the query, key and value projections get zero
-    /// biases (drawing nothing from `init`'s generator).
+    /// biases (drawing nothing from `init`'s generator). With [`qk_norm`](BlockConfig::qk_norm)
+    /// every head's queries and keys are RMS-normalised (gains `[d_k]` of 1, with the block's ε
+    /// and gain offset) before the rotation.
     pub fn attention<T: Float>(&self, rotary: bool, init: &mut impl Init) -> MultiHeadAttention<T> {
         let (d, h, kv) = (self.d_model, self.n_heads, self.n_kv_heads);
         let style = match self.rope_style {
@@ -36,6 +38,9 @@ impl BlockConfig {
                 scale: self.query_pre_attn_scalar.map(|s| 1.0 / s.sqrt()),
                 softcap: self.attn_logit_softcap,
             });
+        if self.qk_norm {
+            attention = attention.with_qk_norm(self.layer_norm_eps, self.norm_weight_offset, init);
+        }
         if self.qkv_bias && !self.bias {
             for linear in [
                 &mut attention.q_proj,
@@ -145,13 +150,10 @@ mod tests {
     #[test]
     fn options_not_computed_yet_are_refused_by_name() {
         type Set = fn(&mut ModelConfig);
-        let refused: [(&str, Set); 2] = [
-            ("qk_norm", |c| c.qk_norm = true),
-            ("norm_weight_offset", |c| {
-                c.normalization = Normalization::LayerNorm;
-                c.norm_weight_offset = 1.0;
-            }),
-        ];
+        let refused: [(&str, Set); 1] = [("norm_weight_offset", |c| {
+            c.normalization = Normalization::LayerNorm;
+            c.norm_weight_offset = 1.0;
+        })];
         for (field, set) in refused {
             let mut c = llama_like();
             set(&mut c);

@@ -63,6 +63,24 @@ pub enum RopeStyle {
     HalfSplit,
 }
 
+/// Rescaled rotary frequencies (long-context checkpoints): each frequency `θᵢ` of
+/// `kernels::rope` divided by a factor `fᵢ`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum RopeScaling {
+    /// Llama 3.1's `rope_type: llama3` (transformers' `_compute_llama3_parameters`): low
+    /// frequencies slowed by `factor`, high ones kept, those between interpolated (see
+    /// `kernels::rope::llama3_freq_factors`).
+    Llama3 {
+        factor: f64,
+        low_freq_factor: f64,
+        high_freq_factor: f64,
+        original_max_position_embeddings: f64,
+    },
+    /// The factors as stored (llama.cpp's `rope_freqs` tensor), `[d_k / 2]`.
+    FreqFactors { factors: Vec<f64> },
+}
+
 /// How token positions enter the model.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -143,13 +161,18 @@ pub struct ModelConfig {
     /// Rotary positions: how the columns are paired (absent: interleaved).
     #[serde(default, skip_serializing_if = "is_default")]
     pub rope_style: RopeStyle,
+    /// Rotary positions: the frequencies rescaled (Llama 3.1). Absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_scaling: Option<RopeScaling>,
     /// The query, key and value projections have biases even where [`bias`](Self::bias) is
     /// false (Qwen2: `q = x W_qᵀ + b_q`, the output projection and the FFN without). Absent:
     /// false.
     #[serde(default, skip_serializing_if = "is_default")]
     pub qkv_bias: bool,
-    /// RMSNorm of each head's queries and keys before the scores (Qwen3, Gemma 3). Absent:
-    /// false; true is not supported yet.
+    /// RMSNorm of each head's queries and keys before the rotation and the scores (Qwen3,
+    /// Gemma 3): `q_h ← (g_q + o) ⊙ q_h / √(mean(q_h²) + ε)`, one gain `[d_k]` for the queries
+    /// and one for the keys, shared by the heads, with the model's ε and
+    /// [`norm_weight_offset`](Self::norm_weight_offset) `o`. Absent: false.
     #[serde(default, skip_serializing_if = "is_default")]
     pub qk_norm: bool,
     /// Soft-capping of the attention scores, `s ← c · tanh(s / c)` before the mask and the
@@ -184,8 +207,9 @@ pub struct ModelConfig {
     #[serde(default, skip_serializing_if = "is_default")]
     pub post_norms: bool,
     /// The rotary base of the decoder layers with a sliding window ([`layer_windows`](
-    /// Self::layer_windows); Gemma 3's local layers: 10000), the others keeping
-    /// [`rope_base`](Self::rope_base). Absent: `rope_base` on every layer.
+    /// Self::layer_windows); Gemma 3's local layers: 10000), unscaled; the others keep
+    /// [`rope_base`](Self::rope_base) and [`rope_scaling`](Self::rope_scaling). Absent:
+    /// `rope_base` on every layer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sliding_rope_base: Option<f64>,
 }
@@ -260,6 +284,8 @@ pub struct BlockConfig {
     pub attn_logit_softcap: Option<f64>,
     /// A norm of every sublayer's output before the residual sum.
     pub post_norms: bool,
+    /// RMSNorm of each head's queries and keys (see [`ModelConfig::qk_norm`]).
+    pub qk_norm: bool,
 }
 
 /// The most layers a configuration may ask for (a guard against edited configs).
@@ -299,6 +325,7 @@ impl ModelConfig {
             normalization: Normalization::LayerNorm,
             rope_base: ROPE_BASE,
             rope_style: RopeStyle::Interleaved,
+            rope_scaling: None,
             qkv_bias: false,
             qk_norm: false,
             attn_logit_softcap: None,
@@ -333,6 +360,37 @@ impl ModelConfig {
         }
     }
 
+    /// Whether decoder layer `i` rotates with [`sliding_rope_base`](Self::sliding_rope_base)
+    /// (a layer with a window when the base is set): then [`rope_scaling`](Self::rope_scaling),
+    /// which belongs to `rope_base`, does not apply to it (Gemma 3's local layers).
+    pub fn has_sliding_rope(&self, i: usize) -> bool {
+        self.layer_window(i).is_some() && self.sliding_rope_base.is_some()
+    }
+
+    /// The divisors `fᵢ` of the rotary frequencies, `[d_k / 2]`, that
+    /// [`rope_scaling`](Self::rope_scaling) asks for; empty without scaling.
+    pub fn rope_freq_factors(&self) -> Vec<f64> {
+        match &self.rope_scaling {
+            None => Vec::new(),
+            Some(RopeScaling::FreqFactors { factors }) => factors.clone(),
+            &Some(RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings,
+            }) => crate::kernels::rope::llama3_freq_factors(
+                self.rope_base,
+                self.d_head(),
+                crate::kernels::rope::Llama3Scaling {
+                    factor,
+                    low_freq_factor,
+                    high_freq_factor,
+                    original_max_position_embeddings,
+                },
+            ),
+        }
+    }
+
     /// The blocks' shape: every self-attention is rotary when the positions are.
     pub fn block(&self) -> BlockConfig {
         BlockConfig {
@@ -356,6 +414,7 @@ impl ModelConfig {
             query_pre_attn_scalar: self.query_pre_attn_scalar,
             attn_logit_softcap: self.attn_logit_softcap,
             post_norms: self.post_norms,
+            qk_norm: self.qk_norm,
         }
     }
 
@@ -467,11 +526,7 @@ impl ModelConfig {
     /// The options later model families need: refuses those not computed yet, by name, and
     /// values out of range, so that no config is silently computed as another model.
     fn validate_family_options(&self) -> Result<(), String> {
-        if self.qk_norm {
-            return Err(
-                "qk_norm true (RMSNorm on the queries and keys) is not supported yet".into(),
-            );
-        }
+        self.validate_rope_scaling()?;
         if self.layer_windows.contains(&Some(0)) {
             return Err(
                 "layer_windows asks for a window of 0 keys (a query must see at least itself)"
@@ -507,6 +562,59 @@ impl ModelConfig {
                 return Err(
                     "norm_weight_offset with layer_norm is not supported yet (RMSNorm only)".into(),
                 );
+            }
+        }
+        Ok(())
+    }
+
+    /// [`rope_scaling`](Self::rope_scaling): rotary positions only, finite positive values,
+    /// one factor per rotated pair.
+    fn validate_rope_scaling(&self) -> Result<(), String> {
+        let Some(scaling) = &self.rope_scaling else {
+            return Ok(());
+        };
+        if self.positions != Positions::Rotary {
+            return Err("rope_scaling is set but the positions are not rotary".into());
+        }
+        let positive = |name: &str, v: f64| {
+            if v.is_finite() && v > 0.0 {
+                Ok(())
+            } else {
+                Err(format!("rope_scaling {name} {v} must be a positive number"))
+            }
+        };
+        match scaling {
+            &RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings,
+            } => {
+                positive("factor", factor)?;
+                positive("low_freq_factor", low_freq_factor)?;
+                positive("high_freq_factor", high_freq_factor)?;
+                positive(
+                    "original_max_position_embeddings",
+                    original_max_position_embeddings,
+                )?;
+                if low_freq_factor >= high_freq_factor {
+                    return Err(format!(
+                        "rope_scaling low_freq_factor {low_freq_factor} must be below \
+                         high_freq_factor {high_freq_factor}"
+                    ));
+                }
+            }
+            RopeScaling::FreqFactors { factors } => {
+                if factors.len() != self.d_head() / 2 {
+                    return Err(format!(
+                        "rope_scaling has {} frequency factors for {} rotated pairs per head",
+                        factors.len(),
+                        self.d_head() / 2
+                    ));
+                }
+                for &f in factors {
+                    positive("frequency factor", f)?;
+                }
             }
         }
         Ok(())

@@ -24,6 +24,12 @@
 //! and `len` is the longest. One such cache per layer, with small blocks, is the serving pool:
 //! every sequence of the running batch is a row, its blocks come from the shared free list and
 //! go back to it the moment the row leaves.
+//!
+//! **Sliding windows** (Mistral): a layer whose queries see only their last `w` keys releases,
+//! before each step, the blocks of a row whose positions all lie before the window of the
+//! step's first query ([`KvCache::release_before`]); a row then holds at most
+//! `⌈w / block_rows⌉ + 1` blocks however long it grows. The released positions keep their
+//! table entries but are never attended (the window masks them).
 
 use crate::kernels::attention::KvStore;
 use crate::Float;
@@ -52,6 +58,8 @@ pub struct KvCache<T> {
     pub d_model: usize,
     /// Positions filled in each row `[batch]` (all `len` unless rows were appended ragged).
     lens: Vec<usize>,
+    /// Per row, its first block still held: those before were released (sliding window).
+    first_live: Vec<usize>,
 }
 
 impl<T: Float> KvCache<T> {
@@ -72,6 +80,7 @@ impl<T: Float> KvCache<T> {
             len: 0,
             d_model,
             lens: vec![0; batch],
+            first_live: vec![0; batch],
         }
     }
 
@@ -197,6 +206,7 @@ impl<T: Float> KvCache<T> {
         let per_row = self.blocks_per_row();
         self.table.resize(self.table.len() + per_row, 0);
         self.lens.push(0);
+        self.first_live.push(0);
         self.len = self.lens.iter().copied().max().unwrap_or(0);
         self.batch += 1;
         self.batch - 1
@@ -214,7 +224,11 @@ impl<T: Float> KvCache<T> {
         );
         assert!(n <= self.capacity, "KV cache capacity exceeded");
         let row = self.add_row();
-        for t in 0..n {
+        // Blocks `other` released (sliding window) are not copied: they are never read.
+        let first =
+            (other.first_live[b] * other.block_rows / self.block_rows).min(n / self.block_rows);
+        self.first_live[row] = first;
+        for t in first * self.block_rows..n {
             self.write(row, t, other.row(b, t, false), other.row(b, t, true));
         }
         self.lens[row] = n;
@@ -225,6 +239,17 @@ impl<T: Float> KvCache<T> {
     /// Positions filled in row `b`.
     pub fn row_len(&self, b: usize) -> usize {
         self.lens[b]
+    }
+
+    /// Releases the blocks of row `b` whose positions all lie before `pos` (no later query of a
+    /// sliding-window layer sees them). Their table entries stay, never attended.
+    pub fn release_before(&mut self, b: usize, pos: usize) {
+        let (bs, per_row) = (self.block_rows, self.blocks_per_row());
+        let end = (pos / bs).min(self.lens[b].div_ceil(bs));
+        for i in self.first_live[b]..end {
+            self.release(self.table[b * per_row + i]);
+        }
+        self.first_live[b] = self.first_live[b].max(end);
     }
 
     /// Appends position `i` of `k_new`, `v_new` (`[n, d_model]` each) to row `rows[i]` at its
@@ -279,17 +304,18 @@ impl<T: Float> KvCache<T> {
         for (j, &r) in rows.iter().enumerate() {
             let old = &self.table[r * per_row..r * per_row + used(self.lens[r])];
             table[j * per_row..j * per_row + old.len()].copy_from_slice(old);
-            for &id in old {
+            for &id in &old[self.first_live[r].min(old.len())..] {
                 self.refs[id as usize] += 1;
             }
         }
         for b in 0..self.batch {
-            for i in 0..used(self.lens[b]) {
+            for i in self.first_live[b]..used(self.lens[b]) {
                 self.release(self.table[b * per_row + i]);
             }
         }
         self.table = table;
         self.batch = rows.len();
+        self.first_live = rows.iter().map(|&r| self.first_live[r]).collect();
         self.lens = rows.iter().map(|&r| self.lens[r]).collect();
         if self.lens.iter().any(|&l| l != self.len) {
             self.len = self.lens.iter().copied().max().unwrap_or(0);
@@ -360,6 +386,7 @@ impl<T: Float> KvCache<T> {
                 free: Vec::new(),
                 block_rows: cap,
                 lens: std::mem::take(&mut self.lens),
+                first_live: vec![0; self.batch],
                 k,
                 v,
                 ..*self

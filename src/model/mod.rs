@@ -23,6 +23,8 @@ pub mod lm;
 pub mod loss;
 pub mod norm;
 pub mod param;
+#[cfg(test)]
+mod qk_norm_tests;
 pub mod residual;
 pub mod seq2seq;
 pub mod seq2seq_ragged;

@@ -96,7 +96,7 @@ impl<T: Float> Seq2Seq<T> {
             Embedding::with_positions(c.vocab_size, c.d_model, c.max_len, c.positions, init);
         embedding.scaled = c.scale_embeddings;
         embedding.scale_override = c.embedding_scale;
-        let encoder = Stack::new(
+        let mut encoder = Stack::new(
             c.n_encoder_layers,
             init,
             |init| SelfAttentionBlock::new(&block, init),
@@ -108,8 +108,13 @@ impl<T: Float> Seq2Seq<T> {
             |init| DecoderLayer::new(&block, init),
             |init| block.final_norm(init),
         );
+        let rope_freq_factors = c.rope_freq_factors();
         for (i, layer) in decoder.layers.iter_mut().enumerate() {
             layer.self_attn.window = c.layer_window(i);
+            layer.self_attn.rope_freq_factors = rope_freq_factors.clone();
+        }
+        for layer in encoder.layers.iter_mut() {
+            layer.self_attn.rope_freq_factors = rope_freq_factors.clone();
         }
         let head = OutputHead::new(c.vocab_size, c.d_model, c.tie_embeddings, init)
             .with_softcap(c.final_logit_softcap);

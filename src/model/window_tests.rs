@@ -348,6 +348,104 @@ fn windowed_decoding_matches_the_full_forward() {
     }
 }
 
+/// (f) A long decode through a paged cache with a window releases the blocks older than the
+/// window: every row holds at most `⌈w / block_rows⌉ + 1` blocks at every step, and the
+/// outputs still equal the full windowed forward. One token a row at a time, then ragged
+/// (a prompt chunk and single tokens), then rows re-gathered (beam search) and a row copied
+/// into another cache (serve's admission).
+#[test]
+fn windowed_paged_cache_releases_blocks_older_than_the_window() {
+    let (batch, len, w) = (2, 40, 5);
+    let m = layer(90, 1, true, Some(w));
+    let x = uniform(batch * len * D, 91);
+    let (want, _) = m.forward(&x, &x, batch, causal(&[len; 2]), None);
+    for block_rows in [1, 2, 4] {
+        let bound = w.div_ceil(block_rows) + 1;
+        let mut cache = KvCache::new(batch, len, m.d_kv(), block_rows);
+        for p in 0..len {
+            let (y, _) = m.step(
+                &at_position(&x, batch, len, p),
+                &mut cache,
+                &StepLayout::dense(),
+            );
+            let err = max_diff(&y, &at_position(&want, batch, len, p));
+            assert!(err < 1e-12, "step {p}, blocks of {block_rows}: {err:e}");
+            let held = cache.blocks_in_use();
+            assert!(
+                held <= batch * bound,
+                "step {p}: {held} blocks (bound {bound} a row)"
+            );
+        }
+        assert!(cache.blocks_in_use() < batch * len.div_ceil(block_rows));
+        // Ragged: row 0 in chunks of 7 positions, row 1 one position a call.
+        let mut cache = KvCache::new(batch, len, m.d_kv(), block_rows);
+        let mut fed = [0, 0];
+        while fed[1] < len {
+            let (mut rows, mut positions, mut xs, mut expect) = (vec![], vec![], vec![], vec![]);
+            for (b, chunk) in [(0, 7), (1, 1)] {
+                for p in fed[b]..(fed[b] + chunk).min(len) {
+                    rows.push(b);
+                    positions.push(p);
+                    xs.extend_from_slice(&x[(b * len + p) * D..][..D]);
+                    expect.extend_from_slice(&want[(b * len + p) * D..][..D]);
+                }
+                fed[b] = (fed[b] + chunk).min(len);
+            }
+            let layout = StepLayout {
+                feed: Feed::Ragged {
+                    rows: &rows,
+                    positions: &positions,
+                },
+                outputs: Outputs::All,
+            };
+            let (y, _) = m.step(&xs, &mut cache, &layout);
+            assert!(
+                max_diff(&y, &expect) < 1e-12,
+                "ragged, blocks of {block_rows}"
+            );
+            // A chunk of 7 new positions holds its window and the chunk.
+            let chunk_bound = (w + 7).div_ceil(block_rows) + 1;
+            assert!(cache.blocks_in_use() <= chunk_bound + bound);
+        }
+    }
+    // Re-gathered rows share the live blocks only; a row copied elsewhere goes on decoding.
+    let mut cache = KvCache::new(batch, len, m.d_kv(), 2);
+    let half = len / 2;
+    for p in 0..half {
+        m.step(
+            &at_position(&x, batch, len, p),
+            &mut cache,
+            &StepLayout::dense(),
+        );
+    }
+    cache.gather_rows(&[1, 1, 0]);
+    cache.gather_rows(&[0, 2]);
+    let mut joined = KvCache::new(0, len, m.d_kv(), 4);
+    for b in 0..batch {
+        joined.push_row_from(&cache, b, half);
+    }
+    assert!(joined.blocks_in_use() <= batch * (w.div_ceil(4) + 1));
+    // Rows swapped: the inputs and outputs of position p in the other order.
+    let swapped =
+        |rows: Vec<f64>| -> Vec<f64> { rows.chunks(D).rev().flatten().copied().collect() };
+    for p in half..len {
+        let (rows, positions) = (vec![0, 1], vec![p, p]);
+        let layout = StepLayout {
+            feed: Feed::Ragged {
+                rows: &rows,
+                positions: &positions,
+            },
+            outputs: Outputs::All,
+        };
+        let x_p = swapped(at_position(&x, batch, len, p));
+        let want_p = swapped(at_position(&want, batch, len, p));
+        let (y, _) = m.step(&x_p, &mut joined, &layout);
+        assert!(max_diff(&y, &want_p) < 1e-12, "joined step {p}");
+        let (y, _) = m.step(&x_p, &mut cache, &StepLayout::dense());
+        assert!(max_diff(&y, &want_p) < 1e-12, "gathered step {p}");
+    }
+}
+
 /// A small rotary pre-LN language model whose first layer has a window of 3.
 fn windowed_lm_config() -> ModelConfig {
     let mut c = ModelConfig::preset("tiny", 13).unwrap();

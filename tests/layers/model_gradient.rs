@@ -31,6 +31,7 @@ fn tiny_config(norm: NormPlacement, tie: bool, dropout: f64) -> ModelConfig {
         rope_style: Default::default(),
         qkv_bias: false,
         qk_norm: false,
+        rope_scaling: None,
         attn_logit_softcap: None,
         final_logit_softcap: None,
         norm_weight_offset: 0.0,

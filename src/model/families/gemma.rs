@@ -27,7 +27,8 @@ use super::{Family, FamilyKind, GgufDecoder, HfDecoder};
 use crate::error::{Error, Result};
 use crate::model::checkpoint::RenameTable;
 use crate::model::config::{
-    Activation, ModelConfig, NormPlacement, Normalization, Positions, RopeStyle, ROPE_BASE,
+    Activation, ModelConfig, NormPlacement, Normalization, Positions, RopeScaling, RopeStyle,
+    ROPE_BASE,
 };
 use crate::store::gguf::GgufFile;
 use crate::store::gguf_llama::LlamaGgufConfig;
@@ -91,6 +92,14 @@ pub const HF_NAMES: RenameTable = RenameTable(&[
         "layers.{i}.self_attn.out_proj.",
     ),
     (
+        "model.layers.{i}.self_attn.q_norm.",
+        "layers.{i}.self_attn.q_norm.",
+    ),
+    (
+        "model.layers.{i}.self_attn.k_norm.",
+        "layers.{i}.self_attn.k_norm.",
+    ),
+    (
         "model.layers.{i}.input_layernorm.",
         "layers.{i}.self_attn_norm.",
     ),
@@ -119,6 +128,8 @@ pub const GGUF_NAMES: RenameTable = RenameTable(&[
     ("blk.{i}.attn_k.", "layers.{i}.self_attn.k_proj."),
     ("blk.{i}.attn_v.", "layers.{i}.self_attn.v_proj."),
     ("blk.{i}.attn_output.", "layers.{i}.self_attn.out_proj."),
+    ("blk.{i}.attn_q_norm.", "layers.{i}.self_attn.q_norm."),
+    ("blk.{i}.attn_k_norm.", "layers.{i}.self_attn.k_norm."),
     ("blk.{i}.attn_norm.", "layers.{i}.self_attn_norm."),
     (
         "blk.{i}.post_attention_norm.",
@@ -265,6 +276,7 @@ fn gemma_config(
         normalization: Normalization::RmsNorm,
         rope_base: ROPE_BASE,
         rope_style: RopeStyle::HalfSplit,
+        rope_scaling: None,
         qkv_bias: false,
         qk_norm: false,
         attn_logit_softcap: None,
@@ -434,17 +446,28 @@ impl GemmaConfig {
     }
 }
 
-/// Linear scaling of the global layers' rotary positions by `factor`.
+/// Linear scaling of the global layers' rotary positions by `factor` (transformers'
+/// `rope_type: linear`, llama.cpp's `rope.scaling.type linear`): every frequency divided by
+/// it, `θᵢ / factor` ([`RopeScaling::FreqFactors`], which the layers of
+/// [`ModelConfig::sliding_rope_base`] do not use).
 fn set_linear_rope_scaling(
-    _c: &mut ModelConfig,
+    c: &mut ModelConfig,
     factor: Option<f64>,
 ) -> std::result::Result<(), String> {
-    match factor {
-        None => Ok(()),
-        Some(f) => Err(format!(
-            "linear rope scaling (factor {f}) is not supported yet"
-        )),
+    if let Some(f) = factor {
+        if !(f.is_finite() && f > 0.0) {
+            return Err(format!(
+                "linear rope scaling factor {f} must be a positive number"
+            ));
+        }
+        if c.layer_windows.iter().all(Option::is_some) && c.sliding_rope_base.is_some() {
+            return Ok(()); // no layer rotates with the scaled base
+        }
+        c.rope_scaling = Some(RopeScaling::FreqFactors {
+            factors: vec![f; c.d_head() / 2],
+        });
     }
+    Ok(())
 }
 
 /// A Hugging Face directory's `config.json` (`bytes`, read from `config_path` in `dir`) for
@@ -650,17 +673,29 @@ mod tests {
                 "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"}
             });
         });
-        // Gemma 3's query/key norms are the other helper's (`qk_norm`); until they are computed
-        // the config is refused by that name.
-        match c {
-            Ok(c) => {
-                let w = Some(8);
-                assert_eq!(c.layer_windows, [w, w, w, w, w, None, w]);
-                assert_eq!((c.rope_base, c.sliding_rope_base), (1e6, Some(10000.0)));
-                assert!(c.qk_norm);
+        let c = c.unwrap();
+        let w = Some(8);
+        assert_eq!(c.layer_windows, [w, w, w, w, w, None, w]);
+        assert_eq!((c.rope_base, c.sliding_rope_base), (1e6, Some(10000.0)));
+        assert!(c.qk_norm && c.attn_logit_softcap.is_none());
+        assert_eq!(c.rope_scaling, None);
+        assert!(c.has_sliding_rope(0) && !c.has_sliding_rope(5));
+        // transformers 4's way: rope_theta, rope_local_base_freq and a linear rope_scaling of
+        // the global layers.
+        let c = gemma2_json(|v| {
+            v["model_type"] = "gemma3_text".into();
+            v["num_hidden_layers"] = 6.into();
+            let o = v.as_object_mut().unwrap();
+            for k in ["layer_types", "rope_parameters"] {
+                o.remove(k);
             }
-            Err(e) => assert!(e.contains("qk_norm"), "{e}"),
-        }
+            v["rope_theta"] = 1e6.into();
+            v["rope_scaling"] = serde_json::json!({"rope_type": "linear", "factor": 8.0});
+        })
+        .unwrap();
+        assert_eq!((c.rope_base, c.sliding_rope_base), (1e6, Some(10000.0)));
+        let factors = vec![8.0; 16];
+        assert_eq!(c.rope_scaling, Some(RopeScaling::FreqFactors { factors }));
     }
 
     #[test]

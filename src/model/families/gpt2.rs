@@ -132,6 +132,7 @@ impl Gpt2Config {
             rope_style: RopeStyle::Interleaved,
             qkv_bias: false,
             qk_norm: false,
+            rope_scaling: None,
             attn_logit_softcap: None,
             final_logit_softcap: None,
             norm_weight_offset: 0.0,

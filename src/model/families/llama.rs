@@ -38,6 +38,7 @@ pub const FAMILY: Family = Family {
         architecture: "llama",
         config: gguf_config,
         names: GGUF_NAMES,
+        fused: &[],
     }),
     chat_template: None,
 };
@@ -95,21 +96,9 @@ pub const GGUF_NAMES: RenameTable = RenameTable(&[
 fn default_act() -> String {
     "silu".into()
 }
-fn default_theta() -> f64 {
-    10000.0
-}
 
-/// The rotary parameters of a Hugging Face config (`rope_parameters` in transformers 5,
-/// `rope_theta` at the top level before).
-#[derive(Clone, Debug, Default, Deserialize)]
-pub struct RopeParameters {
-    #[serde(default)]
-    pub rope_theta: Option<f64>,
-    #[serde(default)]
-    pub rope_type: Option<String>,
-}
-
-/// The fields of a Hugging Face Llama `config.json` that shape the computation.
+/// The fields of a Hugging Face `config.json` of a llama-style decoder (Llama, Mistral, Qwen2,
+/// Qwen3, Phi-3) that shape the computation; how a family reads them is its [`Variant`].
 #[derive(Clone, Debug, Deserialize)]
 pub struct LlamaConfig {
     pub vocab_size: usize,
@@ -131,13 +120,60 @@ pub struct LlamaConfig {
     pub attention_bias: bool,
     #[serde(default)]
     pub mlp_bias: bool,
-    #[serde(default = "default_theta")]
-    pub rope_theta: f64,
+    /// The rotary base before transformers 5 (see [`super::rope_params::hf_rope`]).
     #[serde(default)]
-    pub rope_parameters: Option<RopeParameters>,
+    pub rope_theta: Option<f64>,
+    /// transformers 5's rotary parameters (`rope_theta`, `rope_type`, the scaling's fields).
+    #[serde(default)]
+    pub rope_parameters: Option<serde_json::Value>,
+    /// The rotary scaling before transformers 5.
     #[serde(default)]
     pub rope_scaling: Option<serde_json::Value>,
+    /// Phi-3's share of each head that is rotated (before transformers 5).
+    #[serde(default)]
+    pub partial_rotary_factor: Option<f64>,
+    /// The sliding window (Mistral, Phi-3; Qwen2/Qwen3 with `use_sliding_window`).
+    #[serde(default)]
+    pub sliding_window: Option<usize>,
+    /// Qwen2/Qwen3: whether the layers from `max_window_layers` on slide.
+    #[serde(default)]
+    pub use_sliding_window: Option<bool>,
+    #[serde(default)]
+    pub max_window_layers: Option<usize>,
+    /// Per layer, `full_attention` or `sliding_attention` (transformers 5).
+    #[serde(default)]
+    pub layer_types: Option<Vec<String>>,
 }
+
+/// What the llama-style families do differently with the same fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Variant {
+    /// The query, key and value projections have biases (Qwen2), the others none.
+    pub qkv_bias: bool,
+    /// Per-head RMSNorm of the queries and keys (Qwen3).
+    pub qk_norm: bool,
+    /// Which layers slide.
+    pub windows: WindowRule,
+}
+
+/// How a family's config says which layers have a sliding window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WindowRule {
+    /// None has one (Llama: `sliding_window` is not a Llama field).
+    Never,
+    /// `sliding_window` (null: none) is every layer's (Mistral, Phi-3).
+    EveryLayer,
+    /// Qwen2/Qwen3: `layer_types` names the sliding layers; without it, the layers from
+    /// `max_window_layers` on slide when `use_sliding_window` is true.
+    Qwen,
+}
+
+/// Llama's variant: no biases, no query/key norms, no sliding window.
+pub const LLAMA: Variant = Variant {
+    qkv_bias: false,
+    qk_norm: false,
+    windows: WindowRule::Never,
+};
 
 /// A Llama-family [`ModelConfig`]: pre-norm RMSNorm blocks, SwiGLU, rotary positions of the
 /// given base and pairing, grouped-query attention, no biases, unscaled embeddings.
@@ -177,8 +213,9 @@ fn llama_config(
         normalization: Normalization::RmsNorm,
         rope_base,
         rope_style,
-        qkv_bias: false,
         qk_norm: false,
+        rope_scaling: None,
+        qkv_bias: false,
         attn_logit_softcap: None,
         final_logit_softcap: None,
         norm_weight_offset: 0.0,
@@ -191,9 +228,15 @@ fn llama_config(
 }
 
 impl LlamaConfig {
-    /// Our config for this checkpoint, or what it uses that this implementation does not
-    /// compute (named).
+    /// Our config for this Llama checkpoint, or what it uses that this implementation does
+    /// not compute (named).
     pub fn model_config(&self) -> std::result::Result<ModelConfig, String> {
+        self.model_config_of(&LLAMA)
+    }
+
+    /// Our config for this checkpoint of a family of variant `v`, or what it uses that this
+    /// implementation does not compute (named).
+    pub fn model_config_of(&self, v: &Variant) -> std::result::Result<ModelConfig, String> {
         if self.hidden_act != "silu" {
             return Err(format!(
                 "hidden_act {:?} is not supported (silu)",
@@ -203,17 +246,16 @@ impl LlamaConfig {
         if self.attention_bias || self.mlp_bias {
             return Err("attention_bias / mlp_bias true is not supported".into());
         }
-        let rope_type = self
-            .rope_parameters
-            .as_ref()
-            .and_then(|r| r.rope_type.clone());
-        let scaled = self.rope_scaling.as_ref().is_some_and(|v| !v.is_null());
-        if scaled || rope_type.as_deref().is_some_and(|t| t != "default") {
+        if let Some(p) = self.partial_rotary_factor.filter(|&p| p != 1.0) {
             return Err(format!(
-                "rope scaling ({}) is not supported (default rotary positions only)",
-                rope_type.unwrap_or_else(|| "rope_scaling".into())
+                "partial_rotary_factor {p} is not supported (rotary over the whole head only)"
             ));
         }
+        let (base, rope_scaling) = super::rope_params::hf_rope(
+            self.rope_parameters.as_ref(),
+            self.rope_theta,
+            self.rope_scaling.as_ref(),
+        )?;
         let heads = self.num_attention_heads;
         if heads == 0 || !self.hidden_size.is_multiple_of(heads) {
             return Err(format!(
@@ -227,12 +269,7 @@ impl LlamaConfig {
                 self.hidden_size / heads
             ));
         }
-        let base = self
-            .rope_parameters
-            .as_ref()
-            .and_then(|r| r.rope_theta)
-            .unwrap_or(self.rope_theta);
-        let c = llama_config(
+        let mut c = llama_config(
             self.vocab_size,
             self.hidden_size,
             self.intermediate_size,
@@ -245,8 +282,62 @@ impl LlamaConfig {
             base,
             RopeStyle::HalfSplit,
         );
+        (c.rope_scaling, c.qkv_bias, c.qk_norm) = (rope_scaling, v.qkv_bias, v.qk_norm);
+        c.layer_windows = self.layer_windows(v.windows)?;
         c.validate()?;
         Ok(c)
+    }
+
+    /// Each layer's sliding window under `rule` (empty: none slides).
+    fn layer_windows(&self, rule: WindowRule) -> std::result::Result<Vec<Option<usize>>, String> {
+        let n = self.num_hidden_layers;
+        let window = || {
+            self.sliding_window
+                .ok_or("a sliding layer without sliding_window".to_string())
+        };
+        let windows: Vec<Option<usize>> = match rule {
+            WindowRule::Never => Vec::new(),
+            WindowRule::EveryLayer => match self.sliding_window {
+                Some(w) => vec![Some(w); n],
+                None => Vec::new(),
+            },
+            WindowRule::Qwen => match (&self.layer_types, self.use_sliding_window) {
+                (Some(types), _) => {
+                    if types.len() != n {
+                        return Err(format!(
+                            "layer_types has {} entries for {n} layers",
+                            types.len()
+                        ));
+                    }
+                    types
+                        .iter()
+                        .map(|t| match t.as_str() {
+                            "full_attention" => Ok(None),
+                            "sliding_attention" => window().map(Some),
+                            other => Err(format!("layer_types entry {other:?} is not supported")),
+                        })
+                        .collect::<std::result::Result<_, _>>()?
+                }
+                (None, Some(true)) => {
+                    let from = self.max_window_layers.unwrap_or(0);
+                    (0..n)
+                        .map(|i| {
+                            if i >= from {
+                                window().map(Some)
+                            } else {
+                                Ok(None)
+                            }
+                        })
+                        .collect::<std::result::Result<_, _>>()?
+                }
+                (None, _) => Vec::new(),
+            },
+        };
+        Ok(if windows.iter().all(Option::is_none) {
+            Vec::new()
+        } else {
+            windows
+        })
     }
 }
 
@@ -265,14 +356,28 @@ fn hf_config(bytes: &[u8], config_path: &Path, dir: &Path) -> Result<ModelConfig
 }
 
 /// The tensors of a Hugging Face Llama directory without those that are not parameters.
-fn hf_tensors(_dir: &Path, mut tensors: TensorMap, config: &ModelConfig) -> Result<TensorMap> {
+pub(super) fn hf_tensors(
+    _dir: &Path,
+    mut tensors: TensorMap,
+    config: &ModelConfig,
+) -> Result<TensorMap> {
     tensors.retain(|name, _| !hf_ignored(name, config.tie_embeddings));
     Ok(tensors)
 }
 
-/// The config of a GGUF file of architecture `llama`; the projection is tied when the file has
-/// no tensor of its own for it.
+/// The config of a GGUF file of architecture `llama` (Llama, and Mistral, which llama.cpp
+/// stores as `llama`).
 fn gguf_config(file: &GgufFile) -> Result<ModelConfig> {
+    gguf_config_of(file, &LLAMA, RopeStyle::Interleaved)
+}
+
+/// The config of a GGUF file of a llama-style family of variant `v`, whose query and key rows
+/// pair the rotary columns as `rope_style` says (llama.cpp's converter permutes Llama's into
+/// adjacent pairs; Qwen2, Qwen3 and Phi-3 keep Hugging Face's halves, llama.cpp's NEOX
+/// rotation). The projection is tied when the file has no tensor of its own for it; the
+/// rotary frequencies are scaled by a `rope_freqs.weight` tensor when there is one; a positive
+/// `{arch}.attention.sliding_window` is every layer's window.
+pub fn gguf_config_of(file: &GgufFile, v: &Variant, rope_style: RopeStyle) -> Result<ModelConfig> {
     let g = LlamaGgufConfig::from_gguf(file)?;
     let path = file.path();
     if g.rope_dim != g.head_dim() {
@@ -285,12 +390,25 @@ fn gguf_config(file: &GgufFile) -> Result<ModelConfig> {
             ),
         ));
     }
+    let arch = file.architecture()?;
+    for key in ["key_length", "value_length"] {
+        let key = format!("{arch}.attention.{key}");
+        if let Some(n) = file.get::<usize>(&key)?.filter(|&n| n != g.head_dim()) {
+            return Err(ckpt_err(
+                path,
+                format!(
+                    "{key} {n} differs from embedding_length / head_count {} (not supported)",
+                    g.head_dim()
+                ),
+            ));
+        }
+    }
     let output = GGUF_NAMES.export("output_proj.weight");
     let tied = file
         .tensors()
         .iter()
         .all(|t| Some(&t.name) != output.as_ref());
-    let c = llama_config(
+    let mut c = llama_config(
         g.vocab_size,
         g.d_model,
         g.d_ff,
@@ -301,8 +419,14 @@ fn gguf_config(file: &GgufFile) -> Result<ModelConfig> {
         g.context_length,
         tied,
         g.rope_freq_base,
-        RopeStyle::Interleaved,
+        rope_style,
     );
+    (c.qkv_bias, c.qk_norm) = (v.qkv_bias, v.qk_norm);
+    c.rope_scaling = super::rope_params::gguf_rope_scaling(file)?;
+    let window_key = format!("{arch}.attention.sliding_window");
+    if let Some(w) = file.get::<usize>(&window_key)?.filter(|&w| w > 0) {
+        c.layer_windows = vec![Some(w); g.n_layers];
+    }
     c.validate().map_err(|e| ckpt_err(path, e))?;
     Ok(c)
 }

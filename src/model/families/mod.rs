@@ -13,13 +13,19 @@ pub mod gemma;
 pub mod gguf;
 pub mod gpt2;
 pub mod llama;
+// Llama-style families: Mistral, Qwen2/2.5, Qwen3, Phi-3 (and their shared rotary reader).
+pub mod mistral;
+pub mod phi3;
+pub mod qwen2;
+pub mod qwen3;
+pub mod rope_params;
 
 pub use gguf::{load_gguf, GgufWeights};
 
 use super::checkpoint::{build_filled, RenameTable};
 use super::{LanguageModel, ModelConfig};
 use crate::error::Result;
-use crate::store::gguf::GgufFile;
+use crate::store::gguf::{GgufFile, TensorInfo};
 use crate::store::{ckpt_err, read_hf_weights, TensorMap};
 use std::path::Path;
 
@@ -51,6 +57,127 @@ pub struct GgufDecoder {
     pub config: fn(file: &GgufFile) -> Result<ModelConfig>,
     /// llama.cpp's tensor names -> our module paths.
     pub names: RenameTable,
+    /// The file's tensors that hold several of ours (split at load, before `names`).
+    pub fused: &'static [FusedTensor],
+}
+
+/// One stored tensor holding several parameters one after another along its rows (Phi-3's
+/// `qkv_proj`: the query, key and value projections; `gate_up_proj`: the gate and the up
+/// projection), split at load into tensors of the same storage's naming.
+pub struct FusedTensor {
+    /// The stored name, `{i}` standing for the layer.
+    pub name: &'static str,
+    /// The parts in row order: each one's name (`{i}`: the layer) and its number of rows
+    /// under a config.
+    pub parts: &'static [(&'static str, fn(&ModelConfig) -> usize)],
+}
+
+impl FusedTensor {
+    /// The parts' names and row ranges of layer `i`'s tensor of `rows` rows, or why they do
+    /// not add up to it.
+    fn parts_of(
+        &self,
+        i: usize,
+        rows: usize,
+        config: &ModelConfig,
+    ) -> std::result::Result<Vec<(String, std::ops::Range<usize>)>, String> {
+        let mut start = 0;
+        let mut parts = Vec::with_capacity(self.parts.len());
+        for (name, rows_of) in self.parts {
+            let n = rows_of(config);
+            parts.push((name.replace("{i}", &i.to_string()), start..start + n));
+            start += n;
+        }
+        if start != rows {
+            return Err(format!(
+                "tensor {} has {rows} rows, not the {start} of its parts ({})",
+                self.name.replace("{i}", &i.to_string()),
+                self.parts
+                    .iter()
+                    .map(|(n, _)| n.replace("{i}", &i.to_string()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        Ok(parts)
+    }
+}
+
+/// Splits every layer's fused tensor of a Hugging Face checkpoint (`tensors`, read from
+/// `path`) into its parts (row ranges of a `[rows, cols]` matrix).
+pub fn split_fused_hf(
+    path: &Path,
+    tensors: &mut TensorMap,
+    fused: &[FusedTensor],
+    config: &ModelConfig,
+) -> Result<()> {
+    for f in fused {
+        for i in 0..config.n_decoder_layers {
+            let Some((shape, data)) = tensors.remove(&f.name.replace("{i}", &i.to_string())) else {
+                continue;
+            };
+            let [rows, cols] = shape[..] else {
+                return Err(ckpt_err(
+                    path,
+                    format!("tensor {} has shape {shape:?}, not a matrix", f.name),
+                ));
+            };
+            let parts = f.parts_of(i, rows, config).map_err(|e| ckpt_err(path, e))?;
+            for (name, range) in parts {
+                let values = data[range.start * cols..range.end * cols].to_vec();
+                tensors.insert(name, (vec![range.len(), cols], values));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The tensor infos of a GGUF file with every fused tensor replaced by its parts: each part
+/// is a range of the stored rows (ggml stores each row of a matrix whole, blocks included), so
+/// a part reads its bytes in place, dequantised or multiplied in its blocks like any tensor.
+pub fn split_fused_gguf(
+    file: &GgufFile,
+    fused: &[FusedTensor],
+    config: &ModelConfig,
+) -> Result<Vec<TensorInfo>> {
+    let path = file.path();
+    let mut infos = Vec::with_capacity(file.tensors().len());
+    for info in file.tensors() {
+        let found = fused.iter().find_map(|f| {
+            (0..config.n_decoder_layers)
+                .find(|i| f.name.replace("{i}", &i.to_string()) == info.name)
+                .map(|i| (f, i))
+        });
+        let Some((f, i)) = found else {
+            infos.push(info.clone());
+            continue;
+        };
+        let (rows, cols) = info.rows_cols();
+        let n_bytes = match (info.dims.len(), info.n_bytes) {
+            (2, Some(n)) if rows > 0 => n,
+            _ => {
+                return Err(ckpt_err(
+                    path,
+                    format!(
+                        "tensor {} (dims {:?}, ggml type {}) cannot be split into its parts",
+                        info.name, info.dims, info.ggml_type
+                    ),
+                ))
+            }
+        };
+        let row_bytes = n_bytes / rows;
+        for (name, range) in f.parts_of(i, rows, config).map_err(|e| ckpt_err(path, e))? {
+            infos.push(TensorInfo {
+                name,
+                dims: vec![cols, range.len()],
+                ggml_type: info.ggml_type,
+                offset: info.offset + range.start * row_bytes,
+                n_elements: range.len() * cols,
+                n_bytes: Some(range.len() * row_bytes),
+            });
+        }
+    }
+    Ok(infos)
 }
 
 /// One row of the table.
@@ -79,6 +206,11 @@ pub const FAMILIES: &[Family] = &[
     bert::FAMILY,
     gemma::GEMMA2,
     gemma::GEMMA3,
+    // Llama-style families.
+    mistral::FAMILY,
+    qwen2::FAMILY,
+    qwen3::FAMILY,
+    phi3::FAMILY,
 ];
 
 /// The family named `name` ([`Family::name`]).
@@ -168,15 +300,26 @@ mod tests {
         assert_eq!(by_name("gpt2").unwrap().model_types, ["gpt2"]);
         assert_eq!(by_model_type("gpt2").unwrap().kind, FamilyKind::Decoder);
         assert!(is_encoder("bert") && !is_encoder("llama") && !is_encoder("qwen2"));
-        assert!(by_model_type("qwen2").is_none());
+        assert!(by_model_type("falcon").is_none());
         assert_eq!(by_gguf_architecture("llama").unwrap().0.name, "llama");
         assert!(by_gguf_architecture("gpt2").is_none());
+        for (model_type, arch) in [
+            ("mistral", None),
+            ("qwen2", Some("qwen2")),
+            ("qwen3", Some("qwen3")),
+            ("phi3", Some("phi3")),
+        ] {
+            assert_eq!(by_model_type(model_type).unwrap().name, model_type);
+            if let Some(arch) = arch {
+                assert_eq!(by_gguf_architecture(arch).unwrap().0.name, model_type);
+            }
+        }
         assert_eq!(
             hf_list(FamilyKind::Decoder),
-            "llama, gpt2, gemma2 and gemma3_text"
+            "llama, gpt2, gemma2, gemma3_text, mistral, qwen2, qwen3 and phi3"
         );
         assert_eq!(hf_list(FamilyKind::Encoder), "bert");
-        assert_eq!(gguf_list(), "llama, gemma2 and gemma3");
+        assert_eq!(gguf_list(), "llama, gemma2, gemma3, qwen2, qwen3 and phi3");
         assert_eq!(english_list(&["a", "b", "c"]), "a, b and c");
         // Every name of every table maps back to itself.
         for f in FAMILIES {

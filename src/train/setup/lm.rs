@@ -99,6 +99,12 @@ pub struct LmModelSpec {
     pub rope_base: f64,
     /// The output projection tied to the embedding.
     pub tied: bool,
+    /// Biases on the query, key and value projections even without `bias` (Qwen2's).
+    pub qkv_bias: bool,
+    /// RMSNorm of each head's queries and keys (Qwen3's).
+    pub qk_norm: bool,
+    /// Every layer's sliding window: a query sees its last `w` keys (Mistral's).
+    pub sliding_window: Option<usize>,
 }
 
 impl LmModelSpec {
@@ -131,13 +137,17 @@ impl LmModelSpec {
             normalization: self.normalization,
             rope_base: self.rope_base,
             rope_style: Default::default(),
-            qkv_bias: false,
-            qk_norm: false,
+            qkv_bias: self.qkv_bias,
+            qk_norm: self.qk_norm,
+            rope_scaling: None,
             attn_logit_softcap: None,
             final_logit_softcap: None,
             norm_weight_offset: 0.0,
             embedding_scale: None,
-            layer_windows: Vec::new(),
+            layer_windows: match self.sliding_window {
+                Some(w) => vec![Some(w); self.layers],
+                None => Vec::new(),
+            },
             query_pre_attn_scalar: None,
             post_norms: false,
             sliding_rope_base: None,

@@ -1,0 +1,420 @@
+//! Query/key norms ([`MultiHeadAttention::q_norm`], [`MultiHeadAttention::k_norm`], from
+//! [`ModelConfig::qk_norm`]): each head's projected query and key is RMS-normalised over its
+//! `d_k` columns, `q_h ← (g_q + o) ⊙ q_h / √(mean(q_h²) + ε)`, before the rotation. Checked
+//! against float64 loops written out here (forward), central differences (backward, the gains
+//! included), incremental decoding (every step layout and cross-attention's cached keys equal
+//! the full forward) and a language model built from a config (names, offset, training step).
+
+use super::attention::MultiHeadAttention;
+use super::kv_cache::KvCache;
+use super::linear::Linear;
+use super::norm::RmsNorm;
+use super::step_layout::{Feed, Outputs, StepLayout};
+use super::{LanguageModel, ModelConfig, Module, NormPlacement, Positions};
+use crate::kernels::attention::{AttnMask, TILED_FROM_KEYS};
+use crate::kernels::rope::rope_forward;
+use crate::model::config::Normalization;
+use crate::rng::Rng;
+use crate::train::adam::{Adam, AdamConfig};
+
+const D: usize = 8;
+const HEADS: usize = 2;
+const EPS: f64 = 1e-6;
+
+/// A layer with random weights, biases and norm gains, `kv_heads` key/value heads, query/key
+/// norms with gain offset `offset`.
+fn layer(seed: u64, kv_heads: usize, rotary: bool, offset: f64) -> MultiHeadAttention<f64> {
+    let mut rng = Rng::new(seed);
+    let mut m = MultiHeadAttention::grouped(D, HEADS, kv_heads, true, &mut rng)
+        .with_rotary(rotary)
+        .with_qk_norm(EPS, offset, &mut rng);
+    for l in [&mut m.q_proj, &mut m.k_proj, &mut m.v_proj, &mut m.out_proj] {
+        for b in l.bias.as_mut().unwrap().value.data.iter_mut() {
+            *b = rng.uniform_range(-0.5, 0.5);
+        }
+    }
+    for n in [m.q_norm.as_mut().unwrap(), m.k_norm.as_mut().unwrap()] {
+        for g in n.gain.value.data.iter_mut() {
+            *g = rng.uniform_range(0.5, 1.5) - offset;
+        }
+    }
+    m
+}
+
+fn uniform(n: usize, seed: u64) -> Vec<f64> {
+    let mut rng = Rng::new(seed);
+    (0..n).map(|_| rng.uniform_range(-1.0, 1.0)).collect()
+}
+
+fn max_diff(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
+}
+
+/// `x Wᵀ + b` in loops.
+fn linear_loops(x: &[f64], l: &Linear<f64>) -> Vec<f64> {
+    let (w, rows) = (&l.weight.value.data, x.len() / l.d_in);
+    let mut y = vec![0.0; rows * l.d_out];
+    for r in 0..rows {
+        for o in 0..l.d_out {
+            let dot: f64 = (0..l.d_in)
+                .map(|i| x[r * l.d_in + i] * w[o * l.d_in + i])
+                .sum();
+            y[r * l.d_out + o] = dot + l.bias.as_ref().map_or(0.0, |b| b.value.data[o]);
+        }
+    }
+    y
+}
+
+/// Each `d_head` chunk of `x` (one head of one row) as `(g + o) ⊙ x_h / √(mean(x_h²) + ε)`.
+fn head_norm_loops(x: &mut [f64], norm: &RmsNorm<f64>, d_head: usize) {
+    for head in x.chunks_mut(d_head) {
+        let ms: f64 = head.iter().map(|v| v * v).sum::<f64>() / d_head as f64;
+        let inv = 1.0 / (ms + norm.eps).sqrt();
+        for (v, g) in head.iter_mut().zip(&norm.gain.value.data) {
+            *v *= (g + norm.offset) * inv;
+        }
+    }
+}
+
+/// Causal self-attention of `x [batch*len, D]` in float64 loops, queries and keys normalised
+/// per head, then rotated (the crate's rotation, at positions `0 ..`).
+fn qk_normed_loops(m: &MultiHeadAttention<f64>, x: &[f64], batch: usize) -> Vec<f64> {
+    let len = x.len() / (batch * D);
+    let (d_head, d_kv) = (D / HEADS, m.d_kv());
+    let group = HEADS / m.n_kv_heads;
+    let (mut q, mut k, v) = (
+        linear_loops(x, &m.q_proj),
+        linear_loops(x, &m.k_proj),
+        linear_loops(x, &m.v_proj),
+    );
+    head_norm_loops(&mut q, m.q_norm.as_ref().unwrap(), d_head);
+    head_norm_loops(&mut k, m.k_norm.as_ref().unwrap(), d_head);
+    if m.rotary {
+        rope_forward(&mut q, m.rope, len, HEADS, d_head, 0);
+        rope_forward(&mut k, m.rope, len, m.n_kv_heads, d_head, 0);
+    }
+    let mut ctx = vec![0.0; batch * len * D];
+    for b in 0..batch {
+        for h in 0..HEADS {
+            for p in 0..len {
+                let qp = &q[(b * len + p) * D + h * d_head..][..d_head];
+                let at = |t: usize| (b * len + t) * d_kv + (h / group) * d_head;
+                let scores: Vec<f64> = (0..=p)
+                    .map(|t| {
+                        let kt = &k[at(t)..][..d_head];
+                        qp.iter().zip(kt).map(|(a, c)| a * c).sum::<f64>() / (d_head as f64).sqrt()
+                    })
+                    .collect();
+                let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let z: f64 = scores.iter().map(|s| (s - max).exp()).sum();
+                for (t, s) in scores.iter().enumerate() {
+                    let weight = (s - max).exp() / z;
+                    for e in 0..d_head {
+                        ctx[(b * len + p) * D + h * d_head + e] += weight * v[at(t) + e];
+                    }
+                }
+            }
+        }
+    }
+    linear_loops(&ctx, &m.out_proj)
+}
+
+fn causal(lens: &[usize]) -> AttnMask<'_> {
+    AttnMask {
+        key_lens: lens,
+        causal: true,
+        q_offset: 0,
+    }
+}
+
+/// (a) The forward against the loops: plain kernel and tiled, multi-head and grouped, rotary
+/// or not, gain offset 0 (Qwen3) and 1 (Gemma 3); the norms change the output.
+#[test]
+fn qk_normed_forward_matches_float64_loops() {
+    let long = TILED_FROM_KEYS + 5;
+    for (batch, len, kv_heads, rotary, offset) in [
+        (2, 7, HEADS, false, 0.0),
+        (2, 9, 1, true, 0.0),
+        (1, 6, 1, true, 1.0),
+        (1, long, 1, true, 1.0),
+    ] {
+        let m = layer(len as u64, kv_heads, rotary, offset);
+        let x = uniform(batch * len * D, 5 + len as u64);
+        let lens = vec![len; batch];
+        let (y, cache) = m.forward(&x, &x, batch, causal(&lens), None);
+        assert_eq!(cache.probs().is_none(), len >= TILED_FROM_KEYS, "kernel");
+        let want = qk_normed_loops(&m, &x, batch);
+        let err = max_diff(&y, &want);
+        assert!(err < 1e-12, "len {len} offset {offset}: {err:e}");
+        // Attention maps go through the same projections.
+        let (y_maps, _) = m.forward_weights(&x, &x, batch, causal(&lens));
+        assert!(max_diff(&y_maps, &want) < 1e-12);
+        let mut plain = m.clone();
+        (plain.q_norm, plain.k_norm) = (None, None);
+        let (unnormed, _) = plain.forward(&x, &x, batch, causal(&lens), None);
+        assert!(max_diff(&unnormed, &want) > 1e-3, "the norms did nothing");
+    }
+}
+
+/// (b) The backward (input, projection and both gains' gradients) against central
+/// differences, plain and tiled kernels, offsets 0 and 1.
+#[test]
+fn qk_normed_backward_matches_central_differences() {
+    let long = TILED_FROM_KEYS + 3;
+    for (len, kv_heads, rotary, offset) in [
+        (7, HEADS, false, 0.0),
+        (8, 1, true, 1.0),
+        (long, HEADS, true, 0.0),
+    ] {
+        let mut m = layer(40 + len as u64, kv_heads, rotary, offset);
+        let lens = [len];
+        let x = uniform(len * D, 41);
+        let r = uniform(len * D, 42);
+        let loss = |m: &MultiHeadAttention<f64>, x: &[f64]| -> f64 {
+            let (y, _) = m.forward(x, x, 1, causal(&lens), None);
+            y.iter().zip(&r).map(|(a, b)| a * b).sum()
+        };
+        let (_, cache) = m.forward(&x, &x, 1, causal(&lens), None);
+        m.zero_grads();
+        let (dq, dkv) = m.backward(&x, &x, cache, &r);
+        let dx: Vec<f64> = dq.iter().zip(&dkv).map(|(a, b)| a + b).collect();
+        let h = 1e-5;
+        for i in (0..x.len()).step_by(x.len() / 37 + 1) {
+            let (mut up, mut down) = (x.clone(), x.clone());
+            up[i] += h;
+            down[i] -= h;
+            let fd = (loss(&m, &up) - loss(&m, &down)) / (2.0 * h);
+            assert!(
+                (fd - dx[i]).abs() < 1e-7,
+                "len {len} dx[{i}]: {fd} vs {}",
+                dx[i]
+            );
+        }
+        let grads: Vec<(String, Vec<f64>)> = m
+            .params_mut()
+            .into_iter()
+            .map(|(n, p)| (n, p.grad.data.clone()))
+            .collect();
+        let names: Vec<&str> = grads.iter().map(|(n, _)| n.as_str()).collect();
+        assert!(names.contains(&"q_norm.weight") && names.contains(&"k_norm.weight"));
+        for (pi, (name, grad)) in grads.iter().enumerate() {
+            let every = if name.contains("norm") {
+                1
+            } else {
+                grad.len() / 5 + 1
+            };
+            for j in (0..grad.len()).step_by(every) {
+                let nudge = |m: &MultiHeadAttention<f64>, by: f64| {
+                    let mut m = m.clone();
+                    m.params_mut()[pi].1.value.data[j] += by;
+                    loss(&m, &x)
+                };
+                let fd = (nudge(&m, h) - nudge(&m, -h)) / (2.0 * h);
+                assert!(
+                    (fd - grad[j]).abs() < 1e-7,
+                    "len {len} {name}[{j}]: {fd} vs {}",
+                    grad[j]
+                );
+            }
+        }
+    }
+}
+
+/// The rows `[batch*len, D]` of `x` at position `p` of each row.
+fn at_position(x: &[f64], batch: usize, len: usize, p: usize) -> Vec<f64> {
+    (0..batch)
+        .flat_map(|b| x[(b * len + p) * D..(b * len + p + 1) * D].to_vec())
+        .collect()
+}
+
+/// (c) Decoding with query/key norms equals the full forward at every position: one token at a
+/// time (dense and paged caches), a prompt then steps (every output, and only the last), a
+/// continuous batch of ragged rows; and cross-attention over `project_kv`'s cache equals the
+/// unmasked forward.
+#[test]
+fn qk_normed_decoding_matches_the_full_forward() {
+    let (batch, len, split) = (2, 9, 4);
+    let m = layer(70, 1, true, 1.0);
+    let x = uniform(batch * len * D, 71);
+    let lens = [len; 2];
+    let (want, _) = m.forward(&x, &x, batch, causal(&lens), None);
+    let close = |got: &[f64], want: &[f64], what: &str| {
+        let err = max_diff(got, want);
+        assert!(err < 1e-12, "{what}: {err:e}");
+    };
+    for block_rows in [len, 2] {
+        let mut cache = KvCache::new(batch, len, m.d_kv(), block_rows);
+        for p in 0..len {
+            let (y, _) = m.step(
+                &at_position(&x, batch, len, p),
+                &mut cache,
+                &StepLayout::dense(),
+            );
+            let expect = at_position(&want, batch, len, p);
+            close(&y, &expect, &format!("step {p}, blocks {block_rows}"));
+        }
+    }
+    let rows_of = |x: &[f64], ps: std::ops::Range<usize>| -> Vec<f64> {
+        (0..batch)
+            .flat_map(|b| x[(b * len + ps.start) * D..(b * len + ps.end) * D].to_vec())
+            .collect()
+    };
+    for last_only in [false, true] {
+        let mut cache = KvCache::new(batch, len, m.d_kv(), len);
+        let layout = if last_only {
+            StepLayout::last()
+        } else {
+            StepLayout::dense()
+        };
+        let (y, _) = m.step(&rows_of(&x, 0..split), &mut cache, &layout);
+        let expect = if last_only {
+            at_position(&want, batch, len, split - 1)
+        } else {
+            rows_of(&want, 0..split)
+        };
+        close(&y, &expect, &format!("prompt, last only {last_only}"));
+        for p in split..len {
+            let (y, _) = m.step(
+                &at_position(&x, batch, len, p),
+                &mut cache,
+                &StepLayout::dense(),
+            );
+            let expect = at_position(&want, batch, len, p);
+            close(&y, &expect, &format!("step {p} after prompt"));
+        }
+    }
+    let mut cache = KvCache::new(batch, len, m.d_kv(), 2);
+    let mut fed = [0, 0];
+    for chunk in [[split, 2], [len - split, len - 2]] {
+        let (mut rows, mut positions, mut xs, mut expect) = (vec![], vec![], vec![], vec![]);
+        for b in 0..batch {
+            for p in fed[b]..fed[b] + chunk[b] {
+                rows.push(b);
+                positions.push(p);
+                xs.extend_from_slice(&x[(b * len + p) * D..][..D]);
+                expect.extend_from_slice(&want[(b * len + p) * D..][..D]);
+            }
+            fed[b] += chunk[b];
+        }
+        let layout = StepLayout {
+            feed: Feed::Ragged {
+                rows: &rows,
+                positions: &positions,
+            },
+            outputs: Outputs::All,
+        };
+        let (y, _) = m.step(&xs, &mut cache, &layout);
+        close(&y, &expect, "ragged");
+    }
+    // Cross-attention (not rotary): the cached keys are normalised like the forward's.
+    let cross = layer(72, HEADS, false, 0.0);
+    let src = uniform(batch * 5 * D, 73);
+    let q_x = uniform(batch * 3 * D, 74);
+    let src_lens = [5, 5];
+    let mask = AttnMask {
+        key_lens: &src_lens,
+        causal: false,
+        q_offset: 0,
+    };
+    let (want, _) = cross.forward(&q_x, &src, batch, mask, None);
+    let mut kv = cross.project_kv(&src, batch);
+    let (got, _) = cross.cross_cached(&q_x, &mut kv, &src_lens);
+    close(&got, &want, "cross-attention");
+}
+
+/// A small rotary pre-LN RMSNorm language model with query/key norms.
+fn qk_norm_lm_config(offset: f64) -> ModelConfig {
+    let mut c = ModelConfig::preset("tiny", 13).unwrap();
+    (c.d_model, c.n_heads, c.d_ff, c.max_len) = (8, 2, 12, 16);
+    (c.n_encoder_layers, c.n_decoder_layers) = (0, 2);
+    (c.norm, c.positions, c.dropout) = (NormPlacement::PreLn, Positions::Rotary, 0.0);
+    (c.normalization, c.norm_weight_offset) = (Normalization::RmsNorm, offset);
+    (c.bias, c.qk_norm) = (false, true);
+    c
+}
+
+/// (d) A language model with `qk_norm`: every layer has `self_attn.{q,k}_norm.weight [d_k]`
+/// carrying the model's ε and gain offset, the count from shapes agrees, its
+/// log-probabilities are those of decoding, the config round-trips through JSON, and one
+/// training step runs and moves the gains.
+#[test]
+fn language_model_with_qk_norm_decodes_and_trains() {
+    for offset in [0.0, 1.0] {
+        let c = qk_norm_lm_config(offset);
+        c.validate().unwrap();
+        let json = serde_json::to_string(&c).unwrap();
+        assert!(json.contains(r#""qk_norm":true"#), "{json}");
+        assert_eq!(serde_json::from_str::<ModelConfig>(&json).unwrap(), c);
+        let mut m = LanguageModel::<f64>::new(c.clone(), &mut Rng::new(80));
+        let attn = &m.blocks.layers[1].self_attn;
+        let q_norm = attn.q_norm.as_ref().unwrap();
+        assert_eq!((q_norm.offset, q_norm.eps), (offset, c.layer_norm_eps));
+        assert_eq!(attn.k_norm.as_ref().unwrap().gain.value.shape, [4]);
+        let shapes: Vec<(String, Vec<usize>)> = m
+            .params_mut()
+            .into_iter()
+            .filter(|(n, _)| n.contains("_norm.weight") && n.contains("self_attn."))
+            .map(|(n, p)| (n, p.value.shape.clone()))
+            .collect();
+        let want: Vec<(String, Vec<usize>)> = (0..2)
+            .flat_map(|i| {
+                ["q", "k"].map(|p| (format!("layers.{i}.self_attn.{p}_norm.weight"), vec![4]))
+            })
+            .collect();
+        assert_eq!(shapes, want);
+        assert_eq!(crate::model::lm::lm_n_params(&c), Some(m.n_params()));
+
+        // Random gains, so that a layer reading the wrong one would show.
+        let mut rng = Rng::new(5);
+        for (name, p) in m.params_mut() {
+            if name.contains("q_norm") || name.contains("k_norm") {
+                p.value
+                    .data
+                    .iter_mut()
+                    .for_each(|g| *g = rng.uniform_range(0.5, 1.5) - offset);
+            }
+        }
+        let tokens: Vec<u32> = vec![1, 5, 2, 7, 3, 3, 9, 4, 0, 2, 6, 8, 1, 1];
+        let targets: Vec<u32> = tokens[1..].iter().chain(&[5]).copied().collect();
+        let (_, full) = m.evaluate_with_logprobs(&tokens, &targets, 2);
+        let mut state = m.start(2, 7);
+        for p in 0..7 {
+            let got = m.step(
+                &mut state,
+                &[tokens[p], tokens[7 + p]],
+                &StepLayout::dense(),
+            );
+            let want: Vec<f64> = (0..2)
+                .flat_map(|b| full[(b * 7 + p) * 13..(b * 7 + p + 1) * 13].to_vec())
+                .collect();
+            assert!(
+                max_diff(&got, &want) < 1e-10,
+                "offset {offset} position {p}"
+            );
+        }
+
+        let mut f32_model = LanguageModel::<f32>::new(c, &mut Rng::new(81));
+        let before = f32_model.evaluate(&tokens, &targets, 2);
+        let stats = f32_model.forward_backward(&tokens, &targets, 2, 0.1, 1.0, None);
+        assert!(stats.loss_sum.is_finite(), "{stats:?}");
+        let mut params = f32_model.params_mut();
+        let gain_grad = params
+            .iter()
+            .find(|(n, _)| n == "layers.0.self_attn.k_norm.weight")
+            .map(|(_, p)| p.grad.data.clone())
+            .unwrap();
+        assert!(gain_grad.iter().all(|g| g.is_finite()) && gain_grad.iter().any(|&g| g != 0.0));
+        let mut adam = Adam::new(AdamConfig::default(), &params);
+        adam.update(&mut params, 1e-2);
+        drop(params);
+        let after = f32_model.evaluate(&tokens, &targets, 2);
+        assert!(
+            after.loss_sum.is_finite() && after.nll_sum != before.nll_sum,
+            "{before:?} -> {after:?}"
+        );
+    }
+}
