@@ -90,6 +90,7 @@ fn main() {
         q_len: len,
         k_len: len,
         kv_stride: len,
+        scores: Default::default(),
     };
     let lens = vec![len; batch];
     let mask = AttnMask {

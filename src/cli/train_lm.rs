@@ -71,7 +71,7 @@ pub struct TrainLmArgs {
     /// Pre-LN blocks (with a final norm) instead of post-LN. Ignored with --resume.
     #[arg(long)]
     pub pre_ln: bool,
-    /// FFN activation: relu, gelu-erf, gelu-tanh, or silu-gated (SwiGLU, a gated FFN of three matrices, as Llama). Ignored with --resume.
+    /// FFN activation: relu, gelu-erf, gelu-tanh, silu-gated (SwiGLU, a gated FFN of three matrices, as Llama) or gelu-tanh-gated (GeGLU, as Gemma). Ignored with --resume.
     #[arg(long, default_value = "gelu-tanh", value_parser = parse_kebab::<Activation>)]
     pub activation: Activation,
     /// Positions: sinusoidal, learned or rotary. Ignored with --resume.

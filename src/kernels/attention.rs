@@ -16,6 +16,7 @@
 
 pub use super::key_ranges::{AttnMask, KeyRanges, QueryRanges, Windowed};
 pub use super::plain_attention::{attention_backward, attention_forward};
+pub use super::scores::Scores;
 
 use super::flash_attention::{flash_attention_backward, flash_attention_forward};
 use super::step_attention::step_attention_forward;
@@ -39,6 +40,9 @@ pub struct AttnDims {
     /// Rows between consecutive batch elements in the key/value buffers (>= k_len; a KV cache
     /// has room for more rows than are filled yet).
     pub kv_stride: usize,
+    /// How the dot products become scores: their scale and soft cap (default: `1/√d_k`,
+    /// uncapped).
+    pub scores: Scores,
 }
 
 impl AttnDims {
@@ -64,9 +68,9 @@ impl AttnDims {
         self.heads / self.kv_heads
     }
 
-    /// The score scale `1 / √d_k`.
+    /// The score scale: `1 / √d_k` unless [`scores`](Self::scores) states one.
     pub fn scale<T: Float>(&self) -> T {
-        T::of(1.0 / (self.d_head as f64).sqrt())
+        self.scores.scale(self.d_head)
     }
 }
 
@@ -345,8 +349,15 @@ mod tests {
                         .clone()
                         .map(|t| {
                             let kt = &k[key(t)..][..dims.d_head];
-                            qi.iter().zip(kt).map(|(a, b)| a * b).sum::<f64>()
-                                / (dims.d_head as f64).sqrt()
+                            let dot = qi.iter().zip(kt).map(|(a, b)| a * b).sum::<f64>();
+                            let scale = match dims.scores.scale {
+                                Some(s) => s,
+                                None => 1.0 / (dims.d_head as f64).sqrt(),
+                            };
+                            match dims.scores.softcap {
+                                Some(c) => c * (dot * scale / c).tanh(),
+                                None => dot * scale,
+                            }
                         })
                         .collect();
                     let max = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -384,6 +395,7 @@ mod tests {
             q_len: 70,
             k_len: 150,
             kv_stride: 150,
+            scores: Scores::default(),
         };
         let (n_q, n_kv) = (
             dims.batch * dims.q_len * dims.d_model(),
@@ -453,6 +465,120 @@ mod tests {
                 &want,
                 &format!("grads {r}"),
             );
+        }
+    }
+
+    /// Scores with their own scale and a soft cap (Gemma 2): the plain, tiled and step kernels
+    /// against float64 loops; the plain backward against central differences of
+    /// `L = Σ dctx ⊙ ctx` in q and k, the tiled backward against the plain one.
+    #[test]
+    fn capped_scores_match_reference_loops_and_central_differences() {
+        let scores = Scores {
+            scale: Some(0.3),
+            softcap: Some(1.5),
+        };
+        let lens = [130, 129];
+        let mask = AttnMask {
+            key_lens: &lens,
+            causal: true,
+            q_offset: 0,
+        };
+        for (k_len, ranges) in [
+            (130, mask),
+            (
+                9,
+                AttnMask {
+                    key_lens: &[9, 7],
+                    ..mask
+                },
+            ),
+        ] {
+            let dims = AttnDims {
+                batch: 2,
+                heads: 2,
+                kv_heads: 1,
+                d_head: 4,
+                q_len: k_len,
+                k_len,
+                kv_stride: k_len,
+                scores,
+            };
+            let (n_q, n_kv) = (2 * k_len * dims.d_model(), 2 * k_len * dims.d_kv());
+            // large enough that the cap bites: |q·k · 0.3| reaches past 1.5
+            let big = |x: Vec<f64>| x.into_iter().map(|v| 3.0 * v).collect::<Vec<_>>();
+            let (q, k, v) = (
+                big(uniform(n_q, 11)),
+                big(uniform(n_kv, 12)),
+                uniform(n_kv, 13),
+            );
+            let want = naive(&q, &k, &v, dims, &ranges);
+            let uncapped = AttnDims {
+                scores: Scores::default(),
+                ..dims
+            };
+            let differs = naive(&q, &k, &v, uncapped, &ranges);
+            assert!(want.iter().zip(&differs).any(|(a, b)| (a - b).abs() > 1e-3));
+            let kv = || KvView::Contiguous { k: &k, v: &v };
+            let plain = attend(&q, kv(), ranges, dims, Purpose::Weights);
+            close(&plain.ctx, &want, "plain");
+            let train = attend(&q, kv(), ranges, dims, Purpose::Train { drop: None });
+            close(&train.ctx, &want, "train");
+            let table: Vec<u32> = (0..(2 * k_len) as u32).collect();
+            let paged = KvView::Paged {
+                k: &k,
+                v: &v,
+                rows: &table,
+            };
+            let decode = attend(&q, paged, ranges, dims, Purpose::Decode);
+            close(&decode.ctx, &want, "step");
+            let dctx = uniform(n_q, 14);
+            let grads = |attended: &Attended<f64>| {
+                let saved = match &attended.weights {
+                    AttnWeights::Probs(p) => SavedRef::Probs {
+                        probs: p,
+                        drop: None,
+                    },
+                    AttnWeights::LogSumExp(lse) => SavedRef::LogSumExp(lse),
+                };
+                let (mut dq, mut dk, mut dv) = (vec![0.0; n_q], vec![0.0; n_kv], vec![0.0; n_kv]);
+                let g = (&mut dq[..], &mut dk[..], &mut dv[..]);
+                attend_backward(g, &dctx, &attended.ctx, (&q, &k, &v), saved, ranges, dims);
+                (dq, dk, dv)
+            };
+            let (dq, dk, dv) = grads(&plain);
+            let (tq, tk, tv) = grads(&train);
+            close(
+                &[tq, tk, tv].concat(),
+                &[dq.clone(), dk.clone(), dv].concat(),
+                "tiled grads",
+            );
+            let loss = |q: &[f64], k: &[f64]| -> f64 {
+                let ctx = naive(q, k, &v, dims, &ranges);
+                ctx.iter().zip(&dctx).map(|(a, b)| a * b).sum()
+            };
+            let h = 1e-5;
+            for i in (0..n_q).step_by(n_q / 23) {
+                let (mut up, mut down) = (q.clone(), q.clone());
+                up[i] += h;
+                down[i] -= h;
+                let numeric = (loss(&up, &k) - loss(&down, &k)) / (2.0 * h);
+                assert!(
+                    (dq[i] - numeric).abs() < 1e-7,
+                    "dq {i}: {} {numeric}",
+                    dq[i]
+                );
+            }
+            for i in (0..n_kv).step_by(n_kv / 23) {
+                let (mut up, mut down) = (k.clone(), k.clone());
+                up[i] += h;
+                down[i] -= h;
+                let numeric = (loss(&q, &up) - loss(&q, &down)) / (2.0 * h);
+                assert!(
+                    (dk[i] - numeric).abs() < 1e-7,
+                    "dk {i}: {} {numeric}",
+                    dk[i]
+                );
+            }
         }
     }
 }

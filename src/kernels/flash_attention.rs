@@ -13,12 +13,16 @@
 //! result does not depend on the thread count: one over key blocks (dK, dV), one over query
 //! blocks (dQ). Tiles that the key ranges hide completely are skipped.
 //!
+//! Capped scores (Gemma 2, `super::scores`): `s_ij = c · tanh(q_i·k_j · scale / c)` in both
+//! passes, and the score gradients go through the cap, `ds_ij ← ds_ij · (1 − (s_ij/c)²)`, before
+//! `dK` and `dQ`.
+//!
 //! Same layouts and key ranges ([`super::key_ranges`]) as [`super::plain_attention`]: activations `[batch * len, heads * d_head]`,
 //! head `h` in column block `h`; keys and values `[batch * len, kv_heads * d_head]`, query head
 //! `h` reading key/value head `h / (heads / kv_heads)` (grouped-query attention). The
 //! log-sum-exp is `[batch * q_len, heads]`.
 
-use super::attention::AttnDims;
+use super::attention::{AttnDims, Scores};
 use super::key_ranges::{span, tile_cols, KeyRanges};
 use super::matmul::{matmul, MatMut, MatRef};
 use crate::Float;
@@ -89,6 +93,7 @@ pub fn flash_attention_forward<T: Float>(
                                 s_row[..live.start].fill(T::zero());
                                 let (on, hidden) = s_row[live.start..].split_at_mut(live.len());
                                 hidden.iter_mut().for_each(|x| *x = T::zero());
+                                dims.scores.cap(on);
                                 let row_max = on.iter().fold(T::neg_infinity(), |a, &x| a.max(x));
                                 let m_new = m[r].max(row_max);
                                 if m_new == T::neg_infinity() {
@@ -140,15 +145,18 @@ fn zero_head_rows<T: Float>(buf: &mut [T], rows: usize, d_model: usize, h: usize
     }
 }
 
-/// Recomputes one tile's probabilities into `s [rows, cols]`: `p = e^(q·k/√d_k − L)`, 0 where
-/// masked. `i0`/`j0` are the tile's first query and key rows within batch element `b`.
+/// Recomputes one tile's probabilities into `s [rows, cols]`: `p = e^(s − L)` with the score
+/// `s = q·k/√d_k` (capped when `scores` caps: then `capped [rows, cols]` receives the capped
+/// scores, 0 where masked, for the cap's derivative), 0 where masked. `i0`/`j0` are the tile's
+/// first query and key rows within batch element `b`.
 #[allow(clippy::too_many_arguments)]
 fn tile_probs<T: Float>(
     s: &mut [T],
+    capped: &mut [T],
     q_h: MatRef<'_, T>,
     k_j: MatRef<'_, T>,
     lse_rows: impl Fn(usize) -> T,
-    scale: T,
+    (scale, scores): (T, Scores),
     ranges: &impl KeyRanges,
     b: usize,
     i0: usize,
@@ -161,8 +169,14 @@ fn tile_probs<T: Float>(
         let lse = lse_rows(r);
         s_row[..live.start].fill(T::zero());
         let (on, off) = s_row[live.start..].split_at_mut(live.len());
-        on.iter_mut().for_each(|x| *x = (*x - lse).exp());
         off.iter_mut().for_each(|x| *x = T::zero());
+        if scores.capped() {
+            scores.cap(on);
+            let c_row = &mut capped[r * cols..(r + 1) * cols];
+            c_row.copy_from_slice(s_row);
+        }
+        let on = &mut s_row[live];
+        on.iter_mut().for_each(|x| *x = (*x - lse).exp());
     }
 }
 
@@ -207,6 +221,7 @@ pub fn flash_attention_backward<T: Float>(
     assert_eq!(dims.kv_stride, k_len, "backward needs unstrided keys");
     let (d_model, d_kv, group) = (dims.d_model(), dims.d_kv(), dims.group());
     let scale = dims.scale::<T>();
+    let capping = dims.scores.capped();
     // D [batch*q_len, heads]: D_i = dO_i · O_i per head.
     let mut delta = vec![T::zero(); dims.batch * q_len * heads];
     delta
@@ -239,6 +254,7 @@ pub fn flash_attention_backward<T: Float>(
                     let cols = dk_blk.len() / d_kv;
                     let mut p = vec![T::zero(); BLOCK_Q * cols];
                     let mut dp = vec![T::zero(); BLOCK_Q * cols];
+                    let mut capped = vec![T::zero(); if capping { BLOCK_Q * cols } else { 0 }];
                     let kv_off = (b * k_len + j0) * d_kv;
                     for g in 0..dims.kv_heads {
                         let k_j = MatRef::strided(k, kv_off + g * d_head, cols, d_head, d_kv, 1);
@@ -258,8 +274,10 @@ pub fn flash_attention_backward<T: Float>(
                             let q_i = MatRef::strided(q, q_off, rows, d_head, d_model, 1);
                             let do_i = MatRef::strided(dctx, q_off, rows, d_head, d_model, 1);
                             let (p_t, dp_t) = (&mut p[..rows * cols], &mut dp[..rows * cols]);
+                            let s_t = &mut capped[..if capping { rows * cols } else { 0 }];
                             let lse_r = |r: usize| lse[(row0 + r) * heads + h];
-                            tile_probs(p_t, q_i, k_j, lse_r, scale, &ranges, b, i0, j0);
+                            let sc = (scale, dims.scores);
+                            tile_probs(p_t, s_t, q_i, k_j, lse_r, sc, &ranges, b, i0, j0);
                             // dV_j += Pᵀ dO_i
                             let dv_g = MatMut::strided(dv_blk, g * d_head, cols, d_head, d_kv, 1);
                             matmul(
@@ -279,6 +297,7 @@ pub fn flash_attention_backward<T: Float>(
                             );
                             let delta_r = |r: usize| delta[(row0 + r) * heads + h];
                             tile_score_grads(dp_t, p_t, cols, delta_r);
+                            dims.scores.cap_backward(dp_t, s_t);
                             // dK_j += dSᵀ Q_i / √d_k
                             let dk_g = MatMut::strided(dk_blk, g * d_head, cols, d_head, d_kv, 1);
                             matmul(dk_g, MatRef::new(dp_t, rows, cols).t(), q_i, scale, !first);
@@ -305,6 +324,7 @@ pub fn flash_attention_backward<T: Float>(
                     let seen = span(&ranges, b, i0, rows, k_len);
                     let mut p = vec![T::zero(); rows * BLOCK_K];
                     let mut dp = vec![T::zero(); rows * BLOCK_K];
+                    let mut capped = vec![T::zero(); if capping { rows * BLOCK_K } else { 0 }];
                     let row0 = b * q_len + i0;
                     for h in 0..heads {
                         let q_off = row0 * d_model + h * d_head;
@@ -317,8 +337,10 @@ pub fn flash_attention_backward<T: Float>(
                             let k_j = MatRef::strided(k, kv, cols, d_head, d_kv, 1);
                             let v_j = MatRef::strided(v, kv, cols, d_head, d_kv, 1);
                             let (p_t, dp_t) = (&mut p[..rows * cols], &mut dp[..rows * cols]);
+                            let s_t = &mut capped[..if capping { rows * cols } else { 0 }];
                             let lse_r = |r: usize| lse[(row0 + r) * heads + h];
-                            tile_probs(p_t, q_i, k_j, lse_r, scale, &ranges, b, i0, j0);
+                            let sc = (scale, dims.scores);
+                            tile_probs(p_t, s_t, q_i, k_j, lse_r, sc, &ranges, b, i0, j0);
                             matmul(
                                 MatMut::new(dp_t, rows, cols),
                                 do_i,
@@ -328,6 +350,7 @@ pub fn flash_attention_backward<T: Float>(
                             );
                             let delta_r = |r: usize| delta[(row0 + r) * heads + h];
                             tile_score_grads(dp_t, p_t, cols, delta_r);
+                            dims.scores.cap_backward(dp_t, s_t);
                             // dQ_i += dS K_j / √d_k
                             let out = MatMut::strided(dq_blk, h * d_head, rows, d_head, d_model, 1);
                             matmul(out, MatRef::new(dp_t, rows, cols), k_j, scale, true);

@@ -17,5 +17,6 @@ pub mod plain_attention;
 pub mod reduce;
 pub mod rms_norm;
 pub mod rope;
+pub mod scores;
 pub mod softmax;
 pub mod step_attention;

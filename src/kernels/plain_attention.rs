@@ -1,5 +1,6 @@
 //! The plain attention kernel: multi-head scaled dot-product attention,
-//! `softmax(Q Kᵀ / √d_k) V`, over all heads of a batch, as matrix products.
+//! `softmax(Q Kᵀ / √d_k) V`, over all heads of a batch, as matrix products. The scores may have
+//! their own scale and a soft cap (`super::scores`): `softmax(c · tanh(Q Kᵀ · scale / c)) V`.
 //!
 //! This is the plain path: the [query x key] probabilities are kept for the backward (and for
 //! attention maps). Activations are row-major `[batch * len, heads * d_head]`; head `h` is the
@@ -65,11 +66,12 @@ pub fn attention_forward<T: Float>(
                 let kv_h = kv_off + (h / group) * d_head;
                 let k_h = MatRef::strided(k, kv_h, k_len, d_head, d_kv, 1);
                 let v_h = MatRef::strided(v, kv_h, k_len, d_head, d_kv, 1);
-                // scores [q_len, k_len] = Q_h K_hᵀ / √d_k
+                // scores [q_len, k_len] = Q_h K_hᵀ / √d_k (capped when the scores are)
                 matmul(MatMut::new(p, q_len, k_len), q_h, k_h.t(), scale, false);
                 for (i, row) in p.chunks_exact_mut(k_len).enumerate() {
                     let seen = clip(ranges.range(b, i), k_len);
                     row[..seen.start].fill(T::zero());
+                    dims.scores.cap(&mut row[seen.clone()]);
                     softmax_inplace(&mut row[seen.start..], seen.len());
                 }
                 let p: &[T] = match drop {
@@ -124,6 +126,15 @@ pub fn attention_backward<T: Float>(
             let q_off = b * q_len * d_model;
             let kv_off = b * k_len * d_kv;
             let mut ds = vec![T::zero(); q_len * k_len];
+            // capped scores: the recomputed S of one head, whose cap's derivative dS passes
+            let mut capped = vec![
+                T::zero();
+                if dims.scores.capped() {
+                    q_len * k_len
+                } else {
+                    0
+                }
+            ];
             let mut dropped = vec![T::zero(); if drop.is_some() { q_len * k_len } else { 0 }];
             for h in 0..heads {
                 let p_off = (b * heads + h) * q_len * k_len;
@@ -160,6 +171,13 @@ pub fn attention_backward<T: Float>(
                 }
                 for (ds_row, p_row) in ds.chunks_exact_mut(k_len).zip(p_rows.chunks_exact(k_len)) {
                     softmax_backward_inplace(ds_row, p_row);
+                }
+                if dims.scores.capped() {
+                    // through the cap: dS ⊙ (1 − (S/c)²), S recomputed (0 where P is 0 anyway)
+                    let s = MatMut::new(&mut capped, q_len, k_len);
+                    matmul(s, q_h, k_h.t(), scale, false);
+                    dims.scores.cap(&mut capped);
+                    dims.scores.cap_backward(&mut ds, &capped);
                 }
                 let ds_m = MatRef::new(&ds, q_len, k_len);
                 // dQ_h = dS K_g / √d_k ;  dK_g (+)= dSᵀ Q_h / √d_k

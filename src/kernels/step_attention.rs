@@ -2,7 +2,8 @@
 //! `ctx_{b,i} = Σ_t softmax_t(q_{b,i} · k_{b,t} / √d_k) v_{b,t}` for each head, where the keys
 //! and values of row `b` may lie anywhere in the stores: key `t` of row `b` is stored row
 //! `key_rows[b * kv_stride + t]` (the per-position view of a paged cache's block tables, see
-//! `model::kv_cache::KvCache::paged`). Beam search reorders its hypotheses by rewriting block
+//! `model::kv_cache::KvCache::paged`). Scores may have their own scale and a soft cap
+//! (`super::scores`). Beam search reorders its hypotheses by rewriting block
 //! tables, never the keys and values; its cross-attention passes the `k` beams of a sentence as
 //! `k` queries against the sentence's encoder keys.
 //!
@@ -10,7 +11,7 @@
 //! multiply call per (row, head) costs more to dispatch than to compute at these sizes, so the
 //! loops are written out and compiled for the machine's widest vectors at run time (`pulp`).
 
-use super::attention::AttnDims;
+use super::attention::{AttnDims, Scores};
 use super::key_ranges::{clip, span, KeyRanges};
 use super::reduce::lane_dot;
 use super::softmax::softmax_inplace;
@@ -72,6 +73,7 @@ pub fn step_attention_forward<T: Float>(
                 d_head,
                 k_len,
                 scale,
+                scores: dims.scores,
             })
         });
 }
@@ -99,6 +101,8 @@ struct OneRow<'a, T, R> {
     d_head: usize,
     k_len: usize,
     scale: T,
+    /// The scores' soft cap, if any.
+    scores: Scores,
 }
 
 impl<T: Float, R: KeyRanges> pulp::WithSimd for OneRow<'_, T, R> {
@@ -120,6 +124,7 @@ impl<T: Float, R: KeyRanges> pulp::WithSimd for OneRow<'_, T, R> {
             d_head,
             k_len,
             scale,
+            scores,
         } = self;
         let (d_model, d_kv) = (heads * d_head, heads / group * d_head);
         let q_len = q_b.len() / d_model;
@@ -137,6 +142,7 @@ impl<T: Float, R: KeyRanges> pulp::WithSimd for OneRow<'_, T, R> {
                     *s = lane_dot(q_i, &k[at + kv_cols.start..at + kv_cols.end]) * scale;
                 }
                 p[..seen.start].fill(T::zero());
+                scores.cap(&mut p[seen.clone()]);
                 softmax_inplace(&mut p[seen.start..], seen.len());
                 let c_i = &mut ctx_b[i * d_model + cols.start..i * d_model + cols.end];
                 c_i.iter_mut().for_each(|c| *c = T::zero());
@@ -197,6 +203,7 @@ mod tests {
                 q_len,
                 k_len,
                 kv_stride: stride,
+                scores: Default::default(),
             };
             let mut ctx = vec![0.0; batch * q_len * d];
             let mut probs = vec![f64::NAN; batch * heads * q_len * k_len];
@@ -253,6 +260,7 @@ mod tests {
             q_len,
             k_len,
             kv_stride: k_len,
+            scores: Default::default(),
         };
         let n = (batch * q_len * d, batch * heads * q_len * k_len);
         let lens: Vec<usize> = (0..batch).map(|b| k_len - 3 * b).collect();

@@ -33,7 +33,7 @@ use super::linear::Linear;
 use super::norm::RmsNorm;
 use super::param::{Init, Module, ParamVisitor};
 use crate::kernels::attention::{
-    Attended, AttnDims, AttnMask, AttnWeights, KeyRanges, KvView, Purpose, SavedRef,
+    Attended, AttnDims, AttnMask, AttnWeights, KeyRanges, KvView, Purpose, SavedRef, Scores,
 };
 use crate::kernels::backend::{Backend, CPU};
 use crate::kernels::dropout::dropout_mask;
@@ -71,6 +71,10 @@ pub struct MultiHeadAttention<T> {
     /// to the key ranges of every call (training forward and backward, attention maps, each
     /// decoding step); a paged KV cache releases the blocks older than the window.
     pub window: Option<usize>,
+    /// How the dot products become scores: their scale (`None`: `1/√d_k`; Gemma's
+    /// `query_pre_attn_scalar^(−1/2)`) and soft cap `c · tanh(s / c)` (Gemma 2), in every
+    /// kernel and the backward.
+    pub scores: Scores,
     /// RMSNorm of each head's queries before the rotation (`qk_norm`), gain `[d_k]` shared by
     /// the heads; `None`: the projection as is.
     pub q_norm: Option<RmsNorm<T>>,
@@ -169,6 +173,7 @@ impl<T: Float> MultiHeadAttention<T> {
             rope_freq_factors: Vec::new(),
             dropout: 0.0,
             window: None,
+            scores: Scores::default(),
             q_norm: None,
             k_norm: None,
         }
@@ -200,6 +205,12 @@ impl<T: Float> MultiHeadAttention<T> {
     /// The same layer with the sliding window `window` (see [`window`](Self::window)).
     pub fn with_window(mut self, window: Option<usize>) -> Self {
         self.window = window;
+        self
+    }
+
+    /// The same layer with the score scale and soft cap `scores` (see [`scores`](Self::scores)).
+    pub fn with_scores(mut self, scores: Scores) -> Self {
+        self.scores = scores;
         self
     }
 
@@ -265,6 +276,7 @@ impl<T: Float> MultiHeadAttention<T> {
             q_len,
             k_len,
             kv_stride,
+            scores: self.scores,
         }
     }
 

@@ -108,6 +108,9 @@ impl BertConfig {
             rope_style: super::config::RopeStyle::Interleaved,
             qkv_bias: false,
             norm_weight_offset: 0.0,
+            query_pre_attn_scalar: None,
+            attn_logit_softcap: None,
+            post_norms: false,
             qk_norm: false,
         }
     }

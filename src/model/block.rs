@@ -7,7 +7,7 @@
 //! the decoder-only language model's block (causal mask) and BERT's encoder layer. Only the mask
 //! differs, and it is an argument. The incremental form for decoding appends to a
 //! [`KvCache`]. Parameters: `self_attn.{q,k,v,out}_proj`, `self_attn_norm`, `ffn.linear{1,2}`,
-//! `ffn_norm`.
+//! `ffn_norm` (and, with post-norms, `self_attn_post_norm`, `ffn_post_norm`).
 
 use super::attention::{AttentionCache, MultiHeadAttention};
 use super::config::BlockConfig;
@@ -119,8 +119,12 @@ impl<T: Float> SelfAttentionBlock<T> {
 impl<T> Module<T> for SelfAttentionBlock<T> {
     fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
         v.module("self_attn", &mut self.self_attn);
-        v.module("self_attn_norm", &mut self.self_attn_res);
+        // The connection's parameters are its norm's (see `Residual`), borrowed apart from
+        // its post-norm.
+        v.module("self_attn_norm", &mut self.self_attn_res.norm);
+        v.optional("self_attn_post_norm", self.self_attn_res.post_norm.as_mut());
         v.module("ffn", &mut self.ffn);
-        v.module("ffn_norm", &mut self.ffn_res);
+        v.module("ffn_norm", &mut self.ffn_res.norm);
+        v.optional("ffn_post_norm", self.ffn_res.post_norm.as_mut());
     }
 }

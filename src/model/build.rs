@@ -10,6 +10,7 @@ use super::norm::{Norm, RmsNorm};
 use super::param::{count_params, Init, ShapesOnly};
 use super::residual::Residual;
 use super::Seq2Seq;
+use crate::kernels::attention::Scores;
 use crate::kernels::rope::{self, Rope};
 use crate::Float;
 
@@ -32,6 +33,10 @@ impl BlockConfig {
             .with_rope(Rope {
                 base: self.rope_base,
                 style,
+            })
+            .with_scores(Scores {
+                scale: self.query_pre_attn_scalar.map(|s| 1.0 / s.sqrt()),
+                softcap: self.attn_logit_softcap,
             });
         if self.qk_norm {
             attention = attention.with_qk_norm(self.layer_norm_eps, self.norm_weight_offset, init);
@@ -65,9 +70,11 @@ impl BlockConfig {
         }
     }
 
-    /// A residual connection of this block (its norm's parameters from `init`).
+    /// A residual connection of this block (its norm's parameters from `init`, then its
+    /// post-norm's with [`post_norms`](BlockConfig::post_norms)).
     pub fn residual<T: Float>(&self, init: &mut impl Init) -> Residual<T> {
-        Residual::with_norm(self.norm(init), self.norm, self.dropout)
+        let residual = Residual::with_norm(self.norm(init), self.norm, self.dropout);
+        residual.with_post_norm(self.post_norms.then(|| self.norm(init)))
     }
 
     /// The final norm a pre-LN stack ends with; `None` for post-LN.
@@ -124,6 +131,9 @@ mod tests {
             "norm_weight_offset",
             "embedding_scale",
             "layer_windows",
+            "query_pre_attn_scalar",
+            "post_norms",
+            "sliding_rope_base",
         ] {
             assert!(!json.contains(key), "{key} written at its default: {json}");
         }
@@ -140,13 +150,10 @@ mod tests {
     #[test]
     fn options_not_computed_yet_are_refused_by_name() {
         type Set = fn(&mut ModelConfig);
-        let refused: [(&str, Set); 2] = [
-            ("attn_logit_softcap", |c| c.attn_logit_softcap = Some(50.0)),
-            ("norm_weight_offset", |c| {
-                c.normalization = Normalization::LayerNorm;
-                c.norm_weight_offset = 1.0;
-            }),
-        ];
+        let refused: [(&str, Set); 1] = [("norm_weight_offset", |c| {
+            c.normalization = Normalization::LayerNorm;
+            c.norm_weight_offset = 1.0;
+        })];
         for (field, set) in refused {
             let mut c = llama_like();
             set(&mut c);

@@ -29,6 +29,16 @@ pub enum Activation {
     /// SwiGLU (Shazeer 2020; Llama): `FFN(x) = (silu(x W_gateᵀ) ⊙ x W_upᵀ) W_downᵀ`, a gated
     /// FFN of three matrices, `silu(z) = z · σ(z)`.
     SiluGated,
+    /// GeGLU with the tanh approximation of GELU (Shazeer 2020; Gemma):
+    /// `FFN(x) = (gelu_tanh(x W_gateᵀ) ⊙ x W_upᵀ) W_downᵀ`, a gated FFN of three matrices.
+    GeluTanhGated,
+}
+
+impl Activation {
+    /// Whether the FFN is gated (three matrices: gate, up, down).
+    pub fn is_gated(self) -> bool {
+        matches!(self, Activation::SiluGated | Activation::GeluTanhGated)
+    }
 }
 
 /// Which normalisation every residual connection (and a pre-LN stack's final norm) uses.
@@ -165,8 +175,8 @@ pub struct ModelConfig {
     /// [`norm_weight_offset`](Self::norm_weight_offset) `o`. Absent: false.
     #[serde(default, skip_serializing_if = "is_default")]
     pub qk_norm: bool,
-    /// Soft-capping of the attention scores, `s ← c · tanh(s / c)` (Gemma 2). Absent: none;
-    /// a cap is not supported yet.
+    /// Soft-capping of the attention scores, `s ← c · tanh(s / c)` before the mask and the
+    /// softmax (Gemma 2), in every attention. Absent: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attn_logit_softcap: Option<f64>,
     /// Soft-capping of the output logits, `z ← c · tanh(z / c)` (Gemma 2). Absent: none.
@@ -186,6 +196,22 @@ pub struct ModelConfig {
     /// alternating layers); empty: every layer sees all. Absent: empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub layer_windows: Vec<Option<usize>>,
+    // Gemma 2 / Gemma 3 options.
+    /// The attention scores are `q·k / √query_pre_attn_scalar` instead of `q·k / √d_k`
+    /// (Gemma 2 and 3). Absent: `d_k`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query_pre_attn_scalar: Option<f64>,
+    /// A second norm of every sublayer's output before the residual sum (pre-LN only, Gemma 2
+    /// and 3: `x + PostNorm(Sublayer(Norm(x)))`; parameters `self_attn_post_norm`,
+    /// `cross_attn_post_norm`, `ffn_post_norm`). Absent: false.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub post_norms: bool,
+    /// The rotary base of the decoder layers with a sliding window ([`layer_windows`](
+    /// Self::layer_windows); Gemma 3's local layers: 10000), unscaled; the others keep
+    /// [`rope_base`](Self::rope_base) and [`rope_scaling`](Self::rope_scaling). Absent:
+    /// `rope_base` on every layer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sliding_rope_base: Option<f64>,
 }
 
 fn is_zero(p: &f64) -> bool {
@@ -252,6 +278,12 @@ pub struct BlockConfig {
     pub qkv_bias: bool,
     /// Added to every RMSNorm gain.
     pub norm_weight_offset: f64,
+    /// The attention scores' scale `1/√query_pre_attn_scalar` (`None`: `1/√d_k`).
+    pub query_pre_attn_scalar: Option<f64>,
+    /// The attention scores' soft cap.
+    pub attn_logit_softcap: Option<f64>,
+    /// A norm of every sublayer's output before the residual sum.
+    pub post_norms: bool,
     /// RMSNorm of each head's queries and keys (see [`ModelConfig::qk_norm`]).
     pub qk_norm: bool,
 }
@@ -301,6 +333,9 @@ impl ModelConfig {
             norm_weight_offset: 0.0,
             embedding_scale: None,
             layer_windows: Vec::new(),
+            query_pre_attn_scalar: None,
+            post_norms: false,
+            sliding_rope_base: None,
         })
     }
 
@@ -313,6 +348,23 @@ impl ModelConfig {
     /// `None`: the whole causal prefix).
     pub fn layer_window(&self, i: usize) -> Option<usize> {
         self.layer_windows.get(i).copied().flatten()
+    }
+
+    /// The rotary base of decoder layer `i`: [`sliding_rope_base`](Self::sliding_rope_base)
+    /// on a layer with a sliding window when it is set, otherwise [`rope_base`](
+    /// Self::rope_base).
+    pub fn layer_rope_base(&self, i: usize) -> f64 {
+        match (self.layer_window(i), self.sliding_rope_base) {
+            (Some(_), Some(base)) => base,
+            _ => self.rope_base,
+        }
+    }
+
+    /// Whether decoder layer `i` rotates with [`sliding_rope_base`](Self::sliding_rope_base)
+    /// (a layer with a window when the base is set): then [`rope_scaling`](Self::rope_scaling),
+    /// which belongs to `rope_base`, does not apply to it (Gemma 3's local layers).
+    pub fn has_sliding_rope(&self, i: usize) -> bool {
+        self.layer_window(i).is_some() && self.sliding_rope_base.is_some()
     }
 
     /// The divisors `fᵢ` of the rotary frequencies, `[d_k / 2]`, that
@@ -359,6 +411,9 @@ impl ModelConfig {
             rope_style: self.rope_style,
             qkv_bias: self.qkv_bias,
             norm_weight_offset: self.norm_weight_offset,
+            query_pre_attn_scalar: self.query_pre_attn_scalar,
+            attn_logit_softcap: self.attn_logit_softcap,
+            post_norms: self.post_norms,
             qk_norm: self.qk_norm,
         }
     }
@@ -472,11 +527,6 @@ impl ModelConfig {
     /// values out of range, so that no config is silently computed as another model.
     fn validate_family_options(&self) -> Result<(), String> {
         self.validate_rope_scaling()?;
-        if let Some(c) = self.attn_logit_softcap {
-            return Err(format!(
-                "attn_logit_softcap {c} (soft-capped attention scores) is not supported yet"
-            ));
-        }
         if self.layer_windows.contains(&Some(0)) {
             return Err(
                 "layer_windows asks for a window of 0 keys (a query must see at least itself)"
@@ -495,6 +545,7 @@ impl ModelConfig {
                 return Err(format!("final_logit_softcap {c} must be a positive number"));
             }
         }
+        self.validate_gemma_options()?;
         if let Some(s) = self.embedding_scale {
             if !s.is_finite() {
                 return Err(format!("embedding_scale {s} must be a finite number"));
@@ -565,6 +616,29 @@ impl ModelConfig {
                     positive("frequency factor", f)?;
                 }
             }
+        }
+        Ok(())
+    }
+}
+
+impl ModelConfig {
+    /// The Gemma 2 / Gemma 3 options: positive finite numbers, post-norms on pre-LN blocks.
+    fn validate_gemma_options(&self) -> Result<(), String> {
+        let positive = [
+            ("attn_logit_softcap", self.attn_logit_softcap),
+            ("query_pre_attn_scalar", self.query_pre_attn_scalar),
+            ("sliding_rope_base", self.sliding_rope_base),
+        ];
+        for (name, value) in positive {
+            if let Some(v) = value.filter(|v| !(v.is_finite() && *v > 0.0)) {
+                return Err(format!("{name} {v} must be a positive number"));
+            }
+        }
+        if let Some(b) = self.sliding_rope_base.filter(|&b| b <= 1.0) {
+            return Err(format!("sliding_rope_base {b} must be a number above 1"));
+        }
+        if self.post_norms && self.norm != NormPlacement::PreLn {
+            return Err("post_norms needs pre-LN blocks (norm pre-ln)".into());
         }
         Ok(())
     }

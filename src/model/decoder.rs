@@ -193,11 +193,19 @@ impl<T: Float> DecoderLayer<T> {
 impl<T> Module<T> for DecoderLayer<T> {
     fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
         v.module("self_attn", &mut self.self_attn);
-        v.module("self_attn_norm", &mut self.self_attn_res);
+        // The connection's parameters are its norm's (see `Residual`), borrowed apart from
+        // its post-norm.
+        v.module("self_attn_norm", &mut self.self_attn_res.norm);
+        v.optional("self_attn_post_norm", self.self_attn_res.post_norm.as_mut());
         v.module("cross_attn", &mut self.cross_attn);
-        v.module("cross_attn_norm", &mut self.cross_attn_res);
+        v.module("cross_attn_norm", &mut self.cross_attn_res.norm);
+        v.optional(
+            "cross_attn_post_norm",
+            self.cross_attn_res.post_norm.as_mut(),
+        );
         v.module("ffn", &mut self.ffn);
-        v.module("ffn_norm", &mut self.ffn_res);
+        v.module("ffn_norm", &mut self.ffn_res.norm);
+        v.optional("ffn_post_norm", self.ffn_res.post_norm.as_mut());
     }
 }
 

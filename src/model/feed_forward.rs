@@ -1,7 +1,8 @@
 //! The position-wise feed-forward network: `FFN(x) = max(0, x W₁ᵀ + b₁) W₂ᵀ + b₂`, or with GELU
 //! in place of the ReLU (BERT, GPT-2), or gated (SwiGLU, Llama):
 //! `FFN(x) = (silu(x W_gateᵀ) ⊙ x W₁ᵀ) W₂ᵀ` (`linear1` is the "up", `linear2` the "down"
-//! projection; biases only when the model has them).
+//! projection; biases only when the model has them), or GeGLU (Gemma):
+//! `FFN(x) = (gelu_tanh(x W_gateᵀ) ⊙ x W₁ᵀ) W₂ᵀ`.
 
 use super::config::Activation;
 use super::linear::Linear;
@@ -20,7 +21,8 @@ use crate::Float;
 pub struct FeedForward<T> {
     pub linear1: Linear<T>,
     pub linear2: Linear<T>,
-    /// `W_gate [d_ff, d_model]` of the gated FFN ([`Activation::SiluGated`] only).
+    /// `W_gate [d_ff, d_model]` of a gated FFN ([`Activation::SiluGated`],
+    /// [`Activation::GeluTanhGated`]).
     pub gate: Option<Linear<T>>,
     pub activation: Activation,
     /// Activation dropout: the probability of dropping each hidden unit after the activation
@@ -60,7 +62,8 @@ impl<T: Float> FeedForward<T> {
     ) -> Self {
         let linear1 = Linear::with_bias(d_model, d_ff, bias, init);
         let linear2 = Linear::with_bias(d_ff, d_model, bias, init);
-        let gate = (activation == Activation::SiluGated)
+        let gate = activation
+            .is_gated()
             .then(|| Linear::with_bias(d_model, d_ff, bias, init));
         FeedForward {
             linear1,
@@ -98,6 +101,16 @@ impl<T: Float> FeedForward<T> {
                 swiglu_forward(&mut hidden, &g, &up);
                 (hidden, g)
             }
+            Activation::GeluTanhGated => {
+                // gate, up, hidden: [rows, d_ff]; hidden = gelu_tanh(gate) ⊙ up
+                let gate = self.gate.as_ref().expect("a gated FFN has a gate");
+                let g = gate.forward(x);
+                up = self.linear1.forward(x);
+                let mut hidden = vec![T::zero(); g.len()];
+                gelu_tanh_forward(&mut hidden, &g);
+                mul_inplace(&mut hidden, &up);
+                (hidden, g)
+            }
             Activation::GeluErf | Activation::GeluTanh => {
                 // pre: [rows, d_ff]
                 let pre = self.linear1.forward(x);
@@ -133,14 +146,23 @@ impl<T: Float> FeedForward<T> {
         match self.activation {
             // The mask and the ReLU's derivative in one pass.
             Activation::Relu => relu_backward_inplace(&mut dhidden, &cache.hidden, mask),
-            Activation::SiluGated => {
+            Activation::SiluGated | Activation::GeluTanhGated => {
                 if let Some(m) = mask {
                     mul_inplace(&mut dhidden, m);
                 }
                 let n = dhidden.len();
                 let (mut dgate, mut dup) = (vec![T::zero(); n], vec![T::zero(); n]);
                 let (g, u) = (&cache.pre_activation, &cache.up);
-                swiglu_backward(&mut dgate, &mut dup, &dhidden, g, u);
+                if self.activation == Activation::SiluGated {
+                    swiglu_backward(&mut dgate, &mut dup, &dhidden, g, u);
+                } else {
+                    // dup = dh ⊙ gelu_tanh(g), dgate = dh ⊙ u ⊙ gelu_tanh'(g)
+                    gelu_tanh_forward(&mut dup, g);
+                    mul_inplace(&mut dup, &dhidden);
+                    dgate.copy_from_slice(&dhidden);
+                    mul_inplace(&mut dgate, u);
+                    gelu_tanh_backward_inplace(&mut dgate, g);
+                }
                 let gate = self.gate.as_mut().expect("a gated FFN has a gate");
                 let mut dx = gate.backward(x, &dgate);
                 add_inplace(&mut dx, &self.linear1.backward(x, &dup));

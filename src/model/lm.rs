@@ -60,7 +60,9 @@ pub fn lm_n_params(c: &ModelConfig) -> Option<usize> {
 impl<T: Float> LanguageModel<T> {
     /// A freshly initialised model, drawn from `init` in the order embedding, blocks,
     /// projection. `config.n_encoder_layers` is ignored (an LM has no encoder). Layer `i`'s
-    /// self-attention has the sliding window `config.layer_window(i)`.
+    /// self-attention has the sliding window `config.layer_window(i)`, the rotary base
+    /// `config.layer_rope_base(i)` and, unless it rotates with the sliding base, the rotary
+    /// scaling `config.rope_freq_factors()`.
     pub fn new(config: ModelConfig, init: &mut impl Init) -> Self {
         let c = &config;
         let block = c.block();
@@ -77,7 +79,12 @@ impl<T: Float> LanguageModel<T> {
         let rope_freq_factors = c.rope_freq_factors();
         for (i, layer) in blocks.layers.iter_mut().enumerate() {
             layer.self_attn.window = c.layer_window(i);
-            layer.self_attn.rope_freq_factors = rope_freq_factors.clone();
+            layer.self_attn.rope.base = c.layer_rope_base(i);
+            // Scaling belongs to `rope_base`: a layer of its own sliding base is unscaled.
+            layer.self_attn.rope_freq_factors = match c.has_sliding_rope(i) {
+                true => Vec::new(),
+                false => rope_freq_factors.clone(),
+            };
         }
         let head = OutputHead::new(c.vocab_size, c.d_model, c.tie_embeddings, init)
             .with_softcap(c.final_logit_softcap);

@@ -13,6 +13,8 @@ pub mod embedding;
 pub mod encoder;
 pub mod families;
 pub mod feed_forward;
+#[cfg(test)]
+mod gemma_tests;
 pub mod head;
 pub mod kv_cache;
 pub mod layer_norm;

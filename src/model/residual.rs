@@ -1,7 +1,8 @@
 //! The residual connection around every sublayer (section 3.1 and 5.4):
 //! post-LN (the paper) `y = LayerNorm(x + Dropout(Sublayer(x)))`, or
 //! pre-LN `y = x + Dropout(Sublayer(LayerNorm(x)))`; the norm a layer norm or an RMSNorm
-//! ([`Norm`]).
+//! ([`Norm`]). Pre-LN with a post-norm as well (Gemma 2 and 3, "sandwich" norms):
+//! `y = x + Dropout(PostNorm(Sublayer(Norm(x))))`.
 
 use super::config::NormPlacement;
 use super::layer_norm::LayerNorm;
@@ -18,6 +19,9 @@ pub struct Residual<T> {
     pub norm: Norm<T>,
     pub placement: NormPlacement,
     pub dropout: f64,
+    /// Pre-LN only: a norm of the sublayer's output before it is added (Gemma's post-norms);
+    /// `None`: the output is added as it is.
+    pub post_norm: Option<Norm<T>>,
 }
 
 /// What a residual forward keeps: its input, what the sublayer saw and kept, the dropout mask,
@@ -34,6 +38,8 @@ pub struct ResidualCache<T, C> {
     /// Post-LN only: x + Dropout(Sublayer(x)), the norm's input.
     pub sum: Option<Vec<T>>,
     pub norm_stats: NormStats<T>,
+    /// With a post-norm: the sublayer's output (the post-norm's input) and its statistics.
+    pub post: Option<(Vec<T>, NormStats<T>)>,
 }
 
 impl<T: Float> Residual<T> {
@@ -48,6 +54,7 @@ impl<T: Float> Residual<T> {
             norm: Norm::Layer(LayerNorm::with_init(d_model, eps, init)),
             placement,
             dropout,
+            post_norm: None,
         }
     }
 
@@ -57,6 +64,30 @@ impl<T: Float> Residual<T> {
             norm,
             placement,
             dropout,
+            post_norm: None,
+        }
+    }
+
+    /// The same connection with `post_norm` on the sublayer's output (pre-LN only; see
+    /// [`post_norm`](Self::post_norm)).
+    pub fn with_post_norm(mut self, post_norm: Option<Norm<T>>) -> Self {
+        assert!(
+            post_norm.is_none() || self.placement == NormPlacement::PreLn,
+            "a post-norm needs pre-LN placement"
+        );
+        self.post_norm = post_norm;
+        self
+    }
+
+    /// The post-norm of the sublayer's output `y` when there is one (`y` as it is otherwise),
+    /// with what its backward needs.
+    fn post_normed(&self, y: Vec<T>) -> (Vec<T>, Option<(Vec<T>, NormStats<T>)>) {
+        match &self.post_norm {
+            None => (y, None),
+            Some(norm) => {
+                let (normed, stats) = norm.forward(&y);
+                (normed, Some((y, stats)))
+            }
         }
     }
 
@@ -80,12 +111,14 @@ impl<T: Float> Residual<T> {
                     dropout_mask,
                     sum: Some(sum),
                     norm_stats,
+                    post: None,
                 };
                 (y, cache)
             }
             NormPlacement::PreLn => {
                 let (normed, norm_stats) = self.norm.forward(&x);
-                let (mut y, inner) = sublayer(&normed);
+                let (y, inner) = sublayer(&normed);
+                let (mut y, post) = self.post_normed(y);
                 let dropout_mask = rng.and_then(|r| dropout_mask(r, y.len(), self.dropout));
                 dropout_add_inplace(&mut y, dropout_mask.as_deref(), &x);
                 let cache = ResidualCache {
@@ -95,6 +128,7 @@ impl<T: Float> Residual<T> {
                     dropout_mask,
                     sum: None,
                     norm_stats,
+                    post,
                 };
                 (y, cache)
             }
@@ -130,6 +164,7 @@ impl<T: Float> Residual<T> {
             dropout_mask,
             sum,
             norm_stats,
+            post,
         } = cache;
         match self.placement {
             NormPlacement::PostLn => {
@@ -148,6 +183,9 @@ impl<T: Float> Residual<T> {
                 let mut dsub = dy.to_vec();
                 if let Some(m) = &dropout_mask {
                     mul_inplace(&mut dsub, m);
+                }
+                if let (Some(norm), Some((y, stats))) = (&mut self.post_norm, &post) {
+                    dsub = norm.backward(y, stats, &dsub);
                 }
                 let dnormed = sublayer_backward(&normed, sublayer, &dsub);
                 let mut dx = self.norm.backward(&input, &norm_stats, &dnormed);
@@ -182,7 +220,7 @@ impl<T: Float> Residual<T> {
             }
             NormPlacement::PreLn => {
                 let (normed, _) = self.norm.forward(&x);
-                let mut y = sublayer(&normed);
+                let (mut y, _) = self.post_normed(sublayer(&normed));
                 add_inplace(&mut y, &x_last);
                 y
             }
@@ -203,7 +241,8 @@ pub fn last_rows<T: Float>(x: &[T], q_len: usize, d: usize) -> Vec<T> {
 }
 
 /// A residual connection's parameters are its norm's: `weight` and `bias` under the
-/// connection's own name (`self_attn_norm`, `ffn_norm`, ...).
+/// connection's own name (`self_attn_norm`, `ffn_norm`, ...). A post-norm is not among them:
+/// the block names it (`self_attn_post_norm`, `ffn_post_norm`).
 impl<T> Module<T> for Residual<T> {
     fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
         self.norm.visit(v);

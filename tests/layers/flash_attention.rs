@@ -30,6 +30,7 @@ impl Case {
                 q_len,
                 k_len,
                 kv_stride: k_len,
+                scores: Default::default(),
             },
             key_lens: vec![k_len; batch],
             causal: false,

@@ -53,6 +53,7 @@ impl Case {
                 q_len,
                 k_len,
                 kv_stride: k_len,
+                scores: Default::default(),
             },
             key_lens: vec![k_len, k_len.div_ceil(2), 1],
             causal,
@@ -370,6 +371,7 @@ fn step_kernel_matches_the_reference_through_a_shuffled_table() {
                 q_len,
                 k_len,
                 kv_stride: stride,
+                scores: Default::default(),
             };
             let mut ctx = vec![f64::NAN; batch * q_len * d];
             let mut probs = vec![f64::NAN; batch * HEADS * q_len * k_len];

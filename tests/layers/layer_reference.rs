@@ -228,6 +228,7 @@ fn attention_dropout_kernel_matches_reference() {
             q_len,
             k_len,
             kv_stride: k_len,
+            scores: Default::default(),
         };
         let mut ctx = vec![0.0; BATCH * q_len * D];
         let mut probs = vec![0.0; n];
@@ -521,6 +522,7 @@ fn attention_kernel_with_spare_kv_capacity_matches_compact() {
             q_len,
             k_len,
             kv_stride: k_len,
+            scores: Default::default(),
         };
         let run = |k: &[f64], v: &[f64], kv_stride: usize| {
             let mut ctx = vec![0.0; BATCH * q_len * D];

@@ -37,6 +37,9 @@ fn tiny_config(norm: NormPlacement, tie: bool, dropout: f64) -> ModelConfig {
         norm_weight_offset: 0.0,
         embedding_scale: None,
         layer_windows: Vec::new(),
+        query_pre_attn_scalar: None,
+        post_norms: false,
+        sliding_rope_base: None,
     }
 }
 

@@ -329,6 +329,9 @@ fn tiny_config(positions: Positions, norm: NormPlacement, tie: bool, dropout: f6
         norm_weight_offset: 0.0,
         embedding_scale: None,
         layer_windows: Vec::new(),
+        query_pre_attn_scalar: None,
+        post_norms: false,
+        sliding_rope_base: None,
     }
 }
 
@@ -446,6 +449,9 @@ fn decoding_model(positions: Positions, norm: NormPlacement, tie: bool, eos: f32
         norm_weight_offset: 0.0,
         embedding_scale: None,
         layer_windows: Vec::new(),
+        query_pre_attn_scalar: None,
+        post_norms: false,
+        sliding_rope_base: None,
     };
     c.validate().unwrap();
     let mut m = Seq2Seq::new(c, &mut Rng::new(3));

@@ -42,6 +42,9 @@ fn config(norm: NormPlacement, tie: bool) -> ModelConfig {
         norm_weight_offset: 0.0,
         embedding_scale: None,
         layer_windows: Vec::new(),
+        query_pre_attn_scalar: None,
+        post_norms: false,
+        sliding_rope_base: None,
     }
 }
 

@@ -49,6 +49,9 @@ fn config(norm: NormPlacement, tie: bool, dropout: f64, d_model: usize) -> Model
         norm_weight_offset: 0.0,
         embedding_scale: None,
         layer_windows: Vec::new(),
+        query_pre_attn_scalar: None,
+        post_norms: false,
+        sliding_rope_base: None,
     }
 }
 

@@ -13,6 +13,7 @@ mod bleu;
 mod decode_interface;
 mod decoding;
 mod families;
+mod gemma;
 mod gguf;
 mod gguf_tokenizer;
 mod kquants;

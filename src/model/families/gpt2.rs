@@ -138,6 +138,9 @@ impl Gpt2Config {
             norm_weight_offset: 0.0,
             embedding_scale: None,
             layer_windows: Vec::new(),
+            query_pre_attn_scalar: None,
+            post_norms: false,
+            sliding_rope_base: None,
         };
         c.validate()?;
         Ok(c)

@@ -221,6 +221,9 @@ fn llama_config(
         norm_weight_offset: 0.0,
         embedding_scale: None,
         layer_windows: Vec::new(),
+        query_pre_attn_scalar: None,
+        post_norms: false,
+        sliding_rope_base: None,
     }
 }
 

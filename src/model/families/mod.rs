@@ -9,6 +9,7 @@
 //! [`FAMILIES`], as long as our layers compute it (see the options of [`ModelConfig`]).
 
 pub mod bert;
+pub mod gemma;
 pub mod gguf;
 pub mod gpt2;
 pub mod llama;
@@ -203,6 +204,8 @@ pub const FAMILIES: &[Family] = &[
     llama::FAMILY,
     gpt2::FAMILY,
     bert::FAMILY,
+    gemma::GEMMA2,
+    gemma::GEMMA3,
     // Llama-style families.
     mistral::FAMILY,
     qwen2::FAMILY,
@@ -313,10 +316,10 @@ mod tests {
         }
         assert_eq!(
             hf_list(FamilyKind::Decoder),
-            "llama, gpt2, mistral, qwen2, qwen3 and phi3"
+            "llama, gpt2, gemma2, gemma3_text, mistral, qwen2, qwen3 and phi3"
         );
         assert_eq!(hf_list(FamilyKind::Encoder), "bert");
-        assert_eq!(gguf_list(), "llama, qwen2, qwen3 and phi3");
+        assert_eq!(gguf_list(), "llama, gemma2, gemma3, qwen2, qwen3 and phi3");
         assert_eq!(english_list(&["a", "b", "c"]), "a, b and c");
         // Every name of every table maps back to itself.
         for f in FAMILIES {

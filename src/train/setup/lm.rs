@@ -148,6 +148,9 @@ impl LmModelSpec {
                 Some(w) => vec![Some(w); self.layers],
                 None => Vec::new(),
             },
+            query_pre_attn_scalar: None,
+            post_norms: false,
+            sliding_rope_base: None,
         };
         config
             .validate()
