@@ -341,7 +341,10 @@ mod tests {
         plain.weight.value.data.copy_from_slice(&table);
         let mut stored = plain.clone();
         assert!(stored
-            .set_stored_rows(GgmlType::Q8_0, RawBytes::owned(data[..data.len() - 34].to_vec()))
+            .set_stored_rows(
+                GgmlType::Q8_0,
+                RawBytes::owned(data[..data.len() - 34].to_vec())
+            )
             .unwrap_err()
             .contains("needs"));
         stored

@@ -35,8 +35,8 @@
 //! lists grow as their items are actually read, so a count the file claims never reserves
 //! memory its bytes do not back.
 
-pub use super::gguf_value::{FromValue, Value, ValueType};
 use super::ckpt_err;
+pub use super::gguf_value::{FromValue, Value, ValueType};
 use crate::error::Result;
 use crate::kernels::lowp::ggml::{self, GgmlType};
 use crate::kernels::lowp::RawBytes;

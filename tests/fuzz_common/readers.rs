@@ -18,7 +18,6 @@ use transformer::model::{LanguageModel, Seq2Seq};
 use transformer::pipeline::generate::{generate_ids, TextGenerator};
 use transformer::pipeline::translate::Translator;
 use transformer::rng::Rng;
-use transformer::kernels::lowp::{BlockKind, BlockMatrix, PackedWeight};
 use transformer::store::gguf::GgufFile;
 use transformer::store::gguf_llama::LlamaGgufConfig;
 use transformer::text::bpe::Bpe;
@@ -244,12 +243,14 @@ pub fn gguf_mapped(dir: &Path, bytes: &[u8]) -> Result<Outcome, String> {
     std::fs::write(&path, bytes).unwrap();
     let file = must!(GgufFile::open(&path), name);
     for info in file.tensors() {
-        let (Some(_), Ok(data)) = (BlockKind::of(info.ggml_type), file.tensor_bytes(info)) else {
+        if !is_block_product(info.ggml_type) {
+            continue;
+        }
+        let Ok(data) = file.tensor_bytes(info) else {
             continue;
         };
         let (rows, cols) = info.rows_cols();
-        if let Ok(w) = BlockMatrix::in_place(info.ggml_type, data, rows, cols) {
-            let w = PackedWeight::Blocks(w);
+        if let Ok(Some(w)) = pack_ggml(info.ggml_type, data, rows, cols) {
             let x: Vec<f32> = (0..2 * cols).map(|i| (i % 7) as f32 - 3.0).collect();
             let mut y = vec![0f32; 2 * rows];
             w.product(&mut y, &x, 2);

@@ -266,7 +266,10 @@ fn mapped_file_reads_as_its_bytes() {
             mapped.dequantize_info(info).unwrap(),
             read.dequantize_info(info).unwrap(),
         );
-        assert!(got.iter().zip(&want_f32).all(|(a, b)| a.to_bits() == b.to_bits()));
+        assert!(got
+            .iter()
+            .zip(&want_f32)
+            .all(|(a, b)| a.to_bits() == b.to_bits()));
         kept.push((mapped.tensor_bytes(info).unwrap(), want.to_vec()));
     }
     assert!(kept.len() >= 6, "only {} tensors decoded", kept.len());
@@ -308,7 +311,10 @@ fn opening_what_is_not_a_gguf_file_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("missing.gguf");
     let err = GgufFile::open(&missing).err().unwrap().to_string();
-    assert!(err.contains("missing.gguf") && err.contains("not found"), "{err}");
+    assert!(
+        err.contains("missing.gguf") && err.contains("not found"),
+        "{err}"
+    );
     let err = GgufFile::open(dir.path()).err().unwrap().to_string();
     assert!(err.contains("is a directory"), "{err}");
 }

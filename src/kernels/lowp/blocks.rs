@@ -405,9 +405,9 @@ mod avx512 {
                         _mm_mul_ps(_mm_set1_ps(-8.0), _mm_shuffle_ps::<0b00_00_10_00>(dx, dx))
                     }
                     BlockKind::Q4_1 => _mm_shuffle_ps::<0b01_01_11_01>(dx, dx),
-                    BlockKind::Q8_0 => _mm_castsi128_ps(_mm_loadl_epi64(
-                        q8_offsets.add(2 * p) as *const __m128i,
-                    )),
+                    BlockKind::Q8_0 => {
+                        _mm_castsi128_ps(_mm_loadl_epi64(q8_offsets.add(2 * p) as *const __m128i))
+                    }
                 };
                 for r in 0..R {
                     let f2 = _mm_castsi128_ps(_mm_loadl_epi64(f[r].add(2 * p) as *const __m128i));

@@ -331,13 +331,20 @@ fn ggml_blocks_are_read_in_place() {
             let bytes = RawBytes::shared(std::sync::Arc::clone(&file), range).unwrap();
             let in_place = BlockMatrix::in_place(ty, bytes, d_out, d_in).unwrap();
             let base = (*file).as_ref().as_ptr();
-            assert_eq!(in_place.stored().as_ptr(), base.wrapping_add(lead), "{ty}: copied");
+            assert_eq!(
+                in_place.stored().as_ptr(),
+                base.wrapping_add(lead),
+                "{ty}: copied"
+            );
             let in_place = PackedWeight::Blocks(in_place);
             let x = rng.vec(rows * d_in, 3.0);
             for kernel in kernels(&copied) {
                 let want = run(&copied, kernel, &x, rows);
                 let got = run(&in_place, kernel, &x, rows);
-                let same = want.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits());
+                let same = want
+                    .iter()
+                    .zip(&got)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
                 assert!(same, "{ty} {kernel:?} {d_out}x{d_in} rows {rows}");
             }
         }
