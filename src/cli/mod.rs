@@ -18,6 +18,7 @@ pub mod loadtest_translate;
 pub mod perplexity;
 pub mod score;
 pub mod serve;
+pub mod template;
 pub mod train;
 pub mod train_lm;
 pub mod training;
@@ -98,6 +99,9 @@ pub enum Command {
     /// time to first token at several concurrencies (or, with --translate, a translation
     /// server's /translate).
     Loadtest(loadtest::LoadtestArgs),
+    /// Render a conversation (a JSON object on stdin: messages, tools, ...) with a model's chat
+    /// template (or a .jinja file) and print the prompt exactly, as transformers renders it.
+    Template(template::TemplateArgs),
 }
 
 impl Command {
@@ -121,6 +125,7 @@ impl Command {
             Command::Average(_) | Command::Bleu(_) | Command::Serve(_) | Command::Loadtest(_) => {
                 return None
             }
+            Command::Template(_) => return None,
         })
     }
 }
@@ -157,6 +162,7 @@ fn dispatch(command: Command) -> Result<()> {
         Command::Perplexity(a) => perplexity::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Loadtest(a) => loadtest::run(a),
+        Command::Template(a) => template::run(a),
     }
 }
 
