@@ -20,7 +20,12 @@ use std::path::{Path, PathBuf};
 pub struct TemplateArgs {
     /// A GGUF file or a Hugging Face model directory whose chat template (and BOS/EOS tokens)
     /// to use.
-    #[arg(long, value_name = "PATH", required_unless_present = "template", conflicts_with = "template")]
+    #[arg(
+        long,
+        value_name = "PATH",
+        required_unless_present = "template",
+        conflicts_with = "template"
+    )]
     pub model: Option<PathBuf>,
     /// A Jinja chat template file (BOS/EOS tokens then only as the input gives them).
     #[arg(long, value_name = "FILE.jinja")]
@@ -42,9 +47,8 @@ fn model_template(path: &Path) -> Result<ChatTemplate> {
         })?
     } else if path.is_file() {
         let file = GgufFile::open(path)?;
-        gguf_chat_template(&file)?.with_context(|| {
-            format!("{} has no tokenizer.chat_template", path.display())
-        })?
+        gguf_chat_template(&file)?
+            .with_context(|| format!("{} has no tokenizer.chat_template", path.display()))?
     } else {
         bail!("{} does not exist", path.display());
     };
@@ -55,8 +59,8 @@ pub fn run(args: TemplateArgs) -> Result<()> {
     let template = match (&args.model, &args.template) {
         (Some(model), _) => model_template(model)?,
         (None, Some(file)) => {
-            let bytes = std::fs::read(file)
-                .with_context(|| format!("cannot read {}", file.display()))?;
+            let bytes =
+                std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
             let source = String::from_utf8(bytes).map_err(|e| {
                 anyhow::anyhow!(
                     "{} is not UTF-8 (byte {})",

@@ -342,7 +342,10 @@ mod tests {
             (r#"{"messages": {}}"#, "not a list"),
             (r#"{"messages": [1]}"#, "message 0 is number"),
             (r#"{"messages": [], "tools": "x"}"#, "\"tools\" is string"),
-            (r#"{"messages": [], "add_generation_prompt": 1}"#, "not true or false"),
+            (
+                r#"{"messages": [], "add_generation_prompt": 1}"#,
+                "not true or false",
+            ),
         ] {
             let e = ChatContext::from_json(json).unwrap_err().to_string();
             assert!(e.contains(says), "{json}: {e}");
@@ -360,10 +363,16 @@ mod tests {
             "template": "D"}], "bos_token": {"content": "<s>"}, "eos_token": "</s>"}"#,
         );
         let t = hf_chat_template(dir.path()).unwrap().unwrap();
-        assert_eq!((t.template.as_str(), t.bos.as_str(), t.eos.as_str()), ("D", "<s>", "</s>"));
+        assert_eq!(
+            (t.template.as_str(), t.bos.as_str(), t.eos.as_str()),
+            ("D", "<s>", "</s>")
+        );
         write(r#"{"chat_template": [{"name": "tool_use", "template": "T"}]}"#);
         let e = hf_chat_template(dir.path()).unwrap_err().to_string();
-        assert!(e.contains("[\"tool_use\"]") && e.contains("\"default\""), "{e}");
+        assert!(
+            e.contains("[\"tool_use\"]") && e.contains("\"default\""),
+            "{e}"
+        );
         write(r#"{"chat_template": 3}"#);
         let e = hf_chat_template(dir.path()).unwrap_err().to_string();
         assert!(e.contains("chat_template is 3"), "{e}");

@@ -142,7 +142,10 @@ fn stopped_within(seconds: u64, f: impl FnOnce() -> transformer::error::Result<S
     let start = Instant::now();
     let e = f().expect_err("a template without end rendered");
     let took = start.elapsed();
-    assert!(took < Duration::from_secs(seconds), "stopped after {took:?}");
+    assert!(
+        took < Duration::from_secs(seconds),
+        "stopped after {took:?}"
+    );
     e.to_string()
 }
 
@@ -201,16 +204,30 @@ fn template_command_prints_the_prompt_exactly() {
     let Some(dir) = templates_dir() else { return };
     let expected = expected(&dir);
     let kwargs = expected.get_attr("kwargs").unwrap();
-    let tools = expected.get_attr("cases").unwrap().get_attr("tools").unwrap();
+    let tools = expected
+        .get_attr("cases")
+        .unwrap()
+        .get_attr("tools")
+        .unwrap();
     let stdin = case_json(&tools, &kwargs);
     // Hermes 3: tools as JSON schemas, the tool call's arguments, the tool's reply.
     let name = "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja";
     let file = dir.join(name);
     let file = file.to_str().unwrap();
-    let want = expected.get_attr("templates").unwrap().get_attr(name).unwrap();
+    let want = expected
+        .get_attr("templates")
+        .unwrap()
+        .get_attr(name)
+        .unwrap();
     let want = want.get_attr("tools").unwrap().get_attr("text").unwrap();
     let run = transformer(
-        &["template", "--template", file, "--now", "2026-12-01T12:00:00"],
+        &[
+            "template",
+            "--template",
+            file,
+            "--now",
+            "2026-12-01T12:00:00",
+        ],
         &stdin,
     );
     assert_eq!(run.code, Some(0), "{}", run.stderr);
@@ -220,27 +237,63 @@ fn template_command_prints_the_prompt_exactly() {
     let file = dir.join(name);
     let hi = r#"{"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": true}"#;
     let run = transformer(
-        &["template", "--template", file.to_str().unwrap(), "--now", "2025-02-03T04:05:06"],
+        &[
+            "template",
+            "--template",
+            file.to_str().unwrap(),
+            "--now",
+            "2025-02-03T04:05:06",
+        ],
         hi,
     );
     assert_eq!(run.code, Some(0), "{}", run.stderr);
-    assert!(run.stdout.contains("Today Date: 03 Feb 2025\n"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("Today Date: 03 Feb 2025\n"),
+        "{}",
+        run.stdout
+    );
     // Bad input, named.
     for (args, stdin, says) in [
-        (vec!["template", "--template", file.to_str().unwrap()], "{", "invalid JSON"),
-        (vec!["template", "--template", file.to_str().unwrap()], "[]", "expected a JSON object"),
-        (vec!["template", "--template", file.to_str().unwrap()], "{}", "no \"messages\""),
         (
-            vec!["template", "--template", file.to_str().unwrap(), "--now", "2025-02-30T00:00:00"],
+            vec!["template", "--template", file.to_str().unwrap()],
+            "{",
+            "invalid JSON",
+        ),
+        (
+            vec!["template", "--template", file.to_str().unwrap()],
+            "[]",
+            "expected a JSON object",
+        ),
+        (
+            vec!["template", "--template", file.to_str().unwrap()],
+            "{}",
+            "no \"messages\"",
+        ),
+        (
+            vec![
+                "template",
+                "--template",
+                file.to_str().unwrap(),
+                "--now",
+                "2025-02-30T00:00:00",
+            ],
             hi,
             "no such date",
         ),
-        (vec!["template", "--template", "/nonexistent.jinja"], hi, "/nonexistent.jinja"),
+        (
+            vec!["template", "--template", "/nonexistent.jinja"],
+            hi,
+            "/nonexistent.jinja",
+        ),
         (vec!["template"], hi, "--model"),
     ] {
         let run = transformer(&args, stdin);
         assert_ne!(run.code, Some(0), "{args:?} {stdin}");
-        assert!(run.stderr.contains(says), "{args:?} {stdin}: {}", run.stderr);
+        assert!(
+            run.stderr.contains(says),
+            "{args:?} {stdin}: {}",
+            run.stderr
+        );
     }
 }
 

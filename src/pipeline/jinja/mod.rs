@@ -33,8 +33,8 @@ pub use strftime::DateTime;
 /// What one rendering may spend before it is stopped with an error.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
-    /// VM instructions (minijinja's fuel): the largest of 70 real templates spends ~10⁵ on a
-    /// conversation with tools.
+    /// VM instructions (minijinja's fuel): the most any of the 70 real templates of
+    /// `../shared/reference/chat-templates` spends on its conversation with tools is ~2,000.
     pub fuel: u64,
     /// Bytes of rendered text.
     pub max_output_bytes: usize,
@@ -317,7 +317,7 @@ impl ChatTemplateEngine {
                 self.limits.max_output_bytes
             ))),
             Err(e) if e.kind() == ErrorKind::OutOfFuel => Err(Error::Input(format!(
-                "chat template: stopped after {} steps (a loop that does not end?) {e}",
+                "chat template: stopped after {} steps, a loop that does not end? ({e})",
                 self.limits.fuel
             ))),
             Err(e) => Err(Error::Input(format!("chat template: {e}"))),
