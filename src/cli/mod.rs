@@ -19,6 +19,7 @@ pub mod perplexity;
 pub mod score;
 pub mod serve;
 pub mod tokenize;
+pub mod template;
 pub mod train;
 pub mod train_lm;
 pub mod training;
@@ -102,6 +103,9 @@ pub enum Command {
     /// Token ids of texts under a model's tokenizer (GGUF, as llama.cpp; tokenizer.json):
     /// `--text T`, or `--json` (a JSON array of strings on stdin).
     Tokenize(tokenize::TokenizeArgs),
+    /// Render a conversation (a JSON object on stdin: messages, tools, ...) with a model's chat
+    /// template (or a .jinja file) and print the prompt exactly, as transformers renders it.
+    Template(template::TemplateArgs),
 }
 
 impl Command {
@@ -126,6 +130,7 @@ impl Command {
                 return None
             }
             Command::Tokenize(_) => return None,
+            Command::Template(_) => return None,
         })
     }
 }
@@ -163,6 +168,7 @@ fn dispatch(command: Command) -> Result<()> {
         Command::Serve(a) => serve::run(a),
         Command::Loadtest(a) => loadtest::run(a),
         Command::Tokenize(a) => tokenize::run(a),
+        Command::Template(a) => template::run(a),
     }
 }
 

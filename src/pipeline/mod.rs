@@ -7,11 +7,14 @@
 //!   and beam translation, n-best lists, scoring of given pairs, attention maps;
 //! - [`generate`]: a language-model directory (`train-lm`): sampling continuations through the
 //!   KV cache, and the perplexity of a text;
-//! - [`embed`]: a pretrained BERT encoder (e.g. all-MiniLM-L6-v2): sentence embeddings.
+//! - [`embed`]: a pretrained BERT encoder (e.g. all-MiniLM-L6-v2): sentence embeddings;
+//! - [`chat`]: conversations through a model's chat template, rendered in [`jinja`] as
+//!   transformers renders them.
 
 pub mod chat;
 pub mod embed;
 pub mod generate;
+pub mod jinja;
 pub mod translate;
 
 use crate::error::{Error, Result};

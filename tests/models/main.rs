@@ -10,6 +10,7 @@ mod gguf_common;
 
 mod beam;
 mod bleu;
+mod chat_templates;
 mod decode_interface;
 mod decoding;
 mod families;
