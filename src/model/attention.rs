@@ -56,6 +56,10 @@ pub struct MultiHeadAttention<T> {
     /// Key/value heads (`n_heads` for multi-head attention).
     pub n_kv_heads: usize,
     pub d_model: usize,
+    /// Width of each head, d_k: `d_model / n_heads` but where a checkpoint says otherwise
+    /// (Qwen3, Gemma 3), the projections then `[n_heads · d_k, d_model]` and
+    /// `W^O [d_model, n_heads · d_k]`.
+    pub d_head: usize,
     /// Rotary positions on queries and keys (self-attention only).
     pub rotary: bool,
     /// The rotary base and pairing of columns (when rotary).
@@ -159,15 +163,33 @@ impl<T: Float> MultiHeadAttention<T> {
         bias: bool,
         init: &mut impl Init,
     ) -> Self {
-        let d_kv = n_kv_heads * (d_model / n_heads);
+        Self::with_head_width(
+            d_model,
+            (n_heads, n_kv_heads, d_model / n_heads),
+            bias,
+            init,
+        )
+    }
+
+    /// [`grouped`](Self::grouped) with heads of `d_head` columns whatever `d_model` is:
+    /// `(n_heads, n_kv_heads, d_head)`; the query projection is `[n_heads · d_head, d_model]`,
+    /// the output projection `[d_model, n_heads · d_head]`.
+    pub fn with_head_width(
+        d_model: usize,
+        (n_heads, n_kv_heads, d_head): (usize, usize, usize),
+        bias: bool,
+        init: &mut impl Init,
+    ) -> Self {
+        let (d_q, d_kv) = (n_heads * d_head, n_kv_heads * d_head);
         MultiHeadAttention {
-            q_proj: Linear::with_bias(d_model, d_model, bias, init),
+            q_proj: Linear::with_bias(d_model, d_q, bias, init),
             k_proj: Linear::with_bias(d_model, d_kv, bias, init),
             v_proj: Linear::with_bias(d_model, d_kv, bias, init),
-            out_proj: Linear::with_bias(d_model, d_model, bias, init),
+            out_proj: Linear::with_bias(d_q, d_model, bias, init),
             n_heads,
             n_kv_heads,
             d_model,
+            d_head,
             rotary: false,
             rope: Rope::default(),
             rope_freq_factors: Vec::new(),
@@ -181,7 +203,13 @@ impl<T: Float> MultiHeadAttention<T> {
 
     /// Width of the keys and values, `n_kv_heads · d_k` (`d_model` without grouping).
     pub fn d_kv(&self) -> usize {
-        self.n_kv_heads * (self.d_model / self.n_heads)
+        self.n_kv_heads * self.d_head
+    }
+
+    /// Width of the queries and of the concatenated heads, `n_heads · d_k` (`d_model` unless
+    /// the heads are of their own width).
+    pub fn d_q(&self) -> usize {
+        self.n_heads * self.d_head
     }
 
     /// The same layer with attention dropout `p`.
@@ -217,7 +245,7 @@ impl<T: Float> MultiHeadAttention<T> {
     /// The same layer with per-head query and key RMSNorms (`qk_norm`) of gain `1` (from
     /// `init`), ε `eps` and gain offset `offset` (see [`RmsNorm`]).
     pub fn with_qk_norm(mut self, eps: f64, offset: f64, init: &mut impl Init) -> Self {
-        let d_head = self.d_model / self.n_heads;
+        let d_head = self.d_head;
         self.q_norm = Some(RmsNorm::new(d_head, eps, init).with_offset(offset));
         self.k_norm = Some(RmsNorm::new(d_head, eps, init).with_offset(offset));
         self
@@ -255,7 +283,7 @@ impl<T: Float> MultiHeadAttention<T> {
     /// rows at positions `pos ..` (when rotary).
     pub(super) fn rotate(&self, x: &mut [T], len: usize, heads: usize, pos: usize) {
         if self.rotary {
-            let d_head = self.d_model / self.n_heads;
+            let d_head = self.d_head;
             let factors = &self.rope_freq_factors;
             rope_forward_scaled(x, self.rope, factors, len, heads, (d_head, pos));
         }
@@ -272,7 +300,7 @@ impl<T: Float> MultiHeadAttention<T> {
             batch,
             heads: self.n_heads,
             kv_heads: self.n_kv_heads,
-            d_head: self.d_model / self.n_heads,
+            d_head: self.d_head,
             q_len,
             k_len,
             kv_stride,
@@ -438,7 +466,7 @@ impl<T: Float> MultiHeadAttention<T> {
             Some(w) => CPU.attention_backward(grads, dctx, ctx, qkv, saved, mask.windowed(w), dims),
         }
         if self.rotary {
-            let (heads, d_head) = (self.n_heads, self.d_model / self.n_heads);
+            let (heads, d_head) = (self.n_heads, self.d_head);
             let (rope, kv_heads, factors) = (self.rope, self.n_kv_heads, &self.rope_freq_factors);
             let (q_len, k_len) = (cache.dims.q_len, cache.dims.k_len);
             rope_backward_scaled(&mut dq, rope, factors, q_len, heads, (d_head, cache.q_pos));

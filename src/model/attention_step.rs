@@ -132,7 +132,7 @@ impl<T: Float> MultiHeadAttention<T> {
         assert_eq!(positions.len(), n, "one position per token");
         let mut k_new = self.keys(x);
         let mut q = self.queries(x);
-        let (d_kv, d) = (self.d_kv(), self.d_model);
+        let (d_kv, d) = (self.d_kv(), self.d_q());
         for (s, len) in runs(rows, positions) {
             let pos = positions[s];
             assert_eq!(pos, cache.row_len(rows[s]), "tokens continue their row");

@@ -102,6 +102,7 @@ impl BertConfig {
             activation_dropout: 0.0,
             rotary: false,
             n_kv_heads: self.num_attention_heads,
+            d_head: self.hidden_size / self.num_attention_heads.max(1),
             bias: true,
             normalization: super::config::Normalization::LayerNorm,
             rope_base: super::config::ROPE_BASE,

@@ -22,22 +22,23 @@ impl BlockConfig {
     /// every head's queries and keys are RMS-normalised (gains `[d_k]` of 1, with the block's ε
     /// and gain offset) before the rotation.
     pub fn attention<T: Float>(&self, rotary: bool, init: &mut impl Init) -> MultiHeadAttention<T> {
-        let (d, h, kv) = (self.d_model, self.n_heads, self.n_kv_heads);
+        let (d, h, kv, d_head) = (self.d_model, self.n_heads, self.n_kv_heads, self.d_head);
         let style = match self.rope_style {
             RopeStyle::Interleaved => rope::RopeStyle::Interleaved,
             RopeStyle::HalfSplit => rope::RopeStyle::HalfSplit,
         };
-        let mut attention = MultiHeadAttention::grouped(d, h, kv, self.bias, init)
-            .with_dropout(self.attention_dropout)
-            .with_rotary(rotary && self.rotary)
-            .with_rope(Rope {
-                base: self.rope_base,
-                style,
-            })
-            .with_scores(Scores {
-                scale: self.query_pre_attn_scalar.map(|s| 1.0 / s.sqrt()),
-                softcap: self.attn_logit_softcap,
-            });
+        let mut attention =
+            MultiHeadAttention::with_head_width(d, (h, kv, d_head), self.bias, init)
+                .with_dropout(self.attention_dropout)
+                .with_rotary(rotary && self.rotary)
+                .with_rope(Rope {
+                    base: self.rope_base,
+                    style,
+                })
+                .with_scores(Scores {
+                    scale: self.query_pre_attn_scalar.map(|s| 1.0 / s.sqrt()),
+                    softcap: self.attn_logit_softcap,
+                });
         if self.qk_norm {
             attention = attention.with_qk_norm(self.layer_norm_eps, self.norm_weight_offset, init);
         }

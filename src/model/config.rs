@@ -149,6 +149,11 @@ pub struct ModelConfig {
     /// `n_heads / n_kv_heads` query heads. Absent: `n_heads` (multi-head attention).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub n_kv_heads: Option<usize>,
+    /// Width of each attention head d_k where it is not `d_model / n_heads` (Qwen3-0.6B:
+    /// 1024 / 16 heads of 128): the query projection `[n_heads · d_k, d_model]`, the output
+    /// projection `[d_model, n_heads · d_k]`. Absent: `d_model / n_heads`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_dim: Option<usize>,
     /// Layer norm or RMSNorm (absent: layer norm).
     #[serde(default, skip_serializing_if = "is_default")]
     pub normalization: Normalization,
@@ -267,6 +272,8 @@ pub struct BlockConfig {
     pub rotary: bool,
     /// Key/value heads (grouped-query attention; `n_heads` for multi-head attention).
     pub n_kv_heads: usize,
+    /// Width of each head, d_k (`d_model / n_heads` unless a checkpoint says otherwise).
+    pub d_head: usize,
     /// Biases in the linear layers.
     pub bias: bool,
     /// Layer norm or RMSNorm.
@@ -322,6 +329,7 @@ impl ModelConfig {
             bias: true,
             scale_embeddings: true,
             n_kv_heads: None,
+            head_dim: None,
             normalization: Normalization::LayerNorm,
             rope_base: ROPE_BASE,
             rope_style: RopeStyle::Interleaved,
@@ -339,9 +347,9 @@ impl ModelConfig {
         })
     }
 
-    /// d_k = d_v = d_model / h.
+    /// d_k = d_v = d_model / h, or [`head_dim`](Self::head_dim) when set.
     pub fn d_head(&self) -> usize {
-        self.d_model / self.n_heads
+        self.head_dim.unwrap_or(self.d_model / self.n_heads)
     }
 
     /// The sliding window of decoder layer `i` ([`layer_windows`](Self::layer_windows);
@@ -405,6 +413,7 @@ impl ModelConfig {
             activation_dropout: self.activation_dropout,
             rotary: self.positions == Positions::Rotary,
             n_kv_heads: self.n_kv_heads.unwrap_or(self.n_heads),
+            d_head: self.d_head(),
             bias: self.bias,
             normalization: self.normalization,
             rope_base: self.rope_base,
@@ -475,7 +484,11 @@ impl ModelConfig {
         if self.vocab_size < 4 {
             return Err("vocab_size must hold the 4 special tokens".into());
         }
-        if !self.d_model.is_multiple_of(self.n_heads) {
+        if let Some(d) = self.head_dim {
+            if d == 0 || d > 1 << 16 {
+                return Err(format!("head_dim {d} must be in 1 ..= 65536"));
+            }
+        } else if !self.d_model.is_multiple_of(self.n_heads) {
             return Err(format!(
                 "d_model {} is not divisible by n_heads {}",
                 self.d_model, self.n_heads
@@ -489,7 +502,7 @@ impl ModelConfig {
         }
         if self.positions == Positions::Rotary && !self.d_head().is_multiple_of(2) {
             return Err(format!(
-                "d_model / n_heads = {} must be even for rotary positions",
+                "the head width d_model / n_heads (or head_dim) = {} must be even for rotary positions",
                 self.d_head()
             ));
         }

@@ -4,6 +4,9 @@
 //! against float64 loops written out here (forward), central differences (backward, the gains
 //! included), incremental decoding (every step layout and cross-attention's cached keys equal
 //! the full forward) and a language model built from a config (names, offset, training step).
+//!
+//! Also heads of their own width ([`ModelConfig::head_dim`], Qwen3-0.6B's 16 heads of 128 over
+//! a `d_model` of 1024): the same checks with `d_k ≠ d_model / h`, with and without the norms.
 
 use super::attention::MultiHeadAttention;
 use super::kv_cache::KvCache;
@@ -24,18 +27,31 @@ const EPS: f64 = 1e-6;
 /// A layer with random weights, biases and norm gains, `kv_heads` key/value heads, query/key
 /// norms with gain offset `offset`.
 fn layer(seed: u64, kv_heads: usize, rotary: bool, offset: f64) -> MultiHeadAttention<f64> {
+    layer_of(seed, (kv_heads, D / HEADS), rotary, Some(offset))
+}
+
+/// A layer of `kv_heads` key/value heads of `d_head` columns, random weights and biases,
+/// query/key norms with gain offset `offset` (random gains) when given.
+fn layer_of(
+    seed: u64,
+    (kv_heads, d_head): (usize, usize),
+    rotary: bool,
+    offset: Option<f64>,
+) -> MultiHeadAttention<f64> {
     let mut rng = Rng::new(seed);
-    let mut m = MultiHeadAttention::grouped(D, HEADS, kv_heads, true, &mut rng)
-        .with_rotary(rotary)
-        .with_qk_norm(EPS, offset, &mut rng);
+    let mut m = MultiHeadAttention::with_head_width(D, (HEADS, kv_heads, d_head), true, &mut rng)
+        .with_rotary(rotary);
     for l in [&mut m.q_proj, &mut m.k_proj, &mut m.v_proj, &mut m.out_proj] {
         for b in l.bias.as_mut().unwrap().value.data.iter_mut() {
             *b = rng.uniform_range(-0.5, 0.5);
         }
     }
-    for n in [m.q_norm.as_mut().unwrap(), m.k_norm.as_mut().unwrap()] {
-        for g in n.gain.value.data.iter_mut() {
-            *g = rng.uniform_range(0.5, 1.5) - offset;
+    if let Some(offset) = offset {
+        m = m.with_qk_norm(EPS, offset, &mut rng);
+        for n in [m.q_norm.as_mut().unwrap(), m.k_norm.as_mut().unwrap()] {
+            for g in n.gain.value.data.iter_mut() {
+                *g = rng.uniform_range(0.5, 1.5) - offset;
+            }
         }
     }
     m
@@ -84,24 +100,26 @@ fn head_norm_loops(x: &mut [f64], norm: &RmsNorm<f64>, d_head: usize) {
 /// per head, then rotated (the crate's rotation, at positions `0 ..`).
 fn qk_normed_loops(m: &MultiHeadAttention<f64>, x: &[f64], batch: usize) -> Vec<f64> {
     let len = x.len() / (batch * D);
-    let (d_head, d_kv) = (D / HEADS, m.d_kv());
+    let (d_head, d_kv, d_q) = (m.d_head, m.d_kv(), HEADS * m.d_head);
     let group = HEADS / m.n_kv_heads;
     let (mut q, mut k, v) = (
         linear_loops(x, &m.q_proj),
         linear_loops(x, &m.k_proj),
         linear_loops(x, &m.v_proj),
     );
-    head_norm_loops(&mut q, m.q_norm.as_ref().unwrap(), d_head);
-    head_norm_loops(&mut k, m.k_norm.as_ref().unwrap(), d_head);
+    if let (Some(qn), Some(kn)) = (&m.q_norm, &m.k_norm) {
+        head_norm_loops(&mut q, qn, d_head);
+        head_norm_loops(&mut k, kn, d_head);
+    }
     if m.rotary {
         rope_forward(&mut q, m.rope, len, HEADS, d_head, 0);
         rope_forward(&mut k, m.rope, len, m.n_kv_heads, d_head, 0);
     }
-    let mut ctx = vec![0.0; batch * len * D];
+    let mut ctx = vec![0.0; batch * len * d_q];
     for b in 0..batch {
         for h in 0..HEADS {
             for p in 0..len {
-                let qp = &q[(b * len + p) * D + h * d_head..][..d_head];
+                let qp = &q[(b * len + p) * d_q + h * d_head..][..d_head];
                 let at = |t: usize| (b * len + t) * d_kv + (h / group) * d_head;
                 let scores: Vec<f64> = (0..=p)
                     .map(|t| {
@@ -114,7 +132,7 @@ fn qk_normed_loops(m: &MultiHeadAttention<f64>, x: &[f64], batch: usize) -> Vec<
                 for (t, s) in scores.iter().enumerate() {
                     let weight = (s - max).exp() / z;
                     for e in 0..d_head {
-                        ctx[(b * len + p) * D + h * d_head + e] += weight * v[at(t) + e];
+                        ctx[(b * len + p) * d_q + h * d_head + e] += weight * v[at(t) + e];
                     }
                 }
             }
@@ -170,56 +188,62 @@ fn qk_normed_backward_matches_central_differences() {
         (8, 1, true, 1.0),
         (long, HEADS, true, 0.0),
     ] {
-        let mut m = layer(40 + len as u64, kv_heads, rotary, offset);
-        let lens = [len];
-        let x = uniform(len * D, 41);
-        let r = uniform(len * D, 42);
-        let loss = |m: &MultiHeadAttention<f64>, x: &[f64]| -> f64 {
-            let (y, _) = m.forward(x, x, 1, causal(&lens), None);
-            y.iter().zip(&r).map(|(a, b)| a * b).sum()
+        check_backward(layer(40 + len as u64, kv_heads, rotary, offset), len);
+    }
+}
+
+/// The backward of `m` over a causal sequence of `len` positions (inputs, every parameter:
+/// the norms' gains whole, a sample of the others) against central differences.
+fn check_backward(mut m: MultiHeadAttention<f64>, len: usize) {
+    let lens = [len];
+    let x = uniform(len * D, 41);
+    let r = uniform(len * D, 42);
+    let loss = |m: &MultiHeadAttention<f64>, x: &[f64]| -> f64 {
+        let (y, _) = m.forward(x, x, 1, causal(&lens), None);
+        y.iter().zip(&r).map(|(a, b)| a * b).sum()
+    };
+    let (_, cache) = m.forward(&x, &x, 1, causal(&lens), None);
+    m.zero_grads();
+    let (dq, dkv) = m.backward(&x, &x, cache, &r);
+    let dx: Vec<f64> = dq.iter().zip(&dkv).map(|(a, b)| a + b).collect();
+    let h = 1e-5;
+    for i in (0..x.len()).step_by(x.len() / 37 + 1) {
+        let (mut up, mut down) = (x.clone(), x.clone());
+        up[i] += h;
+        down[i] -= h;
+        let fd = (loss(&m, &up) - loss(&m, &down)) / (2.0 * h);
+        assert!(
+            (fd - dx[i]).abs() < 1e-7,
+            "len {len} dx[{i}]: {fd} vs {}",
+            dx[i]
+        );
+    }
+    let grads: Vec<(String, Vec<f64>)> = m
+        .params_mut()
+        .into_iter()
+        .map(|(n, p)| (n, p.grad.data.clone()))
+        .collect();
+    let names: Vec<&str> = grads.iter().map(|(n, _)| n.as_str()).collect();
+    let has_norms = names.contains(&"q_norm.weight") && names.contains(&"k_norm.weight");
+    assert_eq!(has_norms, m.q_norm.is_some());
+    for (pi, (name, grad)) in grads.iter().enumerate() {
+        let every = if name.contains("norm") {
+            1
+        } else {
+            grad.len() / 5 + 1
         };
-        let (_, cache) = m.forward(&x, &x, 1, causal(&lens), None);
-        m.zero_grads();
-        let (dq, dkv) = m.backward(&x, &x, cache, &r);
-        let dx: Vec<f64> = dq.iter().zip(&dkv).map(|(a, b)| a + b).collect();
-        let h = 1e-5;
-        for i in (0..x.len()).step_by(x.len() / 37 + 1) {
-            let (mut up, mut down) = (x.clone(), x.clone());
-            up[i] += h;
-            down[i] -= h;
-            let fd = (loss(&m, &up) - loss(&m, &down)) / (2.0 * h);
-            assert!(
-                (fd - dx[i]).abs() < 1e-7,
-                "len {len} dx[{i}]: {fd} vs {}",
-                dx[i]
-            );
-        }
-        let grads: Vec<(String, Vec<f64>)> = m
-            .params_mut()
-            .into_iter()
-            .map(|(n, p)| (n, p.grad.data.clone()))
-            .collect();
-        let names: Vec<&str> = grads.iter().map(|(n, _)| n.as_str()).collect();
-        assert!(names.contains(&"q_norm.weight") && names.contains(&"k_norm.weight"));
-        for (pi, (name, grad)) in grads.iter().enumerate() {
-            let every = if name.contains("norm") {
-                1
-            } else {
-                grad.len() / 5 + 1
+        for j in (0..grad.len()).step_by(every) {
+            let nudge = |m: &MultiHeadAttention<f64>, by: f64| {
+                let mut m = m.clone();
+                m.params_mut()[pi].1.value.data[j] += by;
+                loss(&m, &x)
             };
-            for j in (0..grad.len()).step_by(every) {
-                let nudge = |m: &MultiHeadAttention<f64>, by: f64| {
-                    let mut m = m.clone();
-                    m.params_mut()[pi].1.value.data[j] += by;
-                    loss(&m, &x)
-                };
-                let fd = (nudge(&m, h) - nudge(&m, -h)) / (2.0 * h);
-                assert!(
-                    (fd - grad[j]).abs() < 1e-7,
-                    "len {len} {name}[{j}]: {fd} vs {}",
-                    grad[j]
-                );
-            }
+            let fd = (nudge(&m, h) - nudge(&m, -h)) / (2.0 * h);
+            assert!(
+                (fd - grad[j]).abs() < 1e-7,
+                "len {len} {name}[{j}]: {fd} vs {}",
+                grad[j]
+            );
         }
     }
 }
@@ -417,4 +441,108 @@ fn language_model_with_qk_norm_decodes_and_trains() {
             "{before:?} -> {after:?}"
         );
     }
+}
+
+/// Heads of their own width (`d_k = 6` with `d_model = 8` and 2 heads; grouped, rotary, with
+/// and without the norms): the projections have their shapes, the forward equals the float64
+/// loops (plain and tiled kernels), the backward central differences, and decoding (dense,
+/// paged and ragged) the full forward; a language model with `head_dim` counts, decodes and
+/// trains.
+#[test]
+fn heads_of_their_own_width_match_float64_loops_decoding_and_gradients() {
+    for (kv_heads, offset) in [(1, None), (HEADS, Some(0.0))] {
+        let m = layer_of(100, (kv_heads, 6), true, offset);
+        assert_eq!(m.q_proj.weight.value.shape, [12, D]);
+        assert_eq!(m.k_proj.weight.value.shape, [6 * kv_heads, D]);
+        assert_eq!(m.out_proj.weight.value.shape, [D, 12]);
+        for (batch, len) in [(2, 7), (1, TILED_FROM_KEYS + 2)] {
+            let x = uniform(batch * len * D, 101);
+            let lens = vec![len; batch];
+            let (y, _) = m.forward(&x, &x, batch, causal(&lens), None);
+            let err = max_diff(&y, &qk_normed_loops(&m, &x, batch));
+            assert!(err < 1e-12, "len {len} kv {kv_heads}: {err:e}");
+        }
+        check_backward(m.clone(), 7);
+        // Decoding: one token a step through a paged cache, and ragged rows.
+        let (batch, len) = (2, 6);
+        let x = uniform(batch * len * D, 102);
+        let (want, _) = m.forward(&x, &x, batch, causal(&[len; 2]), None);
+        let mut cache = KvCache::new(batch, len, m.d_kv(), 2);
+        for p in 0..len {
+            let (y, _) = m.step(
+                &at_position(&x, batch, len, p),
+                &mut cache,
+                &StepLayout::dense(),
+            );
+            assert!(
+                max_diff(&y, &at_position(&want, batch, len, p)) < 1e-12,
+                "step {p}"
+            );
+        }
+        let rows = [0, 0, 0, 1];
+        let positions = [0, 1, 2, 0];
+        let xs: Vec<f64> = rows
+            .iter()
+            .zip(&positions)
+            .flat_map(|(&b, &p)| x[(b * len + p) * D..][..D].to_vec())
+            .collect();
+        let expect: Vec<f64> = rows
+            .iter()
+            .zip(&positions)
+            .flat_map(|(&b, &p)| want[(b * len + p) * D..][..D].to_vec())
+            .collect();
+        let layout = StepLayout {
+            feed: Feed::Ragged {
+                rows: &rows,
+                positions: &positions,
+            },
+            outputs: Outputs::All,
+        };
+        let mut cache = KvCache::new(batch, len, m.d_kv(), 2);
+        let (y, _) = m.step(&xs, &mut cache, &layout);
+        assert!(max_diff(&y, &expect) < 1e-12, "ragged");
+    }
+    let mut c = qk_norm_lm_config(0.0);
+    c.head_dim = Some(6);
+    c.validate().unwrap();
+    let json = serde_json::to_string(&c).unwrap();
+    assert!(json.contains(r#""head_dim":6"#), "{json}");
+    let mut m = LanguageModel::<f64>::new(c.clone(), &mut Rng::new(7));
+    assert_eq!(crate::model::lm::lm_n_params(&c), Some(m.n_params()));
+    assert_eq!(
+        m.blocks.layers[0]
+            .self_attn
+            .q_norm
+            .as_ref()
+            .unwrap()
+            .gain
+            .value
+            .shape,
+        [6]
+    );
+    let tokens: Vec<u32> = vec![1, 5, 2, 7, 3, 3, 9, 4, 0, 2];
+    let targets: Vec<u32> = tokens[1..].iter().chain(&[5]).copied().collect();
+    let (_, full) = m.evaluate_with_logprobs(&tokens, &targets, 2);
+    let mut state = m.start(2, 5);
+    for p in 0..5 {
+        let got = m.step(
+            &mut state,
+            &[tokens[p], tokens[5 + p]],
+            &StepLayout::dense(),
+        );
+        let want: Vec<f64> = (0..2)
+            .flat_map(|b| full[(b * 5 + p) * 13..(b * 5 + p + 1) * 13].to_vec())
+            .collect();
+        assert!(max_diff(&got, &want) < 1e-10, "position {p}");
+    }
+    let stats = m.forward_backward(&tokens, &targets, 2, 0.1, 1.0, None);
+    assert!(stats.loss_sum.is_finite());
+    let mut odd = c.clone();
+    odd.head_dim = Some(5);
+    assert!(
+        odd.validate().unwrap_err().contains("even"),
+        "rotary needs even heads"
+    );
+    odd.head_dim = Some(0);
+    assert!(odd.validate().unwrap_err().contains("head_dim"));
 }

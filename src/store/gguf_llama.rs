@@ -15,6 +15,7 @@
 //! | `llama.attention.head_count_kv` | [`LlamaGgufConfig::n_kv_heads`] | defaults to `head_count` (no grouping), as in llama.cpp |
 //! | `llama.attention.layer_norm_rms_epsilon` | [`LlamaGgufConfig::rms_norm_eps`] | required |
 //! | `llama.rope.freq_base` | [`LlamaGgufConfig::rope_freq_base`] | defaults to 10000, as in llama.cpp |
+//! | `llama.attention.key_length` | [`LlamaGgufConfig::key_length`] | the head size; defaults to `embedding_length / head_count`; `value_length` must equal it |
 //! | `llama.rope.dimension_count` | [`LlamaGgufConfig::rope_dim`] | defaults to the head size |
 //! | `llama.context_length` | [`LlamaGgufConfig::context_length`] | required |
 //! | `llama.vocab_size` | [`LlamaGgufConfig::vocab_size`] | else the length of `tokenizer.ggml.tokens` |
@@ -50,6 +51,9 @@ pub struct LlamaGgufConfig {
     pub rope_freq_base: f64,
     /// Dimensions of each head that RoPE rotates (`llama.rope.dimension_count`).
     pub rope_dim: usize,
+    /// Width of each head when the file states it (`llama.attention.key_length`; Qwen3's
+    /// heads need not be `d_model / n_heads` wide).
+    pub key_length: Option<usize>,
     /// Training context length (`llama.context_length`).
     pub context_length: usize,
     /// Vocabulary size.
@@ -65,6 +69,15 @@ impl LlamaGgufConfig {
         let key = |k: &str| format!("{arch}.{k}");
         let n_heads: usize = file.require(&key("attention.head_count"))?;
         let d_model: usize = file.require(&key("embedding_length"))?;
+        let key_length: Option<usize> = file.get(&key("attention.key_length"))?;
+        let value_length: Option<usize> = file.get(&key("attention.value_length"))?;
+        if value_length.is_some() && value_length != key_length {
+            return Err(bad(format!(
+                "{} {value_length:?} differs from {} {key_length:?} (not supported)",
+                key("attention.value_length"),
+                key("attention.key_length")
+            )));
+        }
         let vocab_size = match file.get::<usize>(&key("vocab_size"))? {
             Some(n) => n,
             None => file
@@ -91,8 +104,9 @@ impl LlamaGgufConfig {
                 .unwrap_or(DEFAULT_ROPE_FREQ_BASE),
             rope_dim: match file.get(&key("rope.dimension_count"))? {
                 Some(n) => n,
-                None => d_model / n_heads.max(1),
+                None => key_length.unwrap_or(d_model / n_heads.max(1)),
             },
+            key_length,
             context_length: file.require(&key("context_length"))?,
             vocab_size,
         };
@@ -100,9 +114,10 @@ impl LlamaGgufConfig {
         Ok(config)
     }
 
-    /// Size of one attention head: `d_model / n_heads`.
+    /// Size of one attention head: [`key_length`](Self::key_length), else
+    /// `d_model / n_heads`.
     pub fn head_dim(&self) -> usize {
-        self.d_model / self.n_heads
+        self.key_length.unwrap_or(self.d_model / self.n_heads)
     }
 
     fn validate(&self, arch: &str) -> std::result::Result<(), String> {
@@ -120,7 +135,10 @@ impl LlamaGgufConfig {
         if self.vocab_size == 0 {
             return Err("the vocabulary size is 0".into());
         }
-        if !self.d_model.is_multiple_of(self.n_heads) {
+        if self.key_length == Some(0) {
+            return Err(format!("{arch}.attention.key_length is 0"));
+        }
+        if self.key_length.is_none() && !self.d_model.is_multiple_of(self.n_heads) {
             return Err(format!(
                 "embedding length {} is not a multiple of the {} heads",
                 self.d_model, self.n_heads

@@ -109,7 +109,8 @@ impl DecoderTokenizer {
 
     /// The tokens after which a generation stops: none for our models (a sample runs its
     /// length); the end-of-sequence token of the others, and a chat model's end of turn
-    /// (`<|im_end|>`, `<|eot_id|>`, `<end_of_turn>`) when its vocabulary has one.
+    /// (`<|im_end|>` of Qwen, `<|eot_id|>` of Llama 3, `<end_of_turn>` of Gemma, `<|end|>` of
+    /// Phi-3) when its vocabulary has one.
     pub fn end_tokens(&self) -> Vec<u32> {
         let eos = match self {
             DecoderTokenizer::Ours(_) => return Vec::new(),
@@ -117,7 +118,7 @@ impl DecoderTokenizer {
             DecoderTokenizer::Gguf(t) => t.eos_id(),
         };
         let mut ends: Vec<u32> = eos.into_iter().collect();
-        for turn in ["<|im_end|>", "<|eot_id|>", "<end_of_turn>"] {
+        for turn in ["<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>"] {
             if let Some(id) = self.token_id(turn).filter(|id| !ends.contains(id)) {
                 ends.push(id);
             }

@@ -37,6 +37,7 @@ fn config(norm: NormPlacement, tie: bool) -> ModelConfig {
         qkv_bias: false,
         qk_norm: false,
         rope_scaling: None,
+        head_dim: None,
         attn_logit_softcap: None,
         final_logit_softcap: None,
         norm_weight_offset: 0.0,

@@ -167,15 +167,24 @@ fn check_family(family: &str) -> Option<(f64, f64)> {
         "{family}: max |Δ| to transformers: HF {hf_diff:.2e}, GGUF {gguf_diff:.2e}; \
          to llama.cpp: HF {cpp_hf:.3e}, GGUF {cpp_gguf:.3e}"
     );
-    // The tokenizer and chat setup load from either file (a refusal is printed, not failed:
-    // the pre-tokenizers are another part's work).
-    for path in [dir.join("hf"), dir.join(format!("{family}.f16.gguf"))] {
-        if let Err(e) = TextGenerator::load(&path) {
-            eprintln!(
-                "{family}: TextGenerator::load({}) fails: {e}",
-                path.display()
-            );
-        }
+    // The directory loads with its tokenizer, which stops at the end of text and at the
+    // family's end of turn.
+    let g = TextGenerator::load(&dir.join("hf")).unwrap();
+    let want: &[u32] = match family {
+        "llama" => &[1, 4],           // <|end_of_text|>, <|eot_id|>
+        "qwen2" | "qwen3" => &[0, 2], // <|endoftext|>, <|im_end|>
+        "phi3" => &[3, 5],            // <|endoftext|>, <|end|>
+        _ => unreachable!("{family}"),
+    };
+    assert_eq!(g.tokenizer.end_tokens(), want, "{family}: end tokens");
+    // The GGUF file with its own tokenizer (a refusal is printed, not failed: the GGUF
+    // pre-tokenizers are another part's work).
+    let path = dir.join(format!("{family}.f16.gguf"));
+    if let Err(e) = TextGenerator::load(&path) {
+        eprintln!(
+            "{family}: TextGenerator::load({}) fails: {e}",
+            path.display()
+        );
     }
     Some((hf_diff, gguf_diff))
 }
@@ -265,6 +274,8 @@ fn mistral_sliding_window_matches_transformers() {
     let gguf_ref = reference(&dir.join("reference-gguf"));
     let hf = load_hf(&dir.join("hf"));
     assert_eq!(hf.config.layer_windows, [Some(8), Some(8)]);
+    let g = TextGenerator::load(&dir.join("hf")).unwrap();
+    assert_eq!(g.tokenizer.end_tokens(), [2], "mistral: </s>");
     let hf_diff = check_against_hf("mistral hf", &hf, &hf_ref, HF_TOL);
 
     let file = GgufFile::open(&dir.join("mistral.f16.gguf")).unwrap();

@@ -44,6 +44,7 @@ fn config(norm: NormPlacement, tie: bool, dropout: f64, d_model: usize) -> Model
         qkv_bias: false,
         qk_norm: false,
         rope_scaling: None,
+        head_dim: None,
         attn_logit_softcap: None,
         final_logit_softcap: None,
         norm_weight_offset: 0.0,

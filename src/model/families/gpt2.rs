@@ -133,6 +133,7 @@ impl Gpt2Config {
             qkv_bias: false,
             qk_norm: false,
             rope_scaling: None,
+            head_dim: None,
             attn_logit_softcap: None,
             final_logit_softcap: None,
             norm_weight_offset: 0.0,

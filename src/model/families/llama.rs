@@ -215,6 +215,7 @@ fn llama_config(
         rope_style,
         qk_norm: false,
         rope_scaling: None,
+        head_dim: None,
         qkv_bias: false,
         attn_logit_softcap: None,
         final_logit_softcap: None,
@@ -257,16 +258,17 @@ impl LlamaConfig {
             self.rope_scaling.as_ref(),
         )?;
         let heads = self.num_attention_heads;
-        if heads == 0 || !self.hidden_size.is_multiple_of(heads) {
+        if heads == 0 {
+            return Err("num_attention_heads is 0".into());
+        }
+        // Heads of their own width (Qwen3-0.6B: 16 of 128 over hidden_size 1024).
+        let head_dim = self
+            .head_dim
+            .filter(|&d| !self.hidden_size.is_multiple_of(heads) || d != self.hidden_size / heads);
+        if head_dim.is_none() && !self.hidden_size.is_multiple_of(heads) {
             return Err(format!(
                 "hidden_size {} is not divisible by num_attention_heads {heads}",
                 self.hidden_size
-            ));
-        }
-        if let Some(d) = self.head_dim.filter(|&d| d != self.hidden_size / heads) {
-            return Err(format!(
-                "head_dim {d} differs from hidden_size / num_attention_heads {} (not supported)",
-                self.hidden_size / heads
             ));
         }
         let mut c = llama_config(
@@ -283,6 +285,7 @@ impl LlamaConfig {
             RopeStyle::HalfSplit,
         );
         (c.rope_scaling, c.qkv_bias, c.qk_norm) = (rope_scaling, v.qkv_bias, v.qk_norm);
+        c.head_dim = head_dim;
         c.layer_windows = self.layer_windows(v.windows)?;
         c.validate()?;
         Ok(c)
@@ -390,19 +393,6 @@ pub fn gguf_config_of(file: &GgufFile, v: &Variant, rope_style: RopeStyle) -> Re
             ),
         ));
     }
-    let arch = file.architecture()?;
-    for key in ["key_length", "value_length"] {
-        let key = format!("{arch}.attention.{key}");
-        if let Some(n) = file.get::<usize>(&key)?.filter(|&n| n != g.head_dim()) {
-            return Err(ckpt_err(
-                path,
-                format!(
-                    "{key} {n} differs from embedding_length / head_count {} (not supported)",
-                    g.head_dim()
-                ),
-            ));
-        }
-    }
     let output = GGUF_NAMES.export("output_proj.weight");
     let tied = file
         .tensors()
@@ -422,8 +412,9 @@ pub fn gguf_config_of(file: &GgufFile, v: &Variant, rope_style: RopeStyle) -> Re
         rope_style,
     );
     (c.qkv_bias, c.qk_norm) = (v.qkv_bias, v.qk_norm);
+    c.head_dim = (g.head_dim() * g.n_heads != g.d_model).then_some(g.head_dim());
     c.rope_scaling = super::rope_params::gguf_rope_scaling(file)?;
-    let window_key = format!("{arch}.attention.sliding_window");
+    let window_key = format!("{}.attention.sliding_window", file.architecture()?);
     if let Some(w) = file.get::<usize>(&window_key)?.filter(|&w| w > 0) {
         c.layer_windows = vec![Some(w); g.n_layers];
     }

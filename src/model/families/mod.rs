@@ -69,8 +69,11 @@ pub struct FusedTensor {
     pub name: &'static str,
     /// The parts in row order: each one's name (`{i}`: the layer) and its number of rows
     /// under a config.
-    pub parts: &'static [(&'static str, fn(&ModelConfig) -> usize)],
+    pub parts: &'static [(&'static str, PartRows)],
 }
+
+/// The rows of one part of a [`FusedTensor`] under a config.
+pub type PartRows = fn(&ModelConfig) -> usize;
 
 impl FusedTensor {
     /// The parts' names and row ranges of layer `i`'s tensor of `rows` rows, or why they do

@@ -140,6 +140,7 @@ impl LmModelSpec {
             qkv_bias: self.qkv_bias,
             qk_norm: self.qk_norm,
             rope_scaling: None,
+            head_dim: None,
             attn_logit_softcap: None,
             final_logit_softcap: None,
             norm_weight_offset: 0.0,
