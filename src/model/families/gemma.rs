@@ -50,6 +50,7 @@ pub const GEMMA2: Family = Family {
         architecture: "gemma2",
         config: gguf_config,
         names: GGUF_NAMES,
+        fused: &[],
     }),
     chat_template: None,
 };
@@ -68,6 +69,7 @@ pub const GEMMA3: Family = Family {
         architecture: "gemma3",
         config: gguf_config,
         names: GGUF_NAMES,
+        fused: &[],
     }),
     chat_template: None,
 };
