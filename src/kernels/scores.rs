@@ -51,7 +51,7 @@ impl Scores {
             let c = T::of(c);
             for (g, &s) in ds.iter_mut().zip(capped) {
                 let t = s / c;
-                *g = *g * (T::one() - t * t);
+                *g *= T::one() - t * t;
             }
         }
     }

@@ -99,9 +99,9 @@ fn geglu_matches_float64_loops_and_central_differences() {
         loops(ffn, x).iter().zip(&r).map(|(a, b)| a * b).sum()
     };
     let dx = ffn.backward(&x, cache, &r);
-    for i in 0..x.len() {
+    for (i, &got) in dx.iter().enumerate() {
         let n = numeric(&|x: &[f64]| loss(&ffn, x), &x, i, 1e-6);
-        assert!((dx[i] - n).abs() < 1e-8, "dx {i}: {} {n}", dx[i]);
+        assert!((got - n).abs() < 1e-8, "dx {i}: {got} {n}");
     }
     let grad = ffn.gate.as_ref().unwrap().weight.grad.data.clone();
     let w0 = ffn.gate.as_ref().unwrap().weight.value.data.clone();
@@ -110,9 +110,9 @@ fn geglu_matches_float64_loops_and_central_differences() {
         f.gate.as_mut().unwrap().weight.value.data = w.to_vec();
         loss(&f, &x)
     };
-    for i in 0..w0.len() {
+    for (i, &got) in grad.iter().enumerate() {
         let n = numeric(&by_gate, &w0, i, 1e-6);
-        assert!((grad[i] - n).abs() < 1e-8, "dW_gate {i}: {} {n}", grad[i]);
+        assert!((got - n).abs() < 1e-8, "dW_gate {i}: {got} {n}");
     }
 }
 
@@ -151,9 +151,9 @@ fn post_norms_match_float64_loops_and_central_differences() {
     let r = uniform(rows * d, 8);
     let dot = |y: Vec<f64>| -> f64 { y.iter().zip(&r).map(|(a, b)| a * b).sum() };
     let dx = res.backward(cache, &r, |u, _, dy| lin.backward(u, dy));
-    for i in 0..x.len() {
+    for (i, &got) in dx.iter().enumerate() {
         let n = numeric(&|x: &[f64]| dot(loops(x, &post_gain)), &x, i, 1e-6);
-        assert!((dx[i] - n).abs() < 1e-8, "dx {i}: {} {n}", dx[i]);
+        assert!((got - n).abs() < 1e-8, "dx {i}: {got} {n}");
     }
     let Some(Norm::Rms(post_after)) = &res.post_norm else {
         unreachable!()

@@ -39,8 +39,12 @@ pub struct ResidualCache<T, C> {
     pub sum: Option<Vec<T>>,
     pub norm_stats: NormStats<T>,
     /// With a post-norm: the sublayer's output (the post-norm's input) and its statistics.
-    pub post: Option<(Vec<T>, NormStats<T>)>,
+    pub post: Option<PostNormSaved<T>>,
 }
+
+/// What a post-norm's backward needs: its input `[rows, d_model]` (the sublayer's output) and
+/// statistics.
+pub type PostNormSaved<T> = (Vec<T>, NormStats<T>);
 
 impl<T: Float> Residual<T> {
     pub fn new(
@@ -81,7 +85,7 @@ impl<T: Float> Residual<T> {
 
     /// The post-norm of the sublayer's output `y` when there is one (`y` as it is otherwise),
     /// with what its backward needs.
-    fn post_normed(&self, y: Vec<T>) -> (Vec<T>, Option<(Vec<T>, NormStats<T>)>) {
+    fn post_normed(&self, y: Vec<T>) -> (Vec<T>, Option<PostNormSaved<T>>) {
         match &self.post_norm {
             None => (y, None),
             Some(norm) => {

@@ -160,8 +160,8 @@ impl Generation {
     /// (llama.cpp's pattern 2), Gemma 3 all but every `pattern`-th (pattern 6).
     fn default_local(self, i: usize, pattern: usize) -> bool {
         match self {
-            Generation::Two => i % 2 == 0,
-            Generation::Three => pattern == 0 || (i + 1) % pattern != 0,
+            Generation::Two => i.is_multiple_of(2),
+            Generation::Three => pattern == 0 || !(i + 1).is_multiple_of(pattern),
         }
     }
 }
