@@ -184,7 +184,7 @@ impl DateTime {
                     format!("{n:0width$}")
                 }
             };
-            let hour12 = if self.hour % 12 == 0 {
+            let hour12 = if self.hour.is_multiple_of(12) {
                 12
             } else {
                 self.hour % 12
