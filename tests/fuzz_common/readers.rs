@@ -264,8 +264,8 @@ fn gguf_read(file: &GgufFile, name: &str) -> Result<Outcome, String> {
     for info in file.tensors() {
         let _ = clear(file.dequantize_info(info), name)?;
     }
-    let _ = clear(LlamaGgufConfig::from_gguf(&file), name)?;
-    let tokenizer = must!(GgufTokenizer::from_gguf(&file), name);
+    let _ = clear(LlamaGgufConfig::from_gguf(file), name)?;
+    let tokenizer = must!(GgufTokenizer::from_gguf(file), name);
     let ids = must!(tokenizer.encode(SAMPLE), "");
     let _ = tokenizer.decode(&ids);
     let _ = tokenizer.decode_bytes(&[0, 1, 999_999]);
