@@ -280,8 +280,8 @@ fn gguf_read(file: &GgufFile, name: &str) -> Result<Outcome, String> {
             w.product(&mut y, &vec![1f32; w.cols()], 1);
         }
     }
-    let _ = clear(LlamaGgufConfig::from_gguf(&file), name)?;
-    let tokenizer = must!(GgufTokenizer::from_gguf(&file), name);
+    let _ = clear(LlamaGgufConfig::from_gguf(file), name)?;
+    let tokenizer = must!(GgufTokenizer::from_gguf(file), name);
     let ids = must!(tokenizer.encode(SAMPLE), "");
     let _ = tokenizer.decode(&ids);
     let _ = tokenizer.decode_bytes(&[0, 1, 999_999]);

@@ -447,7 +447,7 @@ impl BlockMatrix {
     /// Rust.
     fn tail_block(&self, acts: &BlockActs, o: usize, r: usize) -> f32 {
         let nb = self.nb;
-        if nb % 2 == 0 {
+        if nb.is_multiple_of(2) {
             return 0.0;
         }
         let b = nb - 1;
