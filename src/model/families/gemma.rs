@@ -279,6 +279,7 @@ fn gemma_config(
         rope_base: ROPE_BASE,
         rope_style: RopeStyle::HalfSplit,
         rope_scaling: None,
+        head_dim: None,
         qkv_bias: false,
         qk_norm: false,
         attn_logit_softcap: None,
@@ -378,16 +379,17 @@ impl GemmaConfig {
             return Err("tie_word_embeddings false is not supported for Gemma".into());
         }
         let heads = self.num_attention_heads;
-        if heads == 0 || !self.hidden_size.is_multiple_of(heads) {
+        if heads == 0 {
+            return Err("num_attention_heads is 0".into());
+        }
+        // Heads of their own width (Gemma 2 2B: 8 of 256 over hidden_size 2304).
+        let head_dim = self
+            .head_dim
+            .filter(|&d| !self.hidden_size.is_multiple_of(heads) || d != self.hidden_size / heads);
+        if head_dim.is_none() && !self.hidden_size.is_multiple_of(heads) {
             return Err(format!(
                 "hidden_size {} is not divisible by num_attention_heads {heads}",
                 self.hidden_size
-            ));
-        }
-        if let Some(d) = self.head_dim.filter(|&d| d != self.hidden_size / heads) {
-            return Err(format!(
-                "head_dim {d} differs from hidden_size / num_attention_heads {} (not supported)",
-                self.hidden_size / heads
             ));
         }
         let n = self.num_hidden_layers;
@@ -432,6 +434,7 @@ impl GemmaConfig {
             self.max_position_embeddings,
             1.0,
         );
+        c.head_dim = head_dim;
         c.layer_windows = local
             .iter()
             .map(|&l| if l { window } else { None })
@@ -515,14 +518,15 @@ fn gguf_config(file: &GgufFile) -> Result<ModelConfig> {
             g.head_dim()
         )));
     }
-    for k in ["attention.key_length", "attention.value_length"] {
-        if let Some(d) = file.get::<usize>(&key(k))?.filter(|&d| d != g.head_dim()) {
-            return Err(bad(format!(
-                "{} {d} differs from embedding_length / head_count {} (not supported)",
-                key(k),
-                g.head_dim()
-            )));
-        }
+    if let Some(d) = file
+        .get::<usize>(&key("attention.value_length"))?
+        .filter(|&d| d != g.head_dim())
+    {
+        return Err(bad(format!(
+            "{} {d} differs from the key size {} (not supported)",
+            key("attention.value_length"),
+            g.head_dim()
+        )));
     }
     let output = GGUF_NAMES.export("output_proj.weight");
     if let Some(name) = output {
@@ -574,6 +578,7 @@ fn gguf_config(file: &GgufFile) -> Result<ModelConfig> {
         g.context_length,
         0.0,
     );
+    c.head_dim = (g.head_dim() * g.n_heads != g.d_model).then_some(g.head_dim());
     c.layer_windows = (0..g.n_layers)
         .map(|i| {
             let local = pattern == 0 || i % pattern < pattern - 1;
@@ -701,9 +706,18 @@ mod tests {
     }
 
     #[test]
+    fn heads_of_their_own_width_are_read() {
+        // Gemma 2 2B's shape: heads wider than hidden_size / num_attention_heads.
+        let c = gemma2_json(|v| v["head_dim"] = 64.into()).unwrap();
+        assert_eq!(c.head_dim, Some(64));
+        let same = gemma2_json(|_| {}).unwrap();
+        assert_eq!(same.head_dim, None);
+    }
+
+    #[test]
     fn what_gemma_does_not_compute_is_refused_by_name() {
         type Edit = fn(&mut serde_json::Value);
-        let cases: [(&str, Edit); 7] = [
+        let cases: [(&str, Edit); 6] = [
             ("hidden_activation", |v| {
                 v["hidden_activation"] = "gelu".into()
             }),
@@ -714,7 +728,6 @@ mod tests {
             ("tie_word_embeddings", |v| {
                 v["tie_word_embeddings"] = false.into()
             }),
-            ("head_dim", |v| v["head_dim"] = 64.into()),
             ("layer_types", |v| {
                 v["layer_types"] = serde_json::json!(["full_attention"])
             }),
