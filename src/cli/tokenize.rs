@@ -30,7 +30,7 @@ pub struct TokenizeArgs {
     /// Print the ids of this one text (a JSON array).
     #[arg(long, value_name = "T")]
     pub text: Option<String>,
-    /// Add the special tokens the model adds around a text (BOS/EOS; BERT's [CLS]/[SEP]).
+    /// Add the special tokens the model adds around a text (BOS/EOS; BERT's `[CLS]`/`[SEP]`).
     #[arg(long)]
     pub add_special: bool,
     /// Recognise special (control) tokens written in the text.
