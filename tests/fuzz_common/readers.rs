@@ -234,6 +234,10 @@ pub fn gguf(bytes: &[u8]) -> Result<Outcome, String> {
     gguf_read(&file, name)
 }
 
+/// The widest block tensor the readers multiply (a mutated header can claim 2^40 columns of
+/// no rows, which packs: the test's activation row would not fit in memory).
+const MAX_PRODUCT_COLS: usize = 1 << 20;
+
 /// A GGUF file written into `dir` and opened through its memory map, as the command line
 /// opens one: what [`gguf`] reads, then every tensor in a ggml block format multiplied where
 /// the map holds it.
@@ -250,6 +254,11 @@ pub fn gguf_mapped(dir: &Path, bytes: &[u8]) -> Result<Outcome, String> {
             continue;
         };
         let (rows, cols) = info.rows_cols();
+        // A tensor of no rows has no bytes whatever its width: only the product's own
+        // activations would be large (the file's bytes bound everything else).
+        if rows == 0 || cols > MAX_PRODUCT_COLS {
+            continue;
+        }
         if let Ok(Some(w)) = pack_ggml(info.ggml_type, data, rows, cols) {
             let x: Vec<f32> = (0..2 * cols).map(|i| (i % 7) as f32 - 3.0).collect();
             let mut y = vec![0f32; 2 * rows];
@@ -276,6 +285,9 @@ fn gguf_read(file: &GgufFile, name: &str) -> Result<Outcome, String> {
         let packed = pack_ggml(info.ggml_type, bytes, rows, cols)
             .map_err(|e| format!("{name}: tensor {}: {e}", info.name));
         if let Ok(Some(w)) = clear(packed, name)? {
+            if w.rows() == 0 || w.cols() > MAX_PRODUCT_COLS {
+                continue;
+            }
             let mut y = vec![0f32; w.rows()];
             w.product(&mut y, &vec![1f32; w.cols()], 1);
         }
