@@ -1,0 +1,209 @@
+//! [`ModelConfig::validate`]: the invariants the model relies on, and the options of the later
+//! families (rope scaling, sliding windows, Gemma's) checked by name.
+
+use super::{ModelConfig, NormPlacement, Normalization, Positions, RopeScaling, MAX_LAYERS};
+
+impl ModelConfig {
+    /// Checks the invariants the model relies on; the message names the offending field.
+    pub fn validate(&self) -> Result<(), String> {
+        let positive = [
+            ("vocab_size", self.vocab_size),
+            ("d_model", self.d_model),
+            ("n_heads", self.n_heads),
+            ("d_ff", self.d_ff),
+            ("max_len", self.max_len),
+        ];
+        for (name, n) in [
+            ("n_encoder_layers", self.n_encoder_layers),
+            ("n_decoder_layers", self.n_decoder_layers),
+        ] {
+            if n > MAX_LAYERS {
+                return Err(format!("{name} {n} is above the supported {MAX_LAYERS}"));
+            }
+        }
+        for (name, v) in positive {
+            if v == 0 {
+                return Err(format!("{name} must be positive"));
+            }
+        }
+        if self.max_len > 1 << 16 {
+            return Err(format!(
+                "max_len {} is above the supported 65536",
+                self.max_len
+            ));
+        }
+        if self.vocab_size < 4 {
+            return Err("vocab_size must hold the 4 special tokens".into());
+        }
+        if let Some(d) = self.head_dim {
+            if d == 0 || d > 1 << 16 {
+                return Err(format!("head_dim {d} must be in 1 ..= 65536"));
+            }
+        } else if !self.d_model.is_multiple_of(self.n_heads) {
+            return Err(format!(
+                "d_model {} is not divisible by n_heads {}",
+                self.d_model, self.n_heads
+            ));
+        }
+        if !self.d_model.is_multiple_of(2) {
+            return Err(format!(
+                "d_model {} must be even for sinusoidal positions",
+                self.d_model
+            ));
+        }
+        if self.positions == Positions::Rotary && !self.d_head().is_multiple_of(2) {
+            return Err(format!(
+                "the head width d_model / n_heads (or head_dim) = {} must be even for rotary positions",
+                self.d_head()
+            ));
+        }
+        for (name, p) in [
+            ("dropout", self.dropout),
+            ("attention_dropout", self.attention_dropout),
+            ("activation_dropout", self.activation_dropout),
+        ] {
+            if !(0.0..1.0).contains(&p) {
+                return Err(format!("{name} {p} must be in [0, 1)"));
+            }
+        }
+        if self.layer_norm_eps.is_nan() || self.layer_norm_eps <= 0.0 {
+            return Err("layer_norm_eps must be positive".into());
+        }
+        if let Some(kv) = self.n_kv_heads {
+            if kv == 0 || !self.n_heads.is_multiple_of(kv) {
+                return Err(format!(
+                    "n_kv_heads {kv} must divide n_heads {} (each key/value head serves a \
+                     group of query heads)",
+                    self.n_heads
+                ));
+            }
+        }
+        if !(self.rope_base.is_finite() && self.rope_base > 1.0) {
+            return Err(format!(
+                "rope_base {} must be a number above 1",
+                self.rope_base
+            ));
+        }
+        self.validate_family_options()
+    }
+
+    /// The options later model families need: refuses those not computed yet, by name, and
+    /// values out of range, so that no config is silently computed as another model.
+    fn validate_family_options(&self) -> Result<(), String> {
+        self.validate_rope_scaling()?;
+        if self.layer_windows.contains(&Some(0)) {
+            return Err(
+                "layer_windows asks for a window of 0 keys (a query must see at least itself)"
+                    .into(),
+            );
+        }
+        if !self.layer_windows.is_empty() && self.layer_windows.len() != self.n_decoder_layers {
+            return Err(format!(
+                "layer_windows has {} entries for {} decoder layers",
+                self.layer_windows.len(),
+                self.n_decoder_layers
+            ));
+        }
+        if let Some(c) = self.final_logit_softcap {
+            if !(c.is_finite() && c > 0.0) {
+                return Err(format!("final_logit_softcap {c} must be a positive number"));
+            }
+        }
+        self.validate_gemma_options()?;
+        if let Some(s) = self.embedding_scale {
+            if !s.is_finite() {
+                return Err(format!("embedding_scale {s} must be a finite number"));
+            }
+        }
+        if self.norm_weight_offset != 0.0 {
+            if !self.norm_weight_offset.is_finite() {
+                return Err(format!(
+                    "norm_weight_offset {} must be a finite number",
+                    self.norm_weight_offset
+                ));
+            }
+            if self.normalization != Normalization::RmsNorm {
+                return Err(
+                    "norm_weight_offset with layer_norm is not supported yet (RMSNorm only)".into(),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// [`rope_scaling`](Self::rope_scaling): rotary positions only, finite positive values,
+    /// one factor per rotated pair.
+    fn validate_rope_scaling(&self) -> Result<(), String> {
+        let Some(scaling) = &self.rope_scaling else {
+            return Ok(());
+        };
+        if self.positions != Positions::Rotary {
+            return Err("rope_scaling is set but the positions are not rotary".into());
+        }
+        let positive = |name: &str, v: f64| {
+            if v.is_finite() && v > 0.0 {
+                Ok(())
+            } else {
+                Err(format!("rope_scaling {name} {v} must be a positive number"))
+            }
+        };
+        match scaling {
+            &RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings,
+            } => {
+                positive("factor", factor)?;
+                positive("low_freq_factor", low_freq_factor)?;
+                positive("high_freq_factor", high_freq_factor)?;
+                positive(
+                    "original_max_position_embeddings",
+                    original_max_position_embeddings,
+                )?;
+                if low_freq_factor >= high_freq_factor {
+                    return Err(format!(
+                        "rope_scaling low_freq_factor {low_freq_factor} must be below \
+                         high_freq_factor {high_freq_factor}"
+                    ));
+                }
+            }
+            RopeScaling::FreqFactors { factors } => {
+                if factors.len() != self.d_head() / 2 {
+                    return Err(format!(
+                        "rope_scaling has {} frequency factors for {} rotated pairs per head",
+                        factors.len(),
+                        self.d_head() / 2
+                    ));
+                }
+                for &f in factors {
+                    positive("frequency factor", f)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ModelConfig {
+    /// The Gemma 2 / Gemma 3 options: positive finite numbers, post-norms on pre-LN blocks.
+    fn validate_gemma_options(&self) -> Result<(), String> {
+        let positive = [
+            ("attn_logit_softcap", self.attn_logit_softcap),
+            ("query_pre_attn_scalar", self.query_pre_attn_scalar),
+            ("sliding_rope_base", self.sliding_rope_base),
+        ];
+        for (name, value) in positive {
+            if let Some(v) = value.filter(|v| !(v.is_finite() && *v > 0.0)) {
+                return Err(format!("{name} {v} must be a positive number"));
+            }
+        }
+        if let Some(b) = self.sliding_rope_base.filter(|&b| b <= 1.0) {
+            return Err(format!("sliding_rope_base {b} must be a number above 1"));
+        }
+        if self.post_norms && self.norm != NormPlacement::PreLn {
+            return Err("post_norms needs pre-LN blocks (norm pre-ln)".into());
+        }
+        Ok(())
+    }
+}
