@@ -27,26 +27,29 @@ fn families_dir() -> Option<PathBuf> {
     }
 }
 
+/// One id sequence of a reference (`reference.json`).
 #[derive(serde::Deserialize)]
-struct Sequence {
-    name: String,
-    input_ids: Vec<u32>,
-    greedy_ids: Vec<u32>,
-    greedy_top1_margins: Vec<f64>,
+pub(super) struct Sequence {
+    pub(super) name: String,
+    pub(super) input_ids: Vec<u32>,
+    pub(super) greedy_ids: Vec<u32>,
+    pub(super) greedy_top1_margins: Vec<f64>,
 }
 
+/// A reference's `reference.json`.
 #[derive(serde::Deserialize)]
-struct Reference {
-    sequences: Vec<Sequence>,
+pub(super) struct Reference {
+    pub(super) sequences: Vec<Sequence>,
 }
 
 /// A family's reference (`reference-hf` or `reference-gguf`): the sequences and the logits.
-fn reference(dir: &Path) -> (Reference, TensorMap) {
+pub(super) fn reference(dir: &Path) -> (Reference, TensorMap) {
     let r = serde_json::from_slice(&std::fs::read(dir.join("reference.json")).unwrap()).unwrap();
     (r, read_tensors(&dir.join("logits.safetensors")).unwrap())
 }
 
-fn max_diff(ours: &[f32], theirs: &[f32]) -> f64 {
+/// The largest |ours - theirs|, in float64.
+pub(super) fn max_diff(ours: &[f32], theirs: &[f32]) -> f64 {
     assert_eq!(ours.len(), theirs.len());
     ours.iter()
         .zip(theirs)

@@ -7,12 +7,12 @@
 //! identical at every step up to the first whose reference margin is 1e-3 or less. The largest
 //! difference to llama.cpp's own logits is printed.
 
+use super::families::{max_diff, reference};
 use std::path::{Path, PathBuf};
 use transformer::model::families::{self, load_gguf, GgufWeights};
 use transformer::model::step_layout::StepLayout;
 use transformer::model::LanguageModel;
 use transformer::store::gguf::GgufFile;
-use transformer::store::read_tensors;
 
 fn families_dir() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/reference/families");
@@ -24,34 +24,6 @@ fn families_dir() -> Option<PathBuf> {
         );
         None
     }
-}
-
-#[derive(serde::Deserialize)]
-struct Sequence {
-    name: String,
-    input_ids: Vec<u32>,
-    greedy_ids: Vec<u32>,
-    greedy_top1_margins: Vec<f64>,
-}
-
-#[derive(serde::Deserialize)]
-struct Reference {
-    sequences: Vec<Sequence>,
-}
-
-/// The reference's sequences and its logits by name.
-type Logits = std::collections::HashMap<String, (Vec<usize>, Vec<f32>)>;
-fn reference(dir: &Path) -> (Reference, Logits) {
-    let r = serde_json::from_slice(&std::fs::read(dir.join("reference.json")).unwrap()).unwrap();
-    (r, read_tensors(&dir.join("logits.safetensors")).unwrap())
-}
-
-fn max_diff(ours: &[f32], theirs: &[f32]) -> f64 {
-    assert_eq!(ours.len(), theirs.len());
-    ours.iter()
-        .zip(theirs)
-        .map(|(a, b)| (*a as f64 - *b as f64).abs())
-        .fold(0.0, f64::max)
 }
 
 /// `row` as log-probabilities, in float64.
