@@ -24,6 +24,10 @@ pub struct BenchArgs {
     pub preset: String,
     #[command(flatten)]
     pub pool: ThreadsArgs,
+    /// The widest low-precision kernel to use: portable, avx2 or avx512 (as
+    /// TRANSFORMER_KERNEL; refused where the CPU lacks it). Default: the widest this CPU runs.
+    #[arg(long)]
+    pub kernel: Option<String>,
     /// Sentence pairs per batch (the encoder-decoder step only).
     #[arg(long, default_value_t = 16)]
     pub batch: usize,

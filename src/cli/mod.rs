@@ -141,6 +141,20 @@ impl Command {
 /// instead of waking the pool from outside and sleeping until it is done (with one thread,
 /// they run inline with no hand-off at all).
 pub fn run(cli: Cli) -> Result<()> {
+    // TRANSFORMER_KERNEL caps the low-precision kernels; a name this CPU cannot run is refused
+    // here, before any work, rather than quietly ignored.
+    if let Some(kernel) = crate::kernels::lowp::kernel_from_env().map_err(anyhow::Error::msg)? {
+        crate::kernels::lowp::set_kernel_cap(kernel);
+    }
+    if let Command::Bench(a) = &cli.command {
+        if let Some(name) = &a.kernel {
+            let kernel = crate::kernels::lowp::Kernel::parse(name).map_err(anyhow::Error::msg)?;
+            if !crate::kernels::lowp::cpu_has(kernel) {
+                anyhow::bail!("--kernel {name}: this CPU does not have the {name} instructions");
+            }
+            crate::kernels::lowp::set_kernel_cap(kernel);
+        }
+    }
     match cli.command.threads() {
         Some(threads) => {
             set_threads(threads)?;

@@ -165,8 +165,12 @@ impl PackedFormat for Bf16Matrix {
         self.cols
     }
 
-    fn simd_available(&self) -> bool {
-        super::has_avx512_bf16()
+    fn runs(&self, kernel: Kernel) -> bool {
+        match kernel {
+            Kernel::Portable => true,
+            Kernel::Avx2 => false,
+            Kernel::Avx512 => super::has_avx512_bf16(),
+        }
     }
 
     fn quantize_acts(&self, x: &[f32], n: usize) -> Bf16Acts {
@@ -187,7 +191,7 @@ impl PackedFormat for Bf16Matrix {
             }
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx512 => {
-                // SAFETY: product_with only passes Avx512 after simd_available() (the CPU has
+                // SAFETY: product_with only passes Avx512 after runs(Avx512) (the CPU has
                 // AVX-512F and BF16); every row here is `stride` long, a multiple of 32.
                 unsafe {
                     match out.len() {
@@ -198,8 +202,9 @@ impl PackedFormat for Bf16Matrix {
                     }
                 }
             }
+            Kernel::Avx2 => unreachable!("no AVX2 kernel for bf16 yet (runs is false)"),
             #[cfg(not(target_arch = "x86_64"))]
-            Kernel::Avx512 => unreachable!("simd_available is false off x86_64"),
+            Kernel::Avx512 => unreachable!("runs(Avx512) is false off x86_64"),
         }
     }
 }

@@ -96,11 +96,7 @@ impl Bf16Panels {
 
 /// The fastest kernel this CPU runs for [`bf16_matmul`].
 pub fn best_kernel() -> Kernel {
-    if super::has_avx512_bf16() {
-        Kernel::Avx512
-    } else {
-        Kernel::Portable
-    }
+    super::widest_kernel(|k| k == Kernel::Avx512 && super::has_avx512_bf16())
 }
 
 /// `c [m, n] = bf16(a) · b` (`c +=` when `accumulate`), `a [m, k]` any strides, `c`
@@ -118,7 +114,7 @@ pub fn bf16_matmul(
     assert_eq!(k, b.k, "bf16 matmul: inner dimensions differ");
     assert_eq!(c.len(), m * n, "bf16 matmul: c is not [m, n]");
     assert!(
-        kernel == Kernel::Portable || super::has_avx512_bf16(),
+        kernel == Kernel::Portable || (kernel == Kernel::Avx512 && super::has_avx512_bf16()),
         "the AVX-512 BF16 kernel was asked for on a CPU without it"
     );
     if !accumulate {
@@ -207,6 +203,7 @@ fn micro(kernel: Kernel, kp: usize, a: &[u32], b: &[u16], tile: &mut [[f32; NR];
         // SAFETY: bf16_matmul only passes Avx512 where has_avx512_bf16() (AVX-512F and BF16);
         // the lengths were checked just above.
         Kernel::Avx512 => unsafe { avx512::micro(kp, a, b, tile) },
+        Kernel::Avx2 => unreachable!("bf16_matmul refuses Avx2 (no AVX2 bf16 panels kernel)"),
         #[cfg(not(target_arch = "x86_64"))]
         Kernel::Avx512 => unreachable!("has_avx512_bf16 is false off x86_64"),
     }

@@ -480,8 +480,12 @@ impl PackedFormat for BlockMatrix {
         self.cols
     }
 
-    fn simd_available(&self) -> bool {
-        super::has_vnni()
+    fn runs(&self, kernel: Kernel) -> bool {
+        match kernel {
+            Kernel::Portable => true,
+            Kernel::Avx2 => false,
+            Kernel::Avx512 => super::has_vnni(),
+        }
     }
 
     fn quantize_acts(&self, x: &[f32], n: usize) -> BlockActs {
@@ -502,7 +506,7 @@ impl PackedFormat for BlockMatrix {
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx512 => {
                 assert!(o < self.rows && (r0 + out.len()) * acts.nb <= acts.e.len());
-                // SAFETY: Avx512 is only passed after simd_available() (AVX-512F/BW/VL and
+                // SAFETY: Avx512 is only passed after runs(Avx512) (AVX-512F/BW/VL and
                 // VNNI present); the assertion above bounds o and the activation rows;
                 // `self.blocks` holds rows · nb whole blocks (checked by in_place) and
                 // `q8_offsets` (Q8_0) one offset per block; `acts` came from self.quantize,
@@ -519,8 +523,9 @@ impl PackedFormat for BlockMatrix {
                     *v += self.tail_block(acts, o, r0 + i);
                 }
             }
+            Kernel::Avx2 => unreachable!("no AVX2 kernel for the ggml blocks yet (runs is false)"),
             #[cfg(not(target_arch = "x86_64"))]
-            Kernel::Avx512 => unreachable!("simd_available is false off x86_64"),
+            Kernel::Avx512 => unreachable!("runs(Avx512) is false off x86_64"),
         }
     }
 }

@@ -213,9 +213,13 @@ impl Int8Matrix {
         self.q.len() + self.scale.len() * 8
     }
 
-    /// Whether [`Kernel::Avx512`] runs on this CPU.
-    pub fn simd_available(&self) -> bool {
-        super::has_vnni()
+    /// Whether `kernel` runs on this CPU for int8.
+    pub fn runs(&self, kernel: Kernel) -> bool {
+        match kernel {
+            Kernel::Portable => true,
+            Kernel::Avx2 => false,
+            Kernel::Avx512 => super::has_vnni(),
+        }
     }
 
     /// Quantises `x [n, cols]` per row into `u = p + 128` (with `kernel`'s instructions: the
@@ -230,7 +234,7 @@ impl Int8Matrix {
         {
             let s = match kernel {
                 #[cfg(target_arch = "x86_64")]
-                // SAFETY: product only passes Avx512 after simd_available() (AVX-512F).
+                // SAFETY: product only passes Avx512 after runs(Avx512) (AVX-512F).
                 Kernel::Avx512 => unsafe { quantize_row_avx512(src, dst) },
                 _ => quantize_row(src, dst),
             };
@@ -244,7 +248,7 @@ impl Int8Matrix {
     pub fn product(&self, kernel: Kernel, y: &mut [f32], x: &[f32], rows: usize) {
         let d_out = self.rows;
         let shape = (d_out, self.cols);
-        if !super::check_operands(shape, y, x, rows, kernel, self.simd_available()) {
+        if !super::check_operands(shape, y, x, rows, kernel, self.runs(kernel)) {
             return;
         }
         let acts = self.quantize_acts(kernel, x, rows);
@@ -329,7 +333,7 @@ impl Int8Matrix {
                             }
                         };
                     }
-                    // SAFETY: product_with only passes Avx512 after simd_available()
+                    // SAFETY: product only passes Avx512 after runs(Avx512)
                     // (AVX-512F and VNNI present). The tile reads panels p0 .. p0 + panels
                     // (inside q, padded to whole panels), rows r0 .. r0 + R of u and t, and
                     // writes rows r0 .. r0 + R of y at this group's outputs, the last panel's
@@ -342,8 +346,9 @@ impl Int8Matrix {
                     }
                 }
             }
+            Kernel::Avx2 => unreachable!("no AVX2 kernel for int8 yet (runs is false)"),
             #[cfg(not(target_arch = "x86_64"))]
-            Kernel::Avx512 => unreachable!("simd_available is false off x86_64"),
+            Kernel::Avx512 => unreachable!("runs(Avx512) is false off x86_64"),
         }
     }
 

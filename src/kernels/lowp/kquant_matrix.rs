@@ -496,8 +496,12 @@ impl PackedFormat for KQuantMatrix {
 
     /// The AVX-512 VNNI kernel multiplies the K-quants (the 32-blocks have only the portable
     /// one).
-    fn simd_available(&self) -> bool {
-        self.block == QK_K && super::has_vnni()
+    fn runs(&self, kernel: Kernel) -> bool {
+        match kernel {
+            Kernel::Portable => true,
+            Kernel::Avx2 => false,
+            Kernel::Avx512 => self.block == QK_K && super::has_vnni(),
+        }
     }
 
     fn quantize_acts(&self, x: &[f32], n: usize) -> KQuantActs {
@@ -510,21 +514,22 @@ impl PackedFormat for KQuantMatrix {
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx512 => {
                 assert!(
-                    self.simd_available(),
+                    self.runs(Kernel::Avx512),
                     "the AVX-512 kernel needs VNNI and K-quants"
                 );
                 let offset = self.unsigned_offset();
                 self.tile_with(acts, o, r0, out, |u, p, bsums| {
                     let p: &[i8; QK_K] = p.try_into().expect("a super-block of activations");
-                    // SAFETY: simd_available() checked AVX-512F/BW/VNNI; the unpacked values
+                    // SAFETY: runs(Avx512) checked AVX-512F/BW/VNNI; the unpacked values
                     // plus this type's offset are in [0, 63] (Q2_K..Q6_K), so unsigned bytes.
                     let shifted = unsafe { avx512::shifted_sum(&u.q, offset, &u.scale, p) };
                     let taken: i32 = u.scale.iter().zip(bsums).map(|(&s, &b)| s * b).sum();
                     shifted - i32::from(offset) * taken
                 })
             }
+            Kernel::Avx2 => unreachable!("no AVX2 kernel for the K-quants yet (runs is false)"),
             #[cfg(not(target_arch = "x86_64"))]
-            Kernel::Avx512 => unreachable!("simd_available is false off x86_64"),
+            Kernel::Avx512 => unreachable!("runs(Avx512) is false off x86_64"),
         }
     }
 }

@@ -49,13 +49,124 @@ pub const ROW_TILE: usize = 4;
 /// Output rows (weight rows) per parallel task.
 const OUT_ROWS_PER_TASK: usize = 16;
 
-/// Which implementation of a product runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Which implementation of a product runs, from the plainest to the widest; a format runs
+/// [`Kernel::Portable`] always and a SIMD kernel only where it has one and the CPU has the
+/// instructions ([`PackedFormat::runs`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kernel {
-    /// Plain Rust, every machine.
+    /// Plain Rust, every machine (the reference the SIMD kernels are tested against).
     Portable,
+    /// AVX2 with FMA and F16C (256-bit vectors; `vpmaddubsw` / `vpmaddwd` for the integer
+    /// formats); only where the CPU has them ([`cpu_has`]).
+    Avx2,
     /// AVX-512 (VNNI for the integer formats, BF16 for bf16); only where the CPU has it.
     Avx512,
+}
+
+impl Kernel {
+    /// Every kernel, plainest first.
+    pub const ALL: [Kernel; 3] = [Kernel::Portable, Kernel::Avx2, Kernel::Avx512];
+
+    /// The name `TRANSFORMER_KERNEL` and `--kernel` use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernel::Portable => "portable",
+            Kernel::Avx2 => "avx2",
+            Kernel::Avx512 => "avx512",
+        }
+    }
+
+    /// `portable`, `avx2` or `avx512`.
+    pub fn parse(name: &str) -> Result<Kernel, String> {
+        Kernel::ALL
+            .into_iter()
+            .find(|k| k.name() == name)
+            .ok_or_else(|| format!("unknown kernel {name:?} (portable, avx2 or avx512)"))
+    }
+}
+
+/// Whether this CPU has the instructions of `kernel`'s integer products: AVX2 + FMA + F16C
+/// for [`Kernel::Avx2`], AVX-512F/BW/VL + VNNI for [`Kernel::Avx512`] (bf16's AVX-512 kernel
+/// also needs [`has_avx512_bf16`]).
+pub fn cpu_has(kernel: Kernel) -> bool {
+    match kernel {
+        Kernel::Portable => true,
+        Kernel::Avx2 => has_avx2(),
+        Kernel::Avx512 => has_vnni(),
+    }
+}
+
+/// Whether this CPU runs the AVX2 kernels (AVX2, FMA and F16C).
+pub fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The environment variable that caps the kernels: `portable`, `avx2` or `avx512`.
+pub const KERNEL_ENV: &str = "TRANSFORMER_KERNEL";
+
+static KERNEL_CAP: std::sync::OnceLock<std::sync::RwLock<Kernel>> = std::sync::OnceLock::new();
+
+fn kernel_cap_lock() -> &'static std::sync::RwLock<Kernel> {
+    KERNEL_CAP.get_or_init(|| {
+        // A value that does not parse, or names a kernel this CPU lacks, caps nothing here:
+        // the binary refuses it at start through `kernel_from_env`.
+        let cap = std::env::var(KERNEL_ENV)
+            .ok()
+            .and_then(|v| Kernel::parse(v.trim()).ok())
+            .unwrap_or(Kernel::Avx512);
+        std::sync::RwLock::new(cap)
+    })
+}
+
+/// The widest kernel products may use: [`KERNEL_ENV`] when set, else [`Kernel::Avx512`]
+/// (no cap). Each format runs the widest kernel at or below it that it has and the CPU runs.
+pub fn kernel_cap() -> Kernel {
+    *kernel_cap_lock().read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Caps the kernels for the rest of the process (what `--kernel` and [`KERNEL_ENV`] set).
+pub fn set_kernel_cap(cap: Kernel) {
+    *kernel_cap_lock().write().unwrap_or_else(|e| e.into_inner()) = cap;
+}
+
+/// The kernel [`KERNEL_ENV`] asks for (`None` when unset), or why it cannot run here: an
+/// unknown name, or a kernel this CPU does not have.
+pub fn kernel_from_env() -> Result<Option<Kernel>, String> {
+    let Ok(value) = std::env::var(KERNEL_ENV) else {
+        return Ok(None);
+    };
+    let kernel = Kernel::parse(value.trim()).map_err(|e| format!("{KERNEL_ENV}: {e}"))?;
+    if !cpu_has(kernel) {
+        return Err(format!(
+            "{KERNEL_ENV}={}: this CPU does not have the {} instructions",
+            kernel.name(),
+            kernel.name()
+        ));
+    }
+    Ok(Some(kernel))
+}
+
+/// The widest kernel at or below [`kernel_cap`] that `runs` accepts.
+pub fn widest_kernel(runs: impl Fn(Kernel) -> bool) -> Kernel {
+    widest_below(kernel_cap(), runs)
+}
+
+/// The widest kernel at or below `cap` that `runs` accepts ([`Kernel::Portable`] always runs).
+fn widest_below(cap: Kernel, runs: impl Fn(Kernel) -> bool) -> Kernel {
+    Kernel::ALL
+        .into_iter()
+        .rev()
+        .find(|&k| k <= cap && (k == Kernel::Portable || runs(k)))
+        .unwrap_or(Kernel::Portable)
 }
 
 /// Whether this CPU runs the AVX-512 VNNI kernels (int8 and ggml blocks).
@@ -94,19 +205,19 @@ pub trait PackedFormat: Sync {
     fn rows(&self) -> usize;
     /// `d_in`.
     fn cols(&self) -> usize;
-    /// Whether [`Kernel::Avx512`] can run on this CPU for this format.
-    fn simd_available(&self) -> bool;
+    /// Whether `kernel` runs for this format on this CPU (always for [`Kernel::Portable`]).
+    fn runs(&self, kernel: Kernel) -> bool;
     /// Quantises `x [n, d_in]`.
     fn quantize_acts(&self, x: &[f32], n: usize) -> Self::Acts;
-    /// `out[i] = (x_{r0+i} · w_o)` for `i < out.len() <= ROW_TILE`. With [`Kernel::Avx512`]
-    /// the caller has checked [`simd_available`](Self::simd_available).
+    /// `out[i] = (x_{r0+i} · w_o)` for `i < out.len() <= ROW_TILE`. The caller has checked
+    /// [`runs`](Self::runs) for `kernel`.
     fn tile(&self, kernel: Kernel, acts: &Self::Acts, o: usize, r0: usize, out: &mut [f32]);
 }
 
 /// `y [rows, d_out] = x [rows, d_in] · Wᵀ` with `kernel`, parallel over output rows.
 pub fn product_with<F: PackedFormat>(w: &F, kernel: Kernel, y: &mut [f32], x: &[f32], rows: usize) {
     let (d_out, d_in) = (w.rows(), w.cols());
-    if !check_operands((d_out, d_in), y, x, rows, kernel, w.simd_available()) {
+    if !check_operands((d_out, d_in), y, x, rows, kernel, w.runs(kernel)) {
         return;
     }
     let acts = w.quantize_acts(x, rows);
@@ -152,14 +263,14 @@ pub fn product_with<F: PackedFormat>(w: &F, kernel: Kernel, y: &mut [f32], x: &[
 }
 
 /// Panics unless `x` is `[rows, d_in]`, `y` is `[rows, d_out]` for a weight of `(d_out, d_in)`
-/// and `kernel` runs on this CPU (`simd_available`); whether there is anything to compute.
+/// and `kernel` runs on this CPU for this format (`runs`); whether there is anything to compute.
 fn check_operands(
     (d_out, d_in): (usize, usize),
     y: &[f32],
     x: &[f32],
     rows: usize,
     kernel: Kernel,
-    simd_available: bool,
+    kernel_runs: bool,
 ) -> bool {
     assert_eq!(
         x.len(),
@@ -172,8 +283,9 @@ fn check_operands(
         "low-precision product: y is not [rows, d_out]"
     );
     assert!(
-        kernel == Kernel::Portable || simd_available,
-        "the AVX-512 kernel was asked for on a CPU without it"
+        kernel == Kernel::Portable || kernel_runs,
+        "the {} kernel was asked for where it does not run (this CPU or this format)",
+        kernel.name()
     );
     rows > 0 && d_out > 0
 }
@@ -215,19 +327,19 @@ impl PackedWeight {
         }
     }
 
-    /// The fastest kernel this CPU runs for this format.
-    pub fn best_kernel(&self) -> Kernel {
-        let simd = match self {
-            PackedWeight::Bf16(w) => w.simd_available(),
-            PackedWeight::Int8(w) => w.simd_available(),
-            PackedWeight::Blocks(w) => w.simd_available(),
-            PackedWeight::KQuants(w) => w.simd_available(),
-        };
-        if simd {
-            Kernel::Avx512
-        } else {
-            Kernel::Portable
+    /// Whether `kernel` runs for this format on this CPU.
+    pub fn runs(&self, kernel: Kernel) -> bool {
+        match self {
+            PackedWeight::Bf16(w) => w.runs(kernel),
+            PackedWeight::Int8(w) => w.runs(kernel),
+            PackedWeight::Blocks(w) => w.runs(kernel),
+            PackedWeight::KQuants(w) => w.runs(kernel),
         }
+    }
+
+    /// The fastest kernel this CPU runs for this format, at or below [`kernel_cap`].
+    pub fn best_kernel(&self) -> Kernel {
+        widest_kernel(|k| self.runs(k))
     }
 
     /// `y [rows, d_out] = x [rows, d_in] · Wᵀ` with the fastest kernel.
@@ -301,6 +413,33 @@ fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     }
     let tail: f32 = ra.iter().zip(rb).map(|(x, y)| x * y).sum();
     lanes.iter().sum::<f32>() + tail
+}
+
+#[cfg(test)]
+mod kernel_choice_tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_back_and_unknown_names_are_refused() {
+        for k in Kernel::ALL {
+            assert_eq!(Kernel::parse(k.name()), Ok(k));
+        }
+        let err = Kernel::parse("neon").unwrap_err();
+        assert!(err.contains("neon") && err.contains("avx2"), "{err}");
+    }
+
+    #[test]
+    fn the_widest_kernel_at_or_below_the_cap_that_runs_is_chosen() {
+        let all = |_: Kernel| true;
+        let no_avx512 = |k: Kernel| k != Kernel::Avx512;
+        let none = |_: Kernel| false;
+        assert_eq!(widest_below(Kernel::Avx512, all), Kernel::Avx512);
+        assert_eq!(widest_below(Kernel::Avx2, all), Kernel::Avx2);
+        assert_eq!(widest_below(Kernel::Portable, all), Kernel::Portable);
+        assert_eq!(widest_below(Kernel::Avx512, no_avx512), Kernel::Avx2);
+        assert_eq!(widest_below(Kernel::Avx512, none), Kernel::Portable);
+        assert!(cpu_has(Kernel::Portable));
+    }
 }
 
 #[cfg(test)]

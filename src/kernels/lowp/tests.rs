@@ -44,11 +44,7 @@ impl Lcg {
 
 /// The kernels this CPU runs for `w`.
 fn kernels(w: &PackedWeight) -> Vec<Kernel> {
-    let mut k = vec![Kernel::Portable];
-    if w.best_kernel() == Kernel::Avx512 {
-        k.push(Kernel::Avx512);
-    }
-    k
+    Kernel::ALL.into_iter().filter(|&k| w.runs(k)).collect()
 }
 
 fn run(w: &PackedWeight, kernel: Kernel, x: &[f32], rows: usize) -> Vec<f32> {
