@@ -14,6 +14,8 @@ use transformer::decode::greedy::GreedyOptions;
 use transformer::decode::sample::SamplingOptions;
 use transformer::kernels::lowp::{is_block_product, pack_ggml};
 use transformer::model::checkpoint::{load, parse_config};
+use transformer::model::families::by_gguf_architecture;
+use transformer::model::families::gguf::{load_gguf, GgufWeights};
 use transformer::model::{LanguageModel, Seq2Seq};
 use transformer::pipeline::generate::{generate_ids, TextGenerator};
 use transformer::pipeline::translate::Translator;
@@ -293,6 +295,15 @@ fn gguf_read(file: &GgufFile, name: &str) -> Result<Outcome, String> {
         }
     }
     let _ = clear(LlamaGgufConfig::from_gguf(file), name)?;
+    // The family its architecture names, as `generate --model` loads it: config, then the
+    // whole model with its weights dequantised and kept in blocks.
+    if let Some((_, reader)) = file.architecture().ok().and_then(by_gguf_architecture) {
+        if clear((reader.config)(file), name)?.is_ok() {
+            for weights in [GgufWeights::Dequantised, GgufWeights::Blocks] {
+                let _ = clear(load_gguf(file, weights), name)?;
+            }
+        }
+    }
     let tokenizer = must!(GgufTokenizer::from_gguf(file), name);
     let ids = must!(tokenizer.encode(SAMPLE), "");
     let _ = tokenizer.decode(&ids);

@@ -276,14 +276,60 @@ fn gguf_value(rng: &mut Rng, depth: usize) -> Value {
 
 /// The seed GGUF with field-level edits of its metadata and tensor infos, written anew (so
 /// lengths and offsets stay consistent), then sometimes mutated byte by byte.
+/// The seed's metadata retold as another architecture (its `llama.*` keys renamed) and another
+/// tokenizer (model and pre-tokenizer, SentencePiece scores): every family and vocabulary
+/// reader meets the mutations, including names no reader knows.
+fn retarget(rng: &mut Rng, kvs: &mut [(String, Value)]) {
+    const ARCHITECTURES: [&str; 10] = [
+        "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "gpt2", "bert", "mamba",
+    ];
+    const MODELS: [&str; 5] = ["gpt2", "llama", "bert", "t5", ""];
+    const PRE: [&str; 7] = [
+        "smollm",
+        "llama-bpe",
+        "qwen2",
+        "gpt-2",
+        "default",
+        "tekken",
+        "?",
+    ];
+    let arch = ARCHITECTURES[rng.below(ARCHITECTURES.len())];
+    let (model, pre) = (MODELS[rng.below(MODELS.len())], PRE[rng.below(PRE.len())]);
+    let n_tokens = kvs
+        .iter()
+        .find_map(|(k, v)| match (k.as_str(), v) {
+            ("tokenizer.ggml.tokens", Value::Array(_, items)) => Some(items.len()),
+            _ => None,
+        })
+        .unwrap_or(0);
+    for (key, value) in kvs.iter_mut() {
+        if let Some(rest) = key.strip_prefix("llama.") {
+            *key = format!("{arch}.{rest}");
+        }
+        match key.as_str() {
+            "general.architecture" => *value = Value::String(arch.into()),
+            "tokenizer.ggml.model" => *value = Value::String(model.into()),
+            "tokenizer.ggml.pre" => *value = Value::String(pre.into()),
+            // SentencePiece reads scores where BPE reads merges.
+            "tokenizer.ggml.merges" if model == "llama" && rng.below(2) == 0 => {
+                *key = "tokenizer.ggml.scores".into();
+                let scores = (0..n_tokens).map(|i| Value::F32(-(i as f32))).collect();
+                *value = Value::Array(ValueType::F32, scores);
+            }
+            _ => {}
+        }
+    }
+}
+
 fn mutated_gguf(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
     let (mut kvs, mut tensors) = gguf_parts();
     for _ in 0..1 + rng.below(3) {
-        match rng.below(8) {
+        match rng.below(9) {
             0 | 1 => {
                 let i = rng.below(kvs.len());
                 kvs[i].1 = gguf_value(rng, 2);
             }
+            8 => retarget(rng, &mut kvs),
             2 => {
                 let i = rng.below(kvs.len());
                 kvs.remove(i);

@@ -198,6 +198,29 @@ fn stopped(source: &str) -> (String, Duration) {
 }
 
 #[test]
+fn markup_plus_a_string_escapes_the_string_as_jinja2_does() {
+    // Jinja2: `Markup + str` and `str + Markup` escape the str (markupsafe) and give Markup;
+    // `~` joins as plain text; plain + plain is plain.
+    let cases = [
+        (
+            r#"{{ "<b>"|safe + '"x" & <y>' }}"#,
+            r#"<b>&#34;x&#34; &amp; &lt;y&gt;"#,
+        ),
+        (r#"{{ "it's" + "<i>"|safe }}"#, "it&#39;s<i>"),
+        (r#"{{ "<a>"|safe + "<b>"|safe }}"#, "<a><b>"),
+        (r#"{{ "<a>"|safe ~ '"' }}"#, r#"<a>""#),
+        (r#"{{ "<a>" + '"' }}"#, r#"<a>""#),
+        (
+            r#"{{ "f('"|safe + "n" + "')\n"|safe + {"a": 1} | tojson }}"#,
+            "f('n')\n{&#34;a&#34;: 1}",
+        ),
+    ];
+    for (source, want) in cases {
+        assert_eq!(render(source).unwrap(), want, "{source}");
+    }
+}
+
+#[test]
 fn templates_without_end_are_stopped() {
     // 10^10 iterations: out of fuel after 2·10^7 instructions.
     let (e, took) = stopped(
@@ -213,6 +236,16 @@ fn templates_without_end_are_stopped() {
     let (e, took) = stopped("{% for a in range(100000) %}{{ 'x' * 1000 }}{% endfor %}");
     assert!(e.contains("output exceeds 16777216 bytes"), "{e}");
     assert!(took < Duration::from_secs(10), "{took:?}");
+    // Values doubled in place, never written: bounded at 10^8 bytes / 10^7 items.
+    let ns =
+        "{% set ns = namespace(v=VALUE) %}{% for i in range(64) %}{% set ns.v = ns.v OP ns.v %}\
+              {% endfor %}{{ ns.v|length }}";
+    for (value, op) in [("'ab'", "~"), ("'ab'", "+"), ("[1]", "+")] {
+        let doubling = ns.replace("VALUE", value).replace("OP", op);
+        let (e, took) = stopped(&doubling);
+        assert!(e.contains("is too large"), "{doubling}: {e}");
+        assert!(took < Duration::from_secs(10), "{doubling}: {took:?}");
+    }
     // The same limits let a real conversation through.
     let limits = Limits {
         fuel: 100,
