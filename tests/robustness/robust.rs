@@ -593,3 +593,42 @@ fn our_model_given_to_embed_is_named() {
         "{msg}"
     );
 }
+
+/// `TRANSFORMER_KERNEL` and `bench --kernel` name a kernel; an unknown name is refused before
+/// any work, a known one the CPU has runs the command.
+#[test]
+fn kernel_names_are_checked() {
+    let run = |kernel: &str, args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_transformer"))
+            .env("TRANSFORMER_KERNEL", kernel)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        Out {
+            code: out.status.code(),
+            stderr: String::from_utf8_lossy(&out.stderr).into(),
+            stdout: String::from_utf8_lossy(&out.stdout).into(),
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let template = dir.path().join("t.jinja");
+    std::fs::write(&template, "{{ messages[0].content }}").unwrap();
+    let args = ["template", "--template", s(&template)];
+    run("neon", &args).refused(&["TRANSFORMER_KERNEL", "neon", "portable, avx2 or avx512"]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_transformer"))
+        .env("TRANSFORMER_KERNEL", "portable")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _ = child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(br#"{"messages": [{"role": "user", "content": "hi"}]}"#);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hi");
+    bin(&["bench", "--kernel", "sve", "--lm"], b"").refused(&["sve", "avx2"]);
+}
