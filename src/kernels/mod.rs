@@ -20,3 +20,4 @@ pub mod rope;
 pub mod scores;
 pub mod softmax;
 pub mod step_attention;
+pub mod step_softmax;

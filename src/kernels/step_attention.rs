@@ -10,11 +10,15 @@
 //! The products are a handful of 64-wide dot products and `axpy`s per (row, head); a matrix
 //! multiply call per (row, head) costs more to dispatch than to compute at these sizes, so the
 //! loops are written out and compiled for the machine's widest vectors at run time (`pulp`).
+//! The f32 softmax is `step_softmax`'s, with its vectorised exponential (AVX2 / AVX-512 /
+//! portable by the low-precision kernel switch); f64 keeps the library `exp`.
 
 use super::attention::{AttnDims, Scores};
 use super::key_ranges::{clip, span, KeyRanges};
+use super::lowp::Kernel;
 use super::reduce::lane_dot;
 use super::softmax::softmax_inplace;
+use super::step_softmax;
 use crate::Float;
 use rayon::prelude::*;
 
@@ -52,6 +56,7 @@ pub fn step_attention_forward<T: Float>(
     if batch == 0 || d_model == 0 || q_len == 0 {
         return;
     }
+    let softmax_kernel = step_softmax::best_kernel();
     ctx.par_chunks_mut(q_len * d_model)
         .zip(probs.par_chunks_mut(heads * q_len * k_len))
         .zip(q.par_chunks(q_len * d_model))
@@ -74,6 +79,7 @@ pub fn step_attention_forward<T: Float>(
                 k_len,
                 scale,
                 scores: dims.scores,
+                softmax_kernel,
             })
         });
 }
@@ -103,6 +109,8 @@ struct OneRow<'a, T, R> {
     scale: T,
     /// The scores' soft cap, if any.
     scores: Scores,
+    /// The kernel of the f32 softmax (`step_softmax`).
+    softmax_kernel: Kernel,
 }
 
 impl<T: Float, R: KeyRanges> pulp::WithSimd for OneRow<'_, T, R> {
@@ -125,6 +133,7 @@ impl<T: Float, R: KeyRanges> pulp::WithSimd for OneRow<'_, T, R> {
             k_len,
             scale,
             scores,
+            softmax_kernel,
         } = self;
         let (d_model, d_kv) = (heads * d_head, heads / group * d_head);
         let q_len = q_b.len() / d_model;
@@ -143,7 +152,13 @@ impl<T: Float, R: KeyRanges> pulp::WithSimd for OneRow<'_, T, R> {
                 }
                 p[..seen.start].fill(T::zero());
                 scores.cap(&mut p[seen.clone()]);
-                softmax_inplace(&mut p[seen.start..], seen.len());
+                // f32: the vectorised softmax of `step_softmax`; f64 (reference checks): the
+                // library exp of `softmax_inplace`.
+                match T::as_f32_mut(&mut p[seen.clone()]) {
+                    Some(live) => step_softmax::softmax(softmax_kernel, live),
+                    None => softmax_inplace(&mut p[seen.clone()], seen.len()),
+                }
+                p[seen.end..].fill(T::zero());
                 let c_i = &mut ctx_b[i * d_model + cols.start..i * d_model + cols.end];
                 c_i.iter_mut().for_each(|c| *c = T::zero());
                 for (&w, &r) in p[seen.start..].iter().zip(rows_seen) {

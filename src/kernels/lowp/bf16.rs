@@ -6,6 +6,13 @@
 //! per step of 32 elements (`vdpbf16ps`, two chains of lanes for even and odd steps; the
 //! portable kernel sums in one chain of the same lanes, so the two differ by f32 rounding of
 //! the sums and where the hardware flushes subnormals to zero). Rows are padded with zeros to a multiple of 32 elements.
+//!
+//! On AVX2 (+FMA) there is no bf16 instruction: the kernel widens each bf16 to f32 (a mask or
+//! a shift of 16 bits) and multiplies with FMA in the portable kernel's lanes and order, so it
+//! gives the portable bits. It reads half the bytes of float32 weights, but it does float32's
+//! multiply-adds plus the widening: bf16 gains on AVX2 only where the product waits on memory
+//! (one or a few activation rows against weights larger than the caches, i.e. decoding); for
+//! batched products (prefill, training, many rows) float32's packed GEMM is as fast or faster.
 
 use super::{Kernel, PackedFormat};
 
@@ -154,6 +161,53 @@ mod avx512 {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    /// `out[i] = Σ_k w_k x_{i,k}` for `R` activation rows, in the portable kernel's 16 lanes
+    /// and order: lane `l` of a step of 32 adds the product of elements `2l + 1`, then of
+    /// `2l`. A bf16 word pair widens to f32 by masking (the odd element, the high half) and
+    /// shifting (the even one); a product of two bf16 is exact in f32, so `fma(w, x, acc)`
+    /// rounds as the portable `acc + w · x` does: the same bits, unless a product falls
+    /// below f32's normal range (subnormal products are rounded once here, twice there).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA, and `w` and every `xs[i]` must hold the same multiple
+    /// of 32 elements.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot_rows<const R: usize>(w: &[u16], xs: [&[u16]; R], out: &mut [f32]) {
+        let high = _mm256_set1_epi32(0xffff_0000_u32 as i32);
+        // Lanes 0..8 and 8..16 of each row.
+        let mut acc = [[_mm256_setzero_ps(); 2]; R];
+        for c in 0..w.len() / 32 {
+            for h in 0..2 {
+                // SAFETY (caller): 16 u16 from element 32c + 16h lie inside `w` and each
+                // `xs[r]`; loadu has no alignment requirement.
+                let wv = _mm256_loadu_si256(w.as_ptr().add(32 * c + 16 * h) as *const __m256i);
+                let w_odd = _mm256_castsi256_ps(_mm256_and_si256(wv, high));
+                let w_even = _mm256_castsi256_ps(_mm256_slli_epi32(wv, 16));
+                for r in 0..R {
+                    let xv =
+                        _mm256_loadu_si256(xs[r].as_ptr().add(32 * c + 16 * h) as *const __m256i);
+                    let x_odd = _mm256_castsi256_ps(_mm256_and_si256(xv, high));
+                    let x_even = _mm256_castsi256_ps(_mm256_slli_epi32(xv, 16));
+                    acc[r][h] = _mm256_fmadd_ps(w_odd, x_odd, acc[r][h]);
+                    acc[r][h] = _mm256_fmadd_ps(w_even, x_even, acc[r][h]);
+                }
+            }
+        }
+        for r in 0..R {
+            let mut lanes = [0f32; 16];
+            // SAFETY: `lanes` holds 16 f32, two stores of 8.
+            _mm256_storeu_ps(lanes.as_mut_ptr(), acc[r][0]);
+            _mm256_storeu_ps(lanes.as_mut_ptr().add(8), acc[r][1]);
+            // The portable kernel's final sum, lane 0 first.
+            out[r] = lanes.iter().sum();
+        }
+    }
+}
+
 impl PackedFormat for Bf16Matrix {
     type Acts = Bf16Acts;
 
@@ -168,7 +222,7 @@ impl PackedFormat for Bf16Matrix {
     fn runs(&self, kernel: Kernel) -> bool {
         match kernel {
             Kernel::Portable => true,
-            Kernel::Avx2 => false,
+            Kernel::Avx2 => super::has_avx2(),
             Kernel::Avx512 => super::has_avx512_bf16(),
         }
     }
@@ -202,9 +256,83 @@ impl PackedFormat for Bf16Matrix {
                     }
                 }
             }
-            Kernel::Avx2 => unreachable!("no AVX2 kernel for bf16 yet (runs is false)"),
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => {
+                // SAFETY: product_with only passes Avx2 after runs(Avx2) (the CPU has AVX2 and
+                // FMA); every row here is `stride` long, a multiple of 32.
+                unsafe {
+                    match out.len() {
+                        1 => avx2::dot_rows(w, [x(0)], out),
+                        2 => avx2::dot_rows(w, [x(0), x(1)], out),
+                        3 => avx2::dot_rows(w, [x(0), x(1), x(2)], out),
+                        _ => avx2::dot_rows(w, [x(0), x(1), x(2), x(3)], out),
+                    }
+                }
+            }
             #[cfg(not(target_arch = "x86_64"))]
-            Kernel::Avx512 => unreachable!("runs(Avx512) is false off x86_64"),
+            Kernel::Avx2 | Kernel::Avx512 => {
+                unreachable!("runs(Avx2 / Avx512) is false off x86_64")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{has_avx2, product_with};
+    use super::*;
+
+    /// The AVX2 kernel, run explicitly, gives the portable kernel's bits (products of normal
+    /// bf16 values are exact, the lanes and their order are the same) on every shape class:
+    /// rows 1..7 and 17 (tile remainders), d_in shorter than a step of 32, not a multiple of
+    /// 16 or 32, d_out of one row and more.
+    #[test]
+    fn avx2_tile_gives_the_portable_bits() {
+        if !has_avx2() {
+            eprintln!("skipped: no AVX2 on this CPU");
+            return;
+        }
+        let mut state = 9u64;
+        let mut next = move || {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((state >> 40) as f64 / (1u64 << 23) as f64 - 1.0) as f32
+        };
+        for d_in in [1, 7, 16, 31, 33, 45, 100, 257] {
+            for d_out in [1, 3, 17] {
+                for rows in [1, 2, 3, 4, 5, 7, 17] {
+                    let w: Vec<f32> = (0..d_out * d_in).map(|_| next()).collect();
+                    let x: Vec<f32> = (0..rows * d_in).map(|_| 3.0 * next()).collect();
+                    let m = Bf16Matrix::from_f32(&w, d_out, d_in);
+                    let run = |kernel| {
+                        let mut y = vec![f32::NAN; rows * d_out];
+                        product_with(&m, kernel, &mut y, &x, rows);
+                        y
+                    };
+                    let (want, got) = (run(Kernel::Portable), run(Kernel::Avx2));
+                    let same = want
+                        .iter()
+                        .zip(&got)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{d_out}x{d_in} rows {rows}: {want:?} vs {got:?}");
+                    // And the value itself: the f64 sum of the bf16 products, to f32 rounding.
+                    for r in 0..rows {
+                        for o in 0..d_out {
+                            let (mut exact, mut mag) = (0f64, 0f64);
+                            for k in 0..d_in {
+                                let t = f64::from(m.get(o, k))
+                                    * f64::from(round_to_bf16(x[r * d_in + k]));
+                                exact += t;
+                                mag += t.abs();
+                            }
+                            let tol = (d_in as f64 / 16.0 + 18.0) * f64::from(f32::EPSILON) * mag;
+                            let v = f64::from(got[r * d_out + o]);
+                            assert!((v - exact).abs() <= tol + 1e-30, "{v} vs {exact}");
+                        }
+                    }
+                }
+            }
         }
     }
 }

@@ -9,8 +9,9 @@
 //! `vpdpbusd` multiplies unsigned by signed bytes, so the activations are stored as
 //! `u_rk = p_rk + 128 ∈ [1, 255]` and the kernel subtracts `128 Σ_k q_ok` (kept per row):
 //! `Σ_k q_ok p_rk = Σ_k q_ok u_rk - 128 Σ_k q_ok`. Every sum is an exact i32 (each term is at
-//! most 255 · 127, and rows are limited to [`MAX_COLS`] elements), so the portable and the
-//! AVX-512 kernel give bit-identical results.
+//! most 255 · 127, and rows are limited to [`MAX_COLS`] elements), so the portable, the
+//! AVX-512 and the AVX2 kernel (`int8_avx2.rs`: `vpmaddubsw` / `vpmaddwd` with ggml's sign
+//! trick, which sums `Σ_k q_ok p_rk` directly) give bit-identical results.
 //!
 //! The product is a register-tiled GEMM, as oneDNN's int8 kernels are: the weight is stored
 //! in panels of [`LANES`] outputs, each input group of four bytes of the 16 outputs side by
@@ -81,13 +82,13 @@ fn row_scale(row: &[f32]) -> (f32, f32) {
 
 /// `round(v · inv)` clamped to ±127.
 #[inline(always)]
-fn quantize(v: f32, inv: f32) -> f32 {
+pub(super) fn quantize(v: f32, inv: f32) -> f32 {
     super::round_small((v * inv).clamp(-127.0, 127.0))
 }
 
 /// `u_k = round(x_k / t) + 128` for one activation row; returns `t`.
 #[inline(always)]
-fn quantize_row(src: &[f32], dst: &mut [u8]) -> f32 {
+pub(super) fn quantize_row(src: &[f32], dst: &mut [u8]) -> f32 {
     let (s, inv) = row_scale(src);
     for (d, &v) in dst.iter_mut().zip(src) {
         // An integer in [1, 255]: exact.
@@ -217,7 +218,7 @@ impl Int8Matrix {
     pub fn runs(&self, kernel: Kernel) -> bool {
         match kernel {
             Kernel::Portable => true,
-            Kernel::Avx2 => false,
+            Kernel::Avx2 => super::has_avx2(),
             Kernel::Avx512 => super::has_vnni(),
         }
     }
@@ -236,6 +237,9 @@ impl Int8Matrix {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: product only passes Avx512 after runs(Avx512) (AVX-512F).
                 Kernel::Avx512 => unsafe { quantize_row_avx512(src, dst) },
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: product only passes Avx2 after runs(Avx2) (AVX2).
+                Kernel::Avx2 => unsafe { super::int8_avx2::quantize_row(src, dst) },
                 _ => quantize_row(src, dst),
             };
             scale.push(s);
@@ -346,9 +350,41 @@ impl Int8Matrix {
                     }
                 }
             }
-            Kernel::Avx2 => unreachable!("no AVX2 kernel for int8 yet (runs is false)"),
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => {
+                let panel_bytes = self.groups * LANES * 4;
+                for p in 0..panels {
+                    let o = o0 + p * LANES;
+                    for r0 in (0..rows).step_by(TILE_ROWS) {
+                        let tile = super::int8_avx2::Tile {
+                            q: self.q[(p0 + p) * panel_bytes..].as_ptr(),
+                            groups: self.groups,
+                            u: acts.u[r0 * acts.stride..].as_ptr(),
+                            u_stride: acts.stride,
+                            scale: self.scale[o..].as_ptr(),
+                            t: acts.scale[r0..].as_ptr(),
+                            y: out.0.add(r0 * d_out + o),
+                            d_out,
+                            lanes: if p + 1 == panels { last_lanes } else { LANES },
+                        };
+                        // SAFETY: product only passes Avx2 after runs(Avx2) (AVX2 present).
+                        // The tile reads panel p0 + p (inside q, padded to whole panels), its
+                        // 16 scales (padded), rows r0 .. r0 + R of u and t, and writes rows
+                        // r0 .. r0 + R of y at this panel's outputs that exist (the caller's
+                        // guarantee covers them).
+                        match (rows - r0).min(TILE_ROWS) {
+                            1 => tile.run::<1>(),
+                            2 => tile.run::<2>(),
+                            3 => tile.run::<3>(),
+                            _ => tile.run::<4>(),
+                        }
+                    }
+                }
+            }
             #[cfg(not(target_arch = "x86_64"))]
-            Kernel::Avx512 => unreachable!("runs(Avx512) is false off x86_64"),
+            Kernel::Avx2 | Kernel::Avx512 => {
+                unreachable!("runs(Avx2 / Avx512) is false off x86_64")
+            }
         }
     }
 

@@ -21,7 +21,8 @@
 //! Kernels: a portable one (plain Rust, any machine) and, chosen at run time with
 //! `is_x86_feature_detected!`, AVX-512 kernels: VNNI `vpdpbusd` (64 u8 × i8 products summed
 //! into 16 i32 lanes per instruction) for int8 and the blocks, AVX-512 BF16 `vdpbf16ps` (32
-//! bf16 products into 16 f32 lanes) for bf16. For bf16 and the blocks the work is split over
+//! bf16 products into 16 f32 lanes) for bf16; and AVX2 kernels (`vpmaddubsw` / `vpmaddwd` for
+//! int8). For bf16 and the blocks the work is split over
 //! output rows with rayon, each task computing a block of `y` for up to [`ROW_TILE`] activation
 //! rows at a time from one loaded weight row ([`PackedFormat`]); int8 is a register-tiled GEMM
 //! over weight panels of 16 outputs (see [`Int8Matrix`]), split over groups of 64 outputs.
@@ -32,6 +33,8 @@ pub mod bf16_train;
 mod blocks;
 pub mod ggml;
 mod int8;
+#[cfg(target_arch = "x86_64")]
+mod int8_avx2;
 mod kquant_matrix;
 pub mod kquants;
 pub mod raw_bytes;

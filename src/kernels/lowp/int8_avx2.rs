@@ -1,0 +1,275 @@
+//! The AVX2 kernel of [`Int8Matrix`](super::Int8Matrix): the same weight panels (`[panel][k /
+//! 4][16 outputs][4]`) and the same exact integer sums as the portable and the AVX-512 VNNI
+//! kernels, with the 256-bit instructions every x86-64 CPU since Haswell / Zen has.
+//!
+//! AVX2 has no `vpdpbusd`; its byte product `vpmaddubsw` multiplies unsigned by signed bytes
+//! and adds neighbouring pairs into *saturating* i16 lanes. On `u = p + 128 ∈ [1, 255]` and
+//! `q ∈ [-127, 127]` a pair reaches `2 · 255 · 127 = 64,770 > 32,767`, so it could saturate.
+//! The kernel uses ggml's sign trick instead: with `p = u - 128 ∈ [-127, 127]` (an xor of the
+//! top bit),
+//!
+//! ```text
+//! q_k p_k = |q_k| · (sign(q_k) p_k),   |q_k| ∈ [0, 127] as u8,  sign(q_k) p_k ∈ [-127, 127] as i8
+//! ```
+//!
+//! (`vpsignb` applies the sign, zero where `q_k = 0`), so a pair is at most `2 · 127 · 127 =
+//! 32,258`: never saturated. `vpmaddwd` with ones then adds the pairs into i32 lanes, one per
+//! output: `Σ_k q_ok p_rk` directly, the integer the other kernels reach as
+//! `Σ_k q_ok u_rk - 128 Σ_k q_ok`. Every integer is the same, and so is every float operation
+//! after it (`sum as f32 · (s_o · t_r)`): the three kernels give the same bits.
+//!
+//! A register tile is `R ≤ 4` activation rows × one panel (16 outputs = two 8-lane halves):
+//! `2R` accumulators, two weight registers and their absolute values, within AVX2's 16
+//! registers. Rows `R` apart reuse the panel from L1.
+
+use std::arch::x86_64::*;
+
+/// `u_k = round(x_k / t) + 128` for one activation row with AVX2 instructions; returns `t`.
+/// The same operations as the portable `quantize_row` (the maximum ignores NaN as `f32::max`
+/// does; finite inputs give the same bits).
+///
+/// # Safety
+/// The CPU has AVX2.
+#[target_feature(enable = "avx2")]
+pub unsafe fn quantize_row(src: &[f32], dst: &mut [u8]) -> f32 {
+    let n = src.len().min(dst.len());
+    let (sp, dp) = (src.as_ptr(), dst.as_mut_ptr());
+    let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    let mut amax = _mm256_setzero_ps();
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: elements i .. i + 8 < n lie inside `src`; loadu has no alignment rule.
+        let v = _mm256_and_ps(_mm256_loadu_ps(sp.add(i)), abs_mask);
+        // A NaN in `v` (the first operand) leaves `amax`, as `f32::max` skips it.
+        amax = _mm256_max_ps(v, amax);
+        i += 8;
+    }
+    let mut lanes = [0f32; 8];
+    // SAFETY: `lanes` holds 8 f32.
+    _mm256_storeu_ps(lanes.as_mut_ptr(), amax);
+    let m = lanes.iter().fold(0f32, |m, &v| m.max(v));
+    let m = src[i..n].iter().fold(m, |m, v| m.max(v.abs()));
+    let scale = m / 127.0;
+    let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+    let (inv_v, lo, hi) = (
+        _mm256_set1_ps(inv),
+        _mm256_set1_ps(-127.0),
+        _mm256_set1_ps(127.0),
+    );
+    let (magic, offset) = (_mm256_set1_ps(12_582_912.0), _mm256_set1_ps(128.0));
+    // round_small(clamp(v · inv, ±127)) + 128, an integer in [1, 255], as i32 lanes.
+    let quantize = |at: usize| {
+        // SAFETY (callers below): elements at .. at + 8 lie inside `src`.
+        let v = _mm256_loadu_ps(sp.add(at));
+        let c = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v, inv_v), lo), hi);
+        let r = _mm256_sub_ps(_mm256_add_ps(c, magic), magic);
+        _mm256_cvttps_epi32(_mm256_add_ps(r, offset))
+    };
+    // packs / packus interleave the two 128-bit halves; this puts the 4-byte groups back.
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    let mut i = 0;
+    while i + 32 <= n {
+        let (a, b, c, d) = (
+            quantize(i),
+            quantize(i + 8),
+            quantize(i + 16),
+            quantize(i + 24),
+        );
+        // Values in [1, 255]: the saturating packs are exact.
+        let bytes = _mm256_packus_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+        let bytes = _mm256_permutevar8x32_epi32(bytes, order);
+        // SAFETY: bytes i .. i + 32 < n lie inside `dst`.
+        _mm256_storeu_si256(dp.add(i) as *mut __m256i, bytes);
+        i += 32;
+    }
+    for (d, &v) in dst[i..n].iter_mut().zip(&src[i..n]) {
+        *d = (super::int8::quantize(v, inv) + 128.0) as u8;
+    }
+    scale
+}
+
+/// One register tile: `R` activation rows × one panel of 16 outputs.
+pub struct Tile {
+    /// The panel's `[groups, 16, 4]` weights.
+    pub q: *const i8,
+    pub groups: usize,
+    /// The first row's `u`; rows `u_stride` apart.
+    pub u: *const u8,
+    pub u_stride: usize,
+    /// `s_o` from the panel's first output (16 values, padded).
+    pub scale: *const f32,
+    /// The rows' scales `t_r`.
+    pub t: *const f32,
+    /// `y` at (first row, the panel's first output).
+    pub y: *mut f32,
+    pub d_out: usize,
+    /// Outputs of the panel to write (1..=16).
+    pub lanes: usize,
+}
+
+impl Tile {
+    /// `y_ro = (Σ_k q_ok p_rk) · (s_o t_r)` for the tile.
+    ///
+    /// # Safety
+    /// The CPU has AVX2; the pointers cover the panel (`groups · 64` bytes), `R` rows of `u`
+    /// (`4 · groups` bytes each) and `t`, 16 scales, and `R` rows of `y` at `lanes` outputs,
+    /// which nothing else accesses meanwhile.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn run<const R: usize>(&self) {
+        let ones = _mm256_set1_epi16(1);
+        let top = _mm256_set1_epi8(-128);
+        let mut acc = [[_mm256_setzero_si256(); 2]; R];
+        for g in 0..self.groups {
+            // SAFETY (caller): the 64 bytes of group g: outputs 0..8 then 8..16, four each.
+            let w = [
+                _mm256_loadu_si256(self.q.add(g * 64) as *const __m256i),
+                _mm256_loadu_si256(self.q.add(g * 64 + 32) as *const __m256i),
+            ];
+            let w_abs = [_mm256_abs_epi8(w[0]), _mm256_abs_epi8(w[1])];
+            for (r, acc_r) in acc.iter_mut().enumerate() {
+                // SAFETY (caller): bytes 4g .. 4g + 4 of row r (rows are 4 · groups long).
+                let four = (self.u.add(r * self.u_stride + 4 * g) as *const i32).read_unaligned();
+                // p = u - 128 as i8: flip the top bit.
+                let p = _mm256_xor_si256(_mm256_set1_epi32(four), top);
+                for h in 0..2 {
+                    let signed_p = _mm256_sign_epi8(p, w[h]);
+                    // |q| · sign(q) p in pairs: at most 2 · 127 · 127, no saturation.
+                    let pairs = _mm256_maddubs_epi16(w_abs[h], signed_p);
+                    acc_r[h] = _mm256_add_epi32(acc_r[h], _mm256_madd_epi16(pairs, ones));
+                }
+            }
+        }
+        for h in 0..2 {
+            let lanes = self.lanes.saturating_sub(8 * h).min(8);
+            if lanes == 0 {
+                continue;
+            }
+            // SAFETY (caller): the scales are padded to the whole panel.
+            let s = _mm256_loadu_ps(self.scale.add(8 * h));
+            // Lane l is written when l < lanes (the mask's top bit set).
+            let mask = _mm256_cmpgt_epi32(
+                _mm256_set1_epi32(lanes as i32),
+                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+            );
+            for (r, acc_r) in acc.iter().enumerate() {
+                let sum = _mm256_cvtepi32_ps(acc_r[h]);
+                let st = _mm256_mul_ps(s, _mm256_set1_ps(*self.t.add(r)));
+                let v = _mm256_mul_ps(sum, st);
+                let at = self.y.add(r * self.d_out + 8 * h);
+                // SAFETY (caller): the lanes written are outputs that exist in row r.
+                if lanes == 8 {
+                    _mm256_storeu_ps(at, v);
+                } else {
+                    _mm256_maskstore_ps(at, mask, v);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{has_avx2, int8, Int8Matrix, Kernel};
+
+    struct Lcg(u64);
+    impl Lcg {
+        fn next(&mut self) -> u64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            self.0 >> 33
+        }
+        /// Uniform in [-1, 1).
+        fn unit(&mut self) -> f32 {
+            ((self.next() % (1 << 24)) as f64 / (1 << 23) as f64 - 1.0) as f32
+        }
+    }
+
+    /// The AVX2 activation quantiser gives the portable one's bits (scale and bytes) on rows
+    /// shorter than a vector, with tails of 8 and of 32, all-zero rows, tiny values and a grid
+    /// of halves (ties).
+    #[test]
+    fn activation_quantiser_gives_the_portable_bits() {
+        if !has_avx2() {
+            eprintln!("skipped: no AVX2 on this CPU");
+            return;
+        }
+        let mut rng = Lcg(3);
+        for len in [1, 7, 8, 9, 31, 32, 33, 45, 64, 100, 1000] {
+            for case in 0..4 {
+                let row: Vec<f32> = (0..len)
+                    .map(|i| match case {
+                        0 => rng.unit() * 3.0,
+                        1 => 0.0,
+                        2 => (i % 255) as f32 / 2.0 - 63.5,
+                        _ => rng.unit() * 1e-30,
+                    })
+                    .collect();
+                let (mut a, mut b) = (vec![0u8; len], vec![0u8; len]);
+                let sa = int8::quantize_row(&row, &mut a);
+                // SAFETY: has_avx2() checked above.
+                let sb = unsafe { super::quantize_row(&row, &mut b) };
+                assert_eq!(sa.to_bits(), sb.to_bits(), "scale, len {len} case {case}");
+                assert_eq!(a, b, "bytes, len {len} case {case}");
+            }
+        }
+    }
+
+    /// The AVX2 product, run explicitly, equals the portable one bit for bit (the integer sums
+    /// are exact) on every shape class: rows 1..7 and 17 (tile remainders), d_in shorter than a
+    /// group of 4 and than a vector, not a multiple of 32 or 64; d_out not a multiple of the
+    /// 16-output panel or of the 64-output group. Values: random, and the extremes where
+    /// `vpmaddubsw` on `u = p + 128` would saturate (every q and p at ±127, same signs).
+    #[test]
+    fn avx2_product_equals_the_portable_one_bit_for_bit() {
+        if !has_avx2() {
+            eprintln!("skipped: no AVX2 on this CPU");
+            return;
+        }
+        let mut rng = Lcg(5);
+        for d_in in [1, 3, 5, 31, 33, 45, 64, 100, 257] {
+            for d_out in [1, 7, 16, 17, 33, 64, 70, 130] {
+                for rows in [1, 2, 3, 4, 5, 7, 17] {
+                    for case in 0..3 {
+                        let mut value = |i: usize| match case {
+                            0 => rng.unit(),
+                            // All ±max with the same sign: the largest pairs.
+                            1 => 1.0,
+                            _ => {
+                                if i % 3 == 0 {
+                                    -1.0
+                                } else {
+                                    1.0
+                                }
+                            }
+                        };
+                        let w: Vec<f32> = (0..d_out * d_in).map(&mut value).collect();
+                        let x: Vec<f32> = (0..rows * d_in).map(|i| value(i / d_in) * 2.0).collect();
+                        let m = Int8Matrix::from_f32(&w, d_out, d_in).unwrap();
+                        let run = |kernel| {
+                            let mut y = vec![f32::NAN; rows * d_out];
+                            m.product(kernel, &mut y, &x, rows);
+                            y
+                        };
+                        let (want, got) = (run(Kernel::Portable), run(Kernel::Avx2));
+                        let same = want
+                            .iter()
+                            .zip(&got)
+                            .all(|(a, b)| a.to_bits() == b.to_bits());
+                        assert!(
+                            same,
+                            "{d_out}x{d_in} rows {rows} case {case}: {want:?} vs {got:?}"
+                        );
+                        if case == 1 {
+                            // Σ 127 · 127 over d_in, times s t = (1/127)(2/127): 2 d_in.
+                            let exact = 2.0 * d_in as f32;
+                            let near = |v: &f32| (v - exact).abs() <= 1e-6 * exact;
+                            assert!(want.iter().all(near), "{want:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
