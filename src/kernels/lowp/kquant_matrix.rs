@@ -406,9 +406,10 @@ impl KQuantMatrix {
         acts
     }
 
-    /// `out[i] = w_o · x_{r0+i}`, each block unpacked once for the tile; `isum(u, p, bsums)`
-    /// gives a block's integer sum (`I_b` of a super-block, `Σ q_j p_j` of a 32-block; the only
-    /// step the kernels do differently). Inlined into each kernel, so that the SIMD ones
+    /// `out[i] = w_o · x_{r0+i}`, each block unpacked once for the tile (only its scales when
+    /// `values` is false, for a 32-block); `isum(u, block, p, bsums)` gives a block's integer
+    /// sum from the unpacked block `u` or its stored bytes (`I_b` of a super-block, `Σ q_j p_j`
+    /// of a 32-block; the only step the kernels do differently). Inlined into each kernel, so that the SIMD ones
     /// compile it (and [`unpack`]) with their instructions.
     #[inline(always)]
     fn tile_with(
@@ -417,14 +418,24 @@ impl KQuantMatrix {
         o: usize,
         r0: usize,
         out: &mut [f32],
-        isum: impl Fn(&Unpacked, &[i8], &[i32]) -> i32,
+        values: bool,
+        isum: impl Fn(&Unpacked, &[u8], &[i8], &[i32]) -> i32,
     ) {
         let nb = self.cols / self.block;
         let row = &self.data[o * nb * self.block_bytes..(o + 1) * nb * self.block_bytes];
         let mut u = Unpacked::new();
         out.fill(0.0);
         for (b, block) in row.chunks_exact(self.block_bytes).enumerate() {
-            unpack(self.ty, block, &mut u);
+            if values || self.block == QK_K {
+                unpack(self.ty, block, &mut u);
+            } else {
+                u.d = half_at(block, 0);
+                u.dmin = if self.ty == GgmlType::Q5_1 {
+                    half_at(block, 2)
+                } else {
+                    0.0
+                };
+            }
             for (i, y) in out.iter_mut().enumerate() {
                 let r = r0 + i;
                 let e = acts.e[r * nb + b];
@@ -434,15 +445,15 @@ impl KQuantMatrix {
                     ActFormat::Q8K => {
                         let g0 = (r * self.cols + b * QK_K) / 16;
                         let bsums = &acts.bsums[g0..g0 + 16];
-                        *y += (u.d * e) * isum(&u, p, bsums) as f32;
+                        *y += (u.d * e) * isum(&u, block, p, bsums) as f32;
                         if self.has_minimum() {
                             let msum: i32 = u.min.iter().zip(bsums).map(|(&m, &s)| m * s).sum();
                             *y -= (u.dmin * e) * msum as f32;
                         }
                     }
-                    ActFormat::Q80 => *y += (u.d * e) * isum(&u, p, &[]) as f32,
+                    ActFormat::Q80 => *y += (u.d * e) * isum(&u, block, p, &[]) as f32,
                     ActFormat::Q81 => {
-                        *y += (u.d * e) * isum(&u, p, &[]) as f32;
+                        *y += (u.d * e) * isum(&u, block, p, &[]) as f32;
                         *y += u.dmin * acts.s[r * nb + b];
                     }
                 }
@@ -522,7 +533,9 @@ impl PackedFormat for KQuantMatrix {
 
     fn tile(&self, kernel: Kernel, acts: &KQuantActs, o: usize, r0: usize, out: &mut [f32]) {
         match kernel {
-            Kernel::Portable => self.tile_with(acts, o, r0, out, |u, p, _| block_sum(u, p)),
+            Kernel::Portable => {
+                self.tile_with(acts, o, r0, out, true, |u, _, p, _| block_sum(u, p))
+            }
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx512 => {
                 assert!(
@@ -530,7 +543,7 @@ impl PackedFormat for KQuantMatrix {
                     "the AVX-512 kernel needs VNNI and K-quants"
                 );
                 let offset = self.unsigned_offset();
-                self.tile_with(acts, o, r0, out, |u, p, bsums| {
+                self.tile_with(acts, o, r0, out, true, |u, _, p, bsums| {
                     let p: &[i8; QK_K] = p.try_into().expect("a super-block of activations");
                     // SAFETY: runs(Avx512) checked AVX-512F/BW/VNNI; the unpacked values
                     // plus this type's offset are in [0, 63] (Q2_K..Q6_K), so unsigned bytes.
