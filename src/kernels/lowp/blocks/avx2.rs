@@ -183,6 +183,8 @@ fn hsum(v: __m256i) -> i32 {
 /// # Safety
 /// AVX2; the 8 blocks from `blk` (stride `bb`, weights at `q_at`) and 256 activation bytes
 /// from `at` of each row must be readable.
+// k numbers the blocks in the address arithmetic as well as in `v`.
+#[allow(clippy::needless_range_loop)]
 #[inline]
 #[target_feature(enable = "avx2")]
 unsafe fn nibble_sums<const R: usize>(
@@ -240,6 +242,8 @@ fn byte_products(wq: __m256i, shifted: __m256i) -> __m256i {
 ///
 /// # Safety
 /// As [`nibble_sums`].
+// k numbers the blocks in the address arithmetic as well as in `v`.
+#[allow(clippy::needless_range_loop)]
 #[inline]
 #[target_feature(enable = "avx2")]
 unsafe fn byte_sums<const R: usize>(
