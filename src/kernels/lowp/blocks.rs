@@ -12,12 +12,18 @@
 //! y = Σ_b d_b e_b I_b + Σ_b c_b f_b    with
 //!   Q4_0: I_b = Σ n_j p_j,  c_b = -8 d_b,  f_b = e_b Σ p_j
 //!   Q4_1: I_b = Σ n_j p_j,  c_b = m_b,     f_b = e_b Σ p_j
-//!   Q8_0: I_b = Σ q_j (p_j + 128),  c_b = -128 d_b Σ q_j,  f_b = e_b
+//!   Q8_0: I_b = Σ q_j p_j,  no offset term
+//!         (AVX-512: I_b = Σ q_j (p_j + 128),  c_b = -128 d_b Σ q_j,  f_b = e_b)
 //! ```
 //!
-//! `vpdpbusd` multiplies unsigned by signed bytes: the 4-bit nibbles are the unsigned side
-//! against signed activations; against signed `Q8_0` weights the activations are stored
-//! shifted by 128 and the shift is taken back by `c_b f_b`. The integer sums `I_b` are exact.
+//! `vpdpbusd` (AVX-512) and `vpmaddubsw` (AVX2) multiply unsigned by signed bytes: the 4-bit
+//! nibbles are the unsigned side against signed activations. `Q8_0` activations are stored
+//! shifted by 128, the unsigned side of AVX-512's products against signed `Q8_0` weights, the
+//! shift taken back by `c_b f_b`; the portable and AVX2 kernels unshift them and sum `q_j p_j`
+//! as llama.cpp does. The integer sums `I_b` are exact. The portable kernel sums the block
+//! terms in 8 lanes (block `b` in lane `b mod 8`), the order the AVX2 kernel (`blocks/avx2.rs`) keeps,
+//! so the two give the same bits; the AVX-512 kernel's order differs (16 lanes, two
+//! accumulators, the offset terms apart).
 //!
 //! The weights are read in place, as the file stores them ([`RawBytes`], a range of the
 //! file's memory map): per block the f16 scale `d_b` (and for `Q4_1` the f16 minimum `m_b`),
@@ -30,7 +36,10 @@
 //! blocks are stored in that order ([`pair_order`]).
 
 use super::ggml::{f16_to_f32, GgmlType};
-use super::{dot_f32, round_small, Kernel, PackedFormat, RawBytes};
+use super::{round_small, Kernel, PackedFormat, RawBytes};
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 
 /// Elements per block.
 pub const BLOCK: usize = 32;
@@ -292,15 +301,19 @@ impl BlockMatrix {
         acts
     }
 
-    /// `Σ_b d_b e_b I_b` of weight row `o` and activation row `r`, plain Rust.
-    fn scaled_sums_portable(&self, acts: &BlockActs, o: usize, r: usize) -> f32 {
+    /// `y = Σ_b (d_b e_b) I_b + c_b f_b` of weight row `o` and activation row `r`, plain Rust
+    /// (the reference of the SIMD kernels; Q8_0 has no offset term here: `I_b = Σ q_j p_j`).
+    /// The block terms are summed in 8 lanes, block `b` into lane `b mod 8`, and the lanes
+    /// added by [`sum_lanes`]: the order the AVX2 kernel keeps, so both give the same bits.
+    fn row_product_portable(&self, acts: &BlockActs, o: usize, r: usize) -> f32 {
         let nb = self.nb;
         let xq = &acts.q[r * self.cols..(r + 1) * self.cols];
-        let mut total = 0f32;
+        let mut lanes = [0f32; 8];
         for b in 0..nb {
             let wb = self.qs(o, b);
-            let isum: i32 = if self.kind.nibbles() {
-                (0..16)
+            let de = self.d(o, b) * acts.e[r * nb + b];
+            lanes[b % 8] += if self.kind.nibbles() {
+                let isum: i32 = (0..16)
                     .map(|j| {
                         let lo = i32::from(wb[j] & 0x0f);
                         let hi = i32::from(wb[j] >> 4);
@@ -308,16 +321,26 @@ impl BlockMatrix {
                         let p_hi = i32::from(xq[pair_order(b, j + 16, nb)] as i8);
                         lo * p_lo + hi * p_hi
                     })
-                    .sum()
+                    .sum();
+                de * isum as f32 + self.c(o, b) * acts.f[r * nb + b]
             } else {
-                (0..BLOCK)
-                    .map(|j| i32::from(wb[j] as i8) * i32::from(xq[b * BLOCK + j]))
-                    .sum()
+                // The activations are stored as p + 128 (for the AVX-512 kernel).
+                let isum: i32 = (0..BLOCK)
+                    .map(|j| i32::from(wb[j] as i8) * i32::from((xq[b * BLOCK + j] ^ 0x80) as i8))
+                    .sum();
+                de * isum as f32
             };
-            total += self.d(o, b) * acts.e[r * nb + b] * isum as f32;
         }
-        total
+        sum_lanes(lanes)
     }
+}
+
+/// `Σ_l lanes_l` by halving: `(l_i + l_{i+4})`, then `(s_i + s_{i+2})`, then the two left
+/// (how an 8-lane f32 vector is reduced).
+pub(super) fn sum_lanes(lanes: [f32; 8]) -> f32 {
+    let s4: [f32; 4] = std::array::from_fn(|i| lanes[i] + lanes[i + 4]);
+    let s2: [f32; 2] = std::array::from_fn(|i| s4[i] + s4[i + 2]);
+    s2[0] + s2[1]
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -483,7 +506,7 @@ impl PackedFormat for BlockMatrix {
     fn runs(&self, kernel: Kernel) -> bool {
         match kernel {
             Kernel::Portable => true,
-            Kernel::Avx2 => false,
+            Kernel::Avx2 => super::has_avx2(),
             Kernel::Avx512 => super::has_vnni(),
         }
     }
@@ -495,12 +518,8 @@ impl PackedFormat for BlockMatrix {
     fn tile(&self, kernel: Kernel, acts: &BlockActs, o: usize, r0: usize, out: &mut [f32]) {
         match kernel {
             Kernel::Portable => {
-                let nb = self.nb;
-                let c: Vec<f32> = (0..nb).map(|b| self.c(o, b)).collect();
                 for (i, v) in out.iter_mut().enumerate() {
-                    let r = r0 + i;
-                    *v = self.scaled_sums_portable(acts, o, r)
-                        + dot_f32(&c, &acts.f[r * nb..(r + 1) * nb]);
+                    *v = self.row_product_portable(acts, o, r0 + i);
                 }
             }
             #[cfg(target_arch = "x86_64")]
@@ -523,7 +542,16 @@ impl PackedFormat for BlockMatrix {
                     *v += self.tail_block(acts, o, r0 + i);
                 }
             }
-            Kernel::Avx2 => unreachable!("no AVX2 kernel for the ggml blocks yet (runs is false)"),
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => {
+                assert!(o < self.rows && (r0 + out.len()) * acts.nb <= acts.e.len());
+                // SAFETY: Avx2 is only passed after runs(Avx2) (AVX2, FMA and F16C present);
+                // the assertion bounds o and the activation rows, and `acts` came from
+                // self.quantize (rows of self.cols bytes, nb scales each).
+                unsafe { avx2::tile(self, acts, o, r0, out) }
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            Kernel::Avx2 => unreachable!("runs(Avx2) is false off x86_64"),
             #[cfg(not(target_arch = "x86_64"))]
             Kernel::Avx512 => unreachable!("runs(Avx512) is false off x86_64"),
         }

@@ -30,6 +30,9 @@ use super::ggml::{f16_to_f32, f32_to_f16, five_bit_pair, GgmlType, IQ4_NL_LEVELS
 use super::kquants::{q3_k_scale, q4_k_scale_min, QK_K};
 use super::{round_small, Kernel, PackedFormat, RawBytes};
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+
 /// A weight `[rows, cols]` of one of the types this module multiplies, as the file stores it.
 #[derive(Clone, Debug)]
 pub struct KQuantMatrix {
@@ -171,6 +174,7 @@ fn half_at(bytes: &[u8], at: usize) -> f32 {
 }
 
 /// Unpacks one block of `ty` (see the layouts in [`super::kquants`] and [`super::ggml`]).
+#[inline(always)]
 fn unpack(ty: GgmlType, block: &[u8], u: &mut Unpacked) {
     match ty {
         GgmlType::Q2_K => {
@@ -286,9 +290,13 @@ fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
         .sum()
 }
 
-/// `I_b = Σ_g sc_g Σ_{j∈g} q_j p_j` of an unpacked super-block against 256 activations.
+/// `I_b = Σ_g sc_g Σ_{j∈g} q_j p_j` of an unpacked super-block against 256 activations, or
+/// `Σ_j q_j p_j` of a 32-block against 32.
 #[inline(always)]
-fn super_block_sum(u: &Unpacked, p: &[i8]) -> i32 {
+fn block_sum(u: &Unpacked, p: &[i8]) -> i32 {
+    if p.len() != QK_K {
+        return dot_i8(&u.q[..p.len()], p);
+    }
     let mut total = 0i32;
     for g in 0..16 {
         total += u.scale[g] * dot_i8(&u.q[16 * g..16 * (g + 1)], &p[16 * g..16 * (g + 1)]);
@@ -398,22 +406,36 @@ impl KQuantMatrix {
         acts
     }
 
-    /// `out[i] = w_o · x_{r0+i}`, each block unpacked once for the tile; `isum(u, p, bsums)`
-    /// gives a super-block's `I_b` (the only step the kernels do differently).
+    /// `out[i] = w_o · x_{r0+i}`, each block unpacked once for the tile (only its scales when
+    /// `values` is false, for a 32-block); `isum(u, block, p, bsums)` gives a block's integer
+    /// sum from the unpacked block `u` or its stored bytes (`I_b` of a super-block, `Σ q_j p_j`
+    /// of a 32-block; the only step the kernels do differently). Inlined into each kernel, so that the SIMD ones
+    /// compile it (and [`unpack`]) with their instructions.
+    #[inline(always)]
     fn tile_with(
         &self,
         acts: &KQuantActs,
         o: usize,
         r0: usize,
         out: &mut [f32],
-        isum: impl Fn(&Unpacked, &[i8], &[i32]) -> i32,
+        values: bool,
+        isum: impl Fn(&Unpacked, &[u8], &[i8], &[i32]) -> i32,
     ) {
         let nb = self.cols / self.block;
         let row = &self.data[o * nb * self.block_bytes..(o + 1) * nb * self.block_bytes];
         let mut u = Unpacked::new();
         out.fill(0.0);
         for (b, block) in row.chunks_exact(self.block_bytes).enumerate() {
-            unpack(self.ty, block, &mut u);
+            if values || self.block == QK_K {
+                unpack(self.ty, block, &mut u);
+            } else {
+                u.d = half_at(block, 0);
+                u.dmin = if self.ty == GgmlType::Q5_1 {
+                    half_at(block, 2)
+                } else {
+                    0.0
+                };
+            }
             for (i, y) in out.iter_mut().enumerate() {
                 let r = r0 + i;
                 let e = acts.e[r * nb + b];
@@ -423,15 +445,15 @@ impl KQuantMatrix {
                     ActFormat::Q8K => {
                         let g0 = (r * self.cols + b * QK_K) / 16;
                         let bsums = &acts.bsums[g0..g0 + 16];
-                        *y += (u.d * e) * isum(&u, p, bsums) as f32;
+                        *y += (u.d * e) * isum(&u, block, p, bsums) as f32;
                         if self.has_minimum() {
                             let msum: i32 = u.min.iter().zip(bsums).map(|(&m, &s)| m * s).sum();
                             *y -= (u.dmin * e) * msum as f32;
                         }
                     }
-                    ActFormat::Q80 => *y += (u.d * e) * dot_i8(&u.q[..32], p) as f32,
+                    ActFormat::Q80 => *y += (u.d * e) * isum(&u, block, p, &[]) as f32,
                     ActFormat::Q81 => {
-                        *y += (u.d * e) * dot_i8(&u.q[..32], p) as f32;
+                        *y += (u.d * e) * isum(&u, block, p, &[]) as f32;
                         *y += u.dmin * acts.s[r * nb + b];
                     }
                 }
@@ -439,7 +461,8 @@ impl KQuantMatrix {
         }
     }
 
-    /// What to add to the unpacked values of this type to make them unsigned (for `vpdpbusd`).
+    /// What to add to the unpacked values of this type to make them unsigned (for `vpdpbusd`
+    /// and `vpmaddubsw`).
     #[cfg(target_arch = "x86_64")]
     fn unsigned_offset(&self) -> i8 {
         match self.ty {
@@ -494,12 +517,12 @@ impl PackedFormat for KQuantMatrix {
         self.cols
     }
 
-    /// The AVX-512 VNNI kernel multiplies the K-quants (the 32-blocks have only the portable
-    /// one).
+    /// The AVX2 kernel multiplies every type here, the AVX-512 VNNI one the K-quants (the
+    /// 32-blocks have the portable and AVX2 ones).
     fn runs(&self, kernel: Kernel) -> bool {
         match kernel {
             Kernel::Portable => true,
-            Kernel::Avx2 => false,
+            Kernel::Avx2 => super::has_avx2(),
             Kernel::Avx512 => self.block == QK_K && super::has_vnni(),
         }
     }
@@ -510,7 +533,9 @@ impl PackedFormat for KQuantMatrix {
 
     fn tile(&self, kernel: Kernel, acts: &KQuantActs, o: usize, r0: usize, out: &mut [f32]) {
         match kernel {
-            Kernel::Portable => self.tile_with(acts, o, r0, out, |u, p, _| super_block_sum(u, p)),
+            Kernel::Portable => {
+                self.tile_with(acts, o, r0, out, true, |u, _, p, _| block_sum(u, p))
+            }
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx512 => {
                 assert!(
@@ -518,7 +543,7 @@ impl PackedFormat for KQuantMatrix {
                     "the AVX-512 kernel needs VNNI and K-quants"
                 );
                 let offset = self.unsigned_offset();
-                self.tile_with(acts, o, r0, out, |u, p, bsums| {
+                self.tile_with(acts, o, r0, out, true, |u, _, p, bsums| {
                     let p: &[i8; QK_K] = p.try_into().expect("a super-block of activations");
                     // SAFETY: runs(Avx512) checked AVX-512F/BW/VNNI; the unpacked values
                     // plus this type's offset are in [0, 63] (Q2_K..Q6_K), so unsigned bytes.
@@ -527,7 +552,17 @@ impl PackedFormat for KQuantMatrix {
                     shifted - i32::from(offset) * taken
                 })
             }
-            Kernel::Avx2 => unreachable!("no AVX2 kernel for the K-quants yet (runs is false)"),
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => {
+                assert!(
+                    self.runs(Kernel::Avx2),
+                    "the AVX2 kernel needs AVX2, FMA and F16C"
+                );
+                // SAFETY: runs(Avx2) checked AVX2, FMA and F16C.
+                unsafe { avx2::tile(self, acts, o, r0, out) }
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            Kernel::Avx2 => unreachable!("runs(Avx2) is false off x86_64"),
             #[cfg(not(target_arch = "x86_64"))]
             Kernel::Avx512 => unreachable!("runs(Avx512) is false off x86_64"),
         }

@@ -503,16 +503,23 @@ fn block_products_match_float64() {
             let acts = matrix.quantize(&x, rows);
             let mut y = vec![f32::NAN; rows * d_out];
             packed.product_with(Kernel::Portable, &mut y, &x, rows);
-            // The AVX-512 kernel (K-quants, where the CPU has VNNI) sums the same integers and
-            // applies the same f32 steps: bit for bit the portable result.
-            if packed.best_kernel() == Kernel::Avx512 {
-                let mut simd = vec![f32::NAN; rows * d_out];
-                packed.product_with(Kernel::Avx512, &mut simd, &x, rows);
-                for (i, (a, b)) in simd.iter().zip(&y).enumerate() {
-                    assert_eq!(a.to_bits(), b.to_bits(), "{ty} avx512 y[{i}]: {a} vs {b}");
+            // The SIMD kernels (AVX2 for every type, AVX-512 for the K-quants, where the CPU
+            // has them) sum the same integers and apply the same f32 steps: bit for bit the
+            // portable result.
+            for kernel in [Kernel::Avx2, Kernel::Avx512] {
+                if !packed.runs(kernel) {
+                    eprintln!("{ty}: no {kernel:?} kernel on this CPU");
+                    continue;
                 }
-            } else {
-                eprintln!("{ty}: no AVX-512 kernel on this CPU, the portable one alone checked");
+                let mut simd = vec![f32::NAN; rows * d_out];
+                packed.product_with(kernel, &mut simd, &x, rows);
+                for (i, (a, b)) in simd.iter().zip(&y).enumerate() {
+                    assert_eq!(
+                        a.to_bits(),
+                        b.to_bits(),
+                        "{ty} {kernel:?} y[{i}]: {a} vs {b}"
+                    );
+                }
             }
             for r in 0..rows {
                 let xq = acts.values(r);
@@ -545,6 +552,41 @@ fn block_products_match_float64() {
                         "{ty} {d_out}x{cols} rows {rows}: y[{r},{o}] = {got}, float64 {want} \
                          (tolerance {tol})"
                     );
+                }
+            }
+        }
+    }
+}
+
+/// Every SIMD kernel gives the portable kernel's bits on every shape class (rows 1–5 and 17;
+/// 32-blocks: 32 to 768 columns, super-blocks: 256, 512, 768; 1, 3, 16, 17 outputs).
+#[test]
+fn kernels_agree_bit_for_bit_on_every_shape() {
+    use super::tests::{simd_kernels, KERNEL_COLS, KERNEL_OUTS, KERNEL_ROWS};
+    let mut rng = Lcg(37);
+    for ty in TYPES {
+        let block = ty.block().unwrap().0;
+        for &cols in KERNEL_COLS.iter().filter(|&&c| c % block == 0) {
+            for &d_out in KERNEL_OUTS {
+                let data = random_blocks(&mut rng, ty, d_out * cols / block);
+                let packed = pack_ggml(ty, RawBytes::owned(data), d_out, cols)
+                    .unwrap()
+                    .unwrap();
+                for &rows in KERNEL_ROWS {
+                    let x: Vec<f32> = (0..rows * cols)
+                        .map(|_| (rng.unit() * 3.0) as f32)
+                        .collect();
+                    let label = format!("{ty} {d_out}x{cols} rows {rows}");
+                    let mut want = vec![f32::NAN; rows * d_out];
+                    packed.product_with(Kernel::Portable, &mut want, &x, rows);
+                    assert!(want.iter().all(|v| v.is_finite()), "{label}");
+                    for kernel in simd_kernels(&packed, &label) {
+                        let mut got = vec![f32::NAN; rows * d_out];
+                        packed.product_with(kernel, &mut got, &x, rows);
+                        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                            assert_eq!(a.to_bits(), b.to_bits(), "{label} {kernel:?} y[{i}]");
+                        }
+                    }
                 }
             }
         }

@@ -404,20 +404,6 @@ fn round_small(x: f32) -> f32 {
     (x + MAGIC) - MAGIC
 }
 
-/// `Σ_i a_i b_i` in f32, in one fixed order (shared by both kernels).
-fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for l in 0..8 {
-            lanes[l] += x[l] * y[l];
-        }
-    }
-    let tail: f32 = ra.iter().zip(rb).map(|(x, y)| x * y).sum();
-    lanes.iter().sum::<f32>() + tail
-}
-
 #[cfg(test)]
 mod kernel_choice_tests {
     use super::*;

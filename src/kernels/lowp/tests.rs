@@ -296,11 +296,80 @@ fn ggml_block_products_match_float64() {
                     });
                     results.push(y);
                 }
-                // The kernels differ only in the order of f32 sums (of terms that can cancel).
-                if let [p, s] = &results[..] {
-                    let top = p.iter().fold(0f32, |m, v| m.max(v.abs()));
+                // The AVX-512 kernel differs from the portable one only in the order of f32
+                // sums (of terms that can cancel); the AVX2 kernel keeps its order (checked
+                // bit for bit in `ggml_block_kernels_agree_on_every_shape`).
+                let p = &results[0];
+                let top = p.iter().fold(0f32, |m, v| m.max(v.abs()));
+                for s in &results[1..] {
                     for (a, b) in p.iter().zip(s) {
                         assert!((a - b).abs() <= 1e-5 * top, "{ty}: {a} vs {b}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The shape classes of the SIMD-against-portable checks: rows (a tile of 4 and its
+/// remainders, past it), columns (blocks of 32 not a multiple of the 8-block step; whole
+/// 256-super-blocks), outputs.
+pub(super) const KERNEL_ROWS: &[usize] = &[1, 2, 3, 4, 5, 17];
+pub(super) const KERNEL_COLS: &[usize] = &[32, 64, 96, 256, 512, 768];
+pub(super) const KERNEL_OUTS: &[usize] = &[1, 3, 16, 17];
+
+/// The SIMD kernels this CPU has, each asserted to run for `w` where the CPU has it.
+pub(super) fn simd_kernels(w: &PackedWeight, label: &str) -> Vec<Kernel> {
+    let mut simd = Vec::new();
+    if has_avx2() {
+        assert!(
+            w.runs(Kernel::Avx2),
+            "{label}: no AVX2 kernel on an AVX2 CPU"
+        );
+        simd.push(Kernel::Avx2);
+    } else {
+        eprintln!("{label}: this CPU has no AVX2, its kernel is not checked");
+    }
+    if w.runs(Kernel::Avx512) {
+        simd.push(Kernel::Avx512);
+    }
+    simd
+}
+
+/// The AVX2 kernel of the ggml blocks gives the portable kernel's bits on every shape class
+/// (it keeps the portable order of f32 sums); the AVX-512 kernel is within the f32 rounding
+/// of its own order.
+#[test]
+fn ggml_block_kernels_agree_on_every_shape() {
+    let mut rng = Lcg(31);
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+        for &d_in in KERNEL_COLS {
+            for &d_out in KERNEL_OUTS {
+                let data = random_blocks(&mut rng, ty, d_out, d_in);
+                let w =
+                    PackedWeight::Blocks(BlockMatrix::from_ggml(ty, &data, d_out, d_in).unwrap());
+                for &rows in KERNEL_ROWS {
+                    let x = rng.vec(rows * d_in, 3.0);
+                    let label = format!("{ty} {d_out}x{d_in} rows {rows}");
+                    let want = run(&w, Kernel::Portable, &x, rows);
+                    assert!(want.iter().all(|v| v.is_finite()), "{label}");
+                    let top = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+                    for kernel in simd_kernels(&w, &label) {
+                        let got = run(&w, kernel, &x, rows);
+                        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                            if kernel == Kernel::Avx2 {
+                                assert_eq!(
+                                    a.to_bits(),
+                                    b.to_bits(),
+                                    "{label} {kernel:?} y[{i}]: {a} vs {b}"
+                                );
+                            } else {
+                                assert!(
+                                    (a - b).abs() <= 1e-5 * top,
+                                    "{label} {kernel:?} y[{i}]: {a} vs {b}"
+                                );
+                            }
+                        }
                     }
                 }
             }

@@ -1,0 +1,316 @@
+//! The AVX2 (+ FMA, F16C) kernel of [`BlockMatrix`]: the portable kernel's sums, eight blocks
+//! per step, one block per f32 lane.
+//!
+//! ```text
+//! for each step of 8 blocks b = 8g .. 8g+7 (lane l = b mod 8):
+//!     I_b     integer sums of the block (exact):  vpmaddubsw (u8 × i8 pairs -> i16),
+//!             vpmaddwd by 1 (-> 8 i32), then vphaddd across the blocks' vectors
+//!     lane_l += (d_b e_b) I_b + c_b f_b           (Q8_0: (d_b e_b) I_b)
+//! the last nb mod 8 blocks one at a time into their lanes, then the lanes by halving
+//! ```
+//!
+//! The f32 steps are those of `row_product_portable` in the same order, so the two kernels give
+//! the same bits. 4-bit weights are the unsigned operand of `vpmaddubsw` against the signed
+//! activations (pair sums at most 2 · 15 · 127); for `Q8_0` the stored activations `p + 128`
+//! are turned back into `p` and multiplied as llama.cpp's AVX2 `ggml_vec_dot_q8_0_q8_0` does,
+//! `|q| × sign(p, q)` (pair sums at most 2 · 128 · 127 < 2^15, so `vpmaddubsw` never saturates).
+
+use super::{pair_order, sum_lanes, BlockActs, BlockKind, BlockMatrix, BLOCK};
+use std::arch::x86_64::*;
+
+/// Blocks per step: one f32 lane each.
+const STEP: usize = 8;
+
+/// `out[i] = w_o · x_{r0+i}` for `i < out.len() <= 4`.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; `o < w.rows`, `r0 + out.len() <=` the rows of
+/// `acts`, which `w.quantize` made.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn tile(w: &BlockMatrix, acts: &BlockActs, o: usize, r0: usize, out: &mut [f32]) {
+    // SAFETY: the caller's contract, passed on.
+    unsafe {
+        match out.len() {
+            1 => rows::<1>(w, acts, o, r0, out),
+            2 => rows::<2>(w, acts, o, r0, out),
+            3 => rows::<3>(w, acts, o, r0, out),
+            _ => rows::<4>(w, acts, o, r0, out),
+        }
+    }
+}
+
+/// [`tile`] for `R` activation rows.
+///
+/// # Safety
+/// As [`tile`], with `out.len() == R`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn rows<const R: usize>(
+    w: &BlockMatrix,
+    acts: &BlockActs,
+    o: usize,
+    r0: usize,
+    out: &mut [f32],
+) {
+    let (nb, cols, kind) = (w.nb, w.cols, w.kind);
+    let (bb, q_at) = (kind.block_bytes(), kind.scale_bytes());
+    let nibbles = kind.nibbles();
+    // SAFETY (all pointer arithmetic below): `w.blocks` holds rows · nb blocks of bb bytes
+    // (checked by in_place), so row o's nb blocks start at o · nb · bb; each activation row
+    // has `cols = 32 nb` bytes and nb scales e and f. A step g < nb / 8 reads blocks
+    // 8g .. 8g+8 (the gather 4 bytes from each block's start), bytes 256g .. 256g+256 of each
+    // activation row and scales 8g .. 8g+8.
+    let row = unsafe { w.blocks.as_ptr().add(o * nb * bb) };
+    let xq: [*const u8; R] =
+        std::array::from_fn(|i| unsafe { acts.q.as_ptr().add((r0 + i) * cols) });
+    let e: [*const f32; R] = std::array::from_fn(|i| unsafe { acts.e.as_ptr().add((r0 + i) * nb) });
+    let f: [*const f32; R] = std::array::from_fn(|i| unsafe { acts.f.as_ptr().add((r0 + i) * nb) });
+    let bb32 = bb as i32;
+    let heads_at = _mm256_setr_epi32(
+        0,
+        bb32,
+        2 * bb32,
+        3 * bb32,
+        4 * bb32,
+        5 * bb32,
+        6 * bb32,
+        7 * bb32,
+    );
+    let mut lanes = [_mm256_setzero_ps(); R];
+    let steps = nb / STEP;
+    for g in 0..steps {
+        let blk = unsafe { row.add(g * STEP * bb) };
+        // The first 4 bytes of each of the 8 blocks: d (f16), then m (Q4_1) or weights.
+        let heads = unsafe { _mm256_i32gather_epi32::<1>(blk as *const i32, heads_at) };
+        let d = _mm256_cvtph_ps(halves::<0>(heads));
+        let c = match kind {
+            BlockKind::Q4_0 => _mm256_mul_ps(_mm256_set1_ps(-8.0), d),
+            BlockKind::Q4_1 => _mm256_cvtph_ps(halves::<2>(heads)),
+            BlockKind::Q8_0 => _mm256_setzero_ps(),
+        };
+        let at = g * STEP * BLOCK;
+        let isums = if nibbles {
+            unsafe { nibble_sums::<R>(blk, bb, q_at, &xq, at) }
+        } else {
+            unsafe { byte_sums::<R>(blk, bb, q_at, &xq, at) }
+        };
+        for r in 0..R {
+            let de = _mm256_mul_ps(d, unsafe { _mm256_loadu_ps(e[r].add(g * STEP)) });
+            let mut term = _mm256_mul_ps(de, _mm256_cvtepi32_ps(isums[r]));
+            if nibbles {
+                let cf = _mm256_mul_ps(c, unsafe { _mm256_loadu_ps(f[r].add(g * STEP)) });
+                term = _mm256_add_ps(term, cf);
+            }
+            lanes[r] = _mm256_add_ps(lanes[r], term);
+        }
+    }
+    for r in 0..R {
+        let mut l = [0f32; 8];
+        unsafe { _mm256_storeu_ps(l.as_mut_ptr(), lanes[r]) };
+        let ar = (r0 + r) * nb;
+        for b in steps * STEP..nb {
+            // SAFETY: block b < nb of row o; its activation bytes lie in row r0 + r.
+            let qs = unsafe { row.add(b * bb + q_at) };
+            let de = w.d(o, b) * acts.e[ar + b];
+            l[b % 8] += if nibbles {
+                let (x_lo, x_hi) = (pair_order(b, 0, nb), pair_order(b, 16, nb));
+                let isum = unsafe { nibble_block_sum(qs, xq[r].add(x_lo), xq[r].add(x_hi)) };
+                de * isum as f32 + w.c(o, b) * acts.f[ar + b]
+            } else {
+                let isum = unsafe { byte_block_sum(qs, xq[r].add(b * BLOCK)) };
+                de * isum as f32
+            };
+        }
+        out[r] = sum_lanes(l);
+    }
+}
+
+/// The f16 at byte `AT` (0 or 2) of each of the 8 i32 lanes of `heads`, as 8 u16.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn halves<const AT: i8>(heads: __m256i) -> __m128i {
+    let a = AT;
+    let pick = _mm256_setr_epi8(
+        a,
+        a + 1,
+        a + 4,
+        a + 5,
+        a + 8,
+        a + 9,
+        a + 12,
+        a + 13,
+        -1,
+        -1,
+        -1,
+        -1,
+        -1,
+        -1,
+        -1,
+        -1,
+        a,
+        a + 1,
+        a + 4,
+        a + 5,
+        a + 8,
+        a + 9,
+        a + 12,
+        a + 13,
+        -1,
+        -1,
+        -1,
+        -1,
+        -1,
+        -1,
+        -1,
+        -1,
+    );
+    let packed = _mm256_shuffle_epi8(heads, pick);
+    _mm256_castsi256_si128(_mm256_permute4x64_epi64::<0b00_00_10_00>(packed))
+}
+
+/// `Σ` of the 8 i32 lanes of `v`.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn hsum(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+    _mm_cvtsi128_si32(s)
+}
+
+/// `I_b` of 8 blocks of 4-bit weights (pairs stored `[low b, low b+1, high b, high b+1]`
+/// among the activations, see `pair_order`), lane `l` for block `8g + l`.
+///
+/// # Safety
+/// AVX2; the 8 blocks from `blk` (stride `bb`, weights at `q_at`) and 256 activation bytes
+/// from `at` of each row must be readable.
+// k numbers the blocks in the address arithmetic as well as in `v`.
+#[allow(clippy::needless_range_loop)]
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn nibble_sums<const R: usize>(
+    blk: *const u8,
+    bb: usize,
+    q_at: usize,
+    xq: &[*const u8; R],
+    at: usize,
+) -> [__m256i; R] {
+    let mask = _mm256_set1_epi8(0x0f);
+    let ones = _mm256_set1_epi16(1);
+    let mut v = [[_mm256_setzero_si256(); 4]; R];
+    for k in 0..4 {
+        // SAFETY (caller): blocks 2k, 2k+1 and activation bytes at + 64k .. at + 64k + 64.
+        let raw = unsafe {
+            let b0 = blk.add(2 * k * bb + q_at);
+            _mm256_loadu2_m128i(b0.add(bb) as *const __m128i, b0 as *const __m128i)
+        };
+        let lo = _mm256_and_si256(raw, mask);
+        let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(raw), mask);
+        for r in 0..R {
+            let (x0, x1) = unsafe {
+                let x = xq[r].add(at + 64 * k);
+                (
+                    _mm256_loadu_si256(x as *const __m256i),
+                    _mm256_loadu_si256(x.add(32) as *const __m256i),
+                )
+            };
+            let pairs =
+                _mm256_add_epi16(_mm256_maddubs_epi16(lo, x0), _mm256_maddubs_epi16(hi, x1));
+            // Lanes 0-3: block 2k, lanes 4-7: block 2k+1.
+            v[r][k] = _mm256_madd_epi16(pairs, ones);
+        }
+    }
+    // hadd(hadd(v0, v1), hadd(v2, v3)) holds blocks [0 2 4 6 | 1 3 5 7].
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    std::array::from_fn(|r| {
+        let [v0, v1, v2, v3] = v[r];
+        let h = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+        _mm256_permutevar8x32_epi32(h, order)
+    })
+}
+
+/// `Σ q_j p_j` of one `Q8_0` block's 32 signed weights against 32 activation bytes `p + 128`:
+/// 8 i32 partial sums.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn byte_products(wq: __m256i, shifted: __m256i) -> __m256i {
+    let p = _mm256_xor_si256(shifted, _mm256_set1_epi8(-128));
+    let pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(wq), _mm256_sign_epi8(p, wq));
+    _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
+}
+
+/// `I_b` of 8 `Q8_0` blocks, lane `l` for block `8g + l`.
+///
+/// # Safety
+/// As [`nibble_sums`].
+// k numbers the blocks in the address arithmetic as well as in `v`.
+#[allow(clippy::needless_range_loop)]
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn byte_sums<const R: usize>(
+    blk: *const u8,
+    bb: usize,
+    q_at: usize,
+    xq: &[*const u8; R],
+    at: usize,
+) -> [__m256i; R] {
+    let mut v = [[_mm256_setzero_si256(); 8]; R];
+    for k in 0..8 {
+        // SAFETY (caller): block k and activation bytes at + 32k .. at + 32k + 32.
+        let wq = unsafe { _mm256_loadu_si256(blk.add(k * bb + q_at) as *const __m256i) };
+        for r in 0..R {
+            let x = unsafe { _mm256_loadu_si256(xq[r].add(at + 32 * k) as *const __m256i) };
+            v[r][k] = byte_products(wq, x);
+        }
+    }
+    std::array::from_fn(|r| {
+        let v = &v[r];
+        // Lanes [b0 b1 b2 b3 | b0 b1 b2 b3] of partial sums, for blocks 0-3 and 4-7.
+        let h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+        let h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+        _mm256_add_epi32(
+            _mm256_permute2x128_si256::<0x20>(h0, h1),
+            _mm256_permute2x128_si256::<0x31>(h0, h1),
+        )
+    })
+}
+
+/// `I_b` of one block of 4-bit weights (16 bytes at `qs`) against its 16 low-nibble
+/// activations at `x_lo` and 16 high-nibble ones at `x_hi`.
+///
+/// # Safety
+/// AVX2; 16 bytes readable at each pointer.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn nibble_block_sum(qs: *const u8, x_lo: *const u8, x_hi: *const u8) -> i32 {
+    let mask = _mm_set1_epi8(0x0f);
+    let (raw, xl, xh) = unsafe {
+        (
+            _mm_loadu_si128(qs as *const __m128i),
+            _mm_loadu_si128(x_lo as *const __m128i),
+            _mm_loadu_si128(x_hi as *const __m128i),
+        )
+    };
+    let lo = _mm_and_si128(raw, mask);
+    let hi = _mm_and_si128(_mm_srli_epi16::<4>(raw), mask);
+    let pairs = _mm_add_epi16(_mm_maddubs_epi16(lo, xl), _mm_maddubs_epi16(hi, xh));
+    let s = _mm_madd_epi16(pairs, _mm_set1_epi16(1));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+    _mm_cvtsi128_si32(s)
+}
+
+/// `I_b` of one `Q8_0` block (32 bytes at `qs`) against 32 activation bytes at `x`.
+///
+/// # Safety
+/// AVX2; 32 bytes readable at each pointer.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn byte_block_sum(qs: *const u8, x: *const u8) -> i32 {
+    let (wq, xv) = unsafe {
+        (
+            _mm256_loadu_si256(qs as *const __m256i),
+            _mm256_loadu_si256(x as *const __m256i),
+        )
+    };
+    hsum(byte_products(wq, xv))
+}
