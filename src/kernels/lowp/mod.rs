@@ -29,6 +29,11 @@
 mod bf16;
 pub mod bf16_gemm;
 pub mod bf16_train;
+pub mod block_gemm;
+#[cfg(target_arch = "x86_64")]
+mod block_gemm_avx2;
+#[cfg(target_arch = "x86_64")]
+mod block_gemm_avx512;
 mod blocks;
 pub mod ggml;
 mod int8;
@@ -352,6 +357,14 @@ impl PackedWeight {
         match self {
             PackedWeight::Bf16(w) => product_with(w, kernel, y, x, rows),
             PackedWeight::Int8(w) => w.product(kernel, y, x, rows),
+            // Many rows: the register-tiled GEMM (another float order, see block_gemm).
+            PackedWeight::Blocks(w)
+                if rows >= block_gemm::MIN_ROWS
+                    && kernel != Kernel::Portable
+                    && block_gemm::runs(kernel) =>
+            {
+                block_gemm::product(w, kernel, y, x, rows)
+            }
             PackedWeight::Blocks(w) => product_with(w, kernel, y, x, rows),
             PackedWeight::KQuants(w) => product_with(w, kernel, y, x, rows),
         }
