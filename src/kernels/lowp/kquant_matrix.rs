@@ -474,6 +474,10 @@ impl KQuantMatrix {
 }
 
 #[cfg(target_arch = "x86_64")]
+#[path = "kquant_gemm_avx512.rs"]
+pub(super) mod gemm_avx512;
+
+#[cfg(target_arch = "x86_64")]
 mod avx512 {
     use std::arch::x86_64::*;
 

@@ -26,10 +26,19 @@
 //! output rows with rayon, each task computing a block of `y` for up to [`ROW_TILE`] activation
 //! rows at a time from one loaded weight row ([`PackedFormat`]); int8 is a register-tiled GEMM
 //! over weight panels of 16 outputs (see [`Int8Matrix`]), split over groups of 64 outputs.
+//! From [`block_gemm::MIN_ROWS`] activation rows on (prefill, batched decoding), the ggml
+//! blocks and the K-quants are multiplied by register-tiled GEMMs too ([`block_gemm`]: AVX-512
+//! and AVX2; `kquant_gemm_avx512.rs`: AVX-512, the row kernel's bits), over panels unpacked
+//! from the stored blocks per call.
 
 mod bf16;
 pub mod bf16_gemm;
 pub mod bf16_train;
+pub mod block_gemm;
+#[cfg(target_arch = "x86_64")]
+mod block_gemm_avx2;
+#[cfg(target_arch = "x86_64")]
+mod block_gemm_avx512;
 mod blocks;
 pub mod ggml;
 mod int8;
@@ -355,7 +364,24 @@ impl PackedWeight {
         match self {
             PackedWeight::Bf16(w) => product_with(w, kernel, y, x, rows),
             PackedWeight::Int8(w) => w.product(kernel, y, x, rows),
+            // Many rows: the register-tiled GEMM (another float order, see block_gemm).
+            PackedWeight::Blocks(w)
+                if rows >= block_gemm::MIN_ROWS
+                    && kernel != Kernel::Portable
+                    && block_gemm::runs(kernel) =>
+            {
+                block_gemm::product(w, kernel, y, x, rows)
+            }
             PackedWeight::Blocks(w) => product_with(w, kernel, y, x, rows),
+            // Many rows: the K-quants' register-tiled GEMM (the row kernel's bits).
+            #[cfg(target_arch = "x86_64")]
+            PackedWeight::KQuants(w)
+                if rows >= kquant_matrix::gemm_avx512::MIN_ROWS
+                    && kernel == Kernel::Avx512
+                    && kquant_matrix::gemm_avx512::runs(w) =>
+            {
+                kquant_matrix::gemm_avx512::product(w, y, x, rows)
+            }
             PackedWeight::KQuants(w) => product_with(w, kernel, y, x, rows),
         }
     }

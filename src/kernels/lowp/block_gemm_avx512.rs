@@ -1,0 +1,301 @@
+//! The AVX-512 VNNI kernel of the block GEMM ([`super::block_gemm`]): panels of 16 outputs
+//! (one i32 / f32 lane each), register tiles of up to 4 activation rows × 2 panels. Per block
+//! and group of four elements, one `vpdpbusd` per (row, panel) adds the four products of each
+//! output into its own lane: nibbles (unsigned) against the broadcast signed activations;
+//! against signed `Q8_0` weights the activations are the unsigned side, shifted by 128
+//! (`p ^ 0x80`), and the block's sum starts at `-128 Σ_j q_j` so that it ends at `Σ_j q_j p_j`.
+
+use super::block_gemm::{GemmActs, Layout, TASK_OUTPUTS};
+use super::blocks::{BlockKind, BlockMatrix, BLOCK};
+use super::PackedFormat;
+use std::arch::x86_64::*;
+
+/// Outputs per panel.
+const L: usize = 16;
+/// Activation rows per register tile.
+const TILE_ROWS: usize = 4;
+/// Panels per task (and per register tile).
+const PANELS: usize = TASK_OUTPUTS / L;
+
+/// `Q4_0`, `Q4_1`, `Q8_0` as a const parameter of the tile.
+const Q4_0: u8 = 0;
+const Q4_1: u8 = 1;
+const Q8_0: u8 = 2;
+
+/// The unpacked blocks of up to [`PANELS`] panels (see the parent module): `q [P, nb, 8, L, 4]`,
+/// `d [P, nb, L]`, `m [P, nb, L]` (`Q4_1`), `init [P, nb, L] = -128 Σ_j q_j` (`Q8_0`).
+struct Panels {
+    q: Vec<u8>,
+    d: Vec<f32>,
+    m: Vec<f32>,
+    init: Vec<i32>,
+}
+
+/// Writes outputs `o0 .. o0 + outputs` (at most [`TASK_OUTPUTS`]) of every row of `y`.
+///
+/// # Safety
+/// The CPU has AVX-512F/BW/VL and VNNI; `y` points at `[rows, w.rows()]` floats of which no
+/// other thread accesses these outputs meanwhile; `acts` holds `rows` rows quantised for `w`
+/// (`block_gemm::quantize`); `layout` is `w`'s.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn fill(
+    w: &BlockMatrix,
+    layout: Layout,
+    acts: &GemmActs,
+    rows: usize,
+    o0: usize,
+    outputs: usize,
+    y: *mut f32,
+) {
+    let nb = layout.nb;
+    let panels = outputs.div_ceil(L);
+    debug_assert!(panels <= PANELS);
+    let mut un = Panels {
+        q: vec![0u8; panels * nb * 8 * L * 4],
+        d: vec![0f32; panels * nb * L],
+        m: vec![
+            0f32;
+            if layout.kind == BlockKind::Q4_1 {
+                panels * nb * L
+            } else {
+                0
+            }
+        ],
+        init: vec![
+            0i32;
+            if layout.kind == BlockKind::Q8_0 {
+                panels * nb * L
+            } else {
+                0
+            }
+        ],
+    };
+    for p in 0..panels {
+        let valid = (outputs - p * L).min(L);
+        // SAFETY: outputs o0 + p·L .. + valid exist in w (o0 + outputs <= w.rows(), the
+        // caller's); the buffers hold `panels` whole panels.
+        unsafe { unpack(w, layout, o0 + p * L, valid, &mut un, p) };
+    }
+    let (cols, d_out) = (w.cols(), w.rows());
+    let last_lanes = outputs - (panels - 1) * L;
+    for r0 in (0..rows).step_by(TILE_ROWS) {
+        let tile = Tile {
+            panels: &un,
+            nb,
+            p: acts.p[r0 * cols..].as_ptr(),
+            cols,
+            e: acts.e[r0 * nb..].as_ptr(),
+            f: acts.f[r0 * nb..].as_ptr(),
+            sum: acts.sum[r0 * nb..].as_ptr(),
+            // SAFETY (caller): row r0, output o0 of y.
+            y: unsafe { y.add(r0 * d_out + o0) },
+            d_out,
+            last_lanes,
+        };
+        macro_rules! by_kind {
+            ($r:literal, $p:literal) => {
+                match layout.kind {
+                    BlockKind::Q4_0 => tile.run::<$r, $p, Q4_0>(),
+                    BlockKind::Q4_1 => tile.run::<$r, $p, Q4_1>(),
+                    BlockKind::Q8_0 => tile.run::<$r, $p, Q8_0>(),
+                }
+            };
+        }
+        macro_rules! by_panels {
+            ($r:literal) => {
+                if panels == 1 {
+                    by_kind!($r, 1)
+                } else {
+                    by_kind!($r, 2)
+                }
+            };
+        }
+        // SAFETY: rows r0 .. r0 + R of the activations and of y exist (R <= rows - r0); the
+        // panels hold `panels` panels of nb blocks; the last panel's lanes past `outputs`
+        // are masked off at the store.
+        unsafe {
+            match (rows - r0).min(TILE_ROWS) {
+                1 => by_panels!(1),
+                2 => by_panels!(2),
+                3 => by_panels!(3),
+                _ => by_panels!(4),
+            }
+        }
+    }
+}
+
+/// Unpacks outputs `o .. o + valid` (`valid <= L`) of `w` into panel `p` of `un`, gathering
+/// each output's four bytes at a time (lanes past `valid` repeat the last output).
+///
+/// # Safety
+/// The CPU has AVX-512F/BW/VL and VNNI; `o + valid <= w.rows()`, `valid >= 1`, and `un` holds
+/// panel `p`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn unpack(
+    w: &BlockMatrix,
+    layout: Layout,
+    o: usize,
+    valid: usize,
+    un: &mut Panels,
+    p: usize,
+) {
+    let (nb, bb, q_at) = (layout.nb, layout.block_bytes, layout.q_at);
+    let row_bytes = nb * bb;
+    let mut offsets = [0i32; L];
+    for (l, off) in offsets.iter_mut().enumerate() {
+        // At most 15 rows of a tensor whose rows the file holds: fits an i32 for rows below
+        // 128 MiB.
+        *off = (l.min(valid - 1) * row_bytes) as i32;
+    }
+    // SAFETY: 16 i32 from a local array.
+    let idx = unsafe { _mm512_loadu_si512(offsets.as_ptr() as *const __m512i) };
+    let base = w.stored().as_ptr().wrapping_add(o * row_bytes);
+    let nibble = _mm512_set1_epi8(0x0f);
+    let ones = _mm512_set1_epi8(1);
+    let q = un.q.as_mut_ptr().wrapping_add(p * nb * 8 * L * 4);
+    let (d, m, init) = (
+        un.d.as_mut_ptr().wrapping_add(p * nb * L),
+        un.m.as_mut_ptr().wrapping_add(p * nb * L),
+        un.init.as_mut_ptr().wrapping_add(p * nb * L),
+    );
+    for b in 0..nb {
+        let block = base.wrapping_add(b * bb);
+        // SAFETY (all gathers): rows o .. o + valid of w, block b, bytes at + 4 <= bb of it:
+        // inside the stored blocks (rows · nb · bb bytes, checked by BlockMatrix::in_place).
+        // The stores write block b of panel p of buffers sized for `panels` panels.
+        unsafe {
+            let heads = _mm512_i32gather_epi32::<1>(idx, block as *const i32);
+            _mm512_storeu_ps(d.add(b * L), _mm512_cvtph_ps(_mm512_cvtepi32_epi16(heads)));
+            if layout.kind == BlockKind::Q4_1 {
+                let mins = _mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(heads));
+                _mm512_storeu_ps(m.add(b * L), _mm512_cvtph_ps(mins));
+            }
+            let qb = q.add(b * 8 * L * 4);
+            if layout.kind == BlockKind::Q8_0 {
+                let mut sum = _mm512_setzero_si512();
+                for g in 0..8 {
+                    let v = _mm512_i32gather_epi32::<1>(idx, block.add(q_at + 4 * g) as *const i32);
+                    _mm512_storeu_si512(qb.add(g * L * 4) as *mut __m512i, v);
+                    sum = _mm512_dpbusd_epi32(sum, ones, v);
+                }
+                let shifted = _mm512_slli_epi32::<7>(sum);
+                let neg = _mm512_sub_epi32(_mm512_setzero_si512(), shifted);
+                _mm512_storeu_si512(init.add(b * L) as *mut __m512i, neg);
+            } else {
+                // Byte j of the 16: element j in its low nibble, element j + 16 in its high.
+                for g in 0..4 {
+                    let v = _mm512_i32gather_epi32::<1>(idx, block.add(q_at + 4 * g) as *const i32);
+                    let lo = _mm512_and_si512(v, nibble);
+                    let hi = _mm512_and_si512(_mm512_srli_epi32::<4>(v), nibble);
+                    _mm512_storeu_si512(qb.add(g * L * 4) as *mut __m512i, lo);
+                    _mm512_storeu_si512(qb.add((g + 4) * L * 4) as *mut __m512i, hi);
+                }
+            }
+        }
+    }
+}
+
+/// One register tile: `R` activation rows from row `r0` × `P` panels.
+struct Tile<'a> {
+    panels: &'a Panels,
+    nb: usize,
+    /// `p`, `e`, `f`, `Σ p` of row `r0` (rows `cols` or `nb` apart).
+    p: *const i8,
+    cols: usize,
+    e: *const f32,
+    f: *const f32,
+    sum: *const i32,
+    /// `y` at (row `r0`, the task's first output).
+    y: *mut f32,
+    d_out: usize,
+    /// Outputs of the last panel to write (1..=16).
+    last_lanes: usize,
+}
+
+impl Tile<'_> {
+    /// `y_ro` for the tile, in the float order of the parent module.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F/BW/VL and VNNI; `R` rows of the activations and of `y` exist
+    /// from the tile's pointers; `panels` holds at least `P` panels of `nb` blocks; no other
+    /// thread accesses the tile's outputs.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn run<const R: usize, const P: usize, const K: u8>(&self) {
+        let nb = self.nb;
+        let un = self.panels;
+        let shift = _mm512_set1_epi32(0x8080_8080u32 as i32);
+        let mut y = [[_mm512_setzero_ps(); P]; R];
+        for b in 0..nb {
+            let mut acc = [[_mm512_setzero_si512(); P]; R];
+            // SAFETY (all loads): block b of panels p < P (inside `panels`), rows r < R of
+            // the activations: p at r·cols + 32b + 4g (+ 4 <= cols), e, f, sum at r·nb + b.
+            unsafe {
+                if K == Q4_0 {
+                    for (r, acc_r) in acc.iter_mut().enumerate() {
+                        let start = _mm512_set1_epi32(-8 * *self.sum.add(r * nb + b));
+                        acc_r.iter_mut().for_each(|a| *a = start);
+                    }
+                } else if K == Q8_0 {
+                    for p in 0..P {
+                        let start = un.init.as_ptr().add((p * nb + b) * L);
+                        let start = _mm512_loadu_si512(start as *const __m512i);
+                        acc.iter_mut().for_each(|acc_r| acc_r[p] = start);
+                    }
+                }
+                for g in 0..8 {
+                    let mut wv = [_mm512_setzero_si512(); P];
+                    for (p, wp) in wv.iter_mut().enumerate() {
+                        let at = ((p * nb + b) * 8 + g) * L * 4;
+                        *wp = _mm512_loadu_si512(un.q.as_ptr().add(at) as *const __m512i);
+                    }
+                    for (r, acc_r) in acc.iter_mut().enumerate() {
+                        let at = r * self.cols + b * BLOCK + 4 * g;
+                        let four = (self.p.add(at) as *const i32).read_unaligned();
+                        let a = _mm512_set1_epi32(four);
+                        if K == Q8_0 {
+                            let u = _mm512_xor_si512(a, shift);
+                            for (acc_rp, wp) in acc_r.iter_mut().zip(&wv) {
+                                *acc_rp = _mm512_dpbusd_epi32(*acc_rp, u, *wp);
+                            }
+                        } else {
+                            for (acc_rp, wp) in acc_r.iter_mut().zip(&wv) {
+                                *acc_rp = _mm512_dpbusd_epi32(*acc_rp, *wp, a);
+                            }
+                        }
+                    }
+                }
+                for p in 0..P {
+                    let dv = _mm512_loadu_ps(un.d.as_ptr().add((p * nb + b) * L));
+                    let mv = if K == Q4_1 {
+                        _mm512_loadu_ps(un.m.as_ptr().add((p * nb + b) * L))
+                    } else {
+                        _mm512_setzero_ps()
+                    };
+                    for r in 0..R {
+                        let s = _mm512_mul_ps(dv, _mm512_set1_ps(*self.e.add(r * nb + b)));
+                        let i = _mm512_cvtepi32_ps(acc[r][p]);
+                        y[r][p] = _mm512_fmadd_ps(i, s, y[r][p]);
+                        if K == Q4_1 {
+                            let f = _mm512_set1_ps(*self.f.add(r * nb + b));
+                            y[r][p] = _mm512_fmadd_ps(mv, f, y[r][p]);
+                        }
+                    }
+                }
+            }
+        }
+        for p in 0..P {
+            let lanes = if p + 1 == P { self.last_lanes } else { L };
+            let mask: __mmask16 = if lanes == L {
+                0xffff
+            } else {
+                (1u16 << lanes) - 1
+            };
+            for (r, y_r) in y.iter().enumerate() {
+                // SAFETY (caller): the masked lanes are outputs of this tile.
+                unsafe {
+                    _mm512_mask_storeu_ps(self.y.add(r * self.d_out + p * L), mask, y_r[p]);
+                }
+            }
+        }
+    }
+}
