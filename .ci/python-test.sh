@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The Python package (python/): its wheel built once, installed with numpy and pytest into a
-# virtual environment under target/, then its tests (python/tests; those that need ../shared
-# skip without it). The wheel is built in the `test` profile into the target directory
-# `cargo test` filled, so the dependencies it shares with the crate are not compiled again;
-# later steps reuse the wheel in target/wheels.
+# The Python package (python/): its wheel built once (release profile, python/target; on 2
+# cores most of this step is compiling the crate and its dependencies again, optimised),
+# installed with numpy and pytest into a virtual environment under target/, then its tests
+# (python/tests; those that need ../shared skip without it). Later steps reuse the wheel in
+# target/wheels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=target/pyenv
@@ -13,7 +13,7 @@ fi
 "$venv/bin/python" -m pip install --quiet --upgrade pip
 "$venv/bin/python" -m pip install --quiet "maturin>=1.5,<2" numpy pytest
 rm -rf target/wheels
-CARGO_TARGET_DIR="$PWD/target" "$venv/bin/maturin" build --profile test \
-    --manifest-path python/Cargo.toml --interpreter "$venv/bin/python" --out target/wheels
+"$venv/bin/maturin" build --release --manifest-path python/Cargo.toml \
+    --interpreter "$venv/bin/python" --out target/wheels
 "$venv/bin/python" -m pip install --quiet --force-reinstall --no-deps target/wheels/*.whl
 "$venv/bin/python" -m pytest -q python/tests

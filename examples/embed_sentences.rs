@@ -28,7 +28,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let encoder = SentenceEncoder::load(&model, None)?;
     // [n][d], each of unit length: a dot product is the cosine similarity.
     let vectors = encoder.embed(&sentences, 32)?;
-    println!("{} sentences, {} dimensions", vectors.len(), vectors[0].len());
+    println!(
+        "{} sentences, {} dimensions",
+        vectors.len(),
+        vectors[0].len()
+    );
     for (i, a) in vectors.iter().enumerate() {
         for (j, b) in vectors.iter().enumerate().skip(i + 1) {
             let cosine: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();

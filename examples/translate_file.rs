@@ -17,7 +17,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("usage: translate_file MODEL_DIR INPUT.txt [BEAM]".into());
     };
     let beam_size: usize = match args.get(2) {
-        Some(b) => b.parse().map_err(|_| format!("BEAM {b:?} is not a number"))?,
+        Some(b) => b
+            .parse()
+            .map_err(|_| format!("BEAM {b:?} is not a number"))?,
         None => 1,
     };
     let mut translator = Translator::load(&PathBuf::from(model))?;

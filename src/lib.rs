@@ -78,8 +78,8 @@ pub use train::precision::TrainPrecision;
 /// options, the tokenizers and the error type.
 pub mod prelude {
     pub use crate::{
-        generate_ids, BeamOptions, BeamStop, ChatMessage, DecoderTokenizer, Error,
-        GreedyOptions, ModelPrecision, Precision, Result, Rng, SamplingOptions, SentenceEncoder,
-        StreamDecoder, TextGenerator, Translator,
+        generate_ids, BeamOptions, BeamStop, ChatMessage, DecoderTokenizer, Error, GreedyOptions,
+        ModelPrecision, Precision, Result, Rng, SamplingOptions, SentenceEncoder, StreamDecoder,
+        TextGenerator, Translator,
     };
 }

@@ -60,7 +60,13 @@ impl Shared {
         let mut sent = 0;
         let mut rng = Rng::new(request.seed);
         // The longest stop string, less one byte: what may still grow into one, held back.
-        let hold = request.stop.iter().map(|s| s.len()).max().unwrap_or(1) - 1;
+        let hold = request
+            .stop
+            .iter()
+            .map(|s| s.len())
+            .max()
+            .unwrap_or(0)
+            .saturating_sub(1);
         let result = self.pool.run(|| {
             generate_ids(
                 &self.generator.model,
@@ -249,7 +255,9 @@ impl Generator {
     ) -> PyResult<Vec<u32>> {
         let g = &self.shared.generator;
         if ids.is_empty() {
-            return Err(PyValueError::new_err("an empty prompt: give at least one id"));
+            return Err(PyValueError::new_err(
+                "an empty prompt: give at least one id",
+            ));
         }
         g.model.embedding.check_ids(&ids).map_err(py_err)?;
         let options = sampling(temperature, top_p, top_k)?;

@@ -71,7 +71,10 @@ fn check_run(
         check_exists(dir, "resume directory")?;
     }
     if out.exists() && !out.is_dir() {
-        return Err(bad(format!("out={}: is a file, not a directory", out.display())));
+        return Err(bad(format!(
+            "out={}: is a file, not a directory",
+            out.display()
+        )));
     }
     if let Some(found) = existing_run(out) {
         if !(overwrite || resume.is_some_and(|r| same_or_inside(r, out))) {
@@ -87,8 +90,7 @@ fn check_run(
 
 /// Readies `out` for the run: with `overwrite` the run it held deleted, the directory made.
 fn make_out(out: &Path, resume: Option<&Path>, overwrite: bool) -> transformer::Result<()> {
-    if overwrite && !resume.is_some_and(|r| same_or_inside(r, out)) && existing_run(out).is_some()
-    {
+    if overwrite && !resume.is_some_and(|r| same_or_inside(r, out)) && existing_run(out).is_some() {
         clear_run(out)?;
     }
     std::fs::create_dir_all(out).map_err(|cause| transformer::Error::Write {
@@ -101,7 +103,6 @@ fn make_out(out: &Path, resume: Option<&Path>, overwrite: bool) -> transformer::
 struct Callback {
     function: Option<Py<PyAny>>,
     error: Option<PyErr>,
-    started: std::time::Instant,
 }
 
 impl Callback {
@@ -109,7 +110,6 @@ impl Callback {
         Callback {
             function,
             error: None,
-            started: std::time::Instant::now(),
         }
     }
 
@@ -182,7 +182,7 @@ fn summary_dict<'py>(py: Python<'py>, s: &RunSummary, out: &Path) -> PyResult<Bo
 }
 
 /// The bf16 product kernel by name (`gemm`, `packed`, `avx512`, `portable`).
-fn bf16_kernel(name: &str) -> PyResult<Bf16Kernel> {
+fn parse_bf16_kernel(name: &str) -> PyResult<Bf16Kernel> {
     Bf16Kernel::parse(name).map_err(|e| bad(format!("bf16_kernel={name:?}: {e}")))
 }
 
@@ -191,7 +191,9 @@ fn train_precision(name: &str) -> PyResult<TrainPrecision> {
     match name {
         "f32" => Ok(TrainPrecision::F32),
         "bf16" => Ok(TrainPrecision::Bf16),
-        other => Err(bad(format!("precision={other:?} is not \"f32\" or \"bf16\""))),
+        other => Err(bad(format!(
+            "precision={other:?} is not \"f32\" or \"bf16\""
+        ))),
     }
 }
 
@@ -313,7 +315,7 @@ pub fn train_lm<'py>(
             None => Start::Fresh(spec),
         },
         max_steps,
-        bf16_kernel: bf16_kernel(bf16_kernel)?,
+        bf16_kernel: parse_bf16_kernel(bf16_kernel)?,
     };
     plan.check().map_err(py_err)?;
     let autosave = (autosave > 0.0).then_some(autosave);
@@ -348,7 +350,13 @@ pub fn train_lm<'py>(
             valid_every: eval_every,
         };
         let validator = validation.as_ref().map(|v| v as &dyn Validator<_>);
-        run_training(&mut trainer, &options, Some(&output), validator, &mut reporter)
+        run_training(
+            &mut trainer,
+            &options,
+            Some(&output),
+            validator,
+            &mut reporter,
+        )
     })?
     .map_err(py_err)?;
     if let Some(e) = reporter.error {
@@ -423,8 +431,9 @@ pub fn train<'py>(
             ))),
         }
     };
-    let train_files = files(train_file, src_file, tgt_file, "training")?
-        .ok_or_else(|| bad("give train_file (source<TAB>target) or src_file and tgt_file".into()))?;
+    let train_files = files(train_file, src_file, tgt_file, "training")?.ok_or_else(|| {
+        bad("give train_file (source<TAB>target) or src_file and tgt_file".into())
+    })?;
     let valid_files = files(valid, valid_src, valid_tgt, "validation")?;
     for f in std::iter::once(&train_files).chain(valid_files.as_ref()) {
         match f {
@@ -485,7 +494,7 @@ pub fn train<'py>(
         max_len,
         max_steps,
         cooldown,
-        bf16_kernel: bf16_kernel(bf16_kernel)?,
+        bf16_kernel: parse_bf16_kernel(bf16_kernel)?,
     };
     plan.check().map_err(py_err)?;
     let autosave = (autosave > 0.0).then_some(autosave);
@@ -521,7 +530,13 @@ pub fn train<'py>(
             valid_every,
         };
         let validator = validation.as_ref().map(|v| v as &dyn Validator<_>);
-        run_training(&mut trainer, &options, Some(&output), validator, &mut reporter)
+        run_training(
+            &mut trainer,
+            &options,
+            Some(&output),
+            validator,
+            &mut reporter,
+        )
     })?
     .map_err(py_err)?;
     if let Some(e) = reporter.error {
