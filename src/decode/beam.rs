@@ -84,7 +84,8 @@ pub struct BeamOptions {
 }
 
 /// When a sentence's search ends before its length limit (see the module docs).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum BeamStop {
     /// Once `k` hypotheses are finished and no live beam can still beat the worst of them: the
     /// n-best list is exactly the top of what the beam rule explores.

@@ -13,6 +13,7 @@ use crate::model::Seq2Seq;
 use crate::store::VOCAB_FILE;
 use crate::text::corpus::Pair;
 use crate::text::vocab::Vocab;
+#[cfg(feature = "viz")]
 use crate::viz::{attention_maps, AttentionMaps};
 use std::path::Path;
 
@@ -83,6 +84,7 @@ impl Translator {
     }
 }
 
+#[cfg(feature = "viz")]
 impl Translator {
     /// Every attention map of one sentence pair (see [`attention_maps`]); without `target`,
     /// the target is the greedy translation of `source`, returned with the maps.

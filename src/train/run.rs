@@ -104,6 +104,23 @@ pub struct RunSummary {
     pub curves: Option<std::result::Result<PathBuf, String>>,
 }
 
+/// Draws the metrics log `log` into `picture` (the training curves), or says why not.
+#[cfg(feature = "viz")]
+fn plot_curves(log: &Path, picture: PathBuf) -> std::result::Result<PathBuf, String> {
+    crate::viz::plot_metrics(log, &picture)
+        .map(|()| picture)
+        .map_err(|e| e.to_string())
+}
+
+/// Without the `viz` feature there are no pictures: the reason, naming the feature.
+#[cfg(not(feature = "viz"))]
+fn plot_curves(_log: &Path, picture: PathBuf) -> std::result::Result<PathBuf, String> {
+    Err(format!(
+        "{}: this build has no pictures (the crate's feature `viz` is off)",
+        picture.display()
+    ))
+}
+
 /// Trains until `options.max_steps` updates or the time limit; see the module's description.
 pub fn run<M, S>(
     trainer: &mut Trainer<M, S>,
@@ -212,11 +229,7 @@ where
         let log = out.dir.join(METRICS_FILE);
         if metrics.is_some() && std::fs::metadata(&log).is_ok_and(|m| m.len() > 0) {
             let picture = out.dir.join(CURVES_FILE);
-            curves = Some(
-                crate::viz::plot_metrics(&log, &picture)
-                    .map(|()| picture)
-                    .map_err(|e| e.to_string()),
-            );
+            curves = Some(plot_curves(&log, picture));
         }
     }
     let valid = match (validator, last_valid) {
