@@ -205,3 +205,50 @@ pub fn run(args: ServeArgs) -> Result<()> {
     eprintln!("stopped");
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn address(args: &[&str]) -> Result<(SocketAddr, Option<String>)> {
+        let cli = Cli::try_parse_from(["serve", "--model", "m"].iter().chain(args))?;
+        listen_address(&cli.serve)
+    }
+
+    #[test]
+    fn addresses_by_host_port_or_addr() {
+        let ip = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert_eq!(address(&[]).unwrap(), (ip("127.0.0.1:8080"), None));
+        assert_eq!(
+            address(&["--addr", "localhost:9000"]).unwrap(),
+            (ip("127.0.0.1:9000"), Some("localhost".into()))
+        );
+        assert_eq!(
+            address(&["--host", "0.0.0.0", "--port", "81"]).unwrap(),
+            (ip("0.0.0.0:81"), None)
+        );
+        assert_eq!(
+            address(&["--host", "::1", "--port", "81"]).unwrap(),
+            (ip("[::1]:81"), None)
+        );
+        assert_eq!(
+            address(&["--addr", "[::1]:82"]).unwrap(),
+            (ip("[::1]:82"), None)
+        );
+        for bad in [
+            vec!["--addr", "localhost"],
+            vec!["--addr", "1.2.3.4:99999"],
+            vec!["--addr", "127.0.0.1:80", "--port", "81"],
+            vec!["--host", "no such host.invalid"],
+        ] {
+            assert!(address(&bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -270,3 +270,57 @@ pub fn raise_file_limit() -> Option<u64> {
         None
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_503_says_its_own_length() {
+        let text = std::str::from_utf8(FULL).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length: "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(length, body.len());
+        let error: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(error["error"]["code"], "too_many_connections");
+    }
+
+    #[test]
+    fn the_longest_idle_connection_makes_room() {
+        let table = Table::default();
+        let start = Instant::now();
+        let mut evicts = Vec::new();
+        for (id, (busy, idle_ms)) in [(0, 5), (1, 1), (0, 3)].into_iter().enumerate() {
+            let evict = Arc::new(Notify::new());
+            evicts.push(evict.clone());
+            table.lock().insert(
+                id as u64,
+                Held {
+                    busy: Arc::new(AtomicUsize::new(busy)),
+                    idle_since: Arc::new(Mutex::new(start + Duration::from_millis(idle_ms))),
+                    evict,
+                },
+            );
+        }
+        assert!(table.make_room(4), "room under the cap");
+        assert_eq!(table.lock().len(), 3);
+        // At the cap: connection 2 (idle since 3 ms) goes, not 0 (since 5 ms) nor busy 1.
+        assert!(table.make_room(3));
+        assert_eq!(table.lock().keys().copied().collect::<Vec<_>>(), [0, 1]);
+        assert!(table.make_room(2));
+        assert_eq!(table.lock().keys().copied().collect::<Vec<_>>(), [1]);
+        // Only a busy connection is left: no room.
+        assert!(!table.make_room(1));
+        assert_eq!(table.lock().len(), 1);
+    }
+
+    #[test]
+    fn the_file_limit_is_read() {
+        assert!(raise_file_limit().is_some_and(|n| n >= 64));
+    }
+}

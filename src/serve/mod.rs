@@ -396,7 +396,10 @@ fn router(app: Arc<App>) -> Router {
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/translate", post(translate_api::translate))
         .route("/detect", post(translate_api::detect))
-        .route("/languages", get(translate_api::languages))
+        .route(
+            "/languages",
+            get(translate_api::languages).post(translate_api::languages),
+        )
         .route("/attention", post(translate_api::attention))
         .route("/info", get(info))
         .fallback(not_found)

@@ -7,7 +7,7 @@
 //!   continuous batching ([`super::translate_engine`]: sentences join the running decode at
 //!   the next step); with `alternatives: n` the n + 1 best of a beam search of width
 //!   `max(4, n + 1)`, run between steps ([`super::jobs`]).
-//! - `GET /languages` → `[{"code", "name", "targets"}]`: the one pair the model translates
+//! - `GET /languages` (or `POST`, as libretranslatepy asks) → `[{"code", "name", "targets"}]`: the one pair the model translates
 //!   (`--source-lang`, `--target-lang`).
 //! - `POST /detect` `{"q": "text"}` → `[{"language", "confidence"}]`: the source language the
 //!   model reads (`--source-lang`), at confidence 100 — the model knows no other, and there is
