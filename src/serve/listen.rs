@@ -16,7 +16,7 @@
 //!   answering (hyper's graceful shutdown) and closes.
 //!
 //! A request counts as being answered from the moment its head is read until its response
-//! body (a stream included) is sent or dropped ([`Busy`]).
+//! body (a stream included) is sent or dropped (`Busy`).
 
 use axum::body::Body;
 use axum::Router;
@@ -239,7 +239,7 @@ pub async fn serve(
 
 /// Raises this process's limit of open files to its hard limit (capped at 1,048,576), and
 /// returns the soft limit now in force (`None` where it cannot be read).
-pub fn raise_file_limit() -> Option<u64> {
+pub fn raise_file_limit() -> Option<usize> {
     #[cfg(unix)]
     {
         let mut limit = libc::rlimit {
@@ -263,7 +263,7 @@ pub fn raise_file_limit() -> Option<u64> {
                 limit.rlim_cur = want;
             }
         }
-        Some(limit.rlim_cur as u64)
+        usize::try_from(limit.rlim_cur).ok()
     }
     #[cfg(not(unix))]
     {

@@ -562,7 +562,7 @@ impl Server {
             .clone()
             .unwrap_or_else(|| own_name.clone());
         // The cap stays under the limit of open files, with room for the model's files.
-        let files = listen::raise_file_limit().unwrap_or(1024) as usize;
+        let files = listen::raise_file_limit().unwrap_or(1024);
         let limits = listen::ConnectionLimits {
             max_connections: config.max_connections.min(files.saturating_sub(64)).max(1),
             header_timeout: std::time::Duration::from_secs_f64(config.header_timeout_s.max(0.001)),
