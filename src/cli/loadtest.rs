@@ -40,9 +40,10 @@ pub struct LoadtestArgs {
     /// The prompt (the same for every request; client i appends " (i)" so none are identical).
     #[arg(long, default_value = "The history of the printing press begins")]
     pub prompt: String,
-    /// The `model` field (llama.cpp's server accepts any).
-    #[arg(long, default_value = "model")]
-    pub model: String,
+    /// The `model` field; default: none sent (the server's one model; ours answers 404 to a
+    /// name it does not serve).
+    #[arg(long)]
+    pub model: Option<String>,
     /// Seconds a request may take before it counts as an error.
     #[arg(long, default_value_t = 600.0)]
     pub timeout: f64,
@@ -130,10 +131,12 @@ struct Sample {
 
 /// One streamed completion.
 fn one(args: &LoadtestArgs, prompt: &str) -> Result<Sample> {
-    let body = json!({
-        "model": args.model, "prompt": prompt, "max_tokens": args.max_tokens,
-        "temperature": 0, "stream": true,
+    let mut body = json!({
+        "prompt": prompt, "max_tokens": args.max_tokens, "temperature": 0, "stream": true,
     });
+    if let Some(model) = &args.model {
+        body["model"] = model.clone().into();
+    }
     let start = Instant::now();
     let timeout = Duration::from_secs_f64(args.timeout);
     let mut c = Connection::open(

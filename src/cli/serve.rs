@@ -1,4 +1,4 @@
-//! `transformer serve --model PATH [--addr 127.0.0.1:8080]`: the model behind an HTTP server
+//! `transformer serve --model PATH [--host 127.0.0.1 --port 8080 | --addr HOST:PORT]`: the model behind an HTTP server
 //! (OpenAI-compatible endpoints, LibreTranslate's `/translate`, a web page at `/`, Prometheus
 //! metrics); see [`crate::serve`].
 
@@ -17,9 +17,41 @@ pub struct ServeArgs {
     /// BERT encoder directory (all-MiniLM-L6-v2).
     #[arg(long)]
     pub model: PathBuf,
-    /// Address and port to listen on.
-    #[arg(long, default_value = "127.0.0.1:8080")]
-    pub addr: SocketAddr,
+    /// Address and port to listen on (`HOST:PORT`, a name such as `localhost:8080` included);
+    /// instead of --host and --port.
+    #[arg(long, conflicts_with_all = ["host", "port"])]
+    pub addr: Option<String>,
+    /// Host to listen on (an address or a name).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on.
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// The key clients must send (`Authorization: Bearer KEY`) on every route but /health;
+    /// default: the TRANSFORMER_API_KEY environment variable; neither: no key.
+    #[arg(long)]
+    pub api_key: Option<String>,
+    /// An origin whose pages may call the server (CORS), e.g. `http://localhost:3000`; `*` for
+    /// any. Repeat for several.
+    #[arg(long)]
+    pub cors_origin: Vec<String>,
+    /// A host name accepted in the Host header beyond localhost and IP addresses (a guard
+    /// against DNS rebinding); `*` for any. Repeat for several.
+    #[arg(long)]
+    pub allowed_host: Vec<String>,
+    /// The model's name in the API (`model` of requests and responses, /v1/models); default:
+    /// the model path's file name (also accepted).
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+    /// Connections held at most; past it a new connection replaces the longest-idle one.
+    #[arg(long, default_value_t = 1024)]
+    pub max_connections: usize,
+    /// Seconds a connection has to send a request's headers (then it is closed).
+    #[arg(long, default_value_t = 10.0)]
+    pub header_timeout: f64,
+    /// Request bodies at most, in MiB (then 413).
+    #[arg(long, default_value_t = 2.0)]
+    pub max_body_mib: f64,
     /// Memory of the paged KV cache pool, in MiB: a request is admitted only when the blocks
     /// for its prompt plus max_tokens are free.
     #[arg(long, default_value_t = 512)]
@@ -60,6 +92,39 @@ pub struct ServeArgs {
     pub threads: usize,
 }
 
+/// The environment variable the API key is read from when --api-key is not given.
+pub const API_KEY_VARIABLE: &str = "TRANSFORMER_API_KEY";
+
+/// The socket address to bind (--addr, else --host and --port; names resolved, IPv4 first),
+/// and the host name given when it is a name (then accepted in the Host header).
+fn listen_address(args: &ServeArgs) -> Result<(SocketAddr, Option<String>)> {
+    let (host, text) = match &args.addr {
+        Some(a) => {
+            let host = match a.rsplit_once(':') {
+                Some((h, p)) if !h.is_empty() && p.parse::<u16>().is_ok() => h,
+                _ => bail!("--addr {a:?} must be HOST:PORT (e.g. 127.0.0.1:8080, localhost:8080)"),
+            };
+            (host.trim_matches(['[', ']']).to_string(), a.clone())
+        }
+        None => {
+            let host = args.host.trim_matches(['[', ']']).to_string();
+            let text = match host.contains(':') {
+                true => format!("[{host}]:{}", args.port),
+                false => format!("{host}:{}", args.port),
+            };
+            (host, text)
+        }
+    };
+    let addrs: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(&text)
+        .map_err(|e| anyhow::anyhow!("cannot resolve the address {text:?} to listen on: {e}"))?
+        .collect();
+    let Some(addr) = addrs.iter().find(|a| a.is_ipv4()).or(addrs.first()) else {
+        bail!("the address {text:?} to listen on resolves to nothing");
+    };
+    let name = host.parse::<std::net::IpAddr>().is_err().then_some(host);
+    Ok((*addr, name))
+}
+
 pub fn run(args: ServeArgs) -> Result<()> {
     if !(args.timeout.is_finite() && args.timeout > 0.0) {
         bail!(
@@ -78,6 +143,28 @@ pub fn run(args: ServeArgs) -> Result<()> {
             bail!("{name} must be at least 1");
         }
     }
+    if !(args.header_timeout.is_finite() && args.header_timeout > 0.0) {
+        bail!(
+            "--header-timeout {} must be a positive number of seconds",
+            args.header_timeout
+        );
+    }
+    if !(args.max_body_mib.is_finite() && args.max_body_mib > 0.0 && args.max_body_mib <= 4096.0) {
+        bail!("--max-body-mib {} must be in (0, 4096]", args.max_body_mib);
+    }
+    if args.max_connections == 0 {
+        bail!("--max-connections must be at least 1");
+    }
+    let (addr, host_name) = listen_address(&args)?;
+    let api_key = match &args.api_key {
+        Some(k) => Some(k.clone()),
+        None => std::env::var(API_KEY_VARIABLE).ok(),
+    };
+    if api_key.as_deref().is_some_and(|k| k.trim().is_empty()) {
+        bail!("the API key (--api-key or {API_KEY_VARIABLE}) is empty");
+    }
+    let mut allowed_hosts = args.allowed_host.clone();
+    allowed_hosts.extend(host_name);
     let threads = set_threads(args.threads)?;
     let config = ServeConfig {
         kv_memory_mib: args.kv_memory,
@@ -91,7 +178,14 @@ pub fn run(args: ServeArgs) -> Result<()> {
         source_lang: args.source_lang.clone(),
         target_lang: args.target_lang.clone(),
         precision: args.precision.model_precision(),
-        ..ServeConfig::new(args.model.clone(), args.addr)
+        api_key,
+        cors_origins: args.cors_origin.clone(),
+        allowed_hosts,
+        served_model_name: args.served_model_name.clone(),
+        max_connections: args.max_connections,
+        header_timeout_s: args.header_timeout,
+        max_body_bytes: (args.max_body_mib * (1 << 20) as f64) as usize,
+        ..ServeConfig::new(args.model.clone(), addr)
     };
     let server = Server::start(config)?;
     eprintln!(
@@ -110,4 +204,51 @@ pub fn run(args: ServeArgs) -> Result<()> {
     server.wait()?;
     eprintln!("stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn address(args: &[&str]) -> Result<(SocketAddr, Option<String>)> {
+        let cli = Cli::try_parse_from(["serve", "--model", "m"].iter().chain(args))?;
+        listen_address(&cli.serve)
+    }
+
+    #[test]
+    fn addresses_by_host_port_or_addr() {
+        let ip = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert_eq!(address(&[]).unwrap(), (ip("127.0.0.1:8080"), None));
+        assert_eq!(
+            address(&["--addr", "localhost:9000"]).unwrap(),
+            (ip("127.0.0.1:9000"), Some("localhost".into()))
+        );
+        assert_eq!(
+            address(&["--host", "0.0.0.0", "--port", "81"]).unwrap(),
+            (ip("0.0.0.0:81"), None)
+        );
+        assert_eq!(
+            address(&["--host", "::1", "--port", "81"]).unwrap(),
+            (ip("[::1]:81"), None)
+        );
+        assert_eq!(
+            address(&["--addr", "[::1]:82"]).unwrap(),
+            (ip("[::1]:82"), None)
+        );
+        for bad in [
+            vec!["--addr", "localhost"],
+            vec!["--addr", "1.2.3.4:99999"],
+            vec!["--addr", "127.0.0.1:80", "--port", "81"],
+            vec!["--host", "no such host.invalid"],
+        ] {
+            assert!(address(&bad).is_err(), "{bad:?}");
+        }
+    }
 }

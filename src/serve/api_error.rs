@@ -1,7 +1,7 @@
 //! Errors as HTTP responses, in OpenAI's shape:
 //! `{"error": {"message": "...", "type": "invalid_request_error", "param": "max_tokens", "code": "..."}}`
 //! with the status that says who is at fault (4xx the request, 5xx the server); 429 carries
-//! `Retry-After`.
+//! `Retry-After`. A prompt over the context adds llama.cpp's `n_prompt_tokens` and `n_ctx`.
 
 use super::metrics::Outcome;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -17,6 +17,9 @@ pub struct ApiError {
     pub param: Option<&'static str>,
     /// A machine-readable code (`context_length_exceeded`, `queue_full`, ...).
     pub code: &'static str,
+    /// For a prompt over the context: its tokens and the context (llama.cpp's `n_prompt_tokens`
+    /// and `n_ctx`, added to the error object).
+    pub context: Option<(usize, usize)>,
 }
 
 impl ApiError {
@@ -27,6 +30,7 @@ impl ApiError {
             message: message.into(),
             param,
             code: "invalid_request",
+            context: None,
         }
     }
 
@@ -37,6 +41,7 @@ impl ApiError {
             message: message.into(),
             param: Some(param),
             code,
+            context: None,
         }
     }
 
@@ -47,6 +52,7 @@ impl ApiError {
             message: format!("the server's queue is full ({max_queue} requests waiting: --max-queue); retry later"),
             param: None,
             code: "queue_full",
+            context: None,
         }
     }
 
@@ -57,6 +63,7 @@ impl ApiError {
             message: message.into(),
             param: None,
             code: "unavailable",
+            context: None,
         }
     }
 
@@ -69,6 +76,7 @@ impl ApiError {
             ),
             param: None,
             code: "timeout",
+            context: None,
         }
     }
 
@@ -79,6 +87,7 @@ impl ApiError {
             message: message.into(),
             param: None,
             code: "internal_error",
+            context: None,
         }
     }
 
@@ -89,7 +98,60 @@ impl ApiError {
             message: message.into(),
             param: None,
             code: "not_found",
+            context: None,
         }
+    }
+
+    /// Any status, with its code, the field at fault and the message.
+    pub fn new(
+        status: StatusCode,
+        code: &'static str,
+        param: Option<&'static str>,
+        message: impl Into<String>,
+    ) -> Self {
+        ApiError {
+            status,
+            message: message.into(),
+            param,
+            code,
+            context: None,
+        }
+    }
+
+    /// 401: the API key is missing or wrong (`--api-key`).
+    pub fn unauthorized() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_api_key",
+            None,
+            "a valid API key is required: send it as `Authorization: Bearer KEY` (--api-key)",
+        )
+    }
+
+    /// 404: the request names a model this server does not serve.
+    pub fn model_not_found(asked: &str, served: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "model_not_found",
+            Some("model"),
+            format!("the model `{asked}` does not exist: this server serves `{served}` (GET /v1/models; --served-model-name)"),
+        )
+    }
+
+    /// 413: the body is over the size limit.
+    pub fn too_large(limit_bytes: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request_too_large",
+            None,
+            format!("the request body is over the limit of {limit_bytes} bytes (--max-body-mib)"),
+        )
+    }
+
+    /// 400 for a prompt over the context, with llama.cpp's `n_prompt_tokens` and `n_ctx`.
+    pub fn with_context(mut self, prompt_tokens: usize, n_ctx: usize) -> Self {
+        self.context = Some((prompt_tokens, n_ctx));
+        self
     }
 
     /// How this ends the request in `/metrics`.
@@ -109,12 +171,17 @@ impl ApiError {
         } else {
             "server_error"
         };
-        json!({"error": {
+        let mut body = json!({"error": {
             "message": self.message,
             "type": kind,
             "param": self.param,
             "code": self.code,
-        }})
+        }});
+        if let Some((prompt_tokens, n_ctx)) = self.context {
+            body["error"]["n_prompt_tokens"] = prompt_tokens.into();
+            body["error"]["n_ctx"] = n_ctx.into();
+        }
+        body
     }
 }
 

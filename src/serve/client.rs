@@ -40,17 +40,33 @@ impl Connection {
         body: Option<&str>,
         timeout: Duration,
     ) -> io::Result<Connection> {
+        let json = body.map(|_| ("Content-Type", "application/json"));
+        Self::open_with(addr, method, path, json.as_slice(), body, timeout)
+    }
+
+    /// Sends `method path` with the `headers` given (`Host` replaces the default, the
+    /// address) and an optional `body`, and reads the response head.
+    pub fn open_with(
+        addr: SocketAddr,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&str>,
+        timeout: Duration,
+    ) -> io::Result<Connection> {
         let stream = TcpStream::connect_timeout(&addr, timeout)?;
         stream.set_read_timeout(Some(timeout))?;
         stream.set_write_timeout(Some(timeout))?;
         stream.set_nodelay(true)?;
-        let mut request =
-            format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+        let mut request = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+        if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+            request.push_str(&format!("Host: {addr}\r\n"));
+        }
+        for (name, value) in headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
         if let Some(b) = body {
-            request.push_str(&format!(
-                "Content-Type: application/json\r\nContent-Length: {}\r\n",
-                b.len()
-            ));
+            request.push_str(&format!("Content-Length: {}\r\n", b.len()));
         }
         request.push_str("\r\n");
         request.push_str(body.unwrap_or(""));
@@ -194,6 +210,20 @@ impl Connection {
             }
         }
     }
+}
+
+/// One whole request with the `headers` given: status, headers and body text.
+pub fn request_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+    timeout: Duration,
+) -> io::Result<(u16, Headers, String)> {
+    let mut c = Connection::open_with(addr, method, path, headers, body, timeout)?;
+    let text = c.text()?;
+    Ok((c.status, std::mem::take(&mut c.headers), text))
 }
 
 /// One whole request: status, headers and body text.

@@ -22,6 +22,7 @@ pub async fn embeddings(State(app): State<Arc<App>>, body: Bytes) -> Response {
     let result = async {
         let body: Value = serde_json::from_slice(&body)
             .map_err(|e| ApiError::invalid(None, format!("the body is not valid JSON: {e}")))?;
+        app.check_model(&body)?;
         let inputs: Vec<String> = match body.get("input") {
             Some(Value::String(s)) => vec![s.clone()],
             Some(Value::Array(items)) => items

@@ -26,7 +26,8 @@
 //!
 //! Metrics: a request leaves the queue (`transformer_queue_length`, queue time) when its first
 //! row is admitted; its first token is the first token of any of its rows; its time per output
-//! token is `(end − first token) / (steps − 1)` over the steps that gave it tokens; its
+//! token is `(end − first token) / (steps − 1)` over the steps that gave it tokens, and every
+//! gap between two such steps is an inter-token latency; its
 //! end-to-end latency is observed when answered or dropped once admitted (a request dropped
 //! while queued counts one only where [`RowKind::LATENCY_OF_QUEUED_DROPS`]). The gauges are
 //! set after the model step, before any token goes out (a client that reads its first token
@@ -159,6 +160,8 @@ struct Tracked<R: Reply> {
     /// Whether a row has been admitted (the request has left the queue).
     admitted: bool,
     first_token: Option<Instant>,
+    /// When its latest tokens came (the inter-token latency is measured from it).
+    last_token: Option<Instant>,
     /// Steps that gave it tokens.
     steps: usize,
 }
@@ -245,6 +248,7 @@ impl<K: RowKind> Engine<K> {
             left,
             admitted: false,
             first_token: None,
+            last_token: None,
             steps: 0,
         };
         if left > 0 {
@@ -438,6 +442,10 @@ impl<K: RowKind> Engine<K> {
         for id in &got {
             if let Some(r) = self.requests.get_mut(id) {
                 r.steps += 1;
+                if let Some(last) = r.last_token.replace(now) {
+                    let gap = (now - last).as_secs_f64();
+                    self.metrics.observe(Latency::InterToken, gap);
+                }
                 if r.first_token.is_none() {
                     r.first_token = Some(now);
                     let ttft = (now - r.arrived).as_secs_f64();

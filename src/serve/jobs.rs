@@ -25,6 +25,29 @@ use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::oneshot;
 
+/// Attention weights one `/attention` answer may hold at most (about 12 MB of JSON): a long
+/// sentence's maps grow as tokens² × heads × layers.
+pub const MAX_ATTENTION_WEIGHTS: usize = 1_000_000;
+
+/// The attention weights of `source` (its tokens, and a translation of at most
+/// `source + max_len_extra` tokens within the context) in every map, or the message of the 400
+/// that refuses it over [`MAX_ATTENTION_WEIGHTS`].
+fn attention_size(t: &Translator, source: &str) -> Result<usize, String> {
+    let c = &t.model.config;
+    let s = t.vocab.encode(source).len();
+    let extra = crate::decode::GreedyOptions::default().max_len_extra;
+    let n = (s + extra).min(c.max_len);
+    // Encoder self-attention s x s, decoder self-attention n x n, cross-attention n x s.
+    let weights = c.n_heads * (c.n_encoder_layers * s * s + c.n_decoder_layers * (n * n + n * s));
+    if weights > MAX_ATTENTION_WEIGHTS {
+        return Err(format!(
+            "q: the attention maps of {s} source tokens (and up to {n} target tokens) would hold {weights} weights (tokens x tokens x {} heads x {} + {} layers); the limit is {MAX_ATTENTION_WEIGHTS}: send a shorter sentence",
+            c.n_heads, c.n_encoder_layers, c.n_decoder_layers
+        ));
+    }
+    Ok(weights)
+}
+
 /// What a job's answer is: its result, or the message of a 400.
 pub type Answer<T> = oneshot::Sender<Result<T, String>>;
 
@@ -184,10 +207,11 @@ fn turn(model: &JobModel, batch: Vec<Job>, metrics: &Metrics) {
                 },
                 JobModel::Translator(t),
             ) => {
-                let result = t
-                    .attention_maps(&source, None)
-                    .map(|(maps, text)| (maps, text.unwrap_or_default()))
-                    .map_err(|e| e.to_string());
+                let result = attention_size(t, &source).and_then(|_| {
+                    t.attention_maps(&source, None)
+                        .map(|(maps, text)| (maps, text.unwrap_or_default()))
+                        .map_err(|e| e.to_string())
+                });
                 let _ = reply.send(result);
                 metrics.observe(Latency::EndToEnd, arrived.elapsed().as_secs_f64());
             }

@@ -94,6 +94,9 @@ pub enum Latency {
     /// From arrival to the end of generation (finished, or left the batch early: the client
     /// went away, the deadline passed).
     EndToEnd,
+    /// Between two consecutive steps that gave a request tokens: every gap, as a client sees
+    /// its stream stall (a long prefill batched beside it shows here, not in the mean).
+    InterToken,
 }
 
 impl Latency {
@@ -114,6 +117,10 @@ impl Latency {
             Latency::EndToEnd => (
                 "transformer_e2e_latency_seconds",
                 "Time from arrival to the end of generation.",
+            ),
+            Latency::InterToken => (
+                "transformer_inter_token_latency_seconds",
+                "Time between consecutive tokens of a request, every gap.",
             ),
         }
     }
@@ -148,9 +155,24 @@ struct Inner {
     prompt_tokens: u64,
     generated_tokens: u64,
     steps: u64,
+    /// The served model's name (the `model_name` label of `transformer_model_info`).
+    model_name: Option<String>,
+}
+
+/// `value` as a Prometheus label value (backslash, quote and newline escaped).
+fn label_value(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 impl Metrics {
+    /// Names the served model (`transformer_model_info{model_name="..."} 1`).
+    pub fn set_model_name(&self, name: &str) {
+        self.with(|m| m.model_name = Some(name.to_string()));
+    }
+
     fn with<R>(&self, f: impl FnOnce(&mut Inner) -> R) -> R {
         // A panic while holding the lock cannot leave these numbers inconsistent in a way that
         // matters more than losing them: keep serving.
@@ -196,6 +218,15 @@ impl Metrics {
         let queued = self.queued.load(Ordering::Relaxed);
         self.with(|m| {
             let mut out = String::new();
+            if let Some(name) = &m.model_name {
+                let _ = writeln!(
+                    out,
+                    "# HELP transformer_model_info The model served.\n\
+                     # TYPE transformer_model_info gauge\n\
+                     transformer_model_info{{model_name=\"{}\"}} 1",
+                    label_value(name)
+                );
+            }
             let _ = writeln!(
                 out,
                 "# HELP transformer_requests_total Requests answered, by outcome.\n\
@@ -273,6 +304,7 @@ impl Metrics {
                 Latency::TimeToFirstToken,
                 Latency::TimePerOutputToken,
                 Latency::EndToEnd,
+                Latency::InterToken,
             ] {
                 let (name, help) = latency.name();
                 let h = m.latencies.get(&latency).cloned().unwrap_or_default();
@@ -334,5 +366,21 @@ mod tests {
             line("transformer_requests_total{outcome=\"cancelled\"}"),
             "0"
         );
+    }
+
+    #[test]
+    fn the_model_is_named_in_a_label() {
+        let metrics = Metrics::default();
+        assert!(!metrics.render().contains("transformer_model_info"));
+        metrics.set_model_name("smol \"q4\"\\x");
+        let text = metrics.render();
+        assert!(
+            text.contains("transformer_model_info{model_name=\"smol \\\"q4\\\"\\\\x\"} 1"),
+            "{text}"
+        );
+        metrics.observe(Latency::InterToken, 0.02);
+        let text = metrics.render();
+        assert!(text.contains("transformer_inter_token_latency_seconds_bucket{le=\"0.025\"} 1"));
+        assert!(text.contains("transformer_inter_token_latency_seconds_count 1"));
     }
 }

@@ -23,8 +23,13 @@
 //! page at `/`).
 //!
 //! Routes: `GET /` (page), `GET /health` (503 until the model is loaded), `GET /metrics`,
-//! `GET /v1/models`, `POST /v1/completions`, `POST /v1/chat/completions`, `POST /translate`,
-//! `GET /languages`, `POST /attention`, `POST /v1/embeddings`, `GET /info` (the kind served).
+//! `GET /v1/models`, `GET /v1/models/{id}`, `POST /v1/completions`, `POST /v1/chat/completions`,
+//! `POST /translate`, `POST /detect`, `GET /languages`, `POST /attention`, `POST /v1/embeddings`,
+//! `GET /info` (the kind served); llama.cpp's native routes and aliases ([`native`]:
+//! `/completion`, `/tokenize`, `/detokenize`, `/apply-template`, `/props`, `/models`,
+//! `/completions`, `/chat/completions`, `/v1/health`). Every request passes the [`gate`] (Host,
+//! CORS, API key, content type) and the body limit; connections are held by [`listen`] (cap,
+//! header timeout).
 //!
 //! Shutdown (SIGTERM, Ctrl-C, or [`Server::shutdown`]): the listener stops accepting, `/health`
 //! turns 503, new generation requests get 503, and running requests finish before the process
@@ -35,8 +40,11 @@ pub mod client;
 pub mod compute_loop;
 pub mod embeddings;
 pub mod engine;
+pub mod gate;
 pub mod jobs;
+pub mod listen;
 pub mod metrics;
+pub mod native;
 pub mod openai;
 pub mod page;
 pub mod scheduler;
@@ -91,6 +99,22 @@ pub struct ServeConfig {
     pub target_lang: String,
     /// The numbers the model's products use (`--precision`; `ggml`: a GGUF file's blocks).
     pub precision: crate::pipeline::generate::ModelPrecision,
+    /// The key every route but `/health` needs (`--api-key`); `None`: open.
+    pub api_key: Option<String>,
+    /// Origins a browser page may call from (`--cors-origin`; `*`: any); empty: none.
+    pub cors_origins: Vec<String>,
+    /// Host names accepted in the `Host` header beyond `localhost` and IP addresses
+    /// (`--allowed-host`; `*`: any).
+    pub allowed_hosts: Vec<String>,
+    /// The model's name in requests and responses (`--served-model-name`); default: the model
+    /// path's file name.
+    pub served_model_name: Option<String>,
+    /// Connections held at most (then the longest-idle one is closed).
+    pub max_connections: usize,
+    /// Seconds a connection has to send a request head.
+    pub header_timeout_s: f64,
+    /// Request body bytes at most (then 413).
+    pub max_body_bytes: usize,
 }
 
 impl ServeConfig {
@@ -110,6 +134,13 @@ impl ServeConfig {
             source_lang: "src".into(),
             target_lang: "tgt".into(),
             precision: Default::default(),
+            api_key: None,
+            cors_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
+            served_model_name: None,
+            max_connections: 1024,
+            header_timeout_s: 10.0,
+            max_body_bytes: 2 << 20,
         }
     }
 }
@@ -161,8 +192,10 @@ pub struct App {
     draining: AtomicBool,
     /// Response ids and default seeds.
     next_id: AtomicU64,
-    /// The `model` of responses: the model path's file name.
+    /// The `model` of responses: `--served-model-name`, else the model path's file name.
     pub model_name: String,
+    /// The model path's file name (accepted in requests beside `model_name`).
+    pub own_name: String,
 }
 
 impl App {
@@ -185,6 +218,30 @@ impl App {
                 "this server serves a {} model, not a language model",
                 other.kind()
             ))),
+        }
+    }
+
+    /// 404 when the body's `model` names a model not served (neither `--served-model-name` nor
+    /// the model's own name); an absent `model` is the one served.
+    pub fn check_model(&self, body: &serde_json::Value) -> std::result::Result<(), ApiError> {
+        match body.get("model").and_then(serde_json::Value::as_str) {
+            Some(asked) if asked != self.model_name && asked != self.own_name => {
+                Err(ApiError::model_not_found(asked, &self.model_name))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// For a LibreTranslate request that brought no key in its headers ([`gate::KeyFromBody`]):
+    /// 401 unless the body's `api_key` is the key.
+    pub fn check_body_key(&self, body: &serde_json::Value) -> std::result::Result<(), ApiError> {
+        let Some(secret) = &self.config.api_key else {
+            return Ok(());
+        };
+        let given = body.get("api_key").and_then(serde_json::Value::as_str);
+        match given {
+            Some(k) if gate::same_secret(k.as_bytes(), secret.as_bytes()) => Ok(()),
+            _ => Err(ApiError::unauthorized()),
         }
     }
 
@@ -317,20 +374,42 @@ async fn not_found() -> ApiError {
     ApiError::not_found("no such route (see GET / for the page, /v1/models, /health, /metrics)")
 }
 
+/// Every route (see the module docs), behind the [`gate`] and the body-size limit.
 fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/", get(page::index))
         .route("/health", get(health))
+        .route("/v1/health", get(health))
         .route("/metrics", get(metrics_text))
-        .route("/v1/models", get(openai::models))
+        .route("/v1/models", get(native::models))
+        .route("/models", get(native::models))
+        .route("/v1/models/{id}", get(native::model))
         .route("/v1/completions", post(openai::completions))
+        .route("/completions", post(openai::completions))
         .route("/v1/chat/completions", post(openai::chat_completions))
+        .route("/chat/completions", post(openai::chat_completions))
+        .route("/completion", post(native::completion))
+        .route("/tokenize", post(native::tokenize))
+        .route("/detokenize", post(native::detokenize))
+        .route("/apply-template", post(native::apply_template))
+        .route("/props", get(native::props))
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/translate", post(translate_api::translate))
-        .route("/languages", get(translate_api::languages))
+        .route("/detect", post(translate_api::detect))
+        .route(
+            "/languages",
+            get(translate_api::languages).post(translate_api::languages),
+        )
         .route("/attention", post(translate_api::attention))
         .route("/info", get(info))
         .fallback(not_found)
+        .layer(axum::extract::DefaultBodyLimit::max(
+            app.config.max_body_bytes,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            gate::gate,
+        ))
         .with_state(app)
 }
 
@@ -474,18 +553,31 @@ impl Server {
         let addr = listener
             .local_addr()
             .map_err(|e| io("cannot set up the listener", e))?;
-        let model_name = config
+        let own_name = config
             .model
             .file_name()
             .map_or("model".into(), |n| n.to_string_lossy().into_owned());
+        let model_name = config
+            .served_model_name
+            .clone()
+            .unwrap_or_else(|| own_name.clone());
+        // The cap stays under the limit of open files, with room for the model's files.
+        let files = listen::raise_file_limit().unwrap_or(1024);
+        let limits = listen::ConnectionLimits {
+            max_connections: config.max_connections.min(files.saturating_sub(64)).max(1),
+            header_timeout: std::time::Duration::from_secs_f64(config.header_timeout_s.max(0.001)),
+        };
+        let metrics = Arc::new(Metrics::default());
+        metrics.set_model_name(&model_name);
         let app = Arc::new(App {
             config,
-            metrics: Arc::new(Metrics::default()),
+            metrics,
             served: OnceLock::new(),
             load_error: OnceLock::new(),
             draining: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
             model_name,
+            own_name,
         });
         let compute_app = app.clone();
         std::thread::Builder::new()
@@ -510,10 +602,7 @@ impl Server {
                         shutdown_signal(stopped).await;
                         draining.draining.store(true, Ordering::Relaxed);
                     };
-                    axum::serve(listener, router(http_app))
-                        .with_graceful_shutdown(shutdown)
-                        .await
-                        .map_err(|e| io("the server stopped", e))?;
+                    listen::serve(listener, router(http_app), limits, shutdown).await;
                     Ok(())
                 })
             })

@@ -1,5 +1,5 @@
-//! The OpenAI-compatible text endpoints: `POST /v1/completions`, `POST /v1/chat/completions`,
-//! `GET /v1/models`.
+//! The OpenAI-compatible text endpoints: `POST /v1/completions`, `POST /v1/chat/completions`
+//! (`GET /v1/models` is in [`super::native`]).
 //!
 //! Requests: `prompt` (a string, or a list of one) or `messages` (`[{role, content}]`, rendered
 //! by the model's chat template; ChatML for a model without one), `max_tokens` (or
@@ -79,6 +79,13 @@ fn params(body: &Value, seed_default: u64) -> Result<Params, ApiError> {
         Some(n) => Some(n),
         None => field::<usize>(body, "max_completion_tokens")?,
     };
+    // llama.cpp's name of max_tokens; -1 (its "until the end") is the default.
+    let max_tokens = match max_tokens {
+        Some(n) => Some(n),
+        None => field::<i64>(body, "n_predict")?
+            .filter(|&n| n >= 0)
+            .map(|n| n as usize),
+    };
     if max_tokens == Some(0) {
         return Err(ApiError::invalid(
             Some("max_tokens"),
@@ -131,7 +138,7 @@ fn params(body: &Value, seed_default: u64) -> Result<Params, ApiError> {
 }
 
 /// The conversation of a chat request.
-fn messages(body: &Value) -> Result<Vec<ChatMessage>, ApiError> {
+pub(super) fn messages(body: &Value) -> Result<Vec<ChatMessage>, ApiError> {
     let Some(list) = body.get("messages").and_then(Value::as_array) else {
         return Err(ApiError::invalid(
             Some("messages"),
@@ -212,7 +219,8 @@ fn submit(
             "prompt",
             "context_length_exceeded",
             format!("the prompt has {n} tokens; the limit is {input_limit} (--max-input-tokens, and the model's context of {} less one)", lm.max_len),
-        ));
+        )
+        .with_context(n, lm.max_len));
     }
     let room = lm.max_len - n;
     let max_tokens = p
@@ -292,6 +300,7 @@ fn prepare(app: &App, flavor: Flavor, body: &Bytes) -> Result<(Arc<LmFront>, Acc
     if !body.is_object() {
         return Err(ApiError::invalid(None, "the body must be a JSON object"));
     }
+    app.check_model(&body)?;
     let seed_default = app.next_id.fetch_add(1, Ordering::Relaxed);
     let p = params(&body, seed_default)?;
     let (prompt, default_max) = match flavor {
@@ -340,7 +349,19 @@ pub async fn chat_completions(State(app): State<Arc<App>>, body: Bytes) -> Respo
 
 async fn respond(app: Arc<App>, flavor: Flavor, body: Bytes) -> Response {
     let mut guard = OutcomeGuard::new(app.metrics.clone());
-    let (lm, accepted) = match prepare(&app, flavor, &body) {
+    // Parsing, templating and tokenizing a large body takes milliseconds of CPU: off the
+    // async threads, so that /health and the streams keep answering meanwhile.
+    let prepared = {
+        let app = app.clone();
+        tokio::task::spawn_blocking(move || prepare(&app, flavor, &body))
+            .await
+            .unwrap_or_else(|e| {
+                Err(ApiError::internal(format!(
+                    "preparing the request failed: {e}"
+                )))
+            })
+    };
+    let (lm, accepted) = match prepared {
         Ok(x) => x,
         Err(e) => {
             guard.set(e.outcome());
@@ -620,12 +641,4 @@ fn stream(lm: Arc<LmFront>, acc: Accepted, reply: Reply, guard: OutcomeGuard) ->
         }
     });
     Sse::new(events)
-}
-
-/// `GET /v1/models`: the one model served.
-pub async fn models(State(app): State<Arc<App>>) -> Response {
-    Json(json!({"object": "list", "data": [{
-        "id": app.model_name, "object": "model", "created": 0, "owned_by": "transformer"
-    }]}))
-    .into_response()
 }

@@ -5,9 +5,11 @@
 //!   (`blocks(p + m) = ⌈(p + m) / block_rows⌉`, see [`EngineConfig::blocks_for`]) from the
 //!   pool of `--kv-memory`.
 //! - A step runs ONE forward over a ragged batch of tokens ([`LanguageModel::step`] with a ragged [`StepLayout`]):
-//!   the next token of every decoding sequence, then chunks of the prompts being prefilled
-//!   while the step's token budget (`prefill_budget`) lasts, so a long prompt cannot stall the
-//!   others. Every sequence whose prompt is complete samples its next token ([`sample`]:
+//!   the next token of every decoding sequence, then chunks of the prompts being prefilled,
+//!   the prompt with the fewest tokens left first, while the step's token budget
+//!   (`prefill_budget`) lasts, so a long prompt cannot stall the others: neither the decoding
+//!   rows nor a short prompt admitted after it. A request whose client went away leaves before
+//!   the next step, its prefill unfinished. Every sequence whose prompt is complete samples its next token ([`sample`]:
 //!   greedy at temperature 0, else temperature / top-k / top-p, each sequence with its own
 //!   seeded generator), streamed to its client ([`Event::Token`]); a sequence ends at an end
 //!   token, at `max_tokens` or when the context is full ([`Event::Finished`]).
@@ -245,12 +247,20 @@ impl RowKind for LmRows<'_> {
                 positions.push(self.state.row_len(r));
             }
         }
+        // Prompts with the fewest tokens left first: a short request behind a long prompt starts
+        // decoding at once instead of waiting for the whole long prefill (each step still feeds
+        // the long prompt whatever budget is left).
+        let mut prefilling: Vec<usize> = (0..running.len())
+            .filter(|&r| running[r].fed < running[r].prompt.len())
+            .collect();
+        prefilling.sort_by_key(|&r| (running[r].prompt.len() - running[r].fed, r));
         let mut prefilled = 0;
-        for (r, seq) in running.iter().enumerate() {
+        for r in prefilling {
+            let seq = &running[r];
             let left = seq.prompt.len() - seq.fed;
             let budget = self.config.prefill_budget.saturating_sub(tokens.len());
-            if left == 0 || budget == 0 {
-                continue;
+            if budget == 0 {
+                break;
             }
             let n = left.min(budget);
             let start = self.state.row_len(r);

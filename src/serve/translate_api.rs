@@ -7,19 +7,30 @@
 //!   continuous batching ([`super::translate_engine`]: sentences join the running decode at
 //!   the next step); with `alternatives: n` the n + 1 best of a beam search of width
 //!   `max(4, n + 1)`, run between steps ([`super::jobs`]).
-//! - `GET /languages` → `[{"code", "name", "targets"}]`: the one pair the model translates
+//! - `GET /languages` (or `POST`, as libretranslatepy asks) → `[{"code", "name", "targets"}]`: the one pair the model translates
 //!   (`--source-lang`, `--target-lang`).
+//! - `POST /detect` `{"q": "text"}` → `[{"language", "confidence"}]`: the source language the
+//!   model reads (`--source-lang`), at confidence 100 — the model knows no other, and there is
+//!   no detector behind it.
 //! - `POST /attention` `{"q": "sentence"}` → the greedy translation and every attention map
-//!   (encoder, decoder, cross; per layer and head) for the page's heat maps.
+//!   (encoder, decoder, cross; per layer and head) for the page's heat maps, refused when the
+//!   maps would hold more than [`super::jobs::MAX_ATTENTION_WEIGHTS`] weights.
+//!
+//! `/translate` and `/detect` take a JSON object or, as LibreTranslate does, a form
+//! (`application/x-www-form-urlencoded`; a repeated `q` is a list), and the API key (`--api-key`)
+//! as the field `api_key` when no header brings it. A model whose pair is unnamed (the defaults
+//! `src` and `tgt`) accepts the codes a client sends.
 
 use super::api_error::ApiError;
+use super::gate::KeyFromBody;
 use super::jobs::Job;
 use super::metrics::Outcome;
 use super::{App, OutcomeGuard};
 use axum::body::Bytes;
 use axum::extract::State;
+use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Instant;
@@ -87,10 +98,103 @@ fn sentences(body: &Value) -> Result<(Vec<String>, bool), ApiError> {
     }
 }
 
+/// A LibreTranslate request's fields: its JSON object, or its form's `key=value` pairs (values
+/// as strings, `alternatives` as a number; a repeated key gathers a list).
+fn libre_fields(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
+    let form = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.trim_start()
+                .starts_with("application/x-www-form-urlencoded")
+        });
+    if !form {
+        let value: Value = serde_json::from_slice(body)
+            .map_err(|e| ApiError::invalid(None, format!("the body is not valid JSON: {e}")))?;
+        if !value.is_object() {
+            return Err(ApiError::invalid(None, "the body must be a JSON object"));
+        }
+        return Ok(value);
+    }
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_bytes(body)
+        .map_err(|e| ApiError::invalid(None, format!("the form body cannot be read: {e}")))?;
+    let mut fields = serde_json::Map::new();
+    for (key, text) in pairs {
+        let value = match key.as_str() {
+            "alternatives" => text.parse::<u64>().map_or(Value::String(text), Value::from),
+            _ => Value::String(text),
+        };
+        match fields.get_mut(&key) {
+            Some(Value::Array(list)) => list.push(value),
+            Some(first) => *first = Value::Array(vec![first.take(), value]),
+            None => {
+                fields.insert(key, value);
+            }
+        }
+    }
+    Ok(Value::Object(fields))
+}
+
+/// The fields of a LibreTranslate request, its key checked when no header brought it.
+fn checked_fields(
+    app: &App,
+    key_from_body: Option<Extension<KeyFromBody>>,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Value, ApiError> {
+    let fields = libre_fields(headers, body)?;
+    if key_from_body.is_some() {
+        app.check_body_key(&fields)?;
+    }
+    Ok(fields)
+}
+
+/// Whether the model's pair is unnamed (`src` → `tgt`, the defaults): then any codes go.
+fn pair_unnamed(app: &App) -> bool {
+    app.config.source_lang == "src" && app.config.target_lang == "tgt"
+}
+
+/// `POST /detect`.
+pub async fn detect(
+    State(app): State<Arc<App>>,
+    key_from_body: Option<Extension<KeyFromBody>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let result = (|| {
+        let fields = checked_fields(&app, key_from_body, &headers, &body)?;
+        sentences(&fields)?;
+        match app.served()? {
+            super::Served::Jobs {
+                kind: "translation",
+                ..
+            } => Ok(json!([{"confidence": 100.0, "language": app.config.source_lang}])),
+            other => Err(ApiError::not_found(format!(
+                "this server serves a {} model, not a translation model",
+                other.kind()
+            ))),
+        }
+    })();
+    match result {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => libre_error(e),
+    }
+}
+
 /// `POST /translate`.
-pub async fn translate(State(app): State<Arc<App>>, body: Bytes) -> Response {
+pub async fn translate(
+    State(app): State<Arc<App>>,
+    key_from_body: Option<Extension<KeyFromBody>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let mut guard = OutcomeGuard::new(app.metrics.clone());
-    match translate_inner(&app, &body).await {
+    let fields = checked_fields(&app, key_from_body, &headers, &body);
+    let result = match fields {
+        Ok(fields) => translate_inner(&app, fields).await,
+        Err(e) => Err(e),
+    };
+    match result {
         Ok(v) => {
             guard.set(Outcome::Ok);
             Json(v).into_response()
@@ -102,14 +206,12 @@ pub async fn translate(State(app): State<Arc<App>>, body: Bytes) -> Response {
     }
 }
 
-async fn translate_inner(app: &App, body: &Bytes) -> Result<Value, ApiError> {
-    let body: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::invalid(None, format!("the body is not valid JSON: {e}")))?;
+async fn translate_inner(app: &App, body: Value) -> Result<Value, ApiError> {
     let (lines, listed) = sentences(&body)?;
     let (src, tgt) = (&app.config.source_lang, &app.config.target_lang);
     let source = body.get("source").and_then(Value::as_str).unwrap_or("auto");
     let target = body.get("target").and_then(Value::as_str).unwrap_or(tgt);
-    if (source != "auto" && source != src) || target != tgt {
+    if !pair_unnamed(app) && ((source != "auto" && source != src) || target != tgt) {
         return Err(ApiError::invalid(
             Some("source"),
             format!(

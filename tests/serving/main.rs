@@ -7,4 +7,5 @@
 mod serve_engine;
 mod serve_http;
 mod serve_kinds;
+mod serve_surface;
 mod serve_translate;

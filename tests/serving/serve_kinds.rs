@@ -181,7 +181,7 @@ fn embeddings_equal_the_encoder_s() {
     let (status, body) = post(
         server.addr,
         "/v1/embeddings",
-        &json!({"input": inputs, "model": "x"}),
+        &json!({"input": inputs, "model": "all-MiniLM-L6-v2"}),
     );
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["object"], "list");
