@@ -332,6 +332,7 @@ fn completion_prompts(lm: &LmFront, body: &Value) -> Result<Vec<(Vec<u32>, Strin
 /// Parses the body and queues every choice of either endpoint.
 fn prepare(app: &App, flavor: Flavor, body: &Bytes) -> Result<(Arc<LmFront>, Accepted), ApiError> {
     let lm = app.lm()?;
+    let raw: &[u8] = body;
     let body: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::invalid(None, format!("the body is not valid JSON: {e}")))?;
     if !body.is_object() {
@@ -349,7 +350,7 @@ fn prepare(app: &App, flavor: Flavor, body: &Bytes) -> Result<(Arc<LmFront>, Acc
                     "prompt is a completions field; chat takes messages",
                 ));
             }
-            let (text, tools) = chat_prompt::chat_prompt(&lm, &body)?;
+            let (text, tools) = chat_prompt::chat_prompt(&lm, &body, raw)?;
             let ids = lm
                 .tokenizer
                 .encode(&text)

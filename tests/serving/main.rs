@@ -7,4 +7,6 @@
 mod serve_engine;
 mod serve_http;
 mod serve_kinds;
+mod serve_options;
+mod serve_tools;
 mod serve_translate;

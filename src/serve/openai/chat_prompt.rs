@@ -10,6 +10,11 @@
 //! `[{type: "function", function: {name, description, parameters}}]`; `tool_choice` `"auto"`
 //! (the default) or `"none"` (tools not shown to the model); `"required"` and a named function
 //! need constrained decoding and are refused by name.
+//!
+//! The checks read the body as `serde_json` values; the template reads it as parsed again into
+//! minijinja's values, whose objects keep their keys in the order sent (a template writes
+//! `tools` and `arguments` with `tojson`, in that order, as transformers does with Python's
+//! dicts), with only the text parts of a `content` joined and string `arguments` parsed.
 
 use super::choice::OfferedTools;
 use super::field;
@@ -18,6 +23,7 @@ use crate::pipeline::chat::{render_chat, ChatContext, ChatMessage, CHATML};
 use crate::pipeline::jinja::Clock;
 use crate::serve::api_error::ApiError;
 use crate::serve::LmFront;
+use minijinja::value::{Value as Ordered, ValueKind};
 use serde_json::{json, Map, Value};
 
 fn bad(message: String) -> ApiError {
@@ -175,8 +181,61 @@ fn tools(body: &Value) -> Result<Option<(Value, Vec<String>, bool)>, ApiError> {
     Ok(Some((Value::Array(list.clone()), names, parallel)))
 }
 
-/// The prompt text of a chat request, and the tools it offers.
-pub fn chat_prompt(lm: &LmFront, body: &Value) -> Result<(String, Option<OfferedTools>), ApiError> {
+/// The entries of the map `value` in their order.
+fn entries(value: &Ordered) -> Vec<(String, Ordered)> {
+    value
+        .try_iter()
+        .into_iter()
+        .flatten()
+        .map(|key| {
+            let item = value.get_item(&key).unwrap_or_default();
+            (key.as_str().unwrap_or_default().to_string(), item)
+        })
+        .collect()
+}
+
+/// Message `original` (in the order sent) as the template reads it: `checked`'s content, and
+/// each tool call's `arguments` as an object (keys in the order sent).
+fn ordered_message(original: &Ordered, checked: &Value) -> Ordered {
+    let call = |call: Ordered| -> Ordered {
+        let fields = entries(&call).into_iter().map(|(key, value)| {
+            if key != "function" {
+                return (key, value);
+            }
+            let function = entries(&value).into_iter().map(|(k, v)| {
+                let v = match (k.as_str(), v.as_str()) {
+                    ("arguments", Some(text)) => serde_json::from_str(text).unwrap_or(v),
+                    _ => v,
+                };
+                (k, v)
+            });
+            (key, Ordered::from_iter(function))
+        });
+        Ordered::from_iter(fields)
+    };
+    let fields = entries(original)
+        .into_iter()
+        .map(|(key, value)| match key.as_str() {
+            "content" if value.kind() == ValueKind::Seq => {
+                let text = checked["content"].as_str().unwrap_or_default().to_string();
+                (key, Ordered::from(text))
+            }
+            "tool_calls" if value.kind() == ValueKind::Seq => {
+                let calls: Vec<Ordered> =
+                    value.try_iter().into_iter().flatten().map(call).collect();
+                (key, Ordered::from(calls))
+            }
+            _ => (key, value),
+        });
+    Ordered::from_iter(fields)
+}
+
+/// The prompt text of a chat request (`raw`: its body as sent), and the tools it offers.
+pub fn chat_prompt(
+    lm: &LmFront,
+    body: &Value,
+    raw: &[u8],
+) -> Result<(String, Option<OfferedTools>), ApiError> {
     let Some(list) = body.get("messages").and_then(Value::as_array) else {
         return Err(bad("messages must be a list of {role, content}".into()));
     };
@@ -209,13 +268,22 @@ pub fn chat_prompt(lm: &LmFront, body: &Value) -> Result<(String, Option<Offered
             .map_err(|e| ApiError::invalid(Some("messages"), e.to_string()))?;
         return Ok((text, None));
     };
-    let mut context = json!({"messages": messages});
-    if let Some((list, _, _)) = &offered {
-        context["tools"] = list.clone();
+    let ordered: Ordered = serde_json::from_slice(raw)
+        .map_err(|e| ApiError::invalid(None, format!("the body is not valid JSON: {e}")))?;
+    let original = ordered.get_attr("messages").unwrap_or_default();
+    let messages: Vec<Ordered> = original
+        .try_iter()
+        .into_iter()
+        .flatten()
+        .zip(&messages)
+        .map(|(m, checked)| ordered_message(&m, checked))
+        .collect();
+    let mut context = ChatContext::default();
+    context.set("messages", messages);
+    if offered.is_some() {
+        context.set("tools", ordered.get_attr("tools").unwrap_or_default());
     }
-    context["add_generation_prompt"] = true.into();
-    let context = ChatContext::from_json(&context.to_string())
-        .map_err(|e| ApiError::invalid(Some("messages"), e.to_string()))?;
+    context.set("add_generation_prompt", true);
     let text = template
         .render(&context, Clock::Now)
         .map_err(|e| ApiError::invalid(Some("messages"), e.to_string()))?;
