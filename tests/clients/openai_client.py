@@ -8,16 +8,56 @@ token the best one under greedy), n choices, logit_bias, completions with echo +
 embeddings (float, base64 decoded by the client itself, dimensions renormalised), tools offered
 (whole and streamed; the tiny random model answers in prose) and a tool-call history.
 """
+import json
 import math
-import os
 import sys
 
 import openai
 
+from openai.types import Completion, CreateEmbeddingResponse
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
 lm_url, template_url, encoder_url = sys.argv[1:4]
-lm = openai.OpenAI(base_url=lm_url, api_key="none")
-tool_lm = openai.OpenAI(base_url=template_url, api_key="none")
-encoder = openai.OpenAI(base_url=encoder_url, api_key="none")
+# The client builds its objects leniently; every raw answer is also validated strictly here.
+TYPES = {"/chat/completions": ChatCompletion, "/completions": Completion,
+         "/embeddings": CreateEmbeddingResponse}
+
+
+def strict(response):
+    path = response.request.url.path
+    kind = next(t for p, t in TYPES.items() if path.endswith(p))
+    if response.status_code != 200 or response.headers.get("content-type", "").startswith("text/event-stream"):
+        return
+    response.read()
+    body = json.loads(response.text)
+    # The one known difference: with echo, the prompt's first token has null logprobs (as
+    # OpenAI's legacy API and vLLM answer; lm-eval-harness reads it so), which the generated
+    # types do not allow.
+    for choice in body.get("choices", []):
+        lp = choice.get("logprobs") or {}
+        if lp.get("token_logprobs") and lp["token_logprobs"][0] is None:
+            lp["token_logprobs"][0], lp["top_logprobs"][0] = 0.0, {}
+    if any(isinstance(d.get("embedding"), str) for d in body.get("data", [])):
+        return  # base64: the client decodes it into floats first (validated below)
+    kind.model_validate(body)
+
+
+def client(url):
+    import httpx2 as httpx
+    return openai.OpenAI(base_url=url, api_key="none",
+                         http_client=httpx.Client(event_hooks={"response": [strict]}))
+
+
+def chunks_of(stream):
+    out = list(stream)
+    for c in out:
+        ChatCompletionChunk.model_validate(c.to_dict())
+    return out
+
+
+lm = client(lm_url)
+tool_lm = client(template_url)
+encoder = client(encoder_url)
 messages = [{"role": "user", "content": "Speak, Romeo."}]
 
 # Chat, whole and streamed.
@@ -25,7 +65,7 @@ whole = lm.chat.completions.create(model="m", messages=messages, max_tokens=8, t
 assert whole.choices[0].message.role == "assistant"
 stream = lm.chat.completions.create(model="m", messages=messages, max_tokens=8, temperature=0,
                                     stream=True, stream_options={"include_usage": True})
-chunks = list(stream)
+chunks = chunks_of(stream)
 text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
 assert text == whole.choices[0].message.content, (text, whole)
 assert chunks[-1].choices == [] and chunks[-1].usage.total_tokens == whole.usage.total_tokens
@@ -58,7 +98,7 @@ tools = [{"type": "function", "function": {"name": "get_weather", "description":
 ask = [{"role": "user", "content": "Weather in Paris?"}]
 r = tool_lm.chat.completions.create(model="m", messages=ask, tools=tools, max_tokens=8, temperature=0)
 assert r.choices[0].finish_reason in ("stop", "length", "tool_calls")
-streamed = list(tool_lm.chat.completions.create(model="m", messages=ask, tools=tools, max_tokens=8,
+streamed = chunks_of(tool_lm.chat.completions.create(model="m", messages=ask, tools=tools, max_tokens=8,
                                                 temperature=0, stream=True))
 assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == (r.choices[0].message.content or "")
 history = ask + [
@@ -77,6 +117,7 @@ except openai.BadRequestError as e:
 texts = ["A man is eating food.", "The weather is lovely today."]
 floats = encoder.embeddings.create(model="m", input=texts, encoding_format="float")
 b64 = encoder.embeddings.create(model="m", input=texts)  # the client asks base64 by default
+CreateEmbeddingResponse.model_validate(b64.to_dict())
 for a, b in zip(floats.data, b64.data):
     assert max(abs(x - y) for x, y in zip(a.embedding, b.embedding)) == 0.0
 short = encoder.embeddings.create(model="m", input=texts, dimensions=32, encoding_format="float")

@@ -22,11 +22,16 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -r
 trap cleanup EXIT
 tiny=$(cd "$shared/reference/hf-decoders/llama-tiny" && pwd)
 mkdir "$tmp/templated"
-for f in config.json generation_config.json model.safetensors tokenizer.json; do ln -s "$tiny/$f" "$tmp/templated/$f"; done
-python3 - "$shared/reference/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja" "$tmp/templated/tokenizer_config.json" <<'PY'
+for f in generation_config.json model.safetensors tokenizer.json; do ln -s "$tiny/$f" "$tmp/templated/$f"; done
+# Qwen's tool instructions need more than the tiny model's 256 positions (rotary: any length runs).
+python3 - "$shared/reference/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja" "$tiny/config.json" "$tmp/templated" <<'PY'
 import json, sys
 template = open(sys.argv[1]).read()
-json.dump({"chat_template": template, "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"}, open(sys.argv[2], "w"))
+json.dump({"chat_template": template, "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"},
+          open(sys.argv[3] + "/tokenizer_config.json", "w"))
+config = json.load(open(sys.argv[2]))
+config["max_position_embeddings"] = 2048
+json.dump(config, open(sys.argv[3] + "/config.json", "w"))
 PY
 start() { # model port
   "$bin" serve --model "$1" --addr "127.0.0.1:$2" >"$tmp/$2.log" 2>&1 &
