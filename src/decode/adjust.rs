@@ -132,7 +132,7 @@ pub fn top_entries(row: &[f32], k: usize) -> Vec<(u32, f32)> {
         return top;
     }
     for (i, &v) in row.iter().enumerate() {
-        if top.len() == k && top.last().is_some_and(|&(_, w)| !(v > w)) {
+        if top.len() == k && top.last().is_some_and(|&(_, w)| v <= w || v.is_nan()) {
             continue;
         }
         let at = top.partition_point(|&(_, w)| w >= v);

@@ -3,7 +3,7 @@
 //!
 //! Requests: `prompt` (a string, a list of strings, a list of token ids or a list of such lists:
 //! one prompt each) or `messages` (rendered with `tools` by the model's chat template, ChatML
-//! for a model without one: [`chat_prompt`]), `max_tokens` (or `max_completion_tokens`; default
+//! for a model without one: `chat_prompt.rs`), `max_tokens` (or `max_completion_tokens`; default
 //! 16 for completions, up to 512 for chat), `temperature` (default 1; 0 is greedy), `top_p`,
 //! `top_k`, `seed`, `stop` (a string or a list), `stream`, and the sampling and scoring options of
 //! [`options`] (`n`, `logprobs`, `top_logprobs`, `echo`, `logit_bias`, the penalties, `min_p`,

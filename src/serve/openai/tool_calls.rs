@@ -82,7 +82,7 @@ pub fn parse(format: ToolFormat, text: &str, known: &[String]) -> Option<ParsedR
         ToolFormat::Granite => after_marker(text, "<|tool_call|>", json_list),
         ToolFormat::Functionary31 => functionary(text),
     }?;
-    let named = |c: &ToolCall| known.iter().any(|k| *k == c.name);
+    let named = |c: &ToolCall| known.contains(&c.name);
     (!parsed.calls.is_empty() && parsed.calls.iter().all(named)).then_some(parsed)
 }
 

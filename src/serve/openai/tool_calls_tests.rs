@@ -16,11 +16,14 @@ fn call(name: &str, arguments: &str) -> ToolCall {
 }
 
 /// The cases: (format, reply, expected content and calls or `None` for prose).
-fn cases() -> Vec<(
+/// A reply and what it reads as: its prose and calls, or `None` for prose.
+type Case = (
     ToolFormat,
     &'static str,
     Option<(&'static str, Vec<ToolCall>)>,
-)> {
+);
+
+fn cases() -> Vec<Case> {
     let weather = || call("get_weather", r#"{"city":"Paris"}"#);
     vec![
         (
