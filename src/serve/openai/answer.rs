@@ -340,3 +340,7 @@ pub fn stream(
     });
     Sse::new(events)
 }
+
+#[cfg(test)]
+#[path = "answer_tests.rs"]
+mod tests;
