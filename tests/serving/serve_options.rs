@@ -696,3 +696,79 @@ fn embeddings_dimensions_base64_and_token_ids() {
     ok(addr, "/v1/embeddings", &json!({"input": "still here"}));
     server.shutdown().unwrap();
 }
+
+/// SmolLM2 (the Q4_1 GGUF of ../shared) served in float32: the prompt's log-probabilities
+/// (`echo`) against transformers' logits of every position, the chat reply's first token and
+/// its top 5 against transformers' last logits, and `logit_bias` banning " The" (the greedy
+/// first token, margin 0.08) so that the second best comes.
+#[test]
+fn smollm2_logprobs_match_transformers() {
+    let Some(file) = shared("models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf") else {
+        return;
+    };
+    let Some(refs) = shared("reference/smollm2") else {
+        return;
+    };
+    let reference: Value =
+        serde_json::from_slice(&std::fs::read(refs.join("reference.json")).unwrap()).unwrap();
+    let p0 = &reference["prompts"][0];
+    let ids: Vec<u32> = serde_json::from_value(p0["input_ids"].clone()).unwrap();
+    let top5: Vec<u32> = serde_json::from_value(p0["top5_ids"].clone()).unwrap();
+    let tensors = read_tensors(&refs.join("logits.safetensors")).unwrap();
+    let v = 49152;
+    let all: Vec<&[f32]> = tensors["all_logits.0"].1.chunks(v).collect();
+    assert_eq!(all.len(), ids.len());
+    let server = start(&file);
+    let addr = server.addr;
+    let body = ok(
+        addr,
+        "/v1/completions",
+        &json!({"prompt": ids, "max_tokens": 1, "temperature": 0, "echo": true, "logprobs": 5}),
+    );
+    let token_logprobs = body["choices"][0]["logprobs"]["token_logprobs"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(token_logprobs.len(), ids.len() + 1);
+    let mut worst = 0f64;
+    for k in 1..ids.len() {
+        let want = log_softmax(all[k - 1])[ids[k] as usize];
+        worst = worst.max((token_logprobs[k].as_f64().unwrap() - want).abs());
+    }
+    let last = log_softmax(all[ids.len() - 1]);
+    worst = worst.max((token_logprobs[ids.len()].as_f64().unwrap() - last[top5[0] as usize]).abs());
+    assert!(
+        worst < 2e-3,
+        "largest logprob error against transformers {worst}"
+    );
+    eprintln!("SmolLM2 logprobs: largest error against transformers {worst:.2e}");
+    // Chat: the template renders the reference's prompt; the top 5 are transformers' top 5.
+    let chat = |extra: Value| {
+        let mut body = json!({"messages": [{"role": "user", "content": "What is the capital of France?"}],
+                              "max_tokens": 1, "temperature": 0, "logprobs": true, "top_logprobs": 5});
+        for (k, x) in extra.as_object().unwrap() {
+            body[k] = x.clone();
+        }
+        ok(addr, "/v1/chat/completions", &body)
+    };
+    let body = chat(json!({}));
+    assert_eq!(body["usage"]["prompt_tokens"], ids.len());
+    let first = &body["choices"][0]["logprobs"]["content"][0];
+    for (entry, &id) in first["top_logprobs"].as_array().unwrap().iter().zip(&top5) {
+        assert!(
+            (entry["logprob"].as_f64().unwrap() - last[id as usize]).abs() < 2e-3,
+            "{entry}"
+        );
+    }
+    let text_of = |id: u32| {
+        let g = TextGenerator::load(&file).unwrap();
+        g.tokenizer.decode(&[id]).unwrap()
+    };
+    assert_eq!(first["token"], text_of(top5[0]));
+    let banned = chat(json!({"logit_bias": {top5[0].to_string(): -100}}));
+    assert_eq!(
+        banned["choices"][0]["logprobs"]["content"][0]["token"],
+        text_of(top5[1])
+    );
+    server.shutdown().unwrap();
+}
