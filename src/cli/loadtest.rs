@@ -97,6 +97,7 @@ fn offline(args: &LoadtestArgs, path: &std::path::Path) -> Result<()> {
                         temperature: 0.0,
                         ..Default::default()
                     },
+                    options: Default::default(),
                     seed: 1,
                     stop_ids: g.tokenizer.end_tokens(),
                     arrived: now,

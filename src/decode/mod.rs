@@ -12,6 +12,7 @@
 //! token ids without specials (the source gets its EOS here, the decoder starts from BOS) and
 //! batch their inputs by length internally; results come back in input order.
 
+pub mod adjust;
 pub mod beam;
 pub mod greedy;
 pub mod sample;

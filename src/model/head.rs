@@ -161,13 +161,18 @@ impl<T: Float> OutputHead<T> {
     /// `hidden [rows, d_model]` -> log-probabilities `[rows, vocab]` (log-softmax of each row).
     pub fn log_probs(&self, embedding: &Embedding<T>, hidden: &[T]) -> Vec<T> {
         let mut logits = self.logits(embedding, hidden);
+        self.log_softmax_rows(&mut logits);
+        logits
+    }
+
+    /// `logits [rows, vocab]` -> log-probabilities in place (log-softmax of each row).
+    pub fn log_softmax_rows(&self, logits: &mut [T]) {
         logits
             .par_chunks_mut(self.vocab)
             .with_min_len(8)
             .for_each(|row| {
                 log_softmax_inplace(row);
             });
-        logits
     }
 
     /// The loss of `logits [rows, vocab]` against `targets [rows]` (targets equal to `ignore`

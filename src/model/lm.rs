@@ -246,6 +246,20 @@ impl<T: Float> LanguageModel<T> {
     /// rows only, and with [`Outputs::Last`](super::step_layout::Outputs::Last) on a uniform
     /// feed the last block too.
     pub fn step(&self, state: &mut LmState<T>, tokens: &[u32], layout: &StepLayout<'_>) -> Vec<T> {
+        let mut logits = self.step_logits(state, tokens, layout);
+        self.head.log_softmax_rows(&mut logits);
+        logits
+    }
+
+    /// [`Self::step`] before the last log-softmax: the logits `[outputs, vocab]` (soft-capped
+    /// where the model caps them). `step` is this followed by
+    /// [`OutputHead::log_softmax_rows`](super::head::OutputHead::log_softmax_rows), bit for bit.
+    pub fn step_logits(
+        &self,
+        state: &mut LmState<T>,
+        tokens: &[u32],
+        layout: &StepLayout<'_>,
+    ) -> Vec<T> {
         // A one-per-row feed is the ragged feed of every row at its own length.
         let (rows, positions): (Cow<'_, [usize]>, Cow<'_, [usize]>) = match layout.feed {
             Feed::Uniform => {
@@ -269,7 +283,7 @@ impl<T: Float> LanguageModel<T> {
         self.step_blocks(state, x, 1, &ragged)
     }
 
-    /// The blocks over the embedded step `x`, then the selected outputs' log-probabilities.
+    /// The blocks over the embedded step `x`, then the selected outputs' logits.
     fn step_blocks(
         &self,
         state: &mut LmState<T>,
@@ -290,7 +304,7 @@ impl<T: Float> LanguageModel<T> {
         } else {
             layout.select(h, q_len, self.config.d_model)
         };
-        self.head.log_probs(&self.embedding, &h)
+        self.head.logits(&self.embedding, &h)
     }
 
     /// The embeddings `[batch*q_len, d_model]` of `tokens [batch, q_len]` at the state's next

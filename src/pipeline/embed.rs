@@ -51,6 +51,26 @@ impl SentenceEncoder {
             .iter()
             .map(|s| self.tokenizer.encode(s))
             .collect::<Result<Vec<_>>>()?;
+        self.embed_ids(&ids, batch_size)
+    }
+
+    /// Embeds sequences of token ids as given (no special tokens added, none cut): each must
+    /// hold 1 to [`Tokenizer::max_len`] ids of the vocabulary.
+    pub fn embed_ids(&self, ids: &[Vec<u32>], batch_size: usize) -> Result<Vec<Vec<f32>>> {
+        let (max, vocab) = (self.tokenizer.max_len(), self.model.config.vocab_size);
+        for (i, seq) in ids.iter().enumerate() {
+            if seq.is_empty() || seq.len() > max {
+                return Err(Error::Input(format!(
+                    "input {i} has {} token ids; 1 to {max} (the model's length)",
+                    seq.len()
+                )));
+            }
+            if let Some(&bad) = seq.iter().find(|&&id| id as usize >= vocab) {
+                return Err(Error::Input(format!(
+                    "input {i}: token id {bad} is outside the vocabulary of {vocab}"
+                )));
+            }
+        }
         let mut order: Vec<usize> = (0..ids.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(ids[i].len()));
         let mut out = vec![Vec::new(); ids.len()];

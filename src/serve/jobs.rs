@@ -74,10 +74,17 @@ pub enum Job {
     },
     /// Sentence embeddings, with the number of word pieces of each.
     Embed {
-        inputs: Vec<String>,
+        inputs: EmbedInput,
         arrived: Instant,
         reply: Answer<(Vec<Vec<f32>>, usize)>,
     },
+}
+
+/// What `/v1/embeddings` embeds: texts, or sequences of the model's token ids (as given).
+#[derive(Debug)]
+pub enum EmbedInput {
+    Texts(Vec<String>),
+    Ids(Vec<Vec<u32>>),
 }
 
 impl Job {
@@ -223,13 +230,18 @@ fn turn(model: &JobModel, batch: Vec<Job>, metrics: &Metrics) {
                 },
                 JobModel::Encoder(e),
             ) => {
-                let tokens: usize = inputs
-                    .iter()
-                    .map(|s| e.tokenizer.encode(s).map_or(0, |ids| ids.len()))
-                    .sum();
-                let result = e
-                    .embed(&inputs, 32)
-                    .map(|v| (v, tokens))
+                let ids = match inputs {
+                    EmbedInput::Texts(texts) => texts
+                        .iter()
+                        .map(|s| e.tokenizer.encode(s))
+                        .collect::<crate::error::Result<Vec<_>>>(),
+                    EmbedInput::Ids(ids) => Ok(ids),
+                };
+                let result = ids
+                    .and_then(|ids| {
+                        let tokens: usize = ids.iter().map(Vec::len).sum();
+                        e.embed_ids(&ids, 32).map(|v| (v, tokens))
+                    })
                     .map_err(|e| e.to_string());
                 let _ = reply.send(result);
                 metrics.observe(Latency::EndToEnd, arrived.elapsed().as_secs_f64());

@@ -22,7 +22,6 @@
 
 use super::api_error::ApiError;
 use super::{App, LmFront};
-use crate::pipeline::chat::{render_chat, CHATML};
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
@@ -173,14 +172,10 @@ pub async fn detokenize(State(app): State<Arc<App>>, body: Bytes) -> Response {
 pub async fn apply_template(State(app): State<Arc<App>>, body: Bytes) -> Response {
     let result = async {
         let lm = app.lm()?;
-        let body = object(&body)?;
+        let parsed = object(&body)?;
         blocking(move || {
-            let messages = super::openai::messages(&body)?;
-            let prompt = match &lm.chat {
-                Some(t) => t.prompt(&messages),
-                None => render_chat(CHATML, &messages, true, "", ""),
-            }
-            .map_err(|e| ApiError::invalid(Some("messages"), e.to_string()))?;
+            // The chat route's own rendering: messages (tool calls and results too) and tools.
+            let (prompt, _) = super::openai::chat_prompt(&lm, &parsed, &body)?;
             Ok(json!({"prompt": prompt}))
         })
         .await

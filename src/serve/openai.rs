@@ -1,34 +1,48 @@
 //! The OpenAI-compatible text endpoints: `POST /v1/completions`, `POST /v1/chat/completions`
 //! (`GET /v1/models` is in [`super::native`]).
 //!
-//! Requests: `prompt` (a string, or a list of one) or `messages` (`[{role, content}]`, rendered
-//! by the model's chat template; ChatML for a model without one), `max_tokens` (or
-//! `max_completion_tokens`; default 16 for completions, up to 512 for chat), `temperature`
-//! (default 1; 0 is greedy), `top_p`, `top_k`, `seed`, `stop` (a string or a list), `stream`,
-//! `n` (1 only). Unknown fields are ignored, as OpenAI's own clients send more.
+//! Requests: `prompt` (a string, a list of strings, a list of token ids or a list of such lists:
+//! one prompt each) or `messages` (rendered with `tools` by the model's chat template, ChatML
+//! for a model without one: `chat_prompt.rs`), `max_tokens` (or `max_completion_tokens`; default
+//! 16 for completions, up to 512 for chat), `temperature` (default 1; 0 is greedy), `top_p`,
+//! `top_k`, `seed`, `stop` (a string or a list), `stream`, and the sampling and scoring options of
+//! [`options`] (`n`, `logprobs`, `top_logprobs`, `echo`, `logit_bias`, the penalties, `min_p`,
+//! `stream_options`). Unknown fields are ignored, as OpenAI's own clients send more; the known
+//! ones this server does not implement are refused by name.
 //!
 //! Responses: `{"id", "object": "text_completion" | "chat.completion", "created", "model",
-//! "choices": [{"index": 0, "text" | "message", "finish_reason": "stop" | "length"}],
-//! "usage": {"prompt_tokens", "completion_tokens", "total_tokens"}}`. With `stream: true`,
-//! server-sent events, one `data: {json}` per piece of text (`text_completion` /
-//! `chat.completion.chunk` with a `delta`; the first chat chunk carries the role), the last with
-//! the `finish_reason` and `usage`, then `data: [DONE]`.
+//! "choices": [{"index", "text" | "message", "logprobs", "finish_reason": "stop" | "length" |
+//! "tool_calls"}], "usage": {"prompt_tokens", "completion_tokens", "total_tokens"}}`, one choice
+//! per prompt and `n` ([`choice`]); a chat reply that calls tools has `message.tool_calls`
+//! (`[{id, type: "function", function: {name, arguments}}]`, [`tool_calls`]). With `stream:
+//! true`, server-sent events, one `data: {json}` per piece of text (`text_completion` /
+//! `chat.completion.chunk` with a `delta`; each choice's first chat chunk carries the role;
+//! tool calls in one `delta.tool_calls` chunk at the end of their choice), each choice's last
+//! with its `finish_reason`, the usage on the last finish chunk or, with
+//! `stream_options.include_usage`, in a chunk of its own with `choices: []` (every other chunk
+//! then has `"usage": null`), then `data: [DONE]`.
+
+mod answer;
+mod chat_prompt;
+pub(super) use chat_prompt::chat_prompt;
+pub mod choice;
+pub mod logprobs;
+pub mod options;
+pub mod tool_calls;
 
 use super::api_error::ApiError;
-use super::metrics::Outcome;
-use super::scheduler::{Event, FinishReason, GenRequest};
-use super::text::TextStream;
+use super::scheduler::{Event, GenRequest};
 use super::{App, LmFront, OutcomeGuard};
 use crate::decode::sample::SamplingOptions;
-use crate::pipeline::chat::{render_chat, ChatMessage, CHATML};
+use answer::Reply;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use choice::{ChoiceState, Receivers};
+use options::Scoring;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
-use std::convert::Infallible;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,7 +50,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 /// Which endpoint: the shapes of its answers differ.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Flavor {
+pub enum Flavor {
     Completion,
     Chat,
 }
@@ -72,9 +86,10 @@ struct Params {
     seed: u64,
     stop: Vec<String>,
     stream: bool,
+    scoring: Scoring,
 }
 
-fn params(body: &Value, seed_default: u64) -> Result<Params, ApiError> {
+fn params(body: &Value, seed_default: u64, chat: bool, vocab: usize) -> Result<Params, ApiError> {
     let max_tokens = match field::<usize>(body, "max_tokens")? {
         Some(n) => Some(n),
         None => field::<usize>(body, "max_completion_tokens")?,
@@ -111,12 +126,6 @@ fn params(body: &Value, seed_default: u64) -> Result<Params, ApiError> {
         Some(k) if k <= 0 => 0,
         Some(k) => k as usize,
     };
-    if let Some(n) = field::<i64>(body, "n")?.filter(|&n| n != 1) {
-        return Err(ApiError::invalid(
-            Some("n"),
-            format!("n {n}: this server returns one choice per request (n = 1)"),
-        ));
-    }
     let stop = strings(body, "stop")?.unwrap_or_default();
     if stop.len() > 16 {
         return Err(ApiError::invalid(
@@ -124,7 +133,9 @@ fn params(body: &Value, seed_default: u64) -> Result<Params, ApiError> {
             format!("{} stop strings; at most 16", stop.len()),
         ));
     }
+    let stream = field::<bool>(body, "stream")?.unwrap_or(false);
     Ok(Params {
+        scoring: options::scoring(body, chat, vocab, stream)?,
         max_tokens,
         sampling: SamplingOptions {
             temperature,
@@ -133,44 +144,8 @@ fn params(body: &Value, seed_default: u64) -> Result<Params, ApiError> {
         },
         seed: field::<u64>(body, "seed")?.unwrap_or(seed_default),
         stop,
-        stream: field::<bool>(body, "stream")?.unwrap_or(false),
+        stream,
     })
-}
-
-/// The conversation of a chat request.
-pub(super) fn messages(body: &Value) -> Result<Vec<ChatMessage>, ApiError> {
-    let Some(list) = body.get("messages").and_then(Value::as_array) else {
-        return Err(ApiError::invalid(
-            Some("messages"),
-            "messages must be a list of {role, content}",
-        ));
-    };
-    if list.is_empty() {
-        return Err(ApiError::invalid(Some("messages"), "messages is empty"));
-    }
-    list.iter()
-        .enumerate()
-        .map(|(i, m)| {
-            let role = m.get("role").and_then(Value::as_str);
-            // content: a string, or OpenAI's list of parts `[{"type": "text", "text": ...}]`.
-            let content = match m.get("content") {
-                Some(Value::String(s)) => Some(s.clone()),
-                Some(Value::Array(parts)) => parts
-                    .iter()
-                    .map(|p| p.get("text").and_then(Value::as_str))
-                    .collect::<Option<Vec<_>>>()
-                    .map(|t| t.concat()),
-                _ => None,
-            };
-            match (role, content) {
-                (Some(role), Some(content)) => Ok(ChatMessage::new(role, &content)),
-                _ => Err(ApiError::invalid(
-                    Some("messages"),
-                    format!("messages[{i}] needs a string role and a text content"),
-                )),
-            }
-        })
-        .collect()
 }
 
 /// Seconds since the Unix epoch (`created`).
@@ -180,22 +155,28 @@ fn now_unix() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// A prepared request: checked, tokenized, queued.
-struct Accepted {
-    events: UnboundedReceiver<Event>,
-    stop: Vec<String>,
-    stream: bool,
-    prompt_tokens: usize,
+/// A prepared request: checked, tokenized, queued (one row per choice).
+pub struct Accepted {
+    /// Per choice, in order of index.
+    pub choices: Vec<ChoiceState>,
+    pub receivers: Receivers,
+    pub stream: bool,
+    pub scoring: Scoring,
 }
 
-/// Checks the limits, then queues the request with the engine (429 when the queue is full).
+/// Prompts per completions request at most, and rows (prompts × `n`) per request.
+pub const MAX_PROMPTS: usize = 16;
+pub const MAX_ROWS: usize = 64;
+
+/// Checks the limits of one row, then queues it with the engine (429 when the queue is full).
 fn submit(
     app: &App,
     lm: &LmFront,
     prompt: Vec<u32>,
-    p: Params,
+    p: &Params,
+    seed: u64,
     default_max: usize,
-) -> Result<Accepted, ApiError> {
+) -> Result<UnboundedReceiver<Event>, ApiError> {
     let cfg = &app.config;
     let n = prompt.len();
     if n == 0 {
@@ -256,6 +237,13 @@ fn submit(
             ),
         ));
     }
+    if p.scoring.row.prompt_logprobs.is_some() && n > MAX_ECHO_SCORED {
+        return Err(ApiError::limit(
+            "echo",
+            "context_length_exceeded",
+            format!("echo with logprobs scores prompts of at most {MAX_ECHO_SCORED} tokens; this one has {n}"),
+        ));
+    }
     if app.draining.load(Ordering::Relaxed) {
         return Err(ApiError::unavailable("the server is shutting down"));
     }
@@ -274,7 +262,8 @@ fn submit(
         prompt,
         max_tokens,
         sampling: p.sampling,
-        seed: p.seed,
+        options: p.scoring.row.clone(),
+        seed,
         stop_ids: lm.end_tokens.clone(),
         arrived: now,
         deadline: now + Duration::from_secs_f64(cfg.timeout_s),
@@ -284,17 +273,75 @@ fn submit(
         app.metrics.queued.fetch_sub(1, Ordering::AcqRel);
         return Err(ApiError::internal("the engine has stopped"));
     }
-    Ok(Accepted {
-        events: rx,
-        stop: p.stop,
-        stream: p.stream,
-        prompt_tokens: n,
-    })
+    Ok(rx)
 }
 
-/// Parses the body and builds the prompt of either endpoint.
+/// Prompt tokens `echo` with `logprobs` scores at most (every position's distribution is kept
+/// while the prompt is fed).
+pub const MAX_ECHO_SCORED: usize = 4096;
+
+/// A completions request's prompts: `(ids, text echo shows)`, from a string, a list of strings,
+/// a list of token ids or a list of lists of ids.
+fn completion_prompts(lm: &LmFront, body: &Value) -> Result<Vec<(Vec<u32>, String)>, ApiError> {
+    let bad = |why: &str| ApiError::invalid(Some("prompt"), why.to_string());
+    let shape = "prompt must be a string, a list of strings, a list of token ids or a list of lists of token ids";
+    let id = |v: &Value| {
+        v.as_u64()
+            .filter(|&x| x <= u32::MAX as u64)
+            .map(|x| x as u32)
+    };
+    let ids = |items: &[Value]| items.iter().map(id).collect::<Option<Vec<u32>>>();
+    let text = |s: &str| -> Result<(Vec<u32>, String), ApiError> {
+        let ids = lm
+            .tokenizer
+            .document(s)
+            .map_err(|e| ApiError::invalid(Some("prompt"), e.to_string()))?;
+        Ok((ids, s.to_string()))
+    };
+    let tokens = |ids: Vec<u32>| -> (Vec<u32>, String) {
+        let shown = lm.tokenizer.decode(&ids).unwrap_or_default();
+        (ids, shown)
+    };
+    let prompts = match body.get("prompt") {
+        None | Some(Value::Null) => return Err(bad("prompt is missing")),
+        Some(Value::String(s)) => vec![text(s)?],
+        Some(Value::Array(items)) if items.is_empty() => {
+            return Err(bad("prompt is an empty list"))
+        }
+        Some(Value::Array(items)) => match &items[0] {
+            Value::String(_) => items
+                .iter()
+                .map(|v| v.as_str().ok_or_else(|| bad(shape)).and_then(text))
+                .collect::<Result<Vec<_>, _>>()?,
+            Value::Number(_) => vec![tokens(ids(items).ok_or_else(|| bad(shape))?)],
+            Value::Array(_) => items
+                .iter()
+                .map(|v| {
+                    let list = v.as_array().ok_or_else(|| bad(shape))?;
+                    Ok(tokens(ids(list).ok_or_else(|| bad(shape))?))
+                })
+                .collect::<Result<Vec<_>, ApiError>>()?,
+            _ => return Err(bad(shape)),
+        },
+        Some(_) => return Err(bad(shape)),
+    };
+    if prompts.len() > MAX_PROMPTS {
+        return Err(ApiError::limit(
+            "prompt",
+            "too_many_prompts",
+            format!(
+                "{} prompts; at most {MAX_PROMPTS} per request",
+                prompts.len()
+            ),
+        ));
+    }
+    Ok(prompts)
+}
+
+/// Parses the body and queues every choice of either endpoint.
 fn prepare(app: &App, flavor: Flavor, body: &Bytes) -> Result<(Arc<LmFront>, Accepted), ApiError> {
     let lm = app.lm()?;
+    let raw: &[u8] = body;
     let body: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::invalid(None, format!("the body is not valid JSON: {e}")))?;
     if !body.is_object() {
@@ -302,38 +349,60 @@ fn prepare(app: &App, flavor: Flavor, body: &Bytes) -> Result<(Arc<LmFront>, Acc
     }
     app.check_model(&body)?;
     let seed_default = app.next_id.fetch_add(1, Ordering::Relaxed);
-    let p = params(&body, seed_default)?;
-    let (prompt, default_max) = match flavor {
-        Flavor::Completion => {
-            let prompt = strings(&body, "prompt")?
-                .ok_or_else(|| ApiError::invalid(Some("prompt"), "prompt is missing"))?;
-            let [text] = &prompt[..] else {
+    let chat = flavor == Flavor::Chat;
+    let p = params(&body, seed_default, chat, lm.vocab_size)?;
+    let (prompts, tools, default_max) = match flavor {
+        Flavor::Completion => (completion_prompts(&lm, &body)?, None, 16),
+        Flavor::Chat => {
+            if body.get("prompt").is_some_and(|v| !v.is_null()) {
                 return Err(ApiError::invalid(
                     Some("prompt"),
-                    "prompt must be one string (one completion per request)",
+                    "prompt is a completions field; chat takes messages",
                 ));
-            };
-            let ids = lm
-                .tokenizer
-                .document(text)
-                .map_err(|e| ApiError::invalid(Some("prompt"), e.to_string()))?;
-            (ids, 16)
-        }
-        Flavor::Chat => {
-            let messages = messages(&body)?;
-            let text = match &lm.chat {
-                Some(t) => t.prompt(&messages),
-                None => render_chat(CHATML, &messages, true, "", ""),
             }
-            .map_err(|e| ApiError::invalid(Some("messages"), e.to_string()))?;
+            let (text, tools) = chat_prompt::chat_prompt(&lm, &body, raw)?;
             let ids = lm
                 .tokenizer
                 .encode(&text)
                 .map_err(|e| ApiError::invalid(Some("messages"), e.to_string()))?;
-            (ids, 512)
+            (vec![(ids, String::new())], tools, 512)
         }
     };
-    let accepted = submit(app, &lm, prompt, p, default_max)?;
+    let n = p.scoring.n;
+    if prompts.len() * n > MAX_ROWS {
+        return Err(ApiError::limit(
+            "n",
+            "too_many_choices",
+            format!(
+                "{} prompts x n {n} choices; at most {MAX_ROWS} per request",
+                prompts.len()
+            ),
+        ));
+    }
+    let mut choices = Vec::with_capacity(prompts.len() * n);
+    let mut receivers = Vec::with_capacity(prompts.len() * n);
+    for (i, (ids, shown)) in prompts.into_iter().enumerate() {
+        for c in 0..n {
+            let index = i * n + c;
+            let seed = p.seed.wrapping_add(index as u64);
+            receivers.push(submit(app, &lm, ids.clone(), &p, seed, default_max)?);
+            let echo = p.scoring.echo.then(|| shown.clone());
+            choices.push(ChoiceState::new(
+                index,
+                ids.clone(),
+                c == 0,
+                echo,
+                p.stop.clone(),
+                tools.as_ref(),
+            ));
+        }
+    }
+    let accepted = Accepted {
+        choices,
+        receivers: Receivers::new(receivers),
+        stream: p.stream,
+        scoring: p.scoring,
+    };
     Ok((lm, accepted))
 }
 
@@ -383,262 +452,8 @@ async fn respond(app: Arc<App>, flavor: Flavor, body: Bytes) -> Response {
         model: app.model_name.clone(),
     };
     if accepted.stream {
-        stream(lm, accepted, reply, guard).into_response()
+        answer::stream(lm, accepted, reply, guard).into_response()
     } else {
-        whole(lm, accepted, reply, guard).await
+        answer::whole(lm, accepted, reply, guard).await
     }
-}
-
-/// What every answer of one request repeats.
-struct Reply {
-    flavor: Flavor,
-    id: String,
-    created: u64,
-    model: String,
-}
-
-impl Reply {
-    fn object(&self, chunk: bool) -> &'static str {
-        match (self.flavor, chunk) {
-            (Flavor::Completion, _) => "text_completion",
-            (Flavor::Chat, false) => "chat.completion",
-            (Flavor::Chat, true) => "chat.completion.chunk",
-        }
-    }
-
-    fn usage(prompt: usize, completion: usize) -> Value {
-        json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
-    }
-
-    /// The non-streamed answer.
-    fn whole(&self, text: &str, reason: FinishReason, prompt: usize, completion: usize) -> Value {
-        let choice = match self.flavor {
-            Flavor::Completion => {
-                json!({"index": 0, "text": text, "logprobs": null, "finish_reason": reason.as_str()})
-            }
-            Flavor::Chat => {
-                json!({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": null, "finish_reason": reason.as_str()})
-            }
-        };
-        json!({"id": self.id, "object": self.object(false), "created": self.created, "model": self.model,
-               "choices": [choice], "usage": Self::usage(prompt, completion)})
-    }
-
-    /// One streamed chunk: a piece of text, or (with `finish`) the last one.
-    fn chunk(
-        &self,
-        text: Option<&str>,
-        role: bool,
-        finish: Option<(FinishReason, usize, usize)>,
-    ) -> Value {
-        let reason = finish.map(|f| f.0.as_str());
-        let choice = match self.flavor {
-            Flavor::Completion => {
-                json!({"index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": reason})
-            }
-            Flavor::Chat => {
-                let mut delta = serde_json::Map::new();
-                if role {
-                    delta.insert("role".into(), "assistant".into());
-                }
-                if let Some(t) = text {
-                    delta.insert("content".into(), t.into());
-                }
-                json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": reason})
-            }
-        };
-        let mut out = json!({"id": self.id, "object": self.object(true), "created": self.created, "model": self.model, "choices": [choice]});
-        if let Some((_, p, c)) = finish {
-            out["usage"] = Self::usage(p, c);
-        }
-        out
-    }
-}
-
-/// Collects the whole answer. Dropping this future (the client went away) drops the receiver,
-/// which the engine sees at its next step: the sequence leaves and its blocks are freed.
-async fn whole(
-    lm: Arc<LmFront>,
-    mut acc: Accepted,
-    reply: Reply,
-    mut guard: OutcomeGuard,
-) -> Response {
-    let mut text = TextStream::new(acc.stop.clone());
-    let mut out = String::new();
-    let mut completion = 0;
-    while let Some(event) = acc.events.recv().await {
-        match event {
-            Event::Token(id) => {
-                completion += 1;
-                if lm.end_tokens.contains(&id) {
-                    continue;
-                }
-                match text.push(&lm.tokenizer, id) {
-                    Ok(piece) => out.push_str(&piece),
-                    Err(e) => return fail(&mut guard, ApiError::internal(e.to_string())),
-                }
-                if text.stopped() {
-                    guard.set(Outcome::Ok);
-                    let body = reply.whole(&out, FinishReason::Stop, acc.prompt_tokens, completion);
-                    return Json(body).into_response();
-                }
-            }
-            Event::Finished {
-                reason,
-                prompt_tokens,
-                completion_tokens,
-            } => {
-                match text.finish(&lm.tokenizer) {
-                    Ok(piece) => out.push_str(&piece),
-                    Err(e) => return fail(&mut guard, ApiError::internal(e.to_string())),
-                }
-                let reason = if text.stopped() {
-                    FinishReason::Stop
-                } else {
-                    reason
-                };
-                guard.set(Outcome::Ok);
-                return Json(reply.whole(&out, reason, prompt_tokens, completion_tokens))
-                    .into_response();
-            }
-            Event::TimedOut => return fail(&mut guard, ApiError::timeout(lm.timeout_s)),
-        }
-    }
-    fail(
-        &mut guard,
-        ApiError::internal("the engine dropped the request"),
-    )
-}
-
-fn fail(guard: &mut OutcomeGuard, e: ApiError) -> Response {
-    guard.set(e.outcome());
-    e.into_response()
-}
-
-/// The state of a streamed answer between events.
-struct Streaming {
-    lm: Arc<LmFront>,
-    acc: Accepted,
-    reply: Reply,
-    guard: OutcomeGuard,
-    text: TextStream,
-    completion: usize,
-    role_sent: bool,
-    done: bool,
-    /// An event to send before anything else.
-    pending: Option<SseEvent>,
-}
-
-impl Streaming {
-    fn data(
-        &mut self,
-        text: Option<&str>,
-        finish: Option<(FinishReason, usize, usize)>,
-    ) -> SseEvent {
-        let role = self.reply.flavor == Flavor::Chat && !self.role_sent;
-        self.role_sent = true;
-        SseEvent::default().data(self.reply.chunk(text, role, finish).to_string())
-    }
-
-    /// The next event to send, `None` after `[DONE]`.
-    async fn next(&mut self) -> Option<SseEvent> {
-        if let Some(event) = self.pending.take() {
-            return Some(event);
-        }
-        if self.done {
-            return None;
-        }
-        loop {
-            let Some(event) = self.acc.events.recv().await else {
-                self.done = true;
-                self.guard.set(Outcome::Error);
-                return Some(
-                    SseEvent::default().data(
-                        ApiError::internal("the engine dropped the request")
-                            .body()
-                            .to_string(),
-                    ),
-                );
-            };
-            match event {
-                Event::Token(id) => {
-                    self.completion += 1;
-                    if self.lm.end_tokens.contains(&id) {
-                        continue;
-                    }
-                    let piece = self.text.push(&self.lm.tokenizer, id).unwrap_or_default();
-                    if self.text.stopped() {
-                        // The stop string ends it here; the engine frees the sequence when this
-                        // stream (and its receiver) is dropped after [DONE].
-                        let finish = (FinishReason::Stop, self.acc.prompt_tokens, self.completion);
-                        let piece = (!piece.is_empty()).then_some(piece);
-                        return Some(self.finish(piece, finish));
-                    }
-                    if !piece.is_empty() {
-                        return Some(self.data(Some(&piece), None));
-                    }
-                }
-                Event::Finished {
-                    reason,
-                    prompt_tokens,
-                    completion_tokens,
-                } => {
-                    let piece = self.text.finish(&self.lm.tokenizer).unwrap_or_default();
-                    let reason = if self.text.stopped() {
-                        FinishReason::Stop
-                    } else {
-                        reason
-                    };
-                    let piece = (!piece.is_empty()).then_some(piece);
-                    return Some(self.finish(piece, (reason, prompt_tokens, completion_tokens)));
-                }
-                Event::TimedOut => {
-                    self.done = true;
-                    self.guard.set(Outcome::Timeout);
-                    return Some(
-                        SseEvent::default()
-                            .data(ApiError::timeout(self.lm.timeout_s).body().to_string()),
-                    );
-                }
-            }
-        }
-    }
-
-    /// The last text (if any) and the finish chunk; `[DONE]` comes after them.
-    fn finish(&mut self, piece: Option<String>, finish: (FinishReason, usize, usize)) -> SseEvent {
-        self.done = true;
-        self.guard.set(Outcome::Ok);
-        match piece {
-            Some(p) => {
-                let first = self.data(Some(&p), None);
-                self.pending = Some(self.data(None, Some(finish)));
-                first
-            }
-            None => self.data(None, Some(finish)),
-        }
-    }
-}
-
-/// Server-sent events: `data: {chunk}` per piece, the finish chunk, `data: [DONE]`.
-fn stream(lm: Arc<LmFront>, acc: Accepted, reply: Reply, guard: OutcomeGuard) -> impl IntoResponse {
-    let text = TextStream::new(acc.stop.clone());
-    let state = Streaming {
-        lm,
-        acc,
-        reply,
-        guard,
-        text,
-        completion: 0,
-        role_sent: false,
-        done: false,
-        pending: None,
-    };
-    let events = futures_util::stream::unfold(Some(state), |state| async move {
-        let mut state = state?;
-        match state.next().await {
-            Some(event) => Some((Ok::<_, Infallible>(event), Some(state))),
-            None => Some((Ok(SseEvent::default().data("[DONE]")), None)),
-        }
-    });
-    Sse::new(events)
 }

@@ -18,11 +18,21 @@
 //! free list of blocks per layer, the same block table in every layer, so "a block" below means
 //! `block_rows` positions in every layer (`2 · block_rows · d_kv · layers · 4` bytes).
 //!
+//! Per row, beyond plain sampling ([`RowOptions`]): the distribution adjusted before sampling
+//! ([`LogitAdjustments`]: logit bias, presence / frequency / repetition penalties, `min_p`),
+//! applied to a copy of that row's logits only, so rows without options sample exactly as
+//! before; and the log-probabilities of the model (before any adjustment) of each chosen token
+//! with its `k` most likely alternatives ([`Event::Logprob`], sent just before its
+//! [`Event::Token`]) and, for a completion's `echo`, of every prompt token after the first
+//! ([`Event::PromptLogprobs`], before the first token): such a row's prompt chunks ask the
+//! model for the outputs of all their positions.
+//!
 //! Rows never interact: a sequence's tokens depend only on its own prompt, options and seed,
 //! not on what it is batched with (greedy results equal the single-request results).
 
 use super::engine::{Advance, Engine, Limits, Plan, Reply, RowKind, RowPlan, Stepped};
 use super::metrics::Metrics;
+use crate::decode::adjust::{top_entries, LogitAdjustments, TokenHistory};
 use crate::decode::sample::{sample, SamplingOptions};
 use crate::decode::DecodingState;
 use crate::model::lm::LmState;
@@ -41,6 +51,8 @@ pub struct GenRequest {
     /// Tokens to generate at most (at least one).
     pub max_tokens: usize,
     pub sampling: SamplingOptions,
+    /// Adjustments and log-probabilities asked for (default: none).
+    pub options: RowOptions,
     pub seed: u64,
     /// Tokens that end the sequence (sent, then `Finished::Stop`).
     pub stop_ids: Vec<u32>,
@@ -52,9 +64,45 @@ pub struct GenRequest {
     pub events: UnboundedSender<Event>,
 }
 
+/// What a request asks beyond plain sampling (see the module docs); the default asks nothing.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RowOptions {
+    /// The distribution's adjustments before sampling.
+    pub adjust: LogitAdjustments,
+    /// Each generated token's log-probability with this many alternatives (`None`: not asked).
+    pub logprobs: Option<usize>,
+    /// The prompt's tokens' log-probabilities with this many alternatives (`None`: not asked).
+    pub prompt_logprobs: Option<usize>,
+}
+
+/// A token's log-probability under the model (before any adjustment) and the most likely
+/// tokens at its position.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprob {
+    pub token: u32,
+    pub logprob: f32,
+    /// `(token, log-probability)`, most likely first.
+    pub top: Vec<(u32, f32)>,
+}
+
+impl TokenLogprob {
+    /// Token `token` of the log-probabilities `row [vocab]`, with its `k` best alternatives.
+    fn of(row: &[f32], token: u32, k: usize) -> Self {
+        TokenLogprob {
+            token,
+            logprob: row[token as usize],
+            top: top_entries(row, k),
+        }
+    }
+}
+
 /// What the engine tells a request's handler.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Event {
+    /// The next token's log-probability (only where asked), just before its [`Event::Token`].
+    Logprob(TokenLogprob),
+    /// The prompt's tokens after the first, scored (only where asked), before the first token.
+    PromptLogprobs(Vec<TokenLogprob>),
     /// The next generated token.
     Token(u32),
     /// Generation ended normally.
@@ -138,6 +186,13 @@ pub struct Sequence {
     prompt: Vec<u32>,
     max_tokens: usize,
     sampling: SamplingOptions,
+    options: RowOptions,
+    /// The tokens the adjustments read; `None` when the row has none.
+    history: Option<TokenHistory>,
+    /// Where log-probabilities go (a clone of the reply's sender), when asked.
+    scores: Option<UnboundedSender<Event>>,
+    /// The prompt's scores gathered over its chunks.
+    prompt_scores: Vec<TokenLogprob>,
     stop_ids: Vec<u32>,
     /// Prompt tokens fed so far.
     fed: usize,
@@ -196,11 +251,19 @@ impl RowKind for LmRows<'_> {
     /// One row; an empty prompt (which the HTTP layer refuses) is refused.
     fn plan(&self, req: GenRequest) -> Plan<Self> {
         let empty = req.prompt.is_empty();
+        let adjust = &req.options.adjust;
+        let history = (!adjust.is_identity())
+            .then(|| TokenHistory::new(&req.prompt, adjust.needs_raw_logits()));
+        let scored = req.options.logprobs.is_some() || req.options.prompt_logprobs.is_some();
         let sequence = Sequence {
             rng: Rng::new(req.seed),
             prompt: req.prompt,
             max_tokens: req.max_tokens,
             sampling: req.sampling,
+            options: req.options,
+            history,
+            scores: scored.then(|| req.events.clone()),
+            prompt_scores: Vec::new(),
             stop_ids: req.stop_ids,
             fed: 0,
             out: Vec::new(),
@@ -254,6 +317,8 @@ impl RowKind for LmRows<'_> {
             .filter(|&r| running[r].fed < running[r].prompt.len())
             .collect();
         prefilling.sort_by_key(|&r| (running[r].prompt.len() - running[r].fed, r));
+        // (row, index of the token whose output is wanted, the prompt position it predicts)
+        let mut prompt_outputs: Vec<(usize, usize, usize)> = Vec::new();
         let mut prefilled = 0;
         for r in prefilling {
             let seq = &running[r];
@@ -268,6 +333,15 @@ impl RowKind for LmRows<'_> {
             rows.extend(std::iter::repeat_n(r, n));
             positions.extend(start..start + n);
             prefilled += n;
+            if seq.options.prompt_logprobs.is_some() {
+                let first = tokens.len() - n;
+                for k in 0..n {
+                    let predicts = seq.fed + k + 1;
+                    if predicts < seq.prompt.len() {
+                        prompt_outputs.push((r, first + k, predicts));
+                    }
+                }
+            }
             if n == left {
                 outputs.push((r, tokens.len() - 1));
             }
@@ -275,9 +349,36 @@ impl RowKind for LmRows<'_> {
         if tokens.is_empty() {
             return None;
         }
-        let picked: Vec<usize> = outputs.iter().map(|&(_, i)| i).collect();
+        let picked: Vec<usize> = outputs
+            .iter()
+            .map(|&(_, i)| i)
+            .chain(prompt_outputs.iter().map(|&(_, i, _)| i))
+            .collect();
         let layout = StepLayout::ragged(&rows, &positions, &picked);
-        let logprobs = self.model.step(&mut self.state, &tokens, &layout);
+        let v = self.model.config.vocab_size;
+        // logits: [picked, vocab], then log-probabilities in place (exactly `model.step`'s).
+        let mut logprobs = self.model.step_logits(&mut self.state, &tokens, &layout);
+        // The rows whose repetition penalty reads the raw logits keep a copy.
+        let mut raw: Vec<Option<Vec<f32>>> = outputs
+            .iter()
+            .enumerate()
+            .map(|(j, &(r, _))| {
+                let adjust = &running[r].options.adjust;
+                adjust
+                    .needs_raw_logits()
+                    .then(|| logprobs[j * v..(j + 1) * v].to_vec())
+            })
+            .collect();
+        self.model.head.log_softmax_rows(&mut logprobs);
+        // The prompt's scores (rows that asked), sent once the prompt is complete.
+        for (o, &(r, _, predicts)) in prompt_outputs.iter().enumerate() {
+            let j = outputs.len() + o;
+            let seq = &mut running[r];
+            let k = seq.options.prompt_logprobs.unwrap_or(0);
+            let row = &logprobs[j * v..(j + 1) * v];
+            seq.prompt_scores
+                .push(TokenLogprob::of(row, seq.prompt[predicts], k));
+        }
         // Prompts fed.
         for (r, seq) in running.iter_mut().enumerate() {
             let n = rows.iter().filter(|&&x| x == r).count();
@@ -285,13 +386,37 @@ impl RowKind for LmRows<'_> {
                 seq.fed += n;
             }
         }
+        for seq in running.iter_mut() {
+            if seq.fed == seq.prompt.len()
+                && seq.options.prompt_logprobs.is_some()
+                && seq.out.is_empty()
+            {
+                if let Some(tx) = &seq.scores {
+                    let _ = tx.send(Event::PromptLogprobs(std::mem::take(
+                        &mut seq.prompt_scores,
+                    )));
+                }
+            }
+        }
         // Next tokens.
-        let v = self.model.config.vocab_size;
         let max_len = self.model.max_len();
         let mut advances: Vec<Advance<Ending>> = running.iter().map(|_| Advance::Nothing).collect();
         for (j, &(r, _)) in outputs.iter().enumerate() {
             let seq = &mut running[r];
-            let id = sample(&logprobs[j * v..(j + 1) * v], seq.sampling, &mut seq.rng);
+            let row = &logprobs[j * v..(j + 1) * v];
+            let id = match &mut seq.history {
+                None => sample(row, seq.sampling, &mut seq.rng),
+                Some(history) => {
+                    let mut z = raw[j].take().unwrap_or_else(|| row.to_vec());
+                    seq.options.adjust.apply(&mut z, history);
+                    let id = sample(&z, seq.sampling, &mut seq.rng);
+                    history.push(id);
+                    id
+                }
+            };
+            if let (Some(k), Some(tx)) = (seq.options.logprobs, &seq.scores) {
+                let _ = tx.send(Event::Logprob(TokenLogprob::of(row, id, k)));
+            }
             seq.out.push(id);
             let finished = if seq.stop_ids.contains(&id) {
                 Some(FinishReason::Stop)

@@ -7,5 +7,7 @@
 mod serve_engine;
 mod serve_http;
 mod serve_kinds;
+mod serve_options;
+mod serve_tools;
 mod serve_surface;
 mod serve_translate;

@@ -156,6 +156,7 @@ fn run_engine(
                 prompt: requests[i].0.clone(),
                 max_tokens: requests[i].1,
                 sampling,
+                options: Default::default(),
                 seed: 5 + i as u64,
                 stop_ids: vec![],
                 arrived: now,
@@ -200,6 +201,7 @@ fn run_engine(
                         return (ids, reason);
                     }
                     Event::TimedOut => panic!("timed out"),
+                    other => panic!("not asked for: {other:?}"),
                 }
             }
         })

@@ -249,7 +249,7 @@ fn endpoints_formats_and_streaming() {
             "max_tokens",
             "max_tokens: invalid type",
         ),
-        (json!({"prompt": "x", "n": 2}), "n", "one choice"),
+        (json!({"prompt": "x", "n": 17}), "n", "1..=16"),
         (json!({"max_tokens": 3}), "prompt", "prompt is missing"),
     ];
     for (req, param, says) in cases {
