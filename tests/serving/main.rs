@@ -7,5 +7,6 @@
 mod serve_engine;
 mod serve_http;
 mod serve_kinds;
+mod serve_libre;
 mod serve_surface;
 mod serve_translate;
