@@ -9,5 +9,6 @@ mod serve_http;
 mod serve_kinds;
 mod serve_options;
 mod serve_tools;
+mod serve_libre;
 mod serve_surface;
 mod serve_translate;
