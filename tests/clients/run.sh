@@ -34,7 +34,8 @@ config["max_position_embeddings"] = 2048
 json.dump(config, open(sys.argv[3] + "/config.json", "w"))
 PY
 start() { # model port
-  "$bin" serve --model "$1" --addr "127.0.0.1:$2" >"$tmp/$2.log" 2>&1 &
+  # Every request names the model "m" (a name that is not served is a 404).
+  "$bin" serve --model "$1" --addr "127.0.0.1:$2" --served-model-name m >"$tmp/$2.log" 2>&1 &
   pids+=($!)
 }
 start "$tiny" 18731

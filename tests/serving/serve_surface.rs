@@ -580,6 +580,7 @@ fn a_short_prompt_behind_a_long_one_starts_at_once() {
             arrived: now,
             deadline: now + Duration::from_secs(600),
             events: tx,
+            options: Default::default(),
         });
         receivers.push(rx);
     }
