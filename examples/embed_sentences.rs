@@ -11,7 +11,15 @@
 use std::path::PathBuf;
 use transformer::SentenceEncoder;
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() {
+    // The library's errors name the file or value at fault: print them as they read.
+    if let Err(e) = run() {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let model = PathBuf::from(
         args.next()

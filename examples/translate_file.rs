@@ -11,7 +11,15 @@
 use std::path::PathBuf;
 use transformer::{BeamOptions, Translator};
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() {
+    // The library's errors name the file or value at fault: print them as they read.
+    if let Err(e) = run() {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (Some(model), Some(input)) = (args.first(), args.get(1)) else {
         return Err("usage: translate_file MODEL_DIR INPUT.txt [BEAM]".into());

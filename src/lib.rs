@@ -75,11 +75,12 @@ pub use text::vocab::Vocab;
 pub use train::precision::TrainPrecision;
 
 /// The names most programs need, for `use transformer::prelude::*`: the pipelines, their
-/// options, the tokenizers and the error type.
+/// options, the tokenizers and the error type (not [`Result`], which would shadow the
+/// standard one).
 pub mod prelude {
     pub use crate::{
         generate_ids, BeamOptions, BeamStop, ChatMessage, DecoderTokenizer, Error, GreedyOptions,
-        ModelPrecision, Precision, Result, Rng, SamplingOptions, SentenceEncoder, StreamDecoder,
+        ModelPrecision, Precision, Rng, SamplingOptions, SentenceEncoder, StreamDecoder,
         TextGenerator, Translator,
     };
 }
