@@ -181,6 +181,8 @@ mod avx2 {
         // Lanes 0..8 and 8..16 of each row.
         let mut acc = [[_mm256_setzero_ps(); 2]; R];
         for c in 0..w.len() / 32 {
+            // h names the half's accumulators and its offset in w and x alike.
+            #[allow(clippy::needless_range_loop)]
             for h in 0..2 {
                 // SAFETY (caller): 16 u16 from element 32c + 16h lie inside `w` and each
                 // `xs[r]`; loadu has no alignment requirement.

@@ -237,7 +237,7 @@ mod tests {
                             // All ±max with the same sign: the largest pairs.
                             1 => 1.0,
                             _ => {
-                                if i % 3 == 0 {
+                                if i.is_multiple_of(3) {
                                     -1.0
                                 } else {
                                     1.0
