@@ -264,12 +264,15 @@ impl Tile<'_> {
                 let mut msum = [[_mm512_setzero_si512(); P]; R];
                 if MIN {
                     for i in 0..8 {
-                        for p in 0..P {
+                        let mut mn = [_mm512_setzero_si512(); P];
+                        for (p, mn_p) in mn.iter_mut().enumerate() {
                             let at = ((p * nb + b) * 8 + i) * L;
-                            let mn = _mm512_loadu_si512(un.min.as_ptr().add(at) as *const __m512i);
-                            for r in 0..R {
-                                let bs = _mm512_set1_epi32(*self.pairs.add((r * nb + b) * 8 + i));
-                                msum[r][p] = _mm512_dpwssd_epi32(msum[r][p], mn, bs);
+                            *mn_p = _mm512_loadu_si512(un.min.as_ptr().add(at) as *const __m512i);
+                        }
+                        for (r, msum_r) in msum.iter_mut().enumerate() {
+                            let bs = _mm512_set1_epi32(*self.pairs.add((r * nb + b) * 8 + i));
+                            for (m_rp, mn_p) in msum_r.iter_mut().zip(&mn) {
+                                *m_rp = _mm512_dpwssd_epi32(*m_rp, *mn_p, bs);
                             }
                         }
                     }
