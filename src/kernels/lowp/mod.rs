@@ -25,6 +25,9 @@
 //! output rows with rayon, each task computing a block of `y` for up to [`ROW_TILE`] activation
 //! rows at a time from one loaded weight row ([`PackedFormat`]); int8 is a register-tiled GEMM
 //! over weight panels of 16 outputs (see [`Int8Matrix`]), split over groups of 64 outputs.
+//! The ggml blocks and K-quants also have AVX2 (+ FMA, F16C) kernels (`vpmaddubsw` /
+//! `vpmaddwd`, 32 u8 × i8 products into 8 i32 lanes in two instructions) for CPUs without
+//! AVX-512; they keep the portable kernels' order of f32 steps, so they give the same bits.
 
 mod bf16;
 pub mod bf16_gemm;
