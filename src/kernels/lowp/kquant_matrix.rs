@@ -21,16 +21,14 @@
 //! ```
 //!
 //! The integer sums are exact in i32 (at most 256 · 63 · 127 · 63 < 2^31), so two kernels that
-//! apply the same f32 steps in the same block order agree bit for bit (the block terms of a
-//! row are summed in 8 lanes, block `b` into lane `b mod 8`, then the lanes by halving). The weights stay in the
+//! apply the same f32 steps in the same block order agree bit for bit. The weights stay in the
 //! file's bytes ([`RawBytes`]); each block is unpacked into signed bytes and small integer
 //! scales ([`Unpacked`]) once per tile of activation rows, and the inner loops are plain
 //! `i8 × i8 → i32` sums over 16 or 32 elements that the compiler vectorises.
 
-use super::blocks::sum_lanes;
 use super::ggml::{f16_to_f32, f32_to_f16, five_bit_pair, GgmlType, IQ4_NL_LEVELS};
 use super::kquants::{q3_k_scale, q4_k_scale_min, QK_K};
-use super::{round_small, Kernel, PackedFormat, RawBytes, ROW_TILE};
+use super::{round_small, Kernel, PackedFormat, RawBytes};
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -426,9 +424,7 @@ impl KQuantMatrix {
         let nb = self.cols / self.block;
         let row = &self.data[o * nb * self.block_bytes..(o + 1) * nb * self.block_bytes];
         let mut u = Unpacked::new();
-        // Per row, block b's terms summed into lane b mod 8 (no chain of dependent f32 adds
-        // from block to block), the lanes added at the end.
-        let mut lanes = [[0f32; 8]; ROW_TILE];
+        out.fill(0.0);
         for (b, block) in row.chunks_exact(self.block_bytes).enumerate() {
             if values || self.block == QK_K {
                 unpack(self.ty, block, &mut u);
@@ -440,8 +436,7 @@ impl KQuantMatrix {
                     0.0
                 };
             }
-            for (i, row_lanes) in lanes.iter_mut().take(out.len()).enumerate() {
-                let y = &mut row_lanes[b % 8];
+            for (i, y) in out.iter_mut().enumerate() {
                 let r = r0 + i;
                 let e = acts.e[r * nb + b];
                 let at = r * self.cols + b * self.block;
@@ -463,9 +458,6 @@ impl KQuantMatrix {
                     }
                 }
             }
-        }
-        for (y, row_lanes) in out.iter_mut().zip(&lanes) {
-            *y = sum_lanes(*row_lanes);
         }
     }
 
