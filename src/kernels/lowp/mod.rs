@@ -26,6 +26,9 @@
 //! output rows with rayon, each task computing a block of `y` for up to [`ROW_TILE`] activation
 //! rows at a time from one loaded weight row ([`PackedFormat`]); int8 is a register-tiled GEMM
 //! over weight panels of 16 outputs (see [`Int8Matrix`]), split over groups of 64 outputs.
+//! The ggml blocks and K-quants also have AVX2 (+ FMA, F16C) kernels (`vpmaddubsw` /
+//! `vpmaddwd`, 32 u8 × i8 products into 8 i32 lanes in two instructions) for CPUs without
+//! AVX-512; they keep the portable kernels' order of f32 steps, so they give the same bits.
 //! From [`block_gemm::MIN_ROWS`] activation rows on (prefill, batched decoding), the ggml
 //! blocks and the K-quants are multiplied by register-tiled GEMMs too ([`block_gemm`]: AVX-512
 //! and AVX2; `kquant_gemm_avx512.rs`: AVX-512, the row kernel's bits), over panels unpacked
