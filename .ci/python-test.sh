@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The Python package (python/): its wheel built once (release profile, python/target; on 2
+# The Python package (python/): its wheel built once (release profile, python/target: 6 min of
+# CPU measured, 30 min wall on a shared 2-core machine; on 2
 # cores most of this step is compiling the crate and its dependencies again, optimised),
 # installed with numpy and pytest into a virtual environment under target/, then its tests
 # (python/tests; those that need ../shared skip without it). Later steps reuse the wheel in
