@@ -7,8 +7,8 @@
 mod serve_engine;
 mod serve_http;
 mod serve_kinds;
-mod serve_options;
-mod serve_tools;
 mod serve_libre;
+mod serve_options;
 mod serve_surface;
+mod serve_tools;
 mod serve_translate;
