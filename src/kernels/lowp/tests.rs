@@ -337,8 +337,10 @@ pub(super) fn simd_kernels(w: &PackedWeight, label: &str) -> Vec<Kernel> {
 }
 
 /// The AVX2 kernel of the ggml blocks gives the portable kernel's bits on every shape class
-/// (it keeps the portable order of f32 sums); the AVX-512 kernel is within the f32 rounding
-/// of its own order.
+/// (it keeps the portable order of f32 sums); the AVX-512 kernel, and from
+/// [`block_gemm::MIN_ROWS`](super::block_gemm::MIN_ROWS) rows on the tiled GEMMs (checked bit
+/// for bit against their own portable reference in `block_gemm_tests`), are within the f32
+/// rounding of their own order.
 #[test]
 fn ggml_block_kernels_agree_on_every_shape() {
     let mut rng = Lcg(31);
@@ -357,7 +359,7 @@ fn ggml_block_kernels_agree_on_every_shape() {
                     for kernel in simd_kernels(&w, &label) {
                         let got = run(&w, kernel, &x, rows);
                         for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-                            if kernel == Kernel::Avx2 {
+                            if kernel == Kernel::Avx2 && rows < super::block_gemm::MIN_ROWS {
                                 assert_eq!(
                                     a.to_bits(),
                                     b.to_bits(),
