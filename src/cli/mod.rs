@@ -148,10 +148,8 @@ pub fn run(cli: Cli) -> Result<()> {
     }
     if let Command::Bench(a) = &cli.command {
         if let Some(name) = &a.kernel {
-            let kernel = crate::kernels::lowp::Kernel::parse(name).map_err(anyhow::Error::msg)?;
-            if !crate::kernels::lowp::cpu_has(kernel) {
-                anyhow::bail!("--kernel {name}: this CPU does not have the {name} instructions");
-            }
+            let kernel = crate::kernels::lowp::kernel_for_this_cpu(name)
+                .map_err(|e| anyhow::anyhow!("--kernel {name}: {e}"))?;
             crate::kernels::lowp::set_kernel_cap(kernel);
         }
     }

@@ -134,10 +134,7 @@ fn kernel_cap_lock() -> &'static std::sync::RwLock<Kernel> {
     KERNEL_CAP.get_or_init(|| {
         // A value that does not parse, or names a kernel this CPU lacks, caps nothing here:
         // the binary refuses it at start through `kernel_from_env`.
-        let cap = std::env::var(KERNEL_ENV)
-            .ok()
-            .and_then(|v| Kernel::parse(v.trim()).ok())
-            .unwrap_or(Kernel::Avx512);
+        let cap = kernel_from_env().ok().flatten().unwrap_or(Kernel::Avx512);
         std::sync::RwLock::new(cap)
     })
 }
@@ -153,21 +150,28 @@ pub fn set_kernel_cap(cap: Kernel) {
     *kernel_cap_lock().write().unwrap_or_else(|e| e.into_inner()) = cap;
 }
 
-/// The kernel [`KERNEL_ENV`] asks for (`None` when unset), or why it cannot run here: an
-/// unknown name, or a kernel this CPU does not have.
+/// The kernel named `name` (`portable`, `avx2` or `avx512`), or why it cannot run here: an
+/// unknown name, or a kernel this CPU does not have (what [`KERNEL_ENV`] and `bench --kernel`
+/// accept).
+pub fn kernel_for_this_cpu(name: &str) -> Result<Kernel, String> {
+    let kernel = Kernel::parse(name.trim())?;
+    if !cpu_has(kernel) {
+        return Err(format!(
+            "this CPU does not have the {} instructions",
+            kernel.name()
+        ));
+    }
+    Ok(kernel)
+}
+
+/// The kernel [`KERNEL_ENV`] asks for (`None` when unset), or why it cannot run here.
 pub fn kernel_from_env() -> Result<Option<Kernel>, String> {
     let Ok(value) = std::env::var(KERNEL_ENV) else {
         return Ok(None);
     };
-    let kernel = Kernel::parse(value.trim()).map_err(|e| format!("{KERNEL_ENV}: {e}"))?;
-    if !cpu_has(kernel) {
-        return Err(format!(
-            "{KERNEL_ENV}={}: this CPU does not have the {} instructions",
-            kernel.name(),
-            kernel.name()
-        ));
-    }
-    Ok(Some(kernel))
+    kernel_for_this_cpu(&value)
+        .map(Some)
+        .map_err(|e| format!("{KERNEL_ENV}={value}: {e}"))
 }
 
 /// The widest kernel at or below [`kernel_cap`] that `runs` accepts.
