@@ -5,6 +5,7 @@ use crate::model::checkpoint::{load_config_of, write_model};
 use crate::model::{LanguageModel, Model, Seq2Seq};
 use crate::store::{same_or_inside, CheckpointWriter, TOKENIZER_FILE, VOCAB_FILE};
 use crate::text::bpe::Bpe;
+use crate::text::languages::LanguagePair;
 use crate::text::vocab::Vocab;
 use crate::train::average::average_checkpoints;
 use anyhow::{bail, Result};
@@ -71,6 +72,23 @@ fn common_vocabulary<V>(
     Ok(Some(first))
 }
 
+/// The language pair the checkpoints record (`languages.json`), when they all record the same
+/// one; checkpoints that disagree (one without a pair, or another pair) are refused.
+fn common_languages(paths: &[PathBuf]) -> Result<Option<LanguagePair>> {
+    let first = LanguagePair::read(&paths[0])?;
+    for path in &paths[1..] {
+        if LanguagePair::read(path)? != first {
+            bail!(
+                "{} and {} record different language pairs ({})",
+                path.display(),
+                paths[0].display(),
+                crate::text::languages::LANGUAGES_FILE
+            );
+        }
+    }
+    Ok(first)
+}
+
 /// Saves `model` into `out` with the vocabulary staged by `vocab`, in one save.
 fn save_average<M: Model>(
     out: &Path,
@@ -125,9 +143,15 @@ pub fn run(args: AverageArgs) -> Result<()> {
             |a, b| a == b,
         )?;
         vocabulary = vocab.is_some();
-        save_average(&args.out, &mut model, |w| match &vocab {
-            Some(vocab) => vocab.write(w),
-            None => Ok(()),
+        let languages = common_languages(&args.checkpoints)?;
+        save_average(&args.out, &mut model, |w| {
+            if let Some(vocab) = &vocab {
+                vocab.write(w)?;
+            }
+            match &languages {
+                Some(pair) => pair.write(w),
+                None => Ok(()),
+            }
         })?;
     }
     if !vocabulary {

@@ -5,6 +5,7 @@
 use super::args::PrecisionArg;
 use super::set_threads;
 use crate::serve::{ServeConfig, Server};
+use crate::text::languages::{check_code, LanguagePair};
 use anyhow::{bail, Result};
 use clap::Args;
 use std::net::SocketAddr;
@@ -78,12 +79,14 @@ pub struct ServeArgs {
     /// Positions per KV block.
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
-    /// A translation model's source language code (`/languages`, LibreTranslate's `source`).
-    #[arg(long, default_value = "src")]
-    pub source_lang: String,
-    /// A translation model's target language code.
-    #[arg(long, default_value = "tgt")]
-    pub target_lang: String,
+    /// A translation model's source language code (`/languages`, LibreTranslate's `source`);
+    /// default: the one `train --source-lang` recorded in the model (`languages.json`), else
+    /// unnamed (`src`, and any code a client sends is accepted).
+    #[arg(long)]
+    pub source_lang: Option<String>,
+    /// A translation model's target language code; default as for --source-lang.
+    #[arg(long)]
+    pub target_lang: Option<String>,
     /// The numbers the model's products use (see `generate --precision`).
     #[arg(long, value_enum, default_value_t)]
     pub precision: PrecisionArg,
@@ -123,6 +126,44 @@ fn listen_address(args: &ServeArgs) -> Result<(SocketAddr, Option<String>)> {
     };
     let name = host.parse::<std::net::IpAddr>().is_err().then_some(host);
     Ok((*addr, name))
+}
+
+/// The translation pair's codes: the flags, else the model's `languages.json`, else the
+/// unnamed `src` → `tgt`.
+fn language_codes(args: &ServeArgs) -> Result<(String, String)> {
+    let recorded = LanguagePair::read(&args.model)?;
+    let mut codes = Vec::new();
+    for (flag, given, recorded, unnamed) in [
+        (
+            "--source-lang",
+            &args.source_lang,
+            recorded.as_ref().map(|p| &p.source),
+            "src",
+        ),
+        (
+            "--target-lang",
+            &args.target_lang,
+            recorded.as_ref().map(|p| &p.target),
+            "tgt",
+        ),
+    ] {
+        if let Some(code) = given {
+            check_code(flag, code).map_err(anyhow::Error::msg)?;
+        }
+        codes.push(
+            given
+                .as_ref()
+                .or(recorded)
+                .map_or(unnamed, |c| c)
+                .to_string(),
+        );
+    }
+    let target = codes.pop().expect("two codes");
+    let source = codes.pop().expect("two codes");
+    if source == target {
+        bail!("the source and target languages are both {source:?}");
+    }
+    Ok((source, target))
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
@@ -165,6 +206,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     }
     let mut allowed_hosts = args.allowed_host.clone();
     allowed_hosts.extend(host_name);
+    let (source_lang, target_lang) = language_codes(&args)?;
     let threads = set_threads(args.threads)?;
     let config = ServeConfig {
         kv_memory_mib: args.kv_memory,
@@ -175,8 +217,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         timeout_s: args.timeout,
         block_rows: args.block_size,
         prefill_budget: args.prefill_budget,
-        source_lang: args.source_lang.clone(),
-        target_lang: args.target_lang.clone(),
+        source_lang,
+        target_lang,
         precision: args.precision.model_precision(),
         api_key,
         cors_origins: args.cors_origin.clone(),
@@ -250,5 +292,50 @@ mod tests {
         ] {
             assert!(address(&bad).is_err(), "{bad:?}");
         }
+    }
+}
+
+#[cfg(test)]
+mod language_tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn codes(model: &std::path::Path, flags: &[&str]) -> Result<(String, String)> {
+        let mut argv = vec!["serve", "--model", model.to_str().unwrap()];
+        argv.extend(flags);
+        language_codes(&Cli::try_parse_from(argv)?.serve)
+    }
+
+    /// The flags win, then the model's `languages.json`, then the unnamed pair.
+    #[test]
+    fn language_codes_come_from_flags_then_the_model() {
+        let dir = std::env::temp_dir().join(format!("serve-langs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pair = |s: &str, t: &str| (s.to_string(), t.to_string());
+        assert_eq!(codes(&dir, &[]).unwrap(), pair("src", "tgt"));
+        std::fs::write(
+            dir.join(crate::text::languages::LANGUAGES_FILE),
+            r#"{"source": "de", "target": "en"}"#,
+        )
+        .unwrap();
+        assert_eq!(codes(&dir, &[]).unwrap(), pair("de", "en"));
+        assert_eq!(
+            codes(&dir, &["--target-lang", "es"]).unwrap(),
+            pair("de", "es")
+        );
+        let e = codes(&dir, &["--source-lang", "e n"]).unwrap_err();
+        assert!(e.to_string().contains("--source-lang"), "{e}");
+        let e = codes(&dir, &["--source-lang", "en"]).unwrap_err();
+        assert!(e.to_string().contains("both"), "{e}");
+        std::fs::write(dir.join(crate::text::languages::LANGUAGES_FILE), "{").unwrap();
+        let e = codes(&dir, &[]).unwrap_err();
+        assert!(e.to_string().contains("languages.json"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

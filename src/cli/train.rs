@@ -7,6 +7,7 @@ use super::training::{self, print_curves, print_note, BarReporter};
 use crate::dist::Communicator;
 use crate::model::Module;
 use crate::store::CheckpointWriter;
+use crate::text::languages::LanguagePair;
 use crate::text::vocab::VocabLevel;
 use crate::train::pairs::TrainConfig;
 use crate::train::run::{run as run_training, Output, RunOptions};
@@ -65,6 +66,14 @@ pub struct TrainArgs {
     /// checkpoint's).
     #[arg(long)]
     pub resume: Option<PathBuf>,
+    /// The language code of the sources (e.g. `de`), recorded in the model's `languages.json`
+    /// for `serve`'s LibreTranslate routes; with --target-lang. A resumed run keeps its
+    /// checkpoint's pair unless both are given.
+    #[arg(long, requires = "target_lang")]
+    pub source_lang: Option<String>,
+    /// The language code of the targets (e.g. `en`); with --source-lang.
+    #[arg(long, requires = "source_lang")]
+    pub target_lang: Option<String>,
     /// Model size: tiny, base or big. Ignored with --resume.
     #[arg(long, default_value = "tiny", conflicts_with = "config")]
     pub preset: String,
@@ -226,6 +235,16 @@ impl TrainArgs {
         }
     }
 
+    /// The language pair to record: --source-lang/--target-lang, else the resumed
+    /// checkpoint's, else none.
+    fn language_pair(&self) -> Result<Option<LanguagePair>> {
+        match (&self.source_lang, &self.target_lang, &self.resume) {
+            (Some(s), Some(t), _) => Ok(Some(LanguagePair::new(s, t)?)),
+            (_, _, Some(dir)) => Ok(LanguagePair::read(dir)?),
+            _ => Ok(None),
+        }
+    }
+
     /// The library's plan of the run.
     fn plan(&self) -> PairPlan {
         PairPlan {
@@ -244,6 +263,7 @@ impl TrainArgs {
 pub fn run(args: TrainArgs) -> Result<()> {
     let plan = args.plan();
     plan.check()?;
+    args.language_pair()?;
     training::check_run_options(
         args.label_smoothing,
         args.time_limit,
@@ -285,7 +305,14 @@ fn run_on(args: &TrainArgs, plan: &PairPlan, comm: Arc<dyn Communicator>) -> Res
         );
     }
     let validation = valid.into_validation(&vocab, &trainer.state.config, args.valid_bleu_lines);
-    let save_vocab = |w: &mut CheckpointWriter| vocab.write(w);
+    let languages = args.language_pair()?;
+    let save_vocab = |w: &mut CheckpointWriter| {
+        vocab.write(w)?;
+        match &languages {
+            Some(pair) => pair.write(w),
+            None => Ok(()),
+        }
+    };
     let output = Output {
         dir: args.out.clone(),
         save_tokenizer: &save_vocab,

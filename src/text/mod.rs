@@ -5,6 +5,7 @@ pub mod bpe;
 pub mod corpus;
 pub mod decoder_tokenizer;
 pub mod gguf_tokenizer;
+pub mod languages;
 pub mod llama_vocab;
 pub mod tokenizer;
 pub mod vocab;

@@ -39,12 +39,23 @@ fn step_checkpoints_metrics_and_averaging() {
             "2",
             "--log-every",
             "1",
+            "--source-lang",
+            "de",
+            "--target-lang",
+            "en",
         ])
         .stderr(Stdio::null())
         .status()
         .unwrap();
     assert!(status.success());
     let ckpts = out.join("checkpoints");
+    // The pair is recorded in the model and in every step checkpoint.
+    let pair = |dir: &std::path::Path| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(dir.join("languages.json")).unwrap()).unwrap()
+    };
+    let de_en = serde_json::json!({"source": "de", "target": "en"});
+    assert_eq!(pair(&out), de_en);
+    assert_eq!(pair(&ckpts.join("step-00000003")), de_en);
     let mut names: Vec<String> = std::fs::read_dir(&ckpts)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
@@ -81,6 +92,7 @@ fn step_checkpoints_metrics_and_averaging() {
         .status()
         .unwrap();
     assert!(status.success());
+    assert_eq!(pair(&resumed), de_en, "a resumed run keeps the pair");
     // ...and averages into a model that translates.
     let avg = tmp.path().join("avg");
     let output = bin()
@@ -96,6 +108,7 @@ fn step_checkpoints_metrics_and_averaging() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
+    assert_eq!(pair(&avg), de_en, "an average keeps the pair");
     let mut child = bin()
         .args(["translate", "--threads", "1", "--model"])
         .arg(&avg)
@@ -126,6 +139,55 @@ fn step_checkpoints_metrics_and_averaging() {
         err.contains("missing") && !err.contains("panicked"),
         "{err}"
     );
+    // A resumed run given both codes records the new pair; checkpoints that record different
+    // pairs are not averaged.
+    let resumed_fr = tmp.path().join("resumed-fr");
+    let status = bin()
+        .args(["train", "--train"])
+        .arg(&data)
+        .arg("--resume")
+        .arg(ckpts.join("step-00000002"))
+        .arg("--out")
+        .arg(&resumed_fr)
+        .args(["--max-steps", "3", "--threads", "1"])
+        .args(["--source-lang", "de", "--target-lang", "fr"])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(pair(&resumed_fr)["target"], "fr");
+    let output = bin()
+        .args(["average", "--out"])
+        .arg(tmp.path().join("avg2"))
+        .arg(&resumed_fr)
+        .arg(ckpts.join("step-00000003"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success() && err.contains("different language pairs"),
+        "{err}"
+    );
+    // A bad code, or one code without the other, is refused before any work.
+    for extra in [
+        &["--source-lang", "d e", "--target-lang", "en"][..],
+        &["--source-lang", "de"][..],
+    ] {
+        let output = bin()
+            .args(["train", "--train"])
+            .arg(&data)
+            .arg("--out")
+            .arg(tmp.path().join("never"))
+            .args(extra)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            !output.status.success() && err.contains("lang") && !err.contains("panicked"),
+            "{extra:?}: {err}"
+        );
+        assert!(!tmp.path().join("never").exists());
+    }
 }
 
 /// A run with a cool-down resumes for longer only with a new cool-down: past the old one's end
