@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The official `openai` Python client against `transformer serve` (tests/clients/openai_client.py):
-# installs the client into target/clients-venv once (cached), starts three servers on loopback
+# The official `openai` Python client and `langchain-openai` against `transformer serve`
+# (tests/clients/openai_client.py, langchain_client.py): installs them into target/clients-venv
+# once (cached), starts three servers on loopback
 # (the tiny Llama of ../shared; the same with Qwen 2.5's chat template, for tools;
 # all-MiniLM-L6-v2), runs the checks, stops the servers. Needs the binary built
 # (target/debug/transformer, or $TRANSFORMER). Skips with a message when ../shared is absent.
@@ -12,9 +13,9 @@ if [ ! -d "$shared/reference/hf-decoders/llama-tiny" ]; then
 fi
 bin=${TRANSFORMER:-target/debug/transformer}
 venv=target/clients-venv
-if [ ! -x "$venv/bin/python" ]; then
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import langchain_openai" 2>/dev/null; then
   python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet "openai>=1.50"
+  "$venv/bin/pip" install --quiet "openai>=1.50" "langchain-openai>=1.0"
 fi
 tmp=$(mktemp -d)
 pids=()
@@ -48,4 +49,6 @@ for port in 18731 18732 18733; do
   done
 done
 "$venv/bin/python" tests/clients/openai_client.py \
+  http://127.0.0.1:18731/v1 http://127.0.0.1:18732/v1 http://127.0.0.1:18733/v1
+"$venv/bin/python" tests/clients/langchain_client.py \
   http://127.0.0.1:18731/v1 http://127.0.0.1:18732/v1 http://127.0.0.1:18733/v1
