@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The page of `transformer serve` in headless Chromium (tests/browser/page_test.py): the chat
-# view with the tiny Hugging Face Llama of ../shared (skipped when absent), and the translation
+# view with the tiny Hugging Face Llama of ../shared, the encoder view with all-MiniLM-L6-v2 (each
+# skipped when absent), and the translation
 # view with a model trained here for a few seconds (`transformer demo`: English -> German
 # number words, 100 updates). Installs Debian's chromium and chromium-driver when missing
 # (apt-get, as root). Uses the binary `cargo test` built (target/debug/transformer), or
@@ -44,6 +45,12 @@ if [ -d "$llama" ]; then
     page_test "$llama"
 else
     echo "browser chat test skipped: $llama is absent"
+fi
+encoder=../shared/models/all-MiniLM-L6-v2
+if [ -d "$encoder" ]; then
+    page_test "$encoder"
+else
+    echo "browser encoder test skipped: $encoder is absent"
 fi
 "$bin" demo --steps 100 --time-limit 20 --train-size 2000 --held-out 20 --samples 0 --threads 2 \
     --out "$work/numbers" > "$work/demo.log" 2>&1 || { cat "$work/demo.log"; exit 1; }

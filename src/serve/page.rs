@@ -4,7 +4,8 @@
 //! reply as its events arrive; for a translation model it translates through `/attention` and
 //! draws one heat map per layer and head of the attention kind chosen (encoder, decoder,
 //! cross), each a canvas in a `.map` element whose `data-label` names it ("cross layer 1
-//! head 2").
+//! head 2"); for an encoder it embeds the sentences typed (one per line) through
+//! `/v1/embeddings` and shows the cosine of every pair in a table.
 
 use axum::http::header;
 use axum::response::{IntoResponse, Response};

@@ -5,6 +5,8 @@ shows the view of its kind (`GET /info`):
 - a language model: a message typed and sent gets a streamed reply, and the reply shown is
   exactly the text the API returns for the same conversation (greedy, as the page's default
   temperature 0);
+- an encoder: the sentences typed are compared, and the table shows, to 3 decimals, the cosine
+  of every pair of the vectors `POST /v1/embeddings` returns for them;
 - a translation model: a sentence typed and translated shows exactly the translation
   `POST /translate` returns, and the heat map of a chosen layer and head (for the cross-,
   encoder and decoder attention) is a canvas of one 14-pixel cell per (query, key) pair whose
@@ -153,6 +155,33 @@ def translate_view():
           f"({', '.join(f'{k} L{l + 1} H{h + 1}' for k, l, h in chosen)} checked cell by cell)")
 
 
+def embed_view():
+    sentences = ["A cat sits on the mat.", "A kitten is on the rug.", "Stock prices fell sharply."]
+    script("document.getElementById('sentences').value = arguments[0];", "\n".join(sentences))
+    call("POST", f"{base}/element/{element('#esend')}/click", {})
+    wait_for("return document.getElementById('similarity').dataset.done === '1'", "the table")
+    dims = script("return document.getElementById('dims').textContent")
+    if dims.startswith("error"):
+        raise SystemExit(f"FAIL: the page shows {dims!r}")
+    cells = script("return [...document.querySelectorAll('#similarity tr')].slice(1)"
+                   ".map(r => [...r.querySelectorAll('td')].map(td => td.textContent))")
+    got = call("POST", server + "/v1/embeddings", {"input": sentences})
+    vecs = [d["embedding"] for d in got["data"]]
+
+    def cos(a, b):
+        dot = sum(x * y for x, y in zip(a, b))
+        return dot / (sum(x * x for x in a) ** 0.5 * sum(y * y for y in b) ** 0.5)
+    want = [[f"{cos(a, b):.3f}" for b in vecs] for a in vecs]
+    if cells != want:
+        raise SystemExit(f"FAIL: the page shows {cells}, the API's vectors give {want}")
+    if f"{len(vecs[0])} dimensions" not in dims:
+        raise SystemExit(f"FAIL: the page says {dims!r} of {len(vecs[0])}-dimensional vectors")
+    if not float(want[0][1]) > float(want[0][2]):
+        raise SystemExit(f"FAIL: the cat sentences are not the closer pair: {want}")
+    print(f"ok: the page compared {len(sentences)} sentences, {dims}, every cosine as the API's "
+          f"vectors give it ({want[0][1]} cat/kitten, {want[0][2]} cat/stocks)")
+
+
 try:
     call("POST", base + "/url", {"url": server + "/"})
     wait_for("return document.getElementById('status').dataset.ready === '1'"
@@ -162,6 +191,8 @@ try:
         translate_view()
     elif kind == "language-model":
         chat_view()
+    elif kind == "encoder":
+        embed_view()
     else:
         raise SystemExit(f"FAIL: the page has no view for a {kind!r} model")
 finally:
