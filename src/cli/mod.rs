@@ -86,8 +86,8 @@ pub enum Command {
     Attention(attention::AttentionArgs),
     /// Train a GPT-style decoder-only language model (byte-level BPE) on a text file.
     TrainLm(train_lm::TrainLmArgs),
-    /// Pre-train a BERT encoder with the masked-LM objective (byte-level BPE with [CLS] [SEP]
-    /// [MASK] [PAD]) on a text file; `embed` reads the result.
+    /// Pre-train a BERT encoder with the masked-LM objective (byte-level BPE with `[CLS]`
+    /// `[SEP]` `[MASK]` `[PAD]`) on a text file; `embed` reads the result.
     TrainMlm(train_mlm::TrainMlmArgs),
     /// Continue a prompt with a language model (sampling, KV cache), streamed to stdout.
     Generate(generate::GenerateArgs),

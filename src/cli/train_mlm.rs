@@ -35,11 +35,11 @@ pub struct TrainMlmArgs {
     /// same --text and --valid-fraction. Model, tokenizer and recipe come from the checkpoint.
     #[arg(long)]
     pub resume: Option<PathBuf>,
-    /// BPE vocabulary size (at least 260: [PAD] [CLS] [SEP] [MASK] and the 256 bytes).
+    /// BPE vocabulary size (at least 260: `[PAD]` `[CLS]` `[SEP]` `[MASK]` and the 256 bytes).
     /// Ignored with --resume.
     #[arg(long, default_value_t = 4096)]
     pub vocab_size: usize,
-    /// Tokens per sequence, [CLS] and [SEP] included (also the model's positions). Ignored
+    /// Tokens per sequence, `[CLS]` and `[SEP]` included (also the model's positions). Ignored
     /// with --resume.
     #[arg(long, default_value_t = 128)]
     pub context: usize,
