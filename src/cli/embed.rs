@@ -13,14 +13,15 @@ use std::path::PathBuf;
 #[derive(Args, Debug)]
 pub struct EmbedArgs {
     /// Hugging Face BERT directory: config.json, model.safetensors, tokenizer.json (and
-    /// optionally sentence_bert_config.json).
+    /// optionally sentence_bert_config.json); or an encoder pre-trained by train-mlm.
     #[arg(long)]
     pub model: PathBuf,
     /// Sentences embedded together (sorted by length, padded to the longest of each batch).
     #[arg(long, default_value_t = 32)]
     pub batch_size: usize,
     /// Word pieces kept per sentence, special tokens included; longer sentences are truncated
-    /// [default: max_seq_length of the directory's sentence_bert_config.json, else 256].
+    /// [default: max_seq_length of the directory's sentence_bert_config.json, else 256 or the
+    /// model's positions if fewer].
     #[arg(long)]
     pub max_len: Option<usize>,
     #[command(flatten)]

@@ -22,6 +22,7 @@ pub mod template;
 pub mod tokenize;
 pub mod train;
 pub mod train_lm;
+pub mod train_mlm;
 pub mod training;
 pub mod translate;
 
@@ -85,6 +86,9 @@ pub enum Command {
     Attention(attention::AttentionArgs),
     /// Train a GPT-style decoder-only language model (byte-level BPE) on a text file.
     TrainLm(train_lm::TrainLmArgs),
+    /// Pre-train a BERT encoder with the masked-LM objective (byte-level BPE with `[CLS]`
+    /// `[SEP]` `[MASK]` `[PAD]`) on a text file; `embed` reads the result.
+    TrainMlm(train_mlm::TrainMlmArgs),
     /// Continue a prompt with a language model (sampling, KV cache), streamed to stdout.
     Generate(generate::GenerateArgs),
     /// Talk with a chat model (a Llama-family GGUF or Hugging Face directory), line by line.
@@ -121,6 +125,7 @@ impl Command {
             Command::Embed(a) => a.pool.threads,
             Command::Attention(a) => a.pool.threads,
             Command::TrainLm(a) => a.pool.threads,
+            Command::TrainMlm(a) => a.pool.threads,
             Command::Generate(a) => a.pool.threads,
             Command::Chat(a) => a.pool.threads,
             Command::Perplexity(a) => a.pool.threads,
@@ -174,6 +179,7 @@ fn dispatch(command: Command) -> Result<()> {
         Command::Bleu(a) => bleu::run(a),
         Command::Attention(a) => attention::run(a),
         Command::TrainLm(a) => train_lm::run(a),
+        Command::TrainMlm(a) => train_mlm::run(a),
         Command::Generate(a) => generate::run(a),
         Command::Chat(a) => chat::run(a),
         Command::Perplexity(a) => perplexity::run(a),

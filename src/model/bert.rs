@@ -209,8 +209,14 @@ impl<T: Float> Bert<T> {
     /// A model of the given (validated) shape, parameters drawn from `init` in the order
     /// word, position and token-type tables, blocks.
     pub fn new(config: BertConfig, init: &mut impl Init) -> Self {
-        let d = config.hidden_size;
         let block = config.block();
+        Self::with_block(config, &block, init)
+    }
+
+    /// [`Bert::new`] with the blocks of `block` (the same shape as `config.block()`, with
+    /// the dropout rates of a training run: see [`super::masked_lm`]).
+    pub fn with_block(config: BertConfig, block: &BlockConfig, init: &mut impl Init) -> Self {
+        let d = config.hidden_size;
         let mut table = |n: usize| init.xavier(&[n, d], n, d);
         let (word_embeddings, position_embeddings, token_type_embeddings) = (
             table(config.vocab_size),
@@ -221,7 +227,7 @@ impl<T: Float> Bert<T> {
         let encoder = Stack::new(
             config.num_hidden_layers,
             init,
-            |init| SelfAttentionBlock::new(&block, init),
+            |init| SelfAttentionBlock::new(block, init),
             |_| None,
         );
         Bert {
@@ -259,7 +265,6 @@ impl<T: Float> Bert<T> {
         lens: &[usize],
     ) -> Result<Vec<T>> {
         let c = &self.config;
-        let d = c.hidden_size;
         let bad = |m: String| Err(Error::Input(m));
         if ids.len() != batch * seq_len || lens.len() != batch {
             return bad(format!(
@@ -291,6 +296,18 @@ impl<T: Float> Bert<T> {
                 c.type_vocab_size
             ));
         }
+        let x = self.embedding_sum(ids, type_ids, seq_len);
+        let (x, _) = self.embeddings_norm.forward(&x);
+        let mask = padding_mask(lens);
+        Ok(self
+            .encoder
+            .apply(x, |_, l, x| l.forward(x, batch, mask, None).0))
+    }
+
+    /// `E_word[t] + E_type[s] + E_pos[i]` `[batch*seq_len, d]` of checked `ids [batch, seq_len]`
+    /// (`type_ids` default to 0), before the embeddings' layer norm.
+    pub fn embedding_sum(&self, ids: &[u32], type_ids: Option<&[u32]>, seq_len: usize) -> Vec<T> {
+        let d = self.config.hidden_size;
         // x: [batch*seq_len, d] = (word + type) + position, in the reference's order.
         let mut x = vec![T::zero(); ids.len() * d];
         let (word, pos, typ) = (
@@ -306,11 +323,7 @@ impl<T: Float> Bert<T> {
                 row[j] = word[w + j] + typ[t + j] + pos[p + j];
             }
         }
-        let (x, _) = self.embeddings_norm.forward(&x);
-        let mask = padding_mask(lens);
-        Ok(self
-            .encoder
-            .apply(x, |_, l, x| l.forward(x, batch, mask, None).0))
+        x
     }
 
     /// Sentence embeddings of already tokenized sequences (specials included, token type 0),
@@ -409,7 +422,14 @@ impl Bert<f32> {
 
     /// Loads a Hugging Face BERT directory (`config.json`, `model.safetensors`), checking every
     /// tensor's name and shape; errors name the file and the tensor.
+    ///
+    /// A directory of `train-mlm` (our config of an encoder without decoder, see
+    /// [`super::masked_lm`]) loads as well: its encoder, without the pre-training head.
     pub fn load(dir: &Path) -> Result<Bert<f32>> {
+        if super::masked_lm::is_masked_lm_dir(dir) {
+            let model = super::checkpoint::load::<super::masked_lm::MaskedLm<f32>>(dir)?;
+            return Ok(model.bert);
+        }
         let config = load_config_of::<Bert<f32>>(dir)?;
         let path = dir.join(MODEL_FILE);
         let raw = read_tensors_skipping(&path, |n| is_ignored(&canonical_name(n)))?;

@@ -20,7 +20,10 @@ pub mod kv_cache;
 pub mod layer_norm;
 pub mod linear;
 pub mod lm;
+
 pub mod loss;
+pub mod masked_lm;
+pub mod mlm_head;
 pub mod norm;
 pub mod param;
 #[cfg(test)]

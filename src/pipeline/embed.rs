@@ -1,6 +1,8 @@
 //! Sentence embeddings with a pretrained BERT encoder in a Hugging Face directory
 //! (`config.json`, `model.safetensors`, `tokenizer.json`; e.g. all-MiniLM-L6-v2): the
-//! L2-normalised mean of the last hidden states, the sentence-transformers recipe.
+//! L2-normalised mean of the last hidden states, the sentence-transformers recipe. An encoder
+//! pre-trained here (`train-mlm`: our `config.json`, `tokenizer.json` with BERT's template)
+//! loads the same way.
 
 use super::{check_model_dir, check_vocab};
 use crate::error::{Error, Result};
@@ -23,11 +25,14 @@ impl SentenceEncoder {
     pub fn load(dir: &Path, max_len: Option<usize>) -> Result<SentenceEncoder> {
         check_model_dir(dir)?;
         let model = Bert::load(dir)?;
+        let positions = model.config.max_position_embeddings;
+        // Without a sentence-transformers config the default is capped by the model's positions
+        // (a `train-mlm` encoder of 128 positions embeds up to 128 tokens).
         let max_len = match max_len {
             Some(n) => n,
+            None if !dir.join(SENTENCE_CONFIG_FILE).is_file() => DEFAULT_MAX_LEN.min(positions),
             None => configured_max_len(dir)?,
         };
-        let positions = model.config.max_position_embeddings;
         if max_len == 0 || max_len > positions {
             return Err(Error::Input(format!(
                 "max length {max_len} must be in 1..={positions} (the model's positions)"

@@ -7,6 +7,7 @@ pub mod decoder_tokenizer;
 pub mod gguf_tokenizer;
 pub mod languages;
 pub mod llama_vocab;
+pub mod mlm_tokenizer;
 pub mod tokenizer;
 pub mod vocab;
 

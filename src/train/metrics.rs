@@ -3,7 +3,7 @@
 //! Fields: `step`; `epoch` (sources with a batch order); `loss` and `nll`, the means of the
 //! updates' losses since the previous line; `lr`; `tokens_per_s` and `elapsed_s` since the
 //! start of the run; and on validation steps `valid_loss`, `valid_nll`, `valid_bleu` (greedy
-//! BLEU, when measured) and `valid_bits_per_char` (language model). serde_json writes the keys
+//! BLEU, when measured) `valid_bits_per_char` (language model) and `valid_masked_accuracy` (masked-LM encoder). serde_json writes the keys
 //! in sorted order.
 
 use crate::error::{Error, Result};
@@ -63,6 +63,9 @@ impl MetricsLog {
             }
             if let Some(bpc) = v.bits_per_char {
                 record.insert("valid_bits_per_char".into(), bpc.into());
+            }
+            if let Some(accuracy) = v.accuracy {
+                record.insert("valid_masked_accuracy".into(), accuracy.into());
             }
         }
         let n = self.window.2.max(1) as f64;

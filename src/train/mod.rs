@@ -14,6 +14,7 @@ pub mod checkpoint;
 pub mod data_parallel;
 pub mod distributed;
 pub mod metrics;
+pub mod mlm;
 pub mod model;
 pub mod pairs;
 pub mod precision;

@@ -77,3 +77,30 @@ impl Trainable for LanguageModel<f32> {
         LanguageModel::set_bf16_products(self, kernel)
     }
 }
+
+impl Trainable for crate::model::masked_lm::MaskedLm<f32> {
+    type Part = crate::train::mlm::MlmBatch;
+
+    fn forward_backward(
+        &mut self,
+        b: &crate::train::mlm::MlmBatch,
+        label_smoothing: f64,
+        grad_scale: f64,
+        rng: &mut Rng,
+    ) -> LossStats {
+        crate::model::masked_lm::MaskedLm::forward_backward(
+            self,
+            &b.inputs,
+            b.count,
+            &b.positions,
+            &b.labels,
+            label_smoothing,
+            grad_scale,
+            Some(rng),
+        )
+    }
+
+    fn set_bf16_products(&mut self, kernel: Option<Bf16Kernel>) {
+        crate::model::linear::set_bf16_products_all(self, kernel)
+    }
+}

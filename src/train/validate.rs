@@ -24,6 +24,8 @@ pub struct ValidReport {
     pub bleu: Option<BleuScore>,
     /// Total NLL / characters / ln 2 (language model).
     pub bits_per_char: Option<f64>,
+    /// The share of masked tokens predicted exactly (masked-LM encoder).
+    pub accuracy: Option<f64>,
 }
 
 /// Scores a model of type `M` on held-out data.
@@ -80,6 +82,7 @@ impl Validator<Seq2Seq<f32>> for PairValidation<'_> {
             nll: s.nll(),
             bleu,
             bits_per_char: None,
+            accuracy: None,
         })
     }
 }
@@ -104,6 +107,7 @@ impl Validator<LanguageModel<f32>> for TextValidation {
             nll: s.nll(),
             bleu: None,
             bits_per_char: Some(s.nll_sum / self.chars as f64 / std::f64::consts::LN_2),
+            accuracy: None,
         })
     }
 }

@@ -12,6 +12,7 @@ mod flash_attention;
 mod gqa_attention;
 mod layer_gradients;
 mod layer_reference;
+mod masked_lm;
 mod model_gradient;
 mod positions;
 mod rms_norm_swiglu;

@@ -13,6 +13,7 @@
 //! the caller's [`Notes`], at the point of the setup where it arises.
 
 pub mod lm;
+pub mod mlm;
 pub mod pairs;
 
 use crate::dist::Communicator;
