@@ -34,6 +34,8 @@ use super::{round_small, Kernel, PackedFormat, RawBytes};
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod blocks32;
+#[cfg(target_arch = "x86_64")]
+pub(super) mod blocks32_gemm;
 
 /// A weight `[rows, cols]` of one of the types this module multiplies, as the file stores it.
 #[derive(Clone, Debug)]
