@@ -230,8 +230,8 @@ unsafe fn rows<I: BlockDot, const R: usize, const T: u8>(
                 acts.q.as_ptr().add((r0 + r) * cols + (b0 + k) * 32)
             });
             let d = unsafe { I::dot::<R, T>(blk.add(k * bb), &p) };
-            for r in 0..R {
-                v[r][k] = d[r];
+            for (v_r, d_r) in v.iter_mut().zip(d) {
+                v_r[k] = d_r;
             }
         }
         let live = _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), lane);
