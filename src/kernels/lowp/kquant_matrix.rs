@@ -32,6 +32,10 @@ use super::{round_small, Kernel, PackedFormat, RawBytes};
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod blocks32;
+#[cfg(target_arch = "x86_64")]
+pub(super) mod blocks32_gemm;
 
 /// A weight `[rows, cols]` of one of the types this module multiplies, as the file stores it.
 #[derive(Clone, Debug)]
@@ -71,6 +75,8 @@ pub struct KQuantActs {
     pub(super) bsums: Vec<i32>,
     /// `[n, nb]`: `s` (Q8_1 only).
     s: Vec<f32>,
+    /// `[n, nb]`: `Σ_j p_j` per block (Q8_0 and Q8_1).
+    pub(super) psum: Vec<i32>,
 }
 
 impl KQuantActs {
@@ -128,8 +134,8 @@ fn quantize_q8_k(x: &[f32], q: &mut [i8], e: &mut [f32], bsums: &mut [i32]) {
 }
 
 /// Quantises one row `x` to `Q8_0` blocks, with `Q8_1`'s `s` when `s` is not empty (ggml's
-/// x86 `quantize_row_q8_0` / `quantize_row_q8_1`).
-fn quantize_q8_0(x: &[f32], q: &mut [i8], e: &mut [f32], s: &mut [f32]) {
+/// x86 `quantize_row_q8_0` / `quantize_row_q8_1`), and each block's `Σ_j p_j` in `psum`.
+fn quantize_q8_0(x: &[f32], q: &mut [i8], e: &mut [f32], s: &mut [f32], psum: &mut [i32]) {
     for (b, xb) in x.chunks_exact(32).enumerate() {
         let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
         let d = amax / 127.0;
@@ -141,6 +147,7 @@ fn quantize_q8_0(x: &[f32], q: &mut [i8], e: &mut [f32], s: &mut [f32]) {
             sum += i32::from(*p);
         }
         e[b] = f16_to_f32(f32_to_f16(d));
+        psum[b] = sum;
         if !s.is_empty() {
             s[b] = f16_to_f32(f32_to_f16(d * sum as f32));
         }
@@ -390,6 +397,7 @@ impl KQuantMatrix {
                 }
             ],
             s: vec![0.0; if format == ActFormat::Q81 { n * nb } else { 0 }],
+            psum: vec![0; if format == ActFormat::Q8K { 0 } else { n * nb }],
         };
         for (r, row) in x.chunks_exact(self.cols).take(n).enumerate() {
             let q = &mut acts.q[r * self.cols..(r + 1) * self.cols];
@@ -399,18 +407,23 @@ impl KQuantMatrix {
                     let g = self.cols / 16;
                     quantize_q8_k(row, q, e, &mut acts.bsums[r * g..(r + 1) * g]);
                 }
-                ActFormat::Q80 => quantize_q8_0(row, q, e, &mut []),
-                ActFormat::Q81 => quantize_q8_0(row, q, e, &mut acts.s[r * nb..(r + 1) * nb]),
+                ActFormat::Q80 | ActFormat::Q81 => {
+                    let s = match format {
+                        ActFormat::Q81 => &mut acts.s[r * nb..(r + 1) * nb],
+                        _ => &mut [],
+                    };
+                    quantize_q8_0(row, q, e, s, &mut acts.psum[r * nb..(r + 1) * nb]);
+                }
             }
         }
         acts
     }
 
-    /// `out[i] = w_o · x_{r0+i}`, each block unpacked once for the tile (only its scales when
-    /// `values` is false, for a 32-block); `isum(u, block, p, bsums)` gives a block's integer
-    /// sum from the unpacked block `u` or its stored bytes (`I_b` of a super-block, `Σ q_j p_j`
-    /// of a 32-block; the only step the kernels do differently). Inlined into each kernel, so that the SIMD ones
-    /// compile it (and [`unpack`]) with their instructions.
+    /// `out[i] = w_o · x_{r0+i}`, each block unpacked once for the tile; `isum(u, p, bsums)`
+    /// gives a block's integer sum from the unpacked block `u` (`I_b` of a super-block,
+    /// `Σ q_j p_j` of a 32-block; the only step the kernels do differently). Inlined into each
+    /// kernel, so that the SIMD ones compile it (and [`unpack`]) with their instructions. The
+    /// 32-blocks' SIMD kernels (`blocks32.rs`) keep its f32 steps and their order.
     #[inline(always)]
     fn tile_with(
         &self,
@@ -418,24 +431,14 @@ impl KQuantMatrix {
         o: usize,
         r0: usize,
         out: &mut [f32],
-        values: bool,
-        isum: impl Fn(&Unpacked, &[u8], &[i8], &[i32]) -> i32,
+        isum: impl Fn(&Unpacked, &[i8], &[i32]) -> i32,
     ) {
         let nb = self.cols / self.block;
         let row = &self.data[o * nb * self.block_bytes..(o + 1) * nb * self.block_bytes];
         let mut u = Unpacked::new();
         out.fill(0.0);
         for (b, block) in row.chunks_exact(self.block_bytes).enumerate() {
-            if values || self.block == QK_K {
-                unpack(self.ty, block, &mut u);
-            } else {
-                u.d = half_at(block, 0);
-                u.dmin = if self.ty == GgmlType::Q5_1 {
-                    half_at(block, 2)
-                } else {
-                    0.0
-                };
-            }
+            unpack(self.ty, block, &mut u);
             for (i, y) in out.iter_mut().enumerate() {
                 let r = r0 + i;
                 let e = acts.e[r * nb + b];
@@ -445,20 +448,27 @@ impl KQuantMatrix {
                     ActFormat::Q8K => {
                         let g0 = (r * self.cols + b * QK_K) / 16;
                         let bsums = &acts.bsums[g0..g0 + 16];
-                        *y += (u.d * e) * isum(&u, block, p, bsums) as f32;
+                        *y += (u.d * e) * isum(&u, p, bsums) as f32;
                         if self.has_minimum() {
                             let msum: i32 = u.min.iter().zip(bsums).map(|(&m, &s)| m * s).sum();
                             *y -= (u.dmin * e) * msum as f32;
                         }
                     }
-                    ActFormat::Q80 => *y += (u.d * e) * isum(&u, block, p, &[]) as f32,
+                    ActFormat::Q80 => *y += (u.d * e) * isum(&u, p, &[]) as f32,
                     ActFormat::Q81 => {
-                        *y += (u.d * e) * isum(&u, block, p, &[]) as f32;
+                        *y += (u.d * e) * isum(&u, p, &[]) as f32;
                         *y += u.dmin * acts.s[r * nb + b];
                     }
                 }
             }
         }
+    }
+
+    /// Whether output `o` and activation rows `r0 .. r0 + n` (`1 <= n <= ROW_TILE`) exist.
+    #[cfg(target_arch = "x86_64")]
+    fn rows_fit(&self, acts: &KQuantActs, o: usize, r0: usize, n: usize) -> bool {
+        let acts_rows = acts.e.len() / acts.nb;
+        o < self.rows && (1..=super::ROW_TILE).contains(&n) && r0 + n <= acts_rows
     }
 
     /// What to add to the unpacked values of this type to make them unsigned (for `vpdpbusd`
@@ -521,13 +531,13 @@ impl PackedFormat for KQuantMatrix {
         self.cols
     }
 
-    /// The AVX2 kernel multiplies every type here, the AVX-512 VNNI one the K-quants (the
-    /// 32-blocks have the portable and AVX2 ones).
+    /// The AVX2 and AVX-512 VNNI kernels multiply every type here (the 32-blocks' AVX-512
+    /// kernel also uses AVX2, FMA and F16C).
     fn runs(&self, kernel: Kernel) -> bool {
         match kernel {
             Kernel::Portable => true,
             Kernel::Avx2 => super::has_avx2(),
-            Kernel::Avx512 => self.block == QK_K && super::has_vnni(),
+            Kernel::Avx512 => super::has_vnni() && (self.block == QK_K || super::has_avx2()),
         }
     }
 
@@ -537,8 +547,25 @@ impl PackedFormat for KQuantMatrix {
 
     fn tile(&self, kernel: Kernel, acts: &KQuantActs, o: usize, r0: usize, out: &mut [f32]) {
         match kernel {
-            Kernel::Portable => {
-                self.tile_with(acts, o, r0, out, true, |u, _, p, _| block_sum(u, p))
+            Kernel::Portable => self.tile_with(acts, o, r0, out, |u, p, _| block_sum(u, p)),
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512 if self.block == 32 => {
+                assert!(
+                    self.runs(Kernel::Avx512) && self.rows_fit(acts, o, r0, out.len()),
+                    "the AVX-512 kernel needs AVX-512 VNNI and AVX2, and rows of this product"
+                );
+                // SAFETY: runs(Avx512) checked the features; the assertion bounds o and the
+                // activation rows, and `acts` came from self.quantize.
+                unsafe { blocks32::tile_avx512(self, acts, o, r0, out) }
+            }
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 if self.block == 32 => {
+                assert!(
+                    self.runs(Kernel::Avx2) && self.rows_fit(acts, o, r0, out.len()),
+                    "the AVX2 kernel needs AVX2, FMA and F16C, and rows of this product"
+                );
+                // SAFETY: as above, for AVX2, FMA and F16C.
+                unsafe { blocks32::tile_avx2(self, acts, o, r0, out) }
             }
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx512 => {
@@ -547,7 +574,7 @@ impl PackedFormat for KQuantMatrix {
                     "the AVX-512 kernel needs VNNI and K-quants"
                 );
                 let offset = self.unsigned_offset();
-                self.tile_with(acts, o, r0, out, true, |u, _, p, bsums| {
+                self.tile_with(acts, o, r0, out, |u, p, bsums| {
                     let p: &[i8; QK_K] = p.try_into().expect("a super-block of activations");
                     // SAFETY: runs(Avx512) checked AVX-512F/BW/VNNI; the unpacked values
                     // plus this type's offset are in [0, 63] (Q2_K..Q6_K), so unsigned bytes.

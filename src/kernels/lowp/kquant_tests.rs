@@ -608,3 +608,56 @@ fn wrong_types_and_sizes_are_refused() {
     let err = dequantize(GgmlType::Q3_K, &[0; 109], 256).unwrap_err();
     assert!(err.contains("Q3_K") && err.contains("109"), "{err}");
 }
+
+/// The 32-blocks' SIMD kernels take 8 blocks a step: rows of 7, 9, 18 (SmolLM2's 576) and 25
+/// blocks leave every remainder of a step, and weights at the ends of their ranges (every
+/// fifth bit set or clear, `IQ4_NL`'s ±127 level) against activations of ±127 give the largest
+/// pair sums `vpmaddubsw` meets. Each kernel gives the portable kernel's bits.
+#[test]
+fn block32_kernels_agree_on_step_remainders_and_extremes() {
+    use super::tests::simd_kernels;
+    let mut rng = Lcg(41);
+    for ty in [GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::IQ4_NL] {
+        let (_, size) = ty.block().unwrap();
+        for cols in [224, 288, 576, 800] {
+            for d_out in [1, 5] {
+                let n_blocks = d_out * cols / 32;
+                let mut variants = vec![("random", random_blocks(&mut rng, ty, n_blocks))];
+                for fill in [0x00u8, 0xff] {
+                    let mut data = random_blocks(&mut rng, ty, n_blocks);
+                    for block in data.chunks_exact_mut(size) {
+                        let first = scale_offsets(ty).last().unwrap() + 2;
+                        block[first..].fill(fill);
+                    }
+                    variants.push((if fill == 0 { "zeros" } else { "ones" }, data));
+                }
+                for (what, data) in variants {
+                    let packed = pack_ggml(ty, RawBytes::owned(data), d_out, cols)
+                        .unwrap()
+                        .unwrap();
+                    for rows in [1, 2, 3, 4, 5, 8, 17] {
+                        let x: Vec<f32> = (0..rows * cols)
+                            .map(|i| match what {
+                                // ±1 in each block: every p_j is ±127.
+                                "random" => (rng.unit() * 3.0) as f32,
+                                _ if (i / 7) % 2 == 0 => 1.0,
+                                _ => -1.0,
+                            })
+                            .collect();
+                        let label = format!("{ty} {what} {d_out}x{cols} rows {rows}");
+                        let mut want = vec![f32::NAN; rows * d_out];
+                        packed.product_with(Kernel::Portable, &mut want, &x, rows);
+                        assert!(want.iter().all(|v| v.is_finite()), "{label}");
+                        for kernel in simd_kernels(&packed, &label) {
+                            let mut got = vec![f32::NAN; rows * d_out];
+                            packed.product_with(kernel, &mut got, &x, rows);
+                            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                                assert_eq!(a.to_bits(), b.to_bits(), "{label} {kernel:?} y[{i}]");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -31,8 +31,9 @@
 //! AVX-512; they keep the portable kernels' order of f32 steps, so they give the same bits.
 //! From [`block_gemm::MIN_ROWS`] activation rows on (prefill, batched decoding), the ggml
 //! blocks and the K-quants are multiplied by register-tiled GEMMs too ([`block_gemm`]: AVX-512
-//! and AVX2; `kquant_gemm_avx512.rs`: AVX-512, the row kernel's bits), over panels unpacked
-//! from the stored blocks per call.
+//! and AVX2; `kquant_gemm_avx512.rs`: AVX-512, the row kernel's bits; `Q5_0`, `Q5_1`,
+//! `IQ4_NL`: `kquant_matrix/blocks32_gemm.rs`, AVX-512 and AVX2, the row kernel's bits), over
+//! panels unpacked from the stored blocks per call.
 
 mod bf16;
 pub mod bf16_gemm;
@@ -388,6 +389,14 @@ impl PackedWeight {
                     && kquant_matrix::gemm_avx512::runs(w) =>
             {
                 kquant_matrix::gemm_avx512::product(w, y, x, rows)
+            }
+            // Many rows of 32-blocks: their register-tiled GEMM (the row kernel's bits).
+            #[cfg(target_arch = "x86_64")]
+            PackedWeight::KQuants(w)
+                if rows >= kquant_matrix::blocks32_gemm::MIN_ROWS
+                    && kquant_matrix::blocks32_gemm::runs(w, kernel) =>
+            {
+                kquant_matrix::blocks32_gemm::product(w, kernel, y, x, rows)
             }
             PackedWeight::KQuants(w) => product_with(w, kernel, y, x, rows),
         }

@@ -1,0 +1,330 @@
+//! The AVX2 and AVX-512 row kernels of the 32-element blocks `Q5_0`, `Q5_1` and `IQ4_NL`
+//! ([`KQuantMatrix`]), eight blocks per step, the weights unpacked from the stored bytes in
+//! registers as llama.cpp's `ggml_vec_dot_q5_0_q8_0`, `_q5_1_q8_1` and `_iq4_nl_q8_0` do:
+//!
+//! ```text
+//! per block: nibbles [low 16 | high 16]            (one 128-bit broadcast, a variable shift)
+//!            Q5_0 / Q5_1: u_j = nibble_j + 16 h_j  (h_j bit j of qh: AVX2 spreads it to bytes
+//!                         with a shuffle and a compare, AVX-512 adds 16 under the mask qh)
+//!            IQ4_NL:      u_j = K[nibble_j]        (16-entry vpshufb table; AVX-512: K + 128)
+//!            8 i32 partial sums of u_j p_j         (AVX2 vpmaddubsw + vpmaddwd, IQ4_NL by
+//!                                                   |K| × sign(p, K); AVX-512 vpdpbusd)
+//! per step of 8 blocks b (lane b mod 8, horizontal adds across the blocks' vectors):
+//!     I_b = Σ_j u_j p_j − c Σ_j p_j             c = 16 (Q5_0), 0 (Q5_1, IQ4_NL with AVX2),
+//!                                                128 (IQ4_NL with AVX-512): exact in i32
+//!     t_b = (d_b e_b) I_b,   Q5_1 also m_b s_b   (d, m widened from the 8 blocks' f16 heads)
+//!     y  ← y + t_b (+ m_b s_b), block after block
+//! ```
+//!
+//! The f32 steps are the portable kernel's (`tile_with`) in its order, so every kernel gives
+//! the portable kernel's bits. The pair sums of `vpmaddubsw` stay below 2^15: `u_j <= 31`
+//! against `|p_j| <= 127` (2 · 31 · 127), and `|K| <= 127` (2 · 127 · 127). A last step of
+//! fewer than 8 blocks runs the same code with the missing blocks masked off.
+
+use super::{GgmlType, KQuantActs, KQuantMatrix, IQ4_NL_LEVELS};
+use std::arch::x86_64::*;
+
+/// Blocks per step (one i32 / f32 lane each).
+const STEP: usize = 8;
+
+/// The block types, as a const parameter.
+const Q5_0: u8 = 0;
+const Q5_1: u8 = 1;
+const IQ4_NL: u8 = 2;
+
+/// One instruction set's per-block step: the 8 i32 partial sums of `u_j p_j` for `R` rows.
+trait BlockDot {
+    /// What the unsigned values of type `T` carry above `q_j` (`c` of the module's sums).
+    fn offset(t: u8) -> i32;
+
+    /// `Σ u_j p_j` of the block at `block` against the 32 activations at `p[r]`, in 8 lanes.
+    ///
+    /// # Safety
+    /// The instruction set's features; `block` holds one whole stored block of type `T`,
+    /// each `p[r]` 32 readable bytes.
+    unsafe fn dot<const R: usize, const T: u8>(
+        block: *const u8,
+        p: &[*const i8; R],
+    ) -> [__m256i; R];
+}
+
+/// AVX2 (+ FMA, F16C).
+struct Avx2;
+/// AVX-512F/BW/VL and VNNI, on 256-bit vectors (a block is 32 bytes).
+struct Avx512;
+
+/// Where a block's fifth bits and nibbles start.
+const fn parts(t: u8) -> (usize, usize) {
+    match t {
+        Q5_0 => (2, 6),
+        Q5_1 => (4, 8),
+        _ => (0, 2),
+    }
+}
+
+/// The 32 nibbles of the 16 bytes at `qs`: `[low nibbles | high nibbles]`, elements 0–31.
+///
+/// # Safety
+/// AVX2; 16 bytes readable at `qs`.
+#[inline(always)]
+unsafe fn nibbles(qs: *const u8) -> __m256i {
+    // SAFETY (caller): 16 bytes.
+    let raw = unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(qs as *const __m128i)) };
+    let shifted = _mm256_srlv_epi32(raw, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
+    _mm256_and_si256(shifted, _mm256_set1_epi8(0x0f))
+}
+
+impl BlockDot for Avx2 {
+    fn offset(t: u8) -> i32 {
+        if t == Q5_0 {
+            16
+        } else {
+            0
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn dot<const R: usize, const T: u8>(
+        block: *const u8,
+        p: &[*const i8; R],
+    ) -> [__m256i; R] {
+        let (qh_at, qs_at) = parts(T);
+        // SAFETY (caller): the block's 16 nibble bytes, its 4 bytes of fifth bits, and the
+        // 32 activations of each row.
+        unsafe {
+            let nib = nibbles(block.add(qs_at));
+            let ones = _mm256_set1_epi16(1);
+            if T == IQ4_NL {
+                let table = _mm_loadu_si128(IQ4_NL_LEVELS.as_ptr() as *const __m128i);
+                let k = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(table), nib);
+                let magnitude = _mm256_abs_epi8(k);
+                std::array::from_fn(|r| {
+                    let pv = _mm256_loadu_si256(p[r] as *const __m256i);
+                    let pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(pv, k));
+                    _mm256_madd_epi16(pairs, ones)
+                })
+            } else {
+                // Byte j takes byte j / 8 of qh; with every other bit set it is all ones
+                // exactly where bit j % 8 is set (llama.cpp's `bytes_from_bits_32`).
+                let qh = _mm256_set1_epi32((block.add(qh_at) as *const i32).read_unaligned());
+                let spread = _mm256_shuffle_epi8(
+                    qh,
+                    _mm256_set_epi64x(
+                        0x0303_0303_0303_0303,
+                        0x0202_0202_0202_0202,
+                        0x0101_0101_0101_0101,
+                        0,
+                    ),
+                );
+                let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
+                let set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi8(-1));
+                let u = _mm256_or_si256(nib, _mm256_and_si256(set, _mm256_set1_epi8(16)));
+                std::array::from_fn(|r| {
+                    let pv = _mm256_loadu_si256(p[r] as *const __m256i);
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(u, pv), ones)
+                })
+            }
+        }
+    }
+}
+
+/// `IQ4_NL`'s levels plus 128, as unsigned bytes (the `vpdpbusd` operand).
+const IQ4_NL_UNSIGNED: [u8; 16] = {
+    let mut t = [0u8; 16];
+    let mut i = 0;
+    while i < 16 {
+        t[i] = (IQ4_NL_LEVELS[i] as i16 + 128) as u8;
+        i += 1;
+    }
+    t
+};
+
+impl BlockDot for Avx512 {
+    fn offset(t: u8) -> i32 {
+        match t {
+            Q5_0 => 16,
+            Q5_1 => 0,
+            _ => 128,
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn dot<const R: usize, const T: u8>(
+        block: *const u8,
+        p: &[*const i8; R],
+    ) -> [__m256i; R] {
+        let (qh_at, qs_at) = parts(T);
+        // SAFETY (caller): as for Avx2.
+        unsafe {
+            let nib = nibbles(block.add(qs_at));
+            let u = if T == IQ4_NL {
+                let table = _mm_loadu_si128(IQ4_NL_UNSIGNED.as_ptr() as *const __m128i);
+                _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(table), nib)
+            } else {
+                let qh = (block.add(qh_at) as *const u32).read_unaligned();
+                _mm256_mask_add_epi8(nib, _cvtu32_mask32(qh), nib, _mm256_set1_epi8(16))
+            };
+            std::array::from_fn(|r| {
+                let pv = _mm256_loadu_si256(p[r] as *const __m256i);
+                _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, pv)
+            })
+        }
+    }
+}
+
+/// Lane `k` = the sum of the 8 lanes of `v[k]`.
+#[inline(always)]
+fn across(v: &[__m256i; STEP]) -> __m256i {
+    // SAFETY: AVX2, which every caller's target features include.
+    unsafe {
+        // [v0 v1 v2 v3 | v0 v1 v2 v3] of the low and high halves' sums, then blocks 4-7.
+        let h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+        let h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+        _mm256_add_epi32(
+            _mm256_permute2x128_si256::<0x20>(h0, h1),
+            _mm256_permute2x128_si256::<0x31>(h0, h1),
+        )
+    }
+}
+
+/// `out[i] = w_o · x_{r0+i}` for `i < R`, block after block as the portable kernel adds.
+///
+/// # Safety
+/// `I`'s features; `w` holds 32-blocks of type `T`, `o < w.rows`, `r0 + R <=` the rows of
+/// `acts`, which `w.quantize` made; `out.len() == R`.
+#[inline(always)]
+unsafe fn rows<I: BlockDot, const R: usize, const T: u8>(
+    w: &KQuantMatrix,
+    acts: &KQuantActs,
+    o: usize,
+    r0: usize,
+    out: &mut [f32],
+) {
+    let (nb, cols, bb) = (w.cols / 32, w.cols, w.block_bytes);
+    let offset = _mm256_set1_epi32(I::offset(T));
+    let bb32 = bb as i32;
+    let heads_at = _mm256_mullo_epi32(
+        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+        _mm256_set1_epi32(bb32),
+    );
+    let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    let low16 = _mm256_set1_epi32(0xffff);
+    // Eight f16 in the low halves of eight i32 lanes, widened to f32 (exact, as f16_to_f32).
+    let widen = |v: __m256i| {
+        let v = _mm256_and_si256(v, low16);
+        let packed = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        _mm256_cvtph_ps(packed)
+    };
+    // SAFETY (all pointer arithmetic below): row o's nb blocks of bb bytes start at
+    // o · nb · bb in the stored data (checked by from_ggml); each activation row has cols
+    // bytes p and nb scales e, sums Σp and (Q8_1) s. A step reads blocks b0 .. b0 + n and
+    // the activations of those blocks only (the masked lanes read nothing).
+    let row = unsafe { w.data.as_ptr().add(o * nb * bb) };
+    let mut y = [0f32; R];
+    for b0 in (0..nb).step_by(STEP) {
+        let n = STEP.min(nb - b0);
+        let blk = unsafe { row.add(b0 * bb) };
+        let mut v = [[_mm256_setzero_si256(); STEP]; R];
+        for k in 0..n {
+            let p: [*const i8; R] = std::array::from_fn(|r| unsafe {
+                acts.q.as_ptr().add((r0 + r) * cols + (b0 + k) * 32)
+            });
+            let d = unsafe { I::dot::<R, T>(blk.add(k * bb), &p) };
+            for (v_r, d_r) in v.iter_mut().zip(d) {
+                v_r[k] = d_r;
+            }
+        }
+        let live = _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), lane);
+        // The first 4 bytes of each block: d, then m (Q5_1) or other bytes of the block.
+        let heads = unsafe {
+            _mm256_mask_i32gather_epi32::<1>(
+                _mm256_setzero_si256(),
+                blk as *const i32,
+                heads_at,
+                live,
+            )
+        };
+        let d = widen(heads);
+        let m = widen(_mm256_srli_epi32::<16>(heads));
+        for r in 0..R {
+            let at = (r0 + r) * nb + b0;
+            let mut sums = across(&v[r]);
+            if I::offset(T) != 0 {
+                let psum = unsafe { _mm256_maskload_epi32(acts.psum.as_ptr().add(at), live) };
+                sums = _mm256_sub_epi32(sums, _mm256_mullo_epi32(psum, offset));
+            }
+            let e = unsafe { _mm256_maskload_ps(acts.e.as_ptr().add(at), live) };
+            let mut terms = [0f32; STEP];
+            let t = _mm256_mul_ps(_mm256_mul_ps(d, e), _mm256_cvtepi32_ps(sums));
+            unsafe { _mm256_storeu_ps(terms.as_mut_ptr(), t) };
+            if T == Q5_1 {
+                let s = unsafe { _mm256_maskload_ps(acts.s.as_ptr().add(at), live) };
+                let mut mins = [0f32; STEP];
+                unsafe { _mm256_storeu_ps(mins.as_mut_ptr(), _mm256_mul_ps(m, s)) };
+                for k in 0..n {
+                    y[r] += terms[k];
+                    y[r] += mins[k];
+                }
+            } else {
+                for &t in &terms[..n] {
+                    y[r] += t;
+                }
+            }
+        }
+    }
+    out.copy_from_slice(&y);
+}
+
+/// Picks the const parameters of [`rows`].
+macro_rules! dispatch {
+    ($isa:ty, $w:expr, $acts:expr, $o:expr, $r0:expr, $out:expr) => {{
+        macro_rules! by_type {
+            ($r:literal) => {
+                match $w.ty {
+                    GgmlType::Q5_0 => rows::<$isa, $r, Q5_0>($w, $acts, $o, $r0, $out),
+                    GgmlType::Q5_1 => rows::<$isa, $r, Q5_1>($w, $acts, $o, $r0, $out),
+                    _ => rows::<$isa, $r, IQ4_NL>($w, $acts, $o, $r0, $out),
+                }
+            };
+        }
+        match $out.len() {
+            1 => by_type!(1),
+            2 => by_type!(2),
+            3 => by_type!(3),
+            _ => by_type!(4),
+        }
+    }};
+}
+
+/// The AVX2 row kernel: `out[i] = w_o · x_{r0+i}` for `i < out.len() <= 4`.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; `w` holds `Q5_0`, `Q5_1` or `IQ4_NL` blocks, `o <
+/// w.rows`, `r0 + out.len() <=` the rows of `acts`, which `w.quantize` made.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn tile_avx2(
+    w: &KQuantMatrix,
+    acts: &KQuantActs,
+    o: usize,
+    r0: usize,
+    out: &mut [f32],
+) {
+    // SAFETY: the caller's contract, passed on.
+    unsafe { dispatch!(Avx2, w, acts, o, r0, out) }
+}
+
+/// The AVX-512 row kernel, as [`tile_avx2`].
+///
+/// # Safety
+/// As [`tile_avx2`], and the CPU must have AVX-512F/BW/VL and VNNI.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn tile_avx512(
+    w: &KQuantMatrix,
+    acts: &KQuantActs,
+    o: usize,
+    r0: usize,
+    out: &mut [f32],
+) {
+    // SAFETY: the caller's contract, passed on.
+    unsafe { dispatch!(Avx512, w, acts, o, r0, out) }
+}
