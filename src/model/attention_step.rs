@@ -85,7 +85,7 @@ impl<T: Float> MultiHeadAttention<T> {
         };
         let attended = self.attend(&q, KvView::Store(cache), causal, dims, purpose);
         (
-            self.out_proj.forward(&attended.ctx),
+            self.output(&attended.ctx),
             probs(attended.weights),
         )
     }
@@ -109,7 +109,7 @@ impl<T: Float> MultiHeadAttention<T> {
         let seen = vec![k_len; batch];
         let attended = self.attend(&q, KvView::Store(cache), &seen, dims, Purpose::Decode);
         (
-            self.out_proj.forward(&attended.ctx),
+            self.output(&attended.ctx),
             probs(attended.weights),
         )
     }
@@ -165,7 +165,7 @@ impl<T: Float> MultiHeadAttention<T> {
         };
         let attended = self.attend(&q, kv, &visible, dims, Purpose::Decode);
         (
-            self.out_proj.forward(&attended.ctx),
+            self.output(&attended.ctx),
             probs(attended.weights),
         )
     }
@@ -204,7 +204,7 @@ impl<T: Float> MultiHeadAttention<T> {
         let dims = self.dims(batch, q_len, cache.len, cache.capacity);
         let attended = CPU.attention(&q, KvView::Store(cache), key_lens, dims, Purpose::Decode);
         (
-            self.out_proj.forward(&attended.ctx),
+            self.output(&attended.ctx),
             probs(attended.weights),
         )
     }

@@ -97,6 +97,78 @@ pub enum Positions {
     Rotary,
 }
 
+/// Where an attention sits in a model: the encoder's self-attention, the decoder's (or a
+/// language model's) self-attention, or the decoder's cross-attention.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AttentionSite {
+    /// The encoder's self-attention.
+    Encoder,
+    /// The decoder's (a language model's) causal self-attention.
+    Decoder,
+    /// The decoder's attention over the encoder's output.
+    Cross,
+}
+
+impl AttentionSite {
+    /// Every site, in the order encoder, decoder, cross.
+    pub const ALL: [AttentionSite; 3] = [
+        AttentionSite::Encoder,
+        AttentionSite::Decoder,
+        AttentionSite::Cross,
+    ];
+
+    /// The site's name in tables, JSON and `config.json`.
+    pub fn name(self) -> &'static str {
+        match self {
+            AttentionSite::Encoder => "encoder",
+            AttentionSite::Decoder => "decoder",
+            AttentionSite::Cross => "cross",
+        }
+    }
+}
+
+/// The heads each layer keeps after pruning, per [`AttentionSite`]: a list per site, one count
+/// per layer of it, or empty when every layer of that site has `n_heads`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LayerHeads {
+    /// The encoder layers' self-attention heads.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub encoder: Vec<usize>,
+    /// The decoder layers' (a language model's blocks') self-attention heads.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub decoder: Vec<usize>,
+    /// The decoder layers' cross-attention heads.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cross: Vec<usize>,
+}
+
+impl LayerHeads {
+    /// No layer pruned.
+    pub fn is_empty(&self) -> bool {
+        self.encoder.is_empty() && self.decoder.is_empty() && self.cross.is_empty()
+    }
+
+    /// The list of `site`.
+    pub fn of(&self, site: AttentionSite) -> &Vec<usize> {
+        match site {
+            AttentionSite::Encoder => &self.encoder,
+            AttentionSite::Decoder => &self.decoder,
+            AttentionSite::Cross => &self.cross,
+        }
+    }
+
+    /// The list of `site`, to edit.
+    pub fn of_mut(&mut self, site: AttentionSite) -> &mut Vec<usize> {
+        match site {
+            AttentionSite::Encoder => &mut self.encoder,
+            AttentionSite::Decoder => &mut self.decoder,
+            AttentionSite::Cross => &mut self.cross,
+        }
+    }
+}
+
 /// The shape of an encoder-decoder Transformer.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -154,6 +226,11 @@ pub struct ModelConfig {
     /// projection `[d_model, n_heads · d_k]`. Absent: `d_model / n_heads`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub head_dim: Option<usize>,
+    /// Attention heads per layer where heads were pruned (`transformer prune`; Michel et al.
+    /// 2019), per attention site; an empty list: every layer of that site has `n_heads`.
+    /// Absent: no pruning.
+    #[serde(default, skip_serializing_if = "LayerHeads::is_empty")]
+    pub layer_heads: LayerHeads,
     /// Layer norm or RMSNorm (absent: layer norm).
     #[serde(default, skip_serializing_if = "is_default")]
     pub normalization: Normalization,
@@ -330,6 +407,7 @@ impl ModelConfig {
             scale_embeddings: true,
             n_kv_heads: None,
             head_dim: None,
+            layer_heads: LayerHeads::default(),
             normalization: Normalization::LayerNorm,
             rope_base: ROPE_BASE,
             rope_style: RopeStyle::Interleaved,
@@ -350,6 +428,24 @@ impl ModelConfig {
     /// d_k = d_v = d_model / h, or [`head_dim`](Self::head_dim) when set.
     pub fn d_head(&self) -> usize {
         self.head_dim.unwrap_or(self.d_model / self.n_heads)
+    }
+
+    /// The attention heads of layer `i` at `site` ([`layer_heads`](Self::layer_heads), or
+    /// `n_heads` where that site was not pruned).
+    pub fn layer_n_heads(&self, site: AttentionSite, i: usize) -> usize {
+        self.layer_heads
+            .of(site)
+            .get(i)
+            .copied()
+            .unwrap_or(self.n_heads)
+    }
+
+    /// The number of layers with an attention at `site`.
+    pub fn site_layers(&self, site: AttentionSite) -> usize {
+        match site {
+            AttentionSite::Encoder => self.n_encoder_layers,
+            AttentionSite::Decoder | AttentionSite::Cross => self.n_decoder_layers,
+        }
     }
 
     /// The sliding window of decoder layer `i` ([`layer_windows`](Self::layer_windows);
