@@ -99,7 +99,7 @@ pub enum Positions {
 
 /// Where an attention sits in a model: the encoder's self-attention, the decoder's (or a
 /// language model's) self-attention, or the decoder's cross-attention.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum AttentionSite {
     /// The encoder's self-attention.
