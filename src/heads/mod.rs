@@ -22,6 +22,7 @@ pub mod behaviour;
 pub mod importance;
 pub mod prune;
 pub mod report;
+pub mod run;
 
 use crate::model::attention::MultiHeadAttention;
 use crate::model::config::{AttentionSite, ModelConfig};
