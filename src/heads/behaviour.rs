@@ -153,7 +153,11 @@ impl Behaviour {
                 q_lens: src,
                 k_lens: src,
             };
-            add_weights(&mut site_of(&mut self.sums, AttentionSite::Encoder)[i], w, &shape);
+            add_weights(
+                &mut site_of(&mut self.sums, AttentionSite::Encoder)[i],
+                w,
+                &shape,
+            );
         }
         for (i, w) in decoder.iter().enumerate() {
             let layer = &model.decoder.layers[i];

@@ -164,7 +164,10 @@ pub fn prune<T: Float>(model: &mut impl HeadModel<T>, remove: &[HeadId]) -> Resu
         let keep: Vec<usize> = (0..a.n_heads).filter(|h| !gone.contains(h)).collect();
         if !gone.is_empty() {
             *a = prune_attention(a, &keep).map_err(|e| {
-                Error::Input(format!("layer {layer} of the {} attention: {e}", site.name()))
+                Error::Input(format!(
+                    "layer {layer} of the {} attention: {e}",
+                    site.name()
+                ))
             })?;
         }
         match counts.iter_mut().find(|(s, _)| *s == site) {

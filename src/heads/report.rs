@@ -60,8 +60,16 @@ pub fn rows(importance: &Importance, behaviour: &Behaviour) -> Vec<HeadRow> {
 pub fn text_table(rows: &[HeadRow]) -> String {
     let mut out = format!(
         "{:<8} {:>5} {:>4} {:>10} {:>12} {:>8} {:>7} {:>6} {:>6} {:>6}\n",
-        "site", "layer", "head", "importance", "raw E|dL/dξ|", "distance", "entropy", "prev",
-        "same", "first"
+        "site",
+        "layer",
+        "head",
+        "importance",
+        "raw E|dL/dξ|",
+        "distance",
+        "entropy",
+        "prev",
+        "same",
+        "first"
     );
     for r in rows {
         out.push_str(&format!(

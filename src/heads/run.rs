@@ -52,7 +52,9 @@ pub fn measure(
     size: DataSize,
 ) -> Result<(Importance, Behaviour)> {
     if size.batches == 0 || size.batch == 0 {
-        return Err(Error::Input("--batches and --batch must be positive".into()));
+        return Err(Error::Input(
+            "--batches and --batch must be positive".into(),
+        ));
     }
     match model {
         HeadsModel::Lm(g) => {
@@ -105,7 +107,10 @@ pub fn measure(
                 encoded.push((s, g));
             }
             if encoded.is_empty() {
-                return Err(Error::Input(format!("{}: no sentence pairs", data.display())));
+                return Err(Error::Input(format!(
+                    "{}: no sentence pairs",
+                    data.display()
+                )));
             }
             let batches: Vec<Batch> = encoded
                 .chunks(size.batch)

@@ -40,7 +40,9 @@ fn batch() -> Batch {
 fn random_gates<M: HeadModel<f64>>(m: &mut M, seed: u64) {
     let mut rng = Rng::new(seed);
     for (_, _, a) in m.attentions_mut() {
-        a.gates = (0..a.n_heads).map(|_| rng.uniform_range(0.5, 1.5)).collect();
+        a.gates = (0..a.n_heads)
+            .map(|_| rng.uniform_range(0.5, 1.5))
+            .collect();
     }
 }
 
@@ -79,7 +81,10 @@ fn check_gate_gradients<M: HeadModel<f64> + Clone>(
                 err < 1e-6,
                 "{site:?} layer {layer} head {h}: backward {g} vs finite differences {numeric}"
             );
-            assert!(g.abs() > 1e-8, "{site:?} layer {layer} head {h}: a zero gradient");
+            assert!(
+                g.abs() > 1e-8,
+                "{site:?} layer {layer} head {h}: a zero gradient"
+            );
             checked += 1;
         }
     }
@@ -115,7 +120,11 @@ fn zero_gates<M: HeadModel<f64>>(m: &mut M, remove: &[HeadId]) {
     for (site, layer, a) in m.attentions_mut() {
         a.gates = (0..a.n_heads)
             .map(|h| {
-                let gone = remove.contains(&HeadId { site, layer, head: h });
+                let gone = remove.contains(&HeadId {
+                    site,
+                    layer,
+                    head: h,
+                });
                 if gone {
                     0.0
                 } else {
@@ -181,8 +190,18 @@ fn a_pruned_language_model_equals_its_gated_model_and_nothing_pruned_is_the_mode
         let rebuilt = LanguageModel::<f64>::new(pruned.config.clone(), &mut Rng::new(0));
         for (a, b) in rebuilt.attentions().iter().zip(pruned.attentions()) {
             assert_eq!(
-                (a.2.n_heads, a.2.n_kv_heads, a.2.q_proj.d_out, a.2.out_proj.d_in),
-                (b.2.n_heads, b.2.n_kv_heads, b.2.q_proj.d_out, b.2.out_proj.d_in)
+                (
+                    a.2.n_heads,
+                    a.2.n_kv_heads,
+                    a.2.q_proj.d_out,
+                    a.2.out_proj.d_in
+                ),
+                (
+                    b.2.n_heads,
+                    b.2.n_kv_heads,
+                    b.2.q_proj.d_out,
+                    b.2.out_proj.d_in
+                )
             );
         }
     }
@@ -313,10 +332,14 @@ fn behaviour_reads_the_weights_of_each_head() {
 fn bad_prune_requests_are_refused_by_name() {
     let model = LanguageModel::<f64>::new(config(2, true, (0, 2)), &mut Rng::new(1));
     // Groups of 2 query heads per key/value head: an odd count is refused.
-    let e = choose(&model, 3, &Order::Random(1)).unwrap_err().to_string();
+    let e = choose(&model, 3, &Order::Random(1))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("groups of 2"), "{e}");
     // 8 heads in 2 layers, one group of 2 must stay in each: at most 4 can go.
-    let e = choose(&model, 6, &Order::Random(1)).unwrap_err().to_string();
+    let e = choose(&model, 6, &Order::Random(1))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("at most 4"), "{e}");
     // Every head of a layer, by hand.
     let all: Vec<HeadId> = (0..4)
@@ -358,7 +381,10 @@ fn config_with_layer_heads_round_trips_and_is_validated() {
     c.layer_heads.decoder = vec![2, 4];
     c.validate().unwrap();
     let json = serde_json::to_string(&c).unwrap();
-    assert!(json.contains(r#""layer_heads":{"decoder":[2,4]}"#), "{json}");
+    assert!(
+        json.contains(r#""layer_heads":{"decoder":[2,4]}"#),
+        "{json}"
+    );
     assert_eq!(serde_json::from_str::<ModelConfig>(&json).unwrap(), c);
     let plain = serde_json::to_string(&config(2, true, (0, 2))).unwrap();
     assert!(!plain.contains("layer_heads"), "{plain}");

@@ -1,7 +1,9 @@
 //! [`ModelConfig::validate`]: the invariants the model relies on, and the options of the later
 //! families (rope scaling, sliding windows, Gemma's) checked by name.
 
-use super::{AttentionSite, ModelConfig, NormPlacement, Normalization, Positions, RopeScaling, MAX_LAYERS};
+use super::{
+    AttentionSite, ModelConfig, NormPlacement, Normalization, Positions, RopeScaling, MAX_LAYERS,
+};
 
 impl ModelConfig {
     /// Checks the invariants the model relies on; the message names the offending field.

@@ -41,7 +41,11 @@ pub fn gate_backward<T: Float>(
         for (row, drow) in ctx.chunks(width).zip(dctx.chunks(width)) {
             let heads = row.chunks(d_head).zip(drow.chunks(d_head));
             for (g, (h, dh)) in grads.iter_mut().zip(heads) {
-                *g += h.iter().zip(dh).map(|(a, b)| a.f64() * b.f64()).sum::<f64>();
+                *g += h
+                    .iter()
+                    .zip(dh)
+                    .map(|(a, b)| a.f64() * b.f64())
+                    .sum::<f64>();
             }
         }
     }
@@ -53,4 +57,3 @@ pub fn gate_backward<T: Float>(
         }
     }
 }
-

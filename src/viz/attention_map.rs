@@ -95,8 +95,7 @@ pub fn attention_maps<T: Float>(
     };
     for (l, w) in encoder.iter().enumerate() {
         let src = &maps.src_tokens;
-        maps.encoder
-            .extend(panels(w, "encoder", l, src, src));
+        maps.encoder.extend(panels(w, "encoder", l, src, src));
     }
     for (l, w) in decoder.iter().enumerate() {
         let (src, tgt) = (&maps.src_tokens, &maps.tgt_tokens);
