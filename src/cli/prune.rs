@@ -6,9 +6,9 @@ use super::args::ThreadsArgs;
 use crate::heads::prune::{choose, prune, removable, Order};
 use crate::heads::run::{measure, DataSize, HeadsModel};
 use crate::heads::HeadModel;
-use crate::model::checkpoint::save;
+use crate::model::checkpoint::write_model;
 use crate::pipeline::generate::ModelSource;
-use crate::store::{TOKENIZER_FILE, VOCAB_FILE};
+use crate::store::{CheckpointWriter, TOKENIZER_FILE, VOCAB_FILE};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
@@ -110,14 +110,17 @@ pub fn run(args: PruneArgs) -> Result<()> {
         (None, None) => unreachable!("clap requires --heads or --keep"),
     };
     heads_model.prune_n(n, &order)?;
-    heads_model.save_to(&args.out)?;
+    // The vocabulary files go into the same all-or-nothing save, listed in its manifest.
+    let mut extra = Vec::new();
     for file in [VOCAB_FILE, TOKENIZER_FILE] {
         let from = args.model.join(file);
         if from.is_file() {
-            std::fs::copy(&from, args.out.join(file))
-                .with_context(|| format!("copying {} to {}", from.display(), args.out.display()))?;
+            let bytes =
+                std::fs::read(&from).with_context(|| format!("reading {}", from.display()))?;
+            extra.push((file, bytes));
         }
     }
+    heads_model.save_to(&args.out, &extra)?;
     eprintln!(
         "removed {n} of {total} heads ({}); per layer: {}; wrote {}",
         match args.by {
@@ -136,8 +139,13 @@ trait PruneTarget {
     fn counts(&self) -> (usize, usize);
     /// Removes `n` heads in `order`.
     fn prune_n(&mut self, n: usize, order: &Order) -> crate::error::Result<()>;
-    /// Saves config.json and the weights to `dir`.
-    fn save_to(&mut self, dir: &std::path::Path) -> crate::error::Result<()>;
+    /// Saves config.json, the weights and the files `extra` (name, bytes) to `dir`, all or
+    /// nothing.
+    fn save_to(
+        &mut self,
+        dir: &std::path::Path,
+        extra: &[(&str, Vec<u8>)],
+    ) -> crate::error::Result<()>;
     /// The heads per layer and site, for the summary.
     fn layer_counts(&self) -> String;
 }
@@ -157,8 +165,17 @@ where
         let remove = choose(self, n, order)?;
         prune(self, &remove)
     }
-    fn save_to(&mut self, dir: &std::path::Path) -> crate::error::Result<()> {
-        save(dir, self)
+    fn save_to(
+        &mut self,
+        dir: &std::path::Path,
+        extra: &[(&str, Vec<u8>)],
+    ) -> crate::error::Result<()> {
+        let mut writer = CheckpointWriter::begin(dir)?;
+        write_model(&mut writer, self)?;
+        for (name, bytes) in extra {
+            writer.add(name, bytes)?;
+        }
+        writer.commit()
     }
     fn layer_counts(&self) -> String {
         let mut parts = Vec::new();
