@@ -99,7 +99,7 @@ fn draw(out: &std::path::Path, table: &[HeadRow]) -> Result<()> {
     if panels.is_empty() {
         bail!("no heads to draw");
     }
-    let title = "Head importance E|dL/dξ| (l2-normalised per layer)";
+    let title = "Head importance";
     crate::viz::draw_attention_grid_with_columns(out, title, &panels, panels.len())?;
     Ok(())
 }
