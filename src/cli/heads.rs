@@ -21,7 +21,8 @@ pub struct HeadsArgs {
     /// A model directory of train or train-lm, a Hugging Face decoder directory or a GGUF file.
     #[arg(long)]
     pub model: PathBuf,
-    /// The data: UTF-8 text (a language model) or source<TAB>target lines (translation).
+    /// The data: UTF-8 text (a language model) or lines of a source, a tab and a target
+    /// (translation).
     #[arg(long)]
     pub data: PathBuf,
     /// Batches read from the data (each one term of the expectation).

@@ -40,7 +40,7 @@ pub struct PruneArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// The data the importance is measured on (--by importance): UTF-8 text for a language
-    /// model, source<TAB>target lines for a translation model.
+    /// model, lines of a source, a tab and a target for a translation model.
     #[arg(long)]
     pub data: Option<PathBuf>,
     /// Batches of --data read.

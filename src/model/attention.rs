@@ -90,7 +90,7 @@ pub struct MultiHeadAttention<T> {
     /// attention maps, decoding). Empty: every gate 1, nothing multiplied. Not a parameter.
     pub gates: Vec<f64>,
     /// `∂L/∂ξ_h` `[n_heads]` summed over every [`backward`](Self::backward) since it was set to
-    /// `Some` (see [`gate_backward`](super::head_gate::gate_backward)); `None`: not computed.
+    /// `Some` (see [`gate_backward`]); `None`: not computed.
     pub gate_grads: Option<Vec<f64>>,
 }
 
