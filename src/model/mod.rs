@@ -18,6 +18,7 @@ mod gemma_tests;
 pub mod head;
 pub mod head_gate;
 pub mod kv_cache;
+pub mod layer_heads;
 pub mod layer_norm;
 pub mod linear;
 pub mod lm;
