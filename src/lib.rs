@@ -43,6 +43,7 @@ pub mod decode;
 pub mod dist;
 pub mod error;
 pub mod eval;
+pub mod heads;
 pub mod rng;
 pub mod store;
 pub mod tensor;

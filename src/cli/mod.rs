@@ -13,9 +13,11 @@ pub mod chat;
 pub mod demo;
 pub mod embed;
 pub mod generate;
+pub mod heads;
 pub mod loadtest;
 pub mod loadtest_translate;
 pub mod perplexity;
+pub mod prune;
 pub mod score;
 pub mod serve;
 pub mod template;
@@ -110,6 +112,13 @@ pub enum Command {
     /// Render a conversation (a JSON object on stdin: messages, tools, ...) with a model's chat
     /// template (or a .jinja file) and print the prompt exactly, as transformers renders it.
     Template(template::TemplateArgs),
+    /// Every attention head's importance (Michel et al. 2019: E|dL/dξ_h| of a gate on its
+    /// output, normalised per layer) and what it does (attention distance, entropy, weight on
+    /// the previous / same / first token), on a data file; a table, JSON or a heat map
+    Heads(heads::HeadsArgs),
+    /// Removes attention heads physically (the least important or random ones) and writes the
+    /// smaller model, which loads wherever the unpruned one does
+    Prune(prune::PruneArgs),
 }
 
 impl Command {
@@ -129,6 +138,8 @@ impl Command {
             Command::Generate(a) => a.pool.threads,
             Command::Chat(a) => a.pool.threads,
             Command::Perplexity(a) => a.pool.threads,
+            Command::Heads(a) => a.pool.threads,
+            Command::Prune(a) => a.pool.threads,
             // The server sizes the pool itself: its async runtime must not run on a pool worker.
             // The load test's offline engine sizes it too (it has no pool without --offline).
             Command::Average(_) | Command::Bleu(_) | Command::Serve(_) | Command::Loadtest(_) => {
@@ -187,6 +198,8 @@ fn dispatch(command: Command) -> Result<()> {
         Command::Loadtest(a) => loadtest::run(a),
         Command::Tokenize(a) => tokenize::run(a),
         Command::Template(a) => template::run(a),
+        Command::Heads(a) => heads::run(a),
+        Command::Prune(a) => prune::run(a),
     }
 }
 

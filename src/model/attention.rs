@@ -28,6 +28,7 @@
 //! in `super::attention_step`). Every call attends through the backend's one attention call,
 //! which chooses the kernel.
 
+use super::head_gate::{gate_backward, gated};
 use super::kv_cache::KvCache;
 use super::linear::Linear;
 use super::norm::RmsNorm;
@@ -84,6 +85,13 @@ pub struct MultiHeadAttention<T> {
     pub q_norm: Option<RmsNorm<T>>,
     /// RMSNorm of each head's keys before the rotation (`qk_norm`), gain `[d_k]`.
     pub k_norm: Option<RmsNorm<T>>,
+    /// Head gates ξ (Michel et al. 2019): head `h`'s output is multiplied by `ξ_h` before
+    /// `W^O`, `MultiHead = Concat(ξ₁ head₁ … ξ_h head_h) W^O`, in every path (training,
+    /// attention maps, decoding). Empty: every gate 1, nothing multiplied. Not a parameter.
+    pub gates: Vec<f64>,
+    /// `∂L/∂ξ_h` `[n_heads]` summed over every [`backward`](Self::backward) since it was set to
+    /// `Some` (see [`gate_backward`]); `None`: not computed.
+    pub gate_grads: Option<Vec<f64>>,
 }
 
 /// What a per-head norm's backward needs: its input (the projection) and statistics.
@@ -198,6 +206,8 @@ impl<T: Float> MultiHeadAttention<T> {
             scores: Scores::default(),
             q_norm: None,
             k_norm: None,
+            gates: Vec::new(),
+            gate_grads: None,
         }
     }
 
@@ -393,7 +403,7 @@ impl<T: Float> MultiHeadAttention<T> {
             AttnWeights::Probs(probs) => SavedWeights::Probs { probs, drop_mask },
             AttnWeights::LogSumExp(lse) => SavedWeights::LogSumExp(lse),
         };
-        let y = self.out_proj.forward(&ctx);
+        let y = self.output(&ctx);
         let cache = AttentionCache {
             q,
             k,
@@ -428,10 +438,13 @@ impl<T: Float> MultiHeadAttention<T> {
         let dims = self.dims(batch, q_len, k_len, k_len);
         let kv = KvView::Contiguous { k: &k, v: &v };
         let attended = self.attend(&q, kv, mask, dims, Purpose::Weights);
-        (
-            self.out_proj.forward(&attended.ctx),
-            probs(attended.weights),
-        )
+        (self.output(&attended.ctx), probs(attended.weights))
+    }
+
+    /// The concatenated heads `ctx [rows, n_heads·d_k]` through the gates and `W^O`:
+    /// `Concat(ξ_h head_h) W^Oᵀ (+ b)`, `[rows, d_model]`.
+    pub(super) fn output(&self, ctx: &[T]) -> Vec<T> {
+        self.out_proj.forward(&gated(&self.gates, ctx, self.d_head))
     }
 
     /// Accumulates the four projections' gradients; returns `(dx_q, dx_kv)`.
@@ -442,7 +455,15 @@ impl<T: Float> MultiHeadAttention<T> {
         cache: AttentionCache<T>,
         dy: &[T],
     ) -> (Vec<T>, Vec<T>) {
-        let dctx = self.out_proj.backward(&cache.ctx, dy);
+        let mut dctx = self
+            .out_proj
+            .backward(&gated(&self.gates, &cache.ctx, self.d_head), dy);
+        gate_backward(
+            (&self.gates, self.gate_grads.as_mut()),
+            &cache.ctx,
+            &mut dctx,
+            self.d_head,
+        );
         let mut dq = vec![T::zero(); cache.q.len()];
         let mut dk = vec![T::zero(); cache.k.len()];
         let mut dv = vec![T::zero(); cache.v.len()];

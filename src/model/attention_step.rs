@@ -84,10 +84,7 @@ impl<T: Float> MultiHeadAttention<T> {
             Purpose::Prefill
         };
         let attended = self.attend(&q, KvView::Store(cache), causal, dims, purpose);
-        (
-            self.out_proj.forward(&attended.ctx),
-            probs(attended.weights),
-        )
+        (self.output(&attended.ctx), probs(attended.weights))
     }
 
     /// A prompt's self-attention when only each row's last position is read further: the keys
@@ -108,10 +105,7 @@ impl<T: Float> MultiHeadAttention<T> {
         let dims = self.dims(batch, 1, k_len, cache.capacity);
         let seen = vec![k_len; batch];
         let attended = self.attend(&q, KvView::Store(cache), &seen, dims, Purpose::Decode);
-        (
-            self.out_proj.forward(&attended.ctx),
-            probs(attended.weights),
-        )
+        (self.output(&attended.ctx), probs(attended.weights))
     }
 
     /// A continuous-batching step: `x [n, d_model]` are `n` tokens of any rows of `cache`, token
@@ -164,10 +158,7 @@ impl<T: Float> MultiHeadAttention<T> {
             rows: &key_rows,
         };
         let attended = self.attend(&q, kv, &visible, dims, Purpose::Decode);
-        (
-            self.out_proj.forward(&attended.ctx),
-            probs(attended.weights),
-        )
+        (self.output(&attended.ctx), probs(attended.weights))
     }
 
     /// With a sliding window `w`, releases the blocks of row `b` of `cache` that a query at
@@ -203,9 +194,6 @@ impl<T: Float> MultiHeadAttention<T> {
         let q = self.queries(x_q);
         let dims = self.dims(batch, q_len, cache.len, cache.capacity);
         let attended = CPU.attention(&q, KvView::Store(cache), key_lens, dims, Purpose::Decode);
-        (
-            self.out_proj.forward(&attended.ctx),
-            probs(attended.weights),
-        )
+        (self.output(&attended.ctx), probs(attended.weights))
     }
 }

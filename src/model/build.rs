@@ -54,6 +54,16 @@ impl BlockConfig {
         attention
     }
 
+    /// This block with `n_heads` heads of the same width (a pruned layer), keeping the
+    /// key/value grouping: `n_heads · n_kv_heads / h` key/value heads.
+    pub fn with_heads(&self, n_heads: usize) -> BlockConfig {
+        BlockConfig {
+            n_heads,
+            n_kv_heads: n_heads * self.n_kv_heads / self.n_heads,
+            ..*self
+        }
+    }
+
     /// The position-wise FFN of this block, with its activation dropout.
     pub fn feed_forward<T: Float>(&self, init: &mut impl Init) -> FeedForward<T> {
         FeedForward::with_bias(self.d_model, self.d_ff, self.activation, self.bias, init)

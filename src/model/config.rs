@@ -5,6 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use super::layer_heads::{AttentionSite, LayerHeads};
+
 /// Where the layer norm sits in each residual block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -154,6 +156,11 @@ pub struct ModelConfig {
     /// projection `[d_model, n_heads · d_k]`. Absent: `d_model / n_heads`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub head_dim: Option<usize>,
+    /// Attention heads per layer where heads were pruned (`transformer prune`; Michel et al.
+    /// 2019), per attention site; an empty list: every layer of that site has `n_heads`.
+    /// Absent: no pruning.
+    #[serde(default, skip_serializing_if = "LayerHeads::is_empty")]
+    pub layer_heads: LayerHeads,
     /// Layer norm or RMSNorm (absent: layer norm).
     #[serde(default, skip_serializing_if = "is_default")]
     pub normalization: Normalization,
@@ -330,6 +337,7 @@ impl ModelConfig {
             scale_embeddings: true,
             n_kv_heads: None,
             head_dim: None,
+            layer_heads: LayerHeads::default(),
             normalization: Normalization::LayerNorm,
             rope_base: ROPE_BASE,
             rope_style: RopeStyle::Interleaved,
@@ -350,6 +358,24 @@ impl ModelConfig {
     /// d_k = d_v = d_model / h, or [`head_dim`](Self::head_dim) when set.
     pub fn d_head(&self) -> usize {
         self.head_dim.unwrap_or(self.d_model / self.n_heads)
+    }
+
+    /// The attention heads of layer `i` at `site` ([`layer_heads`](Self::layer_heads), or
+    /// `n_heads` where that site was not pruned).
+    pub fn layer_n_heads(&self, site: AttentionSite, i: usize) -> usize {
+        self.layer_heads
+            .of(site)
+            .get(i)
+            .copied()
+            .unwrap_or(self.n_heads)
+    }
+
+    /// The number of layers with an attention at `site`.
+    pub fn site_layers(&self, site: AttentionSite) -> usize {
+        match site {
+            AttentionSite::Encoder => self.n_encoder_layers,
+            AttentionSite::Decoder | AttentionSite::Cross => self.n_decoder_layers,
+        }
     }
 
     /// The sliding window of decoder layer `i` ([`layer_windows`](Self::layer_windows);

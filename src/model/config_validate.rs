@@ -1,7 +1,9 @@
 //! [`ModelConfig::validate`]: the invariants the model relies on, and the options of the later
 //! families (rope scaling, sliding windows, Gemma's) checked by name.
 
-use super::{ModelConfig, NormPlacement, Normalization, Positions, RopeScaling, MAX_LAYERS};
+use super::{
+    AttentionSite, ModelConfig, NormPlacement, Normalization, Positions, RopeScaling, MAX_LAYERS,
+};
 
 impl ModelConfig {
     /// Checks the invariants the model relies on; the message names the offending field.
@@ -84,7 +86,36 @@ impl ModelConfig {
                 self.rope_base
             ));
         }
+        self.validate_layer_heads()?;
         self.validate_family_options()
+    }
+
+    /// [`layer_heads`](Self::layer_heads): one count per layer of its site, each in
+    /// `1 ..= n_heads` and a whole number of key/value groups.
+    fn validate_layer_heads(&self) -> Result<(), String> {
+        let group = self.n_heads / self.n_kv_heads.unwrap_or(self.n_heads);
+        for site in AttentionSite::ALL {
+            let heads = self.layer_heads.of(site);
+            let layers = self.site_layers(site);
+            if !heads.is_empty() && heads.len() != layers {
+                return Err(format!(
+                    "layer_heads.{} has {} entries for {layers} layers",
+                    site.name(),
+                    heads.len()
+                ));
+            }
+            for (i, &h) in heads.iter().enumerate() {
+                if h == 0 || h > self.n_heads || !h.is_multiple_of(group) {
+                    return Err(format!(
+                        "layer_heads.{} gives layer {i} {h} heads: it must keep 1 ..= n_heads {} \
+                         heads, whole groups of {group} sharing a key/value head",
+                        site.name(),
+                        self.n_heads
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The options later model families need: refuses those not computed yet, by name, and

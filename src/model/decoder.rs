@@ -65,12 +65,18 @@ pub struct StepAttention<T> {
 impl<T: Float> DecoderLayer<T> {
     /// Parameters drawn from `init` in the order self-attention, cross-attention, FFN.
     pub fn new(c: &BlockConfig, init: &mut impl Init) -> Self {
+        Self::with_cross(c, c, init)
+    }
+
+    /// [`new`](Self::new) with the cross-attention's heads from `cross` (a pruned layer: the
+    /// two attentions keep different heads); everything else from `c`.
+    pub fn with_cross(c: &BlockConfig, cross: &BlockConfig, init: &mut impl Init) -> Self {
         // Rotary positions rotate the self-attention only: the cross-attention's keys are
         // source positions, its queries target positions, and stay unrotated.
         DecoderLayer {
             self_attn: c.attention(true, init),
             self_attn_res: c.residual(init),
-            cross_attn: c.attention(false, init),
+            cross_attn: cross.attention(false, init),
             cross_attn_res: c.residual(init),
             ffn: c.feed_forward(init),
             ffn_res: c.residual(init),

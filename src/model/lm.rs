@@ -12,7 +12,7 @@
 
 use super::block::{SelfAttentionBlock, SelfAttentionBlockCache};
 use super::cache_stack::CacheStack;
-use super::config::ModelConfig;
+use super::config::{AttentionSite, ModelConfig};
 use super::embedding::{Embedding, EmbeddingCache};
 use super::head::OutputHead;
 use super::linear::{prepare_inference_all, prepare_precision_all, set_bf16_products_all};
@@ -70,10 +70,16 @@ impl<T: Float> LanguageModel<T> {
             Embedding::with_positions(c.vocab_size, c.d_model, c.max_len, c.positions, init);
         embedding.scaled = c.scale_embeddings;
         embedding.scale_override = c.embedding_scale;
+        // Layer `i` has `config.layer_n_heads(Decoder, i)` heads (fewer where pruned).
+        let mut layer = 0;
         let mut blocks = Stack::new(
             c.n_decoder_layers,
             init,
-            |init| SelfAttentionBlock::new(&block, init),
+            |init| {
+                let heads = c.layer_n_heads(AttentionSite::Decoder, layer);
+                layer += 1;
+                SelfAttentionBlock::new(&block.with_heads(heads), init)
+            },
             |init| block.final_norm(init),
         );
         let rope_freq_factors = c.rope_freq_factors();

@@ -16,7 +16,9 @@ pub mod feed_forward;
 #[cfg(test)]
 mod gemma_tests;
 pub mod head;
+pub mod head_gate;
 pub mod kv_cache;
+pub mod layer_heads;
 pub mod layer_norm;
 pub mod linear;
 pub mod lm;

@@ -7,7 +7,7 @@
 
 use super::block::{SelfAttentionBlock, SelfAttentionBlockCache};
 use super::cache_stack::CacheStack;
-use super::config::ModelConfig;
+use super::config::{AttentionSite, ModelConfig};
 use super::decoder::{Decoder, DecoderLayer, DecoderLayerCache, DecoderMasks, StepAttention};
 use super::embedding::{Embedding, EmbeddingCache};
 use super::encoder::{padding_mask, Encoder};
@@ -96,16 +96,30 @@ impl<T: Float> Seq2Seq<T> {
             Embedding::with_positions(c.vocab_size, c.d_model, c.max_len, c.positions, init);
         embedding.scaled = c.scale_embeddings;
         embedding.scale_override = c.embedding_scale;
+        // Each layer's heads per site: `config.layer_n_heads` (fewer where pruned).
+        let heads = |site, i| block.with_heads(c.layer_n_heads(site, i));
+        let (mut encoder_layer, mut decoder_layer) = (0, 0);
         let mut encoder = Stack::new(
             c.n_encoder_layers,
             init,
-            |init| SelfAttentionBlock::new(&block, init),
+            |init| {
+                encoder_layer += 1;
+                SelfAttentionBlock::new(&heads(AttentionSite::Encoder, encoder_layer - 1), init)
+            },
             |init| block.final_norm(init),
         );
         let mut decoder = Stack::new(
             c.n_decoder_layers,
             init,
-            |init| DecoderLayer::new(&block, init),
+            |init| {
+                decoder_layer += 1;
+                let i = decoder_layer - 1;
+                let (self_heads, cross_heads) = (
+                    heads(AttentionSite::Decoder, i),
+                    heads(AttentionSite::Cross, i),
+                );
+                DecoderLayer::with_cross(&self_heads, &cross_heads, init)
+            },
             |init| block.final_norm(init),
         );
         let rope_freq_factors = c.rope_freq_factors();

@@ -93,32 +93,31 @@ pub fn attention_maps<T: Float>(
         decoder: Vec::new(),
         cross: Vec::new(),
     };
-    let heads = maps.heads;
     for (l, w) in encoder.iter().enumerate() {
         let src = &maps.src_tokens;
-        maps.encoder
-            .extend(panels(w, heads, "encoder", l, src, src));
+        maps.encoder.extend(panels(w, "encoder", l, src, src));
     }
     for (l, w) in decoder.iter().enumerate() {
         let (src, tgt) = (&maps.src_tokens, &maps.tgt_tokens);
         maps.decoder
-            .extend(panels(&w.self_attn, heads, "decoder", l, tgt, tgt));
+            .extend(panels(&w.self_attn, "decoder", l, tgt, tgt));
         maps.cross
-            .extend(panels(&w.cross_attn, heads, "cross", l, tgt, src));
+            .extend(panels(&w.cross_attn, "cross", l, tgt, src));
     }
     maps
 }
 
-/// The panels of every head of one attention layer's weights `[1, heads, rows, cols]`.
+/// The panels of every head of one attention layer's weights `[1, heads, rows, cols]` (a
+/// pruned layer has fewer heads than the config's `n_heads`).
 fn panels<T: Float>(
     weights: &[T],
-    heads: usize,
     kind: &str,
     layer: usize,
     rows: &[String],
     cols: &[String],
 ) -> Vec<AttentionPanel> {
     let (q_len, k_len) = (rows.len(), cols.len());
+    let heads = weights.len() / (q_len * k_len);
     assert_eq!(weights.len(), heads * q_len * k_len);
     (0..heads)
         .map(|h| {

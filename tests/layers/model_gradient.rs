@@ -33,6 +33,7 @@ fn tiny_config(norm: NormPlacement, tie: bool, dropout: f64) -> ModelConfig {
         qk_norm: false,
         rope_scaling: None,
         head_dim: None,
+        layer_heads: Default::default(),
         attn_logit_softcap: None,
         final_logit_softcap: None,
         norm_weight_offset: 0.0,

@@ -38,6 +38,7 @@ fn config(norm: NormPlacement, tie: bool) -> ModelConfig {
         qk_norm: false,
         rope_scaling: None,
         head_dim: None,
+        layer_heads: Default::default(),
         attn_logit_softcap: None,
         final_logit_softcap: None,
         norm_weight_offset: 0.0,

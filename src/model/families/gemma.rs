@@ -280,6 +280,7 @@ fn gemma_config(
         rope_style: RopeStyle::HalfSplit,
         rope_scaling: None,
         head_dim: None,
+        layer_heads: Default::default(),
         qkv_bias: false,
         qk_norm: false,
         attn_logit_softcap: None,

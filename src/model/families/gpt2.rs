@@ -134,6 +134,7 @@ impl Gpt2Config {
             qk_norm: false,
             rope_scaling: None,
             head_dim: None,
+            layer_heads: Default::default(),
             attn_logit_softcap: None,
             final_logit_softcap: None,
             norm_weight_offset: 0.0,

@@ -216,6 +216,7 @@ fn llama_config(
         qk_norm: false,
         rope_scaling: None,
         head_dim: None,
+        layer_heads: Default::default(),
         qkv_bias: false,
         attn_logit_softcap: None,
         final_logit_softcap: None,

@@ -141,6 +141,7 @@ impl LmModelSpec {
             qk_norm: self.qk_norm,
             rope_scaling: None,
             head_dim: None,
+            layer_heads: Default::default(),
             attn_logit_softcap: None,
             final_logit_softcap: None,
             norm_weight_offset: 0.0,

@@ -1,0 +1,193 @@
+//! `transformer prune --model M (--heads N | --keep FRACTION) [--by importance|random] --out M2`:
+//! removes attention heads physically (Michel et al. 2019), the least important first (their
+//! importance measured on `--data`) or in a random order, and writes the smaller model.
+
+use super::args::ThreadsArgs;
+use crate::heads::prune::{choose, prune, removable, Order};
+use crate::heads::run::{measure, DataSize, HeadsModel};
+use crate::heads::HeadModel;
+use crate::model::checkpoint::write_model;
+use crate::pipeline::generate::ModelSource;
+use crate::store::{CheckpointWriter, TOKENIZER_FILE, VOCAB_FILE};
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+
+/// The order in which heads go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum By {
+    /// Lowest normalised importance on --data first, over all layers and sites at once.
+    Importance,
+    /// A random order drawn from --seed.
+    Random,
+}
+
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("how_many").required(true).args(["heads", "keep"])))]
+pub struct PruneArgs {
+    /// A model directory written by train or train-lm.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Query heads to remove (a multiple of the key/value group size).
+    #[arg(long)]
+    pub heads: Option<usize>,
+    /// The fraction of the heads to keep, in (0, 1] (rounded down to whole groups removed).
+    #[arg(long)]
+    pub keep: Option<f64>,
+    #[arg(long, value_enum, default_value_t = By::Importance)]
+    pub by: By,
+    /// The random order's seed (--by random).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// The data the importance is measured on (--by importance): UTF-8 text for a language
+    /// model, lines of a source, a tab and a target for a translation model.
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Batches of --data read.
+    #[arg(long, default_value_t = 8)]
+    pub batches: usize,
+    /// Windows or sentence pairs per batch.
+    #[arg(long, default_value_t = 8)]
+    pub batch: usize,
+    /// Tokens per language-model window.
+    #[arg(long, default_value_t = 128)]
+    pub context: usize,
+    /// The pruned model's directory (must not exist).
+    #[arg(long)]
+    pub out: PathBuf,
+    #[command(flatten)]
+    pub pool: ThreadsArgs,
+}
+
+pub fn run(args: PruneArgs) -> Result<()> {
+    if args.out.exists() {
+        bail!(
+            "--out {} exists: give a new directory for the pruned model",
+            args.out.display()
+        );
+    }
+    if let Some(keep) = args.keep {
+        if !(keep > 0.0 && keep <= 1.0) {
+            bail!("--keep {keep}: the fraction of heads kept must be in (0, 1]");
+        }
+    }
+    if args.by == By::Importance && args.data.is_none() {
+        bail!("--by importance needs --data (the text or pairs the importance is measured on)");
+    }
+    let mut model = HeadsModel::load(&args.model)?;
+    if let HeadsModel::Lm(g) = &model {
+        if g.source != ModelSource::Ours {
+            bail!(
+                "{}: a pretrained model; prune writes the directories of train-lm (our \
+                 tokenizer and format) and prunes the models trained here",
+                args.model.display()
+            );
+        }
+    }
+    let order = match (&args.by, &args.data) {
+        (By::Importance, Some(data)) => {
+            let size = DataSize {
+                batches: args.batches,
+                batch: args.batch,
+                context: args.context,
+            };
+            let (importance, _) = measure(&mut model, data, size)?;
+            Order::Importance(importance.normalised())
+        }
+        _ => Order::Random(args.seed),
+    };
+    let heads_model: &mut dyn PruneTarget = match &mut model {
+        HeadsModel::Lm(g) => &mut g.model,
+        HeadsModel::Translation(t) => &mut t.model,
+    };
+    let (total, group) = heads_model.counts();
+    let n = match (args.heads, args.keep) {
+        (Some(n), _) => n,
+        (None, Some(keep)) => {
+            let remove = ((1.0 - keep) * total as f64).round() as usize;
+            remove / group * group
+        }
+        (None, None) => unreachable!("clap requires --heads or --keep"),
+    };
+    heads_model.prune_n(n, &order)?;
+    // The vocabulary files go into the same all-or-nothing save, listed in its manifest.
+    let mut extra = Vec::new();
+    for file in [VOCAB_FILE, TOKENIZER_FILE] {
+        let from = args.model.join(file);
+        if from.is_file() {
+            let bytes =
+                std::fs::read(&from).with_context(|| format!("reading {}", from.display()))?;
+            extra.push((file, bytes));
+        }
+    }
+    heads_model.save_to(&args.out, &extra)?;
+    eprintln!(
+        "removed {n} of {total} heads ({}); per layer: {}; wrote {}",
+        match args.by {
+            By::Importance => "least important first".to_string(),
+            By::Random => format!("random order, seed {}", args.seed),
+        },
+        heads_model.layer_counts(),
+        args.out.display()
+    );
+    Ok(())
+}
+
+/// What prune does with either kind of model.
+trait PruneTarget {
+    /// The query heads, and the key/value group size.
+    fn counts(&self) -> (usize, usize);
+    /// Removes `n` heads in `order`.
+    fn prune_n(&mut self, n: usize, order: &Order) -> crate::error::Result<()>;
+    /// Saves config.json, the weights and the files `extra` (name, bytes) to `dir`, all or
+    /// nothing.
+    fn save_to(
+        &mut self,
+        dir: &std::path::Path,
+        extra: &[(&str, Vec<u8>)],
+    ) -> crate::error::Result<()>;
+    /// The heads per layer and site, for the summary.
+    fn layer_counts(&self) -> String;
+}
+
+impl<M> PruneTarget for M
+where
+    M: HeadModel<f32> + crate::model::Model<Config = crate::model::ModelConfig>,
+{
+    fn counts(&self) -> (usize, usize) {
+        let config = self.config();
+        (
+            removable(self).0,
+            config.n_heads / config.n_kv_heads.unwrap_or(config.n_heads),
+        )
+    }
+    fn prune_n(&mut self, n: usize, order: &Order) -> crate::error::Result<()> {
+        let remove = choose(self, n, order)?;
+        prune(self, &remove)
+    }
+    fn save_to(
+        &mut self,
+        dir: &std::path::Path,
+        extra: &[(&str, Vec<u8>)],
+    ) -> crate::error::Result<()> {
+        let mut writer = CheckpointWriter::begin(dir)?;
+        write_model(&mut writer, self)?;
+        for (name, bytes) in extra {
+            writer.add(name, bytes)?;
+        }
+        writer.commit()
+    }
+    fn layer_counts(&self) -> String {
+        let mut parts = Vec::new();
+        for site in self.sites() {
+            let heads: Vec<String> = self
+                .attentions()
+                .iter()
+                .filter(|(s, _, _)| s == site)
+                .map(|(_, _, a)| a.n_heads.to_string())
+                .collect();
+            parts.push(format!("{} [{}]", site.name(), heads.join(" ")));
+        }
+        parts.join(", ")
+    }
+}
