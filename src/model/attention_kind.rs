@@ -95,6 +95,41 @@ impl AttentionKind {
     }
 }
 
+/// The command-line form: `exact`, `linear`, `window:W`, `sparse:L:S`, `global:L:G`.
+impl std::str::FromStr for AttentionKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let parts: Vec<&str> = s.split(':').collect();
+        let number = |i: usize| -> Result<usize, String> {
+            parts[i]
+                .parse()
+                .map_err(|_| format!("attention {s:?}: {:?} is not a whole number", parts[i]))
+        };
+        let kind = match (parts[0], parts.len()) {
+            ("exact", 1) => AttentionKind::Exact,
+            ("linear", 1) => AttentionKind::Linear,
+            ("window", 2) => AttentionKind::Window { window: number(1)? },
+            ("sparse", 3) => AttentionKind::Sparse {
+                local: number(1)?,
+                stride: number(2)?,
+            },
+            ("global", 3) => AttentionKind::Global {
+                local: number(1)?,
+                global_tokens: number(2)?,
+            },
+            _ => {
+                return Err(format!(
+                    "unknown attention {s:?}: exact, linear, window:W, sparse:LOCAL:STRIDE or \
+                     global:LOCAL:GLOBAL_TOKENS"
+                ))
+            }
+        };
+        kind.validate("attention")?;
+        Ok(kind)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,5 +158,23 @@ mod tests {
             err.contains("layer_attention[1]") && err.contains("stride"),
             "{err}"
         );
+        let global = AttentionKind::Global {
+            local: 16,
+            global_tokens: 4,
+        };
+        assert_eq!("global:16:4".parse(), Ok(global));
+        assert_eq!("linear".parse(), Ok(AttentionKind::Linear));
+        assert!("window:0"
+            .parse::<AttentionKind>()
+            .unwrap_err()
+            .contains("window"));
+        assert!("sparse:8"
+            .parse::<AttentionKind>()
+            .unwrap_err()
+            .contains("unknown attention"));
+        assert!("window:x"
+            .parse::<AttentionKind>()
+            .unwrap_err()
+            .contains("\"x\""));
     }
 }

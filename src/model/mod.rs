@@ -3,6 +3,8 @@
 pub mod attention;
 pub mod attention_approx;
 pub mod attention_kind;
+#[cfg(test)]
+mod attention_kind_tests;
 pub mod attention_step;
 pub mod bert;
 pub mod block;
