@@ -53,11 +53,11 @@ fn reference(
 ) -> Vec<f64> {
     let (d, dmod) = (dm.d_head, dm.d_model());
     let mut out = vec![0.0; q.len()];
-    for b in 0..dm.batch {
+    for (b, &len_b) in lens.iter().enumerate().take(dm.batch) {
         for h in 0..dm.heads {
             for i in 0..dm.q_len {
                 let at = |r: usize| (b * dm.q_len + r) * dmod + h * d;
-                let seen: Vec<usize> = (0..lens[b])
+                let seen: Vec<usize> = (0..len_b)
                     .filter(|&j| (!causal || j <= i) && pattern.sees(i, j))
                     .collect();
                 let s: Vec<f64> = seen
