@@ -106,6 +106,11 @@ pub struct TrainLmArgs {
     /// Ignored with --resume.
     #[arg(long, value_name = "N")]
     pub sliding_window: Option<usize>,
+    /// Every layer's attention: exact, window:W (the last W keys), sparse:L:S (local L and
+    /// every S-th key, Child et al. 2019), global:L:G (local L and G global tokens) or linear
+    /// (elu + 1 features, Katharopoulos et al. 2020). Ignored with --resume.
+    #[arg(long, default_value = "exact")]
+    pub attention: crate::model::attention_kind::AttentionKind,
     /// Stop after this many updates in total. On a fresh run also where the cosine schedule
     /// reaches its floor; with --resume the floor stays at the checkpoint's planned length.
     #[arg(long, default_value_t = 5000)]
@@ -171,6 +176,7 @@ impl TrainLmArgs {
                 qkv_bias: self.qkv_bias,
                 qk_norm: self.qk_norm,
                 sliding_window: self.sliding_window,
+                attention: self.attention,
             },
             recipe: LmTrainConfig {
                 context: self.context,

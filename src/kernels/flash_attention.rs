@@ -23,7 +23,7 @@
 //! log-sum-exp is `[batch * q_len, heads]`.
 
 use super::attention::{AttnDims, Scores};
-use super::key_ranges::{span, tile_cols, KeyRanges};
+use super::key_ranges::{hide_holes, span, tile_cols, KeyRanges};
 use super::matmul::{matmul, MatMut, MatRef};
 use crate::Float;
 use rayon::prelude::*;
@@ -94,9 +94,11 @@ pub fn flash_attention_forward<T: Float>(
                                 let (on, hidden) = s_row[live.start..].split_at_mut(live.len());
                                 hidden.iter_mut().for_each(|x| *x = T::zero());
                                 dims.scores.cap(on);
+                                hide_holes(&ranges, b, i0 + r, j0 + live.start, on);
                                 let row_max = on.iter().fold(T::neg_infinity(), |a, &x| a.max(x));
                                 let m_new = m[r].max(row_max);
                                 if m_new == T::neg_infinity() {
+                                    on.fill(T::zero()); // (holes' −∞ must not reach P V)
                                     continue; // nothing visible yet in this row
                                 }
                                 let mut sum = T::zero();
@@ -175,7 +177,10 @@ fn tile_probs<T: Float>(
             let c_row = &mut capped[r * cols..(r + 1) * cols];
             c_row.copy_from_slice(s_row);
         }
-        let on = &mut s_row[live];
+        let on = &mut s_row[live.clone()];
+        // holes: e^(−∞ − L) = 0 (the capped copy above keeps finite scores for the cap's
+        // derivative, which a zero dS multiplies)
+        hide_holes(ranges, b, i0 + r, j0 + live.start, on);
         on.iter_mut().for_each(|x| *x = (*x - lse).exp());
     }
 }

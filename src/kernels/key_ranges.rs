@@ -9,6 +9,11 @@
 //!   length of a cache).
 //! - [`Windowed`]: any of them restricted to its last `window` keys (sliding-window attention).
 //! - [`QueryRanges`]: an explicit `[start, end)` per query.
+//! - [`super::sparse_pattern::Patterned`]: a fixed sparse pattern (Child et al. 2019), whose
+//!   ranges have holes: the range is the envelope of what a query sees, and
+//!   [`KeyRanges::sees`] says which keys inside it are seen ([`KeyRanges::has_holes`]: whether
+//!   to ask). The kernels give the hidden keys a score of −∞ ([`hide_holes`]), so their
+//!   weights are exactly 0 as outside the range.
 
 use std::ops::Range;
 
@@ -18,6 +23,18 @@ pub trait KeyRanges: Sync {
     /// The keys `start .. end` query `i` of batch row `b` may see (clipped by the kernels to
     /// the keys they hold; `end <= start` sees nothing).
     fn range(&self, b: usize, i: usize) -> Range<usize>;
+
+    /// Whether query `i` of row `b` sees key `j` of its [`range`](Self::range): `false` is a
+    /// hole inside the range (a sparse pattern). Asked only when [`has_holes`](Self::has_holes)
+    /// says so; contiguous ranges see every key of the range.
+    fn sees(&self, _b: usize, _i: usize, _j: usize) -> bool {
+        true
+    }
+
+    /// Whether some range has holes ([`sees`](Self::sees) may answer `false`).
+    fn has_holes(&self) -> bool {
+        false
+    }
 
     /// The same ranges restricted to the last `window` keys of each (sliding-window attention).
     fn windowed(self, window: usize) -> Windowed<Self>
@@ -34,6 +51,14 @@ pub trait KeyRanges: Sync {
 impl<R: KeyRanges + ?Sized> KeyRanges for &R {
     fn range(&self, b: usize, i: usize) -> Range<usize> {
         (**self).range(b, i)
+    }
+
+    fn sees(&self, b: usize, i: usize, j: usize) -> bool {
+        (**self).sees(b, i, j)
+    }
+
+    fn has_holes(&self) -> bool {
+        (**self).has_holes()
     }
 }
 
@@ -95,6 +120,14 @@ impl<R: KeyRanges> KeyRanges for Windowed<R> {
         let r = self.inner.range(b, i);
         r.start.max(r.end.saturating_sub(self.window))..r.end
     }
+
+    fn sees(&self, b: usize, i: usize, j: usize) -> bool {
+        self.inner.sees(b, i, j)
+    }
+
+    fn has_holes(&self) -> bool {
+        self.inner.has_holes()
+    }
 }
 
 /// An explicit range per query, `[batch * q_len]` in query order.
@@ -107,6 +140,25 @@ pub struct QueryRanges {
 impl KeyRanges for QueryRanges {
     fn range(&self, b: usize, i: usize) -> Range<usize> {
         self.ranges[b * self.q_len + i].clone()
+    }
+}
+
+/// Gives the keys `j0 ..` of `scores` (one query's scores, key `j0 + c` at `c`) that query `i`
+/// of row `b` does not see a score of −∞, so that the softmax gives them weight exactly 0
+/// (nothing to do unless `ranges` has holes). `scores` must lie inside the query's range.
+pub fn hide_holes<T: crate::Float>(
+    ranges: &impl KeyRanges,
+    b: usize,
+    i: usize,
+    j0: usize,
+    scores: &mut [T],
+) {
+    if ranges.has_holes() {
+        for (c, s) in scores.iter_mut().enumerate() {
+            if !ranges.sees(b, i, j0 + c) {
+                *s = T::neg_infinity();
+            }
+        }
     }
 }
 

@@ -13,7 +13,7 @@
 
 use super::activations::mul_inplace;
 use super::attention::AttnDims;
-use super::key_ranges::{clip, KeyRanges};
+use super::key_ranges::{clip, hide_holes, KeyRanges};
 use super::matmul::{matmul, MatMut, MatRef};
 use super::softmax::{softmax_backward_inplace, softmax_inplace};
 use crate::Float;
@@ -25,7 +25,8 @@ use rayon::prelude::*;
 /// Attention dropout: with `drop` (a mask laid out like `probs`, each factor 0 or 1/(1 − p), see
 /// `kernels::dropout`), the context is `(P ⊙ M) V`; `probs` still receives the undropped `P`,
 /// which the backward needs for the softmax. Query `i` of batch element `b` sees the keys
-/// `ranges.range(b, i)` (clipped to `k_len`); the others get weight exactly 0.
+/// `ranges.range(b, i)` (clipped to `k_len`) but its holes ([`KeyRanges::sees`]); the others get
+/// weight exactly 0 (so the backward needs no mask: a zero weight passes no gradient).
 #[allow(clippy::too_many_arguments)]
 pub fn attention_forward<T: Float>(
     ctx: &mut [T],
@@ -72,6 +73,7 @@ pub fn attention_forward<T: Float>(
                     let seen = clip(ranges.range(b, i), k_len);
                     row[..seen.start].fill(T::zero());
                     dims.scores.cap(&mut row[seen.clone()]);
+                    hide_holes(&ranges, b, i, seen.start, &mut row[seen.clone()]);
                     softmax_inplace(&mut row[seen.start..], seen.len());
                 }
                 let p: &[T] = match drop {

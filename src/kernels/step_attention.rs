@@ -14,7 +14,7 @@
 //! portable by the low-precision kernel switch); f64 keeps the library `exp`.
 
 use super::attention::{AttnDims, Scores};
-use super::key_ranges::{clip, span, KeyRanges};
+use super::key_ranges::{clip, hide_holes, span, KeyRanges};
 use super::lowp::Kernel;
 use super::reduce::lane_dot;
 use super::softmax::softmax_inplace;
@@ -152,6 +152,7 @@ impl<T: Float, R: KeyRanges> pulp::WithSimd for OneRow<'_, T, R> {
                 }
                 p[..seen.start].fill(T::zero());
                 scores.cap(&mut p[seen.clone()]);
+                hide_holes(ranges, b, i, seen.start, &mut p[seen.clone()]);
                 // f32: the vectorised softmax of `step_softmax`; f64 (reference checks): the
                 // library exp of `softmax_inplace`.
                 match T::as_f32_mut(&mut p[seen.clone()]) {

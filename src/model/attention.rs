@@ -28,6 +28,7 @@
 //! in `super::attention_step`). Every call attends through the backend's one attention call,
 //! which chooses the kernel.
 
+use super::attention_approx::LayerRanges;
 use super::head_gate::{gate_backward, gated};
 use super::kv_cache::KvCache;
 use super::linear::Linear;
@@ -40,6 +41,7 @@ use crate::kernels::backend::{Backend, CPU};
 use crate::kernels::dropout::dropout_mask;
 use crate::kernels::rms_norm::RmsNormStats;
 use crate::kernels::rope::{rope_backward_scaled, rope_forward_scaled, Rope};
+use crate::kernels::sparse_pattern::Pattern;
 use crate::rng::Rng;
 use crate::Float;
 
@@ -76,6 +78,11 @@ pub struct MultiHeadAttention<T> {
     /// to the key ranges of every call (training forward and backward, attention maps, each
     /// decoding step); a paged KV cache releases the blocks older than the window.
     pub window: Option<usize>,
+    /// A sparse pattern over the keys (window, strided, global tokens; `super::attention_approx`)
+    /// and whether the layer is causal (how a query's position is read); `None`: the mask's keys.
+    pub pattern: Option<(Pattern, bool)>,
+    /// Linear attention (`kernels::linear_attention`) instead of the softmax.
+    pub linear: bool,
     /// How the dot products become scores: their scale (`None`: `1/√d_k`; Gemma's
     /// `query_pre_attn_scalar^(−1/2)`) and soft cap `c · tanh(s / c)` (Gemma 2), in every
     /// kernel and the backward.
@@ -136,7 +143,7 @@ impl<T> AttentionCache<T> {
     pub fn probs(&self) -> Option<&[T]> {
         match &self.weights {
             SavedWeights::Probs { probs, .. } => Some(probs),
-            SavedWeights::LogSumExp(_) => None,
+            SavedWeights::LogSumExp(_) | SavedWeights::Linear => None,
         }
     }
 }
@@ -153,6 +160,8 @@ pub enum SavedWeights<T> {
     /// The tiled kernel (see [`crate::kernels::attention::choose`]): the log-sum-exp of each
     /// score row `[batch*q_len, heads]`, from which its backward recomputes the weights.
     LogSumExp(Vec<T>),
+    /// Linear attention: nothing (its backward recomputes the running sums).
+    Linear,
 }
 
 impl<T: Float> MultiHeadAttention<T> {
@@ -203,6 +212,8 @@ impl<T: Float> MultiHeadAttention<T> {
             rope_freq_factors: Vec::new(),
             dropout: 0.0,
             window: None,
+            pattern: None,
+            linear: false,
             scores: Scores::default(),
             q_norm: None,
             k_norm: None,
@@ -274,7 +285,8 @@ impl<T: Float> MultiHeadAttention<T> {
     }
 
     /// The backend's attention call over `ranges`, cut to the layer's last `w` keys when it
-    /// has a window (`ranges.windowed(w)`); without one, `ranges` as given (the same call).
+    /// has a window and to its sparse pattern when it has one ([`Self::layer_ranges`]); without
+    /// either, `ranges` as given.
     pub(super) fn attend(
         &self,
         q: &[T],
@@ -283,9 +295,9 @@ impl<T: Float> MultiHeadAttention<T> {
         dims: AttnDims,
         purpose: Purpose<'_, T>,
     ) -> Attended<T> {
-        match self.window {
-            None => CPU.attention(q, kv, ranges, dims, purpose),
-            Some(w) => CPU.attention(q, kv, ranges.windowed(w), dims, purpose),
+        match (self.window, self.pattern) {
+            (None, None) => CPU.attention(q, kv, ranges, dims, purpose),
+            _ => CPU.attention(q, kv, self.layer_ranges(ranges), dims, purpose),
         }
     }
 
@@ -389,6 +401,27 @@ impl<T: Float> MultiHeadAttention<T> {
         let (q_pos, k_pos) = (shift + mask.q_offset, shift);
         let ([q, k, v], q_normed, k_normed) = self.project(x_q, x_kv, batch, q_pos, k_pos);
         let dims = self.dims(batch, q_len, k_len, k_len);
+        if self.linear {
+            let ctx = self.linear_context((&q, &k, &v), dims, mask);
+            let y = self.output(&ctx);
+            let cache = AttentionCache {
+                q,
+                k,
+                v,
+                weights: SavedWeights::Linear,
+                key_lens: mask.key_lens.to_vec(),
+                causal: mask.causal,
+                q_offset: mask.q_offset,
+                window: self.window,
+                ctx,
+                dims,
+                q_pos,
+                k_pos,
+                q_normed,
+                k_normed,
+            };
+            return (y, cache);
+        }
         let n_weights = batch * self.n_heads * q_len * k_len;
         // drop_mask: [batch, heads, q_len, k_len]
         let drop_mask = rng.and_then(|r| dropout_mask(r, n_weights, self.dropout));
@@ -436,6 +469,10 @@ impl<T: Float> MultiHeadAttention<T> {
         let k_len = x_kv.len() / (batch * self.d_model);
         let ([q, k, v], _, _) = self.project(x_q, x_kv, batch, mask.q_offset, 0);
         let dims = self.dims(batch, q_len, k_len, k_len);
+        if self.linear {
+            let (ctx, weights) = self.linear_context_weights((&q, &k, &v), dims, mask);
+            return (self.output(&ctx), weights);
+        }
         let kv = KvView::Contiguous { k: &k, v: &v };
         let attended = self.attend(&q, kv, mask, dims, Purpose::Weights);
         (self.output(&attended.ctx), probs(attended.weights))
@@ -474,6 +511,7 @@ impl<T: Float> MultiHeadAttention<T> {
                 drop: drop_mask.as_deref(),
             },
             SavedWeights::LogSumExp(lse) => SavedRef::LogSumExp(lse),
+            SavedWeights::Linear => SavedRef::LogSumExp(&[]),
         };
         let mask = AttnMask {
             key_lens: &cache.key_lens,
@@ -482,9 +520,15 @@ impl<T: Float> MultiHeadAttention<T> {
         };
         let grads = (&mut dq[..], &mut dk[..], &mut dv[..]);
         let (dctx, ctx, dims) = (&dctx[..], &cache.ctx[..], cache.dims);
-        match cache.window {
-            None => CPU.attention_backward(grads, dctx, ctx, qkv, saved, mask, dims),
-            Some(w) => CPU.attention_backward(grads, dctx, ctx, qkv, saved, mask.windowed(w), dims),
+        let ranges = LayerRanges {
+            inner: mask,
+            window: cache.window,
+            pattern: self.pattern,
+        };
+        match (&cache.weights, cache.window, self.pattern) {
+            (SavedWeights::Linear, ..) => self.linear_backward(grads, dctx, qkv, dims, mask),
+            (_, None, None) => CPU.attention_backward(grads, dctx, ctx, qkv, saved, mask, dims),
+            _ => CPU.attention_backward(grads, dctx, ctx, qkv, saved, ranges, dims),
         }
         if self.rotary {
             let (heads, d_head) = (self.n_heads, self.d_head);

@@ -11,6 +11,9 @@
 //! to their last `w` keys (the query at position `p` sees `max(0, p + 1 − w) ..= p`), and
 //! before appending releases the blocks of each row that its first new query no longer sees
 //! ([`KvCache::release_before`]: a paged cache holds about `w` positions a row).
+//!
+//! A linear-attention layer (`super::attention_approx`) keeps running sums instead of keys and
+//! values: every layout goes through them, one token at a time.
 
 use super::attention::{probs, MultiHeadAttention};
 use super::kv_cache::KvCache;
@@ -34,6 +37,9 @@ impl<T: Float> MultiHeadAttention<T> {
         cache: &mut KvCache<T>,
         layout: &StepLayout<'_>,
     ) -> (Vec<T>, Vec<T>) {
+        if self.linear {
+            return (self.linear_step_layout(x, cache, layout), Vec::new());
+        }
         match layout.feed {
             Feed::Ragged { rows, positions } => self.step_ragged(x, cache, rows, positions),
             Feed::OnePerRow => {
@@ -53,6 +59,50 @@ impl<T: Float> MultiHeadAttention<T> {
                     self.step_last(x, cache, q_len)
                 } else {
                     self.step_uniform(x, cache, q_len)
+                }
+            }
+        }
+    }
+
+    /// A linear-attention layer's step (`super::attention_approx`): the tokens of `layout`
+    /// through the rows' running sums; the same outputs as the other layers' steps (no
+    /// weights: there are none to show).
+    fn linear_step_layout(
+        &self,
+        x: &[T],
+        cache: &mut KvCache<T>,
+        layout: &StepLayout<'_>,
+    ) -> Vec<T> {
+        match layout.feed {
+            Feed::Ragged { rows, positions } => {
+                for (s, _) in runs(rows, positions) {
+                    assert_eq!(
+                        positions[s],
+                        cache.row_len(rows[s]),
+                        "tokens continue their row"
+                    );
+                }
+                self.linear_step(x, cache, rows)
+            }
+            Feed::OnePerRow => {
+                let rows: Vec<usize> = (0..cache.batch).collect();
+                self.linear_step(x, cache, &rows)
+            }
+            Feed::Uniform => {
+                let (d, batch) = (self.d_model, cache.batch);
+                let q_len = x.len().checked_div(batch * d).unwrap_or(0);
+                assert_eq!(
+                    x.len(),
+                    batch * q_len * d,
+                    "query rows are not a whole number per cached batch element"
+                );
+                let rows: Vec<usize> = (0..batch)
+                    .flat_map(|b| std::iter::repeat_n(b, q_len))
+                    .collect();
+                let y = self.linear_step(x, cache, &rows);
+                match layout.last_of_several(q_len) {
+                    true => super::residual::last_rows(&y, q_len, d),
+                    false => y,
                 }
             }
         }

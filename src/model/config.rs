@@ -3,6 +3,7 @@
 //! A leaf of the model: the layers read these types, and how a layer is built from them lives
 //! with the builders ([`super::build`]), so this file imports no layer.
 
+use super::attention_kind::AttentionKind;
 use serde::{Deserialize, Serialize};
 
 pub use super::layer_heads::{AttentionSite, LayerHeads};
@@ -224,6 +225,16 @@ pub struct ModelConfig {
     /// `rope_base` on every layer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sliding_rope_base: Option<f64>,
+    // Attention beyond O(N²) (`super::attention_kind`).
+    /// Per decoder (language-model) layer, the self-attention it computes: exact, a sliding
+    /// window, a sparse pattern, local + global tokens or linear attention (see
+    /// [`AttentionKind`]); empty: exact everywhere. Absent: empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layer_attention: Vec<AttentionKind>,
+    /// The same per encoder layer (its self-attention is not causal: a window `w` sees
+    /// `|p − j| < w`). Absent: empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub encoder_layer_attention: Vec<AttentionKind>,
 }
 
 fn is_zero(p: &f64) -> bool {
@@ -352,6 +363,8 @@ impl ModelConfig {
             query_pre_attn_scalar: None,
             post_norms: false,
             sliding_rope_base: None,
+            layer_attention: Vec::new(),
+            encoder_layer_attention: Vec::new(),
         })
     }
 
@@ -380,8 +393,28 @@ impl ModelConfig {
 
     /// The sliding window of decoder layer `i` ([`layer_windows`](Self::layer_windows);
     /// `None`: the whole causal prefix).
+    /// A `{"kind": "window"}` entry of [`layer_attention`](Self::layer_attention) is the same
+    /// window.
     pub fn layer_window(&self, i: usize) -> Option<usize> {
-        self.layer_windows.get(i).copied().flatten()
+        match self.layer_attention_kind(i) {
+            AttentionKind::Window { window } => Some(window),
+            _ => self.layer_windows.get(i).copied().flatten(),
+        }
+    }
+
+    /// The self-attention of decoder layer `i` ([`layer_attention`](Self::layer_attention);
+    /// exact when absent).
+    pub fn layer_attention_kind(&self, i: usize) -> AttentionKind {
+        self.layer_attention.get(i).copied().unwrap_or_default()
+    }
+
+    /// The self-attention of encoder layer `i` ([`encoder_layer_attention`](
+    /// Self::encoder_layer_attention); exact when absent).
+    pub fn encoder_attention_kind(&self, i: usize) -> AttentionKind {
+        self.encoder_layer_attention
+            .get(i)
+            .copied()
+            .unwrap_or_default()
     }
 
     /// The rotary base of decoder layer `i`: [`sliding_rope_base`](Self::sliding_rope_base)

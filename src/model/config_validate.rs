@@ -135,6 +135,7 @@ impl ModelConfig {
                 self.n_decoder_layers
             ));
         }
+        self.validate_attention_kinds()?;
         if let Some(c) = self.final_logit_softcap {
             if !(c.is_finite() && c > 0.0) {
                 return Err(format!("final_logit_softcap {c} must be a positive number"));
@@ -234,6 +235,66 @@ impl ModelConfig {
         }
         if self.post_norms && self.norm != NormPlacement::PreLn {
             return Err("post_norms needs pre-LN blocks (norm pre-ln)".into());
+        }
+        Ok(())
+    }
+}
+
+impl ModelConfig {
+    /// `layer_attention` and `encoder_layer_attention`: one entry per layer, sizes of at least
+    /// 1, no layer with both a `layer_windows` window and another kind, and linear attention
+    /// without what it cannot compute (attention dropout, soft-capped scores: there are no
+    /// weights or scores to drop or cap).
+    fn validate_attention_kinds(&self) -> Result<(), String> {
+        use crate::model::attention_kind::AttentionKind;
+        let lists = [
+            (
+                "layer_attention",
+                &self.layer_attention,
+                self.n_decoder_layers,
+                "decoder",
+            ),
+            (
+                "encoder_layer_attention",
+                &self.encoder_layer_attention,
+                self.n_encoder_layers,
+                "encoder",
+            ),
+        ];
+        for (name, kinds, layers, stack) in lists {
+            if !kinds.is_empty() && kinds.len() != layers {
+                return Err(format!(
+                    "{name} has {} entries for {layers} {stack} layers",
+                    kinds.len()
+                ));
+            }
+            for (i, kind) in kinds.iter().enumerate() {
+                kind.validate(&format!("{name}[{i}]"))?;
+                if *kind == AttentionKind::Linear {
+                    if self.attention_dropout > 0.0 {
+                        return Err(format!(
+                            "{name}[{i}] is linear attention, which has no weights to drop: \
+                             attention_dropout must be 0"
+                        ));
+                    }
+                    if self.attn_logit_softcap.is_some() {
+                        return Err(format!(
+                            "{name}[{i}] is linear attention, which has no scores to cap: \
+                             attn_logit_softcap cannot be set"
+                        ));
+                    }
+                }
+            }
+        }
+        for (i, kind) in self.layer_attention.iter().enumerate() {
+            let windowed = self.layer_windows.get(i).copied().flatten().is_some();
+            if windowed && *kind != AttentionKind::Exact {
+                return Err(format!(
+                    "decoder layer {i} has both a layer_windows window and layer_attention \
+                     {}: state one",
+                    kind.label()
+                ));
+            }
         }
         Ok(())
     }

@@ -30,8 +30,14 @@
 //! step's first query ([`KvCache::release_before`]); a row then holds at most
 //! `⌈w / block_rows⌉ + 1` blocks however long it grows. The released positions keep their
 //! table entries but are never attended (the window masks them).
+//!
+//! **Linear attention** (`kernels::linear_attention`): such a layer stores no keys or values,
+//! only its running sums per row ([`KvCache::linear_state`], the same size at every length);
+//! its positions are counted ([`KvCache::advance_ragged`]) and its rows gathered, added and
+//! copied with the others.
 
 use crate::kernels::attention::KvStore;
+use crate::kernels::linear_attention::LinearState;
 use crate::Float;
 use std::borrow::Cow;
 
@@ -60,6 +66,9 @@ pub struct KvCache<T> {
     lens: Vec<usize>,
     /// Per row, its first block still held: those before were released (sliding window).
     first_live: Vec<usize>,
+    /// A linear-attention layer's running sums, one row per batch row (then no keys or values
+    /// are stored).
+    running: Option<LinearState<T>>,
 }
 
 impl<T: Float> KvCache<T> {
@@ -81,6 +90,27 @@ impl<T: Float> KvCache<T> {
             d_model,
             lens: vec![0; batch],
             first_live: vec![0; batch],
+            running: None,
+        }
+    }
+
+    /// The running sums of a linear-attention layer, made by `make(batch)` on first use.
+    pub fn linear_state(
+        &mut self,
+        make: impl FnOnce(usize) -> LinearState<T>,
+    ) -> &mut LinearState<T> {
+        let batch = self.batch;
+        self.running.get_or_insert_with(|| make(batch))
+    }
+
+    /// Counts one more position for each entry of `rows` (a linear-attention layer, whose
+    /// state took the tokens), storing nothing.
+    pub fn advance_ragged(&mut self, rows: &[usize]) {
+        for &b in rows {
+            assert!(b < self.batch, "row {b} of a batch of {}", self.batch);
+            assert!(self.lens[b] < self.capacity, "KV cache capacity exceeded");
+            self.lens[b] += 1;
+            self.len = self.len.max(self.lens[b]);
         }
     }
 
@@ -208,6 +238,9 @@ impl<T: Float> KvCache<T> {
         self.lens.push(0);
         self.first_live.push(0);
         self.len = self.lens.iter().copied().max().unwrap_or(0);
+        if let Some(state) = &mut self.running {
+            state.add_row();
+        }
         self.batch += 1;
         self.batch - 1
     }
@@ -224,6 +257,18 @@ impl<T: Float> KvCache<T> {
         );
         assert!(n <= self.capacity, "KV cache capacity exceeded");
         let row = self.add_row();
+        if let Some(theirs) = &other.running {
+            let state = self.linear_state(|rows| theirs.empty_like(rows));
+            state.copy_row(row, theirs, b);
+            assert_eq!(
+                n,
+                other.row_len(b),
+                "a linear-attention state holds whole rows"
+            );
+            self.lens[row] = n;
+            self.len = self.len.max(n);
+            return row;
+        }
         // Blocks `other` released (sliding window) are not copied: they are never read.
         let first =
             (other.first_live[b] * other.block_rows / self.block_rows).min(n / self.block_rows);
@@ -317,6 +362,9 @@ impl<T: Float> KvCache<T> {
         self.batch = rows.len();
         self.first_live = rows.iter().map(|&r| self.first_live[r]).collect();
         self.lens = rows.iter().map(|&r| self.lens[r]).collect();
+        if let Some(state) = &mut self.running {
+            state.gather_rows(rows);
+        }
         if self.lens.iter().any(|&l| l != self.len) {
             self.len = self.lens.iter().copied().max().unwrap_or(0);
         }
@@ -387,6 +435,7 @@ impl<T: Float> KvCache<T> {
                 block_rows: cap,
                 lens: std::mem::take(&mut self.lens),
                 first_live: vec![0; self.batch],
+                running: self.running.take(),
                 k,
                 v,
                 ..*self

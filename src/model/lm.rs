@@ -85,6 +85,7 @@ impl<T: Float> LanguageModel<T> {
         let rope_freq_factors = c.rope_freq_factors();
         for (i, layer) in blocks.layers.iter_mut().enumerate() {
             layer.self_attn.window = c.layer_window(i);
+            layer.self_attn.set_kind(c.layer_attention_kind(i), true);
             layer.self_attn.rope.base = c.layer_rope_base(i);
             // Scaling belongs to `rope_base`: a layer of its own sliding base is unscaled.
             layer.self_attn.rope_freq_factors = match c.has_sliding_rope(i) {
@@ -222,9 +223,15 @@ impl<T: Float> LanguageModel<T> {
 
     /// An empty incremental-decoding state for `batch` sequences of up to `capacity` positions
     /// (at most `max_len`): one block per row, attended as matrix products.
+    ///
+    /// With sliding windows, blocks of the smallest window (at most 64 positions), released as
+    /// the window moves on: a windowed layer then holds about its window's positions, not
+    /// `capacity` (attention then reads through the block tables).
     pub fn start(&self, batch: usize, capacity: usize) -> LmState<T> {
         let capacity = capacity.min(self.config.max_len);
-        CacheStack::new(self.kv_widths(), batch, capacity, capacity)
+        let windows = self.blocks.layers.iter().filter_map(|l| l.self_attn.window);
+        let block_rows = windows.min().map_or(capacity, |w| w.clamp(1, 64));
+        CacheStack::new(self.kv_widths(), batch, capacity, block_rows)
     }
 
     /// An empty state for continuous batching: no rows yet, each row may hold up to `max_len`

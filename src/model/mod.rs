@@ -1,6 +1,10 @@
 //! The model: one file per concept of the paper, each layer's forward and backward side by side.
 
 pub mod attention;
+pub mod attention_approx;
+pub mod attention_kind;
+#[cfg(test)]
+mod attention_kind_tests;
 pub mod attention_step;
 pub mod bert;
 pub mod block;

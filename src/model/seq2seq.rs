@@ -125,9 +125,11 @@ impl<T: Float> Seq2Seq<T> {
         let rope_freq_factors = c.rope_freq_factors();
         for (i, layer) in decoder.layers.iter_mut().enumerate() {
             layer.self_attn.window = c.layer_window(i);
+            layer.self_attn.set_kind(c.layer_attention_kind(i), true);
             layer.self_attn.rope_freq_factors = rope_freq_factors.clone();
         }
-        for layer in encoder.layers.iter_mut() {
+        for (i, layer) in encoder.layers.iter_mut().enumerate() {
+            layer.self_attn.set_kind(c.encoder_attention_kind(i), false);
             layer.self_attn.rope_freq_factors = rope_freq_factors.clone();
         }
         let head = OutputHead::new(c.vocab_size, c.d_model, c.tie_embeddings, init)

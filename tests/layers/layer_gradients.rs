@@ -114,6 +114,7 @@ fn check_attention_scaled(
             assert!(tiled);
             None
         }
+        SavedWeights::Linear => panic!("exact attention saved linear attention's weights"),
     };
     match drop_mask {
         Some(m) => assert!(dropout > 0.0 && m.contains(&0.0), "dropped no weight"),

@@ -131,6 +131,7 @@ fn attention_vs_reference(
             );
             return;
         }
+        SavedWeights::Linear => panic!("exact attention saved linear attention's weights"),
     };
     let wp = assert_close(&format!("{label} probs"), probs, &want_p, REL, ABS);
     // Masked weights are exactly zero; visible ones are positive and sum to one.

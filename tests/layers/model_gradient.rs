@@ -42,6 +42,8 @@ fn tiny_config(norm: NormPlacement, tie: bool, dropout: f64) -> ModelConfig {
         query_pre_attn_scalar: None,
         post_norms: false,
         sliding_rope_base: None,
+        layer_attention: Vec::new(),
+        encoder_layer_attention: Vec::new(),
     }
 }
 

@@ -334,6 +334,8 @@ fn tiny_config(positions: Positions, norm: NormPlacement, tie: bool, dropout: f6
         query_pre_attn_scalar: None,
         post_norms: false,
         sliding_rope_base: None,
+        layer_attention: Vec::new(),
+        encoder_layer_attention: Vec::new(),
     }
 }
 
@@ -456,6 +458,8 @@ fn decoding_model(positions: Positions, norm: NormPlacement, tie: bool, eos: f32
         query_pre_attn_scalar: None,
         post_norms: false,
         sliding_rope_base: None,
+        layer_attention: Vec::new(),
+        encoder_layer_attention: Vec::new(),
     };
     c.validate().unwrap();
     let mut m = Seq2Seq::new(c, &mut Rng::new(3));

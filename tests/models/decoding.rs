@@ -47,6 +47,8 @@ fn config(norm: NormPlacement, tie: bool) -> ModelConfig {
         query_pre_attn_scalar: None,
         post_norms: false,
         sliding_rope_base: None,
+        layer_attention: Vec::new(),
+        encoder_layer_attention: Vec::new(),
     }
 }
 

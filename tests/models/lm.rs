@@ -54,6 +54,8 @@ fn config(norm: NormPlacement, tie: bool, dropout: f64, d_model: usize) -> Model
         query_pre_attn_scalar: None,
         post_norms: false,
         sliding_rope_base: None,
+        layer_attention: Vec::new(),
+        encoder_layer_attention: Vec::new(),
     }
 }
 

@@ -292,6 +292,8 @@ fn gemma_config(
         query_pre_attn_scalar: None,
         post_norms: true,
         sliding_rope_base: None,
+        layer_attention: Vec::new(),
+        encoder_layer_attention: Vec::new(),
     }
 }
 

@@ -143,6 +143,8 @@ impl Gpt2Config {
             query_pre_attn_scalar: None,
             post_norms: false,
             sliding_rope_base: None,
+            layer_attention: Vec::new(),
+            encoder_layer_attention: Vec::new(),
         };
         c.validate()?;
         Ok(c)

@@ -226,6 +226,8 @@ fn llama_config(
         query_pre_attn_scalar: None,
         post_norms: false,
         sliding_rope_base: None,
+        layer_attention: Vec::new(),
+        encoder_layer_attention: Vec::new(),
     }
 }
 

@@ -105,6 +105,8 @@ pub struct LmModelSpec {
     pub qk_norm: bool,
     /// Every layer's sliding window: a query sees its last `w` keys (Mistral's).
     pub sliding_window: Option<usize>,
+    /// Every layer's attention (`model::attention_kind`): exact unless stated.
+    pub attention: crate::model::attention_kind::AttentionKind,
 }
 
 impl LmModelSpec {
@@ -153,6 +155,11 @@ impl LmModelSpec {
             query_pre_attn_scalar: None,
             post_norms: false,
             sliding_rope_base: None,
+            layer_attention: match self.attention {
+                crate::model::attention_kind::AttentionKind::Exact => Vec::new(),
+                kind => vec![kind; self.layers],
+            },
+            encoder_layer_attention: Vec::new(),
         };
         config
             .validate()
