@@ -6,6 +6,7 @@ pub mod corpus;
 pub mod decoder_tokenizer;
 pub mod gguf_tokenizer;
 pub mod llama_vocab;
+pub mod token_bytes;
 pub mod tokenizer;
 pub mod vocab;
 
