@@ -69,8 +69,9 @@ fn the_mask_allows_exactly_the_prefixes_of_the_language() {
     assert_eq!(allowed, vec![b]);
     assert!(!c.advance(b as u32).unwrap());
     let cc = tokens.iter().position(|t| t.bytes == b"c").unwrap();
-    assert!(!c.advance(cc as u32).unwrap());
-    // Complete: only the end token is left (entries past the tokenizer's never allowed).
+    // "abc" is whole and nothing may follow: the row is complete, only the end token is left
+    // (entries past the tokenizer's are never allowed).
+    assert!(c.advance(cc as u32).unwrap());
     let mut logits = vec![1.0f32; cv.vocab_size];
     c.mask(&mut logits).unwrap();
     let allowed: Vec<usize> = (0..logits.len()).filter(|&j| logits[j].is_finite()).collect();

@@ -46,7 +46,7 @@ fn schemas() -> Vec<Value> {
 }
 
 fn chat(schema: &Value, seed: u64) -> Value {
-    json!({"messages": [{"role": "user", "content": "Answer in JSON."}], "max_tokens": 300,
+    json!({"messages": [{"role": "user", "content": "Answer in JSON."}], "max_tokens": 200,
            "temperature": 1.0, "seed": seed,
            "response_format": {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema, "strict": true}}})
 }
@@ -91,7 +91,7 @@ fn json_schema_replies_always_parse_and_validate() {
         valid(schema, choice["message"]["content"].as_str().unwrap());
     }
     for (i, schema) in schemas.iter().enumerate() {
-        let request = json!({"prompt": "JSON:", "max_tokens": 300, "temperature": 1.0, "seed": i,
+        let request = json!({"prompt": "JSON:", "max_tokens": 200, "temperature": 1.0, "seed": i,
                              "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}});
         let body = ok(addr, "/v1/completions", &request);
         assert_eq!(body["choices"][0]["finish_reason"], "stop", "{body}");
@@ -183,8 +183,8 @@ fn required_and_named_tool_choice_always_give_a_valid_call() {
     let time = json!({"type": "object", "properties": {"zone": {"type": "integer", "minimum": -12, "maximum": 12}},
                       "required": ["zone"], "additionalProperties": false});
     let tools = json!([
-        {"type": "function", "function": {"name": "get_weather", "parameters": weather}},
-        {"type": "function", "function": {"name": "get_time", "parameters": time}}
+        {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city", "parameters": weather}},
+        {"type": "function", "function": {"name": "get_time", "description": "The time in a zone", "parameters": time}}
     ]);
     let schema_of = |name: &str| if name == "get_weather" { &weather } else { &time };
     for file in [
