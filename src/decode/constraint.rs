@@ -54,7 +54,9 @@ impl Grammar {
             schema
         };
         Ok(match self {
-            Grammar::JsonObject => TopLevelGrammar::from_json_schema(compact(json!({"type": "object"}))),
+            Grammar::JsonObject => {
+                TopLevelGrammar::from_json_schema(compact(json!({"type": "object"})))
+            }
             Grammar::JsonSchema(schema) => {
                 TopLevelGrammar::from_json_schema(compact(schema.clone()))
             }

@@ -8,7 +8,9 @@ use crate::rng::Rng;
 /// Printable ASCII one byte each, longer pieces, then `<|end|>` (special) last.
 fn vocab() -> (Vec<TokenBytes>, u32) {
     let mut words: Vec<Vec<u8>> = (0x20u8..0x7f).map(|b| vec![b]).collect();
-    for w in ["{\"", "\":", "\",\"", "true", "false", "null", "12", "abc", "\"}", "\n"] {
+    for w in [
+        "{\"", "\":", "\",\"", "true", "false", "null", "12", "abc", "\"}", "\n",
+    ] {
         words.push(w.as_bytes().to_vec());
     }
     let mut tokens: Vec<TokenBytes> = words
@@ -28,11 +30,19 @@ fn vocab() -> (Vec<TokenBytes>, u32) {
 
 /// Samples from random logits under `grammar` until the end token (at most 400 tokens); the
 /// text written.
-fn walk(cv: &ConstraintVocab, tokens: &[TokenBytes], end: u32, grammar: &Grammar, rng: &mut Rng) -> String {
+fn walk(
+    cv: &ConstraintVocab,
+    tokens: &[TokenBytes],
+    end: u32,
+    grammar: &Grammar,
+    rng: &mut Rng,
+) -> String {
     let mut c = cv.compile(grammar).unwrap();
     let mut text = Vec::new();
     for _ in 0..400 {
-        let mut logits: Vec<f32> = (0..cv.vocab_size).map(|_| rng.uniform() as f32 * 4.0).collect();
+        let mut logits: Vec<f32> = (0..cv.vocab_size)
+            .map(|_| rng.uniform() as f32 * 4.0)
+            .collect();
         // The end token likelier, so walks finish.
         logits[end as usize] += 3.0;
         c.mask(&mut logits).unwrap();
@@ -46,7 +56,10 @@ fn walk(cv: &ConstraintVocab, tokens: &[TokenBytes], end: u32, grammar: &Grammar
             return String::from_utf8(text).unwrap();
         }
     }
-    panic!("no end after 400 tokens: {:?}", String::from_utf8_lossy(&text));
+    panic!(
+        "no end after 400 tokens: {:?}",
+        String::from_utf8_lossy(&text)
+    );
 }
 
 #[test]
@@ -56,7 +69,9 @@ fn the_mask_allows_exactly_the_prefixes_of_the_language() {
     let mut c = cv.compile(&Grammar::Regex("ab+c".into())).unwrap();
     let mut logits = vec![1.0f32; cv.vocab_size];
     c.mask(&mut logits).unwrap();
-    let allowed: Vec<usize> = (0..logits.len()).filter(|&j| logits[j].is_finite()).collect();
+    let allowed: Vec<usize> = (0..logits.len())
+        .filter(|&j| logits[j].is_finite())
+        .collect();
     // "a" alone and "abc" (a sentence, then nothing more may follow but the end).
     let a = tokens.iter().position(|t| t.bytes == b"a").unwrap();
     let abc = tokens.iter().position(|t| t.bytes == b"abc").unwrap();
@@ -65,7 +80,9 @@ fn the_mask_allows_exactly_the_prefixes_of_the_language() {
     let mut logits = vec![1.0f32; cv.vocab_size];
     c.mask(&mut logits).unwrap();
     let b = tokens.iter().position(|t| t.bytes == b"b").unwrap();
-    let allowed: Vec<usize> = (0..logits.len()).filter(|&j| logits[j].is_finite()).collect();
+    let allowed: Vec<usize> = (0..logits.len())
+        .filter(|&j| logits[j].is_finite())
+        .collect();
     assert_eq!(allowed, vec![b]);
     assert!(!c.advance(b as u32).unwrap());
     let cc = tokens.iter().position(|t| t.bytes == b"c").unwrap();
@@ -74,7 +91,9 @@ fn the_mask_allows_exactly_the_prefixes_of_the_language() {
     assert!(c.advance(cc as u32).unwrap());
     let mut logits = vec![1.0f32; cv.vocab_size];
     c.mask(&mut logits).unwrap();
-    let allowed: Vec<usize> = (0..logits.len()).filter(|&j| logits[j].is_finite()).collect();
+    let allowed: Vec<usize> = (0..logits.len())
+        .filter(|&j| logits[j].is_finite())
+        .collect();
     assert_eq!(allowed, vec![end as usize]);
     // A token outside the mask is an error, not silently taken.
     let mut c = cv.compile(&Grammar::Regex("ab+c".into())).unwrap();
@@ -98,30 +117,61 @@ fn random_walks_end_in_sentences_of_the_language() {
         "additionalProperties": false
     });
     for _ in 0..20 {
-        let text = walk(&cv, &tokens, end, &Grammar::JsonSchema(schema.clone()), &mut rng);
+        let text = walk(
+            &cv,
+            &tokens,
+            end,
+            &Grammar::JsonSchema(schema.clone()),
+            &mut rng,
+        );
         let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
         let n = v["n"].as_i64().unwrap();
         assert!((3..=41).contains(&n), "{text}");
-        assert!(["red", "green"].contains(&v["tag"].as_str().unwrap()), "{text}");
+        assert!(
+            ["red", "green"].contains(&v["tag"].as_str().unwrap()),
+            "{text}"
+        );
         let s = v["s"].as_str().unwrap();
-        assert!(s.len() <= 4 && s.chars().all(|c| ('a'..='c').contains(&c)), "{text}");
-        assert!(v.as_object().unwrap().keys().all(|k| ["n", "ok", "tag", "s"].contains(&k.as_str())));
-        assert!(!text.contains(' ') && !text.contains('\n'), "compact JSON: {text}");
+        assert!(
+            s.len() <= 4 && s.chars().all(|c| ('a'..='c').contains(&c)),
+            "{text}"
+        );
+        assert!(v
+            .as_object()
+            .unwrap()
+            .keys()
+            .all(|k| ["n", "ok", "tag", "s"].contains(&k.as_str())));
+        assert!(
+            !text.contains(' ') && !text.contains('\n'),
+            "compact JSON: {text}"
+        );
     }
     for _ in 0..10 {
-        let text = walk(&cv, &tokens, end, &Grammar::Regex("(ab|c){1,3}-[0-9]{2}".into()), &mut rng);
+        let text = walk(
+            &cv,
+            &tokens,
+            end,
+            &Grammar::Regex("(ab|c){1,3}-[0-9]{2}".into()),
+            &mut rng,
+        );
         let ok = text.len() >= 4 && text[text.len() - 3..].starts_with('-');
         assert!(ok, "{text}");
         let gbnf = "root ::= (\"yes\" | \"no\") \" \" digit{1,2}\ndigit ::= [0-9]\n";
         let text = walk(&cv, &tokens, end, &Grammar::Gbnf(gbnf.into()), &mut rng);
         let (word, num) = text.split_once(' ').unwrap();
-        assert!(["yes", "no"].contains(&word) && (1..=2).contains(&num.len()), "{text}");
+        assert!(
+            ["yes", "no"].contains(&word) && (1..=2).contains(&num.len()),
+            "{text}"
+        );
         let lark = "start: \"[\" item (\",\" item)* \"]\"\nitem: /[a-c]/";
         let text = walk(&cv, &tokens, end, &Grammar::Lark(lark.into()), &mut rng);
         assert!(text.starts_with('[') && text.ends_with(']'), "{text}");
     }
     let text = walk(&cv, &tokens, end, &Grammar::JsonObject, &mut rng);
-    assert!(serde_json::from_str::<Value>(&text).unwrap().is_object(), "{text}");
+    assert!(
+        serde_json::from_str::<Value>(&text).unwrap().is_object(),
+        "{text}"
+    );
 }
 
 #[test]
@@ -132,12 +182,17 @@ fn bad_grammars_are_errors_with_a_message() {
     assert!(!err(Grammar::Regex("(ab".into())).is_empty());
     assert!(!err(Grammar::Lark("start: missing_rule".into())).is_empty());
     assert!(err(Grammar::Gbnf("root ::= nothing".into())).contains("nothing"));
-    let e = err(Grammar::JsonSchema(serde_json::json!({"type": "no-such-type"})));
+    let e = err(Grammar::JsonSchema(
+        serde_json::json!({"type": "no-such-type"}),
+    ));
     assert!(!e.is_empty());
     let e = err(Grammar::JsonSchema(
         serde_json::json!({"type": "integer", "minimum": 5, "maximum": 2}),
     ));
     assert!(!e.is_empty(), "an empty interval is refused");
     assert!(ConstraintVocab::new(&tokens, tokens.len(), &[]).is_err());
-    assert!(ConstraintVocab::new(&tokens, tokens.len() - 1, &[end]).is_err(), "the end token is outside");
+    assert!(
+        ConstraintVocab::new(&tokens, tokens.len() - 1, &[end]).is_err(),
+        "the end token is outside"
+    );
 }

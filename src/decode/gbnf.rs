@@ -128,7 +128,9 @@ impl Reader<'_> {
             .iter()
             .take(20)
             .collect();
-        Error::Input(format!("grammar (GBNF): {message} at line {line}, before {near:?}"))
+        Error::Input(format!(
+            "grammar (GBNF): {message} at line {line}, before {near:?}"
+        ))
     }
 
     fn skip_space(&mut self, newlines: bool) {
@@ -186,7 +188,9 @@ impl Reader<'_> {
         };
         self.pos += 1;
         let hex = |r: &mut Self, n: usize| -> Result<String> {
-            let digits: String = r.text[r.pos..(r.pos + n).min(r.text.len())].iter().collect();
+            let digits: String = r.text[r.pos..(r.pos + n).min(r.text.len())]
+                .iter()
+                .collect();
             if digits.len() != n || !digits.chars().all(|c| c.is_ascii_hexdigit()) {
                 return Err(r.fail(&format!("invalid \\{e} escape")));
             }
@@ -200,7 +204,9 @@ impl Reader<'_> {
             'U' => {
                 // Lark's strings and regexes take at most \uHHHH: write the character itself.
                 let digits = hex(self, 8)?;
-                let code = u32::from_str_radix(&digits, 16).ok().and_then(char::from_u32);
+                let code = u32::from_str_radix(&digits, 16)
+                    .ok()
+                    .and_then(char::from_u32);
                 code.map(|c| c.to_string())
                     .ok_or_else(|| self.fail("invalid \\U escape"))
             }
@@ -420,7 +426,10 @@ mod tests {
             "%llguidance {}\n\nstart: ANSWER (\", \" ANSWER){0,2}\nANSWER: \"yes\"\n     | \"no\"\n     | NUM\nNUM: /[0-9]/+\n"
         );
         // A recursive rule stays a rule; names are made Lark's.
-        let lark = gbnf_to_lark("root ::= my-list\nmy-list ::= \"[\" (item (\",\" my-list)?)? \"]\"\nitem ::= [a-z]\n").unwrap();
+        let lark = gbnf_to_lark(
+            "root ::= my-list\nmy-list ::= \"[\" (item (\",\" my-list)?)? \"]\"\nitem ::= [a-z]\n",
+        )
+        .unwrap();
         assert!(lark.contains("start: my_list\nmy_list: \"[\""), "{lark}");
         assert!(lark.contains("ITEM: /[a-z]/"), "{lark}");
     }

@@ -30,13 +30,8 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 
 /// llama.cpp's `/completion` options this server does not have: refused by name.
-const UNSUPPORTED_COMPLETION_FIELDS: [&str; 5] = [
-    "n_probs",
-    "logit_bias",
-    "mirostat",
-    "image_data",
-    "lora",
-];
+const UNSUPPORTED_COMPLETION_FIELDS: [&str; 5] =
+    ["n_probs", "logit_bias", "mirostat", "image_data", "lora"];
 
 /// A JSON object body, or a 400.
 fn object(body: &Bytes) -> Result<Value, ApiError> {

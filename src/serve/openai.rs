@@ -415,7 +415,15 @@ fn prepare(app: &App, flavor: Flavor, body: &Bytes) -> Result<(Arc<LmFront>, Acc
             let index = i * n + c;
             let seed = p.seed.wrapping_add(index as u64);
             let row_constraint = constraint.clone();
-            receivers.push(submit(app, &lm, ids.clone(), &p, seed, default_max, row_constraint)?);
+            receivers.push(submit(
+                app,
+                &lm,
+                ids.clone(),
+                &p,
+                seed,
+                default_max,
+                row_constraint,
+            )?);
             let echo = p.scoring.echo.then(|| shown.clone());
             choices.push(ChoiceState::new(
                 index,

@@ -10,10 +10,30 @@ use regex::Regex;
 use serde_json::Value;
 
 const KNOWN: &[&str] = &[
-    "type", "enum", "const", "properties", "required", "additionalProperties", "items",
-    "minItems", "maxItems", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-    "minLength", "maxLength", "pattern", "anyOf", "oneOf", "allOf", "$ref", "$defs",
-    "definitions", "title", "description",
+    "type",
+    "enum",
+    "const",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "minItems",
+    "maxItems",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "anyOf",
+    "oneOf",
+    "allOf",
+    "$ref",
+    "$defs",
+    "definitions",
+    "title",
+    "description",
 ];
 
 /// Why `value` does not follow `schema` (`root` resolves `$ref`), or `Ok`.
@@ -79,8 +99,12 @@ pub fn check(root: &Value, schema: &Value, value: &Value) -> Result<(), String> 
     }
     if let Some(text) = value.as_str() {
         let n = text.chars().count() as u64;
-        if s.get("minLength").and_then(Value::as_u64).is_some_and(|m| n < m)
-            || s.get("maxLength").and_then(Value::as_u64).is_some_and(|m| n > m)
+        if s.get("minLength")
+            .and_then(Value::as_u64)
+            .is_some_and(|m| n < m)
+            || s.get("maxLength")
+                .and_then(Value::as_u64)
+                .is_some_and(|m| n > m)
         {
             return fail("length outside the bounds".into());
         }
@@ -93,8 +117,12 @@ pub fn check(root: &Value, schema: &Value, value: &Value) -> Result<(), String> 
     }
     if let Some(items) = value.as_array() {
         let n = items.len() as u64;
-        if s.get("minItems").and_then(Value::as_u64).is_some_and(|m| n < m)
-            || s.get("maxItems").and_then(Value::as_u64).is_some_and(|m| n > m)
+        if s.get("minItems")
+            .and_then(Value::as_u64)
+            .is_some_and(|m| n < m)
+            || s.get("maxItems")
+                .and_then(Value::as_u64)
+                .is_some_and(|m| n > m)
         {
             return fail("item count outside the bounds".into());
         }
@@ -137,7 +165,12 @@ pub fn check(root: &Value, schema: &Value, value: &Value) -> Result<(), String> 
             }
         }
     }
-    for o in s.get("allOf").and_then(Value::as_array).into_iter().flatten() {
+    for o in s
+        .get("allOf")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
         check(root, o, value)?;
     }
     Ok(())
@@ -181,5 +214,10 @@ fn the_checker_passes_and_fails_what_it_should() {
     for v in &bad {
         assert!(check(&schema, &schema, v).is_err(), "{v} passed");
     }
-    assert!(check(&json!({"format": "email"}), &json!({"format": "email"}), &json!("x")).is_err());
+    assert!(check(
+        &json!({"format": "email"}),
+        &json!({"format": "email"}),
+        &json!("x")
+    )
+    .is_err());
 }

@@ -73,12 +73,14 @@ fn json_schema_replies_always_parse_and_validate() {
         let handles: Vec<_> = schemas
             .iter()
             .enumerate()
-            .flat_map(|(i, schema)| {
-                (0..2u64).map(move |k| (i, k, schema))
-            })
+            .flat_map(|(i, schema)| (0..2u64).map(move |k| (i, k, schema)))
             .map(|(i, k, schema)| {
                 scope.spawn(move || {
-                    let body = ok(addr, "/v1/chat/completions", &chat(schema, 100 * i as u64 + k));
+                    let body = ok(
+                        addr,
+                        "/v1/chat/completions",
+                        &chat(schema, 100 * i as u64 + k),
+                    );
                     (schema.clone(), body)
                 })
             })
@@ -102,7 +104,11 @@ fn json_schema_replies_always_parse_and_validate() {
     streamed["stream"] = true.into();
     let text: String = events(addr, "/v1/chat/completions", &streamed)
         .iter()
-        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str().map(str::to_string))
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
         .collect();
     valid(&schemas[20], &text);
     // json_object: an object (n = 3 choices, each its own constrained row).
@@ -128,27 +134,44 @@ fn regex_lark_and_gbnf_replies_match() {
     let rx = "[A-Z][a-z]{2,8}( [a-z]{1,8}){0,3}\\.";
     let whole = Regex::new(&format!("^(?:{rx})$")).unwrap();
     for seed in 0..5 {
-        let body = ok(addr, "/v1/completions", &json!({"prompt": "Say:", "max_tokens": 60, "seed": seed,
-            "response_format": {"type": "regex", "regex": rx}}));
+        let body = ok(
+            addr,
+            "/v1/completions",
+            &json!({"prompt": "Say:", "max_tokens": 60, "seed": seed,
+            "response_format": {"type": "regex", "regex": rx}}),
+        );
         let text = body["choices"][0]["text"].as_str().unwrap();
         assert!(whole.is_match(text), "{text:?}");
         assert_eq!(body["choices"][0]["finish_reason"], "stop");
     }
     let lark = "start: item (\", \" item){1,2}\nitem: \"yes\" | \"no\" | /[0-9]{1,3}/";
     let item = Regex::new("^(yes|no|[0-9]{1,3})(, (yes|no|[0-9]{1,3})){1,2}$").unwrap();
-    let gbnf = "root ::= item (\", \" item){1,2}\nitem ::= \"yes\" | \"no\" | [0-9] [0-9]? [0-9]?\n";
+    let gbnf =
+        "root ::= item (\", \" item){1,2}\nitem ::= \"yes\" | \"no\" | [0-9] [0-9]? [0-9]?\n";
     for seed in 0..4 {
-        let body = ok(addr, "/v1/chat/completions", &json!({"messages": [{"role": "user", "content": "List"}],
-            "max_tokens": 60, "seed": seed, "response_format": {"type": "lark", "grammar": lark}}));
+        let body = ok(
+            addr,
+            "/v1/chat/completions",
+            &json!({"messages": [{"role": "user", "content": "List"}],
+            "max_tokens": 60, "seed": seed, "response_format": {"type": "lark", "grammar": lark}}),
+        );
         let text = body["choices"][0]["message"]["content"].as_str().unwrap();
         assert!(item.is_match(text), "lark: {text:?}");
         // llama.cpp's /completion: GBNF, and a JSON schema.
-        let body = ok(addr, "/completion", &json!({"prompt": "List:", "n_predict": 60, "seed": seed, "grammar": gbnf}));
+        let body = ok(
+            addr,
+            "/completion",
+            &json!({"prompt": "List:", "n_predict": 60, "seed": seed, "grammar": gbnf}),
+        );
         let text = body["content"].as_str().unwrap();
         assert!(item.is_match(text), "gbnf: {text:?}");
         assert_eq!(body["stop_type"], "eos");
         let schema = &schemas()[1];
-        let body = ok(addr, "/completion", &json!({"prompt": "JSON:", "n_predict": 100, "seed": seed, "json_schema": schema}));
+        let body = ok(
+            addr,
+            "/completion",
+            &json!({"prompt": "JSON:", "n_predict": 100, "seed": seed, "json_schema": schema}),
+        );
         valid(schema, body["content"].as_str().unwrap());
     }
 }
@@ -158,7 +181,11 @@ fn with_template(tiny: &Path, template: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("serve-constrain-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    for name in ["generation_config.json", "model.safetensors", "tokenizer.json"] {
+    for name in [
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer.json",
+    ] {
         std::os::unix::fs::symlink(tiny.join(name), dir.join(name)).unwrap();
     }
     let mut config: Value =
@@ -186,7 +213,13 @@ fn required_and_named_tool_choice_always_give_a_valid_call() {
         {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city", "parameters": weather}},
         {"type": "function", "function": {"name": "get_time", "description": "The time in a zone", "parameters": time}}
     ]);
-    let schema_of = |name: &str| if name == "get_weather" { &weather } else { &time };
+    let schema_of = |name: &str| {
+        if name == "get_weather" {
+            &weather
+        } else {
+            &time
+        }
+    };
     for file in [
         "Qwen-Qwen2.5-7B-Instruct.jinja",
         "meta-llama-Llama-3.1-8B-Instruct.jinja",
@@ -199,34 +232,63 @@ fn required_and_named_tool_choice_always_give_a_valid_call() {
         let server = start(&dir);
         let addr = server.addr;
         let messages = json!([{"role": "user", "content": "Weather in Paris?"}]);
-        for (seed, choice) in [(1, json!("required")), (2, json!("required")),
-                               (3, json!({"type": "function", "function": {"name": "get_time"}})),
-                               (4, json!({"type": "function", "function": {"name": "get_weather"}}))] {
+        for (seed, choice) in [
+            (1, json!("required")),
+            (2, json!("required")),
+            (
+                3,
+                json!({"type": "function", "function": {"name": "get_time"}}),
+            ),
+            (
+                4,
+                json!({"type": "function", "function": {"name": "get_weather"}}),
+            ),
+        ] {
             for stream in [false, true] {
                 let request = json!({"messages": messages, "tools": tools, "tool_choice": choice, "seed": seed,
                                      "temperature": 1.0, "max_tokens": 200, "stream": stream});
                 let calls: Vec<Value> = if stream {
                     let chunks = events(addr, "/v1/chat/completions", &request);
-                    let last = chunks.iter().rev().find(|c| !c["choices"][0]["finish_reason"].is_null()).unwrap();
+                    let last = chunks
+                        .iter()
+                        .rev()
+                        .find(|c| !c["choices"][0]["finish_reason"].is_null())
+                        .unwrap();
                     assert_eq!(last["choices"][0]["finish_reason"], "tool_calls", "{file}");
-                    chunks.iter().filter_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array()).flatten().cloned().collect()
+                    chunks
+                        .iter()
+                        .filter_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array())
+                        .flatten()
+                        .cloned()
+                        .collect()
                 } else {
                     let body = ok(addr, "/v1/chat/completions", &request);
-                    assert_eq!(body["choices"][0]["finish_reason"], "tool_calls", "{file}: {body}");
-                    body["choices"][0]["message"]["tool_calls"].as_array().unwrap().clone()
+                    assert_eq!(
+                        body["choices"][0]["finish_reason"], "tool_calls",
+                        "{file}: {body}"
+                    );
+                    body["choices"][0]["message"]["tool_calls"]
+                        .as_array()
+                        .unwrap()
+                        .clone()
                 };
                 assert_eq!(calls.len(), 1, "{file}: {calls:?}");
                 let name = calls[0]["function"]["name"].as_str().unwrap();
                 if let Some(wanted) = choice.pointer("/function/name") {
                     assert_eq!(name, wanted);
                 }
-                let args: Value = serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap()).unwrap();
-                check(schema_of(name), schema_of(name), &args).unwrap_or_else(|e| panic!("{file}: {e}"));
+                let args: Value =
+                    serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap())
+                        .unwrap();
+                check(schema_of(name), schema_of(name), &args)
+                    .unwrap_or_else(|e| panic!("{file}: {e}"));
             }
         }
         // A named tool that is not offered, and tool_choice without tools: 400.
-        for bad in [json!({"messages": messages, "tools": tools, "tool_choice": {"type": "function", "function": {"name": "nope"}}}),
-                    json!({"messages": messages, "tools": [], "tool_choice": "required"})] {
+        for bad in [
+            json!({"messages": messages, "tools": tools, "tool_choice": {"type": "function", "function": {"name": "nope"}}}),
+            json!({"messages": messages, "tools": [], "tool_choice": "required"}),
+        ] {
             let (status, body) = post(addr, "/v1/chat/completions", &bad);
             assert_eq!(status, 400, "{body}");
             assert_eq!(body["error"]["param"], "tool_choice");
@@ -243,19 +305,46 @@ fn bad_schemas_and_grammars_are_400s_and_the_server_goes_on() {
     let addr = server.addr;
     let messages = json!([{"role": "user", "content": "x"}]);
     let cases = [
-        (json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "no-such-type"}}}}), "response_format"),
-        (json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "integer", "minimum": 5, "maximum": 2}}}}), "response_format"),
-        (json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": 12}}}), "response_format"),
-        (json!({"response_format": {"type": "json_schema"}}), "response_format"),
-        (json!({"response_format": {"type": "regex", "regex": "(unclosed"}}), "response_format"),
-        (json!({"response_format": {"type": "regex"}}), "response_format"),
-        (json!({"response_format": {"type": "lark", "grammar": "start: undefined_rule"}}), "response_format"),
-        (json!({"response_format": {"type": "yaml"}}), "response_format"),
+        (
+            json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "no-such-type"}}}}),
+            "response_format",
+        ),
+        (
+            json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "integer", "minimum": 5, "maximum": 2}}}}),
+            "response_format",
+        ),
+        (
+            json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": 12}}}),
+            "response_format",
+        ),
+        (
+            json!({"response_format": {"type": "json_schema"}}),
+            "response_format",
+        ),
+        (
+            json!({"response_format": {"type": "regex", "regex": "(unclosed"}}),
+            "response_format",
+        ),
+        (
+            json!({"response_format": {"type": "regex"}}),
+            "response_format",
+        ),
+        (
+            json!({"response_format": {"type": "lark", "grammar": "start: undefined_rule"}}),
+            "response_format",
+        ),
+        (
+            json!({"response_format": {"type": "yaml"}}),
+            "response_format",
+        ),
         (json!({"response_format": "json"}), "response_format"),
         (json!({"grammar": "root ::= ("}), "grammar"),
         (json!({"grammar": 5}), "grammar"),
         (json!({"json_schema": "x"}), "json_schema"),
-        (json!({"json_schema": {"type": "object"}, "grammar": "root ::= \"a\""}), "grammar"),
+        (
+            json!({"json_schema": {"type": "object"}, "grammar": "root ::= \"a\""}),
+            "grammar",
+        ),
     ];
     for (extra, field) in cases {
         let mut request = json!({"messages": messages, "max_tokens": 8});
@@ -268,11 +357,19 @@ fn bad_schemas_and_grammars_are_400s_and_the_server_goes_on() {
         assert!(!body["error"]["message"].as_str().unwrap().is_empty());
     }
     // Still serving, constrained and not.
-    let body = ok(addr, "/v1/chat/completions", &json!({"messages": messages, "max_tokens": 40,
-        "response_format": {"type": "regex", "regex": "(ab|cd){2}"}}));
+    let body = ok(
+        addr,
+        "/v1/chat/completions",
+        &json!({"messages": messages, "max_tokens": 40,
+        "response_format": {"type": "regex", "regex": "(ab|cd){2}"}}),
+    );
     let text = body["choices"][0]["message"]["content"].as_str().unwrap();
     assert!(Regex::new("^(ab|cd){2}$").unwrap().is_match(text), "{text}");
-    ok(addr, "/v1/chat/completions", &json!({"messages": messages, "max_tokens": 4}));
+    ok(
+        addr,
+        "/v1/chat/completions",
+        &json!({"messages": messages, "max_tokens": 4}),
+    );
 }
 
 #[test]
@@ -293,6 +390,9 @@ fn unconstrained_rows_are_the_same_beside_a_constrained_row() {
             (p.join().unwrap(), c.join().unwrap())
         });
         assert_eq!(beside["choices"][0]["text"], alone["choices"][0]["text"]);
-        assert_eq!(beside["choices"][0]["logprobs"], alone["choices"][0]["logprobs"]);
+        assert_eq!(
+            beside["choices"][0]["logprobs"],
+            alone["choices"][0]["logprobs"]
+        );
     }
 }

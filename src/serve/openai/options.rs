@@ -65,9 +65,10 @@ pub struct Scoring {
 
 /// A string member `key` of the object `field` (a 400 naming the field when absent).
 fn member<'a>(object: &'a Value, field: &'static str, key: &str) -> Result<&'a str, ApiError> {
-    object.get(key).and_then(Value::as_str).ok_or_else(|| {
-        ApiError::invalid(Some(field), format!("{field}.{key} must be a string"))
-    })
+    object
+        .get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::invalid(Some(field), format!("{field}.{key} must be a string")))
 }
 
 /// The grammar of `response_format` (OpenAI's, with the extensions of the module docs) or of
@@ -77,7 +78,10 @@ pub fn grammar(body: &Value) -> Result<Option<(&'static str, Grammar)>, ApiError
     if let Some(format) = body.get("response_format").filter(|v| !v.is_null()) {
         const F: &str = "response_format";
         if !format.is_object() {
-            return Err(ApiError::invalid(Some(F), "response_format must be an object {\"type\": ...}"));
+            return Err(ApiError::invalid(
+                Some(F),
+                "response_format must be an object {\"type\": ...}",
+            ));
         }
         let grammar = match member(format, F, "type")? {
             "text" => None,
@@ -110,19 +114,32 @@ pub fn grammar(body: &Value) -> Result<Option<(&'static str, Grammar)>, ApiError
         Some(schema @ (Value::Object(_) | Value::Bool(_))) => {
             found.push(("json_schema", Grammar::JsonSchema(schema.clone())))
         }
-        Some(_) => return Err(ApiError::invalid(Some("json_schema"), "json_schema must be a JSON schema (an object)")),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                Some("json_schema"),
+                "json_schema must be a JSON schema (an object)",
+            ))
+        }
     }
     match body.get("grammar") {
         None | Some(Value::Null) => {}
         Some(Value::String(g)) if g.trim().is_empty() => {}
         Some(Value::String(g)) => found.push(("grammar", Grammar::Gbnf(g.clone()))),
-        Some(_) => return Err(ApiError::invalid(Some("grammar"), "grammar must be a string (GBNF)")),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                Some("grammar"),
+                "grammar must be a string (GBNF)",
+            ))
+        }
     }
     if found.len() > 1 {
         let names: Vec<&str> = found.iter().map(|(f, _)| *f).collect();
         return Err(ApiError::invalid(
             Some(found[1].0),
-            format!("{}: give one of response_format, json_schema and grammar", names.join(" and ")),
+            format!(
+                "{}: give one of response_format, json_schema and grammar",
+                names.join(" and ")
+            ),
         ));
     }
     Ok(found.pop())
