@@ -98,6 +98,7 @@ fn offline(args: &LoadtestArgs, path: &std::path::Path) -> Result<()> {
                         ..Default::default()
                     },
                     options: Default::default(),
+                    constraint: None,
                     seed: 1,
                     stop_ids: g.tokenizer.end_tokens(),
                     arrived: now,

@@ -14,6 +14,10 @@
 
 pub mod adjust;
 pub mod beam;
+#[cfg(feature = "constrain")]
+pub mod constraint;
+#[cfg(feature = "constrain")]
+pub mod gbnf;
 pub mod greedy;
 pub mod sample;
 pub mod score;

@@ -55,6 +55,7 @@ pub mod translate_engine;
 
 pub use server::Server;
 
+use crate::decode::constraint::ConstraintVocab;
 use crate::error::Error;
 use crate::model::LanguageModel;
 use crate::pipeline::chat::ChatTemplate;
@@ -160,6 +161,8 @@ pub struct LmFront {
     pub timeout_s: f64,
     /// The engine's queue.
     pub requests: std::sync::mpsc::Sender<GenRequest>,
+    /// The model's vocabulary for constrained decoding, or why there is none.
+    pub constraints: Result<Arc<ConstraintVocab>, String>,
 }
 
 /// What is served, once loaded.
@@ -504,8 +507,15 @@ fn compute_lm(app: Arc<App>) {
     } = generator;
     let engine = engine_config(&app.config, &model);
     let (tx, rx) = std::sync::mpsc::channel();
+    let end_tokens = tokenizer.end_tokens();
+    // The token trie of constrained decoding, once (a model without an end token has none).
+    let constraints = crate::text::token_bytes::token_bytes(&tokenizer)
+        .and_then(|bytes| ConstraintVocab::new(&bytes, model.config.vocab_size, &end_tokens))
+        .map(Arc::new)
+        .map_err(|e| e.to_string());
     let front = LmFront {
-        end_tokens: tokenizer.end_tokens(),
+        constraints,
+        end_tokens,
         tokenizer,
         chat,
         vocab_size: model.config.vocab_size,

@@ -4,11 +4,11 @@
 //!   (`context_length`, vLLM's `max_model_len`, llama.cpp's `meta.n_ctx_train`);
 //!   `GET /v1/models/{id}`: the same object, 404 in OpenAI's shape for another id.
 //! - `POST /completion` `{"prompt", "n_predict", "temperature", "top_k", "top_p", "seed",
-//!   "stop"}` → `{"content", "model", "tokens_predicted", "tokens_evaluated", "stop": true,
+//!   "stop", "json_schema", "grammar"}` (a JSON schema, a GBNF grammar: constrained decoding) → `{"content", "model", "tokens_predicted", "tokens_evaluated", "stop": true,
 //!   "stop_type": "eos" | "limit", "truncated": false}`: `/v1/completions` underneath (the same
 //!   checks, queue and engine), answered in llama.cpp's fields. Not streamed (`stream: true` is
 //!   refused by name: `/v1/completions` streams), and the llama.cpp options this server does not
-//!   have (`n_probs`, `grammar`, `json_schema`, `logit_bias`, `mirostat`, `image_data`, `lora`)
+//!   have (`n_probs`, `logit_bias`, `mirostat`, `image_data`, `lora`)
 //!   are refused by name.
 //! - `POST /tokenize` `{"content", "add_special": false, "with_pieces": false}` →
 //!   `{"tokens": [id, ...] | [{"id", "piece"}, ...]}` (`add_special`: the special tokens a
@@ -30,15 +30,8 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 
 /// llama.cpp's `/completion` options this server does not have: refused by name.
-const UNSUPPORTED_COMPLETION_FIELDS: [&str; 7] = [
-    "n_probs",
-    "grammar",
-    "json_schema",
-    "logit_bias",
-    "mirostat",
-    "image_data",
-    "lora",
-];
+const UNSUPPORTED_COMPLETION_FIELDS: [&str; 5] =
+    ["n_probs", "logit_bias", "mirostat", "image_data", "lora"];
 
 /// A JSON object body, or a 400.
 fn object(body: &Bytes) -> Result<Value, ApiError> {

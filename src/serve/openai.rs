@@ -24,6 +24,7 @@
 
 mod answer;
 mod chat_prompt;
+pub mod forced_tools;
 pub(super) use chat_prompt::chat_prompt;
 pub mod choice;
 pub mod logprobs;
@@ -33,6 +34,7 @@ pub mod tool_calls;
 use super::api_error::ApiError;
 use super::scheduler::{Event, GenRequest};
 use super::{App, LmFront, OutcomeGuard};
+use crate::decode::constraint::{Constraint, Grammar};
 use crate::decode::sample::SamplingOptions;
 use answer::Reply;
 use axum::body::Bytes;
@@ -175,6 +177,7 @@ fn submit(
     p: &Params,
     seed: u64,
     default_max: usize,
+    constraint: Option<Constraint>,
 ) -> Result<UnboundedReceiver<Event>, ApiError> {
     let cfg = &app.config;
     let n = prompt.len();
@@ -262,6 +265,7 @@ fn submit(
         max_tokens,
         sampling: p.sampling,
         options: p.scoring.row.clone(),
+        constraint,
         seed,
         stop_ids: lm.end_tokens.clone(),
         arrived: now,
@@ -273,6 +277,20 @@ fn submit(
         return Err(ApiError::internal("the engine has stopped"));
     }
     Ok(rx)
+}
+
+/// `grammar` (asked for by `field`) compiled against the model's vocabulary; a 400 naming the
+/// field with llguidance's message when it does not compile.
+fn compile(lm: &LmFront, field: &'static str, grammar: &Grammar) -> Result<Constraint, ApiError> {
+    let vocab = lm.constraints.as_ref().map_err(|why| {
+        ApiError::invalid(
+            Some(field),
+            format!("{field}: constrained decoding is not available for this model: {why}"),
+        )
+    })?;
+    vocab
+        .compile(grammar)
+        .map_err(|e| ApiError::invalid(Some(field), format!("{field}: {e}")))
 }
 
 /// Prompt tokens `echo` with `logprobs` scores at most (every position's distribution is kept
@@ -367,6 +385,18 @@ fn prepare(app: &App, flavor: Flavor, body: &Bytes) -> Result<(Arc<LmFront>, Acc
             (vec![(ids, String::new())], tools, 512)
         }
     };
+    let forced = tools.as_ref().and_then(|t| t.forced.as_ref());
+    let constraint = match (&p.scoring.grammar, forced) {
+        (Some((field, _)), Some(_)) => {
+            return Err(ApiError::invalid(
+                Some(field),
+                format!("{field}: a required or named tool_choice already constrains the reply"),
+            ))
+        }
+        (Some((field, grammar)), None) => Some(compile(&lm, field, grammar)?),
+        (None, Some(grammar)) => Some(compile(&lm, "tool_choice", grammar)?),
+        (None, None) => None,
+    };
     let n = p.scoring.n;
     if prompts.len() * n > MAX_ROWS {
         return Err(ApiError::limit(
@@ -384,7 +414,16 @@ fn prepare(app: &App, flavor: Flavor, body: &Bytes) -> Result<(Arc<LmFront>, Acc
         for c in 0..n {
             let index = i * n + c;
             let seed = p.seed.wrapping_add(index as u64);
-            receivers.push(submit(app, &lm, ids.clone(), &p, seed, default_max)?);
+            let row_constraint = constraint.clone();
+            receivers.push(submit(
+                app,
+                &lm,
+                ids.clone(),
+                &p,
+                seed,
+                default_max,
+                row_constraint,
+            )?);
             let echo = p.scoring.echo.then(|| shown.clone());
             choices.push(ChoiceState::new(
                 index,

@@ -27,12 +27,18 @@
 //! ([`Event::PromptLogprobs`], before the first token): such a row's prompt chunks ask the
 //! model for the outputs of all their positions.
 //!
+//! A row may carry a grammar ([`Constraint`]: `response_format`, `json_schema`, `grammar`, a
+//! required tool call): its logits outside the tokens the grammar allows next become `−∞`
+//! before the adjustments and sampling, and the chosen token advances it; the row stops when the
+//! grammar is complete, and fails alone ([`Event::Failed`]) when it cannot go on.
+//!
 //! Rows never interact: a sequence's tokens depend only on its own prompt, options and seed,
 //! not on what it is batched with (greedy results equal the single-request results).
 
 use super::engine::{Advance, Engine, Limits, Plan, Reply, RowKind, RowPlan, Stepped};
 use super::metrics::Metrics;
 use crate::decode::adjust::{top_entries, LogitAdjustments, TokenHistory};
+use crate::decode::constraint::Constraint;
 use crate::decode::sample::{sample, SamplingOptions};
 use crate::decode::DecodingState;
 use crate::model::lm::LmState;
@@ -53,6 +59,8 @@ pub struct GenRequest {
     pub sampling: SamplingOptions,
     /// Adjustments and log-probabilities asked for (default: none).
     pub options: RowOptions,
+    /// The grammar the output must follow (default: none).
+    pub constraint: Option<Constraint>,
     pub seed: u64,
     /// Tokens that end the sequence (sent, then `Finished::Stop`).
     pub stop_ids: Vec<u32>,
@@ -113,6 +121,8 @@ pub enum Event {
     },
     /// The deadline passed first.
     TimedOut,
+    /// The row's grammar could not go on (an unsatisfiable schema): the request fails alone.
+    Failed(String),
 }
 
 /// Why a sequence stopped.
@@ -187,6 +197,8 @@ pub struct Sequence {
     max_tokens: usize,
     sampling: SamplingOptions,
     options: RowOptions,
+    /// The row's grammar, if any.
+    constraint: Option<Constraint>,
     /// The tokens the adjustments read; `None` when the row has none.
     history: Option<TokenHistory>,
     /// Where log-probabilities go (a clone of the reply's sender), when asked.
@@ -206,6 +218,8 @@ pub struct Ending {
     reason: FinishReason,
     prompt_tokens: usize,
     completion_tokens: usize,
+    /// The grammar's error, when the row failed.
+    failed: Option<String>,
 }
 
 impl Reply for UnboundedSender<Event> {
@@ -223,6 +237,10 @@ impl Reply for UnboundedSender<Event> {
     }
     fn answer(self, answers: Vec<Ending>) {
         for e in answers {
+            if let Some(message) = e.failed {
+                let _ = self.send(Event::Failed(message));
+                continue;
+            }
             let _ = self.send(Event::Finished {
                 reason: e.reason,
                 prompt_tokens: e.prompt_tokens,
@@ -261,6 +279,7 @@ impl RowKind for LmRows<'_> {
             max_tokens: req.max_tokens,
             sampling: req.sampling,
             options: req.options,
+            constraint: req.constraint,
             history,
             scores: scored.then(|| req.events.clone()),
             prompt_scores: Vec::new(),
@@ -404,21 +423,43 @@ impl RowKind for LmRows<'_> {
         for (j, &(r, _)) in outputs.iter().enumerate() {
             let seq = &mut running[r];
             let row = &logprobs[j * v..(j + 1) * v];
-            let id = match &mut seq.history {
-                None => sample(row, seq.sampling, &mut seq.rng),
-                Some(history) => {
+            let mut failed = None;
+            let id = match (&mut seq.history, &mut seq.constraint) {
+                (None, None) => sample(row, seq.sampling, &mut seq.rng),
+                (history, constraint) => {
                     let mut z = raw[j].take().unwrap_or_else(|| row.to_vec());
-                    seq.options.adjust.apply(&mut z, history);
-                    let id = sample(&z, seq.sampling, &mut seq.rng);
-                    history.push(id);
+                    // The grammar's mask first: the adjustments (min_p) see the allowed tokens.
+                    if let Some(Err(e)) = constraint.as_mut().map(|c| c.mask(&mut z)) {
+                        failed = Some(e.to_string());
+                    }
+                    if let Some(history) = history {
+                        seq.options.adjust.apply(&mut z, history);
+                    }
+                    let id = match failed {
+                        // No token may follow: the row ends on an end token, failed.
+                        Some(_) => seq.stop_ids.first().copied().unwrap_or(0),
+                        None => sample(&z, seq.sampling, &mut seq.rng),
+                    };
+                    if let Some(history) = history {
+                        history.push(id);
+                    }
                     id
                 }
             };
+            let mut complete = false;
+            if let (None, Some(c)) = (&failed, &mut seq.constraint) {
+                if !seq.stop_ids.contains(&id) {
+                    match c.advance(id) {
+                        Ok(done) => complete = done,
+                        Err(e) => failed = Some(e.to_string()),
+                    }
+                }
+            }
             if let (Some(k), Some(tx)) = (seq.options.logprobs, &seq.scores) {
                 let _ = tx.send(Event::Logprob(TokenLogprob::of(row, id, k)));
             }
             seq.out.push(id);
-            let finished = if seq.stop_ids.contains(&id) {
+            let finished = if seq.stop_ids.contains(&id) || complete || failed.is_some() {
                 Some(FinishReason::Stop)
             } else if seq.out.len() >= seq.max_tokens || self.state.row_len(r) >= max_len {
                 Some(FinishReason::Length)
@@ -432,6 +473,7 @@ impl RowKind for LmRows<'_> {
                         reason,
                         prompt_tokens: seq.prompt.len(),
                         completion_tokens: seq.out.len(),
+                        failed,
                     },
                 ),
                 None => Advance::Token(id),

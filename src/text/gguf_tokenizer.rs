@@ -102,7 +102,7 @@ fn byte_of_char(c: char) -> Option<u8> {
 /// The bytes a BPE vocabulary entry stands for: each character through the byte-level
 /// alphabet, or, for a token not spelt in it, its UTF-8 (as the `tokenizers` ByteLevel decoder
 /// does).
-fn bytes_of_token(token: &str) -> Vec<u8> {
+pub(crate) fn bytes_of_token(token: &str) -> Vec<u8> {
     token
         .chars()
         .map(byte_of_char)
@@ -111,7 +111,7 @@ fn bytes_of_token(token: &str) -> Vec<u8> {
 }
 
 /// The byte of a `<0xXX>` token.
-fn byte_of_hex_token(token: &str) -> Option<u8> {
+pub(crate) fn byte_of_hex_token(token: &str) -> Option<u8> {
     let hex = token.strip_prefix("<0x")?.strip_suffix('>')?;
     (hex.len() == 2).then(|| u8::from_str_radix(hex, 16).ok())?
 }

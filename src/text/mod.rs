@@ -8,6 +8,7 @@ pub mod gguf_tokenizer;
 pub mod languages;
 pub mod llama_vocab;
 pub mod mlm_tokenizer;
+pub mod token_bytes;
 pub mod tokenizer;
 pub mod vocab;
 

@@ -108,8 +108,9 @@ history = ask + [
 ]
 tool_lm.chat.completions.create(model="m", messages=history, tools=tools, max_tokens=4)
 try:
-    tool_lm.chat.completions.create(model="m", messages=ask, tools=tools, tool_choice="required", max_tokens=4)
-    raise AssertionError("tool_choice required accepted")
+    tool_lm.chat.completions.create(model="m", messages=ask, tools=tools, max_tokens=4,
+                                    tool_choice={"type": "function", "function": {"name": "no_such_tool"}})
+    raise AssertionError("tool_choice naming an unknown tool accepted")
 except openai.BadRequestError as e:
     assert e.body["param"] == "tool_choice", e.body
 

@@ -4,6 +4,8 @@
 //! One test binary (cargo builds `tests/serving/main.rs` as the target `serving`); each module
 //! was its own binary before. Run one module with `cargo test --test serving MODULE::`.
 
+mod json_check;
+mod serve_constrain;
 mod serve_engine;
 mod serve_http;
 mod serve_kinds;

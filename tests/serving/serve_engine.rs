@@ -157,6 +157,7 @@ fn run_engine(
                 max_tokens: requests[i].1,
                 sampling,
                 options: Default::default(),
+                constraint: None,
                 seed: 5 + i as u64,
                 stop_ids: vec![],
                 arrived: now,

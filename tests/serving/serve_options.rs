@@ -523,7 +523,7 @@ fn bad_values_are_400_naming_the_field() {
         ),
         (
             "/v1/chat/completions",
-            chat(json!({"response_format": {"type": "json_object"}})),
+            chat(json!({"response_format": {"type": "xml"}})),
             "response_format",
         ),
         (

@@ -225,7 +225,7 @@ fn llama_cpp_routes_answer_what_the_library_computes() {
     let (status, body) = post(
         addr,
         "/completion",
-        &json!({"prompt": "x", "grammar": "root ::= \"a\""}),
+        &json!({"prompt": "x", "grammar": "root ::= undefined-rule"}),
     );
     assert_error(status, &body, 400, "invalid_request", Some("grammar"));
     for path in ["/v1/completions", "/v1/chat/completions", "/completion"] {
@@ -581,6 +581,7 @@ fn a_short_prompt_behind_a_long_one_starts_at_once() {
             deadline: now + Duration::from_secs(600),
             events: tx,
             options: Default::default(),
+            constraint: None,
         });
         receivers.push(rx);
     }

@@ -35,6 +35,7 @@ fn front() -> Option<Arc<LmFront>> {
         },
         timeout_s: 60.0,
         requests: std::sync::mpsc::channel().0,
+        constraints: Err("not needed here".into()),
     }))
 }
 
@@ -56,6 +57,7 @@ fn answer(lm: &Arc<LmFront>, text: &str, streamed: bool) -> String {
         format: Some(ToolFormat::Hermes),
         names: vec!["get_weather".into()],
         parallel: true,
+        forced: None,
     };
     let accepted = Accepted {
         choices: vec![ChoiceState::new(

@@ -8,8 +8,9 @@
 //! the template as the object it encodes, as llama.cpp's server does, since templates write it
 //! with `tojson`), and `role: "tool"` results with their `tool_call_id`. `tools` are
 //! `[{type: "function", function: {name, description, parameters}}]`; `tool_choice` `"auto"`
-//! (the default) or `"none"` (tools not shown to the model); `"required"` and a named function
-//! need constrained decoding and are refused by name.
+//! (the default), `"none"` (tools not shown to the model), `"required"` or a named function
+//! `{"type": "function", "function": {"name"}}` (the reply constrained to a call:
+//! [`super::forced_tools`]).
 //!
 //! The checks read the body as `serde_json` values; the template reads it as parsed again into
 //! minijinja's values, whose objects keep their keys in the order sent (a template writes
@@ -18,6 +19,7 @@
 
 use super::choice::OfferedTools;
 use super::field;
+use super::forced_tools::{forced_call, ToolSchema};
 use super::tool_calls::ToolFormat;
 use crate::pipeline::chat::{render_chat, ChatContext, ChatMessage, CHATML};
 use crate::pipeline::jinja::Clock;
@@ -131,14 +133,18 @@ fn tool_call(i: usize, k: usize, call: &Value) -> Result<Value, ApiError> {
     Ok(out)
 }
 
-/// The tools offered (after `tool_choice`), checked; `None` when there are none to offer.
-fn tools(body: &Value) -> Result<Option<(Value, Vec<String>, bool)>, ApiError> {
+/// The tools offered (after `tool_choice`), checked: their names, `parallel_tool_calls`, and for
+/// `required` or a named function the tools one of which must be called; `None` when there are
+/// none to offer.
+#[allow(clippy::type_complexity)]
+fn tools(body: &Value) -> Result<Option<(Vec<String>, bool, Option<Vec<ToolSchema>>)>, ApiError> {
     let list = match body.get("tools") {
         None | Some(Value::Null) => return Ok(None),
         Some(Value::Array(list)) => list,
         Some(_) => return Err(ApiError::invalid(Some("tools"), "tools must be a list")),
     };
     let mut names = Vec::with_capacity(list.len());
+    let mut schemas = Vec::with_capacity(list.len());
     for (i, tool) in list.iter().enumerate() {
         if tool.get("type").and_then(Value::as_str) != Some("function") {
             return Err(ApiError::invalid(
@@ -153,32 +159,57 @@ fn tools(body: &Value) -> Result<Option<(Value, Vec<String>, bool)>, ApiError> {
             .ok_or_else(|| {
                 ApiError::invalid(Some("tools"), format!("tools[{i}].function needs a name"))
             })?;
-        if let Some(p) = tool.pointer("/function/parameters") {
-            if !(p.is_object() || p.is_null()) {
+        let parameters = match tool.pointer("/function/parameters") {
+            None | Some(Value::Null) => json!({"type": "object"}),
+            Some(p @ Value::Object(_)) => p.clone(),
+            Some(_) => {
                 return Err(ApiError::invalid(
                     Some("tools"),
                     format!("tools[{i}].function.parameters must be a JSON schema object"),
-                ));
+                ))
             }
-        }
+        };
         names.push(name.to_string());
+        schemas.push(ToolSchema {
+            name: name.to_string(),
+            parameters,
+        });
     }
     let parallel = field::<bool>(body, "parallel_tool_calls")?.unwrap_or(true);
-    match body.get("tool_choice") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(s)) if s == "auto" => {}
+    let forced = match body.get("tool_choice") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s == "auto" => None,
         Some(Value::String(s)) if s == "none" => return Ok(None),
+        Some(Value::String(s)) if s == "required" => Some(schemas),
+        Some(choice @ Value::Object(_))
+            if choice.get("type").and_then(Value::as_str) == Some("function") =>
+        {
+            let name = choice.pointer("/function/name").and_then(Value::as_str);
+            let Some(tool) = schemas.into_iter().find(|t| Some(t.name.as_str()) == name) else {
+                return Err(ApiError::invalid(
+                    Some("tool_choice"),
+                    format!("tool_choice names {}, which is not among the tools", name.map_or("no function".to_string(), |n| format!("{n:?}"))),
+                ));
+            };
+            Some(vec![tool])
+        }
         Some(other) => {
             return Err(ApiError::invalid(
                 Some("tool_choice"),
-                format!("tool_choice {other}: only \"auto\" and \"none\" are supported (\"required\" and a named function need constrained decoding)"),
+                format!("tool_choice {other}: \"auto\", \"none\", \"required\" or {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}"),
             ))
         }
-    }
+    };
     if list.is_empty() {
+        if forced.is_some() {
+            return Err(ApiError::invalid(
+                Some("tool_choice"),
+                "tool_choice asks for a call, but no tools are given",
+            ));
+        }
         return Ok(None);
     }
-    Ok(Some((Value::Array(list.clone()), names, parallel)))
+    Ok(Some((names, parallel, forced)))
 }
 
 /// The entries of the map `value` in their order.
@@ -287,10 +318,15 @@ pub fn chat_prompt(
     let text = template
         .render(&context, Clock::Now)
         .map_err(|e| ApiError::invalid(Some("messages"), e.to_string()))?;
-    let tools = offered.map(|(_, names, parallel)| OfferedTools {
-        format: ToolFormat::of_template(&template.template),
-        names,
-        parallel,
-    });
+    let format = ToolFormat::of_template(&template.template);
+    let tools = match offered {
+        None => None,
+        Some((names, parallel, forced)) => Some(OfferedTools {
+            forced: forced.map(|t| forced_call(lm, format, &t)).transpose()?,
+            format,
+            names,
+            parallel,
+        }),
+    };
     Ok((text, tools))
 }

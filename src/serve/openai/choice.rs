@@ -25,6 +25,8 @@ pub struct OfferedTools {
     pub names: Vec<String>,
     /// `parallel_tool_calls` (false: the first call only).
     pub parallel: bool,
+    /// With `tool_choice` `required` or named: the grammar of the call the reply must be.
+    pub forced: Option<crate::decode::constraint::Grammar>,
 }
 
 /// One choice's state (see the module docs).
@@ -107,6 +109,13 @@ impl ChoiceState {
                 return Ok(String::new());
             }
             Event::TimedOut => return Err(ApiError::timeout(lm.timeout_s)),
+            Event::Failed(message) => {
+                return Err(ApiError::limit(
+                    "response_format",
+                    "constraint_failed",
+                    message,
+                ))
+            }
             Event::Token(id) => {
                 self.completion += 1;
                 let score = self.pending.take();

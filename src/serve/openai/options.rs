@@ -13,10 +13,17 @@
 //! | `min_p` | both | [0, 1] |
 //! | `n` | both: choices per prompt | 1..=16 |
 //! | `stream_options` | both, with `stream: true`: `{"include_usage": bool}` | |
+//! | `response_format` | both: `{"type": "text"}`, `{"type": "json_object"}`, `{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}`; extensions `{"type": "regex", "regex"}`, `{"type": "lark", "grammar"}`, `{"type": "gbnf", "grammar"}` | a schema or grammar llguidance compiles |
+//! | `json_schema`, `grammar` | both (llama.cpp's): a JSON schema; a GBNF grammar | |
+//!
+//! A grammar is only read here ([`Scoring::grammar`]); it is compiled against the model's
+//! vocabulary when the request is prepared (an invalid one: a 400 naming the field with
+//! llguidance's message).
 
 use super::super::api_error::ApiError;
 use super::field;
 use crate::decode::adjust::LogitAdjustments;
+use crate::decode::constraint::Grammar;
 use crate::serve::scheduler::RowOptions;
 use serde_json::Value;
 
@@ -52,6 +59,90 @@ pub struct Scoring {
     pub echo: bool,
     /// `stream_options.include_usage`: usage in a last chunk of its own (`choices: []`).
     pub include_usage: bool,
+    /// The grammar the output must follow, and the field that asked for it.
+    pub grammar: Option<(&'static str, Grammar)>,
+}
+
+/// A string member `key` of the object `field` (a 400 naming the field when absent).
+fn member<'a>(object: &'a Value, field: &'static str, key: &str) -> Result<&'a str, ApiError> {
+    object
+        .get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::invalid(Some(field), format!("{field}.{key} must be a string")))
+}
+
+/// The grammar of `response_format` (OpenAI's, with the extensions of the module docs) or of
+/// llama.cpp's `json_schema` / `grammar`; `None` for plain text.
+pub fn grammar(body: &Value) -> Result<Option<(&'static str, Grammar)>, ApiError> {
+    let mut found = Vec::new();
+    if let Some(format) = body.get("response_format").filter(|v| !v.is_null()) {
+        const F: &str = "response_format";
+        if !format.is_object() {
+            return Err(ApiError::invalid(
+                Some(F),
+                "response_format must be an object {\"type\": ...}",
+            ));
+        }
+        let grammar = match member(format, F, "type")? {
+            "text" => None,
+            "json_object" => Some(Grammar::JsonObject),
+            "json_schema" => {
+                let spec = format.get("json_schema").filter(|v| v.is_object()).ok_or_else(|| {
+                    ApiError::invalid(Some(F), "response_format.json_schema must be an object {\"name\", \"schema\", \"strict\"}")
+                })?;
+                match spec.get("schema") {
+                    // OpenAI's default: any JSON object.
+                    None | Some(Value::Null) => Some(Grammar::JsonObject),
+                    Some(schema @ (Value::Object(_) | Value::Bool(_))) => Some(Grammar::JsonSchema(schema.clone())),
+                    Some(_) => return Err(ApiError::invalid(Some(F), "response_format.json_schema.schema must be a JSON schema (an object)")),
+                }
+            }
+            "regex" => Some(Grammar::Regex(member(format, F, "regex")?.to_string())),
+            "lark" => Some(Grammar::Lark(member(format, F, "grammar")?.to_string())),
+            "gbnf" => Some(Grammar::Gbnf(member(format, F, "grammar")?.to_string())),
+            other => {
+                return Err(ApiError::invalid(
+                    Some(F),
+                    format!("response_format type {other:?}: one of text, json_object, json_schema, regex, lark, gbnf"),
+                ))
+            }
+        };
+        found.extend(grammar.map(|g| (F, g)));
+    }
+    match body.get("json_schema") {
+        None | Some(Value::Null) => {}
+        Some(schema @ (Value::Object(_) | Value::Bool(_))) => {
+            found.push(("json_schema", Grammar::JsonSchema(schema.clone())))
+        }
+        Some(_) => {
+            return Err(ApiError::invalid(
+                Some("json_schema"),
+                "json_schema must be a JSON schema (an object)",
+            ))
+        }
+    }
+    match body.get("grammar") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(g)) if g.trim().is_empty() => {}
+        Some(Value::String(g)) => found.push(("grammar", Grammar::Gbnf(g.clone()))),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                Some("grammar"),
+                "grammar must be a string (GBNF)",
+            ))
+        }
+    }
+    if found.len() > 1 {
+        let names: Vec<&str> = found.iter().map(|(f, _)| *f).collect();
+        return Err(ApiError::invalid(
+            Some(found[1].0),
+            format!(
+                "{}: give one of response_format, json_schema and grammar",
+                names.join(" and ")
+            ),
+        ));
+    }
+    Ok(found.pop())
 }
 
 fn number(
@@ -103,14 +194,7 @@ pub fn scoring(body: &Value, chat: bool, vocab: usize, stream: bool) -> Result<S
             ));
         }
     }
-    if let Some(format) = body.get("response_format").filter(|v| !v.is_null()) {
-        if format.get("type").and_then(Value::as_str) != Some("text") {
-            return Err(ApiError::invalid(
-                Some("response_format"),
-                "response_format: only {\"type\": \"text\"} is supported (no constrained decoding yet)",
-            ));
-        }
-    }
+    let grammar = grammar(body)?;
     let (logprobs, prompt_logprobs, echo) = if chat {
         let wanted = field::<bool>(body, "logprobs")?.unwrap_or(false);
         let top = count(body, "top_logprobs", MAX_TOP_LOGPROBS)?;
@@ -226,5 +310,6 @@ pub fn scoring(body: &Value, chat: bool, vocab: usize, stream: bool) -> Result<S
         n,
         echo,
         include_usage,
+        grammar,
     })
 }
