@@ -30,6 +30,15 @@
 //! step's first query ([`KvCache::release_before`]); a row then holds at most
 //! `⌈w / block_rows⌉ + 1` blocks however long it grows. The released positions keep their
 //! table entries but are never attended (the window masks them).
+//!
+//! **Prefix caching** (`serve`, [`prefix`]): a full block may carry a key naming the tokens it and
+//! every block before it hold; released, it waits in a least-recently-used list instead of the
+//! free list, so a later row whose prompt starts with the same tokens can take it back
+//! ([`KvCache::share_blocks`]); it is evicted (oldest first) only when a block is needed, no
+//! plain free block remains and the storage is at its limit ([`KvCache::set_block_limit`]).
+
+mod prefix;
+pub use prefix::PrefixBlocks;
 
 use crate::kernels::attention::KvStore;
 use crate::Float;
@@ -60,6 +69,8 @@ pub struct KvCache<T> {
     lens: Vec<usize>,
     /// Per row, its first block still held: those before were released (sliding window).
     first_live: Vec<usize>,
+    /// Blocks kept for their prefix key after their last row left (see [`prefix`]).
+    prefix: PrefixBlocks,
 }
 
 impl<T: Float> KvCache<T> {
@@ -81,6 +92,7 @@ impl<T: Float> KvCache<T> {
             d_model,
             lens: vec![0; batch],
             first_live: vec![0; batch],
+            prefix: PrefixBlocks::default(),
         }
     }
 
@@ -121,9 +133,10 @@ impl<T: Float> KvCache<T> {
         self.capacity.div_ceil(self.block_rows)
     }
 
-    /// A block for one table entry: a free one, or a new one at the end of the storage.
+    /// A block for one table entry: a free one, or a new one at the end of the storage, or
+    /// (storage at its limit) the least recently used block kept for its prefix key.
     fn alloc(&mut self) -> u32 {
-        let id = match self.free.pop() {
+        let id = match self.free.pop().or_else(|| self.evict_for_alloc()) {
             Some(id) => id,
             None => {
                 let block = self.block_rows * self.d_model;
@@ -145,7 +158,7 @@ impl<T: Float> KvCache<T> {
     fn release(&mut self, id: u32) {
         let r = &mut self.refs[id as usize];
         *r -= 1;
-        if *r == 0 {
+        if *r == 0 && !self.prefix.keep(id) {
             self.free.push(id);
         }
     }
@@ -387,6 +400,7 @@ impl<T: Float> KvCache<T> {
                 block_rows: cap,
                 lens: std::mem::take(&mut self.lens),
                 first_live: vec![0; self.batch],
+                prefix: PrefixBlocks::default(),
                 k,
                 v,
                 ..*self
