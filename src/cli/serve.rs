@@ -78,6 +78,14 @@ pub struct ServeArgs {
     /// Positions per KV block.
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
+    /// Turns prefix caching off: every prompt is prefilled whole, even when another request
+    /// already fed its first blocks (for comparison).
+    #[arg(long)]
+    pub no_prefix_cache: bool,
+    /// Requests that may be admitted ahead of one that waits for KV blocks before it gets
+    /// priority (then nothing is admitted until it fits); 0: strict first come, first served.
+    #[arg(long, default_value_t = 16)]
+    pub max_overtakes: usize,
     /// A translation model's source language code (`/languages`, LibreTranslate's `source`).
     #[arg(long, default_value = "src")]
     pub source_lang: String,
@@ -175,6 +183,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         timeout_s: args.timeout,
         block_rows: args.block_size,
         prefill_budget: args.prefill_budget,
+        prefix_cache: !args.no_prefix_cache,
+        max_overtakes: args.max_overtakes,
         source_lang: args.source_lang.clone(),
         target_lang: args.target_lang.clone(),
         precision: args.precision.model_precision(),

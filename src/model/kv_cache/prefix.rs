@@ -112,7 +112,11 @@ impl<T: Float> KvCache<T> {
         assert!(b < self.batch, "row {b} of a batch of {}", self.batch);
         assert_eq!(self.lens[b], 0, "blocks are shared into an empty row");
         let (bs, per_row) = (self.block_rows, self.blocks_per_row());
-        assert!(ids.len() <= per_row, "{} blocks in a row of {per_row}", ids.len());
+        assert!(
+            ids.len() <= per_row,
+            "{} blocks in a row of {per_row}",
+            ids.len()
+        );
         for (i, &id) in ids.iter().enumerate() {
             assert!(
                 self.prefix.key(id).is_some(),
