@@ -37,7 +37,7 @@
 //! ([`KvCache::share_blocks`]); it is evicted (oldest first) only when a block is needed, no
 //! plain free block remains and the storage is at its limit ([`KvCache::set_block_limit`]).
 
-mod prefix;
+pub mod prefix;
 pub use prefix::PrefixBlocks;
 
 use crate::kernels::attention::KvStore;

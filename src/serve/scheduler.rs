@@ -21,7 +21,9 @@
 //! **Prefix caching** ([`super::prefix_cache`], unless [`EngineConfig::prefix_cache`] is off):
 //! every full block a row has fed (prompt or generated tokens) is registered under its chain
 //! key after the step that filled it; a sequence admitted later whose prompt starts with
-//! registered blocks takes them ([`LmState::share_blocks`]) and prefills only the rest. It takes
+//! registered blocks takes them
+//! ([`CacheStack::share_blocks`](crate::model::cache_stack::CacheStack::share_blocks)) and
+//! prefills only the rest. It takes
 //! at most `⌊(p − 1) / block_rows⌋` of a `p`-token prompt, so at least its last token is fed (its
 //! logits choose the first token) and it writes only into blocks of its own. A row asking for
 //! its prompt's log-probabilities takes none (each prompt position must be computed). Blocks

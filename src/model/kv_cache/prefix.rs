@@ -5,7 +5,7 @@
 //! least-recently-used list, keys and values intact, so that a later row whose tokens start the
 //! same way takes it back ([`KvCache::share_blocks`]) instead of computing those positions again.
 //!
-//! Kept blocks are evicted, oldest release first, only when [`KvCache::alloc`] needs a block, the
+//! Kept blocks are evicted, oldest release first, only when the cache needs a new block, the
 //! free list is empty and the storage already holds its limit of blocks
 //! ([`KvCache::set_block_limit`]); an evicted block loses its key. Without a limit (or with no
 //! block ever keyed) the cache allocates exactly as before.
