@@ -113,7 +113,11 @@ fn endpoints_formats_and_streaming() {
     assert!(fingerprint.starts_with("fp_"), "{fingerprint}");
     let timings = &body["timings"];
     assert_eq!(
-        (&timings["prompt_n"], &timings["cache_n"], &timings["predicted_n"]),
+        (
+            &timings["prompt_n"],
+            &timings["cache_n"],
+            &timings["predicted_n"]
+        ),
         (&json!(n_prompt), &json!(0), &json!(16))
     );
     assert!(timings["prompt_ms"].as_f64().unwrap() > 0.0, "{timings}");
@@ -122,7 +126,10 @@ fn endpoints_formats_and_streaming() {
     let (_, _, again) = post(addr, "/v1/completions", &req);
     assert_eq!(again["choices"], body["choices"]);
     let cached = (n_prompt - 1) / 16 * 16;
-    assert_eq!(again["usage"]["prompt_tokens_details"]["cached_tokens"], cached);
+    assert_eq!(
+        again["usage"]["prompt_tokens_details"]["cached_tokens"],
+        cached
+    );
     assert_eq!(again["timings"]["cache_n"], cached);
     assert_eq!(again["timings"]["prompt_n"], n_prompt - cached);
     assert_eq!(again["system_fingerprint"], fingerprint);
@@ -301,7 +308,7 @@ fn endpoints_formats_and_streaming() {
     // Metrics: the outcomes so far, and every family.
     assert_eq!(
         metric(addr, "transformer_requests_total{outcome=\"ok\"}"),
-        8.0
+        9.0
     );
     assert_eq!(
         metric(addr, "transformer_requests_total{outcome=\"invalid\"}"),
