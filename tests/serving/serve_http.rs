@@ -317,9 +317,9 @@ fn endpoints_formats_and_streaming() {
     assert_eq!(metric(addr, "transformer_kv_blocks_used"), 0.0);
     assert_eq!(metric(addr, "transformer_running_batch"), 0.0);
     assert_eq!(metric(addr, "transformer_queue_length"), 0.0);
-    assert_eq!(metric(addr, "transformer_ttft_seconds_count"), 8.0);
-    assert_eq!(metric(addr, "transformer_e2e_latency_seconds_count"), 8.0);
-    assert_eq!(metric(addr, "transformer_queue_time_seconds_count"), 8.0);
+    assert_eq!(metric(addr, "transformer_ttft_seconds_count"), 9.0);
+    assert_eq!(metric(addr, "transformer_e2e_latency_seconds_count"), 9.0);
+    assert_eq!(metric(addr, "transformer_queue_time_seconds_count"), 9.0);
     assert!(metric(addr, "transformer_time_per_output_token_seconds_count") >= 6.0);
     assert!(metric(addr, "transformer_kv_blocks_free") > 0.0);
     server.shutdown().unwrap();
