@@ -73,6 +73,8 @@ fn offline(args: &LoadtestArgs, path: &std::path::Path) -> Result<()> {
         pool_blocks: usize::MAX / 2,
         max_batch: 1024,
         prefill_budget: 512,
+        prefix_cache: true,
+        max_overtakes: 16,
     };
     println!("| clients | requests | tokens/s (offline engine) |");
     println!("|---:|---:|---:|");

@@ -79,6 +79,14 @@ pub struct ServeArgs {
     /// Positions per KV block.
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
+    /// Turns prefix caching off: every prompt is prefilled whole, even when another request
+    /// already fed its first blocks (for comparison).
+    #[arg(long)]
+    pub no_prefix_cache: bool,
+    /// Requests that may be admitted ahead of one that waits for KV blocks before it gets
+    /// priority (then nothing is admitted until it fits); 0: strict first come, first served.
+    #[arg(long, default_value_t = 16)]
+    pub max_overtakes: usize,
     /// A translation model's source language code (`/languages`, LibreTranslate's `source`);
     /// default: the one `train --source-lang` recorded in the model (`languages.json`), else
     /// unnamed (`src`, and any code a client sends is accepted).
@@ -217,6 +225,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         timeout_s: args.timeout,
         block_rows: args.block_size,
         prefill_budget: args.prefill_budget,
+        prefix_cache: !args.no_prefix_cache,
+        max_overtakes: args.max_overtakes,
         source_lang,
         target_lang,
         precision: args.precision.model_precision(),

@@ -98,6 +98,51 @@ impl<T: Float> CacheStack<T> {
     pub fn blocks_per_layer(&self) -> usize {
         self.caches.first().map_or(0, KvCache::blocks_in_use)
     }
+
+    /// [`KvCache::set_block_limit`] in every layer.
+    pub fn set_block_limit(&mut self, blocks: Option<usize>) {
+        for cache in &mut self.caches {
+            cache.set_block_limit(blocks);
+        }
+    }
+
+    /// [`KvCache::register_block`] in every layer. Every layer's cache makes the same moves, so
+    /// the block has the same id in every layer; `None` if it is not held (full) in them all.
+    pub fn register_block(&mut self, b: usize, i: usize, key: u64) -> Option<u32> {
+        let ids: Vec<Option<u32>> = self
+            .caches
+            .iter_mut()
+            .map(|c| c.register_block(b, i, key))
+            .collect();
+        let first = *ids.first()?;
+        assert!(
+            ids.iter().all(|&id| id == first),
+            "layers hold row {b}'s block {i} under different ids: {ids:?}"
+        );
+        first
+    }
+
+    /// The key of block `id` (the same in every layer), if it has one.
+    pub fn block_key(&self, id: u32) -> Option<u64> {
+        self.caches.first().and_then(|c| c.block_key(id))
+    }
+
+    /// [`KvCache::share_blocks`] in every layer.
+    pub fn share_blocks(&mut self, b: usize, ids: &[u32]) {
+        for cache in &mut self.caches {
+            cache.share_blocks(b, ids);
+        }
+    }
+
+    /// Blocks kept for their key that no row holds (first layer; every layer holds as many).
+    pub fn kept_blocks(&self) -> usize {
+        self.caches.first().map_or(0, KvCache::kept_blocks)
+    }
+
+    /// Blocks carrying a prefix key, held or kept (first layer).
+    pub fn keyed_blocks(&self) -> usize {
+        self.caches.first().map_or(0, KvCache::keyed_blocks)
+    }
 }
 
 impl<T> CacheStack<T> {

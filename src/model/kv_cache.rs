@@ -35,6 +35,15 @@
 //! only its running sums per row ([`KvCache::linear_state`], the same size at every length);
 //! its positions are counted ([`KvCache::advance_ragged`]) and its rows gathered, added and
 //! copied with the others.
+//!
+//! **Prefix caching** (`serve`, [`prefix`]): a full block may carry a key naming the tokens it and
+//! every block before it hold; released, it waits in a least-recently-used list instead of the
+//! free list, so a later row whose prompt starts with the same tokens can take it back
+//! ([`KvCache::share_blocks`]); it is evicted (oldest first) only when a block is needed, no
+//! plain free block remains and the storage is at its limit ([`KvCache::set_block_limit`]).
+
+pub mod prefix;
+pub use prefix::PrefixBlocks;
 
 use crate::kernels::attention::KvStore;
 use crate::kernels::linear_attention::LinearState;
@@ -69,6 +78,8 @@ pub struct KvCache<T> {
     /// A linear-attention layer's running sums, one row per batch row (then no keys or values
     /// are stored).
     running: Option<LinearState<T>>,
+    /// Blocks kept for their prefix key after their last row left (see [`prefix`]).
+    prefix: PrefixBlocks,
 }
 
 impl<T: Float> KvCache<T> {
@@ -91,6 +102,7 @@ impl<T: Float> KvCache<T> {
             lens: vec![0; batch],
             first_live: vec![0; batch],
             running: None,
+            prefix: PrefixBlocks::default(),
         }
     }
 
@@ -151,9 +163,10 @@ impl<T: Float> KvCache<T> {
         self.capacity.div_ceil(self.block_rows)
     }
 
-    /// A block for one table entry: a free one, or a new one at the end of the storage.
+    /// A block for one table entry: a free one, or a new one at the end of the storage, or
+    /// (storage at its limit) the least recently used block kept for its prefix key.
     fn alloc(&mut self) -> u32 {
-        let id = match self.free.pop() {
+        let id = match self.free.pop().or_else(|| self.evict_for_alloc()) {
             Some(id) => id,
             None => {
                 let block = self.block_rows * self.d_model;
@@ -175,7 +188,7 @@ impl<T: Float> KvCache<T> {
     fn release(&mut self, id: u32) {
         let r = &mut self.refs[id as usize];
         *r -= 1;
-        if *r == 0 {
+        if *r == 0 && !self.prefix.keep(id) {
             self.free.push(id);
         }
     }
@@ -436,6 +449,7 @@ impl<T: Float> KvCache<T> {
                 lens: std::mem::take(&mut self.lens),
                 first_live: vec![0; self.batch],
                 running: self.running.take(),
+                prefix: PrefixBlocks::default(),
                 k,
                 v,
                 ..*self

@@ -11,8 +11,13 @@
 //!    (`max_batch` rows), the pool has the row's blocks (`reserved + blocks ≤ pool_blocks`,
 //!    reserved at admission for the row's whole life, so a running row never waits for memory
 //!    and is never preempted; not checked where there is no pool) and the kind's own per-step
-//!    budget lasts ([`RowKind::fits`]); a row that does not fit stops admission (no row
-//!    overtakes another). The admitted rows start together ([`RowKind::start`]);
+//!    budget lasts ([`RowKind::fits`]). **Fair admission** (bounded skipping): the oldest row
+//!    whose blocks are not free lets later rows that fit go ahead of it, but at most
+//!    `max_overtakes` of them over its wait ([`Limits::max_overtakes`]); from then on nothing
+//!    passes it, and it is admitted as soon as running rows have returned its blocks. So a
+//!    large request cannot hold small ones behind it for its whole wait, and small ones cannot
+//!    starve it. A row that does not fit the batch or the kind's budget stops admission. The
+//!    admitted rows start together ([`RowKind::start`]);
 //! 3. runs ONE model step over the running rows ([`RowKind::step`]), which chooses each
 //!    row's next token and says which rows are done;
 //! 4. sends the tokens ([`Reply::token`]; a client found gone leaves now), retires the rows
@@ -137,6 +142,12 @@ pub trait RowKind {
 
     /// Blocks held now.
     fn blocks_in_use(&self) -> usize;
+
+    /// Blocks no row holds that are kept for a later row to take back (prefix caching); none
+    /// by default.
+    fn blocks_kept(&self) -> usize {
+        0
+    }
 }
 
 /// Sizes common to every kind.
@@ -146,6 +157,9 @@ pub struct Limits {
     pub max_batch: usize,
     /// Blocks the rows may reserve together; `None`: no pool limit.
     pub pool_blocks: Option<usize>,
+    /// Later rows admitted ahead of a row waiting for blocks before nothing passes it any more
+    /// (0: strict first come, first served).
+    pub max_overtakes: usize,
 }
 
 /// A request being answered.
@@ -174,6 +188,8 @@ struct Slot {
     index: usize,
     /// Blocks reserved for it.
     blocks: usize,
+    /// Later rows admitted ahead of it while it waited for blocks.
+    overtaken: usize,
 }
 
 /// The continuous-batching engine over one kind of model (see the module docs).
@@ -234,6 +250,7 @@ impl<K: RowKind> Engine<K> {
                         request: id,
                         index,
                         blocks,
+                        overtaken: 0,
                     };
                     self.waiting.push_back((slot, pending));
                 }
@@ -293,6 +310,7 @@ impl<K: RowKind> Engine<K> {
                 .pool_blocks
                 .map_or(0, |p| p.saturating_sub(used)),
             kv_blocks_reserved: self.reserved,
+            kv_blocks_cached: self.kind.blocks_kept(),
         }
     }
 
@@ -383,21 +401,40 @@ impl<K: RowKind> Engine<K> {
     /// their start fed.
     fn admit(&mut self, now: Instant) -> usize {
         let mut admitted: Vec<K::Pending> = Vec::new();
-        while let Some((slot, next)) = self.waiting.front() {
+        // The oldest waiting row whose blocks are not free, once passed over.
+        let mut blocked: Option<usize> = None;
+        let mut i = 0;
+        while let Some((slot, next)) = self.waiting.get(i) {
             if self.rows.len() + admitted.len() >= self.limits.max_batch {
                 break;
             }
-            if let Some(pool) = self.limits.pool_blocks {
-                if self.reserved + slot.blocks > pool {
-                    break;
+            let fits_pool = self
+                .limits
+                .pool_blocks
+                .is_none_or(|pool| self.reserved + slot.blocks <= pool);
+            if !fits_pool {
+                if blocked.is_none() {
+                    if slot.overtaken >= self.limits.max_overtakes {
+                        // Its turn: nothing passes it.
+                        break;
+                    }
+                    blocked = Some(i);
                 }
+                i += 1;
+                continue;
             }
             if !self.kind.fits(&admitted, next) {
                 break;
             }
-            let Some((slot, next)) = self.waiting.pop_front() else {
+            let Some((slot, next)) = self.waiting.remove(i) else {
                 break;
             };
+            // `b < i`: the removal left it in place.
+            let passed = blocked.and_then(|b| self.waiting.get_mut(b));
+            let stop = passed.is_some_and(|(s, _)| {
+                s.overtaken += 1;
+                s.overtaken >= self.limits.max_overtakes
+            });
             if let Some(r) = self.requests.get_mut(&slot.request) {
                 if !r.admitted {
                     r.admitted = true;
@@ -409,6 +446,9 @@ impl<K: RowKind> Engine<K> {
             self.reserved += slot.blocks;
             self.slots.push(slot);
             admitted.push(next);
+            if stop {
+                break;
+            }
         }
         if admitted.is_empty() {
             return 0;

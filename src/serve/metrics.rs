@@ -137,6 +137,22 @@ pub struct EngineGauges {
     pub kv_blocks_free: usize,
     /// Blocks promised to admitted sequences (prompt + max_tokens), used or not yet.
     pub kv_blocks_reserved: usize,
+    /// Blocks no sequence holds, kept for the prompt prefix they hold (counted free: evicted
+    /// when a block is needed).
+    pub kv_blocks_cached: usize,
+}
+
+/// What prefix caching found for the prompts admitted so far (see `super::prefix_cache`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PrefixCounts {
+    /// Prompt tokens taken from cached blocks.
+    pub hit_tokens: u64,
+    /// Prompt tokens that had to be computed.
+    pub miss_tokens: u64,
+    /// Cached blocks taken.
+    pub hit_blocks: u64,
+    /// Full prompt blocks looked up and not found (at most one per prompt: the chain stops).
+    pub miss_blocks: u64,
 }
 
 /// Everything `/metrics` shows.
@@ -155,6 +171,7 @@ struct Inner {
     prompt_tokens: u64,
     generated_tokens: u64,
     steps: u64,
+    prefix: PrefixCounts,
     /// The served model's name (the `model_name` label of `transformer_model_info`).
     model_name: Option<String>,
 }
@@ -203,6 +220,22 @@ impl Metrics {
             m.generated_tokens += generated as u64;
             m.steps += 1;
         });
+    }
+
+    /// Adds one admitted prompt's prefix-cache lookup.
+    pub fn prefix_lookup(&self, found: PrefixCounts) {
+        self.with(|m| {
+            let p = &mut m.prefix;
+            p.hit_tokens += found.hit_tokens;
+            p.miss_tokens += found.miss_tokens;
+            p.hit_blocks += found.hit_blocks;
+            p.miss_blocks += found.miss_blocks;
+        });
+    }
+
+    /// The prefix-cache counts so far.
+    pub fn prefix_counts(&self) -> PrefixCounts {
+        self.with(|m| m.prefix)
     }
 
     pub fn set_gauges(&self, gauges: EngineGauges) {
@@ -271,6 +304,11 @@ impl Metrics {
                     "KV cache blocks promised to admitted sequences.",
                     g.kv_blocks_reserved,
                 ),
+                (
+                    "transformer_kv_blocks_cached",
+                    "KV cache blocks no sequence holds, kept for their prompt prefix.",
+                    g.kv_blocks_cached,
+                ),
             ] {
                 let _ = writeln!(
                     out,
@@ -292,6 +330,26 @@ impl Metrics {
                     "transformer_engine_steps_total",
                     "Forward passes of the running batch.",
                     m.steps,
+                ),
+                (
+                    "transformer_prefix_cache_hit_tokens_total",
+                    "Prompt tokens taken from cached KV blocks.",
+                    m.prefix.hit_tokens,
+                ),
+                (
+                    "transformer_prefix_cache_miss_tokens_total",
+                    "Prompt tokens computed (not found in the prefix cache).",
+                    m.prefix.miss_tokens,
+                ),
+                (
+                    "transformer_prefix_cache_hit_blocks_total",
+                    "Cached KV blocks taken by prompts.",
+                    m.prefix.hit_blocks,
+                ),
+                (
+                    "transformer_prefix_cache_miss_blocks_total",
+                    "Full prompt blocks looked up in the prefix cache and not found.",
+                    m.prefix.miss_blocks,
                 ),
             ] {
                 let _ = writeln!(

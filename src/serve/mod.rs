@@ -18,7 +18,8 @@
 //! (language models over the paged KV cache) and [`translate_engine`] (greedy translation),
 //! [`compute_loop`] (the compute thread's loop), [`jobs`] (whole jobs of translation models
 //! and encoders), [`openai`] (the OpenAI-compatible endpoints), [`text`] (streamed
-//! detokenization, stop strings), [`metrics`] (Prometheus), [`api_error`] (errors as JSON),
+//! detokenization, stop strings), [`prefix_cache`] (prompts sharing their first KV blocks),
+//! [`metrics`] (Prometheus), [`api_error`] (errors as JSON),
 //! [`client`] (a minimal HTTP/1.1 client for the tests and the load test), [`page`] (the web
 //! page at `/`).
 //!
@@ -47,6 +48,7 @@ pub mod metrics;
 pub mod native;
 pub mod openai;
 pub mod page;
+pub mod prefix_cache;
 pub mod scheduler;
 pub mod server;
 pub mod text;
@@ -97,6 +99,12 @@ pub struct ServeConfig {
     pub block_rows: usize,
     /// Tokens one forward feeds at most (a translation model: source tokens encoded per step).
     pub prefill_budget: usize,
+    /// Whether prompts reuse the KV blocks of earlier prompts' equal starts
+    /// ([`prefix_cache`]; `--no-prefix-cache`).
+    pub prefix_cache: bool,
+    /// Rows admitted ahead of one waiting for KV blocks before it gets priority
+    /// (`--max-overtakes`; 0: strict first come, first served).
+    pub max_overtakes: usize,
     /// The language codes a translation model translates from and to (`/languages`).
     pub source_lang: String,
     pub target_lang: String,
@@ -134,6 +142,8 @@ impl ServeConfig {
             timeout_s: 600.0,
             block_rows: 16,
             prefill_budget: 512,
+            prefix_cache: true,
+            max_overtakes: 16,
             source_lang: "src".into(),
             target_lang: "tgt".into(),
             precision: Default::default(),
@@ -163,6 +173,31 @@ pub struct LmFront {
     pub requests: std::sync::mpsc::Sender<GenRequest>,
     /// The model's vocabulary for constrained decoding, or why there is none.
     pub constraints: Result<Arc<ConstraintVocab>, String>,
+    /// OpenAI's `system_fingerprint` ([`system_fingerprint`]).
+    pub fingerprint: String,
+}
+
+/// A stable name of this binary serving these model files: `fp_` and 16 hex digits of a hash
+/// of the crate's version and, for the model path (a file, or a directory's files), each
+/// file's name, length and modification time. The same binary on the same files gives the
+/// same string across restarts; a new build version or a changed model file changes it.
+pub fn system_fingerprint(model: &std::path::Path) -> String {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut h = DefaultHasher::new();
+    env!("CARGO_PKG_VERSION").hash(&mut h);
+    let mut files: Vec<PathBuf> = match std::fs::read_dir(model) {
+        Ok(entries) => entries.flatten().map(|e| e.path()).collect(),
+        Err(_) => vec![model.to_path_buf()],
+    };
+    files.sort();
+    for file in files {
+        file.file_name().hash(&mut h);
+        if let Ok(meta) = std::fs::metadata(&file) {
+            meta.len().hash(&mut h);
+            meta.modified().ok().hash(&mut h);
+        }
+    }
+    format!("fp_{:016x}", h.finish())
 }
 
 /// What is served, once loaded.
@@ -523,6 +558,7 @@ fn compute_lm(app: Arc<App>) {
         engine,
         timeout_s: app.config.timeout_s,
         requests: tx,
+        fingerprint: system_fingerprint(&app.config.model),
     };
     let _ = app.served.set(Served::Lm(Arc::new(front)));
     let mut scheduler = Scheduler::new(&model, engine, app.metrics.clone());
@@ -540,5 +576,7 @@ fn engine_config(config: &ServeConfig, model: &LanguageModel<f32>) -> EngineConf
         pool_blocks: config.kv_memory_mib.saturating_mul(1 << 20) / block_bytes,
         max_batch: config.max_batch.max(1),
         prefill_budget: config.prefill_budget.max(1),
+        prefix_cache: config.prefix_cache,
+        max_overtakes: config.max_overtakes,
     }
 }

@@ -488,6 +488,7 @@ async fn respond(app: Arc<App>, flavor: Flavor, body: Bytes) -> Response {
         id,
         created: now_unix(),
         model: app.model_name.clone(),
+        fingerprint: lm.fingerprint.clone(),
     };
     if accepted.stream {
         answer::stream(lm, accepted, reply, guard).into_response()

@@ -18,6 +18,19 @@
 //! free list of blocks per layer, the same block table in every layer, so "a block" below means
 //! `block_rows` positions in every layer (`2 · block_rows · d_kv · layers · 4` bytes).
 //!
+//! **Prefix caching** ([`super::prefix_cache`], unless [`EngineConfig::prefix_cache`] is off):
+//! every full block a row has fed (prompt or generated tokens) is registered under its chain
+//! key after the step that filled it; a sequence admitted later whose prompt starts with
+//! registered blocks takes them
+//! ([`CacheStack::share_blocks`](crate::model::cache_stack::CacheStack::share_blocks)) and
+//! prefills only the rest. It takes
+//! at most `⌊(p − 1) / block_rows⌋` of a `p`-token prompt, so at least its last token is fed (its
+//! logits choose the first token) and it writes only into blocks of its own. A row asking for
+//! its prompt's log-probabilities takes none (each prompt position must be computed). Blocks
+//! whose rows all left stay cached until the pool needs them (the storage holds
+//! `pool_blocks` at most, least recently released evicted first). Reservations are unchanged:
+//! a row still reserves the blocks of its whole prompt, so the pool is never overcommitted.
+//!
 //! Per row, beyond plain sampling ([`RowOptions`]): the distribution adjusted before sampling
 //! ([`LogitAdjustments`]: logit bias, presence / frequency / repetition penalties, `min_p`),
 //! applied to a copy of that row's logits only, so rows without options sample exactly as
@@ -36,7 +49,8 @@
 //! not on what it is batched with (greedy results equal the single-request results).
 
 use super::engine::{Advance, Engine, Limits, Plan, Reply, RowKind, RowPlan, Stepped};
-use super::metrics::Metrics;
+use super::metrics::{Metrics, PrefixCounts};
+use super::prefix_cache::{chain_key, PrefixIndex};
 use crate::decode::adjust::{top_entries, LogitAdjustments, TokenHistory};
 use crate::decode::constraint::Constraint;
 use crate::decode::sample::{sample, SamplingOptions};
@@ -118,6 +132,8 @@ pub enum Event {
         reason: FinishReason,
         prompt_tokens: usize,
         completion_tokens: usize,
+        /// Prompt tokens taken from the prefix cache (not computed).
+        cached_tokens: usize,
     },
     /// The deadline passed first.
     TimedOut,
@@ -155,6 +171,11 @@ pub struct EngineConfig {
     pub max_batch: usize,
     /// Tokens one forward feeds at most (decode tokens first, then prompt chunks).
     pub prefill_budget: usize,
+    /// Whether prompts take the cached blocks of equal starts (see the module docs).
+    pub prefix_cache: bool,
+    /// Rows admitted ahead of one waiting for blocks before nothing passes it
+    /// ([`Limits::max_overtakes`]; 0: strict first come, first served).
+    pub max_overtakes: usize,
 }
 
 impl EngineConfig {
@@ -180,12 +201,19 @@ impl<'m> Scheduler<'m> {
         let limits = Limits {
             max_batch: config.max_batch,
             pool_blocks: Some(config.pool_blocks),
+            max_overtakes: config.max_overtakes,
         };
-        let state = model.start_paged(config.block_rows);
+        let mut state = model.start_paged(config.block_rows);
+        let prefix = config.prefix_cache.then(|| {
+            state.set_block_limit(Some(config.pool_blocks));
+            PrefixIndex::new(config.pool_blocks)
+        });
         let kind = LmRows {
             model,
             config,
             state,
+            prefix,
+            metrics: metrics.clone(),
         };
         Engine::with_kind(kind, limits, metrics)
     }
@@ -206,8 +234,14 @@ pub struct Sequence {
     /// The prompt's scores gathered over its chunks.
     prompt_scores: Vec<TokenLogprob>,
     stop_ids: Vec<u32>,
-    /// Prompt tokens fed so far.
+    /// Prompt tokens fed so far (taken from the prefix cache included).
     fed: usize,
+    /// Prompt tokens taken from the prefix cache.
+    cached: usize,
+    /// Full blocks registered in the prefix cache (or taken from it), and the chain key of
+    /// the last of them.
+    keyed: usize,
+    chain: u64,
     /// Tokens generated; the last one is fed at the next step unless the sequence finished.
     out: Vec<u32>,
     rng: Rng,
@@ -220,6 +254,7 @@ pub struct Ending {
     completion_tokens: usize,
     /// The grammar's error, when the row failed.
     failed: Option<String>,
+    cached_tokens: usize,
 }
 
 impl Reply for UnboundedSender<Event> {
@@ -245,6 +280,7 @@ impl Reply for UnboundedSender<Event> {
                 reason: e.reason,
                 prompt_tokens: e.prompt_tokens,
                 completion_tokens: e.completion_tokens,
+                cached_tokens: e.cached_tokens,
             });
         }
     }
@@ -256,6 +292,59 @@ pub struct LmRows<'m> {
     config: EngineConfig,
     /// The running sequences' caches, one row each.
     state: LmState<f32>,
+    /// Cached blocks by chain key; `None`: prefix caching is off.
+    prefix: Option<PrefixIndex>,
+    metrics: Arc<Metrics>,
+}
+
+impl LmRows<'_> {
+    /// Row `r` (just added, empty) takes the cached blocks its prompt starts with.
+    fn take_cached_prefix(&mut self, r: usize, seq: &mut Sequence) {
+        let Some(index) = &mut self.prefix else {
+            return;
+        };
+        let bs = self.config.block_rows;
+        let p = seq.prompt.len();
+        let max_blocks = match seq.options.prompt_logprobs {
+            Some(_) => 0,
+            None => p.saturating_sub(1) / bs,
+        };
+        let hit = index.lookup(&seq.prompt, bs, max_blocks, &self.state);
+        self.state.share_blocks(r, &hit.blocks);
+        let taken = hit.blocks.len() * bs;
+        (seq.fed, seq.cached, seq.keyed, seq.chain) =
+            (taken, taken, hit.blocks.len(), hit.last_key);
+        self.metrics.prefix_lookup(PrefixCounts {
+            hit_tokens: taken as u64,
+            miss_tokens: (p - taken) as u64,
+            hit_blocks: hit.blocks.len() as u64,
+            miss_blocks: (hit.looked_up - hit.blocks.len()) as u64,
+        });
+    }
+
+    /// Registers the blocks of row `r` that the last step filled.
+    fn register_full_blocks(&mut self, r: usize, seq: &mut Sequence) {
+        let Some(index) = &mut self.prefix else {
+            return;
+        };
+        let bs = self.config.block_rows;
+        let full = self.state.row_len(r) / bs;
+        let p = seq.prompt.len();
+        while seq.keyed < full {
+            // The tokens at the block's positions: the prompt's, then the generated ones.
+            let tokens: Vec<u32> = (seq.keyed * bs..(seq.keyed + 1) * bs)
+                .map(|t| match t < p {
+                    true => seq.prompt[t],
+                    false => seq.out[t - p],
+                })
+                .collect();
+            let key = chain_key(seq.chain, &tokens);
+            if let Some(id) = self.state.register_block(r, seq.keyed, key) {
+                index.insert(key, id, &tokens, &self.state);
+            }
+            (seq.keyed, seq.chain) = (seq.keyed + 1, key);
+        }
+    }
 }
 
 impl RowKind for LmRows<'_> {
@@ -285,6 +374,9 @@ impl RowKind for LmRows<'_> {
             prompt_scores: Vec::new(),
             stop_ids: req.stop_ids,
             fed: 0,
+            cached: 0,
+            keyed: 0,
+            chain: 0,
             out: Vec::new(),
         };
         Plan {
@@ -306,9 +398,10 @@ impl RowKind for LmRows<'_> {
         true
     }
 
-    fn start(&mut self, admitted: Vec<Sequence>) -> (Vec<Sequence>, usize) {
-        for _ in &admitted {
-            self.state.add_row();
+    fn start(&mut self, mut admitted: Vec<Sequence>) -> (Vec<Sequence>, usize) {
+        for seq in &mut admitted {
+            let r = self.state.add_row();
+            self.take_cached_prefix(r, seq);
         }
         (admitted, 0)
     }
@@ -417,6 +510,11 @@ impl RowKind for LmRows<'_> {
                 }
             }
         }
+        if self.prefix.is_some() {
+            for (r, seq) in running.iter_mut().enumerate() {
+                self.register_full_blocks(r, seq);
+            }
+        }
         // Next tokens.
         let max_len = self.model.max_len();
         let mut advances: Vec<Advance<Ending>> = running.iter().map(|_| Advance::Nothing).collect();
@@ -474,6 +572,7 @@ impl RowKind for LmRows<'_> {
                         prompt_tokens: seq.prompt.len(),
                         completion_tokens: seq.out.len(),
                         failed,
+                        cached_tokens: seq.cached,
                     },
                 ),
                 None => Advance::Token(id),
@@ -492,5 +591,9 @@ impl RowKind for LmRows<'_> {
     /// Blocks of `block_rows` positions in every layer.
     fn blocks_in_use(&self) -> usize {
         self.state.blocks_in_use() / self.state.caches.len().max(1)
+    }
+
+    fn blocks_kept(&self) -> usize {
+        self.state.kept_blocks()
     }
 }

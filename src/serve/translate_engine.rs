@@ -74,6 +74,7 @@ impl<'m> TranslationEngine<'m> {
         let limits = Limits {
             max_batch: config.max_batch.max(1),
             pool_blocks: None,
+            max_overtakes: 0,
         };
         let state = translator.model.start_ragged(config.block_rows.max(1));
         let kind = TranslationRows {

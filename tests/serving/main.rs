@@ -11,6 +11,7 @@ mod serve_http;
 mod serve_kinds;
 mod serve_libre;
 mod serve_options;
+mod serve_prefix_cache;
 mod serve_surface;
 mod serve_tools;
 mod serve_translate;

@@ -234,6 +234,8 @@ fn batched_greedy_equals_single_request_greedy() {
         pool_blocks: 1000,
         max_batch: 64,
         prefill_budget: 7,
+        prefix_cache: true,
+        max_overtakes: 16,
     };
     let batched = run_engine(&g.model, config, &requests, greedy);
     for (i, (prompt, max_tokens, _)) in requests.iter().enumerate() {
@@ -298,6 +300,8 @@ fn seeded_sampling_does_not_depend_on_the_batch() {
         pool_blocks: 1000,
         max_batch: 8,
         prefill_budget: 64,
+        prefix_cache: true,
+        max_overtakes: 16,
     };
     let requests: Vec<_> = (0..5).map(|i| (prompt[..10 + i].to_vec(), 20, i)).collect();
     let batched = run_engine(&g.model, config, &requests, sampling);

@@ -106,7 +106,36 @@ fn endpoints_formats_and_streaming() {
     assert_eq!(choice["text"], g.tokenizer.decode(&greedy).unwrap());
     assert_eq!(
         body["usage"],
-        json!({"prompt_tokens": n_prompt, "completion_tokens": 16, "total_tokens": n_prompt + 16})
+        json!({"prompt_tokens": n_prompt, "completion_tokens": 16, "total_tokens": n_prompt + 16,
+               "prompt_tokens_details": {"cached_tokens": 0}})
+    );
+    let fingerprint = body["system_fingerprint"].as_str().unwrap().to_string();
+    assert!(fingerprint.starts_with("fp_"), "{fingerprint}");
+    let timings = &body["timings"];
+    assert_eq!(
+        (
+            &timings["prompt_n"],
+            &timings["cache_n"],
+            &timings["predicted_n"]
+        ),
+        (&json!(n_prompt), &json!(0), &json!(16))
+    );
+    assert!(timings["prompt_ms"].as_f64().unwrap() > 0.0, "{timings}");
+    // Again: the prompt's full blocks of 16 positions come from the prefix cache (at least
+    // its last token is computed), the answer is the same.
+    let (_, _, again) = post(addr, "/v1/completions", &req);
+    assert_eq!(again["choices"], body["choices"]);
+    let cached = (n_prompt - 1) / 16 * 16;
+    assert_eq!(
+        again["usage"]["prompt_tokens_details"]["cached_tokens"],
+        cached
+    );
+    assert_eq!(again["timings"]["cache_n"], cached);
+    assert_eq!(again["timings"]["prompt_n"], n_prompt - cached);
+    assert_eq!(again["system_fingerprint"], fingerprint);
+    assert_eq!(
+        metric(addr, "transformer_prefix_cache_hit_tokens_total"),
+        cached as f64
     );
 
     // The same streamed: text_completion chunks whose texts concatenate to the same text, the
@@ -279,7 +308,7 @@ fn endpoints_formats_and_streaming() {
     // Metrics: the outcomes so far, and every family.
     assert_eq!(
         metric(addr, "transformer_requests_total{outcome=\"ok\"}"),
-        8.0
+        9.0
     );
     assert_eq!(
         metric(addr, "transformer_requests_total{outcome=\"invalid\"}"),
@@ -288,9 +317,9 @@ fn endpoints_formats_and_streaming() {
     assert_eq!(metric(addr, "transformer_kv_blocks_used"), 0.0);
     assert_eq!(metric(addr, "transformer_running_batch"), 0.0);
     assert_eq!(metric(addr, "transformer_queue_length"), 0.0);
-    assert_eq!(metric(addr, "transformer_ttft_seconds_count"), 8.0);
-    assert_eq!(metric(addr, "transformer_e2e_latency_seconds_count"), 8.0);
-    assert_eq!(metric(addr, "transformer_queue_time_seconds_count"), 8.0);
+    assert_eq!(metric(addr, "transformer_ttft_seconds_count"), 9.0);
+    assert_eq!(metric(addr, "transformer_e2e_latency_seconds_count"), 9.0);
+    assert_eq!(metric(addr, "transformer_queue_time_seconds_count"), 9.0);
     assert!(metric(addr, "transformer_time_per_output_token_seconds_count") >= 6.0);
     assert!(metric(addr, "transformer_kv_blocks_free") > 0.0);
     server.shutdown().unwrap();

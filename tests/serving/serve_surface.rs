@@ -555,6 +555,8 @@ fn a_short_prompt_behind_a_long_one_starts_at_once() {
         pool_blocks: 1024,
         max_batch: 8,
         prefill_budget: 8,
+        prefix_cache: true,
+        max_overtakes: 16,
     };
     let metrics = Arc::new(Metrics::default());
     let mut engine = Scheduler::new(&g.model, config, metrics.clone());

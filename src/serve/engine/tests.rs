@@ -156,6 +156,7 @@ fn engine<const QUEUED: bool>(max_batch: usize, pool: Option<usize>) -> Engine<F
     let limits = Limits {
         max_batch,
         pool_blocks: pool,
+        max_overtakes: 0,
     };
     Engine::with_kind(kind, limits, Arc::new(Metrics::default()))
 }
@@ -415,4 +416,84 @@ fn refused_or_fully_answered_requests_are_answered_at_submission() {
         count(&e.metrics, "transformer_e2e_latency_seconds_count"),
         "1"
     );
+}
+
+/// Fair admission: small requests go ahead of a large one waiting for blocks, at most
+/// `max_overtakes` of them; then nothing passes it, it runs as soon as its blocks are back, and
+/// the small ones after it still finish.
+#[test]
+fn small_requests_overtake_a_waiting_large_one_a_bounded_number_of_times() {
+    let mut e = engine::<false>(8, Some(10));
+    e.limits.max_overtakes = 2;
+    let (mut running, _) = submit(&mut e, vec![Some((4, 6))], LONG);
+    let (mut large, _) = submit(&mut e, vec![Some((1, 6))], LONG);
+    let mut small: Vec<_> = (0..4)
+        .map(|_| submit(&mut e, vec![Some((1, 1))], LONG).0)
+        .collect();
+    assert!(e.step());
+    // Two small ones went ahead of the large one (6 + 6 > 10 blocks) and are done already.
+    assert_eq!((e.running(), e.waiting()), (1, 3));
+    for rx in &mut small[..2] {
+        assert!(matches!(heard(rx).last(), Some(Heard::Answer(_))));
+    }
+    // Its turn: the other small ones fit but wait behind it.
+    for left in [1, 1, 0] {
+        assert!(e.step());
+        assert_eq!((e.running(), e.waiting()), (left, 3));
+        assert!(heard(&mut small[2]).is_empty());
+    }
+    assert_eq!(heard(&mut running).last(), Some(&Heard::Answer(vec![4])));
+    // The blocks are back: the large one first, the small ones beside it.
+    assert!(e.step());
+    assert_eq!(heard(&mut large).last(), Some(&Heard::Answer(vec![1])));
+    for rx in &mut small[2..] {
+        assert!(matches!(heard(rx).last(), Some(Heard::Answer(_))));
+    }
+    assert!(e.is_idle());
+}
+
+/// Neither starves under a steady stream of small requests: with strict first come, first
+/// served the small ones behind the large one wait for all of it; with overtaking they run
+/// beside, and the large one still starts within `max_overtakes` admissions of its arrival.
+#[test]
+fn no_request_starves_under_a_stream_of_small_ones() {
+    for max_overtakes in [0, 3] {
+        let mut e = engine::<false>(8, Some(10));
+        e.limits.max_overtakes = max_overtakes;
+        let (mut first, _) = submit(&mut e, vec![Some((6, 6))], LONG);
+        let (mut large, _) = submit(&mut e, vec![Some((3, 6))], LONG);
+        let mut small = Vec::new();
+        let answered =
+            |rx: &mut UnboundedReceiver<Heard>| matches!(heard(rx).last(), Some(Heard::Answer(_)));
+        // Small ones answered while the large one waited (the first one running).
+        let (mut large_done, mut first_done, mut small_done) = (None, false, 0);
+        for step in 0..40 {
+            small.push(submit(&mut e, vec![Some((2, 1))], LONG).0);
+            assert!(e.step());
+            if large_done.is_none() && answered(&mut large) {
+                large_done = Some(step);
+            }
+            let done_now: usize = small.iter_mut().map(|rx| answered(rx) as usize).sum();
+            if !first_done {
+                small_done += done_now;
+            }
+            first_done = first_done || answered(&mut first);
+        }
+        while e.step() {}
+        assert!(first_done);
+        // The large one waits for the first one's blocks (6 steps), then runs 3.
+        let done = large_done.expect("the large request finished");
+        assert!(
+            done <= 9,
+            "{max_overtakes}: the large one finished at step {done}"
+        );
+        match max_overtakes {
+            0 => assert_eq!(small_done, 0),
+            _ => assert!((1..=max_overtakes).contains(&small_done), "{small_done}"),
+        }
+        for rx in &mut small {
+            heard(rx);
+        }
+        assert!(e.is_idle());
+    }
 }

@@ -14,6 +14,7 @@ use serde_json::{json, Map, Value};
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// What every answer of one request repeats.
 pub struct Reply {
@@ -21,6 +22,9 @@ pub struct Reply {
     pub id: String,
     pub created: u64,
     pub model: String,
+    /// `system_fingerprint`: the binary's version and the model files
+    /// ([`crate::serve::system_fingerprint`]).
+    pub fingerprint: String,
 }
 
 impl Reply {
@@ -33,19 +37,45 @@ impl Reply {
     }
 
     fn usage(choices: &[ChoiceState]) -> Value {
-        let prompt: usize = choices
-            .iter()
-            .filter(|c| c.counts_prompt)
-            .map(|c| c.prompt_ids.len())
-            .sum();
+        let prompts = choices.iter().filter(|c| c.counts_prompt);
+        let prompt: usize = prompts.clone().map(|c| c.prompt_ids.len()).sum();
+        let cached: usize = prompts.map(|c| c.cached_tokens).sum();
         let completion: usize = choices.iter().map(|c| c.completion).sum();
-        json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
+        json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+               "prompt_tokens_details": {"cached_tokens": cached}})
+    }
+
+    /// llama.cpp's `timings` of the first choice: prompt tokens computed (`prompt_n`, the
+    /// cached ones in `cache_n`) and the time from queueing to the first token, tokens
+    /// generated and the time from the first token to the end.
+    pub fn timings(choices: &[ChoiceState]) -> Value {
+        let Some(c) = choices.first() else {
+            return Value::Null;
+        };
+        let ms = |from: Option<Instant>, to: Option<Instant>| match (from, to) {
+            (Some(a), Some(b)) => b.saturating_duration_since(a).as_secs_f64() * 1e3,
+            _ => 0.0,
+        };
+        let per_second = |n: usize, ms: f64| match ms > 0.0 {
+            true => n as f64 * 1e3 / ms,
+            false => 0.0,
+        };
+        let prompt_n = c.prompt_ids.len().saturating_sub(c.cached_tokens);
+        let prompt_ms = ms(Some(c.queued_at), c.first_token_at);
+        let predicted_ms = ms(c.first_token_at, c.finished_at);
+        json!({"cache_n": c.cached_tokens, "prompt_n": prompt_n, "prompt_ms": prompt_ms,
+               "prompt_per_token_ms": if prompt_n > 0 { prompt_ms / prompt_n as f64 } else { 0.0 },
+               "prompt_per_second": per_second(prompt_n, prompt_ms),
+               "predicted_n": c.completion, "predicted_ms": predicted_ms,
+               "predicted_per_token_ms": if c.completion > 0 { predicted_ms / c.completion as f64 } else { 0.0 },
+               "predicted_per_second": per_second(c.completion, predicted_ms)})
     }
 
     /// A chunk of `choices` (possibly none), with `usage` where given.
     fn chunk(&self, choices: Vec<Value>, usage: Option<Value>) -> Value {
         let mut out = json!({"id": self.id, "object": self.object(true), "created": self.created,
-                             "model": self.model, "choices": choices});
+                             "model": self.model, "system_fingerprint": self.fingerprint,
+                             "choices": choices});
         if let Some(u) = usage {
             out["usage"] = u;
         }
@@ -154,7 +184,8 @@ pub async fn whole(
     guard.set(Outcome::Ok);
     Json(
         json!({"id": reply.id, "object": reply.object(false), "created": reply.created,
-                "model": reply.model, "choices": body, "usage": Reply::usage(&choices)}),
+                "model": reply.model, "system_fingerprint": reply.fingerprint, "choices": body,
+                "usage": Reply::usage(&choices), "timings": Reply::timings(&choices)}),
     )
     .into_response()
 }
@@ -270,12 +301,16 @@ impl Streaming {
             (false, true) => Some(usage.clone()),
             (false, false) => None,
         };
-        self.queue
-            .push_back(Self::data(self.reply.chunk(vec![last], on_finish)));
+        let mut finish_chunk = self.reply.chunk(vec![last], on_finish);
+        if all_done && !include_usage {
+            finish_chunk["timings"] = Reply::timings(&self.acc.choices);
+        }
+        self.queue.push_back(Self::data(finish_chunk));
         if all_done {
             if include_usage {
-                self.queue
-                    .push_back(Self::data(self.reply.chunk(vec![], Some(usage))));
+                let mut usage_chunk = self.reply.chunk(vec![], Some(usage));
+                usage_chunk["timings"] = Reply::timings(&self.acc.choices);
+                self.queue.push_back(Self::data(usage_chunk));
             }
             self.done = true;
             self.guard.set(Outcome::Ok);

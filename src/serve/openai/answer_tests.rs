@@ -32,10 +32,13 @@ fn front() -> Option<Arc<LmFront>> {
             pool_blocks: 64,
             max_batch: 8,
             prefill_budget: 64,
+            prefix_cache: true,
+            max_overtakes: 16,
         },
         timeout_s: 60.0,
         requests: std::sync::mpsc::channel().0,
         constraints: Err("not needed here".into()),
+        fingerprint: "fp_test".into(),
     }))
 }
 
@@ -51,6 +54,7 @@ fn answer(lm: &Arc<LmFront>, text: &str, streamed: bool) -> String {
         reason: FinishReason::Stop,
         prompt_tokens: 2,
         completion_tokens: ids.len() + 1,
+        cached_tokens: 0,
     })
     .unwrap();
     let offered = OfferedTools {
@@ -80,6 +84,7 @@ fn answer(lm: &Arc<LmFront>, text: &str, streamed: bool) -> String {
         id: "chatcmpl-7".into(),
         created: 0,
         model: "m".into(),
+        fingerprint: "fp_test".into(),
     };
     let guard = OutcomeGuard::new(Arc::new(Metrics::default()));
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -14,6 +14,7 @@ use crate::serve::text::TextStream;
 use crate::serve::LmFront;
 use std::future::poll_fn;
 use std::task::Poll;
+use std::time::Instant;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 /// The tools a chat request offered, and how its model writes calls.
@@ -52,6 +53,13 @@ pub struct ChoiceState {
     pub finish: Option<FinishReason>,
     /// The reply read as tool calls, at its end.
     pub calls: Option<ParsedReply>,
+    /// Prompt tokens the engine took from the prefix cache (known at the end).
+    pub cached_tokens: usize,
+    /// When the choice was queued, its first token came and it finished (llama.cpp's
+    /// `timings`).
+    pub queued_at: Instant,
+    pub first_token_at: Option<Instant>,
+    pub finished_at: Option<Instant>,
 }
 
 impl ChoiceState {
@@ -79,6 +87,10 @@ impl ChoiceState {
             prompt_scores: None,
             finish: None,
             calls: None,
+            cached_tokens: 0,
+            queued_at: Instant::now(),
+            first_token_at: None,
+            finished_at: None,
         }
     }
 
@@ -118,6 +130,7 @@ impl ChoiceState {
             }
             Event::Token(id) => {
                 self.completion += 1;
+                self.first_token_at.get_or_insert_with(Instant::now);
                 let score = self.pending.take();
                 if lm.end_tokens.contains(&id) {
                     return Ok(String::new());
@@ -129,7 +142,13 @@ impl ChoiceState {
                 }
                 piece
             }
-            Event::Finished { reason, .. } => {
+            Event::Finished {
+                reason,
+                cached_tokens,
+                ..
+            } => {
+                self.cached_tokens = cached_tokens;
+                self.finished_at = Some(Instant::now());
                 let piece = self.text.finish(&lm.tokenizer).map_err(internal)?;
                 self.finish = Some(if self.text.stopped() {
                     FinishReason::Stop
