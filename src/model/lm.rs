@@ -53,6 +53,8 @@ pub type LmState<T> = CacheStack<T>;
 
 /// The number of trainable scalars of a language model of this shape (`None` on overflow),
 /// counted from the parameters' shapes. Checked against a weights file before allocating.
+// Used outside the library only (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub fn lm_n_params(c: &ModelConfig) -> Option<usize> {
     count_params(&mut LanguageModel::<f32>::new(c.clone(), &mut ShapesOnly))
 }

@@ -27,6 +27,8 @@ use tokenizers::{
 /// The document separator (and start token).
 pub const END_OF_TEXT: &str = "<|endoftext|>";
 /// The smallest vocabulary: the 256 byte symbols and `<|endoftext|>`.
+// Used outside the library only (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub const MIN_VOCAB: usize = 257;
 /// Texts are encoded in pieces of about this many bytes, cut where the cut cannot change the
 /// pre-tokenization (see [`chunk_bounds`]).

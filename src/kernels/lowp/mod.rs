@@ -51,9 +51,14 @@ mod kquant_matrix;
 pub mod kquants;
 pub mod raw_bytes;
 
+// Used outside the library only (feature `internals`).
+
+#[cfg_attr(not(feature = "internals"), allow(unused_imports))]
 pub use bf16::{bf16_to_f32, f32_to_bf16, round_to_bf16, rounded_to_bf16, Bf16Matrix};
 pub use blocks::{BlockKind, BlockMatrix};
 pub use int8::Int8Matrix;
+// Used outside the library only (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(unused_imports))]
 pub use kquant_matrix::{is_kquant_product, KQuantActs, KQuantMatrix};
 pub use raw_bytes::RawBytes;
 
@@ -146,6 +151,8 @@ pub fn kernel_cap() -> Kernel {
 }
 
 /// Caps the kernels for the rest of the process (what `--kernel` and [`KERNEL_ENV`] set).
+// Used by the binary (feature `cli`) and outside the library (feature `internals`).
+#[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]
 pub fn set_kernel_cap(cap: Kernel) {
     *kernel_cap_lock().write().unwrap_or_else(|e| e.into_inner()) = cap;
 }
