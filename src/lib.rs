@@ -115,6 +115,7 @@ pub use tensor::{Float, Tensor};
 pub use text::bpe::Bpe;
 pub use text::decoder_tokenizer::{DecoderTokenizer, StreamDecoder};
 pub use text::vocab::Vocab;
+pub use text::TextError;
 pub use train::precision::TrainPrecision;
 
 /// Training a model from the library: the one training loop ([`run`]) and the setups that

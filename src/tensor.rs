@@ -80,7 +80,9 @@ impl Float for f64 {
 /// directly and write the shape of every tensor where it is born.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tensor<T> {
+    /// The elements in row-major order, `shape.iter().product()` of them.
     pub data: Vec<T>,
+    /// The size of each dimension, outermost first.
     pub shape: Vec<usize>,
 }
 

@@ -30,6 +30,7 @@ use std::borrow::Cow;
 /// The decoder-only language model.
 #[derive(Clone, Debug)]
 pub struct LanguageModel<T> {
+    /// The shapes and options the model was built from.
     pub config: ModelConfig,
     /// E [vocab, d_model] (and whatever position parameters the config asks for).
     pub embedding: Embedding<T>,

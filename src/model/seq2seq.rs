@@ -26,10 +26,13 @@ use crate::Float;
 /// The encoder-decoder Transformer.
 #[derive(Clone, Debug)]
 pub struct Seq2Seq<T> {
+    /// The shapes and options the model was built from.
     pub config: ModelConfig,
     /// The one embedding matrix of the shared vocabulary, E [vocab, d_model].
     pub embedding: Embedding<T>,
+    /// The encoder stack: `n_encoder_layers` self-attention blocks.
     pub encoder: Encoder<T>,
+    /// The decoder stack: `n_decoder_layers` blocks with self- and cross-attention.
     pub decoder: Decoder<T>,
     /// The pre-softmax projection: the embedding matrix, or its own when untied.
     pub head: OutputHead<T>,

@@ -14,7 +14,9 @@ pub const DEFAULT_MAX_LEN: usize = 256;
 
 /// A pretrained encoder with its tokenizer.
 pub struct SentenceEncoder {
+    /// The BERT-style encoder.
     pub model: Bert<f32>,
+    /// Its WordPiece tokenizer, with the directory's truncation length.
     pub tokenizer: Tokenizer,
 }
 

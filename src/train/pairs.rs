@@ -34,6 +34,7 @@ pub struct TrainConfig {
     pub accumulate: usize,
     /// Clip the global gradient norm to this value.
     pub clip_norm: Option<f64>,
+    /// Adam's β₁, β₂ and ε.
     pub adam: AdamConfig,
     /// Decides initialisation, dropout masks and shuffling.
     pub seed: u64,
