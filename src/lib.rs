@@ -118,11 +118,12 @@ pub use text::vocab::Vocab;
 pub use text::TextError;
 pub use train::precision::TrainPrecision;
 
-/// Training a model from the library: the one training loop ([`run`]) and the setups that
-/// build what it runs, for a translation model on sentence pairs ([`pairs`]) or a
-/// decoder-only language model on a text ([`lm`]), as `transformer train` and
-/// `transformer train-lm` do.
 pub mod training {
+    //! Training a model from the library: the one training loop ([`run`]) and the setups that
+    //! build what it runs, for a translation model on sentence pairs ([`pairs`]) or a
+    //! decoder-only language model on a text ([`lm`]), as `transformer train` and
+    //! `transformer train-lm` do.
+
     pub use crate::dist::{world, Communicator, SingleProcess};
     pub use crate::train::pairs::TrainConfig;
     pub use crate::train::run::{run, Output, Reporter, RunOptions, RunSummary, Silent};

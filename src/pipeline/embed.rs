@@ -57,7 +57,7 @@ impl SentenceEncoder {
     }
 
     /// Embeds sequences of token ids as given (no special tokens added, none cut): each must
-    /// hold 1 to [`Tokenizer::max_len`] ids of the vocabulary.
+    /// hold 1 to `Tokenizer::max_len` ids of the vocabulary.
     pub fn embed_ids(&self, ids: &[Vec<u32>], batch_size: usize) -> Result<Vec<Vec<f32>>> {
         let (max, vocab) = (self.tokenizer.max_len(), self.model.config.vocab_size);
         for (i, seq) in ids.iter().enumerate() {

@@ -3,7 +3,7 @@
 //! - a directory written by `train-lm` (`config.json`, `model.safetensors`, `tokenizer.json`:
 //!   this crate's byte-level BPE; a document is `[<|endoftext|>] + encode(text)`);
 //! - a Hugging Face directory whose `config.json` says the `model_type` of a decoder family of
-//!   [`crate::model::families`] (`llama`, `gpt2`; `model.safetensors` or a sharded index,
+//!   `crate::model::families` (`llama`, `gpt2`; `model.safetensors` or a sharded index,
 //!   `tokenizer.json`);
 //! - a GGUF file of an architecture of that table (`llama`; tokenizer and chat template in its
 //!   metadata).
@@ -34,13 +34,13 @@ pub enum ModelSource {
     /// A `train-lm` directory.
     Ours,
     /// A Hugging Face directory of the family of this name (see
-    /// [`crate::model::families`]).
+    /// `crate::model::families`).
     HuggingFace(&'static str),
     /// A GGUF file.
     Gguf,
 }
 
-/// The numbers a loaded model multiplies its weights in (see [`crate::kernels::lowp`]).
+/// The numbers a loaded model multiplies its weights in (see `crate::kernels::lowp`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ModelPrecision {
     /// The float32 weights (a GGUF file's dequantised to float32 at load): the default, the

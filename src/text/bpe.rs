@@ -132,7 +132,7 @@ impl Bpe {
     }
 
     /// Loads a `tokenizer.json` written by [`Bpe::save`], checked against the directory's
-    /// checkpoint manifest when it has one ([`crate::store::read_file`]).
+    /// checkpoint manifest when it has one (`crate::store::read_file`).
     pub fn load(path: &Path) -> Result<Bpe> {
         let bytes = crate::store::read_file(path).map_err(|e| match e {
             Error::Checkpoint { reason, .. } => Error::Text(TextError::BadVocab {
@@ -145,7 +145,7 @@ impl Bpe {
     }
 
     /// Parses `tokenizer.json` bytes read from `path` (named in errors): a tokenizer whose ids
-    /// are below its size (see [`crate::text::vocab::parse_tokenizer`]) with `<|endoftext|>`.
+    /// are below its size (see `crate::text::vocab::parse_tokenizer`) with `<|endoftext|>`.
     pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Bpe> {
         let inner = super::vocab::parse_tokenizer(bytes, path)?;
         Self::from_tokenizer(inner, &path.display().to_string())

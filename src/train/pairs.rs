@@ -39,7 +39,7 @@ pub struct TrainConfig {
     /// Decides initialisation, dropout masks and shuffling.
     pub seed: u64,
     /// Word dropout: the probability of replacing each source and decoder-input token by UNK
-    /// (see [`Batch::drop_words`]); absent in checkpoints written before the option, meaning 0.
+    /// (see `Batch::drop_words`); absent in checkpoints written before the option, meaning 0.
     #[serde(default)]
     pub word_dropout: f64,
     /// A linear cool-down of the learning rate to zero at the end of the run (absent in

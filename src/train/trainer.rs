@@ -51,7 +51,7 @@ pub struct StepReport {
     pub nll: f64,
     /// The learning rate of this update.
     pub lr: f64,
-    /// Tokens processed (see [`crate::train::source::Update::tokens`]).
+    /// Tokens processed (see `crate::train::source::Update::tokens`).
     pub tokens: usize,
     /// Global gradient norm before clipping (when clipping is on).
     pub grad_norm: Option<f64>,

@@ -482,9 +482,9 @@ pub enum Precision {
     /// float32 throughout (the training format; bit-identical to the plain product).
     #[default]
     F32,
-    /// bf16 weights and activations, f32 accumulation ([`Bf16Matrix`]).
+    /// bf16 weights and activations, f32 accumulation (`Bf16Matrix`).
     Bf16,
-    /// int8 weights per output row, activations per row ([`Int8Matrix`]).
+    /// int8 weights per output row, activations per row (`Int8Matrix`).
     Int8,
 }
 

@@ -185,14 +185,14 @@ pub struct LmPlan {
     pub start: Start<LmSpec>,
     /// Where the run stops.
     pub max_steps: u64,
-    /// How bf16 products are multiplied (see [`join`]).
+    /// How bf16 products are multiplied (see `join`).
     pub bf16_kernel: Bf16Kernel,
 }
 
 impl LmPlan {
     /// Refuses settings that would give a broken run, before anything is read: a run beyond
-    /// [`crate::train::source::MAX_STEP`], and for a fresh run a BPE above
-    /// [`super::MAX_VOCAB`] and a recipe outside the rules a checkpoint's recipe is checked
+    /// `crate::train::source::MAX_STEP`, and for a fresh run a BPE above
+    /// `super::MAX_VOCAB` and a recipe outside the rules a checkpoint's recipe is checked
     /// with on resume.
     pub fn check(&self) -> Result<()> {
         check_max_steps(self.max_steps)?;

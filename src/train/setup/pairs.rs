@@ -131,7 +131,7 @@ pub struct VocabSpec {
     /// Characters, whitespace-separated words, or byte-level BPE subwords.
     pub level: VocabLevel,
     /// The size of a BPE vocabulary, specials included (checked against
-    /// [`super::MAX_VOCAB`] whatever the level).
+    /// `super::MAX_VOCAB` whatever the level).
     pub bpe_size: usize,
 }
 
@@ -243,14 +243,14 @@ pub struct PairPlan {
     /// On `Resume`: replaces the checkpoint's cool-down by the last N updates before
     /// `max_steps` (0: none); `None` keeps it. A fresh run's is in its recipe.
     pub cooldown: Option<u64>,
-    /// How bf16 products are multiplied (see [`join`]).
+    /// How bf16 products are multiplied (see `join`).
     pub bf16_kernel: Bf16Kernel,
 }
 
 impl PairPlan {
     /// Refuses settings that would give a broken run, before anything is read: a cool-down
-    /// longer than the run, a run beyond [`crate::train::source::MAX_STEP`], and for a fresh
-    /// run a vocabulary above [`super::MAX_VOCAB`] and a recipe outside the rules a
+    /// longer than the run, a run beyond `crate::train::source::MAX_STEP`, and for a fresh
+    /// run a vocabulary above `super::MAX_VOCAB` and a recipe outside the rules a
     /// checkpoint's recipe is checked with on resume.
     pub fn check(&self) -> Result<()> {
         if let Some(c) = self.cooldown.filter(|&c| c > self.max_steps) {
