@@ -125,6 +125,9 @@ pub mod training {
     //! `transformer train-lm` do.
 
     pub use crate::dist::{world, Communicator, SingleProcess};
+    pub use crate::kernels::lowp::bf16_train::Bf16Kernel;
+    pub use crate::store::CheckpointWriter;
+    pub use crate::text::vocab::VocabLevel;
     pub use crate::train::pairs::TrainConfig;
     pub use crate::train::run::{run, Output, Reporter, RunOptions, RunSummary, Silent};
     pub use crate::train::schedule::Cooldown;
