@@ -6,7 +6,7 @@ use clap::Parser;
 fn main() {
     // SAFETY: the first statement of main, before any other thread exists.
     unsafe {
-        transformer::alloc::keep_freed_buffers();
+        transformer::cli::keep_freed_buffers();
     }
     let cli = transformer::cli::Cli::parse();
     if let Err(e) = transformer::cli::run(cli) {

@@ -25,7 +25,7 @@ pub trait Float:
     fn of(x: f64) -> Self;
     /// Widens to f64.
     fn f64(self) -> f64;
-    /// `eˣ` in straight-line arithmetic that vectorises (f32: [`exp_f32`](crate::kernels::softmax::exp_f32),
+    /// `eˣ` in straight-line arithmetic that vectorises (f32: `exp_f32`,
     /// within 2 ulp; f64: the exact library `exp`, so the reference checks stay exact).
     fn exp_vec(self) -> Self;
     /// The slice as f32, when `Self` is f32 (the low-precision kernels take f32 only).
@@ -80,7 +80,9 @@ impl Float for f64 {
 /// directly and write the shape of every tensor where it is born.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tensor<T> {
+    /// The elements in row-major order, `shape.iter().product()` of them.
     pub data: Vec<T>,
+    /// The size of each dimension, outermost first.
     pub shape: Vec<usize>,
 }
 

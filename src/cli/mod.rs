@@ -26,6 +26,10 @@ pub mod train;
 pub mod train_lm;
 pub mod train_mlm;
 pub mod training;
+
+// `src/main.rs` calls it first thing; the module `alloc` is private to the crate without the
+// feature `internals`.
+pub use crate::alloc::keep_freed_buffers;
 pub mod translate;
 
 /// `println!` that returns the write's error instead of panicking: a closed stdout (`| head`)

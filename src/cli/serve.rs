@@ -1,6 +1,6 @@
 //! `transformer serve --model PATH [--host 127.0.0.1 --port 8080 | --addr HOST:PORT]`: the model behind an HTTP server
 //! (OpenAI-compatible endpoints, LibreTranslate's `/translate`, a web page at `/`, Prometheus
-//! metrics); see [`crate::serve`].
+//! metrics); see `crate::serve`.
 
 use super::args::PrecisionArg;
 use super::set_threads;

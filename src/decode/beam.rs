@@ -63,6 +63,8 @@ use rayon::prelude::*;
 
 /// The largest beam the command line accepts (`--beam`, `--nbest`): a sentence decodes up to
 /// this many rows, each with its cache.
+// Used by the binary (feature `cli`) and outside the library (feature `internals`).
+#[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]
 pub const MAX_BEAM: u32 = 256;
 
 /// Search settings.
@@ -127,6 +129,8 @@ pub struct BeamHypothesis {
 
 impl BeamHypothesis {
     /// Emitted tokens, EOS included: the `|Y|` of the length penalty.
+    // Used by the binary (feature `cli`) and outside the library (feature `internals`).
+    #[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]
     pub fn n_emitted(&self) -> usize {
         self.tokens.len() + self.finished as usize
     }

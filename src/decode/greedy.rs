@@ -94,6 +94,8 @@ pub fn greedy_decode<T: Float>(
 
 /// The same search as [`greedy_decode`], recomputing the full teacher-forced forward over the
 /// prefix at every step (quadratic; for tests and as the reference).
+// Used outside the library only (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub fn greedy_decode_full<T: Float>(
     model: &Seq2Seq<T>,
     sources: &[Vec<u32>],
@@ -230,6 +232,8 @@ fn decode_chunk_cached<T: Float>(
 }
 
 /// Reference greedy search over one chunk: the full forward over source and prefix per step.
+// Used outside the library only (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 fn decode_chunk_full<T: Float>(
     model: &Seq2Seq<T>,
     sources: &[&[u32]],

@@ -12,6 +12,9 @@
 //! token ids without specials (the source gets its EOS here, the decoder starts from BOS) and
 //! batch their inputs by length internally; results come back in input order.
 
+// The server's logit adjustments: used by the server (feature `serve`) and outside the
+// library (feature `internals`).
+#[cfg_attr(not(any(feature = "serve", feature = "internals")), allow(dead_code))]
 pub mod adjust;
 pub mod beam;
 #[cfg(feature = "constrain")]
@@ -22,8 +25,15 @@ pub mod greedy;
 pub mod sample;
 pub mod score;
 
+// Used outside the library only (feature `internals`).
+
+#[cfg_attr(not(feature = "internals"), allow(unused_imports))]
 pub use beam::{beam_search, length_penalty, BeamHypothesis, BeamOptions, BeamStop};
+// Used outside the library only (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(unused_imports))]
 pub use greedy::{greedy_decode, greedy_decode_full, GreedyOptions, Hypothesis};
+// Used outside the library only (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(unused_imports))]
 pub use score::score_pairs;
 
 use crate::batch::{BOS, EOS, PAD};
@@ -51,9 +61,13 @@ pub trait IncrementalDecoder<T: Float>: Sync {
 /// The rows of an incremental-decoding state.
 pub trait DecodingState {
     /// Positions fed so far.
+    // Used outside the library only (feature `internals`).
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     fn len(&self) -> usize;
 
     /// True before the first position.
+    // Used outside the library only (feature `internals`).
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -85,6 +99,8 @@ impl TokenRules {
 
     /// A language model whose documents end with `end` (`<|endoftext|>`); every token may be
     /// emitted.
+    // Used outside the library only (feature `internals`).
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn document(end: u32) -> TokenRules {
         TokenRules {
             end,

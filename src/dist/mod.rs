@@ -16,6 +16,8 @@
 //! (N copies of one single-process run would overwrite each other's output); any other process
 //! is a [`SingleProcess`].
 
+// Used outside the library only (feature `internals`): the tests' ranks as threads.
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub mod local;
 #[cfg(feature = "mpi")]
 pub mod mpi;

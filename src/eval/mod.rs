@@ -5,4 +5,7 @@
 
 pub mod bleu;
 
+// Used outside the library only (feature `internals`).
+
+#[cfg_attr(not(feature = "internals"), allow(unused_imports))]
 pub use bleu::{corpus_bleu, tokenize_13a, BleuError, BleuScore};

@@ -14,6 +14,9 @@
 //! values have `kv_heads` heads, `[batch * len, kv_heads * d_head]`, and query head `h` reads
 //! key/value head `h / (heads / kv_heads)`.
 
+// Used outside the library only (feature `internals`).
+
+#[cfg_attr(not(feature = "internals"), allow(unused_imports))]
 pub use super::key_ranges::{AttnMask, KeyRanges, QueryRanges, Windowed};
 pub use super::plain_attention::{attention_backward, attention_forward};
 pub use super::scores::Scores;

@@ -132,6 +132,8 @@ impl<R: KeyRanges> KeyRanges for Windowed<R> {
 
 /// An explicit range per query, `[batch * q_len]` in query order.
 #[derive(Clone, Debug)]
+// Used outside the library only (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub struct QueryRanges {
     pub q_len: usize,
     pub ranges: Vec<Range<usize>>,

@@ -141,6 +141,8 @@ impl<'a, T> MatMut<'a, T> {
     }
 
     /// The transpose, as a view of the same memory.
+    // Used outside the library only (feature `internals`).
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn t(self) -> Self {
         MatMut {
             rows: self.cols,

@@ -246,6 +246,8 @@ fn rotate<T: Float>(
 
 /// Forward: rotates every head of `x [batch*seq_len, heads*d_head]` in place, row `r` at
 /// position `pos_offset + r % seq_len` (keys of grouped-query attention: `heads = kv_heads`).
+// Used outside the library only (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub fn rope_forward<T: Float>(
     x: &mut [T],
     rope: Rope,
@@ -302,6 +304,8 @@ pub fn rope_backward_scaled<T: Float>(
 
 /// Backward: turns `dy` (the gradient w.r.t. the rotated rows) into the gradient w.r.t. the
 /// unrotated rows, in place, by the inverse rotation at the same positions.
+// Used outside the library only (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub fn rope_backward<T: Float>(
     dy: &mut [T],
     rope: Rope,

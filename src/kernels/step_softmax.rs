@@ -67,6 +67,8 @@ pub fn exp(x: f32) -> f32 {
 }
 
 /// `x ← e^x` element by element with `kernel` (which the CPU must have).
+// Used outside the library only (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub fn exp_inplace(kernel: Kernel, xs: &mut [f32]) {
     assert!(super::lowp::cpu_has(kernel), "{} kernel", kernel.name());
     match kernel {
@@ -176,6 +178,8 @@ mod avx2 {
     /// # Safety
     /// The CPU has AVX2.
     #[target_feature(enable = "avx2")]
+    // Used outside the library only (feature `internals`).
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub unsafe fn exp_inplace(xs: &mut [f32]) {
         for chunk in xs.chunks_mut(8) {
             let mask = first(chunk.len());
@@ -282,6 +286,8 @@ mod avx512 {
     /// # Safety
     /// The CPU has AVX-512F.
     #[target_feature(enable = "avx512f")]
+    // Used outside the library only (feature `internals`).
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub unsafe fn exp_inplace(xs: &mut [f32]) {
         for chunk in xs.chunks_mut(16) {
             let mask = first(chunk.len());

@@ -96,7 +96,7 @@ impl BlockConfig {
 
 impl ModelConfig {
     /// The number of trainable scalars of the encoder-decoder this config describes (`None` on
-    /// overflow), counted from the parameters' shapes (see [`ShapesOnly`]). Checked against a
+    /// overflow), counted from the parameters' shapes (see `ShapesOnly`). Checked against a
     /// weights file before the model is allocated, so an edited config cannot ask for
     /// terabytes.
     pub fn n_params(&self) -> Option<usize> {

@@ -106,6 +106,8 @@ impl Model for LanguageModel<f32> {
 
 /// Saves the model's `config.json` and `model.safetensors` as the checkpoint of `dir` (created
 /// if needed), all or nothing; see [`write_model`].
+// Used outside the library only (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub fn save<M: Model>(dir: &Path, model: &mut M) -> Result<()>
 where
     M::Config: Serialize,
@@ -204,6 +206,8 @@ where
 
 /// [`load`] from the bytes of `config.json` and `model.safetensors` (as read from `dir`, which
 /// errors name): what [`load`] does once the files are read.
+// Used outside the library only (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub fn load_bytes<M: Model>(config: &[u8], weights: &[u8], dir: &Path) -> Result<M>
 where
     M::Config: DeserializeOwned,

@@ -75,13 +75,21 @@ pub enum RopeScaling {
     /// frequencies slowed by `factor`, high ones kept, those between interpolated (see
     /// `kernels::rope::llama3_freq_factors`).
     Llama3 {
+        /// How much the low frequencies are slowed (8 in Llama 3.1).
         factor: f64,
+        /// Wavelengths above `original_max_position_embeddings / low_freq_factor` are slowed
+        /// by `factor`.
         low_freq_factor: f64,
+        /// Wavelengths below `original_max_position_embeddings / high_freq_factor` are kept.
         high_freq_factor: f64,
+        /// The context the model was first trained with (8192 in Llama 3.1).
         original_max_position_embeddings: f64,
     },
     /// The factors as stored (llama.cpp's `rope_freqs` tensor), `[d_k / 2]`.
-    FreqFactors { factors: Vec<f64> },
+    FreqFactors {
+        /// `fᵢ` for each of the `d_k / 2` frequencies.
+        factors: Vec<f64>,
+    },
 }
 
 /// How token positions enter the model.

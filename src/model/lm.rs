@@ -30,6 +30,7 @@ use std::borrow::Cow;
 /// The decoder-only language model.
 #[derive(Clone, Debug)]
 pub struct LanguageModel<T> {
+    /// The shapes and options the model was built from.
     pub config: ModelConfig,
     /// E [vocab, d_model] (and whatever position parameters the config asks for).
     pub embedding: Embedding<T>,
@@ -53,6 +54,8 @@ pub type LmState<T> = CacheStack<T>;
 
 /// The number of trainable scalars of a language model of this shape (`None` on overflow),
 /// counted from the parameters' shapes. Checked against a weights file before allocating.
+// Used outside the library only (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub fn lm_n_params(c: &ModelConfig) -> Option<usize> {
     count_params(&mut LanguageModel::<f32>::new(c.clone(), &mut ShapesOnly))
 }
@@ -236,8 +239,8 @@ impl<T: Float> LanguageModel<T> {
 
     /// An empty state for continuous batching: no rows yet, each row may hold up to `max_len`
     /// positions, stored in blocks of `block_rows` from one free list per layer (the serving
-    /// pool; rows join with [`CacheStack::add_row`], grow through [`step`](Self::step) with a
-    /// ragged layout and leave with [`CacheStack::gather_rows`]).
+    /// pool; rows join with `CacheStack::add_row`, grow through [`step`](Self::step) with a
+    /// ragged layout and leave with `CacheStack::gather_rows`).
     pub fn start_paged(&self, block_rows: usize) -> LmState<T> {
         CacheStack::new(self.kv_widths(), 0, self.config.max_len, block_rows)
     }
@@ -251,12 +254,12 @@ impl<T: Float> LanguageModel<T> {
             .collect()
     }
 
-    /// Feeds `tokens` laid out as `layout` says (see [`super::step_layout`]): a uniform feed
+    /// Feeds `tokens` laid out as `layout` says (see `super::step_layout`): a uniform feed
     /// `[rows, q_len]` at the state's next positions (a prompt at once, or one token a row), or
     /// tokens of any rows at their own positions (continuous batching). Returns the
     /// log-probabilities of the token after each output the layout selects,
     /// `[outputs, vocab]`: the output projection (the widest product of a step) runs on those
-    /// rows only, and with [`Outputs::Last`](super::step_layout::Outputs::Last) on a uniform
+    /// rows only, and with `Outputs::Last` on a uniform
     /// feed the last block too.
     pub fn step(&self, state: &mut LmState<T>, tokens: &[u32], layout: &StepLayout<'_>) -> Vec<T> {
         let mut logits = self.step_logits(state, tokens, layout);
@@ -266,7 +269,7 @@ impl<T: Float> LanguageModel<T> {
 
     /// [`Self::step`] before the last log-softmax: the logits `[outputs, vocab]` (soft-capped
     /// where the model caps them). `step` is this followed by
-    /// [`OutputHead::log_softmax_rows`](super::head::OutputHead::log_softmax_rows), bit for bit.
+    /// `OutputHead::log_softmax_rows`, bit for bit.
     pub fn step_logits(
         &self,
         state: &mut LmState<T>,

@@ -43,6 +43,8 @@ impl LossStats {
 /// Loss over `logits [rows, vocab]` for `targets [rows]`. When `grad_scale` is given, `logits`
 /// is overwritten with `grad_scale · ∂L_sum/∂logits` (zero rows for padding); otherwise it is
 /// left as log-probabilities.
+// Used outside the library only (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub fn label_smoothed_cross_entropy<T: Float>(
     logits: &mut [T],
     targets: &[u32],

@@ -43,8 +43,12 @@ pub mod step_layout;
 mod window_tests;
 
 pub use checkpoint::Model;
+// Used outside the library only (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(unused_imports))]
 pub use config::{Activation, BlockConfig, ModelConfig, NormPlacement, Positions};
 pub use lm::LanguageModel;
+// Used outside the library only (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(unused_imports))]
 pub use param::{Init, Module, Param, ShapesOnly};
 pub use seq2seq::Seq2Seq;
 pub use step_layout::StepLayout;

@@ -26,10 +26,13 @@ use crate::Float;
 /// The encoder-decoder Transformer.
 #[derive(Clone, Debug)]
 pub struct Seq2Seq<T> {
+    /// The shapes and options the model was built from.
     pub config: ModelConfig,
     /// The one embedding matrix of the shared vocabulary, E [vocab, d_model].
     pub embedding: Embedding<T>,
+    /// The encoder stack: `n_encoder_layers` self-attention blocks.
     pub encoder: Encoder<T>,
+    /// The decoder stack: `n_decoder_layers` blocks with self- and cross-attention.
     pub decoder: Decoder<T>,
     /// The pre-softmax projection: the embedding matrix, or its own when untied.
     pub head: OutputHead<T>,
@@ -146,7 +149,7 @@ impl<T: Float> Seq2Seq<T> {
     /// Readies the model for a run of decoding steps that leave the weights alone: the linear
     /// layers and the output projection keep transposed copies of their weights, which gemm
     /// multiplies in place instead of repacking them at every step (see
-    /// [`Linear::prepare_inference`](super::linear::Linear::prepare_inference)). Results equal
+    /// `Linear::prepare_inference`). Results equal
     /// the unprepared model's up to float rounding. Training (`params_mut`) drops the copies.
     pub fn prepare_inference(&mut self) {
         prepare_inference_all(&mut self.encoder);
@@ -163,7 +166,7 @@ impl<T: Float> Seq2Seq<T> {
 
     /// Readies the model for inference in `precision`: f32 as [`prepare_inference`](Self::prepare_inference);
     /// bf16 or int8 packs every linear layer's weight and the output projection once (see
-    /// [`crate::kernels::lowp`]); the embeddings, norms and attention stay f32. An error names
+    /// `crate::kernels::lowp`); the embeddings, norms and attention stay f32. An error names
     /// a weight that cannot be packed.
     pub fn prepare_precision(&mut self, precision: Precision) -> Result<(), String> {
         prepare_precision_all(&mut self.encoder, precision)?;
@@ -351,12 +354,12 @@ impl<T: Float> Seq2Seq<T> {
         }
     }
 
-    /// Feeds target tokens laid out as `layout` says (see [`super::step_layout`]) and returns
+    /// Feeds target tokens laid out as `layout` says (see `super::step_layout`) and returns
     /// the log-probabilities of the token after each output the layout selects,
     /// `[outputs, vocab]`. A uniform feed `[rows, q_len]` runs one position at a time (the
     /// cross-attention reads one query per row and step); a ragged feed brings one token per
     /// row, each row at its own position (rows started at different steps, see
-    /// [`super::seq2seq_ragged`]).
+    /// `super::seq2seq_ragged`).
     pub fn step(
         &self,
         state: &mut DecodeState<T>,

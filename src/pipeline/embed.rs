@@ -16,7 +16,9 @@ pub const DEFAULT_MAX_LEN: usize = 256;
 
 /// A pretrained encoder with its tokenizer.
 pub struct SentenceEncoder {
+    /// The BERT-style encoder.
     pub model: Bert<f32>,
+    /// Its WordPiece tokenizer, with the directory's truncation length.
     pub tokenizer: Tokenizer,
 }
 
@@ -60,7 +62,7 @@ impl SentenceEncoder {
     }
 
     /// Embeds sequences of token ids as given (no special tokens added, none cut): each must
-    /// hold 1 to [`Tokenizer::max_len`] ids of the vocabulary.
+    /// hold 1 to `Tokenizer::max_len` ids of the vocabulary.
     pub fn embed_ids(&self, ids: &[Vec<u32>], batch_size: usize) -> Result<Vec<Vec<f32>>> {
         let (max, vocab) = (self.tokenizer.max_len(), self.model.config.vocab_size);
         for (i, seq) in ids.iter().enumerate() {

@@ -3,7 +3,7 @@
 //! - a directory written by `train-lm` (`config.json`, `model.safetensors`, `tokenizer.json`:
 //!   this crate's byte-level BPE; a document is `[<|endoftext|>] + encode(text)`);
 //! - a Hugging Face directory whose `config.json` says the `model_type` of a decoder family of
-//!   [`crate::model::families`] (`llama`, `gpt2`; `model.safetensors` or a sharded index,
+//!   `crate::model::families` (`llama`, `gpt2`; `model.safetensors` or a sharded index,
 //!   `tokenizer.json`);
 //! - a GGUF file of an architecture of that table (`llama`; tokenizer and chat template in its
 //!   metadata).
@@ -34,13 +34,13 @@ pub enum ModelSource {
     /// A `train-lm` directory.
     Ours,
     /// A Hugging Face directory of the family of this name (see
-    /// [`crate::model::families`]).
+    /// `crate::model::families`).
     HuggingFace(&'static str),
     /// A GGUF file.
     Gguf,
 }
 
-/// The numbers a loaded model multiplies its weights in (see [`crate::kernels::lowp`]).
+/// The numbers a loaded model multiplies its weights in (see `crate::kernels::lowp`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ModelPrecision {
     /// The float32 weights (a GGUF file's dequantised to float32 at load): the default, the
@@ -70,9 +70,13 @@ impl ModelPrecision {
 
 /// A language model, its tokenizer and, for a chat model, its chat template.
 pub struct TextGenerator {
+    /// The decoder-only model.
     pub model: LanguageModel<f32>,
+    /// Its tokenizer.
     pub tokenizer: DecoderTokenizer,
+    /// What it was loaded from.
     pub source: ModelSource,
+    /// The chat template, for a chat model.
     pub chat: Option<ChatTemplate>,
 }
 
@@ -257,13 +261,17 @@ pub fn document_tokens(bpe: &Bpe, text: &str) -> Result<Vec<u32>> {
 /// tokens fed so far. One row; its caches have room for `capacity` positions (at most the
 /// context: a model with a long context need not hold it all for a short generation).
 pub struct ContextWindow<'a, T> {
+    /// The model decoded.
     pub model: &'a LanguageModel<T>,
+    /// Positions the caches hold (at most the model's context).
     pub capacity: usize,
 }
 
 /// The window's state: the model's caches and every token fed.
 pub struct WindowState<T> {
+    /// The model's key/value caches.
     pub caches: LmState<T>,
+    /// Every token fed so far.
     pub history: Vec<u32>,
 }
 
@@ -346,10 +354,15 @@ pub fn generate_ids<E>(
 
 /// Loss per token, perplexity and bits per character of a scored document.
 pub struct TextScore {
+    /// Mean negative log-likelihood per scored token, in nats.
     pub nats_per_token: f64,
+    /// `exp(nats_per_token)`.
     pub perplexity: f64,
+    /// Total negative log-likelihood in bits per character of the text.
     pub bits_per_char: f64,
+    /// Tokens scored (every token after the first).
     pub tokens: usize,
+    /// Characters (Unicode scalar values) of the text.
     pub chars: usize,
 }
 

@@ -1,6 +1,6 @@
 //! What the command line (and, next, the server) runs: whole tasks over a model directory, text
 //! in and text out. Each pipeline loads a model with its tokenizer, checks what it is given, and
-//! calls the model, the search ([`crate::decode`]) and the tokenizer; the CLI only parses
+//! calls the model, the search (`crate::decode`) and the tokenizer; the CLI only parses
 //! arguments and prints.
 //!
 //! - [`translate`]: a translation model directory (`train`, `demo --out`, `average`): greedy

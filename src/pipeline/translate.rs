@@ -19,7 +19,9 @@ use std::path::Path;
 
 /// A translation model and its vocabulary.
 pub struct Translator {
+    /// The encoder-decoder model.
     pub model: Seq2Seq<f32>,
+    /// The shared source/target vocabulary.
     pub vocab: Vocab,
 }
 

@@ -114,6 +114,8 @@ impl Connection {
     }
 
     /// The value of header `name` (lowercase).
+    // Used outside the library only (feature `internals`).
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
@@ -213,6 +215,8 @@ impl Connection {
 }
 
 /// One whole request with the `headers` given: status, headers and body text.
+// Used outside the library only (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub fn request_with(
     addr: SocketAddr,
     method: &str,

@@ -286,11 +286,15 @@ impl<K: RowKind> Engine<K> {
     }
 
     /// Rows in the running batch.
+    // Used outside the library only (feature `internals`).
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn running(&self) -> usize {
         self.rows.len()
     }
 
     /// Rows waiting for admission.
+    // Used outside the library only (feature `internals`).
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn waiting(&self) -> usize {
         self.waiting.len()
     }

@@ -81,7 +81,9 @@ use std::sync::{Arc, OnceLock};
 /// Everything `transformer serve` is told.
 #[derive(Clone, Debug)]
 pub struct ServeConfig {
+    /// The model to serve: a model directory or a GGUF file.
     pub model: PathBuf,
+    /// The address to listen on.
     pub addr: SocketAddr,
     /// The KV pool in MiB.
     pub kv_memory_mib: usize,
@@ -107,6 +109,7 @@ pub struct ServeConfig {
     pub max_overtakes: usize,
     /// The language codes a translation model translates from and to (`/languages`).
     pub source_lang: String,
+    /// The language code a translation model translates to.
     pub target_lang: String,
     /// The numbers the model's products use (`--precision`; `ggml`: a GGUF file's blocks).
     pub precision: crate::pipeline::generate::ModelPrecision,

@@ -365,7 +365,7 @@ pub struct CheckpointWriter {
 
 impl CheckpointWriter {
     /// Starts a save into `dir` (created when missing, with its parents); an existing `dir`
-    /// is first [`recover`]ed.
+    /// is first `recover`ed.
     pub fn begin(dir: &Path) -> Result<CheckpointWriter> {
         let (parent, name) = parent_and_name(dir)?;
         let fresh = match std::fs::metadata(dir) {

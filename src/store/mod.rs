@@ -247,6 +247,8 @@ pub fn step_checkpoint_name(step: u64) -> String {
 /// What in `dir` shows that it already holds a run or a model (a checkpoint file, the
 /// metrics log, step checkpoints), or `None` when there is nothing of the kind (a missing or
 /// empty directory, or one with other files only).
+// Used by the binary (feature `cli`) and outside the library (feature `internals`).
+#[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]
 pub fn existing_run(dir: &Path) -> Option<String> {
     if !dir.is_dir() {
         return None;
@@ -266,6 +268,8 @@ pub fn existing_run(dir: &Path) -> Option<String> {
 
 /// Deletes what [`existing_run`] looks for (and the curves), leaving other files alone: the
 /// start of a run that replaces an older one (`--overwrite`).
+// Used by the binary (feature `cli`) and outside the library (feature `internals`).
+#[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]
 pub fn clear_run(dir: &Path) -> Result<()> {
     let remove = |path: PathBuf| -> Result<()> {
         let result = if path.is_dir() {
@@ -299,6 +303,8 @@ pub fn clear_run(dir: &Path) -> Result<()> {
 
 /// Whether `inner` is `outer` or lies inside it (both resolved through the file system when
 /// they exist).
+// Used by the binary (feature `cli`) and outside the library (feature `internals`).
+#[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]
 pub fn same_or_inside(inner: &Path, outer: &Path) -> bool {
     let resolve = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
     resolve(inner).starts_with(resolve(outer))

@@ -27,6 +27,8 @@ use tokenizers::{
 /// The document separator (and start token).
 pub const END_OF_TEXT: &str = "<|endoftext|>";
 /// The smallest vocabulary: the 256 byte symbols and `<|endoftext|>`.
+// Used outside the library only (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub const MIN_VOCAB: usize = 257;
 /// Texts are encoded in pieces of about this many bytes, cut where the cut cannot change the
 /// pre-tokenization (see [`chunk_bounds`]).
@@ -130,7 +132,7 @@ impl Bpe {
     }
 
     /// Loads a `tokenizer.json` written by [`Bpe::save`], checked against the directory's
-    /// checkpoint manifest when it has one ([`crate::store::read_file`]).
+    /// checkpoint manifest when it has one (`crate::store::read_file`).
     pub fn load(path: &Path) -> Result<Bpe> {
         let bytes = crate::store::read_file(path).map_err(|e| match e {
             Error::Checkpoint { reason, .. } => Error::Text(TextError::BadVocab {
@@ -143,7 +145,7 @@ impl Bpe {
     }
 
     /// Parses `tokenizer.json` bytes read from `path` (named in errors): a tokenizer whose ids
-    /// are below its size (see [`crate::text::vocab::parse_tokenizer`]) with `<|endoftext|>`.
+    /// are below its size (see `crate::text::vocab::parse_tokenizer`) with `<|endoftext|>`.
     pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Bpe> {
         let inner = super::vocab::parse_tokenizer(bytes, path)?;
         Self::from_tokenizer(inner, &path.display().to_string())

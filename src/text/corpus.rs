@@ -199,6 +199,8 @@ pub fn read_parallel(
 
 /// Reads a `source<TAB>target` file in which every line must be a valid pair: any malformed
 /// line gives [`TextError::Malformed`] with the report's summary.
+// Used outside the library only (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub fn read_pairs_strict(path: &Path) -> Result<Vec<Pair>, TextError> {
     let (pairs, report) = read_pairs(path)?;
     if report.count > 0 {
@@ -211,6 +213,8 @@ pub fn read_pairs_strict(path: &Path) -> Result<Vec<Pair>, TextError> {
 }
 
 /// How many offending line numbers an error message lists before `...`.
+// Used by the binary (feature `cli`) and outside the library (feature `internals`).
+#[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]
 const MAX_LISTED_LINES: usize = 10;
 
 /// Reads plain text lines (the input of `translate`); `name` names the input in errors
@@ -219,6 +223,8 @@ const MAX_LISTED_LINES: usize = 10;
 /// Empty lines are kept as empty strings so output lines stay aligned with input lines. Lines
 /// that are not valid UTF-8 make the whole read fail with [`TextError::Malformed`] listing
 /// their line numbers.
+// Used by the binary (feature `cli`) and outside the library (feature `internals`).
+#[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]
 pub fn read_lines(mut reader: impl Read, name: &str) -> Result<Vec<String>, TextError> {
     let mut bytes = Vec::new();
     reader

@@ -16,8 +16,11 @@ pub enum DecoderTokenizer {
     /// A Hugging Face `tokenizer.json`, applied as transformers applies it (its post-processor
     /// adds whatever special tokens it adds), with the model's end-of-sequence id.
     HuggingFace {
+        /// The parsed `tokenizer.json`.
         inner: Box<tokenizers::Tokenizer>,
+        /// The model's end-of-sequence id (`eos_token_id` of its `config.json`).
         eos: Option<u32>,
+        /// The `tokenizer.json` it was read from, named in errors.
         path: PathBuf,
     },
     /// The byte-level BPE in a GGUF file's metadata.
@@ -152,6 +155,7 @@ pub struct StreamDecoder<'a> {
 }
 
 impl<'a> StreamDecoder<'a> {
+    /// A decoder of `tokenizer`'s ids, holding none yet.
     pub fn new(tokenizer: &'a DecoderTokenizer) -> Self {
         StreamDecoder {
             tokenizer,

@@ -42,8 +42,12 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 /// `tokenizer.ggml.token_type` of a control token.
+// Used outside the library only (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub const TOKEN_TYPE_CONTROL: i64 = CONTROL;
 /// `tokenizer.ggml.token_type` of a user-defined token.
+// Used outside the library only (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub const TOKEN_TYPE_USER_DEFINED: i64 = USER_DEFINED;
 /// The `tokenizer.ggml.model` values understood.
 pub const SUPPORTED_MODELS: [&str; 3] = ["llama", "gpt2", "bert"];

@@ -29,22 +29,39 @@ pub enum TextError {
     /// The file could not be opened or read.
     #[error("cannot read {path}: {cause}")]
     Io {
+        /// The file.
         path: PathBuf,
+        /// The operating system's error.
         cause: std::io::Error,
     },
     /// The file could not be written or moved into place.
     #[error("cannot write {path}: {cause}")]
     Write {
+        /// The file.
         path: PathBuf,
+        /// The operating system's error.
         cause: std::io::Error,
     },
     /// Some lines could not be parsed; `report` lists how many and the first few.
     #[error("{path}: {report}")]
-    Malformed { path: PathBuf, report: String },
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// How many lines failed, and the first few with their numbers and reasons.
+        report: String,
+    },
     /// The file holds no line that could be used.
     #[error("{path}: no usable lines")]
-    Empty { path: PathBuf },
+    Empty {
+        /// The file.
+        path: PathBuf,
+    },
     /// A vocabulary file is not a valid vocabulary.
     #[error("{path}: not a valid vocabulary: {reason}")]
-    BadVocab { path: PathBuf, reason: String },
+    BadVocab {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
 }

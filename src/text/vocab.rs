@@ -240,7 +240,7 @@ impl Vocab {
         }
     }
 
-    /// Token ids of `text`, no specials added; tokens outside the vocabulary become [`UNK`].
+    /// Token ids of `text`, no specials added; tokens outside the vocabulary become `UNK`.
     pub fn encode(&self, text: &str) -> Vec<u32> {
         if let Some(tokenizer) = &self.bpe {
             // Byte-level BPE represents every text; the error arm is unreachable in practice.
@@ -264,7 +264,7 @@ impl Vocab {
         }
     }
 
-    /// Text of `ids`: stops at the first [`EOS`], skips [`PAD`] and [`BOS`]; [`UNK`] and ids
+    /// Text of `ids`: stops at the first `EOS`, skips `PAD` and `BOS`; `UNK` and ids
     /// outside the vocabulary render as `<unk>`. Characters are concatenated, words joined
     /// with one space. BPE: the specials (and ids outside the vocabulary) are skipped and the
     /// subwords' bytes concatenated, so the text comes back as it was.
@@ -311,8 +311,8 @@ impl Vocab {
         self.tokens.get(id as usize).map(String::as_str)
     }
 
-    /// The files of the vocabulary as (name, bytes): [`VOCAB_FILE`] with its JSON and, for
-    /// BPE, [`TOKENIZER_FILE`] (what `vocab.json` points to), for a checkpoint save.
+    /// The files of the vocabulary as (name, bytes): `VOCAB_FILE` with its JSON and, for
+    /// BPE, `TOKENIZER_FILE` (what `vocab.json` points to), for a checkpoint save.
     pub fn files(&self) -> Result<Vec<(&'static str, Vec<u8>)>, TextError> {
         let mut files = Vec::new();
         let json = match &self.bpe {
@@ -344,7 +344,7 @@ impl Vocab {
     }
 
     /// Writes the vocabulary as JSON to `path`, through `path.tmp` and a rename so a crash
-    /// never leaves a half-written file. BPE: also writes [`TOKENIZER_FILE`] next to `path`
+    /// never leaves a half-written file. BPE: also writes `TOKENIZER_FILE` next to `path`
     /// (first, so `vocab.json` never points to a missing tokenizer).
     pub fn save(&self, path: &Path) -> Result<(), TextError> {
         for (name, bytes) in self.files()? {
@@ -360,7 +360,7 @@ impl Vocab {
 
     /// Reads and validates a vocabulary written by [`Vocab::save`] (for BPE, `vocab.json` and
     /// the tokenizer file it names, in the same directory), each checked against the
-    /// directory's checkpoint manifest when it has one ([`crate::store::read_file`]). A
+    /// directory's checkpoint manifest when it has one (`crate::store::read_file`). A
     /// leading UTF-8 byte order mark is accepted.
     pub fn load(path: &Path) -> Result<Vocab, TextError> {
         let read = |path: &Path| {

@@ -10,6 +10,8 @@ use std::path::PathBuf;
 /// Loads the models in `dirs` (same config required) and returns their parameter average.
 /// The sum runs in f64 in the order given, then rounds once to f32. Any model kept in a
 /// directory of ours: the translator, the language model.
+// Used by the binary (feature `cli`) and outside the library (feature `internals`).
+#[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]
 pub fn average_checkpoints<M: Model>(dirs: &[PathBuf]) -> Result<M>
 where
     M::Config: DeserializeOwned + PartialEq,

@@ -29,6 +29,8 @@ pub fn shard(n_parts: usize, rank: usize, local: usize) -> Range<usize> {
 
 /// The scalars all-reduced per update: every parameter's gradient (f32) plus the three loss
 /// sums (f64).
+// Used outside the library only (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub fn bytes_per_update(n_params: usize) -> usize {
     n_params * std::mem::size_of::<f32>() + 3 * std::mem::size_of::<f64>()
 }

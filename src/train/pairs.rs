@@ -34,11 +34,12 @@ pub struct TrainConfig {
     pub accumulate: usize,
     /// Clip the global gradient norm to this value.
     pub clip_norm: Option<f64>,
+    /// Adam's β₁, β₂ and ε.
     pub adam: AdamConfig,
     /// Decides initialisation, dropout masks and shuffling.
     pub seed: u64,
     /// Word dropout: the probability of replacing each source and decoder-input token by UNK
-    /// (see [`Batch::drop_words`]); absent in checkpoints written before the option, meaning 0.
+    /// (see `Batch::drop_words`); absent in checkpoints written before the option, meaning 0.
     #[serde(default)]
     pub word_dropout: f64,
     /// A linear cool-down of the learning rate to zero at the end of the run (absent in

@@ -88,14 +88,16 @@ impl Reporter for Silent {}
 /// How a run ended.
 #[derive(Debug)]
 pub struct RunSummary {
-    /// The step the run started from and the step it reached.
+    /// The step the run started from (0 for a fresh run, the checkpoint's on resume).
     pub start_step: u64,
+    /// The step the run reached.
     pub step: u64,
     /// The time limit stopped the run.
     pub timed_out: bool,
     /// Tokens processed (see [`StepReport::tokens`]) and seconds, from the start of the run
     /// to the end of the final validation.
     pub tokens: usize,
+    /// Seconds from the start of the run to the end of the final validation.
     pub seconds: f64,
     /// The final model's validation (loss and NLL, no extras), when there is a validator: the
     /// loop's own when it validated the last update, else made after the final save.

@@ -36,7 +36,9 @@ pub enum Shape {
 /// `lr'(t) = lr(t) · (end − t) / (end − start)` for `start < t ≤ end`, 0 after `end`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cooldown {
+    /// The last update at the full rate.
     pub start: u64,
+    /// The update at which the rate reaches 0.
     pub end: u64,
 }
 

@@ -41,6 +41,7 @@ pub type LmTrainer = Trainer<LanguageModel<f32>, TokenWindows>;
 /// What one update did.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct StepReport {
+    /// The update's number: updates made so far, this one included.
     pub step: u64,
     /// The epoch the batch order is in after the update (sources that keep an order).
     pub epoch: Option<u64>,
@@ -48,8 +49,9 @@ pub struct StepReport {
     pub loss: f64,
     /// Mean negative log-likelihood per target token.
     pub nll: f64,
+    /// The learning rate of this update.
     pub lr: f64,
-    /// Tokens processed (see [`crate::train::source::Update::tokens`]).
+    /// Tokens processed (see `crate::train::source::Update::tokens`).
     pub tokens: usize,
     /// Global gradient norm before clipping (when clipping is on).
     pub grad_norm: Option<f64>,

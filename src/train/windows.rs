@@ -38,6 +38,7 @@ pub struct LmTrainConfig {
     pub clip_norm: Option<f64>,
     /// ε_ls of the loss (0: plain cross-entropy).
     pub label_smoothing: f64,
+    /// Adam's β₁, β₂ and ε.
     pub adam: AdamConfig,
     /// Decides initialisation, windows and dropout.
     pub seed: u64,

@@ -16,14 +16,21 @@ use std::path::Path;
 /// One line of the metrics log.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct MetricsRecord {
+    /// The update the line was written after.
     pub step: u64,
     /// Label-smoothed training loss per token (mean over the steps since the previous line).
     pub loss: f64,
+    /// Training negative log-likelihood per token (mean over the steps since the previous line).
     pub nll: Option<f64>,
+    /// The learning rate of the update.
     pub lr: f64,
+    /// Tokens per second since the start of the run.
     pub tokens_per_s: Option<f64>,
+    /// Validation loss per token, on validation steps.
     pub valid_loss: Option<f64>,
+    /// Validation negative log-likelihood per token, on validation steps.
     pub valid_nll: Option<f64>,
+    /// Greedy BLEU on the validation pairs, when measured.
     pub valid_bleu: Option<f64>,
 }
 

@@ -29,14 +29,19 @@ pub enum VizError {
     /// A file that cannot be read.
     #[error("cannot read {path}: {cause}")]
     Read {
+        /// The file concerned.
         path: PathBuf,
+        /// The operating system's error.
         cause: std::io::Error,
     },
     /// A metrics log line that is not a valid record (1-based line number).
     #[error("{path} line {line}: {reason}")]
     Log {
+        /// The file concerned.
         path: PathBuf,
+        /// The line's number, from 1.
         line: usize,
+        /// What is wrong with it.
         reason: String,
     },
     /// Input with nothing (or nothing usable) to draw.
@@ -44,10 +49,18 @@ pub enum VizError {
     Input(String),
     /// An output file name whose extension is neither `.png` nor `.svg`.
     #[error("{}: unsupported picture format (use a .png or .svg file name)", path.display())]
-    Format { path: PathBuf },
+    Format {
+        /// The output file.
+        path: PathBuf,
+    },
     /// Drawing or writing the picture failed.
     #[error("cannot draw {}: {cause}", path.display())]
-    Draw { path: PathBuf, cause: String },
+    Draw {
+        /// The output file.
+        path: PathBuf,
+        /// What plotters or the file system reported.
+        cause: String,
+    },
 }
 
 impl VizError {
@@ -62,7 +75,9 @@ impl VizError {
 /// The picture formats, chosen by the output file's extension.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PictureFormat {
+    /// A bitmap (`.png`).
     Png,
+    /// A vector picture (`.svg`).
     Svg,
 }
 

@@ -79,16 +79,22 @@ impl Bf16Panels {
     }
 
     /// `k` (rows of `B`).
+    // Used outside the library only (feature `internals`).
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn rows(&self) -> usize {
         self.k
     }
 
     /// `n` (columns of `B`).
+    // Used outside the library only (feature `internals`).
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn cols(&self) -> usize {
         self.n
     }
 
     /// Bytes of the packed matrix.
+    // Used outside the library only (feature `internals`).
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn bytes(&self) -> usize {
         self.data.len() * 2
     }

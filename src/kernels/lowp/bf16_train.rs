@@ -30,7 +30,7 @@ pub enum Bf16Kernel {
     /// The float32 gemm over bf16-rounded operands (the default).
     #[default]
     Gemm,
-    /// Packed bf16 panels through [`bf16_matmul`] with this kernel.
+    /// Packed bf16 panels through `bf16_matmul` with this kernel.
     Packed(Kernel),
 }
 

@@ -52,9 +52,14 @@ mod kquant_matrix;
 pub mod kquants;
 pub mod raw_bytes;
 
+// Used outside the library only (feature `internals`).
+
+#[cfg_attr(not(feature = "internals"), allow(unused_imports))]
 pub use bf16::{bf16_to_f32, f32_to_bf16, round_to_bf16, rounded_to_bf16, Bf16Matrix};
 pub use blocks::{BlockKind, BlockMatrix};
 pub use int8::Int8Matrix;
+// Used outside the library only (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(unused_imports))]
 pub use kquant_matrix::{is_kquant_product, KQuantActs, KQuantMatrix};
 pub use raw_bytes::RawBytes;
 
@@ -147,6 +152,8 @@ pub fn kernel_cap() -> Kernel {
 }
 
 /// Caps the kernels for the rest of the process (what `--kernel` and [`KERNEL_ENV`] set).
+// Used by the binary (feature `cli`) and outside the library (feature `internals`).
+#[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]
 pub fn set_kernel_cap(cap: Kernel) {
     *kernel_cap_lock().write().unwrap_or_else(|e| e.into_inner()) = cap;
 }
@@ -484,9 +491,9 @@ pub enum Precision {
     /// float32 throughout (the training format; bit-identical to the plain product).
     #[default]
     F32,
-    /// bf16 weights and activations, f32 accumulation ([`Bf16Matrix`]).
+    /// bf16 weights and activations, f32 accumulation (`Bf16Matrix`).
     Bf16,
-    /// int8 weights per output row, activations per row ([`Int8Matrix`]).
+    /// int8 weights per output row, activations per row (`Int8Matrix`).
     Int8,
 }
 

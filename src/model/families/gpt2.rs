@@ -80,6 +80,8 @@ pub struct Gpt2Config {
     #[serde(default)]
     pub scale_attn_by_inverse_layer_idx: bool,
     #[serde(default)]
+    // Used outside the library only (feature `internals`).
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub reorder_and_upcast_attn: bool,
     #[serde(default)]
     pub add_cross_attention: bool,

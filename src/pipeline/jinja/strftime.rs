@@ -10,13 +10,17 @@ use crate::error::{Error, Result};
 /// A moment to the second, in the proleptic Gregorian calendar (no time zone).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DateTime {
+    /// The year (proleptic Gregorian; may be negative).
     pub year: i64,
     /// 1..=12
     pub month: u32,
     /// 1..=31
     pub day: u32,
+    /// 0..=23
     pub hour: u32,
+    /// 0..=59
     pub minute: u32,
+    /// 0..=59
     pub second: u32,
 }
 

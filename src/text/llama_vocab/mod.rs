@@ -22,6 +22,8 @@ use std::collections::HashMap;
 /// `tokenizer.ggml.token_type` values (llama.cpp's `llama_token_type`).
 pub mod token_type {
     /// An ordinary piece.
+    // Used outside the library only (feature `internals`).
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub const NORMAL: i64 = 1;
     /// The unknown token.
     pub const UNKNOWN: i64 = 2;
@@ -45,6 +47,8 @@ pub struct Vocab {
     /// `tokenizer.ggml.scores` (0 where absent).
     pub scores: Vec<f32>,
     /// `tokenizer.ggml.token_type` ([`token_type`]; normal where absent).
+    // Used outside the library only (feature `internals`).
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub types: Vec<i64>,
     /// The rank of each merge rule `(left id, right id)`: its index in `tokenizer.ggml.merges`.
     pub merge_ranks: HashMap<(u32, u32), u32>,

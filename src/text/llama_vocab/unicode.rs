@@ -75,6 +75,8 @@ impl Flags {
         self.0 != 0
     }
     /// Unassigned (`Cn`).
+    // Used outside the library only (feature `internals`).
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn is_unassigned(self) -> bool {
         self.has(Self::UNDEFINED)
     }

@@ -79,8 +79,11 @@ impl LmText {
 /// recipe's window.
 #[derive(Clone, Copy, Debug)]
 pub struct LmModelSpec {
+    /// Width of the residual stream (d_model).
     pub d_model: usize,
+    /// Attention heads per layer (h).
     pub n_heads: usize,
+    /// Inner width of the feed-forward networks (d_ff).
     pub d_ff: usize,
     /// Transformer blocks.
     pub layers: usize,
@@ -89,13 +92,17 @@ pub struct LmModelSpec {
     pub dropout: f64,
     /// Pre-LN blocks (with a final norm) instead of post-LN.
     pub pre_ln: bool,
+    /// The feed-forward networks' activation.
     pub activation: Activation,
+    /// How token positions enter the model.
     pub positions: Positions,
+    /// LayerNorm or RMSNorm.
     pub normalization: Normalization,
     /// Key/value heads of grouped-query attention (default: `n_heads`).
     pub n_kv_heads: Option<usize>,
     /// Biases in the linear layers.
     pub bias: bool,
+    /// Rotary positions: the base of the angles (10000 in RoFormer).
     pub rope_base: f64,
     /// The output projection tied to the embedding.
     pub tied: bool,
@@ -173,24 +180,27 @@ impl LmModelSpec {
 pub struct LmSpec {
     /// At least 257: the 256 bytes and `<|endoftext|>`.
     pub vocab_size: usize,
+    /// The model's shape.
     pub model: LmModelSpec,
+    /// The training recipe (schedule, batch, optimizer, seed).
     pub recipe: LmTrainConfig,
 }
 
 /// Everything [`prepare`] needs besides the text.
 #[derive(Clone, Debug)]
 pub struct LmPlan {
+    /// A fresh run from a spec, or a resumed one.
     pub start: Start<LmSpec>,
     /// Where the run stops.
     pub max_steps: u64,
-    /// How bf16 products are multiplied (see [`join`]).
+    /// How bf16 products are multiplied (see `join`).
     pub bf16_kernel: Bf16Kernel,
 }
 
 impl LmPlan {
     /// Refuses settings that would give a broken run, before anything is read: a run beyond
-    /// [`crate::train::source::MAX_STEP`], and for a fresh run a BPE above
-    /// [`super::MAX_VOCAB`] and a recipe outside the rules a checkpoint's recipe is checked
+    /// `crate::train::source::MAX_STEP`, and for a fresh run a BPE above
+    /// `super::MAX_VOCAB` and a recipe outside the rules a checkpoint's recipe is checked
     /// with on resume.
     pub fn check(&self) -> Result<()> {
         check_max_steps(self.max_steps)?;
@@ -207,7 +217,9 @@ impl LmPlan {
 /// A run ready to train: its tokenizer, its trainer (on the run's processes) and the
 /// validation of the held-out text.
 pub struct LmRun {
+    /// The tokenizer: learnt on the training text, or the checkpoint's.
     pub bpe: Bpe,
+    /// The model, its optimizer and the training text's windows.
     pub trainer: LmTrainer,
     /// The held-out text as tokens (starting with `<|endoftext|>`), its characters and the
     /// run's batch; `None` when nothing is held out.

@@ -38,7 +38,9 @@ pub type Notes<'a> = &'a mut dyn FnMut(&str);
 /// brings its own tokenizer, model and recipe.
 #[derive(Clone, Debug)]
 pub enum Start<F> {
+    /// A new run made from this spec.
     Fresh(F),
+    /// A run continued from this checkpoint directory.
     Resume(PathBuf),
 }
 

@@ -27,7 +27,12 @@ pub enum PairFiles {
     /// One `source<TAB>target` pair per line.
     Tsv(PathBuf),
     /// Sources and targets one per line, line `i` of one paired with line `i` of the other.
-    Parallel { source: PathBuf, target: PathBuf },
+    Parallel {
+        /// The source sentences.
+        source: PathBuf,
+        /// The target sentences.
+        target: PathBuf,
+    },
 }
 
 impl PairFiles {
@@ -61,9 +66,11 @@ impl PairFiles {
 
 /// The pairs of a run as read: training and (possibly none) validation.
 pub struct PairCorpora {
+    /// The training pairs.
     pub train: Vec<Pair>,
     /// The training files as messages name them ([`PairFiles::name`]).
     pub train_name: String,
+    /// The validation pairs (possibly none).
     pub valid: Vec<Pair>,
 }
 
@@ -124,7 +131,7 @@ pub struct VocabSpec {
     /// Characters, whitespace-separated words, or byte-level BPE subwords.
     pub level: VocabLevel,
     /// The size of a BPE vocabulary, specials included (checked against
-    /// [`super::MAX_VOCAB`] whatever the level).
+    /// `super::MAX_VOCAB` whatever the level).
     pub bpe_size: usize,
 }
 
@@ -157,10 +164,13 @@ pub enum ModelBase {
 /// A fresh run's model: a base, its vocabulary size taken from the data, and overrides.
 #[derive(Clone, Debug)]
 pub struct PairModelSpec {
+    /// The config the model starts from.
     pub base: ModelBase,
-    /// Replace the base's dropout, attention-weight dropout, FFN-activation dropout.
+    /// Replaces the base's dropout (residual branches and embeddings).
     pub dropout: Option<f64>,
+    /// Replaces the base's dropout on attention weights.
     pub attention_dropout: Option<f64>,
+    /// Replaces the base's dropout on the feed-forward activations.
     pub activation_dropout: Option<f64>,
     /// Pre-LN residual blocks instead of the base's placement.
     pub pre_ln: bool,
@@ -212,14 +222,18 @@ impl PairModelSpec {
 /// What a fresh run is made of: its vocabulary, model and recipe.
 #[derive(Clone, Debug)]
 pub struct PairSpec {
+    /// The vocabulary to build from the training pairs.
     pub vocab: VocabSpec,
+    /// The model's config.
     pub model: PairModelSpec,
+    /// The training recipe (schedule, batch, optimizer, seed).
     pub recipe: TrainConfig,
 }
 
 /// Everything [`prepare`] needs besides the data.
 #[derive(Clone, Debug)]
 pub struct PairPlan {
+    /// A fresh run from a spec, or a resumed one.
     pub start: Start<PairSpec>,
     /// Drop training pairs with more tokens than this on a side (default: the model's
     /// `max_len`, which also caps it on a fresh run).
@@ -229,14 +243,14 @@ pub struct PairPlan {
     /// On `Resume`: replaces the checkpoint's cool-down by the last N updates before
     /// `max_steps` (0: none); `None` keeps it. A fresh run's is in its recipe.
     pub cooldown: Option<u64>,
-    /// How bf16 products are multiplied (see [`join`]).
+    /// How bf16 products are multiplied (see `join`).
     pub bf16_kernel: Bf16Kernel,
 }
 
 impl PairPlan {
     /// Refuses settings that would give a broken run, before anything is read: a cool-down
-    /// longer than the run, a run beyond [`crate::train::source::MAX_STEP`], and for a fresh
-    /// run a vocabulary above [`super::MAX_VOCAB`] and a recipe outside the rules a
+    /// longer than the run, a run beyond `crate::train::source::MAX_STEP`, and for a fresh
+    /// run a vocabulary above `super::MAX_VOCAB` and a recipe outside the rules a
     /// checkpoint's recipe is checked with on resume.
     pub fn check(&self) -> Result<()> {
         if let Some(c) = self.cooldown.filter(|&c| c > self.max_steps) {
@@ -259,15 +273,20 @@ impl PairPlan {
 /// A run ready to train: its vocabulary, its trainer (on the run's processes) and the
 /// validation pairs.
 pub struct PairRun {
+    /// The shared source/target vocabulary: built from the pairs, or the checkpoint's.
     pub vocab: Vocab,
+    /// The model, its optimizer and the training pairs' batches.
     pub trainer: PairTrainer,
+    /// The validation pairs.
     pub valid: PairValid,
 }
 
 /// The validation pairs: as read (for BLEU's sources and references) and encoded (those that
 /// fit the model).
 pub struct PairValid {
+    /// The pairs as read.
     pub pairs: Vec<Pair>,
+    /// The pairs that fit the model, as token ids.
     pub examples: Vec<Example>,
 }
 
