@@ -579,7 +579,20 @@ fn engine_config(config: &ServeConfig, model: &LanguageModel<f32>) -> EngineConf
         pool_blocks: config.kv_memory_mib.saturating_mul(1 << 20) / block_bytes,
         max_batch: config.max_batch.max(1),
         prefill_budget: config.prefill_budget.max(1),
-        prefix_cache: config.prefix_cache,
+        prefix_cache: config.prefix_cache && prefix_cacheable(model),
         max_overtakes: config.max_overtakes,
     }
+}
+
+/// Whether `model`'s KV blocks can be shared between requests by prefix: every layer keeps
+/// every position (exact attention, no sliding window). A windowed layer releases its old
+/// blocks while its neighbours keep theirs, and a linear-attention layer keeps a running state
+/// instead of blocks: neither can take a prefix's blocks from another row, so such models are
+/// served without prefix caching.
+pub fn prefix_cacheable(model: &LanguageModel<f32>) -> bool {
+    let c = &model.config;
+    (0..c.n_decoder_layers).all(|i| {
+        c.layer_window(i).is_none()
+            && c.layer_attention_kind(i) == crate::model::attention_kind::AttentionKind::Exact
+    })
 }

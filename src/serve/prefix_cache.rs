@@ -137,3 +137,29 @@ mod tests {
         assert_ne!(after_a, after_b);
     }
 }
+
+#[cfg(test)]
+mod cacheable_tests {
+    use crate::model::attention_kind::AttentionKind;
+    use crate::model::{LanguageModel, ModelConfig};
+    use crate::rng::Rng;
+    use crate::serve::prefix_cacheable;
+
+    /// Exact layers share prefixes; one windowed or linear layer turns the cache off.
+    #[test]
+    fn only_models_that_keep_every_block_share_prefixes() {
+        let mut c = ModelConfig::preset("tiny", 29).unwrap();
+        c.n_encoder_layers = 0;
+        c.n_decoder_layers = 2;
+        let lm = |c: &ModelConfig| LanguageModel::<f32>::new(c.clone(), &mut Rng::new(1));
+        assert!(prefix_cacheable(&lm(&c)));
+        let mut windowed = c.clone();
+        windowed.layer_windows = vec![None, Some(4)];
+        assert!(!prefix_cacheable(&lm(&windowed)));
+        for kind in [AttentionKind::Linear, AttentionKind::Window { window: 8 }] {
+            let mut other = c.clone();
+            other.layer_attention = vec![AttentionKind::Exact, kind];
+            assert!(!prefix_cacheable(&lm(&other)), "{kind:?}");
+        }
+    }
+}

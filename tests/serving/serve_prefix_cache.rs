@@ -73,6 +73,7 @@ fn run(
                 arrived: now,
                 deadline: now + Duration::from_secs(600),
                 events: tx,
+                constraint: None,
             });
             receivers[i] = Some(rx);
         }
