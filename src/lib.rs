@@ -73,6 +73,9 @@ internal_modules! {
     mod decode;
     mod dist;
     mod eval;
+    // `transformer heads` and `prune`: used by the binary (feature `cli`) and outside the
+    // library (feature `internals`).
+    #[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]
     mod heads;
     mod kernels;
     mod model;

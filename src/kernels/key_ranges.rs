@@ -9,7 +9,7 @@
 //!   length of a cache).
 //! - [`Windowed`]: any of them restricted to its last `window` keys (sliding-window attention).
 //! - [`QueryRanges`]: an explicit `[start, end)` per query.
-//! - [`super::sparse_pattern::Patterned`]: a fixed sparse pattern (Child et al. 2019), whose
+//! - a fixed sparse pattern (`super::sparse_pattern`; the layers' `LayerRanges`) (Child et al. 2019), whose
 //!   ranges have holes: the range is the envelope of what a query sees, and
 //!   [`KeyRanges::sees`] says which keys inside it are seen ([`KeyRanges::has_holes`]: whether
 //!   to ask). The kernels give the hidden keys a score of −∞ ([`hide_holes`]), so their

@@ -17,6 +17,7 @@
 //! [`KeyRanges::sees`] answers the holes, so every kernel (plain, tiled, step) honours the
 //! pattern through [`super::key_ranges::hide_holes`].
 
+#[cfg(test)]
 use super::key_ranges::KeyRanges;
 use std::ops::Range;
 
@@ -70,7 +71,9 @@ impl Pattern {
 }
 
 /// `inner`'s ranges restricted to `pattern`; `causal` says how the query's position is read (see
-/// the module docs).
+/// the module docs). The kernel tests' ranges: the layers compose theirs in
+/// `model::attention_approx::LayerRanges` (mask, window, then pattern).
+#[cfg(test)]
 #[derive(Clone, Copy, Debug)]
 pub struct Patterned<R> {
     pub inner: R,
@@ -78,6 +81,7 @@ pub struct Patterned<R> {
     pub causal: bool,
 }
 
+#[cfg(test)]
 impl<R: KeyRanges> Patterned<R> {
     /// The query's position and its inner range.
     fn position(&self, b: usize, i: usize) -> (usize, Range<usize>) {
@@ -86,6 +90,7 @@ impl<R: KeyRanges> Patterned<R> {
     }
 }
 
+#[cfg(test)]
 impl<R: KeyRanges> KeyRanges for Patterned<R> {
     fn range(&self, b: usize, i: usize) -> Range<usize> {
         let (p, r) = self.position(b, i);

@@ -28,11 +28,24 @@ pub enum AttentionKind {
     #[default]
     Exact,
     /// The last `window` keys (causal) or those within `window − 1` positions (not causal).
-    Window { window: usize },
+    Window {
+        /// Keys seen per query (itself included).
+        window: usize,
+    },
     /// Local keys (`|p − j| < local`) and every `stride`-th key before them.
-    Sparse { local: usize, stride: usize },
+    Sparse {
+        /// Width of the local band (`|p − j| < local`).
+        local: usize,
+        /// Every `stride`-th earlier key is also seen.
+        stride: usize,
+    },
     /// Local keys and the first `global_tokens` positions, which also see everything.
-    Global { local: usize, global_tokens: usize },
+    Global {
+        /// Width of the local band (`|p − j| < local`).
+        local: usize,
+        /// The first positions, seen by every query and seeing everything.
+        global_tokens: usize,
+    },
     /// Linear attention, `φ(x) = elu(x) + 1`.
     Linear,
 }

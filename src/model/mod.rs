@@ -28,6 +28,8 @@ pub mod linear;
 pub mod lm;
 
 pub mod loss;
+// Used by the binary's commands (feature `cli`) and outside the library (feature `internals`).
+#[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]
 pub mod masked_lm;
 pub mod mlm_head;
 pub mod norm;

@@ -102,7 +102,7 @@ pub struct ServeConfig {
     /// Tokens one forward feeds at most (a translation model: source tokens encoded per step).
     pub prefill_budget: usize,
     /// Whether prompts reuse the KV blocks of earlier prompts' equal starts
-    /// ([`prefix_cache`]; `--no-prefix-cache`).
+    /// (the module `prefix_cache`; `--no-prefix-cache`).
     pub prefix_cache: bool,
     /// Rows admitted ahead of one waiting for KV blocks before it gets priority
     /// (`--max-overtakes`; 0: strict first come, first served).

@@ -110,16 +110,6 @@ impl PrefixIndex {
             self.sweep_at = self.sweep_at.max(2 * self.blocks.len());
         }
     }
-
-    /// Entries held (some may be stale until swept).
-    pub fn len(&self) -> usize {
-        self.blocks.len()
-    }
-
-    /// True when nothing was ever registered (or all was swept).
-    pub fn is_empty(&self) -> bool {
-        self.blocks.is_empty()
-    }
 }
 
 #[cfg(test)]

@@ -11,8 +11,6 @@ use tokenizers::processors::template::TemplateProcessing;
 
 /// The special tokens, in id order.
 pub const SPECIALS: [&str; 4] = ["[PAD]", "[CLS]", "[SEP]", "[MASK]"];
-/// `[PAD]`'s id.
-pub const PAD: u32 = 0;
 /// `[CLS]`'s id.
 pub const CLS: u32 = 1;
 /// `[SEP]`'s id.

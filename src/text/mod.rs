@@ -5,9 +5,15 @@ pub mod bpe;
 pub mod corpus;
 pub mod decoder_tokenizer;
 pub mod gguf_tokenizer;
+// Used by the binary's commands (feature `cli`) and outside the library (feature `internals`).
+#[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]
 pub mod languages;
 pub mod llama_vocab;
+// Used by the binary's commands (feature `cli`) and outside the library (feature `internals`).
+#[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]
 pub mod mlm_tokenizer;
+// Used by constrained decoding (feature `constrain`) and outside the library (`internals`).
+#[cfg_attr(not(any(feature = "constrain", feature = "internals")), allow(dead_code))]
 pub mod token_bytes;
 pub mod tokenizer;
 pub mod vocab;

@@ -14,6 +14,8 @@ pub mod checkpoint;
 pub mod data_parallel;
 pub mod distributed;
 pub mod metrics;
+// Used by the binary's commands (feature `cli`) and outside the library (feature `internals`).
+#[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]
 pub mod mlm;
 pub mod model;
 pub mod pairs;

@@ -13,6 +13,8 @@
 //! the caller's [`Notes`], at the point of the setup where it arises.
 
 pub mod lm;
+// Used by the binary's commands (feature `cli`) and outside the library (feature `internals`).
+#[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]
 pub mod mlm;
 pub mod pairs;
 
