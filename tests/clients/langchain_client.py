@@ -22,8 +22,8 @@ from pydantic import BaseModel, Field
 lm_url, template_url, encoder_url = sys.argv[1:4]
 
 
-def chat(url, **kw):
-    return ChatOpenAI(base_url=url, api_key="none", model="m", temperature=0, max_tokens=8, **kw)
+def chat(url, max_tokens=8):
+    return ChatOpenAI(base_url=url, api_key="none", model="m", temperature=0, max_tokens=max_tokens)
 
 
 # Plain and streamed.
@@ -52,7 +52,7 @@ def get_weather(city: str, days: int) -> str:
     return "sunny"
 
 
-tool_lm = chat(template_url, max_tokens=64)
+tool_lm = chat(template_url, max_tokens=256)
 forced = tool_lm.bind_tools([get_weather], tool_choice="get_weather")
 reply = forced.invoke("Weather in Paris for the next 3 days?")
 assert reply.tool_calls, reply
