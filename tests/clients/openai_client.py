@@ -6,7 +6,8 @@ the client exposes them: chat plain and streamed (the stream reassembles to the 
 usage in its own `choices: []` chunk with include_usage), logprobs (top_logprobs sorted, the chosen
 token the best one under greedy), n choices, logit_bias, completions with echo + logprobs,
 embeddings (float, base64 decoded by the client itself, dimensions renormalised), tools offered
-(whole and streamed; the tiny random model answers in prose) and a tool-call history.
+(whole and streamed; the tiny random model answers in prose), a tool-call history, a forced
+tool call and `parse()` with a pydantic model (constrained decoding).
 """
 import json
 import math
@@ -113,6 +114,36 @@ try:
     raise AssertionError("tool_choice naming an unknown tool accepted")
 except openai.BadRequestError as e:
     assert e.body["param"] == "tool_choice", e.body
+
+# Structured output: parse() sends the pydantic model as a strict json_schema; the reply is
+# parsed and validated by the client itself. Strings and lists are bounded so that the tiny
+# random model, constrained, ends them.
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+
+class City(BaseModel):
+    name: str = Field(max_length=10)
+    population: int = Field(ge=0, le=10_000_000)
+    kind: Literal["town", "city"]
+    rivers: list[Literal["Seine", "Rhine", "Loire"]] = Field(max_length=2)
+    capital: bool
+
+
+parsed = tool_lm.chat.completions.parse(model="m", messages=[{"role": "user", "content": "A city?"}],
+                                        response_format=City, max_tokens=200, temperature=0)
+assert parsed.choices[0].finish_reason == "stop", parsed
+assert isinstance(parsed.choices[0].message.parsed, City), parsed
+# A forced tool call: arguments parsed by the client and valid for the tool's schema.
+bounded = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
+                           "required": ["city"]}}}]
+forced = tool_lm.chat.completions.create(model="m", messages=ask, tools=bounded, max_tokens=256, temperature=0,
+                                         tool_choice={"type": "function", "function": {"name": "get_weather"}})
+call = forced.choices[0].message.tool_calls[0]
+assert forced.choices[0].finish_reason == "tool_calls" and call.function.name == "get_weather", forced
+assert isinstance(json.loads(call.function.arguments)["city"], str), call
 
 # Embeddings: float, base64 (decoded by the client), dimensions.
 texts = ["A man is eating food.", "The weather is lovely today."]
