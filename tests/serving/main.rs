@@ -5,6 +5,7 @@
 //! was its own binary before. Run one module with `cargo test --test serving MODULE::`.
 
 mod json_check;
+mod json_close;
 mod serve_constrain;
 mod serve_engine;
 mod serve_http;

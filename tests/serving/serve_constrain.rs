@@ -390,9 +390,12 @@ fn unconstrained_rows_are_the_same_beside_a_constrained_row() {
             (p.join().unwrap(), c.join().unwrap())
         });
         assert_eq!(beside["choices"][0]["text"], alone["choices"][0]["text"]);
-        assert_eq!(
-            beside["choices"][0]["logprobs"],
-            alone["choices"][0]["logprobs"]
+        // Same tokens and log-probabilities to float32 rounding (`json_close`: batched beside
+        // another row, a step may take the matrix product instead of the matrix-vector kernel).
+        crate::json_close::assert_json_close(
+            &beside["choices"][0]["logprobs"],
+            &alone["choices"][0]["logprobs"],
+            1e-4,
         );
     }
 }
