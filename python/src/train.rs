@@ -295,6 +295,8 @@ pub fn train_lm<'py>(
             qkv_bias,
             qk_norm,
             sliding_window,
+            // The Python API trains exact attention (train-lm --attention is the CLI's).
+            attention: transformer::AttentionKind::Exact,
         },
         recipe: LmTrainConfig {
             context,
