@@ -52,9 +52,13 @@ lm=(train-lm --text README.md --vocab-size 300 --context 64 --batch 8 --d-model 
     --d-ff 128 --layers 2 --dropout 0.1 --warmup 5 --eval-every 0 --log-every 1
     --autosave 0 --valid-fraction 0.05 --seed 5)
 
-# `losses DIR`: "step loss" per line of DIR/metrics.jsonl.
+# `losses DIR`: "step loss" per line of DIR/metrics.jsonl (parsed as JSON: the keys' order is
+# the writer's, not sorted).
 losses() {
-    sed -E 's/.*[{,]"loss":([^,}]*).*[{,]"step":([0-9]+).*/\2 \1/' "$1/metrics.jsonl" | sort -n
+    python3 -c 'import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    print(r["step"], repr(r["loss"]))' "$1/metrics.jsonl" | sort -n
 }
 # `same A B FIRST`: the losses of updates FIRST..20 agree to 1e-5 (relative), else fail.
 same() {
