@@ -24,7 +24,7 @@ use llguidance::api::TopLevelGrammar;
 use llguidance::{Matcher, ParserFactory};
 use serde_json::{json, Value};
 use std::sync::Arc;
-use toktrie::{ApproximateTokEnv, TokEnv, TokRxInfo, TokTrie};
+use toktrie::{ApproximateTokEnv, SimpleVob, TokEnv, TokRxInfo, TokTrie};
 
 /// What a request's output must be.
 #[derive(Clone, Debug, PartialEq)]
@@ -155,6 +155,15 @@ impl Constraint {
     /// when no token is allowed (the language cannot be continued: an unsatisfiable schema) or
     /// the parser failed.
     pub fn mask(&mut self, logits: &mut [f32]) -> Result<()> {
+        self.allowed()?.mask(logits);
+        Ok(())
+    }
+
+    /// `A_t`, the tokens the language allows next (the costly part of [`Self::mask`]: a walk
+    /// of the token trie). It depends only on the tokens taken so far, not on this step's
+    /// logits, so the engine computes it while the forward pass that gives them runs. An error
+    /// when no token is allowed or the parser failed.
+    pub fn allowed(&mut self) -> Result<AllowedTokens> {
         let allowed = self
             .matcher
             .compute_mask_or_eos()
@@ -165,13 +174,10 @@ impl Constraint {
                     .into(),
             ));
         }
-        let n = self.vocab_size.min(logits.len());
-        allowed.iter_unset_entries(|j| {
-            if j < n {
-                logits[j] = f32::NEG_INFINITY;
-            }
-        });
-        Ok(())
+        Ok(AllowedTokens {
+            allowed,
+            vocab_size: self.vocab_size,
+        })
     }
 
     /// Advances the parser by the chosen `token`; `true` when the output is complete and
@@ -187,6 +193,24 @@ impl Constraint {
             )));
         }
         Ok(self.matcher.is_stopped())
+    }
+}
+
+/// `A_t` of one row at one step (see [`Constraint::allowed`]): one bit per token.
+pub struct AllowedTokens {
+    allowed: SimpleVob,
+    vocab_size: usize,
+}
+
+impl AllowedTokens {
+    /// `z_j ← −∞` for every `j ∉ A_t` of `logits [vocab]`.
+    pub fn mask(&self, logits: &mut [f32]) {
+        let n = self.vocab_size.min(logits.len());
+        self.allowed.iter_unset_entries(|j| {
+            if j < n {
+                logits[j] = f32::NEG_INFINITY;
+            }
+        });
     }
 }
 

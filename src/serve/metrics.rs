@@ -171,6 +171,12 @@ struct Inner {
     prompt_tokens: u64,
     generated_tokens: u64,
     steps: u64,
+    /// Seconds in the model's forward passes (the steps' `step_logits`).
+    forward_seconds: f64,
+    /// Constrained rows' next-token sets computed ([`crate::decode::constraint::Constraint::allowed`]).
+    constraint_masks: u64,
+    /// Seconds spent computing them, summed over rows (they run beside the forward pass).
+    constraint_mask_seconds: f64,
     prefix: PrefixCounts,
     /// The served model's name (the `model_name` label of `transformer_model_info`).
     model_name: Option<String>,
@@ -220,6 +226,31 @@ impl Metrics {
             m.generated_tokens += generated as u64;
             m.steps += 1;
         });
+    }
+
+    /// Adds one forward pass of `seconds`.
+    pub fn forward(&self, seconds: f64) {
+        self.with(|m| m.forward_seconds += seconds);
+    }
+
+    /// Adds `masks` constrained rows' next-token sets that took `seconds` in all.
+    pub fn constraint_masks(&self, masks: usize, seconds: f64) {
+        self.with(|m| {
+            m.constraint_masks += masks as u64;
+            m.constraint_mask_seconds += seconds;
+        });
+    }
+
+    /// `(forward seconds, steps, masks computed, mask seconds)` so far.
+    pub fn step_times(&self) -> (f64, u64, u64, f64) {
+        self.with(|m| {
+            (
+                m.forward_seconds,
+                m.steps,
+                m.constraint_masks,
+                m.constraint_mask_seconds,
+            )
+        })
     }
 
     /// Adds one admitted prompt's prefix-cache lookup.
@@ -357,6 +388,30 @@ impl Metrics {
                     "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
                 );
             }
+            for (name, help, value) in [
+                (
+                    "transformer_forward_seconds_total",
+                    "Time in the model's forward passes.",
+                    m.forward_seconds,
+                ),
+                (
+                    "transformer_constraint_mask_seconds_total",
+                    "Time computing constrained rows' allowed next tokens, summed over rows.",
+                    m.constraint_mask_seconds,
+                ),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+                );
+            }
+            let _ = writeln!(
+                out,
+                "# HELP transformer_constraint_masks_total Constrained rows' allowed next tokens computed.\n\
+                 # TYPE transformer_constraint_masks_total counter\n\
+                 transformer_constraint_masks_total {}",
+                m.constraint_masks
+            );
             for latency in [
                 Latency::QueueTime,
                 Latency::TimeToFirstToken,

@@ -469,7 +469,9 @@ impl RowKind for LmRows<'_> {
         let layout = StepLayout::ragged(&rows, &positions, &picked);
         let v = self.model.config.vocab_size;
         // logits: [picked, vocab], then log-probabilities in place (exactly `model.step`'s).
+        let forward_start = Instant::now();
         let mut logprobs = self.model.step_logits(&mut self.state, &tokens, &layout);
+        self.metrics.forward(forward_start.elapsed().as_secs_f64());
         // The rows whose repetition penalty reads the raw logits keep a copy.
         let mut raw: Vec<Option<Vec<f32>>> = outputs
             .iter()
@@ -527,8 +529,13 @@ impl RowKind for LmRows<'_> {
                 (history, constraint) => {
                     let mut z = raw[j].take().unwrap_or_else(|| row.to_vec());
                     // The grammar's mask first: the adjustments (min_p) see the allowed tokens.
+                    let mask_start = Instant::now();
                     if let Some(Err(e)) = constraint.as_mut().map(|c| c.mask(&mut z)) {
                         failed = Some(e.to_string());
+                    }
+                    if constraint.is_some() {
+                        self.metrics
+                            .constraint_masks(1, mask_start.elapsed().as_secs_f64());
                     }
                     if let Some(history) = history {
                         seq.options.adjust.apply(&mut z, history);

@@ -11,6 +11,7 @@
 
 use super::json_check::check;
 use super::serve_options::{events, ok, post, shared, start};
+use super::serve_surface::metric;
 use regex::Regex;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -383,8 +384,9 @@ fn unconstrained_rows_are_the_same_beside_a_constrained_row() {
     let alone = ok(addr, "/v1/completions", &plain);
     let constrained = json!({"prompt": "JSON:", "max_tokens": 32, "temperature": 0.9, "seed": 1,
                              "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schemas()[10]}}});
+    let mut constrained_tokens = 0;
     for _ in 0..3 {
-        let (beside, _) = std::thread::scope(|scope| {
+        let (beside, c) = std::thread::scope(|scope| {
             let c = scope.spawn(|| ok(addr, "/v1/completions", &constrained));
             let p = scope.spawn(|| ok(addr, "/v1/completions", &plain));
             (p.join().unwrap(), c.join().unwrap())
@@ -397,5 +399,12 @@ fn unconstrained_rows_are_the_same_beside_a_constrained_row() {
             &alone["choices"][0]["logprobs"],
             1e-4,
         );
+        constrained_tokens += c["usage"]["completion_tokens"].as_u64().unwrap();
     }
+    // One mask per token of the constrained rows (computed beside the forward pass), none for
+    // the plain rows.
+    let masks = metric(addr, "transformer_constraint_masks_total");
+    assert_eq!(masks, constrained_tokens as f64);
+    assert!(metric(addr, "transformer_constraint_mask_seconds_total") > 0.0);
+    assert!(metric(addr, "transformer_forward_seconds_total") > 0.0);
 }

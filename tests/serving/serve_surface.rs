@@ -65,7 +65,7 @@ fn get(addr: SocketAddr, path: &str) -> (u16, Value) {
 }
 
 /// The value of metric line `name` (with labels, exactly as printed).
-fn metric(addr: SocketAddr, name: &str) -> f64 {
+pub fn metric(addr: SocketAddr, name: &str) -> f64 {
     let (status, _, text) = request(addr, "GET", "/metrics", None, T).unwrap();
     assert_eq!(status, 200);
     text.lines()
