@@ -14,7 +14,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 : "${MODEL:?MODEL: a model path}"
 BINS=${BINS:-target/release/transformer}
 OUT=${OUT:-$(mktemp -d)}
-PROMPT=${PROMPT:-"A book, described as JSON with its title, author, year, pages and summary:"}
+PROMPT=${PROMPT:-"Describe a book as JSON with its title, author, year, pages and summary"}
 SCHEMA=benches/compare/book_schema.json
 mkdir -p "$OUT"
 for round in ${ROUNDS:-1 2 3}; do

@@ -151,18 +151,11 @@ impl std::fmt::Debug for Constraint {
 }
 
 impl Constraint {
-    /// Sets `logits [vocab]` of every token the language does not allow next to `−∞`. An error
-    /// when no token is allowed (the language cannot be continued: an unsatisfiable schema) or
-    /// the parser failed.
-    pub fn mask(&mut self, logits: &mut [f32]) -> Result<()> {
-        self.allowed()?.mask(logits);
-        Ok(())
-    }
-
-    /// `A_t`, the tokens the language allows next (the costly part of [`Self::mask`]: a walk
-    /// of the token trie). It depends only on the tokens taken so far, not on this step's
-    /// logits, so the engine computes it while the forward pass that gives them runs. An error
-    /// when no token is allowed or the parser failed.
+    /// `A_t`, the tokens the language allows next (a walk of the token trie; then
+    /// [`AllowedTokens::mask`] sets the logits of the others to `−∞`). It depends only on the
+    /// tokens taken so far, not on this step's logits, so the engine computes it while the
+    /// forward pass that gives them runs. An error when no token is allowed (the language
+    /// cannot be continued: an unsatisfiable schema) or the parser failed.
     pub fn allowed(&mut self) -> Result<AllowedTokens> {
         let allowed = self
             .matcher

@@ -45,7 +45,7 @@ fn walk(
             .collect();
         // The end token likelier, so walks finish.
         logits[end as usize] += 3.0;
-        c.mask(&mut logits).unwrap();
+        c.allowed().unwrap().mask(&mut logits);
         let id = crate::decode::sample::sample(&logits, Default::default(), rng);
         assert!(logits[id as usize].is_finite());
         if id == end {
@@ -68,7 +68,7 @@ fn the_mask_allows_exactly_the_prefixes_of_the_language() {
     let cv = ConstraintVocab::new(&tokens, tokens.len() + 3, &[end]).unwrap();
     let mut c = cv.compile(&Grammar::Regex("ab+c".into())).unwrap();
     let mut logits = vec![1.0f32; cv.vocab_size];
-    c.mask(&mut logits).unwrap();
+    c.allowed().unwrap().mask(&mut logits);
     let allowed: Vec<usize> = (0..logits.len())
         .filter(|&j| logits[j].is_finite())
         .collect();
@@ -78,7 +78,7 @@ fn the_mask_allows_exactly_the_prefixes_of_the_language() {
     assert_eq!(allowed, vec![a, abc]);
     assert!(!c.advance(a as u32).unwrap());
     let mut logits = vec![1.0f32; cv.vocab_size];
-    c.mask(&mut logits).unwrap();
+    c.allowed().unwrap().mask(&mut logits);
     let b = tokens.iter().position(|t| t.bytes == b"b").unwrap();
     let allowed: Vec<usize> = (0..logits.len())
         .filter(|&j| logits[j].is_finite())
@@ -90,7 +90,7 @@ fn the_mask_allows_exactly_the_prefixes_of_the_language() {
     // (entries past the tokenizer's are never allowed).
     assert!(c.advance(cc as u32).unwrap());
     let mut logits = vec![1.0f32; cv.vocab_size];
-    c.mask(&mut logits).unwrap();
+    c.allowed().unwrap().mask(&mut logits);
     let allowed: Vec<usize> = (0..logits.len())
         .filter(|&j| logits[j].is_finite())
         .collect();

@@ -52,7 +52,7 @@ use super::engine::{Advance, Engine, Limits, Plan, Reply, RowKind, RowPlan, Step
 use super::metrics::{Metrics, PrefixCounts};
 use super::prefix_cache::{chain_key, PrefixIndex};
 use crate::decode::adjust::{top_entries, LogitAdjustments, TokenHistory};
-use crate::decode::constraint::Constraint;
+use crate::decode::constraint::{AllowedTokens, Constraint};
 use crate::decode::sample::{sample, SamplingOptions};
 use crate::decode::DecodingState;
 use crate::model::lm::LmState;
@@ -469,9 +469,46 @@ impl RowKind for LmRows<'_> {
         let layout = StepLayout::ragged(&rows, &positions, &picked);
         let v = self.model.config.vocab_size;
         // logits: [picked, vocab], then log-probabilities in place (exactly `model.step`'s).
-        let forward_start = Instant::now();
-        let mut logprobs = self.model.step_logits(&mut self.state, &tokens, &layout);
-        self.metrics.forward(forward_start.elapsed().as_secs_f64());
+        // The constrained rows' allowed tokens `A_t` depend only on the tokens taken so far:
+        // each is a rayon task run beside the forward pass (on whichever worker is idle), so
+        // the grammar's trie walk does not wait for the logits nor the logits for it.
+        let mut masks: Vec<MaskJob<'_>> = {
+            let mut output_of = vec![None; running.len()];
+            for (j, &(r, _)) in outputs.iter().enumerate() {
+                output_of[r] = Some(j);
+            }
+            running
+                .iter_mut()
+                .zip(output_of)
+                .filter_map(|(seq, j)| {
+                    Some(MaskJob {
+                        output: j?,
+                        constraint: seq.constraint.as_mut()?,
+                        allowed: None,
+                        seconds: 0.0,
+                    })
+                })
+                .collect()
+        };
+        let (model, state, metrics) = (self.model, &mut self.state, &self.metrics);
+        let mut logprobs = rayon::in_place_scope(|scope| {
+            for job in masks.iter_mut() {
+                scope.spawn(move |_| job.run());
+            }
+            let forward_start = Instant::now();
+            let logits = model.step_logits(state, &tokens, &layout);
+            metrics.forward(forward_start.elapsed().as_secs_f64());
+            logits
+        });
+        self.metrics.constraint_masks(
+            masks.len(),
+            masks.iter().map(|m| m.seconds).sum(),
+        );
+        let mut allowed: Vec<Option<crate::error::Result<AllowedTokens>>> =
+            (0..outputs.len()).map(|_| None).collect();
+        for job in masks {
+            allowed[job.output] = job.allowed;
+        }
         // The rows whose repetition penalty reads the raw logits keep a copy.
         let mut raw: Vec<Option<Vec<f32>>> = outputs
             .iter()
@@ -524,18 +561,15 @@ impl RowKind for LmRows<'_> {
             let seq = &mut running[r];
             let row = &logprobs[j * v..(j + 1) * v];
             let mut failed = None;
-            let id = match (&mut seq.history, &mut seq.constraint) {
+            let id = match (&mut seq.history, &seq.constraint) {
                 (None, None) => sample(row, seq.sampling, &mut seq.rng),
-                (history, constraint) => {
+                (history, _) => {
                     let mut z = raw[j].take().unwrap_or_else(|| row.to_vec());
                     // The grammar's mask first: the adjustments (min_p) see the allowed tokens.
-                    let mask_start = Instant::now();
-                    if let Some(Err(e)) = constraint.as_mut().map(|c| c.mask(&mut z)) {
-                        failed = Some(e.to_string());
-                    }
-                    if constraint.is_some() {
-                        self.metrics
-                            .constraint_masks(1, mask_start.elapsed().as_secs_f64());
+                    match allowed[j].take() {
+                        Some(Ok(a)) => a.mask(&mut z),
+                        Some(Err(e)) => failed = Some(e.to_string()),
+                        None => {}
                     }
                     if let Some(history) = history {
                         seq.options.adjust.apply(&mut z, history);
@@ -602,5 +636,23 @@ impl RowKind for LmRows<'_> {
 
     fn blocks_kept(&self) -> usize {
         self.state.kept_blocks()
+    }
+}
+
+/// One constrained row's `A_t` for this step, computed beside the forward pass.
+struct MaskJob<'a> {
+    /// Its index among the step's outputs.
+    output: usize,
+    constraint: &'a mut Constraint,
+    allowed: Option<crate::error::Result<AllowedTokens>>,
+    /// How long [`Constraint::allowed`] took.
+    seconds: f64,
+}
+
+impl MaskJob<'_> {
+    fn run(&mut self) {
+        let start = Instant::now();
+        self.allowed = Some(self.constraint.allowed());
+        self.seconds = start.elapsed().as_secs_f64();
     }
 }
