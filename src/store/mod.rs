@@ -28,6 +28,7 @@ pub use crate::kernels::lowp::ggml;
 pub mod gguf;
 pub mod gguf_llama;
 pub mod gguf_value;
+pub mod gguf_write;
 
 pub use atomic::{read_file, CheckpointWriter, MANIFEST_FILE};
 
