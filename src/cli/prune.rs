@@ -1,13 +1,17 @@
 //! `transformer prune --model M (--heads N | --keep FRACTION) [--by importance|random] --out M2`:
 //! removes attention heads physically (Michel et al. 2019), the least important first (their
-//! importance measured on `--data`) or in a random order, and writes the smaller model.
+//! importance measured on `--data`) or in a random order, optionally fine-tunes a pruned
+//! language model on `--data` (`--fine-tune-steps`), and writes the smaller model. A pretrained
+//! decoder (a Hugging Face directory or a GGUF file, dequantised to float32) is written in this
+//! crate's format with its own tokenizer (`crate::pipeline::lm_dir`).
 
 use super::args::ThreadsArgs;
+use crate::heads::fine_tune::{fine_tune_lm, FineTune};
 use crate::heads::prune::{choose, prune, removable, Order};
-use crate::heads::run::{measure, DataSize, HeadsModel};
+use crate::heads::run::{lm_windows, measure, DataSize, HeadsModel};
 use crate::heads::HeadModel;
 use crate::model::checkpoint::write_model;
-use crate::pipeline::generate::ModelSource;
+use crate::pipeline::lm_dir::tokenizer_files;
 use crate::store::{CheckpointWriter, TOKENIZER_FILE, VOCAB_FILE};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
@@ -25,7 +29,7 @@ pub enum By {
 #[derive(Args, Debug)]
 #[command(group(clap::ArgGroup::new("how_many").required(true).args(["heads", "keep"])))]
 pub struct PruneArgs {
-    /// A model directory written by train or train-lm.
+    /// A model directory of train or train-lm, a Hugging Face decoder directory or a GGUF file.
     #[arg(long)]
     pub model: PathBuf,
     /// Query heads to remove (a multiple of the key/value group size).
@@ -36,7 +40,7 @@ pub struct PruneArgs {
     pub keep: Option<f64>,
     #[arg(long, value_enum, default_value_t = By::Importance)]
     pub by: By,
-    /// The random order's seed (--by random).
+    /// The random order's seed (--by random), and the order of the fine-tune's windows.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// The data the importance is measured on (--by importance): UTF-8 text for a language
@@ -52,6 +56,13 @@ pub struct PruneArgs {
     /// Tokens per language-model window.
     #[arg(long, default_value_t = 128)]
     pub context: usize,
+    /// Fine-tune the pruned language model for this many updates on --data (Adam from fresh
+    /// moments, --batch windows of --context tokens an update, no dropout).
+    #[arg(long, default_value_t = 0)]
+    pub fine_tune_steps: usize,
+    /// The fine-tune's constant learning rate.
+    #[arg(long, default_value_t = 1e-4)]
+    pub lr: f64,
     /// The pruned model's directory (must not exist).
     #[arg(long)]
     pub out: PathBuf,
@@ -74,15 +85,12 @@ pub fn run(args: PruneArgs) -> Result<()> {
     if args.by == By::Importance && args.data.is_none() {
         bail!("--by importance needs --data (the text or pairs the importance is measured on)");
     }
+    if args.fine_tune_steps > 0 && args.data.is_none() {
+        bail!("--fine-tune-steps needs --data (the text the pruned model is fine-tuned on)");
+    }
     let mut model = HeadsModel::load(&args.model)?;
-    if let HeadsModel::Lm(g) = &model {
-        if g.source != ModelSource::Ours {
-            bail!(
-                "{}: a pretrained model; prune writes the directories of train-lm (our \
-                 tokenizer and format) and prunes the models trained here",
-                args.model.display()
-            );
-        }
+    if args.fine_tune_steps > 0 && matches!(model, HeadsModel::Translation(_)) {
+        bail!("--fine-tune-steps: fine-tuning after pruning is done for language models only");
     }
     let order = match (&args.by, &args.data) {
         (By::Importance, Some(data)) => {
@@ -110,16 +118,49 @@ pub fn run(args: PruneArgs) -> Result<()> {
         (None, None) => unreachable!("clap requires --heads or --keep"),
     };
     heads_model.prune_n(n, &order)?;
-    // The vocabulary files go into the same all-or-nothing save, listed in its manifest.
-    let mut extra = Vec::new();
-    for file in [VOCAB_FILE, TOKENIZER_FILE] {
-        let from = args.model.join(file);
-        if from.is_file() {
-            let bytes =
-                std::fs::read(&from).with_context(|| format!("reading {}", from.display()))?;
-            extra.push((file, bytes));
-        }
+    if let (HeadsModel::Lm(g), Some(data), true) =
+        (&mut model, &args.data, args.fine_tune_steps > 0)
+    {
+        let context = args.context.min(g.model.max_len() - 1).max(1);
+        let windows = lm_windows(g, data, context, args.fine_tune_steps * args.batch)?;
+        let plan = FineTune {
+            steps: args.fine_tune_steps,
+            batch: args.batch,
+            lr: args.lr,
+            seed: args.seed,
+        };
+        let losses = fine_tune_lm(&mut g.model, &windows, plan)?;
+        eprintln!(
+            "fine-tuned {} updates of {} windows of {context} tokens ({} distinct), lr {}: \
+             loss {:.4} at the first update, {:.4} at the last",
+            plan.steps,
+            plan.batch,
+            windows.len(),
+            plan.lr,
+            losses.first().copied().unwrap_or(f64::NAN),
+            losses.last().copied().unwrap_or(f64::NAN)
+        );
     }
+    // The tokenizer files go into the same all-or-nothing save, listed in its manifest.
+    let extra = match &model {
+        HeadsModel::Lm(g) => tokenizer_files(&args.model, g.source)?,
+        HeadsModel::Translation(_) => {
+            let mut extra = Vec::new();
+            for file in [VOCAB_FILE, TOKENIZER_FILE] {
+                let from = args.model.join(file);
+                if from.is_file() {
+                    let bytes = std::fs::read(&from)
+                        .with_context(|| format!("reading {}", from.display()))?;
+                    extra.push((file.to_string(), bytes));
+                }
+            }
+            extra
+        }
+    };
+    let heads_model: &mut dyn PruneTarget = match &mut model {
+        HeadsModel::Lm(g) => &mut g.model,
+        HeadsModel::Translation(t) => &mut t.model,
+    };
     heads_model.save_to(&args.out, &extra)?;
     eprintln!(
         "removed {n} of {total} heads ({}); per layer: {}; wrote {}",
@@ -144,7 +185,7 @@ trait PruneTarget {
     fn save_to(
         &mut self,
         dir: &std::path::Path,
-        extra: &[(&str, Vec<u8>)],
+        extra: &[(String, Vec<u8>)],
     ) -> crate::error::Result<()>;
     /// The heads per layer and site, for the summary.
     fn layer_counts(&self) -> String;
@@ -168,7 +209,7 @@ where
     fn save_to(
         &mut self,
         dir: &std::path::Path,
-        extra: &[(&str, Vec<u8>)],
+        extra: &[(String, Vec<u8>)],
     ) -> crate::error::Result<()> {
         let mut writer = CheckpointWriter::begin(dir)?;
         write_model(&mut writer, self)?;

@@ -14,11 +14,13 @@
 //!   and sites at once, as the paper prunes) or at random, removed physically: smaller query,
 //!   key and value row blocks and output-projection column blocks, per-layer head counts in
 //!   `config.json` ([`LayerHeads`](crate::model::config::LayerHeads)).
+//! - [`fine_tune`]: a short fine-tune of a pruned language model from fresh Adam moments.
 //!
 //! Every model is seen through [`HeadModel`]: its attentions, each with its
 //! [`AttentionSite`] (encoder self, decoder self, cross) and layer.
 
 pub mod behaviour;
+pub mod fine_tune;
 pub mod importance;
 pub mod prune;
 pub mod report;

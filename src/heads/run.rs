@@ -33,6 +33,55 @@ impl HeadsModel {
     }
 }
 
+/// The first `limit` windows of `context + 1` tokens of the UTF-8 text `data`, tokenized by
+/// `g`'s tokenizer (inputs and next tokens); refuses a text shorter than one window.
+pub fn lm_windows(
+    g: &TextGenerator,
+    data: &Path,
+    context: usize,
+    limit: usize,
+) -> Result<Vec<Vec<u32>>> {
+    let text = std::fs::read(data).map_err(|e| Error::Input(format!("{}: {e}", data.display())))?;
+    let text = String::from_utf8(text).map_err(|e| {
+        Error::Input(format!(
+            "{}: not UTF-8 (invalid byte at offset {})",
+            data.display(),
+            e.utf8_error().valid_up_to()
+        ))
+    })?;
+    let tokens = g.tokenizer.encode(&text)?;
+    g.model.embedding.check_ids(&tokens)?;
+    let windows: Vec<Vec<u32>> = tokens
+        .chunks_exact(context + 1)
+        .take(limit)
+        .map(<[u32]>::to_vec)
+        .collect();
+    if windows.is_empty() {
+        return Err(Error::Input(format!(
+            "{}: {} tokens, fewer than one window of {} (give a longer text or a smaller \
+             --context)",
+            data.display(),
+            tokens.len(),
+            context + 1
+        )));
+    }
+    Ok(windows)
+}
+
+/// Refuses a language model whose weights the backward cannot differentiate: a token table
+/// kept in a GGUF file's quantised blocks (load it dequantised to float32, as
+/// [`TextGenerator::load`] does) or linear layers packed for low-precision inference.
+pub fn check_backward(model: &crate::model::LanguageModel<f32>) -> Result<()> {
+    if model.embedding.has_stored_rows() {
+        return Err(Error::Input(
+            "the token embedding is held in quantised GGUF blocks, which the backward does not \
+             differentiate (load the model dequantised to float32)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 /// How much of the data file is read.
 #[derive(Clone, Copy, Debug)]
 pub struct DataSize {
@@ -58,31 +107,9 @@ pub fn measure(
     }
     match model {
         HeadsModel::Lm(g) => {
-            let text = std::fs::read(data)
-                .map_err(|e| Error::Input(format!("{}: {e}", data.display())))?;
-            let text = String::from_utf8(text).map_err(|e| {
-                Error::Input(format!(
-                    "{}: not UTF-8 (invalid byte at offset {})",
-                    data.display(),
-                    e.utf8_error().valid_up_to()
-                ))
-            })?;
             let context = size.context.min(g.model.max_len() - 1).max(1);
-            let tokens = g.tokenizer.encode(&text)?;
-            let windows: Vec<Vec<u32>> = tokens
-                .chunks_exact(context + 1)
-                .take(size.batches * size.batch)
-                .map(<[u32]>::to_vec)
-                .collect();
-            if windows.is_empty() {
-                return Err(Error::Input(format!(
-                    "{}: {} tokens, fewer than one window of {} (give a longer text or a \
-                     smaller --context)",
-                    data.display(),
-                    tokens.len(),
-                    context + 1
-                )));
-            }
+            let windows = lm_windows(g, data, context, size.batches * size.batch)?;
+            check_backward(&g.model)?;
             let importance = lm_importance(&mut g.model, &windows, size.batch);
             let mut behaviour = Behaviour::new(&g.model);
             for group in windows.chunks(size.batch) {

@@ -6,7 +6,9 @@
 //!   `crate::model::families` (`llama`, `gpt2`; `model.safetensors` or a sharded index,
 //!   `tokenizer.json`);
 //! - a GGUF file of an architecture of that table (`llama`; tokenizer and chat template in its
-//!   metadata).
+//!   metadata);
+//! - a pretrained model saved in our format with its own tokenizer (`prune`'s output, see
+//!   `super::lm_dir`).
 
 use super::check_vocab;
 use crate::decode::sample::{sample_search, SamplingOptions};
@@ -19,6 +21,7 @@ use crate::model::families::{self, FamilyKind, GgufWeights};
 use crate::model::lm::LmState;
 use crate::model::{LanguageModel, StepLayout};
 use crate::pipeline::chat::{hf_chat_template, ChatMessage, ChatTemplate};
+use crate::pipeline::lm_dir::load_pretrained_tokenizer;
 use crate::rng::Rng;
 use crate::store::gguf::GgufFile;
 use crate::store::{ckpt_err, read_file, CONFIG_FILE, TOKENIZER_FILE};
@@ -82,7 +85,7 @@ pub struct TextGenerator {
 
 /// The end-of-sequence id of a Hugging Face `config.json` (`eos_token_id`: a number or a list,
 /// the first taken).
-fn hf_eos(config: &serde_json::Value) -> Option<u32> {
+pub(crate) fn hf_eos(config: &serde_json::Value) -> Option<u32> {
     let v = config.get("eos_token_id")?;
     let id = v.as_u64().or_else(|| v.as_array()?.first()?.as_u64())?;
     u32::try_from(id).ok()
@@ -112,6 +115,20 @@ impl TextGenerator {
         let (model, tokenizer, source) = match json.get("model_type").and_then(|t| t.as_str()) {
             None => {
                 let model: LanguageModel<f32> = load(path)?;
+                if let Some((tokenizer, source, chat)) = load_pretrained_tokenizer(path)? {
+                    check_vocab(
+                        &path.join(TOKENIZER_FILE),
+                        tokenizer.vocab_size(),
+                        model.config.vocab_size,
+                        false,
+                    )?;
+                    return Ok(TextGenerator {
+                        model,
+                        tokenizer,
+                        source,
+                        chat,
+                    });
+                }
                 let bpe = Bpe::load(&path.join(TOKENIZER_FILE))?;
                 (
                     model,
@@ -211,16 +228,7 @@ impl TextGenerator {
         };
         let model = families::load_gguf(&file, weights)?;
         check_vocab(path, tokenizer.vocab_size(), model.config.vocab_size, false)?;
-        let text = |id: Option<u32>| {
-            id.and_then(|i| tokenizer.token_bytes(i))
-                .map(|b| String::from_utf8_lossy(b).into_owned())
-                .unwrap_or_default()
-        };
-        let chat = tokenizer.chat_template().map(|t| ChatTemplate {
-            template: t.to_string(),
-            bos: text(tokenizer.bos_id()),
-            eos: text(tokenizer.eos_id()),
-        });
+        let chat = gguf_chat(&tokenizer);
         Ok(TextGenerator {
             model,
             tokenizer: DecoderTokenizer::Gguf(Box::new(tokenizer)),
@@ -247,6 +255,20 @@ impl TextGenerator {
     ) -> Result<TextScore> {
         score_document(&self.model, &self.tokenizer, text, window, stride, batch)
     }
+}
+
+/// The chat template in a GGUF file's metadata, with its BOS and EOS tokens' text.
+pub(crate) fn gguf_chat(tokenizer: &GgufTokenizer) -> Option<ChatTemplate> {
+    let text = |id: Option<u32>| {
+        id.and_then(|i| tokenizer.token_bytes(i))
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .unwrap_or_default()
+    };
+    tokenizer.chat_template().map(|t| ChatTemplate {
+        template: t.to_string(),
+        bos: text(tokenizer.bos_id()),
+        eos: text(tokenizer.eos_id()),
+    })
 }
 
 /// `[<|endoftext|>] + encode(text)`: the stream a document of ours is trained and scored as.

@@ -15,6 +15,7 @@ pub mod chat;
 pub mod embed;
 pub mod generate;
 pub mod jinja;
+pub mod lm_dir;
 pub mod translate;
 
 use crate::error::{Error, Result};

@@ -9,6 +9,7 @@
 //! | `model.safetensors` | the weights, one tensor per parameter named after its module path | every model directory |
 //! | `vocab.json` (+ `tokenizer.json` for BPE) | the translation vocabulary | `train`, `demo --out`, `average` |
 //! | `tokenizer.json` | byte-level BPE of a language model, or a Hugging Face tokenizer | `train-lm` |
+//! | `pretrained.json` (+ `tokenizer.json` / `tokenizer.gguf`) | a pretrained decoder's own tokenizer beside weights in our format ([`crate::pipeline::lm_dir`]; `tokenizer.gguf`: a GGUF file's metadata, no tensors, [`gguf_write`]) | `prune` of a Hugging Face directory or GGUF file |
 //! | `optimizer.safetensors` | Adam's moments, `adam.m.<name>` / `adam.v.<name>` | training runs |
 //! | `trainer_state.json` | step, generator state, position in the data, recipe | training runs |
 //! | `metrics.jsonl`, `curves.png` | one JSON line of metrics per log step, their plot | `train` |
@@ -28,6 +29,7 @@ pub use crate::kernels::lowp::ggml;
 pub mod gguf;
 pub mod gguf_llama;
 pub mod gguf_value;
+pub mod gguf_write;
 
 pub use atomic::{read_file, CheckpointWriter, MANIFEST_FILE};
 

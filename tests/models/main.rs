@@ -23,3 +23,4 @@ mod lm;
 mod minilm;
 mod pretrained;
 mod pretrained_lowp;
+mod pruning;
