@@ -10,6 +10,7 @@ pub mod bench;
 pub mod bench_generate;
 pub mod bleu;
 pub mod chat;
+pub mod classify;
 pub mod demo;
 pub mod embed;
 pub mod generate;
@@ -23,6 +24,7 @@ pub mod serve;
 pub mod template;
 pub mod tokenize;
 pub mod train;
+pub mod train_classifier;
 pub mod train_lm;
 pub mod train_mlm;
 pub mod training;
@@ -95,6 +97,13 @@ pub enum Command {
     /// Pre-train a BERT encoder with the masked-LM objective (byte-level BPE with `[CLS]`
     /// `[SEP]` `[MASK]` `[PAD]`) on a text file; `embed` reads the result.
     TrainMlm(train_mlm::TrainMlmArgs),
+    /// Fine-tune a BERT encoder (train-mlm's, a Hugging Face BERT such as all-MiniLM-L6-v2, or
+    /// a fresh one) for sentence classification on `text<TAB>label` lines; `classify` reads
+    /// the result.
+    TrainClassifier(Box<train_classifier::TrainClassifierArgs>),
+    /// Classify stdin lines with a model of train-classifier, one JSON line each (the label
+    /// and every label's probability); or its accuracy on a labelled file (--eval).
+    Classify(classify::ClassifyArgs),
     /// Continue a prompt with a language model (sampling, KV cache), streamed to stdout.
     Generate(generate::GenerateArgs),
     /// Talk with a chat model (a Llama-family GGUF or Hugging Face directory), line by line.
@@ -139,6 +148,8 @@ impl Command {
             Command::Attention(a) => a.pool.threads,
             Command::TrainLm(a) => a.pool.threads,
             Command::TrainMlm(a) => a.pool.threads,
+            Command::TrainClassifier(a) => a.pool.threads,
+            Command::Classify(a) => a.pool.threads,
             Command::Generate(a) => a.pool.threads,
             Command::Chat(a) => a.pool.threads,
             Command::Perplexity(a) => a.pool.threads,
@@ -195,6 +206,8 @@ fn dispatch(command: Command) -> Result<()> {
         Command::Attention(a) => attention::run(a),
         Command::TrainLm(a) => train_lm::run(a),
         Command::TrainMlm(a) => train_mlm::run(a),
+        Command::TrainClassifier(a) => train_classifier::run(*a),
+        Command::Classify(a) => classify::run(a),
         Command::Generate(a) => generate::run(a),
         Command::Chat(a) => chat::run(a),
         Command::Perplexity(a) => perplexity::run(a),

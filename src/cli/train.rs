@@ -3,14 +3,14 @@
 //! [`crate::train::setup::pairs`]; here: the options, the progress and the summary lines.
 
 use super::args::{SaveArgs, TrainPrecisionArgs, TrainThreadsArgs};
-use super::training::{self, print_curves, print_note, BarReporter};
+use super::training::{self, print_note, CommandRun};
 use crate::dist::Communicator;
 use crate::model::Module;
 use crate::store::CheckpointWriter;
 use crate::text::languages::LanguagePair;
 use crate::text::vocab::VocabLevel;
 use crate::train::pairs::TrainConfig;
-use crate::train::run::{run as run_training, Output, RunOptions};
+use crate::train::run::RunOptions;
 use crate::train::schedule::Cooldown;
 use crate::train::setup::pairs::{
     self as setup, ModelBase, PairCorpora, PairFiles, PairModelSpec, PairPlan, PairRun, PairSpec,
@@ -313,48 +313,32 @@ fn run_on(args: &TrainArgs, plan: &PairPlan, comm: Arc<dyn Communicator>) -> Res
             None => Ok(()),
         }
     };
-    let output = Output {
-        dir: args.out.clone(),
-        save_tokenizer: &save_vocab,
-        log_every: Some(args.log_every),
+    let run = CommandRun {
+        out: &args.out,
+        options: RunOptions {
+            max_steps: args.max_steps,
+            time_limit: args.time_limit,
+            valid_every: args.valid_every,
+        },
+        log_every: args.log_every,
         save_every: args.save_every,
-        keep_last: args.save.keep_last,
         save_into_dir_every: 0,
-        autosave: args.save.autosave_seconds(),
+        save: &args.save,
+        tokens_per_s: false,
     };
-    let mut reporter = BarReporter::new(args.max_steps, start_step, |r, v, _| {
-        let mut lines = vec![format!(
-            "step {}: valid loss {:.4} nll {:.4}",
-            r.step, v.loss, v.nll
-        )];
-        lines.extend(v.bleu.iter().map(|b| format!("step {}: valid {b}", r.step)));
-        lines
-    });
-    let options = RunOptions {
-        max_steps: args.max_steps,
-        time_limit: args.time_limit,
-        valid_every: args.valid_every,
-    };
-    let validator = validation.as_ref().map(|v| v as &dyn Validator<_>);
-    let summary = run_training(
+    training::drive(
         &mut trainer,
-        &options,
-        Some(&output),
-        validator,
-        &mut reporter,
-    )?;
-    if !root {
-        return Ok(());
-    }
-    print_curves(&summary);
-    if let Some(v) = &summary.valid {
-        eprintln!("valid loss {:.4} nll {:.4} per token", v.loss, v.nll);
-    }
-    eprintln!(
-        "saved {} at step {} ({:.1} s)",
-        args.out.display(),
-        summary.step,
-        summary.seconds
-    );
-    Ok(())
+        &run,
+        &save_vocab,
+        validation.as_ref().map(|v| v as &dyn Validator<_>),
+        |r, v, _| {
+            let mut lines = vec![format!(
+                "step {}: valid loss {:.4} nll {:.4}",
+                r.step, v.loss, v.nll
+            )];
+            lines.extend(v.bleu.iter().map(|b| format!("step {}: valid {b}", r.step)));
+            lines
+        },
+        |v| format!("valid loss {:.4} nll {:.4} per token", v.loss, v.nll),
+    )
 }

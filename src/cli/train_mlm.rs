@@ -4,11 +4,11 @@
 //! exact resume. The saved directory is read by `embed` (see `train::setup::mlm`).
 
 use super::args::{SaveArgs, TrainPrecisionArgs, TrainThreadsArgs};
-use super::training::{self, print_curves, print_note, BarReporter};
+use super::training::{self, print_note, CommandRun};
 use crate::dist::Communicator;
 use crate::model::Module;
 use crate::store::CheckpointWriter;
-use crate::train::run::{run as run_training, Output, RunOptions};
+use crate::train::run::RunOptions;
 use crate::train::setup::lm::LmText;
 use crate::train::setup::mlm::{self as setup, MlmPlan, MlmRun, MlmSpec};
 use crate::train::setup::Start;
@@ -178,54 +178,39 @@ fn run_on(args: &TrainMlmArgs, plan: &MlmPlan, comm: Arc<dyn Communicator>) -> R
         training::make_out(&args.out, args.resume.as_deref(), args.save.overwrite)?;
     }
     let save_tokenizer = |w: &mut CheckpointWriter| tokenizer.write(w);
-    let output = Output {
-        dir: args.out.clone(),
-        save_tokenizer: &save_tokenizer,
-        log_every: Some(args.log_every),
+    let run = CommandRun {
+        out: &args.out,
+        options: RunOptions {
+            max_steps: args.max_steps,
+            time_limit: args.time_limit,
+            valid_every: args.eval_every,
+        },
+        log_every: args.log_every,
         save_every: args.save_every,
-        keep_last: args.save.keep_last,
         save_into_dir_every: args.eval_every,
-        autosave: args.save.autosave_seconds(),
+        save: &args.save,
+        tokens_per_s: true,
     };
-    let mut reporter = BarReporter::new(args.max_steps, trainer.state.step, |r, v, rate| {
-        vec![format!(
-            "step {}: train loss {:.4} valid loss {:.4} nats/masked token, masked accuracy {:.4}, {rate:.0} tok/s",
-            r.step,
-            r.loss,
-            v.nll,
-            v.accuracy.unwrap_or(f64::NAN)
-        )]
-    });
-    let options = RunOptions {
-        max_steps: args.max_steps,
-        time_limit: args.time_limit,
-        valid_every: args.eval_every,
-    };
-    let validator = validation.as_ref().map(|v| v as &dyn Validator<_>);
-    let summary = run_training(
+    training::drive(
         &mut trainer,
-        &options,
-        Some(&output),
-        validator,
-        &mut reporter,
-    )?;
-    if !root {
-        return Ok(());
-    }
-    print_curves(&summary);
-    if let Some(v) = &summary.valid {
-        eprintln!(
-            "valid loss {:.4} nats/masked token, masked-token accuracy {:.4}",
-            v.nll,
-            v.accuracy.unwrap_or(f64::NAN)
-        );
-    }
-    eprintln!(
-        "saved {} at step {} ({:.1} s, {:.0} tokens/s)",
-        args.out.display(),
-        summary.step,
-        summary.seconds,
-        summary.tokens as f64 / summary.seconds.max(1e-9)
-    );
-    Ok(())
+        &run,
+        &save_tokenizer,
+        validation.as_ref().map(|v| v as &dyn Validator<_>),
+        |r, v, rate| {
+            vec![format!(
+                "step {}: train loss {:.4} valid loss {:.4} nats/masked token, masked accuracy {:.4}, {rate:.0} tok/s",
+                r.step,
+                r.loss,
+                v.nll,
+                v.accuracy.unwrap_or(f64::NAN)
+            )]
+        },
+        |v| {
+            format!(
+                "valid loss {:.4} nats/masked token, masked-token accuracy {:.4}",
+                v.nll,
+                v.accuracy.unwrap_or(f64::NAN)
+            )
+        },
+    )
 }

@@ -1,11 +1,15 @@
-//! What the training commands (`train`, `train-lm`, `demo`) share at the command line: the
-//! checks of their run options, the run's processes, the progress bar and the lines around it.
+//! What the training commands (`train`, `train-lm`, `train-mlm`, `train-classifier`, `demo`)
+//! share at the command line: the checks of their run options, the run's processes, the
+//! progress bar and the lines around it, and the run itself ([`drive`]).
 
-use super::args::{check_dir, check_out, clear_out};
+use super::args::{check_dir, check_out, clear_out, SaveArgs};
 use crate::dist::Communicator;
-use crate::train::run::{Reporter, RunSummary};
-use crate::train::trainer::StepReport;
-use crate::train::validate::ValidReport;
+use crate::store::CheckpointWriter;
+use crate::train::model::Trainable;
+use crate::train::run::{run as run_training, Output, Reporter, RunOptions, RunSummary};
+use crate::train::source::BatchSource;
+use crate::train::trainer::{StepReport, Trainer};
+use crate::train::validate::{ValidReport, Validator};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::Path;
@@ -117,6 +121,80 @@ impl<F: FnMut(&StepReport, &ValidReport, f64) -> Vec<String>> Reporter for BarRe
     fn finish(&mut self) {
         self.bar.finish();
     }
+}
+
+/// What a training command asks of its run besides the trainer: where it writes, when it
+/// stops, validates, logs and saves (see [`Output`] and [`RunOptions`]).
+pub struct CommandRun<'a> {
+    /// `--out`: the model directory.
+    pub out: &'a Path,
+    pub options: RunOptions,
+    /// `--log-every`.
+    pub log_every: u64,
+    /// `--save-every`.
+    pub save_every: u64,
+    /// Save into `out` itself every N updates (0: only at the end and on autosave).
+    pub save_into_dir_every: u64,
+    /// `--keep-last`, `--autosave`.
+    pub save: &'a SaveArgs,
+    /// Whether the final "saved" line gives the tokens per second.
+    pub tokens_per_s: bool,
+}
+
+/// Runs a training command's run on its trainer: the progress bar (with the lines `on_valid`
+/// makes of each validation), the loop of [`crate::train::run::run`] writing into `run.out`
+/// (every save with the files `save_tokenizer` stages), then on rank 0 the curves, the
+/// `final_valid` line of the final validation and the "saved" line.
+pub fn drive<M, S>(
+    trainer: &mut Trainer<M, S>,
+    run: &CommandRun,
+    save_tokenizer: &dyn Fn(&mut CheckpointWriter) -> crate::Result<()>,
+    validator: Option<&dyn Validator<M>>,
+    on_valid: impl FnMut(&StepReport, &ValidReport, f64) -> Vec<String>,
+    final_valid: impl FnOnce(&ValidReport) -> String,
+) -> Result<()>
+where
+    M: Trainable,
+    S: BatchSource<Part = M::Part>,
+{
+    let output = Output {
+        dir: run.out.to_path_buf(),
+        save_tokenizer,
+        log_every: Some(run.log_every),
+        save_every: run.save_every,
+        keep_last: run.save.keep_last,
+        save_into_dir_every: run.save_into_dir_every,
+        autosave: run.save.autosave_seconds(),
+    };
+    let mut reporter = BarReporter::new(run.options.max_steps, trainer.state.step, on_valid);
+    let summary = run_training(
+        trainer,
+        &run.options,
+        Some(&output),
+        validator,
+        &mut reporter,
+    )?;
+    if trainer.communicator().rank() != 0 {
+        return Ok(());
+    }
+    print_curves(&summary);
+    if let Some(v) = &summary.valid {
+        eprintln!("{}", final_valid(v));
+    }
+    let rate = match run.tokens_per_s {
+        true => format!(
+            ", {:.0} tokens/s",
+            summary.tokens as f64 / summary.seconds.max(1e-9)
+        ),
+        false => String::new(),
+    };
+    eprintln!(
+        "saved {} at step {} ({:.1} s{rate})",
+        run.out.display(),
+        summary.step,
+        summary.seconds
+    );
+    Ok(())
 }
 
 /// Prints where a run's training curves went, or why there are none.

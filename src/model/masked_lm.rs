@@ -15,17 +15,12 @@
 //! encoder for sentence embeddings. Sentences are one segment: token type 0 throughout.
 
 use super::bert::{Bert, BertConfig};
-use super::block::SelfAttentionBlockCache;
+use super::bert_train::{encoder_backward, encoder_forward, training_bert, EncoderCache};
 use super::checkpoint::Model;
 use super::config::{Activation, ModelConfig, NormPlacement, Positions};
-use super::encoder::padding_mask;
 use super::loss::{cross_entropy_ignoring, LossStats};
 use super::mlm_head::{MlmHead, MlmHeadCache};
 use super::param::{Init, Module, ParamVisitor};
-use super::stack::StackCache;
-use crate::kernels::activations::mul_inplace;
-use crate::kernels::dropout::dropout_mask;
-use crate::kernels::layer_norm::LayerNormStats;
 use crate::rng::Rng;
 use crate::Float;
 
@@ -43,13 +38,9 @@ pub struct MaskedLm<T> {
 /// What the forward keeps for the backward.
 #[derive(Clone, Debug)]
 pub struct MaskedLmCache<T> {
-    ids: Vec<u32>,
-    seq: usize,
-    /// The embeddings' sum `[batch*seq, d]`, the layer norm's input, and its statistics.
-    sum: Vec<T>,
-    stats: LayerNormStats<T>,
-    dropout: Option<Vec<T>>,
-    blocks: StackCache<SelfAttentionBlockCache<T>, T>,
+    encoder: EncoderCache<T>,
+    /// Rows of the hidden states `[batch*seq]`.
+    rows: usize,
     /// Row indices (into `[batch*seq]`) of the chosen positions.
     positions: Vec<usize>,
     head: MlmHeadCache<T>,
@@ -169,13 +160,7 @@ impl<T: Float> MaskedLm<T> {
     /// A fresh model of `config` (checked with [`check_mlm_config`] by the callers that read
     /// it): encoder tables and blocks, then the head, drawn from `init` in that order.
     pub fn new(config: ModelConfig, init: &mut impl Init) -> Self {
-        let bert_config = bert_config_of(&config);
-        let mut block = bert_config.block();
-        block.dropout = config.dropout;
-        block.attention_dropout = config.attention_dropout;
-        block.activation_dropout = config.activation_dropout;
-        block.activation = config.activation;
-        let bert = Bert::with_block(bert_config, &block, init);
+        let bert = training_bert(&config, init);
         let head = MlmHead::new(
             config.d_model,
             config.vocab_size,
@@ -193,27 +178,15 @@ impl<T: Float> MaskedLm<T> {
         ids: &[u32],
         batch: usize,
         positions: &[usize],
-        mut rng: Option<&mut Rng>,
+        rng: Option<&mut Rng>,
     ) -> (Vec<T>, MaskedLmCache<T>) {
         assert!(
             batch > 0 && ids.len().is_multiple_of(batch),
             "ids must be [batch, seq]"
         );
         let (seq, d) = (ids.len() / batch, self.config.d_model);
-        let sum = self.bert.embedding_sum(ids, None, seq);
-        let (mut x, stats) = self.bert.embeddings_norm.forward(&sum);
-        let dropout = rng
-            .as_deref_mut()
-            .and_then(|r| dropout_mask::<T>(r, x.len(), self.config.dropout));
-        if let Some(m) = &dropout {
-            mul_inplace(&mut x, m);
-        }
         let lens = vec![seq; batch];
-        let mask = padding_mask(&lens);
-        let (hidden, blocks) = self
-            .bert
-            .encoder
-            .forward(x, rng, |l, x, r| l.forward(x, batch, mask, r));
+        let (hidden, encoder) = encoder_forward(&self.bert, self.config.dropout, ids, &lens, rng);
         // chosen [positions, d]: the hidden rows of the chosen positions
         let mut chosen = Vec::with_capacity(positions.len() * d);
         for &p in positions {
@@ -223,12 +196,8 @@ impl<T: Float> MaskedLm<T> {
             .head
             .forward(&self.bert.word_embeddings.value.data, chosen);
         let cache = MaskedLmCache {
-            ids: ids.to_vec(),
-            seq,
-            sum,
-            stats,
-            dropout,
-            blocks,
+            encoder,
+            rows: ids.len(),
             positions: positions.to_vec(),
             head,
         };
@@ -245,7 +214,7 @@ impl<T: Float> MaskedLm<T> {
             cache.head,
             dlogits,
         );
-        let mut dhidden = vec![T::zero(); cache.ids.len() * d];
+        let mut dhidden = vec![T::zero(); cache.rows * d];
         for (k, &p) in cache.positions.iter().enumerate() {
             let (dst, src) = (
                 &mut dhidden[p * d..(p + 1) * d],
@@ -253,26 +222,7 @@ impl<T: Float> MaskedLm<T> {
             );
             dst.iter_mut().zip(src).for_each(|(a, &b)| *a += b);
         }
-        let mut dx = bert
-            .encoder
-            .backward(cache.blocks, dhidden, |l, c, dy| l.backward(c, dy));
-        if let Some(m) = &cache.dropout {
-            mul_inplace(&mut dx, m);
-        }
-        let dsum = bert.embeddings_norm.backward(&cache.sum, &cache.stats, &dx);
-        let (word, pos, typ) = (
-            &mut bert.word_embeddings.grad.data,
-            &mut bert.position_embeddings.grad.data,
-            &mut bert.token_type_embeddings.grad.data,
-        );
-        for (r, row) in dsum.chunks_exact(d).enumerate() {
-            let (w, p) = (cache.ids[r] as usize * d, (r % cache.seq) * d);
-            for j in 0..d {
-                word[w + j] += row[j];
-                pos[p + j] += row[j];
-                typ[j] += row[j];
-            }
-        }
+        encoder_backward(bert, cache.encoder, dhidden);
     }
 
     /// One forward and backward: the loss of predicting `labels` at `positions` of
@@ -325,7 +275,7 @@ impl<T: Float> MaskedLm<T> {
 }
 
 /// The index of the largest value (the first of equals).
-fn argmax<T: Float>(row: &[T]) -> usize {
+pub fn argmax<T: Float>(row: &[T]) -> usize {
     let mut best = 0;
     for (i, v) in row.iter().enumerate() {
         if v.f64() > row[best].f64() {

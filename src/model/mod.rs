@@ -7,10 +7,15 @@ pub mod attention_kind;
 mod attention_kind_tests;
 pub mod attention_step;
 pub mod bert;
+// Used by the binary's commands (feature `cli`) and outside the library (feature `internals`).
+#[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]
+pub mod bert_train;
 pub mod block;
 pub mod build;
 pub mod cache_stack;
 pub mod checkpoint;
+#[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]
+pub mod classifier_head;
 pub mod config;
 pub mod decoder;
 pub mod embedding;
@@ -39,6 +44,8 @@ mod qk_norm_tests;
 pub mod residual;
 pub mod seq2seq;
 pub mod seq2seq_ragged;
+#[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]
+pub mod sentence_classifier;
 pub mod stack;
 pub mod step_layout;
 #[cfg(test)]

@@ -85,12 +85,15 @@ impl MlmTokenizer {
             .collect())
     }
 
+    /// The `tokenizer.json` text.
+    pub fn to_json(&self) -> Result<String> {
+        self.inner
+            .to_string(false)
+            .map_err(|e| bad(crate::store::TOKENIZER_FILE, e))
+    }
+
     /// Stages `tokenizer.json` in a checkpoint save.
     pub fn write(&self, writer: &mut crate::store::CheckpointWriter) -> Result<()> {
-        let json = self
-            .inner
-            .to_string(false)
-            .map_err(|e| bad(crate::store::TOKENIZER_FILE, e))?;
-        writer.add(crate::store::TOKENIZER_FILE, json.as_bytes())
+        writer.add(crate::store::TOKENIZER_FILE, self.to_json()?.as_bytes())
     }
 }

@@ -18,18 +18,26 @@ impl Tokenizer {
     /// Loads `path` (a leading UTF-8 byte order mark accepted; every id below the tokenizer's
     /// size); encodings keep at most `max_len` ids, special tokens included.
     pub fn load(path: &Path, max_len: usize) -> Result<Tokenizer> {
+        if !path.is_file() {
+            return Err(Error::Text(TextError::BadVocab {
+                path: path.to_path_buf(),
+                reason: "file not found".into(),
+            }));
+        }
+        let bytes = crate::store::read_file(path)?;
+        Self::from_bytes(&bytes, path, max_len)
+    }
+
+    /// [`Tokenizer::load`] of a `tokenizer.json` already read (from `path`, named in errors).
+    pub fn from_bytes(bytes: &[u8], path: &Path, max_len: usize) -> Result<Tokenizer> {
         let bad = |reason: String| {
             Error::Text(TextError::BadVocab {
                 path: path.to_path_buf(),
                 reason,
             })
         };
-        if !path.is_file() {
-            return Err(bad("file not found".into()));
-        }
-        let bytes = crate::store::read_file(path)?;
         // Ids below the size: no encoding can reach past the vocabulary.
-        let mut inner = super::vocab::parse_tokenizer(&bytes, path)?;
+        let mut inner = super::vocab::parse_tokenizer(bytes, path)?;
         // Sentences are padded by the caller, per batch; the file may ask for fixed padding.
         inner.with_padding(None);
         inner

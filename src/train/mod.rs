@@ -11,6 +11,9 @@ pub mod adam;
 pub mod average;
 pub mod batching;
 pub mod checkpoint;
+// Used by the binary's commands (feature `cli`) and outside the library (feature `internals`).
+#[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]
+pub mod classify;
 pub mod data_parallel;
 pub mod distributed;
 pub mod metrics;

@@ -10,11 +10,18 @@ use crate::model::loss::LossStats;
 use crate::model::{LanguageModel, Model, ModelConfig, Seq2Seq};
 use crate::rng::Rng;
 use crate::train::windows::Windows;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::borrow::Borrow;
 
 /// A model the trainer and data parallelism can train: a [`Model`] (config, construction,
 /// checkpoint directory; its parameters through [`Module`](crate::model::Module)) that can be
-/// copied and runs forward and backward on one part of a batch.
-pub trait Trainable: Model<Config = ModelConfig> + Clone + Send {
+/// copied and runs forward and backward on one part of a batch. Its config is a
+/// [`ModelConfig`], or holds one (the shape the data sources check against, whose `d_model`
+/// the schedule reads): a sentence classifier's is its encoder's plus its labels.
+pub trait Trainable:
+    Model<Config: Borrow<ModelConfig> + Serialize + DeserializeOwned> + Clone + Send
+{
     /// One part of a batch, as [`forward_backward`](Self::forward_backward) takes it.
     type Part: Sync;
 
@@ -93,6 +100,32 @@ impl Trainable for crate::model::masked_lm::MaskedLm<f32> {
             &b.inputs,
             b.count,
             &b.positions,
+            &b.labels,
+            label_smoothing,
+            grad_scale,
+            Some(rng),
+        )
+    }
+
+    fn set_bf16_products(&mut self, kernel: Option<Bf16Kernel>) {
+        crate::model::linear::set_bf16_products_all(self, kernel)
+    }
+}
+
+impl Trainable for crate::model::sentence_classifier::SentenceClassifier<f32> {
+    type Part = crate::train::classify::ClassifyBatch;
+
+    fn forward_backward(
+        &mut self,
+        b: &crate::train::classify::ClassifyBatch,
+        label_smoothing: f64,
+        grad_scale: f64,
+        rng: &mut Rng,
+    ) -> LossStats {
+        crate::model::sentence_classifier::SentenceClassifier::forward_backward(
+            self,
+            &b.ids,
+            &b.lens,
             &b.labels,
             label_smoothing,
             grad_scale,

@@ -26,6 +26,7 @@ use crate::train::schedule::{Cooldown, Schedule};
 use crate::train::source::{BatchSource, Recipe};
 use crate::train::state::TrainerState;
 use crate::train::windows::TokenWindows;
+use std::borrow::Borrow;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -37,6 +38,11 @@ pub const MAX_PARAMS: usize = 1 << 31;
 pub type PairTrainer = Trainer<Seq2Seq<f32>, PairBatches>;
 /// The decoder-only language model on a token stream.
 pub type LmTrainer = Trainer<LanguageModel<f32>, TokenWindows>;
+
+/// The shape of a model's config (the config itself, or the encoder a classifier's holds).
+fn shape_of<M: Trainable>(config: &M::Config) -> &ModelConfig {
+    config.borrow()
+}
 
 /// What one update did.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -81,8 +87,9 @@ where
 {
     /// A fresh run: the model is initialised from the recipe's seed, whose generator then
     /// draws the run's dropout (and windows).
-    pub fn new(model_config: ModelConfig, recipe: S::Recipe, data: S::Data) -> Result<Self> {
-        model_config.validate().map_err(Error::Config)?;
+    pub fn new(model_config: M::Config, recipe: S::Recipe, data: S::Data) -> Result<Self> {
+        let shape = shape_of::<M>(&model_config);
+        shape.validate().map_err(Error::Config)?;
         recipe
             .validate()
             .map_err(|e| Error::Config(e.to_string()))?;
@@ -96,7 +103,7 @@ where
                 )))
             }
         }
-        let source = S::new(data, &recipe, &model_config)?;
+        let source = S::new(data, &recipe, shape_of::<M>(&model_config))?;
         let mut rng = Rng::new(recipe.seed());
         let mut model = M::build(model_config, &mut rng);
         let adam = Adam::new(recipe.adam(), &model.params_mut());
@@ -137,7 +144,7 @@ where
                 reason: "the trainer state is for another kind of training data".into(),
             });
         }
-        let source = S::new(data, &state.config, model.config())?;
+        let source = S::new(data, &state.config, shape_of::<M>(model.config()))?;
         if state.data_fingerprint != source.fingerprint() {
             return Err(Error::Checkpoint {
                 path,
@@ -152,7 +159,7 @@ where
 
     fn assemble(model: M, adam: Adam<f32>, state: TrainerState<S::Recipe>, source: S) -> Self {
         let mut trainer = Trainer {
-            schedule: state.config.schedule(model.config().d_model),
+            schedule: state.config.schedule(shape_of::<M>(model.config()).d_model),
             parallel: DataParallel::for_pool(&model),
             model,
             adam,
@@ -211,7 +218,7 @@ where
             ));
         }
         self.adam.step = state.step;
-        self.schedule = state.config.schedule(self.model.config().d_model);
+        self.schedule = state.config.schedule(shape_of::<M>(self.model.config()).d_model);
         self.state = state;
         self.apply_precision();
         Ok(())

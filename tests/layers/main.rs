@@ -8,6 +8,7 @@
 mod common;
 
 mod activations;
+mod classifier;
 mod flash_attention;
 mod gqa_attention;
 mod layer_gradients;

@@ -15,6 +15,7 @@ mod checkpoint_resume;
 mod cli;
 mod cli_bpe;
 mod cli_checkpoints;
+mod cli_classifier;
 mod cli_mlm;
 mod data_parallel;
 mod distributed;

@@ -12,6 +12,9 @@
 //! input that was skipped or dropped, the line naming a resumed run) goes, one line each, to
 //! the caller's [`Notes`], at the point of the setup where it arises.
 
+// Used by the binary's commands (feature `cli`) and outside the library (feature `internals`).
+#[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]
+pub mod classify;
 pub mod lm;
 // Used by the binary's commands (feature `cli`) and outside the library (feature `internals`).
 #[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]
