@@ -598,4 +598,34 @@ impl PackedFormat for KQuantMatrix {
             Kernel::Avx512 => unreachable!("runs(Avx512) is false off x86_64"),
         }
     }
+
+    /// The 32-blocks' SIMD kernels take [`blocks32::OUTPUTS`] weight rows per pass (their
+    /// bits); the rest runs [`tile`](PackedFormat::tile) row by row.
+    fn row_outputs(&self, kernel: Kernel, acts: &KQuantActs, o0: usize, out: &mut [f32]) {
+        let mut done = 0;
+        #[cfg(target_arch = "x86_64")]
+        if self.block == 32 && kernel != Kernel::Portable {
+            let n = blocks32::OUTPUTS;
+            assert!(
+                self.runs(kernel) && o0 + out.len() <= self.rows && acts.e.len() >= acts.nb,
+                "the {} kernel does not run here, or the rows are not those of this product",
+                kernel.name()
+            );
+            for (k, run) in out.chunks_exact_mut(n).enumerate() {
+                // SAFETY: runs(kernel) checked its features; the assertion bounds the weight
+                // rows o0 + k n .. o0 + (k + 1) n and activation row 0, and `acts` came from
+                // self.quantize.
+                unsafe {
+                    match kernel {
+                        Kernel::Avx512 => blocks32::outputs_avx512(self, acts, o0 + k * n, run),
+                        _ => blocks32::outputs_avx2(self, acts, o0 + k * n, run),
+                    }
+                }
+            }
+            done = out.len() / n * n;
+        }
+        for (i, v) in out[done..].iter_mut().enumerate() {
+            self.tile(kernel, acts, o0 + done + i, 0, std::slice::from_mut(v));
+        }
+    }
 }

@@ -239,6 +239,15 @@ pub trait PackedFormat: Sync {
     /// `out[i] = (x_{r0+i} · w_o)` for `i < out.len() <= ROW_TILE`. The caller has checked
     /// [`runs`](Self::runs) for `kernel`.
     fn tile(&self, kernel: Kernel, acts: &Self::Acts, o: usize, r0: usize, out: &mut [f32]);
+    /// `out[i] = (x_0 · w_{o0+i})` for every `i < out.len()`: the one activation row of a
+    /// decoding step against consecutive weight rows, the same bits as [`tile`](Self::tile)
+    /// row by row (which is what this default does). A format overrides it to take several
+    /// weight rows per pass, sharing the activation loads and the per-row set-up.
+    fn row_outputs(&self, kernel: Kernel, acts: &Self::Acts, o0: usize, out: &mut [f32]) {
+        for (i, v) in out.iter_mut().enumerate() {
+            self.tile(kernel, acts, o0 + i, 0, std::slice::from_mut(v));
+        }
+    }
 }
 
 /// `y [rows, d_out] = x [rows, d_in] · Wᵀ` with `kernel`, parallel over output rows.
@@ -263,10 +272,13 @@ pub fn product_with<F: PackedFormat>(w: &F, kernel: Kernel, y: &mut [f32], x: &[
     let serial = products_are_serial();
     let chunk = rows * OUT_ROWS_PER_TASK;
     if rows == 1 {
+        // Decoding: y is one row, [d_out]; each task fills a run of its outputs.
         if serial {
-            y.chunks_mut(chunk).enumerate().for_each(fill);
+            w.row_outputs(kernel, &acts, 0, y);
         } else {
-            y.par_chunks_mut(chunk).enumerate().for_each(fill);
+            y.par_chunks_mut(chunk).enumerate().for_each(|(task, y_run)| {
+                w.row_outputs(kernel, &acts, task * OUT_ROWS_PER_TASK, y_run)
+            });
         }
         return;
     }

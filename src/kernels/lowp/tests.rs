@@ -315,8 +315,10 @@ fn ggml_block_products_match_float64() {
 /// remainders, past it), columns (blocks of 32 not a multiple of the 8-block step; whole
 /// 256-super-blocks), outputs.
 pub(super) const KERNEL_ROWS: &[usize] = &[1, 2, 3, 4, 5, 17];
-pub(super) const KERNEL_COLS: &[usize] = &[32, 64, 96, 256, 512, 768];
-pub(super) const KERNEL_OUTS: &[usize] = &[1, 3, 16, 17];
+/// 576 and 608: SmolLM2's width, 18 blocks (two steps of 8 and a rest), and an odd 19.
+pub(super) const KERNEL_COLS: &[usize] = &[32, 64, 96, 256, 512, 576, 608, 768];
+/// Runs of 4 output rows (the decoding kernels') and remainders of 1, 2 and 3.
+pub(super) const KERNEL_OUTS: &[usize] = &[1, 3, 6, 16, 17];
 
 /// The SIMD kernels this CPU has, each asserted to run for `w` where the CPU has it.
 pub(super) fn simd_kernels(w: &PackedWeight, label: &str) -> Vec<Kernel> {
@@ -372,6 +374,73 @@ fn ggml_block_kernels_agree_on_every_shape() {
                                 );
                             }
                         }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A decoding step (one activation row) takes several weight rows per pass
+/// (`row_outputs`): on every kernel it gives, bit for bit, what the kernel's one-row tile
+/// gives row by row (for the AVX-512 kernel, whose order is not the portable one, this is
+/// the check that the runs of rows keep each row's sums).
+#[test]
+fn decoding_runs_of_rows_give_the_row_kernels_bits() {
+    let mut rng = Lcg(41);
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q8_0,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::IQ4_NL,
+    ] {
+        for &d_in in &[32, 64, 96, 576, 608, 1536] {
+            for &d_out in &[1, 5, 6, 7, 8, 37] {
+                let label = format!("{ty} {d_out}x{d_in}");
+                let data = match ty {
+                    GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => {
+                        random_blocks(&mut rng, ty, d_out, d_in)
+                    }
+                    // Any bytes are 32-blocks of these types once the f16 scales are normal.
+                    _ => {
+                        let (_, bb) = ty.block().unwrap();
+                        let mut data: Vec<u8> =
+                            (0..d_out * d_in / 32 * bb).map(|_| rng.next() as u8).collect();
+                        for block in data.chunks_exact_mut(bb) {
+                            block[1] = 0x28 | (block[1] & 0x83);
+                            if ty == GgmlType::Q5_1 {
+                                block[3] = 0x28 | (block[3] & 0x83);
+                            }
+                        }
+                        data
+                    }
+                };
+                let w = pack_ggml(ty, RawBytes::owned(data), d_out, d_in)
+                    .unwrap()
+                    .unwrap();
+                let x = rng.vec(d_in, 3.0);
+                for kernel in kernels(&w) {
+                    let got = run(&w, kernel, &x, 1);
+                    let want: Vec<f32> = (0..d_out)
+                        .map(|o| {
+                            let mut v = [f32::NAN];
+                            match &w {
+                                PackedWeight::Blocks(b) => {
+                                    b.tile(kernel, &b.quantize_acts(&x, 1), o, 0, &mut v)
+                                }
+                                PackedWeight::KQuants(k) => {
+                                    k.tile(kernel, &k.quantize_acts(&x, 1), o, 0, &mut v)
+                                }
+                                _ => unreachable!("a block format"),
+                            }
+                            v[0]
+                        })
+                        .collect();
+                    assert!(want.iter().all(|v| v.is_finite()), "{label} {kernel:?}");
+                    for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                        assert_eq!(a.to_bits(), b.to_bits(), "{label} {kernel:?} y[{i}]");
                     }
                 }
             }

@@ -314,3 +314,271 @@ unsafe fn byte_block_sum(qs: *const u8, x: *const u8) -> i32 {
     };
     hsum(byte_products(wq, xv))
 }
+
+/// The last `nb mod 8` blocks of a decoding step's activations padded with zeros to a step
+/// of 8, and room for as many last blocks of `O` weight rows (see [`outputs`]). Activations
+/// of 4-bit weights stay in pair order: a last unpaired block (odd nb), stored naturally,
+/// goes to the pair layout with a zero partner.
+pub(super) struct Padded<const O: usize> {
+    x: [u8; STEP * BLOCK],
+    e: [f32; STEP],
+    f: [f32; STEP],
+    /// At most 8 blocks of 34 bytes (Q8_0, the largest) per row; zeros past the copied ones.
+    w: [[u8; STEP * 34]; O],
+}
+
+impl<const O: usize> Padded<O> {
+    /// The padded tail of activation row 0 of `acts` (made by `w.quantize`).
+    pub(super) fn new(w: &BlockMatrix, acts: &BlockActs) -> Self {
+        let (nb, kind) = (w.nb, w.kind);
+        let b0 = nb / STEP * STEP;
+        let mut pad = Padded {
+            x: [0u8; STEP * BLOCK],
+            e: [0f32; STEP],
+            f: [0f32; STEP],
+            w: [[0u8; STEP * 34]; O],
+        };
+        for b in b0..nb {
+            for j in 0..BLOCK {
+                let (from, to) = if kind.nibbles() {
+                    (pair_order(b, j, nb), pair_order(b - b0, j, STEP))
+                } else {
+                    (b * BLOCK + j, (b - b0) * BLOCK + j)
+                };
+                pad.x[to] = acts.q[from];
+            }
+        }
+        pad.e[..nb - b0].copy_from_slice(&acts.e[b0..nb]);
+        pad.f[..nb - b0].copy_from_slice(&acts.f[b0..nb]);
+        pad
+    }
+}
+
+/// `out[i] = w_{o0+i} · x_0` for `i < O`: weight rows `o0 .. o0 + O` against activation row
+/// 0 (a decoding step), each row's f32 steps those of `row_product_portable` (the same bits):
+/// the activations of a step are loaded once for the `O` rows, the last `nb mod 8` blocks run
+/// as one more step over zero-padded copies (`pad`; a padded block adds `+0` to its lane,
+/// which leaves it as it is), and four rows' lanes are reduced together in `sum_lanes`'
+/// order. The rows `ahead` bytes further on are prefetched.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; `o0 + O <= w.rows`, `out.len() == O`, and `acts`
+/// (one row at least) made by `w.quantize`, `pad` from them.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn outputs<const O: usize>(
+    w: &BlockMatrix,
+    acts: &BlockActs,
+    pad: &mut Padded<O>,
+    o0: usize,
+    out: &mut [f32],
+    ahead: usize,
+) {
+    let (nb, kind) = (w.nb, w.kind);
+    let bb = kind.block_bytes();
+    // SAFETY (pointer arithmetic): rows o0 .. o0 + O hold nb blocks of bb bytes each; step g
+    // of the full steps reads blocks 8g .. 8g + 8 of each, bytes 256g .. 256g + 256 and
+    // terms 8g .. 8g + 8 of activation row 0.
+    let rows: [*const u8; O] =
+        std::array::from_fn(|i| unsafe { w.blocks.as_ptr().add((o0 + i) * nb * bb) });
+    let (xq, e, f) = (acts.q.as_ptr(), acts.e.as_ptr(), acts.f.as_ptr());
+    let mut lanes = [_mm256_setzero_ps(); O];
+    let steps = nb / STEP;
+    for g in 0..steps {
+        let blks: [*const u8; O] = std::array::from_fn(|i| unsafe { rows[i].add(g * STEP * bb) });
+        let at = g * STEP * BLOCK;
+        // SAFETY: as above.
+        unsafe {
+            step::<O>(
+                kind,
+                &blks,
+                xq.add(at),
+                e.add(g * STEP),
+                f.add(g * STEP),
+                &mut lanes,
+                ahead,
+            )
+        };
+    }
+    let tail = nb - steps * STEP;
+    if tail > 0 {
+        let b0 = steps * STEP;
+        for (i, padded) in pad.w.iter_mut().enumerate() {
+            let from = ((o0 + i) * nb + b0) * bb;
+            padded[..tail * bb].copy_from_slice(&w.blocks[from..from + tail * bb]);
+        }
+        let blks: [*const u8; O] = std::array::from_fn(|i| pad.w[i].as_ptr());
+        // SAFETY: the padded copies hold 8 blocks and 256 activation bytes, 8 terms each.
+        unsafe {
+            step::<O>(
+                kind,
+                &blks,
+                pad.x.as_ptr(),
+                pad.e.as_ptr(),
+                pad.f.as_ptr(),
+                &mut lanes,
+                0,
+            )
+        };
+    }
+    if O == 4 {
+        let sums = sum_lanes4([lanes[0], lanes[1], lanes[2], lanes[3]]);
+        // SAFETY: out holds O = 4 floats.
+        unsafe { _mm_storeu_ps(out.as_mut_ptr(), sums) };
+    } else {
+        for (v, lane) in out.iter_mut().zip(lanes) {
+            let mut l = [0f32; 8];
+            // SAFETY: l holds 8 floats.
+            unsafe { _mm256_storeu_ps(l.as_mut_ptr(), lane) };
+            *v = sum_lanes(l);
+        }
+    }
+}
+
+/// One step of 8 blocks of `O` weight rows (`blks[i]`, stride `kind.block_bytes()`) against
+/// the 256 activation bytes at `x` and the 8 scales `e`, `f`: `lanes[i] += (d e) I + c f`
+/// (Q8_0: `(d e) I`), the order of `rows`; the same blocks `ahead` bytes further on are
+/// prefetched (none when 0).
+///
+/// # Safety
+/// AVX2, FMA and F16C; 8 whole blocks at each `blks[i]`, 256 bytes at `x`, 8 floats at `e`
+/// and `f`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn step<const O: usize>(
+    kind: BlockKind,
+    blks: &[*const u8; O],
+    x: *const u8,
+    e: *const f32,
+    f: *const f32,
+    lanes: &mut [__m256; O],
+    ahead: usize,
+) {
+    let (bb, q_at) = (kind.block_bytes(), kind.scale_bytes());
+    if ahead > 0 {
+        for blk in blks {
+            for line in (0..STEP * bb).step_by(64) {
+                // A hint only: it never faults and reads nothing into the program, whatever
+                // the address (`wrapping_add` may point past the weights on the last rows).
+                _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(ahead + line) as *const i8);
+            }
+        }
+    }
+    let nibbles = kind.nibbles();
+    let bb32 = bb as i32;
+    let heads_at = _mm256_setr_epi32(0, bb32, 2 * bb32, 3 * bb32, 4 * bb32, 5 * bb32, 6 * bb32, 7 * bb32);
+    // SAFETY (caller): the blocks, activation bytes and scales of the step.
+    unsafe {
+        let isums = if nibbles {
+            nibble_sums_rows::<O>(blks, bb, q_at, x)
+        } else {
+            byte_sums_rows::<O>(blks, bb, q_at, x)
+        };
+        let (ev, fv) = (_mm256_loadu_ps(e), _mm256_loadu_ps(f));
+        for i in 0..O {
+            let heads = _mm256_i32gather_epi32::<1>(blks[i] as *const i32, heads_at);
+            let d = _mm256_cvtph_ps(halves::<0>(heads));
+            let de = _mm256_mul_ps(d, ev);
+            let mut term = _mm256_mul_ps(de, _mm256_cvtepi32_ps(isums[i]));
+            if nibbles {
+                let c = match kind {
+                    BlockKind::Q4_0 => _mm256_mul_ps(_mm256_set1_ps(-8.0), d),
+                    _ => _mm256_cvtph_ps(halves::<2>(heads)),
+                };
+                term = _mm256_add_ps(term, _mm256_mul_ps(c, fv));
+            }
+            lanes[i] = _mm256_add_ps(lanes[i], term);
+        }
+    }
+}
+
+/// [`sum_lanes`] of four rows' 8 lanes at once, in its order: `(l_i + l_{i+4})`, then
+/// `(s_0 + s_2) + (s_1 + s_3)`.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn sum_lanes4(v: [__m256; 4]) -> __m128 {
+    let s: [__m128; 4] =
+        std::array::from_fn(|i| _mm_add_ps(_mm256_castps256_ps128(v[i]), _mm256_extractf128_ps::<1>(v[i])));
+    // [a0 b0 a1 b1] + [a2 b2 a3 b3] = [a: s0+s2, b: s0+s2, a: s1+s3, b: s1+s3]; c, d alike.
+    let ab = _mm_add_ps(_mm_unpacklo_ps(s[0], s[1]), _mm_unpackhi_ps(s[0], s[1]));
+    let cd = _mm_add_ps(_mm_unpacklo_ps(s[2], s[3]), _mm_unpackhi_ps(s[2], s[3]));
+    _mm_add_ps(_mm_movelh_ps(ab, cd), _mm_movehl_ps(cd, ab))
+}
+
+/// [`nibble_sums`] of `O` weight rows against one activation row: `I_b` of 8 blocks of 4-bit
+/// weights at each `blks[i]`, the 256 activation bytes at `x` (pair order) loaded once.
+///
+/// # Safety
+/// AVX2; 8 blocks from each `blks[i]` (stride `bb`, weights at `q_at`), 256 bytes at `x`.
+#[allow(clippy::needless_range_loop)]
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn nibble_sums_rows<const O: usize>(
+    blks: &[*const u8; O],
+    bb: usize,
+    q_at: usize,
+    x: *const u8,
+) -> [__m256i; O] {
+    let mask = _mm256_set1_epi8(0x0f);
+    let ones = _mm256_set1_epi16(1);
+    let mut v = [[_mm256_setzero_si256(); 4]; O];
+    for k in 0..4 {
+        // SAFETY (caller): activation bytes 64k .. 64k + 64, blocks 2k, 2k+1 of each row.
+        let (x0, x1) = unsafe {
+            (
+                _mm256_loadu_si256(x.add(64 * k) as *const __m256i),
+                _mm256_loadu_si256(x.add(64 * k + 32) as *const __m256i),
+            )
+        };
+        for i in 0..O {
+            let raw = unsafe {
+                let b0 = blks[i].add(2 * k * bb + q_at);
+                _mm256_loadu2_m128i(b0.add(bb) as *const __m128i, b0 as *const __m128i)
+            };
+            let lo = _mm256_and_si256(raw, mask);
+            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(raw), mask);
+            let pairs =
+                _mm256_add_epi16(_mm256_maddubs_epi16(lo, x0), _mm256_maddubs_epi16(hi, x1));
+            v[i][k] = _mm256_madd_epi16(pairs, ones);
+        }
+    }
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    std::array::from_fn(|i| {
+        let [v0, v1, v2, v3] = v[i];
+        let h = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+        _mm256_permutevar8x32_epi32(h, order)
+    })
+}
+
+/// [`byte_sums`] of `O` weight rows against one activation row (256 bytes at `x`, loaded
+/// once).
+///
+/// # Safety
+/// As [`nibble_sums_rows`].
+#[allow(clippy::needless_range_loop)]
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn byte_sums_rows<const O: usize>(
+    blks: &[*const u8; O],
+    bb: usize,
+    q_at: usize,
+    x: *const u8,
+) -> [__m256i; O] {
+    let mut v = [[_mm256_setzero_si256(); 8]; O];
+    for k in 0..8 {
+        // SAFETY (caller): activation bytes 32k .. 32k + 32, block k of each row.
+        let xv = unsafe { _mm256_loadu_si256(x.add(32 * k) as *const __m256i) };
+        for i in 0..O {
+            let wq = unsafe { _mm256_loadu_si256(blks[i].add(k * bb + q_at) as *const __m256i) };
+            v[i][k] = byte_products(wq, xv);
+        }
+    }
+    std::array::from_fn(|i| {
+        let v = &v[i];
+        let h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+        let h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+        _mm256_add_epi32(
+            _mm256_permute2x128_si256::<0x20>(h0, h1),
+            _mm256_permute2x128_si256::<0x31>(h0, h1),
+        )
+    })
+}

@@ -328,3 +328,138 @@ pub(super) unsafe fn tile_avx512(
     // SAFETY: the caller's contract, passed on.
     unsafe { dispatch!(Avx512, w, acts, o, r0, out) }
 }
+
+/// Weight rows the decoding kernels ([`outputs_avx2`], [`outputs_avx512`]) take per pass.
+pub(super) const OUTPUTS: usize = 4;
+/// How far ahead (in weight rows) the decoding kernels prefetch the rows they will take.
+const PREFETCH_ROWS: usize = 16;
+
+/// `out[i] = w_{o0+i} · x_0` for `i < O`: `O` weight rows against the one activation row of a
+/// decoding step, each row's f32 steps those of [`rows`] (so the same bits); the rows' chains
+/// of block-after-block additions interleave instead of each waiting on its own latency.
+///
+/// # Safety
+/// `I`'s features; `w` holds 32-blocks of type `T`, `o0 + O <= w.rows`, `acts` (one row at
+/// least) made by `w.quantize`; `out.len() == O`.
+#[inline(always)]
+unsafe fn outs<I: BlockDot, const O: usize, const T: u8>(
+    w: &KQuantMatrix,
+    acts: &KQuantActs,
+    o0: usize,
+    out: &mut [f32],
+) {
+    let (nb, bb) = (w.cols / 32, w.block_bytes);
+    // The rows PREFETCH_ROWS further on: four interleaved rows hide the stream from the
+    // hardware prefetcher.
+    let ahead = PREFETCH_ROWS * nb * bb;
+    let offset = _mm256_set1_epi32(I::offset(T));
+    let heads_at = _mm256_mullo_epi32(
+        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+        _mm256_set1_epi32(bb as i32),
+    );
+    let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    let low16 = _mm256_set1_epi32(0xffff);
+    let widen = |v: __m256i| {
+        let v = _mm256_and_si256(v, low16);
+        let packed = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        _mm256_cvtph_ps(packed)
+    };
+    // SAFETY (all pointer arithmetic below): rows o0 .. o0 + O of nb blocks of bb bytes
+    // (checked by from_ggml); activation row 0 has 32 nb bytes p and nb scales e, sums Σp
+    // and (Q8_1) s. A step reads blocks b0 .. b0 + n and those blocks' activations only.
+    let row: [*const u8; O] = std::array::from_fn(|i| unsafe { w.data.as_ptr().add((o0 + i) * nb * bb) });
+    let mut y = [0f32; O];
+    for b0 in (0..nb).step_by(STEP) {
+        let n = STEP.min(nb - b0);
+        let live = _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), lane);
+        let e = unsafe { _mm256_maskload_ps(acts.e.as_ptr().add(b0), live) };
+        let psum = unsafe { _mm256_maskload_epi32(acts.psum.as_ptr().add(b0), live) };
+        // s is only kept (and read) for Q5_1's Q8_1 activations.
+        let s = if T == Q5_1 {
+            unsafe { _mm256_maskload_ps(acts.s.as_ptr().add(b0), live) }
+        } else {
+            _mm256_setzero_ps()
+        };
+        let mut terms = [[0f32; STEP]; O];
+        let mut mins = [[0f32; STEP]; O];
+        for i in 0..O {
+            let blk = unsafe { row[i].add(b0 * bb) };
+            for line in (0..n * bb).step_by(64) {
+                // A hint only: it never faults, whatever the address (past the weights on
+                // the last rows, which `wrapping_add` allows).
+                _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(ahead + line) as *const i8);
+            }
+            let mut v = [_mm256_setzero_si256(); STEP];
+            for (k, v_k) in v.iter_mut().enumerate().take(n) {
+                let p = [unsafe { acts.q.as_ptr().add((b0 + k) * 32) }];
+                *v_k = unsafe { I::dot::<1, T>(blk.add(k * bb), &p) }[0];
+            }
+            let heads = unsafe {
+                _mm256_mask_i32gather_epi32::<1>(
+                    _mm256_setzero_si256(),
+                    blk as *const i32,
+                    heads_at,
+                    live,
+                )
+            };
+            let d = widen(heads);
+            let mut sums = across(&v);
+            if I::offset(T) != 0 {
+                sums = _mm256_sub_epi32(sums, _mm256_mullo_epi32(psum, offset));
+            }
+            let t = _mm256_mul_ps(_mm256_mul_ps(d, e), _mm256_cvtepi32_ps(sums));
+            unsafe { _mm256_storeu_ps(terms[i].as_mut_ptr(), t) };
+            if T == Q5_1 {
+                let m = widen(_mm256_srli_epi32::<16>(heads));
+                unsafe { _mm256_storeu_ps(mins[i].as_mut_ptr(), _mm256_mul_ps(m, s)) };
+            }
+        }
+        for k in 0..n {
+            for i in 0..O {
+                y[i] += terms[i][k];
+                if T == Q5_1 {
+                    y[i] += mins[i][k];
+                }
+            }
+        }
+    }
+    out.copy_from_slice(&y);
+}
+
+/// Picks the block type of [`outs`].
+macro_rules! dispatch_outputs {
+    ($isa:ty, $w:expr, $acts:expr, $o0:expr, $out:expr) => {{
+        match $w.ty {
+            GgmlType::Q5_0 => outs::<$isa, OUTPUTS, Q5_0>($w, $acts, $o0, $out),
+            GgmlType::Q5_1 => outs::<$isa, OUTPUTS, Q5_1>($w, $acts, $o0, $out),
+            _ => outs::<$isa, OUTPUTS, IQ4_NL>($w, $acts, $o0, $out),
+        }
+    }};
+}
+
+/// The AVX2 decoding kernel: `out[i] = w_{o0+i} · x_0` for `i < OUTPUTS`.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; `w` holds `Q5_0`, `Q5_1` or `IQ4_NL` blocks,
+/// `o0 + OUTPUTS <= w.rows`, `out.len() == OUTPUTS`, `acts` (a row at least) made by
+/// `w.quantize`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn outputs_avx2(w: &KQuantMatrix, acts: &KQuantActs, o0: usize, out: &mut [f32]) {
+    // SAFETY: the caller's contract, passed on.
+    unsafe { dispatch_outputs!(Avx2, w, acts, o0, out) }
+}
+
+/// The AVX-512 decoding kernel, as [`outputs_avx2`].
+///
+/// # Safety
+/// As [`outputs_avx2`], and the CPU must have AVX-512F/BW/VL and VNNI.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn outputs_avx512(
+    w: &KQuantMatrix,
+    acts: &KQuantActs,
+    o0: usize,
+    out: &mut [f32],
+) {
+    // SAFETY: the caller's contract, passed on.
+    unsafe { dispatch_outputs!(Avx512, w, acts, o0, out) }
+}
