@@ -87,7 +87,7 @@ fn completion_streams_llama_cpp_chunks_of_the_greedy_tokens() {
         picked,
         json!({"content": want, "generation_settings/n_predict": 3})
     );
-    let req = json!({"prompt": [r.input_ids, {"prompt_string": r.text}], "n_predict": 3});
+    let req = json!({"prompt": [r.input_ids, r.input_ids], "n_predict": 3});
     let (_, both) = post(addr, "/completion", &req);
     let both = both.as_array().unwrap();
     assert_eq!(both.len(), 2);
@@ -95,6 +95,8 @@ fn completion_streams_llama_cpp_chunks_of_the_greedy_tokens() {
         (&both[0]["content"], &both[1]["content"]),
         (&json!(want), &json!(want))
     );
+    let req = json!({"prompt": {"prompt_string": r.text}, "n_predict": 3});
+    assert_eq!(post(addr, "/completion", &req).1["content"], want);
 }
 
 #[test]
