@@ -98,6 +98,23 @@ pub struct ServeArgs {
     /// The numbers the model's products use (see `generate --precision`).
     #[arg(long, value_enum, default_value_t)]
     pub precision: PrecisionArg,
+    /// Tokens one sequence holds at most, prompt and output (llama-server's -c; default and
+    /// most: the model's context).
+    #[arg(long)]
+    pub ctx_size: Option<usize>,
+    /// The max_tokens of a request that gives none (llama-server's -n; default: 16 for
+    /// completions, 512 for chat).
+    #[arg(long)]
+    pub n_predict: Option<usize>,
+    /// The seed of a request that gives none (default: a new one per request).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// The temperature of a request that gives none.
+    #[arg(long, default_value_t = 1.0)]
+    pub temp: f64,
+    /// Answers GET /slots with 501 (llama-server's --no-slots).
+    #[arg(long)]
+    pub no_slots: bool,
     /// Worker threads for the model (0: all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
@@ -201,6 +218,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
     if !(args.max_body_mib.is_finite() && args.max_body_mib > 0.0 && args.max_body_mib <= 4096.0) {
         bail!("--max-body-mib {} must be in (0, 4096]", args.max_body_mib);
     }
+    if !(args.temp.is_finite() && args.temp >= 0.0) {
+        bail!("--temp {} must be >= 0", args.temp);
+    }
+    if args.ctx_size == Some(0) || args.n_predict == Some(0) {
+        bail!("--ctx-size and --n-predict must be at least 1");
+    }
     if args.max_connections == 0 {
         bail!("--max-connections must be at least 1");
     }
@@ -237,6 +260,13 @@ pub fn run(args: ServeArgs) -> Result<()> {
         max_connections: args.max_connections,
         header_timeout_s: args.header_timeout,
         max_body_bytes: (args.max_body_mib * (1 << 20) as f64) as usize,
+        llama: crate::serve::native::LlamaOptions {
+            ctx_size: args.ctx_size,
+            n_predict: args.n_predict,
+            seed: args.seed,
+            temperature: args.temp,
+            slots: !args.no_slots,
+        },
         ..ServeConfig::new(args.model.clone(), addr)
     };
     let server = Server::start(config)?;

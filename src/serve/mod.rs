@@ -27,8 +27,8 @@
 //! `GET /v1/models`, `GET /v1/models/{id}`, `POST /v1/completions`, `POST /v1/chat/completions`,
 //! `POST /translate`, `POST /detect`, `GET /languages`, `POST /attention`, `POST /v1/embeddings`,
 //! `GET /info` (the kind served); llama.cpp's native routes and aliases ([`native`]:
-//! `/completion`, `/tokenize`, `/detokenize`, `/apply-template`, `/props`, `/models`,
-//! `/completions`, `/chat/completions`, `/v1/health`). Every request passes the [`gate`] (Host,
+//! `/completion` and `/completions` ([`native_completion`]), `/tokenize`, `/detokenize`,
+//! `/apply-template`, `/props`, `/slots`, `/models`, `/chat/completions`, `/v1/health`). Every request passes the [`gate`] (Host,
 //! CORS, API key, content type) and the body limit; connections are held by [`listen`] (cap,
 //! header timeout).
 //!
@@ -46,6 +46,7 @@ pub mod jobs;
 pub mod listen;
 pub mod metrics;
 pub mod native;
+pub mod native_completion;
 pub mod openai;
 pub mod page;
 pub mod prefix_cache;
@@ -129,6 +130,8 @@ pub struct ServeConfig {
     pub header_timeout_s: f64,
     /// Request body bytes at most (then 413).
     pub max_body_bytes: usize,
+    /// llama.cpp's server settings (context, defaults of requests, `/slots`).
+    pub llama: native::LlamaOptions,
 }
 
 impl ServeConfig {
@@ -157,6 +160,7 @@ impl ServeConfig {
             max_connections: 1024,
             header_timeout_s: 10.0,
             max_body_bytes: 2 << 20,
+            llama: Default::default(),
         }
     }
 }
@@ -428,10 +432,11 @@ fn router(app: Arc<App>) -> Router {
         .route("/models", get(native::models))
         .route("/v1/models/{id}", get(native::model))
         .route("/v1/completions", post(openai::completions))
-        .route("/completions", post(openai::completions))
+        .route("/completions", post(native_completion::completion))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/chat/completions", post(openai::chat_completions))
-        .route("/completion", post(native::completion))
+        .route("/completion", post(native_completion::completion))
+        .route("/slots", get(native::slots))
         .route("/tokenize", post(native::tokenize))
         .route("/detokenize", post(native::detokenize))
         .route("/apply-template", post(native::apply_template))
@@ -557,7 +562,7 @@ fn compute_lm(app: Arc<App>) {
         tokenizer,
         chat,
         vocab_size: model.config.vocab_size,
-        max_len: model.max_len(),
+        max_len: app.config.llama.ctx_size.map_or(model.max_len(), |n| n.min(model.max_len())),
         engine,
         timeout_s: app.config.timeout_s,
         requests: tx,

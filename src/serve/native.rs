@@ -3,22 +3,22 @@
 //! - `GET /v1/models` (also `/models`): the one model served, with its context
 //!   (`context_length`, vLLM's `max_model_len`, llama.cpp's `meta.n_ctx_train`);
 //!   `GET /v1/models/{id}`: the same object, 404 in OpenAI's shape for another id.
-//! - `POST /completion` `{"prompt", "n_predict", "temperature", "top_k", "top_p", "seed",
-//!   "stop", "json_schema", "grammar"}` (a JSON schema, a GBNF grammar: constrained decoding) → `{"content", "model", "tokens_predicted", "tokens_evaluated", "stop": true,
-//!   "stop_type": "eos" | "limit", "truncated": false}`: `/v1/completions` underneath (the same
-//!   checks, queue and engine), answered in llama.cpp's fields. Not streamed (`stream: true` is
-//!   refused by name: `/v1/completions` streams), and the llama.cpp options this server does not
-//!   have (`n_probs`, `logit_bias`, `mirostat`, `image_data`, `lora`)
-//!   are refused by name.
+//! - `POST /completion` (also `/completions`, as llama.cpp routes it), streamed or not:
+//!   [`super::native_completion`].
 //! - `POST /tokenize` `{"content", "add_special": false, "with_pieces": false}` →
 //!   `{"tokens": [id, ...] | [{"id", "piece"}, ...]}` (`add_special`: the special tokens a
 //!   document starts with, BOS); `POST /detokenize` `{"tokens": [...]}` → `{"content"}`.
 //! - `POST /apply-template` `{"messages"}` → `{"prompt"}`: the chat template's rendering, as
 //!   `/v1/chat/completions` feeds it.
-//! - `GET /props`: the context, the slots (`--max-batch`), the model's name and path and its chat
-//!   template.
+//! - `GET /props`: the context, the slots (`--max-batch`), the default generation settings
+//!   (`--n-predict`, `--seed`, `--temp`), the model's name and path and its chat template.
+//! - `GET /slots`: one object per slot of the running batch (`--max-batch`): `{"id", "n_ctx",
+//!   "speculative": false, "is_processing"}`, the first `running` slots processing (the engine
+//!   has no fixed slots: a sequence takes any free row); 501 with `--no-slots`.
 //!
-//! `/completions`, `/chat/completions` and `/v1/health` are plain aliases (see the router).
+//! llama.cpp's server settings that `transformer serve` takes are [`LlamaOptions`].
+//!
+//! `/chat/completions` and `/v1/health` are plain aliases (see the router).
 
 use super::api_error::ApiError;
 use super::{App, LmFront};
@@ -29,12 +29,38 @@ use axum::Json;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
-/// llama.cpp's `/completion` options this server does not have: refused by name.
-const UNSUPPORTED_COMPLETION_FIELDS: [&str; 5] =
-    ["n_probs", "logit_bias", "mirostat", "image_data", "lora"];
+/// llama.cpp's server settings (`transformer serve --ctx-size --n-predict --seed --temp
+/// --no-slots`, named as llama-server names them).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlamaOptions {
+    /// Tokens one sequence holds at most, prompt and output (`--ctx-size`); default: the
+    /// model's context (also the most it can be).
+    pub ctx_size: Option<usize>,
+    /// The `max_tokens` of a request that gives none (`--n-predict`); default: 16 for
+    /// completions, 512 for chat.
+    pub n_predict: Option<usize>,
+    /// The seed of a request that gives none (`--seed`); default: a new one per request.
+    pub seed: Option<u64>,
+    /// The temperature of a request that gives none (`--temp`).
+    pub temperature: f64,
+    /// Whether `GET /slots` answers (`--no-slots`: 501).
+    pub slots: bool,
+}
+
+impl Default for LlamaOptions {
+    fn default() -> Self {
+        LlamaOptions {
+            ctx_size: None,
+            n_predict: None,
+            seed: None,
+            temperature: 1.0,
+            slots: true,
+        }
+    }
+}
 
 /// A JSON object body, or a 400.
-fn object(body: &Bytes) -> Result<Value, ApiError> {
+pub(super) fn object(body: &Bytes) -> Result<Value, ApiError> {
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::invalid(None, format!("the body is not valid JSON: {e}")))?;
     if !value.is_object() {
@@ -180,10 +206,15 @@ pub async fn apply_template(State(app): State<Arc<App>>, body: Bytes) -> Respons
 pub async fn props(State(app): State<Arc<App>>) -> Response {
     let result = app.lm().map(|lm| {
         let template = lm.chat.as_ref().map(|t| t.template.clone());
+        let llama = &app.config.llama;
+        let n_predict = llama.n_predict.map_or(-1, |n| n as i64);
+        // -1: a new seed per request, as llama.cpp writes it.
+        let seed = llama.seed.map_or(json!(-1), |s| json!(s));
         json!({
             "default_generation_settings": {
                 "n_ctx": lm.max_len,
-                "params": {"n_predict": -1, "temperature": 1.0, "top_k": 0, "top_p": 1.0,
+                "params": {"n_predict": n_predict, "temperature": llama.temperature, "top_k": 0,
+                           "top_p": 1.0, "seed": seed,
                            "max_tokens_limit": app.config.max_output_tokens},
             },
             "total_slots": lm.engine.max_batch,
@@ -197,62 +228,26 @@ pub async fn props(State(app): State<Arc<App>>) -> Response {
     answer(result)
 }
 
-/// `POST /completion`: see the module docs.
-pub async fn completion(State(app): State<Arc<App>>, body: Bytes) -> Response {
-    let request = match object(&body) {
-        Ok(v) => v,
-        Err(e) => return e.into_response(),
-    };
-    if request.get("stream").and_then(Value::as_bool) == Some(true) {
-        return ApiError::invalid(
-            Some("stream"),
-            "stream: POST /completion answers whole; stream with POST /v1/completions",
+/// `GET /slots`: see the module docs.
+pub async fn slots(State(app): State<Arc<App>>) -> Response {
+    if !app.config.llama.slots {
+        return ApiError::new(
+            axum::http::StatusCode::NOT_IMPLEMENTED,
+            "not_supported",
+            None,
+            "this server does not answer /slots (started with --no-slots)",
         )
         .into_response();
     }
-    for name in UNSUPPORTED_COMPLETION_FIELDS {
-        let present = match request.get(name) {
-            None | Some(Value::Null) => false,
-            Some(Value::Number(n)) => n.as_f64() != Some(0.0),
-            Some(_) => true,
-        };
-        if present {
-            return ApiError::invalid(
-                Some(name),
-                format!("{name}: this server does not support llama.cpp's {name}"),
-            )
-            .into_response();
-        }
-    }
-    let response = super::openai::completions(State(app.clone()), body).await;
-    if !response.status().is_success() {
-        return response;
-    }
-    let bytes = match axum::body::to_bytes(response.into_body(), usize::MAX).await {
-        Ok(b) => b,
-        Err(e) => return ApiError::internal(e.to_string()).into_response(),
-    };
-    let openai: Value = match serde_json::from_slice(&bytes) {
-        Ok(v) => v,
-        Err(e) => return ApiError::internal(e.to_string()).into_response(),
-    };
-    let choice = &openai["choices"][0];
-    let stop_type = match choice["finish_reason"].as_str() {
-        Some("length") => "limit",
-        _ => "eos",
-    };
-    Json(json!({
-        "content": choice["text"],
-        "model": openai["model"],
-        "tokens_predicted": openai["usage"]["completion_tokens"],
-        "tokens_evaluated": openai["usage"]["prompt_tokens"],
-        "tokens_cached": openai["usage"]["prompt_tokens_details"]["cached_tokens"],
-        "timings": openai["timings"],
-        "system_fingerprint": openai["system_fingerprint"],
-        "stop": true,
-        "stop_type": stop_type,
-        "stopping_word": "",
-        "truncated": false,
-    }))
-    .into_response()
+    let result = app.lm().map(|lm| {
+        let running = app.metrics.gauges().running;
+        let slots: Vec<Value> = (0..lm.engine.max_batch)
+            .map(|id| {
+                json!({"id": id, "n_ctx": lm.max_len, "speculative": false,
+                       "is_processing": id < running})
+            })
+            .collect();
+        Value::Array(slots)
+    });
+    answer(result)
 }

@@ -23,6 +23,7 @@
 //! then has `"usage": null`), then `data: [DONE]`.
 
 mod answer;
+pub(super) use answer::Reply;
 mod chat_prompt;
 pub mod forced_tools;
 pub(super) use chat_prompt::chat_prompt;
@@ -36,7 +37,6 @@ use super::scheduler::{Event, GenRequest};
 use super::{App, LmFront, OutcomeGuard};
 use crate::decode::constraint::{Constraint, Grammar};
 use crate::decode::sample::SamplingOptions;
-use answer::Reply;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -90,7 +90,13 @@ struct Params {
     scoring: Scoring,
 }
 
-fn params(body: &Value, seed_default: u64, chat: bool, vocab: usize) -> Result<Params, ApiError> {
+fn params(
+    body: &Value,
+    seed_default: u64,
+    temperature_default: f64,
+    chat: bool,
+    vocab: usize,
+) -> Result<Params, ApiError> {
     let max_tokens = match field::<usize>(body, "max_tokens")? {
         Some(n) => Some(n),
         None => field::<usize>(body, "max_completion_tokens")?,
@@ -108,7 +114,7 @@ fn params(body: &Value, seed_default: u64, chat: bool, vocab: usize) -> Result<P
             "max_tokens must be at least 1",
         ));
     }
-    let temperature = field::<f64>(body, "temperature")?.unwrap_or(1.0);
+    let temperature = field::<f64>(body, "temperature")?.unwrap_or(temperature_default);
     if !(temperature.is_finite() && temperature >= 0.0) {
         return Err(ApiError::invalid(
             Some("temperature"),
@@ -163,6 +169,11 @@ pub struct Accepted {
     pub receivers: Receivers,
     pub stream: bool,
     pub scoring: Scoring,
+    /// The seed of the first choice (the others: `seed + index`), the sampling, and the
+    /// `max_tokens` a request that gives none gets (llama.cpp's `generation_settings`).
+    pub seed: u64,
+    pub sampling: SamplingOptions,
+    pub default_max_tokens: usize,
 }
 
 /// Prompts per completions request at most, and rows (prompts × `n`) per request.
@@ -356,7 +367,11 @@ fn completion_prompts(lm: &LmFront, body: &Value) -> Result<Vec<(Vec<u32>, Strin
 }
 
 /// Parses the body and queues every choice of either endpoint.
-fn prepare(app: &App, flavor: Flavor, body: &Bytes) -> Result<(Arc<LmFront>, Accepted), ApiError> {
+pub(super) fn prepare(
+    app: &App,
+    flavor: Flavor,
+    body: &Bytes,
+) -> Result<(Arc<LmFront>, Accepted), ApiError> {
     let lm = app.lm()?;
     let raw: &[u8] = body;
     let body: Value = serde_json::from_slice(body)
@@ -365,11 +380,19 @@ fn prepare(app: &App, flavor: Flavor, body: &Bytes) -> Result<(Arc<LmFront>, Acc
         return Err(ApiError::invalid(None, "the body must be a JSON object"));
     }
     app.check_model(&body)?;
-    let seed_default = app.next_id.fetch_add(1, Ordering::Relaxed);
+    let llama = &app.config.llama;
+    let seed_default = match llama.seed {
+        Some(seed) => seed,
+        None => app.next_id.fetch_add(1, Ordering::Relaxed),
+    };
     let chat = flavor == Flavor::Chat;
-    let p = params(&body, seed_default, chat, lm.vocab_size)?;
+    let p = params(&body, seed_default, llama.temperature, chat, lm.vocab_size)?;
     let (prompts, tools, default_max) = match flavor {
-        Flavor::Completion => (completion_prompts(&lm, &body)?, None, 16),
+        Flavor::Completion => (
+            completion_prompts(&lm, &body)?,
+            None,
+            llama.n_predict.unwrap_or(16),
+        ),
         Flavor::Chat => {
             if body.get("prompt").is_some_and(|v| !v.is_null()) {
                 return Err(ApiError::invalid(
@@ -382,7 +405,11 @@ fn prepare(app: &App, flavor: Flavor, body: &Bytes) -> Result<(Arc<LmFront>, Acc
                 .tokenizer
                 .encode(&text)
                 .map_err(|e| ApiError::invalid(Some("messages"), e.to_string()))?;
-            (vec![(ids, String::new())], tools, 512)
+            (
+                vec![(ids, String::new())],
+                tools,
+                llama.n_predict.unwrap_or(512),
+            )
         }
     };
     let forced = tools.as_ref().and_then(|t| t.forced.as_ref());
@@ -440,6 +467,9 @@ fn prepare(app: &App, flavor: Flavor, body: &Bytes) -> Result<(Arc<LmFront>, Acc
         receivers: Receivers::new(receivers),
         stream: p.stream,
         scoring: p.scoring,
+        seed: p.seed,
+        sampling: p.sampling,
+        default_max_tokens: default_max,
     };
     Ok((lm, accepted))
 }

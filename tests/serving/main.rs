@@ -11,6 +11,7 @@ mod serve_engine;
 mod serve_http;
 mod serve_kinds;
 mod serve_libre;
+mod serve_llama;
 mod serve_options;
 mod serve_prefix_cache;
 mod serve_surface;

@@ -31,7 +31,7 @@ use transformer::serve::{ServeConfig, Server};
 
 pub const T: Duration = Duration::from_secs(60);
 
-fn model_dir() -> Option<PathBuf> {
+pub fn model_dir() -> Option<PathBuf> {
     let dir =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/reference/hf-decoders/llama-tiny");
     if dir.is_dir() {
@@ -42,7 +42,7 @@ fn model_dir() -> Option<PathBuf> {
     }
 }
 
-fn start(config: impl FnOnce(ServeConfig) -> ServeConfig) -> Option<Server> {
+pub fn start(config: impl FnOnce(ServeConfig) -> ServeConfig) -> Option<Server> {
     let dir = model_dir()?;
     let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let server = Server::start(config(ServeConfig::new(dir, addr))).unwrap();
@@ -54,12 +54,12 @@ pub fn json_of(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
-fn post(addr: SocketAddr, path: &str, body: &Value) -> (u16, Value) {
+pub fn post(addr: SocketAddr, path: &str, body: &Value) -> (u16, Value) {
     let (status, _, text) = request(addr, "POST", path, Some(&body.to_string()), T).unwrap();
     (status, json_of(&text))
 }
 
-fn get(addr: SocketAddr, path: &str) -> (u16, Value) {
+pub fn get(addr: SocketAddr, path: &str) -> (u16, Value) {
     let (status, _, text) = request(addr, "GET", path, None, T).unwrap();
     (status, json_of(&text))
 }
@@ -83,13 +83,13 @@ pub fn assert_error(status: u16, body: &Value, want_status: u16, code: &str, par
     assert!(!body["error"]["message"].as_str().unwrap().is_empty());
 }
 
-struct Reference {
-    text: String,
-    input_ids: Vec<u32>,
-    greedy: Vec<u32>,
+pub struct Reference {
+    pub text: String,
+    pub input_ids: Vec<u32>,
+    pub greedy: Vec<u32>,
 }
 
-fn reference(dir: &Path) -> Reference {
+pub fn reference(dir: &Path) -> Reference {
     let r: Value =
         serde_json::from_slice(&std::fs::read(dir.join("reference.json")).unwrap()).unwrap();
     let p0 = &r["prompts"][0];
@@ -201,8 +201,11 @@ fn llama_cpp_routes_answer_what_the_library_computes() {
         (body["stop"].clone(), body["stop_type"].clone()),
         (json!(true), json!("limit"))
     );
-    // n_predict on the OpenAI route, the alias route, the served and the own name.
-    for (path, model) in [("/v1/completions", "tiny"), ("/completions", "llama-tiny")] {
+    // n_predict on the OpenAI route, the served and the own name.
+    for (path, model) in [
+        ("/v1/completions", "tiny"),
+        ("/v1/completions", "llama-tiny"),
+    ] {
         let req = json!({"model": model, "prompt": r.text, "n_predict": 16, "temperature": 0});
         let (status, body) = post(addr, path, &req);
         assert_eq!(status, 200, "{body}");
@@ -220,8 +223,8 @@ fn llama_cpp_routes_answer_what_the_library_computes() {
 
     // Refusals naming the field; no generation runs for them.
     let generated = metric(addr, "transformer_generated_tokens_total");
-    let (status, body) = post(addr, "/completion", &json!({"prompt": "x", "stream": true}));
-    assert_error(status, &body, 400, "invalid_request", Some("stream"));
+    let (status, body) = post(addr, "/completion", &json!({"prompt": "x", "mirostat": 2}));
+    assert_error(status, &body, 400, "invalid_request", Some("mirostat"));
     let (status, body) = post(
         addr,
         "/completion",

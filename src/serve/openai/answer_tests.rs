@@ -78,6 +78,9 @@ fn answer(lm: &Arc<LmFront>, text: &str, streamed: bool) -> String {
             n: 1,
             ..Default::default()
         },
+        seed: 0,
+        sampling: Default::default(),
+        default_max_tokens: 16,
     };
     let reply = Reply {
         flavor: Flavor::Chat,
