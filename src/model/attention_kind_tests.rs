@@ -5,9 +5,10 @@
 //! and the config read, written and refused.
 
 use super::attention::MultiHeadAttention;
+use super::attention_checks::{check_backward, check_decoding, max_diff, uniform};
 use super::attention_kind::AttentionKind;
 use super::kv_cache::KvCache;
-use super::step_layout::{Feed, Outputs, StepLayout};
+use super::step_layout::StepLayout;
 use super::{checkpoint, LanguageModel, ModelConfig, Module, NormPlacement, Positions, Seq2Seq};
 use crate::batch::Batch;
 use crate::kernels::attention::{AttnMask, TILED_FROM_KEYS};
@@ -44,19 +45,6 @@ fn layer(
     m
 }
 
-fn uniform(n: usize, seed: u64) -> Vec<f64> {
-    let mut rng = Rng::new(seed);
-    (0..n).map(|_| rng.uniform_range(-1.0, 1.0)).collect()
-}
-
-fn max_diff(a: &[f64], b: &[f64]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f64::max)
-}
-
 /// The input and every parameter's gradient of `Σ r ⊙ y` against central differences.
 #[test]
 fn backward_of_each_kind_matches_central_differences() {
@@ -87,57 +75,10 @@ fn backward_of_each_kind_matches_central_differences() {
             causal,
             q_offset: 0,
         };
-        let x = uniform(2 * len * D, 101);
-        let r = uniform(2 * len * D, 102);
-        let loss = |m: &MultiHeadAttention<f64>, x: &[f64]| -> f64 {
-            let (y, _) = m.forward(x, x, 2, mask, None);
-            y.iter().zip(&r).map(|(a, b)| a * b).sum()
-        };
-        let (_, cache) = m.forward(&x, &x, 2, mask, None);
-        m.zero_grads();
-        let (dq, dkv) = m.backward(&x, &x, cache, &r);
-        let dx: Vec<f64> = dq.iter().zip(&dkv).map(|(a, b)| a + b).collect();
-        let h = 1e-5;
+        let (x, r) = (uniform(2 * len * D, 101), uniform(2 * len * D, 102));
         let what = format!("{} causal {causal} len {len}", kind.label());
-        for i in (0..x.len()).step_by(x.len() / 41 + 1) {
-            let (mut up, mut down) = (x.clone(), x.clone());
-            up[i] += h;
-            down[i] -= h;
-            let fd = (loss(&m, &up) - loss(&m, &down)) / (2.0 * h);
-            assert!(
-                (fd - dx[i]).abs() < 1e-7,
-                "{what} dx[{i}]: {fd} vs {}",
-                dx[i]
-            );
-        }
-        let grads: Vec<(String, Vec<f64>)> = m
-            .params_mut()
-            .into_iter()
-            .map(|(n, p)| (n, p.grad.data.clone()))
-            .collect();
-        for (pi, (name, grad)) in grads.iter().enumerate() {
-            for j in (0..grad.len()).step_by(grad.len() / 5 + 1) {
-                let nudge = |by: f64| {
-                    let mut m = m.clone();
-                    m.params_mut()[pi].1.value.data[j] += by;
-                    loss(&m, &x)
-                };
-                let fd = (nudge(h) - nudge(-h)) / (2.0 * h);
-                assert!(
-                    (fd - grad[j]).abs() < 1e-7,
-                    "{what} {name}[{j}]: {fd} vs {}",
-                    grad[j]
-                );
-            }
-        }
+        check_backward(&mut m, (&x, &r), 2, mask, 41, |_, n| n / 5 + 1, &what);
     }
-}
-
-/// The rows `[batch*len, D]` of `x` at position `p` of each row.
-fn at_position(x: &[f64], batch: usize, len: usize, p: usize) -> Vec<f64> {
-    (0..batch)
-        .flat_map(|b| x[(b * len + p) * D..(b * len + p + 1) * D].to_vec())
-        .collect()
 }
 
 /// Decoding a causal layer of each kind equals its full forward: one token a row at a time
@@ -162,83 +103,13 @@ fn decoding_each_kind_matches_the_full_forward() {
             q_offset: 0,
         };
         let (want, _) = m.forward(&x, &x, batch, mask, None);
-        let close = |got: &[f64], want: &[f64], what: &str| {
-            let err = max_diff(got, want);
-            assert!(err < 1e-12, "{} {what}: {err:e}", kind.label());
-        };
-        for block_rows in [len, 2] {
-            let mut cache = KvCache::new(batch, len, m.d_kv(), block_rows);
-            for p in 0..len {
-                let (y, _) = m.step(
-                    &at_position(&x, batch, len, p),
-                    &mut cache,
-                    &StepLayout::dense(),
-                );
-                close(
-                    &y,
-                    &at_position(&want, batch, len, p),
-                    &format!("step {p} blocks {block_rows}"),
-                );
-            }
+        let inspect = |cache: &KvCache<f64>| {
             if kind == AttentionKind::Linear {
                 assert_eq!(cache.blocks_in_use(), 0, "linear attention stores no keys");
                 assert_eq!(cache.row_len(1), len);
             }
-        }
-        let rows_of = |x: &[f64], ps: std::ops::Range<usize>| -> Vec<f64> {
-            (0..batch)
-                .flat_map(|b| x[(b * len + ps.start) * D..(b * len + ps.end) * D].to_vec())
-                .collect()
         };
-        for last_only in [false, true] {
-            let mut cache = KvCache::new(batch, len, m.d_kv(), len);
-            let layout = if last_only {
-                StepLayout::last()
-            } else {
-                StepLayout::dense()
-            };
-            let (y, _) = m.step(&rows_of(&x, 0..split), &mut cache, &layout);
-            let expect = match last_only {
-                true => at_position(&want, batch, len, split - 1),
-                false => rows_of(&want, 0..split),
-            };
-            close(&y, &expect, &format!("prompt, last only {last_only}"));
-            for p in split..len {
-                let (y, _) = m.step(
-                    &at_position(&x, batch, len, p),
-                    &mut cache,
-                    &StepLayout::dense(),
-                );
-                close(
-                    &y,
-                    &at_position(&want, batch, len, p),
-                    &format!("step {p} after prompt"),
-                );
-            }
-        }
-        let mut cache = KvCache::new(batch, len, m.d_kv(), 2);
-        let mut fed = [0, 0];
-        for chunk in [[split, 2], [len - split, len - 2]] {
-            let (mut rows, mut positions, mut xs, mut expect) = (vec![], vec![], vec![], vec![]);
-            for b in 0..batch {
-                for p in fed[b]..fed[b] + chunk[b] {
-                    rows.push(b);
-                    positions.push(p);
-                    xs.extend_from_slice(&x[(b * len + p) * D..][..D]);
-                    expect.extend_from_slice(&want[(b * len + p) * D..][..D]);
-                }
-                fed[b] += chunk[b];
-            }
-            let layout = StepLayout {
-                feed: Feed::Ragged {
-                    rows: &rows,
-                    positions: &positions,
-                },
-                outputs: Outputs::All,
-            };
-            let (y, _) = m.step(&xs, &mut cache, &layout);
-            close(&y, &expect, "ragged");
-        }
+        check_decoding(&m, (&x, &want), (batch, len, split), &kind.label(), inspect);
     }
 }
 

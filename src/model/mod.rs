@@ -1,6 +1,8 @@
 //! The model: one file per concept of the paper, each layer's forward and backward side by side.
 
 pub mod attention;
+#[cfg(test)]
+mod attention_checks;
 pub mod attention_approx;
 pub mod attention_kind;
 #[cfg(test)]

@@ -9,8 +9,10 @@
 //! a `d_model` of 1024): the same checks with `d_k ≠ d_model / h`, with and without the norms.
 
 use super::attention::MultiHeadAttention;
+use super::attention_checks::{
+    self as checks, at_position, causal, check_decoding, linear_loops, max_diff, uniform,
+};
 use super::kv_cache::KvCache;
-use super::linear::Linear;
 use super::norm::RmsNorm;
 use super::step_layout::{Feed, Outputs, StepLayout};
 use super::{LanguageModel, ModelConfig, Module, NormPlacement, Positions};
@@ -55,34 +57,6 @@ fn layer_of(
         }
     }
     m
-}
-
-fn uniform(n: usize, seed: u64) -> Vec<f64> {
-    let mut rng = Rng::new(seed);
-    (0..n).map(|_| rng.uniform_range(-1.0, 1.0)).collect()
-}
-
-fn max_diff(a: &[f64], b: &[f64]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f64::max)
-}
-
-/// `x Wᵀ + b` in loops.
-fn linear_loops(x: &[f64], l: &Linear<f64>) -> Vec<f64> {
-    let (w, rows) = (&l.weight.value.data, x.len() / l.d_in);
-    let mut y = vec![0.0; rows * l.d_out];
-    for r in 0..rows {
-        for o in 0..l.d_out {
-            let dot: f64 = (0..l.d_in)
-                .map(|i| x[r * l.d_in + i] * w[o * l.d_in + i])
-                .sum();
-            y[r * l.d_out + o] = dot + l.bias.as_ref().map_or(0.0, |b| b.value.data[o]);
-        }
-    }
-    y
 }
 
 /// Each `d_head` chunk of `x` (one head of one row) as `(g + o) ⊙ x_h / √(mean(x_h²) + ε)`.
@@ -141,14 +115,6 @@ fn qk_normed_loops(m: &MultiHeadAttention<f64>, x: &[f64], batch: usize) -> Vec<
     linear_loops(&ctx, &m.out_proj)
 }
 
-fn causal(lens: &[usize]) -> AttnMask<'_> {
-    AttnMask {
-        key_lens: lens,
-        causal: true,
-        q_offset: 0,
-    }
-}
-
 /// (a) The forward against the loops: plain kernel and tiled, multi-head and grouped, rotary
 /// or not, gain offset 0 (Qwen3) and 1 (Gemma 3); the norms change the output.
 #[test]
@@ -195,64 +161,16 @@ fn qk_normed_backward_matches_central_differences() {
 /// The backward of `m` over a causal sequence of `len` positions (inputs, every parameter:
 /// the norms' gains whole, a sample of the others) against central differences.
 fn check_backward(mut m: MultiHeadAttention<f64>, len: usize) {
-    let lens = [len];
-    let x = uniform(len * D, 41);
-    let r = uniform(len * D, 42);
-    let loss = |m: &MultiHeadAttention<f64>, x: &[f64]| -> f64 {
-        let (y, _) = m.forward(x, x, 1, causal(&lens), None);
-        y.iter().zip(&r).map(|(a, b)| a * b).sum()
+    let (x, r) = (uniform(len * D, 41), uniform(len * D, 42));
+    let has_norms = {
+        let names: Vec<String> = m.params_mut().into_iter().map(|(n, _)| n).collect();
+        names.iter().any(|n| n == "q_norm.weight") && names.iter().any(|n| n == "k_norm.weight")
     };
-    let (_, cache) = m.forward(&x, &x, 1, causal(&lens), None);
-    m.zero_grads();
-    let (dq, dkv) = m.backward(&x, &x, cache, &r);
-    let dx: Vec<f64> = dq.iter().zip(&dkv).map(|(a, b)| a + b).collect();
-    let h = 1e-5;
-    for i in (0..x.len()).step_by(x.len() / 37 + 1) {
-        let (mut up, mut down) = (x.clone(), x.clone());
-        up[i] += h;
-        down[i] -= h;
-        let fd = (loss(&m, &up) - loss(&m, &down)) / (2.0 * h);
-        assert!(
-            (fd - dx[i]).abs() < 1e-7,
-            "len {len} dx[{i}]: {fd} vs {}",
-            dx[i]
-        );
-    }
-    let grads: Vec<(String, Vec<f64>)> = m
-        .params_mut()
-        .into_iter()
-        .map(|(n, p)| (n, p.grad.data.clone()))
-        .collect();
-    let names: Vec<&str> = grads.iter().map(|(n, _)| n.as_str()).collect();
-    let has_norms = names.contains(&"q_norm.weight") && names.contains(&"k_norm.weight");
     assert_eq!(has_norms, m.q_norm.is_some());
-    for (pi, (name, grad)) in grads.iter().enumerate() {
-        let every = if name.contains("norm") {
-            1
-        } else {
-            grad.len() / 5 + 1
-        };
-        for j in (0..grad.len()).step_by(every) {
-            let nudge = |m: &MultiHeadAttention<f64>, by: f64| {
-                let mut m = m.clone();
-                m.params_mut()[pi].1.value.data[j] += by;
-                loss(&m, &x)
-            };
-            let fd = (nudge(&m, h) - nudge(&m, -h)) / (2.0 * h);
-            assert!(
-                (fd - grad[j]).abs() < 1e-7,
-                "len {len} {name}[{j}]: {fd} vs {}",
-                grad[j]
-            );
-        }
-    }
-}
-
-/// The rows `[batch*len, D]` of `x` at position `p` of each row.
-fn at_position(x: &[f64], batch: usize, len: usize, p: usize) -> Vec<f64> {
-    (0..batch)
-        .flat_map(|b| x[(b * len + p) * D..(b * len + p + 1) * D].to_vec())
-        .collect()
+    // The norms' gains whole, a sample of the others.
+    let step = |name: &str, n: usize| if name.contains("norm") { 1 } else { n / 5 + 1 };
+    let what = format!("len {len}");
+    checks::check_backward(&mut m, (&x, &r), 1, causal(&[len]), 37, step, &what);
 }
 
 /// (c) Decoding with query/key norms equals the full forward at every position: one token at a
@@ -266,74 +184,11 @@ fn qk_normed_decoding_matches_the_full_forward() {
     let x = uniform(batch * len * D, 71);
     let lens = [len; 2];
     let (want, _) = m.forward(&x, &x, batch, causal(&lens), None);
+    check_decoding(&m, (&x, &want), (batch, len, split), "qk norms", |_| {});
     let close = |got: &[f64], want: &[f64], what: &str| {
         let err = max_diff(got, want);
         assert!(err < 1e-12, "{what}: {err:e}");
     };
-    for block_rows in [len, 2] {
-        let mut cache = KvCache::new(batch, len, m.d_kv(), block_rows);
-        for p in 0..len {
-            let (y, _) = m.step(
-                &at_position(&x, batch, len, p),
-                &mut cache,
-                &StepLayout::dense(),
-            );
-            let expect = at_position(&want, batch, len, p);
-            close(&y, &expect, &format!("step {p}, blocks {block_rows}"));
-        }
-    }
-    let rows_of = |x: &[f64], ps: std::ops::Range<usize>| -> Vec<f64> {
-        (0..batch)
-            .flat_map(|b| x[(b * len + ps.start) * D..(b * len + ps.end) * D].to_vec())
-            .collect()
-    };
-    for last_only in [false, true] {
-        let mut cache = KvCache::new(batch, len, m.d_kv(), len);
-        let layout = if last_only {
-            StepLayout::last()
-        } else {
-            StepLayout::dense()
-        };
-        let (y, _) = m.step(&rows_of(&x, 0..split), &mut cache, &layout);
-        let expect = if last_only {
-            at_position(&want, batch, len, split - 1)
-        } else {
-            rows_of(&want, 0..split)
-        };
-        close(&y, &expect, &format!("prompt, last only {last_only}"));
-        for p in split..len {
-            let (y, _) = m.step(
-                &at_position(&x, batch, len, p),
-                &mut cache,
-                &StepLayout::dense(),
-            );
-            let expect = at_position(&want, batch, len, p);
-            close(&y, &expect, &format!("step {p} after prompt"));
-        }
-    }
-    let mut cache = KvCache::new(batch, len, m.d_kv(), 2);
-    let mut fed = [0, 0];
-    for chunk in [[split, 2], [len - split, len - 2]] {
-        let (mut rows, mut positions, mut xs, mut expect) = (vec![], vec![], vec![], vec![]);
-        for b in 0..batch {
-            for p in fed[b]..fed[b] + chunk[b] {
-                rows.push(b);
-                positions.push(p);
-                xs.extend_from_slice(&x[(b * len + p) * D..][..D]);
-                expect.extend_from_slice(&want[(b * len + p) * D..][..D]);
-            }
-            fed[b] += chunk[b];
-        }
-        let layout = StepLayout {
-            feed: Feed::Ragged {
-                rows: &rows,
-                positions: &positions,
-            },
-            outputs: Outputs::All,
-        };
-        let (y, _) = m.step(&xs, &mut cache, &layout);
-        close(&y, &expect, "ragged");
-    }
     // Cross-attention (not rotary): the cached keys are normalised like the forward's.
     let cross = layer(72, HEADS, false, 0.0);
     let src = uniform(batch * 5 * D, 73);

@@ -1,0 +1,191 @@
+//! What the float64 tests of the attention layer's variants share (windows, query/key norms,
+//! the attention kinds): random inputs, a `x Wᵀ + b` loop, the backward of `Σ r ⊙ y` against
+//! central differences, and incremental decoding against the full forward in every step
+//! layout. Each variant's test file keeps only what is its own (its layer, its loops).
+
+use super::attention::MultiHeadAttention;
+use super::kv_cache::KvCache;
+use super::linear::Linear;
+use super::step_layout::{Feed, Outputs, StepLayout};
+use super::Module;
+use crate::kernels::attention::AttnMask;
+use crate::rng::Rng;
+
+/// `n` values uniform in [−1, 1) from `seed`.
+pub fn uniform(n: usize, seed: u64) -> Vec<f64> {
+    let mut rng = Rng::new(seed);
+    (0..n).map(|_| rng.uniform_range(-1.0, 1.0)).collect()
+}
+
+/// `max |a − b|` over two slices of one length.
+pub fn max_diff(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
+}
+
+/// Causal self-attention over rows of `lens` keys.
+pub fn causal(lens: &[usize]) -> AttnMask<'_> {
+    AttnMask {
+        key_lens: lens,
+        causal: true,
+        q_offset: 0,
+    }
+}
+
+/// `x Wᵀ + b` in loops.
+pub fn linear_loops(x: &[f64], l: &Linear<f64>) -> Vec<f64> {
+    let (w, rows) = (&l.weight.value.data, x.len() / l.d_in);
+    let mut y = vec![0.0; rows * l.d_out];
+    for r in 0..rows {
+        for o in 0..l.d_out {
+            let dot: f64 = (0..l.d_in)
+                .map(|i| x[r * l.d_in + i] * w[o * l.d_in + i])
+                .sum();
+            y[r * l.d_out + o] = dot + l.bias.as_ref().map_or(0.0, |b| b.value.data[o]);
+        }
+    }
+    y
+}
+
+/// The rows `[batch, width]` of `x [batch*len, width]` at position `p` of each row.
+pub fn at_position(x: &[f64], batch: usize, len: usize, p: usize) -> Vec<f64> {
+    let width = x.len() / (batch * len);
+    (0..batch)
+        .flat_map(|b| x[(b * len + p) * width..(b * len + p + 1) * width].to_vec())
+        .collect()
+}
+
+/// Self-attention's backward of `L = Σ r ⊙ m(x)` over `batch` rows under `mask` against
+/// central differences (step 1e-5, tolerance 1e-7): about `x_picks` entries of the input
+/// gradient, and of each parameter every `param_step(name, len)`-th entry.
+pub fn check_backward(
+    m: &mut MultiHeadAttention<f64>,
+    (x, r): (&[f64], &[f64]),
+    batch: usize,
+    mask: AttnMask,
+    x_picks: usize,
+    param_step: impl Fn(&str, usize) -> usize,
+    what: &str,
+) {
+    let loss = |m: &MultiHeadAttention<f64>, x: &[f64]| -> f64 {
+        let (y, _) = m.forward(x, x, batch, mask, None);
+        y.iter().zip(r).map(|(a, b)| a * b).sum()
+    };
+    let (_, cache) = m.forward(x, x, batch, mask, None);
+    m.zero_grads();
+    let (dq, dkv) = m.backward(x, x, cache, r);
+    let dx: Vec<f64> = dq.iter().zip(&dkv).map(|(a, b)| a + b).collect();
+    let h = 1e-5;
+    for i in (0..x.len()).step_by(x.len() / x_picks + 1) {
+        let (mut up, mut down) = (x.to_vec(), x.to_vec());
+        up[i] += h;
+        down[i] -= h;
+        let fd = (loss(m, &up) - loss(m, &down)) / (2.0 * h);
+        assert!(
+            (fd - dx[i]).abs() < 1e-7,
+            "{what} dx[{i}]: {fd} vs {}",
+            dx[i]
+        );
+    }
+    let grads: Vec<(String, Vec<f64>)> = m
+        .params_mut()
+        .into_iter()
+        .map(|(n, p)| (n, p.grad.data.clone()))
+        .collect();
+    for (pi, (name, grad)) in grads.iter().enumerate() {
+        for j in (0..grad.len()).step_by(param_step(name, grad.len())) {
+            let nudge = |by: f64| {
+                let mut m = m.clone();
+                m.params_mut()[pi].1.value.data[j] += by;
+                loss(&m, x)
+            };
+            let fd = (nudge(h) - nudge(-h)) / (2.0 * h);
+            assert!(
+                (fd - grad[j]).abs() < 1e-7,
+                "{what} {name}[{j}]: {fd} vs {}",
+                grad[j]
+            );
+        }
+    }
+}
+
+/// Decoding the causal layer `m` equals `want`, its full forward of `x [batch*len, width]`,
+/// to 1e-12 at every position: one token a row at a time (a cache of one block a row, and
+/// blocks of 2, after which `inspect(cache)` runs), a prompt of `split` positions then one
+/// token a row (every output, and only the last), and ragged rows (row 0's first `split`
+/// positions with row 1's first two, then the rest of both in one call).
+pub fn check_decoding(
+    m: &MultiHeadAttention<f64>,
+    (x, want): (&[f64], &[f64]),
+    (batch, len, split): (usize, usize, usize),
+    what: &str,
+    inspect: impl Fn(&KvCache<f64>),
+) {
+    assert_eq!(batch, 2, "the ragged layout is written for two rows");
+    let width = x.len() / (batch * len);
+    let close = |got: &[f64], want: &[f64], step: &str| {
+        let err = max_diff(got, want);
+        assert!(err < 1e-12, "{what} {step}: {err:e}");
+    };
+    let one_token = |x: &[f64], p: usize| at_position(x, batch, len, p);
+    for block_rows in [len, 2] {
+        let mut cache = KvCache::new(batch, len, m.d_kv(), block_rows);
+        for p in 0..len {
+            let (y, _) = m.step(&one_token(x, p), &mut cache, &StepLayout::dense());
+            close(
+                &y,
+                &one_token(want, p),
+                &format!("step {p}, blocks {block_rows}"),
+            );
+        }
+        inspect(&cache);
+    }
+    let rows_of = |x: &[f64], ps: std::ops::Range<usize>| -> Vec<f64> {
+        (0..batch)
+            .flat_map(|b| x[(b * len + ps.start) * width..(b * len + ps.end) * width].to_vec())
+            .collect()
+    };
+    for last_only in [false, true] {
+        let mut cache = KvCache::new(batch, len, m.d_kv(), len);
+        let layout = match last_only {
+            true => StepLayout::last(),
+            false => StepLayout::dense(),
+        };
+        let (y, _) = m.step(&rows_of(x, 0..split), &mut cache, &layout);
+        let expect = match last_only {
+            true => one_token(want, split - 1),
+            false => rows_of(want, 0..split),
+        };
+        close(&y, &expect, &format!("prompt, last only {last_only}"));
+        for p in split..len {
+            let (y, _) = m.step(&one_token(x, p), &mut cache, &StepLayout::dense());
+            close(&y, &one_token(want, p), &format!("step {p} after prompt"));
+        }
+    }
+    let mut cache = KvCache::new(batch, len, m.d_kv(), 2);
+    let mut fed = [0, 0];
+    for chunk in [[split, 2], [len - split, len - 2]] {
+        let (mut rows, mut positions, mut xs, mut expect) = (vec![], vec![], vec![], vec![]);
+        for b in 0..batch {
+            for p in fed[b]..fed[b] + chunk[b] {
+                rows.push(b);
+                positions.push(p);
+                xs.extend_from_slice(&x[(b * len + p) * width..][..width]);
+                expect.extend_from_slice(&want[(b * len + p) * width..][..width]);
+            }
+            fed[b] += chunk[b];
+        }
+        let layout = StepLayout {
+            feed: Feed::Ragged {
+                rows: &rows,
+                positions: &positions,
+            },
+            outputs: Outputs::All,
+        };
+        let (y, _) = m.step(&xs, &mut cache, &layout);
+        close(&y, &expect, "ragged");
+    }
+}
