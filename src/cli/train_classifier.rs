@@ -27,7 +27,7 @@ use std::time::Instant;
 /// `--pooling`.
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum PoolingArg {
-    /// The first token's ([CLS]) state, as BERT.
+    /// The first token's (CLS) state, as BERT.
     Cls,
     /// The mean over the sentence's tokens, as sentence-transformers.
     Mean,
@@ -57,12 +57,12 @@ pub struct TrainClassifierArgs {
     /// same --train; at the same thread count it continues bit for bit.
     #[arg(long)]
     pub resume: Option<PathBuf>,
-    /// Sentence vector: cls (BERT's pooled [CLS] state) or mean (the mean over the tokens,
-    /// sentence-transformers'; suits encoders that never trained [CLS], such as MiniLM or a
+    /// Sentence vector: cls (BERT's pooled CLS state) or mean (the mean over the tokens,
+    /// sentence-transformers'; suits encoders that never trained CLS, such as MiniLM or a
     /// train-mlm one). Ignored with --resume.
     #[arg(long, value_enum, default_value = "cls")]
     pub pooling: PoolingArg,
-    /// Tokens kept per sentence, [CLS] and [SEP] included (longer ones are truncated); also
+    /// Tokens kept per sentence, CLS and SEP included (longer ones are truncated); also
     /// the positions of a fresh encoder. Ignored with --resume.
     #[arg(long, default_value_t = 64)]
     pub max_len: usize,
