@@ -11,7 +11,12 @@
 #   REQUESTS=2           requests per client at each concurrency
 #   MAX_TOKENS=32        max_tokens of every completion
 #   PRECISIONS="f32 ggml"  our servers' --precision, one run each
-#   IMPLS="ours llama.cpp offline"
+#   IMPLS="ours llama.cpp offline"   (also: llama-server, llama.cpp's own C++ server with
+#                        continuous batching, -np N slots: the issue's peer)
+#   LLAMA_SERVER=PATH    llama-server binary (bash ../shared/tools/llama-cpp.sh builds it)
+#   NP=N                 llama-server's slots [the largest of CLIENTS]; its context is
+#                        CTX_PER_SLOT (512) x N, so every slot holds a prompt and its reply
+#   ROUNDS=1             repeat the whole set of implementations this many times, interleaved
 #   GGUF=FILE            [../shared/models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf]
 #   TRANSLATION=DIR      also load-test this translation model (ours, online and offline) with
 #                        the sentences of SRC [../shared/data/de-en/ding.test.tsv]
@@ -41,6 +46,10 @@ VENV=${VENV:-$HERE/.venv}
 OUT=${OUT:-$HERE/out/serve}
 BIN=${BIN:-$ROOT/target/release/transformer}
 PORT=${PORT:-18080}
+LLAMA_SERVER=${LLAMA_SERVER:-/work/llama-cpp/build/bin/llama-server}
+NP=${NP:-$(echo "$CLIENTS" | tr , '\n' | sort -n | tail -1)}
+CTX_PER_SLOT=${CTX_PER_SLOT:-512}
+ROUNDS=${ROUNDS:-1}
 mkdir -p "$OUT"
 REPORT=$OUT/report.md
 : >"$REPORT"
@@ -77,49 +86,68 @@ say "# Serving load test ($(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -
 say
 say "\`$GGUF\`, $THREADS threads, max_tokens $MAX_TOKENS, $REQUESTS requests per client."
 
-if has_impl ours; then
-    for p in $PRECISIONS; do
-        "$BIN" serve --model "$GGUF" --addr "127.0.0.1:$PORT" --threads "$THREADS" --precision "$p" \
-            >"$OUT/ours-$p.log" 2>&1 &
+for round in $(seq "$ROUNDS"); do
+    say
+    say "# round $round"
+    if has_impl ours; then
+        for p in $PRECISIONS; do
+            "$BIN" serve --model "$GGUF" --addr "127.0.0.1:$PORT" --threads "$THREADS" --precision "$p" \
+                >"$OUT/ours-$p.log" 2>&1 &
+            SERVER_PID=$!
+            wait_for "http://127.0.0.1:$PORT/health"
+            say
+            say "## ours, --precision $p"
+            say
+            load --max-tokens "$MAX_TOKENS" | tee -a "$REPORT"
+            stop_server
+        done
+    fi
+
+    if has_impl llama.cpp; then
+        PY=$VENV/bin/python
+        if ! "$PY" -c "import llama_cpp.server" 2>/dev/null; then
+            echo "error: $PY lacks llama-cpp-python[server] (pip install 'llama-cpp-python[server]';" \
+                "on a CPU with AMX build it with CMAKE_ARGS='-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF')" >&2
+            exit 2
+        fi
+        # One request at a time is what llama-cpp-python serves; --interrupt_requests False keeps a
+        # new request from cutting the running stream short.
+        "$PY" -m llama_cpp.server --model "$GGUF" --n_threads "$THREADS" --n_threads_batch "$THREADS" \
+            --n_ctx 2048 --interrupt_requests False --port "$PORT" >"$OUT/llama.log" 2>&1 &
         SERVER_PID=$!
-        wait_for "http://127.0.0.1:$PORT/health"
+        wait_for "http://127.0.0.1:$PORT/v1/models"
         say
-        say "## ours, --precision $p"
+        say "## llama.cpp server (llama-cpp-python $("$PY" -c 'import llama_cpp; print(llama_cpp.__version__)'))"
         say
         load --max-tokens "$MAX_TOKENS" | tee -a "$REPORT"
         stop_server
-    done
-fi
-
-if has_impl llama.cpp; then
-    PY=$VENV/bin/python
-    if ! "$PY" -c "import llama_cpp.server" 2>/dev/null; then
-        echo "error: $PY lacks llama-cpp-python[server] (pip install 'llama-cpp-python[server]';" \
-            "on a CPU with AMX build it with CMAKE_ARGS='-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF')" >&2
-        exit 2
     fi
-    # One request at a time is what llama-cpp-python serves; --interrupt_requests False keeps a
-    # new request from cutting the running stream short.
-    "$PY" -m llama_cpp.server --model "$GGUF" --n_threads "$THREADS" --n_threads_batch "$THREADS" \
-        --n_ctx 2048 --interrupt_requests False --port "$PORT" >"$OUT/llama.log" 2>&1 &
-    SERVER_PID=$!
-    wait_for "http://127.0.0.1:$PORT/v1/models"
-    say
-    say "## llama.cpp server (llama-cpp-python $("$PY" -c 'import llama_cpp; print(llama_cpp.__version__)'))"
-    say
-    load --max-tokens "$MAX_TOKENS" | tee -a "$REPORT"
-    stop_server
-fi
 
-if has_impl offline; then
-    for p in $PRECISIONS; do
+    if has_impl llama-server; then
+        [[ -x "$LLAMA_SERVER" ]] || { echo "error: $LLAMA_SERVER not found (set LLAMA_SERVER=...)" >&2; exit 2; }
+        # llama.cpp's C++ server: continuous batching over NP slots, the same file and threads.
+        "$LLAMA_SERVER" -m "$GGUF" --host 127.0.0.1 --port "$PORT" -t "$THREADS" -tb "$THREADS" \
+            -np "$NP" -c $((NP * CTX_PER_SLOT)) >"$OUT/llama-server.log" 2>&1 &
+        SERVER_PID=$!
+        wait_for "http://127.0.0.1:$PORT/health"
         say
-        say "## our engine offline (no HTTP), --precision $p"
+        say "## llama-server (llama.cpp's C++ server, -np $NP -c $((NP * CTX_PER_SLOT)) -t $THREADS)"
         say
-        "$BIN" loadtest --offline "$GGUF" --clients "$CLIENTS" --requests "$REQUESTS" \
-            --max-tokens "$MAX_TOKENS" --threads "$THREADS" --precision "$p" | tee -a "$REPORT"
-    done
-fi
+        load --max-tokens "$MAX_TOKENS" | tee -a "$REPORT"
+        stop_server
+    fi
+
+    if has_impl offline; then
+        for p in $PRECISIONS; do
+            say
+            say "## our engine offline (no HTTP), --precision $p"
+            say
+            "$BIN" loadtest --offline "$GGUF" --clients "$CLIENTS" --requests "$REQUESTS" \
+                --max-tokens "$MAX_TOKENS" --threads "$THREADS" --precision "$p" | tee -a "$REPORT"
+        done
+    fi
+
+done
 
 if [[ -n "$TRANSLATION" ]]; then
     "$BIN" serve --model "$TRANSLATION" --addr "127.0.0.1:$PORT" --threads "$THREADS" \
