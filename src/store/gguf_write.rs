@@ -25,14 +25,15 @@ pub fn metadata_only(metadata: &[(String, Value)]) -> Vec<u8> {
     b
 }
 
-fn put_str(b: &mut Vec<u8>, s: &str) {
+/// A GGUF string: its length (u64) and its UTF-8 bytes.
+pub fn put_str(b: &mut Vec<u8>, s: &str) {
     b.extend_from_slice(&(s.len() as u64).to_le_bytes());
     b.extend_from_slice(s.as_bytes());
 }
 
 /// A value's payload (its type code written by the caller; an array's element type and count
 /// are part of the payload).
-fn put_value(b: &mut Vec<u8>, v: &Value) {
+pub fn put_value(b: &mut Vec<u8>, v: &Value) {
     match v {
         Value::U8(x) => b.push(*x),
         Value::I8(x) => b.extend_from_slice(&x.to_le_bytes()),

@@ -16,33 +16,9 @@ pub fn put_u64(b: &mut Vec<u8>, v: u64) {
     b.extend_from_slice(&v.to_le_bytes());
 }
 
-pub fn put_str(b: &mut Vec<u8>, s: &str) {
-    put_u64(b, s.len() as u64);
-    b.extend_from_slice(s.as_bytes());
-}
-
-/// The value's payload (no type code).
-pub fn put_value(b: &mut Vec<u8>, v: &Value) {
-    match v {
-        Value::U8(x) => b.push(*x),
-        Value::I8(x) => b.push(*x as u8),
-        Value::U16(x) => b.extend_from_slice(&x.to_le_bytes()),
-        Value::I16(x) => b.extend_from_slice(&x.to_le_bytes()),
-        Value::U32(x) => put_u32(b, *x),
-        Value::I32(x) => b.extend_from_slice(&x.to_le_bytes()),
-        Value::U64(x) => put_u64(b, *x),
-        Value::I64(x) => b.extend_from_slice(&x.to_le_bytes()),
-        Value::F32(x) => b.extend_from_slice(&x.to_le_bytes()),
-        Value::F64(x) => b.extend_from_slice(&x.to_le_bytes()),
-        Value::Bool(x) => b.push(u8::from(*x)),
-        Value::String(s) => put_str(b, s),
-        Value::Array(t, items) => {
-            put_u32(b, *t as u32);
-            put_u64(b, items.len() as u64);
-            items.iter().for_each(|i| put_value(b, i));
-        }
-    }
-}
+/// A string and a value's payload (no type code) as the crate's own GGUF writer puts them
+/// (`tokenizer.gguf`); the header, key/value and tensor-info layout below is written here.
+pub use transformer::store::gguf_write::{put_str, put_value};
 
 pub struct TensorSpec {
     pub name: String,
