@@ -237,10 +237,6 @@ impl BatchSource for ClassifyBatches {
         h.value() ^ self.examples.len() as u64
     }
 
-    fn start(_: &LmTrainConfig) -> Option<BatchOrder> {
-        None
-    }
-
     /// `batch` sentences drawn from `rng`, in `parts` parts; dropout draws from a generator
     /// forked once per update.
     fn next(

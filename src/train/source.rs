@@ -150,8 +150,10 @@ pub trait BatchSource: Sized {
     fn fingerprint(&self) -> u64;
 
     /// Where a fresh run of `recipe` starts in the data, for sources that walk it in order
-    /// (`None`: the source keeps no position).
-    fn start(recipe: &Self::Recipe) -> Option<BatchOrder>;
+    /// (`None`, the default: the source keeps no position and draws at random).
+    fn start(_recipe: &Self::Recipe) -> Option<BatchOrder> {
+        None
+    }
 
     /// The next update's data, each batch split into `parts` parts, advancing `position` and
     /// drawing from `rng`.

@@ -109,6 +109,13 @@ impl Fnv1a {
     pub fn value(&self) -> u64 {
         self.0
     }
+
+    /// A token stream's fingerprint: the hash of its ids, xor-ed with their count.
+    pub fn of_tokens(tokens: &[u32]) -> u64 {
+        let mut h = Fnv1a::default();
+        tokens.iter().for_each(|&t| h.eat(t as u64));
+        h.value() ^ tokens.len() as u64
+    }
 }
 
 #[cfg(test)]

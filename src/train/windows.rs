@@ -169,13 +169,7 @@ impl BatchSource for TokenWindows {
 
     /// FNV-1a over the token ids, xor-ed with their count.
     fn fingerprint(&self) -> u64 {
-        let mut h = Fnv1a::default();
-        self.tokens.iter().for_each(|&t| h.eat(t as u64));
-        h.value() ^ self.tokens.len() as u64
-    }
-
-    fn start(_: &LmTrainConfig) -> Option<BatchOrder> {
-        None
+        Fnv1a::of_tokens(&self.tokens)
     }
 
     /// `batch` windows with starts drawn from `rng`, as one batch in `parts` parts of whole
