@@ -1,42 +1,7 @@
 //! End-to-end tests of `train --vocab-level bpe` (a joint byte-level BPE vocabulary saved as
 //! tokenizer.json in the model directory) and of the two-file corpus `--src-file/--tgt-file`.
 
-use std::io::Write;
-use std::path::Path;
-use std::process::{Command, Stdio};
-
-/// Runs the binary; returns (exit code, stdout, stderr).
-fn run(args: &[&str], stdin: &[u8]) -> (Option<i32>, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_transformer"))
-        .args(args)
-        .env_remove("RUST_BACKTRACE")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the binary starts");
-    {
-        let mut input = child.stdin.take().unwrap();
-        let _ = input.write_all(stdin);
-    }
-    let out = child.wait_with_output().expect("the binary runs");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn ok(args: &[&str], stdin: &[u8]) -> String {
-    let (code, stdout, stderr) = run(args, stdin);
-    assert_eq!(code, Some(0), "{args:?} failed\n{stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    stdout
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("temporary paths are UTF-8")
-}
+use super::cli_run::{ok, run, s};
 
 /// 60 small pairs with some non-ASCII text: colour and number, German-ish on the target side.
 fn corpus() -> (Vec<String>, Vec<String>) {

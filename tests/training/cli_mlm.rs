@@ -2,42 +2,8 @@
 //! whose masked words follow from their neighbours, exact resume (the same loss curve as an
 //! uninterrupted run), `embed` on the trained encoder, and clear errors.
 
-use std::io::Write;
+use super::cli_run::{curve, ok, run, s};
 use std::path::Path;
-use std::process::{Command, Stdio};
-
-/// Runs the binary; returns (exit code, stdout, stderr).
-fn run(args: &[&str], stdin: &[u8]) -> (Option<i32>, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_transformer"))
-        .args(args)
-        .env_remove("RUST_BACKTRACE")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the binary starts");
-    {
-        let mut input = child.stdin.take().unwrap();
-        let _ = input.write_all(stdin);
-    }
-    let out = child.wait_with_output().expect("the binary runs");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn ok(args: &[&str], stdin: &[u8]) -> String {
-    let (code, stdout, stderr) = run(args, stdin);
-    assert_eq!(code, Some(0), "{args:?} failed\n{stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    stdout
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("temporary paths are UTF-8")
-}
 
 /// Lines counting in words, "one two three ... twelve" from a varying start: a masked word is
 /// its left neighbour's successor.
@@ -81,23 +47,6 @@ const FLAGS: [&str; 24] = [
     "--log-every",
     "1",
 ];
-
-/// (step, loss, valid_nll, valid_masked_accuracy) of each line of OUT/metrics.jsonl.
-fn curve(dir: &Path) -> Vec<(u64, f64, Option<f64>, Option<f64>)> {
-    std::fs::read_to_string(dir.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            (
-                v["step"].as_u64().unwrap(),
-                v["loss"].as_f64().unwrap(),
-                v["valid_nll"].as_f64(),
-                v["valid_masked_accuracy"].as_f64(),
-            )
-        })
-        .collect()
-}
 
 #[test]
 fn train_mlm_learns_resumes_exactly_and_embeds() {
