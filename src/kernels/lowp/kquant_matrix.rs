@@ -36,6 +36,8 @@ mod avx2;
 mod blocks32;
 #[cfg(target_arch = "x86_64")]
 pub(super) mod blocks32_gemm;
+#[cfg(target_arch = "x86_64")]
+mod superblocks;
 
 /// A weight `[rows, cols]` of one of the types this module multiplies, as the file stores it.
 #[derive(Clone, Debug)]
@@ -566,6 +568,17 @@ impl PackedFormat for KQuantMatrix {
                 );
                 // SAFETY: as above, for AVX2, FMA and F16C.
                 unsafe { blocks32::tile_avx2(self, acts, o, r0, out) }
+            }
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 | Kernel::Avx512 if superblocks::handles(self.ty) && super::has_avx2() => {
+                assert!(
+                    self.runs(kernel) && self.rows_fit(acts, o, r0, out.len()),
+                    "the {} kernel does not run here, or the rows are not those of this product",
+                    kernel.name()
+                );
+                // SAFETY: has_avx2 checked AVX2, FMA and F16C; the assertion bounds o and the
+                // activation rows, and `acts` came from self.quantize.
+                unsafe { superblocks::tile(self, acts, o, r0, out) }
             }
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx512 => {

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Prompt and single-stream decode tokens/s of `transformer bench --generate --precision ggml`
+# against llama.cpp's `llama-bench` on the same GGUF files and threads, interleaved: each round
+# runs, file by file, ours under every kernel in KERNELS, then each llama-bench in LLAMA_BENCH.
+# Prints one JSON line per measurement, then a table of the medians over the rounds.
+#
+#   LLAMA_BENCH="/path/llama-bench [/path/avx2/llama-bench]" ROUNDS=3 THREADS=1 \
+#       bash benches/compare/llama_bench.sh target/release/transformer FILE.gguf [FILE.gguf ...]
+#
+# KERNELS (default "avx512 avx2"): our kernel paths (`--kernel`); a path the CPU lacks is
+# skipped. PROMPT / NEW (default 128 / 64): llama-bench's -p / -n and our --prompt-tokens /
+# --new-tokens. llama.cpp's columns are named after the folder its llama-bench lives in.
+set -euo pipefail
+BIN=${1:?usage: llama_bench.sh TRANSFORMER FILE.gguf [FILE.gguf ...]}
+shift
+[ $# -gt 0 ] || { echo "error: no GGUF file given" >&2; exit 2; }
+: "${LLAMA_BENCH:?set LLAMA_BENCH to one or more llama-bench binaries}"
+ROUNDS=${ROUNDS:-3}
+THREADS=${THREADS:-1}
+KERNELS=${KERNELS:-avx512 avx2}
+PROMPT=${PROMPT:-128}
+NEW=${NEW:-64}
+OUT=$(mktemp)
+trap 'rm -f "$OUT"' EXIT
+
+for round in $(seq 1 "$ROUNDS"); do
+  for file in "$@"; do
+    name=$(basename "$file")
+    for kernel in $KERNELS; do
+      if ! json=$("$BIN" bench --generate "$file" --threads "$THREADS" --prompt-tokens "$PROMPT" \
+          --new-tokens "$NEW" --precision ggml --kernel "$kernel" --steps 1 --warmup-steps 1 \
+          --json 2>/dev/null); then
+        echo "# ours $kernel skipped on $name (not on this CPU, or it failed)" >&2
+        continue
+      fi
+      python3 -c 'import json,sys; j=json.loads(sys.argv[1]); print(json.dumps({"round": int(sys.argv[2]), "file": sys.argv[3], "impl": "ours " + sys.argv[4], "prompt": j["prefill_tps"][0], "decode": j["decode_tps"][0], "load": float(open("/proc/loadavg").read().split()[0])}))' \
+        "$json" "$round" "$name" "$kernel" | tee -a "$OUT"
+    done
+    for lb in $LLAMA_BENCH; do
+      label="llama.cpp $(basename "$(dirname "$(dirname "$lb")")")"
+      "$lb" -m "$file" -t "$THREADS" -p "$PROMPT" -n "$NEW" -r 1 -o json 2>/dev/null \
+        | python3 -c 'import json,sys; rows=json.load(sys.stdin); r={("prompt" if x["n_prompt"] else "decode"): x["avg_ts"] for x in rows}; print(json.dumps({"round": int(sys.argv[1]), "file": sys.argv[2], "impl": sys.argv[3], "prompt": r["prompt"], "decode": r["decode"], "load": float(open("/proc/loadavg").read().split()[0])}))' \
+          "$round" "$name" "$label" | tee -a "$OUT"
+    done
+  done
+done
+
+python3 - "$OUT" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+files = list(dict.fromkeys(r["file"] for r in rows))
+impls = list(dict.fromkeys(r["impl"] for r in rows))
+peer = next((i for i in impls if i.startswith("llama.cpp")), None)
+print("\n| file | implementation | prompt tokens/s | decode tokens/s | prompt ratio | decode ratio |")
+print("|---|---|---|---|---|---|")
+for f in files:
+    med = {}
+    for i in impls:
+        sel = [r for r in rows if r["file"] == f and r["impl"] == i]
+        if sel:
+            med[i] = (statistics.median(r["prompt"] for r in sel), statistics.median(r["decode"] for r in sel))
+    for i, (p, d) in med.items():
+        rp = f"{p / med[peer][0]:.2f}" if peer in med else "-"
+        rd = f"{d / med[peer][1]:.2f}" if peer in med else "-"
+        print(f"| {f} | {i} | {p:.1f} | {d:.1f} | {rp} | {rd} |")
+loads = [r["load"] for r in rows]
+print(f"\nrounds: {max(r['round'] for r in rows)}; load average 1 min: {min(loads):.2f}-{max(loads):.2f}; ratios against {peer}")
+EOF
