@@ -570,14 +570,25 @@ impl PackedFormat for KQuantMatrix {
                 unsafe { blocks32::tile_avx2(self, acts, o, r0, out) }
             }
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 | Kernel::Avx512 if superblocks::handles(self.ty) && super::has_avx2() => {
+            Kernel::Avx512 if superblocks::handles(self.ty) && super::has_avx2() => {
                 assert!(
                     self.runs(kernel) && self.rows_fit(acts, o, r0, out.len()),
-                    "the {} kernel does not run here, or the rows are not those of this product",
-                    kernel.name()
+                    "the AVX-512 kernel does not run here, or the rows are not those of this \
+                     product"
                 );
-                // SAFETY: has_avx2 checked AVX2, FMA and F16C; the assertion bounds o and the
-                // activation rows, and `acts` came from self.quantize.
+                // SAFETY: runs(Avx512) checked AVX-512F/BW, has_avx2 AVX2, FMA and F16C; the
+                // assertion bounds o and the activation rows, and `acts` came from
+                // self.quantize.
+                unsafe { superblocks::tile_avx512(self, acts, o, r0, out) }
+            }
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 if superblocks::handles(self.ty) => {
+                assert!(
+                    self.runs(Kernel::Avx2) && self.rows_fit(acts, o, r0, out.len()),
+                    "the AVX2 kernel needs AVX2, FMA and F16C, and rows of this product"
+                );
+                // SAFETY: runs(Avx2) checked AVX2, FMA and F16C; the assertion bounds o and
+                // the activation rows, and `acts` came from self.quantize.
                 unsafe { superblocks::tile(self, acts, o, r0, out) }
             }
             #[cfg(target_arch = "x86_64")]

@@ -195,6 +195,141 @@ pub(super) unsafe fn tile(
     }
 }
 
+/// The AVX-512 (F, BW) form of [`tile`], 64 elements a step: each 32 stored nibble bytes of
+/// `Q4_K` broadcast to both halves of a vector, the low half's low nibbles and the high
+/// half's high nibbles kept (elements `64c .. 64c + 64`, in the activations' order), and
+/// `Q6_K`'s `ql[64n .. 64n + 64]` whole, its two-bit tops `[h | h >> 2]` and
+/// `[h >> 4 | h >> 6]`; the scales in i16 lanes by a permutation of the block's 16 (or 8)
+/// scales. The same integer sums and the same f32 steps as [`tile`].
+///
+/// # Safety
+/// The CPU must have AVX-512F/BW, AVX2, FMA and F16C; the bounds of [`tile`].
+#[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+pub(super) unsafe fn tile_avx512(
+    w: &KQuantMatrix,
+    acts: &KQuantActs,
+    o: usize,
+    r0: usize,
+    out: &mut [f32],
+) {
+    const R: usize = crate::kernels::lowp::ROW_TILE;
+    let nb = w.cols / QK_K;
+    let row = &w.data[o * nb * w.block_bytes..(o + 1) * nb * w.block_bytes];
+    let n = out.len().min(R);
+    out.fill(0.0);
+    let q4 = w.ty == GgmlType::Q4_K;
+    // i16 lane l of the scale vector of step k takes scale `4k + l / 8` (Q6_K: four groups of
+    // 16 elements a step) or `2k + l / 16` (Q4_K: two sub-blocks of 32).
+    let group_of = |k: usize, per: usize| {
+        let mut idx = [0i16; 32];
+        for (l, v) in idx.iter_mut().enumerate() {
+            *v = ((32 / per) * k + l / per) as i16;
+        }
+        idx
+    };
+    let index: [[i16; 32]; 4] = if q4 {
+        std::array::from_fn(|k| group_of(k, 16))
+    } else {
+        std::array::from_fn(|k| group_of(k, 8))
+    };
+    for (b, block) in row.chunks_exact(w.block_bytes).enumerate() {
+        let scales = if q4 {
+            q4_k_scales_mins(&block[4..16])
+        } else {
+            [0; 16]
+        };
+        let mut sums = [_mm512_setzero_si512(); R];
+        // SAFETY: the caller's features; the loads read inside `block` (its layout's
+        // offsets) and the 256 activations of block b of rows that exist (the caller's
+        // bounds); `index` and `scales` are arrays of the sizes read.
+        unsafe {
+            let p0 = |i: usize| acts.q.as_ptr().add((r0 + i) * w.cols + b * QK_K);
+            let widened = if q4 {
+                _mm256_cvtepu8_epi16(_mm_loadu_si128(scales.as_ptr() as *const __m128i))
+            } else {
+                _mm256_cvtepi8_epi16(_mm_loadu_si128(block.as_ptr().add(192) as *const __m128i))
+            };
+            let widened = _mm512_castsi256_si512(widened);
+            let scale = |k: usize| {
+                let idx = _mm512_loadu_si512(index[k].as_ptr() as *const __m512i);
+                _mm512_permutexvar_epi16(idx, widened)
+            };
+            let low = _mm512_set1_epi8(0x0f);
+            if q4 {
+                let shift = _mm512_inserti64x4::<1>(_mm512_setzero_si512(), _mm256_set1_epi16(4));
+                let qs = block.as_ptr().add(16);
+                for c in 0..4 {
+                    let bytes = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                        qs.add(32 * c) as *const __m256i
+                    ));
+                    let u = _mm512_and_si512(_mm512_srlv_epi16(bytes, shift), low);
+                    let sc = scale(c);
+                    for (i, sum) in sums.iter_mut().enumerate().take(n) {
+                        let p = _mm512_loadu_si512(p0(i).add(64 * c) as *const __m512i);
+                        let pairs = _mm512_maddubs_epi16(u, p);
+                        *sum = _mm512_add_epi32(*sum, _mm512_madd_epi16(pairs, sc));
+                    }
+                }
+            } else {
+                let (ql, qh) = (block.as_ptr(), block.as_ptr().add(128));
+                let two = _mm512_set1_epi8(3);
+                let shift_lo =
+                    _mm512_inserti64x4::<1>(_mm512_setzero_si512(), _mm256_set1_epi16(2));
+                let shift_hi = _mm512_inserti64x4::<1>(
+                    _mm512_castsi256_si512(_mm256_set1_epi16(4)),
+                    _mm256_set1_epi16(6),
+                );
+                for half in 0..2 {
+                    let bytes = _mm512_loadu_si512(ql.add(64 * half) as *const __m512i);
+                    let h = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                        qh.add(32 * half) as *const __m256i
+                    ));
+                    let top = |shift: __m512i| {
+                        let bits = _mm512_and_si512(_mm512_srlv_epi16(h, shift), two);
+                        _mm512_slli_epi16::<4>(bits)
+                    };
+                    let u = [
+                        _mm512_or_si512(_mm512_and_si512(bytes, low), top(shift_lo)),
+                        _mm512_or_si512(
+                            _mm512_and_si512(_mm512_srli_epi16::<4>(bytes), low),
+                            top(shift_hi),
+                        ),
+                    ];
+                    for (k, uk) in u.iter().enumerate() {
+                        let sc = scale(2 * half + k);
+                        for (i, sum) in sums.iter_mut().enumerate().take(n) {
+                            let p = p0(i).add(128 * half + 64 * k);
+                            let pv = _mm512_loadu_si512(p as *const __m512i);
+                            let pairs = _mm512_maddubs_epi16(*uk, pv);
+                            *sum = _mm512_add_epi32(*sum, _mm512_madd_epi16(pairs, sc));
+                        }
+                    }
+                }
+            }
+        }
+        let d = half_at(block, if q4 { 0 } else { 208 });
+        for (i, y) in out.iter_mut().enumerate() {
+            let r = r0 + i;
+            let e = acts.e[r * nb + b];
+            let g0 = (r * w.cols + b * QK_K) / 16;
+            let bsums = &acts.bsums[g0..g0 + 16];
+            let shifted = _mm512_reduce_add_epi32(sums[i]);
+            if q4 {
+                let msum: i32 = (0..8)
+                    .map(|s| i32::from(scales[8 + s]) * (bsums[2 * s] + bsums[2 * s + 1]))
+                    .sum();
+                *y += (d * e) * shifted as f32;
+                *y -= (half_at(block, 2) * e) * msum as f32;
+            } else {
+                let taken: i32 = (0..16)
+                    .map(|g| i32::from(block[192 + g] as i8) * bsums[g])
+                    .sum();
+                *y += (d * e) * (shifted - 32 * taken) as f32;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
