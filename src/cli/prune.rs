@@ -1,18 +1,21 @@
 //! `transformer prune --model M (--heads N | --keep FRACTION) [--by importance|random] --out M2`:
 //! removes attention heads physically (Michel et al. 2019), the least important first (their
-//! importance measured on `--data`) or in a random order, optionally fine-tunes a pruned
-//! language model on `--data` (`--fine-tune-steps`), and writes the smaller model. A pretrained
+//! importance measured on `--data`) or in a random order, optionally fine-tunes the pruned
+//! model on `--data` (`--fine-tune-steps`: text for a language model, sentence pairs for a
+//! translation model), and writes the smaller model. A pretrained
 //! decoder (a Hugging Face directory or a GGUF file, dequantised to float32) is written in this
 //! crate's format with its own tokenizer (`crate::pipeline::lm_dir`).
 
 use super::args::ThreadsArgs;
-use crate::heads::fine_tune::{fine_tune_lm, FineTune};
+use crate::heads::fine_tune::{fine_tune_lm, fine_tune_seq2seq, FineTune};
 use crate::heads::prune::{choose, prune, removable, Order};
-use crate::heads::run::{lm_windows, measure, DataSize, HeadsModel};
+use crate::heads::run::{encoded_pairs, lm_windows, measure, DataSize, HeadsModel};
 use crate::heads::HeadModel;
 use crate::model::checkpoint::write_model;
 use crate::pipeline::lm_dir::tokenizer_files;
-use crate::store::{CheckpointWriter, TOKENIZER_FILE, VOCAB_FILE};
+use crate::store::{CheckpointWriter, TOKENIZER_FILE, TRAINER_STATE_FILE, VOCAB_FILE};
+use crate::train::pairs::TrainConfig;
+use crate::train::state::TrainerState;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
@@ -56,13 +59,17 @@ pub struct PruneArgs {
     /// Tokens per language-model window.
     #[arg(long, default_value_t = 128)]
     pub context: usize,
-    /// Fine-tune the pruned language model for this many updates on --data (Adam from fresh
-    /// moments, --batch windows of --context tokens an update, no dropout).
+    /// Fine-tune the pruned model for this many updates on --data (Adam from fresh moments,
+    /// --batch windows of --context tokens or --batch sentence pairs an update, no dropout).
     #[arg(long, default_value_t = 0)]
     pub fine_tune_steps: usize,
     /// The fine-tune's constant learning rate.
     #[arg(long, default_value_t = 1e-4)]
     pub lr: f64,
+    /// A translation model's fine-tune: ε_ls of the label-smoothed loss (default: the model's
+    /// own recipe in trainer_state.json, else the paper's 0.1).
+    #[arg(long)]
+    pub label_smoothing: Option<f64>,
     /// The pruned model's directory (must not exist).
     #[arg(long)]
     pub out: PathBuf,
@@ -88,9 +95,15 @@ pub fn run(args: PruneArgs) -> Result<()> {
     if args.fine_tune_steps > 0 && args.data.is_none() {
         bail!("--fine-tune-steps needs --data (the text the pruned model is fine-tuned on)");
     }
+    if args.label_smoothing.is_some() && args.fine_tune_steps == 0 {
+        bail!("--label-smoothing applies to the fine-tune: give --fine-tune-steps N too");
+    }
     let mut model = HeadsModel::load(&args.model)?;
-    if args.fine_tune_steps > 0 && matches!(model, HeadsModel::Translation(_)) {
-        bail!("--fine-tune-steps: fine-tuning after pruning is done for language models only");
+    if args.label_smoothing.is_some() && matches!(model, HeadsModel::Lm(_)) {
+        bail!(
+            "--label-smoothing applies to a translation model; a language model is fine-tuned \
+             on the plain next-token loss"
+        );
     }
     let order = match (&args.by, &args.data) {
         (By::Importance, Some(data)) => {
@@ -118,28 +131,8 @@ pub fn run(args: PruneArgs) -> Result<()> {
         (None, None) => unreachable!("clap requires --heads or --keep"),
     };
     heads_model.prune_n(n, &order)?;
-    if let (HeadsModel::Lm(g), Some(data), true) =
-        (&mut model, &args.data, args.fine_tune_steps > 0)
-    {
-        let context = args.context.min(g.model.max_len() - 1).max(1);
-        let windows = lm_windows(g, data, context, args.fine_tune_steps * args.batch)?;
-        let plan = FineTune {
-            steps: args.fine_tune_steps,
-            batch: args.batch,
-            lr: args.lr,
-            seed: args.seed,
-        };
-        let losses = fine_tune_lm(&mut g.model, &windows, plan)?;
-        eprintln!(
-            "fine-tuned {} updates of {} windows of {context} tokens ({} distinct), lr {}: \
-             loss {:.4} at the first update, {:.4} at the last",
-            plan.steps,
-            plan.batch,
-            windows.len(),
-            plan.lr,
-            losses.first().copied().unwrap_or(f64::NAN),
-            losses.last().copied().unwrap_or(f64::NAN)
-        );
+    if let (Some(data), true) = (&args.data, args.fine_tune_steps > 0) {
+        fine_tune_pruned(&mut model, data, &args)?;
     }
     // The tokenizer files go into the same all-or-nothing save, listed in its manifest.
     let extra = match &model {
@@ -170,6 +163,59 @@ pub fn run(args: PruneArgs) -> Result<()> {
         },
         heads_model.layer_counts(),
         args.out.display()
+    );
+    Ok(())
+}
+
+/// Fine-tunes the pruned `model` on `data` as `args` say, and reports the first and last
+/// update's loss.
+fn fine_tune_pruned(
+    model: &mut HeadsModel,
+    data: &std::path::Path,
+    args: &PruneArgs,
+) -> Result<()> {
+    let plan = FineTune {
+        steps: args.fine_tune_steps,
+        batch: args.batch,
+        lr: args.lr,
+        seed: args.seed,
+    };
+    let examples = plan.steps * plan.batch;
+    let (losses, what) = match model {
+        HeadsModel::Lm(g) => {
+            let context = args.context.min(g.model.max_len() - 1).max(1);
+            let windows = lm_windows(g, data, context, examples)?;
+            let losses = fine_tune_lm(&mut g.model, &windows, plan)?;
+            let what = format!("windows of {context} tokens ({} distinct)", windows.len());
+            (losses, what)
+        }
+        HeadsModel::Translation(t) => {
+            let pairs = encoded_pairs(t, data, examples)?;
+            let smoothing = match args.label_smoothing {
+                Some(e) => e,
+                None if args.model.join(TRAINER_STATE_FILE).is_file() => {
+                    TrainerState::<TrainConfig>::load(&args.model)?
+                        .config
+                        .label_smoothing
+                }
+                None => 0.1,
+            };
+            let losses = fine_tune_seq2seq(&mut t.model, &pairs, plan, smoothing)?;
+            let what = format!(
+                "sentence pairs ({} distinct), label smoothing {smoothing}",
+                pairs.len()
+            );
+            (losses, what)
+        }
+    };
+    eprintln!(
+        "fine-tuned {} updates of {} {what}, lr {}: loss {:.4} at the first update, {:.4} at \
+         the last",
+        plan.steps,
+        plan.batch,
+        plan.lr,
+        losses.first().copied().unwrap_or(f64::NAN),
+        losses.last().copied().unwrap_or(f64::NAN)
     );
     Ok(())
 }

@@ -82,6 +82,37 @@ pub fn check_backward(model: &crate::model::LanguageModel<f32>) -> Result<()> {
     Ok(())
 }
 
+/// The first `limit` sentence pairs of the `source<TAB>target` file `data`, encoded by `t`'s
+/// vocabulary; refuses a malformed line, a pair longer than the model's positions, and a file
+/// without pairs.
+pub fn encoded_pairs(
+    t: &Translator,
+    data: &Path,
+    limit: usize,
+) -> Result<Vec<(Vec<u32>, Vec<u32>)>> {
+    let pairs = read_pairs_strict(data)?;
+    let longest = t.model.config.max_len - 1;
+    let mut encoded = Vec::new();
+    for p in pairs.iter().take(limit) {
+        let (s, g) = (t.vocab.encode(&p.source), t.vocab.encode(&p.target));
+        if s.len() > longest || g.len() > longest {
+            return Err(Error::Input(format!(
+                "{} line {}: longer than the model's {longest} tokens",
+                data.display(),
+                p.line
+            )));
+        }
+        encoded.push((s, g));
+    }
+    if encoded.is_empty() {
+        return Err(Error::Input(format!(
+            "{}: no sentence pairs",
+            data.display()
+        )));
+    }
+    Ok(encoded)
+}
+
 /// How much of the data file is read.
 #[derive(Clone, Copy, Debug)]
 pub struct DataSize {
@@ -119,26 +150,7 @@ pub fn measure(
             Ok((importance, behaviour))
         }
         HeadsModel::Translation(t) => {
-            let pairs = read_pairs_strict(data)?;
-            let limit = t.model.config.max_len - 1;
-            let mut encoded = Vec::new();
-            for p in pairs.iter().take(size.batches * size.batch) {
-                let (s, g) = (t.vocab.encode(&p.source), t.vocab.encode(&p.target));
-                if s.len() > limit || g.len() > limit {
-                    return Err(Error::Input(format!(
-                        "{} line {}: longer than the model's {limit} tokens",
-                        data.display(),
-                        p.line
-                    )));
-                }
-                encoded.push((s, g));
-            }
-            if encoded.is_empty() {
-                return Err(Error::Input(format!(
-                    "{}: no sentence pairs",
-                    data.display()
-                )));
-            }
+            let encoded = encoded_pairs(t, data, size.batches * size.batch)?;
             let batches: Vec<Batch> = encoded
                 .chunks(size.batch)
                 .map(|c| {

@@ -17,6 +17,7 @@ mod cli_bpe;
 mod cli_checkpoints;
 mod cli_classifier;
 mod cli_mlm;
+mod cli_prune;
 mod cli_run;
 mod data_parallel;
 mod distributed;
