@@ -378,8 +378,10 @@ pub(super) unsafe fn outputs<const O: usize>(
     // SAFETY (pointer arithmetic): rows o0 .. o0 + O hold nb blocks of bb bytes each; step g
     // of the full steps reads blocks 8g .. 8g + 8 of each, bytes 256g .. 256g + 256 and
     // terms 8g .. 8g + 8 of activation row 0.
+    // The stored bytes once: each dereference of `w.blocks` is a call through its owner.
+    let stored: &[u8] = &w.blocks;
     let rows: [*const u8; O] =
-        std::array::from_fn(|i| unsafe { w.blocks.as_ptr().add((o0 + i) * nb * bb) });
+        std::array::from_fn(|i| unsafe { stored.as_ptr().add((o0 + i) * nb * bb) });
     let (xq, e, f) = (acts.q.as_ptr(), acts.e.as_ptr(), acts.f.as_ptr());
     let mut lanes = [_mm256_setzero_ps(); O];
     let steps = nb / STEP;
@@ -404,7 +406,7 @@ pub(super) unsafe fn outputs<const O: usize>(
         let b0 = steps * STEP;
         for (i, padded) in pad.w.iter_mut().enumerate() {
             let from = ((o0 + i) * nb + b0) * bb;
-            padded[..tail * bb].copy_from_slice(&w.blocks[from..from + tail * bb]);
+            padded[..tail * bb].copy_from_slice(&stored[from..from + tail * bb]);
         }
         let blks: [*const u8; O] = std::array::from_fn(|i| pad.w[i].as_ptr());
         // SAFETY: the padded copies hold 8 blocks and 256 activation bytes, 8 terms each.

@@ -193,10 +193,12 @@ pub(super) unsafe fn outputs<const O: usize>(
     let pairs = nb / 2;
     let nibbles = kind.nibbles();
     let idx = lane_index(nibbles);
+    // The stored bytes once: each dereference of `w.blocks` is a call through its owner.
+    let stored: &[u8] = &w.blocks;
     // SAFETY (all pointer arithmetic below, the caller's contract): rows o0 .. o0 + O of
     // blocks and offsets; activation row 0's bytes, lane patterns and terms f.
     let rows: [*const u8; O] =
-        std::array::from_fn(|i| unsafe { w.blocks.as_ptr().add((o0 + i) * nb * kind.block_bytes()) });
+        std::array::from_fn(|i| unsafe { stored.as_ptr().add((o0 + i) * nb * kind.block_bytes()) });
     let offsets: [*const f32; O] = std::array::from_fn(|i| unsafe {
         w.q8_offsets.as_ptr().add((o0 + i) * nb * usize::from(!nibbles))
     });

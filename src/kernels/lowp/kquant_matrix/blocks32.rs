@@ -367,7 +367,9 @@ unsafe fn outs<I: BlockDot, const O: usize, const T: u8>(
     // SAFETY (all pointer arithmetic below): rows o0 .. o0 + O of nb blocks of bb bytes
     // (checked by from_ggml); activation row 0 has 32 nb bytes p and nb scales e, sums Σp
     // and (Q8_1) s. A step reads blocks b0 .. b0 + n and those blocks' activations only.
-    let row: [*const u8; O] = std::array::from_fn(|i| unsafe { w.data.as_ptr().add((o0 + i) * nb * bb) });
+    // The stored bytes once: each dereference of `w.data` is a call through its owner.
+    let stored: &[u8] = &w.data;
+    let row: [*const u8; O] = std::array::from_fn(|i| unsafe { stored.as_ptr().add((o0 + i) * nb * bb) });
     let mut y = [0f32; O];
     for b0 in (0..nb).step_by(STEP) {
         let n = STEP.min(nb - b0);
