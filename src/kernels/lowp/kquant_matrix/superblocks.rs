@@ -78,6 +78,47 @@ unsafe fn hsum(v: __m256i) -> i32 {
     _mm_cvtsi128_si32(s)
 }
 
+/// `Σ_g sc_g bsums_g` of a `Q6_K` block (its 16 signed scales at byte 192) against the 16
+/// activation sums at `bsums`: the products and their sum in i32 lanes, exact as the scalar
+/// sum.
+///
+/// # Safety
+/// AVX2; `block` is a whole `Q6_K` block, 16 readable i32 at `bsums`.
+#[inline(always)]
+unsafe fn q6_k_taken(block: &[u8], bsums: *const i32) -> i32 {
+    // SAFETY (caller): bytes 192..208 of the block, and the 16 sums.
+    unsafe {
+        let sc = _mm_loadu_si128(block.as_ptr().add(192) as *const __m128i);
+        let lo = _mm256_mullo_epi32(_mm256_cvtepi8_epi32(sc), _mm256_loadu_si256(bsums as *const __m256i));
+        let hi = _mm256_mullo_epi32(
+            _mm256_cvtepi8_epi32(_mm_srli_si128::<8>(sc)),
+            _mm256_loadu_si256(bsums.add(8) as *const __m256i),
+        );
+        hsum(_mm256_add_epi32(lo, hi))
+    }
+}
+
+/// `Σ_s m_s (bsums_2s + bsums_2s+1)` of a `Q4_K` block's 8 minima (`scales[8..16]`) against
+/// the 16 activation sums at `bsums`, in i32 lanes, exact as the scalar sum.
+///
+/// # Safety
+/// AVX2; 16 readable i32 at `bsums`.
+#[inline(always)]
+unsafe fn q4_k_min_sum(scales: &[u8; 16], bsums: *const i32) -> i32 {
+    // SAFETY (caller): the 16 sums; `scales` holds 16 bytes.
+    unsafe {
+        let (a, b) = (
+            _mm256_loadu_si256(bsums as *const __m256i),
+            _mm256_loadu_si256(bsums.add(8) as *const __m256i),
+        );
+        // [p0 p1 p4 p5 | p2 p3 p6 p7], p_s = bsums_2s + bsums_2s+1.
+        let pairs = _mm256_hadd_epi32(a, b);
+        let mins = _mm256_cvtepu8_epi32(_mm_loadl_epi64(scales.as_ptr().add(8) as *const __m128i));
+        let mins = _mm256_permutevar8x32_epi32(mins, _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
+        hsum(_mm256_mullo_epi32(mins, pairs))
+    }
+}
+
 /// 32 activations at `p`.
 #[inline(always)]
 unsafe fn load(p: *const i8) -> __m256i {
@@ -176,24 +217,39 @@ pub(super) unsafe fn tile(
             let r = r0 + i;
             let e = acts.e[r * nb + b];
             let g0 = (r * w.cols + b * QK_K) / 16;
-            let bsums = &acts.bsums[g0..g0 + 16];
-            // SAFETY: the caller's AVX2.
+            let bsums = acts.bsums[g0..g0 + 16].as_ptr();
+            // SAFETY: the caller's AVX2; `bsums` points at 16 sums (a checked slice).
             let shifted = unsafe { hsum(sums[i]) };
             if q4 {
-                let msum: i32 = (0..8)
-                    .map(|s| i32::from(scales[8 + s]) * (bsums[2 * s] + bsums[2 * s + 1]))
-                    .sum();
+                let msum = unsafe { q4_k_min_sum(&scales, bsums) };
                 *y += (d * e) * shifted as f32;
                 *y -= (half_at(block, 2) * e) * msum as f32;
             } else {
-                let taken: i32 = (0..16)
-                    .map(|g| i32::from(block[192 + g] as i8) * bsums[g])
-                    .sum();
+                let taken = unsafe { q6_k_taken(block, bsums) };
                 *y += (d * e) * (shifted - 32 * taken) as f32;
             }
         }
     }
 }
+
+/// The scale of each i16 lane of a 64-element step `k` of the AVX-512 kernel: lane `l` takes
+/// scale `(32 / per) k + l / per`, `per` elements (pairs of elements: 16 for `Q4_K`'s
+/// sub-blocks of 32, 8 for `Q6_K`'s groups of 16) a scale.
+const fn scale_lanes(per: usize) -> [[i16; 32]; 4] {
+    let mut idx = [[0i16; 32]; 4];
+    let mut k = 0;
+    while k < 4 {
+        let mut l = 0;
+        while l < 32 {
+            idx[k][l] = ((32 / per) * k + l / per) as i16;
+            l += 1;
+        }
+        k += 1;
+    }
+    idx
+}
+const Q4_K_SCALE_LANES: [[i16; 32]; 4] = scale_lanes(16);
+const Q6_K_SCALE_LANES: [[i16; 32]; 4] = scale_lanes(8);
 
 /// The AVX-512 (F, BW) form of [`tile`], 64 elements a step: each 32 stored nibble bytes of
 /// `Q4_K` broadcast to both halves of a vector, the low half's low nibbles and the high
@@ -218,20 +274,7 @@ pub(super) unsafe fn tile_avx512(
     let n = out.len().min(R);
     out.fill(0.0);
     let q4 = w.ty == GgmlType::Q4_K;
-    // i16 lane l of the scale vector of step k takes scale `4k + l / 8` (Q6_K: four groups of
-    // 16 elements a step) or `2k + l / 16` (Q4_K: two sub-blocks of 32).
-    let group_of = |k: usize, per: usize| {
-        let mut idx = [0i16; 32];
-        for (l, v) in idx.iter_mut().enumerate() {
-            *v = ((32 / per) * k + l / per) as i16;
-        }
-        idx
-    };
-    let index: [[i16; 32]; 4] = if q4 {
-        std::array::from_fn(|k| group_of(k, 16))
-    } else {
-        std::array::from_fn(|k| group_of(k, 8))
-    };
+    let index = if q4 { &Q4_K_SCALE_LANES } else { &Q6_K_SCALE_LANES };
     for (b, block) in row.chunks_exact(w.block_bytes).enumerate() {
         let scales = if q4 {
             q4_k_scales_mins(&block[4..16])
@@ -312,18 +355,15 @@ pub(super) unsafe fn tile_avx512(
             let r = r0 + i;
             let e = acts.e[r * nb + b];
             let g0 = (r * w.cols + b * QK_K) / 16;
-            let bsums = &acts.bsums[g0..g0 + 16];
+            let bsums = acts.bsums[g0..g0 + 16].as_ptr();
             let shifted = _mm512_reduce_add_epi32(sums[i]);
+            // SAFETY: the caller's AVX2; `bsums` points at 16 sums (a checked slice).
             if q4 {
-                let msum: i32 = (0..8)
-                    .map(|s| i32::from(scales[8 + s]) * (bsums[2 * s] + bsums[2 * s + 1]))
-                    .sum();
+                let msum = unsafe { q4_k_min_sum(&scales, bsums) };
                 *y += (d * e) * shifted as f32;
                 *y -= (half_at(block, 2) * e) * msum as f32;
             } else {
-                let taken: i32 = (0..16)
-                    .map(|g| i32::from(block[192 + g] as i8) * bsums[g])
-                    .sum();
+                let taken = unsafe { q6_k_taken(block, bsums) };
                 *y += (d * e) * (shifted - 32 * taken) as f32;
             }
         }
