@@ -59,13 +59,18 @@ pub struct PruneArgs {
     /// Tokens per language-model window.
     #[arg(long, default_value_t = 128)]
     pub context: usize,
-    /// Fine-tune the pruned model for this many updates on --data (Adam from fresh moments,
-    /// --batch windows of --context tokens or --batch sentence pairs an update, no dropout).
+    /// Fine-tune the pruned model for this many updates on --fine-tune-data, else --data (Adam
+    /// from fresh moments, --batch windows of --context tokens or --batch sentence pairs an
+    /// update, no dropout).
     #[arg(long, default_value_t = 0)]
     pub fine_tune_steps: usize,
     /// The fine-tune's constant learning rate.
     #[arg(long, default_value_t = 1e-4)]
     pub lr: f64,
+    /// What the fine-tune trains on, when not --data (which then only measures the
+    /// importance): text for a language model, sentence pairs for a translation model.
+    #[arg(long)]
+    pub fine_tune_data: Option<PathBuf>,
     /// A translation model's fine-tune: ε_ls of the label-smoothed loss (default: the model's
     /// own recipe in trainer_state.json, else the paper's 0.1).
     #[arg(long)]
@@ -92,11 +97,20 @@ pub fn run(args: PruneArgs) -> Result<()> {
     if args.by == By::Importance && args.data.is_none() {
         bail!("--by importance needs --data (the text or pairs the importance is measured on)");
     }
-    if args.fine_tune_steps > 0 && args.data.is_none() {
-        bail!("--fine-tune-steps needs --data (the text the pruned model is fine-tuned on)");
+    let fine_tune_data = args.fine_tune_data.as_ref().or(args.data.as_ref());
+    if args.fine_tune_steps > 0 && fine_tune_data.is_none() {
+        bail!(
+            "--fine-tune-steps needs --data or --fine-tune-data (what the pruned model is \
+             fine-tuned on)"
+        );
     }
-    if args.label_smoothing.is_some() && args.fine_tune_steps == 0 {
-        bail!("--label-smoothing applies to the fine-tune: give --fine-tune-steps N too");
+    for (given, flag) in [
+        (args.label_smoothing.is_some(), "--label-smoothing"),
+        (args.fine_tune_data.is_some(), "--fine-tune-data"),
+    ] {
+        if given && args.fine_tune_steps == 0 {
+            bail!("{flag} applies to the fine-tune: give --fine-tune-steps N too");
+        }
     }
     let mut model = HeadsModel::load(&args.model)?;
     if args.label_smoothing.is_some() && matches!(model, HeadsModel::Lm(_)) {
@@ -131,7 +145,7 @@ pub fn run(args: PruneArgs) -> Result<()> {
         (None, None) => unreachable!("clap requires --heads or --keep"),
     };
     heads_model.prune_n(n, &order)?;
-    if let (Some(data), true) = (&args.data, args.fine_tune_steps > 0) {
+    if let (Some(data), true) = (fine_tune_data, args.fine_tune_steps > 0) {
         fine_tune_pruned(&mut model, data, &args)?;
     }
     // The tokenizer files go into the same all-or-nothing save, listed in its manifest.

@@ -101,6 +101,26 @@ fn prune_fine_tunes_a_translation_model_with_its_own_label_smoothing() {
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stderr.contains("label smoothing 0, lr"), "{stderr}");
 
+    // Importance on one file, the fine-tune on another: the fine-tune's pairs are counted
+    // from --fine-tune-data (8 pairs there, all of them seen).
+    let few = tmp.path().join("few.tsv");
+    let text = std::fs::read_to_string(&data).unwrap();
+    std::fs::write(
+        &few,
+        text.lines()
+            .take(8)
+            .map(|l| format!("{l}\n"))
+            .collect::<String>(),
+    )
+    .unwrap();
+    let split = tmp.path().join("split");
+    let (code, _, stderr) = prune(
+        &split,
+        &["--fine-tune-steps", "3", "--fine-tune-data", s(&few)],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("4 sentence pairs (8 distinct)"), "{stderr}");
+
     // The pruned, fine-tuned model translates.
     let out = ok(
         &["translate", "--model", s(&first), "--threads", "1"],
@@ -145,7 +165,30 @@ fn prune_fine_tunes_a_translation_model_with_its_own_label_smoothing() {
         ],
         b"",
     );
-    assert!(err.contains("--fine-tune-steps needs --data"), "{err}");
+    assert!(
+        err.contains("--fine-tune-steps needs --data or --fine-tune-data"),
+        "{err}"
+    );
+    let err = fails(
+        &[
+            "prune",
+            "--model",
+            s(&model),
+            "--keep",
+            "0.5",
+            "--by",
+            "random",
+            "--fine-tune-data",
+            s(&data),
+            "--out",
+            s(&tmp.path().join("w")),
+        ],
+        b"",
+    );
+    assert!(
+        err.contains("--fine-tune-data applies to the fine-tune"),
+        "{err}"
+    );
     let err = fails(
         &[
             "prune",
