@@ -353,6 +353,7 @@ impl Int8Matrix {
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx2 => {
                 let panel_bytes = self.groups * LANES * 4;
+                let vnni = super::int8_avx2::uses_avx_vnni();
                 for p in 0..panels {
                     let o = o0 + p * LANES;
                     for r0 in (0..rows).step_by(TILE_ROWS) {
@@ -362,21 +363,32 @@ impl Int8Matrix {
                             u: acts.u[r0 * acts.stride..].as_ptr(),
                             u_stride: acts.stride,
                             scale: self.scale[o..].as_ptr(),
+                            row_sum: self.row_sum[o..].as_ptr(),
                             t: acts.scale[r0..].as_ptr(),
                             y: out.0.add(r0 * d_out + o),
                             d_out,
                             lanes: if p + 1 == panels { last_lanes } else { LANES },
                         };
+                        macro_rules! by_rows {
+                            ($run:ident) => {
+                                match (rows - r0).min(TILE_ROWS) {
+                                    1 => tile.$run::<1>(),
+                                    2 => tile.$run::<2>(),
+                                    3 => tile.$run::<3>(),
+                                    _ => tile.$run::<4>(),
+                                }
+                            };
+                        }
                         // SAFETY: product only passes Avx2 after runs(Avx2) (AVX2 present).
                         // The tile reads panel p0 + p (inside q, padded to whole panels), its
                         // 16 scales (padded), rows r0 .. r0 + R of u and t, and writes rows
                         // r0 .. r0 + R of y at this panel's outputs that exist (the caller's
-                        // guarantee covers them).
-                        match (rows - r0).min(TILE_ROWS) {
-                            1 => tile.run::<1>(),
-                            2 => tile.run::<2>(),
-                            3 => tile.run::<3>(),
-                            _ => tile.run::<4>(),
+                        // guarantee covers them), and its 16 row sums (padded like the
+                        // scales); run_vnni only where uses_avx_vnni() found AVX-VNNI.
+                        if vnni {
+                            by_rows!(run_vnni)
+                        } else {
+                            by_rows!(run)
                         }
                     }
                 }

@@ -22,7 +22,38 @@
 //! `2R` accumulators, two weight registers and their absolute values, within AVX2's 16
 //! registers. Rows `R` apart reuse the panel from L1.
 
+//!
+//! Where the CPU has AVX-VNNI (the 256-bit `vpdpbusd` of Alder Lake and later, Zen 5), the
+//! tile takes the AVX-512 kernel's route on 8-lane vectors instead ([`Tile::run_vnni`]): one
+//! `vpdpbusd` of `u` against the weights, then `- 128 Σ_k q_ok`, the same integer.
+//! [`set_plain_avx2`] turns it off (tests and benchmarks of what a CPU without it runs).
+
 use std::arch::x86_64::*;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+
+/// Whether the AVX2 kernel keeps to `vpmaddubsw` even with AVX-VNNI: `TRANSFORMER_AVX_VNNI=0`
+/// at first use ([`super::AVX_VNNI_ENV`]; a value that does not parse changes nothing here, the
+/// binary refuses it at start), then what [`set_plain_avx2`] sets.
+static PLAIN_AVX2: OnceLock<AtomicBool> = OnceLock::new();
+
+fn plain_avx2() -> &'static AtomicBool {
+    PLAIN_AVX2.get_or_init(|| AtomicBool::new(super::avx_vnni_from_env() == Ok(Some(false))))
+}
+
+/// Makes the AVX2 int8 kernel use (`false`, the default) or leave (`true`) AVX-VNNI where the
+/// CPU has it: the two give the same bits, so this changes speed only.
+// Used by the binary (feature `cli`), the tests and outside the library (feature `internals`).
+#[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]
+pub fn set_plain_avx2(plain: bool) {
+    plain_avx2().store(plain, Ordering::Relaxed);
+}
+
+/// Whether the AVX2 int8 kernel runs its AVX-VNNI form: the CPU has AVX-VNNI and it was not
+/// turned off.
+pub fn uses_avx_vnni() -> bool {
+    !plain_avx2().load(Ordering::Relaxed) && super::has_avx_vnni()
+}
 
 /// `u_k = round(x_k / t) + 128` for one activation row with AVX2 instructions; returns `t`.
 /// The same operations as the portable `quantize_row` (the maximum ignores NaN as `f32::max`
@@ -98,6 +129,8 @@ pub struct Tile {
     pub u_stride: usize,
     /// `s_o` from the panel's first output (16 values, padded).
     pub scale: *const f32,
+    /// `Σ_k q_ok` from the panel's first output (16 values, padded; the AVX-VNNI form).
+    pub row_sum: *const i32,
     /// The rows' scales `t_r`.
     pub t: *const f32,
     /// `y` at (first row, the panel's first output).
@@ -139,6 +172,52 @@ impl Tile {
                 }
             }
         }
+        // SAFETY: the caller's contract.
+        unsafe { self.store(&acc) }
+    }
+
+    /// [`run`](Self::run) with AVX-VNNI: `Σ_k q_ok u_rk` by `vpdpbusd`, less `128 Σ_k q_ok`:
+    /// the integer `run` sums, so the same bits.
+    ///
+    /// # Safety
+    /// As [`run`](Self::run), and the CPU has AVX-VNNI; 16 sums at `row_sum`.
+    #[target_feature(enable = "avx2,avxvnni")]
+    pub unsafe fn run_vnni<const R: usize>(&self) {
+        let mut acc = [[_mm256_setzero_si256(); 2]; R];
+        for g in 0..self.groups {
+            // SAFETY (caller): as in `run`.
+            let w = [
+                _mm256_loadu_si256(self.q.add(g * 64) as *const __m256i),
+                _mm256_loadu_si256(self.q.add(g * 64 + 32) as *const __m256i),
+            ];
+            for (r, acc_r) in acc.iter_mut().enumerate() {
+                let four = (self.u.add(r * self.u_stride + 4 * g) as *const i32).read_unaligned();
+                let u = _mm256_set1_epi32(four);
+                for h in 0..2 {
+                    acc_r[h] = _mm256_dpbusd_avx_epi32(acc_r[h], u, w[h]);
+                }
+            }
+        }
+        for h in 0..2 {
+            // SAFETY (caller): the sums are padded to the whole panel.
+            let comp = _mm256_slli_epi32::<7>(_mm256_loadu_si256(
+                self.row_sum.add(8 * h) as *const __m256i
+            ));
+            for acc_r in acc.iter_mut() {
+                acc_r[h] = _mm256_sub_epi32(acc_r[h], comp);
+            }
+        }
+        // SAFETY: the caller's contract.
+        unsafe { self.store(&acc) }
+    }
+
+    /// Writes `y_ro = sum · (s_o t_r)` of the tile's exact sums `acc[r][half]`.
+    ///
+    /// # Safety
+    /// As [`run`](Self::run).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn store<const R: usize>(&self, acc: &[[__m256i; 2]; R]) {
         for h in 0..2 {
             let lanes = self.lanes.saturating_sub(8 * h).min(8);
             if lanes == 0 {
@@ -252,10 +331,17 @@ mod tests {
                             m.product(kernel, &mut y, &x, rows);
                             y
                         };
-                        let (want, got) = (run(Kernel::Portable), run(Kernel::Avx2));
+                        let want = run(Kernel::Portable);
+                        // Both forms where the CPU has AVX-VNNI (the switch changes no bits,
+                        // so other tests running meanwhile are unaffected).
+                        super::set_plain_avx2(true);
+                        let plain = run(Kernel::Avx2);
+                        super::set_plain_avx2(false);
+                        let got = run(Kernel::Avx2);
                         let same = want
                             .iter()
                             .zip(&got)
+                            .chain(want.iter().zip(&plain))
                             .all(|(a, b)| a.to_bits() == b.to_bits());
                         assert!(
                             same,

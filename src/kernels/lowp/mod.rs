@@ -58,6 +58,10 @@ pub mod raw_bytes;
 pub use bf16::{bf16_to_f32, f32_to_bf16, round_to_bf16, rounded_to_bf16, Bf16Matrix};
 pub use blocks::{BlockKind, BlockMatrix};
 pub use int8::Int8Matrix;
+// Used by the binary (feature `cli`) and outside the library (feature `internals`).
+#[cfg(target_arch = "x86_64")]
+#[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(unused_imports))]
+pub use int8_avx2::set_plain_avx2;
 // Used outside the library only (feature `internals`).
 #[cfg_attr(not(feature = "internals"), allow(unused_imports))]
 pub use kquant_matrix::{is_kquant_product, KQuantActs, KQuantMatrix};
@@ -131,6 +135,22 @@ pub fn has_avx2() -> bool {
     }
 }
 
+/// The environment variable that turns the AVX2 int8 kernel's AVX-VNNI form off (`0`) or
+/// leaves it on where the CPU has it (`1`, the default).
+pub const AVX_VNNI_ENV: &str = "TRANSFORMER_AVX_VNNI";
+
+/// Reads [`AVX_VNNI_ENV`]: `Some(false)` for `0`, `Some(true)` for `1`, `None` when unset; any
+/// other value is an error naming it.
+pub fn avx_vnni_from_env() -> Result<Option<bool>, String> {
+    match std::env::var(AVX_VNNI_ENV) {
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Ok(v) if v == "0" => Ok(Some(false)),
+        Ok(v) if v == "1" => Ok(Some(true)),
+        Ok(v) => Err(format!("{AVX_VNNI_ENV}={v}: expected 0 or 1")),
+        Err(e) => Err(format!("{AVX_VNNI_ENV}: {e}")),
+    }
+}
+
 /// The environment variable that caps the kernels: `portable`, `avx2` or `avx512`.
 pub const KERNEL_ENV: &str = "TRANSFORMER_KERNEL";
 
@@ -194,6 +214,18 @@ fn widest_below(cap: Kernel, runs: impl Fn(Kernel) -> bool) -> Kernel {
         .rev()
         .find(|&k| k <= cap && (k == Kernel::Portable || runs(k)))
         .unwrap_or(Kernel::Portable)
+}
+
+/// Whether this CPU has AVX-VNNI (the 256-bit `vpdpbusd`), which the AVX2 int8 kernel uses.
+pub fn has_avx_vnni() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        has_avx2() && is_x86_feature_detected!("avxvnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
 }
 
 /// Whether this CPU runs the AVX-512 VNNI kernels (int8 and ggml blocks).
