@@ -128,88 +128,46 @@ fn prune_fine_tunes_a_translation_model_with_its_own_label_smoothing() {
     );
     assert_eq!(out.lines().count(), 1, "{out}");
 
-    // Flags that cannot apply are refused by name.
-    let err = fails(
-        &[
+    // Flags that cannot apply are refused by name, and nothing is written.
+    let refusals: [(&[&str], &str); 4] = [
+        (
+            &["--by", "random", "--label-smoothing", "0.1"],
+            "--label-smoothing applies to the fine-tune",
+        ),
+        (
+            &["--by", "random", "--fine-tune-steps", "2"],
+            "--fine-tune-steps needs --data or --fine-tune-data",
+        ),
+        (
+            &["--by", "random", "--fine-tune-data", s(&data)],
+            "--fine-tune-data applies to the fine-tune",
+        ),
+        (
+            &[
+                "--data",
+                s(&data),
+                "--fine-tune-steps",
+                "2",
+                "--label-smoothing",
+                "1.5",
+            ],
+            "--label-smoothing 1.5",
+        ),
+    ];
+    for (i, (extra, message)) in refusals.iter().enumerate() {
+        let out = tmp.path().join(format!("refused-{i}"));
+        let mut args = vec![
             "prune",
             "--model",
             s(&model),
             "--keep",
             "0.5",
-            "--by",
-            "random",
-            "--label-smoothing",
-            "0.1",
             "--out",
-            s(&tmp.path().join("x")),
-        ],
-        b"",
-    );
-    assert!(
-        err.contains("--label-smoothing applies to the fine-tune"),
-        "{err}"
-    );
-    let err = fails(
-        &[
-            "prune",
-            "--model",
-            s(&model),
-            "--keep",
-            "0.5",
-            "--by",
-            "random",
-            "--fine-tune-steps",
-            "2",
-            "--out",
-            s(&tmp.path().join("y")),
-        ],
-        b"",
-    );
-    assert!(
-        err.contains("--fine-tune-steps needs --data or --fine-tune-data"),
-        "{err}"
-    );
-    let err = fails(
-        &[
-            "prune",
-            "--model",
-            s(&model),
-            "--keep",
-            "0.5",
-            "--by",
-            "random",
-            "--fine-tune-data",
-            s(&data),
-            "--out",
-            s(&tmp.path().join("w")),
-        ],
-        b"",
-    );
-    assert!(
-        err.contains("--fine-tune-data applies to the fine-tune"),
-        "{err}"
-    );
-    let err = fails(
-        &[
-            "prune",
-            "--model",
-            s(&model),
-            "--keep",
-            "0.5",
-            "--data",
-            s(&data),
-            "--fine-tune-steps",
-            "2",
-            "--label-smoothing",
-            "1.5",
-            "--out",
-            s(&tmp.path().join("z")),
-        ],
-        b"",
-    );
-    assert!(err.contains("--label-smoothing 1.5"), "{err}");
-    assert!(
-        !tmp.path().join("z").exists(),
-        "nothing written on an error"
-    );
+            s(&out),
+        ];
+        args.extend_from_slice(extra);
+        let err = fails(&args, b"");
+        assert!(err.contains(message), "{err}");
+        assert!(!out.exists(), "nothing written on an error");
+    }
 }
