@@ -144,20 +144,9 @@ fn training_file(dir: &Path) -> PathBuf {
     path
 }
 
-const TRAIN_FLAGS: [&str; 8] = [
-    "--preset",
-    "tiny",
-    "--tokens-per-batch",
-    "200",
-    "--threads",
-    "1",
-    "--warmup",
-    "10",
-];
-
 fn train(train: &Path, out: &Path, extra: &[&str]) -> Run {
     let mut args = vec!["train", "--train", s(train), "--out", s(out)];
-    args.extend(TRAIN_FLAGS);
+    args.extend(super::cli_run::TINY_TRAIN);
     args.extend(extra);
     run(&args, b"")
 }

@@ -1,7 +1,7 @@
 //! End-to-end tests of `train --vocab-level bpe` (a joint byte-level BPE vocabulary saved as
 //! tokenizer.json in the model directory) and of the two-file corpus `--src-file/--tgt-file`.
 
-use super::cli_run::{ok, run, s};
+use super::cli_run::{ok, run, s, TINY_TRAIN};
 
 /// 60 small pairs with some non-ASCII text: colour and number, German-ish on the target side.
 fn corpus() -> (Vec<String>, Vec<String>) {
@@ -17,20 +17,8 @@ fn corpus() -> (Vec<String>, Vec<String>) {
         .unzip()
 }
 
-const FLAGS: [&str; 12] = [
-    "--preset",
-    "tiny",
-    "--tokens-per-batch",
-    "200",
-    "--threads",
-    "1",
-    "--warmup",
-    "10",
-    "--vocab-level",
-    "bpe",
-    "--vocab-size",
-    "300",
-];
+/// The BPE runs' flags after [`TINY_TRAIN`].
+const BPE: [&str; 4] = ["--vocab-level", "bpe", "--vocab-size", "300"];
 
 #[test]
 fn bpe_train_translate_score_resume_attention() {
@@ -45,7 +33,8 @@ fn bpe_train_translate_score_resume_attention() {
     std::fs::write(&data, tsv).unwrap();
     let model = tmp.path().join("model");
     let mut args = vec!["train", "--train", s(&data), "--out", s(&model)];
-    args.extend(FLAGS);
+    args.extend(TINY_TRAIN);
+    args.extend(BPE);
     args.extend(["--max-steps", "3"]);
     ok(&args, b"");
     assert!(model.join("tokenizer.json").is_file());
@@ -116,7 +105,8 @@ fn two_file_corpus_trains_and_mismatched_line_counts_are_an_error() {
         s(&tgt_path),
     ];
     args.extend(["--out", s(&model), "--max-steps", "2"]);
-    args.extend(FLAGS);
+    args.extend(TINY_TRAIN);
+    args.extend(BPE);
     let (code, _, stderr) = run(&args, b"");
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stderr.contains("line 61: empty target"), "{stderr}");

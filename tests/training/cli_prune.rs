@@ -2,7 +2,7 @@
 //! pruned model fine-tuned on sentence pairs with the recipe's label smoothing, the same seed
 //! giving the same weights, the result translating; and the refusals of flags that cannot apply.
 
-use super::cli_run::{fails, ok, s};
+use super::cli_run::{fails, ok, s, TINY_TRAIN};
 use std::path::Path;
 
 /// 24 pairs: a colour and a number, reversed on the target side.
@@ -24,28 +24,10 @@ fn prune_fine_tunes_a_translation_model_with_its_own_label_smoothing() {
     let data = tmp.path().join("pairs.tsv");
     write_pairs(&data);
     let model = tmp.path().join("model");
-    ok(
-        &[
-            "train",
-            "--train",
-            s(&data),
-            "--out",
-            s(&model),
-            "--preset",
-            "tiny",
-            "--tokens-per-batch",
-            "200",
-            "--threads",
-            "1",
-            "--warmup",
-            "10",
-            "--label-smoothing",
-            "0.2",
-            "--max-steps",
-            "3",
-        ],
-        b"",
-    );
+    let mut train = vec!["train", "--train", s(&data), "--out", s(&model)];
+    train.extend(TINY_TRAIN);
+    train.extend(["--label-smoothing", "0.2", "--max-steps", "3"]);
+    ok(&train, b"");
     let prune = |out: &Path, extra: &[&str]| {
         let mut args = vec![
             "prune",

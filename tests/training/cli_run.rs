@@ -5,6 +5,19 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+/// The flags of a tiny translation model's `train` run that the CLI tests share (the `tiny`
+/// preset, small batches, one thread, a short warm-up).
+pub const TINY_TRAIN: [&str; 8] = [
+    "--preset",
+    "tiny",
+    "--tokens-per-batch",
+    "200",
+    "--threads",
+    "1",
+    "--warmup",
+    "10",
+];
+
 /// Runs the binary; returns (exit code, stdout, stderr).
 pub fn run(args: &[&str], stdin: &[u8]) -> (Option<i32>, String, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_transformer"))
