@@ -331,18 +331,21 @@ pub(super) unsafe fn tile_avx512(
 
 /// Weight rows the decoding kernels ([`outputs_avx2`], [`outputs_avx512`]) take per pass.
 pub(super) const OUTPUTS: usize = 4;
+// `outs` keeps the four rows' sums in the four lanes of one 128-bit vector.
+const _: () = assert!(OUTPUTS == 4);
 /// How far ahead (in weight rows) the decoding kernels prefetch the rows they will take.
 const PREFETCH_ROWS: usize = 16;
 
-/// `out[i] = w_{o0+i} · x_0` for `i < O`: `O` weight rows against the one activation row of a
-/// decoding step, each row's f32 steps those of [`rows`] (so the same bits); the rows' chains
-/// of block-after-block additions interleave instead of each waiting on its own latency.
+/// `out[i] = w_{o0+i} · x_0` for `i <` [`OUTPUTS`]: four weight rows against the one activation
+/// row of a decoding step, each row's f32 steps those of [`rows`] (so the same bits); the rows'
+/// chains of block-after-block additions run side by side, one lane each, instead of each
+/// waiting on its own latency.
 ///
 /// # Safety
-/// `I`'s features; `w` holds 32-blocks of type `T`, `o0 + O <= w.rows`, `acts` (one row at
-/// least) made by `w.quantize`; `out.len() == O`.
+/// `I`'s features; `w` holds 32-blocks of type `T`, `o0 + OUTPUTS <= w.rows`, `acts` (one row
+/// at least) made by `w.quantize`; `out.len() == OUTPUTS`.
 #[inline(always)]
-unsafe fn outs<I: BlockDot, const O: usize, const T: u8>(
+unsafe fn outs<I: BlockDot, const T: u8>(
     w: &KQuantMatrix,
     acts: &KQuantActs,
     o0: usize,
@@ -369,9 +372,10 @@ unsafe fn outs<I: BlockDot, const O: usize, const T: u8>(
     // and (Q8_1) s. A step reads blocks b0 .. b0 + n and those blocks' activations only.
     // The stored bytes once: each dereference of `w.data` is a call through its owner.
     let stored: &[u8] = &w.data;
-    let row: [*const u8; O] = std::array::from_fn(|i| unsafe { stored.as_ptr().add((o0 + i) * nb * bb) });
-    let mut y = [0f32; O];
-    let mut y4 = _mm_setzero_ps();
+    let row: [*const u8; OUTPUTS] =
+        std::array::from_fn(|i| unsafe { stored.as_ptr().add((o0 + i) * nb * bb) });
+    // Lane i: row i's sum.
+    let mut y = _mm_setzero_ps();
     for b0 in (0..nb).step_by(STEP) {
         let n = STEP.min(nb - b0);
         let live = _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), lane);
@@ -383,9 +387,9 @@ unsafe fn outs<I: BlockDot, const O: usize, const T: u8>(
         } else {
             _mm256_setzero_ps()
         };
-        let mut terms = [_mm256_setzero_ps(); O];
-        let mut mins = [_mm256_setzero_ps(); O];
-        for i in 0..O {
+        let mut terms = [_mm256_setzero_ps(); OUTPUTS];
+        let mut mins = [_mm256_setzero_ps(); OUTPUTS];
+        for i in 0..OUTPUTS {
             let blk = unsafe { row[i].add(b0 * bb) };
             for line in (0..n * bb).step_by(64) {
                 // A hint only: it never faults, whatever the address (past the weights on
@@ -417,45 +421,25 @@ unsafe fn outs<I: BlockDot, const O: usize, const T: u8>(
                 mins[i] = _mm256_mul_ps(m, s);
             }
         }
-        if O == 4 {
-            // Four rows at once, lane i of `y4` row i: the same additions in the same order
-            // as the scalar loop below, with the terms kept in registers (a transpose)
-            // instead of stored and read back one by one.
-            let t = by_block([terms[0], terms[1], terms[2], terms[3]]);
-            let m = by_block([mins[0], mins[1], mins[2], mins[3]]);
-            for k in 0..n {
-                y4 = _mm_add_ps(y4, t[k]);
-                if T == Q5_1 {
-                    y4 = _mm_add_ps(y4, m[k]);
-                }
-            }
-        } else {
-            let mut tv = [[0f32; STEP]; O];
-            let mut mv = [[0f32; STEP]; O];
-            for i in 0..O {
-                unsafe { _mm256_storeu_ps(tv[i].as_mut_ptr(), terms[i]) };
-                unsafe { _mm256_storeu_ps(mv[i].as_mut_ptr(), mins[i]) };
-            }
-            for k in 0..n {
-                for i in 0..O {
-                    y[i] += tv[i][k];
-                    if T == Q5_1 {
-                        y[i] += mv[i][k];
-                    }
-                }
+        // The same additions in the same order as one row at a time (y_i += t_ik, then
+        // Q5_1's y_i += m_ik, block after block), the terms transposed in registers.
+        let (t, m) = (by_block(terms), by_block(mins));
+        for k in 0..n {
+            y = _mm_add_ps(y, t[k]);
+            if T == Q5_1 {
+                y = _mm_add_ps(y, m[k]);
             }
         }
     }
-    if O == 4 {
-        unsafe { _mm_storeu_ps(y.as_mut_ptr(), y4) };
-    }
-    out.copy_from_slice(&y);
+    let out: &mut [f32; OUTPUTS] = out.try_into().expect("four outputs a pass");
+    // SAFETY: `out` holds OUTPUTS = 4 floats.
+    unsafe { _mm_storeu_ps(out.as_mut_ptr(), y) };
 }
 
 /// The 4 × 8 terms `t[i]` (row i, block k in lane k) by block: `[t_0k, t_1k, t_2k, t_3k]` for
 /// k < 8 (a transpose in registers).
 #[inline(always)]
-fn by_block(t: [__m256; 4]) -> [__m128; STEP] {
+fn by_block(t: [__m256; OUTPUTS]) -> [__m128; STEP] {
     // SAFETY: AVX, which every caller's target features include.
     unsafe {
         // [t0k0 t1k0 t0k1 t1k1 | k4 k5], [k2 k3 | k6 k7] of rows 0, 1; the same of rows 2, 3.
@@ -482,9 +466,9 @@ fn by_block(t: [__m256; 4]) -> [__m128; STEP] {
 macro_rules! dispatch_outputs {
     ($isa:ty, $w:expr, $acts:expr, $o0:expr, $out:expr) => {{
         match $w.ty {
-            GgmlType::Q5_0 => outs::<$isa, OUTPUTS, Q5_0>($w, $acts, $o0, $out),
-            GgmlType::Q5_1 => outs::<$isa, OUTPUTS, Q5_1>($w, $acts, $o0, $out),
-            _ => outs::<$isa, OUTPUTS, IQ4_NL>($w, $acts, $o0, $out),
+            GgmlType::Q5_0 => outs::<$isa, Q5_0>($w, $acts, $o0, $out),
+            GgmlType::Q5_1 => outs::<$isa, Q5_1>($w, $acts, $o0, $out),
+            _ => outs::<$isa, IQ4_NL>($w, $acts, $o0, $out),
         }
     }};
 }
