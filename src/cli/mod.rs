@@ -177,15 +177,9 @@ pub fn run(cli: Cli) -> Result<()> {
     if let Some(kernel) = crate::kernels::lowp::kernel_from_env().map_err(anyhow::Error::msg)? {
         crate::kernels::lowp::set_kernel_cap(kernel);
     }
-    // TRANSFORMER_AVX_VNNI=0 keeps the AVX2 int8 kernel to plain AVX2 (checked everywhere,
-    // meaningful on x86-64 only).
-    let avx_vnni = crate::kernels::lowp::avx_vnni_from_env().map_err(anyhow::Error::msg)?;
-    #[cfg(target_arch = "x86_64")]
-    if let Some(on) = avx_vnni {
-        crate::kernels::lowp::set_plain_avx2(!on);
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = avx_vnni;
+    // TRANSFORMER_AVX_VNNI (the AVX2 int8 kernel reads it at first use): a value other than
+    // 0 or 1 is refused here, before any work.
+    crate::kernels::lowp::avx_vnni_from_env().map_err(anyhow::Error::msg)?;
     if let Command::Bench(a) = &cli.command {
         if let Some(name) = &a.kernel {
             let kernel = crate::kernels::lowp::kernel_for_this_cpu(name)

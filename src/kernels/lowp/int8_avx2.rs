@@ -21,7 +21,6 @@
 //! A register tile is `R ≤ 4` activation rows × one panel (16 outputs = two 8-lane halves):
 //! `2R` accumulators, two weight registers and their absolute values, within AVX2's 16
 //! registers. Rows `R` apart reuse the panel from L1.
-
 //!
 //! Where the CPU has AVX-VNNI (the 256-bit `vpdpbusd` of Alder Lake and later, Zen 5), the
 //! tile takes the AVX-512 kernel's route on 8-lane vectors instead ([`Tile::run_vnni`]): one
@@ -43,8 +42,8 @@ fn plain_avx2() -> &'static AtomicBool {
 
 /// Makes the AVX2 int8 kernel use (`false`, the default) or leave (`true`) AVX-VNNI where the
 /// CPU has it: the two give the same bits, so this changes speed only.
-// Used by the binary (feature `cli`), the tests and outside the library (feature `internals`).
-#[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]
+// Used by the tests and outside the library (feature `internals`).
+#[cfg_attr(not(any(test, feature = "internals")), allow(dead_code))]
 pub fn set_plain_avx2(plain: bool) {
     plain_avx2().store(plain, Ordering::Relaxed);
 }

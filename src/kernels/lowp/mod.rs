@@ -58,9 +58,9 @@ pub mod raw_bytes;
 pub use bf16::{bf16_to_f32, f32_to_bf16, round_to_bf16, rounded_to_bf16, Bf16Matrix};
 pub use blocks::{BlockKind, BlockMatrix};
 pub use int8::Int8Matrix;
-// Used by the binary (feature `cli`) and outside the library (feature `internals`).
+// Used outside the library only (feature `internals`).
 #[cfg(target_arch = "x86_64")]
-#[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(unused_imports))]
+#[cfg_attr(not(feature = "internals"), allow(unused_imports))]
 pub use int8_avx2::set_plain_avx2;
 // Used outside the library only (feature `internals`).
 #[cfg_attr(not(feature = "internals"), allow(unused_imports))]
