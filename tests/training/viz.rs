@@ -301,23 +301,11 @@ fn attention_command_on_a_tiny_trained_model() {
     std::fs::write(&data, pairs.join("\n")).unwrap();
     let model = tmp.path().join("model");
     let s = |p: &Path| p.to_str().unwrap().to_string();
-    let (ok, stderr) = run(&[
-        "train",
-        "--train",
-        &s(&data),
-        "--out",
-        &s(&model),
-        "--preset",
-        "tiny",
-        "--tokens-per-batch",
-        "200",
-        "--threads",
-        "1",
-        "--warmup",
-        "10",
-        "--max-steps",
-        "2",
-    ]);
+    let (data_arg, model_arg) = (s(&data), s(&model));
+    let mut train = vec!["train", "--train", &data_arg, "--out", &model_arg];
+    train.extend(super::cli_run::TINY_TRAIN);
+    train.extend(["--max-steps", "2"]);
+    let (ok, stderr) = run(&train);
     assert!(ok, "{stderr}");
 
     // Given target, PNG.
