@@ -180,7 +180,8 @@ fn a_window_covering_the_sequence_is_exact_bit_for_bit() {
 }
 
 /// Language models of each kind: decoding one token at a time gives the full forward's
-/// log-probabilities; a windowed model's decoding state holds about its window.
+/// log-probabilities, also after the rows swap places (a beam search's reordering); a windowed
+/// model's decoding state holds about its window.
 #[test]
 fn language_models_of_each_kind_decode_like_their_forward() {
     let len = 30;
@@ -200,14 +201,22 @@ fn language_models_of_each_kind_decode_like_their_forward() {
         let (_, full) = m.evaluate_with_logprobs(&tokens, &targets, 2);
         let mut state = m.start(2, len);
         let mut most_blocks = 0;
+        // Halfway the two rows swap places (as a beam search reorders its hypotheses): from
+        // then on state row 0 continues sequence 1 and row 1 sequence 0.
+        let mut order = [0, 1];
         for p in 0..len {
+            if p == len / 2 {
+                state.gather_rows(&[1, 0]);
+                order = [1, 0];
+            }
             let got = m.step(
                 &mut state,
-                &[tokens[p], tokens[len + p]],
+                &order.map(|b| tokens[b * len + p]),
                 &StepLayout::dense(),
             );
-            let want: Vec<f64> = (0..2)
-                .flat_map(|b| full[(b * len + p) * 13..(b * len + p + 1) * 13].to_vec())
+            let want: Vec<f64> = order
+                .iter()
+                .flat_map(|&b| full[(b * len + p) * 13..(b * len + p + 1) * 13].to_vec())
                 .collect();
             assert!(
                 max_diff(&got, &want) < 1e-10,

@@ -357,7 +357,10 @@ impl<T: Float> KvCache<T> {
         }
         let per_row = self.blocks_per_row();
         let bs = self.block_rows;
-        let used = |len: usize| len.div_ceil(bs);
+        // A linear-attention layer counts positions but stores no blocks (its state is gathered
+        // below): its table holds nothing to share or release.
+        let stores_blocks = self.running.is_none();
+        let used = |len: usize| if stores_blocks { len.div_ceil(bs) } else { 0 };
         let mut table = vec![0; rows.len() * per_row];
         for (j, &r) in rows.iter().enumerate() {
             let old = &self.table[r * per_row..r * per_row + used(self.lens[r])];
