@@ -180,6 +180,9 @@ pub fn run(cli: Cli) -> Result<()> {
     // TRANSFORMER_AVX_VNNI (the AVX2 int8 kernel reads it at first use): a value other than
     // 0 or 1 is refused here, before any work.
     crate::kernels::lowp::avx_vnni_from_env().map_err(anyhow::Error::msg)?;
+    // TRANSFORMER_GGUF_MEMORY (read when a GGUF file is opened): refused here too, before any
+    // work, whatever the command.
+    crate::store::file_memory::FileMemory::from_env().map_err(anyhow::Error::msg)?;
     if let Command::Bench(a) = &cli.command {
         if let Some(name) = &a.kernel {
             let kernel = crate::kernels::lowp::kernel_for_this_cpu(name)

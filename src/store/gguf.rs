@@ -21,12 +21,15 @@
 //! crate uses (slowest first: `[rows, cols]` for a matrix). The element types and their block
 //! layouts are in [`super::ggml`].
 //!
-//! [`GgufFile::open`] maps the file into memory read-only, as llama.cpp does (`llama_mmap`):
-//! the tensors' bytes are read in place from the page cache, and the pages of the weights
-//! are shared with every process that maps the same file. This assumes, as llama.cpp does,
-//! that nobody truncates or rewrites the file while it is mapped (a page cut off by a
-//! truncation would fault with SIGBUS when read); replacing it by a rename, as our own saves
-//! and most downloaders do, leaves the mapped file intact. [`GgufFile::from_bytes`] parses
+//! [`GgufFile::open`] holds the file's bytes as [`super::file_memory`] says: by default read
+//! once into private memory in transparent huge pages (the block products stream every
+//! weight per token, and 2 MiB pages spare them a TLB miss every 4 KiB), or, with
+//! `TRANSFORMER_GGUF_MEMORY=map`, mapped read-only as llama.cpp maps it (`llama_mmap`): the
+//! tensors' bytes are then read in place from the page cache, shared with every process that
+//! maps the same file. A map assumes, as llama.cpp does, that nobody truncates or rewrites the
+//! file while it is mapped (a page cut off by a truncation would fault with SIGBUS when read);
+//! replacing it by a rename, as our own saves and most downloaders do, leaves the mapped file
+//! intact. Either way the tensors are read where the bytes are held, never copied again. [`GgufFile::from_bytes`] parses
 //! bytes already in memory (tests, fuzzing).
 //!
 //! Every count, length and offset is checked against the bytes that remain before it is used,
@@ -36,13 +39,13 @@
 //! memory its bytes do not back.
 
 use super::ckpt_err;
+use super::file_memory::{self, FileMemory};
 pub use super::gguf_value::{FromValue, Value, ValueType};
 use crate::error::Result;
 use crate::kernels::lowp::ggml::{self, GgmlType};
 use crate::kernels::lowp::RawBytes;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// The file's first four bytes.
 pub const MAGIC: &[u8; 4] = b"GGUF";
@@ -195,10 +198,10 @@ impl<'a> Reader<'a> {
 }
 
 impl GgufFile {
-    /// Maps the GGUF file at `path` into memory (read-only, see the module's description) and
-    /// parses it: tensors are then read in place, never copied whole into memory.
+    /// Holds the GGUF file at `path` in memory (in huge pages or mapped, see the module's
+    /// description) and parses it: tensors are then read where the bytes are held.
     pub fn open(path: &Path) -> Result<GgufFile> {
-        GgufFile::from_shared(map_file(path)?, path)
+        GgufFile::from_shared(hold_file(path)?, path)
     }
 
     /// Parses a GGUF file's bytes; `path` is only used in messages.
@@ -350,9 +353,10 @@ impl GgufFile {
     }
 }
 
-/// The whole file at `path`, mapped read-only; errors name the file (missing, a directory,
-/// unreadable).
-fn map_file(path: &Path) -> Result<RawBytes> {
+/// The whole file at `path`, held as [`file_memory::GGUF_MEMORY_ENV`] says ([`super::file_memory`]: in huge
+/// pages, or mapped read-only); errors name the file (missing, a directory, unreadable) or the
+/// variable.
+fn hold_file(path: &Path) -> Result<RawBytes> {
     let cannot = |e: std::io::Error| {
         if e.kind() == std::io::ErrorKind::NotFound {
             ckpt_err(path, "file not found")
@@ -366,16 +370,11 @@ fn map_file(path: &Path) -> Result<RawBytes> {
     if file.metadata().map_err(cannot)?.is_dir() {
         return Err(ckpt_err(path, "is a directory, not a file"));
     }
-    // SAFETY: `Mmap::map` is unsafe because the mapped bytes could change, or vanish, if the
-    // file were modified or truncated by another process while it is mapped: the `&[u8]` read
-    // from it would then not be immutable, or a read would fault. The map is read-only (this
-    // crate never writes a GGUF file, through the map or otherwise), and, as llama.cpp, we
-    // assume nobody truncates or rewrites the file in place while it is loaded (see the
-    // module's description). The length is fixed when the map is made, and `parse` checks
-    // every range it reads against that length, so no read lands past the file's end.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(cannot)?;
-    let len = map.len();
-    Ok(RawBytes::shared(Arc::new(map), 0..len).expect("the whole map is inside it"))
+    let memory = FileMemory::from_env().map_err(|e| ckpt_err(path, e))?;
+    let len = usize::try_from(file.metadata().map_err(cannot)?.len())
+        .map_err(|_| ckpt_err(path, "is larger than this machine's address space"))?;
+    let held = file_memory::hold(&file, len, memory).map_err(cannot)?;
+    Ok(RawBytes::shared(held, 0..len).expect("the whole file is inside it"))
 }
 
 /// Rounds `pos` up to a multiple of `align` (a power of two).

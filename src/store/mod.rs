@@ -23,6 +23,7 @@
 //! Single files ([`write_atomic`]) are written to a temporary name and renamed.
 
 pub mod atomic;
+pub mod file_memory;
 /// The ggml element types and block layouts, kept beside the kernels that multiply them
 /// ([`crate::kernels::lowp::ggml`]); re-exported here for the readers of GGUF files.
 pub use crate::kernels::lowp::ggml;

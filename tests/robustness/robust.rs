@@ -644,4 +644,17 @@ fn kernel_names_are_checked() {
         stderr.contains("TRANSFORMER_AVX_VNNI=yes: expected 0 or 1"),
         "{stderr}"
     );
+    // TRANSFORMER_GGUF_MEMORY takes hugepages or map (how a GGUF file's bytes are held).
+    let out = Command::new(env!("CARGO_BIN_EXE_transformer"))
+        .env("TRANSFORMER_GGUF_MEMORY", "mmap")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("TRANSFORMER_GGUF_MEMORY=mmap: expected hugepages or map"),
+        "{stderr}"
+    );
 }
