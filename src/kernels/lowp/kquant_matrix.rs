@@ -38,6 +38,8 @@ mod blocks32;
 pub(super) mod blocks32_gemm;
 #[cfg(target_arch = "x86_64")]
 mod superblocks;
+#[cfg(target_arch = "x86_64")]
+const _: () = assert!(superblocks::OUTPUTS == blocks32::OUTPUTS);
 
 /// A weight `[rows, cols]` of one of the types this module multiplies, as the file stores it.
 #[derive(Clone, Debug)]
@@ -623,26 +625,33 @@ impl PackedFormat for KQuantMatrix {
         }
     }
 
-    /// The 32-blocks' SIMD kernels take [`blocks32::OUTPUTS`] weight rows per pass (their
-    /// bits); the rest runs [`tile`](PackedFormat::tile) row by row.
+    /// The SIMD kernels of the 32-blocks, and of `Q4_K` / `Q6_K`, take four weight rows per
+    /// pass ([`blocks32::OUTPUTS`], [`superblocks::OUTPUTS`]; their bits); the rest runs
+    /// [`tile`](PackedFormat::tile) row by row.
     fn row_outputs(&self, kernel: Kernel, acts: &KQuantActs, o0: usize, out: &mut [f32]) {
         let mut done = 0;
         #[cfg(target_arch = "x86_64")]
-        if self.block == 32 && kernel != Kernel::Portable {
+        if kernel != Kernel::Portable
+            && (self.block == 32 || superblocks::handles(self.ty) && super::has_avx2())
+        {
             let n = blocks32::OUTPUTS;
             assert!(
                 self.runs(kernel) && o0 + out.len() <= self.rows && acts.e.len() >= acts.nb,
                 "the {} kernel does not run here, or the rows are not those of this product",
                 kernel.name()
             );
-            for (k, run) in out.chunks_exact_mut(n).enumerate() {
-                // SAFETY: runs(kernel) checked its features; the assertion bounds the weight
-                // rows o0 + k n .. o0 + (k + 1) n and activation row 0, and `acts` came from
-                // self.quantize.
+            let runs = out.chunks_exact_mut(n).enumerate();
+            for (k, run) in runs {
+                let o = o0 + k * n;
+                // SAFETY: runs(kernel) checked its features (and has_avx2 AVX2, FMA and F16C
+                // for the super-blocks' AVX-512 kernel); the assertion bounds the weight rows
+                // o .. o + n and activation row 0, and `acts` came from self.quantize.
                 unsafe {
-                    match kernel {
-                        Kernel::Avx512 => blocks32::outputs_avx512(self, acts, o0 + k * n, run),
-                        _ => blocks32::outputs_avx2(self, acts, o0 + k * n, run),
+                    match (kernel, self.block) {
+                        (Kernel::Avx512, 32) => blocks32::outputs_avx512(self, acts, o, run),
+                        (_, 32) => blocks32::outputs_avx2(self, acts, o, run),
+                        (Kernel::Avx512, _) => superblocks::outputs_avx512(self, acts, o, run),
+                        _ => superblocks::outputs_avx2(self, acts, o, run),
                     }
                 }
             }
