@@ -473,6 +473,8 @@ pub fn train<'py>(
             attention_dropout,
             activation_dropout,
             pre_ln,
+            // The Python API trains exact attention (train --attention is the CLI's).
+            attention: None,
         },
         recipe: TrainConfig {
             label_smoothing,

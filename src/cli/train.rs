@@ -138,6 +138,12 @@ pub struct TrainArgs {
     /// Use pre-LN residual blocks instead of the paper's post-LN. Ignored with --resume.
     #[arg(long)]
     pub pre_ln: bool,
+    /// Every self-attention layer's attention, the encoder's and the decoder's (cross-attention
+    /// stays exact): exact, window:W (the decoder's last W keys, the encoder's band |p − j| <
+    /// W), sparse:L:S, global:L:G or linear (which needs --attention-dropout 0). Default: the
+    /// preset's or the --config file's (exact). Ignored with --resume.
+    #[arg(long)]
+    pub attention: Option<crate::model::attention_kind::AttentionKind>,
     /// Vocabulary: characters, whitespace-separated words, or byte-level BPE subwords learnt
     /// jointly from sources and targets (saved as tokenizer.json in the model directory).
     /// Ignored with --resume.
@@ -218,6 +224,7 @@ impl TrainArgs {
                 attention_dropout: self.attention_dropout,
                 activation_dropout: self.activation_dropout,
                 pre_ln: self.pre_ln,
+                attention: self.attention,
             },
             recipe: TrainConfig {
                 label_smoothing: self.label_smoothing,

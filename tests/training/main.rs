@@ -13,6 +13,7 @@ mod average;
 mod bf16_training;
 mod checkpoint_resume;
 mod cli;
+mod cli_attention;
 mod cli_bpe;
 mod cli_checkpoints;
 mod cli_classifier;

@@ -9,6 +9,7 @@ use super::{check_max_steps, check_vocab_size, join, resume_trainer, Notes, Star
 use crate::dist::Communicator;
 use crate::error::{Error, Result};
 use crate::kernels::lowp::bf16_train::Bf16Kernel;
+use crate::model::attention_kind::AttentionKind;
 use crate::model::{ModelConfig, NormPlacement, Seq2Seq};
 use crate::store::VOCAB_FILE;
 use crate::text::corpus::{read_pairs, read_parallel, Pair};
@@ -174,6 +175,9 @@ pub struct PairModelSpec {
     pub activation_dropout: Option<f64>,
     /// Pre-LN residual blocks instead of the base's placement.
     pub pre_ln: bool,
+    /// Replaces every self-attention layer's kind, the encoder's and the decoder's
+    /// (`encoder_layer_attention`, `layer_attention`); cross-attention stays exact.
+    pub attention: Option<AttentionKind>,
 }
 
 impl PairModelSpec {
@@ -208,6 +212,10 @@ impl PairModelSpec {
         }
         if self.pre_ln {
             c.norm = NormPlacement::PreLn;
+        }
+        if let Some(kind) = self.attention {
+            c.encoder_layer_attention = vec![kind; c.n_encoder_layers];
+            c.layer_attention = vec![kind; c.n_decoder_layers];
         }
         c.validate().map_err(|e| match &self.base {
             ModelBase::File(path) => {
@@ -448,6 +456,7 @@ mod tests {
                 attention_dropout: None,
                 activation_dropout: None,
                 pre_ln: false,
+                attention: None,
             },
             recipe: TrainConfig::default(),
         };
@@ -477,6 +486,7 @@ mod tests {
             attention_dropout: None,
             activation_dropout: None,
             pre_ln: true,
+            attention: None,
         };
         let e = spec.config(100).unwrap_err().to_string();
         assert!(
@@ -491,5 +501,19 @@ mod tests {
             (c.vocab_size, c.dropout, c.norm),
             (100, 0.25, NormPlacement::PreLn)
         );
+        // --attention: every encoder and decoder self-attention layer; linear attention
+        // refuses the attention dropout it has no weights for.
+        let window = AttentionKind::Window { window: 3 };
+        tiny.attention = Some(window);
+        let c = tiny.config(100).unwrap();
+        assert_eq!(c.encoder_layer_attention, vec![window; c.n_encoder_layers]);
+        assert_eq!(c.layer_attention, vec![window; c.n_decoder_layers]);
+        assert!(c.n_encoder_layers > 0 && c.n_decoder_layers > 0);
+        tiny.attention = Some(AttentionKind::Linear);
+        tiny.attention_dropout = Some(0.1);
+        let e = tiny.config(100).unwrap_err().to_string();
+        assert!(e.contains("linear attention") && e.contains("attention_dropout"), "{e}");
+        tiny.attention_dropout = Some(0.0);
+        assert!(tiny.config(100).is_ok());
     }
 }
