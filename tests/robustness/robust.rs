@@ -631,30 +631,28 @@ fn kernel_names_are_checked() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "hi");
     bin(&["bench", "--kernel", "sve", "--lm"], b"").refused(&["sve", "avx2"]);
-    // TRANSFORMER_AVX_VNNI takes 0 or 1 (the AVX2 int8 kernel's AVX-VNNI form off or on).
-    let out = Command::new(env!("CARGO_BIN_EXE_transformer"))
-        .env("TRANSFORMER_AVX_VNNI", "yes")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("TRANSFORMER_AVX_VNNI=yes: expected 0 or 1"),
-        "{stderr}"
-    );
-    // TRANSFORMER_GGUF_MEMORY takes hugepages or map (how a GGUF file's bytes are held).
-    let out = Command::new(env!("CARGO_BIN_EXE_transformer"))
-        .env("TRANSFORMER_GGUF_MEMORY", "mmap")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("TRANSFORMER_GGUF_MEMORY=mmap: expected hugepages or map"),
-        "{stderr}"
-    );
+    // TRANSFORMER_AVX_VNNI takes 0 or 1 (the AVX2 int8 kernel's AVX-VNNI form off or on),
+    // TRANSFORMER_GGUF_MEMORY hugepages or map (how a GGUF file's bytes are held).
+    for (var, value, want) in [
+        (
+            "TRANSFORMER_AVX_VNNI",
+            "yes",
+            "TRANSFORMER_AVX_VNNI=yes: expected 0 or 1",
+        ),
+        (
+            "TRANSFORMER_GGUF_MEMORY",
+            "mmap",
+            "TRANSFORMER_GGUF_MEMORY=mmap: expected hugepages or map",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_transformer"))
+            .env(var, value)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains(want), "{stderr}");
+    }
 }
