@@ -53,8 +53,12 @@ pub struct Int8Matrix {
 /// scales `t [n]`.
 pub struct Int8Acts {
     stride: usize,
+    /// `u = p + 128`, or, where [`signed`](Self::signed), `p` itself (as i8 bytes).
     u: Vec<u8>,
     scale: Vec<f32>,
+    /// Whether `u` holds `p`: for the plain AVX2 kernel, which multiplies signed bytes and
+    /// would otherwise flip every byte's top bit once per panel.
+    signed: bool,
 }
 
 /// `max_k |row_k|` (in lanes, so that it vectorises; a maximum is exact in any order).
@@ -224,8 +228,9 @@ impl Int8Matrix {
     }
 
     /// Quantises `x [n, cols]` per row into `u = p + 128` (with `kernel`'s instructions: the
-    /// same code and the same bits either way).
-    fn quantize_acts(&self, kernel: Kernel, x: &[f32], n: usize) -> Int8Acts {
+    /// same code and the same bits either way), then, where `signed`, into `p` (the top bits
+    /// flipped once here rather than in every panel's tile).
+    fn quantize_acts(&self, kernel: Kernel, x: &[f32], n: usize, signed: bool) -> Int8Acts {
         let stride = self.groups * 4;
         let mut u = vec![128u8; n * stride];
         let mut scale = Vec::with_capacity(n);
@@ -244,7 +249,16 @@ impl Int8Matrix {
             };
             scale.push(s);
         }
-        Int8Acts { stride, u, scale }
+        if signed {
+            // p = u − 128: the padding's 128 becomes 0 as well.
+            u.iter_mut().for_each(|b| *b ^= 0x80);
+        }
+        Int8Acts {
+            stride,
+            u,
+            scale,
+            signed,
+        }
     }
 
     /// `y [rows, d_out] = x [rows, d_in] · Wᵀ` with `kernel`, parallel over groups of
@@ -255,7 +269,12 @@ impl Int8Matrix {
         if !super::check_operands(shape, y, x, rows, kernel, self.runs(kernel)) {
             return;
         }
-        let acts = self.quantize_acts(kernel, x, rows);
+        // The plain AVX2 kernel takes signed activations; decided once for the whole product.
+        #[cfg(target_arch = "x86_64")]
+        let signed = kernel == Kernel::Avx2 && !super::int8_avx2::uses_avx_vnni();
+        #[cfg(not(target_arch = "x86_64"))]
+        let signed = false;
+        let acts = self.quantize_acts(kernel, x, rows, signed);
         let out = OutPtr(y.as_mut_ptr());
         let task = |g: usize| {
             let p0 = g * TILE_PANELS;
@@ -353,7 +372,6 @@ impl Int8Matrix {
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx2 => {
                 let panel_bytes = self.groups * LANES * 4;
-                let vnni = super::int8_avx2::uses_avx_vnni();
                 for p in 0..panels {
                     let o = o0 + p * LANES;
                     for r0 in (0..rows).step_by(TILE_ROWS) {
@@ -384,11 +402,12 @@ impl Int8Matrix {
                         // 16 scales (padded), rows r0 .. r0 + R of u and t, and writes rows
                         // r0 .. r0 + R of y at this panel's outputs that exist (the caller's
                         // guarantee covers them), and its 16 row sums (padded like the
-                        // scales); run_vnni only where uses_avx_vnni() found AVX-VNNI.
-                        if vnni {
-                            by_rows!(run_vnni)
-                        } else {
+                        // scales); run_vnni only where uses_avx_vnni() found AVX-VNNI (then
+                        // `acts` holds u), run where it holds p.
+                        if acts.signed {
                             by_rows!(run)
+                        } else {
+                            by_rows!(run_vnni)
                         }
                     }
                 }

@@ -6,7 +6,7 @@
 //! and adds neighbouring pairs into *saturating* i16 lanes. On `u = p + 128 ∈ [1, 255]` and
 //! `q ∈ [-127, 127]` a pair reaches `2 · 255 · 127 = 64,770 > 32,767`, so it could saturate.
 //! The kernel uses ggml's sign trick instead: with `p = u - 128 ∈ [-127, 127]` (an xor of the
-//! top bit),
+//! top bit, done once per product over the activations, not in every panel's tile),
 //!
 //! ```text
 //! q_k p_k = |q_k| · (sign(q_k) p_k),   |q_k| ∈ [0, 127] as u8,  sign(q_k) p_k ∈ [-127, 127] as i8
@@ -123,7 +123,8 @@ pub struct Tile {
     /// The panel's `[groups, 16, 4]` weights.
     pub q: *const i8,
     pub groups: usize,
-    /// The first row's `u`; rows `u_stride` apart.
+    /// The first row's activations, rows `u_stride` apart: `p` as i8 bytes for
+    /// [`run`](Self::run), `u = p + 128` for [`run_vnni`](Self::run_vnni).
     pub u: *const u8,
     pub u_stride: usize,
     /// `s_o` from the panel's first output (16 values, padded).
@@ -149,7 +150,6 @@ impl Tile {
     #[target_feature(enable = "avx2")]
     pub unsafe fn run<const R: usize>(&self) {
         let ones = _mm256_set1_epi16(1);
-        let top = _mm256_set1_epi8(-128);
         let mut acc = [[_mm256_setzero_si256(); 2]; R];
         for g in 0..self.groups {
             // SAFETY (caller): the 64 bytes of group g: outputs 0..8 then 8..16, four each.
@@ -159,10 +159,10 @@ impl Tile {
             ];
             let w_abs = [_mm256_abs_epi8(w[0]), _mm256_abs_epi8(w[1])];
             for (r, acc_r) in acc.iter_mut().enumerate() {
-                // SAFETY (caller): bytes 4g .. 4g + 4 of row r (rows are 4 · groups long).
+                // SAFETY (caller): bytes 4g .. 4g + 4 of row r (rows are 4 · groups long),
+                // the signed p (flipped from u = p + 128 once per product, not here).
                 let four = (self.u.add(r * self.u_stride + 4 * g) as *const i32).read_unaligned();
-                // p = u - 128 as i8: flip the top bit.
-                let p = _mm256_xor_si256(_mm256_set1_epi32(four), top);
+                let p = _mm256_set1_epi32(four);
                 for h in 0..2 {
                     let signed_p = _mm256_sign_epi8(p, w[h]);
                     // |q| · sign(q) p in pairs: at most 2 · 127 · 127, no saturation.
