@@ -26,10 +26,11 @@
 //! scales ([`Unpacked`]) once per tile of activation rows, and the inner loops are plain
 //! `i8 × i8 → i32` sums over 16 or 32 elements that the compiler vectorises.
 
-use super::ggml::{f16_to_f32, f32_to_f16, five_bit_pair, GgmlType, IQ4_NL_LEVELS};
+use super::ggml::{f16_to_f32, five_bit_pair, GgmlType, IQ4_NL_LEVELS};
 use super::kquants::{q3_k_scale, q4_k_scale_min, QK_K};
-use super::{round_small, Kernel, PackedFormat, RawBytes};
+use super::{Kernel, PackedFormat, RawBytes};
 
+mod activations;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
@@ -54,108 +55,13 @@ pub struct KQuantMatrix {
     data: RawBytes,
 }
 
-/// Which 8-bit activation blocks a weight type meets.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum ActFormat {
-    /// ggml `Q8_K`: 256 per block, f32 scale, sums per 16.
-    Q8K,
-    /// ggml `Q8_0`: 32 per block, f16 scale.
-    Q80,
-    /// ggml `Q8_1`: `Q8_0` plus `s = e Σ p` in f16.
-    Q81,
-}
-
-/// Activations `[n, cols]` quantised for one call.
-pub struct KQuantActs {
-    format: ActFormat,
-    /// Elements per block (256 or 32) and blocks per row.
-    block: usize,
-    nb: usize,
-    /// `[n, cols]`: `p`.
-    pub(super) q: Vec<i8>,
-    /// `[n, nb]`: `e` (f16-rounded for Q8_0 / Q8_1).
-    pub(super) e: Vec<f32>,
-    /// `[n, cols / 16]`: `bsums` (Q8_K only).
-    pub(super) bsums: Vec<i32>,
-    /// `[n, nb]`: `s` (Q8_1 only).
-    s: Vec<f32>,
-    /// `[n, nb]`: `Σ_j p_j` per block (Q8_0 and Q8_1).
-    pub(super) psum: Vec<i32>,
-}
-
-impl KQuantActs {
-    /// Row `r`'s activations as they are multiplied: `e_b p_j`, in f64.
-    pub fn values(&self, r: usize) -> Vec<f64> {
-        let cols = self.nb * self.block;
-        (0..cols)
-            .map(|j| {
-                f64::from(self.e[r * self.nb + j / self.block]) * f64::from(self.q[r * cols + j])
-            })
-            .collect()
-    }
-
-    /// Row `r`'s `s_b` of `Q8_1` blocks (empty for the other formats).
-    pub fn block_sums(&self, r: usize) -> &[f32] {
-        match self.format {
-            ActFormat::Q81 => &self.s[r * self.nb..(r + 1) * self.nb],
-            _ => &[],
-        }
-    }
-}
+use activations::{quantize_q8_0, quantize_q8_k, ActFormat};
+pub use activations::KQuantActs;
 
 /// Whether [`KQuantMatrix`] multiplies blocks of `ty`.
 pub fn is_kquant_product(ty: GgmlType) -> bool {
     use GgmlType::*;
     matches!(ty, Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q5_0 | Q5_1 | IQ4_NL)
-}
-
-/// Quantises one row `x` to `Q8_K` blocks (ggml's `quantize_row_q8_K_ref`).
-fn quantize_q8_k(x: &[f32], q: &mut [i8], e: &mut [f32], bsums: &mut [i32]) {
-    for (b, xb) in x.chunks_exact(QK_K).enumerate() {
-        let (mut amax, mut max) = (0f32, 0f32);
-        for &v in xb {
-            if v.abs() > amax {
-                amax = v.abs();
-                max = v;
-            }
-        }
-        let qb = &mut q[b * QK_K..(b + 1) * QK_K];
-        if amax == 0.0 {
-            qb.fill(0);
-            e[b] = 0.0;
-            bsums[b * 16..(b + 1) * 16].fill(0);
-            continue;
-        }
-        let iscale = -127.0 / max;
-        for (p, &v) in qb.iter_mut().zip(xb) {
-            *p = round_small(iscale * v).clamp(-128.0, 127.0) as i8;
-        }
-        for (g, sum) in bsums[b * 16..(b + 1) * 16].iter_mut().enumerate() {
-            *sum = qb[g * 16..(g + 1) * 16].iter().map(|&p| i32::from(p)).sum();
-        }
-        e[b] = 1.0 / iscale;
-    }
-}
-
-/// Quantises one row `x` to `Q8_0` blocks, with `Q8_1`'s `s` when `s` is not empty (ggml's
-/// x86 `quantize_row_q8_0` / `quantize_row_q8_1`), and each block's `Σ_j p_j` in `psum`.
-fn quantize_q8_0(x: &[f32], q: &mut [i8], e: &mut [f32], s: &mut [f32], psum: &mut [i32]) {
-    for (b, xb) in x.chunks_exact(32).enumerate() {
-        let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let d = amax / 127.0;
-        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
-        let qb = &mut q[b * 32..(b + 1) * 32];
-        let mut sum = 0i32;
-        for (p, &v) in qb.iter_mut().zip(xb) {
-            *p = round_small((v * id).clamp(-127.0, 127.0)) as i8;
-            sum += i32::from(*p);
-        }
-        e[b] = f16_to_f32(f32_to_f16(d));
-        psum[b] = sum;
-        if !s.is_empty() {
-            s[b] = f16_to_f32(f32_to_f16(d * sum as f32));
-        }
-    }
 }
 
 /// One weight block unpacked: signed values and, per group of 16, integer scale and minimum;
