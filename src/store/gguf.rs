@@ -29,8 +29,8 @@
 //! maps the same file. A map assumes, as llama.cpp does, that nobody truncates or rewrites the
 //! file while it is mapped (a page cut off by a truncation would fault with SIGBUS when read);
 //! replacing it by a rename, as our own saves and most downloaders do, leaves the mapped file
-//! intact. Either way the tensors are read where the bytes are held, never copied again. [`GgufFile::from_bytes`] parses
-//! bytes already in memory (tests, fuzzing).
+//! intact. Either way the tensors are read where the bytes are held, never copied again.
+//! [`GgufFile::from_bytes`] parses bytes already in memory (tests, fuzzing).
 //!
 //! Every count, length and offset is checked against the bytes that remain before it is used,
 //! and every tensor's range against the file's length before any tensor is read, so a
@@ -353,9 +353,9 @@ impl GgufFile {
     }
 }
 
-/// The whole file at `path`, held as [`file_memory::GGUF_MEMORY_ENV`] says ([`super::file_memory`]: in huge
-/// pages, or mapped read-only); errors name the file (missing, a directory, unreadable) or the
-/// variable.
+/// The whole file at `path`, held as [`file_memory::GGUF_MEMORY_ENV`] says
+/// ([`super::file_memory`]: in huge pages, or mapped read-only); errors name the file
+/// (missing, a directory, unreadable) or the variable.
 fn hold_file(path: &Path) -> Result<RawBytes> {
     let cannot = |e: std::io::Error| {
         if e.kind() == std::io::ErrorKind::NotFound {
@@ -367,11 +367,12 @@ fn hold_file(path: &Path) -> Result<RawBytes> {
         }
     };
     let file = std::fs::File::open(path).map_err(cannot)?;
-    if file.metadata().map_err(cannot)?.is_dir() {
+    let metadata = file.metadata().map_err(cannot)?;
+    if metadata.is_dir() {
         return Err(ckpt_err(path, "is a directory, not a file"));
     }
     let memory = FileMemory::from_env().map_err(|e| ckpt_err(path, e))?;
-    let len = usize::try_from(file.metadata().map_err(cannot)?.len())
+    let len = usize::try_from(metadata.len())
         .map_err(|_| ckpt_err(path, "is larger than this machine's address space"))?;
     let held = file_memory::hold(&file, len, memory).map_err(cannot)?;
     Ok(RawBytes::shared(held, 0..len).expect("the whole file is inside it"))

@@ -325,15 +325,73 @@ unsafe fn row_sum512(u: &Unpacked512, p: *const i8) -> __m256i {
     }
 }
 
+/// A block unpacked into registers of one width ([`Unpacked256`], [`Unpacked512`]), and its
+/// shifted integer sum against 256 activations: what the kernels below do differently at
+/// each width.
+trait Unpack: Sized {
+    /// The `Q4_K` or `Q6_K` (`q4` false) block at `block`; `scales` are `Q4_K`'s from
+    /// [`q4_k_scales_mins`].
+    ///
+    /// # Safety
+    /// The width's features (AVX2; AVX-512F/BW for [`Unpacked512`]); `block` points at a whole
+    /// block of the type.
+    unsafe fn unpack(q4: bool, block: *const u8, scales: &[u8; 16]) -> Self;
+
+    /// The shifted integer sum against the 256 activations at `p`, in 8 i32 lanes.
+    ///
+    /// # Safety
+    /// The width's features; 256 readable activations at `p`.
+    unsafe fn row_sum(&self, p: *const i8) -> __m256i;
+}
+
+impl Unpack for Unpacked256 {
+    #[inline(always)]
+    unsafe fn unpack(q4: bool, block: *const u8, scales: &[u8; 16]) -> Self {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { unpack256(q4, block, scales) }
+    }
+
+    #[inline(always)]
+    unsafe fn row_sum(&self, p: *const i8) -> __m256i {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { row_sum(self, p) }
+    }
+}
+
+impl Unpack for Unpacked512 {
+    #[inline(always)]
+    unsafe fn unpack(q4: bool, block: *const u8, scales: &[u8; 16]) -> Self {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { unpack512(q4, block, scales) }
+    }
+
+    #[inline(always)]
+    unsafe fn row_sum(&self, p: *const i8) -> __m256i {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { row_sum512(self, p) }
+    }
+}
+
+/// `Q4_K`'s spread scales and minima of the block (see [`q4_k_scales_mins`]); nothing for
+/// `Q6_K`, whose signed scales the unpacking reads in place.
+#[inline(always)]
+fn block_scales(q4: bool, block: &[u8]) -> [u8; 16] {
+    if q4 {
+        q4_k_scales_mins(&block[4..16])
+    } else {
+        [0; 16]
+    }
+}
+
 /// `out[i] = w_o · x_{r0+i}` for `i < out.len()` (at most `ROW_TILE`), `w` of type `Q4_K` or
-/// `Q6_K`; 512-bit steps when `WIDE`. Each block is unpacked once for the tile's rows; then,
+/// `Q6_K`, unpacked at `U`'s width. Each block is unpacked once for the tile's rows; then,
 /// block after block, the portable kernel's f32 steps (`tile_with`).
 ///
 /// # Safety
-/// AVX2, FMA, F16C (and AVX-512F/BW when `WIDE`); `o < w.rows`, activation rows `r0 ..
-/// r0 + out.len()` exist in `acts`, which came from `w.quantize`.
+/// `U`'s features, AVX2, FMA and F16C; `o < w.rows`, activation rows `r0 .. r0 + out.len()`
+/// exist in `acts`, which came from `w.quantize`.
 #[inline(always)]
-unsafe fn tile_in<const WIDE: bool>(
+unsafe fn tile_in<U: Unpack>(
     w: &KQuantMatrix,
     acts: &KQuantActs,
     o: usize,
@@ -347,29 +405,17 @@ unsafe fn tile_in<const WIDE: bool>(
     let q4 = w.ty == GgmlType::Q4_K;
     for (b, block) in row.chunks_exact(w.block_bytes).enumerate() {
         // Q4_K: bytes 0–7 the sub-blocks' scales, 8–15 their minima.
-        let scales = if q4 {
-            q4_k_scales_mins(&block[4..16])
-        } else {
-            [0; 16]
-        };
+        let scales = block_scales(q4, block);
         let d = half_at(block, if q4 { 0 } else { 208 });
+        let dmin = if q4 { half_at(block, 2) } else { 0.0 };
         // SAFETY: the caller's features; `block` is a whole block (a checked slice), and the
         // activations of block b of rows r0 + i exist (the caller's bounds), as do their 16
         // sums (a checked slice).
         unsafe {
-            let (u256, u512) = if WIDE {
-                (None, Some(unpack512(q4, block.as_ptr(), &scales)))
-            } else {
-                (Some(unpack256(q4, block.as_ptr(), &scales)), None)
-            };
+            let unpacked = U::unpack(q4, block.as_ptr(), &scales);
             for (i, y) in out.iter_mut().enumerate().take(R) {
                 let r = r0 + i;
-                let p = acts.q.as_ptr().add(r * w.cols + b * QK_K);
-                let sum = match (&u256, &u512) {
-                    (Some(u), _) => row_sum(u, p),
-                    (_, Some(u)) => row_sum512(u, p),
-                    _ => unreachable!("one of the two is unpacked"),
-                };
+                let sum = unpacked.row_sum(acts.q.as_ptr().add(r * w.cols + b * QK_K));
                 let e = acts.e[r * nb + b];
                 let g0 = (r * w.cols + b * QK_K) / 16;
                 let bsums = acts.bsums[g0..g0 + 16].as_ptr();
@@ -377,7 +423,7 @@ unsafe fn tile_in<const WIDE: bool>(
                 if q4 {
                     let msum = hsum(q4_k_min_lanes(&scales, sub_block_sums(bsums)));
                     *y += (d * e) * shifted as f32;
-                    *y -= (half_at(block, 2) * e) * msum as f32;
+                    *y -= (dmin * e) * msum as f32;
                 } else {
                     let taken = hsum(q6_k_taken_lanes(block.as_ptr(), bsums));
                     *y += (d * e) * (shifted - 32 * taken) as f32;
@@ -400,7 +446,7 @@ pub(super) unsafe fn tile(
     out: &mut [f32],
 ) {
     // SAFETY: the caller's contract, passed on.
-    unsafe { tile_in::<false>(w, acts, o, r0, out) }
+    unsafe { tile_in::<Unpacked256>(w, acts, o, r0, out) }
 }
 
 /// The AVX-512 (F, BW) kernel of a tile, 64 elements a step: the same integer sums and the
@@ -417,7 +463,7 @@ pub(super) unsafe fn tile_avx512(
     out: &mut [f32],
 ) {
     // SAFETY: the caller's contract, passed on.
-    unsafe { tile_in::<true>(w, acts, o, r0, out) }
+    unsafe { tile_in::<Unpacked512>(w, acts, o, r0, out) }
 }
 
 /// Weight rows the decoding kernels ([`outputs_avx2`], [`outputs_avx512`]) take per pass.
@@ -434,11 +480,11 @@ const PREFETCH_ROWS: usize = 8;
 /// bits).
 ///
 /// # Safety
-/// AVX2, FMA, F16C (and AVX-512F/BW when `WIDE`); `w` holds `Q4_K` or `Q6_K` blocks,
+/// `U`'s features, AVX2, FMA and F16C; `w` holds `Q4_K` or `Q6_K` blocks,
 /// `o0 + OUTPUTS <= w.rows`, `acts` (one row at least) made by `w.quantize`;
 /// `out.len() == OUTPUTS`.
 #[inline(always)]
-unsafe fn outs<const WIDE: bool>(w: &KQuantMatrix, acts: &KQuantActs, o0: usize, out: &mut [f32]) {
+unsafe fn outs<U: Unpack>(w: &KQuantMatrix, acts: &KQuantActs, o0: usize, out: &mut [f32]) {
     let (nb, bb) = (w.cols / QK_K, w.block_bytes);
     let q4 = w.ty == GgmlType::Q4_K;
     // The rows PREFETCH_ROWS further on: four interleaved rows hide the stream from the
@@ -447,7 +493,6 @@ unsafe fn outs<const WIDE: bool>(w: &KQuantMatrix, acts: &KQuantActs, o0: usize,
     // The stored bytes once: each dereference of `w.data` is a call through its owner.
     let stored: &[u8] = &w.data;
     assert!((o0 + OUTPUTS) * nb * bb <= stored.len(), "rows of this product");
-    let (d_at, dmin_at) = if q4 { (0, 2) } else { (208, 208) };
     // Lane i: row i's sum.
     let mut y = _mm_setzero_ps();
     for b in 0..nb {
@@ -471,22 +516,15 @@ unsafe fn outs<const WIDE: bool>(w: &KQuantMatrix, acts: &KQuantActs, o0: usize,
                     let ahead_at = blocks[i].as_ptr().wrapping_add(ahead + line);
                     _mm_prefetch::<_MM_HINT_T0>(ahead_at as *const i8);
                 }
-                let scales = if q4 {
-                    q4_k_scales_mins(&blocks[i][4..16])
-                } else {
-                    [0; 16]
-                };
-                sums[i] = if WIDE {
-                    row_sum512(&unpack512(q4, blocks[i].as_ptr(), &scales), p)
-                } else {
-                    row_sum(&unpack256(q4, blocks[i].as_ptr(), &scales), p)
-                };
+                let scales = block_scales(q4, blocks[i]);
+                sums[i] = U::unpack(q4, blocks[i].as_ptr(), &scales).row_sum(p);
                 fixes[i] = if q4 {
                     q4_k_min_lanes(&scales, pairs)
                 } else {
                     q6_k_taken_lanes(blocks[i].as_ptr(), bsums)
                 };
             }
+            // The four blocks' f16 at byte `at`: Q4_K's d at 0 and dmin at 2, Q6_K's d at 208.
             let halves = |at: usize| {
                 let h = blocks.map(|blk| i16::from_le_bytes([blk[at], blk[at + 1]]));
                 _mm_cvtph_ps(_mm_setr_epi16(h[0], h[1], h[2], h[3], 0, 0, 0, 0))
@@ -494,13 +532,13 @@ unsafe fn outs<const WIDE: bool>(w: &KQuantMatrix, acts: &KQuantActs, o0: usize,
             let e = _mm_set1_ps(acts.e[b]);
             let (shifted, fix) = (hsum4(sums), hsum4(fixes));
             if q4 {
-                let t = _mm_mul_ps(_mm_mul_ps(halves(d_at), e), _mm_cvtepi32_ps(shifted));
+                let t = _mm_mul_ps(_mm_mul_ps(halves(0), e), _mm_cvtepi32_ps(shifted));
                 y = _mm_add_ps(y, t);
-                let m = _mm_mul_ps(_mm_mul_ps(halves(dmin_at), e), _mm_cvtepi32_ps(fix));
+                let m = _mm_mul_ps(_mm_mul_ps(halves(2), e), _mm_cvtepi32_ps(fix));
                 y = _mm_sub_ps(y, m);
             } else {
                 let isum = _mm_sub_epi32(shifted, _mm_slli_epi32::<5>(fix));
-                let t = _mm_mul_ps(_mm_mul_ps(halves(d_at), e), _mm_cvtepi32_ps(isum));
+                let t = _mm_mul_ps(_mm_mul_ps(halves(208), e), _mm_cvtepi32_ps(isum));
                 y = _mm_add_ps(y, t);
             }
         }
@@ -517,7 +555,7 @@ unsafe fn outs<const WIDE: bool>(w: &KQuantMatrix, acts: &KQuantActs, o0: usize,
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn outputs_avx2(w: &KQuantMatrix, acts: &KQuantActs, o0: usize, out: &mut [f32]) {
     // SAFETY: the caller's contract, passed on.
-    unsafe { outs::<false>(w, acts, o0, out) }
+    unsafe { outs::<Unpacked256>(w, acts, o0, out) }
 }
 
 /// The AVX-512 decoding kernel, as [`outputs_avx2`] with 512-bit steps.
@@ -532,7 +570,7 @@ pub(super) unsafe fn outputs_avx512(
     out: &mut [f32],
 ) {
     // SAFETY: the caller's contract, passed on.
-    unsafe { outs::<true>(w, acts, o0, out) }
+    unsafe { outs::<Unpacked512>(w, acts, o0, out) }
 }
 
 #[cfg(test)]
