@@ -5,6 +5,8 @@ Usage: plot.py results.tsv out.svg TOTAL_HEADS"""
 import sys
 from collections import defaultdict
 
+from svg_plot import series
+
 rows = [l.rstrip('\n').split('\t') for l in open(sys.argv[1])][1:]
 total = int(sys.argv[3])
 imp, ft, rnd = {}, {}, defaultdict(dict)
@@ -51,13 +53,7 @@ for t in ticks:
     out.append(f'<text x="{L - 45}" y="{ys(t) + 4}">{t}</text>')
     out.append(f'<line x1="{L}" y1="{ys(t)}" x2="{W - R}" y2="{ys(t)}" stroke="#ddd"/>')
 def line(pts, color, label, i, dash=''):
-    d = ' '.join(f'{xs(n):.1f},{ys(p):.1f}' for n, p in pts)
-    out.append(f'<polyline points="{d}" fill="none" stroke="{color}" stroke-width="2" {dash}/>')
-    for n, p in pts:
-        out.append(f'<circle cx="{xs(n):.1f}" cy="{ys(p):.1f}" r="3" fill="{color}"/>')
-    y = T + 20 * i
-    out.append(f'<line x1="{W - R + 10}" y1="{y}" x2="{W - R + 30}" y2="{y}" stroke="{color}" stroke-width="2" {dash}/>')
-    out.append(f'<text x="{W - R + 35}" y="{y + 4}">{label}</text>')
+    series(out, xs, ys, W - R + 10, T + 20 * i, pts, color, label, dash)
 line(sorted(imp.items()), '#1f77b4', 'importance', 0)
 for s, c in zip([1, 2, 3], ['#ff7f0e', '#ffaa55', '#ffcc99']):
     pts = [(0, base)] + sorted((n, d[s]) for n, d in rnd.items() if s in d)

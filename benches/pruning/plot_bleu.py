@@ -6,6 +6,8 @@ Usage: plot_bleu.py results.tsv out.svg TOTAL_HEADS"""
 import sys
 from collections import defaultdict
 
+from svg_plot import series
+
 rows = [l.rstrip('\n').split('\t') for l in open(sys.argv[1])][1:]
 total = int(sys.argv[3])
 imp, rnd = defaultdict(dict), defaultdict(lambda: defaultdict(dict))
@@ -46,13 +48,7 @@ for t in range(0, int(hi) + 1):
     out.append(f'<text x="{L - 20}" y="{ys(t) + 4}">{t}</text>')
     out.append(f'<line x1="{L}" y1="{ys(t)}" x2="{W - R}" y2="{ys(t)}" stroke="#ddd"/>')
 def line(pts, color, label, i, dash=''):
-    d = ' '.join(f'{xs(n):.1f},{ys(b):.1f}' for n, b in pts)
-    out.append(f'<polyline points="{d}" fill="none" stroke="{color}" stroke-width="2" {dash}/>')
-    for n, b in pts:
-        out.append(f'<circle cx="{xs(n):.1f}" cy="{ys(b):.1f}" r="3" fill="{color}"/>')
-    y = T + 20 * i
-    out.append(f'<line x1="{W - R + 10}" y1="{y}" x2="{W - R + 30}" y2="{y}" stroke="{color}" stroke-width="2" {dash}/>')
-    out.append(f'<text x="{W - R + 35}" y="{y + 4}">{label}</text>')
+    series(out, xs, ys, W - R + 10, T + 20 * i, pts, color, label, dash)
 colors = {0: ('#1f77b4', '#ff7f0e'), max(steps): ('#2ca02c', '#d62728')}
 for i, s in enumerate(steps):
     ci, cr = colors[s] if s in colors else ('#555', '#999')
