@@ -20,8 +20,11 @@
 //! *panel* of `L` outputs (16 for AVX-512, 8 for AVX2): per block `b` and group `g` of four
 //! elements, the `L` outputs' four weights side by side (`[nb, 8, L, 4]` bytes: nibbles as
 //! `0..=15`, `Q8_0` bytes as they are), with the scales widened to f32 (`d [nb, L]`, `m [nb, L]`).
-//! The panel lives only while the task runs (a few tens of KiB, in cache), so the weights stay
-//! in the file's map and nothing is repacked at load. A register tile of `R` activation rows ×
+//! The panel lives only while the task runs (a few tens of KiB, in cache, in a buffer each
+//! thread keeps for its next task), so the weights stay in the file's map and nothing is
+//! repacked at load. The unpacking loads each output's 16 weight bytes of a block at once and
+//! transposes four outputs' loads in registers (`vpunpck{l,h}{dq,qdq}`), with no gathers:
+//! gathers made unpacking cost more than the products it feeds at 16 rows. A register tile of `R` activation rows ×
 //! `P` panels then broadcasts four activation bytes against a 4 × `L` slice of the panel per
 //! instruction (`vpdpbusd`, or `vpmaddubsw` + `vpmaddwd`), keeps one i32 sum per (row, output)
 //! for the block and one f32 sum per (row, output) for the whole row, and writes row-major `y`.
@@ -34,6 +37,7 @@ use super::blocks::{BlockKind, BlockMatrix, BLOCK};
 use super::ggml::f16_to_f32;
 use super::{round_small, Kernel, PackedFormat};
 use rayon::prelude::*;
+use std::cell::RefCell;
 
 /// The fewest activation rows for which [`super::PackedWeight::product_with`] takes the GEMM
 /// (below it, unpacking the panels costs more than the tiles save).
@@ -85,6 +89,41 @@ pub fn quantize(x: &[f32], n: usize, cols: usize) -> GemmActs {
         acts.sum.push(sum);
     }
     acts
+}
+
+/// The unpacked blocks of one task's panels (see the module doc), laid out by the kernel that
+/// fills them: the 4-bit values or bytes `q`, the scales `d`, `Q4_1`'s minima `m`, `Q8_0`'s
+/// starting sums `init`. Every element a task reads is written by its unpacking first, so a
+/// buffer is reused as it is, only grown.
+#[derive(Default)]
+pub(super) struct Panels {
+    pub q: Vec<u8>,
+    pub d: Vec<f32>,
+    pub m: Vec<f32>,
+    pub init: Vec<i32>,
+}
+
+thread_local! {
+    /// This thread's panels, kept between tasks (no allocation or zeroing per task).
+    static PANELS: RefCell<Panels> = RefCell::default();
+}
+
+/// Runs `f` on this thread's panels, grown to at least `q` bytes and `scales` elements of `d`,
+/// `m` and `init` each.
+pub(super) fn with_panels<T>(q: usize, scales: usize, f: impl FnOnce(&mut Panels) -> T) -> T {
+    fn at_least<E: Clone + Default>(v: &mut Vec<E>, n: usize) {
+        if v.len() < n {
+            v.resize(n, E::default());
+        }
+    }
+    PANELS.with(|cell| {
+        let mut panels = cell.borrow_mut();
+        at_least(&mut panels.q, q);
+        at_least(&mut panels.d, scales);
+        at_least(&mut panels.m, scales);
+        at_least(&mut panels.init, scales);
+        f(&mut panels)
+    })
 }
 
 /// Where a stored block's parts lie: its bytes, the offset of its weights, blocks per row.

@@ -6,7 +6,7 @@
 //! the pairs to i32. Signed `Q8_0` weights use ggml's sign trick (`|q|` against `p · sign q`,
 //! |pair| <= 2 · 128 · 127), widened per group.
 
-use super::block_gemm::{GemmActs, Layout, TASK_OUTPUTS};
+use super::block_gemm::{with_panels, GemmActs, Layout, Panels, TASK_OUTPUTS};
 use super::blocks::{BlockKind, BlockMatrix, BLOCK};
 use super::PackedFormat;
 use std::arch::x86_64::*;
@@ -19,13 +19,6 @@ const TILE_ROWS: usize = 4;
 const Q4_0: u8 = 0;
 const Q4_1: u8 = 1;
 const Q8_0: u8 = 2;
-
-/// The unpacked blocks of one panel: `q [nb, 8, L, 4]`, `d [nb, L]`, `m [nb, L]` (`Q4_1`).
-struct Panel {
-    q: Vec<u8>,
-    d: Vec<f32>,
-    m: Vec<f32>,
-}
 
 /// Writes outputs `o0 .. o0 + outputs` (at most [`TASK_OUTPUTS`]) of every row of `y`, one
 /// panel of 8 outputs after the other.
@@ -46,78 +39,66 @@ pub unsafe fn fill(
 ) {
     debug_assert!(outputs <= TASK_OUTPUTS);
     let nb = layout.nb;
-    let mut panel = Panel {
-        q: vec![0u8; nb * 8 * L * 4],
-        d: vec![0f32; nb * L],
-        m: vec![
-            0f32;
-            if layout.kind == BlockKind::Q4_1 {
-                nb * L
-            } else {
-                0
-            }
-        ],
-    };
-    let (cols, d_out) = (w.cols(), w.rows());
-    for p0 in (0..outputs).step_by(L) {
-        let lanes = (outputs - p0).min(L);
-        // SAFETY: outputs o0 + p0 .. + lanes exist in w (o0 + outputs <= w.rows(), the
-        // caller's); the panel holds nb blocks.
-        unsafe { unpack(w, layout, o0 + p0, lanes, &mut panel) };
-        for r0 in (0..rows).step_by(TILE_ROWS) {
-            let tile = Tile {
-                panel: &panel,
-                nb,
-                p: acts.p[r0 * cols..].as_ptr(),
-                cols,
-                e: acts.e[r0 * nb..].as_ptr(),
-                f: acts.f[r0 * nb..].as_ptr(),
-                sum: acts.sum[r0 * nb..].as_ptr(),
-                // SAFETY (caller): row r0, output o0 + p0 of y.
-                y: unsafe { y.add(r0 * d_out + o0 + p0) },
-                d_out,
-                lanes,
-            };
-            macro_rules! by_kind {
-                ($r:literal) => {
-                    match layout.kind {
-                        BlockKind::Q4_0 => tile.run::<$r, Q4_0>(),
-                        BlockKind::Q4_1 => tile.run::<$r, Q4_1>(),
-                        BlockKind::Q8_0 => tile.run::<$r, Q8_0>(),
-                    }
+    // q [nb, 8, L, 4], d and m [nb, L]: one panel at a time.
+    with_panels(nb * 8 * L * 4, nb * L, |panel| {
+        let (cols, d_out) = (w.cols(), w.rows());
+        for p0 in (0..outputs).step_by(L) {
+            let lanes = (outputs - p0).min(L);
+            // SAFETY: outputs o0 + p0 .. + lanes exist in w (o0 + outputs <= w.rows(), the
+            // caller's); the panel holds nb blocks.
+            unsafe { unpack(w, layout, o0 + p0, lanes, panel) };
+            for r0 in (0..rows).step_by(TILE_ROWS) {
+                let tile = Tile {
+                    panel,
+                    nb,
+                    p: acts.p[r0 * cols..].as_ptr(),
+                    cols,
+                    e: acts.e[r0 * nb..].as_ptr(),
+                    f: acts.f[r0 * nb..].as_ptr(),
+                    sum: acts.sum[r0 * nb..].as_ptr(),
+                    // SAFETY (caller): row r0, output o0 + p0 of y.
+                    y: unsafe { y.add(r0 * d_out + o0 + p0) },
+                    d_out,
+                    lanes,
                 };
-            }
-            // SAFETY: rows r0 .. r0 + R of the activations and of y exist; only the panel's
-            // `lanes` outputs are written.
-            unsafe {
-                match (rows - r0).min(TILE_ROWS) {
-                    1 => by_kind!(1),
-                    2 => by_kind!(2),
-                    3 => by_kind!(3),
-                    _ => by_kind!(4),
+                macro_rules! by_kind {
+                    ($r:literal) => {
+                        match layout.kind {
+                            BlockKind::Q4_0 => tile.run::<$r, Q4_0>(),
+                            BlockKind::Q4_1 => tile.run::<$r, Q4_1>(),
+                            BlockKind::Q8_0 => tile.run::<$r, Q8_0>(),
+                        }
+                    };
+                }
+                // SAFETY: rows r0 .. r0 + R of the activations and of y exist; only the
+                // panel's `lanes` outputs are written.
+                unsafe {
+                    match (rows - r0).min(TILE_ROWS) {
+                        1 => by_kind!(1),
+                        2 => by_kind!(2),
+                        3 => by_kind!(3),
+                        _ => by_kind!(4),
+                    }
                 }
             }
         }
-    }
+    })
 }
 
-/// Unpacks outputs `o .. o + valid` (`1 <= valid <= L`) of `w` into `panel`, gathering each
-/// output's four bytes at a time (lanes past `valid` repeat the last output).
+/// Unpacks outputs `o .. o + valid` (`1 <= valid <= L`) of `w` into `panel` (lanes past
+/// `valid` repeat the last output), with no gathers: per block, each output's 16 weight bytes
+/// are one load, and [`transpose`] turns the 8 outputs' loads into four vectors of one
+/// four-byte group each.
 ///
 /// # Safety
 /// The CPU has AVX2, FMA and F16C; `o + valid <= w.rows()`.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn unpack(w: &BlockMatrix, layout: Layout, o: usize, valid: usize, panel: &mut Panel) {
+unsafe fn unpack(w: &BlockMatrix, layout: Layout, o: usize, valid: usize, panel: &mut Panels) {
     let (nb, bb, q_at) = (layout.nb, layout.block_bytes, layout.q_at);
     let row_bytes = nb * bb;
-    let mut offsets = [0i32; L];
-    for (l, off) in offsets.iter_mut().enumerate() {
-        // At most 7 rows of a tensor the file holds: fits an i32 for rows below 256 MiB.
-        *off = (l.min(valid - 1) * row_bytes) as i32;
-    }
-    // SAFETY: 8 i32 from a local array.
-    let idx = unsafe { _mm256_loadu_si256(offsets.as_ptr() as *const __m256i) };
     let base = w.stored().as_ptr().wrapping_add(o * row_bytes);
+    let rows: [*const u8; L] =
+        std::array::from_fn(|l| base.wrapping_add(l.min(valid - 1) * row_bytes));
     let nibble = _mm256_set1_epi8(0x0f);
     let low16 = _mm256_set1_epi32(0xffff);
     // Eight f16 in the low halves of eight i32 lanes, widened to f32.
@@ -127,39 +108,69 @@ unsafe fn unpack(w: &BlockMatrix, layout: Layout, o: usize, valid: usize, panel:
         _mm256_cvtph_ps(packed)
     };
     for b in 0..nb {
-        let block = base.wrapping_add(b * bb);
-        // SAFETY (all gathers): rows o .. o + valid of w, block b, bytes at + 4 <= bb of it:
-        // inside the stored blocks (checked by BlockMatrix::in_place). The stores write block
-        // b of buffers sized for nb blocks.
+        let at = b * bb;
+        // SAFETY (all loads): rows o .. o + valid of w, block b, bytes at .. at + 4 (the
+        // scales) and q_at .. q_at + 16 (+ 16 for Q8_0) <= bb of it: inside the stored blocks
+        // (checked by BlockMatrix::in_place). The stores write block b of buffers sized for
+        // nb blocks.
         unsafe {
-            let heads = _mm256_i32gather_epi32::<1>(block as *const i32, idx);
+            let heads: [i32; L] =
+                std::array::from_fn(|l| (rows[l].add(at) as *const i32).read_unaligned());
+            let heads = _mm256_loadu_si256(heads.as_ptr() as *const __m256i);
             _mm256_storeu_ps(panel.d.as_mut_ptr().add(b * L), widen(heads));
             if layout.kind == BlockKind::Q4_1 {
                 let mins = widen(_mm256_srli_epi32::<16>(heads));
                 _mm256_storeu_ps(panel.m.as_mut_ptr().add(b * L), mins);
             }
             let qb = panel.q.as_mut_ptr().add(b * 8 * L * 4);
+            let store = |g: usize, v: __m256i| {
+                _mm256_storeu_si256(qb.add(g * L * 4) as *mut __m256i, v)
+            };
             if layout.kind == BlockKind::Q8_0 {
-                for g in 0..8 {
-                    let v = _mm256_i32gather_epi32::<1>(block.add(q_at + 4 * g) as *const i32, idx);
-                    _mm256_storeu_si256(qb.add(g * L * 4) as *mut __m256i, v);
+                for half in 0..2 {
+                    let groups = transpose(&rows, at + q_at + 16 * half);
+                    for (g, v) in groups.into_iter().enumerate() {
+                        store(4 * half + g, v);
+                    }
                 }
             } else {
-                for g in 0..4 {
-                    let v = _mm256_i32gather_epi32::<1>(block.add(q_at + 4 * g) as *const i32, idx);
-                    let lo = _mm256_and_si256(v, nibble);
-                    let hi = _mm256_and_si256(_mm256_srli_epi32::<4>(v), nibble);
-                    _mm256_storeu_si256(qb.add(g * L * 4) as *mut __m256i, lo);
-                    _mm256_storeu_si256(qb.add((g + 4) * L * 4) as *mut __m256i, hi);
+                // Byte j of the 16: element j in its low nibble, element j + 16 in its high.
+                for (g, v) in transpose(&rows, at + q_at).into_iter().enumerate() {
+                    store(g, _mm256_and_si256(v, nibble));
+                    store(g + 4, _mm256_and_si256(_mm256_srli_epi32::<4>(v), nibble));
                 }
             }
         }
     }
 }
 
+/// The 16 bytes at `rows[l] + at` of each of the 8 outputs `l` as four vectors: vector `g`
+/// holds output `l`'s bytes `4g .. 4g + 4` in lane `l`. Vector `k` of the loads holds outputs
+/// `k` and `4 + k` in its two 128-bit lanes; two rounds of interleaving within the lanes (a
+/// 4 × 4 transpose of 32-bit elements per lane) put them in order.
+///
+/// # Safety
+/// The CPU has AVX2; 16 bytes are readable at every `rows[l] + at`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn transpose(rows: &[*const u8; L], at: usize) -> [__m256i; 4] {
+    // SAFETY (caller): 16 readable bytes at rows[l] + at.
+    let load = |l: usize| unsafe { _mm_loadu_si128(rows[l].add(at) as *const __m128i) };
+    let two = |k: usize| _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(load(k)), load(4 + k));
+    let (a0, a1, a2, a3) = (two(0), two(1), two(2), two(3));
+    // Per 128-bit lane: t01lo = [a0.0 a1.0 a0.1 a1.1], t01hi = [a0.2 a1.2 a0.3 a1.3], ...
+    let (t01lo, t01hi) = (_mm256_unpacklo_epi32(a0, a1), _mm256_unpackhi_epi32(a0, a1));
+    let (t23lo, t23hi) = (_mm256_unpacklo_epi32(a2, a3), _mm256_unpackhi_epi32(a2, a3));
+    [
+        _mm256_unpacklo_epi64(t01lo, t23lo),
+        _mm256_unpackhi_epi64(t01lo, t23lo),
+        _mm256_unpacklo_epi64(t01hi, t23hi),
+        _mm256_unpackhi_epi64(t01hi, t23hi),
+    ]
+}
+
 /// One register tile: `R` activation rows from row `r0` × one panel.
 struct Tile<'a> {
-    panel: &'a Panel,
+    panel: &'a Panels,
     nb: usize,
     /// `p`, `e`, `f`, `Σ p` of row `r0` (rows `cols` or `nb` apart).
     p: *const i8,

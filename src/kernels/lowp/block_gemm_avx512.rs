@@ -5,7 +5,7 @@
 //! against signed `Q8_0` weights the activations are the unsigned side, shifted by 128
 //! (`p ^ 0x80`), and the block's sum starts at `-128 Σ_j q_j` so that it ends at `Σ_j q_j p_j`.
 
-use super::block_gemm::{GemmActs, Layout, TASK_OUTPUTS};
+use super::block_gemm::{with_panels, GemmActs, Layout, Panels, TASK_OUTPUTS};
 use super::blocks::{BlockKind, BlockMatrix, BLOCK};
 use super::PackedFormat;
 use std::arch::x86_64::*;
@@ -21,15 +21,6 @@ const PANELS: usize = TASK_OUTPUTS / L;
 const Q4_0: u8 = 0;
 const Q4_1: u8 = 1;
 const Q8_0: u8 = 2;
-
-/// The unpacked blocks of up to [`PANELS`] panels (see the parent module): `q [P, nb, 8, L, 4]`,
-/// `d [P, nb, L]`, `m [P, nb, L]` (`Q4_1`), `init [P, nb, L] = -128 Σ_j q_j` (`Q8_0`).
-struct Panels {
-    q: Vec<u8>,
-    d: Vec<f32>,
-    m: Vec<f32>,
-    init: Vec<i32>,
-}
 
 /// Writes outputs `o0 .. o0 + outputs` (at most [`TASK_OUTPUTS`]) of every row of `y`.
 ///
@@ -50,37 +41,42 @@ pub unsafe fn fill(
     let nb = layout.nb;
     let panels = outputs.div_ceil(L);
     debug_assert!(panels <= PANELS);
-    let mut un = Panels {
-        q: vec![0u8; panels * nb * 8 * L * 4],
-        d: vec![0f32; panels * nb * L],
-        m: vec![
-            0f32;
-            if layout.kind == BlockKind::Q4_1 {
-                panels * nb * L
-            } else {
-                0
-            }
-        ],
-        init: vec![
-            0i32;
-            if layout.kind == BlockKind::Q8_0 {
-                panels * nb * L
-            } else {
-                0
-            }
-        ],
-    };
-    for p in 0..panels {
-        let valid = (outputs - p * L).min(L);
-        // SAFETY: outputs o0 + p·L .. + valid exist in w (o0 + outputs <= w.rows(), the
-        // caller's); the buffers hold `panels` whole panels.
-        unsafe { unpack(w, layout, o0 + p * L, valid, &mut un, p) };
-    }
+    // q [P, nb, 8, L, 4], d, m, init [P, nb, L].
+    with_panels(panels * nb * 8 * L * 4, panels * nb * L, |un| {
+        for p in 0..panels {
+            let valid = (outputs - p * L).min(L);
+            // SAFETY: outputs o0 + p·L .. + valid exist in w (o0 + outputs <= w.rows(), the
+            // caller's); the buffers hold `panels` whole panels.
+            unsafe { unpack(w, layout, o0 + p * L, valid, un, p) };
+        }
+        // SAFETY: the caller's guarantees; `un` holds the task's `panels` panels.
+        unsafe { tiles(w, layout, acts, rows, o0, outputs, y, un) }
+    })
+}
+
+/// The register tiles of one task, over its unpacked panels `un`.
+///
+/// # Safety
+/// As [`fill`]'s, and `un` holds the unpacked panels of outputs `o0 .. o0 + outputs`.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn tiles(
+    w: &BlockMatrix,
+    layout: Layout,
+    acts: &GemmActs,
+    rows: usize,
+    o0: usize,
+    outputs: usize,
+    y: *mut f32,
+    un: &Panels,
+) {
+    let nb = layout.nb;
+    let panels = outputs.div_ceil(L);
     let (cols, d_out) = (w.cols(), w.rows());
     let last_lanes = outputs - (panels - 1) * L;
     for r0 in (0..rows).step_by(TILE_ROWS) {
         let tile = Tile {
-            panels: &un,
+            panels: un,
             nb,
             p: acts.p[r0 * cols..].as_ptr(),
             cols,
@@ -124,8 +120,10 @@ pub unsafe fn fill(
     }
 }
 
-/// Unpacks outputs `o .. o + valid` (`valid <= L`) of `w` into panel `p` of `un`, gathering
-/// each output's four bytes at a time (lanes past `valid` repeat the last output).
+/// Unpacks outputs `o .. o + valid` (`valid <= L`) of `w` into panel `p` of `un` (lanes past
+/// `valid` repeat the last output), with no gathers: per block, each output's 16 weight bytes
+/// are one load, and [`transpose`] turns the 16 outputs' loads into four vectors of one
+/// four-byte group each.
 ///
 /// # Safety
 /// The CPU has AVX-512F/BW/VL and VNNI; `o + valid <= w.rows()`, `valid >= 1`, and `un` holds
@@ -141,15 +139,9 @@ unsafe fn unpack(
 ) {
     let (nb, bb, q_at) = (layout.nb, layout.block_bytes, layout.q_at);
     let row_bytes = nb * bb;
-    let mut offsets = [0i32; L];
-    for (l, off) in offsets.iter_mut().enumerate() {
-        // At most 15 rows of a tensor whose rows the file holds: fits an i32 for rows below
-        // 128 MiB.
-        *off = (l.min(valid - 1) * row_bytes) as i32;
-    }
-    // SAFETY: 16 i32 from a local array.
-    let idx = unsafe { _mm512_loadu_si512(offsets.as_ptr() as *const __m512i) };
     let base = w.stored().as_ptr().wrapping_add(o * row_bytes);
+    let rows: [*const u8; L] =
+        std::array::from_fn(|l| base.wrapping_add(l.min(valid - 1) * row_bytes));
     let nibble = _mm512_set1_epi8(0x0f);
     let ones = _mm512_set1_epi8(1);
     let q = un.q.as_mut_ptr().wrapping_add(p * nb * 8 * L * 4);
@@ -159,40 +151,74 @@ unsafe fn unpack(
         un.init.as_mut_ptr().wrapping_add(p * nb * L),
     );
     for b in 0..nb {
-        let block = base.wrapping_add(b * bb);
-        // SAFETY (all gathers): rows o .. o + valid of w, block b, bytes at + 4 <= bb of it:
-        // inside the stored blocks (rows · nb · bb bytes, checked by BlockMatrix::in_place).
-        // The stores write block b of panel p of buffers sized for `panels` panels.
+        let at = b * bb;
+        // SAFETY (all loads): rows o .. o + valid of w, block b, bytes at .. at + 4 (the scales)
+        // and q_at .. q_at + 16 (+ 16 for Q8_0) <= bb of it: inside the stored blocks (rows ·
+        // nb · bb bytes, checked by BlockMatrix::in_place). The stores write block b of panel
+        // p of buffers sized for the task's panels.
         unsafe {
-            let heads = _mm512_i32gather_epi32::<1>(idx, block as *const i32);
+            let heads: [i32; L] =
+                std::array::from_fn(|l| (rows[l].add(at) as *const i32).read_unaligned());
+            let heads = _mm512_loadu_si512(heads.as_ptr() as *const __m512i);
             _mm512_storeu_ps(d.add(b * L), _mm512_cvtph_ps(_mm512_cvtepi32_epi16(heads)));
             if layout.kind == BlockKind::Q4_1 {
                 let mins = _mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(heads));
                 _mm512_storeu_ps(m.add(b * L), _mm512_cvtph_ps(mins));
             }
             let qb = q.add(b * 8 * L * 4);
+            let store = |g: usize, v: __m512i| {
+                _mm512_storeu_si512(qb.add(g * L * 4) as *mut __m512i, v)
+            };
             if layout.kind == BlockKind::Q8_0 {
                 let mut sum = _mm512_setzero_si512();
-                for g in 0..8 {
-                    let v = _mm512_i32gather_epi32::<1>(idx, block.add(q_at + 4 * g) as *const i32);
-                    _mm512_storeu_si512(qb.add(g * L * 4) as *mut __m512i, v);
-                    sum = _mm512_dpbusd_epi32(sum, ones, v);
+                for half in 0..2 {
+                    let groups = transpose(&rows, at + q_at + 16 * half);
+                    for (g, v) in groups.into_iter().enumerate() {
+                        store(4 * half + g, v);
+                        sum = _mm512_dpbusd_epi32(sum, ones, v);
+                    }
                 }
                 let shifted = _mm512_slli_epi32::<7>(sum);
                 let neg = _mm512_sub_epi32(_mm512_setzero_si512(), shifted);
                 _mm512_storeu_si512(init.add(b * L) as *mut __m512i, neg);
             } else {
                 // Byte j of the 16: element j in its low nibble, element j + 16 in its high.
-                for g in 0..4 {
-                    let v = _mm512_i32gather_epi32::<1>(idx, block.add(q_at + 4 * g) as *const i32);
-                    let lo = _mm512_and_si512(v, nibble);
-                    let hi = _mm512_and_si512(_mm512_srli_epi32::<4>(v), nibble);
-                    _mm512_storeu_si512(qb.add(g * L * 4) as *mut __m512i, lo);
-                    _mm512_storeu_si512(qb.add((g + 4) * L * 4) as *mut __m512i, hi);
+                for (g, v) in transpose(&rows, at + q_at).into_iter().enumerate() {
+                    store(g, _mm512_and_si512(v, nibble));
+                    store(g + 4, _mm512_and_si512(_mm512_srli_epi32::<4>(v), nibble));
                 }
             }
         }
     }
+}
+
+/// The 16 bytes at `rows[l] + at` of each of the 16 outputs `l` as four vectors: vector `g`
+/// holds output `l`'s bytes `4g .. 4g + 4` in lane `l`. Vector `k` of the loads holds outputs
+/// `k, 4 + k, 8 + k, 12 + k` in its four 128-bit lanes; two rounds of interleaving within
+/// the lanes (a 4 × 4 transpose of 32-bit elements per lane) put them in order.
+///
+/// # Safety
+/// The CPU has AVX-512F; 16 bytes are readable at every `rows[l] + at`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn transpose(rows: &[*const u8; L], at: usize) -> [__m512i; 4] {
+    // SAFETY (caller): 16 readable bytes at rows[l] + at.
+    let load = |l: usize| unsafe { _mm_loadu_si128(rows[l].add(at) as *const __m128i) };
+    let four = |k: usize| {
+        let v = _mm512_castsi128_si512(load(k));
+        let v = _mm512_inserti32x4::<1>(v, load(4 + k));
+        let v = _mm512_inserti32x4::<2>(v, load(8 + k));
+        _mm512_inserti32x4::<3>(v, load(12 + k))
+    };
+    let (a0, a1, a2, a3) = (four(0), four(1), four(2), four(3));
+    // Per 128-bit lane: t01lo = [a0.0 a1.0 a0.1 a1.1], t01hi = [a0.2 a1.2 a0.3 a1.3], ...
+    let (t01lo, t01hi) = (_mm512_unpacklo_epi32(a0, a1), _mm512_unpackhi_epi32(a0, a1));
+    let (t23lo, t23hi) = (_mm512_unpacklo_epi32(a2, a3), _mm512_unpackhi_epi32(a2, a3));
+    [
+        _mm512_unpacklo_epi64(t01lo, t23lo),
+        _mm512_unpackhi_epi64(t01lo, t23lo),
+        _mm512_unpacklo_epi64(t01hi, t23hi),
+        _mm512_unpackhi_epi64(t01hi, t23hi),
+    ]
 }
 
 /// One register tile: `R` activation rows from row `r0` × `P` panels.
