@@ -65,8 +65,11 @@ pub struct GemmActs {
     pub(super) sum: Vec<i32>,
 }
 
-/// Quantises `x [n, cols]` into blocks of 32 as [`BlockMatrix::quantize`] does.
-pub fn quantize(x: &[f32], n: usize, cols: usize) -> GemmActs {
+/// Quantises `x [n, cols]` into blocks of 32 as [`BlockMatrix::quantize`] does, with
+/// `kernel`'s vector code where it has one (the same bytes and bits: the block's maximum is
+/// exact in any order, and every element's steps are the same IEEE operations); `kernel` must
+/// run on this CPU.
+pub fn quantize_with(kernel: Kernel, x: &[f32], n: usize, cols: usize) -> GemmActs {
     let nb = cols / BLOCK;
     let mut acts = GemmActs {
         p: vec![0i8; n * cols],
@@ -75,20 +78,45 @@ pub fn quantize(x: &[f32], n: usize, cols: usize) -> GemmActs {
         sum: Vec::with_capacity(n * nb),
     };
     for (xb, pb) in x.chunks_exact(BLOCK).zip(acts.p.chunks_exact_mut(BLOCK)) {
-        let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let e = amax / 127.0;
-        let inv = if e > 0.0 { 1.0 / e } else { 0.0 };
-        let mut sum = 0i32;
-        for (p, &v) in pb.iter_mut().zip(xb) {
-            let q = round_small((v * inv).clamp(-127.0, 127.0)) as i32;
-            sum += q;
-            *p = q as i8;
-        }
+        let xb: &[f32; BLOCK] = xb.try_into().expect("a block");
+        let pb: &mut [i8; BLOCK] = pb.try_into().expect("a block");
+        let (e, sum) = match kernel {
+            // SAFETY: the caller's `kernel` runs on this CPU (AVX-512F/BW, or AVX2).
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512 => unsafe { super::block_gemm_avx512::quantize_block(xb, pb) },
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => unsafe { super::block_gemm_avx2::quantize_block(xb, pb) },
+            _ => quantize_block(xb, pb),
+        };
         acts.e.push(e);
         acts.f.push(e * sum as f32);
         acts.sum.push(sum);
     }
     acts
+}
+
+/// One block of 32 activations: `p_j = round(x_j / e)` into `pb`, and `(e, Σ_j p_j)` with
+/// `e = max |x| / 127` (a NaN element is skipped by the maximum and quantised to 0).
+pub(super) fn quantize_block(xb: &[f32; BLOCK], pb: &mut [i8; BLOCK]) -> (f32, i32) {
+    let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let e = amax / 127.0;
+    let inv = inverse_scale(e);
+    let mut sum = 0i32;
+    for (p, &v) in pb.iter_mut().zip(xb) {
+        let q = round_small((v * inv).clamp(-127.0, 127.0)) as i32;
+        sum += q;
+        *p = q as i8;
+    }
+    (e, sum)
+}
+
+/// `1 / e` for a block's scale `e`, or 0 for an all-zero block.
+pub(super) fn inverse_scale(e: f32) -> f32 {
+    if e > 0.0 {
+        1.0 / e
+    } else {
+        0.0
+    }
 }
 
 /// The unpacked blocks of one task's panels (see the module doc), laid out by the kernel that
@@ -174,7 +202,7 @@ pub fn product(w: &BlockMatrix, kernel: Kernel, y: &mut [f32], x: &[f32], rows: 
     if !super::check_operands((d_out, d_in), y, x, rows, kernel, runs(kernel)) {
         return;
     }
-    let acts = quantize(x, rows, d_in);
+    let acts = quantize_with(kernel, x, rows, d_in);
     let layout = Layout::of(w);
     let out = OutPtr(y.as_mut_ptr());
     let task = |t: usize| {
