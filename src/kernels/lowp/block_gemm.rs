@@ -35,7 +35,7 @@
 
 use super::blocks::{BlockKind, BlockMatrix, BLOCK};
 use super::ggml::f16_to_f32;
-use super::{round_small, Kernel, PackedFormat};
+use super::{act_quant, Kernel, PackedFormat};
 use rayon::prelude::*;
 use std::cell::RefCell;
 
@@ -66,9 +66,8 @@ pub struct GemmActs {
 }
 
 /// Quantises `x [n, cols]` into blocks of 32 as [`BlockMatrix::quantize`] does, with
-/// `kernel`'s vector code where it has one (the same bytes and bits: the block's maximum is
-/// exact in any order, and every element's steps are the same IEEE operations); `kernel` must
-/// run on this CPU.
+/// `kernel`'s vector code where it has one ([`super::act_quant`]: the same bytes and bits);
+/// `kernel` must run on this CPU.
 pub fn quantize_with(kernel: Kernel, x: &[f32], n: usize, cols: usize) -> GemmActs {
     let nb = cols / BLOCK;
     let mut acts = GemmActs {
@@ -80,14 +79,8 @@ pub fn quantize_with(kernel: Kernel, x: &[f32], n: usize, cols: usize) -> GemmAc
     for (xb, pb) in x.chunks_exact(BLOCK).zip(acts.p.chunks_exact_mut(BLOCK)) {
         let xb: &[f32; BLOCK] = xb.try_into().expect("a block");
         let pb: &mut [i8; BLOCK] = pb.try_into().expect("a block");
-        let (e, sum) = match kernel {
-            // SAFETY: the caller's `kernel` runs on this CPU (AVX-512F/BW, or AVX2).
-            #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512 => unsafe { super::block_gemm_avx512::quantize_block(xb, pb) },
-            #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 => unsafe { super::block_gemm_avx2::quantize_block(xb, pb) },
-            _ => quantize_block(xb, pb),
-        };
+        let e = act_quant::amax(kernel, xb) / 127.0;
+        let sum = act_quant::round::<false>(kernel, xb, inverse_scale(e), pb);
         acts.e.push(e);
         acts.f.push(e * sum as f32);
         acts.sum.push(sum);
@@ -95,23 +88,8 @@ pub fn quantize_with(kernel: Kernel, x: &[f32], n: usize, cols: usize) -> GemmAc
     acts
 }
 
-/// One block of 32 activations: `p_j = round(x_j / e)` into `pb`, and `(e, Σ_j p_j)` with
-/// `e = max |x| / 127` (a NaN element is skipped by the maximum and quantised to 0).
-pub(super) fn quantize_block(xb: &[f32; BLOCK], pb: &mut [i8; BLOCK]) -> (f32, i32) {
-    let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let e = amax / 127.0;
-    let inv = inverse_scale(e);
-    let mut sum = 0i32;
-    for (p, &v) in pb.iter_mut().zip(xb) {
-        let q = round_small((v * inv).clamp(-127.0, 127.0)) as i32;
-        sum += q;
-        *p = q as i8;
-    }
-    (e, sum)
-}
-
 /// `1 / e` for a block's scale `e`, or 0 for an all-zero block.
-pub(super) fn inverse_scale(e: f32) -> f32 {
+fn inverse_scale(e: f32) -> f32 {
     if e > 0.0 {
         1.0 / e
     } else {

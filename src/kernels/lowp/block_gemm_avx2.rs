@@ -6,7 +6,7 @@
 //! the pairs to i32. Signed `Q8_0` weights use ggml's sign trick (`|q|` against `p · sign q`,
 //! |pair| <= 2 · 128 · 127), widened per group.
 
-use super::block_gemm::{inverse_scale, with_panels, GemmActs, Layout, Panels, TASK_OUTPUTS};
+use super::block_gemm::{with_panels, GemmActs, Layout, Panels, TASK_OUTPUTS};
 use super::blocks::{BlockKind, BlockMatrix, BLOCK};
 use super::PackedFormat;
 use std::arch::x86_64::*;
@@ -19,48 +19,6 @@ const TILE_ROWS: usize = 4;
 const Q4_0: u8 = 0;
 const Q4_1: u8 = 1;
 const Q8_0: u8 = 2;
-
-/// [`super::block_gemm::quantize_block`] in four vectors of 8: the same bytes, `e` and sum.
-///
-/// # Safety
-/// The CPU has AVX2, FMA and F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn quantize_block(xb: &[f32; BLOCK], pb: &mut [i8; BLOCK]) -> (f32, i32) {
-    // SAFETY: 4 × 8 floats of xb.
-    let x: [__m256; 4] = std::array::from_fn(|i| unsafe { _mm256_loadu_ps(xb.as_ptr().add(8 * i)) });
-    let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
-    // vmaxps returns its second operand where the first is NaN: NaN elements are skipped,
-    // as f32::max skips them, and the running maximum never holds one.
-    let amax = x.iter().fold(_mm256_setzero_ps(), |m, &v| {
-        _mm256_max_ps(_mm256_and_ps(v, abs), m)
-    });
-    let amax = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps::<1>(amax));
-    let amax = _mm_max_ps(amax, _mm_movehl_ps(amax, amax));
-    let amax = _mm_max_ss(amax, _mm_shuffle_ps::<1>(amax, amax));
-    let e = _mm_cvtss_f32(amax) / 127.0;
-    let inv = _mm256_set1_ps(inverse_scale(e));
-    let (lo, hi) = (_mm256_set1_ps(-127.0), _mm256_set1_ps(127.0));
-    let magic = _mm256_set1_ps(12_582_912.0);
-    let q = x.map(|v| {
-        let y = _mm256_mul_ps(v, inv);
-        let number = _mm256_cmp_ps::<_CMP_ORD_Q>(y, y);
-        let clamped = _mm256_min_ps(_mm256_max_ps(y, lo), hi);
-        let rounded = _mm256_sub_ps(_mm256_add_ps(clamped, magic), magic);
-        // NaN quantises to 0, as `NaN as i32` is 0.
-        _mm256_and_si256(_mm256_cvttps_epi32(rounded), _mm256_castps_si256(number))
-    });
-    let total = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
-    let total = _mm_add_epi32(_mm256_castsi256_si128(total), _mm256_extracti128_si256::<1>(total));
-    let total = _mm_add_epi32(total, _mm_shuffle_epi32::<0b01_00_11_10>(total));
-    let total = _mm_add_epi32(total, _mm_shuffle_epi32::<0b10_11_00_01>(total));
-    // Per 128-bit lane the packs give [q0 0-3, q1 0-3, q2 0-3, q3 0-3 | q0 4-7, ...] in
-    // dwords of four bytes; the permutation puts each vector's eight back together.
-    let bytes = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-    let bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    // SAFETY: the 32 bytes of pb.
-    unsafe { _mm256_storeu_si256(pb.as_mut_ptr() as *mut __m256i, bytes) };
-    (e, _mm_cvtsi128_si32(total))
-}
 
 /// Writes outputs `o0 .. o0 + outputs` (at most [`TASK_OUTPUTS`]) of every row of `y`, one
 /// panel of 8 outputs after the other.

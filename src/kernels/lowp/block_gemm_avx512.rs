@@ -5,7 +5,7 @@
 //! against signed `Q8_0` weights the activations are the unsigned side, shifted by 128
 //! (`p ^ 0x80`), and the block's sum starts at `-128 Σ_j q_j` so that it ends at `Σ_j q_j p_j`.
 
-use super::block_gemm::{inverse_scale, with_panels, GemmActs, Layout, Panels, TASK_OUTPUTS};
+use super::block_gemm::{with_panels, GemmActs, Layout, Panels, TASK_OUTPUTS};
 use super::blocks::{BlockKind, BlockMatrix, BLOCK};
 use super::PackedFormat;
 use std::arch::x86_64::*;
@@ -21,38 +21,6 @@ const PANELS: usize = TASK_OUTPUTS / L;
 const Q4_0: u8 = 0;
 const Q4_1: u8 = 1;
 const Q8_0: u8 = 2;
-
-/// [`super::block_gemm::quantize_block`] in two vectors of 16: the same bytes, `e` and sum.
-///
-/// # Safety
-/// The CPU has AVX-512F/BW.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-pub unsafe fn quantize_block(xb: &[f32; BLOCK], pb: &mut [i8; BLOCK]) -> (f32, i32) {
-    // SAFETY: 2 × 16 floats of xb, 2 × 16 bytes of pb.
-    let x = unsafe { [_mm512_loadu_ps(xb.as_ptr()), _mm512_loadu_ps(xb.as_ptr().add(16))] };
-    // vmaxps returns its second operand where the first is NaN: NaN elements are skipped,
-    // as f32::max skips them, and the running maximum never holds one.
-    let amax = x.iter().fold(_mm512_setzero_ps(), |m, &v| {
-        _mm512_max_ps(_mm512_abs_ps(v), m)
-    });
-    let e = _mm512_reduce_max_ps(amax) / 127.0;
-    let inv = _mm512_set1_ps(inverse_scale(e));
-    let (lo, hi) = (_mm512_set1_ps(-127.0), _mm512_set1_ps(127.0));
-    let magic = _mm512_set1_ps(12_582_912.0);
-    let mut sum = _mm512_setzero_si512();
-    for (half, &v) in x.iter().enumerate() {
-        let y = _mm512_mul_ps(v, inv);
-        let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(y, y);
-        let clamped = _mm512_min_ps(_mm512_max_ps(y, lo), hi);
-        let rounded = _mm512_sub_ps(_mm512_add_ps(clamped, magic), magic);
-        // NaN quantises to 0, as `NaN as i32` is 0.
-        let q = _mm512_maskz_mov_epi32(!nan, _mm512_cvttps_epi32(rounded));
-        sum = _mm512_add_epi32(sum, q);
-        // SAFETY: bytes 16·half .. + 16 of pb.
-        unsafe { _mm_storeu_si128(pb.as_mut_ptr().add(16 * half) as *mut __m128i, _mm512_cvtepi32_epi8(q)) };
-    }
-    (e, _mm512_reduce_add_epi32(sum))
-}
 
 /// Writes outputs `o0 .. o0 + outputs` (at most [`TASK_OUTPUTS`]) of every row of `y`.
 ///

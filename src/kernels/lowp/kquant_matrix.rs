@@ -288,8 +288,15 @@ impl KQuantMatrix {
         }
     }
 
-    /// Quantises `x [n, cols]` into the activation blocks this weight multiplies.
+    /// Quantises `x [n, cols]` into the activation blocks this weight multiplies, with the
+    /// widest vector code this CPU runs (at or below the kernel cap; every version gives the
+    /// same bytes).
     pub fn quantize(&self, x: &[f32], n: usize) -> KQuantActs {
+        self.quantize_with(super::widest_kernel(super::cpu_has), x, n)
+    }
+
+    /// [`quantize`](Self::quantize) with `kernel`'s vector code (`kernel` must run on this CPU).
+    pub fn quantize_with(&self, kernel: Kernel, x: &[f32], n: usize) -> KQuantActs {
         let format = self.act_format();
         let nb = self.cols / self.block;
         let mut acts = KQuantActs {
@@ -315,14 +322,14 @@ impl KQuantMatrix {
             match format {
                 ActFormat::Q8K => {
                     let g = self.cols / 16;
-                    quantize_q8_k(row, q, e, &mut acts.bsums[r * g..(r + 1) * g]);
+                    quantize_q8_k(kernel, row, q, e, &mut acts.bsums[r * g..(r + 1) * g]);
                 }
                 ActFormat::Q80 | ActFormat::Q81 => {
                     let s = match format {
                         ActFormat::Q81 => &mut acts.s[r * nb..(r + 1) * nb],
                         _ => &mut [],
                     };
-                    quantize_q8_0(row, q, e, s, &mut acts.psum[r * nb..(r + 1) * nb]);
+                    quantize_q8_0(kernel, row, q, e, s, &mut acts.psum[r * nb..(r + 1) * nb]);
                 }
             }
         }

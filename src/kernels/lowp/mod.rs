@@ -35,6 +35,7 @@
 //! `IQ4_NL`: `kquant_matrix/blocks32_gemm.rs`, AVX-512 and AVX2, the row kernel's bits), over
 //! panels unpacked from the stored blocks per call.
 
+mod act_quant;
 mod bf16;
 pub mod bf16_gemm;
 pub mod bf16_train;

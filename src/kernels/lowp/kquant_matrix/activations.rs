@@ -5,7 +5,7 @@
 
 use super::super::ggml::{f16_to_f32, f32_to_f16};
 use super::super::kquants::QK_K;
-use super::super::round_small;
+use super::super::{act_quant, Kernel};
 
 /// Which 8-bit activation blocks a weight type meets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,16 +57,21 @@ impl KQuantActs {
 }
 
 
-/// Quantises one row `x` to `Q8_K` blocks (ggml's `quantize_row_q8_K_ref`).
-pub(super) fn quantize_q8_k(x: &[f32], q: &mut [i8], e: &mut [f32], bsums: &mut [i32]) {
+/// Quantises one row `x` to `Q8_K` blocks (ggml's `quantize_row_q8_K_ref`) with `kernel`'s
+/// vector code ([`act_quant`]: the same bytes), which must run on this CPU.
+pub(super) fn quantize_q8_k(
+    kernel: Kernel,
+    x: &[f32],
+    q: &mut [i8],
+    e: &mut [f32],
+    bsums: &mut [i32],
+) {
     for (b, xb) in x.chunks_exact(QK_K).enumerate() {
-        let (mut amax, mut max) = (0f32, 0f32);
-        for &v in xb {
-            if v.abs() > amax {
-                amax = v.abs();
-                max = v;
-            }
-        }
+        // The element of largest magnitude, the first of equals (NaN skipped).
+        let amax = xb
+            .chunks_exact(act_quant::N)
+            .map(|x| act_quant::amax(kernel, x.try_into().expect("32 elements")))
+            .fold(0f32, f32::max);
         let qb = &mut q[b * QK_K..(b + 1) * QK_K];
         if amax == 0.0 {
             qb.fill(0);
@@ -74,9 +79,11 @@ pub(super) fn quantize_q8_k(x: &[f32], q: &mut [i8], e: &mut [f32], bsums: &mut 
             bsums[b * 16..(b + 1) * 16].fill(0);
             continue;
         }
+        let max = *xb.iter().find(|v| v.abs() == amax).expect("amax is an element's");
         let iscale = -127.0 / max;
-        for (p, &v) in qb.iter_mut().zip(xb) {
-            *p = round_small(iscale * v).clamp(-128.0, 127.0) as i8;
+        for (x, p) in xb.chunks_exact(act_quant::N).zip(qb.chunks_exact_mut(act_quant::N)) {
+            let (x, p) = (x.try_into().expect("32"), p.try_into().expect("32"));
+            act_quant::round::<true>(kernel, x, iscale, p);
         }
         for (g, sum) in bsums[b * 16..(b + 1) * 16].iter_mut().enumerate() {
             *sum = qb[g * 16..(g + 1) * 16].iter().map(|&p| i32::from(p)).sum();
@@ -86,18 +93,22 @@ pub(super) fn quantize_q8_k(x: &[f32], q: &mut [i8], e: &mut [f32], bsums: &mut 
 }
 
 /// Quantises one row `x` to `Q8_0` blocks, with `Q8_1`'s `s` when `s` is not empty (ggml's
-/// x86 `quantize_row_q8_0` / `quantize_row_q8_1`), and each block's `Σ_j p_j` in `psum`.
-pub(super) fn quantize_q8_0(x: &[f32], q: &mut [i8], e: &mut [f32], s: &mut [f32], psum: &mut [i32]) {
-    for (b, xb) in x.chunks_exact(32).enumerate() {
-        let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+/// x86 `quantize_row_q8_0` / `quantize_row_q8_1`), and each block's `Σ_j p_j` in `psum`, with
+/// `kernel`'s vector code ([`act_quant`]: the same bytes), which must run on this CPU.
+pub(super) fn quantize_q8_0(
+    kernel: Kernel,
+    x: &[f32],
+    q: &mut [i8],
+    e: &mut [f32],
+    s: &mut [f32],
+    psum: &mut [i32],
+) {
+    for (b, (xb, qb)) in x.chunks_exact(32).zip(q.chunks_exact_mut(32)).enumerate() {
+        let (xb, qb) = (xb.try_into().expect("32"), qb.try_into().expect("32"));
+        let amax = act_quant::amax(kernel, xb);
         let d = amax / 127.0;
         let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
-        let qb = &mut q[b * 32..(b + 1) * 32];
-        let mut sum = 0i32;
-        for (p, &v) in qb.iter_mut().zip(xb) {
-            *p = round_small((v * id).clamp(-127.0, 127.0)) as i8;
-            sum += i32::from(*p);
-        }
+        let sum = act_quant::round::<false>(kernel, xb, id, qb);
         e[b] = f16_to_f32(f32_to_f16(d));
         psum[b] = sum;
         if !s.is_empty() {
@@ -105,4 +116,3 @@ pub(super) fn quantize_q8_0(x: &[f32], q: &mut [i8], e: &mut [f32], s: &mut [f32
         }
     }
 }
-
