@@ -559,7 +559,7 @@ fn block_products_match_float64() {
 }
 
 /// Every SIMD kernel gives the portable kernel's bits on every shape class (rows 1–5 and 17;
-/// 32-blocks: 32 to 768 columns, super-blocks: 256, 512, 768; 1, 3, 16, 17 outputs).
+/// 32-blocks: 32 to 768 columns, super-blocks: 256, 512, 768; 1, 3, 16, 17, 70 outputs).
 #[test]
 fn kernels_agree_bit_for_bit_on_every_shape() {
     use super::tests::{simd_kernels, KERNEL_COLS, KERNEL_OUTS, KERNEL_ROWS};

@@ -317,8 +317,10 @@ fn ggml_block_products_match_float64() {
 pub(super) const KERNEL_ROWS: &[usize] = &[1, 2, 3, 4, 5, 17];
 /// 576 and 608: SmolLM2's width, 18 blocks (two steps of 8 and a rest), and an odd 19.
 pub(super) const KERNEL_COLS: &[usize] = &[32, 64, 96, 256, 512, 576, 608, 768];
-/// Runs of 4 output rows (the decoding kernels') and remainders of 1, 2 and 3.
-pub(super) const KERNEL_OUTS: &[usize] = &[1, 3, 6, 16, 17];
+/// Runs of 4 output rows (the decoding kernels') and remainders of 1, 2 and 3; 70: three tasks
+/// of the GEMMs (32 outputs each, the last one 6), whose reused panel buffers then hold
+/// another task's outputs in the lanes past the last.
+pub(super) const KERNEL_OUTS: &[usize] = &[1, 3, 6, 16, 17, 70];
 
 /// The SIMD kernels this CPU has, each asserted to run for `w` where the CPU has it.
 pub(super) fn simd_kernels(w: &PackedWeight, label: &str) -> Vec<Kernel> {

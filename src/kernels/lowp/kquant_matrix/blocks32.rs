@@ -28,9 +28,9 @@ use std::arch::x86_64::*;
 const STEP: usize = 8;
 
 /// The block types, as a const parameter.
-const Q5_0: u8 = 0;
-const Q5_1: u8 = 1;
-const IQ4_NL: u8 = 2;
+pub(super) const Q5_0: u8 = 0;
+pub(super) const Q5_1: u8 = 1;
+pub(super) const IQ4_NL: u8 = 2;
 
 /// One instruction set's per-block step: the 8 i32 partial sums of `u_j p_j` for `R` rows.
 trait BlockDot {
@@ -88,42 +88,58 @@ impl BlockDot for Avx2 {
         block: *const u8,
         p: &[*const i8; R],
     ) -> [__m256i; R] {
-        let (qh_at, qs_at) = parts(T);
-        // SAFETY (caller): the block's 16 nibble bytes, its 4 bytes of fifth bits, and the
-        // 32 activations of each row.
+        // SAFETY (caller): one whole block, and the 32 activations of each row.
         unsafe {
-            let nib = nibbles(block.add(qs_at));
+            let u = unsigned_avx2::<T>(block);
             let ones = _mm256_set1_epi16(1);
             if T == IQ4_NL {
-                let table = _mm_loadu_si128(IQ4_NL_LEVELS.as_ptr() as *const __m128i);
-                let k = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(table), nib);
-                let magnitude = _mm256_abs_epi8(k);
+                let magnitude = _mm256_abs_epi8(u);
                 std::array::from_fn(|r| {
                     let pv = _mm256_loadu_si256(p[r] as *const __m256i);
-                    let pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(pv, k));
+                    let pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(pv, u));
                     _mm256_madd_epi16(pairs, ones)
                 })
             } else {
-                // Byte j takes byte j / 8 of qh; with every other bit set it is all ones
-                // exactly where bit j % 8 is set (llama.cpp's `bytes_from_bits_32`).
-                let qh = _mm256_set1_epi32((block.add(qh_at) as *const i32).read_unaligned());
-                let spread = _mm256_shuffle_epi8(
-                    qh,
-                    _mm256_set_epi64x(
-                        0x0303_0303_0303_0303,
-                        0x0202_0202_0202_0202,
-                        0x0101_0101_0101_0101,
-                        0,
-                    ),
-                );
-                let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
-                let set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi8(-1));
-                let u = _mm256_or_si256(nib, _mm256_and_si256(set, _mm256_set1_epi8(16)));
                 std::array::from_fn(|r| {
                     let pv = _mm256_loadu_si256(p[r] as *const __m256i);
                     _mm256_madd_epi16(_mm256_maddubs_epi16(u, pv), ones)
                 })
             }
+        }
+    }
+}
+
+/// The 32 weights of the block at `block` as the AVX2 kernels multiply them, `u_j = q_j + c`
+/// with `c` of [`BlockDot::offset`] (`Q5_0`: nibble + 16 h, `Q5_1` likewise, `IQ4_NL`: the
+/// signed level `K`).
+///
+/// # Safety
+/// AVX2; one whole stored block of type `T` at `block`.
+#[inline(always)]
+pub(super) unsafe fn unsigned_avx2<const T: u8>(block: *const u8) -> __m256i {
+    let (qh_at, qs_at) = parts(T);
+    // SAFETY (caller): the block's 16 nibble bytes and its 4 bytes of fifth bits.
+    unsafe {
+        let nib = nibbles(block.add(qs_at));
+        if T == IQ4_NL {
+            let table = _mm_loadu_si128(IQ4_NL_LEVELS.as_ptr() as *const __m128i);
+            _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(table), nib)
+        } else {
+            // Byte j takes byte j / 8 of qh; with every other bit set it is all ones
+            // exactly where bit j % 8 is set (llama.cpp's `bytes_from_bits_32`).
+            let qh = _mm256_set1_epi32((block.add(qh_at) as *const i32).read_unaligned());
+            let spread = _mm256_shuffle_epi8(
+                qh,
+                _mm256_set_epi64x(
+                    0x0303_0303_0303_0303,
+                    0x0202_0202_0202_0202,
+                    0x0101_0101_0101_0101,
+                    0,
+                ),
+            );
+            let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
+            let set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi8(-1));
+            _mm256_or_si256(nib, _mm256_and_si256(set, _mm256_set1_epi8(16)))
         }
     }
 }
@@ -153,21 +169,34 @@ impl BlockDot for Avx512 {
         block: *const u8,
         p: &[*const i8; R],
     ) -> [__m256i; R] {
-        let (qh_at, qs_at) = parts(T);
         // SAFETY (caller): as for Avx2.
         unsafe {
-            let nib = nibbles(block.add(qs_at));
-            let u = if T == IQ4_NL {
-                let table = _mm_loadu_si128(IQ4_NL_UNSIGNED.as_ptr() as *const __m128i);
-                _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(table), nib)
-            } else {
-                let qh = (block.add(qh_at) as *const u32).read_unaligned();
-                _mm256_mask_add_epi8(nib, _cvtu32_mask32(qh), nib, _mm256_set1_epi8(16))
-            };
+            let u = unsigned_avx512::<T>(block);
             std::array::from_fn(|r| {
                 let pv = _mm256_loadu_si256(p[r] as *const __m256i);
                 _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, pv)
             })
+        }
+    }
+}
+
+/// The 32 weights of the block at `block` as the AVX-512 kernels multiply them, `u_j = q_j +
+/// c` with `c` of [`BlockDot::offset`] (`IQ4_NL`: `K + 128`, unsigned).
+///
+/// # Safety
+/// AVX-512F/BW/VL; one whole stored block of type `T` at `block`.
+#[inline(always)]
+pub(super) unsafe fn unsigned_avx512<const T: u8>(block: *const u8) -> __m256i {
+    let (qh_at, qs_at) = parts(T);
+    // SAFETY (caller): the block's 16 nibble bytes and its 4 bytes of fifth bits.
+    unsafe {
+        let nib = nibbles(block.add(qs_at));
+        if T == IQ4_NL {
+            let table = _mm_loadu_si128(IQ4_NL_UNSIGNED.as_ptr() as *const __m128i);
+            _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(table), nib)
+        } else {
+            let qh = (block.add(qh_at) as *const u32).read_unaligned();
+            _mm256_mask_add_epi8(nib, _cvtu32_mask32(qh), nib, _mm256_set1_epi8(16))
         }
     }
 }

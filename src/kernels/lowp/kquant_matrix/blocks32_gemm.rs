@@ -18,7 +18,9 @@
 //! `|K| × sign(p, K)`, widened per group), one i32 and one f32 sum per (row, output) in
 //! registers, and writes row-major `y`.
 
-use super::{unpack, GgmlType, KQuantActs, KQuantMatrix, Unpacked};
+use super::super::block_gemm::{with_panels, Panels};
+use super::super::ggml::f16_to_f32;
+use super::{GgmlType, KQuantActs, KQuantMatrix};
 use crate::kernels::lowp::{check_operands, products_are_serial, Kernel};
 use rayon::prelude::*;
 use std::arch::x86_64::*;
@@ -79,10 +81,7 @@ impl OutPtr {
     }
 }
 
-/// The block types, as a const parameter.
-const Q5_0: u8 = 0;
-const Q5_1: u8 = 1;
-const IQ4_NL: u8 = 2;
+use super::blocks32::{IQ4_NL, Q5_0, Q5_1};
 
 fn type_code(ty: GgmlType) -> u8 {
     match ty {
@@ -101,44 +100,50 @@ fn offset(t: u8, vnni: bool) -> i32 {
     }
 }
 
-/// Outputs `o0 .. o0 + outputs` of `w` unpacked into panels of `l` outputs: `q [P, nb, 8,
-/// l, 4]` (`q + c` as bytes), `d`, `m [P, nb, l]`; lanes past the last output stay zero.
-struct Panels {
-    q: Vec<u8>,
-    d: Vec<f32>,
-    m: Vec<f32>,
-}
-
-impl Panels {
-    fn new(w: &KQuantMatrix, l: usize, o0: usize, outputs: usize, c: i32) -> Panels {
-        let nb = w.cols / 32;
-        let panels = outputs.div_ceil(l);
-        let mut un = Panels {
-            q: vec![0; panels * nb * 32 * l],
-            d: vec![0.0; panels * nb * l],
-            m: vec![0.0; panels * nb * l],
-        };
-        let mut u = Unpacked::new();
-        for i in 0..outputs {
-            let (p, lane) = (i / l, i % l);
-            let o = o0 + i;
-            let row = &w.data[o * nb * w.block_bytes..(o + 1) * nb * w.block_bytes];
-            for (b, block) in row.chunks_exact(w.block_bytes).enumerate() {
-                unpack(w.ty, block, &mut u);
-                let pb = p * nb + b;
-                for (g, four) in u.q[..32].chunks_exact(4).enumerate() {
-                    let at = ((pb * 8 + g) * l + lane) * 4;
-                    for (dst, &q) in un.q[at..at + 4].iter_mut().zip(four) {
-                        // u = q + c: in [0, 31] (Q5_x), [1, 241] (IQ4_NL + 128) or IQ4_NL's
-                        // signed level (c = 0, AVX2).
-                        *dst = (i32::from(q) + c) as u8;
-                    }
+/// Unpacks outputs `o0 .. o0 + outputs` of `w` into `un`, panels of `L` outputs: `q [P, nb,
+/// 8, L, 4]` (`u = q + c` as bytes, from the row kernels' [`super::blocks32`] unpacking of the
+/// instruction set: `AVX512` or not), `d`, `m [P, nb, L]`. Lanes past the last output keep
+/// what the buffer held (their sums are computed and never stored).
+///
+/// # Safety
+/// AVX2 (and AVX-512F/BW/VL where `AVX512`); `w` holds 32-blocks of type `T`, outputs
+/// `o0 .. o0 + outputs` exist; `un` holds `outputs.div_ceil(L)` panels of `w.cols / 32`
+/// blocks.
+#[inline(always)]
+unsafe fn unpack<const L: usize, const T: u8, const AVX512: bool>(
+    w: &KQuantMatrix,
+    o0: usize,
+    outputs: usize,
+    un: &mut Panels,
+) {
+    let (nb, bb) = (w.cols / 32, w.block_bytes);
+    let half = |block: &[u8], at: usize| f16_to_f32(u16::from_le_bytes([block[at], block[at + 1]]));
+    for i in 0..outputs {
+        let (p, lane) = (i / L, i % L);
+        let o = o0 + i;
+        let row = &w.data[o * nb * bb..(o + 1) * nb * bb];
+        for (b, block) in row.chunks_exact(bb).enumerate() {
+            // SAFETY (caller): one whole block of type T, and the instruction set.
+            let u = unsafe {
+                if AVX512 {
+                    super::blocks32::unsigned_avx512::<T>(block.as_ptr())
+                } else {
+                    super::blocks32::unsigned_avx2::<T>(block.as_ptr())
                 }
-                un.d[pb * l + lane] = u.d;
-                un.m[pb * l + lane] = u.dmin;
+            };
+            let mut groups = [0u32; 8];
+            // SAFETY: 32 bytes into a local array of 8 u32.
+            unsafe { _mm256_storeu_si256(groups.as_mut_ptr() as *mut __m256i, u) };
+            let pb = p * nb + b;
+            for (g, &four) in groups.iter().enumerate() {
+                let at = ((pb * 8 + g) * L + lane) * 4;
+                un.q[at..at + 4].copy_from_slice(&four.to_le_bytes());
+            }
+            un.d[pb * L + lane] = half(block, 0);
+            if T == Q5_1 {
+                un.m[pb * L + lane] = half(block, 2);
             }
         }
-        un
     }
 }
 
@@ -206,32 +211,43 @@ unsafe fn fill_avx2(
     const L: usize = 8;
     let t = type_code(w.ty);
     let d_out = w.rows;
-    for p0 in (0..outputs).step_by(L) {
-        let lanes = (outputs - p0).min(L);
-        let panel = Panels::new(w, L, o0 + p0, lanes, offset(t, false));
-        for r0 in (0..rows).step_by(TILE_ROWS) {
-            // SAFETY: row r0 < rows; the tile writes outputs o0 + p0 .. + lanes only.
-            let tile = unsafe { Rows::at(acts, r0, y.add(o0 + p0), d_out) };
-            macro_rules! by_type {
-                ($r:literal) => {
-                    match t {
-                        Q5_0 => tile_avx2::<$r, Q5_0>(&panel, &tile, lanes),
-                        Q5_1 => tile_avx2::<$r, Q5_1>(&panel, &tile, lanes),
-                        _ => tile_avx2::<$r, IQ4_NL>(&panel, &tile, lanes),
-                    }
-                };
-            }
-            // SAFETY: rows r0 .. r0 + R exist.
+    let nb = w.cols / 32;
+    with_panels(nb * 32 * L, nb * L, |panel| {
+        for p0 in (0..outputs).step_by(L) {
+            let lanes = (outputs - p0).min(L);
+            // SAFETY: AVX2 (this function's); outputs o0 + p0 .. + lanes exist; the buffers
+            // hold one panel of nb blocks.
             unsafe {
-                match (rows - r0).min(TILE_ROWS) {
-                    1 => by_type!(1),
-                    2 => by_type!(2),
-                    3 => by_type!(3),
-                    _ => by_type!(4),
+                match t {
+                    Q5_0 => unpack::<L, Q5_0, false>(w, o0 + p0, lanes, panel),
+                    Q5_1 => unpack::<L, Q5_1, false>(w, o0 + p0, lanes, panel),
+                    _ => unpack::<L, IQ4_NL, false>(w, o0 + p0, lanes, panel),
+                }
+            }
+            for r0 in (0..rows).step_by(TILE_ROWS) {
+                // SAFETY: row r0 < rows; the tile writes outputs o0 + p0 .. + lanes only.
+                let tile = unsafe { Rows::at(acts, r0, y.add(o0 + p0), d_out) };
+                macro_rules! by_type {
+                    ($r:literal) => {
+                        match t {
+                            Q5_0 => tile_avx2::<$r, Q5_0>(panel, &tile, lanes),
+                            Q5_1 => tile_avx2::<$r, Q5_1>(panel, &tile, lanes),
+                            _ => tile_avx2::<$r, IQ4_NL>(panel, &tile, lanes),
+                        }
+                    };
+                }
+                // SAFETY: rows r0 .. r0 + R exist.
+                unsafe {
+                    match (rows - r0).min(TILE_ROWS) {
+                        1 => by_type!(1),
+                        2 => by_type!(2),
+                        3 => by_type!(3),
+                        _ => by_type!(4),
+                    }
                 }
             }
         }
-    }
+    })
 }
 
 /// One AVX2 tile: `R` rows × the 8 outputs of `panel` (`lanes` of them written).
@@ -316,18 +332,50 @@ unsafe fn fill_avx512(
 ) {
     const L: usize = 16;
     let t = type_code(w.ty);
-    let panels = Panels::new(w, L, o0, outputs, offset(t, true));
+    let nb = w.cols / 32;
+    let panels = outputs.div_ceil(L);
+    with_panels(panels * nb * 32 * L, panels * nb * L, |un| {
+        // SAFETY: AVX-512F/BW/VL (this function's); outputs o0 .. o0 + outputs exist; the
+        // buffers hold `panels` panels of nb blocks.
+        unsafe {
+            match t {
+                Q5_0 => unpack::<L, Q5_0, true>(w, o0, outputs, un),
+                Q5_1 => unpack::<L, Q5_1, true>(w, o0, outputs, un),
+                _ => unpack::<L, IQ4_NL, true>(w, o0, outputs, un),
+            }
+        }
+        // SAFETY: the caller's guarantees, and `un` holds the task's panels.
+        unsafe { tiles_avx512::<L>(un, acts, rows, o0, outputs, y, w.rows, t) }
+    })
+}
+
+/// The AVX-512 tiles of one task over its unpacked panels.
+///
+/// # Safety
+/// As [`fill_avx512`], and `un` holds the unpacked panels of outputs `o0 .. o0 + outputs`.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn tiles_avx512<const L: usize>(
+    un: &Panels,
+    acts: &KQuantActs,
+    rows: usize,
+    o0: usize,
+    outputs: usize,
+    y: *mut f32,
+    d_out: usize,
+    t: u8,
+) {
     let two = outputs > L;
     let last_lanes = outputs - if two { L } else { 0 };
     for r0 in (0..rows).step_by(TILE_ROWS) {
         // SAFETY: row r0 < rows; the tile writes outputs o0 .. o0 + outputs only.
-        let tile = unsafe { Rows::at(acts, r0, y.add(o0), w.rows) };
+        let tile = unsafe { Rows::at(acts, r0, y.add(o0), d_out) };
         macro_rules! by_type {
             ($r:literal, $p:literal) => {
                 match t {
-                    Q5_0 => tile_avx512::<$r, $p, Q5_0>(&panels, &tile, last_lanes),
-                    Q5_1 => tile_avx512::<$r, $p, Q5_1>(&panels, &tile, last_lanes),
-                    _ => tile_avx512::<$r, $p, IQ4_NL>(&panels, &tile, last_lanes),
+                    Q5_0 => tile_avx512::<$r, $p, Q5_0>(un, &tile, last_lanes),
+                    Q5_1 => tile_avx512::<$r, $p, Q5_1>(un, &tile, last_lanes),
+                    _ => tile_avx512::<$r, $p, IQ4_NL>(un, &tile, last_lanes),
                 }
             };
         }
