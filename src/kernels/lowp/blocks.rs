@@ -38,7 +38,7 @@
 //! each row with its one-row kernel's bits (`blocks/avx512.rs`, `blocks/avx2.rs`).
 
 use super::ggml::{f16_to_f32, GgmlType};
-use super::{round_small, Kernel, PackedFormat, RawBytes};
+use super::{act_quant, Kernel, PackedFormat, RawBytes};
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -277,7 +277,10 @@ impl BlockMatrix {
     }
 
     /// Quantises `x [n, cols]` into the activation blocks this weight multiplies.
+    /// The widest vector code this CPU runs (at or below the kernel cap) rounds them: every
+    /// version gives the same bytes ([`act_quant`]).
     pub fn quantize(&self, x: &[f32], n: usize) -> BlockActs {
+        let kernel = super::widest_kernel(super::cpu_has);
         let (nb, nibbles) = (self.nb, self.kind.nibbles());
         let mut acts = BlockActs {
             nb,
@@ -289,17 +292,22 @@ impl BlockMatrix {
         for (r, row) in x.chunks_exact(self.cols).enumerate() {
             let q_row = &mut acts.q[r * self.cols..(r + 1) * self.cols];
             for (b, xb) in row.chunks_exact(BLOCK).enumerate() {
-                let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
-                let e = amax / 127.0;
+                let xb: &[f32; BLOCK] = xb.try_into().expect("a block");
+                let e = act_quant::amax(kernel, xb) / 127.0;
                 let inv = if e > 0.0 { 1.0 / e } else { 0.0 };
-                let mut sum = 0i32;
-                for (j, &v) in xb.iter().enumerate() {
-                    let p = round_small((v * inv).clamp(-127.0, 127.0)) as i32;
-                    sum += p;
-                    if nibbles {
-                        q_row[pair_order(b, j, nb)] = p as i8 as u8;
-                    } else {
-                        q_row[b * BLOCK + j] = (p + 128) as u8;
+                let mut p = [0i8; BLOCK];
+                let sum = act_quant::round::<false>(kernel, xb, inv, &mut p);
+                if nibbles {
+                    // Elements 0-15 and 16-31 each stay together in pair order.
+                    for (half, p_half) in p.chunks_exact(16).enumerate() {
+                        let at = pair_order(b, 16 * half, nb);
+                        for (q, &v) in q_row[at..at + 16].iter_mut().zip(p_half) {
+                            *q = v as u8;
+                        }
+                    }
+                } else {
+                    for (q, &v) in q_row[b * BLOCK..(b + 1) * BLOCK].iter_mut().zip(&p) {
+                        *q = (v as u8) ^ 0x80; // p + 128
                     }
                 }
                 acts.e.push(e);
