@@ -5,23 +5,12 @@
 //! float32 `matmul` on the same shape. Threads: RAYON_NUM_THREADS; kernel: TRANSFORMER_KERNEL
 //! caps it as it does everywhere; ROWS (default "1 16 64") the activation rows.
 
-use std::time::Instant;
+mod timing;
+
+use timing::median_secs;
 use transformer::kernels::lowp::ggml::GgmlType;
 use transformer::kernels::lowp::{pack_ggml, PackedWeight, RawBytes};
 use transformer::kernels::matmul::{matmul, MatMut, MatRef};
-
-fn median_secs(reps: usize, mut f: impl FnMut()) -> f64 {
-    f(); // warm-up
-    let mut t: Vec<f64> = (0..reps)
-        .map(|_| {
-            let s = Instant::now();
-            f();
-            s.elapsed().as_secs_f64()
-        })
-        .collect();
-    t.sort_by(f64::total_cmp);
-    t[reps / 2]
-}
 
 /// A pseudo-random byte stream (no rand dependency in benches).
 fn bytes(n: usize, seed: u32) -> Vec<u8> {

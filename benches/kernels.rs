@@ -2,25 +2,14 @@
 //! shapes of a base-model training step, the attention kernel, layer norm and the loss.
 //! No harness dependency: plain timing, medians over repeated runs. Threads: RAYON_NUM_THREADS.
 
-use std::time::Instant;
+mod timing;
+
+use timing::median_secs;
 use transformer::kernels::attention::{attention_backward, attention_forward, AttnDims, AttnMask};
 use transformer::kernels::layer_norm::{layer_norm_backward, layer_norm_forward};
 use transformer::kernels::lowp::bf16_gemm::{self, Bf16Panels};
 use transformer::kernels::matmul::{matmul, MatMut, MatRef};
 use transformer::model::loss::label_smoothed_cross_entropy;
-
-fn median_secs(reps: usize, mut f: impl FnMut()) -> f64 {
-    f(); // warm-up
-    let mut t: Vec<f64> = (0..reps)
-        .map(|_| {
-            let s = Instant::now();
-            f();
-            s.elapsed().as_secs_f64()
-        })
-        .collect();
-    t.sort_by(f64::total_cmp);
-    t[reps / 2]
-}
 
 fn data(n: usize, seed: u32) -> Vec<f32> {
     (0..n)
