@@ -367,12 +367,19 @@ pub(super) fn sum_lanes(lanes: [f32; 8]) -> f32 {
 
 impl BlockMatrix {
     /// The last, unpaired block (odd `nb`) of `o` against row `r` with its offset term, plain
-    /// Rust.
+    /// Rust; 0 for an even `nb` (inlined: the AVX-512 kernels add it to every output).
+    #[inline(always)]
     fn tail_block(&self, acts: &BlockActs, o: usize, r: usize) -> f32 {
-        let nb = self.nb;
-        if nb.is_multiple_of(2) {
-            return 0.0;
+        if self.nb.is_multiple_of(2) {
+            0.0
+        } else {
+            self.odd_tail_block(acts, o, r)
         }
+    }
+
+    /// [`tail_block`](Self::tail_block) of an odd `nb`.
+    fn odd_tail_block(&self, acts: &BlockActs, o: usize, r: usize) -> f32 {
+        let nb = self.nb;
         let b = nb - 1;
         let wb = self.qs(o, b);
         let xb = &acts.q[r * self.cols + b * BLOCK..r * self.cols + (b + 1) * BLOCK];
