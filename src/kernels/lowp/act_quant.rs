@@ -61,6 +61,15 @@ pub(super) fn round<const ROUND_FIRST: bool>(
     }
 }
 
+/// One block in the form of the `Q4_0`/`Q4_1`/`Q8_0` products (the row kernels and the block
+/// GEMM): `e = amax / 127`, then round-last with `inv = 1 / e` (0 for an all-zero block), into
+/// `p`; returns `(e, Σ_j p_j)`.
+pub(super) fn by_scale(kernel: Kernel, x: &[f32; N], p: &mut [i8; N]) -> (f32, i32) {
+    let e = amax(kernel, x) / 127.0;
+    let inv = if e > 0.0 { 1.0 / e } else { 0.0 };
+    (e, round::<false>(kernel, x, inv, p))
+}
+
 /// The clamp bounds of each form.
 const fn bounds(round_first: bool) -> (f32, f32) {
     if round_first {

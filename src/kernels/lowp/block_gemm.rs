@@ -24,10 +24,11 @@
 //! thread keeps for its next task), so the weights stay in the file's map and nothing is
 //! repacked at load. The unpacking loads each output's 16 weight bytes of a block at once and
 //! transposes four outputs' loads in registers (`vpunpck{l,h}{dq,qdq}`), with no gathers:
-//! gathers made unpacking cost more than the products it feeds at 16 rows. A register tile of `R` activation rows ×
-//! `P` panels then broadcasts four activation bytes against a 4 × `L` slice of the panel per
-//! instruction (`vpdpbusd`, or `vpmaddubsw` + `vpmaddwd`), keeps one i32 sum per (row, output)
-//! for the block and one f32 sum per (row, output) for the whole row, and writes row-major `y`.
+//! gathers made unpacking cost more than the products it feeds at 16 rows. A register tile of
+//! `R` activation rows × `P` panels then broadcasts four activation bytes against a 4 × `L`
+//! slice of the panel per instruction (`vpdpbusd`, or `vpmaddubsw` + `vpmaddwd`), keeps one i32
+//! sum per (row, output) for the block and one f32 sum per (row, output) for the whole row, and
+//! writes row-major `y`.
 //!
 //! [`product`] with [`Kernel::Portable`] is the reference the SIMD kernels equal bit for bit: the
 //! same integer sums and the same float operations (`f32::mul_add`, a library call where the
@@ -79,22 +80,12 @@ pub fn quantize_with(kernel: Kernel, x: &[f32], n: usize, cols: usize) -> GemmAc
     for (xb, pb) in x.chunks_exact(BLOCK).zip(acts.p.chunks_exact_mut(BLOCK)) {
         let xb: &[f32; BLOCK] = xb.try_into().expect("a block");
         let pb: &mut [i8; BLOCK] = pb.try_into().expect("a block");
-        let e = act_quant::amax(kernel, xb) / 127.0;
-        let sum = act_quant::round::<false>(kernel, xb, inverse_scale(e), pb);
+        let (e, sum) = act_quant::by_scale(kernel, xb, pb);
         acts.e.push(e);
         acts.f.push(e * sum as f32);
         acts.sum.push(sum);
     }
     acts
-}
-
-/// `1 / e` for a block's scale `e`, or 0 for an all-zero block.
-fn inverse_scale(e: f32) -> f32 {
-    if e > 0.0 {
-        1.0 / e
-    } else {
-        0.0
-    }
 }
 
 /// The unpacked blocks of one task's panels (see the module doc), laid out by the kernel that

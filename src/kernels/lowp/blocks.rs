@@ -293,10 +293,8 @@ impl BlockMatrix {
             let q_row = &mut acts.q[r * self.cols..(r + 1) * self.cols];
             for (b, xb) in row.chunks_exact(BLOCK).enumerate() {
                 let xb: &[f32; BLOCK] = xb.try_into().expect("a block");
-                let e = act_quant::amax(kernel, xb) / 127.0;
-                let inv = if e > 0.0 { 1.0 / e } else { 0.0 };
                 let mut p = [0i8; BLOCK];
-                let sum = act_quant::round::<false>(kernel, xb, inv, &mut p);
+                let (e, sum) = act_quant::by_scale(kernel, xb, &mut p);
                 if nibbles {
                     // Elements 0-15 and 16-31 each stay together in pair order.
                     for (half, p_half) in p.chunks_exact(16).enumerate() {

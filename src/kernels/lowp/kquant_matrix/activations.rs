@@ -56,7 +56,6 @@ impl KQuantActs {
     }
 }
 
-
 /// Quantises one row `x` to `Q8_K` blocks (ggml's `quantize_row_q8_K_ref`) with `kernel`'s
 /// vector code ([`act_quant`]: the same bytes), which must run on this CPU.
 pub(super) fn quantize_q8_k(
