@@ -49,75 +49,53 @@ pub unsafe fn fill(
             // caller's); the buffers hold `panels` whole panels.
             unsafe { unpack(w, layout, o0 + p * L, valid, un, p) };
         }
-        // SAFETY: the caller's guarantees; `un` holds the task's `panels` panels.
-        unsafe { tiles(w, layout, acts, rows, o0, outputs, y, un) }
-    })
-}
-
-/// The register tiles of one task, over its unpacked panels `un`.
-///
-/// # Safety
-/// As [`fill`]'s, and `un` holds the unpacked panels of outputs `o0 .. o0 + outputs`.
-#[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn tiles(
-    w: &BlockMatrix,
-    layout: Layout,
-    acts: &GemmActs,
-    rows: usize,
-    o0: usize,
-    outputs: usize,
-    y: *mut f32,
-    un: &Panels,
-) {
-    let nb = layout.nb;
-    let panels = outputs.div_ceil(L);
-    let (cols, d_out) = (w.cols(), w.rows());
-    let last_lanes = outputs - (panels - 1) * L;
-    for r0 in (0..rows).step_by(TILE_ROWS) {
-        let tile = Tile {
-            panels: un,
-            nb,
-            p: acts.p[r0 * cols..].as_ptr(),
-            cols,
-            e: acts.e[r0 * nb..].as_ptr(),
-            f: acts.f[r0 * nb..].as_ptr(),
-            sum: acts.sum[r0 * nb..].as_ptr(),
-            // SAFETY (caller): row r0, output o0 of y.
-            y: unsafe { y.add(r0 * d_out + o0) },
-            d_out,
-            last_lanes,
-        };
-        macro_rules! by_kind {
-            ($r:literal, $p:literal) => {
-                match layout.kind {
-                    BlockKind::Q4_0 => tile.run::<$r, $p, Q4_0>(),
-                    BlockKind::Q4_1 => tile.run::<$r, $p, Q4_1>(),
-                    BlockKind::Q8_0 => tile.run::<$r, $p, Q8_0>(),
-                }
+        let (cols, d_out) = (w.cols(), w.rows());
+        let last_lanes = outputs - (panels - 1) * L;
+        for r0 in (0..rows).step_by(TILE_ROWS) {
+            let tile = Tile {
+                panels: un,
+                nb,
+                p: acts.p[r0 * cols..].as_ptr(),
+                cols,
+                e: acts.e[r0 * nb..].as_ptr(),
+                f: acts.f[r0 * nb..].as_ptr(),
+                sum: acts.sum[r0 * nb..].as_ptr(),
+                // SAFETY (caller): row r0, output o0 of y.
+                y: unsafe { y.add(r0 * d_out + o0) },
+                d_out,
+                last_lanes,
             };
-        }
-        macro_rules! by_panels {
-            ($r:literal) => {
-                if panels == 1 {
-                    by_kind!($r, 1)
-                } else {
-                    by_kind!($r, 2)
+            macro_rules! by_kind {
+                ($r:literal, $p:literal) => {
+                    match layout.kind {
+                        BlockKind::Q4_0 => tile.run::<$r, $p, Q4_0>(),
+                        BlockKind::Q4_1 => tile.run::<$r, $p, Q4_1>(),
+                        BlockKind::Q8_0 => tile.run::<$r, $p, Q8_0>(),
+                    }
+                };
+            }
+            macro_rules! by_panels {
+                ($r:literal) => {
+                    if panels == 1 {
+                        by_kind!($r, 1)
+                    } else {
+                        by_kind!($r, 2)
+                    }
+                };
+            }
+            // SAFETY: rows r0 .. r0 + R of the activations and of y exist (R <= rows - r0); the
+            // panels hold `panels` panels of nb blocks; the last panel's lanes past `outputs`
+            // are masked off at the store.
+            unsafe {
+                match (rows - r0).min(TILE_ROWS) {
+                    1 => by_panels!(1),
+                    2 => by_panels!(2),
+                    3 => by_panels!(3),
+                    _ => by_panels!(4),
                 }
-            };
-        }
-        // SAFETY: rows r0 .. r0 + R of the activations and of y exist (R <= rows - r0); the
-        // panels hold `panels` panels of nb blocks; the last panel's lanes past `outputs`
-        // are masked off at the store.
-        unsafe {
-            match (rows - r0).min(TILE_ROWS) {
-                1 => by_panels!(1),
-                2 => by_panels!(2),
-                3 => by_panels!(3),
-                _ => by_panels!(4),
             }
         }
-    }
+    })
 }
 
 /// Unpacks outputs `o .. o + valid` (`valid <= L`) of `w` into panel `p` of `un` (lanes past

@@ -109,6 +109,15 @@ impl BlockDot for Avx2 {
     }
 }
 
+/// `c` of the weights [`unsigned_avx512`] (`avx512`) or [`unsigned_avx2`] give for type `t`.
+pub(super) fn unsigned_offset(t: u8, avx512: bool) -> i32 {
+    if avx512 {
+        Avx512::offset(t)
+    } else {
+        Avx2::offset(t)
+    }
+}
+
 /// The 32 weights of the block at `block` as the AVX2 kernels multiply them, `u_j = q_j + c`
 /// with `c` of [`BlockDot::offset`] (`Q5_0`: nibble + 16 h, `Q5_1` likewise, `IQ4_NL`: the
 /// signed level `K`).

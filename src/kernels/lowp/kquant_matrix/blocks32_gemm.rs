@@ -10,8 +10,9 @@
 //! ```
 //!
 //! Laid out as the blocks' GEMM ([`super::super::block_gemm`]): each task of 32 outputs
-//! unpacks its blocks (the row kernel's `unpack`) into panels of `L` outputs (8 for AVX2, 16
-//! for AVX-512), per block and group of four elements the outputs' four bytes side by side
+//! unpacks its blocks (the row kernels' register unpacking, [`super::blocks32`]'s
+//! `unsigned_avx2` / `unsigned_avx512`, whose `c` this module subtracts) into panels of `L`
+//! outputs (8 for AVX2, 16 for AVX-512), per block and group of four elements the outputs' four bytes side by side
 //! (`[nb, 8, L, 4]`), `d` and `m` widened to f32 (`[nb, L]`); a tile of up to 4 rows then
 //! broadcasts four activation bytes against a group (`vpdpbusd`; AVX2 `vpmaddubsw` summed in
 //! i16 over 4 groups, at most 4 · 2 · 31 · 127 < 2^15, then `vpmaddwd`; AVX2 `IQ4_NL` by
@@ -19,8 +20,8 @@
 //! registers, and writes row-major `y`.
 
 use super::super::block_gemm::{with_panels, Panels};
-use super::super::ggml::f16_to_f32;
-use super::{GgmlType, KQuantActs, KQuantMatrix};
+use super::blocks32::{unsigned_offset, IQ4_NL, Q5_0, Q5_1};
+use super::{half_at, GgmlType, KQuantActs, KQuantMatrix};
 use crate::kernels::lowp::{check_operands, products_are_serial, Kernel};
 use rayon::prelude::*;
 use std::arch::x86_64::*;
@@ -81,8 +82,6 @@ impl OutPtr {
     }
 }
 
-use super::blocks32::{IQ4_NL, Q5_0, Q5_1};
-
 fn type_code(ty: GgmlType) -> u8 {
     match ty {
         GgmlType::Q5_0 => Q5_0,
@@ -91,14 +90,6 @@ fn type_code(ty: GgmlType) -> u8 {
     }
 }
 
-/// `c` of the module's sums for type `t`, with (`vnni`) or without `vpdpbusd`.
-fn offset(t: u8, vnni: bool) -> i32 {
-    match t {
-        Q5_0 => 16,
-        IQ4_NL if vnni => 128,
-        _ => 0,
-    }
-}
 
 /// Unpacks outputs `o0 .. o0 + outputs` of `w` into `un`, panels of `L` outputs: `q [P, nb,
 /// 8, L, 4]` (`u = q + c` as bytes, from the row kernels' [`super::blocks32`] unpacking of the
@@ -117,7 +108,6 @@ unsafe fn unpack<const L: usize, const T: u8, const AVX512: bool>(
     un: &mut Panels,
 ) {
     let (nb, bb) = (w.cols / 32, w.block_bytes);
-    let half = |block: &[u8], at: usize| f16_to_f32(u16::from_le_bytes([block[at], block[at + 1]]));
     for i in 0..outputs {
         let (p, lane) = (i / L, i % L);
         let o = o0 + i;
@@ -139,9 +129,9 @@ unsafe fn unpack<const L: usize, const T: u8, const AVX512: bool>(
                 let at = ((pb * 8 + g) * L + lane) * 4;
                 un.q[at..at + 4].copy_from_slice(&four.to_le_bytes());
             }
-            un.d[pb * L + lane] = half(block, 0);
+            un.d[pb * L + lane] = half_at(block, 0);
             if T == Q5_1 {
-                un.m[pb * L + lane] = half(block, 2);
+                un.m[pb * L + lane] = half_at(block, 2);
             }
         }
     }
@@ -259,7 +249,7 @@ unsafe fn tile_avx2<const R: usize, const T: u8>(panel: &Panels, rows: &Rows, la
     const L: usize = 8;
     let nb = rows.nb;
     let ones = _mm256_set1_epi16(1);
-    let c = offset(T, false);
+    let c = unsigned_offset(T, false);
     let mut y = [_mm256_setzero_ps(); R];
     for b in 0..nb {
         // SAFETY (all loads): block b of the panel, rows r < R of the tile at block b.
@@ -344,60 +334,40 @@ unsafe fn fill_avx512(
                 _ => unpack::<L, IQ4_NL, true>(w, o0, outputs, un),
             }
         }
-        // SAFETY: the caller's guarantees, and `un` holds the task's panels.
-        unsafe { tiles_avx512::<L>(un, acts, rows, o0, outputs, y, w.rows, t) }
-    })
-}
-
-/// The AVX-512 tiles of one task over its unpacked panels.
-///
-/// # Safety
-/// As [`fill_avx512`], and `un` holds the unpacked panels of outputs `o0 .. o0 + outputs`.
-#[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn tiles_avx512<const L: usize>(
-    un: &Panels,
-    acts: &KQuantActs,
-    rows: usize,
-    o0: usize,
-    outputs: usize,
-    y: *mut f32,
-    d_out: usize,
-    t: u8,
-) {
-    let two = outputs > L;
-    let last_lanes = outputs - if two { L } else { 0 };
-    for r0 in (0..rows).step_by(TILE_ROWS) {
-        // SAFETY: row r0 < rows; the tile writes outputs o0 .. o0 + outputs only.
-        let tile = unsafe { Rows::at(acts, r0, y.add(o0), d_out) };
-        macro_rules! by_type {
-            ($r:literal, $p:literal) => {
-                match t {
-                    Q5_0 => tile_avx512::<$r, $p, Q5_0>(un, &tile, last_lanes),
-                    Q5_1 => tile_avx512::<$r, $p, Q5_1>(un, &tile, last_lanes),
-                    _ => tile_avx512::<$r, $p, IQ4_NL>(un, &tile, last_lanes),
+        let two = outputs > L;
+        let last_lanes = outputs - if two { L } else { 0 };
+        for r0 in (0..rows).step_by(TILE_ROWS) {
+            // SAFETY: row r0 < rows; the tile writes outputs o0 .. o0 + outputs only.
+            let tile = unsafe { Rows::at(acts, r0, y.add(o0), w.rows) };
+            macro_rules! by_type {
+                ($r:literal, $p:literal) => {
+                    match t {
+                        Q5_0 => tile_avx512::<$r, $p, Q5_0>(un, &tile, last_lanes),
+                        Q5_1 => tile_avx512::<$r, $p, Q5_1>(un, &tile, last_lanes),
+                        _ => tile_avx512::<$r, $p, IQ4_NL>(un, &tile, last_lanes),
+                    }
+                };
+            }
+            macro_rules! by_panels {
+                ($r:literal) => {
+                    if two {
+                        by_type!($r, 2)
+                    } else {
+                        by_type!($r, 1)
+                    }
+                };
+            }
+            // SAFETY: rows r0 .. r0 + R exist; the panels hold P panels.
+            unsafe {
+                match (rows - r0).min(TILE_ROWS) {
+                    1 => by_panels!(1),
+                    2 => by_panels!(2),
+                    3 => by_panels!(3),
+                    _ => by_panels!(4),
                 }
-            };
-        }
-        macro_rules! by_panels {
-            ($r:literal) => {
-                if two {
-                    by_type!($r, 2)
-                } else {
-                    by_type!($r, 1)
-                }
-            };
-        }
-        // SAFETY: rows r0 .. r0 + R exist; the panels hold P panels.
-        unsafe {
-            match (rows - r0).min(TILE_ROWS) {
-                1 => by_panels!(1),
-                2 => by_panels!(2),
-                3 => by_panels!(3),
-                _ => by_panels!(4),
             }
         }
-    }
+    })
 }
 
 /// One AVX-512 tile: `R` rows × `P` panels of 16 outputs (`last_lanes` of the last written).
@@ -412,7 +382,7 @@ unsafe fn tile_avx512<const R: usize, const P: usize, const T: u8>(
 ) {
     const L: usize = 16;
     let nb = rows.nb;
-    let c = offset(T, true);
+    let c = unsigned_offset(T, true);
     let mut y = [[_mm512_setzero_ps(); P]; R];
     for b in 0..nb {
         // SAFETY (all loads): block b of panels p < P, rows r < R of the tile at block b.
