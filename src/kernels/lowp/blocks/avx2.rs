@@ -64,23 +64,12 @@ unsafe fn rows<const R: usize>(
         std::array::from_fn(|i| unsafe { acts.q.as_ptr().add((r0 + i) * cols) });
     let e: [*const f32; R] = std::array::from_fn(|i| unsafe { acts.e.as_ptr().add((r0 + i) * nb) });
     let f: [*const f32; R] = std::array::from_fn(|i| unsafe { acts.f.as_ptr().add((r0 + i) * nb) });
-    let bb32 = bb as i32;
-    let heads_at = _mm256_setr_epi32(
-        0,
-        bb32,
-        2 * bb32,
-        3 * bb32,
-        4 * bb32,
-        5 * bb32,
-        6 * bb32,
-        7 * bb32,
-    );
     let mut lanes = [_mm256_setzero_ps(); R];
     let steps = nb / STEP;
     for g in 0..steps {
         let blk = unsafe { row.add(g * STEP * bb) };
         // The first 4 bytes of each of the 8 blocks: d (f16), then m (Q4_1) or weights.
-        let heads = unsafe { _mm256_i32gather_epi32::<1>(blk as *const i32, heads_at) };
+        let heads = unsafe { heads8(blk, bb) };
         let d = _mm256_cvtph_ps(halves::<0>(heads));
         let c = match kind {
             BlockKind::Q4_0 => _mm256_mul_ps(_mm256_set1_ps(-8.0), d),
@@ -122,6 +111,19 @@ unsafe fn rows<const R: usize>(
         }
         out[r] = sum_lanes(l);
     }
+}
+
+/// The first 4 bytes of each of the 8 blocks of `bb` bytes at `blk` (d, then m or weights), one
+/// i32 lane each: eight plain loads, where a gather costs more (AMD Zen) than the blocks' sums.
+///
+/// # Safety
+/// AVX2; 8 whole blocks at `blk`.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn heads8(blk: *const u8, bb: usize) -> __m256i {
+    // SAFETY (caller): block k starts at k · bb and holds at least 4 bytes.
+    let head = |k: usize| unsafe { (blk.add(k * bb) as *const i32).read_unaligned() };
+    _mm256_setr_epi32(head(0), head(1), head(2), head(3), head(4), head(5), head(6), head(7))
 }
 
 /// The f16 at byte `AT` (0 or 2) of each of the 8 i32 lanes of `heads`, as 8 u16.
@@ -466,8 +468,6 @@ unsafe fn step<const O: usize>(
         }
     }
     let nibbles = kind.nibbles();
-    let bb32 = bb as i32;
-    let heads_at = _mm256_setr_epi32(0, bb32, 2 * bb32, 3 * bb32, 4 * bb32, 5 * bb32, 6 * bb32, 7 * bb32);
     // SAFETY (caller): the blocks, activation bytes and scales of the step.
     unsafe {
         let isums = if nibbles {
@@ -477,7 +477,7 @@ unsafe fn step<const O: usize>(
         };
         let (ev, fv) = (_mm256_loadu_ps(e), _mm256_loadu_ps(f));
         for i in 0..O {
-            let heads = _mm256_i32gather_epi32::<1>(blks[i] as *const i32, heads_at);
+            let heads = heads8(blks[i], bb);
             let d = _mm256_cvtph_ps(halves::<0>(heads));
             let de = _mm256_mul_ps(d, ev);
             let mut term = _mm256_mul_ps(de, _mm256_cvtepi32_ps(isums[i]));

@@ -394,10 +394,6 @@ unsafe fn outs<I: BlockDot, const T: u8>(
     // hardware prefetcher.
     let ahead = PREFETCH_ROWS * nb * bb;
     let offset = _mm256_set1_epi32(I::offset(T));
-    let heads_at = _mm256_mullo_epi32(
-        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-        _mm256_set1_epi32(bb as i32),
-    );
     let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     let low16 = _mm256_set1_epi32(0xffff);
     let widen = |v: __m256i| {
@@ -434,20 +430,16 @@ unsafe fn outs<I: BlockDot, const T: u8>(
                 // the last rows, which `wrapping_add` allows).
                 _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(ahead + line) as *const i8);
             }
-            // The gather first: its latency passes while the blocks' sums are taken.
-            let heads = unsafe {
-                _mm256_mask_i32gather_epi32::<1>(
-                    _mm256_setzero_si256(),
-                    blk as *const i32,
-                    heads_at,
-                    live,
-                )
-            };
+            // Each block's first 4 bytes (d, then m or other bytes) read as the block is
+            // taken: plain loads, where a gather costs more than the block's sums.
+            let mut head = [0i32; STEP];
             let mut v = [_mm256_setzero_si256(); STEP];
-            for (k, v_k) in v.iter_mut().enumerate().take(n) {
+            for (k, (v_k, head_k)) in v.iter_mut().zip(&mut head).enumerate().take(n) {
                 let p = [unsafe { acts.q.as_ptr().add((b0 + k) * 32) }];
+                *head_k = unsafe { (blk.add(k * bb) as *const i32).read_unaligned() };
                 *v_k = unsafe { I::dot::<1, T>(blk.add(k * bb), &p) }[0];
             }
+            let heads = unsafe { _mm256_loadu_si256(head.as_ptr() as *const __m256i) };
             let d = widen(heads);
             let mut sums = across(&v);
             if I::offset(T) != 0 {
