@@ -99,11 +99,8 @@ pub enum Purpose<'a, T> {
     Train { drop: Option<&'a [T]> },
     /// The weights `[batch, heads, q_len, k_len]` are wanted (attention maps).
     Weights,
-    /// A run of new positions of every row (a prompt, or a language model's tokens fed in
-    /// lockstep), every one a query over the cache.
-    Prefill,
-    /// Incremental decoding: a few queries per row against a cache (a decoder step, the
-    /// cross-attention of a step, the last position of a prompt, a continuous batch's tokens).
+    /// Queries against a cache: a prompt's new positions, a decoder step, the cross-attention of
+    /// a step, the last position of a prompt, a continuous batch's tokens.
     Decode,
 }
 
@@ -118,7 +115,7 @@ pub enum Kernel {
 /// Which kernel runs, the one rule for every caller:
 /// - [`Purpose::Train`]: tiled from [`TILED_FROM_KEYS`] keys on unless a dropout mask is given,
 ///   plain otherwise;
-/// - [`Purpose::Weights`] and [`Purpose::Prefill`]: plain (matrix products, whatever the number
+/// - [`Purpose::Weights`]: plain (matrix products, whatever the number
 ///   of queries);
 /// - [`Purpose::Decode`]: the step kernel when the keys are paged (`paged`: only it reads
 ///   through a table of stored rows) or at most [`STEP_KERNEL_MAX_QUERIES`] queries come per
@@ -128,7 +125,7 @@ pub enum Kernel {
 pub fn choose<T>(purpose: &Purpose<'_, T>, paged: bool, q_per_row: usize, k_len: usize) -> Kernel {
     match purpose {
         Purpose::Train { drop } if k_len >= TILED_FROM_KEYS && drop.is_none() => Kernel::Tiled,
-        Purpose::Train { .. } | Purpose::Weights | Purpose::Prefill => Kernel::Plain,
+        Purpose::Train { .. } | Purpose::Weights => Kernel::Plain,
         Purpose::Decode if paged || q_per_row <= STEP_KERNEL_MAX_QUERIES => Kernel::Step,
         Purpose::Decode => Kernel::Plain,
     }
@@ -319,10 +316,6 @@ mod tests {
         assert_eq!(choose(&dropped, false, 4, 10_000), Kernel::Plain);
         assert_eq!(
             choose(&Purpose::<f32>::Weights, false, 1, 10_000),
-            Kernel::Plain
-        );
-        assert_eq!(
-            choose(&Purpose::<f32>::Prefill, false, 1, 10_000),
             Kernel::Plain
         );
         let decode = Purpose::<f32>::Decode;

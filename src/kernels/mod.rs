@@ -22,4 +22,5 @@ pub mod scores;
 pub mod softmax;
 pub mod sparse_pattern;
 pub mod step_attention;
+pub mod step_dots;
 pub mod step_softmax;

@@ -9,14 +9,16 @@
 //!
 //! The products are a handful of 64-wide dot products and `axpy`s per (row, head); a matrix
 //! multiply call per (row, head) costs more to dispatch than to compute at these sizes, so the
-//! loops are written out and compiled for the machine's widest vectors at run time (`pulp`).
-//! The f32 softmax is `step_softmax`'s, with its vectorised exponential (AVX2 / AVX-512 /
-//! portable by the low-precision kernel switch); f64 keeps the library `exp`.
+//! loops are written out. In f32 the scores and the weighted sum of the values are
+//! `step_dots`' and the softmax is `step_softmax`'s, with its vectorised exponential (AVX2 /
+//! AVX-512 / portable by the low-precision kernel switch, the same bits in each); f64 keeps
+//! plain loops compiled for the machine's widest vectors (`pulp`) and the library `exp`.
 
 use super::attention::{AttnDims, Scores};
 use super::key_ranges::{clip, hide_holes, span, KeyRanges};
 use super::lowp::Kernel;
 use super::reduce::lane_dot;
+use super::step_dots;
 use super::softmax::softmax_inplace;
 use super::step_softmax;
 use crate::Float;
@@ -56,7 +58,7 @@ pub fn step_attention_forward<T: Float>(
     if batch == 0 || d_model == 0 || q_len == 0 {
         return;
     }
-    let softmax_kernel = step_softmax::best_kernel();
+    let kernel = step_softmax::best_kernel();
     ctx.par_chunks_mut(q_len * d_model)
         .zip(probs.par_chunks_mut(heads * q_len * k_len))
         .zip(q.par_chunks(q_len * d_model))
@@ -79,7 +81,7 @@ pub fn step_attention_forward<T: Float>(
                 k_len,
                 scale,
                 scores: dims.scores,
-                softmax_kernel,
+                kernel,
             })
         });
 }
@@ -110,7 +112,7 @@ struct OneRow<'a, T, R> {
     /// The scores' soft cap, if any.
     scores: Scores,
     /// The kernel of the f32 softmax (`step_softmax`).
-    softmax_kernel: Kernel,
+    kernel: Kernel,
 }
 
 impl<T: Float, R: KeyRanges> pulp::WithSimd for OneRow<'_, T, R> {
@@ -133,7 +135,7 @@ impl<T: Float, R: KeyRanges> pulp::WithSimd for OneRow<'_, T, R> {
             k_len,
             scale,
             scores,
-            softmax_kernel,
+            kernel,
         } = self;
         let (d_model, d_kv) = (heads * d_head, heads / group * d_head);
         let q_len = q_b.len() / d_model;
@@ -145,10 +147,20 @@ impl<T: Float, R: KeyRanges> pulp::WithSimd for OneRow<'_, T, R> {
                 let q_i = &q_b[i * d_model + cols.start..i * d_model + cols.end];
                 let p = &mut probs_b[(h * q_len + i) * k_len..(h * q_len + i + 1) * k_len];
                 let seen = clip(ranges.range(b, i), rows.len());
-                let (p_seen, rows_seen) = (&mut p[seen.start..], &rows[seen.clone()]);
-                for (s, &r) in p_seen.iter_mut().zip(rows_seen) {
-                    let at = r as usize * d_kv;
-                    *s = lane_dot(q_i, &k[at + kv_cols.start..at + kv_cols.end]) * scale;
+                let (p_seen, rows_seen) = (&mut p[seen.clone()], &rows[seen.clone()]);
+                let table = (rows_seen, d_kv, kv_cols.start);
+                // f32: the vector kernels of `step_dots`; f64 (reference checks): plain loops.
+                match (T::as_f32(q_i), T::as_f32(k)) {
+                    (Some(q_i), Some(k)) => {
+                        let p_seen = T::as_f32_mut(p_seen).expect("f32, as the queries");
+                        step_dots::scores(kernel, q_i, k, table, scale.f64() as f32, p_seen);
+                    }
+                    _ => {
+                        for (s, &r) in p_seen.iter_mut().zip(rows_seen) {
+                            let at = r as usize * d_kv;
+                            *s = lane_dot(q_i, &k[at + kv_cols.start..at + kv_cols.end]) * scale;
+                        }
+                    }
                 }
                 p[..seen.start].fill(T::zero());
                 scores.cap(&mut p[seen.clone()]);
@@ -156,16 +168,26 @@ impl<T: Float, R: KeyRanges> pulp::WithSimd for OneRow<'_, T, R> {
                 // f32: the vectorised softmax of `step_softmax`; f64 (reference checks): the
                 // library exp of `softmax_inplace`.
                 match T::as_f32_mut(&mut p[seen.clone()]) {
-                    Some(live) => step_softmax::softmax(softmax_kernel, live),
+                    Some(live) => step_softmax::softmax(kernel, live),
                     None => softmax_inplace(&mut p[seen.clone()], seen.len()),
                 }
                 p[seen.end..].fill(T::zero());
                 let c_i = &mut ctx_b[i * d_model + cols.start..i * d_model + cols.end];
-                c_i.iter_mut().for_each(|c| *c = T::zero());
-                for (&w, &r) in p[seen.start..].iter().zip(rows_seen) {
-                    let at = r as usize * d_kv;
-                    for (c, &x) in c_i.iter_mut().zip(&v[at + kv_cols.start..at + kv_cols.end]) {
-                        *c += w * x;
+                let p_seen = &p[seen.clone()];
+                match (T::as_f32(p_seen), T::as_f32(v)) {
+                    (Some(p_seen), Some(v)) => {
+                        let c_i = T::as_f32_mut(c_i).expect("f32, as the weights");
+                        step_dots::weighted_sum(kernel, p_seen, v, table, c_i);
+                    }
+                    _ => {
+                        c_i.iter_mut().for_each(|c| *c = T::zero());
+                        for (&w, &r) in p_seen.iter().zip(rows_seen) {
+                            let at = r as usize * d_kv;
+                            let v_r = &v[at + kv_cols.start..at + kv_cols.end];
+                            for (c, &x) in c_i.iter_mut().zip(v_r) {
+                                *c += w * x;
+                            }
+                        }
                     }
                 }
             }

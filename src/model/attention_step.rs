@@ -108,9 +108,9 @@ impl<T: Float> MultiHeadAttention<T> {
         }
     }
 
-    /// `q_len` new positions of every row, appended, then attended causally: over the dense
-    /// cache with matrix products ([`Purpose::Prefill`]) when the cache holds each row in one
-    /// block, through its table ([`Purpose::Decode`]) when it is paged.
+    /// `q_len` new positions of every row, appended, then attended causally ([`Purpose::Decode`]:
+    /// the step kernel through the cache's table for a few positions a row or a paged cache,
+    /// matrix products over the dense cache for a prompt).
     fn step_uniform(&self, x: &[T], cache: &mut KvCache<T>, q_len: usize) -> (Vec<T>, Vec<T>) {
         let batch = cache.batch;
         let q_offset = cache.len;
@@ -128,12 +128,7 @@ impl<T: Float> MultiHeadAttention<T> {
             causal: true,
             q_offset,
         };
-        let purpose = if cache.is_paged() {
-            Purpose::Decode
-        } else {
-            Purpose::Prefill
-        };
-        let attended = self.attend(&q, KvView::Store(cache), causal, dims, purpose);
+        let attended = self.attend(&q, KvView::Store(cache), causal, dims, Purpose::Decode);
         (self.output(&attended.ctx), probs(attended.weights))
     }
 

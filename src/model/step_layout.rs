@@ -5,7 +5,7 @@
 //!
 //! | feed | self-attention | kernel ([`crate::kernels::attention::choose`]) |
 //! |---|---|---|
-//! | [`Feed::Uniform`], cache in one block per row | causal over the dense cache | [`Purpose::Prefill`]: matrix products |
+//! | [`Feed::Uniform`], cache in one block per row | causal over the dense cache | [`Purpose::Decode`]: step kernel up to a few tokens a row, matrix products beyond |
 //! | [`Feed::Uniform`], cache paged (the translator's decoder) | causal through the block table | [`Purpose::Decode`]: step kernel |
 //! | [`Feed::Uniform`] with [`Outputs::Last`], several tokens a row | the last block queries each row's last token only | [`Purpose::Decode`]: step kernel |
 //! | [`Feed::Ragged`], [`Feed::OnePerRow`] | each token through its own row's table | [`Purpose::Decode`]: step kernel |
@@ -15,7 +15,6 @@
 //! only the next-token distribution is read is `Uniform` with [`Outputs::Last`]
 //! ([`StepLayout::last`]); a continuous batch is `Ragged` ([`StepLayout::ragged`]).
 //!
-//! [`Purpose::Prefill`]: crate::kernels::attention::Purpose::Prefill
 //! [`Purpose::Decode`]: crate::kernels::attention::Purpose::Decode
 
 use super::embedding::Embedding;
