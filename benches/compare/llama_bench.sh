@@ -10,6 +10,8 @@
 # KERNELS (default "avx512 avx2"): our kernel paths (`--kernel`); a path the CPU lacks is
 # skipped. PROMPT / NEW (default 128 / 64): llama-bench's -p / -n and our --prompt-tokens /
 # --new-tokens. llama.cpp's columns are named after the folder its llama-bench lives in.
+# Ours decodes after its prompt, so llama.cpp's decode is its `tg NEW @ d PROMPT` (`-d`); its
+# decode from an empty cache (plain `tg NEW`) is kept in the JSON lines as decode_empty_cache.
 set -euo pipefail
 BIN=${1:?usage: llama_bench.sh TRANSFORMER FILE.gguf [FILE.gguf ...]}
 shift
@@ -38,9 +40,11 @@ for round in $(seq 1 "$ROUNDS"); do
     done
     for lb in $LLAMA_BENCH; do
       label="llama.cpp $(basename "$(dirname "$(dirname "$lb")")")"
-      "$lb" -m "$file" -t "$THREADS" -p "$PROMPT" -n "$NEW" -r 1 -o json 2>/dev/null \
-        | python3 -c 'import json,sys; rows=json.load(sys.stdin); r={("prompt" if x["n_prompt"] else "decode"): x["avg_ts"] for x in rows}; print(json.dumps({"round": int(sys.argv[1]), "file": sys.argv[2], "impl": sys.argv[3], "prompt": r["prompt"], "decode": r["decode"], "load": float(open("/proc/loadavg").read().split()[0])}))' \
-          "$round" "$name" "$label" | tee -a "$OUT"
+      # Decode at depth PROMPT (`-d`: after a prompt's worth of cache, as ours decodes after
+      # its prompt) and, for reference, from an empty cache (llama-bench's plain tg).
+      "$lb" -m "$file" -t "$THREADS" -p "$PROMPT" -n "$NEW" -d "0,$PROMPT" -r 1 -o json 2>/dev/null \
+        | python3 -c 'import json,sys; rows=json.load(sys.stdin); r={("prompt" if x["n_prompt"] else "decode", x["n_depth"]): x["avg_ts"] for x in rows}; d=int(sys.argv[4]); print(json.dumps({"round": int(sys.argv[1]), "file": sys.argv[2], "impl": sys.argv[3], "prompt": r[("prompt", 0)], "decode": r[("decode", d)], "decode_empty_cache": r[("decode", 0)], "load": float(open("/proc/loadavg").read().split()[0])}))' \
+          "$round" "$name" "$label" "$PROMPT" | tee -a "$OUT"
     done
   done
 done
