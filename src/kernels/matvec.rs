@@ -12,7 +12,7 @@
 //! multiple of four, [`lane_dot`]) whatever the thread count, so results do not depend on it. The loops are
 //! compiled for the machine's widest vectors at run time (`pulp`).
 
-use super::reduce::lane_dot;
+use super::reduce::{lane_dot, tree_sum, LANES};
 use crate::Float;
 use rayon::prelude::*;
 
@@ -131,23 +131,6 @@ impl<T: Float> pulp::WithSimd for Dots<'_, T> {
 /// prefetching, 14-14.7 with it four to eight rows ahead (OpenBLAS's sgemv 12.3-14.2 in the
 /// same minutes); SmolLM2's f32 decode went from 18 to 24.5 tokens/s (BENCHMARKS.md).
 const PREFETCH_ROWS: usize = 8;
-
-/// Running sums per row in [`dot4`]: one 512-bit register of f32.
-const LANES: usize = 16;
-
-/// `Σ a` as a tree: 8 + 8, 4 + 4, 2 + 2, 1 + 1 (vector adds, where a left-to-right fold is
-/// sixteen dependent scalar ones).
-#[inline(always)]
-fn tree_sum<T: Float>(mut a: [T; LANES]) -> T {
-    let mut half = LANES / 2;
-    while half > 0 {
-        for i in 0..half {
-            a[i] += a[i + half];
-        }
-        half /= 2;
-    }
-    a[0]
-}
 
 /// Four dot products `x · w[j]` in one pass over `x`: sixteen running sums per row, four
 /// independent chains (a row no longer waits for the previous row's additions, and `x` is

@@ -5,7 +5,7 @@ use crate::Float;
 use rayon::prelude::*;
 
 /// Running sums (or maxima) of the lane reductions below: element `i` goes to lane `i % LANES`.
-const LANES: usize = 16;
+pub(crate) const LANES: usize = 16;
 
 /// `Σᵢ f(xᵢ)` with sixteen running sums, which the compiler keeps in vector registers (a plain
 /// left-to-right sum is one long chain of dependent additions that it may not reorder). The
@@ -37,6 +37,20 @@ pub fn lane_dot<T: Float>(a: &[T], b: &[T]) -> T {
         }
     }
     acc.iter().fold(tail, |s, &x| s + x)
+}
+
+/// `Σ a` as a tree: 8 + 8, 4 + 4, 2 + 2, 1 + 1 (lane `i` and lane `i + half`; vector adds,
+/// where a left-to-right fold is sixteen dependent scalar ones).
+#[inline(always)]
+pub fn tree_sum<T: Float>(mut a: [T; LANES]) -> T {
+    let mut half = LANES / 2;
+    while half > 0 {
+        for i in 0..half {
+            a[i] += a[i + half];
+        }
+        half /= 2;
+    }
+    a[0]
 }
 
 /// The largest element (−∞ for an empty slice; NaNs are skipped, as by `f32::max`), with

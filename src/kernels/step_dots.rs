@@ -18,9 +18,7 @@
 //! cannot reorder, and a value accumulator kept in memory: together most of a step's attention.
 
 use super::lowp::Kernel;
-
-/// Lanes of a dot product.
-const LANES: usize = 16;
+use super::reduce::{tree_sum, LANES};
 
 /// `out[t] = (q · k[rows[t] · stride + at ..][..d]) · scale` for every `t`, `d = q.len()`.
 ///
@@ -94,19 +92,6 @@ pub fn weighted_sum(
     }
 }
 
-/// The lanes added pairwise, `i` and `i + w` for `w = 8, 4, 2, 1`.
-#[inline(always)]
-fn tree(mut acc: [f32; LANES]) -> f32 {
-    let mut w = LANES / 2;
-    while w > 0 {
-        for i in 0..w {
-            acc[i] += acc[i + w];
-        }
-        w /= 2;
-    }
-    acc[0]
-}
-
 /// The tail of `a · b` after the whole chunks of 16, in order.
 #[inline(always)]
 fn tail(a: &[f32], b: &[f32]) -> f32 {
@@ -124,7 +109,7 @@ fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
             acc[i] += x[i] * y[i];
         }
     }
-    tree(acc) + tail(a, b)
+    tree_sum(acc) + tail(a, b)
 }
 
 #[cfg(target_arch = "x86_64")]
