@@ -111,7 +111,7 @@ struct OneRow<'a, T, R> {
     scale: T,
     /// The scores' soft cap, if any.
     scores: Scores,
-    /// The kernel of the f32 softmax (`step_softmax`).
+    /// The kernel of the f32 products and softmax (`step_dots`, `step_softmax`).
     kernel: Kernel,
 }
 
