@@ -41,7 +41,7 @@ use super::ggml::{f16_to_f32, GgmlType};
 use super::{act_quant, Kernel, PackedFormat, RawBytes};
 
 #[cfg(target_arch = "x86_64")]
-mod avx2;
+pub(super) mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 

@@ -57,7 +57,7 @@ unsafe fn rows<const R: usize>(
     // SAFETY (all pointer arithmetic below): `w.blocks` holds rows · nb blocks of bb bytes
     // (checked by in_place), so row o's nb blocks start at o · nb · bb; each activation row
     // has `cols = 32 nb` bytes and nb scales e and f. A step g < nb / 8 reads blocks
-    // 8g .. 8g+8 (the gather 4 bytes from each block's start), bytes 256g .. 256g+256 of each
+    // 8g .. 8g+8 (`heads` 4 bytes from each block's start), bytes 256g .. 256g+256 of each
     // activation row and scales 8g .. 8g+8.
     let row = unsafe { w.blocks.as_ptr().add(o * nb * bb) };
     let xq: [*const u8; R] =
@@ -69,7 +69,7 @@ unsafe fn rows<const R: usize>(
     for g in 0..steps {
         let blk = unsafe { row.add(g * STEP * bb) };
         // The first 4 bytes of each of the 8 blocks: d (f16), then m (Q4_1) or weights.
-        let heads = unsafe { heads8(blk, bb) };
+        let heads = unsafe { heads(blk, bb, STEP) };
         let d = _mm256_cvtph_ps(halves::<0>(heads));
         let c = match kind {
             BlockKind::Q4_0 => _mm256_mul_ps(_mm256_set1_ps(-8.0), d),
@@ -113,17 +113,29 @@ unsafe fn rows<const R: usize>(
     }
 }
 
-/// The first 4 bytes of each of the 8 blocks of `bb` bytes at `blk` (d, then m or weights), one
-/// i32 lane each: eight plain loads, where a gather costs more (AMD Zen) than the blocks' sums.
+/// The first 4 bytes of blocks `k < n` of the blocks of `bb` bytes at `blk` (d, then m or
+/// weights), one i32 lane each, 0 in lanes `n ..`: plain loads, where a gather costs more
+/// (AMD Zen: 16% of the Q5_0 decoding kernel) than the blocks' sums. Shared with the
+/// `Q5_0`/`Q5_1`/`IQ4_NL` row kernels.
 ///
 /// # Safety
-/// AVX2; 8 whole blocks at `blk`.
+/// AVX2; `n <= 8` whole blocks at `blk`.
 #[inline]
 #[target_feature(enable = "avx2")]
-pub(crate) unsafe fn heads8(blk: *const u8, bb: usize) -> __m256i {
-    // SAFETY (caller): block k starts at k · bb and holds at least 4 bytes.
+pub(in crate::kernels::lowp) unsafe fn heads(blk: *const u8, bb: usize, n: usize) -> __m256i {
+    debug_assert!(n <= STEP);
+    // SAFETY (caller): block k < n starts at k · bb and holds at least 4 bytes.
     let head = |k: usize| unsafe { (blk.add(k * bb) as *const i32).read_unaligned() };
-    _mm256_setr_epi32(head(0), head(1), head(2), head(3), head(4), head(5), head(6), head(7))
+    if n == STEP {
+        // The common step, without a test per lane.
+        return _mm256_setr_epi32(head(0), head(1), head(2), head(3), head(4), head(5), head(6), head(7));
+    }
+    let mut lanes = [0i32; STEP];
+    for (k, lane) in lanes.iter_mut().enumerate().take(n) {
+        *lane = head(k);
+    }
+    // SAFETY: `lanes` holds 8 i32.
+    unsafe { _mm256_loadu_si256(lanes.as_ptr() as *const __m256i) }
 }
 
 /// The f16 at byte `AT` (0 or 2) of each of the 8 i32 lanes of `heads`, as 8 u16.
@@ -477,7 +489,7 @@ unsafe fn step<const O: usize>(
         };
         let (ev, fv) = (_mm256_loadu_ps(e), _mm256_loadu_ps(f));
         for i in 0..O {
-            let heads = heads8(blks[i], bb);
+            let heads = heads(blks[i], bb, STEP);
             let d = _mm256_cvtph_ps(halves::<0>(heads));
             let de = _mm256_mul_ps(d, ev);
             let mut term = _mm256_mul_ps(de, _mm256_cvtepi32_ps(isums[i]));

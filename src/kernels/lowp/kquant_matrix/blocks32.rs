@@ -21,6 +21,7 @@
 //! against `|p_j| <= 127` (2 · 31 · 127), and `|K| <= 127` (2 · 127 · 127). A last step of
 //! fewer than 8 blocks runs the same code with the missing blocks masked off.
 
+use super::super::blocks::avx2::heads;
 use super::{GgmlType, KQuantActs, KQuantMatrix, IQ4_NL_LEVELS};
 use std::arch::x86_64::*;
 
@@ -240,11 +241,6 @@ unsafe fn rows<I: BlockDot, const R: usize, const T: u8>(
 ) {
     let (nb, cols, bb) = (w.cols / 32, w.cols, w.block_bytes);
     let offset = _mm256_set1_epi32(I::offset(T));
-    let bb32 = bb as i32;
-    let heads_at = _mm256_mullo_epi32(
-        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-        _mm256_set1_epi32(bb32),
-    );
     let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     let low16 = _mm256_set1_epi32(0xffff);
     // Eight f16 in the low halves of eight i32 lanes, widened to f32 (exact, as f16_to_f32).
@@ -274,14 +270,7 @@ unsafe fn rows<I: BlockDot, const R: usize, const T: u8>(
         }
         let live = _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), lane);
         // The first 4 bytes of each block: d, then m (Q5_1) or other bytes of the block.
-        let heads = unsafe {
-            _mm256_mask_i32gather_epi32::<1>(
-                _mm256_setzero_si256(),
-                blk as *const i32,
-                heads_at,
-                live,
-            )
-        };
+        let heads = unsafe { heads(blk, bb, n) };
         let d = widen(heads);
         let m = widen(_mm256_srli_epi32::<16>(heads));
         for r in 0..R {
@@ -430,16 +419,13 @@ unsafe fn outs<I: BlockDot, const T: u8>(
                 // the last rows, which `wrapping_add` allows).
                 _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(ahead + line) as *const i8);
             }
-            // Each block's first 4 bytes (d, then m or other bytes) read as the block is
-            // taken: plain loads, where a gather costs more than the block's sums.
-            let mut head = [0i32; STEP];
+            // Each block's first 4 bytes: d, then m (Q5_1) or other bytes of the block.
+            let heads = unsafe { heads(blk, bb, n) };
             let mut v = [_mm256_setzero_si256(); STEP];
-            for (k, (v_k, head_k)) in v.iter_mut().zip(&mut head).enumerate().take(n) {
+            for (k, v_k) in v.iter_mut().enumerate().take(n) {
                 let p = [unsafe { acts.q.as_ptr().add((b0 + k) * 32) }];
-                *head_k = unsafe { (blk.add(k * bb) as *const i32).read_unaligned() };
                 *v_k = unsafe { I::dot::<1, T>(blk.add(k * bb), &p) }[0];
             }
-            let heads = unsafe { _mm256_loadu_si256(head.as_ptr() as *const __m256i) };
             let d = widen(heads);
             let mut sums = across(&v);
             if I::offset(T) != 0 {

@@ -12,12 +12,12 @@
 //! Laid out as the blocks' GEMM ([`super::super::block_gemm`]): each task of 32 outputs
 //! unpacks its blocks (the row kernels' register unpacking, [`super::blocks32`]'s
 //! `unsigned_avx2` / `unsigned_avx512`, whose `c` this module subtracts) into panels of `L`
-//! outputs (8 for AVX2, 16 for AVX-512), per block and group of four elements the outputs' four bytes side by side
-//! (`[nb, 8, L, 4]`), `d` and `m` widened to f32 (`[nb, L]`); a tile of up to 4 rows then
-//! broadcasts four activation bytes against a group (`vpdpbusd`; AVX2 `vpmaddubsw` summed in
-//! i16 over 4 groups, at most 4 · 2 · 31 · 127 < 2^15, then `vpmaddwd`; AVX2 `IQ4_NL` by
-//! `|K| × sign(p, K)`, widened per group), one i32 and one f32 sum per (row, output) in
-//! registers, and writes row-major `y`.
+//! outputs (8 for AVX2, 16 for AVX-512), per block and group of four elements the outputs'
+//! four bytes side by side (`[nb, 8, L, 4]`), `d` and `m` widened to f32 (`[nb, L]`); a tile
+//! of up to 4 rows then broadcasts four activation bytes against a group (`vpdpbusd`; AVX2
+//! `vpmaddubsw` summed in i16 over 4 groups, at most 4 · 2 · 31 · 127 < 2^15, then
+//! `vpmaddwd`; AVX2 `IQ4_NL` by `|K| × sign(p, K)`, widened per group), one i32 and one f32 sum
+//! per (row, output) in registers, and writes row-major `y`.
 
 use super::super::block_gemm::{with_panels, Panels};
 use super::blocks32::{unsigned_offset, IQ4_NL, Q5_0, Q5_1};
@@ -89,7 +89,6 @@ fn type_code(ty: GgmlType) -> u8 {
         _ => IQ4_NL,
     }
 }
-
 
 /// Unpacks outputs `o0 .. o0 + outputs` of `w` into `un`, panels of `L` outputs: `q [P, nb,
 /// 8, L, 4]` (`u = q + c` as bytes, from the row kernels' [`super::blocks32`] unpacking of the
