@@ -9,6 +9,7 @@
 #
 #   bash benches/attention_kinds_deen.sh   # STEPS=4800 KINDS="exact window:4 ..." OUT=/tmp/deen-kinds
 #   ATTENTION_DROPOUT=0 KINDS=exact ...    # the control for linear attention (no attention dropout)
+#   SEED=2 ...                             # another seed (initialisation, batch order, dropout)
 #
 # ding's sentences are short (source median 7 words, 99% at most 18), so windows of 16 or more
 # are exact attention on nearly every sentence: the default windows are 4 and 8.
@@ -18,6 +19,7 @@ STEPS=${STEPS:-4800}
 KINDS=${KINDS:-"exact window:4 window:8 sparse:2:4 linear"}
 OUT=${OUT:-/tmp/deen-kinds}
 THREADS=${THREADS:-2}
+SEED=${SEED:-1}
 D=${DATA:-../shared/data/de-en}
 bin=${BIN:-$(pwd)/target/release/transformer}
 [ -x "$bin" ] || cargo build --release --quiet
@@ -60,7 +62,7 @@ EOF
         --vocab-level bpe --vocab-size 2000 --tokens-per-batch 2000 --warmup 400 --lr-factor 0.5 \
         --dropout 0.2 --attention-dropout "$attn_dropout" --activation-dropout 0.1 --word-dropout 0.1 \
         --max-steps "$STEPS" --cooldown "$cooldown" --save-every "$save_every" --keep-last 5 \
-        --valid-every "$STEPS" --valid-bleu-lines 0 --threads "$THREADS" --seed 1 \
+        --valid-every "$STEPS" --valid-bleu-lines 0 --threads "$THREADS" --seed "$SEED" \
         --out "$dir/run" >"$dir/train.log" 2>&1
     end=$(date +%s.%N)
     "$bin" average --out "$dir/avg" $(ls -d "$dir"/run/checkpoints/step-* | tail -5) >/dev/null 2>&1

@@ -4,7 +4,7 @@
 # (validation over all of it at the end), vocabulary 257 (bytes), context 128, batch 8,
 # 2 pre-LN rotary layers of d_model 64 (4 heads, d_ff 256), no dropout, STEPS updates.
 #
-#   bash benches/attention_kinds_lm.sh    # STEPS=300 KINDS="exact window:16 ..." OUT=/tmp/lm-kinds
+#   bash benches/attention_kinds_lm.sh    # STEPS=300 KINDS="exact window:16 ..." OUT=/tmp/lm-kinds SEED=1
 #
 # BUDGET=readme trains the README's 28-minute model instead (byte-level BPE of 4096, context 128,
 # batch 16, 4 pre-LN rotary layers of d_model 256, 4 heads, d_ff 1024, GELU, dropout 0.1, lr 1e-3
@@ -35,7 +35,7 @@ for K in $KINDS; do
     rm -rf "$dir"
     start=$(date +%s.%N)
     log=$("$bin" train-lm --text "$TEXT" --out "$dir" "${model[@]}" \
-        --max-steps "$STEPS" --log-every 0 --seed 1 --attention "$K" 2>&1)
+        --max-steps "$STEPS" --log-every 0 --seed "${SEED:-1}" --attention "$K" 2>&1)
     end=$(date +%s.%N)
     line=$(grep -E 'valid loss .* bits/char' <<<"$log" | tail -1)
     nats=$(sed -E 's/.*valid loss ([0-9.]+) nats.*/\1/' <<<"$line")
