@@ -173,22 +173,45 @@ pub(crate) fn length_sorted_chunks(lens: &[usize], batch_size: usize) -> Vec<Vec
 /// single-threaded matrix products ([`serial_matmuls`]): a decoding step of a few dozen rows
 /// is too small for two threads to share one product well, while whole chunks are independent
 /// (so the sentences keep their batches and each gets the result it gets alone: serial and
-/// threaded products are bit-equal). One chunk, or one thread: the chunks in turn, each
-/// product on every thread.
+/// threaded products are bit-equal). The threads take chunks from one queue, last chunk first:
+/// [`length_sorted_chunks`] puts the longest sentences last, so the long chunks start first and
+/// the threads finish together (longest-first scheduling) rather than one thread decoding the
+/// longest chunk alone at the end. One chunk, or one thread: the chunks in turn, each product
+/// on every thread.
 pub(crate) fn decode_chunks<R: Send>(
     chunks: &[Vec<usize>],
     decode: impl Fn(&[usize]) -> R + Sync,
 ) -> Vec<R> {
     use rayon::prelude::*;
-    if chunks.len() > 1 && rayon::current_num_threads() > 1 {
-        chunks
-            .par_iter()
-            .with_max_len(1)
-            .map(|chunk| serial_matmuls(|| decode(chunk)))
-            .collect()
-    } else {
-        chunks.iter().map(|chunk| decode(chunk)).collect()
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    let threads = rayon::current_num_threads();
+    if chunks.len() <= 1 || threads <= 1 {
+        return chunks.iter().map(|chunk| decode(chunk)).collect();
     }
+    let taken = AtomicUsize::new(0);
+    let results: Vec<Mutex<Option<R>>> = chunks.iter().map(|_| Mutex::new(None)).collect();
+    // One worker per thread, each taking the next chunk until none is left (a worker rayon
+    // starts late finds the queue empty and returns at once).
+    (0..threads.min(chunks.len()))
+        .into_par_iter()
+        .with_max_len(1)
+        .for_each(|_| loop {
+            let i = taken.fetch_add(1, Ordering::Relaxed);
+            if i >= chunks.len() {
+                break;
+            }
+            let c = chunks.len() - 1 - i;
+            let decoded = serial_matmuls(|| decode(&chunks[c]));
+            *results[c].lock().unwrap_or_else(|e| e.into_inner()) = Some(decoded);
+        });
+    results
+        .into_iter()
+        .map(|slot| {
+            let decoded = slot.into_inner().unwrap_or_else(|e| e.into_inner());
+            decoded.expect("every chunk is taken by one worker")
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -201,5 +224,55 @@ mod tests {
         assert_eq!(chunks, vec![vec![1, 3], vec![2, 0], vec![4]]);
         assert_eq!(length_sorted_chunks(&[2, 2], 0), vec![vec![0], vec![1]]);
         assert!(length_sorted_chunks(&[], 4).is_empty());
+    }
+
+    #[test]
+    fn chunks_decoded_on_two_threads_come_back_in_chunk_order() {
+        let chunks: Vec<Vec<usize>> = (0..7).map(|c| vec![c, c + 10]).collect();
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let sums = pool.install(|| decode_chunks(&chunks, |c| c.iter().sum::<usize>()));
+        assert_eq!(sums, vec![10, 12, 14, 16, 18, 20, 22]);
+        assert_eq!(decode_chunks(&chunks[..1], |c| c.len()), vec![2]);
+        assert!(decode_chunks(&[], |c: &[usize]| c.len()).is_empty());
+    }
+
+    /// Greedy and beam translations are the same on one thread and on two (chunks side by
+    /// side, longest first), to the bit: each chunk's result does not depend on its thread.
+    #[test]
+    fn translations_on_two_threads_equal_one_thread() {
+        use crate::decode::beam::{beam_search, BeamOptions};
+        use crate::decode::greedy::{greedy_decode, GreedyOptions};
+        let config = crate::model::ModelConfig {
+            max_len: 40,
+            ..crate::model::ModelConfig::preset("tiny", 12).unwrap()
+        };
+        let model = Seq2Seq::<f32>::new(config, &mut crate::rng::Rng::new(11));
+        // Eleven sentences of 1 to 11 tokens, in no length order: six chunks of two.
+        let sources: Vec<Vec<u32>> = (0..11u32)
+            .map(|i| (i * 7) % 11 + 1)
+            .map(|n| (0..n).map(|j| 4 + (j * 3 + n) % 8).collect())
+            .collect();
+        let greedy = GreedyOptions {
+            batch_size: 2,
+            ..GreedyOptions::default()
+        };
+        let beam = BeamOptions {
+            beam_size: 3,
+            batch_size: 2,
+            ..BeamOptions::default()
+        };
+        let on = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            pool.install(|| {
+                (
+                    greedy_decode(&model, &sources, &greedy),
+                    beam_search(&model, &sources, &beam),
+                )
+            })
+        };
+        let (one, two) = (on(1), on(2));
+        assert_eq!(one.0.len(), 11);
+        assert!(one.0.iter().any(|h| !h.tokens.is_empty()));
+        assert_eq!(one, two);
     }
 }
