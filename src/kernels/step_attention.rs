@@ -59,42 +59,70 @@ pub fn step_attention_forward<T: Float>(
         return;
     }
     let kernel = step_softmax::best_kernel();
-    ctx.par_chunks_mut(q_len * d_model)
-        .zip(probs.par_chunks_mut(heads * q_len * k_len))
-        .zip(q.par_chunks(q_len * d_model))
-        .enumerate()
-        .with_min_len(8)
-        .for_each(|(b, ((ctx_b, probs_b), q_b))| {
-            let seen = span(&ranges, b, 0, q_len, k_len);
-            pulp::Arch::new().dispatch(OneRow {
-                ctx_b,
-                probs_b,
-                q_b,
-                k,
-                v,
-                rows: &key_rows[b * kv_stride..b * kv_stride + seen.end],
-                ranges: &ranges,
-                b,
-                heads,
-                group,
-                d_head,
-                k_len,
-                scale,
-                scores: dims.scores,
-                kernel,
-            })
-        });
+    // Row b's heads first_head .. first_head + heads_here.
+    let unit = |b: usize, first_head: usize, heads_here: usize, ctx: &mut [T], probs: &mut [T], q: &[T]| {
+        let seen = span(&ranges, b, 0, q_len, k_len);
+        pulp::Arch::new().dispatch(OneRow {
+            ctx_b: ctx,
+            probs_b: probs,
+            q_b: q,
+            k,
+            v,
+            rows: &key_rows[b * kv_stride..b * kv_stride + seen.end],
+            ranges: &ranges,
+            b,
+            heads,
+            first_head,
+            heads_here,
+            group,
+            d_head,
+            k_len,
+            scale,
+            scores: dims.scores,
+            kernel,
+        })
+    };
+    if split_by_head(batch, heads, q_len, d_head, k_len) {
+        // One query per row: row b's head h is `ctx`/`q` columns h·d_head.. of row b (a
+        // contiguous d_head) and `probs` row (b, h): each (row, head) a unit of its own.
+        ctx.par_chunks_mut(d_head)
+            .zip(probs.par_chunks_mut(k_len))
+            .zip(q.par_chunks(d_head))
+            .enumerate()
+            .for_each(|(u, ((ctx_h, probs_h), q_h))| unit(u / heads, u % heads, 1, ctx_h, probs_h, q_h));
+    } else {
+        ctx.par_chunks_mut(q_len * d_model)
+            .zip(probs.par_chunks_mut(heads * q_len * k_len))
+            .zip(q.par_chunks(q_len * d_model))
+            .enumerate()
+            .with_min_len(8)
+            .for_each(|(b, ((ctx_b, probs_b), q_b))| unit(b, 0, heads, ctx_b, probs_b, q_b));
+    }
 }
 
-/// One batch row: its queries, all heads. A `WithSimd` type rather than a closure: its
+/// Whether a step's attention runs one (row, head) per task rather than a whole row: with one
+/// query per row, fewer rows than the pool has threads, and enough keys that a head's work
+/// (about `k_len · d_head` multiply-adds, twice) outweighs handing it to another thread. A
+/// single stream's long context then keeps every thread busy; a batch of rows already does.
+fn split_by_head(batch: usize, heads: usize, q_len: usize, d_head: usize, k_len: usize) -> bool {
+    /// Multiply-adds of a row's heads below which one thread does them all (tens of µs).
+    const MIN_SPLIT_WORK: usize = 1 << 17;
+    q_len == 1
+        && heads > 1
+        && batch < rayon::current_num_threads()
+        && heads * k_len * d_head >= MIN_SPLIT_WORK
+}
+
+/// One batch row: its queries, all heads or (one query) `heads_here` heads from `first_head`
+/// on. A `WithSimd` type rather than a closure: its
 /// `#[inline(always)]` body is compiled into each of pulp's target-feature functions (a closure
 /// would stay a separate function compiled for baseline x86-64).
 struct OneRow<'a, T, R> {
-    /// `[q_len, d_model]`
+    /// `[q_len, d_model]`, or one query's heads `first_head ..` (`[heads here, d_head]`)
     ctx_b: &'a mut [T],
-    /// `[heads, q_len, k_len]`
+    /// `[heads here, q_len, k_len]`
     probs_b: &'a mut [T],
-    /// `[q_len, d_model]`
+    /// As `ctx_b`.
     q_b: &'a [T],
     k: &'a [T],
     v: &'a [T],
@@ -103,7 +131,11 @@ struct OneRow<'a, T, R> {
     ranges: &'a R,
     /// The batch row.
     b: usize,
+    /// The model's query heads.
     heads: usize,
+    /// The first head of `ctx_b`, `probs_b` and `q_b`, and how many they hold.
+    first_head: usize,
+    heads_here: usize,
     /// Query heads per key/value head.
     group: usize,
     d_head: usize,
@@ -130,6 +162,8 @@ impl<T: Float, R: KeyRanges> pulp::WithSimd for OneRow<'_, T, R> {
             ranges,
             b,
             heads,
+            first_head,
+            heads_here,
             group,
             d_head,
             k_len,
@@ -137,15 +171,18 @@ impl<T: Float, R: KeyRanges> pulp::WithSimd for OneRow<'_, T, R> {
             scores,
             kernel,
         } = self;
-        let (d_model, d_kv) = (heads * d_head, heads / group * d_head);
+        let d_kv = heads / group * d_head;
+        // A query's row in `ctx_b` and `q_b`: its heads here.
+        let d_model = heads_here * d_head;
         let q_len = q_b.len() / d_model;
-        for h in 0..heads {
-            let cols = h * d_head..(h + 1) * d_head;
+        for hl in 0..heads_here {
+            let h = first_head + hl;
+            let cols = hl * d_head..(hl + 1) * d_head;
             // the columns of its key/value head
             let kv_cols = (h / group) * d_head..(h / group + 1) * d_head;
             for i in 0..q_len {
                 let q_i = &q_b[i * d_model + cols.start..i * d_model + cols.end];
-                let p = &mut probs_b[(h * q_len + i) * k_len..(h * q_len + i + 1) * k_len];
+                let p = &mut probs_b[(hl * q_len + i) * k_len..(hl * q_len + i + 1) * k_len];
                 let seen = clip(ranges.range(b, i), rows.len());
                 let (p_seen, rows_seen) = (&mut p[seen.clone()], &rows[seen.clone()]);
                 let table = (rows_seen, d_kv, kv_cols.start);
@@ -313,6 +350,52 @@ mod tests {
         attention_forward(&mut ctx2, &mut probs2, &q, &k, &v, dims, mask, None);
         for (a, b) in ctx.iter().zip(&ctx2).chain(probs.iter().zip(&probs2)) {
             assert!((a - b).abs() < 2e-6, "{a} vs {b}");
+        }
+    }
+
+    /// One stream with a long context on two threads runs a task per head (grouped-query
+    /// heads, a shuffled table, some keys hidden): the same bits as one thread, in f32 and f64.
+    #[test]
+    fn one_row_split_by_head_equals_one_thread() {
+        let (heads, kv_heads, d_head, k_len) = (8, 4, 64, 300);
+        let (d, d_kv) = (heads * d_head, kv_heads * d_head);
+        let stored = k_len + 7;
+        let mut table: Vec<u32> = (0..stored as u32).collect();
+        Rng::new(9).shuffle(&mut table);
+        let dims = AttnDims {
+            batch: 1,
+            heads,
+            kv_heads,
+            d_head,
+            q_len: 1,
+            k_len,
+            kv_stride: stored,
+            scores: Default::default(),
+        };
+        let seen = [k_len - 5];
+        let pool = |n| rayon::ThreadPoolBuilder::new().num_threads(n).build().unwrap();
+        fn run<T: Float>(q: &[T], k: &[T], v: &[T], table: &[u32], seen: &[usize], dims: AttnDims) -> (Vec<T>, Vec<T>) {
+            let mut ctx = vec![T::zero(); dims.heads * dims.d_head];
+            let mut probs = vec![T::zero(); dims.heads * dims.k_len];
+            step_attention_forward(&mut ctx, &mut probs, q, k, v, table, seen, dims);
+            (ctx, probs)
+        }
+        let (q, k, v) = (uniform(d, 1), uniform(stored * d_kv, 2), uniform(stored * d_kv, 3));
+        let f = |x: &[f64]| x.iter().map(|&x| x as f32).collect::<Vec<f32>>();
+        let (qf, kf, vf) = (f(&q), f(&k), f(&v));
+        assert!(pool(2).install(|| split_by_head(1, heads, 1, d_head, k_len)));
+        assert!(!pool(1).install(|| split_by_head(1, heads, 1, d_head, k_len)));
+        let one = pool(1).install(|| run(&q, &k, &v, &table, &seen, dims));
+        let two = pool(2).install(|| run(&q, &k, &v, &table, &seen, dims));
+        assert_eq!(one, two);
+        let one = pool(1).install(|| run(&qf, &kf, &vf, &table, &seen, dims));
+        let two = pool(2).install(|| run(&qf, &kf, &vf, &table, &seen, dims));
+        assert_eq!(one, two);
+        // The hidden keys have no weight; the seen ones sum to one in every head.
+        for h in 0..heads {
+            let p = &two.1[h * k_len..(h + 1) * k_len];
+            assert!(p[seen[0]..].iter().all(|&x| x == 0.0));
+            assert!((p.iter().map(|&x| x as f64).sum::<f64>() - 1.0).abs() < 1e-5);
         }
     }
 }
