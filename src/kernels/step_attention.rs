@@ -23,6 +23,7 @@ use super::softmax::softmax_inplace;
 use super::step_softmax;
 use crate::Float;
 use rayon::prelude::*;
+use std::ops::Range;
 
 /// Forward for `q [batch * q_len, d_model]`: query `i` of row `b` sees its keys
 /// `ranges.range(b, i)` (clipped to `dims.k_len`). Writes `ctx [batch * q_len, d_model]` and the
@@ -59,8 +60,8 @@ pub fn step_attention_forward<T: Float>(
         return;
     }
     let kernel = step_softmax::best_kernel();
-    // Row b's heads first_head .. first_head + heads_here.
-    let unit = |b: usize, first_head: usize, heads_here: usize, ctx: &mut [T], probs: &mut [T], q: &[T]| {
+    // Row b's heads `here`: its queries' columns of them in `ctx` and `q`, their `probs`.
+    let unit = |b: usize, here: Range<usize>, ctx: &mut [T], probs: &mut [T], q: &[T]| {
         let seen = span(&ranges, b, 0, q_len, k_len);
         pulp::Arch::new().dispatch(OneRow {
             ctx_b: ctx,
@@ -72,8 +73,7 @@ pub fn step_attention_forward<T: Float>(
             ranges: &ranges,
             b,
             heads,
-            first_head,
-            heads_here,
+            here,
             group,
             d_head,
             k_len,
@@ -89,14 +89,17 @@ pub fn step_attention_forward<T: Float>(
             .zip(probs.par_chunks_mut(k_len))
             .zip(q.par_chunks(d_head))
             .enumerate()
-            .for_each(|(u, ((ctx_h, probs_h), q_h))| unit(u / heads, u % heads, 1, ctx_h, probs_h, q_h));
+            .for_each(|(u, ((ctx_h, probs_h), q_h))| {
+                let h = u % heads;
+                unit(u / heads, h..h + 1, ctx_h, probs_h, q_h)
+            });
     } else {
         ctx.par_chunks_mut(q_len * d_model)
             .zip(probs.par_chunks_mut(heads * q_len * k_len))
             .zip(q.par_chunks(q_len * d_model))
             .enumerate()
             .with_min_len(8)
-            .for_each(|(b, ((ctx_b, probs_b), q_b))| unit(b, 0, heads, ctx_b, probs_b, q_b));
+            .for_each(|(b, ((ctx_b, probs_b), q_b))| unit(b, 0..heads, ctx_b, probs_b, q_b));
     }
 }
 
@@ -113,14 +116,14 @@ fn split_by_head(batch: usize, heads: usize, q_len: usize, d_head: usize, k_len:
         && heads * k_len * d_head >= MIN_SPLIT_WORK
 }
 
-/// One batch row: its queries, all heads or (one query) `heads_here` heads from `first_head`
-/// on. A `WithSimd` type rather than a closure: its
-/// `#[inline(always)]` body is compiled into each of pulp's target-feature functions (a closure
-/// would stay a separate function compiled for baseline x86-64).
+/// One batch row: its queries, all heads or (one query) the heads `here`. A `WithSimd` type
+/// rather than a closure: its `#[inline(always)]` body is compiled into each of pulp's
+/// target-feature functions (a closure would stay a separate function compiled for baseline
+/// x86-64).
 struct OneRow<'a, T, R> {
-    /// `[q_len, d_model]`, or one query's heads `first_head ..` (`[heads here, d_head]`)
+    /// `[q_len, d_model]`, or one query's heads `here` (`[here.len(), d_head]`)
     ctx_b: &'a mut [T],
-    /// `[heads here, q_len, k_len]`
+    /// `[here.len(), q_len, k_len]`
     probs_b: &'a mut [T],
     /// As `ctx_b`.
     q_b: &'a [T],
@@ -133,9 +136,8 @@ struct OneRow<'a, T, R> {
     b: usize,
     /// The model's query heads.
     heads: usize,
-    /// The first head of `ctx_b`, `probs_b` and `q_b`, and how many they hold.
-    first_head: usize,
-    heads_here: usize,
+    /// The heads `ctx_b`, `probs_b` and `q_b` hold.
+    here: Range<usize>,
     /// Query heads per key/value head.
     group: usize,
     d_head: usize,
@@ -162,8 +164,7 @@ impl<T: Float, R: KeyRanges> pulp::WithSimd for OneRow<'_, T, R> {
             ranges,
             b,
             heads,
-            first_head,
-            heads_here,
+            here,
             group,
             d_head,
             k_len,
@@ -173,15 +174,14 @@ impl<T: Float, R: KeyRanges> pulp::WithSimd for OneRow<'_, T, R> {
         } = self;
         let d_kv = heads / group * d_head;
         // A query's row in `ctx_b` and `q_b`: its heads here.
-        let d_model = heads_here * d_head;
-        let q_len = q_b.len() / d_model;
-        for hl in 0..heads_here {
-            let h = first_head + hl;
+        let width = here.len() * d_head;
+        let q_len = q_b.len() / width;
+        for (hl, h) in here.enumerate() {
             let cols = hl * d_head..(hl + 1) * d_head;
             // the columns of its key/value head
             let kv_cols = (h / group) * d_head..(h / group + 1) * d_head;
             for i in 0..q_len {
-                let q_i = &q_b[i * d_model + cols.start..i * d_model + cols.end];
+                let q_i = &q_b[i * width + cols.start..i * width + cols.end];
                 let p = &mut probs_b[(hl * q_len + i) * k_len..(hl * q_len + i + 1) * k_len];
                 let seen = clip(ranges.range(b, i), rows.len());
                 let (p_seen, rows_seen) = (&mut p[seen.clone()], &rows[seen.clone()]);
@@ -209,7 +209,7 @@ impl<T: Float, R: KeyRanges> pulp::WithSimd for OneRow<'_, T, R> {
                     None => softmax_inplace(&mut p[seen.clone()], seen.len()),
                 }
                 p[seen.end..].fill(T::zero());
-                let c_i = &mut ctx_b[i * d_model + cols.start..i * d_model + cols.end];
+                let c_i = &mut ctx_b[i * width + cols.start..i * width + cols.end];
                 let p_seen = &p[seen.clone()];
                 match (T::as_f32(p_seen), T::as_f32(v)) {
                     (Some(p_seen), Some(v)) => {
@@ -374,10 +374,18 @@ mod tests {
         };
         let seen = [k_len - 5];
         let pool = |n| rayon::ThreadPoolBuilder::new().num_threads(n).build().unwrap();
-        fn run<T: Float>(q: &[T], k: &[T], v: &[T], table: &[u32], seen: &[usize], dims: AttnDims) -> (Vec<T>, Vec<T>) {
+        type Out<T> = (Vec<T>, Vec<T>);
+        fn run<T: Float>(
+            q: &[T],
+            k: &[T],
+            v: &[T],
+            rows: &[u32],
+            seen: &[usize],
+            dims: AttnDims,
+        ) -> Out<T> {
             let mut ctx = vec![T::zero(); dims.heads * dims.d_head];
             let mut probs = vec![T::zero(); dims.heads * dims.k_len];
-            step_attention_forward(&mut ctx, &mut probs, q, k, v, table, seen, dims);
+            step_attention_forward(&mut ctx, &mut probs, q, k, v, rows, seen, dims);
             (ctx, probs)
         }
         let (q, k, v) = (uniform(d, 1), uniform(stored * d_kv, 2), uniform(stored * d_kv, 3));

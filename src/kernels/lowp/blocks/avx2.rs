@@ -128,7 +128,16 @@ pub(in crate::kernels::lowp) unsafe fn heads(blk: *const u8, bb: usize, n: usize
     let head = |k: usize| unsafe { (blk.add(k * bb) as *const i32).read_unaligned() };
     if n == STEP {
         // The common step, without a test per lane.
-        return _mm256_setr_epi32(head(0), head(1), head(2), head(3), head(4), head(5), head(6), head(7));
+        return _mm256_setr_epi32(
+            head(0),
+            head(1),
+            head(2),
+            head(3),
+            head(4),
+            head(5),
+            head(6),
+            head(7),
+        );
     }
     let mut lanes = [0i32; STEP];
     for (k, lane) in lanes.iter_mut().enumerate().take(n) {
