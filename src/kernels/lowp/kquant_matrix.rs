@@ -22,7 +22,8 @@
 //!
 //! The integer sums are exact in i32 (at most 256 · 63 · 127 · 63 < 2^31), so two kernels that
 //! apply the same f32 steps in the same block order agree bit for bit. The weights stay in the
-//! file's bytes ([`RawBytes`]); each block is unpacked into signed bytes and small integer
+//! file's bytes ([`RawBytes`]; `Q5_0` and `Q5_1` regrouped by eight blocks into a copy of the
+//! same size, `q5_groups`); each block is unpacked into signed bytes and small integer
 //! scales ([`Unpacked`]) once per tile of activation rows, and the inner loops are plain
 //! `i8 × i8 → i32` sums over 16 or 32 elements that the compiler vectorises.
 
@@ -37,6 +38,7 @@ mod avx2;
 mod blocks32;
 #[cfg(target_arch = "x86_64")]
 pub(super) mod blocks32_gemm;
+mod q5_groups;
 #[cfg(target_arch = "x86_64")]
 mod superblocks;
 #[cfg(target_arch = "x86_64")]
@@ -51,7 +53,8 @@ pub struct KQuantMatrix {
     /// Elements and bytes per block of `ty`.
     block: usize,
     block_bytes: usize,
-    /// `[rows, cols / block, block_bytes]` as stored.
+    /// `[rows, cols / block, block_bytes]` as stored, `Q5_0` / `Q5_1` regrouped by eight
+    /// blocks (`q5_groups`).
     data: RawBytes,
 }
 
@@ -223,7 +226,8 @@ fn block_sum(u: &Unpacked, p: &[i8]) -> i32 {
 
 impl KQuantMatrix {
     /// Wraps a tensor of `rows` rows of `cols` elements of `ty` (`data` as the GGUF file holds
-    /// it, not copied), or says why not.
+    /// it: not copied, except `Q5_0` and `Q5_1`, whose blocks are regrouped by eight into a
+    /// copy of the same size, see `q5_groups`), or says why not.
     pub fn from_ggml(
         ty: GgmlType,
         data: RawBytes,
@@ -255,6 +259,10 @@ impl KQuantMatrix {
                 data.len()
             ));
         }
+        let data = match q5_groups::regrouped(ty) {
+            true => RawBytes::owned(q5_groups::regroup(ty, &data, cols / block)),
+            false => data,
+        };
         Ok(KQuantMatrix {
             ty,
             rows,
@@ -354,8 +362,8 @@ impl KQuantMatrix {
         let row = &self.data[o * nb * self.block_bytes..(o + 1) * nb * self.block_bytes];
         let mut u = Unpacked::new();
         out.fill(0.0);
-        for (b, block) in row.chunks_exact(self.block_bytes).enumerate() {
-            unpack(self.ty, block, &mut u);
+        for b in 0..nb {
+            self.unpack_block(row, b, &mut u);
             for (i, y) in out.iter_mut().enumerate() {
                 let r = r0 + i;
                 let e = acts.e[r * nb + b];
@@ -379,6 +387,27 @@ impl KQuantMatrix {
                 }
             }
         }
+    }
+
+    /// Unpacks block `b` of the stored `row`: as the file stores it, or from its group.
+    #[inline(always)]
+    fn unpack_block(&self, row: &[u8], b: usize, u: &mut Unpacked) {
+        let bb = self.block_bytes;
+        use q5_groups::{head_bytes, values, GROUP};
+        let groups = self.cols / self.block / GROUP;
+        if !q5_groups::regrouped(self.ty) || b >= groups * GROUP {
+            return unpack(self.ty, &row[b * bb..(b + 1) * bb], u);
+        }
+        let (g, k) = (b / GROUP, b % GROUP);
+        let group = &row[g * GROUP * bb..(g + 1) * GROUP * bb];
+        let with_min = self.ty == GgmlType::Q5_1;
+        let offset = if with_min { 0 } else { 16 };
+        let stored = values(&group[head_bytes(with_min)..], k);
+        for (q, v) in u.q.iter_mut().zip(stored) {
+            *q = v as i8 - offset;
+        }
+        u.d = half_at(group, 2 * k);
+        u.dmin = if with_min { half_at(group, 16 + 2 * k) } else { 0.0 };
     }
 
     /// Whether output `o` and activation rows `r0 .. r0 + n` (`1 <= n <= ROW_TILE`) exist.

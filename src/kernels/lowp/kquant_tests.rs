@@ -462,7 +462,7 @@ fn q8_k_activations_are_ggmls() {
 }
 
 /// (d_out, cols, rows): one output and one row, rows past a tile of 4, outputs past a task of
-/// 16, cols of one and two super-blocks (and of 3 blocks of 32 for the small types).
+/// 16, cols of one and two super-blocks (and of 3 and 18 blocks of 32 for the small types).
 const SHAPES: &[(usize, usize, usize)] = &[
     (1, 256, 1),
     (17, 256, 3),
@@ -478,7 +478,9 @@ fn block_products_match_float64() {
         let block = ty.block().unwrap().0;
         let mut shapes = SHAPES.to_vec();
         if block == 32 {
-            shapes.push((4, 96, 2));
+            // Fewer blocks than a group of eight (Q5_0, Q5_1 regroup by eight), and two groups
+            // then two blocks as stored (SmolLM2's 576).
+            shapes.extend([(4, 96, 2), (3, 576, 2)]);
         }
         for (d_out, cols, rows) in shapes {
             let data = random_blocks(&mut rng, ty, d_out * cols / block);

@@ -9,7 +9,7 @@
 //! | [`Bf16Matrix`] | bf16 (round to nearest even) | bf16 per element | `Σ_k w_k x_k` in f32 (each bf16 product exact in f32) |
 //! | [`Int8Matrix`] | `s_o · q_ok`, `q ∈ [-127, 127]`, `s_o = max_k |w_ok| / 127` per output row | `t_r · p_rk` per row (same rule) | `s_o t_r Σ_k q_ok p_rk` (exact integer sum) |
 //! | [`BlockMatrix`] | ggml `Q4_0` / `Q4_1` / `Q8_0` blocks of 32, as the GGUF file stores them | ggml `Q8_0` blocks of 32 (`d_b = max|x| / 127`) | `Σ_b d^w_b d^x_b Σ_{j∈b} q_j p_j` + the blocks' offset terms |
-//! | [`KQuantMatrix`] | ggml K-quants (`Q2_K` … `Q6_K`, super-blocks of 256 with 16 sub-block scales) and `Q5_0` / `Q5_1` / `IQ4_NL` blocks of 32, as stored | ggml `Q8_K` blocks of 256 (with sums per 16) for the K-quants, `Q8_0` / `Q8_1` for the others | `Σ_b d^w_b d^x_b Σ_g sc_g Σ_{j∈g} q_j p_j` − the minimum terms `dmin_b d^x_b Σ_g m_g Σ_{j∈g} p_j` |
+//! | [`KQuantMatrix`] | ggml K-quants (`Q2_K` … `Q6_K`, super-blocks of 256 with 16 sub-block scales) and `Q5_0` / `Q5_1` / `IQ4_NL` blocks of 32, as stored (`Q5_0` / `Q5_1` regrouped by eight blocks at load, the same bytes) | ggml `Q8_K` blocks of 256 (with sums per 16) for the K-quants, `Q8_0` / `Q8_1` for the others | `Σ_b d^w_b d^x_b Σ_g sc_g Σ_{j∈g} q_j p_j` − the minimum terms `dmin_b d^x_b Σ_g m_g Σ_{j∈g} p_j` |
 //!
 //! int8 is CTranslate2's scheme (weights per output row, activations per row at run time);
 //! the block formats are llama.cpp's 4- and 8-bit products (`ggml_vec_dot_q4_1_q8_1` and

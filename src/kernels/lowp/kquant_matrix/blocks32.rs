@@ -1,6 +1,9 @@
 //! The AVX2 and AVX-512 row kernels of the 32-element blocks `Q5_0`, `Q5_1` and `IQ4_NL`
 //! ([`KQuantMatrix`]), eight blocks per step, the weights unpacked from the stored bytes in
-//! registers as llama.cpp's `ggml_vec_dot_q5_0_q8_0`, `_q5_1_q8_1` and `_iq4_nl_q8_0` do:
+//! registers as llama.cpp's `ggml_vec_dot_q5_0_q8_0`, `_q5_1_q8_1` and `_iq4_nl_q8_0` do. A
+//! whole step of `Q5_0` / `Q5_1` is one of the groups [`q5_groups`] packs at load (its values
+//! by [`q5_groups::unsigned_avx2`], its eight `d` and `m` by one load each); the other steps
+//! read the file's blocks:
 //!
 //! ```text
 //! per block: nibbles [low 16 | high 16]            (one 128-bit broadcast, a variable shift)
@@ -22,7 +25,7 @@
 //! fewer than 8 blocks runs the same code with the missing blocks masked off.
 
 use super::super::blocks::avx2::heads;
-use super::{GgmlType, KQuantActs, KQuantMatrix, IQ4_NL_LEVELS};
+use super::{q5_groups, GgmlType, KQuantActs, KQuantMatrix, IQ4_NL_LEVELS};
 use std::arch::x86_64::*;
 
 /// Blocks per step (one i32 / f32 lane each).
@@ -38,15 +41,18 @@ trait BlockDot {
     /// What the unsigned values of type `T` carry above `q_j` (`c` of the module's sums).
     fn offset(t: u8) -> i32;
 
-    /// `Σ u_j p_j` of the block at `block` against the 32 activations at `p[r]`, in 8 lanes.
+    /// The 32 values `u_j` of the block at `block`, as the file stores it.
     ///
     /// # Safety
-    /// The instruction set's features; `block` holds one whole stored block of type `T`,
-    /// each `p[r]` 32 readable bytes.
-    unsafe fn dot<const R: usize, const T: u8>(
-        block: *const u8,
-        p: &[*const i8; R],
-    ) -> [__m256i; R];
+    /// The instruction set's features; `block` holds one whole stored block of type `T`.
+    unsafe fn unsigned<const T: u8>(block: *const u8) -> __m256i;
+
+    /// `Σ u_j p_j` of the block of values `u` against the 32 activations at `p[r]`, in 8
+    /// lanes.
+    ///
+    /// # Safety
+    /// The instruction set's features; each `p[r]` 32 readable bytes.
+    unsafe fn dot<const R: usize, const T: u8>(u: __m256i, p: &[*const i8; R]) -> [__m256i; R];
 }
 
 /// AVX2 (+ FMA, F16C).
@@ -85,13 +91,15 @@ impl BlockDot for Avx2 {
     }
 
     #[inline(always)]
-    unsafe fn dot<const R: usize, const T: u8>(
-        block: *const u8,
-        p: &[*const i8; R],
-    ) -> [__m256i; R] {
-        // SAFETY (caller): one whole block, and the 32 activations of each row.
+    unsafe fn unsigned<const T: u8>(block: *const u8) -> __m256i {
+        // SAFETY (caller): one whole block.
+        unsafe { unsigned_avx2::<T>(block) }
+    }
+
+    #[inline(always)]
+    unsafe fn dot<const R: usize, const T: u8>(u: __m256i, p: &[*const i8; R]) -> [__m256i; R] {
+        // SAFETY (caller): the 32 activations of each row.
         unsafe {
-            let u = unsigned_avx2::<T>(block);
             let ones = _mm256_set1_epi16(1);
             if T == IQ4_NL {
                 let magnitude = _mm256_abs_epi8(u);
@@ -175,13 +183,15 @@ impl BlockDot for Avx512 {
     }
 
     #[inline(always)]
-    unsafe fn dot<const R: usize, const T: u8>(
-        block: *const u8,
-        p: &[*const i8; R],
-    ) -> [__m256i; R] {
+    unsafe fn unsigned<const T: u8>(block: *const u8) -> __m256i {
+        // SAFETY (caller): one whole block.
+        unsafe { unsigned_avx512::<T>(block) }
+    }
+
+    #[inline(always)]
+    unsafe fn dot<const R: usize, const T: u8>(u: __m256i, p: &[*const i8; R]) -> [__m256i; R] {
         // SAFETY (caller): as for Avx2.
         unsafe {
-            let u = unsigned_avx512::<T>(block);
             std::array::from_fn(|r| {
                 let pv = _mm256_loadu_si256(p[r] as *const __m256i);
                 _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, pv)
@@ -226,6 +236,50 @@ fn across(v: &[__m256i; STEP]) -> __m256i {
     }
 }
 
+/// Eight f16 in the low halves of eight i32 lanes, widened to f32 (exact, as `f16_to_f32`).
+#[inline(always)]
+fn widen(v: __m256i) -> __m256 {
+    // SAFETY: AVX2 and F16C, which every caller's target features include.
+    unsafe {
+        let v = _mm256_and_si256(v, _mm256_set1_epi32(0xffff));
+        let packed = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        _mm256_cvtph_ps(packed)
+    }
+}
+
+/// The values `u` of the `n` blocks of a step at `blk` (blocks past `n` zero), and their `d`
+/// and `m` (`Q5_1`; lanes past `n` and other types' `m` are not used): a whole step of
+/// `Q5_0` / `Q5_1` is a group ([`q5_groups`]), any other step the file's blocks.
+///
+/// # Safety
+/// `I`'s features; the step's `n` blocks (of `bb` bytes each) at `blk`.
+#[inline(always)]
+unsafe fn step<I: BlockDot, const T: u8>(
+    blk: *const u8,
+    bb: usize,
+    n: usize,
+) -> ([__m256i; STEP], __m256, __m256) {
+    // SAFETY (caller): the step's bytes.
+    unsafe {
+        if T != IQ4_NL && n == STEP {
+            let d = _mm256_cvtph_ps(_mm_loadu_si128(blk as *const __m128i));
+            let m = match T == Q5_1 {
+                true => _mm256_cvtph_ps(_mm_loadu_si128(blk.add(16) as *const __m128i)),
+                false => _mm256_setzero_ps(),
+            };
+            let u = q5_groups::unsigned_avx2(blk.add(q5_groups::head_bytes(T == Q5_1)));
+            return (u, d, m);
+        }
+        let mut u = [_mm256_setzero_si256(); STEP];
+        for (k, u_k) in u.iter_mut().enumerate().take(n) {
+            *u_k = I::unsigned::<T>(blk.add(k * bb));
+        }
+        // The first 4 bytes of each block: d, then m (Q5_1) or other bytes of the block.
+        let heads = heads(blk, bb, n);
+        (u, widen(heads), widen(_mm256_srli_epi32::<16>(heads)))
+    }
+}
+
 /// `out[i] = w_o · x_{r0+i}` for `i < R`, block after block as the portable kernel adds.
 ///
 /// # Safety
@@ -242,13 +296,6 @@ unsafe fn rows<I: BlockDot, const R: usize, const T: u8>(
     let (nb, cols, bb) = (w.cols / 32, w.cols, w.block_bytes);
     let offset = _mm256_set1_epi32(I::offset(T));
     let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    let low16 = _mm256_set1_epi32(0xffff);
-    // Eight f16 in the low halves of eight i32 lanes, widened to f32 (exact, as f16_to_f32).
-    let widen = |v: __m256i| {
-        let v = _mm256_and_si256(v, low16);
-        let packed = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-        _mm256_cvtph_ps(packed)
-    };
     // SAFETY (all pointer arithmetic below): row o's nb blocks of bb bytes start at
     // o · nb · bb in the stored data (checked by from_ggml); each activation row has cols
     // bytes p and nb scales e, sums Σp and (Q8_1) s. A step reads blocks b0 .. b0 + n and
@@ -258,21 +305,18 @@ unsafe fn rows<I: BlockDot, const R: usize, const T: u8>(
     for b0 in (0..nb).step_by(STEP) {
         let n = STEP.min(nb - b0);
         let blk = unsafe { row.add(b0 * bb) };
+        let (u, d, m) = unsafe { step::<I, T>(blk, bb, n) };
         let mut v = [[_mm256_setzero_si256(); STEP]; R];
-        for k in 0..n {
+        for (k, &u_k) in u.iter().enumerate().take(n) {
             let p: [*const i8; R] = std::array::from_fn(|r| unsafe {
                 acts.q.as_ptr().add((r0 + r) * cols + (b0 + k) * 32)
             });
-            let d = unsafe { I::dot::<R, T>(blk.add(k * bb), &p) };
+            let d = unsafe { I::dot::<R, T>(u_k, &p) };
             for (v_r, d_r) in v.iter_mut().zip(d) {
                 v_r[k] = d_r;
             }
         }
         let live = _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), lane);
-        // The first 4 bytes of each block: d, then m (Q5_1) or other bytes of the block.
-        let heads = unsafe { heads(blk, bb, n) };
-        let d = widen(heads);
-        let m = widen(_mm256_srli_epi32::<16>(heads));
         for r in 0..R {
             let at = (r0 + r) * nb + b0;
             let mut sums = across(&v[r]);
@@ -384,12 +428,6 @@ unsafe fn outs<I: BlockDot, const T: u8>(
     let ahead = PREFETCH_ROWS * nb * bb;
     let offset = _mm256_set1_epi32(I::offset(T));
     let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    let low16 = _mm256_set1_epi32(0xffff);
-    let widen = |v: __m256i| {
-        let v = _mm256_and_si256(v, low16);
-        let packed = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-        _mm256_cvtph_ps(packed)
-    };
     // SAFETY (all pointer arithmetic below): rows o0 .. o0 + O of nb blocks of bb bytes
     // (checked by from_ggml); activation row 0 has 32 nb bytes p and nb scales e, sums Σp
     // and (Q8_1) s. A step reads blocks b0 .. b0 + n and those blocks' activations only.
@@ -419,21 +457,18 @@ unsafe fn outs<I: BlockDot, const T: u8>(
                 // the last rows, which `wrapping_add` allows).
                 _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(ahead + line) as *const i8);
             }
-            // Each block's first 4 bytes: d, then m (Q5_1) or other bytes of the block.
-            let heads = unsafe { heads(blk, bb, n) };
+            let (u, d, m) = unsafe { step::<I, T>(blk, bb, n) };
             let mut v = [_mm256_setzero_si256(); STEP];
             for (k, v_k) in v.iter_mut().enumerate().take(n) {
                 let p = [unsafe { acts.q.as_ptr().add((b0 + k) * 32) }];
-                *v_k = unsafe { I::dot::<1, T>(blk.add(k * bb), &p) }[0];
+                *v_k = unsafe { I::dot::<1, T>(u[k], &p) }[0];
             }
-            let d = widen(heads);
             let mut sums = across(&v);
             if I::offset(T) != 0 {
                 sums = _mm256_sub_epi32(sums, _mm256_mullo_epi32(psum, offset));
             }
             terms[i] = _mm256_mul_ps(_mm256_mul_ps(d, e), _mm256_cvtepi32_ps(sums));
             if T == Q5_1 {
-                let m = widen(_mm256_srli_epi32::<16>(heads));
                 mins[i] = _mm256_mul_ps(m, s);
             }
         }

@@ -10,8 +10,9 @@
 //! ```
 //!
 //! Laid out as the blocks' GEMM ([`super::super::block_gemm`]): each task of 32 outputs
-//! unpacks its blocks (the row kernels' register unpacking, [`super::blocks32`]'s
-//! `unsigned_avx2` / `unsigned_avx512`, whose `c` this module subtracts) into panels of `L`
+//! unpacks its blocks (the row kernels' register unpacking: [`super::q5_groups`]'
+//! `unsigned_avx2` for the groups of `Q5_0` / `Q5_1`, [`super::blocks32`]'s `unsigned_avx2` /
+//! `unsigned_avx512` for the other blocks, whose `c` this module subtracts) into panels of `L`
 //! outputs (8 for AVX2, 16 for AVX-512), per block and group of four elements the outputs'
 //! four bytes side by side (`[nb, 8, L, 4]`), `d` and `m` widened to f32 (`[nb, L]`); a tile
 //! of up to 4 rows then broadcasts four activation bytes against a group (`vpdpbusd`; AVX2
@@ -21,6 +22,7 @@
 
 use super::super::block_gemm::{with_panels, Panels};
 use super::blocks32::{unsigned_offset, IQ4_NL, Q5_0, Q5_1};
+use super::q5_groups::{head_bytes, unsigned_avx2 as unsigned_group, GROUP};
 use super::{half_at, GgmlType, KQuantActs, KQuantMatrix};
 use crate::kernels::lowp::{check_operands, products_are_serial, Kernel};
 use rayon::prelude::*;
@@ -111,15 +113,12 @@ unsafe fn unpack<const L: usize, const T: u8, const AVX512: bool>(
         let (p, lane) = (i / L, i % L);
         let o = o0 + i;
         let row = &w.data[o * nb * bb..(o + 1) * nb * bb];
-        for (b, block) in row.chunks_exact(bb).enumerate() {
-            // SAFETY (caller): one whole block of type T, and the instruction set.
-            let u = unsafe {
-                if AVX512 {
-                    super::blocks32::unsigned_avx512::<T>(block.as_ptr())
-                } else {
-                    super::blocks32::unsigned_avx2::<T>(block.as_ptr())
-                }
-            };
+        // Q5_0 / Q5_1: the row's whole groups of 8 blocks, then the blocks as stored.
+        let grouped = match T {
+            IQ4_NL => 0,
+            _ => nb / GROUP * GROUP,
+        };
+        let mut put = |b: usize, u: __m256i, d: f32, m: f32| {
             let mut groups = [0u32; 8];
             // SAFETY: 32 bytes into a local array of 8 u32.
             unsafe { _mm256_storeu_si256(groups.as_mut_ptr() as *mut __m256i, u) };
@@ -128,10 +127,31 @@ unsafe fn unpack<const L: usize, const T: u8, const AVX512: bool>(
                 let at = ((pb * 8 + g) * L + lane) * 4;
                 un.q[at..at + 4].copy_from_slice(&four.to_le_bytes());
             }
-            un.d[pb * L + lane] = half_at(block, 0);
+            un.d[pb * L + lane] = d;
             if T == Q5_1 {
-                un.m[pb * L + lane] = half_at(block, 2);
+                un.m[pb * L + lane] = m;
             }
+        };
+        for (g, group) in row[..grouped * bb].chunks_exact(GROUP * bb).enumerate() {
+            let head = head_bytes(T == Q5_1);
+            // SAFETY (caller): AVX2; a whole group, whose values start after its head.
+            let u = unsafe { unsigned_group(group.as_ptr().add(head)) };
+            for (k, &u_k) in u.iter().enumerate() {
+                let m = if T == Q5_1 { half_at(group, 16 + 2 * k) } else { 0.0 };
+                put(g * GROUP + k, u_k, half_at(group, 2 * k), m);
+            }
+        }
+        for (b, block) in row.chunks_exact(bb).enumerate().skip(grouped) {
+            // SAFETY (caller): one whole block of type T, and the instruction set.
+            let u = unsafe {
+                if AVX512 {
+                    super::blocks32::unsigned_avx512::<T>(block.as_ptr())
+                } else {
+                    super::blocks32::unsigned_avx2::<T>(block.as_ptr())
+                }
+            };
+            let m = if T == Q5_1 { half_at(block, 2) } else { 0.0 };
+            put(b, u, half_at(block, 0), m);
         }
     }
 }
