@@ -305,9 +305,8 @@ unsafe fn rows<I: BlockDot, const R: usize, const T: u8>(
     for b0 in (0..nb).step_by(STEP) {
         let n = STEP.min(nb - b0);
         let blk = unsafe { row.add(b0 * bb) };
-        let (u, d, m) = unsafe { step::<I, T>(blk, bb, n) };
         let mut v = [[_mm256_setzero_si256(); STEP]; R];
-        for (k, &u_k) in u.iter().enumerate().take(n) {
+        let mut dots = |k: usize, u_k: __m256i| {
             let p: [*const i8; R] = std::array::from_fn(|r| unsafe {
                 acts.q.as_ptr().add((r0 + r) * cols + (b0 + k) * 32)
             });
@@ -315,6 +314,13 @@ unsafe fn rows<I: BlockDot, const R: usize, const T: u8>(
             for (v_r, d_r) in v.iter_mut().zip(d) {
                 v_r[k] = d_r;
             }
+        };
+        // A group in straight-line code (n known), as in `outs`.
+        let whole = T != IQ4_NL && n == STEP;
+        let (u, d, m) = unsafe { step::<I, T>(blk, bb, if whole { STEP } else { n }) };
+        match whole {
+            true => (0..STEP).for_each(|k| dots(k, u[k])),
+            false => (0..n).for_each(|k| dots(k, u[k])),
         }
         let live = _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), lane);
         for r in 0..R {
@@ -457,12 +463,21 @@ unsafe fn outs<I: BlockDot, const T: u8>(
                 // the last rows, which `wrapping_add` allows).
                 _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(ahead + line) as *const i8);
             }
-            let (u, d, m) = unsafe { step::<I, T>(blk, bb, n) };
-            let mut v = [_mm256_setzero_si256(); STEP];
-            for (k, v_k) in v.iter_mut().enumerate().take(n) {
-                let p = [unsafe { acts.q.as_ptr().add((b0 + k) * 32) }];
-                *v_k = unsafe { I::dot::<1, T>(u[k], &p) }[0];
-            }
+            let p0 = unsafe { acts.q.as_ptr().add(b0 * 32) };
+            let (v, d, m) = if T != IQ4_NL && n == STEP {
+                // A group: eight blocks' values and dots in straight-line code (n known; a
+                // loop to n kept the values in memory, 9% slower with AVX2).
+                let (u, d, m) = unsafe { step::<I, T>(blk, bb, STEP) };
+                let dot = |k: usize| unsafe { I::dot::<1, T>(u[k], &[p0.add(32 * k)]) }[0];
+                (std::array::from_fn(dot), d, m)
+            } else {
+                let (u, d, m) = unsafe { step::<I, T>(blk, bb, n) };
+                let mut v = [_mm256_setzero_si256(); STEP];
+                for (k, v_k) in v.iter_mut().enumerate().take(n) {
+                    *v_k = unsafe { I::dot::<1, T>(u[k], &[p0.add(32 * k)]) }[0];
+                }
+                (v, d, m)
+            };
             let mut sums = across(&v);
             if I::offset(T) != 0 {
                 sums = _mm256_sub_epi32(sums, _mm256_mullo_epi32(psum, offset));
