@@ -315,8 +315,8 @@ unsafe fn rows<I: BlockDot, const R: usize, const T: u8>(
                 v_r[k] = d_r;
             }
         };
-        // A group in straight-line code (n known), as in `outs`.
-        let whole = T != IQ4_NL && n == STEP;
+        // A whole step (a group of Q5_0 / Q5_1) in straight-line code (n known), as in `outs`.
+        let whole = n == STEP;
         let (u, d, m) = unsafe { step::<I, T>(blk, bb, if whole { STEP } else { n }) };
         match whole {
             true => (0..STEP).for_each(|k| dots(k, u[k])),
@@ -464,9 +464,9 @@ unsafe fn outs<I: BlockDot, const T: u8>(
                 _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(ahead + line) as *const i8);
             }
             let p0 = unsafe { acts.q.as_ptr().add(b0 * 32) };
-            let (v, d, m) = if T != IQ4_NL && n == STEP {
-                // A group: eight blocks' values and dots in straight-line code (n known; a
-                // loop to n kept the values in memory, 9% slower with AVX2).
+            let (v, d, m) = if n == STEP {
+                // A whole step (a group of Q5_0 / Q5_1): eight blocks' values and dots in
+                // straight-line code (n known; a loop to n kept the values in memory, 9% slower).
                 let (u, d, m) = unsafe { step::<I, T>(blk, bb, STEP) };
                 let dot = |k: usize| unsafe { I::dot::<1, T>(u[k], &[p0.add(32 * k)]) }[0];
                 (std::array::from_fn(dot), d, m)

@@ -118,27 +118,15 @@ unsafe fn unpack<const L: usize, const T: u8, const AVX512: bool>(
             IQ4_NL => 0,
             _ => nb / GROUP * GROUP,
         };
-        let mut put = |b: usize, u: __m256i, d: f32, m: f32| {
-            let mut groups = [0u32; 8];
-            // SAFETY: 32 bytes into a local array of 8 u32.
-            unsafe { _mm256_storeu_si256(groups.as_mut_ptr() as *mut __m256i, u) };
-            let pb = p * nb + b;
-            for (g, &four) in groups.iter().enumerate() {
-                let at = ((pb * 8 + g) * L + lane) * 4;
-                un.q[at..at + 4].copy_from_slice(&four.to_le_bytes());
-            }
-            un.d[pb * L + lane] = d;
-            if T == Q5_1 {
-                un.m[pb * L + lane] = m;
-            }
-        };
         for (g, group) in row[..grouped * bb].chunks_exact(GROUP * bb).enumerate() {
             let head = head_bytes(T == Q5_1);
             // SAFETY (caller): AVX2; a whole group, whose values start after its head.
             let u = unsafe { unsigned_group(group.as_ptr().add(head)) };
             for (k, &u_k) in u.iter().enumerate() {
                 let m = if T == Q5_1 { half_at(group, 16 + 2 * k) } else { 0.0 };
-                put(g * GROUP + k, u_k, half_at(group, 2 * k), m);
+                let at = (p * nb + g * GROUP + k, lane);
+                // SAFETY (caller): AVX2.
+                unsafe { put::<L, T>(un, at, u_k, half_at(group, 2 * k), m) };
             }
         }
         for (b, block) in row.chunks_exact(bb).enumerate().skip(grouped) {
@@ -151,8 +139,34 @@ unsafe fn unpack<const L: usize, const T: u8, const AVX512: bool>(
                 }
             };
             let m = if T == Q5_1 { half_at(block, 2) } else { 0.0 };
-            put(b, u, half_at(block, 0), m);
+            // SAFETY (caller): AVX2.
+            unsafe { put::<L, T>(un, (p * nb + b, lane), u, half_at(block, 0), m) };
         }
+    }
+}
+
+/// Block `pb` of a panel's lane `lane` (`at`): its values `u` and its `d`, `m` (`Q5_1`).
+///
+/// # Safety
+/// AVX2.
+#[inline(always)]
+unsafe fn put<const L: usize, const T: u8>(
+    un: &mut Panels,
+    (pb, lane): (usize, usize),
+    u: __m256i,
+    d: f32,
+    m: f32,
+) {
+    let mut groups = [0u32; 8];
+    // SAFETY: 32 bytes into a local array of 8 u32 (AVX2: the caller).
+    unsafe { _mm256_storeu_si256(groups.as_mut_ptr() as *mut __m256i, u) };
+    for (g, &four) in groups.iter().enumerate() {
+        let at = ((pb * 8 + g) * L + lane) * 4;
+        un.q[at..at + 4].copy_from_slice(&four.to_le_bytes());
+    }
+    un.d[pb * L + lane] = d;
+    if T == Q5_1 {
+        un.m[pb * L + lane] = m;
     }
 }
 

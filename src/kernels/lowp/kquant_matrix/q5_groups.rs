@@ -126,27 +126,37 @@ pub(super) unsafe fn unsigned_avx2(v: *const u8) -> [std::arch::x86_64::__m256i;
     // SAFETY (caller): five vectors of 32 bytes.
     let v: [__m256i; 5] =
         std::array::from_fn(|i| unsafe { _mm256_loadu_si256(v.add(32 * i) as *const __m256i) });
-    let keep = |x: __m256i, bits: i8| _mm256_and_si256(x, _mm256_set1_epi8(bits));
-    // Bits 5–7 of each byte to bits 0–2, and to bits 3–4 (only bits 5–6 kept).
-    let top = |x: __m256i| keep(_mm256_srli_epi16::<5>(x), 0x07);
-    let next = |x: __m256i| keep(_mm256_srli_epi16::<2>(x), 0x18);
-    let bit7_to = |x: __m256i, at: i8| match at {
-        3 => keep(_mm256_srli_epi16::<4>(x), 0x08),
-        _ => keep(_mm256_srli_epi16::<3>(x), 0x10),
-    };
-    [
-        keep(v[0], 0x1f),
-        keep(v[1], 0x1f),
-        keep(v[2], 0x1f),
-        keep(v[3], 0x1f),
-        keep(v[4], 0x1f),
-        _mm256_or_si256(top(v[0]), next(v[1])),
-        _mm256_or_si256(top(v[2]), next(v[3])),
-        _mm256_or_si256(
-            _mm256_or_si256(top(v[4]), bit7_to(v[1], 3)),
-            bit7_to(v[3], 4),
-        ),
-    ]
+    // SAFETY: AVX2 (the caller).
+    unsafe {
+        // Bits 5–7 of a byte to bits 0–2 (`top`), 5–6 to 3–4 (`next`), bit 7 to 3 and to 4.
+        let top: [__m256i; 3] =
+            std::array::from_fn(|i| keep(_mm256_srli_epi16::<5>(v[2 * i]), 0x07));
+        let next: [__m256i; 2] =
+            std::array::from_fn(|i| keep(_mm256_srli_epi16::<2>(v[2 * i + 1]), 0x18));
+        let bit7_to_3 = keep(_mm256_srli_epi16::<4>(v[1]), 0x08);
+        let bit7_to_4 = keep(_mm256_srli_epi16::<3>(v[3]), 0x10);
+        [
+            keep(v[0], 0x1f),
+            keep(v[1], 0x1f),
+            keep(v[2], 0x1f),
+            keep(v[3], 0x1f),
+            keep(v[4], 0x1f),
+            _mm256_or_si256(top[0], next[0]),
+            _mm256_or_si256(top[1], next[1]),
+            _mm256_or_si256(_mm256_or_si256(top[2], bit7_to_3), bit7_to_4),
+        ]
+    }
+}
+
+/// The bits `bits` of each byte of `x`.
+///
+/// # Safety
+/// AVX2.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn keep(x: std::arch::x86_64::__m256i, bits: i8) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    _mm256_and_si256(x, _mm256_set1_epi8(bits))
 }
 
 #[cfg(test)]
