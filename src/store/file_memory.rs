@@ -82,6 +82,45 @@ pub fn hold(file: &File, len: usize, memory: FileMemory) -> std::io::Result<Shar
     Ok(Arc::new(map))
 }
 
+/// Gives back the memory of the whole pages inside `range` of the mapping that starts at
+/// `base` (`madvise(MADV_DONTNEED)`): a mapped file's pages read as the file again if touched,
+/// an anonymous mapping's as zeros. Returns the bytes given back (0 where `madvise` fails, which
+/// changes nothing, and off Linux).
+///
+/// # Safety
+/// `base` starts a mapping made by [`hold`] (on a page) that holds `range`; nothing may read
+/// the bytes of `range` afterwards, nor hold a reference into them meanwhile.
+pub unsafe fn give_back(base: *const u8, range: std::ops::Range<usize>) -> usize {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(0);
+        if page == 0 {
+            return 0;
+        }
+        let (start, end) = (range.start.next_multiple_of(page), range.end / page * page);
+        if start >= end {
+            return 0;
+        }
+        // SAFETY: whole pages inside the caller's mapping (`base` is on a page, so `base +
+        // start` is), which nobody reads again (the caller's contract); MADV_DONTNEED on a
+        // private mapping only drops pages, the mapping stays.
+        let done = unsafe {
+            libc::madvise(base.add(start) as *mut libc::c_void, end - start, libc::MADV_DONTNEED)
+        };
+        if done == 0 {
+            end - start
+        } else {
+            0
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (base, range);
+        0
+    }
+}
+
 /// A writable anonymous mapping of `len` bytes advised for transparent huge pages, or `None`
 /// where either step fails (then the caller maps the file).
 fn advised_anonymous(len: usize) -> Option<memmap2::MmapMut> {

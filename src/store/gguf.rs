@@ -101,6 +101,11 @@ pub struct GgufFile {
     tensor_index: HashMap<String, usize>,
     alignment: usize,
     data_start: usize,
+    /// Whether `bytes` is the file's own mapping ([`file_memory::hold`]), whose pages
+    /// [`GgufFile::release`] may give back.
+    held: bool,
+    /// Byte ranges given back by [`GgufFile::release`]: no longer readable here.
+    released: std::sync::Mutex<Vec<std::ops::Range<usize>>>,
 }
 
 /// A bounds-checked little-endian reader over the file's bytes.
@@ -201,7 +206,15 @@ impl GgufFile {
     /// Holds the GGUF file at `path` in memory (in huge pages or mapped, see the module's
     /// description) and parses it: tensors are then read where the bytes are held.
     pub fn open(path: &Path) -> Result<GgufFile> {
-        GgufFile::from_shared(hold_file(path)?, path)
+        let memory = FileMemory::from_env().map_err(|e| ckpt_err(path, e))?;
+        GgufFile::open_with(path, memory)
+    }
+
+    /// [`GgufFile::open`], its bytes held as `memory` says (whatever the environment says).
+    pub fn open_with(path: &Path, memory: FileMemory) -> Result<GgufFile> {
+        let mut file = GgufFile::from_shared(hold_file(path, memory)?, path)?;
+        file.held = true;
+        Ok(file)
     }
 
     /// Parses a GGUF file's bytes; `path` is only used in messages.
@@ -307,7 +320,45 @@ impl GgufFile {
         })?;
         // In bounds: checked when the file was parsed.
         let start = self.data_start + info.offset;
+        let released = self.released.lock().unwrap_or_else(|e| e.into_inner());
+        if released.iter().any(|r| r.start < start + n_bytes && start < r.end) {
+            return Err(ckpt_err(
+                &self.path,
+                format!(
+                    "tensor {}: its bytes were given back after a block product took its own \
+                     copy of them",
+                    info.name
+                ),
+            ));
+        }
         Ok(&self.bytes[start..start + n_bytes])
+    }
+
+    /// Gives back the memory of the tensor of `info` (the whole pages inside its bytes), once
+    /// what multiplies it holds its own copy (`Q5_0` / `Q5_1` regrouped at load): the bytes
+    /// are not read again, and [`GgufFile::tensor_data`] refuses them from now on. Returns the
+    /// bytes given back (none for a file not held by [`GgufFile::open`]).
+    ///
+    /// # Safety
+    /// Nothing read from this tensor's bytes ([`GgufFile::tensor_data`],
+    /// [`GgufFile::tensor_bytes`], of it or of a tensor overlapping it) may be alive: the
+    /// pages given back read as zeros, or as the file's bytes again, afterwards.
+    pub unsafe fn release(&self, info: &TensorInfo) -> usize {
+        let Ok(data) = self.tensor_data(info) else {
+            return 0;
+        };
+        let start = self.data_start + info.offset;
+        let range = start..start + data.len();
+        let mut released = self.released.lock().unwrap_or_else(|e| e.into_inner());
+        released.push(range.clone());
+        if !self.held {
+            return 0;
+        }
+        // SAFETY: `range` lies in the file's mapping (bounds checked at parse), which `bytes`
+        // keeps alive and which starts on a page (a map); nothing read from it is alive (the
+        // caller's contract), and `released` refuses every read of it from now on (the lock
+        // held here orders this with them).
+        unsafe { file_memory::give_back(self.bytes.as_ptr(), range) }
     }
 
     /// Like [`GgufFile::tensor_data`], but the bytes shared with the file's buffer (no copy),
@@ -356,7 +407,7 @@ impl GgufFile {
 /// The whole file at `path`, held as [`file_memory::GGUF_MEMORY_ENV`] says
 /// ([`super::file_memory`]: in huge pages, or mapped read-only); errors name the file
 /// (missing, a directory, unreadable) or the variable.
-fn hold_file(path: &Path) -> Result<RawBytes> {
+fn hold_file(path: &Path, memory: FileMemory) -> Result<RawBytes> {
     let cannot = |e: std::io::Error| {
         if e.kind() == std::io::ErrorKind::NotFound {
             ckpt_err(path, "file not found")
@@ -371,7 +422,6 @@ fn hold_file(path: &Path) -> Result<RawBytes> {
     if metadata.is_dir() {
         return Err(ckpt_err(path, "is a directory, not a file"));
     }
-    let memory = FileMemory::from_env().map_err(|e| ckpt_err(path, e))?;
     let len = usize::try_from(metadata.len())
         .map_err(|_| ckpt_err(path, "is larger than this machine's address space"))?;
     let held = file_memory::hold(&file, len, memory).map_err(cannot)?;
@@ -494,6 +544,8 @@ fn parse(bytes: RawBytes, path: &Path) -> std::result::Result<GgufFile, String> 
         tensor_index,
         alignment,
         data_start,
+        held: false,
+        released: Default::default(),
     })
 }
 

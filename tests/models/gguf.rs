@@ -9,6 +9,7 @@
 use crate::gguf_common;
 
 use gguf_common::{gguf, parse, parse_err, put_str, put_u32, put_u64, smollm2, tensor, TensorSpec};
+use transformer::store::file_memory::FileMemory;
 use transformer::store::ggml::GgmlType;
 use transformer::store::gguf::{GgufFile, Value, ValueType};
 use transformer::store::gguf_llama::LlamaGgufConfig;
@@ -276,6 +277,48 @@ fn mapped_file_reads_as_its_bytes() {
     drop(mapped);
     for (bytes, want) in kept {
         assert_eq!(&*bytes, &want[..]);
+    }
+}
+
+/// A tensor whose memory is given back (`release`, after a block product copied it) is
+/// refused by name from then on, in both ways a file is held, and the tensors around it still
+/// read as their bytes: whole pages inside the released one only, never a neighbour's.
+#[test]
+fn released_tensors_are_refused_and_their_neighbours_kept() {
+    // Q5_0 (type 6), three tensors of 64 x 576 (25,344 bytes: several pages each).
+    let block = |i: usize| -> Vec<u8> { (0..22).map(|j| ((i * 31 + j * 7) % 251) as u8).collect() };
+    let data = |t: usize| -> Vec<u8> { (0..64 * 18).flat_map(|b| block(t * 10_000 + b)).collect() };
+    let specs: Vec<TensorSpec> = (0..3)
+        .map(|t| tensor(&format!("w{t}"), &[576, 64], 6, data(t)))
+        .collect();
+    let bytes = gguf(&[], &specs, 32);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q5.gguf");
+    std::fs::write(&path, &bytes).unwrap();
+    for memory in [FileMemory::HugePages, FileMemory::Map] {
+        let file = GgufFile::open_with(&path, memory).unwrap();
+        let middle = file.tensor("w1").unwrap().clone();
+        // SAFETY: nothing read from w1 is alive.
+        let given = unsafe { file.release(&middle) };
+        if cfg!(target_os = "linux") {
+            assert!(given >= 4 * 4096, "{memory:?}: {given} bytes given back");
+        }
+        let err = file.tensor_data(&middle).unwrap_err().to_string();
+        assert!(err.contains("w1") && err.contains("given back"), "{err}");
+        assert!(file.dequantize("w1").is_err());
+        for t in [0, 2] {
+            let info = file.tensor(&format!("w{t}")).unwrap();
+            assert_eq!(
+                file.tensor_data(info).unwrap(),
+                &data(t)[..],
+                "{memory:?} w{t}"
+            );
+        }
+        // A file parsed from bytes it does not hold gives nothing back, and refuses alike.
+        let read = parse(bytes.clone()).unwrap();
+        // SAFETY: nothing read from w1 is alive.
+        assert_eq!(unsafe { read.release(&middle) }, 0);
+        assert!(read.tensor_data(&middle).is_err());
     }
 }
 

@@ -61,6 +61,12 @@ pub struct KQuantMatrix {
 use activations::{quantize_q8_0, quantize_q8_k, ActFormat};
 pub use activations::KQuantActs;
 
+/// Whether [`KQuantMatrix`] holds its own copy of a tensor of `ty` (`Q5_0` / `Q5_1`,
+/// regrouped at load) rather than the bytes it was given.
+pub fn copies_blocks(ty: GgmlType) -> bool {
+    q5_groups::regrouped(ty)
+}
+
 /// Whether [`KQuantMatrix`] multiplies blocks of `ty`.
 pub fn is_kquant_product(ty: GgmlType) -> bool {
     use GgmlType::*;

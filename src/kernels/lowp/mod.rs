@@ -65,7 +65,7 @@ pub use int8::Int8Matrix;
 pub use int8_avx2::set_plain_avx2;
 // Used outside the library only (feature `internals`).
 #[cfg_attr(not(feature = "internals"), allow(unused_imports))]
-pub use kquant_matrix::{is_kquant_product, KQuantActs, KQuantMatrix};
+pub use kquant_matrix::{copies_blocks, is_kquant_product, KQuantActs, KQuantMatrix};
 pub use raw_bytes::RawBytes;
 
 use rayon::prelude::*;

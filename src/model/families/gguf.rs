@@ -5,7 +5,7 @@
 use super::by_gguf_architecture;
 use super::rope_params::GGUF_ROPE_FREQS;
 use crate::error::Result;
-use crate::kernels::lowp::{is_block_product, pack_ggml, PackedWeight};
+use crate::kernels::lowp::{copies_blocks, is_block_product, pack_ggml, PackedWeight};
 use crate::model::checkpoint::{build_filled, RenameTable, TensorValues};
 use crate::model::config::RopeScaling;
 use crate::model::linear::for_each_linear;
@@ -111,15 +111,23 @@ fn use_gguf_blocks(
             .export(ours)
             .ok_or_else(|| ckpt_err(path, format!("no GGUF name for {ours}")))
     };
-    let blocks = |name: &str| -> Result<Option<PackedWeight>> {
+    // A tensor's blocks packed; with `only_user`, the file's memory of them given back when
+    // the packed weight holds its own copy (Q5_0 / Q5_1, regrouped).
+    let blocks = |name: &str, only_user: bool| -> Result<Option<PackedWeight>> {
         let info = tensor(name)?;
         if !is_block_product(info.ggml_type) {
             return Ok(None);
         }
         let (rows, cols) = info.rows_cols();
         let data = file.tensor_bytes(info)?;
-        pack_ggml(info.ggml_type, data, rows, cols)
-            .map_err(|e| ckpt_err(path, format!("tensor {name}: {e}")))
+        let packed = pack_ggml(info.ggml_type, data, rows, cols)
+            .map_err(|e| ckpt_err(path, format!("tensor {name}: {e}")))?;
+        if only_user && copies_blocks(info.ggml_type) {
+            // SAFETY: `data`, the only bytes read from this tensor, went into pack_ggml,
+            // which copied them and let them go; nothing else uses the tensor (`only_user`).
+            unsafe { file.release(info) };
+        }
+        Ok(packed)
     };
     let mut used = 0;
     let mut result: Result<()> = Ok(());
@@ -129,7 +137,7 @@ fn use_gguf_blocks(
         }
         result = (|| {
             let name = theirs(&format!("{ours}.weight"))?;
-            if let Some(packed) = blocks(&name)? {
+            if let Some(packed) = blocks(&name, true)? {
                 linear
                     .set_packed(packed)
                     .map_err(|e| ckpt_err(path, format!("tensor {name}: {e}")))?;
@@ -152,9 +160,11 @@ fn use_gguf_blocks(
     // Tied: the projection multiplies the token embedding's blocks too.
     let head_name = match model.head.output_proj {
         Some(_) => theirs(OUTPUT)?,
-        None => embedding_name,
+        None => embedding_name.clone(),
     };
-    if let Some(packed) = blocks(&head_name)? {
+    // A tied projection whose embedding looks rows up in the same blocks keeps them.
+    let only_user = head_name != embedding_name || !model.embedding.has_stored_rows();
+    if let Some(packed) = blocks(&head_name, only_user)? {
         let only_copy = match &model.head.output_proj {
             Some(p) => p.value.data.is_empty(),
             None => model.embedding.has_stored_rows(),
