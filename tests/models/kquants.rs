@@ -156,6 +156,16 @@ fn every_quantisation_matches_its_references() {
         let f32_gap = max_abs(&ours_f32, &dequantised);
 
         let ggml_model = load_gguf(&file, GgufWeights::Blocks).unwrap();
+        if matches!(*ty, "Q5_0" | "Q5_1") {
+            // Their tensors were regrouped into copies and the file's pages given back: the
+            // same file refuses a second load by name (never zeros read as weights).
+            let again = load_gguf(&file, GgufWeights::Blocks).err();
+            let err = again.map(|e| e.to_string()).unwrap_or_default();
+            assert!(
+                err.contains("given back"),
+                "{ty}: a second load gave {err:?}"
+            );
+        }
         let ours = our_logits(&ggml_model, &hf_ref);
         let (to_cpp, kl) = (max_abs(&ours, &cpp), max_kl(&cpp, &ours, vocab));
         let (ours_to_hf, cpp_to_hf) = (max_abs(&ours, &hf), max_abs(&cpp, &hf));

@@ -35,6 +35,10 @@ const OUTPUT: &str = "output_proj.weight";
 
 /// Loads a GGUF file of a family of the table: its hyper-parameters and weights, dequantised or
 /// kept in blocks (`weights`). An architecture no family reads is an error naming it.
+///
+/// With [`GgufWeights::Blocks`], the `Q5_0` / `Q5_1` tensors the model copies (regrouped) are
+/// given back to the system ([`GgufFile::release`]): `file` refuses them afterwards, so a
+/// second load from the same `file` is an error naming such a tensor (open the file again).
 pub fn load_gguf(file: &GgufFile, weights: GgufWeights) -> Result<LanguageModel<f32>> {
     let path = file.path();
     let arch = file.architecture()?;
