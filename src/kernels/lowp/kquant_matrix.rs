@@ -398,10 +398,9 @@ impl KQuantMatrix {
     /// Unpacks block `b` of the stored `row`: as the file stores it, or from its group.
     #[inline(always)]
     fn unpack_block(&self, row: &[u8], b: usize, u: &mut Unpacked) {
+        use q5_groups::{grouped_blocks, head_bytes, scales, values, GROUP};
         let bb = self.block_bytes;
-        use q5_groups::{head_bytes, values, GROUP};
-        let groups = self.cols / self.block / GROUP;
-        if !q5_groups::regrouped(self.ty) || b >= groups * GROUP {
+        if b >= grouped_blocks(self.ty, self.cols / self.block) {
             return unpack(self.ty, &row[b * bb..(b + 1) * bb], u);
         }
         let (g, k) = (b / GROUP, b % GROUP);
@@ -412,8 +411,7 @@ impl KQuantMatrix {
         for (q, v) in u.q.iter_mut().zip(stored) {
             *q = v as i8 - offset;
         }
-        u.d = half_at(group, 2 * k);
-        u.dmin = if with_min { half_at(group, 16 + 2 * k) } else { 0.0 };
+        (u.d, u.dmin) = scales(group, k, with_min);
     }
 
     /// Whether output `o` and activation rows `r0 .. r0 + n` (`1 <= n <= ROW_TILE`) exist.

@@ -264,7 +264,9 @@ unsafe fn step<I: BlockDot, const T: u8>(
         if T != IQ4_NL && n == STEP {
             let d = _mm256_cvtph_ps(_mm_loadu_si128(blk as *const __m128i));
             let m = match T == Q5_1 {
-                true => _mm256_cvtph_ps(_mm_loadu_si128(blk.add(16) as *const __m128i)),
+                true => {
+                    _mm256_cvtph_ps(_mm_loadu_si128(blk.add(q5_groups::SCALES) as *const __m128i))
+                }
                 false => _mm256_setzero_ps(),
             };
             let u = q5_groups::unsigned_avx2(blk.add(q5_groups::head_bytes(T == Q5_1)));

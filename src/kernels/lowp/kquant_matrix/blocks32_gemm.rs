@@ -22,7 +22,7 @@
 
 use super::super::block_gemm::{with_panels, Panels};
 use super::blocks32::{unsigned_offset, IQ4_NL, Q5_0, Q5_1};
-use super::q5_groups::{head_bytes, unsigned_avx2 as unsigned_group, GROUP};
+use super::q5_groups::{grouped_blocks, head_bytes, scales, unsigned_avx2 as unsigned_group, GROUP};
 use super::{half_at, GgmlType, KQuantActs, KQuantMatrix};
 use crate::kernels::lowp::{check_operands, products_are_serial, Kernel};
 use rayon::prelude::*;
@@ -114,19 +114,15 @@ unsafe fn unpack<const L: usize, const T: u8, const AVX512: bool>(
         let o = o0 + i;
         let row = &w.data[o * nb * bb..(o + 1) * nb * bb];
         // Q5_0 / Q5_1: the row's whole groups of 8 blocks, then the blocks as stored.
-        let grouped = match T {
-            IQ4_NL => 0,
-            _ => nb / GROUP * GROUP,
-        };
+        let grouped = grouped_blocks(w.ty, nb);
         for (g, group) in row[..grouped * bb].chunks_exact(GROUP * bb).enumerate() {
             let head = head_bytes(T == Q5_1);
             // SAFETY (caller): AVX2; a whole group, whose values start after its head.
             let u = unsafe { unsigned_group(group.as_ptr().add(head)) };
             for (k, &u_k) in u.iter().enumerate() {
-                let m = if T == Q5_1 { half_at(group, 16 + 2 * k) } else { 0.0 };
-                let at = (p * nb + g * GROUP + k, lane);
+                let (d, m) = scales(group, k, T == Q5_1);
                 // SAFETY (caller): AVX2.
-                unsafe { put::<L, T>(un, at, u_k, half_at(group, 2 * k), m) };
+                unsafe { put::<L, T>(un, (p * nb + g * GROUP + k, lane), u_k, d, m) };
             }
         }
         for (b, block) in row.chunks_exact(bb).enumerate().skip(grouped) {

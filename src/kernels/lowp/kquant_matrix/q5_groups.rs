@@ -19,23 +19,42 @@
 //! shifts, each followed by a byte mask that keeps only bits of the same byte).
 
 use super::super::ggml::{five_bit_pair, GgmlType};
+use super::half_at;
 use rayon::prelude::*;
 
 /// Blocks per group.
 pub(super) const GROUP: usize = 8;
+
+/// Bytes of a group's eight f16 `d` (and again of `Q5_1`'s eight `m`, which follow them).
+pub(super) const SCALES: usize = 2 * GROUP;
 
 /// Whether the blocks of `ty` are regrouped.
 pub(super) fn regrouped(ty: GgmlType) -> bool {
     matches!(ty, GgmlType::Q5_0 | GgmlType::Q5_1)
 }
 
+/// How many of a row's `nb` blocks of `ty` lie in groups (the first ones; none unless
+/// [`regrouped`]).
+pub(super) fn grouped_blocks(ty: GgmlType, nb: usize) -> usize {
+    match regrouped(ty) {
+        true => nb / GROUP * GROUP,
+        false => 0,
+    }
+}
+
 /// Bytes of a group before its values: the eight `d`, and the eight `m` of `Q5_1`.
 pub(super) const fn head_bytes(with_min: bool) -> usize {
     if with_min {
-        32
+        2 * SCALES
     } else {
-        16
+        SCALES
     }
+}
+
+/// `d` and `m` (`Q5_1`, else 0) of block `k` of `group`.
+pub(super) fn scales(group: &[u8], k: usize, with_min: bool) -> (f32, f32) {
+    let m = if with_min { half_at(group, SCALES + 2 * k) } else { 0.0 };
+    (half_at(group, 2 * k), m)
 }
 
 /// The unsigned values `u_j` (`nibble + 16 h`) of a stored block, with `d` and `m` (`Q5_1`,
@@ -63,7 +82,7 @@ fn regroup_one(blocks: &[u8], group: &mut [u8], with_min: bool) {
         u[k] = values;
         heads[2 * k..2 * k + 2].copy_from_slice(&d.to_le_bytes());
         if with_min {
-            heads[16 + 2 * k..18 + 2 * k].copy_from_slice(&m.to_le_bytes());
+            heads[SCALES + 2 * k..SCALES + 2 * k + 2].copy_from_slice(&m.to_le_bytes());
         }
     }
     for j in 0..32 {
@@ -92,7 +111,7 @@ pub(super) fn regroup(ty: GgmlType, data: &[u8], nb: usize) -> Vec<u8> {
     out.par_chunks_mut(row_bytes.max(1))
         .zip(data.par_chunks(row_bytes.max(1)))
         .for_each(|(to, from)| {
-            let whole = nb / GROUP * GROUP * bb;
+            let whole = grouped_blocks(ty, nb) * bb;
             let groups = to[..whole].chunks_exact_mut(GROUP * bb);
             for (group, blocks) in groups.zip(from[..whole].chunks_exact(GROUP * bb)) {
                 regroup_one(blocks, group, with_min);
