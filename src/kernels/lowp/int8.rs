@@ -59,6 +59,9 @@ pub struct Int8Acts {
     /// Whether `u` holds `p`: for the plain AVX2 kernel, which multiplies signed bytes and
     /// would otherwise flip every byte's top bit once per panel.
     signed: bool,
+    /// Where `signed`: whether every `p` is at least 0 (after a ReLU), so that the plain AVX2
+    /// kernel can take `p` as the unsigned side of its byte products.
+    non_negative: bool,
 }
 
 /// `max_k |row_k|` (in lanes, so that it vectorises; a maximum is exact in any order).
@@ -228,12 +231,15 @@ impl Int8Matrix {
     }
 
     /// Quantises `x [n, cols]` per row into `u = p + 128` (with `kernel`'s instructions: the
-    /// same code and the same bits either way), then, where `signed`, into `p` (the top bits
-    /// flipped once here rather than in every panel's tile).
+    /// same code and the same bits either way), or, where `signed` (the plain AVX2 kernel),
+    /// into `p` itself, noting whether every `p` is at least 0.
     fn quantize_acts(&self, kernel: Kernel, x: &[f32], n: usize, signed: bool) -> Int8Acts {
         let stride = self.groups * 4;
-        let mut u = vec![128u8; n * stride];
+        // The padding: p = 0.
+        let mut u = vec![if signed { 0 } else { 128u8 }; n * stride];
         let mut scale = Vec::with_capacity(n);
+        // The OR of every p byte (where `signed`): a top bit set is a p below 0.
+        let mut top_bits = 0u8;
         for (dst, src) in u
             .chunks_exact_mut(stride)
             .zip(x.chunks_exact(self.cols.max(1)))
@@ -244,20 +250,24 @@ impl Int8Matrix {
                 Kernel::Avx512 => unsafe { quantize_row_avx512(src, dst) },
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: product only passes Avx2 after runs(Avx2) (AVX2).
+                Kernel::Avx2 if signed => unsafe {
+                    let (s, bits) = super::int8_avx2::quantize_row_signed(src, dst);
+                    top_bits |= bits;
+                    s
+                },
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: as above.
                 Kernel::Avx2 => unsafe { super::int8_avx2::quantize_row(src, dst) },
                 _ => quantize_row(src, dst),
             };
             scale.push(s);
-        }
-        if signed {
-            // p = u − 128: the padding's 128 becomes 0 as well.
-            u.iter_mut().for_each(|b| *b ^= 0x80);
         }
         Int8Acts {
             stride,
             u,
             scale,
             signed,
+            non_negative: signed && top_bits & 0x80 == 0,
         }
     }
 
@@ -403,11 +413,12 @@ impl Int8Matrix {
                         // r0 .. r0 + R of y at this panel's outputs that exist (the caller's
                         // guarantee covers them), and its 16 row sums (padded like the
                         // scales); run_vnni only where uses_avx_vnni() found AVX-VNNI (then
-                        // `acts` holds u), run where it holds p.
-                        if acts.signed {
-                            by_rows!(run)
-                        } else {
-                            by_rows!(run_vnni)
+                        // `acts` holds u), run where it holds p, run_non_negative where every
+                        // p is at least 0.
+                        match (acts.signed, acts.non_negative) {
+                            (true, true) => by_rows!(run_non_negative),
+                            (true, false) => by_rows!(run),
+                            (false, _) => by_rows!(run_vnni),
                         }
                     }
                 }
@@ -512,6 +523,37 @@ mod avx512 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The plain AVX2 form of the activations is `p` itself, padded with 0, and knows when
+    /// every `p` is at least 0 (so that the product takes `run_non_negative`): a ReLU's output
+    /// and all-zero rows are; one value below 0 anywhere is not.
+    #[test]
+    fn signed_activations_say_when_none_is_below_zero() {
+        if !super::super::has_avx2() {
+            eprintln!("skipped: no AVX2 on this CPU");
+            return;
+        }
+        let m = Int8Matrix::from_f32(&[1.0; 3 * 45], 3, 45).unwrap();
+        let relu: Vec<f32> = (0..2 * 45).map(|i| (i % 7) as f32 * 0.25).collect();
+        let acts = m.quantize_acts(Kernel::Avx2, &relu, 2, true);
+        assert!(acts.signed && acts.non_negative);
+        assert_eq!(acts.stride, 48);
+        assert_eq!(&acts.u[45..48], &[0, 0, 0], "padding is p = 0");
+        assert_eq!(acts.u[6], 127, "the row's maximum is 127");
+        let zeros = m.quantize_acts(Kernel::Avx2, &[0.0; 45], 1, true);
+        assert!(zeros.non_negative);
+        let mut one_below = relu.clone();
+        one_below[60] = -0.1;
+        let acts = m.quantize_acts(Kernel::Avx2, &one_below, 2, true);
+        assert!(!acts.non_negative);
+        // -1e-3 against a maximum of 1.5 rounds to p = 0: not below 0 as an integer.
+        let mut rounds_to_zero = relu.clone();
+        rounds_to_zero[60] = -1e-3;
+        let acts = m.quantize_acts(Kernel::Avx2, &rounds_to_zero, 2, true);
+        assert!(acts.non_negative);
+        let u = m.quantize_acts(Kernel::Avx2, &relu, 2, false);
+        assert!(!u.signed && !u.non_negative);
+    }
 
     /// The AVX-512 activation quantiser gives the portable one's bits: scale and bytes, on
     /// rows with and without a tail of 16, all-zero rows, tiny values, a grid of halves.

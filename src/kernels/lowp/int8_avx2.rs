@@ -64,22 +64,7 @@ pub fn uses_avx_vnni() -> bool {
 pub unsafe fn quantize_row(src: &[f32], dst: &mut [u8]) -> f32 {
     let n = src.len().min(dst.len());
     let (sp, dp) = (src.as_ptr(), dst.as_mut_ptr());
-    let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
-    let mut amax = _mm256_setzero_ps();
-    let mut i = 0;
-    while i + 8 <= n {
-        // SAFETY: elements i .. i + 8 < n lie inside `src`; loadu has no alignment rule.
-        let v = _mm256_and_ps(_mm256_loadu_ps(sp.add(i)), abs_mask);
-        // A NaN in `v` (the first operand) leaves `amax`, as `f32::max` skips it.
-        amax = _mm256_max_ps(v, amax);
-        i += 8;
-    }
-    let mut lanes = [0f32; 8];
-    // SAFETY: `lanes` holds 8 f32.
-    _mm256_storeu_ps(lanes.as_mut_ptr(), amax);
-    let m = lanes.iter().fold(0f32, |m, &v| m.max(v));
-    let m = src[i..n].iter().fold(m, |m, v| m.max(v.abs()));
-    let scale = m / 127.0;
+    let scale = max_abs(&src[..n]) / 127.0;
     let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
     let (inv_v, lo, hi) = (
         _mm256_set1_ps(inv),
@@ -116,6 +101,80 @@ pub unsafe fn quantize_row(src: &[f32], dst: &mut [u8]) -> f32 {
         *d = (super::int8::quantize(v, inv) + 128.0) as u8;
     }
     scale
+}
+
+/// `max_k |row_k|`, as the portable `max_abs` (a NaN is skipped as `f32::max` skips it).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn max_abs(row: &[f32]) -> f32 {
+    let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    let mut amax = _mm256_setzero_ps();
+    let mut chunks = row.chunks_exact(8);
+    for c in &mut chunks {
+        // SAFETY: `c` holds 8 f32; loadu has no alignment rule.
+        let v = _mm256_and_ps(unsafe { _mm256_loadu_ps(c.as_ptr()) }, abs_mask);
+        // A NaN in `v` (the first operand) leaves `amax`, as `f32::max` skips it.
+        amax = _mm256_max_ps(v, amax);
+    }
+    let mut lanes = [0f32; 8];
+    // SAFETY: `lanes` holds 8 f32.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), amax) };
+    let m = lanes.iter().fold(0f32, |m, &v| m.max(v));
+    chunks.remainder().iter().fold(m, |m, v| m.max(v.abs()))
+}
+
+/// [`quantize_row`] for the plain kernel: `p_k = round(x_k / t)` itself as i8 bytes (what
+/// `u_k ^ 0x80` would give); returns `t` and the OR of every byte written, whose top bit says
+/// whether any `p` is below 0.
+///
+/// # Safety
+/// The CPU has AVX2.
+#[target_feature(enable = "avx2")]
+pub unsafe fn quantize_row_signed(src: &[f32], dst: &mut [u8]) -> (f32, u8) {
+    let n = src.len().min(dst.len());
+    let (sp, dp) = (src.as_ptr(), dst.as_mut_ptr());
+    let scale = max_abs(&src[..n]) / 127.0;
+    let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+    let (inv_v, lo, hi) = (
+        _mm256_set1_ps(inv),
+        _mm256_set1_ps(-127.0),
+        _mm256_set1_ps(127.0),
+    );
+    let magic = _mm256_set1_ps(12_582_912.0);
+    // round_small(clamp(v · inv, ±127)), an integer in [-127, 127], as i32 lanes.
+    let quantize = |at: usize| {
+        // SAFETY (callers below): elements at .. at + 8 lie inside `src`.
+        let v = _mm256_loadu_ps(sp.add(at));
+        let c = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v, inv_v), lo), hi);
+        _mm256_cvttps_epi32(_mm256_sub_ps(_mm256_add_ps(c, magic), magic))
+    };
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    let mut bits = _mm256_setzero_si256();
+    let mut i = 0;
+    while i + 32 <= n {
+        let (a, b, c, d) = (
+            quantize(i),
+            quantize(i + 8),
+            quantize(i + 16),
+            quantize(i + 24),
+        );
+        // Values in [-127, 127]: the signed saturating packs are exact.
+        let bytes = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+        let bytes = _mm256_permutevar8x32_epi32(bytes, order);
+        bits = _mm256_or_si256(bits, bytes);
+        // SAFETY: bytes i .. i + 32 < n lie inside `dst`.
+        _mm256_storeu_si256(dp.add(i) as *mut __m256i, bytes);
+        i += 32;
+    }
+    let mut or = [0u8; 32];
+    // SAFETY: `or` holds 32 bytes.
+    _mm256_storeu_si256(or.as_mut_ptr() as *mut __m256i, bits);
+    let mut top = or.iter().fold(0, |a, &b| a | b);
+    for (d, &v) in dst[i..n].iter_mut().zip(&src[i..n]) {
+        *d = super::int8::quantize(v, inv) as i8 as u8;
+        top |= *d;
+    }
+    (scale, top)
 }
 
 /// One register tile: `R` activation rows × one panel of 16 outputs.
@@ -167,6 +226,36 @@ impl Tile {
                     let signed_p = _mm256_sign_epi8(p, w[h]);
                     // |q| · sign(q) p in pairs: at most 2 · 127 · 127, no saturation.
                     let pairs = _mm256_maddubs_epi16(w_abs[h], signed_p);
+                    acc_r[h] = _mm256_add_epi32(acc_r[h], _mm256_madd_epi16(pairs, ones));
+                }
+            }
+        }
+        // SAFETY: the caller's contract.
+        unsafe { self.store(&acc) }
+    }
+
+    /// [`run`](Self::run) where every `p_rk` is at least 0 (the input of a layer after a
+    /// ReLU): `p ∈ [0, 127]` is then the unsigned side of `vpmaddubsw` as it is, against the
+    /// signed weights, with no sign to move (a pair is at most `2 · 127 · 127`, never
+    /// saturated): the same integer in two vector operations fewer per row and half.
+    ///
+    /// # Safety
+    /// As [`run`](Self::run), and every `p` byte at `u` is in `[0, 127]`.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn run_non_negative<const R: usize>(&self) {
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [[_mm256_setzero_si256(); 2]; R];
+        for g in 0..self.groups {
+            // SAFETY (caller): as in `run`.
+            let w = [
+                _mm256_loadu_si256(self.q.add(g * 64) as *const __m256i),
+                _mm256_loadu_si256(self.q.add(g * 64 + 32) as *const __m256i),
+            ];
+            for (r, acc_r) in acc.iter_mut().enumerate() {
+                let four = (self.u.add(r * self.u_stride + 4 * g) as *const i32).read_unaligned();
+                let p = _mm256_set1_epi32(four);
+                for h in 0..2 {
+                    let pairs = _mm256_maddubs_epi16(p, w[h]);
                     acc_r[h] = _mm256_add_epi32(acc_r[h], _mm256_madd_epi16(pairs, ones));
                 }
             }
@@ -290,6 +379,15 @@ mod tests {
                 let sb = unsafe { super::quantize_row(&row, &mut b) };
                 assert_eq!(sa.to_bits(), sb.to_bits(), "scale, len {len} case {case}");
                 assert_eq!(a, b, "bytes, len {len} case {case}");
+                // The signed form: p = u - 128 itself, and whether any p is below 0.
+                let mut p = vec![0u8; len];
+                // SAFETY: has_avx2() checked above.
+                let (sp, bits) = unsafe { super::quantize_row_signed(&row, &mut p) };
+                assert_eq!(sa.to_bits(), sp.to_bits(), "signed scale, len {len} case {case}");
+                let want: Vec<u8> = a.iter().map(|u| u ^ 0x80).collect();
+                assert_eq!(p, want, "signed bytes, len {len} case {case}");
+                let negative = a.iter().any(|&u| u < 128);
+                assert_eq!(bits & 0x80 != 0, negative, "sign, len {len} case {case}");
             }
         }
     }
@@ -298,7 +396,9 @@ mod tests {
     /// are exact) on every shape class: rows 1..7 and 17 (tile remainders), d_in shorter than a
     /// group of 4 and than a vector, not a multiple of 32 or 64; d_out not a multiple of the
     /// 16-output panel or of the 64-output group. Values: random, and the extremes where
-    /// `vpmaddubsw` on `u = p + 128` would saturate (every q and p at ±127, same signs).
+    /// `vpmaddubsw` on `u = p + 128` would saturate (every q and p at ±127, same signs); and
+    /// activations that are all at least 0 (after a ReLU: `run_non_negative`), random with
+    /// every third row all zero, and all at the maximum against weights at ±127.
     #[test]
     fn avx2_product_equals_the_portable_one_bit_for_bit() {
         if !has_avx2() {
@@ -309,9 +409,9 @@ mod tests {
         for d_in in [1, 3, 5, 31, 33, 45, 64, 100, 257] {
             for d_out in [1, 7, 16, 17, 33, 64, 70, 130] {
                 for rows in [1, 2, 3, 4, 5, 7, 17] {
-                    for case in 0..3 {
+                    for case in 0..5 {
                         let mut value = |i: usize| match case {
-                            0 => rng.unit(),
+                            0 | 3 => rng.unit(),
                             // All ±max with the same sign: the largest pairs.
                             1 => 1.0,
                             _ => {
@@ -323,7 +423,22 @@ mod tests {
                             }
                         };
                         let w: Vec<f32> = (0..d_out * d_in).map(&mut value).collect();
-                        let x: Vec<f32> = (0..rows * d_in).map(|i| value(i / d_in) * 2.0).collect();
+                        let x: Vec<f32> = match case {
+                            // A ReLU's output, every third row all zero.
+                            3 => (0..rows * d_in)
+                                .map(|i| {
+                                    let v = rng.unit().max(0.0);
+                                    if (i / d_in).is_multiple_of(3) {
+                                        0.0
+                                    } else {
+                                        v
+                                    }
+                                })
+                                .collect(),
+                            // Every p at 127 against q at ±127.
+                            4 => vec![0.5; rows * d_in],
+                            _ => (0..rows * d_in).map(|i| value(i / d_in) * 2.0).collect(),
+                        };
                         let m = Int8Matrix::from_f32(&w, d_out, d_in).unwrap();
                         let run = |kernel| {
                             let mut y = vec![f32::NAN; rows * d_out];
