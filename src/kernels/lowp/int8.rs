@@ -62,6 +62,9 @@ pub struct Int8Acts {
     /// Where `signed`: whether every `p` is at least 0 (after a ReLU), so that the plain AVX2
     /// kernel can take `p` as the unsigned side of its byte products.
     non_negative: bool,
+    /// Where `signed` and not `non_negative`: `|p|` in `u`'s layout, the unsigned side of the
+    /// plain AVX2 kernel's products (empty otherwise).
+    magnitude: Vec<u8>,
 }
 
 /// `max_k |row_k|` (in lanes, so that it vectorises; a maximum is exact in any order).
@@ -262,12 +265,18 @@ impl Int8Matrix {
             };
             scale.push(s);
         }
+        let non_negative = signed && top_bits & 0x80 == 0;
+        let magnitude = match signed && !non_negative {
+            true => u.iter().map(|&p| (p as i8).unsigned_abs()).collect(),
+            false => Vec::new(),
+        };
         Int8Acts {
             stride,
             u,
             scale,
             signed,
-            non_negative: signed && top_bits & 0x80 == 0,
+            non_negative,
+            magnitude,
         }
     }
 
@@ -389,6 +398,7 @@ impl Int8Matrix {
                             q: self.q[(p0 + p) * panel_bytes..].as_ptr(),
                             groups: self.groups,
                             u: acts.u[r0 * acts.stride..].as_ptr(),
+                            magnitude: acts.magnitude.get(r0 * acts.stride..).map(<[u8]>::as_ptr),
                             u_stride: acts.stride,
                             scale: self.scale[o..].as_ptr(),
                             row_sum: self.row_sum[o..].as_ptr(),
@@ -413,8 +423,8 @@ impl Int8Matrix {
                         // r0 .. r0 + R of y at this panel's outputs that exist (the caller's
                         // guarantee covers them), and its 16 row sums (padded like the
                         // scales); run_vnni only where uses_avx_vnni() found AVX-VNNI (then
-                        // `acts` holds u), run where it holds p, run_non_negative where every
-                        // p is at least 0.
+                        // `acts` holds u), run where it holds p and |p| (`magnitude`, rows
+                        // r0 .. r0 + R), run_non_negative where every p is at least 0.
                         match (acts.signed, acts.non_negative) {
                             (true, true) => by_rows!(run_non_negative),
                             (true, false) => by_rows!(run),
@@ -536,7 +546,7 @@ mod tests {
         let m = Int8Matrix::from_f32(&[1.0; 3 * 45], 3, 45).unwrap();
         let relu: Vec<f32> = (0..2 * 45).map(|i| (i % 7) as f32 * 0.25).collect();
         let acts = m.quantize_acts(Kernel::Avx2, &relu, 2, true);
-        assert!(acts.signed && acts.non_negative);
+        assert!(acts.signed && acts.non_negative && acts.magnitude.is_empty());
         assert_eq!(acts.stride, 48);
         assert_eq!(&acts.u[45..48], &[0, 0, 0], "padding is p = 0");
         assert_eq!(acts.u[6], 127, "the row's maximum is 127");
@@ -546,6 +556,10 @@ mod tests {
         one_below[60] = -0.1;
         let acts = m.quantize_acts(Kernel::Avx2, &one_below, 2, true);
         assert!(!acts.non_negative);
+        let p_abs: Vec<u8> = acts.u.iter().map(|&p| (p as i8).unsigned_abs()).collect();
+        assert_eq!(acts.magnitude, p_abs, "|p| beside p");
+        // x[60] is row 1, column 15: u[48 + 15].
+        assert_eq!(acts.u[63] as i8, -8, "-0.1 / (1.5 / 127) rounds to -8");
         // -1e-3 against a maximum of 1.5 rounds to p = 0: not below 0 as an integer.
         let mut rounds_to_zero = relu.clone();
         rounds_to_zero[60] = -1e-3;

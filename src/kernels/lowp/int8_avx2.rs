@@ -5,22 +5,30 @@
 //! AVX2 has no `vpdpbusd`; its byte product `vpmaddubsw` multiplies unsigned by signed bytes
 //! and adds neighbouring pairs into *saturating* i16 lanes. On `u = p + 128 ∈ [1, 255]` and
 //! `q ∈ [-127, 127]` a pair reaches `2 · 255 · 127 = 64,770 > 32,767`, so it could saturate.
-//! The kernel uses ggml's sign trick instead: with `p = u - 128 ∈ [-127, 127]` (an xor of the
-//! top bit, done once per product over the activations, not in every panel's tile),
+//! The kernel uses a sign trick instead (ggml's, with the roles turned round): the activations
+//! are quantised to `p ∈ [-127, 127]` itself, and to `|p|` beside it, once per product, and
 //!
 //! ```text
-//! q_k p_k = |q_k| · (sign(q_k) p_k),   |q_k| ∈ [0, 127] as u8,  sign(q_k) p_k ∈ [-127, 127] as i8
+//! q_k p_k = |p_k| · (sign(p_k) q_k),   |p_k| ∈ [0, 127] as u8,  sign(p_k) q_k ∈ [-127, 127] as i8
 //! ```
 //!
-//! (`vpsignb` applies the sign, zero where `q_k = 0`), so a pair is at most `2 · 127 · 127 =
+//! (`vpsignb` applies the sign, zero where `p_k = 0`), so a pair is at most `2 · 127 · 127 =
 //! 32,258`: never saturated. `vpmaddwd` with ones then adds the pairs into i32 lanes, one per
 //! output: `Σ_k q_ok p_rk` directly, the integer the other kernels reach as
 //! `Σ_k q_ok u_rk - 128 Σ_k q_ok`. Every integer is the same, and so is every float operation
-//! after it (`sum as f32 · (s_o · t_r)`): the three kernels give the same bits.
+//! after it (`sum as f32 · (s_o · t_r)`): the three kernels give the same bits. With `|q|` as
+//! the unsigned side (ggml's way) each group of weights would need its absolute value as well;
+//! with `|p|`, stored once per product, a tile's weights are loaded and used as they are. Where
+//! every `p` of a product is at least 0 (the input of a layer after a ReLU),
+//! [`Tile::run_non_negative`] takes `p` as the unsigned side directly: no sign to move.
+//!
+//! The plain kernel's work per row, half-panel and group of four inputs is four vector
+//! operations (`vpsignb`, `vpmaddubsw`, `vpmaddwd`, `vpaddd`), three without signs; on the Zen 5
+//! measured it is bound by their count, not by the two multiplier pipes.
 //!
 //! A register tile is `R ≤ 4` activation rows × one panel (16 outputs = two 8-lane halves):
-//! `2R` accumulators, two weight registers and their absolute values, within AVX2's 16
-//! registers. Rows `R` apart reuse the panel from L1.
+//! `2R` accumulators and two weight registers within AVX2's 16 registers. Rows `R` apart
+//! reuse the panel from L1.
 //!
 //! Where the CPU has AVX-VNNI (the 256-bit `vpdpbusd` of Alder Lake and later, Zen 5), the
 //! tile takes the AVX-512 kernel's route on 8-lane vectors instead ([`Tile::run_vnni`]): one
@@ -183,8 +191,11 @@ pub struct Tile {
     pub q: *const i8,
     pub groups: usize,
     /// The first row's activations, rows `u_stride` apart: `p` as i8 bytes for
-    /// [`run`](Self::run), `u = p + 128` for [`run_vnni`](Self::run_vnni).
+    /// [`run`](Self::run) and [`run_non_negative`](Self::run_non_negative), `u = p + 128`
+    /// for [`run_vnni`](Self::run_vnni).
     pub u: *const u8,
+    /// For [`run`](Self::run): `|p|` in the same layout.
+    pub magnitude: Option<*const u8>,
     pub u_stride: usize,
     /// `s_o` from the panel's first output (16 values, padded).
     pub scale: *const f32,
@@ -204,11 +215,12 @@ impl Tile {
     ///
     /// # Safety
     /// The CPU has AVX2; the pointers cover the panel (`groups · 64` bytes), `R` rows of `u`
-    /// (`4 · groups` bytes each) and `t`, 16 scales, and `R` rows of `y` at `lanes` outputs,
-    /// which nothing else accesses meanwhile.
+    /// and of `magnitude` (`4 · groups` bytes each) and `t`, 16 scales, and `R` rows of `y`
+    /// at `lanes` outputs, which nothing else accesses meanwhile.
     #[target_feature(enable = "avx2")]
     pub unsafe fn run<const R: usize>(&self) {
         let ones = _mm256_set1_epi16(1);
+        let magnitude = self.magnitude.expect("run takes |p|");
         let mut acc = [[_mm256_setzero_si256(); 2]; R];
         for g in 0..self.groups {
             // SAFETY (caller): the 64 bytes of group g: outputs 0..8 then 8..16, four each.
@@ -216,16 +228,17 @@ impl Tile {
                 _mm256_loadu_si256(self.q.add(g * 64) as *const __m256i),
                 _mm256_loadu_si256(self.q.add(g * 64 + 32) as *const __m256i),
             ];
-            let w_abs = [_mm256_abs_epi8(w[0]), _mm256_abs_epi8(w[1])];
             for (r, acc_r) in acc.iter_mut().enumerate() {
-                // SAFETY (caller): bytes 4g .. 4g + 4 of row r (rows are 4 · groups long),
-                // the signed p (flipped from u = p + 128 once per product, not here).
-                let four = (self.u.add(r * self.u_stride + 4 * g) as *const i32).read_unaligned();
-                let p = _mm256_set1_epi32(four);
+                // SAFETY (caller): bytes 4g .. 4g + 4 of row r (rows are 4 · groups long) of
+                // p and of |p|.
+                let at = r * self.u_stride + 4 * g;
+                let p = _mm256_set1_epi32((self.u.add(at) as *const i32).read_unaligned());
+                let p_abs = _mm256_set1_epi32((magnitude.add(at) as *const i32).read_unaligned());
                 for h in 0..2 {
-                    let signed_p = _mm256_sign_epi8(p, w[h]);
-                    // |q| · sign(q) p in pairs: at most 2 · 127 · 127, no saturation.
-                    let pairs = _mm256_maddubs_epi16(w_abs[h], signed_p);
+                    // sign(p) q: the weights carry the activations' signs (0 where p = 0).
+                    let signed_q = _mm256_sign_epi8(w[h], p);
+                    // |p| · sign(p) q in pairs: at most 2 · 127 · 127, no saturation.
+                    let pairs = _mm256_maddubs_epi16(p_abs, signed_q);
                     acc_r[h] = _mm256_add_epi32(acc_r[h], _mm256_madd_epi16(pairs, ones));
                 }
             }
