@@ -65,6 +65,9 @@ pub struct Int8Acts {
     /// Where `signed` and not `non_negative`: `|p|` in `u`'s layout, the unsigned side of the
     /// plain AVX2 kernel's products (empty otherwise).
     magnitude: Vec<u8>,
+    /// Where `signed`: which groups of four inputs the plain AVX2 kernel adds two at a time.
+    #[cfg(target_arch = "x86_64")]
+    plan: Option<super::int8_avx2::GroupPlan>,
 }
 
 /// `max_k |row_k|` (in lanes, so that it vectorises; a maximum is exact in any order).
@@ -270,6 +273,11 @@ impl Int8Matrix {
             true => u.iter().map(|&p| (p as i8).unsigned_abs()).collect(),
             false => Vec::new(),
         };
+        #[cfg(target_arch = "x86_64")]
+        let plan = signed.then(|| {
+            let p_abs = if non_negative { &u } else { &magnitude };
+            super::int8_avx2::GroupPlan::new(p_abs, stride, n)
+        });
         Int8Acts {
             stride,
             u,
@@ -277,6 +285,8 @@ impl Int8Matrix {
             signed,
             non_negative,
             magnitude,
+            #[cfg(target_arch = "x86_64")]
+            plan,
         }
     }
 
@@ -394,12 +404,15 @@ impl Int8Matrix {
                 for p in 0..panels {
                     let o = o0 + p * LANES;
                     for r0 in (0..rows).step_by(TILE_ROWS) {
+                        let (twos, ones) = acts.plan.as_ref().map_or((&[][..], &[][..]), |p| p.tile(r0));
                         let tile = super::int8_avx2::Tile {
                             q: self.q[(p0 + p) * panel_bytes..].as_ptr(),
                             groups: self.groups,
                             u: acts.u[r0 * acts.stride..].as_ptr(),
                             magnitude: acts.magnitude.get(r0 * acts.stride..).map(<[u8]>::as_ptr),
                             u_stride: acts.stride,
+                            twos,
+                            ones,
                             scale: self.scale[o..].as_ptr(),
                             row_sum: self.row_sum[o..].as_ptr(),
                             t: acts.scale[r0..].as_ptr(),
@@ -424,7 +437,8 @@ impl Int8Matrix {
                         // guarantee covers them), and its 16 row sums (padded like the
                         // scales); run_vnni only where uses_avx_vnni() found AVX-VNNI (then
                         // `acts` holds u), run where it holds p and |p| (`magnitude`, rows
-                        // r0 .. r0 + R), run_non_negative where every p is at least 0.
+                        // r0 .. r0 + R), run_non_negative where every p is at least 0; both
+                        // with the plan of their rows' |p|.
                         match (acts.signed, acts.non_negative) {
                             (true, true) => by_rows!(run_non_negative),
                             (true, false) => by_rows!(run),
