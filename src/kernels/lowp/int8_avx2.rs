@@ -76,45 +76,91 @@ pub fn uses_avx_vnni() -> bool {
 /// The CPU has AVX2.
 #[target_feature(enable = "avx2")]
 pub unsafe fn quantize_row(src: &[f32], dst: &mut [u8]) -> f32 {
+    // SAFETY: the caller's contract.
+    unsafe { quantize_row_as::<true>(src, dst).0 }
+}
+
+/// [`quantize_row`] for the plain kernel: `p_k = round(x_k / t)` itself as i8 bytes (what
+/// `u_k ^ 0x80` would give); returns `t` and the OR of every byte written, whose top bit says
+/// whether any `p` is below 0.
+///
+/// # Safety
+/// The CPU has AVX2.
+#[target_feature(enable = "avx2")]
+pub unsafe fn quantize_row_signed(src: &[f32], dst: &mut [u8]) -> (f32, u8) {
+    // SAFETY: the caller's contract.
+    unsafe { quantize_row_as::<false>(src, dst) }
+}
+
+/// One activation row: `p_k = round_small(clamp(x_k / t, ±127))`, written as `p + 128` where
+/// `OFFSET` (an integer in [1, 255]) or as `p`'s i8 byte; returns `t` and the OR of the bytes.
+///
+/// # Safety
+/// The CPU has AVX2.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn quantize_row_as<const OFFSET: bool>(src: &[f32], dst: &mut [u8]) -> (f32, u8) {
     let n = src.len().min(dst.len());
-    let (sp, dp) = (src.as_ptr(), dst.as_mut_ptr());
     let scale = max_abs(&src[..n]) / 127.0;
     let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
-    let (inv_v, lo, hi) = (
-        _mm256_set1_ps(inv),
-        _mm256_set1_ps(-127.0),
-        _mm256_set1_ps(127.0),
-    );
-    let (magic, offset) = (_mm256_set1_ps(12_582_912.0), _mm256_set1_ps(128.0));
-    // round_small(clamp(v · inv, ±127)) + 128, an integer in [1, 255], as i32 lanes.
-    let quantize = |at: usize| {
-        // SAFETY (callers below): elements at .. at + 8 lie inside `src`.
-        let v = _mm256_loadu_ps(sp.add(at));
-        let c = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v, inv_v), lo), hi);
-        let r = _mm256_sub_ps(_mm256_add_ps(c, magic), magic);
-        _mm256_cvttps_epi32(_mm256_add_ps(r, offset))
+    let step = Quantize8 {
+        inv: _mm256_set1_ps(inv),
+        lo: _mm256_set1_ps(-127.0),
+        hi: _mm256_set1_ps(127.0),
+        magic: _mm256_set1_ps(12_582_912.0),
+        offset: _mm256_set1_ps(if OFFSET { 128.0 } else { 0.0 }),
     };
     // packs / packus interleave the two 128-bit halves; this puts the 4-byte groups back.
     let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    let mut i = 0;
-    while i + 32 <= n {
-        let (a, b, c, d) = (
-            quantize(i),
-            quantize(i + 8),
-            quantize(i + 16),
-            quantize(i + 24),
-        );
-        // Values in [1, 255]: the saturating packs are exact.
-        let bytes = _mm256_packus_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+    let mut bits = _mm256_setzero_si256();
+    let (src_chunks, dst_chunks) = (src[..n].chunks_exact(32), dst[..n].chunks_exact_mut(32));
+    let done = n - src_chunks.remainder().len();
+    for (from, to) in src_chunks.zip(dst_chunks) {
+        let (a, b) = (step.lanes(&from[..8]), step.lanes(&from[8..16]));
+        let (c, d) = (step.lanes(&from[16..24]), step.lanes(&from[24..]));
+        let words = (_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+        // Values in [1, 255] (packus) or [-127, 127] (packs): the saturating packs are exact.
+        let bytes = match OFFSET {
+            true => _mm256_packus_epi16(words.0, words.1),
+            false => _mm256_packs_epi16(words.0, words.1),
+        };
         let bytes = _mm256_permutevar8x32_epi32(bytes, order);
-        // SAFETY: bytes i .. i + 32 < n lie inside `dst`.
-        _mm256_storeu_si256(dp.add(i) as *mut __m256i, bytes);
-        i += 32;
+        bits = _mm256_or_si256(bits, bytes);
+        // SAFETY: `to` holds 32 bytes; unaligned store.
+        unsafe { _mm256_storeu_si256(to.as_mut_ptr() as *mut __m256i, bytes) };
     }
-    for (d, &v) in dst[i..n].iter_mut().zip(&src[i..n]) {
-        *d = (super::int8::quantize(v, inv) + 128.0) as u8;
+    let mut or = [0u8; 32];
+    // SAFETY: `or` holds 32 bytes.
+    unsafe { _mm256_storeu_si256(or.as_mut_ptr() as *mut __m256i, bits) };
+    let mut top = or.iter().fold(0, |a, &b| a | b);
+    for (d, &v) in dst[done..n].iter_mut().zip(&src[done..n]) {
+        let p = super::int8::quantize(v, inv);
+        *d = if OFFSET { (p + 128.0) as u8 } else { p as i8 as u8 };
+        top |= *d;
     }
-    scale
+    (scale, top)
+}
+
+/// The constants of eight lanes of [`quantize_row_as`].
+struct Quantize8 {
+    inv: __m256,
+    lo: __m256,
+    hi: __m256,
+    magic: __m256,
+    offset: __m256,
+}
+
+impl Quantize8 {
+    /// `round_small(clamp(v · inv, ±127)) + offset` of 8 values, as i32 lanes.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn lanes(&self, v: &[f32]) -> __m256i {
+        // SAFETY: `v` holds 8 f32 (the caller's slices); unaligned load.
+        let v = unsafe { _mm256_loadu_ps(v[..8].as_ptr()) };
+        let c = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v, self.inv), self.lo), self.hi);
+        let r = _mm256_sub_ps(_mm256_add_ps(c, self.magic), self.magic);
+        _mm256_cvttps_epi32(_mm256_add_ps(r, self.offset))
+    }
 }
 
 /// `max_k |row_k|`, as the portable `max_abs` (a NaN is skipped as `f32::max` skips it).
@@ -137,59 +183,6 @@ fn max_abs(row: &[f32]) -> f32 {
     chunks.remainder().iter().fold(m, |m, v| m.max(v.abs()))
 }
 
-/// [`quantize_row`] for the plain kernel: `p_k = round(x_k / t)` itself as i8 bytes (what
-/// `u_k ^ 0x80` would give); returns `t` and the OR of every byte written, whose top bit says
-/// whether any `p` is below 0.
-///
-/// # Safety
-/// The CPU has AVX2.
-#[target_feature(enable = "avx2")]
-pub unsafe fn quantize_row_signed(src: &[f32], dst: &mut [u8]) -> (f32, u8) {
-    let n = src.len().min(dst.len());
-    let (sp, dp) = (src.as_ptr(), dst.as_mut_ptr());
-    let scale = max_abs(&src[..n]) / 127.0;
-    let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
-    let (inv_v, lo, hi) = (
-        _mm256_set1_ps(inv),
-        _mm256_set1_ps(-127.0),
-        _mm256_set1_ps(127.0),
-    );
-    let magic = _mm256_set1_ps(12_582_912.0);
-    // round_small(clamp(v · inv, ±127)), an integer in [-127, 127], as i32 lanes.
-    let quantize = |at: usize| {
-        // SAFETY (callers below): elements at .. at + 8 lie inside `src`.
-        let v = _mm256_loadu_ps(sp.add(at));
-        let c = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v, inv_v), lo), hi);
-        _mm256_cvttps_epi32(_mm256_sub_ps(_mm256_add_ps(c, magic), magic))
-    };
-    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    let mut bits = _mm256_setzero_si256();
-    let mut i = 0;
-    while i + 32 <= n {
-        let (a, b, c, d) = (
-            quantize(i),
-            quantize(i + 8),
-            quantize(i + 16),
-            quantize(i + 24),
-        );
-        // Values in [-127, 127]: the signed saturating packs are exact.
-        let bytes = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
-        let bytes = _mm256_permutevar8x32_epi32(bytes, order);
-        bits = _mm256_or_si256(bits, bytes);
-        // SAFETY: bytes i .. i + 32 < n lie inside `dst`.
-        _mm256_storeu_si256(dp.add(i) as *mut __m256i, bytes);
-        i += 32;
-    }
-    let mut or = [0u8; 32];
-    // SAFETY: `or` holds 32 bytes.
-    _mm256_storeu_si256(or.as_mut_ptr() as *mut __m256i, bits);
-    let mut top = or.iter().fold(0, |a, &b| a | b);
-    for (d, &v) in dst[i..n].iter_mut().zip(&src[i..n]) {
-        *d = super::int8::quantize(v, inv) as i8 as u8;
-        top |= *d;
-    }
-    (scale, top)
-}
 
 /// The most `Σ |p|` four inputs may reach for two groups' `vpmaddubsw` pairs to be added in
 /// i16 lanes before `vpmaddwd`: each term is at most `127 |p|`, so the sum is at most
