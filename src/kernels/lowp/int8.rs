@@ -404,12 +404,16 @@ impl Int8Matrix {
                 for p in 0..panels {
                     let o = o0 + p * LANES;
                     for r0 in (0..rows).step_by(TILE_ROWS) {
-                        let (twos, ones) = acts.plan.as_ref().map_or((&[][..], &[][..]), |p| p.tile(r0));
+                        let plan = acts.plan.as_ref();
+                        let (twos, ones) = plan.map_or((&[][..], &[][..]), |p| p.tile(r0));
+                        let u = acts.u[r0 * acts.stride..].as_ptr();
+                        // |p| beside p, or p itself where no p is below 0 (or unused).
+                        let magnitude = acts.magnitude.get(r0 * acts.stride..);
                         let tile = super::int8_avx2::Tile {
                             q: self.q[(p0 + p) * panel_bytes..].as_ptr(),
                             groups: self.groups,
-                            u: acts.u[r0 * acts.stride..].as_ptr(),
-                            magnitude: acts.magnitude.get(r0 * acts.stride..).map(<[u8]>::as_ptr),
+                            u,
+                            magnitude: magnitude.map_or(u, <[u8]>::as_ptr),
                             u_stride: acts.stride,
                             twos,
                             ones,

@@ -183,7 +183,6 @@ fn max_abs(row: &[f32]) -> f32 {
     chunks.remainder().iter().fold(m, |m, v| m.max(v.abs()))
 }
 
-
 /// The most `Σ |p|` four inputs may reach for two groups' `vpmaddubsw` pairs to be added in
 /// i16 lanes before `vpmaddwd`: each term is at most `127 |p|`, so the sum is at most
 /// `127 · 258 = 32,766 < 2^15`.
@@ -219,7 +218,8 @@ impl GroupPlan {
         let mut row_mask = vec![0u64; pairs.div_ceil(64)];
         for r0 in (0..rows).step_by(TILE_ROWS) {
             tile_mask.fill(0);
-            for row in magnitude[r0 * stride..(r0 + TILE_ROWS).min(rows) * stride].chunks_exact(stride) {
+            let tile = &magnitude[r0 * stride..(r0 + TILE_ROWS).min(rows) * stride];
+            for row in tile.chunks_exact(stride) {
                 // SAFETY: the plain AVX2 kernel (the only one with a plan) runs where the CPU
                 // has AVX2.
                 unsafe { over_bound(row, &mut row_mask) };
@@ -233,8 +233,7 @@ impl GroupPlan {
                     false => plan.ones.extend((g..(g + 2).min(groups)).map(|g| g as u32)),
                 }
             }
-            plan.tiles
-                .push([twos, plan.twos.len(), ones, plan.ones.len()]);
+            plan.tiles.push([twos, plan.twos.len(), ones, plan.ones.len()]);
         }
         plan
     }
@@ -277,10 +276,11 @@ unsafe fn over_bound(row: &[u8], mask: &mut [u64]) {
     }
     let done = row.len() - chunks.remainder().len();
     for g in (done / 4..groups).step_by(2) {
+        // Only called where group g + 1 exists: bytes 4g .. 4g + 8 lie inside the row.
         let lane = |j: usize| -> u32 {
             [0, 1, 4, 5]
                 .iter()
-                .map(|&k| u32::from(row.get(4 * g + j + k).copied().unwrap_or(0)))
+                .map(|&k| u32::from(row[4 * g + j + k]))
                 .sum()
         };
         if g + 1 >= groups || lane(0) > PAIR_BOUND || lane(2) > PAIR_BOUND {
@@ -298,8 +298,9 @@ pub struct Tile<'a> {
     /// [`run`](Self::run) and [`run_non_negative`](Self::run_non_negative), `u = p + 128`
     /// for [`run_vnni`](Self::run_vnni).
     pub u: *const u8,
-    /// For [`run`](Self::run): `|p|` in the same layout.
-    pub magnitude: Option<*const u8>,
+    /// For [`run`](Self::run): `|p|` in the same layout (for the others, `u` again: where
+    /// every `p` is at least 0 it is its own `|p|`).
+    pub magnitude: *const u8,
     pub u_stride: usize,
     /// For `run` and `run_non_negative`: the [`GroupPlan`] of these rows, the groups added
     /// two at a time (`twos`, each the first of its pair) and those taken alone (`ones`).
@@ -414,8 +415,7 @@ impl Tile<'_> {
         // SAFETY (caller): four bytes at `at`.
         let p = _mm256_set1_epi32((self.u.add(at) as *const i32).read_unaligned());
         if SIGNED {
-            let magnitude = self.magnitude.expect("run takes |p|");
-            let p_abs = _mm256_set1_epi32((magnitude.add(at) as *const i32).read_unaligned());
+            let p_abs = _mm256_set1_epi32((self.magnitude.add(at) as *const i32).read_unaligned());
             // sign(p) q: the weights carry the activations' signs (0 where p = 0).
             [
                 _mm256_maddubs_epi16(p_abs, _mm256_sign_epi8(w[0], p)),
