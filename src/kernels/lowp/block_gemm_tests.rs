@@ -4,6 +4,7 @@
 //! reference, bit for bit (the same integer sums, the same float operations).
 
 use super::super::ggml::{dequantize, GgmlType};
+use super::super::tests::Lcg;
 use super::super::{BlockMatrix, Kernel, PackedFormat, PackedWeight};
 use super::*;
 
@@ -20,21 +21,6 @@ const SHAPES: &[(usize, usize)] = &[
     (40, 32),
 ];
 const ROWS: &[usize] = &[1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 64];
-
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        self.0 >> 33
-    }
-    /// Uniform in [-1, 1).
-    fn unit(&mut self) -> f32 {
-        ((self.next() % (1 << 24)) as f64 / (1 << 23) as f64 - 1.0) as f32
-    }
-}
 
 /// Random blocks of `ty` as a GGUF file stores them: normal f16 scales 2^-6 .. 2^-1 of either
 /// sign, any nibbles, `Q8_0` bytes over the whole of `[-128, 127]`.
@@ -73,7 +59,7 @@ fn gemm(w: &BlockMatrix, kernel: Kernel, x: &[f32], rows: usize) -> Vec<f32> {
 /// plain random values.
 fn activations(rng: &mut Lcg, rows: usize, d_in: usize, lossless: bool) -> Vec<f32> {
     if !lossless {
-        return (0..rows * d_in).map(|_| 4.0 * rng.unit()).collect();
+        return (0..rows * d_in).map(|_| 4.0 * rng.unit_f32()).collect();
     }
     let mut x: Vec<f32> = (0..rows * d_in)
         .map(|_| (rng.next() % 255) as f32 - 127.0)

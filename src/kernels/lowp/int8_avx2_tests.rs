@@ -1,22 +1,8 @@
 //! The AVX2 int8 kernel against the portable one: the activation quantisers byte for byte,
 //! the group plan against a plain loop, and the products bit for bit on every shape class.
 
+use super::super::tests::Lcg;
 use super::super::{has_avx2, int8, Int8Matrix, Kernel};
-
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        self.0 >> 33
-    }
-    /// Uniform in [-1, 1).
-    fn unit(&mut self) -> f32 {
-        ((self.next() % (1 << 24)) as f64 / (1 << 23) as f64 - 1.0) as f32
-    }
-}
 
 /// The AVX2 activation quantiser gives the portable one's bits (scale and bytes) on rows
 /// shorter than a vector, with tails of 8 and of 32, all-zero rows, tiny values and a grid
@@ -32,10 +18,10 @@ fn activation_quantiser_gives_the_portable_bits() {
         for case in 0..4 {
             let row: Vec<f32> = (0..len)
                 .map(|i| match case {
-                    0 => rng.unit() * 3.0,
+                    0 => rng.unit_f32() * 3.0,
                     1 => 0.0,
                     2 => (i % 255) as f32 / 2.0 - 63.5,
-                    _ => rng.unit() * 1e-30,
+                    _ => rng.unit_f32() * 1e-30,
                 })
                 .collect();
             let (mut a, mut b) = (vec![0u8; len], vec![0u8; len]);
@@ -76,7 +62,7 @@ fn avx2_product_equals_the_portable_one_bit_for_bit() {
             for rows in [1, 2, 3, 4, 5, 7, 17] {
                 for case in 0..5 {
                     let mut value = |i: usize| match case {
-                        0 | 3 => rng.unit(),
+                        0 | 3 => rng.unit_f32(),
                         // All ±max with the same sign: the largest pairs.
                         1 => 1.0,
                         _ => {
@@ -92,7 +78,7 @@ fn avx2_product_equals_the_portable_one_bit_for_bit() {
                         // A ReLU's output, every third row all zero.
                         3 => (0..rows * d_in)
                             .map(|i| {
-                                let v = rng.unit().max(0.0);
+                                let v = rng.unit_f32().max(0.0);
                                 if (i / d_in).is_multiple_of(3) {
                                     0.0
                                 } else {

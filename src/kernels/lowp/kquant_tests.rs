@@ -5,6 +5,7 @@
 //! float64 loops over the dequantised weights and the dequantised activations.
 
 use super::ggml::{dequantize, GgmlType};
+use super::tests::Lcg;
 use super::*;
 use crate::store::gguf::GgufFile;
 use std::path::{Path, PathBuf};
@@ -302,20 +303,6 @@ mod ggml_c {
             }
         }
         out
-    }
-}
-
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        self.0 >> 33
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() % (1 << 24)) as f64 / (1 << 23) as f64 - 1.0
     }
 }
 

@@ -24,9 +24,10 @@ const RAGGED: &[(usize, usize, usize)] = &[
     (150, 66, 11),
 ];
 
-struct Lcg(u64);
+/// The low-precision kernels' test numbers (every lowp test file draws from this one).
+pub(super) struct Lcg(pub(super) u64);
 impl Lcg {
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         self.0 = self
             .0
             .wrapping_mul(6_364_136_223_846_793_005)
@@ -34,10 +35,14 @@ impl Lcg {
         self.0 >> 33
     }
     /// Uniform in [-1, 1).
-    fn unit(&mut self) -> f64 {
+    pub(super) fn unit(&mut self) -> f64 {
         (self.next() % (1 << 24)) as f64 / (1 << 23) as f64 - 1.0
     }
-    fn vec(&mut self, n: usize, scale: f64) -> Vec<f32> {
+    /// [`unit`](Self::unit) rounded to f32.
+    pub(super) fn unit_f32(&mut self) -> f32 {
+        self.unit() as f32
+    }
+    pub(super) fn vec(&mut self, n: usize, scale: f64) -> Vec<f32> {
         (0..n).map(|_| (self.unit() * scale) as f32).collect()
     }
 }
