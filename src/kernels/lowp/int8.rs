@@ -404,8 +404,10 @@ impl Int8Matrix {
                 for p in 0..panels {
                     let o = o0 + p * LANES;
                     for r0 in (0..rows).step_by(TILE_ROWS) {
-                        let plan = acts.plan.as_ref();
-                        let (twos, ones) = plan.map_or((&[][..], &[][..]), |p| p.tile(r0));
+                        let (twos, ones) = match &acts.plan {
+                            Some(plan) => plan.tile(r0),
+                            None => (&[][..], &[][..]),
+                        };
                         let u = acts.u[r0 * acts.stride..].as_ptr();
                         // |p| beside p, or p itself where no p is below 0 (or unused).
                         let magnitude = acts.magnitude.get(r0 * acts.stride..);

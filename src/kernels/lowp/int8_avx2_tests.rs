@@ -4,6 +4,13 @@
 use super::super::tests::Lcg;
 use super::super::{has_avx2, int8, Int8Matrix, Kernel};
 
+/// `y [rows, d_out] = x Wᵀ` by `kernel` (`y` starts as NaN: every output must be written).
+fn product(m: &Int8Matrix, kernel: Kernel, x: &[f32], rows: usize) -> Vec<f32> {
+    let mut y = vec![f32::NAN; rows * m.rows()];
+    m.product(kernel, &mut y, x, rows);
+    y
+}
+
 /// The AVX2 activation quantiser gives the portable one's bits (scale and bytes) on rows
 /// shorter than a vector, with tails of 8 and of 32, all-zero rows, tiny values and a grid
 /// of halves (ties).
@@ -91,11 +98,7 @@ fn avx2_product_equals_the_portable_one_bit_for_bit() {
                         _ => (0..rows * d_in).map(|i| value(i / d_in) * 2.0).collect(),
                     };
                     let m = Int8Matrix::from_f32(&w, d_out, d_in).unwrap();
-                    let run = |kernel| {
-                        let mut y = vec![f32::NAN; rows * d_out];
-                        m.product(kernel, &mut y, &x, rows);
-                        y
-                    };
+                    let run = |kernel| product(&m, kernel, &x, rows);
                     let want = run(Kernel::Portable);
                     // Both forms where the CPU has AVX-VNNI (the switch changes no bits,
                     // so other tests running meanwhile are unaffected).
@@ -205,12 +208,10 @@ fn groups_added_in_i16_stay_exact_at_the_bound() {
         let w = vec![sign_w; d_out * d_in];
         let m = Int8Matrix::from_f32(&w, d_out, d_in).unwrap();
         super::set_plain_avx2(true);
-        let run = |kernel| {
-            let mut y = vec![f32::NAN; rows * d_out];
-            m.product(kernel, &mut y, &x, rows);
-            y
-        };
-        let (want, got) = (run(Kernel::Portable), run(Kernel::Avx2));
+        let (want, got) = (
+            product(&m, Kernel::Portable, &x, rows),
+            product(&m, Kernel::Avx2, &x, rows),
+        );
         super::set_plain_avx2(false);
         let same = want.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits());
         assert!(same, "signs {sign_x} {sign_w}: {want:?} vs {got:?}");
