@@ -186,13 +186,18 @@ impl Generator {
 impl Generator {
     /// Loads a `train-lm` directory, a Hugging Face directory or a `.gguf` file; `precision`
     /// "f32", "bf16", "int8" or (GGUF only) "ggml": its quantised blocks as stored.
+    /// `ctx_size`: the longest sequence, prompt and output (default: the model's context;
+    /// memory follows the tokens held either way); one whose key/value cache would not fit the
+    /// memory available is refused (`ValueError` naming both), one above the model's context
+    /// is lowered to it.
     #[new]
-    #[pyo3(signature = (path, precision = "f32", threads = None))]
+    #[pyo3(signature = (path, precision = "f32", threads = None, ctx_size = None))]
     fn new(
         py: Python<'_>,
         path: PathBuf,
         precision: &str,
         threads: Option<usize>,
+        ctx_size: Option<usize>,
     ) -> PyResult<Self> {
         check_exists(&path, "model")?;
         let precision = match precision {
@@ -207,9 +212,16 @@ impl Generator {
             }
         };
         let pool = Pool::new(threads)?;
-        let generator = py
+        let mut generator = py
             .detach(|| pool.run(|| TextGenerator::load_prepared(&path, precision)))
             .map_err(py_err)?;
+        if let Some(ctx) = ctx_size {
+            let available = transformer::model::context::mem_available_bytes();
+            generator
+                .model
+                .set_context(ctx, available)
+                .map_err(py_err)?;
+        }
         Ok(Generator {
             shared: Arc::new(Shared { generator, pool }),
         })
@@ -415,7 +427,7 @@ impl Generator {
         self.shared.generator.model.config.vocab_size
     }
 
-    /// The longest sequence the model takes.
+    /// The longest sequence the model takes (`ctx_size`, else the model's context).
     #[getter]
     fn max_len(&self) -> usize {
         self.shared.generator.model.max_len()

@@ -47,9 +47,14 @@ class Generator:
     has_chat_template: bool
 
     def __init__(
-        self, path: _Path, precision: str = "f32", threads: Optional[int] = None
+        self,
+        path: _Path,
+        precision: str = "f32",
+        threads: Optional[int] = None,
+        ctx_size: Optional[int] = None,
     ) -> None:
-        """Loads `path`; `precision` "f32", "bf16", "int8" or (GGUF) "ggml"."""
+        """Loads `path`; `precision` "f32", "bf16", "int8" or (GGUF) "ggml"; `ctx_size` the
+        longest sequence (default: the model's context; checked against the memory available)."""
     def generate(
         self,
         prompt: str,

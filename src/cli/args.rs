@@ -12,6 +12,33 @@ use anyhow::Result;
 use clap::Args;
 use std::path::Path;
 
+// `--ctx-size` of `generate`, `chat` and `perplexity` (`serve` has its own).
+#[derive(Args, Debug, Clone, Copy)]
+pub struct ContextArgs {
+    /// The longest sequence of the run, prompt and output, in tokens (llama.cpp's --ctx-size).
+    /// Default: the model's context. Memory follows the tokens held, not this limit (the
+    /// key/value cache grows as tokens are fed); a size whose key/value cache would not fit
+    /// the memory available (MemAvailable) is refused with both numbers, and a size above the
+    /// model's context is lowered to it.
+    #[arg(long)]
+    pub ctx_size: Option<usize>,
+}
+
+impl ContextArgs {
+    /// Sets the model's context to `--ctx-size`, checked against the memory available (see
+    /// `model::context`); without it the model keeps its own.
+    pub fn apply<T: crate::Float>(&self, model: &mut crate::model::LanguageModel<T>) -> Result<()> {
+        let Some(ctx) = self.ctx_size else {
+            return Ok(());
+        };
+        let set = model.set_context(ctx, crate::model::context::mem_available_bytes())?;
+        if set < ctx {
+            eprintln!("--ctx-size {ctx} is above the model's context: using {set} tokens");
+        }
+        Ok(())
+    }
+}
+
 // `--threads` of the inference commands.
 #[derive(Args, Debug, Clone, Copy)]
 pub struct ThreadsArgs {

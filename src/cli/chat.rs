@@ -3,7 +3,7 @@
 //! chat template and the reply is streamed until the end-of-turn token. An empty line or the
 //! end of the input ends the session.
 
-use super::args::{PrecisionArgs, SamplingArgs, ThreadsArgs};
+use super::args::{ContextArgs, PrecisionArgs, SamplingArgs, ThreadsArgs};
 use crate::pipeline::chat::ChatMessage;
 use crate::pipeline::generate::{generate_ids, TextGenerator};
 use crate::rng::Rng;
@@ -33,13 +33,16 @@ pub struct ChatArgs {
     #[command(flatten)]
     pub weights: PrecisionArgs,
     #[command(flatten)]
+    pub context: ContextArgs,
+    #[command(flatten)]
     pub pool: ThreadsArgs,
 }
 
 pub fn run(args: ChatArgs) -> Result<()> {
     let opts = args.sampling.options()?;
-    let generator =
+    let mut generator =
         TextGenerator::load_prepared(&args.model, args.weights.precision.model_precision())?;
+    args.context.apply(&mut generator.model)?;
     if generator.chat.is_none() {
         bail!("{}: this model has no chat template", args.model.display());
     }

@@ -3,7 +3,7 @@
 //! streamed to stdout; `--chat` sends the prompt as a user message through the model's chat
 //! template and stops at the end of the reply.
 
-use super::args::{PrecisionArgs, SamplingArgs, ThreadsArgs};
+use super::args::{ContextArgs, PrecisionArgs, SamplingArgs, ThreadsArgs};
 use crate::pipeline::chat::ChatMessage;
 use crate::pipeline::generate::{generate_ids, TextGenerator};
 use crate::rng::Rng;
@@ -52,17 +52,20 @@ pub struct GenerateArgs {
     #[command(flatten)]
     pub weights: PrecisionArgs,
     #[command(flatten)]
+    pub context: ContextArgs,
+    #[command(flatten)]
     pub pool: ThreadsArgs,
 }
 
 pub fn run(args: GenerateArgs) -> Result<()> {
     let opts = args.sampling.options()?;
     let TextGenerator {
-        model,
+        mut model,
         tokenizer,
         chat,
         ..
     } = TextGenerator::load_prepared(&args.model, args.weights.precision.model_precision())?;
+    args.context.apply(&mut model)?;
     let prompt = if args.chat {
         let template = chat
             .as_ref()

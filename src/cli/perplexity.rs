@@ -1,7 +1,7 @@
 //! `transformer perplexity`: loss per token, perplexity and bits per character of stdin under a
 //! language model written by `train-lm`.
 
-use super::args::{PrecisionArgs, ThreadsArgs};
+use super::args::{ContextArgs, PrecisionArgs, ThreadsArgs};
 use crate::pipeline::generate::TextGenerator;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -16,9 +16,9 @@ pub struct PerplexityArgs {
     /// smaller stride gives each token more history and costs context/stride times more).
     #[arg(long)]
     pub stride: Option<usize>,
-    /// Window length in tokens (default and upper bound: the model's context length). A
-    /// shorter window scores long texts faster (attention costs grow with its square) and
-    /// gives each token at most that much history.
+    /// Window length in tokens (default and upper bound: --ctx-size, else the model's
+    /// context length). A shorter window scores long texts faster (attention costs grow with
+    /// its square) and gives each token at most that much history.
     #[arg(long)]
     pub context: Option<usize>,
     /// Windows per forward pass.
@@ -27,12 +27,15 @@ pub struct PerplexityArgs {
     #[command(flatten)]
     pub weights: PrecisionArgs,
     #[command(flatten)]
+    pub ctx_size: ContextArgs,
+    #[command(flatten)]
     pub pool: ThreadsArgs,
 }
 
 pub fn run(args: PerplexityArgs) -> Result<()> {
-    let generator =
+    let mut generator =
         TextGenerator::load_prepared(&args.model, args.weights.precision.model_precision())?;
+    args.ctx_size.apply(&mut generator.model)?;
     let mut bytes = Vec::new();
     std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut bytes)
         .context("reading standard input")?;
@@ -48,7 +51,10 @@ pub fn run(args: PerplexityArgs) -> Result<()> {
     let max_len = generator.model.max_len();
     let window = args.context.unwrap_or(max_len);
     if window == 0 || window > max_len {
-        bail!("--context {window}: the model's context is 1 to {max_len} tokens");
+        bail!(
+            "--context {window}: the context (--ctx-size, else the model's) is 1 to {max_len} \
+             tokens"
+        );
     }
     let stride = args.stride.unwrap_or(window);
     if stride == 0 {

@@ -71,7 +71,7 @@ pub fn score_stream(
         return stats;
     }
     let n_targets = tokens.len() - 1;
-    let len = context.min(model.config.max_len).min(n_targets).max(1);
+    let len = context.min(model.max_len()).min(n_targets).max(1);
     let stride = stride.clamp(1, len);
     // (window start, first scored row)
     let mut windows = Vec::new();

@@ -27,8 +27,24 @@
 //! 1/fᵢ = (1 − κᵢ)/s + κᵢ,  κᵢ = (L/λᵢ − l) / (h − l)    in between (interpolated)
 //! ```
 //!
-//! The backward of an orthogonal map is its transpose, i.e. the rotation by the opposite angle.
-//! Angles are computed in f64 and rounded once, so f32 and f64 see the same rotation.
+//! YaRN (Peng et al. 2023, transformers' `_compute_yarn_parameters`, [`yarn_freq_factors`]):
+//! with `d = d_head`, factor `s`, original context `L` and rotation counts `β_fast > β_slow`,
+//! the pairs are split at the dimensions that turn `β` times over `L`,
+//!
+//! ```text
+//! dim(β) = d · ln(L / (2π β)) / (2 ln base)
+//! lo = max(⌊dim(β_fast)⌋, 0),  hi = min(⌈dim(β_slow)⌉, d − 1)     (no ⌊⌋ ⌈⌉ without `truncate`)
+//! ρᵢ = clamp((i − lo) / (hi − lo), 0, 1)       (hi − lo = 0.001 when lo = hi)
+//! θᵢ' = θᵢ / s · ρᵢ + θᵢ · (1 − ρᵢ)             so  fᵢ = θᵢ / θᵢ' = 1 / (ρᵢ / s + 1 − ρᵢ)
+//! ```
+//!
+//! and `cos` and `sin` are both multiplied by the attention factor `m` ([`Rope::attention_factor`],
+//! default `0.1 · ln s + 1`): queries and keys are scaled by `m`, the scores by `m²`.
+//!
+//! The backward of an orthogonal map is its transpose, i.e. the rotation by the opposite angle
+//! (with `m`: `m` times it). Angles are computed in f64 and rounded once, so f32 and f64 see
+//! the same rotation. Nothing is sized by the model's context: the tables of a call cover the
+//! positions it rotates.
 //!
 //! Activations are row-major `[batch * seq_len, heads * d_head]`; row `r` is at position
 //! `pos_offset + r % seq_len`.
@@ -45,12 +61,15 @@ pub enum RopeStyle {
     HalfSplit,
 }
 
-/// A rotary embedding: the frequencies' base and the pairing of columns.
+/// A rotary embedding: the frequencies' base, the pairing of columns and the factor of the
+/// rotated values.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Rope {
     /// `θᵢ = base^(−2i/d_head)`: 10000 in RoFormer and Llama, 100000 in SmolLM2.
     pub base: f64,
     pub style: RopeStyle,
+    /// `m`: `cos` and `sin` are multiplied by it (YaRN's attention factor); 1 otherwise.
+    pub attention_factor: f64,
 }
 
 impl Default for Rope {
@@ -59,6 +78,7 @@ impl Default for Rope {
         Rope {
             base: 10000.0,
             style: RopeStyle::Interleaved,
+            attention_factor: 1.0,
         }
     }
 }
@@ -69,6 +89,7 @@ impl Rope {
         Rope {
             base,
             style: RopeStyle::HalfSplit,
+            attention_factor: 1.0,
         }
     }
 
@@ -133,6 +154,66 @@ pub fn llama3_freq_factors(base: f64, d_head: usize, s: Llama3Scaling) -> Vec<f6
     .collect()
 }
 
+/// YaRN's parameters (see the module's equations; transformers' `rope_parameters` of
+/// `rope_type: "yarn"`, llama.cpp's `rope.scaling.*` keys).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct YarnScaling {
+    /// `s`: how much the low frequencies are slowed (4 in Qwen2.5's 128k configs).
+    pub factor: f64,
+    /// `L`: the context the model was first trained with.
+    pub original_max_position_embeddings: f64,
+    /// `β_fast`: rotations over `L` above which a pair is kept (32).
+    pub beta_fast: f64,
+    /// `β_slow`: rotations over `L` below which a pair is slowed by `s` (1).
+    pub beta_slow: f64,
+    /// Whether the ramp's ends are rounded to whole dimensions (transformers' `truncate`,
+    /// default true).
+    pub truncate: bool,
+}
+
+/// The per-frequency divisors `fᵢ` of YaRN for `i < d_head / 2` (the module's equations, as
+/// transformers' `_compute_yarn_parameters` computes `inv_freq`), so that
+/// [`rope_forward_scaled`] rotates by `θᵢ / fᵢ`.
+pub fn yarn_freq_factors(base: f64, d_head: usize, y: YarnScaling) -> Vec<f64> {
+    let d = d_head as f64;
+    let correction_dim = |rotations: f64| {
+        d * (y.original_max_position_embeddings / (rotations * 2.0 * std::f64::consts::PI)).ln()
+            / (2.0 * base.ln())
+    };
+    let (mut lo, mut hi) = (correction_dim(y.beta_fast), correction_dim(y.beta_slow));
+    if y.truncate {
+        (lo, hi) = (lo.floor(), hi.ceil());
+    }
+    let (lo, mut hi) = (lo.max(0.0), hi.min(d - 1.0));
+    if lo == hi {
+        hi += 0.001;
+    }
+    (0..d_head / 2)
+        .map(|i| {
+            // ρ: 0 keeps the frequency (extrapolation), 1 divides it by s (interpolation).
+            let ramp = ((i as f64 - lo) / (hi - lo)).clamp(0.0, 1.0);
+            1.0 / (ramp / y.factor + (1.0 - ramp))
+        })
+        .collect()
+}
+
+/// YaRN's default attention factor, `0.1 · ln s + 1` (1 for `s ≤ 1`; transformers'
+/// `get_mscale`), or with `mscale` and `mscale_all_dim` both set the ratio
+/// `(0.1 · mscale · ln s + 1) / (0.1 · mscale_all_dim · ln s + 1)`.
+pub fn yarn_attention_factor(factor: f64, mscale: Option<f64>, mscale_all_dim: Option<f64>) -> f64 {
+    let get_mscale = |m: f64| {
+        if factor <= 1.0 {
+            1.0
+        } else {
+            0.1 * m * factor.ln() + 1.0
+        }
+    };
+    match (mscale, mscale_all_dim) {
+        (Some(m), Some(all)) if m != 0.0 && all != 0.0 => get_mscale(m) / get_mscale(all),
+        _ => get_mscale(1.0),
+    }
+}
+
 /// `(cos, sin)` of `pos · θᵢ` for positions `pos_offset .. pos_offset + seq_len` and
 /// `i < d_head / 2`: two `[seq_len, d_head / 2]` tables. Computed in f64 and kept per thread
 /// for the next call with the same arguments (every layer of a forward rotates its queries and
@@ -144,9 +225,9 @@ fn tables<T: Float>(
     d_head: usize,
     pos_offset: usize,
 ) -> (Vec<T>, Vec<T>) {
-    /// (base bits, style, seq_len, d_head, pos_offset, factors' bits), then the cos and sin
-    /// tables.
-    type Key = (u64, RopeStyle, usize, usize, usize, Vec<u64>);
+    /// (base bits, attention factor bits, style, seq_len, d_head, pos_offset, factors' bits),
+    /// then the cos and sin tables.
+    type Key = (u64, u64, RopeStyle, usize, usize, usize, Vec<u64>);
     type Tables = (Key, Vec<f64>, Vec<f64>);
     thread_local! {
         static LAST: std::cell::RefCell<Option<Tables>> =
@@ -155,6 +236,7 @@ fn tables<T: Float>(
     let factor_bits = freq_factors.iter().map(|f| f.to_bits()).collect();
     let key: Key = (
         rope.base.to_bits(),
+        rope.attention_factor.to_bits(),
         rope.style,
         seq_len,
         d_head,
@@ -170,14 +252,15 @@ fn tables<T: Float>(
         }
         let half = d_head / 2;
         let inv_freq = rope.inv_freq_scaled(d_head, freq_factors);
+        let m = rope.attention_factor;
         let mut cos = Vec::with_capacity(seq_len * half);
         let mut sin = Vec::with_capacity(seq_len * half);
         for s in 0..seq_len {
             let pos = (pos_offset + s) as f64;
             for &f in &inv_freq {
                 let (sn, cs) = (pos * f).sin_cos();
-                cos.push(cs);
-                sin.push(sn);
+                cos.push(m * cs);
+                sin.push(m * sn);
             }
         }
         let tables = (convert(&cos), convert(&sin));

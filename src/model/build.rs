@@ -34,6 +34,7 @@ impl BlockConfig {
                 .with_rope(Rope {
                     base: self.rope_base,
                     style,
+                    attention_factor: 1.0,
                 })
                 .with_scores(Scores {
                     scale: self.query_pre_attn_scalar.map(|s| 1.0 / s.sqrt()),

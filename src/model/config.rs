@@ -66,31 +66,7 @@ pub enum RopeStyle {
     HalfSplit,
 }
 
-/// Rescaled rotary frequencies (long-context checkpoints): each frequency `θᵢ` of
-/// `kernels::rope` divided by a factor `fᵢ`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "kebab-case")]
-pub enum RopeScaling {
-    /// Llama 3.1's `rope_type: llama3` (transformers' `_compute_llama3_parameters`): low
-    /// frequencies slowed by `factor`, high ones kept, those between interpolated (see
-    /// `kernels::rope::llama3_freq_factors`).
-    Llama3 {
-        /// How much the low frequencies are slowed (8 in Llama 3.1).
-        factor: f64,
-        /// Wavelengths above `original_max_position_embeddings / low_freq_factor` are slowed
-        /// by `factor`.
-        low_freq_factor: f64,
-        /// Wavelengths below `original_max_position_embeddings / high_freq_factor` are kept.
-        high_freq_factor: f64,
-        /// The context the model was first trained with (8192 in Llama 3.1).
-        original_max_position_embeddings: f64,
-    },
-    /// The factors as stored (llama.cpp's `rope_freqs` tensor), `[d_k / 2]`.
-    FreqFactors {
-        /// `fᵢ` for each of the `d_k / 2` frequencies.
-        factors: Vec<f64>,
-    },
-}
+pub use super::rope_scaling::RopeScaling;
 
 /// How token positions enter the model.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -132,7 +108,9 @@ pub struct ModelConfig {
     pub layer_norm_eps: f64,
     /// Tie the pre-softmax projection to the shared embedding matrix (the paper's tying).
     pub tie_embeddings: bool,
-    /// Longest sequence (in tokens, specials included) the model accepts.
+    /// Longest sequence (in tokens, specials included) the model accepts: its context, a limit
+    /// (at most [`MAX_CONTEXT`]); nothing is allocated per position of it except a learned
+    /// position table the checkpoint holds.
     pub max_len: usize,
     /// The FFN activation (ReLU when absent, as in configs written before the option existed).
     #[serde(default)]
@@ -324,6 +302,11 @@ pub struct BlockConfig {
 /// The most layers a configuration may ask for (a guard against edited configs).
 pub const MAX_LAYERS: usize = 4096;
 
+/// The longest context ([`ModelConfig::max_len`]) a configuration may state: 2^24 positions
+/// (16× Llama 4's 1M). A context is a limit, not an allocation (memory follows the positions
+/// a run holds); the bound keeps positions and block ids within 32-bit integers.
+pub const MAX_CONTEXT: usize = 1 << 24;
+
 impl ModelConfig {
     /// The names accepted by [`ModelConfig::preset`].
     pub const PRESETS: [&'static str; 3] = ["tiny", "base", "big"];
@@ -440,30 +423,6 @@ impl ModelConfig {
     /// which belongs to `rope_base`, does not apply to it (Gemma 3's local layers).
     pub fn has_sliding_rope(&self, i: usize) -> bool {
         self.layer_window(i).is_some() && self.sliding_rope_base.is_some()
-    }
-
-    /// The divisors `fᵢ` of the rotary frequencies, `[d_k / 2]`, that
-    /// [`rope_scaling`](Self::rope_scaling) asks for; empty without scaling.
-    pub fn rope_freq_factors(&self) -> Vec<f64> {
-        match &self.rope_scaling {
-            None => Vec::new(),
-            Some(RopeScaling::FreqFactors { factors }) => factors.clone(),
-            &Some(RopeScaling::Llama3 {
-                factor,
-                low_freq_factor,
-                high_freq_factor,
-                original_max_position_embeddings,
-            }) => crate::kernels::rope::llama3_freq_factors(
-                self.rope_base,
-                self.d_head(),
-                crate::kernels::rope::Llama3Scaling {
-                    factor,
-                    low_freq_factor,
-                    high_freq_factor,
-                    original_max_position_embeddings,
-                },
-            ),
-        }
     }
 
     /// The blocks' shape: every self-attention is rotary when the positions are.

@@ -2,7 +2,8 @@
 //! families (rope scaling, sliding windows, Gemma's) checked by name.
 
 use super::{
-    AttentionSite, ModelConfig, NormPlacement, Normalization, Positions, RopeScaling, MAX_LAYERS,
+    AttentionSite, ModelConfig, NormPlacement, Normalization, Positions, RopeScaling, MAX_CONTEXT,
+    MAX_LAYERS,
 };
 
 impl ModelConfig {
@@ -28,9 +29,10 @@ impl ModelConfig {
                 return Err(format!("{name} must be positive"));
             }
         }
-        if self.max_len > 1 << 16 {
+        if self.max_len > MAX_CONTEXT {
             return Err(format!(
-                "max_len {} is above the supported 65536",
+                "max_len {} is above the supported {MAX_CONTEXT} (2^24 positions: a context \
+                 is a limit, but positions and block tables are counted in 32-bit integers)",
                 self.max_len
             ));
         }
@@ -200,6 +202,24 @@ impl ModelConfig {
                     ));
                 }
             }
+            &RopeScaling::Yarn {
+                factor,
+                original_max_position_embeddings,
+                beta_fast,
+                beta_slow,
+                attention_factor,
+                truncate: _,
+            } => {
+                positive("factor", factor)?;
+                positive(
+                    "original_max_position_embeddings",
+                    original_max_position_embeddings,
+                )?;
+                positive("beta_fast", beta_fast)?;
+                positive("beta_slow", beta_slow)?;
+                positive("attention_factor", attention_factor)?;
+            }
+            &RopeScaling::Linear { factor } => positive("factor", factor)?,
             RopeScaling::FreqFactors { factors } => {
                 if factors.len() != self.d_head() / 2 {
                     return Err(format!(

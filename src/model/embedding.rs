@@ -42,6 +42,10 @@ pub fn sinusoid(pos: usize, dim: usize, d_model: usize) -> f64 {
     }
 }
 
+/// The most positions of the precomputed sinusoid table (4 MiB of f32 at d_model 128);
+/// positions past it are computed per token.
+pub const SINUSOID_TABLE_ROWS: usize = 8192;
+
 /// The token embedding table with positions added.
 #[derive(Clone, Debug)]
 pub struct Embedding<T> {
@@ -52,8 +56,9 @@ pub struct Embedding<T> {
     pub kind: Positions,
     /// P [max_len, d_model], trained (`Positions::Learned` only).
     pub positions: Option<Param<T>>,
-    /// PE [max_len, d_model], precomputed in f64 and rounded once (`Positions::Sinusoidal`
-    /// only, empty otherwise).
+    /// PE [min(max_len, SINUSOID_TABLE_ROWS), d_model], precomputed in f64 and rounded once
+    /// (`Positions::Sinusoidal` only, empty otherwise); rows past it are computed when used,
+    /// the same values (a long context allocates no table of its length).
     sinusoids: Vec<T>,
     max_len: usize,
     /// Multiply the token embedding by √d_model (section 3.4); false for GPT-2 and Llama.
@@ -93,8 +98,9 @@ impl<T: Float> Embedding<T> {
         let weight = init.xavier(&[vocab, d_model], vocab, d_model);
         let mut sinusoids = Vec::new();
         if kind == Positions::Sinusoidal && init.computes() {
-            sinusoids = vec![T::zero(); max_len * d_model];
-            for pos in 0..max_len {
+            let rows = max_len.min(SINUSOID_TABLE_ROWS);
+            sinusoids = vec![T::zero(); rows * d_model];
+            for pos in 0..rows {
                 for dim in 0..d_model {
                     sinusoids[pos * d_model + dim] = T::of(sinusoid(pos, dim, d_model));
                 }
@@ -173,12 +179,30 @@ impl<T: Float> Embedding<T> {
         }
     }
 
-    /// The additive position table `[max_len, d_model]`, if any.
-    fn additive(&self) -> Option<&[T]> {
+    /// The additive position row of `pos`, `[d_model]`, if positions are added: a row of the
+    /// table, or (sinusoids past [`SINUSOID_TABLE_ROWS`]) computed.
+    fn additive_row(&self, pos: usize) -> Option<std::borrow::Cow<'_, [T]>> {
+        let d = self.d_model;
         match self.kind {
-            Positions::Sinusoidal => Some(&self.sinusoids),
-            Positions::Learned => self.positions.as_ref().map(|p| &p.value.data[..]),
+            Positions::Sinusoidal => Some(match self.sinusoids.get(pos * d..(pos + 1) * d) {
+                Some(row) => row.into(),
+                None => (0..d).map(|dim| T::of(sinusoid(pos, dim, d))).collect(),
+            }),
+            Positions::Learned => {
+                let table = &self.positions.as_ref()?.value.data;
+                Some(table[pos * d..(pos + 1) * d].into())
+            }
             Positions::Rotary => None,
+        }
+    }
+
+    /// How many position rows the embedding holds (the sinusoid table is at most
+    /// [`SINUSOID_TABLE_ROWS`] rows whatever the context; a learned table has the context's).
+    pub fn position_rows(&self) -> usize {
+        match self.kind {
+            Positions::Sinusoidal => self.sinusoids.len() / self.d_model.max(1),
+            Positions::Learned => self.positions.as_ref().map_or(0, |p| p.value.shape[0]),
+            Positions::Rotary => 0,
         }
     }
 
@@ -223,7 +247,6 @@ impl<T: Float> Embedding<T> {
         );
         // x: [batch*seq_len, d_model]
         let mut x = vec![T::zero(); tokens.len() * d];
-        let table = self.additive();
         for (r, &tok) in tokens.iter().enumerate() {
             let pos = pos_offset + r % seq_len;
             let row: Vec<T>;
@@ -254,10 +277,9 @@ impl<T: Float> Embedding<T> {
                     .unwrap_or_else(|| outside()),
             };
             let out = &mut x[r * d..(r + 1) * d];
-            match table {
-                Some(table) => {
-                    let pe = &table[pos * d..(pos + 1) * d];
-                    for ((o, &ev), &pv) in out.iter_mut().zip(e).zip(pe) {
+            match self.additive_row(pos) {
+                Some(pe) => {
+                    for ((o, &ev), &pv) in out.iter_mut().zip(e).zip(pe.iter()) {
                         *o = ev * scale + pv;
                     }
                 }
@@ -361,6 +383,27 @@ mod tests {
                 got[r * d..(r + 1) * d],
                 table[t as usize * d..(t as usize + 1) * d]
             );
+        }
+    }
+
+    /// A context of 2^20 positions keeps a table of SINUSOID_TABLE_ROWS rows; positions
+    /// past it get the paper's values, computed (position 1,000,000: `sin(10^6 / 10000^(2i/d))`).
+    #[test]
+    fn long_contexts_keep_a_bounded_sinusoid_table() {
+        let (vocab, d, context) = (4, 8, 1 << 20);
+        let mut rng = Rng::new(5);
+        let e = Embedding::<f64>::with_positions(vocab, d, context, Positions::Sinusoidal, &mut rng)
+            .unscaled();
+        assert_eq!(e.position_rows(), SINUSOID_TABLE_ROWS);
+        assert_eq!(e.max_len(), context);
+        for pos in [SINUSOID_TABLE_ROWS - 1, SINUSOID_TABLE_ROWS, 1_000_000, context - 1] {
+            let (x, _) = e.forward(&[2], 1, pos, 0.0, None);
+            for (dim, &got) in x.iter().enumerate() {
+                let angle = pos as f64 / 10000f64.powf((dim - dim % 2) as f64 / d as f64);
+                let pe = if dim % 2 == 0 { angle.sin() } else { angle.cos() };
+                let want = e.weight.value.data[2 * d + dim] + pe;
+                assert!((got - want).abs() < 1e-12, "pos {pos} dim {dim}: {got} vs {want}");
+            }
         }
     }
 

@@ -38,6 +38,9 @@ pub struct LanguageModel<T> {
     pub blocks: Stack<SelfAttentionBlock<T>, T>,
     /// The output projection: the embedding matrix, or its own when untied.
     pub head: OutputHead<T>,
+    /// The positions a sequence may reach in this run: the model's context
+    /// `config.max_len` unless [`set_context`](Self::set_context) lowered it (`--ctx-size`).
+    pub(super) context: usize,
 }
 
 /// Everything the forward keeps for the backward.
@@ -91,14 +94,16 @@ impl<T: Float> LanguageModel<T> {
             layer.self_attn.set_kind(c.layer_attention_kind(i), true);
             layer.self_attn.rope.base = c.layer_rope_base(i);
             // Scaling belongs to `rope_base`: a layer of its own sliding base is unscaled.
-            layer.self_attn.rope_freq_factors = match c.has_sliding_rope(i) {
-                true => Vec::new(),
-                false => rope_freq_factors.clone(),
-            };
+            (layer.self_attn.rope_freq_factors, layer.self_attn.rope.attention_factor) =
+                match c.has_sliding_rope(i) {
+                    true => (Vec::new(), 1.0),
+                    false => (rope_freq_factors.clone(), c.rope_attention_factor()),
+                };
         }
         let head = OutputHead::new(c.vocab_size, c.d_model, c.tie_embeddings, init)
             .with_softcap(c.final_logit_softcap);
         LanguageModel {
+            context: config.max_len,
             config,
             embedding,
             blocks,
@@ -126,9 +131,10 @@ impl<T: Float> LanguageModel<T> {
         self.head.prepare_precision(&self.embedding, precision)
     }
 
-    /// The longest sequence the model accepts.
+    /// The longest sequence this run accepts: the context set by
+    /// [`set_context`](Self::set_context), by default the model's (`config.max_len`).
     pub fn max_len(&self) -> usize {
-        self.config.max_len
+        self.context
     }
 
     /// `hidden [rows, d_model]` -> logits `[rows, vocab]`.
@@ -225,24 +231,25 @@ impl<T: Float> LanguageModel<T> {
     }
 
     /// An empty incremental-decoding state for `batch` sequences of up to `capacity` positions
-    /// (at most `max_len`): one block per row, attended as matrix products.
+    /// (at most [`max_len`](Self::max_len)): one block per row, attended as matrix products
+    /// (its memory is taken at the first feed: ask for the positions the run needs).
     ///
     /// With sliding windows, blocks of the smallest window (at most 64 positions), released as
     /// the window moves on: a windowed layer then holds about its window's positions, not
     /// `capacity` (attention then reads through the block tables).
     pub fn start(&self, batch: usize, capacity: usize) -> LmState<T> {
-        let capacity = capacity.min(self.config.max_len);
+        let capacity = capacity.min(self.context);
         let windows = self.blocks.layers.iter().filter_map(|l| l.self_attn.window);
         let block_rows = windows.min().map_or(capacity, |w| w.clamp(1, 64));
         CacheStack::new(self.kv_widths(), batch, capacity, block_rows)
     }
 
-    /// An empty state for continuous batching: no rows yet, each row may hold up to `max_len`
-    /// positions, stored in blocks of `block_rows` from one free list per layer (the serving
+    /// An empty state for continuous batching: no rows yet, each row may hold up to
+    /// [`max_len`](Self::max_len) positions, stored in blocks of `block_rows` from one free list per layer (the serving
     /// pool; rows join with `CacheStack::add_row`, grow through [`step`](Self::step) with a
     /// ragged layout and leave with `CacheStack::gather_rows`).
     pub fn start_paged(&self, block_rows: usize) -> LmState<T> {
-        CacheStack::new(self.kv_widths(), 0, self.config.max_len, block_rows)
+        CacheStack::new(self.kv_widths(), 0, self.context, block_rows)
     }
 
     /// The key/value width of each block's self-attention.

@@ -19,6 +19,7 @@ pub mod checkpoint;
 #[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]
 pub mod classifier_head;
 pub mod config;
+pub mod context;
 pub mod decoder;
 pub mod embedding;
 pub mod encoder;
@@ -44,6 +45,7 @@ pub mod param;
 #[cfg(test)]
 mod qk_norm_tests;
 pub mod residual;
+pub mod rope_scaling;
 pub mod seq2seq;
 pub mod seq2seq_ragged;
 #[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]

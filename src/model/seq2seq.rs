@@ -130,10 +130,12 @@ impl<T: Float> Seq2Seq<T> {
             layer.self_attn.window = c.layer_window(i);
             layer.self_attn.set_kind(c.layer_attention_kind(i), true);
             layer.self_attn.rope_freq_factors = rope_freq_factors.clone();
+            layer.self_attn.rope.attention_factor = c.rope_attention_factor();
         }
         for (i, layer) in encoder.layers.iter_mut().enumerate() {
             layer.self_attn.set_kind(c.encoder_attention_kind(i), false);
             layer.self_attn.rope_freq_factors = rope_freq_factors.clone();
+            layer.self_attn.rope.attention_factor = c.rope_attention_factor();
         }
         let head = OutputHead::new(c.vocab_size, c.d_model, c.tie_embeddings, init)
             .with_softcap(c.final_logit_softcap);

@@ -543,11 +543,19 @@ fn compute_lm(app: Arc<App>) {
         }
     };
     let TextGenerator {
-        model,
+        mut model,
         tokenizer,
         chat,
         ..
     } = generator;
+    // `--ctx-size`: the context of every sequence (at most the model's); the pool's memory is
+    // bounded by --kv-memory-mib, not by it.
+    if let Some(n) = app.config.llama.ctx_size {
+        if let Err(e) = model.set_context(n, None) {
+            let _ = app.load_error.set(e.to_string());
+            return;
+        }
+    }
     let engine = engine_config(&app.config, &model);
     let (tx, rx) = std::sync::mpsc::channel();
     let end_tokens = tokenizer.end_tokens();
@@ -562,7 +570,7 @@ fn compute_lm(app: Arc<App>) {
         tokenizer,
         chat,
         vocab_size: model.config.vocab_size,
-        max_len: app.config.llama.ctx_size.map_or(model.max_len(), |n| n.min(model.max_len())),
+        max_len: model.max_len(),
         engine,
         timeout_s: app.config.timeout_s,
         requests: tx,

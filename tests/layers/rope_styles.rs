@@ -18,6 +18,7 @@ fn ropes() -> [Rope; 4] {
         Rope {
             base: 500000.0,
             style: RopeStyle::Interleaved,
+            attention_factor: 1.0,
         },
         Rope::half_split(10000.0),
         Rope::half_split(100000.0),
@@ -141,7 +142,8 @@ fn the_default_is_interleaved_with_base_10000() {
         Rope::default(),
         Rope {
             base: 10000.0,
-            style: RopeStyle::Interleaved
+            style: RopeStyle::Interleaved,
+            attention_factor: 1.0,
         }
     );
 }
@@ -294,6 +296,7 @@ fn the_two_pairings_differ_by_a_column_permutation() {
                 Rope {
                     base,
                     style: RopeStyle::Interleaved,
+                    attention_factor: 1.0,
                 },
             );
             let mut want = x.clone();

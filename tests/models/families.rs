@@ -17,7 +17,7 @@ use transformer::store::gguf::{GgufFile, Value};
 use transformer::store::{read_tensors, TensorMap};
 
 /// `../shared/reference/families`, or `None` with the reason printed.
-fn families_dir() -> Option<PathBuf> {
+pub(super) fn families_dir() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/reference/families");
     if dir.is_dir() {
         Some(dir)
@@ -58,12 +58,12 @@ pub(super) fn max_diff(ours: &[f32], theirs: &[f32]) -> f64 {
 }
 
 /// The logits of every position of `ids`, `[len, vocab]`.
-fn logits(model: &LanguageModel<f32>, ids: &[u32]) -> Vec<f32> {
+pub(super) fn logits(model: &LanguageModel<f32>, ids: &[u32]) -> Vec<f32> {
     model.forward(ids, 1, None).0
 }
 
 /// 16 greedy tokens after `ids`, through the KV cache.
-fn greedy(model: &LanguageModel<f32>, ids: &[u32], n: usize) -> Vec<u32> {
+pub(super) fn greedy(model: &LanguageModel<f32>, ids: &[u32], n: usize) -> Vec<u32> {
     let opts = SamplingOptions {
         temperature: 0.0,
         ..Default::default()
@@ -133,7 +133,7 @@ fn diff_to_llama_cpp(model: &LanguageModel<f32>, gguf_ref: &(Reference, TensorMa
 }
 
 /// A family's Hugging Face directory through the family table.
-fn load_hf(dir: &Path) -> LanguageModel<f32> {
+pub(super) fn load_hf(dir: &Path) -> LanguageModel<f32> {
     let config_path = dir.join("config.json");
     let bytes = std::fs::read(&config_path).unwrap();
     let json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
@@ -143,7 +143,7 @@ fn load_hf(dir: &Path) -> LanguageModel<f32> {
     m
 }
 
-fn load_gguf_file(file: &GgufFile, weights: GgufWeights) -> LanguageModel<f32> {
+pub(super) fn load_gguf_file(file: &GgufFile, weights: GgufWeights) -> LanguageModel<f32> {
     let mut m = load_gguf(file, weights).unwrap();
     m.prepare_inference();
     m
@@ -238,7 +238,7 @@ fn phi3_fused_projections_match_transformers() {
 }
 
 /// The file with the key `key` set to `value` (replaced or added), tensors as stored.
-fn with_key(file: &GgufFile, key: &str, value: Value) -> Vec<u8> {
+pub(super) fn with_key(file: &GgufFile, key: &str, value: Value) -> Vec<u8> {
     use crate::gguf_common::{gguf, TensorSpec};
     let mut kvs: Vec<(&str, Value)> = file
         .metadata()

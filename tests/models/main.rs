@@ -20,6 +20,7 @@ mod gguf_tokenizer;
 mod gguf_vocab_suite;
 mod kquants;
 mod lm;
+mod long_context;
 mod minilm;
 mod pretrained;
 mod pretrained_lowp;

@@ -259,6 +259,7 @@ impl LlamaConfig {
             self.rope_parameters.as_ref(),
             self.rope_theta,
             self.rope_scaling.as_ref(),
+            self.max_position_embeddings,
         )?;
         let heads = self.num_attention_heads;
         if heads == 0 {
