@@ -52,8 +52,8 @@ pub fn run(args: PerplexityArgs) -> Result<()> {
     let window = args.context.unwrap_or(max_len);
     if window == 0 || window > max_len {
         bail!(
-            "--context {window}: the context (--ctx-size, else the model's) is 1 to {max_len} \
-             tokens"
+            "--context {window}: the context is 1 to {max_len} tokens (--ctx-size, else the \
+             model's)"
         );
     }
     let stride = args.stride.unwrap_or(window);

@@ -165,6 +165,17 @@ fn rotary_angles_past_65536_match_transformers_in_float64() {
     let qwen = load_hf(dir.path());
     assert_eq!(qwen.max_len(), 1 << 20);
     let (want, m) = yarn_inv_freq(1e6, 32, 32.0, 32768.0);
+    assert_eq!(
+        qwen.config.rope_scaling,
+        Some(RopeScaling::Yarn {
+            factor: 32.0,
+            original_max_position_embeddings: 32768.0,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            attention_factor: m,
+            truncate: true,
+        })
+    );
     assert!((m - 1.346_573_590_279_972_6).abs() < 1e-15, "{m}");
     let base_inv = |i: usize| 1.0 / 1e6f64.powf((2 * i) as f64 / 32.0);
     assert_eq!(want[0], base_inv(0), "kept below the beta_fast band");
