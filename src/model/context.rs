@@ -120,7 +120,7 @@ mod tests {
         let mut m = LanguageModel::<f32>::new(c, &mut ShapesOnly);
         assert_eq!(m.kv_cache_bytes(1000), 2 * 2 * 16 * 1000 * 4);
         let err = m.set_context(1 << 20, Some(1 << 20)).unwrap_err().to_string();
-        let needed = (2 * 2 * 16 * 4u64 << 20).to_string();
+        let needed = ((2 * 2 * 16 * 4u64) << 20).to_string();
         assert!(err.contains(&needed) && err.contains("1048576 bytes"), "{err}");
         assert_eq!(m.max_len(), 1 << 20, "a refused context changes nothing");
         assert_eq!(m.set_context(4096, Some(1 << 20)).unwrap(), 4096);

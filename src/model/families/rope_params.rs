@@ -136,7 +136,7 @@ pub fn gguf_rope_scaling(file: &GgufFile) -> Result<Option<RopeScaling>> {
     let key = format!("{arch}.rope.scaling.type");
     match file.get::<&str>(&key)? {
         None | Some("none") => {}
-        Some("yarn") => return gguf_yarn(file, &arch).map(Some),
+        Some("yarn") => return gguf_yarn(file, arch).map(Some),
         Some("linear") => {
             let factor_key = format!("{arch}.rope.scaling.factor");
             let factor = file.get::<f64>(&factor_key)?.ok_or_else(|| {
