@@ -115,3 +115,26 @@ def test_tokenize_round_trip():
         g.detokenize([g.vocab_size])
     with pytest.raises(ValueError, match="at least one"):
         g.logits([])
+
+
+@pytest.mark.parametrize("context", [131072, 1 << 20])
+def test_long_context_directory_loads_and_ctx_size_limits_it(tmp_path, context):
+    """A Llama directory whose context is 128k or 1M loads (a limit, not an allocation) and
+    gives the logits of the 256-context original; `ctx_size` lowers the limit, and one above
+    the model's context is lowered to it."""
+    import json
+    import shutil
+
+    source = shared_path("reference", "families", "llama", "hf")
+    for f in source.iterdir():
+        shutil.copy(f, tmp_path / f.name)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["max_position_embeddings"] = context
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    long = transformer.Generator(tmp_path)
+    assert long.max_len == context
+    original = transformer.Generator(source)
+    ids = original.tokenize("To be, or not")
+    assert np.array_equal(long.logits(ids), original.logits(ids))
+    assert transformer.Generator(tmp_path, ctx_size=64).max_len == 64
+    assert transformer.Generator(tmp_path, ctx_size=context * 2).max_len == context
