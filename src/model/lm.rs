@@ -245,11 +245,13 @@ impl<T: Float> LanguageModel<T> {
     }
 
     /// An empty state for continuous batching: no rows yet, each row may hold up to
-    /// [`max_len`](Self::max_len) positions, stored in blocks of `block_rows` from one free list per layer (the serving
-    /// pool; rows join with `CacheStack::add_row`, grow through [`step`](Self::step) with a
-    /// ragged layout and leave with `CacheStack::gather_rows`).
+    /// [`max_len`](Self::max_len) positions (at least one block), stored in blocks of
+    /// `block_rows` from one free list per layer (the serving pool; rows join with
+    /// `CacheStack::add_row`, grow through [`step`](Self::step) with a ragged layout and leave
+    /// with `CacheStack::gather_rows`).
     pub fn start_paged(&self, block_rows: usize) -> LmState<T> {
-        CacheStack::new(self.kv_widths(), 0, self.context, block_rows)
+        let capacity = self.context.max(block_rows);
+        CacheStack::new(self.kv_widths(), 0, capacity, block_rows)
     }
 
     /// The key/value width of each block's self-attention.

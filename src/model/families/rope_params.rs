@@ -95,7 +95,8 @@ pub fn hf_rope(
             let attention_factor = optional("attention_factor")?
                 .unwrap_or_else(|| yarn_attention_factor(factor, mscale, mscale_all_dim));
             // transformers: `rope_parameters.get("beta_fast") or 32` (a 0 is the default too).
-            let or_default = |v: Option<f64>, default: f64| v.filter(|&b| b != 0.0).unwrap_or(default);
+            let or_default =
+                |v: Option<f64>, default: f64| v.filter(|&b| b != 0.0).unwrap_or(default);
             let truncate = match params.get("truncate") {
                 None | Some(Value::Null) => true,
                 Some(v) => v
@@ -256,7 +257,8 @@ mod tests {
             assert!(err.contains(kind) && err.contains("not supported"), "{err}");
         }
         // Qwen2.5's 128k config (transformers 4 layout), defaults filled as transformers does.
-        let qwen = json!({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768});
+        let qwen =
+            json!({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768});
         let (_, yarn) = hf_rope(None, Some(1e6), Some(&qwen), 131072).unwrap();
         assert_eq!(
             yarn,
