@@ -37,6 +37,38 @@ impl ContextArgs {
         }
         Ok(())
     }
+
+    /// Refuses a generation whose key/value cache (the prompt plus `max_tokens`, at most the
+    /// context) would not fit the memory available, naming both byte counts: the cache of a
+    /// generation is taken at its first feed, so this is checked before it starts.
+    pub fn check_generation<T: crate::Float>(
+        model: &crate::model::LanguageModel<T>,
+        prompt_len: usize,
+        max_tokens: usize,
+    ) -> Result<()> {
+        let available = crate::model::context::mem_available_bytes();
+        generation_fits(model, prompt_len.saturating_add(max_tokens), available)
+    }
+}
+
+/// [`ContextArgs::check_generation`] against `available` bytes (none: unchecked).
+fn generation_fits<T: crate::Float>(
+    model: &crate::model::LanguageModel<T>,
+    positions: usize,
+    available: Option<u64>,
+) -> Result<()> {
+    let positions = positions.min(model.max_len());
+    let needed = model.kv_cache_bytes(positions);
+    if let Some(available) = available {
+        if needed > u128::from(available) {
+            anyhow::bail!(
+                "a generation of {positions} positions (prompt and --max-tokens) needs \
+                 {needed} bytes of key/value cache, more than the {available} bytes \
+                 available (MemAvailable); ask for fewer --max-tokens or a smaller --ctx-size"
+            );
+        }
+    }
+    Ok(())
 }
 
 // `--threads` of the inference commands.
@@ -257,6 +289,30 @@ mod tests {
     struct Sampled {
         #[command(flatten)]
         sampling: SamplingArgs,
+    }
+
+    /// A generation's key/value cache against the bytes available: 2 layers · 2 · 32 wide ·
+    /// positions · 4 bytes, the positions at most the context.
+    #[test]
+    fn a_generation_larger_than_memory_is_refused_naming_the_bytes() {
+        use crate::model::config::{ModelConfig, Positions};
+        let mut c = ModelConfig::preset("tiny", 8).unwrap();
+        (c.n_encoder_layers, c.n_decoder_layers, c.d_model, c.n_heads) = (0, 2, 32, 4);
+        (c.positions, c.max_len) = (Positions::Rotary, 1 << 20);
+        let model = crate::model::LanguageModel::<f32>::new(c, &mut crate::model::ShapesOnly);
+        let err = generation_fits(&model, 1 << 20, Some(1 << 20))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("536870912 bytes") && err.contains("1048576 bytes"),
+            "{err}"
+        );
+        assert!(generation_fits(&model, 1000, Some(1 << 20)).is_ok());
+        assert!(generation_fits(&model, 1 << 30, None).is_ok());
+        let err = generation_fits(&model, usize::MAX, Some(1))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("of 1048576 positions"), "{err}");
     }
 
     #[test]

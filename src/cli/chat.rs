@@ -71,6 +71,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
         let prompt = generator.chat_prompt(&messages)?;
         let mut decoder = StreamDecoder::new(&generator.tokenizer);
         let model = &generator.model;
+        ContextArgs::check_generation(model, prompt.len(), args.max_tokens)?;
         let ids = generate_ids(
             model,
             &prompt,

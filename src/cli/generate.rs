@@ -81,6 +81,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     };
     let until = tokenizer.end_tokens();
     model.embedding.check_ids(&prompt)?;
+    ContextArgs::check_generation(&model, prompt.len(), args.max_tokens)?;
     let mut rng = Rng::new(args.sampling.seed);
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
