@@ -125,6 +125,11 @@ pub struct ServeArgs {
     /// (llama-server's --cors-credentials, on there by default).
     #[arg(long)]
     pub cors_credentials: bool,
+    /// A sequence that fills its context (--ctx-size) goes on: the tokens after the prompt's
+    /// first n_keep (a request field, default 0) are halved, the older half discarded, and
+    /// generation continues from the rest (llama-server's --context-shift).
+    #[arg(long)]
+    pub context_shift: bool,
     /// Worker threads for the model (0: all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
@@ -279,6 +284,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             slots: !args.no_slots,
             metrics: !args.no_metrics,
             webui: !args.no_webui,
+            ctx_shift: args.context_shift,
         },
         ..ServeConfig::new(args.model.clone(), addr)
     };

@@ -42,6 +42,7 @@ pub mod anthropic;
 pub mod api_error;
 pub mod client;
 pub mod compute_loop;
+pub mod context_shift;
 pub mod embeddings;
 pub mod engine;
 pub mod gate;

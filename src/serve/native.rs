@@ -53,6 +53,9 @@ pub struct LlamaOptions {
     pub metrics: bool,
     /// Whether `GET /` serves the web page (`--no-webui`: 404).
     pub webui: bool,
+    /// Whether a sequence that fills its context goes on after discarding old tokens
+    /// (`--context-shift`; see [`super::context_shift`]).
+    pub ctx_shift: bool,
 }
 
 impl Default for LlamaOptions {
@@ -65,6 +68,7 @@ impl Default for LlamaOptions {
             slots: true,
             metrics: true,
             webui: true,
+            ctx_shift: false,
         }
     }
 }

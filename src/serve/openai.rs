@@ -35,7 +35,8 @@ pub mod options;
 pub mod tool_calls;
 
 use super::api_error::ApiError;
-use super::scheduler::{Event, GenRequest};
+use super::context_shift;
+use super::scheduler::{Event, GenRequest, RowOptions};
 use super::{App, LmFront, OutcomeGuard};
 use crate::decode::constraint::{Constraint, Grammar};
 use crate::decode::sample::SamplingOptions;
@@ -91,6 +92,8 @@ struct Params {
     max_tokens: Option<usize>,
     /// Whether the budget came as llama.cpp's `n_predict` (see [`params`]).
     native_budget: bool,
+    /// Prompt tokens a context shift keeps (`n_keep`; -1, the whole prompt: `usize::MAX`).
+    n_keep: usize,
     sampling: SamplingOptions,
     seed: u64,
     stop: Vec<String>,
@@ -110,8 +113,8 @@ fn params(
         None => field::<usize>(body, "max_completion_tokens")?,
     };
     // llama.cpp's name of max_tokens, with llama.cpp's meaning: a negative value generates
-    // until the context is full, and a value past the context stops there, where max_tokens
-    // past the context is refused.
+    // until the context is full, and a value past the context stops there (or shifts it,
+    // --context-shift) where max_tokens past the context is refused.
     let (max_tokens, native_budget) = match max_tokens {
         Some(n) => (Some(n), false),
         None => match field::<i64>(body, "n_predict")? {
@@ -119,6 +122,17 @@ fn params(
             Some(n) => (Some(n as usize), true),
             None => (None, false),
         },
+    };
+    let n_keep = match field::<i64>(body, "n_keep")? {
+        None => 0,
+        Some(-1) => usize::MAX,
+        Some(n) if n >= 0 => n as usize,
+        Some(n) => {
+            return Err(ApiError::invalid(
+                Some("n_keep"),
+                format!("n_keep {n} must be >= 0, or -1 for the whole prompt"),
+            ))
+        }
     };
     if max_tokens == Some(0) {
         return Err(ApiError::invalid(
@@ -157,6 +171,7 @@ fn params(
         scoring: options::scoring(body, chat, vocab, stream)?,
         max_tokens,
         native_budget,
+        n_keep,
         sampling: SamplingOptions {
             temperature,
             top_k,
@@ -230,8 +245,11 @@ fn submit(
         .with_context(n, lm.max_len));
     }
     let room = lm.max_len - n;
+    // --context-shift: a row without a grammar goes on past the context's end.
+    let shift = cfg.llama.ctx_shift && constraint.is_none();
     let max_tokens = match p.max_tokens {
         None => default_max.min(room).min(cfg.max_output_tokens),
+        Some(UNTIL_FULL) if shift => cfg.max_output_tokens,
         Some(UNTIL_FULL) => room.min(cfg.max_output_tokens),
         Some(n) => n,
     };
@@ -245,13 +263,15 @@ fn submit(
             ),
         ));
     }
-    if max_tokens > room && !p.native_budget {
+    if max_tokens > room && !shift && !p.native_budget {
         return Err(ApiError::limit(
             "max_tokens",
             "context_length_exceeded",
             format!("the prompt ({n} tokens) plus max_tokens ({max_tokens}) is over the model's context of {} tokens", lm.max_len),
         ));
     }
+    // What the first row generates at most; with a shift, continuations do the rest.
+    let total = max_tokens;
     let max_tokens = max_tokens.min(room);
     let blocks = lm.engine.blocks_for(n, max_tokens);
     if blocks > lm.engine.pool_blocks {
@@ -288,6 +308,26 @@ fn submit(
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let now = Instant::now();
     let deadline = now + Duration::from_secs_f64(cfg.timeout_s);
+    let continuation = (shift && total > max_tokens).then(|| {
+        let continuation = context_shift::Continuation {
+            n_ctx: lm.max_len,
+            n_keep: p.n_keep.min(n),
+            max_tokens: total,
+            sampling: p.sampling,
+            options: RowOptions {
+                prompt_logprobs: None,
+                ..p.scoring.row.clone()
+            },
+            seed,
+            stop_ids: lm.end_tokens.clone(),
+            arrived: now,
+            deadline,
+            requests: lm.requests.clone(),
+            metrics: app.metrics.clone(),
+            max_queue: cfg.max_queue,
+        };
+        (prompt.clone(), continuation)
+    });
     let req = GenRequest {
         prompt,
         max_tokens,
@@ -304,7 +344,10 @@ fn submit(
         app.metrics.queued.fetch_sub(1, Ordering::AcqRel);
         return Err(ApiError::internal("the engine has stopped"));
     }
-    Ok(rx)
+    Ok(match continuation {
+        Some((prompt, c)) => context_shift::relay(prompt, rx, c),
+        None => rx,
+    })
 }
 
 /// `grammar` (asked for by `field`) compiled against the model's vocabulary; a 400 naming the

@@ -7,6 +7,8 @@
 //! - `--no-webui`, `--no-metrics`, the `llamacpp:` metric names and `Process-Start-Time-Unix`;
 //! - `timings`' generation rate over the steps after the first token;
 //! - `top_k <= 0` and empty stop strings, as llama.cpp takes them;
+//! - `--context-shift`: a generation past `--ctx-size` goes on from the kept tokens, token for
+//!   token what a request of the shifted prompt gives.
 
 use super::serve_llama::ends;
 use super::serve_surface::{get, json_of, model_dir, post, reference, start, T};
@@ -331,6 +333,69 @@ fn top_k_below_one_and_empty_stop_strings_change_nothing() {
         got["usage"]["completion_tokens"],
         want["usage"]["completion_tokens"]
     );
+}
+
+#[test]
+fn context_shift_continues_from_the_kept_tokens() {
+    let r = match model_dir() {
+        Some(dir) => reference(&dir),
+        None => return,
+    };
+    let prompt = r.input_ids.clone();
+    let n = prompt.len();
+    let n_ctx = n + 20;
+    let Some(server) = start(|c| ServeConfig {
+        llama: LlamaOptions {
+            ctx_size: Some(n_ctx),
+            ctx_shift: true,
+            ..Default::default()
+        },
+        prefix_cache: false,
+        ..c
+    }) else {
+        return;
+    };
+    let addr = server.addr;
+    let ask = |prompt: &[u32], n_predict: usize, n_keep: usize| -> Value {
+        let req = json!({"prompt": prompt, "n_predict": n_predict, "n_keep": n_keep,
+                         "temperature": 0, "return_tokens": true, "logit_bias": ends()});
+        let (status, body) = post(addr, "/completion", &req);
+        assert_eq!(status, 200, "{body}");
+        body
+    };
+    let ids = |v: &Value| -> Vec<u32> { serde_json::from_value(v["tokens"].clone()).unwrap() };
+    let body = ask(&prompt, 30, 2);
+    let tokens = ids(&body);
+    assert_eq!(tokens.len(), 30, "{body}");
+    assert_eq!(body["tokens_predicted"], 30);
+    assert_eq!(body["tokens_evaluated"], n);
+    assert_eq!(body["truncated"], true);
+    // The first 20 tokens fill the context: a request for them alone gives them.
+    assert_eq!(ids(&ask(&prompt, 20, 2)), tokens[..20]);
+    // Then the first 2 tokens are kept, half of the rest dropped, and the other 10 tokens
+    // are what that shifted prompt gives.
+    let mut sequence = prompt.clone();
+    sequence.extend_from_slice(&tokens[..20]);
+    let discard = (n_ctx - 2) / 2;
+    let mut shifted = sequence[..2].to_vec();
+    shifted.extend_from_slice(&sequence[2 + discard..]);
+    assert_eq!(ids(&ask(&shifted, 10, 2)), tokens[20..]);
+    // Without --context-shift the same request stops at the context's end.
+    drop(server);
+    let Some(server) = start(|c| ServeConfig {
+        llama: LlamaOptions {
+            ctx_size: Some(n_ctx),
+            ..Default::default()
+        },
+        ..c
+    }) else {
+        return;
+    };
+    let req = json!({"prompt": prompt, "n_predict": 30, "temperature": 0, "logit_bias": ends()});
+    let (status, body) = post(server.addr, "/completion", &req);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["tokens_predicted"], 20);
+    assert_eq!(body["truncated"], true);
 }
 
 #[test]

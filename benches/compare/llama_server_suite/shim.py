@@ -52,6 +52,7 @@ SWITCHES = {
     "--metrics": [],
     "--no-ui": ["--no-webui"],
     "--no-webui": ["--no-webui"],
+    "--context-shift": ["--context-shift"],
     "--no-context-shift": [],
     "--cors-credentials": [],
     "--no-cors-credentials": [],
