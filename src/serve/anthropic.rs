@@ -115,8 +115,8 @@ fn message(i: usize, m: &Value, out: &mut Vec<Value>) -> Result<(), ApiError> {
     // Results answer the calls of the turn before: they come first, then the user's text.
     out.extend(results);
     if !calls.is_empty() {
-        let content = if text.is_empty() { Value::Null } else { Value::String(text) };
-        out.push(json!({"role": role, "content": content, "tool_calls": calls}));
+        // Content as a string even when empty: templates that know no tool calls add it.
+        out.push(json!({"role": role, "content": text, "tool_calls": calls}));
     } else if !text.is_empty() || out.last().is_none_or(|last| last["role"] != "tool") {
         out.push(json!({"role": role, "content": text}));
     }

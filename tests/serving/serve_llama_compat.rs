@@ -436,3 +436,154 @@ fn prompts_mix_token_ids_and_texts_as_llama_cpp_reads_them() {
     let (status, body) = post(addr, "/completion", &json!({"prompt": [1, {"x": 1}]}));
     assert_eq!(status, 400, "{body}");
 }
+
+#[test]
+fn ignore_eos_a_role_chunk_first_and_refused_template_switches() {
+    let Some(server) = start(|c| c) else {
+        return;
+    };
+    let addr = server.addr;
+    let g = transformer::pipeline::generate::TextGenerator::load(&model_dir().unwrap()).unwrap();
+    // ignore_eos bans the end tokens, listed in generation_settings.logit_bias as null (-inf).
+    let req = json!({"prompt": "I believe", "n_predict": 4, "ignore_eos": true});
+    let (status, body) = post(addr, "/completion", &req);
+    assert_eq!(status, 200, "{body}");
+    let bias = body["generation_settings"]["logit_bias"]
+        .as_array()
+        .unwrap();
+    let ends = g.tokenizer.end_tokens();
+    assert_eq!(bias.len(), ends.len(), "{body}");
+    for (entry, id) in bias.iter().zip(&ends) {
+        assert_eq!(entry, &json!({"token": id, "bias": null}));
+    }
+    let (_, body) = post(
+        addr,
+        "/completion",
+        &json!({"prompt": "I believe", "n_predict": 2}),
+    );
+    assert_eq!(body["generation_settings"]["logit_bias"], json!([]));
+    // A chat stream opens with the role and no content.
+    let req =
+        json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "stream": true});
+    let mut c = transformer::serve::client::Connection::open(
+        addr,
+        "POST",
+        "/v1/chat/completions",
+        Some(&req.to_string()),
+        T,
+    )
+    .unwrap();
+    let first: Value = serde_json::from_str(&c.next_event().unwrap().unwrap()).unwrap();
+    assert_eq!(
+        first["choices"][0]["delta"],
+        json!({"role": "assistant", "content": null})
+    );
+    let second: Value = serde_json::from_str(&c.next_event().unwrap().unwrap()).unwrap();
+    assert!(
+        second["choices"][0]["delta"].get("role").is_none(),
+        "{second}"
+    );
+    // Continuing the last message is not done here: refused by name.
+    let messages =
+        json!([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hel"}]);
+    for (field, value) in [
+        ("continue_final_message", true),
+        ("add_generation_prompt", false),
+    ] {
+        let mut req = json!({"messages": messages, "max_tokens": 2});
+        req[field] = value.into();
+        let (status, body) = post(addr, "/v1/chat/completions", &req);
+        assert_eq!(
+            (status, body["error"]["param"].as_str()),
+            (400, Some(field)),
+            "{body}"
+        );
+    }
+}
+
+#[test]
+fn anthropic_messages_over_the_chat_route() {
+    let Some(server) = start(|c| c) else {
+        return;
+    };
+    let addr = server.addr;
+    let messages = json!([{"role": "user", "content": [{"type": "text", "text": "Say"},
+                                                       {"type": "text", "text": " hello"}]}]);
+    let req = json!({"model": "claude-x", "max_tokens": 5, "system": "Be brief.",
+                     "messages": messages, "temperature": 0});
+    let (status, body) = post(addr, "/v1/messages", &req);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (&body["type"], &body["role"]),
+        (&json!("message"), &json!("assistant"))
+    );
+    assert_eq!(body["content"][0]["type"], "text");
+    assert_eq!(body["stop_reason"], "max_tokens");
+    assert_eq!(body["usage"]["output_tokens"], 5);
+    // The same conversation through the chat route: the same text and prompt size.
+    let chat = json!({"max_tokens": 5, "temperature": 0, "messages": [
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hello"}]});
+    let (_, want) = post(addr, "/v1/chat/completions", &chat);
+    assert_eq!(
+        body["content"][0]["text"],
+        want["choices"][0]["message"]["content"]
+    );
+    assert_eq!(
+        body["usage"]["input_tokens"],
+        want["usage"]["prompt_tokens"]
+    );
+    let (status, count) = post(
+        addr,
+        "/v1/messages/count_tokens",
+        &json!({"system": "Be brief.", "messages": messages}),
+    );
+    assert_eq!(status, 200, "{count}");
+    assert_eq!(
+        count,
+        json!({"input_tokens": want["usage"]["prompt_tokens"]})
+    );
+    let (_, count) = post(addr, "/chat/completions/input_tokens", &chat);
+    assert_eq!(count["input_tokens"], want["usage"]["prompt_tokens"]);
+    // Streamed: Anthropic's events in order, the text the same.
+    let mut streamed = req.clone();
+    streamed["stream"] = true.into();
+    let mut c = transformer::serve::client::Connection::open(
+        addr,
+        "POST",
+        "/v1/messages",
+        Some(&streamed.to_string()),
+        T,
+    )
+    .unwrap();
+    let mut kinds = Vec::new();
+    let mut text = String::new();
+    while let Some(data) = c.next_event().unwrap() {
+        let event: Value = serde_json::from_str(&data).unwrap();
+        if event["type"] == "content_block_delta" {
+            text.push_str(event["delta"]["text"].as_str().unwrap());
+        }
+        kinds.push(event["type"].as_str().unwrap().to_string());
+    }
+    kinds.dedup();
+    assert_eq!(
+        kinds,
+        [
+            "message_start",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop"
+        ]
+    );
+    assert_eq!(text, body["content"][0]["text"].as_str().unwrap());
+    // An image block is refused by name.
+    let image = json!({"max_tokens": 5, "messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}]}]});
+    let (status, body) = post(addr, "/v1/messages", &image);
+    assert_eq!(status, 400);
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("image input is not supported"));
+}

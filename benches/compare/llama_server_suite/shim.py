@@ -120,8 +120,10 @@ def main(argv):
         out.append("--cors-credentials")
     if ctx is not None:
         # llama.cpp's -c is the whole KV cache, split between the -np slots (1 by default):
-        # what one sequence gets is our --ctx-size.
-        out = strip(out, {"--ctx-size"}) + ["--ctx-size", str(ctx // (parallel or 1))]
+        # what one sequence gets is our --ctx-size. With --kv-unified the slots share it, and
+        # one sequence may use all of it.
+        per_slot = ctx if "--kv-unified" in argv else ctx // (parallel or 1)
+        out = strip(out, {"--ctx-size"}) + ["--ctx-size", str(per_slot)]
     model = EMBEDDER if embedding else LM
     args = [BIN, "serve", "--model", model]
     if not embedding and model.endswith(".gguf"):

@@ -359,14 +359,24 @@ pub fn stream(
     guard: OutcomeGuard,
 ) -> impl IntoResponse {
     let n = acc.choices.len();
+    // A chat stream opens with each choice's role and no content, as OpenAI and llama.cpp send.
+    let mut queue = VecDeque::new();
+    let chat = reply.flavor == Flavor::Chat;
+    if chat {
+        let roles: Vec<Value> = (0..n)
+            .map(|i| json!({"index": acc.choices[i].index, "logprobs": null, "finish_reason": null,
+                            "delta": {"role": "assistant", "content": null}}))
+            .collect();
+        queue.push_back(Streaming::data(reply.chunk(roles, None)));
+    }
     let state = Streaming {
         lm,
         acc,
         reply,
         guard,
-        role_sent: vec![false; n],
+        role_sent: vec![chat; n],
         sent_chars: vec![0; n],
-        queue: VecDeque::new(),
+        queue,
         done: false,
     };
     let events = futures_util::stream::unfold(Some(state), |state| async move {
