@@ -115,6 +115,21 @@ pub struct ServeArgs {
     /// Answers GET /slots with 501 (llama-server's --no-slots).
     #[arg(long)]
     pub no_slots: bool,
+    /// Answers GET /metrics with 501 (llama-server serves /metrics only with --metrics).
+    #[arg(long)]
+    pub no_metrics: bool,
+    /// Serves no web page: GET / is 404 (llama-server's --no-webui).
+    #[arg(long, visible_alias = "no-ui")]
+    pub no_webui: bool,
+    /// Lets allowed CORS origins send credentials: answers name the origin, never `*`
+    /// (llama-server's --cors-credentials, on there by default).
+    #[arg(long)]
+    pub cors_credentials: bool,
+    /// A sequence that fills its context (--ctx-size) goes on: the tokens after the prompt's
+    /// first n_keep (a request field, default 0) are halved, the older half discarded, and
+    /// generation continues from the rest (llama-server's --context-shift).
+    #[arg(long)]
+    pub context_shift: bool,
     /// Worker threads for the model (0: all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
@@ -255,6 +270,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         precision: args.precision.model_precision(),
         api_key,
         cors_origins: args.cors_origin.clone(),
+        cors_credentials: args.cors_credentials,
         allowed_hosts,
         served_model_name: args.served_model_name.clone(),
         max_connections: args.max_connections,
@@ -266,6 +282,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
             seed: args.seed,
             temperature: args.temp,
             slots: !args.no_slots,
+            metrics: !args.no_metrics,
+            webui: !args.no_webui,
+            ctx_shift: args.context_shift,
         },
         ..ServeConfig::new(args.model.clone(), addr)
     };

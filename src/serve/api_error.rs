@@ -2,6 +2,12 @@
 //! `{"error": {"message": "...", "type": "invalid_request_error", "param": "max_tokens", "code": "..."}}`
 //! with the status that says who is at fault (4xx the request, 5xx the server); 429 carries
 //! `Retry-After`. A prompt over the context adds llama.cpp's `n_prompt_tokens` and `n_ctx`.
+//!
+//! `type` is llama.cpp's error type for the status ([`ApiError::kind`]), which OpenAI's
+//! clients ignore and llama.cpp's rely on: `invalid_request_error` (400 and the other 4xx),
+//! `authentication_error` (401), `permission_error` (403), `not_found_error` (404),
+//! `exceed_context_size_error` (400 for a prompt over the context), `not_supported_error` (501),
+//! `unavailable_error` (503), `server_error` (the other 5xx). `code` stays our own string.
 
 use super::metrics::Outcome;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -128,13 +134,15 @@ impl ApiError {
         )
     }
 
-    /// 404: the request names a model this server does not serve.
-    pub fn model_not_found(asked: &str, served: &str) -> Self {
+    /// 404: the request names a model this server does not serve (`served`: the names it
+    /// answers to).
+    pub fn model_not_found(asked: &str, served: &[String]) -> Self {
+        let names: Vec<String> = served.iter().map(|n| format!("`{n}`")).collect();
         Self::new(
             StatusCode::NOT_FOUND,
             "model_not_found",
             Some("model"),
-            format!("the model `{asked}` does not exist: this server serves `{served}` (GET /v1/models; --served-model-name)"),
+            format!("the model `{asked}` does not exist: this server serves {} (GET /v1/models; --served-model-name)", names.join(", ")),
         )
     }
 
@@ -164,13 +172,23 @@ impl ApiError {
         }
     }
 
+    /// llama.cpp's error type of this error (see the module docs).
+    pub fn kind(&self) -> &'static str {
+        match self.status {
+            StatusCode::UNAUTHORIZED => "authentication_error",
+            StatusCode::FORBIDDEN => "permission_error",
+            StatusCode::NOT_FOUND => "not_found_error",
+            StatusCode::NOT_IMPLEMENTED => "not_supported_error",
+            StatusCode::SERVICE_UNAVAILABLE => "unavailable_error",
+            StatusCode::BAD_REQUEST if self.context.is_some() => "exceed_context_size_error",
+            s if s.is_client_error() => "invalid_request_error",
+            _ => "server_error",
+        }
+    }
+
     /// The JSON body.
     pub fn body(&self) -> serde_json::Value {
-        let kind = if self.status.is_client_error() {
-            "invalid_request_error"
-        } else {
-            "server_error"
-        };
+        let kind = self.kind();
         let mut body = json!({"error": {
             "message": self.message,
             "type": kind,

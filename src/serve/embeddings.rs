@@ -1,5 +1,6 @@
 //! `POST /v1/embeddings` (OpenAI-compatible) for an encoder: `{"input": "text" | ["a", "b"] |
-//! [ids] | [[ids], ...]}` → `{"object": "list", "data": [{"object": "embedding", "index": i,
+//! [ids] | [[ids], ...]}` (a text may also be llama.cpp's `{"prompt_string"}` or
+//! `{"content": [text parts]}`; ids and texts mixed are refused) → `{"object": "list", "data": [{"object": "embedding", "index": i,
 //! "embedding": [...]}], "model", "usage": {"prompt_tokens", "total_tokens"}}` (the
 //! L2-normalised mean-pooled sentence embeddings of [`crate::pipeline::embed`]).
 //!
@@ -24,7 +25,7 @@ pub const MAX_INPUTS: usize = 256;
 
 /// The `input` field: strings, or lists of token ids.
 fn inputs(body: &Value) -> Result<EmbedInput, ApiError> {
-    let shape = "input must be a string, a list of strings, a list of token ids or a list of lists of token ids";
+    let shape = "input must be a text (a string, {\"prompt_string\"} or {\"content\": [text parts]}), a list of texts, a list of token ids or a list of lists of token ids (ids and texts are not mixed: the encoder's tokenizer runs with the model)";
     let bad = || ApiError::invalid(Some("input"), shape);
     let id = |v: &Value| {
         v.as_u64()
@@ -32,17 +33,31 @@ fn inputs(body: &Value) -> Result<EmbedInput, ApiError> {
             .map(|x| x as u32)
     };
     let ids = |items: &[Value]| items.iter().map(id).collect::<Option<Vec<u32>>>();
+    // A text: a string, llama.cpp's `{"prompt_string": ...}` or `{"content": [text parts]}`.
+    let text = |v: &Value| -> Option<String> {
+        match v {
+            Value::String(s) => Some(s.clone()),
+            Value::Object(o) if o.len() == 1 => match (o.get("prompt_string"), o.get("content")) {
+                (Some(Value::String(s)), _) => Some(s.clone()),
+                (_, Some(Value::Array(parts))) => parts
+                    .iter()
+                    .map(|p| match p.get("type").and_then(Value::as_str) {
+                        Some("text") => p.get("text").and_then(Value::as_str),
+                        _ => None,
+                    })
+                    .collect::<Option<Vec<_>>>()
+                    .map(|t| t.concat()),
+                _ => None,
+            },
+            _ => None,
+        }
+    };
     let input = match body.get("input") {
-        Some(Value::String(s)) => EmbedInput::Texts(vec![s.clone()]),
+        Some(v @ (Value::String(_) | Value::Object(_))) => {
+            EmbedInput::Texts(vec![text(v).ok_or_else(bad)?])
+        }
         Some(Value::Array(items)) => match items.first() {
             None => EmbedInput::Texts(Vec::new()),
-            Some(Value::String(_)) => EmbedInput::Texts(
-                items
-                    .iter()
-                    .map(|v| v.as_str().map(str::to_string))
-                    .collect::<Option<Vec<_>>>()
-                    .ok_or_else(bad)?,
-            ),
             Some(Value::Number(_)) => EmbedInput::Ids(vec![ids(items).ok_or_else(bad)?]),
             Some(Value::Array(_)) => EmbedInput::Ids(
                 items
@@ -51,7 +66,13 @@ fn inputs(body: &Value) -> Result<EmbedInput, ApiError> {
                     .collect::<Option<Vec<_>>>()
                     .ok_or_else(bad)?,
             ),
-            Some(_) => return Err(bad()),
+            Some(_) => EmbedInput::Texts(
+                items
+                    .iter()
+                    .map(text)
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(bad)?,
+            ),
         },
         _ => {
             return Err(ApiError::invalid(

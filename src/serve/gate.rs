@@ -5,9 +5,13 @@
 //!    `*.localhost` name), an IP address (a rebinding attack needs a domain name; a client on
 //!    the network uses the address), or a name given to `--allowed-host` (`*`: any). Else 403.
 //! 2. **CORS**: with `--cors-origin`, a preflight (`OPTIONS` with `Origin` and
-//!    `Access-Control-Request-Method`) from an allowed origin is answered 204 with the allowed
-//!    methods and headers, and every answer to an allowed origin carries
-//!    `Access-Control-Allow-Origin`.
+//!    `Access-Control-Request-Method`) is answered 200 with an empty body (as llama-server;
+//!    the allowed methods and headers only for an allowed origin), and every answer to an
+//!    allowed origin carries `Access-Control-Allow-Origin`. An origin is allowed when it is
+//!    listed, when `*` is, or, for llama-server's pattern `localhost`, when its host is
+//!    `localhost`, `127.0.0.1` or `::1` (any scheme and port; reflected). With
+//!    `--cors-credentials` the answer names the origin itself, never `*`, and a preflight
+//!    says `Access-Control-Allow-Credentials: true` (llama-server's default; ours is off).
 //! 3. **API key**: with `--api-key` (or `TRANSFORMER_API_KEY`), every route but `/`, `/health`,
 //!    `/v1/health` and `/languages` needs `Authorization: Bearer KEY` (or `X-Api-Key: KEY`),
 //!    compared in constant time ([`same_secret`]); else 401 in OpenAI's shape. The
@@ -103,16 +107,30 @@ fn is_json(media: &str) -> bool {
     media == "application/json" || (media.starts_with("application/") && media.ends_with("+json"))
 }
 
-/// The allowed origin matching `origin`, as `Access-Control-Allow-Origin` should say it.
-fn allowed_origin(app: &App, origin: &HeaderValue) -> Option<HeaderValue> {
-    let origins = &app.config.cors_origins;
+/// Whether an `Origin` names this machine: its host is `localhost`, `127.0.0.1` or `::1`
+/// (llama-server's `--cors-origins localhost`).
+pub fn origin_is_localhost(origin: &str) -> bool {
+    let rest = origin.split_once("://").map_or(origin, |(_, rest)| rest);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    matches!(host_name(authority).as_str(), "localhost" | "127.0.0.1" | "::1")
+}
+
+/// The allowed origin matching `origin`, as `Access-Control-Allow-Origin` should say it
+/// (see the module docs).
+fn allowed_origin(origins: &[String], credentials: bool, origin: &HeaderValue) -> Option<HeaderValue> {
     if origins.iter().any(|o| o == "*") {
-        return Some(HeaderValue::from_static("*"));
+        return Some(match credentials {
+            true => origin.clone(),
+            false => HeaderValue::from_static("*"),
+        });
     }
     let o = origin.to_str().ok()?;
     origins
         .iter()
-        .any(|a| a.trim_end_matches('/').eq_ignore_ascii_case(o))
+        .any(|a| {
+            a.trim_end_matches('/').eq_ignore_ascii_case(o)
+                || (a == "localhost" && origin_is_localhost(o))
+        })
         .then(|| origin.clone())
 }
 
@@ -144,15 +162,21 @@ pub async fn gate(State(app): State<Arc<App>>, mut request: Request, next: Next)
     }
     let cors = headers
         .get(header::ORIGIN)
-        .and_then(|o| allowed_origin(&app, o));
+        .and_then(|o| allowed_origin(&app.config.cors_origins, app.config.cors_credentials, o));
     if request.method() == Method::OPTIONS
         && headers.contains_key(header::ACCESS_CONTROL_REQUEST_METHOD)
         && !app.config.cors_origins.is_empty()
     {
-        let mut response = StatusCode::NO_CONTENT.into_response();
+        let mut response = StatusCode::OK.into_response();
         if let Some(origin) = cors {
             let h = response.headers_mut();
             h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+            if app.config.cors_credentials {
+                h.insert(
+                    header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
+                    HeaderValue::from_static("true"),
+                );
+            }
             h.insert(
                 header::ACCESS_CONTROL_ALLOW_METHODS,
                 HeaderValue::from_static("GET, POST, OPTIONS"),
@@ -250,6 +274,42 @@ mod tests {
         assert!(!same_secret(b"s3creT", b"s3cret"));
         assert!(!same_secret(b"", b"s3cret"));
         assert!(same_secret(b"", b""));
+    }
+
+    #[test]
+    fn origins_follow_the_list_the_localhost_pattern_and_credentials() {
+        let origin = |o: &str| HeaderValue::from_str(o).unwrap();
+        let localhost = vec!["localhost".to_string()];
+        for ok in [
+            "http://localhost",
+            "http://localhost:8080",
+            "https://127.0.0.1:3000",
+            "http://[::1]",
+            "http://[::1]:3000",
+            "localhost",
+        ] {
+            assert_eq!(
+                allowed_origin(&localhost, false, &origin(ok)),
+                Some(origin(ok)),
+                "{ok}"
+            );
+        }
+        for bad in [
+            "http://web.mydomain.fr",
+            "http://evil.com",
+            "http://notlocalhost",
+            "http://localhost.evil.com",
+            "http://127.0.0.2",
+        ] {
+            assert_eq!(allowed_origin(&localhost, false, &origin(bad)), None, "{bad}");
+        }
+        let any = vec!["*".to_string()];
+        let o = origin("http://web.mydomain.fr");
+        assert_eq!(allowed_origin(&any, false, &o), Some(origin("*")));
+        assert_eq!(allowed_origin(&any, true, &o), Some(o.clone()));
+        let listed = vec!["http://web.mydomain.fr/".to_string()];
+        assert_eq!(allowed_origin(&listed, false, &o), Some(o));
+        assert_eq!(allowed_origin(&listed, false, &origin("http://localhost")), None);
     }
 
     #[test]

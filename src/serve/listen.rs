@@ -139,7 +139,7 @@ impl http_body::Body for Tracked {
 }
 
 /// The 503 a connection gets when every held connection is busy.
-const FULL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\nretry-after: 1\r\ncontent-length: 142\r\n\r\n{\"error\":{\"message\":\"too many connections (--max-connections); retry later\",\"type\":\"server_error\",\"param\":null,\"code\":\"too_many_connections\"}}";
+const FULL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\nretry-after: 1\r\ncontent-length: 147\r\n\r\n{\"error\":{\"message\":\"too many connections (--max-connections); retry later\",\"type\":\"unavailable_error\",\"param\":null,\"code\":\"too_many_connections\"}}";
 
 /// Serves `router` on `listener` until `shutdown` resolves, then waits for the connections'
 /// requests to finish (see the module docs).
@@ -210,6 +210,9 @@ pub async fn serve(
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(limits.header_timeout)
+                // Header names as llama-server writes them (`Access-Control-Allow-Origin`):
+                // case does not matter to HTTP, but some clients read them into plain maps.
+                .title_case_headers(true)
                 .keep_alive(true)
                 .serve_connection(TokioIo::new(stream), service);
             tokio::pin!(connection);

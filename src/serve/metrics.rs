@@ -155,6 +155,30 @@ pub struct PrefixCounts {
     pub miss_blocks: u64,
 }
 
+/// Totals since the start (see [`Metrics::totals`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Totals {
+    /// Prompt tokens computed (not taken from the prefix cache).
+    pub prompt_tokens: u64,
+    /// Prompt tokens taken from the prefix cache.
+    pub cached_tokens: u64,
+    pub generated_tokens: u64,
+    /// Engine steps (forward passes of the running batch).
+    pub steps: u64,
+    /// The most tokens one step fed.
+    pub step_tokens_max: u64,
+    /// Sequences in the running batch, summed over steps.
+    pub busy_sum: u64,
+    /// Requests' time from arrival to their first token, summed.
+    pub prompt_seconds: f64,
+    /// Requests' time from their first token to their end, summed.
+    pub generation_seconds: f64,
+    /// Sequences in the running batch now.
+    pub running: usize,
+    /// Requests waiting for admission now.
+    pub queued: usize,
+}
+
 /// Everything `/metrics` shows.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -171,6 +195,10 @@ struct Inner {
     prompt_tokens: u64,
     generated_tokens: u64,
     steps: u64,
+    /// The most tokens one step fed (prompt and generated).
+    step_tokens_max: u64,
+    /// Sequences in the running batch, summed over steps.
+    busy_sum: u64,
     /// Seconds in the model's forward passes (the steps' `step_logits`).
     forward_seconds: f64,
     /// Constrained rows' next-token sets computed ([`crate::decode::constraint::Constraint::allowed`]).
@@ -225,7 +253,30 @@ impl Metrics {
             m.prompt_tokens += prompt as u64;
             m.generated_tokens += generated as u64;
             m.steps += 1;
+            m.step_tokens_max = m.step_tokens_max.max((prompt + generated) as u64);
+            m.busy_sum += gauges.running as u64;
         });
+    }
+
+    /// The totals llama.cpp's metric names show ([`super::metrics_llama`]).
+    pub fn totals(&self) -> Totals {
+        let queued = self.queued.load(Ordering::Relaxed);
+        self.with(|m| {
+            let sum = |l: Latency| m.latencies.get(&l).map_or(0.0, |h| h.sum);
+            let first = sum(Latency::TimeToFirstToken);
+            Totals {
+                prompt_tokens: m.prompt_tokens,
+                cached_tokens: m.prefix.hit_tokens,
+                generated_tokens: m.generated_tokens,
+                steps: m.steps,
+                step_tokens_max: m.step_tokens_max,
+                busy_sum: m.busy_sum,
+                prompt_seconds: first,
+                generation_seconds: (sum(Latency::EndToEnd) - first).max(0.0),
+                running: m.gauges.running,
+                queued,
+            }
+        })
     }
 
     /// Adds one forward pass of `seconds`.

@@ -28,7 +28,9 @@
 //! `POST /translate`, `POST /detect`, `GET /languages`, `POST /attention`, `POST /v1/embeddings`,
 //! `GET /info` (the kind served); llama.cpp's native routes and aliases ([`native`]:
 //! `/completion` and `/completions` ([`native_completion`]), `/tokenize`, `/detokenize`,
-//! `/apply-template`, `/props`, `/slots`, `/models`, `/chat/completions`, `/v1/health`). Every request passes the [`gate`] (Host,
+//! `/apply-template`, `/props`, `/slots`, `/models`, `/chat/completions`, `/v1/health`),
+//! Anthropic's `POST /v1/messages` and `/v1/messages/count_tokens` ([`anthropic`]). Every
+//! request passes the [`gate`] (Host,
 //! CORS, API key, content type) and the body limit; connections are held by [`listen`] (cap,
 //! header timeout).
 //!
@@ -36,15 +38,19 @@
 //! turns 503, new generation requests get 503, and running requests finish before the process
 //! exits.
 
+pub mod anthropic;
 pub mod api_error;
 pub mod client;
 pub mod compute_loop;
+pub mod context_shift;
 pub mod embeddings;
 pub mod engine;
 pub mod gate;
 pub mod jobs;
 pub mod listen;
 pub mod metrics;
+pub mod metrics_llama;
+pub mod model_names;
 pub mod native;
 pub mod native_completion;
 pub mod openai;
@@ -68,7 +74,7 @@ use crate::pipeline::translate::Translator;
 use crate::text::decoder_tokenizer::DecoderTokenizer;
 use api_error::ApiError;
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -116,8 +122,12 @@ pub struct ServeConfig {
     pub precision: crate::pipeline::generate::ModelPrecision,
     /// The key every route but `/health` needs (`--api-key`); `None`: open.
     pub api_key: Option<String>,
-    /// Origins a browser page may call from (`--cors-origin`; `*`: any); empty: none.
+    /// Origins a browser page may call from (`--cors-origin`; `*`: any; `localhost`: any
+    /// origin on this machine, reflected); empty: none.
     pub cors_origins: Vec<String>,
+    /// Whether allowed origins may send credentials (`--cors-credentials`): the answer names
+    /// the origin itself (never `*`) and a preflight says `Access-Control-Allow-Credentials`.
+    pub cors_credentials: bool,
     /// Host names accepted in the `Host` header beyond `localhost` and IP addresses
     /// (`--allowed-host`; `*`: any).
     pub allowed_hosts: Vec<String>,
@@ -155,6 +165,7 @@ impl ServeConfig {
             precision: Default::default(),
             api_key: None,
             cors_origins: Vec::new(),
+            cors_credentials: false,
             allowed_hosts: Vec::new(),
             served_model_name: None,
             max_connections: 1024,
@@ -241,8 +252,12 @@ pub struct App {
     next_id: AtomicU64,
     /// The `model` of responses: `--served-model-name`, else the model path's file name.
     pub model_name: String,
-    /// The model path's file name (accepted in requests beside `model_name`).
-    pub own_name: String,
+    /// The names the model answers to: `model_name` and the model path's file name (see
+    /// [`model_names`]).
+    pub names: model_names::ModelNames,
+    /// When the server started, in seconds since the Unix epoch (llama.cpp's
+    /// `Process-Start-Time-Unix` header of `/metrics`).
+    pub started_unix: u64,
 }
 
 impl App {
@@ -268,15 +283,11 @@ impl App {
         }
     }
 
-    /// 404 when the body's `model` names a model not served (neither `--served-model-name` nor
-    /// the model's own name); an absent `model` is the one served.
+    /// The served model the body's `model` names ([`model_names`]: with one model served,
+    /// any name is answered by it).
     pub fn check_model(&self, body: &serde_json::Value) -> std::result::Result<(), ApiError> {
-        match body.get("model").and_then(serde_json::Value::as_str) {
-            Some(asked) if asked != self.model_name && asked != self.own_name => {
-                Err(ApiError::model_not_found(asked, &self.model_name))
-            }
-            _ => Ok(()),
-        }
+        let asked = body.get("model").and_then(serde_json::Value::as_str);
+        self.names.route(asked).map(|_| ())
     }
 
     /// For a LibreTranslate request that brought no key in its headers ([`gate::KeyFromBody`]):
@@ -391,18 +402,6 @@ async fn health(State(app): State<Arc<App>>) -> Response {
     }
 }
 
-/// `GET /metrics`: Prometheus text.
-async fn metrics_text(State(app): State<Arc<App>>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        app.metrics.render(),
-    )
-        .into_response()
-}
-
 /// `GET /info`: the kind of model served (the page picks its view from it).
 async fn info(State(app): State<Arc<App>>) -> Response {
     match app.served() {
@@ -423,11 +422,13 @@ async fn not_found() -> ApiError {
 
 /// Every route (see the module docs), behind the [`gate`] and the body-size limit.
 fn router(app: Arc<App>) -> Router {
-    Router::new()
-        .route("/", get(page::index))
-        .route("/health", get(health))
+    let page = match app.config.llama.webui {
+        true => Router::new().route("/", get(page::index)),
+        false => Router::new(),
+    };
+    page.route("/health", get(health))
         .route("/v1/health", get(health))
-        .route("/metrics", get(metrics_text))
+        .route("/metrics", get(metrics_llama::metrics_text))
         .route("/v1/models", get(native::models))
         .route("/models", get(native::models))
         .route("/v1/models/{id}", get(native::model))
@@ -435,6 +436,10 @@ fn router(app: Arc<App>) -> Router {
         .route("/completions", post(native_completion::completion))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/chat/completions", post(openai::chat_completions))
+        .route("/chat/completions/input_tokens", post(native::chat_input_tokens))
+        .route("/v1/chat/completions/input_tokens", post(native::chat_input_tokens))
+        .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/completion", post(native_completion::completion))
         .route("/slots", get(native::slots))
         .route("/tokenize", post(native::tokenize))

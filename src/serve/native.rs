@@ -18,6 +18,10 @@
 //!
 //! llama.cpp's server settings that `transformer serve` takes are [`LlamaOptions`].
 //!
+//! - `POST /chat/completions/input_tokens` (also under `/v1`): the prompt's token count.
+//! - `"verbose": true` on the chat and completions routes adds `__verbose: {"prompt"}` to a
+//!   whole answer (not to a stream).
+//!
 //! `/chat/completions` and `/v1/health` are plain aliases (see the router).
 
 use super::api_error::ApiError;
@@ -45,6 +49,13 @@ pub struct LlamaOptions {
     pub temperature: f64,
     /// Whether `GET /slots` answers (`--no-slots`: 501).
     pub slots: bool,
+    /// Whether `GET /metrics` answers (`--no-metrics`: 501).
+    pub metrics: bool,
+    /// Whether `GET /` serves the web page (`--no-webui`: 404).
+    pub webui: bool,
+    /// Whether a sequence that fills its context goes on after discarding old tokens
+    /// (`--context-shift`; see [`super::context_shift`]).
+    pub ctx_shift: bool,
 }
 
 impl Default for LlamaOptions {
@@ -55,6 +66,9 @@ impl Default for LlamaOptions {
             seed: None,
             temperature: 1.0,
             slots: true,
+            metrics: true,
+            webui: true,
+            ctx_shift: false,
         }
     }
 }
@@ -105,8 +119,8 @@ pub async fn models(State(app): State<Arc<App>>) -> Response {
 
 /// `GET /v1/models/{id}`.
 pub async fn model(State(app): State<Arc<App>>, Path(id): Path<String>) -> Response {
-    if id != app.model_name && id != app.own_name {
-        return ApiError::model_not_found(&id, &app.model_name).into_response();
+    if !app.names.knows(&id) {
+        return ApiError::model_not_found(&id, &app.names.all()).into_response();
     }
     Json(model_object(&app)).into_response()
 }
@@ -250,4 +264,50 @@ pub async fn slots(State(app): State<Arc<App>>) -> Response {
         Value::Array(slots)
     });
     answer(result)
+}
+
+/// Whether a request body asks for llama.cpp's `__verbose` (`"verbose": true`).
+pub(super) fn asks_verbose(body: &Bytes) -> bool {
+    serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| v.get("verbose")?.as_bool())
+        .unwrap_or(false)
+}
+
+/// A successful JSON answer with llama.cpp's `__verbose: {"prompt"}` added (the prompt as
+/// fed, decoded).
+pub(super) async fn add_verbose(response: Response, prompt: String) -> Response {
+    if !response.status().is_success() {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return ApiError::internal("the answer could not be read back").into_response();
+    };
+    match serde_json::from_slice::<Value>(&bytes) {
+        Ok(mut v) => {
+            v["__verbose"] = json!({"prompt": prompt});
+            (parts.status, Json(v)).into_response()
+        }
+        Err(_) => Response::from_parts(parts, axum::body::Body::from(bytes)),
+    }
+}
+
+/// `POST /chat/completions/input_tokens` (also under `/v1`): `{"input_tokens"}`, the prompt
+/// tokens `/v1/chat/completions` would feed for these messages and tools.
+pub async fn chat_input_tokens(State(app): State<Arc<App>>, body: Bytes) -> Response {
+    let result = async {
+        let lm = app.lm()?;
+        let parsed = object(&body)?;
+        blocking(move || {
+            let (prompt, _) = super::openai::chat_prompt(&lm, &parsed, &body)?;
+            let ids = lm
+                .tokenizer
+                .encode(&prompt)
+                .map_err(|e| ApiError::invalid(Some("messages"), e.to_string()))?;
+            Ok(json!({"input_tokens": ids.len()}))
+        })
+        .await
+    };
+    answer(result.await)
 }

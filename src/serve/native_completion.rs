@@ -140,6 +140,18 @@ fn translate(
     if let Some(bias) = request.remove("logit_bias") {
         request.insert("logit_bias".into(), logit_bias(lm, &bias)?);
     }
+    // ignore_eos: the end tokens banned, as llama.cpp adds them to logit_bias.
+    if flag(&body, "ignore_eos")? {
+        let mut bias = match request.remove("logit_bias") {
+            Some(Value::Object(map)) => map,
+            _ => Map::new(),
+        };
+        for id in &lm.end_tokens {
+            bias.insert(id.to_string(), json!(-100));
+        }
+        request.insert("logit_bias".into(), Value::Object(bias));
+    }
+    request.remove("ignore_eos");
     Ok(native)
 }
 
@@ -340,6 +352,20 @@ fn prepare(app: &App, body: &Bytes) -> Result<(Arc<LmFront>, Accepted, Frame), A
     let openai = Bytes::from(Value::Object(request.clone()).to_string());
     let (lm, acc) = super::openai::prepare(app, Flavor::Completion, &openai)?;
     let stop = request.get("stop").cloned().unwrap_or(json!([]));
+    // llama.cpp's list of `{"token", "bias"}`, a ban (-100 or less) as null (its -inf).
+    let bias: Vec<Value> = request
+        .get("logit_bias")
+        .and_then(Value::as_object)
+        .map(|map| {
+            map.iter()
+                .map(|(id, b)| {
+                    let token = id.parse::<u64>().map_or(json!(id), |t| json!(t));
+                    let b = b.as_f64().filter(|&b| b > -100.0).map_or(Value::Null, |b| json!(b));
+                    json!({"token": token, "bias": b})
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     let n_predict = request
         .get("n_predict")
         .or(request.get("max_tokens"))
@@ -351,7 +377,7 @@ fn prepare(app: &App, body: &Bytes) -> Result<(Arc<LmFront>, Accepted, Frame), A
         "n_predict": n_predict, "max_tokens": n_predict, "seed": acc.seed,
         "temperature": acc.sampling.temperature, "top_k": acc.sampling.top_k,
         "top_p": acc.sampling.top_p, "min_p": request.get("min_p").cloned().unwrap_or(json!(0.0)),
-        "stop": stop, "stream": native.stream, "n_probs": native.n_probs,
+        "stop": stop, "stream": native.stream, "n_probs": native.n_probs, "logit_bias": bias,
         "post_sampling_probs": native.post_sampling_probs,
         "adaptive_target": -1.0, "adaptive_decay": 0.9,
     });

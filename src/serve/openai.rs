@@ -25,6 +25,8 @@
 mod answer;
 pub(super) use answer::Reply;
 mod chat_prompt;
+mod prompts;
+use prompts::completion_prompts;
 pub mod forced_tools;
 pub(super) use chat_prompt::chat_prompt;
 pub mod choice;
@@ -33,7 +35,8 @@ pub mod options;
 pub mod tool_calls;
 
 use super::api_error::ApiError;
-use super::scheduler::{Event, GenRequest};
+use super::context_shift;
+use super::scheduler::{Event, GenRequest, RowOptions};
 use super::{App, LmFront, OutcomeGuard};
 use crate::decode::constraint::{Constraint, Grammar};
 use crate::decode::sample::SamplingOptions;
@@ -80,9 +83,17 @@ fn strings(body: &Value, name: &'static str) -> Result<Option<Vec<String>>, ApiE
     }
 }
 
+/// `n_predict: -1`: generate until the context is full (at most `--max-output-tokens`).
+const UNTIL_FULL: usize = usize::MAX;
+
 /// The generation parameters every text endpoint shares, checked.
 struct Params {
+    /// [`UNTIL_FULL`]: until the context is full (`n_predict: -1`).
     max_tokens: Option<usize>,
+    /// Whether the budget came as llama.cpp's `n_predict` (see [`params`]).
+    native_budget: bool,
+    /// Prompt tokens a context shift keeps (`n_keep`; -1, the whole prompt: `usize::MAX`).
+    n_keep: usize,
     sampling: SamplingOptions,
     seed: u64,
     stop: Vec<String>,
@@ -101,12 +112,27 @@ fn params(
         Some(n) => Some(n),
         None => field::<usize>(body, "max_completion_tokens")?,
     };
-    // llama.cpp's name of max_tokens; -1 (its "until the end") is the default.
-    let max_tokens = match max_tokens {
-        Some(n) => Some(n),
-        None => field::<i64>(body, "n_predict")?
-            .filter(|&n| n >= 0)
-            .map(|n| n as usize),
+    // llama.cpp's name of max_tokens, with llama.cpp's meaning: a negative value generates
+    // until the context is full, and a value past the context stops there (or shifts it,
+    // --context-shift) where max_tokens past the context is refused.
+    let (max_tokens, native_budget) = match max_tokens {
+        Some(n) => (Some(n), false),
+        None => match field::<i64>(body, "n_predict")? {
+            Some(n) if n < 0 => (Some(UNTIL_FULL), true),
+            Some(n) => (Some(n as usize), true),
+            None => (None, false),
+        },
+    };
+    let n_keep = match field::<i64>(body, "n_keep")? {
+        None => 0,
+        Some(-1) => usize::MAX,
+        Some(n) if n >= 0 => n as usize,
+        Some(n) => {
+            return Err(ApiError::invalid(
+                Some("n_keep"),
+                format!("n_keep {n} must be >= 0, or -1 for the whole prompt"),
+            ))
+        }
     };
     if max_tokens == Some(0) {
         return Err(ApiError::invalid(
@@ -144,6 +170,8 @@ fn params(
     Ok(Params {
         scoring: options::scoring(body, chat, vocab, stream)?,
         max_tokens,
+        native_budget,
+        n_keep,
         sampling: SamplingOptions {
             temperature,
             top_k,
@@ -212,14 +240,19 @@ fn submit(
         return Err(ApiError::limit(
             "prompt",
             "context_length_exceeded",
-            format!("the prompt has {n} tokens; the limit is {input_limit} (--max-input-tokens, and the model's context of {} less one)", lm.max_len),
+            format!("the prompt ({n} tokens) exceeds the available context size ({input_limit} tokens: --max-input-tokens, and the context of {} less one)", lm.max_len),
         )
         .with_context(n, lm.max_len));
     }
     let room = lm.max_len - n;
-    let max_tokens = p
-        .max_tokens
-        .unwrap_or(default_max.min(room).min(cfg.max_output_tokens));
+    // --context-shift: a row without a grammar goes on past the context's end.
+    let shift = cfg.llama.ctx_shift && constraint.is_none();
+    let max_tokens = match p.max_tokens {
+        None => default_max.min(room).min(cfg.max_output_tokens),
+        Some(UNTIL_FULL) if shift => cfg.max_output_tokens,
+        Some(UNTIL_FULL) => room.min(cfg.max_output_tokens),
+        Some(n) => n,
+    };
     if max_tokens > cfg.max_output_tokens {
         return Err(ApiError::limit(
             "max_tokens",
@@ -230,13 +263,16 @@ fn submit(
             ),
         ));
     }
-    if max_tokens > room {
+    if max_tokens > room && !shift && !p.native_budget {
         return Err(ApiError::limit(
             "max_tokens",
             "context_length_exceeded",
             format!("the prompt ({n} tokens) plus max_tokens ({max_tokens}) is over the model's context of {} tokens", lm.max_len),
         ));
     }
+    // What the first row generates at most; with a shift, continuations do the rest.
+    let total = max_tokens;
+    let max_tokens = max_tokens.min(room);
     let blocks = lm.engine.blocks_for(n, max_tokens);
     if blocks > lm.engine.pool_blocks {
         return Err(ApiError::limit(
@@ -271,6 +307,27 @@ fn submit(
     }
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let now = Instant::now();
+    let deadline = now + Duration::from_secs_f64(cfg.timeout_s);
+    let continuation = (shift && total > max_tokens).then(|| {
+        let continuation = context_shift::Continuation {
+            n_ctx: lm.max_len,
+            n_keep: p.n_keep.min(n),
+            max_tokens: total,
+            sampling: p.sampling,
+            options: RowOptions {
+                prompt_logprobs: None,
+                ..p.scoring.row.clone()
+            },
+            seed,
+            stop_ids: lm.end_tokens.clone(),
+            arrived: now,
+            deadline,
+            requests: lm.requests.clone(),
+            metrics: app.metrics.clone(),
+            max_queue: cfg.max_queue,
+        };
+        (prompt.clone(), continuation)
+    });
     let req = GenRequest {
         prompt,
         max_tokens,
@@ -280,14 +337,17 @@ fn submit(
         seed,
         stop_ids: lm.end_tokens.clone(),
         arrived: now,
-        deadline: now + Duration::from_secs_f64(cfg.timeout_s),
+        deadline,
         events: tx,
     };
     if lm.requests.send(req).is_err() {
         app.metrics.queued.fetch_sub(1, Ordering::AcqRel);
         return Err(ApiError::internal("the engine has stopped"));
     }
-    Ok(rx)
+    Ok(match continuation {
+        Some((prompt, c)) => context_shift::relay(prompt, rx, c),
+        None => rx,
+    })
 }
 
 /// `grammar` (asked for by `field`) compiled against the model's vocabulary; a 400 naming the
@@ -307,64 +367,6 @@ fn compile(lm: &LmFront, field: &'static str, grammar: &Grammar) -> Result<Const
 /// Prompt tokens `echo` with `logprobs` scores at most (every position's distribution is kept
 /// while the prompt is fed).
 pub const MAX_ECHO_SCORED: usize = 4096;
-
-/// A completions request's prompts: `(ids, text echo shows)`, from a string, a list of strings,
-/// a list of token ids or a list of lists of ids.
-fn completion_prompts(lm: &LmFront, body: &Value) -> Result<Vec<(Vec<u32>, String)>, ApiError> {
-    let bad = |why: &str| ApiError::invalid(Some("prompt"), why.to_string());
-    let shape = "prompt must be a string, a list of strings, a list of token ids or a list of lists of token ids";
-    let id = |v: &Value| {
-        v.as_u64()
-            .filter(|&x| x <= u32::MAX as u64)
-            .map(|x| x as u32)
-    };
-    let ids = |items: &[Value]| items.iter().map(id).collect::<Option<Vec<u32>>>();
-    let text = |s: &str| -> Result<(Vec<u32>, String), ApiError> {
-        let ids = lm
-            .tokenizer
-            .document(s)
-            .map_err(|e| ApiError::invalid(Some("prompt"), e.to_string()))?;
-        Ok((ids, s.to_string()))
-    };
-    let tokens = |ids: Vec<u32>| -> (Vec<u32>, String) {
-        let shown = lm.tokenizer.decode(&ids).unwrap_or_default();
-        (ids, shown)
-    };
-    let prompts = match body.get("prompt") {
-        None | Some(Value::Null) => return Err(bad("prompt is missing")),
-        Some(Value::String(s)) => vec![text(s)?],
-        Some(Value::Array(items)) if items.is_empty() => {
-            return Err(bad("prompt is an empty list"))
-        }
-        Some(Value::Array(items)) => match &items[0] {
-            Value::String(_) => items
-                .iter()
-                .map(|v| v.as_str().ok_or_else(|| bad(shape)).and_then(text))
-                .collect::<Result<Vec<_>, _>>()?,
-            Value::Number(_) => vec![tokens(ids(items).ok_or_else(|| bad(shape))?)],
-            Value::Array(_) => items
-                .iter()
-                .map(|v| {
-                    let list = v.as_array().ok_or_else(|| bad(shape))?;
-                    Ok(tokens(ids(list).ok_or_else(|| bad(shape))?))
-                })
-                .collect::<Result<Vec<_>, ApiError>>()?,
-            _ => return Err(bad(shape)),
-        },
-        Some(_) => return Err(bad(shape)),
-    };
-    if prompts.len() > MAX_PROMPTS {
-        return Err(ApiError::limit(
-            "prompt",
-            "too_many_prompts",
-            format!(
-                "{} prompts; at most {MAX_PROMPTS} per request",
-                prompts.len()
-            ),
-        ));
-    }
-    Ok(prompts)
-}
 
 /// Parses the body and queues every choice of either endpoint.
 pub(super) fn prepare(
@@ -488,6 +490,8 @@ async fn respond(app: Arc<App>, flavor: Flavor, body: Bytes) -> Response {
     let mut guard = OutcomeGuard::new(app.metrics.clone());
     // Parsing, templating and tokenizing a large body takes milliseconds of CPU: off the
     // async threads, so that /health and the streams keep answering meanwhile.
+    // llama.cpp's `verbose`: the answer adds `__verbose` with the prompt fed.
+    let verbose = super::native::asks_verbose(&body);
     let prepared = {
         let app = app.clone();
         tokio::task::spawn_blocking(move || prepare(&app, flavor, &body))
@@ -523,6 +527,11 @@ async fn respond(app: Arc<App>, flavor: Flavor, body: Bytes) -> Response {
     if accepted.stream {
         answer::stream(lm, accepted, reply, guard).into_response()
     } else {
-        answer::whole(lm, accepted, reply, guard).await
+        let prompt = verbose.then(|| lm.tokenizer.decode(&accepted.choices[0].prompt_ids));
+        let response = answer::whole(lm, accepted, reply, guard).await;
+        match prompt {
+            Some(prompt) => super::native::add_verbose(response, prompt.unwrap_or_default()).await,
+            None => response,
+        }
     }
 }

@@ -3,6 +3,7 @@
 //! shuts down gracefully (see the parent module's docs).
 
 use super::metrics::Metrics;
+use super::model_names::ModelNames;
 use super::{compute, listen, router, App, ServeConfig};
 use crate::error::{Error, Result};
 use std::net::SocketAddr;
@@ -46,6 +47,14 @@ impl Server {
             max_connections: config.max_connections.min(files.saturating_sub(64)).max(1),
             header_timeout: std::time::Duration::from_secs_f64(config.header_timeout_s.max(0.001)),
         };
+        let mut own = vec![model_name.clone()];
+        if own_name != model_name {
+            own.push(own_name);
+        }
+        let names = ModelNames::new(vec![own]);
+        let started_unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
         let metrics = Arc::new(Metrics::default());
         metrics.set_model_name(&model_name);
         let app = Arc::new(App {
@@ -56,7 +65,8 @@ impl Server {
             draining: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
             model_name,
-            own_name,
+            names,
+            started_unix,
         });
         let compute_app = app.clone();
         std::thread::Builder::new()

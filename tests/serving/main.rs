@@ -12,6 +12,7 @@ mod serve_http;
 mod serve_kinds;
 mod serve_libre;
 mod serve_llama;
+mod serve_llama_compat;
 mod serve_options;
 mod serve_prefix_cache;
 mod serve_surface;

@@ -260,7 +260,7 @@ fn endpoints_formats_and_streaming() {
         (
             json!({"prompt": "x ".repeat(400), "max_tokens": 1}),
             "prompt",
-            "limit is 255",
+            "exceeds the available context size (255 tokens",
         ),
         (
             json!({"prompt": "x", "max_tokens": 256}),

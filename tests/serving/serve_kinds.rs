@@ -202,5 +202,25 @@ fn embeddings_equal_the_encoder_s() {
     let (status, body) = post(server.addr, "/v1/embeddings", &json!({"input": 5}));
     assert_eq!(status, 400);
     assert_eq!(body["error"]["param"], "input");
+    // llama.cpp's text objects are the same texts; any model name is answered (one model
+    // served); ids mixed with texts, or a part that is not text, are refused.
+    let objects = json!([{"prompt_string": inputs[0]},
+                         {"content": [{"type": "text", "text": "The weather is "},
+                                      {"type": "text", "text": "lovely today."}]}]);
+    let req = json!({"input": objects, "model": "text-embedding-3-small"});
+    let (status, body) = post(server.addr, "/v1/embeddings", &req);
+    assert_eq!(status, 200, "{body}");
+    for (i, w) in want.iter().enumerate() {
+        let got: Vec<f32> = serde_json::from_value(body["data"][i]["embedding"].clone()).unwrap();
+        assert_eq!(&got, w);
+    }
+    for bad in [
+        json!([12, "text"]),
+        json!({"content": "string"}),
+        json!({"content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}),
+    ] {
+        let (status, body) = post(server.addr, "/v1/embeddings", &json!({"input": bad}));
+        assert_eq!(status, 400, "{bad}: {body}");
+    }
     server.shutdown().unwrap();
 }

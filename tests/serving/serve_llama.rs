@@ -28,6 +28,19 @@ fn with(llama: LlamaOptions) -> impl FnOnce(ServeConfig) -> ServeConfig {
     move |c| ServeConfig { llama, ..c }
 }
 
+/// llama.cpp's `logit_bias` banning the model's end tokens (so that a generation runs to its
+/// limit).
+pub fn ends() -> Value {
+    let g = TextGenerator::load(&model_dir().unwrap()).unwrap();
+    let ends: Vec<Value> = g
+        .tokenizer
+        .end_tokens()
+        .iter()
+        .map(|&id| json!([id, false]))
+        .collect();
+    Value::Array(ends)
+}
+
 fn ids(v: &Value) -> Vec<u32> {
     serde_json::from_value(v.clone()).unwrap()
 }
@@ -233,11 +246,13 @@ fn slots_ctx_size_and_no_slots() {
         while c.next_event().unwrap().is_some() {}
     }
     assert!(seen_processing, "no attempt saw slot 0 processing");
-    // --ctx-size bounds the prompt plus its tokens.
+    // --ctx-size bounds the prompt plus its tokens: max_tokens past it is refused (OpenAI's
+    // field, vLLM's rule); n_predict past it stops there, truncated (llama.cpp's field and
+    // rule), and so does n_predict -1.
     let (status, body) = post(
         addr,
         "/completion",
-        &json!({"prompt": "a b c", "n_predict": 64}),
+        &json!({"prompt": "a b c", "max_tokens": 64}),
     );
     assert_error(
         status,
@@ -246,6 +261,21 @@ fn slots_ctx_size_and_no_slots() {
         "context_length_exceeded",
         Some("max_tokens"),
     );
+    for n_predict in [64, -1] {
+        let req = json!({"prompt": "a b c", "n_predict": n_predict, "logit_bias": ends()});
+        let (status, body) = post(addr, "/completion", &req);
+        assert_eq!(status, 200, "{body}");
+        let prompt = body["tokens_evaluated"].as_u64().unwrap();
+        assert_eq!(
+            body["tokens_predicted"].as_u64().unwrap() + prompt,
+            64,
+            "{body}"
+        );
+        assert_eq!(
+            (&body["truncated"], &body["stop_type"]),
+            (&json!(true), &json!("limit"))
+        );
+    }
     drop(server);
 
     let Some(server) = start(with(LlamaOptions {

@@ -574,11 +574,7 @@ fn bad_values_are_400_naming_the_field() {
             "best_of",
         ),
         ("/v1/completions", json!({"prompt": [1, -2]}), "prompt"),
-        (
-            "/v1/completions",
-            json!({"prompt": [[1, 2], "x"]}),
-            "prompt",
-        ),
+        ("/v1/completions", json!({"prompt": [[1, 2], 7]}), "prompt"),
         ("/v1/completions", json!({"prompt": [5000000]}), "prompt"),
         (
             "/v1/completions",

@@ -6,7 +6,9 @@ llama.cpp's own server test suite (tools/server/tests/utils.py) builds it, and r
 Any model argument (-m/--model, --hf-repo, --hf-file, --model-url, or none at all) serves
 SmolLM2-135M-Instruct (../shared/models/...), except --embedding, which serves the sentence
 encoder all-MiniLM-L6-v2 (our embeddings model). Flags with no counterpart are ignored, each
-named on stderr. Environment:
+named on stderr. Where llama-server's defaults differ from ours (/metrics off without --metrics,
+CORS open to any origin with credentials), the shim passes our flags for llama-server's
+defaults. Environment:
   TRANSFORMER_BIN   the binary (default: target/debug/transformer of this checkout)
   SHIM_LM, SHIM_EMBEDDER   the models served (defaults above)
 """
@@ -44,7 +46,17 @@ WITH_VALUE = {
 # Model arguments: all replaced by the one model served.
 MODEL_FLAGS = {"-m", "--model", "-hf", "-hfr", "--hf-repo", "-hff", "--hf-file", "-mu", "--model-url"}
 # Switches we map.
-SWITCHES = {"--no-slots": ["--no-slots"], "--slots": []}
+SWITCHES = {
+    "--no-slots": ["--no-slots"],
+    "--slots": [],
+    "--metrics": [],
+    "--no-ui": ["--no-webui"],
+    "--no-webui": ["--no-webui"],
+    "--context-shift": ["--context-shift"],
+    "--no-context-shift": [],
+    "--cors-credentials": [],
+    "--no-cors-credentials": [],
+}
 # Flags that take a value, ignored (named on stderr).
 IGNORED_WITH_VALUE = {
     "-b", "--batch-size", "-ub", "--ubatch-size", "-ngl", "--n-gpu-layers", "--gpu-layers",
@@ -98,12 +110,25 @@ def main(argv):
             continue
         ignored.append(flag)
         i += 1
+    # llama-server's defaults where ours differ: /metrics only with --metrics; CORS open to
+    # any origin (`*`), with credentials (the origin reflected) unless --no-cors-credentials.
+    if "--metrics" not in argv:
+        out.append("--no-metrics")
+    if "--cors-origin" not in out:
+        out += ["--cors-origin", "*"]
+    if "--no-cors-credentials" not in argv:
+        out.append("--cors-credentials")
     if ctx is not None:
         # llama.cpp's -c is the whole KV cache, split between the -np slots (1 by default):
-        # what one sequence gets is our --ctx-size.
-        out = strip(out, {"--ctx-size"}) + ["--ctx-size", str(ctx // (parallel or 1))]
+        # what one sequence gets is our --ctx-size. With --kv-unified the slots share it, and
+        # one sequence may use all of it.
+        per_slot = ctx if "--kv-unified" in argv else ctx // (parallel or 1)
+        out = strip(out, {"--ctx-size"}) + ["--ctx-size", str(per_slot)]
     model = EMBEDDER if embedding else LM
     args = [BIN, "serve", "--model", model]
+    if not embedding and model.endswith(".gguf"):
+        # The GGUF file's 4-bit blocks multiplied as stored, as llama-server does.
+        args += ["--precision", "ggml"]
     known = our_flags()
     i = 0
     while i < len(out):

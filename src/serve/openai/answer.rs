@@ -63,12 +63,15 @@ impl Reply {
         let prompt_n = c.prompt_ids.len().saturating_sub(c.cached_tokens);
         let prompt_ms = ms(Some(c.queued_at), c.first_token_at);
         let predicted_ms = ms(c.first_token_at, c.finished_at);
+        // The first token comes with the prompt's last step: the generation rate is over the
+        // steps after it (llama.cpp's rule), and 0 for a single token.
+        let decoded = c.completion.saturating_sub(1);
         json!({"cache_n": c.cached_tokens, "prompt_n": prompt_n, "prompt_ms": prompt_ms,
                "prompt_per_token_ms": if prompt_n > 0 { prompt_ms / prompt_n as f64 } else { 0.0 },
                "prompt_per_second": per_second(prompt_n, prompt_ms),
                "predicted_n": c.completion, "predicted_ms": predicted_ms,
-               "predicted_per_token_ms": if c.completion > 0 { predicted_ms / c.completion as f64 } else { 0.0 },
-               "predicted_per_second": per_second(c.completion, predicted_ms)})
+               "predicted_per_token_ms": if decoded > 0 { predicted_ms / decoded as f64 } else { 0.0 },
+               "predicted_per_second": per_second(decoded, predicted_ms)})
     }
 
     /// A chunk of `choices` (possibly none), with `usage` where given.
@@ -356,14 +359,24 @@ pub fn stream(
     guard: OutcomeGuard,
 ) -> impl IntoResponse {
     let n = acc.choices.len();
+    // A chat stream opens with each choice's role and no content, as OpenAI and llama.cpp send.
+    let mut queue = VecDeque::new();
+    let chat = reply.flavor == Flavor::Chat;
+    if chat {
+        let roles: Vec<Value> = (0..n)
+            .map(|i| json!({"index": acc.choices[i].index, "logprobs": null, "finish_reason": null,
+                            "delta": {"role": "assistant", "content": null}}))
+            .collect();
+        queue.push_back(Streaming::data(reply.chunk(roles, None)));
+    }
     let state = Streaming {
         lm,
         acc,
         reply,
         guard,
-        role_sent: vec![false; n],
+        role_sent: vec![chat; n],
         sent_chars: vec![0; n],
-        queue: VecDeque::new(),
+        queue,
         done: false,
     };
     let events = futures_util::stream::unfold(Some(state), |state| async move {

@@ -185,6 +185,20 @@ pub fn scoring(body: &Value, chat: bool, vocab: usize, stream: bool) -> Result<S
             return Err(ApiError::invalid(Some(name), format!("{name}: {why}")));
         }
     }
+    // The chat template's switches of vLLM and llama.cpp: a reply here always starts a new
+    // assistant turn (the template's generation prompt added, the last message closed).
+    if body.get("continue_final_message").and_then(Value::as_bool) == Some(true)
+        || body.get("add_generation_prompt").and_then(Value::as_bool) == Some(false)
+    {
+        let name = match body.get("continue_final_message").and_then(Value::as_bool) {
+            Some(true) => "continue_final_message",
+            _ => "add_generation_prompt",
+        };
+        return Err(ApiError::invalid(
+            Some(name),
+            format!("{name}: continuing the last message is not supported; the reply is a new assistant turn"),
+        ));
+    }
     if let Some(best_of) = field::<i64>(body, "best_of")? {
         let n = field::<i64>(body, "n")?.unwrap_or(1);
         if best_of != n {
