@@ -174,13 +174,23 @@ impl ConstraintVocab {
 pub const COMPILE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// [`ConstraintVocab::compile`]'s work, on the calling thread.
-fn compile_here(factory: &ParserFactory, grammar: &Grammar, vocab_size: usize) -> Result<Constraint> {
+fn compile_here(
+    factory: &ParserFactory,
+    grammar: &Grammar,
+    vocab_size: usize,
+) -> Result<Constraint> {
     let parser = factory
         .create_parser(grammar.top_level()?)
         .map_err(|e| Error::Input(clean_message(&e.to_string())))?;
-    let matcher = Matcher::new(Ok(parser));
+    let mut matcher = Matcher::new(Ok(parser));
     if let Some(e) = matcher.get_error() {
         return Err(Error::Input(clean_message(&e)));
+    }
+    // The first step's mask, so that a grammar llguidance cannot start (a row of more Earley
+    // items than its limit: a 3,000-way `anyOf`) is refused here, naming the request's field,
+    // rather than failing the row at its first step.
+    if let Err(e) = matcher.compute_mask() {
+        return Err(Error::Input(clean_message(&e.to_string())));
     }
     Ok(Constraint {
         matcher,
@@ -213,10 +223,11 @@ impl Constraint {
         let matcher = &mut self.matcher;
         let allowed = catch_unwind(AssertUnwindSafe(|| matcher.compute_mask_or_eos()))
             .map_err(|_| step_panic())?
-            .map_err(|e| Error::Input(format!("constrained decoding: {}", clean_message(&e.to_string()))))?;
+            .map_err(step_error)?;
         if allowed.is_zero() {
             return Err(Error::Input(
-                "constrained decoding: no token can continue the output (is the schema or grammar satisfiable?)"
+                "constrained decoding: no token can continue the output \
+                 (is the schema or grammar satisfiable?)"
                     .into(),
             ));
         }
@@ -232,7 +243,7 @@ impl Constraint {
         let matcher = &mut self.matcher;
         let taken = catch_unwind(AssertUnwindSafe(|| matcher.try_consume_tokens(&[token])))
             .map_err(|_| step_panic())?
-            .map_err(|e| Error::Input(format!("constrained decoding: {}", clean_message(&e.to_string()))))?;
+            .map_err(step_error)?;
         if taken != 1 {
             return Err(Error::Input(format!(
                 "constrained decoding: token {token} does not continue the grammar"
@@ -240,6 +251,12 @@ impl Constraint {
         }
         Ok(self.matcher.is_stopped())
     }
+}
+
+/// The error of a step whose parser failed, its message cleaned.
+fn step_error(e: impl std::fmt::Display) -> Error {
+    let message = clean_message(&e.to_string());
+    Error::Input(format!("constrained decoding: {message}"))
 }
 
 /// The error of a step whose parser panicked (the row ends with it; the parser is not used

@@ -90,7 +90,8 @@ pub fn check_rule_depth(what: &str, depths: &[usize]) -> Result<()> {
     let deepest = depths.iter().copied().max().unwrap_or(0);
     match deepest > MAX_RULE_DEPTH {
         true => Err(Error::Input(format!(
-            "{what}: a chain of {deepest} rules each referring to the next; at most {MAX_RULE_DEPTH}"
+            "{what}: a chain of {deepest} rules each referring to the next; \
+             at most {MAX_RULE_DEPTH}"
         ))),
         false => Ok(()),
     }
@@ -191,7 +192,8 @@ pub fn check_schema(schema: &Value) -> Result<()> {
     let depth = schema_depth(schema);
     match depth > MAX_SCHEMA_DEPTH {
         true => Err(Error::Input(format!(
-            "the JSON schema nests {depth} levels deep, counting each $ref as its target's nesting; at most {MAX_SCHEMA_DEPTH}"
+            "the JSON schema nests {depth} levels deep, counting each $ref as its target's \
+             nesting; at most {MAX_SCHEMA_DEPTH}"
         ))),
         false => Ok(()),
     }
@@ -253,7 +255,8 @@ pub fn check_lark(what: &str, text: &str) -> Result<()> {
                     i += 1;
                 }
                 if b.get(i) == Some(&b'{') {
-                    let mut json = serde_json::Deserializer::from_str(&text[i..]).into_iter::<Value>();
+                    let mut json =
+                        serde_json::Deserializer::from_str(&text[i..]).into_iter::<Value>();
                     if let Some(Ok(value)) = json.next() {
                         if directive == "json" {
                             check_schema(&value)
@@ -310,7 +313,7 @@ pub fn check_lark(what: &str, text: &str) -> Result<()> {
 pub fn clean_message(raw: &str) -> String {
     if raw.contains("panic:") || raw.contains("<backtrace>") {
         return match raw.contains("symbols.len()") {
-            true => "it needs more grammar symbols than the compiler can hold (65,000); make it smaller".into(),
+            true => "it needs more grammar symbols than the compiler can hold (65,000)".into(),
             false => "the grammar compiler failed on it (it is too large or too complex)".into(),
         };
     }

@@ -154,7 +154,7 @@ fn schema(c: &mut Choices) -> String {
             format!("{{\"$defs\": {{{}}}, \"$ref\": \"#/$defs/d0\"}}", defs.join(", "))
         }
         2 => {
-            let n = c.size(4000);
+            let n = c.size(3000);
             let options: Vec<String> = (0..n)
                 .map(|i| format!("{{\"type\": \"object\", \"properties\": {{\"k{i}\": {{\"type\": \"integer\"}}}}, \"required\": [\"k{i}\"]}}"))
                 .collect();

@@ -5,9 +5,10 @@
 //! ([`super::json_check`], independent of llguidance), sampled at temperature 1, batched
 //! together, on both endpoints and streamed; regex, Lark and GBNF replies match; llama.cpp's
 //! `/completion` takes `json_schema` and `grammar`; `tool_choice` `required` and named always
-//! give a parsed call with valid arguments; invalid or unsatisfiable schemas and grammars are a
-//! 400 naming the field while the server keeps serving; an unconstrained row's tokens are the
-//! same with a constrained row beside it as alone.
+//! give a parsed call with valid arguments (nested models through `$defs`); invalid or
+//! unsatisfiable schemas and grammars are a 400 naming the field while the server keeps
+//! serving; an unconstrained row's tokens are the same with a constrained row beside it as
+//! alone.
 
 use super::json_check::check;
 use super::serve_options::{events, ok, post, shared, start};
