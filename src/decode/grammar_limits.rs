@@ -317,13 +317,17 @@ pub fn clean_message(raw: &str) -> String {
             false => "the grammar compiler failed on it (it is too large or too complex)".into(),
         };
     }
+    if raw.contains("NoExtensionBias") {
+        // llguidance's stop reason where no token at all may come first.
+        return "no text satisfies it (no token can start it; a $ref only to itself?)".into();
+    }
     let mut text = raw.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("");
     for marker in ["<state>", "<grammar>"] {
         if let Some(at) = text.find(marker) {
             text = text[..at].trim_end();
         }
     }
-    let text = text.replace("NoExtensionBias", "").trim().to_string();
+    let text = text.trim().to_string();
     let text = match text.is_empty() {
         true => "it cannot be compiled".to_string(),
         false => text,

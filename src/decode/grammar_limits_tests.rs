@@ -138,6 +138,7 @@ fn messages_are_cleaned() {
     assert!(!m.contains("panic") && !m.contains("/root") && m.contains("65,000"), "{m}");
     let m = clean_message("failed: NoExtensionBias <state>\nrow 0 ...\n</state>");
     assert!(!m.contains("state") && !m.contains("NoExtensionBias"), "{m}");
+    assert!(m.starts_with("no text satisfies it"), "{m}");
     let m = clean_message(&"x".repeat(5000));
     assert!(m.chars().count() <= MAX_MESSAGE_CHARS + 1, "{}", m.len());
     assert_eq!(clean_message("unknown type \"foo\""), "unknown type \"foo\"");
