@@ -15,15 +15,22 @@
 //!
 //! [`ConstraintVocab`] is built once per model from the bytes of every token
 //! ([`crate::text::token_bytes`]) and compiles each request's [`Grammar`] into its
-//! [`Constraint`] (an invalid schema or grammar: an error with llguidance's message).
+//! [`Constraint`] (an invalid schema or grammar: an error with llguidance's message, cleaned).
+//! A request's grammar is checked against the bounds of [`super::grammar_limits`] and compiled
+//! on a thread of its own with a large stack; a panic inside llguidance, while compiling or at a
+//! step, is an error of that one request.
 
 use super::gbnf::gbnf_to_lark;
+use super::grammar_limits::{check_lark, check_schema, check_size, clean_message};
+use super::grammar_limits::{COMPILE_STACK, MAX_GRAMMAR_BYTES};
 use crate::error::{Error, Result};
 use crate::text::token_bytes::TokenBytes;
 use llguidance::api::TopLevelGrammar;
 use llguidance::{Matcher, ParserFactory};
 use serde_json::{json, Value};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
+use std::time::Duration;
 use toktrie::{ApproximateTokEnv, SimpleVob, TokEnv, TokRxInfo, TokTrie};
 
 /// What a request's output must be.
@@ -42,9 +49,9 @@ pub enum Grammar {
 }
 
 impl Grammar {
-    /// llguidance's form. JSON is written without optional whitespace (`{"a":1}`) unless the
-    /// schema says otherwise through llguidance's `x-guidance` options: a model cannot wander
-    /// into endless blank lines.
+    /// llguidance's form, once within the limits of [`super::grammar_limits`]. JSON is written
+    /// without optional whitespace (`{"a":1}`) unless the schema says otherwise through
+    /// llguidance's `x-guidance` options: a model cannot wander into endless blank lines.
     fn top_level(&self) -> Result<TopLevelGrammar> {
         let compact = |mut schema: Value| {
             if let Value::Object(map) = &mut schema {
@@ -58,11 +65,22 @@ impl Grammar {
                 TopLevelGrammar::from_json_schema(compact(json!({"type": "object"})))
             }
             Grammar::JsonSchema(schema) => {
+                check_schema(schema)?;
                 TopLevelGrammar::from_json_schema(compact(schema.clone()))
             }
-            Grammar::Regex(rx) => TopLevelGrammar::from_regex(rx),
-            Grammar::Lark(text) => TopLevelGrammar::from_lark(text.clone()),
-            Grammar::Gbnf(text) => TopLevelGrammar::from_lark(gbnf_to_lark(text)?),
+            Grammar::Regex(rx) => {
+                check_size("the regular expression", rx.len(), MAX_GRAMMAR_BYTES)?;
+                TopLevelGrammar::from_regex(rx)
+            }
+            Grammar::Lark(text) => {
+                check_lark("grammar (Lark)", text)?;
+                TopLevelGrammar::from_lark(text.clone())
+            }
+            Grammar::Gbnf(text) => {
+                let lark = gbnf_to_lark(text)?;
+                check_lark("grammar (GBNF)", &lark)?;
+                TopLevelGrammar::from_lark(lark)
+            }
         })
     }
 }
@@ -106,6 +124,9 @@ impl ConstraintVocab {
         let mut factory = ParserFactory::new_simple(&env)
             .map_err(|e| Error::Input(format!("constrained decoding: {e}")))?;
         factory.quiet();
+        // llguidance's own bounds stay its defaults (grammar size, lexer fuel, Earley items per
+        // mask); its errors carry no parser state or grammar dump.
+        factory.limits_mut().verbose_errors = false;
         Ok(ConstraintVocab {
             factory: Arc::new(factory),
             vocab_size,
@@ -118,21 +139,63 @@ impl ConstraintVocab {
     }
 
     /// Compiles `grammar` into a row's constraint; an invalid schema or grammar (or one no
-    /// text satisfies, where llguidance sees it at once) is an error with llguidance's message.
+    /// text satisfies, where llguidance sees it at once), one past the limits, or one whose
+    /// compiling panics or takes longer than [`COMPILE_TIMEOUT`] is an error of one short
+    /// sentence. The work runs on a thread of its own with [`COMPILE_STACK`] bytes of stack;
+    /// the caller blocks until it ends (so: never call this on an async runtime's thread).
     pub fn compile(&self, grammar: &Grammar) -> Result<Constraint> {
-        let parser = self
-            .factory
-            .create_parser(grammar.top_level()?)
-            .map_err(|e| Error::Input(e.to_string()))?;
-        let matcher = Matcher::new(Ok(parser));
-        if let Some(e) = matcher.get_error() {
-            return Err(Error::Input(e));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let factory = self.factory.clone();
+        let grammar = grammar.clone();
+        let vocab_size = self.vocab_size;
+        std::thread::Builder::new()
+            .name("grammar-compile".into())
+            .stack_size(COMPILE_STACK)
+            .spawn(move || {
+                let compiled = catch_unwind(AssertUnwindSafe(|| {
+                    compile_here(&factory, &grammar, vocab_size)
+                }))
+                .unwrap_or_else(|_| Err(Error::Input(clean_message("panic:"))));
+                let _ = tx.send(compiled);
+            })
+            .map_err(|e| Error::Input(format!("cannot start the grammar compiler: {e}")))?;
+        match rx.recv_timeout(COMPILE_TIMEOUT) {
+            Ok(compiled) => compiled,
+            // The thread goes on until llguidance's fuel runs out; nobody waits for it.
+            Err(_) => Err(Error::Input(format!(
+                "compiling it took longer than {} s",
+                COMPILE_TIMEOUT.as_secs()
+            ))),
         }
-        Ok(Constraint {
-            matcher,
-            vocab_size: self.vocab_size,
-        })
     }
+}
+
+/// The longest [`ConstraintVocab::compile`] waits for its thread.
+pub const COMPILE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// [`ConstraintVocab::compile`]'s work, on the calling thread.
+fn compile_here(
+    factory: &ParserFactory,
+    grammar: &Grammar,
+    vocab_size: usize,
+) -> Result<Constraint> {
+    let parser = factory
+        .create_parser(grammar.top_level()?)
+        .map_err(|e| Error::Input(clean_message(&e.to_string())))?;
+    let mut matcher = Matcher::new(Ok(parser));
+    if let Some(e) = matcher.get_error() {
+        return Err(Error::Input(clean_message(&e)));
+    }
+    // The first step's mask, so that a grammar llguidance cannot start (a row of more Earley
+    // items than its limit: a 3,000-way `anyOf`) is refused here, naming the request's field,
+    // rather than failing the row at its first step.
+    if let Err(e) = matcher.compute_mask() {
+        return Err(Error::Input(clean_message(&e.to_string())));
+    }
+    Ok(Constraint {
+        matcher,
+        vocab_size,
+    })
 }
 
 /// One row's parser state (see the module docs); a clone starts from the same state.
@@ -157,13 +220,14 @@ impl Constraint {
     /// forward pass that gives them runs. An error when no token is allowed (the language
     /// cannot be continued: an unsatisfiable schema) or the parser failed.
     pub fn allowed(&mut self) -> Result<AllowedTokens> {
-        let allowed = self
-            .matcher
-            .compute_mask_or_eos()
-            .map_err(|e| Error::Input(format!("constrained decoding: {e}")))?;
+        let matcher = &mut self.matcher;
+        let allowed = catch_unwind(AssertUnwindSafe(|| matcher.compute_mask_or_eos()))
+            .map_err(|_| step_panic())?
+            .map_err(step_error)?;
         if allowed.is_zero() {
             return Err(Error::Input(
-                "constrained decoding: no token can continue the output (is the schema or grammar satisfiable?)"
+                "constrained decoding: no token can continue the output \
+                 (is the schema or grammar satisfiable?)"
                     .into(),
             ));
         }
@@ -176,10 +240,10 @@ impl Constraint {
     /// Advances the parser by the chosen `token`; `true` when the output is complete and
     /// nothing may follow (the row ends). A token the language does not allow here is an error.
     pub fn advance(&mut self, token: u32) -> Result<bool> {
-        let taken = self
-            .matcher
-            .try_consume_tokens(&[token])
-            .map_err(|e| Error::Input(format!("constrained decoding: {e}")))?;
+        let matcher = &mut self.matcher;
+        let taken = catch_unwind(AssertUnwindSafe(|| matcher.try_consume_tokens(&[token])))
+            .map_err(|_| step_panic())?
+            .map_err(step_error)?;
         if taken != 1 {
             return Err(Error::Input(format!(
                 "constrained decoding: token {token} does not continue the grammar"
@@ -187,6 +251,18 @@ impl Constraint {
         }
         Ok(self.matcher.is_stopped())
     }
+}
+
+/// The error of a step whose parser failed, its message cleaned.
+fn step_error(e: impl std::fmt::Display) -> Error {
+    let message = clean_message(&e.to_string());
+    Error::Input(format!("constrained decoding: {message}"))
+}
+
+/// The error of a step whose parser panicked (the row ends with it; the parser is not used
+/// again).
+fn step_panic() -> Error {
+    Error::Input("constrained decoding: the grammar library failed at this step".into())
 }
 
 /// `A_t` of one row at one step (see [`Constraint::allowed`]): one bit per token.

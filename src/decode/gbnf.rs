@@ -8,8 +8,11 @@
 //! becomes a `/regex/`; a rule made only of literals, classes and such rules becomes a terminal
 //! (an upper-case name: one lexeme), every other rule a lower-case one (`-` → `_`).
 
+use super::grammar_limits::{check_rule_depth, check_size, chain_depths};
+use super::grammar_limits::{MAX_GBNF_NESTING, MAX_GRAMMAR_BYTES};
 use crate::error::{Error, Result};
 use std::collections::HashMap;
+
 
 /// One GBNF expression.
 #[derive(Clone, Debug)]
@@ -111,6 +114,8 @@ impl Node {
 struct Reader<'a> {
     text: &'a [char],
     pos: usize,
+    /// Parentheses open here.
+    nesting: usize,
 }
 
 impl Reader<'_> {
@@ -291,9 +296,16 @@ impl Reader<'_> {
                 '"' => nodes.push(self.literal()?),
                 '[' => nodes.push(self.class()?),
                 '(' => {
+                    if self.nesting >= MAX_GBNF_NESTING {
+                        return Err(self.fail(&format!(
+                            "parentheses nested more than {MAX_GBNF_NESTING} deep"
+                        )));
+                    }
                     self.pos += 1;
                     self.skip_space(true);
+                    self.nesting += 1;
                     let alternatives = self.alternatives(true)?;
+                    self.nesting -= 1;
                     if self.cur() != Some(')') {
                         return Err(self.fail("expected ')'"));
                     }
@@ -328,13 +340,16 @@ impl Reader<'_> {
     }
 }
 
-/// The Lark text of a GBNF grammar (see the module docs); a syntax error, an undefined rule or
-/// a missing `root` is an error naming it.
+/// The Lark text of a GBNF grammar (see the module docs); a syntax error, an undefined rule, a
+/// missing `root`, or a grammar past the limits of [`super::grammar_limits`] (size, nesting,
+/// rule chains) is an error naming it.
 pub fn gbnf_to_lark(text: &str) -> Result<String> {
+    check_size("grammar (GBNF)", text.len(), MAX_GRAMMAR_BYTES)?;
     let chars: Vec<char> = text.chars().collect();
     let mut r = Reader {
         text: &chars,
         pos: 0,
+        nesting: 0,
     };
     let mut rules: Vec<(String, Node)> = Vec::new();
     r.skip_space(true);
@@ -366,6 +381,21 @@ pub fn gbnf_to_lark(text: &str) -> Result<String> {
     if !defined.contains_key("root") {
         return Err(Error::Input("grammar (GBNF): no root rule".into()));
     }
+    // Chains of rules bounded before the fixed point below (one pass per link at most).
+    let index: HashMap<&str, usize> = rules
+        .iter()
+        .enumerate()
+        .map(|(i, (n, _))| (n.as_str(), i))
+        .collect();
+    let edges: Vec<Vec<usize>> = rules
+        .iter()
+        .map(|(_, body)| {
+            let mut refs = Vec::new();
+            body.refs(&mut refs);
+            refs.iter().map(|r| index[r]).collect()
+        })
+        .collect();
+    check_rule_depth("grammar (GBNF)", &chain_depths(&edges))?;
     // Terminals: rules built only of terminals, to a fixed point (root never is one).
     let mut terminals = defined;
     loop {

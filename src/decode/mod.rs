@@ -21,6 +21,8 @@ pub mod beam;
 pub mod constraint;
 #[cfg(feature = "constrain")]
 pub mod gbnf;
+#[cfg(feature = "constrain")]
+pub mod grammar_limits;
 pub mod greedy;
 pub mod sample;
 pub mod score;

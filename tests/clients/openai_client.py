@@ -7,7 +7,8 @@ usage in its own `choices: []` chunk with include_usage), logprobs (top_logprobs
 token the best one under greedy), n choices, logit_bias, completions with echo + logprobs,
 embeddings (float, base64 decoded by the client itself, dimensions renormalised), tools offered
 (whole and streamed; the tiny random model answers in prose), a tool-call history, a forced
-tool call and `parse()` with a pydantic model (constrained decoding).
+tool call and `parse()` with a pydantic model (constrained decoding), and a nested pydantic
+model (`$defs`) as a forced tool, required and named, and as `response_format`.
 """
 import json
 import math
@@ -144,6 +145,37 @@ forced = tool_lm.chat.completions.create(model="m", messages=ask, tools=bounded,
 call = forced.choices[0].message.tool_calls[0]
 assert forced.choices[0].finish_reason == "tool_calls" and call.function.name == "get_weather", forced
 assert isinstance(json.loads(call.function.arguments)["city"], str), call
+
+# Nested pydantic models (parameters with "$defs" and "#/$defs/Address" references, as
+# openai.pydantic_function_tool writes them) as a forced tool, required and named, and as
+# response_format: the client parses each call's arguments into the model (parsed_arguments).
+
+
+class Address(BaseModel):
+    street: str = Field(max_length=12)
+    number: int = Field(ge=1, le=999)
+
+
+class Person(BaseModel):
+    name: str = Field(max_length=10)
+    home: Address
+    work: Address
+
+
+person_tool = openai.pydantic_function_tool(Person, name="save_person", description="Save a person")
+assert "$defs" in person_tool["function"]["parameters"], person_tool
+for choice in ("required", {"type": "function", "function": {"name": "save_person"}}):
+    nested = tool_lm.chat.completions.parse(model="m", messages=ask, tools=[person_tool], tool_choice=choice,
+                                            max_tokens=400, temperature=0)
+    assert nested.choices[0].finish_reason == "tool_calls", nested
+    call = nested.choices[0].message.tool_calls[0]
+    assert call.function.name == "save_person", call
+    assert isinstance(call.function.parsed_arguments, Person), call
+    assert isinstance(call.function.parsed_arguments.home, Address), call
+person = tool_lm.chat.completions.parse(model="m", messages=[{"role": "user", "content": "A person?"}],
+                                        response_format=Person, max_tokens=300, temperature=0)
+assert isinstance(person.choices[0].message.parsed, Person), person
+assert isinstance(person.choices[0].message.parsed.work, Address), person
 
 # Embeddings: float, base64 (decoded by the client), dimensions.
 texts = ["A man is eating food.", "The weather is lovely today."]

@@ -5,6 +5,7 @@
 /// The GGUF tests' writer, shared with the seeds.
 #[path = "../gguf_common/mod.rs"]
 pub mod gguf_common;
+pub mod grammars;
 pub mod mutate;
 pub mod readers;
 pub mod seeds;

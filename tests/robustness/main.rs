@@ -11,5 +11,6 @@ mod common;
 mod fuzz_common;
 
 mod crash;
+mod fuzz_grammars;
 mod fuzz_readers;
 mod robust;

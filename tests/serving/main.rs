@@ -8,6 +8,7 @@ mod json_check;
 mod json_close;
 mod serve_constrain;
 mod serve_engine;
+mod serve_hostile;
 mod serve_http;
 mod serve_kinds;
 mod serve_libre;

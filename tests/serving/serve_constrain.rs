@@ -5,9 +5,10 @@
 //! ([`super::json_check`], independent of llguidance), sampled at temperature 1, batched
 //! together, on both endpoints and streamed; regex, Lark and GBNF replies match; llama.cpp's
 //! `/completion` takes `json_schema` and `grammar`; `tool_choice` `required` and named always
-//! give a parsed call with valid arguments; invalid or unsatisfiable schemas and grammars are a
-//! 400 naming the field while the server keeps serving; an unconstrained row's tokens are the
-//! same with a constrained row beside it as alone.
+//! give a parsed call with valid arguments (nested models through `$defs`); invalid or
+//! unsatisfiable schemas and grammars are a 400 naming the field while the server keeps
+//! serving; an unconstrained row's tokens are the same with a constrained row beside it as
+//! alone.
 
 use super::json_check::check;
 use super::serve_options::{events, ok, post, shared, start};
@@ -206,9 +207,15 @@ fn required_and_named_tool_choice_always_give_a_valid_call() {
     let Some(templates) = shared("reference/chat-templates") else {
         return;
     };
-    let weather = json!({"type": "object", "properties": {"city": {"type": "string", "maxLength": 10},
-                         "unit": {"enum": ["c", "f"]}}, "required": ["city", "unit"], "additionalProperties": false});
-    let time = json!({"type": "object", "properties": {"zone": {"type": "integer", "minimum": -12, "maximum": 12}},
+    // Nested models as pydantic writes them (`$defs`, `#/$defs/...`), both tools defining a
+    // `Place` of a different shape: each call's arguments must follow its own.
+    let weather = json!({"$defs": {"Place": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 10},
+                                                                            "unit": {"enum": ["c", "f"]}},
+                                             "required": ["city", "unit"], "additionalProperties": false}},
+                         "type": "object", "properties": {"place": {"$ref": "#/$defs/Place"}},
+                         "required": ["place"], "additionalProperties": false});
+    let time = json!({"$defs": {"Place": {"type": "integer", "minimum": -12, "maximum": 12}},
+                      "type": "object", "properties": {"zone": {"$ref": "#/$defs/Place"}},
                       "required": ["zone"], "additionalProperties": false});
     let tools = json!([
         {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city", "parameters": weather}},

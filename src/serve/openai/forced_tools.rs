@@ -14,6 +14,13 @@
 //! `{name, arguments}` is `{"name": {"const": n}, "arguments": parameters_n}` (both required,
 //! nothing else), one alternative (`anyOf`) per tool allowed. A marker that is one special token
 //! of the vocabulary (Mistral's `[TOOL_CALLS]`) is that token (`<[id]>`), else its text.
+//!
+//! A tool's `parameters` may hold its own definitions (`$defs`, `definitions`: pydantic's and
+//! LangChain's nested models) and refer to them or to itself (`#/$defs/Address`, `#`). Inside
+//! `{name, arguments}` those references would point at the wrapper, so each is rewritten to
+//! where the parameters now are ([`relocate`]): `#/$defs/Address` of the second tool becomes
+//! `#/anyOf/1/properties/arguments/$defs/Address`. Each tool's definitions stay its own, so two
+//! tools may each define an `Address` of a different shape.
 
 use super::tool_calls::ToolFormat;
 use crate::decode::constraint::Grammar;
@@ -28,8 +35,56 @@ pub struct ToolSchema {
     pub parameters: Value,
 }
 
+/// `parameters` with every reference into itself (`#` or `#/…`, a JSON pointer) pointing at the
+/// same place under `base` (a JSON pointer, `/properties/arguments`), where the call's schema
+/// holds them. Other references (anchors, other documents) and data (`const`, `enum`,
+/// `default`, `examples`) are left as they are. Iterative.
+pub fn relocate(parameters: &Value, base: &str) -> Value {
+    let mut out = parameters.clone();
+    let mut stack = vec![&mut out];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Object(map) => {
+                for (k, child) in map.iter_mut() {
+                    match (k.as_str(), child) {
+                        ("$ref", Value::String(r)) if r.as_str() == "#" || r.starts_with("#/") => {
+                            *r = format!("#{base}{}", &r[1..]);
+                        }
+                        ("const" | "enum" | "default" | "examples", _) => {}
+                        (_, child) => stack.push(child),
+                    }
+                }
+            }
+            Value::Array(items) => stack.extend(items.iter_mut()),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The JSON schema of one call `{"name": n, key: arguments}` of one of `tools`, each tool's
+/// references relocated (see the module docs).
+pub fn call_schema(tools: &[ToolSchema], key: &str) -> Value {
+    let one = |t: &ToolSchema, base: &str| {
+        json!({"type": "object",
+               "properties": {"name": {"const": t.name}, key: relocate(&t.parameters, base)},
+               "required": ["name", key], "additionalProperties": false})
+    };
+    match tools {
+        [tool] => one(tool, &format!("/properties/{key}")),
+        _ => {
+            let options: Vec<Value> = tools
+                .iter()
+                .enumerate()
+                .map(|(i, t)| one(t, &format!("/anyOf/{i}/properties/{key}")))
+                .collect();
+            json!({ "anyOf": options })
+        }
+    }
+}
+
 /// A schema embedded with `%json`, written compactly (no optional whitespace).
-fn embedded(schema: &Value) -> String {
+pub fn embedded(schema: &Value) -> String {
     let mut schema = schema.clone();
     if let Value::Object(map) = &mut schema {
         map.entry("x-guidance")
@@ -64,20 +119,7 @@ pub fn forced_call(
             "tool_choice: this model's chat template shows no tool-call format this server reads",
         ));
     };
-    let call = |arguments: &str| {
-        let options: Vec<Value> = tools
-            .iter()
-            .map(|t| {
-                json!({"type": "object",
-                       "properties": {"name": {"const": t.name}, arguments: t.parameters},
-                       "required": ["name", arguments], "additionalProperties": false})
-            })
-            .collect();
-        match options.len() {
-            1 => options[0].clone(),
-            _ => json!({"anyOf": options}),
-        }
-    };
+    let call = |key: &str| call_schema(tools, key);
     let lark = match format {
         ToolFormat::Hermes => format!(
             "start: {} \"\\n\" {} \"\\n\" {}",
@@ -109,3 +151,7 @@ pub fn forced_call(
     };
     Ok(Grammar::Lark(lark))
 }
+
+#[cfg(test)]
+#[path = "forced_tools_tests.rs"]
+mod tests;
