@@ -73,9 +73,11 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 600.0)]
     pub timeout: f64,
     /// Tokens one forward pass feeds at most (decode tokens plus prompt chunks; a translation
-    /// model: source tokens encoded per step, padding included).
-    #[arg(long, default_value_t = 512)]
-    pub prefill_budget: usize,
+    /// model: source tokens encoded per step, padding included): the longest step, so how long
+    /// a new request waits behind a long prompt (llama-server's --ubatch-size). Default:
+    /// 32 per model thread, at most 512.
+    #[arg(long, alias = "ubatch-size")]
+    pub prefill_budget: Option<usize>,
     /// Positions per KV block.
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
@@ -119,6 +121,10 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
 }
+
+/// `--prefill-budget`'s default per model thread: a step of SmolLM2-135M (float32, scoring
+/// every position, 3,000 tokens in) stays near a quarter of a second (BENCHMARKS.md, issue 44).
+pub const PREFILL_BUDGET_PER_THREAD: usize = 32;
 
 /// The environment variable the API key is read from when --api-key is not given.
 pub const API_KEY_VARIABLE: &str = "TRANSFORMER_API_KEY";
@@ -202,7 +208,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         ("--kv-memory", args.kv_memory),
         ("--max-batch", args.max_batch),
         ("--max-output-tokens", args.max_output_tokens),
-        ("--prefill-budget", args.prefill_budget),
+        ("--prefill-budget", args.prefill_budget.unwrap_or(1)),
         ("--block-size", args.block_size),
     ] {
         if v == 0 {
@@ -247,7 +253,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
         max_output_tokens: args.max_output_tokens,
         timeout_s: args.timeout,
         block_rows: args.block_size,
-        prefill_budget: args.prefill_budget,
+        prefill_budget: args
+            .prefill_budget
+            .unwrap_or((PREFILL_BUDGET_PER_THREAD * threads).min(512)),
         prefix_cache: !args.no_prefix_cache,
         max_overtakes: args.max_overtakes,
         source_lang,

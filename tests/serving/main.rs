@@ -13,6 +13,7 @@ mod serve_kinds;
 mod serve_libre;
 mod serve_llama;
 mod serve_options;
+mod serve_prefill;
 mod serve_prefix_cache;
 mod serve_surface;
 mod serve_tools;
