@@ -122,8 +122,10 @@ pub struct ServeArgs {
     pub threads: usize,
 }
 
-/// `--prefill-budget`'s default per model thread: a step of SmolLM2-135M (float32, scoring
-/// every position, 3,000 tokens in) stays near a quarter of a second (BENCHMARKS.md, issue 44).
+/// `--prefill-budget`'s default per model thread: at issue 44's one-thread figure for
+/// SmolLM2-135M (float32, a 3,000-token `echo` + `logprobs` pass in 27.5 s: 9 ms a token),
+/// a step of 32 prompt tokens takes about 0.3 s, so a request arriving behind a long prompt
+/// has its first token within about two steps (BENCHMARKS.md).
 pub const PREFILL_BUDGET_PER_THREAD: usize = 32;
 
 /// The environment variable the API key is read from when --api-key is not given.
