@@ -7,10 +7,10 @@
 //! - A step runs ONE forward over a ragged batch of tokens ([`LanguageModel::step`] with a ragged [`StepLayout`]):
 //!   the next token of every decoding sequence, then chunks of the prompts being prefilled,
 //!   the prompt with the fewest tokens left first, while the step's token budget
-//!   (`prefill_budget`, `--prefill-budget`) lasts ([`feed`]), so a long prompt (or an `echo` +
-//!   `logprobs` scoring pass) cannot stall the others: neither the decoding rows nor a short
-//!   prompt admitted after it, whose first token waits for at most the step under way and its
-//!   own. A request whose client went away leaves before
+//!   (`prefill_budget`, `--prefill-budget`) lasts (`scheduler/feed.rs`), so a long prompt (or
+//!   an `echo` + `logprobs` scoring pass) cannot stall the others: neither the decoding rows
+//!   nor a short prompt admitted after it, whose first token waits for at most the step under
+//!   way and its own. A request whose client went away leaves before
 //!   the next step, its prefill unfinished. Every sequence whose prompt is complete samples its next token ([`sample`]:
 //!   greedy at temperature 0, else temperature / top-k / top-p, each sequence with its own
 //!   seeded generator), streamed to its client ([`Event::Token`]); a sequence ends at an end
@@ -178,7 +178,7 @@ pub struct EngineConfig {
     pub max_batch: usize,
     /// Tokens one forward feeds at most (decode tokens first, then prompt chunks; prompts
     /// get at least a quarter of it): the longest step, and so the longest a new request's
-    /// prompt waits behind a long one ([`feed`]).
+    /// prompt waits behind a long one (`scheduler/feed.rs`).
     pub prefill_budget: usize,
     /// Whether prompts take the cached blocks of equal starts (see the module docs).
     pub prefix_cache: bool,
