@@ -4,6 +4,7 @@
 
 use super::args::PrecisionArg;
 use super::set_threads;
+use crate::serve::scheduler::DEFAULT_PREFILL_STEP_MS;
 use crate::serve::{ServeConfig, Server};
 use crate::text::languages::{check_code, LanguagePair};
 use anyhow::{bail, Result};
@@ -74,10 +75,15 @@ pub struct ServeArgs {
     pub timeout: f64,
     /// Tokens one forward pass feeds at most (decode tokens plus prompt chunks; a translation
     /// model: source tokens encoded per step, padding included): the longest step, so how long
-    /// a new request waits behind a long prompt (llama-server's --ubatch-size). Default:
-    /// 32 per model thread, at most 512.
+    /// a new request waits behind a long prompt (llama-server's --ubatch-size). Default: a
+    /// language model's is timed (sized from the steps run so one takes about
+    /// --prefill-step-ms; 32 per model thread at first, 16 to 512), a translation model's 512.
     #[arg(long, alias = "ubatch-size")]
     pub prefill_budget: Option<usize>,
+    /// Without --prefill-budget, the time a language model's step is sized to take, in
+    /// milliseconds: b = clamp(step / (seconds per token of recent steps), 16, 512).
+    #[arg(long, default_value_t = DEFAULT_PREFILL_STEP_MS)]
+    pub prefill_step_ms: u32,
     /// Positions per KV block.
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
@@ -121,12 +127,6 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
 }
-
-/// `--prefill-budget`'s default per model thread: at issue 44's one-thread figure for
-/// SmolLM2-135M (float32, a 3,000-token `echo` + `logprobs` pass in 27.5 s: 9 ms a token),
-/// a step of 32 prompt tokens takes about 0.3 s, so a request arriving behind a long prompt
-/// has its first token within about two steps (BENCHMARKS.md).
-pub const PREFILL_BUDGET_PER_THREAD: usize = 32;
 
 /// The environment variable the API key is read from when --api-key is not given.
 pub const API_KEY_VARIABLE: &str = "TRANSFORMER_API_KEY";
@@ -211,6 +211,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         ("--max-batch", args.max_batch),
         ("--max-output-tokens", args.max_output_tokens),
         ("--prefill-budget", args.prefill_budget.unwrap_or(1)),
+        ("--prefill-step-ms", args.prefill_step_ms as usize),
         ("--block-size", args.block_size),
     ] {
         if v == 0 {
@@ -255,9 +256,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         max_output_tokens: args.max_output_tokens,
         timeout_s: args.timeout,
         block_rows: args.block_size,
-        prefill_budget: args
-            .prefill_budget
-            .unwrap_or((PREFILL_BUDGET_PER_THREAD * threads).min(512)),
+        prefill_budget: args.prefill_budget,
+        prefill_step_ms: args.prefill_step_ms,
         prefix_cache: !args.no_prefix_cache,
         max_overtakes: args.max_overtakes,
         source_lang,

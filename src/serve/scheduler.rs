@@ -7,7 +7,8 @@
 //! - A step runs ONE forward over a ragged batch of tokens ([`LanguageModel::step`] with a ragged [`StepLayout`]):
 //!   the next token of every decoding sequence, then chunks of the prompts being prefilled,
 //!   the prompt with the fewest tokens left first, while the step's token budget
-//!   (`prefill_budget`, `--prefill-budget`) lasts (`scheduler/feed.rs`), so a long prompt (or
+//!   (`prefill_budget`: `--prefill-budget`, or by default sized from measured steps so one
+//!   takes about `--prefill-step-ms`, `scheduler/budget.rs`) lasts (`scheduler/feed.rs`), so a long prompt (or
 //!   an `echo` + `logprobs` scoring pass) cannot stall the others: neither the decoding rows
 //!   nor a short prompt admitted after it, whose first token waits for at most the step under
 //!   way and its own. A request whose client went away leaves before
@@ -65,8 +66,11 @@ use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
 
+mod budget;
 mod feed;
 mod mask_job;
+pub use budget::{PrefillBudget, DEFAULT_PREFILL_STEP_MS};
+use budget::StepBudget;
 use feed::StepFeed;
 use mask_job::MaskJob;
 
@@ -178,8 +182,9 @@ pub struct EngineConfig {
     pub max_batch: usize,
     /// Tokens one forward feeds at most (decode tokens first, then prompt chunks; prompts
     /// get at least a quarter of it): the longest step, and so the longest a new request's
-    /// prompt waits behind a long one (`scheduler/feed.rs`).
-    pub prefill_budget: usize,
+    /// prompt waits behind a long one (`scheduler/feed.rs`); fixed, or timed so a step takes
+    /// about a target time (`scheduler/budget.rs`).
+    pub prefill_budget: PrefillBudget,
     /// Whether prompts take the cached blocks of equal starts (see the module docs).
     pub prefix_cache: bool,
     /// Rows admitted ahead of one waiting for blocks before nothing passes it
@@ -222,6 +227,7 @@ impl<'m> Scheduler<'m> {
             config,
             state,
             prefix,
+            budget: StepBudget::new(config.prefill_budget, rayon::current_num_threads()),
             metrics: metrics.clone(),
         };
         Engine::with_kind(kind, limits, metrics)
@@ -303,6 +309,8 @@ pub struct LmRows<'m> {
     state: LmState<f32>,
     /// Cached blocks by chain key; `None`: prefix caching is off.
     prefix: Option<PrefixIndex>,
+    /// The next step's token budget.
+    budget: StepBudget,
     metrics: Arc<Metrics>,
 }
 
@@ -417,11 +425,9 @@ impl RowKind for LmRows<'_> {
 
     /// The ragged batch: decode tokens first, then prompt chunks under the budget.
     fn step(&mut self, running: &mut [Sequence]) -> Option<Stepped<Ending>> {
-        let mut feed = StepFeed::plan(
-            running,
-            |r| self.state.row_len(r),
-            self.config.prefill_budget,
-        );
+        let step_start = Instant::now();
+        let budget = self.budget.tokens();
+        let mut feed = StepFeed::plan(running, |r| self.state.row_len(r), budget);
         if feed.tokens.is_empty() {
             return None;
         }
@@ -558,6 +564,7 @@ impl RowKind for LmRows<'_> {
                 None => Advance::Token(id),
             };
         }
+        self.budget.record(feed.tokens.len(), step_start.elapsed().as_secs_f64());
         Some(Stepped {
             fed: prefilled,
             rows: advances,

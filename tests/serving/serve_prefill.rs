@@ -17,7 +17,7 @@ use transformer::model::LanguageModel;
 use transformer::pipeline::generate::TextGenerator;
 use transformer::serve::metrics::Metrics;
 use transformer::serve::scheduler::{
-    EngineConfig, Event, GenRequest, RowOptions, Scheduler, TokenLogprob,
+    EngineConfig, Event, GenRequest, PrefillBudget, RowOptions, Scheduler, TokenLogprob,
 };
 
 fn llama_tiny() -> Option<TextGenerator> {
@@ -52,7 +52,7 @@ fn run(model: &LanguageModel<f32>, budget: usize, asks: &[Ask]) -> Vec<Heard> {
         block_rows: 4,
         pool_blocks: 1000,
         max_batch: 16,
-        prefill_budget: budget,
+        prefill_budget: PrefillBudget::Fixed(budget),
         prefix_cache: true,
         max_overtakes: 16,
     };

@@ -3,10 +3,10 @@
 //! `--ubatch-size`).
 //!
 //! Every decoding row brings its one generated token; then the prompts being prefilled bring
-//! chunks, the prompt with the fewest tokens left first, while the step's budget
-//! ([`EngineConfig::prefill_budget`](super::EngineConfig::prefill_budget) tokens, decode tokens
-//! included) lasts; the prompts get at least a quarter of the budget however many rows decode,
-//! so a full batch of decoding rows never holds a new prompt back. A step therefore computes
+//! chunks, the prompt with the fewest tokens left first, while the step's budget (from
+//! [`EngineConfig::prefill_budget`](super::EngineConfig::prefill_budget), fixed or timed,
+//! decode tokens included) lasts; the prompts get at least a quarter of the budget however
+//! many rows decode, so a full batch of decoding rows never holds a new prompt back. A step therefore computes
 //! at most about the budget's tokens, however long a prompt is: a prompt of thousands of
 //! tokens, or an `echo` + `logprobs` scoring pass (whose chunks also ask for the logits of
 //! every position they feed), takes many short steps, and a request that arrives meanwhile
