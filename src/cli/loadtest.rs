@@ -24,7 +24,7 @@ use crate::decode::sample::SamplingOptions;
 use crate::pipeline::generate::TextGenerator;
 use crate::serve::client::Connection;
 use crate::serve::metrics::Metrics;
-use crate::serve::scheduler::{EngineConfig, Event, GenRequest, Scheduler};
+use crate::serve::scheduler::{EngineConfig, Event, GenRequest, PrefillBudget, Scheduler};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::{json, Value};
@@ -150,7 +150,7 @@ fn offline(args: &LoadtestArgs, path: &std::path::Path) -> Result<()> {
         block_rows: 16,
         pool_blocks: usize::MAX / 2,
         max_batch: 1024,
-        prefill_budget: 512,
+        prefill_budget: PrefillBudget::Fixed(512),
         prefix_cache: true,
         max_overtakes: 16,
     };

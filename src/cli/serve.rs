@@ -4,6 +4,7 @@
 
 use super::args::PrecisionArg;
 use super::set_threads;
+use crate::serve::scheduler::DEFAULT_PREFILL_STEP_MS;
 use crate::serve::{ServeConfig, Server};
 use crate::text::languages::{check_code, LanguagePair};
 use anyhow::{bail, Result};
@@ -73,9 +74,16 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 600.0)]
     pub timeout: f64,
     /// Tokens one forward pass feeds at most (decode tokens plus prompt chunks; a translation
-    /// model: source tokens encoded per step, padding included).
-    #[arg(long, default_value_t = 512)]
-    pub prefill_budget: usize,
+    /// model: source tokens encoded per step, padding included): the longest step, so how long
+    /// a new request waits behind a long prompt (llama-server's --ubatch-size). Default: a
+    /// language model's is timed (sized from the steps run so one takes about
+    /// --prefill-step-ms; 32 per model thread at first, 16 to 512), a translation model's 512.
+    #[arg(long, alias = "ubatch-size")]
+    pub prefill_budget: Option<usize>,
+    /// Without --prefill-budget, the time a language model's step is sized to take, in
+    /// milliseconds: b = clamp(step / (seconds per token of recent steps), 16, 512).
+    #[arg(long, default_value_t = DEFAULT_PREFILL_STEP_MS)]
+    pub prefill_step_ms: u32,
     /// Positions per KV block.
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
@@ -217,7 +225,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         ("--kv-memory", args.kv_memory),
         ("--max-batch", args.max_batch),
         ("--max-output-tokens", args.max_output_tokens),
-        ("--prefill-budget", args.prefill_budget),
+        ("--prefill-budget", args.prefill_budget.unwrap_or(1)),
+        ("--prefill-step-ms", args.prefill_step_ms as usize),
         ("--block-size", args.block_size),
     ] {
         if v == 0 {
@@ -263,6 +272,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         timeout_s: args.timeout,
         block_rows: args.block_size,
         prefill_budget: args.prefill_budget,
+        prefill_step_ms: args.prefill_step_ms,
         prefix_cache: !args.no_prefix_cache,
         max_overtakes: args.max_overtakes,
         source_lang,

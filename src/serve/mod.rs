@@ -79,7 +79,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use metrics::{Metrics, Outcome};
-use scheduler::{EngineConfig, GenRequest, Scheduler};
+use scheduler::{EngineConfig, GenRequest, PrefillBudget, Scheduler};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -106,8 +106,14 @@ pub struct ServeConfig {
     pub timeout_s: f64,
     /// Positions per KV block.
     pub block_rows: usize,
-    /// Tokens one forward feeds at most (a translation model: source tokens encoded per step).
-    pub prefill_budget: usize,
+    /// Tokens one forward feeds at most (`--prefill-budget`; a translation model: source
+    /// tokens encoded per step). `None`: a language model's budget is timed
+    /// ([`prefill_step_ms`](Self::prefill_step_ms)), a translation model's is
+    /// [`translate_engine::DEFAULT_ENCODE_BUDGET`].
+    pub prefill_budget: Option<usize>,
+    /// Without `prefill_budget`, the time a language model's step is sized to take, in
+    /// milliseconds (`--prefill-step-ms`, [`scheduler::DEFAULT_PREFILL_STEP_MS`]).
+    pub prefill_step_ms: u32,
     /// Whether prompts reuse the KV blocks of earlier prompts' equal starts
     /// (the module `prefix_cache`; `--no-prefix-cache`).
     pub prefix_cache: bool,
@@ -157,7 +163,8 @@ impl ServeConfig {
             max_output_tokens: 2048,
             timeout_s: 600.0,
             block_rows: 16,
-            prefill_budget: 512,
+            prefill_budget: None,
+            prefill_step_ms: scheduler::DEFAULT_PREFILL_STEP_MS,
             prefix_cache: true,
             max_overtakes: 16,
             source_lang: "src".into(),
@@ -530,7 +537,11 @@ fn compute(app: Arc<App>) {
     let config = translate_engine::TranslateConfig {
         block_rows: app.config.block_rows.max(1),
         max_batch: app.config.max_batch.max(1),
-        encode_budget: app.config.prefill_budget.max(1),
+        encode_budget: app
+            .config
+            .prefill_budget
+            .unwrap_or(translate_engine::DEFAULT_ENCODE_BUDGET)
+            .max(1),
         max_len_extra: crate::decode::GreedyOptions::default().max_len_extra,
     };
     drop(app);
@@ -596,7 +607,7 @@ fn engine_config(config: &ServeConfig, model: &LanguageModel<f32>) -> EngineConf
         block_rows,
         pool_blocks: config.kv_memory_mib.saturating_mul(1 << 20) / block_bytes,
         max_batch: config.max_batch.max(1),
-        prefill_budget: config.prefill_budget.max(1),
+        prefill_budget: PrefillBudget::of(config.prefill_budget, config.prefill_step_ms),
         prefix_cache: config.prefix_cache && prefix_cacheable(model),
         max_overtakes: config.max_overtakes,
     }

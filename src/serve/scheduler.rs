@@ -7,8 +7,11 @@
 //! - A step runs ONE forward over a ragged batch of tokens ([`LanguageModel::step`] with a ragged [`StepLayout`]):
 //!   the next token of every decoding sequence, then chunks of the prompts being prefilled,
 //!   the prompt with the fewest tokens left first, while the step's token budget
-//!   (`prefill_budget`) lasts, so a long prompt cannot stall the others: neither the decoding
-//!   rows nor a short prompt admitted after it. A request whose client went away leaves before
+//!   (`prefill_budget`: `--prefill-budget`, or by default sized from measured steps so one
+//!   takes about `--prefill-step-ms`, `scheduler/budget.rs`) lasts (`scheduler/feed.rs`), so a long prompt (or
+//!   an `echo` + `logprobs` scoring pass) cannot stall the others: neither the decoding rows
+//!   nor a short prompt admitted after it, whose first token waits for at most the step under
+//!   way and its own. A request whose client went away leaves before
 //!   the next step, its prefill unfinished. Every sequence whose prompt is complete samples its next token ([`sample`]:
 //!   greedy at temperature 0, else temperature / top-k / top-p, each sequence with its own
 //!   seeded generator), streamed to its client ([`Event::Token`]); a sequence ends at an end
@@ -62,6 +65,14 @@ use crate::rng::Rng;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
+
+mod budget;
+mod feed;
+mod mask_job;
+pub use budget::{PrefillBudget, DEFAULT_PREFILL_STEP_MS};
+use budget::StepBudget;
+use feed::StepFeed;
+use mask_job::MaskJob;
 
 /// One generation request, as the HTTP layer hands it to the engine.
 #[derive(Debug)]
@@ -169,8 +180,11 @@ pub struct EngineConfig {
     pub pool_blocks: usize,
     /// Sequences in the running batch at most.
     pub max_batch: usize,
-    /// Tokens one forward feeds at most (decode tokens first, then prompt chunks).
-    pub prefill_budget: usize,
+    /// Tokens one forward feeds at most (decode tokens first, then prompt chunks; prompts
+    /// get at least a quarter of it): the longest step, and so the longest a new request's
+    /// prompt waits behind a long one (`scheduler/feed.rs`); fixed, or timed so a step takes
+    /// about a target time (`scheduler/budget.rs`).
+    pub prefill_budget: PrefillBudget,
     /// Whether prompts take the cached blocks of equal starts (see the module docs).
     pub prefix_cache: bool,
     /// Rows admitted ahead of one waiting for blocks before nothing passes it
@@ -213,6 +227,7 @@ impl<'m> Scheduler<'m> {
             config,
             state,
             prefix,
+            budget: StepBudget::new(config.prefill_budget, rayon::current_num_threads()),
             metrics: metrics.clone(),
         };
         Engine::with_kind(kind, limits, metrics)
@@ -294,6 +309,8 @@ pub struct LmRows<'m> {
     state: LmState<f32>,
     /// Cached blocks by chain key; `None`: prefix caching is off.
     prefix: Option<PrefixIndex>,
+    /// The next step's token budget.
+    budget: StepBudget,
     metrics: Arc<Metrics>,
 }
 
@@ -408,65 +425,20 @@ impl RowKind for LmRows<'_> {
 
     /// The ragged batch: decode tokens first, then prompt chunks under the budget.
     fn step(&mut self, running: &mut [Sequence]) -> Option<Stepped<Ending>> {
-        let (mut tokens, mut rows, mut positions) = (Vec::new(), Vec::new(), Vec::new());
-        // (row, index of the token whose output is wanted)
-        let mut outputs: Vec<(usize, usize)> = Vec::new();
-        for (r, seq) in running.iter().enumerate() {
-            if seq.fed == seq.prompt.len() {
-                let Some(&last) = seq.out.last() else {
-                    continue;
-                };
-                outputs.push((r, tokens.len()));
-                tokens.push(last);
-                rows.push(r);
-                positions.push(self.state.row_len(r));
-            }
-        }
-        // Prompts with the fewest tokens left first: a short request behind a long prompt starts
-        // decoding at once instead of waiting for the whole long prefill (each step still feeds
-        // the long prompt whatever budget is left).
-        let mut prefilling: Vec<usize> = (0..running.len())
-            .filter(|&r| running[r].fed < running[r].prompt.len())
-            .collect();
-        prefilling.sort_by_key(|&r| (running[r].prompt.len() - running[r].fed, r));
-        // (row, index of the token whose output is wanted, the prompt position it predicts)
-        let mut prompt_outputs: Vec<(usize, usize, usize)> = Vec::new();
-        let mut prefilled = 0;
-        for r in prefilling {
-            let seq = &running[r];
-            let left = seq.prompt.len() - seq.fed;
-            let budget = self.config.prefill_budget.saturating_sub(tokens.len());
-            if budget == 0 {
-                break;
-            }
-            let n = left.min(budget);
-            let start = self.state.row_len(r);
-            tokens.extend_from_slice(&seq.prompt[seq.fed..seq.fed + n]);
-            rows.extend(std::iter::repeat_n(r, n));
-            positions.extend(start..start + n);
-            prefilled += n;
-            if seq.options.prompt_logprobs.is_some() {
-                let first = tokens.len() - n;
-                for k in 0..n {
-                    let predicts = seq.fed + k + 1;
-                    if predicts < seq.prompt.len() {
-                        prompt_outputs.push((r, first + k, predicts));
-                    }
-                }
-            }
-            if n == left {
-                outputs.push((r, tokens.len() - 1));
-            }
-        }
-        if tokens.is_empty() {
+        let step_start = Instant::now();
+        let budget = self.budget.tokens();
+        let mut feed = StepFeed::plan(running, |r| self.state.row_len(r), budget);
+        if feed.tokens.is_empty() {
             return None;
         }
+        let prefilled: usize = feed.fed.iter().sum();
+        let outputs = std::mem::take(&mut feed.outputs);
         let picked: Vec<usize> = outputs
             .iter()
             .map(|&(_, i)| i)
-            .chain(prompt_outputs.iter().map(|&(_, i, _)| i))
+            .chain(feed.prompt_outputs.iter().map(|&(_, i, _)| i))
             .collect();
-        let layout = StepLayout::ragged(&rows, &positions, &picked);
+        let layout = StepLayout::ragged(&feed.rows, &feed.positions, &picked);
         let v = self.model.config.vocab_size;
         // logits: [picked, vocab], then log-probabilities in place (exactly `model.step`'s).
         // The constrained rows' allowed tokens `A_t` depend only on the tokens taken so far:
@@ -496,7 +468,7 @@ impl RowKind for LmRows<'_> {
                 scope.spawn(move |_| job.run());
             }
             let forward_start = Instant::now();
-            let logits = model.step_logits(state, &tokens, &layout);
+            let logits = model.step_logits(state, &feed.tokens, &layout);
             metrics.forward(forward_start.elapsed().as_secs_f64());
             logits
         });
@@ -521,34 +493,7 @@ impl RowKind for LmRows<'_> {
             })
             .collect();
         self.model.head.log_softmax_rows(&mut logprobs);
-        // The prompt's scores (rows that asked), sent once the prompt is complete.
-        for (o, &(r, _, predicts)) in prompt_outputs.iter().enumerate() {
-            let j = outputs.len() + o;
-            let seq = &mut running[r];
-            let k = seq.options.prompt_logprobs.unwrap_or(0);
-            let row = &logprobs[j * v..(j + 1) * v];
-            seq.prompt_scores
-                .push(TokenLogprob::of(row, seq.prompt[predicts], k));
-        }
-        // Prompts fed.
-        for (r, seq) in running.iter_mut().enumerate() {
-            let n = rows.iter().filter(|&&x| x == r).count();
-            if seq.fed < seq.prompt.len() {
-                seq.fed += n;
-            }
-        }
-        for seq in running.iter_mut() {
-            if seq.fed == seq.prompt.len()
-                && seq.options.prompt_logprobs.is_some()
-                && seq.out.is_empty()
-            {
-                if let Some(tx) = &seq.scores {
-                    let _ = tx.send(Event::PromptLogprobs(std::mem::take(
-                        &mut seq.prompt_scores,
-                    )));
-                }
-            }
-        }
+        feed.advance(running, &logprobs, outputs.len(), v);
         if self.prefix.is_some() {
             for (r, seq) in running.iter_mut().enumerate() {
                 self.register_full_blocks(r, seq);
@@ -619,6 +564,7 @@ impl RowKind for LmRows<'_> {
                 None => Advance::Token(id),
             };
         }
+        self.budget.record(feed.tokens.len(), step_start.elapsed().as_secs_f64());
         Some(Stepped {
             fed: prefilled,
             rows: advances,
@@ -636,23 +582,5 @@ impl RowKind for LmRows<'_> {
 
     fn blocks_kept(&self) -> usize {
         self.state.kept_blocks()
-    }
-}
-
-/// One constrained row's `A_t` for this step, computed beside the forward pass.
-struct MaskJob<'a> {
-    /// Its index among the step's outputs.
-    output: usize,
-    constraint: &'a mut Constraint,
-    allowed: Option<crate::error::Result<AllowedTokens>>,
-    /// How long [`Constraint::allowed`] took.
-    seconds: f64,
-}
-
-impl MaskJob<'_> {
-    fn run(&mut self) {
-        let start = Instant::now();
-        self.allowed = Some(self.constraint.allowed());
-        self.seconds = start.elapsed().as_secs_f64();
     }
 }

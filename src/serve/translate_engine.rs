@@ -53,6 +53,11 @@ pub struct TranslateRequest {
     pub reply: NbestAnswer,
 }
 
+/// Source tokens encoded per step (padding included) when `--prefill-budget` is not given: the
+/// fixed default every model had before a language model's budget was timed, kept here (a
+/// translation step's time is not measured).
+pub const DEFAULT_ENCODE_BUDGET: usize = 512;
+
 /// Sizes of the engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TranslateConfig {

@@ -15,6 +15,7 @@ mod serve_libre;
 mod serve_llama;
 mod serve_llama_compat;
 mod serve_options;
+mod serve_prefill;
 mod serve_prefix_cache;
 mod serve_surface;
 mod serve_tools;

@@ -14,7 +14,9 @@ use transformer::model::{LanguageModel, ModelConfig, Positions, StepLayout};
 use transformer::pipeline::generate::{generate_ids, TextGenerator};
 use transformer::rng::Rng;
 use transformer::serve::metrics::Metrics;
-use transformer::serve::scheduler::{EngineConfig, Event, FinishReason, GenRequest, Scheduler};
+use transformer::serve::scheduler::{
+    EngineConfig, Event, FinishReason, GenRequest, PrefillBudget, Scheduler,
+};
 
 /// log-softmax of the teacher-forced forward over `tokens`, `[len, vocab]`, in float64.
 fn full_logprobs(model: &LanguageModel<f64>, tokens: &[u32]) -> Vec<f64> {
@@ -233,7 +235,7 @@ fn batched_greedy_equals_single_request_greedy() {
         block_rows: 4,
         pool_blocks: 1000,
         max_batch: 64,
-        prefill_budget: 7,
+        prefill_budget: PrefillBudget::Fixed(7),
         prefix_cache: true,
         max_overtakes: 16,
     };
@@ -299,7 +301,7 @@ fn seeded_sampling_does_not_depend_on_the_batch() {
         block_rows: 16,
         pool_blocks: 1000,
         max_batch: 8,
-        prefill_budget: 64,
+        prefill_budget: PrefillBudget::Fixed(64),
         prefix_cache: true,
         max_overtakes: 16,
     };

@@ -14,7 +14,9 @@ use transformer::decode::sample::SamplingOptions;
 use transformer::model::LanguageModel;
 use transformer::pipeline::generate::TextGenerator;
 use transformer::serve::metrics::Metrics;
-use transformer::serve::scheduler::{EngineConfig, Event, GenRequest, RowOptions, Scheduler};
+use transformer::serve::scheduler::{
+    EngineConfig, Event, GenRequest, PrefillBudget, RowOptions, Scheduler,
+};
 
 fn llama_tiny() -> Option<TextGenerator> {
     let dir =
@@ -161,7 +163,7 @@ fn cached_prefixes_give_the_same_tokens_and_logprobs() {
         block_rows: bs,
         pool_blocks: 1000,
         max_batch: 16,
-        prefill_budget: 64,
+        prefill_budget: PrefillBudget::Fixed(64),
         prefix_cache: true,
         max_overtakes: 16,
     };

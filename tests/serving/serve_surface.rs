@@ -27,7 +27,7 @@ use transformer::pipeline::chat::ChatMessage;
 use transformer::pipeline::generate::TextGenerator;
 use transformer::serve::client::{request, request_with, Connection};
 use transformer::serve::metrics::Metrics;
-use transformer::serve::scheduler::{EngineConfig, Event, GenRequest, Scheduler};
+use transformer::serve::scheduler::{EngineConfig, Event, GenRequest, PrefillBudget, Scheduler};
 use transformer::serve::{ServeConfig, Server};
 
 pub const T: Duration = Duration::from_secs(60);
@@ -560,7 +560,7 @@ fn a_short_prompt_behind_a_long_one_starts_at_once() {
         block_rows: 4,
         pool_blocks: 1024,
         max_batch: 8,
-        prefill_budget: 8,
+        prefill_budget: PrefillBudget::Fixed(8),
         prefix_cache: true,
         max_overtakes: 16,
     };

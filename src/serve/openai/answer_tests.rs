@@ -10,7 +10,7 @@ use super::super::options::Scoring;
 use super::super::tool_calls::ToolFormat;
 use super::*;
 use crate::serve::metrics::Metrics;
-use crate::serve::scheduler::{EngineConfig, Event, FinishReason};
+use crate::serve::scheduler::{EngineConfig, Event, FinishReason, PrefillBudget};
 use crate::text::decoder_tokenizer::DecoderTokenizer;
 use std::path::Path;
 
@@ -31,7 +31,7 @@ fn front() -> Option<Arc<LmFront>> {
             block_rows: 16,
             pool_blocks: 64,
             max_batch: 8,
-            prefill_budget: 64,
+            prefill_budget: PrefillBudget::Fixed(64),
             prefix_cache: true,
             max_overtakes: 16,
         },
