@@ -285,4 +285,4 @@ impl AllowedTokens {
 
 #[cfg(test)]
 #[path = "constraint_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -5,14 +5,11 @@
 use super::*;
 use crate::rng::Rng;
 
-/// Printable ASCII one byte each, longer pieces, then `<|end|>` (special) last.
-fn vocab() -> (Vec<TokenBytes>, u32) {
+/// Printable ASCII one byte each, then the pieces `longer`, then `<|end|>` (special) last; the
+/// tokens and the end token's id. Shared by the grammar tests of `decode` and `serve`.
+pub(crate) fn byte_tokens(longer: &[&str]) -> (Vec<TokenBytes>, u32) {
     let mut words: Vec<Vec<u8>> = (0x20u8..0x7f).map(|b| vec![b]).collect();
-    for w in [
-        "{\"", "\":", "\",\"", "true", "false", "null", "12", "abc", "\"}", "\n",
-    ] {
-        words.push(w.as_bytes().to_vec());
-    }
+    words.extend(longer.iter().map(|w| w.as_bytes().to_vec()));
     let mut tokens: Vec<TokenBytes> = words
         .into_iter()
         .map(|bytes| TokenBytes {
@@ -26,6 +23,20 @@ fn vocab() -> (Vec<TokenBytes>, u32) {
     });
     let end = tokens.len() as u32 - 1;
     (tokens, end)
+}
+
+/// The compiler of [`byte_tokens`] without longer pieces, and its end token.
+pub(crate) fn byte_vocab() -> (ConstraintVocab, u32) {
+    let (tokens, end) = byte_tokens(&[]);
+    let vocab = ConstraintVocab::new(&tokens, tokens.len(), &[end]).unwrap();
+    (vocab, end)
+}
+
+/// Printable ASCII one byte each, longer pieces, then `<|end|>` (special) last.
+fn vocab() -> (Vec<TokenBytes>, u32) {
+    byte_tokens(&[
+        "{\"", "\":", "\",\"", "true", "false", "null", "12", "abc", "\"}", "\n",
+    ])
 }
 
 /// Samples from random logits under `grammar` until the end token (at most 400 tokens); the

@@ -4,22 +4,11 @@
 
 use super::*;
 use crate::decode::constraint::{ConstraintVocab, Grammar};
-use crate::text::token_bytes::TokenBytes;
 use serde_json::json;
 use std::time::Instant;
 
 fn vocab() -> ConstraintVocab {
-    let mut tokens: Vec<TokenBytes> = (0x20u8..0x7f)
-        .map(|b| TokenBytes {
-            bytes: vec![b],
-            special: false,
-        })
-        .collect();
-    tokens.push(TokenBytes {
-        bytes: b"<|end|>".to_vec(),
-        special: true,
-    });
-    ConstraintVocab::new(&tokens, tokens.len(), &[tokens.len() as u32 - 1]).unwrap()
+    crate::decode::constraint::tests::byte_vocab().0
 }
 
 /// `root ::= r0`, `r{i} ::= r{i+1} "a"`, …, `r{n} ::= "b"`.

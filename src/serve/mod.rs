@@ -42,6 +42,7 @@ pub mod anthropic;
 pub mod api_error;
 pub mod client;
 pub mod compute_loop;
+mod context_fit;
 pub mod context_shift;
 pub mod embeddings;
 pub mod engine;
@@ -564,15 +565,11 @@ fn compute_lm(app: Arc<App>) {
         chat,
         ..
     } = generator;
-    // `--ctx-size`: the context of every sequence (at most the model's); the pool's memory is
-    // bounded by --kv-memory-mib, not by it.
-    if let Some(n) = app.config.llama.ctx_size {
-        if let Err(e) = model.set_context(n, None) {
-            let _ = app.load_error.set(e.to_string());
-            return;
-        }
-    }
     let engine = engine_config(&app.config, &model);
+    if let Err(e) = context_fit::fit_context(&mut model, app.config.llama.ctx_size, &engine) {
+        let _ = app.load_error.set(e);
+        return;
+    }
     let (tx, rx) = std::sync::mpsc::channel();
     let end_tokens = tokenizer.end_tokens();
     // The token trie of constrained decoding, once (a model without an end token has none).

@@ -107,7 +107,9 @@ fn ragged_steps_equal_the_full_forward() {
     }
 }
 
-fn llama_tiny() -> Option<TextGenerator> {
+/// The tiny random Llama of `../shared/reference/hf-decoders`, prepared for inference; `None`
+/// (said on stderr) where `../shared` is absent. Shared by the engine tests of this binary.
+pub(crate) fn llama_tiny() -> Option<TextGenerator> {
     let dir =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/reference/hf-decoders/llama-tiny");
     if !dir.is_dir() {

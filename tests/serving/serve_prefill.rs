@@ -8,29 +8,16 @@
 //!   at the end of the step it is admitted in, and its whole answer, long before the long one
 //!   is scored: counted in engine steps, not in wall time.
 
-use std::path::Path;
+use super::serve_engine::llama_tiny;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedReceiver;
 use transformer::decode::sample::SamplingOptions;
 use transformer::model::LanguageModel;
-use transformer::pipeline::generate::TextGenerator;
 use transformer::serve::metrics::Metrics;
 use transformer::serve::scheduler::{
     EngineConfig, Event, GenRequest, PrefillBudget, RowOptions, Scheduler, TokenLogprob,
 };
-
-fn llama_tiny() -> Option<TextGenerator> {
-    let dir =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/reference/hf-decoders/llama-tiny");
-    if !dir.is_dir() {
-        eprintln!("skipped: {} is absent", dir.display());
-        return None;
-    }
-    let mut g = TextGenerator::load(&dir).unwrap();
-    g.model.prepare_inference();
-    Some(g)
-}
 
 /// A request: its prompt, `max_tokens`, whether it scores its prompt (`echo` + `logprobs`:
 /// the prompt's and the tokens' log-probabilities with 3 alternatives), and the step before

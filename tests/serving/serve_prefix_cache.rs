@@ -7,28 +7,15 @@
 //! of an earlier request's generated tokens (a chat's next turn), or the blocks of a request
 //! still running; with a pool small enough that cached blocks are evicted too.
 
-use std::path::Path;
+use super::serve_engine::llama_tiny;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use transformer::decode::sample::SamplingOptions;
 use transformer::model::LanguageModel;
-use transformer::pipeline::generate::TextGenerator;
 use transformer::serve::metrics::Metrics;
 use transformer::serve::scheduler::{
     EngineConfig, Event, GenRequest, PrefillBudget, RowOptions, Scheduler,
 };
-
-fn llama_tiny() -> Option<TextGenerator> {
-    let dir =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/reference/hf-decoders/llama-tiny");
-    if !dir.is_dir() {
-        eprintln!("skipped: {} is absent", dir.display());
-        return None;
-    }
-    let mut g = TextGenerator::load(&dir).unwrap();
-    g.model.prepare_inference();
-    Some(g)
-}
 
 /// One request's events with `Finished`'s cached tokens split off.
 #[derive(Debug, PartialEq)]

@@ -5,25 +5,10 @@
 
 use super::*;
 use crate::decode::constraint::{ConstraintVocab, Grammar};
-use crate::text::token_bytes::TokenBytes;
 
 /// One token per printable ASCII byte, then a special end token.
 fn vocab() -> (ConstraintVocab, u32) {
-    let mut tokens: Vec<TokenBytes> = (0x20u8..0x7f)
-        .map(|b| TokenBytes {
-            bytes: vec![b],
-            special: false,
-        })
-        .collect();
-    tokens.push(TokenBytes {
-        bytes: b"<|end|>".to_vec(),
-        special: true,
-    });
-    let end = tokens.len() as u32 - 1;
-    (
-        ConstraintVocab::new(&tokens, tokens.len(), &[end]).unwrap(),
-        end,
-    )
+    crate::decode::constraint::tests::byte_vocab()
 }
 
 /// Whether `text` is a whole sentence of `tools`' call grammar (key `arguments`).
