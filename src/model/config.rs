@@ -109,7 +109,7 @@ pub struct ModelConfig {
     /// Tie the pre-softmax projection to the shared embedding matrix (the paper's tying).
     pub tie_embeddings: bool,
     /// Longest sequence (in tokens, specials included) the model accepts: its context, a limit
-    /// (at most [`MAX_CONTEXT`]); nothing is allocated per position of it except a learned
+    /// (at most `MAX_CONTEXT`); nothing is allocated per position of it except a learned
     /// position table the checkpoint holds.
     pub max_len: usize,
     /// The FFN activation (ReLU when absent, as in configs written before the option existed).

@@ -68,7 +68,7 @@ impl<T: Float> LanguageModel<T> {
 
     /// Sets this run's context to `ctx` positions, at most the model's own (a larger `ctx` is
     /// lowered to it); returns the context set. With `available` (bytes, e.g.
-    /// [`mem_available_bytes`]), refuses a context whose key/value cache
+    /// `mem_available_bytes`), refuses a context whose key/value cache
     /// ([`kv_cache_bytes`](Self::kv_cache_bytes)) would not fit, naming both numbers.
     pub fn set_context(&mut self, ctx: usize, available: Option<u64>) -> Result<usize> {
         if ctx == 0 {

@@ -110,10 +110,10 @@ pub struct ServeConfig {
     /// Tokens one forward feeds at most (`--prefill-budget`; a translation model: source
     /// tokens encoded per step). `None`: a language model's budget is timed
     /// ([`prefill_step_ms`](Self::prefill_step_ms)), a translation model's is
-    /// [`translate_engine::DEFAULT_ENCODE_BUDGET`].
+    /// `translate_engine::DEFAULT_ENCODE_BUDGET`.
     pub prefill_budget: Option<usize>,
     /// Without `prefill_budget`, the time a language model's step is sized to take, in
-    /// milliseconds (`--prefill-step-ms`, [`scheduler::DEFAULT_PREFILL_STEP_MS`]).
+    /// milliseconds (`--prefill-step-ms`, `scheduler::DEFAULT_PREFILL_STEP_MS`).
     pub prefill_step_ms: u32,
     /// Whether prompts reuse the KV blocks of earlier prompts' equal starts
     /// (the module `prefix_cache`; `--no-prefix-cache`).
