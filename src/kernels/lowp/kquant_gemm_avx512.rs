@@ -106,9 +106,9 @@ impl Panels {
         for i in 0..outputs {
             let (p, l) = (i / L, i % L);
             let o = o0 + i;
-            let row = &w.data[o * nb * w.block_bytes..(o + 1) * nb * w.block_bytes];
-            for (b, block) in row.chunks_exact(w.block_bytes).enumerate() {
-                unpack(w.ty, block, &mut u);
+            let mut buf = [0u8; 256];
+            for b in 0..nb {
+                unpack(w.ty, w.block_at(o, b, &mut buf), &mut u);
                 let pb = p * nb + b;
                 for (quad, v) in u.q.chunks_exact(4).enumerate() {
                     let at = ((pb * QUADS + quad) * L + l) * 4;

@@ -39,6 +39,7 @@ mod blocks32;
 #[cfg(target_arch = "x86_64")]
 pub(super) mod blocks32_gemm;
 mod q5_groups;
+pub(super) mod rows8;
 #[cfg(target_arch = "x86_64")]
 mod superblocks;
 #[cfg(target_arch = "x86_64")]
@@ -54,8 +55,11 @@ pub struct KQuantMatrix {
     block: usize,
     block_bytes: usize,
     /// `[rows, cols / block, block_bytes]` as stored, `Q5_0` / `Q5_1` regrouped by eight
-    /// blocks (`q5_groups`).
+    /// blocks (`q5_groups`), `Q4_K` on AVX-512 VNNI CPUs with its rows interleaved by eight
+    /// (`rows8`; the first `grouped_rows` rows).
     data: RawBytes,
+    /// Rows held interleaved by eight (`rows8`); 0 when the file's layout is kept.
+    grouped_rows: usize,
 }
 
 use activations::{quantize_q8_0, quantize_q8_k, ActFormat};
@@ -240,6 +244,19 @@ impl KQuantMatrix {
         rows: usize,
         cols: usize,
     ) -> Result<KQuantMatrix, String> {
+        Self::from_ggml_laid_out(ty, data, rows, cols, super::has_vnni())
+    }
+
+    /// [`from_ggml`](Self::from_ggml), with `Q4_K`'s rows interleaved by eight (into a copy of
+    /// the same size; the decoding kernel of AVX-512 VNNI CPUs reads them so) when
+    /// `interleave` is set and there are eight rows at least.
+    pub fn from_ggml_laid_out(
+        ty: GgmlType,
+        data: RawBytes,
+        rows: usize,
+        cols: usize,
+        interleave: bool,
+    ) -> Result<KQuantMatrix, String> {
         if !is_kquant_product(ty) {
             return Err(format!(
                 "ggml type {} is not multiplied by KQuantMatrix (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, \
@@ -265,9 +282,16 @@ impl KQuantMatrix {
                 data.len()
             ));
         }
-        let data = match q5_groups::regrouped(ty) {
-            true => RawBytes::owned(q5_groups::regroup(ty, &data, cols / block)),
-            false => data,
+        let grouped_rows = match interleave && ty == GgmlType::Q4_K {
+            true => rows / rows8::GROUP * rows8::GROUP,
+            false => 0,
+        };
+        let data = if q5_groups::regrouped(ty) {
+            RawBytes::owned(q5_groups::regroup(ty, &data, cols / block))
+        } else if grouped_rows > 0 {
+            RawBytes::owned(rows8::interleave(&data, rows, cols / block))
+        } else {
+            data
         };
         Ok(KQuantMatrix {
             ty,
@@ -276,7 +300,26 @@ impl KQuantMatrix {
             block,
             block_bytes,
             data,
+            grouped_rows,
         })
+    }
+
+    /// Whether the rows are held interleaved by eight (see [`from_ggml_laid_out`](Self::from_ggml_laid_out)).
+    pub fn is_interleaved(&self) -> bool {
+        self.grouped_rows > 0
+    }
+
+    /// Block `b` of row `o` as the file stores it (`Q5_0` / `Q5_1`: as regrouped): a slice of
+    /// the stored bytes, or reassembled into `buf` from interleaved rows.
+    #[inline(always)]
+    fn block_at<'a>(&'a self, o: usize, b: usize, buf: &'a mut [u8; 256]) -> &'a [u8] {
+        let nb = self.cols / self.block;
+        if self.grouped_rows == 0 {
+            let at = (o * nb + b) * self.block_bytes;
+            return &self.data[at..at + self.block_bytes];
+        }
+        let buf: &mut [u8; 144] = (&mut buf[..144]).try_into().expect("144 bytes");
+        rows8::file_block(&self.data, self.rows, nb, o, b, buf)
     }
 
     /// The ggml type of the blocks.
@@ -365,11 +408,10 @@ impl KQuantMatrix {
         isum: impl Fn(&Unpacked, &[i8], &[i32]) -> i32,
     ) {
         let nb = self.cols / self.block;
-        let row = &self.data[o * nb * self.block_bytes..(o + 1) * nb * self.block_bytes];
         let mut u = Unpacked::new();
         out.fill(0.0);
         for b in 0..nb {
-            self.unpack_block(row, b, &mut u);
+            self.unpack_block(o, b, &mut u);
             for (i, y) in out.iter_mut().enumerate() {
                 let r = r0 + i;
                 let e = acts.e[r * nb + b];
@@ -395,14 +437,16 @@ impl KQuantMatrix {
         }
     }
 
-    /// Unpacks block `b` of the stored `row`: as the file stores it, or from its group.
+    /// Unpacks block `b` of row `o`: as the file stores it, or from its group.
     #[inline(always)]
-    fn unpack_block(&self, row: &[u8], b: usize, u: &mut Unpacked) {
+    fn unpack_block(&self, o: usize, b: usize, u: &mut Unpacked) {
         use q5_groups::{grouped_blocks, head_bytes, scales, values, GROUP};
-        let bb = self.block_bytes;
-        if b >= grouped_blocks(self.ty, self.cols / self.block) {
-            return unpack(self.ty, &row[b * bb..(b + 1) * bb], u);
+        let (bb, nb) = (self.block_bytes, self.cols / self.block);
+        if b >= grouped_blocks(self.ty, nb) {
+            let mut buf = [0u8; 256];
+            return unpack(self.ty, self.block_at(o, b, &mut buf), u);
         }
+        let row = &self.data[o * nb * bb..(o + 1) * nb * bb];
         let (g, k) = (b / GROUP, b % GROUP);
         let group = &row[g * GROUP * bb..(g + 1) * GROUP * bb];
         let with_min = self.ty == GgmlType::Q5_1;
@@ -578,6 +622,7 @@ impl PackedFormat for KQuantMatrix {
         let mut done = 0;
         #[cfg(target_arch = "x86_64")]
         if kernel != Kernel::Portable
+            && self.grouped_rows == 0
             && (self.block == 32 || superblocks::handles(self.ty) && super::has_avx2())
         {
             let n = blocks32::OUTPUTS;

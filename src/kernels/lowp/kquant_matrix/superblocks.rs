@@ -400,10 +400,11 @@ unsafe fn tile_in<U: Unpack>(
 ) {
     const R: usize = crate::kernels::lowp::ROW_TILE;
     let nb = w.cols / QK_K;
-    let row = &w.data[o * nb * w.block_bytes..(o + 1) * nb * w.block_bytes];
     out.fill(0.0);
     let q4 = w.ty == GgmlType::Q4_K;
-    for (b, block) in row.chunks_exact(w.block_bytes).enumerate() {
+    let mut buf = [0u8; 256];
+    for b in 0..nb {
+        let block = w.block_at(o, b, &mut buf);
         // Q4_K: bytes 0–7 the sub-blocks' scales, 8–15 their minima.
         let scales = block_scales(q4, block);
         let d = half_at(block, if q4 { 0 } else { 208 });

@@ -1,0 +1,462 @@
+//! `Q4_K` weights with eight rows interleaved (llama.cpp's `block_q4_Kx8` idea, our own layout),
+//! so that a decoding step's product keeps one weight row per i32 lane: no horizontal sums,
+//! the sub-block scales and minima of eight rows applied by one vector operation each.
+//!
+//! ```text
+//! group g = rows 8g .. 8g + 8, super-block b: 1,152 bytes (8 × 144, the file's size)
+//!     [0, 16)      d_r     (f16, row r at 2r)          [16, 32)  dmin_r (f16)
+//!     [32, 128)    the 12 packed scale bytes as three u32 words: word k of row r at 32 + 32k + 4r
+//!     [128, 1152)  nibbles: chunk c < 4 (the file's qs[32c .. 32c + 32]), vector v < 4, lane
+//!                  L < 16: the 4 bytes qs[32c + 4j ..] of row r = L mod 8, j = 2v + ⌊L / 8⌋,
+//!                  at 128 + 256c + 64v + 4L
+//! activations, per super-block: A[c, v, h] = 64 bytes, lane L the 4 values p_{64c + 32h + 4j ..}
+//!     (h = 0: low nibbles, sub-block 2c; h = 1: high nibbles, sub-block 2c + 1)
+//! per group and super-block, lane L (row L mod 8):
+//!     T_s  = Σ_v vpdpbusd(nibbles_{c,v,h}, A[c, v, h])        s = 2c + h     (exact i32)
+//!     I_r  = Σ_s sc_{r,s} (T_s[r] + T_s[r + 8]),   M_r = Σ_s m_{r,s} (bsums_2s + bsums_2s+1)
+//!     y_r ← y_r + (d_r e) I_r;   y_r ← y_r − (dmin_r e) M_r           (no FMA)
+//! ```
+//!
+//! The integer sums are the row kernels' (exact), and the f32 steps theirs in their order, so a
+//! row's result is the portable kernel's bit for bit. Rows past the last whole group stay in
+//! the file's layout after the groups; [`file_block`] gives any row's block back as the file
+//! stored it, for the kernels that read that layout.
+
+use super::{KQuantActs, KQuantMatrix, QK_K};
+use crate::kernels::lowp::{products_are_serial, ROW_TILE};
+use rayon::prelude::*;
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+/// Rows a group interleaves.
+pub(super) const GROUP: usize = 8;
+/// Bytes of one `Q4_K` super-block in the file.
+const BLOCK_BYTES: usize = 144;
+/// Bytes of one interleaved super-block of a group.
+const GROUP_BYTES: usize = GROUP * BLOCK_BYTES;
+/// Bytes of the expanded activations of one super-block (4 chunks × 4 vectors × 2 halves × 64).
+const ACT_BYTES: usize = 2048;
+// The file's qs start at byte 16 of a block; the interleaved nibbles at byte 128.
+const FILE_QS: usize = 16;
+const GROUP_QS: usize = 128;
+
+/// Where byte `t < 4` of quad `j < 8` of chunk `c < 4` of row `r < 8` lies in an interleaved
+/// super-block.
+fn nibble_at(c: usize, j: usize, r: usize, t: usize) -> usize {
+    GROUP_QS + 256 * c + 64 * (j / 2) + 4 * (r + 8 * (j % 2)) + t
+}
+
+/// The file's `rows × nb` `Q4_K` blocks with each whole group of eight rows interleaved (the
+/// layout above), the rows after the last group as they were. Parallel over groups.
+pub(super) fn interleave(data: &[u8], rows: usize, nb: usize) -> Vec<u8> {
+    let row_bytes = nb * BLOCK_BYTES;
+    let groups = rows / GROUP;
+    let mut out = vec![0u8; data.len()];
+    let (grouped, tail) = out.split_at_mut(groups * GROUP * row_bytes);
+    tail.copy_from_slice(&data[groups * GROUP * row_bytes..]);
+    let fill = |(g, dst): (usize, &mut [u8])| {
+        for (b, x8) in dst.chunks_exact_mut(GROUP_BYTES).enumerate() {
+            for r in 0..GROUP {
+                let at = ((g * GROUP + r) * nb + b) * BLOCK_BYTES;
+                let block = &data[at..at + BLOCK_BYTES];
+                x8[2 * r..2 * r + 2].copy_from_slice(&block[0..2]);
+                x8[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&block[2..4]);
+                for k in 0..3 {
+                    let to = 32 + 32 * k + 4 * r;
+                    x8[to..to + 4].copy_from_slice(&block[4 + 4 * k..8 + 4 * k]);
+                }
+                for c in 0..4 {
+                    for j in 0..8 {
+                        let from = FILE_QS + 32 * c + 4 * j;
+                        let to = nibble_at(c, j, r, 0);
+                        x8[to..to + 4].copy_from_slice(&block[from..from + 4]);
+                    }
+                }
+            }
+        }
+    };
+    if products_are_serial() {
+        grouped.chunks_mut(GROUP * row_bytes).enumerate().for_each(fill);
+    } else {
+        grouped.par_chunks_mut(GROUP * row_bytes).enumerate().for_each(fill);
+    }
+    out
+}
+
+/// Block `b` of row `o` as the file stores it, from a matrix of `rows` rows of `nb` blocks
+/// laid out by [`interleave`]: a slice of `data` for the rows after the groups, else
+/// reassembled into `buf`.
+pub(super) fn file_block<'a>(
+    data: &'a [u8],
+    rows: usize,
+    nb: usize,
+    o: usize,
+    b: usize,
+    buf: &'a mut [u8; BLOCK_BYTES],
+) -> &'a [u8] {
+    let (g, r) = (o / GROUP, o % GROUP);
+    if g >= rows / GROUP {
+        let at = (o * nb + b) * BLOCK_BYTES;
+        return &data[at..at + BLOCK_BYTES];
+    }
+    let x8 = &data[(g * nb + b) * GROUP_BYTES..(g * nb + b + 1) * GROUP_BYTES];
+    buf[0..2].copy_from_slice(&x8[2 * r..2 * r + 2]);
+    buf[2..4].copy_from_slice(&x8[16 + 2 * r..16 + 2 * r + 2]);
+    for k in 0..3 {
+        let from = 32 + 32 * k + 4 * r;
+        buf[4 + 4 * k..8 + 4 * k].copy_from_slice(&x8[from..from + 4]);
+    }
+    for c in 0..4 {
+        for j in 0..8 {
+            let from = nibble_at(c, j, r, 0);
+            let to = FILE_QS + 32 * c + 4 * j;
+            buf[to..to + 4].copy_from_slice(&x8[from..from + 4]);
+        }
+    }
+    &buf[..]
+}
+
+/// The activations of rows `0 .. n` of `acts` (`Q8_K`) laid out for the interleaved kernel:
+/// `[n, nb, ACT_BYTES]` bytes (see the layout above) and the pair sums
+/// `bsums_2s + bsums_2s+1` as `[n, nb, 8]` i32.
+pub(super) struct ExpandedActs {
+    bytes: Vec<i8>,
+    pairs: Vec<i32>,
+}
+
+impl ExpandedActs {
+    pub(super) fn new(acts: &KQuantActs, n: usize) -> ExpandedActs {
+        let (nb, cols) = (acts.nb, acts.nb * QK_K);
+        let mut bytes = vec![0i8; n * nb * ACT_BYTES];
+        for (rb, dst) in bytes.chunks_exact_mut(ACT_BYTES).enumerate() {
+            let p = &acts.q[(rb / nb) * cols + (rb % nb) * QK_K..][..QK_K];
+            for (k, v64) in dst.chunks_exact_mut(64).enumerate() {
+                // k = (c · 4 + v) · 2 + h
+                let (c, v, h) = (k / 8, (k / 2) % 4, k % 2);
+                for (lane, quad) in v64.chunks_exact_mut(4).enumerate() {
+                    let j = 2 * v + lane / 8;
+                    let at = 64 * c + 32 * h + 4 * j;
+                    quad.copy_from_slice(&p[at..at + 4]);
+                }
+            }
+        }
+        let pairs = acts.bsums[..n * nb * 16]
+            .chunks_exact(2)
+            .map(|g| g[0] + g[1])
+            .collect();
+        ExpandedActs { bytes, pairs }
+    }
+}
+
+/// `y [rows, d_out] = x [rows, d_in] · Wᵀ` of a matrix laid out by [`interleave`], with the
+/// AVX-512 VNNI kernel for the groups (tiles of up to `ROW_TILE` activation rows) and the
+/// matrix's AVX-512 row kernel for the rows after them; for the few rows of decoding steps
+/// (more take the GEMM).
+///
+/// # Panics
+/// Unless the CPU has AVX-512F/BW/VL and VNNI, `w` is interleaved and the operands' sizes fit.
+#[cfg(target_arch = "x86_64")]
+pub(in crate::kernels::lowp) fn product(w: &KQuantMatrix, y: &mut [f32], x: &[f32], rows: usize) {
+    use crate::kernels::lowp::{Kernel, PackedFormat};
+    assert!(
+        crate::kernels::lowp::has_vnni() && w.grouped_rows > 0,
+        "the interleaved Q4_K product needs AVX-512 VNNI and an interleaved matrix"
+    );
+    assert!(x.len() == rows * w.cols && y.len() == rows * w.rows, "operand sizes");
+    let acts = w.quantize(x, rows);
+    let expanded = ExpandedActs::new(&acts, rows);
+    let nb = w.cols / QK_K;
+    let d_out = w.rows;
+    // Each task: 4 groups (32 outputs), written through `Out` at their own columns of y.
+    const TASK_GROUPS: usize = 4;
+    let groups = w.grouped_rows / GROUP;
+    let out = Out(y.as_mut_ptr());
+    let task = |t: usize| {
+        for g in t * TASK_GROUPS..((t + 1) * TASK_GROUPS).min(groups) {
+            for r0 in (0..rows).step_by(ROW_TILE) {
+                let n = ROW_TILE.min(rows - r0);
+                let mut sums = [[0f32; GROUP]; ROW_TILE];
+                // SAFETY: has_vnni was asserted; group g < groups of nb super-blocks exists
+                // in w.data; `expanded` and `acts` hold rows r0 .. r0 + n of nb super-blocks.
+                unsafe { group_sums(w, &acts, &expanded, (r0, n), g, nb, &mut sums) };
+                for (i, s) in sums.iter().enumerate().take(n) {
+                    // SAFETY: y is [rows, d_out] (asserted); outputs 8g .. 8g + 8 of row
+                    // r0 + i are this task's alone, and y outlives the loop.
+                    unsafe {
+                        let to = out.at((r0 + i) * d_out + g * GROUP);
+                        std::ptr::copy_nonoverlapping(s.as_ptr(), to, GROUP)
+                    };
+                }
+            }
+        }
+    };
+    let tasks = groups.div_ceil(TASK_GROUPS);
+    if products_are_serial() {
+        (0..tasks).for_each(task);
+    } else {
+        (0..tasks).into_par_iter().for_each(task);
+    }
+    // The rows after the last group, in the file's layout.
+    let mut one = [0f32; ROW_TILE];
+    for o in w.grouped_rows..d_out {
+        for r0 in (0..rows).step_by(ROW_TILE) {
+            let n = ROW_TILE.min(rows - r0);
+            w.tile(Kernel::Avx512, &acts, o, r0, &mut one[..n]);
+            for (i, v) in one[..n].iter().enumerate() {
+                y[(r0 + i) * d_out + o] = *v;
+            }
+        }
+    }
+}
+
+/// `y`'s first element, shared by the tasks of one product (each writes its own outputs).
+struct Out(*mut f32);
+// SAFETY: written through only at outputs that one task owns, of a `y` that outlives the loop.
+unsafe impl Sync for Out {}
+
+impl Out {
+    /// Element `i` (a method, so that closures capture the whole `Sync` wrapper).
+    ///
+    /// # Safety
+    /// `i` is inside `y`.
+    unsafe fn at(&self, i: usize) -> *mut f32 {
+        // SAFETY: the caller's contract.
+        unsafe { self.0.add(i) }
+    }
+}
+
+/// `sums[i][k] = w_{8g+k} · x_{r0+i}` for `i < n`, `k < 8`.
+///
+/// # Safety
+/// AVX-512F/BW/VL and VNNI; group `g` exists in `w.data` (laid out by [`interleave`], `nb`
+/// super-blocks a row); `acts` and `expanded` hold rows `r0 .. r0 + n` (`n <= ROW_TILE`) of
+/// `nb` blocks.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn group_sums(
+    w: &KQuantMatrix,
+    acts: &KQuantActs,
+    expanded: &ExpandedActs,
+    (r0, n): (usize, usize),
+    g: usize,
+    nb: usize,
+    sums: &mut [[f32; GROUP]; ROW_TILE],
+) {
+    // SAFETY: the caller's contract, passed on with R = n.
+    unsafe {
+        match n {
+            1 => group_sums_r::<1>(w, acts, expanded, r0, g, nb, sums),
+            2 => group_sums_r::<2>(w, acts, expanded, r0, g, nb, sums),
+            3 => group_sums_r::<3>(w, acts, expanded, r0, g, nb, sums),
+            _ => group_sums_r::<4>(w, acts, expanded, r0, g, nb, sums),
+        }
+    }
+}
+
+/// [`group_sums`] for `R` activation rows.
+///
+/// # Safety
+/// As [`group_sums`], with `R` rows.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn group_sums_r<const R: usize>(
+    w: &KQuantMatrix,
+    acts: &KQuantActs,
+    expanded: &ExpandedActs,
+    r0: usize,
+    g: usize,
+    nb: usize,
+    sums: &mut [[f32; GROUP]; ROW_TILE],
+) {
+    let stored: &[u8] = &w.data;
+    let base = stored[g * nb * GROUP_BYTES..(g + 1) * nb * GROUP_BYTES].as_ptr();
+    let low = _mm512_set1_epi8(0x0f);
+    let (kmask1, kmask2, kmask3) = (
+        _mm256_set1_epi32(0x3f3f_3f3f),
+        _mm256_set1_epi32(0x0f0f_0f0f),
+        _mm256_set1_epi32(0x0303_0303),
+    );
+    let byte = _mm512_set1_epi32(0xff);
+    // Lanes 2r of a pair-sum vector, gathered into 8 lanes.
+    let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
+    let mut y = [_mm256_setzero_ps(); R];
+    for b in 0..nb {
+        // SAFETY (all loads): super-block b of the group is GROUP_BYTES bytes at
+        // base + b · GROUP_BYTES (the caller's contract); row r's expanded activations of
+        // block b are ACT_BYTES at (r · nb + b) · ACT_BYTES, its 8 pair sums at (r · nb + b) · 8,
+        // its scale at r · nb + b (r from r0).
+        unsafe {
+            let blk = base.add(b * GROUP_BYTES);
+            // The packed scale words of the 8 rows, and the scales and minima spread from
+            // them as llama.cpp's utmp: lane r bytes [sc0..3], [sc4..7], [m0..3], [m4..7].
+            let word = |k: usize| _mm256_loadu_si256(blk.add(32 + 32 * k) as *const __m256i);
+            let (w0, w1, w2) = (word(0), word(1), word(2));
+            let top = |x: __m256i| _mm256_slli_epi32::<4>(_mm256_and_si256(_mm256_srli_epi32::<6>(x), kmask3));
+            let sc_lo = _mm256_and_si256(w0, kmask1);
+            let sc_hi = _mm256_or_si256(_mm256_and_si256(w2, kmask2), top(w0));
+            let m_lo = _mm256_and_si256(w1, kmask1);
+            let m_hi = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi32::<4>(w2), kmask2),
+                top(w1),
+            );
+            // Scale of sub-block s in lane L (row L mod 8).
+            let (sc_lo, sc_hi) = (_mm512_broadcast_i64x4(sc_lo), _mm512_broadcast_i64x4(sc_hi));
+            let scale = |s: usize| {
+                let src = if s < 4 { sc_lo } else { sc_hi };
+                let shifted = match s % 4 {
+                    0 => src,
+                    1 => _mm512_srli_epi32::<8>(src),
+                    2 => _mm512_srli_epi32::<16>(src),
+                    _ => _mm512_srli_epi32::<24>(src),
+                };
+                _mm512_and_si512(shifted, byte)
+            };
+            // Minima as i16 pairs: lane 2r (m_{4k}, m_{4k+1}), lane 2r + 1 (m_{4k+2}, m_{4k+3}).
+            let (mins_lo, mins_hi) = (_mm512_cvtepu8_epi16(m_lo), _mm512_cvtepu8_epi16(m_hi));
+            let mut isum = [_mm512_setzero_si512(); R];
+            for c in 0..4 {
+                let mut t = [[_mm512_setzero_si512(); 2]; R];
+                for v in 0..4 {
+                    let z = _mm512_loadu_si512(blk.add(GROUP_QS + 256 * c + 64 * v) as *const __m512i);
+                    let halves = [
+                        _mm512_and_si512(z, low),
+                        _mm512_and_si512(_mm512_srli_epi16::<4>(z), low),
+                    ];
+                    for (r, t_r) in t.iter_mut().enumerate() {
+                        let a = expanded.bytes.as_ptr().add(((r0 + r) * nb + b) * ACT_BYTES);
+                        for (h, t_rh) in t_r.iter_mut().enumerate() {
+                            let av = _mm512_loadu_si512(a.add(64 * ((4 * c + v) * 2 + h)) as *const __m512i);
+                            *t_rh = _mm512_dpbusd_epi32(*t_rh, halves[h], av);
+                        }
+                    }
+                }
+                let (s0, s1) = (scale(2 * c), scale(2 * c + 1));
+                for r in 0..R {
+                    let scaled = _mm512_add_epi32(
+                        _mm512_mullo_epi32(t[r][0], s0),
+                        _mm512_mullo_epi32(t[r][1], s1),
+                    );
+                    isum[r] = _mm512_add_epi32(isum[r], scaled);
+                }
+            }
+            let d = _mm256_cvtph_ps(_mm_loadu_si128(blk as *const __m128i));
+            let dmin = _mm256_cvtph_ps(_mm_loadu_si128(blk.add(16) as *const __m128i));
+            for r in 0..R {
+                // I_r: the two lanes of each row added.
+                let i_r = _mm256_add_epi32(
+                    _mm512_castsi512_si256(isum[r]),
+                    _mm512_extracti64x4_epi64::<1>(isum[r]),
+                );
+                // M_r: (m, m) pairs against (P, P) pairs, then lanes 2r + 2r + 1.
+                let p = expanded.pairs.as_ptr().add(((r0 + r) * nb + b) * 8);
+                let pair = |s: usize| (*p.add(s) & 0xffff) | (*p.add(s + 1) << 16);
+                let (p01, p23, p45, p67) = (pair(0), pair(2), pair(4), pair(6));
+                let lo = _mm512_setr_epi32(
+                    p01, p23, p01, p23, p01, p23, p01, p23, p01, p23, p01, p23, p01, p23, p01, p23,
+                );
+                let hi = _mm512_setr_epi32(
+                    p45, p67, p45, p67, p45, p67, p45, p67, p45, p67, p45, p67, p45, p67, p45, p67,
+                );
+                let m2 = _mm512_dpwssd_epi32(
+                    _mm512_dpwssd_epi32(_mm512_setzero_si512(), mins_lo, lo),
+                    mins_hi,
+                    hi,
+                );
+                let m2 = _mm512_add_epi32(m2, _mm512_shuffle_epi32::<0b10_11_00_01>(m2));
+                let m_r = _mm512_castsi512_si256(_mm512_permutexvar_epi32(even, m2));
+                let e = _mm256_set1_ps(acts.e[(r0 + r) * nb + b]);
+                let t = _mm256_mul_ps(_mm256_mul_ps(d, e), _mm256_cvtepi32_ps(i_r));
+                y[r] = _mm256_add_ps(y[r], t);
+                let m = _mm256_mul_ps(_mm256_mul_ps(dmin, e), _mm256_cvtepi32_ps(m_r));
+                y[r] = _mm256_sub_ps(y[r], m);
+            }
+        }
+    }
+    for r in 0..R {
+        // SAFETY: sums[r] holds 8 floats.
+        unsafe { _mm256_storeu_ps(sums[r].as_mut_ptr(), y[r]) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::lowp::ggml::GgmlType;
+    use crate::kernels::lowp::{has_avx2, has_vnni, Kernel, PackedWeight, RawBytes};
+
+    /// `rows × nb` random `Q4_K` blocks: random bytes, normal f16 `d` and `dmin` of either sign.
+    fn random_q4_k(rows: usize, nb: usize, seed: u64) -> Vec<u8> {
+        let mut state = seed;
+        let mut next = move || {
+            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            (state >> 33) as u32
+        };
+        let mut data: Vec<u8> = (0..rows * nb * BLOCK_BYTES).map(|_| next() as u8).collect();
+        for block in data.chunks_exact_mut(BLOCK_BYTES) {
+            for at in [0, 2] {
+                let h = ((next() % 2) << 15) | ((7 + next() % 6) << 10) | (next() % 1024);
+                block[at..at + 2].copy_from_slice(&(h as u16).to_le_bytes());
+            }
+        }
+        data
+    }
+
+    #[test]
+    fn every_block_comes_back_as_the_file_stored_it() {
+        for (rows, nb) in [(1, 2), (7, 1), (8, 1), (9, 3), (16, 2), (23, 3), (40, 1)] {
+            let data = random_q4_k(rows, nb, (rows * 31 + nb) as u64);
+            let laid = interleave(&data, rows, nb);
+            assert_eq!(laid.len(), data.len());
+            let mut buf = [0u8; BLOCK_BYTES];
+            for o in 0..rows {
+                for b in 0..nb {
+                    let at = (o * nb + b) * BLOCK_BYTES;
+                    let got = file_block(&laid, rows, nb, o, b, &mut buf);
+                    assert_eq!(got, &data[at..at + BLOCK_BYTES], "{rows} rows x {nb}: row {o} block {b}");
+                }
+            }
+        }
+    }
+
+    /// Interleaved rows give the file layout's products bit for bit, on every kernel, for any
+    /// number of activation rows (the decoding kernel's 1–7 in tiles of four, the GEMM's 8 and
+    /// more) and weight rows (whole groups and the rows after them).
+    #[test]
+    fn interleaved_rows_give_the_file_layouts_bits() {
+        let mut seed = 7;
+        for (d_out, cols) in [(8, 256), (13, 512), (24, 768), (70, 256)] {
+            let nb = cols / QK_K;
+            seed += 1;
+            let data = random_q4_k(d_out, nb, seed);
+            let file = KQuantMatrix::from_ggml_laid_out(GgmlType::Q4_K, RawBytes::owned(data.clone()), d_out, cols, false).unwrap();
+            let laid = KQuantMatrix::from_ggml_laid_out(GgmlType::Q4_K, RawBytes::owned(data), d_out, cols, true).unwrap();
+            assert!(laid.is_interleaved() && !file.is_interleaved());
+            let (file, laid) = (PackedWeight::KQuants(file), PackedWeight::KQuants(laid));
+            let mut kernels = vec![Kernel::Portable];
+            if has_avx2() {
+                kernels.push(Kernel::Avx2);
+            }
+            if has_vnni() {
+                kernels.push(Kernel::Avx512);
+            } else {
+                eprintln!("no AVX-512 VNNI: the interleaved decoding kernel is not run here");
+            }
+            for rows in 1..=9 {
+                let x: Vec<f32> = (0..rows * cols)
+                    .map(|i| ((i * 7919 + rows * 13) % 2001) as f32 / 400.0 - 2.5)
+                    .collect();
+                let mut want = vec![f32::NAN; rows * d_out];
+                file.product_with(Kernel::Portable, &mut want, &x, rows);
+                assert!(want.iter().all(|v| v.is_finite()));
+                for &kernel in &kernels {
+                    let mut got = vec![f32::NAN; rows * d_out];
+                    laid.product_with(kernel, &mut got, &x, rows);
+                    for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                        assert_eq!(a.to_bits(), b.to_bits(), "{d_out}x{cols} rows {rows} {kernel:?} y[{i}]");
+                    }
+                }
+            }
+        }
+    }
+}
