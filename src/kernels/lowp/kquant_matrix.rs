@@ -41,6 +41,8 @@ pub(super) mod blocks32_gemm;
 mod q5_groups;
 pub(super) mod rows8;
 #[cfg(target_arch = "x86_64")]
+mod rows8_q6_k;
+#[cfg(target_arch = "x86_64")]
 mod superblocks;
 #[cfg(target_arch = "x86_64")]
 const _: () = assert!(superblocks::OUTPUTS == blocks32::OUTPUTS);
@@ -55,8 +57,8 @@ pub struct KQuantMatrix {
     block: usize,
     block_bytes: usize,
     /// `[rows, cols / block, block_bytes]` as stored, `Q5_0` / `Q5_1` regrouped by eight
-    /// blocks (`q5_groups`), `Q4_K` on AVX-512 VNNI CPUs with its rows interleaved by eight
-    /// (`rows8`; the first `grouped_rows` rows).
+    /// blocks (`q5_groups`), `Q4_K` and `Q6_K` on AVX-512 VNNI CPUs with their rows
+    /// interleaved by eight (`rows8`; the first `grouped_rows` rows).
     data: RawBytes,
     /// Rows held interleaved by eight (`rows8`); 0 when the file's layout is kept.
     grouped_rows: usize,
@@ -247,8 +249,8 @@ impl KQuantMatrix {
         Self::from_ggml_laid_out(ty, data, rows, cols, super::has_vnni())
     }
 
-    /// [`from_ggml`](Self::from_ggml), with `Q4_K`'s rows interleaved by eight (into a copy of
-    /// the same size; the decoding kernel of AVX-512 VNNI CPUs reads them so) when
+    /// [`from_ggml`](Self::from_ggml), with `Q4_K`'s and `Q6_K`'s rows interleaved by eight
+    /// (into a copy of the same size; the decoding kernels of AVX-512 VNNI CPUs read them so) when
     /// `interleave` is set and there are eight rows at least.
     pub fn from_ggml_laid_out(
         ty: GgmlType,
@@ -282,14 +284,14 @@ impl KQuantMatrix {
                 data.len()
             ));
         }
-        let grouped_rows = match interleave && ty == GgmlType::Q4_K {
+        let grouped_rows = match interleave && rows8::interleaves(ty) {
             true => rows / rows8::GROUP * rows8::GROUP,
             false => 0,
         };
         let data = if q5_groups::regrouped(ty) {
             RawBytes::owned(q5_groups::regroup(ty, &data, cols / block))
         } else if grouped_rows > 0 {
-            RawBytes::owned(rows8::interleave(&data, rows, cols / block))
+            RawBytes::owned(rows8::interleave(ty, &data, rows, cols / block))
         } else {
             data
         };
@@ -318,8 +320,7 @@ impl KQuantMatrix {
             let at = (o * nb + b) * self.block_bytes;
             return &self.data[at..at + self.block_bytes];
         }
-        let buf: &mut [u8; 144] = (&mut buf[..144]).try_into().expect("144 bytes");
-        rows8::file_block(&self.data, self.rows, nb, o, b, buf)
+        rows8::file_block(self.ty, &self.data, (self.rows, nb), (o, b), buf)
     }
 
     /// The ggml type of the blocks.

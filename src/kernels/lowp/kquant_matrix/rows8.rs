@@ -1,6 +1,7 @@
-//! `Q4_K` weights with eight rows interleaved (llama.cpp's `block_q4_Kx8` idea, our own layout),
-//! so that a decoding step's product keeps one weight row per i32 lane: no horizontal sums,
-//! the sub-block scales and minima of eight rows applied by one vector operation each.
+//! `Q4_K` and `Q6_K` weights with eight rows interleaved (llama.cpp's `block_q4_Kx8` idea, our
+//! own layout), so that a decoding step's product keeps one weight row per i32 lane: no
+//! horizontal sums, the sub-block scales and minima of eight rows applied by one vector
+//! operation each. `Q4_K` below; `Q6_K`'s layout and kernel in `rows8_q6_k`.
 //!
 //! ```text
 //! group g = rows 8g .. 8g + 8, super-block b: 1,152 bytes (8 × 144, the file's size)
@@ -23,6 +24,7 @@
 //! stored it, for the kernels that read that layout.
 
 use super::{KQuantActs, KQuantMatrix, QK_K};
+use crate::kernels::lowp::ggml::GgmlType;
 use crate::kernels::lowp::{products_are_serial, ROW_TILE};
 use rayon::prelude::*;
 #[cfg(target_arch = "x86_64")]
@@ -30,47 +32,74 @@ use std::arch::x86_64::*;
 
 /// Rows a group interleaves.
 pub(super) const GROUP: usize = 8;
-/// Bytes of one `Q4_K` super-block in the file.
-const BLOCK_BYTES: usize = 144;
-/// Bytes of one interleaved super-block of a group.
-const GROUP_BYTES: usize = GROUP * BLOCK_BYTES;
 /// Bytes of the expanded activations of one super-block (4 chunks × 4 vectors × 2 halves × 64).
 const ACT_BYTES: usize = 2048;
-// The file's qs start at byte 16 of a block; the interleaved nibbles at byte 128.
-const FILE_QS: usize = 16;
-const GROUP_QS: usize = 128;
+/// Where `Q4_K`'s interleaved nibbles start.
+const Q4_K_QS: usize = 128;
+/// Where `Q6_K`'s interleaved low four bits (`ql`) and top two bits (`qh`) start.
+pub(super) const Q6_K_QL: usize = 144;
+pub(super) const Q6_K_QH: usize = 1168;
 
-/// Where byte `t < 4` of quad `j < 8` of chunk `c < 4` of row `r < 8` lies in an interleaved
-/// super-block.
-fn nibble_at(c: usize, j: usize, r: usize, t: usize) -> usize {
-    GROUP_QS + 256 * c + 64 * (j / 2) + 4 * (r + 8 * (j % 2)) + t
+/// Whether rows of `ty` can be interleaved by eight.
+pub(super) fn interleaves(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K)
 }
 
-/// The file's `rows × nb` `Q4_K` blocks with each whole group of eight rows interleaved (the
-/// layout above), the rows after the last group as they were. Parallel over groups.
-pub(super) fn interleave(data: &[u8], rows: usize, nb: usize) -> Vec<u8> {
-    let row_bytes = nb * BLOCK_BYTES;
+/// Bytes of one super-block of `ty` in the file.
+fn block_bytes(ty: GgmlType) -> usize {
+    ty.block().expect("a K-quant").1
+}
+
+/// Where quad `j < 8` (4 bytes) of 32-byte chunk `c` of row `r` lies among a group's vectors
+/// starting at `at`: vector `⌊j / 2⌋` of the chunk, lane `r + 8 (j mod 2)`.
+fn quad_at(at: usize, c: usize, j: usize, r: usize) -> usize {
+    at + 256 * c + 64 * (j / 2) + 4 * (r + 8 * (j % 2))
+}
+
+/// The byte runs `(in the file's block, in the group's super-block, length)` that move row
+/// `r`'s block of `ty` into its group (the layouts above and in `rows8_q6_k`).
+fn moves(ty: GgmlType, r: usize) -> Vec<(usize, usize, usize)> {
+    let mut m = Vec::with_capacity(72);
+    match ty {
+        GgmlType::Q4_K => {
+            m.push((0, 2 * r, 2));
+            m.push((2, 16 + 2 * r, 2));
+            m.extend((0..3).map(|k| (4 + 4 * k, 32 + 32 * k + 4 * r, 4)));
+            for c in 0..4 {
+                m.extend((0..8).map(|j| (16 + 32 * c + 4 * j, quad_at(Q4_K_QS, c, j, r), 4)));
+            }
+        }
+        _ => {
+            m.push((208, 2 * r, 2));
+            m.extend((0..16).map(|g| (192 + g, 16 + 8 * g + r, 1)));
+            for c in 0..4 {
+                m.extend((0..8).map(|j| (32 * c + 4 * j, quad_at(Q6_K_QL, c, j, r), 4)));
+            }
+            for n in 0..2 {
+                m.extend((0..8).map(|j| (128 + 32 * n + 4 * j, quad_at(Q6_K_QH, n, j, r), 4)));
+            }
+        }
+    }
+    m
+}
+
+/// The file's `rows × nb` blocks of `ty` with each whole group of eight rows interleaved (the
+/// layouts above), the rows after the last group as they were. Parallel over groups.
+pub(super) fn interleave(ty: GgmlType, data: &[u8], rows: usize, nb: usize) -> Vec<u8> {
+    let bb = block_bytes(ty);
+    let row_bytes = nb * bb;
     let groups = rows / GROUP;
+    let runs: Vec<_> = (0..GROUP).map(|r| moves(ty, r)).collect();
     let mut out = vec![0u8; data.len()];
     let (grouped, tail) = out.split_at_mut(groups * GROUP * row_bytes);
     tail.copy_from_slice(&data[groups * GROUP * row_bytes..]);
     let fill = |(g, dst): (usize, &mut [u8])| {
-        for (b, x8) in dst.chunks_exact_mut(GROUP_BYTES).enumerate() {
-            for r in 0..GROUP {
-                let at = ((g * GROUP + r) * nb + b) * BLOCK_BYTES;
-                let block = &data[at..at + BLOCK_BYTES];
-                x8[2 * r..2 * r + 2].copy_from_slice(&block[0..2]);
-                x8[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&block[2..4]);
-                for k in 0..3 {
-                    let to = 32 + 32 * k + 4 * r;
-                    x8[to..to + 4].copy_from_slice(&block[4 + 4 * k..8 + 4 * k]);
-                }
-                for c in 0..4 {
-                    for j in 0..8 {
-                        let from = FILE_QS + 32 * c + 4 * j;
-                        let to = nibble_at(c, j, r, 0);
-                        x8[to..to + 4].copy_from_slice(&block[from..from + 4]);
-                    }
+        for (b, x8) in dst.chunks_exact_mut(GROUP * bb).enumerate() {
+            for (r, runs) in runs.iter().enumerate() {
+                let at = ((g * GROUP + r) * nb + b) * bb;
+                let block = &data[at..at + bb];
+                for &(from, to, len) in runs {
+                    x8[to..to + len].copy_from_slice(&block[from..from + len]);
                 }
             }
         }
@@ -83,50 +112,47 @@ pub(super) fn interleave(data: &[u8], rows: usize, nb: usize) -> Vec<u8> {
     out
 }
 
-/// Block `b` of row `o` as the file stores it, from a matrix of `rows` rows of `nb` blocks
-/// laid out by [`interleave`]: a slice of `data` for the rows after the groups, else
+/// Block `b` of row `o` as the file stores it, from a matrix of `rows` rows of `nb` blocks of
+/// `ty` laid out by [`interleave`]: a slice of `data` for the rows after the groups, else
 /// reassembled into `buf`.
 pub(super) fn file_block<'a>(
+    ty: GgmlType,
     data: &'a [u8],
-    rows: usize,
-    nb: usize,
-    o: usize,
-    b: usize,
-    buf: &'a mut [u8; BLOCK_BYTES],
+    (rows, nb): (usize, usize),
+    (o, b): (usize, usize),
+    buf: &'a mut [u8; 256],
 ) -> &'a [u8] {
+    let bb = block_bytes(ty);
     let (g, r) = (o / GROUP, o % GROUP);
     if g >= rows / GROUP {
-        let at = (o * nb + b) * BLOCK_BYTES;
-        return &data[at..at + BLOCK_BYTES];
+        let at = (o * nb + b) * bb;
+        return &data[at..at + bb];
     }
-    let x8 = &data[(g * nb + b) * GROUP_BYTES..(g * nb + b + 1) * GROUP_BYTES];
-    buf[0..2].copy_from_slice(&x8[2 * r..2 * r + 2]);
-    buf[2..4].copy_from_slice(&x8[16 + 2 * r..16 + 2 * r + 2]);
-    for k in 0..3 {
-        let from = 32 + 32 * k + 4 * r;
-        buf[4 + 4 * k..8 + 4 * k].copy_from_slice(&x8[from..from + 4]);
+    let x8 = &data[(g * nb + b) * GROUP * bb..(g * nb + b + 1) * GROUP * bb];
+    for (from, to, len) in moves(ty, r) {
+        buf[from..from + len].copy_from_slice(&x8[to..to + len]);
     }
-    for c in 0..4 {
-        for j in 0..8 {
-            let from = nibble_at(c, j, r, 0);
-            let to = FILE_QS + 32 * c + 4 * j;
-            buf[to..to + 4].copy_from_slice(&x8[from..from + 4]);
-        }
-    }
-    &buf[..]
+    &buf[..bb]
 }
 
-/// The activations of rows `0 .. n` of `acts` (`Q8_K`) laid out for the interleaved kernel:
-/// `[n, nb, ACT_BYTES]` bytes (see the layout above) and the pair sums
-/// `bsums_2s + bsums_2s+1` as `[n, nb, 8]` i32.
+/// The activations of rows `0 .. n` of `acts` (`Q8_K`) laid out for the interleaved kernels:
+/// `[n, nb, ACT_BYTES]` bytes, vector `(c, v, h)` of a super-block at `64 ((4c + v) 2 + h)`,
+/// lane `L` the 4 values from element `element(c, h, 2v + ⌊L / 8⌋)`; and for `Q4_K` the pair
+/// sums `bsums_2s + bsums_2s+1` as `[n, nb, 8]` i32.
 pub(super) struct ExpandedActs {
-    bytes: Vec<i8>,
-    pairs: Vec<i32>,
+    pub(super) bytes: Vec<i8>,
+    pub(super) pairs: Vec<i32>,
 }
 
 impl ExpandedActs {
-    pub(super) fn new(acts: &KQuantActs, n: usize) -> ExpandedActs {
+    pub(super) fn new(ty: GgmlType, acts: &KQuantActs, n: usize) -> ExpandedActs {
         let (nb, cols) = (acts.nb, acts.nb * QK_K);
+        // The first of the 4 elements a lane takes: Q4_K's chunk c holds sub-blocks 2c
+        // (low nibbles) and 2c + 1; Q6_K's chunk c = 2n + k elements 128n + 64h + 32k + ...
+        let element = |c: usize, h: usize, j: usize| match ty {
+            GgmlType::Q4_K => 64 * c + 32 * h + 4 * j,
+            _ => 128 * (c / 2) + 64 * h + 32 * (c % 2) + 4 * j,
+        };
         let mut bytes = vec![0i8; n * nb * ACT_BYTES];
         for (rb, dst) in bytes.chunks_exact_mut(ACT_BYTES).enumerate() {
             let p = &acts.q[(rb / nb) * cols + (rb % nb) * QK_K..][..QK_K];
@@ -134,16 +160,18 @@ impl ExpandedActs {
                 // k = (c · 4 + v) · 2 + h
                 let (c, v, h) = (k / 8, (k / 2) % 4, k % 2);
                 for (lane, quad) in v64.chunks_exact_mut(4).enumerate() {
-                    let j = 2 * v + lane / 8;
-                    let at = 64 * c + 32 * h + 4 * j;
+                    let at = element(c, h, 2 * v + lane / 8);
                     quad.copy_from_slice(&p[at..at + 4]);
                 }
             }
         }
-        let pairs = acts.bsums[..n * nb * 16]
-            .chunks_exact(2)
-            .map(|g| g[0] + g[1])
-            .collect();
+        let pairs = match ty {
+            GgmlType::Q4_K => acts.bsums[..n * nb * 16]
+                .chunks_exact(2)
+                .map(|g| g[0] + g[1])
+                .collect(),
+            _ => Vec::new(),
+        };
         ExpandedActs { bytes, pairs }
     }
 }
@@ -160,11 +188,11 @@ pub(in crate::kernels::lowp) fn product(w: &KQuantMatrix, y: &mut [f32], x: &[f3
     use crate::kernels::lowp::{Kernel, PackedFormat};
     assert!(
         crate::kernels::lowp::has_vnni() && w.grouped_rows > 0,
-        "the interleaved Q4_K product needs AVX-512 VNNI and an interleaved matrix"
+        "the interleaved product needs AVX-512 VNNI and an interleaved matrix"
     );
     assert!(x.len() == rows * w.cols && y.len() == rows * w.rows, "operand sizes");
     let acts = w.quantize(x, rows);
-    let expanded = ExpandedActs::new(&acts, rows);
+    let expanded = ExpandedActs::new(w.ty, &acts, rows);
     let nb = w.cols / QK_K;
     let d_out = w.rows;
     // Each task: 4 groups (32 outputs), written through `Out` at their own columns of y.
@@ -233,7 +261,7 @@ impl Out {
 /// `nb` blocks.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn group_sums(
+unsafe fn group_sums_q4_k(
     w: &KQuantMatrix,
     acts: &KQuantActs,
     expanded: &ExpandedActs,
@@ -253,10 +281,34 @@ unsafe fn group_sums(
     }
 }
 
-/// [`group_sums`] for `R` activation rows.
+/// [`group_sums_q4_k`] or the `Q6_K` kernel, by the matrix's type.
 ///
 /// # Safety
-/// As [`group_sums`], with `R` rows.
+/// As [`group_sums_q4_k`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn group_sums(
+    w: &KQuantMatrix,
+    acts: &KQuantActs,
+    expanded: &ExpandedActs,
+    rows: (usize, usize),
+    g: usize,
+    nb: usize,
+    sums: &mut [[f32; GROUP]; ROW_TILE],
+) {
+    // SAFETY: the caller's contract, passed on.
+    unsafe {
+        match w.ty {
+            GgmlType::Q4_K => group_sums_q4_k(w, acts, expanded, rows, g, nb, sums),
+            _ => super::rows8_q6_k::group_sums(w, acts, expanded, rows, g, nb, sums),
+        }
+    }
+}
+
+/// [`group_sums_q4_k`] for `R` activation rows.
+///
+/// # Safety
+/// As [`group_sums_q4_k`], with `R` rows.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -270,6 +322,7 @@ unsafe fn group_sums_r<const R: usize>(
     sums: &mut [[f32; GROUP]; ROW_TILE],
 ) {
     let stored: &[u8] = &w.data;
+    const GROUP_BYTES: usize = GROUP * 144;
     let base = stored[g * nb * GROUP_BYTES..(g + 1) * nb * GROUP_BYTES].as_ptr();
     let low = _mm512_set1_epi8(0x0f);
     let (kmask1, kmask2, kmask3) = (
@@ -318,7 +371,7 @@ unsafe fn group_sums_r<const R: usize>(
             for c in 0..4 {
                 let mut t = [[_mm512_setzero_si512(); 2]; R];
                 for v in 0..4 {
-                    let z = _mm512_loadu_si512(blk.add(GROUP_QS + 256 * c + 64 * v) as *const __m512i);
+                    let z = _mm512_loadu_si512(blk.add(Q4_K_QS + 256 * c + 64 * v) as *const __m512i);
                     let halves = [
                         _mm512_and_si512(z, low),
                         _mm512_and_si512(_mm512_srli_epi16::<4>(z), low),
@@ -382,19 +435,22 @@ unsafe fn group_sums_r<const R: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::lowp::ggml::GgmlType;
     use crate::kernels::lowp::{has_avx2, has_vnni, Kernel, PackedWeight, RawBytes};
 
-    /// `rows × nb` random `Q4_K` blocks: random bytes, normal f16 `d` and `dmin` of either sign.
-    fn random_q4_k(rows: usize, nb: usize, seed: u64) -> Vec<u8> {
+    /// `rows × nb` random blocks of `ty`: random bytes, normal f16 scales of either sign.
+    fn random_blocks(ty: GgmlType, rows: usize, nb: usize, seed: u64) -> Vec<u8> {
         let mut state = seed;
         let mut next = move || {
-            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
             (state >> 33) as u32
         };
-        let mut data: Vec<u8> = (0..rows * nb * BLOCK_BYTES).map(|_| next() as u8).collect();
-        for block in data.chunks_exact_mut(BLOCK_BYTES) {
-            for at in [0, 2] {
+        let bb = block_bytes(ty);
+        let mut data: Vec<u8> = (0..rows * nb * bb).map(|_| next() as u8).collect();
+        let scales: &[usize] = if ty == GgmlType::Q4_K { &[0, 2] } else { &[208] };
+        for block in data.chunks_exact_mut(bb) {
+            for &at in scales {
                 let h = ((next() % 2) << 15) | ((7 + next() % 6) << 10) | (next() % 1024);
                 block[at..at + 2].copy_from_slice(&(h as u16).to_le_bytes());
             }
@@ -404,18 +460,39 @@ mod tests {
 
     #[test]
     fn every_block_comes_back_as_the_file_stored_it() {
-        for (rows, nb) in [(1, 2), (7, 1), (8, 1), (9, 3), (16, 2), (23, 3), (40, 1)] {
-            let data = random_q4_k(rows, nb, (rows * 31 + nb) as u64);
-            let laid = interleave(&data, rows, nb);
-            assert_eq!(laid.len(), data.len());
-            let mut buf = [0u8; BLOCK_BYTES];
-            for o in 0..rows {
-                for b in 0..nb {
-                    let at = (o * nb + b) * BLOCK_BYTES;
-                    let got = file_block(&laid, rows, nb, o, b, &mut buf);
-                    assert_eq!(got, &data[at..at + BLOCK_BYTES], "{rows} rows x {nb}: row {o} block {b}");
+        for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+            let bb = block_bytes(ty);
+            for (rows, nb) in [(1, 2), (7, 1), (8, 1), (9, 3), (16, 2), (23, 3), (40, 1)] {
+                let data = random_blocks(ty, rows, nb, (rows * 31 + nb) as u64);
+                let laid = interleave(ty, &data, rows, nb);
+                assert_eq!(laid.len(), data.len());
+                let mut buf = [0u8; 256];
+                for o in 0..rows {
+                    for b in 0..nb {
+                        let at = (o * nb + b) * bb;
+                        let got = file_block(ty, &laid, (rows, nb), (o, b), &mut buf);
+                        assert_eq!(got, &data[at..at + bb], "{ty} {rows}x{nb}: row {o} block {b}");
+                    }
                 }
             }
+        }
+    }
+
+    /// Every byte of a group's super-block is written by exactly one run.
+    #[test]
+    fn the_runs_of_a_group_cover_its_bytes_once() {
+        for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+            let bb = block_bytes(ty);
+            let mut hits = vec![0u8; GROUP * bb];
+            for r in 0..GROUP {
+                let mut from_hits = vec![0u8; bb];
+                for (from, to, len) in moves(ty, r) {
+                    hits[to..to + len].iter_mut().for_each(|h| *h += 1);
+                    from_hits[from..from + len].iter_mut().for_each(|h| *h += 1);
+                }
+                assert!(from_hits.iter().all(|&h| h == 1), "{ty} row {r}: file bytes");
+            }
+            assert!(hits.iter().all(|&h| h == 1), "{ty}: group bytes");
         }
     }
 
@@ -425,35 +502,41 @@ mod tests {
     #[test]
     fn interleaved_rows_give_the_file_layouts_bits() {
         let mut seed = 7;
-        for (d_out, cols) in [(8, 256), (13, 512), (24, 768), (70, 256)] {
-            let nb = cols / QK_K;
-            seed += 1;
-            let data = random_q4_k(d_out, nb, seed);
-            let file = KQuantMatrix::from_ggml_laid_out(GgmlType::Q4_K, RawBytes::owned(data.clone()), d_out, cols, false).unwrap();
-            let laid = KQuantMatrix::from_ggml_laid_out(GgmlType::Q4_K, RawBytes::owned(data), d_out, cols, true).unwrap();
-            assert!(laid.is_interleaved() && !file.is_interleaved());
-            let (file, laid) = (PackedWeight::KQuants(file), PackedWeight::KQuants(laid));
-            let mut kernels = vec![Kernel::Portable];
-            if has_avx2() {
-                kernels.push(Kernel::Avx2);
-            }
-            if has_vnni() {
-                kernels.push(Kernel::Avx512);
-            } else {
-                eprintln!("no AVX-512 VNNI: the interleaved decoding kernel is not run here");
-            }
-            for rows in 1..=9 {
-                let x: Vec<f32> = (0..rows * cols)
-                    .map(|i| ((i * 7919 + rows * 13) % 2001) as f32 / 400.0 - 2.5)
-                    .collect();
-                let mut want = vec![f32::NAN; rows * d_out];
-                file.product_with(Kernel::Portable, &mut want, &x, rows);
-                assert!(want.iter().all(|v| v.is_finite()));
-                for &kernel in &kernels {
-                    let mut got = vec![f32::NAN; rows * d_out];
-                    laid.product_with(kernel, &mut got, &x, rows);
-                    for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-                        assert_eq!(a.to_bits(), b.to_bits(), "{d_out}x{cols} rows {rows} {kernel:?} y[{i}]");
+        for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+            for (d_out, cols) in [(8, 256), (13, 512), (24, 768), (70, 256)] {
+                let nb = cols / QK_K;
+                seed += 1;
+                let data = random_blocks(ty, d_out, nb, seed);
+                let layout = |interleave| {
+                    let bytes = RawBytes::owned(data.clone());
+                    KQuantMatrix::from_ggml_laid_out(ty, bytes, d_out, cols, interleave).unwrap()
+                };
+                let (file, laid) = (layout(false), layout(true));
+                assert!(laid.is_interleaved() && !file.is_interleaved());
+                let (file, laid) = (PackedWeight::KQuants(file), PackedWeight::KQuants(laid));
+                let mut kernels = vec![Kernel::Portable];
+                if has_avx2() {
+                    kernels.push(Kernel::Avx2);
+                }
+                if has_vnni() {
+                    kernels.push(Kernel::Avx512);
+                } else {
+                    eprintln!("no AVX-512 VNNI: the interleaved decoding kernels are not run here");
+                }
+                for rows in 1..=9 {
+                    let x: Vec<f32> = (0..rows * cols)
+                        .map(|i| ((i * 7919 + rows * 13) % 2001) as f32 / 400.0 - 2.5)
+                        .collect();
+                    let mut want = vec![f32::NAN; rows * d_out];
+                    file.product_with(Kernel::Portable, &mut want, &x, rows);
+                    assert!(want.iter().all(|v| v.is_finite()));
+                    for &kernel in &kernels {
+                        let mut got = vec![f32::NAN; rows * d_out];
+                        laid.product_with(kernel, &mut got, &x, rows);
+                        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                            let label = format!("{ty} {d_out}x{cols} rows {rows} {kernel:?}");
+                            assert_eq!(a.to_bits(), b.to_bits(), "{label} y[{i}]");
+                        }
                     }
                 }
             }
