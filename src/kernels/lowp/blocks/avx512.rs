@@ -22,11 +22,13 @@ use std::arch::x86_64::*;
 /// `d` spread over the 16 lanes (`idx`, see `lane_block`), and `[c_2p c_2p+1 . .]` (lanes
 /// 2, 3 meet `f`'s zeros).
 ///
+/// Inlined into its callers, which enable the features (a `target_feature` function of its
+/// own was not inlined: a call per pair of blocks and row, a third of a decoding step).
+///
 /// # Safety
 /// AVX-512F/BW/VL; blocks `2p`, `2p + 1` of `row` (blocks of `kind`) and, for Q8_0, offsets
 /// `2p`, `2p + 1` of `q8_offsets` readable.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[inline(always)]
 unsafe fn pair_weights(
     kind: BlockKind,
     row: *const u8,
