@@ -67,10 +67,17 @@ pub struct KQuantMatrix {
 use activations::{quantize_q8_0, quantize_q8_k, ActFormat};
 pub use activations::KQuantActs;
 
-/// Whether [`KQuantMatrix`] holds its own copy of a tensor of `ty` (`Q5_0` / `Q5_1`,
-/// regrouped at load) rather than the bytes it was given.
+/// Whether [`KQuantMatrix::from_ggml`] holds its own copy of a tensor of `ty` (`Q5_0` /
+/// `Q5_1` regrouped, `Q4_K` / `Q6_K` interleaved by eight on AVX-512 VNNI CPUs) rather than the
+/// bytes it was given.
 pub fn copies_blocks(ty: GgmlType) -> bool {
-    q5_groups::regrouped(ty)
+    q5_groups::regrouped(ty) || interleaves_here(ty)
+}
+
+/// Whether [`KQuantMatrix::from_ggml`] interleaves the rows of `ty` by eight on this CPU (into
+/// a copy: AVX-512 VNNI CPUs, `Q4_K` and `Q6_K`).
+fn interleaves_here(ty: GgmlType) -> bool {
+    rows8::interleaves(ty) && super::has_vnni()
 }
 
 /// Whether [`KQuantMatrix`] multiplies blocks of `ty`.
@@ -246,12 +253,14 @@ impl KQuantMatrix {
         rows: usize,
         cols: usize,
     ) -> Result<KQuantMatrix, String> {
-        Self::from_ggml_laid_out(ty, data, rows, cols, super::has_vnni())
+        Self::from_ggml_laid_out(ty, data, rows, cols, interleaves_here(ty))
     }
 
     /// [`from_ggml`](Self::from_ggml), with `Q4_K`'s and `Q6_K`'s rows interleaved by eight
-    /// (into a copy of the same size; the decoding kernels of AVX-512 VNNI CPUs read them so) when
-    /// `interleave` is set and there are eight rows at least.
+    /// (into a copy of the same size, whole groups of eight rows interleaved, the rows after
+    /// them as stored; the decoding kernels of AVX-512 VNNI CPUs read them so) when
+    /// `interleave` is set; a copy even when there is no whole group, so that the caller
+    /// knows from the type alone ([`copies_blocks`]) that the given bytes are let go.
     pub fn from_ggml_laid_out(
         ty: GgmlType,
         data: RawBytes,
@@ -284,14 +293,15 @@ impl KQuantMatrix {
                 data.len()
             ));
         }
-        let grouped_rows = match interleave && rows8::interleaves(ty) {
+        let interleave = interleave && rows8::interleaves(ty);
+        let grouped_rows = match interleave {
             true => rows / rows8::GROUP * rows8::GROUP,
             false => 0,
         };
         let data = if q5_groups::regrouped(ty) {
             RawBytes::owned(q5_groups::regroup(ty, &data, cols / block))
-        } else if grouped_rows > 0 {
-            RawBytes::owned(rows8::interleave(ty, &data, rows, cols / block))
+        } else if interleave {
+            rows8::interleave(ty, &data, rows, cols / block)
         } else {
             data
         };

@@ -23,7 +23,7 @@
 //! the file's layout after the groups; [`file_block`] gives any row's block back as the file
 //! stored it, for the kernels that read that layout.
 
-use super::{KQuantActs, KQuantMatrix, QK_K};
+use super::{KQuantActs, KQuantMatrix, RawBytes, QK_K};
 use crate::kernels::lowp::ggml::GgmlType;
 use crate::kernels::lowp::{products_are_serial, ROW_TILE};
 use rayon::prelude::*;
@@ -83,14 +83,49 @@ fn moves(ty: GgmlType, r: usize) -> Vec<(usize, usize, usize)> {
     m
 }
 
+/// [`moves`] of the eight rows of a group, made once per type.
+fn row_runs(ty: GgmlType) -> &'static [Vec<(usize, usize, usize)>] {
+    use std::sync::OnceLock;
+    static Q4_K: OnceLock<Vec<Vec<(usize, usize, usize)>>> = OnceLock::new();
+    static Q6_K: OnceLock<Vec<Vec<(usize, usize, usize)>>> = OnceLock::new();
+    let cell = if ty == GgmlType::Q4_K { &Q4_K } else { &Q6_K };
+    cell.get_or_init(|| (0..GROUP).map(|r| moves(ty, r)).collect())
+}
+
 /// The file's `rows × nb` blocks of `ty` with each whole group of eight rows interleaved (the
-/// layouts above), the rows after the last group as they were. Parallel over groups.
-pub(super) fn interleave(ty: GgmlType, data: &[u8], rows: usize, nb: usize) -> Vec<u8> {
+/// layouts above), the rows after the last group as they were, in memory advised for
+/// transparent huge pages where the system allows (the decoding kernels stream these bytes
+/// every token: 2 MiB pages spare them a TLB miss every 4 KiB, as the file's own buffer,
+/// `store::file_memory`). Parallel over groups.
+pub(super) fn interleave(ty: GgmlType, data: &[u8], rows: usize, nb: usize) -> RawBytes {
+    let len = data.len();
+    let anon = (len > 0)
+        .then(|| memmap2::MmapOptions::new().len(len).map_anon().ok())
+        .flatten();
+    let Some(mut anon) = anon else {
+        let mut out = vec![0u8; len];
+        interleave_into(ty, data, rows, nb, &mut out);
+        return RawBytes::owned(out);
+    };
+    #[cfg(target_os = "linux")]
+    let _ = anon.advise(memmap2::Advice::HugePage);
+    interleave_into(ty, data, rows, nb, &mut anon);
+    match anon.make_read_only() {
+        Ok(map) => RawBytes::shared(std::sync::Arc::new(map), 0..len).expect("the whole map"),
+        Err(_) => {
+            let mut out = vec![0u8; len];
+            interleave_into(ty, data, rows, nb, &mut out);
+            RawBytes::owned(out)
+        }
+    }
+}
+
+/// [`interleave`] into `out` (`data.len()` bytes).
+fn interleave_into(ty: GgmlType, data: &[u8], rows: usize, nb: usize, out: &mut [u8]) {
     let bb = block_bytes(ty);
     let row_bytes = nb * bb;
     let groups = rows / GROUP;
-    let runs: Vec<_> = (0..GROUP).map(|r| moves(ty, r)).collect();
-    let mut out = vec![0u8; data.len()];
+    let runs = row_runs(ty);
     let (grouped, tail) = out.split_at_mut(groups * GROUP * row_bytes);
     tail.copy_from_slice(&data[groups * GROUP * row_bytes..]);
     let fill = |(g, dst): (usize, &mut [u8])| {
@@ -109,7 +144,6 @@ pub(super) fn interleave(ty: GgmlType, data: &[u8], rows: usize, nb: usize) -> V
     } else {
         grouped.par_chunks_mut(GROUP * row_bytes).enumerate().for_each(fill);
     }
-    out
 }
 
 /// Block `b` of row `o` as the file stores it, from a matrix of `rows` rows of `nb` blocks of
@@ -129,7 +163,7 @@ pub(super) fn file_block<'a>(
         return &data[at..at + bb];
     }
     let x8 = &data[(g * nb + b) * GROUP * bb..(g * nb + b + 1) * GROUP * bb];
-    for (from, to, len) in moves(ty, r) {
+    for &(from, to, len) in &row_runs(ty)[r] {
         buf[from..from + len].copy_from_slice(&x8[to..to + len]);
     }
     &buf[..bb]
@@ -465,12 +499,13 @@ mod tests {
             for (rows, nb) in [(1, 2), (7, 1), (8, 1), (9, 3), (16, 2), (23, 3), (40, 1)] {
                 let data = random_blocks(ty, rows, nb, (rows * 31 + nb) as u64);
                 let laid = interleave(ty, &data, rows, nb);
+                let laid: &[u8] = &laid;
                 assert_eq!(laid.len(), data.len());
                 let mut buf = [0u8; 256];
                 for o in 0..rows {
                     for b in 0..nb {
                         let at = (o * nb + b) * bb;
-                        let got = file_block(ty, &laid, (rows, nb), (o, b), &mut buf);
+                        let got = file_block(ty, laid, (rows, nb), (o, b), &mut buf);
                         assert_eq!(got, &data[at..at + bb], "{ty} {rows}x{nb}: row {o} block {b}");
                     }
                 }
