@@ -12,6 +12,12 @@
 # --new-tokens. llama.cpp's columns are named after the folder its llama-bench lives in.
 # Ours decodes after its prompt, so llama.cpp's decode is its `tg NEW @ d PROMPT` (`-d`); its
 # decode from an empty cache (plain `tg NEW`) is kept in the JSON lines as decode_empty_cache.
+#
+# Bandwidth: each file's decode also as the weight bytes it reads per token (every tensor, less
+# an untied token embedding, which is only gathered: `gguf_bytes.py`) x decode tokens/s, in
+# GB/s, and as a share of the machine's read bandwidth, measured by `TRANSFORMER bench
+# --bandwidth --threads THREADS` before the first round and after the last (the median of the
+# two; BANDWIDTH=0 skips it).
 set -euo pipefail
 BIN=${1:?usage: llama_bench.sh TRANSFORMER FILE.gguf [FILE.gguf ...]}
 shift
@@ -22,8 +28,23 @@ THREADS=${THREADS:-1}
 KERNELS=${KERNELS:-avx512 avx2}
 PROMPT=${PROMPT:-128}
 NEW=${NEW:-64}
+BANDWIDTH=${BANDWIDTH:-1}
+HERE=$(cd "$(dirname "$0")" && pwd)
 OUT=$(mktemp)
 trap 'rm -f "$OUT"' EXIT
+
+bandwidth() {
+  [ "$BANDWIDTH" = 0 ] && return 0
+  if json=$("$BIN" bench --bandwidth --threads "$THREADS" --json 2>/dev/null); then
+    echo "{\"bandwidth\": $json}" | tee -a "$OUT"
+  else
+    echo "# $BIN has no bench --bandwidth: no bandwidth figure" >&2
+  fi
+}
+for file in "$@"; do
+  python3 "$HERE/gguf_bytes.py" "$file" | python3 -c 'import json,sys; print(json.dumps({"weights": json.load(sys.stdin)}))' | tee -a "$OUT"
+done
+bandwidth
 
 for round in $(seq 1 "$ROUNDS"); do
   for file in "$@"; do
@@ -49,14 +70,20 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 
-python3 - "$OUT" <<'EOF'
+bandwidth
+
+python3 - "$OUT" "$THREADS" <<'EOF'
 import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
+lines = [json.loads(l) for l in open(sys.argv[1])]
+rows = [r for r in lines if "impl" in r]
+weights = {r["weights"]["file"]: r["weights"] for r in lines if "weights" in r}
+machine = [r["bandwidth"]["bandwidth_gbs"] for r in lines if "bandwidth" in r]
+bw = statistics.median(machine) if machine else None
 files = list(dict.fromkeys(r["file"] for r in rows))
 impls = list(dict.fromkeys(r["impl"] for r in rows))
 peer = next((i for i in impls if i.startswith("llama.cpp")), None)
-print("\n| file | implementation | prompt tokens/s | decode tokens/s | prompt ratio | decode ratio |")
-print("|---|---|---|---|---|---|")
+print("\n| file | threads | implementation | prompt tokens/s | decode tokens/s | prompt ratio | decode ratio | weights read a token (MB) | decode GB/s | % of bandwidth |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for f in files:
     med = {}
     for i in impls:
@@ -66,7 +93,15 @@ for f in files:
     for i, (p, d) in med.items():
         rp = f"{p / med[peer][0]:.2f}" if peer in med else "-"
         rd = f"{d / med[peer][1]:.2f}" if peer in med else "-"
-        print(f"| {f} | {i} | {p:.1f} | {d:.1f} | {rp} | {rd} |")
+        w = weights.get(f, {}).get("read_per_token")
+        gbs = w * d / 1e9 if w else None
+        share = f"{100 * gbs / bw:.0f}%" if gbs and bw else "-"
+        mb = f"{w / 1e6:,.0f}" if w else "-"
+        rate = f"{gbs:.1f}" if gbs else "-"
+        print(f"| {f} | {sys.argv[2]} | {i} | {p:.1f} | {d:.1f} | {rp} | {rd} | {mb} | {rate} | {share} |")
 loads = [r["load"] for r in rows]
 print(f"\nrounds: {max(r['round'] for r in rows)}; load average 1 min: {min(loads):.2f}-{max(loads):.2f}; ratios against {peer}")
+if machine:
+    print(f"read bandwidth (bench --bandwidth, {sys.argv[2]} thread(s), before and after): "
+          + ", ".join(f"{x:.1f}" for x in machine) + f" GB/s; median {bw:.1f}")
 EOF

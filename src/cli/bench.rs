@@ -2,7 +2,8 @@
 //! prints `train: X tokens/s` (source + target tokens per second, median over timed steps).
 //! `--lm` times a decoder-only step at `--seq-len` with `--tokens` per batch and prints the peak
 //! resident memory; `--translate` times greedy and beam search with a trained model;
-//! `--generate` prompt and decode tokens/s of a language model (see `bench_generate`).
+//! `--generate` prompt and decode tokens/s of a language model (see `bench_generate`);
+//! `--bandwidth` the memory read bandwidth (see `bench_bandwidth`).
 
 use super::args::{PrecisionArg, ThreadsArgs};
 use crate::batch::Batch;
@@ -86,9 +87,21 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 128)]
     pub new_tokens: usize,
     /// With --generate: print one JSON line instead (every timed repetition's tokens/s, the
-    /// greedy ids, the peak memory), as benches/compare's Python scripts do.
-    #[arg(long, requires = "generate")]
+    /// greedy ids, the peak memory), as benches/compare's Python scripts do. With
+    /// --bandwidth: one JSON line of the passes' GB/s.
+    #[arg(long)]
     pub json: bool,
+    /// Measure the memory read bandwidth instead (see `bench_bandwidth`): sum a buffer far
+    /// larger than the caches on --threads threads, --warmup-steps untimed and --steps timed
+    /// passes, and print the median GB/s.
+    #[arg(long, conflicts_with_all = ["translate", "lm", "generate"])]
+    pub bandwidth: bool,
+    /// With --bandwidth: the buffer's size in MiB.
+    #[arg(long, default_value_t = 1024, requires = "bandwidth")]
+    pub bandwidth_mib: usize,
+    /// With --bandwidth: do not advise the buffer for transparent huge pages.
+    #[arg(long, requires = "bandwidth")]
+    pub small_pages: bool,
     /// With --generate or --translate: the numbers the weights are multiplied in (see
     /// `generate --precision`). Training (the default, and --lm): f32 or bf16, as
     /// `train --precision`.
@@ -152,6 +165,13 @@ fn check_sizes(args: &BenchArgs) -> Result<()> {
 pub fn run(args: BenchArgs) -> Result<()> {
     check_sizes(&args)?;
     let threads = rayon::current_num_threads();
+    anyhow::ensure!(
+        !args.json || args.generate.is_some() || args.bandwidth,
+        "--json is for --generate and --bandwidth"
+    );
+    if args.bandwidth {
+        return super::bench_bandwidth::bench_bandwidth(&args, threads);
+    }
     if let Some(dir) = &args.translate {
         return bench_translate(&args, dir, threads);
     }

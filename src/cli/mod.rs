@@ -7,6 +7,7 @@ pub mod args;
 pub mod attention;
 pub mod average;
 pub mod bench;
+pub mod bench_bandwidth;
 pub mod bench_generate;
 pub mod bleu;
 pub mod chat;
