@@ -65,6 +65,14 @@ impl<T: Float> CacheStack<T> {
         }
     }
 
+    /// Cuts row `b` back to its first `n` positions in every layer
+    /// ([`KvCache::truncate_row`]: speculative decoding dropping rejected drafts).
+    pub fn truncate_row(&mut self, b: usize, n: usize) {
+        for cache in &mut self.caches {
+            cache.truncate_row(b, n);
+        }
+    }
+
     /// A new empty row at the end of every layer's cache (continuous batching); its index.
     pub fn add_row(&mut self) -> usize {
         self.caches
