@@ -73,6 +73,12 @@ impl<T: Float> CacheStack<T> {
         }
     }
 
+    /// Whether every layer can cut row `b` back to `n` positions
+    /// ([`KvCache::can_truncate_row`]).
+    pub fn can_truncate_row(&self, b: usize, n: usize) -> bool {
+        self.caches.iter().all(|c| c.can_truncate_row(b, n))
+    }
+
     /// A new empty row at the end of every layer's cache (continuous batching); its index.
     pub fn add_row(&mut self) -> usize {
         self.caches

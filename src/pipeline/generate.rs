@@ -334,18 +334,20 @@ impl<T: Float> IncrementalDecoder<T> for ContextWindow<'_, T> {
     }
 }
 
-/// Cut back for speculative decoding: the history and the caches lose the same last tokens
-/// (the caches are emptied, to be refilled from the history at the next feed, if they hold
-/// fewer than that after a rebuild).
+/// Cut back for speculative decoding: the history and the caches lose the same last tokens.
+/// Where the caches cannot lose them (they hold fewer after a rebuild, or a sliding window has
+/// released positions before the cut: a draft model run many tokens ahead) they are emptied,
+/// to be refilled from the history at the next feed. The target of a speculative search is
+/// only ever cut back within its last feed, which a sliding window does not release.
 impl<T: Float> Rollback<T> for ContextWindow<'_, T> {
     fn truncate(&self, state: &mut WindowState<T>, len: usize) {
         let removed = state.history.len() - len.min(state.history.len());
         state.history.truncate(len);
         let cached = state.caches.len();
-        if removed > cached {
-            state.caches = self.model.start(1, self.capacity);
-        } else {
+        if removed <= cached && state.caches.can_truncate_row(0, cached - removed) {
             state.caches.truncate_row(0, cached - removed);
+        } else {
+            state.caches = self.model.start(1, self.capacity);
         }
     }
 

@@ -16,6 +16,15 @@ use super::KvCache;
 use crate::Float;
 
 impl<T: Float> KvCache<T> {
+    /// Whether [`truncate_row`](Self::truncate_row) can cut row `b` back to `n` positions:
+    /// no running sums, and no position before `n` released by a sliding window.
+    pub fn can_truncate_row(&self, b: usize, n: usize) -> bool {
+        self.running.is_none()
+            && b < self.batch
+            && n <= self.lens[b]
+            && n >= self.first_live[b] * self.block_rows
+    }
+
     /// Cuts row `b` back to its first `n` positions (module docs). Panics when `n` exceeds the
     /// row's length, when the layer keeps running sums (linear attention), or when positions
     /// before `n` were released by a sliding window.
@@ -73,6 +82,7 @@ mod tests {
         let (kb, vb) = positions(100, 6, d);
         cache.append_ragged(&[b; 6], &kb, &vb);
         assert_eq!(cache.blocks_in_use(), 3 + 2);
+        assert!(cache.can_truncate_row(a, 5));
         cache.truncate_row(a, 5);
         assert_eq!((cache.row_len(a), cache.len, cache.blocks_in_use()), (5, 6, 2 + 2));
         let (k2, v2) = positions(50, 4, d);
