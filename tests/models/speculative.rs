@@ -11,7 +11,9 @@ use transformer::decode::speculative::{SpeculativeOptions, SpeculativeStats};
 use transformer::kernels::row_exact::row_exact;
 use transformer::model::StepLayout;
 use transformer::pipeline::generate::{generate_ids, ModelPrecision, TextGenerator};
-use transformer::pipeline::speculative::{generate_ids_speculative, Drafting, Speculation};
+use transformer::pipeline::speculative::{
+    check_same_tokenizer, generate_ids_speculative, Drafting, Speculation,
+};
 use transformer::rng::Rng;
 
 fn shared(rel: &str) -> Option<PathBuf> {
@@ -206,4 +208,23 @@ fn greedy_speculative_output_is_plain_greedy_output_on_family_checkpoints() {
         let model = assert_same_as_plain(&g, Drafting::Model(&draft.model), 32, rel);
         assert!(model.accepted > 0, "{rel}: {model:?}");
     }
+}
+
+/// A draft model with another tokenizer is refused by name, with the first difference.
+#[test]
+fn a_draft_with_another_tokenizer_is_refused() {
+    let (Some(smol), Some(tiny)) = (shared(SMOLLM2), shared("reference/hf-decoders/llama-tiny"))
+    else {
+        return;
+    };
+    let target = TextGenerator::load_prepared(&smol, ModelPrecision::Ggml).unwrap();
+    let other = TextGenerator::load_prepared(&tiny, ModelPrecision::F32).unwrap();
+    let err = check_same_tokenizer(&target.tokenizer, &other.tokenizer, "llama-tiny")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("--draft llama-tiny: its tokenizer differs") && err.contains("against 49152"),
+        "{err}"
+    );
+    check_same_tokenizer(&target.tokenizer, &target.tokenizer, "itself").unwrap();
 }
