@@ -4,8 +4,11 @@
 //! end of the input ends the session.
 
 use super::args::{ContextArgs, PrecisionArgs, SamplingArgs, ThreadsArgs};
+use super::speculative::SpeculativeArgs;
+use crate::decode::speculative::SpeculativeStats;
 use crate::pipeline::chat::ChatMessage;
-use crate::pipeline::generate::{generate_ids, TextGenerator};
+use crate::pipeline::generate::TextGenerator;
+use crate::pipeline::speculative::generate_ids_with;
 use crate::rng::Rng;
 use crate::text::decoder_tokenizer::StreamDecoder;
 use anyhow::{bail, Result};
@@ -31,6 +34,8 @@ pub struct ChatArgs {
     #[command(flatten)]
     pub sampling: SamplingArgs,
     #[command(flatten)]
+    pub speculative: SpeculativeArgs,
+    #[command(flatten)]
     pub weights: PrecisionArgs,
     #[command(flatten)]
     pub context: ContextArgs,
@@ -46,6 +51,9 @@ pub fn run(args: ChatArgs) -> Result<()> {
     if generator.chat.is_none() {
         bail!("{}: this model has no chat template", args.model.display());
     }
+    let draft = args.speculative.load(&generator.tokenizer)?;
+    let speculation = args.speculative.speculation(&generator.model, &draft)?;
+    let mut stats = SpeculativeStats::default();
     let until = generator.tokenizer.end_tokens();
     let mut rng = Rng::new(args.sampling.seed);
     let mut messages: Vec<ChatMessage> = Vec::new();
@@ -72,13 +80,15 @@ pub fn run(args: ChatArgs) -> Result<()> {
         let mut decoder = StreamDecoder::new(&generator.tokenizer);
         let model = &generator.model;
         ContextArgs::check_generation(model, prompt.len(), args.max_tokens)?;
-        let ids = generate_ids(
+        let ids = generate_ids_with(
             model,
             &prompt,
             args.max_tokens,
             opts,
             &mut rng,
             &until,
+            speculation.as_ref(),
+            &mut stats,
             |id| {
                 if !until.contains(&id) {
                     let piece = decoder.push(id)?;
@@ -94,6 +104,9 @@ pub fn run(args: ChatArgs) -> Result<()> {
             "assistant",
             &generator.tokenizer.decode(&reply)?,
         ));
+    }
+    if speculation.is_some() {
+        eprintln!("{}", super::speculative::report(&stats));
     }
     Ok(())
 }

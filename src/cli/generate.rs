@@ -4,8 +4,11 @@
 //! template and stops at the end of the reply.
 
 use super::args::{ContextArgs, PrecisionArgs, SamplingArgs, ThreadsArgs};
+use super::speculative::SpeculativeArgs;
+use crate::decode::speculative::SpeculativeStats;
 use crate::pipeline::chat::ChatMessage;
-use crate::pipeline::generate::{generate_ids, TextGenerator};
+use crate::pipeline::generate::TextGenerator;
+use crate::pipeline::speculative::generate_ids_with;
 use crate::rng::Rng;
 use crate::text::decoder_tokenizer::StreamDecoder;
 use anyhow::Result;
@@ -18,7 +21,9 @@ use std::path::PathBuf;
 pub enum Format {
     /// The prompt, then the continuation as it is sampled.
     Text,
-    /// One JSON object at the end: prompt_ids, new_ids, text (the continuation).
+    /// One JSON object at the end: prompt_ids, new_ids, text (the continuation),
+    /// prefill_seconds (to the first new token), decode_seconds (first to last), and with
+    /// speculative decoding the draft counts (speculative).
     Json,
 }
 
@@ -50,6 +55,8 @@ pub struct GenerateArgs {
     #[command(flatten)]
     pub sampling: SamplingArgs,
     #[command(flatten)]
+    pub speculative: SpeculativeArgs,
+    #[command(flatten)]
     pub weights: PrecisionArgs,
     #[command(flatten)]
     pub context: ContextArgs,
@@ -66,6 +73,9 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         ..
     } = TextGenerator::load_prepared(&args.model, args.weights.precision.model_precision())?;
     args.context.apply(&mut model)?;
+    let draft = args.speculative.load(&tokenizer)?;
+    let speculation = args.speculative.speculation(&model, &draft)?;
+    let mut stats = SpeculativeStats::default();
     let prompt = if args.chat {
         let template = chat
             .as_ref()
@@ -86,14 +96,21 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if args.format == Format::Json {
-        let ids = generate_ids(
+        let start = std::time::Instant::now();
+        let mut first_token = None;
+        let ids = generate_ids_with(
             &model,
             &prompt,
             args.max_tokens,
             opts,
             &mut rng,
             &until,
-            |_| Ok::<(), std::convert::Infallible>(()),
+            speculation.as_ref(),
+            &mut stats,
+            |_| {
+                first_token.get_or_insert_with(std::time::Instant::now);
+                Ok::<(), std::convert::Infallible>(())
+            },
         )
         .unwrap_or_else(|e| match e {});
         let shown: Vec<u32> = ids
@@ -101,11 +118,18 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             .copied()
             .filter(|id| !until.contains(id))
             .collect();
-        let json = serde_json::json!({
+        let end = std::time::Instant::now();
+        let first = first_token.unwrap_or(end);
+        let mut json = serde_json::json!({
             "prompt_ids": prompt,
             "new_ids": ids,
             "text": tokenizer.decode(&shown)?,
+            "prefill_seconds": (first - start).as_secs_f64(),
+            "decode_seconds": (end - first).as_secs_f64(),
         });
+        if speculation.is_some() {
+            json["speculative"] = super::speculative::json(&stats);
+        }
         writeln!(out, "{json}")?;
         return Ok(());
     }
@@ -114,13 +138,15 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         out.flush()?;
     }
     let mut decoder = StreamDecoder::new(&tokenizer);
-    generate_ids(
+    generate_ids_with(
         &model,
         &prompt,
         args.max_tokens,
         opts,
         &mut rng,
         &until,
+        speculation.as_ref(),
+        &mut stats,
         |id| -> Result<()> {
             if until.contains(&id) {
                 return Ok(());
@@ -136,5 +162,8 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let rest = decoder.finish()?;
     writeln!(out, "{rest}")?;
     out.flush()?;
+    if speculation.is_some() {
+        eprintln!("{}", super::speculative::report(&stats));
+    }
     Ok(())
 }

@@ -22,6 +22,7 @@ pub mod perplexity;
 pub mod prune;
 pub mod score;
 pub mod serve;
+pub mod speculative;
 pub mod template;
 pub mod tokenize;
 pub mod train;

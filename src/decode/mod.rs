@@ -1,5 +1,6 @@
 //! Inference: greedy search ([`greedy`]), beam search ([`beam`]) and sampling ([`sample`]) for
-//! outputs, and scoring of given outputs ([`score`]).
+//! outputs, speculative decoding of them ([`speculative`], drafters in [`drafters`]), and
+//! scoring of given outputs ([`score`]).
 //!
 //! The searches are written once, over [`IncrementalDecoder`]: a model that, given a decoding
 //! state, turns the next token of each row into the distribution of the token after it, and
@@ -19,6 +20,7 @@ pub mod adjust;
 pub mod beam;
 #[cfg(feature = "constrain")]
 pub mod constraint;
+pub mod drafters;
 #[cfg(feature = "constrain")]
 pub mod gbnf;
 #[cfg(feature = "constrain")]
@@ -26,6 +28,7 @@ pub mod grammar_limits;
 pub mod greedy;
 pub mod sample;
 pub mod score;
+pub mod speculative;
 
 // Used outside the library only (feature `internals`).
 

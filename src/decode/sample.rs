@@ -39,50 +39,95 @@ pub fn argmax<T: Float>(row: &[T]) -> u32 {
     best as u32
 }
 
+/// Whether `opts` choose the most likely token (no draw): temperature 0 or top-k 1.
+pub fn is_greedy(opts: SamplingOptions) -> bool {
+    opts.temperature <= 0.0 || opts.top_k == 1
+}
+
+/// The distribution [`sample`] draws from: the kept tokens by decreasing probability (lower id
+/// first on ties) and their unnormalised weights `exp((z_i − z_max) / temperature)` after the
+/// top-k and top-p cuts; token `ids[i]` has probability `weights[i] / total`, every other
+/// token 0.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Candidates {
+    /// Kept token ids, most likely first.
+    pub ids: Vec<u32>,
+    /// Their weights, in the same order.
+    pub weights: Vec<f64>,
+    /// `Σ weights`.
+    pub total: f64,
+}
+
+impl Candidates {
+    /// The distribution of `logprobs [vocab]` under `opts` (temperature > 0; any logits work:
+    /// they are renormalised).
+    pub fn new<T: Float>(logprobs: &[T], opts: SamplingOptions) -> Candidates {
+        // Candidates by decreasing probability (stable: lower id first on ties).
+        let mut order: Vec<usize> = (0..logprobs.len()).collect();
+        order.sort_by(|&a, &b| {
+            logprobs[b]
+                .partial_cmp(&logprobs[a])
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+        if opts.top_k > 0 {
+            order.truncate(opts.top_k);
+        }
+        let max = logprobs[order[0]].f64();
+        let mut weights: Vec<f64> = order
+            .iter()
+            .map(|&i| ((logprobs[i].f64() - max) / opts.temperature).exp())
+            .collect();
+        let total: f64 = weights.iter().sum();
+        if opts.top_p < 1.0 {
+            let mut mass = 0.0;
+            let mut keep = weights.len();
+            for (n, w) in weights.iter().enumerate() {
+                mass += w / total;
+                if mass >= opts.top_p {
+                    keep = n + 1;
+                    break;
+                }
+            }
+            weights.truncate(keep);
+            order.truncate(keep);
+        }
+        let total: f64 = weights.iter().sum();
+        Candidates {
+            ids: order.into_iter().map(|i| i as u32).collect(),
+            weights,
+            total,
+        }
+    }
+
+    /// One token drawn with one uniform draw from `rng`.
+    pub fn draw(&self, rng: &mut Rng) -> u32 {
+        let mut u = rng.uniform() * self.total;
+        for (&i, &w) in self.ids.iter().zip(&self.weights) {
+            if u < w {
+                return i;
+            }
+            u -= w;
+        }
+        *self.ids.last().expect("non-empty vocabulary")
+    }
+
+    /// The probabilities of every token, `[vocab]` (0 for the tokens cut).
+    pub fn dense(&self, vocab: usize) -> Vec<f64> {
+        let mut p = vec![0.0; vocab];
+        for (&i, &w) in self.ids.iter().zip(&self.weights) {
+            p[i as usize] = w / self.total;
+        }
+        p
+    }
+}
+
 /// Draws a token from `logprobs [vocab]` (any logits work: they are renormalised). One uniform
 /// draw from `rng` per sampled token, none when greedy. Ties are broken by the lower id.
 pub fn sample<T: Float>(logprobs: &[T], opts: SamplingOptions, rng: &mut Rng) -> u32 {
-    if opts.temperature <= 0.0 || opts.top_k == 1 {
+    if is_greedy(opts) {
         return argmax(logprobs);
     }
-    // Candidates by decreasing probability (stable: lower id first on ties).
-    let mut order: Vec<usize> = (0..logprobs.len()).collect();
-    order.sort_by(|&a, &b| {
-        logprobs[b]
-            .partial_cmp(&logprobs[a])
-            .unwrap_or(std::cmp::Ordering::Equal)
-    });
-    if opts.top_k > 0 {
-        order.truncate(opts.top_k);
-    }
-    let max = logprobs[order[0]].f64();
-    let mut weights: Vec<f64> = order
-        .iter()
-        .map(|&i| ((logprobs[i].f64() - max) / opts.temperature).exp())
-        .collect();
-    let total: f64 = weights.iter().sum();
-    if opts.top_p < 1.0 {
-        let mut mass = 0.0;
-        let mut keep = weights.len();
-        for (n, w) in weights.iter().enumerate() {
-            mass += w / total;
-            if mass >= opts.top_p {
-                keep = n + 1;
-                break;
-            }
-        }
-        weights.truncate(keep);
-        order.truncate(keep);
-    }
-    let total: f64 = weights.iter().sum();
-    let mut u = rng.uniform() * total;
-    for (&i, &w) in order.iter().zip(&weights) {
-        if u < w {
-            return i as u32;
-        }
-        u -= w;
-    }
-    *order.last().expect("non-empty vocabulary") as u32
+    Candidates::new(logprobs, opts).draw(rng)
 }
 
 /// Continues one row: feeds `prompt` (its tokens `[1, n]`) into `state`, then samples up to

@@ -119,14 +119,20 @@ pub enum Kernel {
 ///   of queries);
 /// - [`Purpose::Decode`]: the step kernel when the keys are paged (`paged`: only it reads
 ///   through a table of stored rows) or at most [`STEP_KERNEL_MAX_QUERIES`] queries come per
-///   row; plain otherwise.
+///   row, or the call is row-exact ([`super::row_exact`]); plain otherwise.
 ///
 /// A paged view given to the plain or tiled kernel is gathered into rows first.
 pub fn choose<T>(purpose: &Purpose<'_, T>, paged: bool, q_per_row: usize, k_len: usize) -> Kernel {
     match purpose {
         Purpose::Train { drop } if k_len >= TILED_FROM_KEYS && drop.is_none() => Kernel::Tiled,
         Purpose::Train { .. } | Purpose::Weights => Kernel::Plain,
-        Purpose::Decode if paged || q_per_row <= STEP_KERNEL_MAX_QUERIES => Kernel::Step,
+        Purpose::Decode
+            if paged
+                || q_per_row <= STEP_KERNEL_MAX_QUERIES
+                || super::row_exact::products_are_row_exact() =>
+        {
+            Kernel::Step
+        }
         Purpose::Decode => Kernel::Plain,
     }
 }

@@ -5,6 +5,7 @@
 //! does the work; only this file knows about it.
 
 use super::matvec::{matvec, MATVEC_MAX_ROWS};
+use super::row_exact::products_are_row_exact;
 use crate::Float;
 use std::cell::Cell;
 
@@ -289,8 +290,9 @@ pub fn weight_product<T: Float>(
     d_in: usize,
     d_out: usize,
 ) {
-    if rows <= MATVEC_MAX_ROWS && d_in > 0 {
-        // A few rows (a decoding step): W streamed once as stored, w_t not needed.
+    if (rows <= MATVEC_MAX_ROWS || products_are_row_exact()) && d_in > 0 {
+        // A few rows (a decoding step), or rows that must each get the one-row bits
+        // (`super::row_exact`): W streamed once as stored, w_t not needed.
         let parallel = !SERIAL.with(Cell::get) && rayon::current_num_threads() > 1;
         return matvec(&mut y[..rows * d_out], &x[..rows * d_in], w, d_in, parallel);
     }

@@ -18,6 +18,7 @@ pub mod plain_attention;
 pub mod reduce;
 pub mod rms_norm;
 pub mod rope;
+pub mod row_exact;
 pub mod scores;
 pub mod softmax;
 pub mod sparse_pattern;

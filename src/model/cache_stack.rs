@@ -65,6 +65,20 @@ impl<T: Float> CacheStack<T> {
         }
     }
 
+    /// Cuts row `b` back to its first `n` positions in every layer
+    /// ([`KvCache::truncate_row`]: speculative decoding dropping rejected drafts).
+    pub fn truncate_row(&mut self, b: usize, n: usize) {
+        for cache in &mut self.caches {
+            cache.truncate_row(b, n);
+        }
+    }
+
+    /// Whether every layer can cut row `b` back to `n` positions
+    /// ([`KvCache::can_truncate_row`]).
+    pub fn can_truncate_row(&self, b: usize, n: usize) -> bool {
+        self.caches.iter().all(|c| c.can_truncate_row(b, n))
+    }
+
     /// A new empty row at the end of every layer's cache (continuous batching); its index.
     pub fn add_row(&mut self) -> usize {
         self.caches

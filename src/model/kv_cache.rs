@@ -36,6 +36,10 @@
 //! its positions are counted ([`KvCache::advance_ragged`]) and its rows gathered, added and
 //! copied with the others.
 //!
+//! **Rollback** (speculative decoding, `rollback`): a row may be cut back to fewer positions
+//! ([`KvCache::truncate_row`]); the blocks past its new length are released, and a block it
+//! will write into again loses its prefix key (or is copied first, if another row shares it).
+//!
 //! **Prefix caching** (`serve`, [`prefix`]): a full block may carry a key naming the tokens it and
 //! every block before it hold; released, it waits in a least-recently-used list instead of the
 //! free list, so a later row whose prompt starts with the same tokens can take it back
@@ -43,6 +47,7 @@
 //! plain free block remains and the storage is at its limit ([`KvCache::set_block_limit`]).
 
 pub mod prefix;
+mod rollback;
 pub use prefix::PrefixBlocks;
 
 use crate::kernels::attention::KvStore;

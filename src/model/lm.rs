@@ -230,6 +230,12 @@ impl<T: Float> LanguageModel<T> {
         (stats, logits)
     }
 
+    /// Whether a decoding state can be cut back to fewer positions (speculative decoding):
+    /// not when a layer keeps running sums (linear attention) instead of keys and values.
+    pub fn can_roll_back(&self) -> bool {
+        !self.blocks.layers.iter().any(|l| l.self_attn.linear)
+    }
+
     /// An empty incremental-decoding state for `batch` sequences of up to `capacity` positions
     /// (at most [`max_len`](Self::max_len)): one block per row, attended as matrix products
     /// (its memory is taken at the first feed: ask for the positions the run needs).

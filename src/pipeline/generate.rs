@@ -13,6 +13,7 @@
 use super::check_vocab;
 use crate::decode::sample::{sample_search, SamplingOptions};
 use crate::decode::score::score_stream;
+use crate::decode::speculative::Rollback;
 use crate::decode::{DecodingState, IncrementalDecoder};
 use crate::error::{Error, Result};
 use crate::kernels::lowp::Precision;
@@ -330,6 +331,29 @@ impl<T: Float> IncrementalDecoder<T> for ContextWindow<'_, T> {
     fn step(&self, state: &mut WindowState<T>, tokens: &[u32], layout: &StepLayout<'_>) -> Vec<T> {
         let feed = self.feed(state, tokens);
         self.model.step(&mut state.caches, &feed, layout)
+    }
+}
+
+/// Cut back for speculative decoding: the history and the caches lose the same last tokens.
+/// Where the caches cannot lose them (they hold fewer after a rebuild, or a sliding window has
+/// released positions before the cut: a draft model run many tokens ahead) they are emptied,
+/// to be refilled from the history at the next feed. The target of a speculative search is
+/// only ever cut back within its last feed, which a sliding window does not release.
+impl<T: Float> Rollback<T> for ContextWindow<'_, T> {
+    fn truncate(&self, state: &mut WindowState<T>, len: usize) {
+        let removed = state.history.len() - len.min(state.history.len());
+        state.history.truncate(len);
+        let cached = state.caches.len();
+        if removed <= cached && state.caches.can_truncate_row(0, cached - removed) {
+            state.caches.truncate_row(0, cached - removed);
+        } else {
+            state.caches = self.model.start(1, self.capacity);
+        }
+    }
+
+    fn room(&self, state: &WindowState<T>) -> usize {
+        let max_len = self.capacity.min(self.model.max_len());
+        max_len.saturating_sub(state.caches.len())
     }
 }
 

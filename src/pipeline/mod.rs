@@ -16,6 +16,7 @@ pub mod embed;
 pub mod generate;
 pub mod jinja;
 pub mod lm_dir;
+pub mod speculative;
 pub mod translate;
 
 use crate::error::{Error, Result};

@@ -25,3 +25,4 @@ mod minilm;
 mod pretrained;
 mod pretrained_lowp;
 mod pruning;
+mod speculative;

@@ -424,11 +424,13 @@ impl PackedWeight {
         match self {
             PackedWeight::Bf16(w) => product_with(w, kernel, y, x, rows),
             PackedWeight::Int8(w) => w.product(kernel, y, x, rows),
-            // Many rows: the register-tiled GEMM (another float order, see block_gemm).
+            // Many rows: the register-tiled GEMM (another float order, see block_gemm), unless
+            // every row must get the one-row bits (`crate::kernels::row_exact`).
             PackedWeight::Blocks(w)
                 if rows >= block_gemm::MIN_ROWS
                     && kernel != Kernel::Portable
-                    && block_gemm::runs(kernel) =>
+                    && block_gemm::runs(kernel)
+                    && !crate::kernels::row_exact::products_are_row_exact() =>
             {
                 block_gemm::product(w, kernel, y, x, rows)
             }

@@ -53,6 +53,14 @@ impl PrefixBlocks {
         true
     }
 
+    /// Block `id` loses its key (a row rolled back into it will write over positions the key
+    /// names).
+    pub(super) fn forget(&mut self, id: u32) {
+        if let Some(key) = self.keys.get_mut(id as usize) {
+            *key = None;
+        }
+    }
+
     /// The oldest kept block, its key forgotten.
     fn evict_oldest(&mut self) -> Option<u32> {
         let (_, id) = self.lru.pop_first()?;
