@@ -143,7 +143,7 @@ pub fn parse_tensors(bytes: &[u8], path: &Path, skip: impl Fn(&str) -> bool) -> 
 pub fn read_float_tensors(path: &Path, skip: impl Fn(&str) -> bool) -> Result<TensorMap> {
     let checked = path
         .parent()
-        .map(|dir| atomic::manifest_in_force(dir))
+        .map(atomic::manifest_in_force)
         .transpose()?
         .flatten()
         .is_some();

@@ -80,7 +80,7 @@ fn the_blocks_multiplied_are_the_file_s_own_bytes_in_place() {
                 let (rows, cols) = info.rows_cols();
                 let copy = RawBytes::owned(expected.to_vec());
                 let again = KQuantMatrix::from_ggml(info.ggml_type, copy, rows, cols).unwrap();
-                assert!(&held[..] == &again.stored()[..], "{what}: not the regrouping");
+                assert!(held[..] == again.stored()[..], "{what}: not the regrouping");
                 assert!(&held[..] != expected, "{what}: regrouping changed nothing");
                 // Given back, unless the embedding looks its rows up in the same bytes.
                 let shared = name == "token_embd.weight" && embedding_rows.is_some();
