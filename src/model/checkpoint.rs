@@ -23,6 +23,7 @@ use crate::store::{
     MODEL_FILE, TOKENIZER_FILE, VOCAB_FILE,
 };
 use crate::Tensor;
+use rayon::prelude::*;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -232,6 +233,15 @@ pub trait TensorValues {
     fn stays_packed(&self) -> bool {
         false
     }
+    /// The values as a vector of their own, when they are one already: moved into the
+    /// parameter rather than copied into a new one (`Err(self)`: written by
+    /// [`TensorValues::write_into`]).
+    fn into_vec(self) -> std::result::Result<Vec<f32>, Self>
+    where
+        Self: Sized,
+    {
+        Err(self)
+    }
 }
 
 impl TensorValues for Vec<f32> {
@@ -241,6 +251,9 @@ impl TensorValues for Vec<f32> {
     fn write_into(self, out: &mut [f32]) -> Result<()> {
         out.copy_from_slice(&self);
         Ok(())
+    }
+    fn into_vec(self) -> std::result::Result<Vec<f32>, Self> {
+        Ok(self)
     }
 }
 
@@ -362,12 +375,23 @@ pub fn fill_params<V: TensorValues>(
         if values.stays_packed() {
             continue;
         }
-        if p.value.data.is_empty() {
-            **p = Param::new(Tensor::zeros(&shape));
+        let numel = shape.iter().product::<usize>();
+        match values.into_vec() {
+            // An unfilled parameter takes a vector of its size as it is (no copy).
+            Ok(data) if p.value.data.is_empty() && data.len() == numel => {
+                **p = Param::new(Tensor { data, shape });
+            }
+            Ok(data) => fill_from(p, &shape, data)?,
+            Err(values) => fill_from(p, &shape, values)?,
         }
-        values.write_into(&mut p.value.data)?;
         let data = &p.value.data;
-        if let Some((i, v)) = data.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+        // Checked over the thread pool (a 1B model holds 1.2 billion values); the first bad
+        // value's index is then found in order.
+        let finite = data.par_chunks(1 << 16).all(|c| c.iter().all(|v| v.is_finite()));
+        if let Some((i, v)) = (!finite)
+            .then(|| data.iter().enumerate().find(|(_, v)| !v.is_finite()))
+            .flatten()
+        {
             return Err(ckpt_err(
                 path,
                 format!(
@@ -377,6 +401,14 @@ pub fn fill_params<V: TensorValues>(
         }
     }
     Ok(())
+}
+
+/// Writes `values` into `p`, allocating its values first when it has none (`shape`).
+fn fill_from(p: &mut Param<f32>, shape: &[usize], values: impl TensorValues) -> Result<()> {
+    if p.value.data.is_empty() {
+        *p = Param::new(Tensor::zeros(shape));
+    }
+    values.write_into(&mut p.value.data)
 }
 
 /// The first five of `names`, and how many more.

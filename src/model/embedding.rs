@@ -162,6 +162,11 @@ impl<T: Float> Embedding<T> {
         self.stored.is_some()
     }
 
+    /// The stored blocks rows are looked up in, as [`Embedding::set_stored_rows`] took them.
+    pub fn stored_rows(&self) -> Option<&RawBytes> {
+        self.stored.as_ref().map(|s| &s.data)
+    }
+
     /// The same embedding without the √d_model scale (GPT-2, Llama).
     pub fn unscaled(mut self) -> Self {
         self.scaled = false;

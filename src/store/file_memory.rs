@@ -3,19 +3,27 @@
 //! The block products read every weight once per decoded token, streaming the whole file
 //! (100 MB for SmolLM2-135M at 4 bits, gigabytes for the models people download). Held in 4 KiB
 //! pages, that stream crosses a page, and so a TLB miss, every 4096 bytes, more pages than any
-//! TLB holds. Held in 2 MiB transparent huge pages it crosses 512 times fewer.
+//! TLB holds. Held in 2 MiB pages it crosses 512 times fewer.
 //!
-//! - [`FileMemory::HugePages`] (the default where the kernel offers transparent huge pages):
-//!   the file is read into a private anonymous mapping advised with `madvise(MADV_HUGEPAGE)`,
-//!   then made read-only. It costs one read of the file at load (from the page cache when it is
-//!   there) and the file's size in private memory; the pages are not shared with other
-//!   processes that load the same file. Where the mapping or the advice fails, the file is
-//!   mapped instead (the bytes are the same; only the speed differs).
-//! - [`FileMemory::Map`]: the file mapped read-only, as llama.cpp maps it by default
-//!   (`llama_mmap`): nothing is read at load, and the page cache's pages are shared with every
-//!   process that maps the file.
+//! - [`FileMemory::Map`] (the default): the file mapped read-only, as llama.cpp maps it
+//!   (`llama_mmap`), advised for huge pages (`madvise(MADV_HUGEPAGE)`) and then populated at
+//!   once (`MADV_POPULATE_READ`, as llama.cpp's `MAP_POPULATE`). Nothing is copied: the
+//!   tensors are read in the page cache's own pages, shared with every process that maps the
+//!   file. Where the file system keeps files in large folios (ext4 and XFS on Linux ≥ 6.16),
+//!   the advice makes a cold read fill the cache in 2 MiB folios, which the map then maps
+//!   whole (`FilePmdMapped` in `/proc/PID/smaps`): the huge pages of the copy, without the copy.
+//!   Populating also checks the file against the length it was opened with: a file that
+//!   shrank in between is an error (`EFAULT`), not a `SIGBUS` at the first read of a missing
+//!   page.
+//! - [`FileMemory::HugePages`] (`TRANSFORMER_GGUF_MEMORY=hugepages`): the file read into a
+//!   private anonymous mapping advised for transparent huge pages, then made read-only. It
+//!   costs the file's size in fresh private memory, which the kernel zeroes before the read
+//!   overwrites it (on a 2-core VM, 0.92 s for an 810 MB file already in the page cache, where
+//!   the map takes 0.03 s), and the pages are not shared; its huge pages do not depend on the
+//!   file system, and no later change to the file can reach it. Where the mapping or the
+//!   advice fails, the file is mapped instead (the bytes are the same; only the speed differs).
 //!
-//! Measured in BENCHMARKS.md ("Huge pages for the weights").
+//! Measured in BENCHMARKS.md ("Huge pages for the weights", "Loading by the map").
 
 use std::fs::File;
 use std::io::Read;
@@ -23,7 +31,8 @@ use std::sync::Arc;
 
 use crate::kernels::lowp::raw_bytes::SharedBuffer;
 
-/// The environment variable that chooses how a GGUF file's bytes are held: `hugepages` or `map`.
+/// The environment variable that chooses how a GGUF file's bytes are held: `map` (the default)
+/// or `hugepages` (a private copy).
 pub const GGUF_MEMORY_ENV: &str = "TRANSFORMER_GGUF_MEMORY";
 
 /// Where a GGUF file's bytes live while they are read (see the module's description).
@@ -31,36 +40,28 @@ pub const GGUF_MEMORY_ENV: &str = "TRANSFORMER_GGUF_MEMORY";
 pub enum FileMemory {
     /// A private copy in memory advised for transparent huge pages.
     HugePages,
-    /// The file mapped read-only, its pages the page cache's.
+    /// The file mapped read-only, its pages the page cache's, advised for huge pages and
+    /// populated at once.
     Map,
 }
 
 impl FileMemory {
-    /// [`GGUF_MEMORY_ENV`] when set, else [`HugePages`](FileMemory::HugePages) where the
-    /// kernel offers transparent huge pages to `madvise` (Linux, not `never`), else
-    /// [`Map`](FileMemory::Map). A value other than `hugepages` or `map` is an error naming it.
+    /// [`GGUF_MEMORY_ENV`] when set, else [`Map`](FileMemory::Map). A value other than
+    /// `hugepages` or `map` is an error naming it.
     pub fn from_env() -> Result<FileMemory, String> {
         match std::env::var(GGUF_MEMORY_ENV) {
-            Err(std::env::VarError::NotPresent) => Ok(FileMemory::default_here()),
+            Err(std::env::VarError::NotPresent) => Ok(FileMemory::Map),
             Ok(v) if v == "hugepages" => Ok(FileMemory::HugePages),
             Ok(v) if v == "map" => Ok(FileMemory::Map),
             Ok(v) => Err(format!("{GGUF_MEMORY_ENV}={v}: expected hugepages or map")),
             Err(e) => Err(format!("{GGUF_MEMORY_ENV}: {e}")),
         }
     }
-
-    /// Huge pages where `/sys/kernel/mm/transparent_hugepage/enabled` allows them to an
-    /// advised mapping (`[always]` or `[madvise]`), else the map.
-    fn default_here() -> FileMemory {
-        let setting = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled");
-        match setting {
-            Ok(s) if s.contains("[always]") || s.contains("[madvise]") => FileMemory::HugePages,
-            _ => FileMemory::Map,
-        }
-    }
 }
 
-/// The `len` bytes of `file` held as `memory` says. Errors are the reads' and the map's.
+/// The `len` bytes of `file` held as `memory` says. Errors are the reads' and the map's; a
+/// file shorter than `len` is an error either way (`UnexpectedEof` from the read, `EFAULT`,
+/// as [`std::io::Error::raw_os_error`] 14, from populating the map).
 pub fn hold(file: &File, len: usize, memory: FileMemory) -> std::io::Result<SharedBuffer> {
     if memory == FileMemory::HugePages && len > 0 {
         if let Some(mut anon) = advised_anonymous(len) {
@@ -76,10 +77,42 @@ pub fn hold(file: &File, len: usize, memory: FileMemory) -> std::io::Result<Shar
     // from it would then not be immutable, or a read would fault. The map is read-only (this
     // crate never writes a GGUF file, through the map or otherwise), and, as llama.cpp, we
     // assume nobody truncates or rewrites the file in place while it is loaded (see
-    // `super::gguf`'s description). The map's length is fixed when it is made, and the parser
-    // checks every range it reads against that length, so no read lands past its end.
+    // `super::gguf`'s description). The map's length is fixed when it is made, the parser
+    // checks every range it reads against that length, and `populate` below refuses a file
+    // that is shorter than it by the time it is mapped, so no read lands past its end.
     let map = unsafe { memmap2::MmapOptions::new().len(len).map(file)? };
+    populate(&map)?;
     Ok(Arc::new(map))
+}
+
+/// Advises `map` for huge pages and reads every page of it in at once (Linux; nothing
+/// elsewhere). The advice comes first: a page not yet in the page cache is then read into a
+/// 2 MiB folio where the file system allows, and mapped whole. Either step the kernel does not
+/// offer (`EINVAL`: no transparent huge pages, a kernel before 5.14) is skipped, the pages are
+/// then faulted in as they are first read; a page past the file's end (it shrank since its
+/// length was read) is an error (`EFAULT`).
+fn populate(map: &memmap2::Mmap) -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    if !map.is_empty() {
+        let _ = map.advise(memmap2::Advice::HugePage);
+        match map.advise(memmap2::Advice::PopulateRead) {
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EFAULT) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!(
+                        "the file is shorter than the {} bytes it had when opened (was it \
+                         truncated or rewritten while loading?)",
+                        map.len()
+                    ),
+                ))
+            }
+            other => other?,
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = map;
+    Ok(())
 }
 
 /// Gives back the memory of the whole pages inside `range` of the mapping that starts at
@@ -148,14 +181,23 @@ mod tests {
             let held = hold(&file, bytes.len(), memory).unwrap();
             assert!((*held).as_ref() == &bytes[..], "{memory:?}");
         }
-        // A length past the file's end is an error when read (a map would fault on the
-        // missing pages instead, so the caller takes the length from the file).
-        if advised_anonymous(1).is_some() {
+        // A length past the file's end (a file that shrank after its length was read) is an
+        // error, not a fault: from the read of the copy, and from populating the map, which
+        // would otherwise fault with SIGBUS at the first read of the page past the end.
+        let longer = (bytes.len() + 4096).next_multiple_of(4096) + 10;
+        for memory in [FileMemory::HugePages, FileMemory::Map] {
+            if memory == FileMemory::HugePages && advised_anonymous(1).is_none() {
+                continue;
+            }
+            if memory == FileMemory::Map && !cfg!(target_os = "linux") {
+                continue;
+            }
             let file = File::open(&path).unwrap();
-            let err = hold(&file, bytes.len() + 10, FileMemory::HugePages).err();
+            let err = hold(&file, longer, memory).err();
             assert_eq!(
-                err.map(|e| e.kind()),
-                Some(std::io::ErrorKind::UnexpectedEof)
+                err.as_ref().map(|e| e.kind()),
+                Some(std::io::ErrorKind::UnexpectedEof),
+                "{memory:?}: {err:?}"
             );
         }
         std::fs::remove_dir_all(&dir).unwrap();

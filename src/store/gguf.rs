@@ -21,15 +21,19 @@
 //! crate uses (slowest first: `[rows, cols]` for a matrix). The element types and their block
 //! layouts are in [`super::ggml`].
 //!
-//! [`GgufFile::open`] holds the file's bytes as [`super::file_memory`] says: by default read
-//! once into private memory in transparent huge pages (the block products stream every
-//! weight per token, and 2 MiB pages spare them a TLB miss every 4 KiB), or, with
-//! `TRANSFORMER_GGUF_MEMORY=map`, mapped read-only as llama.cpp maps it (`llama_mmap`): the
-//! tensors' bytes are then read in place from the page cache, shared with every process that
-//! maps the same file. A map assumes, as llama.cpp does, that nobody truncates or rewrites the
-//! file while it is mapped (a page cut off by a truncation would fault with SIGBUS when read);
-//! replacing it by a rename, as our own saves and most downloaders do, leaves the mapped file
-//! intact. Either way the tensors are read where the bytes are held, never copied again.
+//! [`GgufFile::open`] holds the file's bytes as [`super::file_memory`] says: by default mapped
+//! read-only as llama.cpp maps it (`llama_mmap`), advised for huge pages and populated at once:
+//! the tensors' bytes are read in place from the page cache, shared with every process that
+//! maps the same file, and nothing is copied; or, with `TRANSFORMER_GGUF_MEMORY=hugepages`,
+//! read once into private memory in transparent huge pages. A map assumes, as llama.cpp does,
+//! that nobody truncates or rewrites the file while it is mapped (a page cut off by a
+//! truncation would fault with SIGBUS when read); what guards the rest: the length is taken
+//! from the opened file, every tensor's range is checked against it before anything is read
+//! (a truncated file is an error naming the file and the tensor), and populating the map
+//! refuses a file that shrank between that length and the map. Replacing a file by a rename,
+//! as our own saves and most downloaders do, leaves the mapped file intact. Either way the
+//! tensors are read where the bytes are held, never copied again (except the few forms that
+//! a block product regroups, see [`GgufFile::release`]).
 //! [`GgufFile::from_bytes`] parses bytes already in memory (tests, fuzzing).
 //!
 //! Every count, length and offset is checked against the bytes that remain before it is used,
@@ -404,10 +408,10 @@ impl GgufFile {
     }
 }
 
-/// The whole file at `path`, held as [`file_memory::GGUF_MEMORY_ENV`] says
-/// ([`super::file_memory`]: in huge pages, or mapped read-only); errors name the file
-/// (missing, a directory, unreadable) or the variable.
-fn hold_file(path: &Path, memory: FileMemory) -> Result<RawBytes> {
+/// The whole file at `path`, held as `memory` says ([`super::file_memory`]: mapped read-only,
+/// or in huge pages); errors name the file (missing, a directory, unreadable, shorter than when
+/// opened).
+pub(crate) fn hold_file(path: &Path, memory: FileMemory) -> Result<RawBytes> {
     let cannot = |e: std::io::Error| {
         if e.kind() == std::io::ErrorKind::NotFound {
             ckpt_err(path, "file not found")

@@ -34,10 +34,11 @@ use super::llama_vocab::pre_tokenizer::{PreTokenizer, SUPPORTED_PRE};
 use super::llama_vocab::special::{self, Fragment, SpecialToken};
 use super::llama_vocab::token_type::{BYTE, CONTROL, UNKNOWN, UNUSED, USER_DEFINED};
 use super::llama_vocab::wpm::Normalizer;
-use super::llama_vocab::{bpe, spm, wpm, Vocab};
+use super::llama_vocab::{bpe, spm, wpm, PieceHasher, Vocab};
 use super::TextError;
 use crate::error::{Error, Result};
 use crate::store::gguf::{GgufFile, Value};
+use rayon::prelude::*;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
@@ -114,6 +115,27 @@ pub(crate) fn bytes_of_token(token: &str) -> Vec<u8> {
         .unwrap_or_else(|| token.as_bytes().to_vec())
 }
 
+/// The ids of merge rule `m` (`"left right"`), or why it cannot be one: `Err(None)` when it
+/// is not two pieces separated by one space, `Err(Some(piece))` for a piece (either, or their
+/// join, which `joined` is left holding) outside `ids`.
+fn merge_pair(
+    ids: &HashMap<Vec<u8>, u32, PieceHasher>,
+    m: &str,
+    joined: &mut String,
+) -> std::result::Result<(u32, u32), Option<String>> {
+    let (a, b) = match m.split_once(' ') {
+        Some((a, b)) if !a.is_empty() && !b.is_empty() && !b.contains(' ') => (a, b),
+        _ => return Err(None),
+    };
+    let id = |t: &str| ids.get(t.as_bytes()).copied().ok_or_else(|| Some(t.to_string()));
+    let pair = (id(a)?, id(b)?);
+    joined.clear();
+    joined.push_str(a);
+    joined.push_str(b);
+    id(joined)?;
+    Ok(pair)
+}
+
 /// The byte of a `<0xXX>` token.
 pub(crate) fn byte_of_hex_token(token: &str) -> Option<u8> {
     let hex = token.strip_prefix("<0x")?.strip_suffix('>')?;
@@ -177,7 +199,7 @@ impl GgufTokenizer {
                 *t = format!("[EMPTY_{i}]");
             }
         }
-        let mut ids = HashMap::with_capacity(n);
+        let mut ids = HashMap::with_capacity_and_hasher(n, PieceHasher::default());
         for (id, t) in tokens.iter().enumerate() {
             if let Some(first) = ids.insert(t.as_bytes().to_vec(), id as u32) {
                 return Err(bad(format!(
@@ -210,28 +232,31 @@ impl GgufTokenizer {
             }
             Some(_) => return Err(bad("tokenizer.ggml.scores is not an array".into())),
         };
-        let mut merge_ranks = HashMap::new();
+        let mut merge_ranks = HashMap::with_hasher(PieceHasher::default());
         if model == "gpt2" {
             let merges: Vec<&str> = file.require("tokenizer.ggml.merges")?;
-            for (i, m) in merges.iter().enumerate() {
-                let (a, b) = match m.split_once(' ') {
-                    Some((a, b)) if !a.is_empty() && !b.is_empty() && !b.contains(' ') => (a, b),
-                    _ => {
-                        return Err(bad(format!(
-                            "merge {i} {m:?} is not two tokens separated by one space"
-                        )))
+            // Each rule's pair of ids, looked up over the thread pool (`None`: a rule that is
+            // not two pieces of the vocabulary whose join is one too, named below).
+            let pairs: Vec<Option<(u32, u32)>> = merges
+                .par_iter()
+                .map_init(String::new, |joined, m| merge_pair(&ids, m, joined).ok())
+                .collect();
+            for (i, (pair, m)) in pairs.into_iter().zip(&merges).enumerate() {
+                let pair = match pair {
+                    Some(pair) => pair,
+                    None => {
+                        let reason = match merge_pair(&ids, m, &mut String::new()) {
+                            Err(None) | Ok(_) => {
+                                format!("merge {i} {m:?} is not two tokens separated by one space")
+                            }
+                            Err(Some(t)) => format!(
+                                "cannot build the BPE model: merge {i} {m:?} needs {t:?}, which is \
+                                 not in the vocabulary"
+                            ),
+                        };
+                        return Err(bad(reason));
                     }
                 };
-                let id = |t: &str| {
-                    ids.get(t.as_bytes()).copied().ok_or_else(|| {
-                        bad(format!(
-                            "cannot build the BPE model: merge {i} {m:?} needs {t:?}, which is \
-                             not in the vocabulary"
-                        ))
-                    })
-                };
-                let pair = (id(a)?, id(b)?);
-                id(&format!("{a}{b}"))?;
                 // The first rule for a pair wins, as in llama.cpp's `emplace`.
                 merge_ranks.entry(pair).or_insert(i as u32);
             }
@@ -298,7 +323,7 @@ impl GgufTokenizer {
         let matched = special_tokens(&tokens, &types, &general_name);
 
         let token_bytes = tokens
-            .iter()
+            .par_iter()
             .zip(&types)
             .map(|(t, &ty)| match ty {
                 CONTROL | USER_DEFINED | UNKNOWN => t.as_bytes().to_vec(),

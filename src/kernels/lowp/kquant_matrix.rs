@@ -343,6 +343,12 @@ impl KQuantMatrix {
         self.data.len()
     }
 
+    /// The blocks multiplied: the file's own bytes, or for `Q5_0` / `Q5_1` their regrouped
+    /// copy ([`copies_blocks`]).
+    pub fn stored(&self) -> &RawBytes {
+        &self.data
+    }
+
     /// Whether the type has the `− dmin m` term.
     fn has_minimum(&self) -> bool {
         matches!(self.ty, GgmlType::Q2_K | GgmlType::Q4_K | GgmlType::Q5_K)

@@ -11,6 +11,8 @@
 pub mod bert;
 pub mod gemma;
 pub mod gguf;
+#[cfg(test)]
+mod gguf_tests;
 pub mod gpt2;
 pub mod llama;
 // Llama-style families: Mistral, Qwen2/2.5, Qwen3, Phi-3 (and their shared rotary reader).
