@@ -89,6 +89,9 @@ pub struct BenchArgs {
     /// greedy ids, the peak memory), as benches/compare's Python scripts do.
     #[arg(long, requires = "generate")]
     pub json: bool,
+    /// With --generate: the key/value cache types (see `generate --cache-type-k`).
+    #[command(flatten)]
+    pub cache: super::args::CacheTypeArgs,
     /// With --generate or --translate: the numbers the weights are multiplied in (see
     /// `generate --precision`). Training (the default, and --lm): f32 or bf16, as
     /// `train --precision`.
