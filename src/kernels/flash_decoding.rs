@@ -22,7 +22,6 @@
 
 use super::attention::{AttnDims, KvSlice};
 use super::key_ranges::{clip, hide_holes, KeyRanges};
-use super::lowp::Kernel;
 use super::{kv_dots, step_dots, step_softmax};
 use rayon::prelude::*;
 
@@ -181,7 +180,10 @@ mod tests {
         let pool = |n| rayon::ThreadPoolBuilder::new().num_threads(n).build().unwrap();
         assert_eq!(pool(1).install(|| chunk_len(1, heads, 1, k_len, 1)), None);
         assert_eq!(chunk_len(1, heads, 1, MIN_KEYS - 1, 2), None);
-        let chunk = chunk_len(batch, heads, 1, k_len, 2).unwrap();
+        // Two rows of four heads on eight threads: four chunks a (row, head).
+        let chunk = chunk_len(batch, heads, 1, k_len, 8).unwrap();
+        assert_eq!(chunk, 750);
+        assert_eq!(chunk_len(1, heads, 1, k_len, 2), Some(1500));
         assert!(chunk < k_len);
         let rb = KvType::Q8_0.row_bytes(d_kv).unwrap();
         let pack = |x: &[f32]| {
