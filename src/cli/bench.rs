@@ -102,6 +102,9 @@ pub struct BenchArgs {
     /// With --bandwidth: do not advise the buffer for transparent huge pages.
     #[arg(long, requires = "bandwidth")]
     pub small_pages: bool,
+    /// With --generate: the key/value cache types (see `generate --cache-type-k`).
+    #[command(flatten)]
+    pub cache: super::args::CacheTypeArgs,
     /// With --generate or --translate: the numbers the weights are multiplied in (see
     /// `generate --precision`). Training (the default, and --lm): f32 or bf16, as
     /// `train --precision`.

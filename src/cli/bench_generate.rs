@@ -106,6 +106,7 @@ pub fn bench_generate(args: &BenchArgs, path: &Path, threads: usize) -> Result<(
     ))
     .unwrap_or(0);
     model.prepare_inference();
+    args.cache.apply(&mut model)?;
     let load_secs = t0.elapsed().as_secs_f64();
     let prompt = match &args.prompt_ids {
         Some(file) => read_ids(file)?,
@@ -172,6 +173,8 @@ pub fn bench_generate(args: &BenchArgs, path: &Path, threads: usize) -> Result<(
             "decode_cpu_s": decode_cpu,
             "new_ids": ids,
             "peak_rss_mib": peak,
+            "kv_types": model.kv_types().to_string(),
+            "kv_bytes_per_token": model.kv_bytes_per_position(),
             "load_s": load_secs,
         });
         super::outln!("{json}")?;

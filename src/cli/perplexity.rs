@@ -60,7 +60,9 @@ pub fn run(args: PerplexityArgs) -> Result<()> {
     if stride == 0 {
         bail!("--stride must be positive");
     }
-    let s = generator.perplexity_in_windows(&text, window, stride, args.batch)?;
+    // With --cache-type-k/-v (f32 included) the windows go through the key/value cache.
+    let through_cache = args.ctx_size.cache.given();
+    let s = generator.perplexity_in_windows(&text, (window, stride, args.batch), through_cache)?;
     super::outln!(
         "tokens {} chars {} loss {:.4} nats/token perplexity {:.3} bits/char {:.4}",
         s.tokens,

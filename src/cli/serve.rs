@@ -110,6 +110,8 @@ pub struct ServeArgs {
     /// most: the model's context).
     #[arg(long)]
     pub ctx_size: Option<usize>,
+    #[command(flatten)]
+    pub cache: super::args::CacheTypeArgs,
     /// The max_tokens of a request that gives none (llama-server's -n; default: 16 for
     /// completions, 512 for chat).
     #[arg(long)]
@@ -265,6 +267,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let threads = set_threads(args.threads)?;
     let config = ServeConfig {
         kv_memory_mib: args.kv_memory,
+        kv_types: args.cache.types(),
         max_batch: args.max_batch,
         max_queue: args.max_queue,
         max_input_tokens: args.max_input_tokens,

@@ -6,6 +6,7 @@ use crate::batch::Batch;
 use crate::kernels::softmax::log_softmax_inplace;
 use crate::model::loss::LossStats;
 use crate::model::seq2seq::Seq2Seq;
+use crate::model::step_layout::StepLayout;
 use crate::model::LanguageModel;
 use crate::Float;
 
@@ -59,12 +60,38 @@ pub fn score_pairs<T: Float>(
 /// a smaller stride gives every token at least `context − stride` tokens of history), every
 /// token is scored exactly once, by the first window that contains it, and the last window is
 /// moved back to end at the last token so all windows are full. `batch` windows per forward.
+///
+/// A model whose key/value cache is not exact (`LanguageModel::set_kv_types`) scores through
+/// its cache, so that attention reads the keys and values as stored, as
+/// [`score_stream_through_cache`] does.
 pub fn score_stream(
     model: &LanguageModel<f32>,
     tokens: &[u32],
     context: usize,
     stride: usize,
     batch: usize,
+) -> LossStats {
+    score_windows(model, tokens, (context, stride, batch), false)
+}
+
+/// [`score_stream`] with each batch of windows fed at once into a fresh key/value cache (of
+/// the model's types, exact ones included) instead of the training forward: the baseline a
+/// quantised cache's perplexity is compared with.
+pub fn score_stream_through_cache(
+    model: &LanguageModel<f32>,
+    tokens: &[u32],
+    context: usize,
+    stride: usize,
+    batch: usize,
+) -> LossStats {
+    score_windows(model, tokens, (context, stride, batch), true)
+}
+
+fn score_windows(
+    model: &LanguageModel<f32>,
+    tokens: &[u32],
+    (context, stride, batch): (usize, usize, usize),
+    through_cache: bool,
 ) -> LossStats {
     let mut stats = LossStats::default();
     if tokens.len() < 2 {
@@ -86,6 +113,7 @@ pub fn score_stream(
         s = (s + stride).min(n_targets - len);
     }
     let v = model.config.vocab_size;
+    let through_cache = through_cache || !model.kv_types().is_exact();
     for group in windows.chunks(batch.max(1)) {
         let mut inputs = Vec::with_capacity(group.len() * len);
         let mut targets = Vec::with_capacity(group.len() * len);
@@ -93,7 +121,15 @@ pub fn score_stream(
             inputs.extend_from_slice(&tokens[s..s + len]);
             targets.extend_from_slice(&tokens[s + 1..s + len + 1]);
         }
-        let (_, logprobs) = model.evaluate_with_logprobs(&inputs, &targets, group.len());
+        let logprobs = match through_cache {
+            // Each window fed at once into a fresh cache of the model's types: its attention
+            // reads the keys and values back from the cache, as stored (llama-perplexity's way).
+            true => {
+                let mut state = model.start(group.len(), len);
+                model.step(&mut state, &inputs, &StepLayout::dense())
+            }
+            false => model.evaluate_with_logprobs(&inputs, &targets, group.len()).1,
+        };
         for (w, &(_, first)) in group.iter().enumerate() {
             for r in first..len {
                 let row = w * len + r;

@@ -22,6 +22,7 @@ pub use super::plain_attention::{attention_backward, attention_forward};
 pub use super::scores::Scores;
 
 use super::flash_attention::{flash_attention_backward, flash_attention_forward};
+pub use super::kv_blocks::KvSlice;
 use super::step_attention::step_attention_forward;
 use crate::Float;
 use std::borrow::Cow;
@@ -139,24 +140,24 @@ pub fn choose<T>(purpose: &Purpose<'_, T>, paged: bool, q_per_row: usize, k_len:
 
 /// A cache that can lay its keys and values out for either kind of kernel (a KV cache, see
 /// `model::kv_cache`). Both views have `dims.kv_stride` positions per row.
-pub trait KvStore<T> {
+pub trait KvStore<T: Clone> {
     /// Keys and values as rows `[batch * kv_stride, d_kv]` (position `t` of row `b` at row
-    /// `b * kv_stride + t`); may first reorder the storage.
-    fn contiguous(&mut self) -> (&[T], &[T]);
-    /// Keys and values as stored, `[stored rows, d_kv]`, and the table `[batch, kv_stride]` of
-    /// the stored row of each position.
-    fn paged(&self) -> (&[T], &[T], Cow<'_, [u32]>);
+    /// `b * kv_stride + t`); may first reorder the storage (and unpack a packed one).
+    fn contiguous(&mut self) -> (Cow<'_, [T]>, Cow<'_, [T]>);
+    /// Keys and values as stored, `[stored rows, d_kv]` (floats or packed), and the table
+    /// `[batch, kv_stride]` of the stored row of each position.
+    fn paged(&self) -> (KvSlice<'_, T>, KvSlice<'_, T>, Cow<'_, [u32]>);
 }
 
 /// Where the keys and values of an attention call are.
-pub enum KvView<'a, T> {
+pub enum KvView<'a, T: Clone> {
     /// `[batch * kv_stride, d_kv]` each: position `t` of row `b` at row `b * kv_stride + t`.
     Contiguous { k: &'a [T], v: &'a [T] },
-    /// Stored rows `[n, d_kv]` each, read through `rows [batch, kv_stride]`: position `t` of row
-    /// `b` is stored row `rows[b * kv_stride + t]`.
+    /// Stored rows `[n, d_kv]` each (floats or packed), read through `rows [batch, kv_stride]`:
+    /// position `t` of row `b` is stored row `rows[b * kv_stride + t]`.
     Paged {
-        k: &'a [T],
-        v: &'a [T],
+        k: KvSlice<'a, T>,
+        v: KvSlice<'a, T>,
         rows: &'a [u32],
     },
     /// A cache giving the layout the chosen kernel reads (not paged for [`choose`]).
@@ -203,7 +204,7 @@ pub fn attend<T: Float>(
     if kernel == Kernel::Step {
         // probs: [batch, heads, q_len, k_len]
         let mut probs = vec![T::zero(); n_weights];
-        let step = |ctx: &mut [T], probs: &mut [T], k: &[T], v: &[T], rows: &[u32]| {
+        let step = |ctx: &mut [T], probs: &mut [T], k: KvSlice<T>, v: KvSlice<T>, rows: &[u32]| {
             step_attention_forward(ctx, probs, q, k, v, rows, &ranges, dims);
         };
         match kv {
@@ -214,7 +215,7 @@ pub fn attend<T: Float>(
             }
             KvView::Contiguous { k, v } => {
                 let rows: Vec<u32> = (0..(dims.batch * dims.kv_stride) as u32).collect();
-                step(&mut ctx, &mut probs, k, v, &rows);
+                step(&mut ctx, &mut probs, k.into(), v.into(), &rows);
             }
         }
         return Attended {
@@ -222,15 +223,15 @@ pub fn attend<T: Float>(
             weights: AttnWeights::Probs(probs),
         };
     }
-    let gathered;
-    let (k, v): (&[T], &[T]) = match kv {
-        KvView::Contiguous { k, v } => (k, v),
+    let (k, v): (Cow<[T]>, Cow<[T]>) = match kv {
+        KvView::Contiguous { k, v } => (Cow::Borrowed(k), Cow::Borrowed(v)),
         KvView::Store(store) => store.contiguous(),
         KvView::Paged { k, v, rows } => {
-            gathered = gather_rows(k, v, rows, dims);
-            (&gathered.0, &gathered.1)
+            let (k, v) = (gather_rows(k, rows, dims), gather_rows(v, rows, dims));
+            (Cow::Owned(k), Cow::Owned(v))
         }
     };
+    let (k, v) = (&k[..], &v[..]);
     let weights = if kernel == Kernel::Tiled {
         // lse: [batch*q_len, heads]
         let mut lse = vec![T::zero(); dims.batch * dims.q_len * dims.heads];
@@ -245,22 +246,31 @@ pub fn attend<T: Float>(
     Attended { ctx, weights }
 }
 
-/// The rows `rows [batch, kv_stride]` of `k` and `v` in order, `[batch * kv_stride, d_kv]` each.
-fn gather_rows<T: Float>(k: &[T], v: &[T], rows: &[u32], dims: AttnDims) -> (Vec<T>, Vec<T>) {
+/// The rows `rows [batch, kv_stride]` of `x` in order (unpacked if packed),
+/// `[batch * kv_stride, d_kv]`.
+fn gather_rows<T: Float>(x: KvSlice<'_, T>, rows: &[u32], dims: AttnDims) -> Vec<T> {
     let d_kv = dims.d_kv();
     let n = dims.batch * dims.kv_stride;
-    let (mut k_out, mut v_out) = (vec![T::zero(); n * d_kv], vec![T::zero(); n * d_kv]);
+    let mut out = vec![T::zero(); n * d_kv];
+    let mut unpacked = vec![0f32; d_kv];
     for b in 0..dims.batch {
         for t in 0..dims.k_len {
-            let (from, to) = (
-                rows[b * dims.kv_stride + t] as usize * d_kv,
-                (b * dims.kv_stride + t) * d_kv,
-            );
-            k_out[to..to + d_kv].copy_from_slice(&k[from..from + d_kv]);
-            v_out[to..to + d_kv].copy_from_slice(&v[from..from + d_kv]);
+            let (r, to) = (rows[b * dims.kv_stride + t], (b * dims.kv_stride + t) * d_kv);
+            match x {
+                KvSlice::Float(x) => {
+                    let from = r as usize * d_kv;
+                    out[to..to + d_kv].copy_from_slice(&x[from..from + d_kv]);
+                }
+                KvSlice::Packed(p) => {
+                    super::kv_dots::head_values(p, r, 0, &mut unpacked);
+                    for (o, &u) in out[to..to + d_kv].iter_mut().zip(&unpacked) {
+                        *o = T::of(u as f64);
+                    }
+                }
+            }
         }
     }
-    (k_out, v_out)
+    out
 }
 
 /// The forward's weights as [`attend_backward`] reads them.
@@ -438,8 +448,8 @@ mod tests {
             assert!(matches!(tiled.weights, AttnWeights::LogSumExp(_)));
             close(&tiled.ctx, &want, &format!("tiled {r}"));
             let paged = KvView::Paged {
-                k: &k,
-                v: &v,
+                k: (&k).into(),
+                v: (&v).into(),
                 rows: &table,
             };
             let step = attend(&q, paged, ranges, dims, Purpose::Decode);
@@ -527,8 +537,8 @@ mod tests {
             close(&train.ctx, &want, "train");
             let table: Vec<u32> = (0..(2 * k_len) as u32).collect();
             let paged = KvView::Paged {
-                k: &k,
-                v: &v,
+                k: (&k).into(),
+                v: (&v).into(),
                 rows: &table,
             };
             let decode = attend(&q, paged, ranges, dims, Purpose::Decode);

@@ -13,9 +13,14 @@
 //! `step_dots`' and the softmax is `step_softmax`'s, with its vectorised exponential (AVX2 /
 //! AVX-512 / portable by the low-precision kernel switch, the same bits in each); f64 keeps
 //! plain loops compiled for the machine's widest vectors (`pulp`) and the library `exp`.
+//! A long context of a few rows on several threads is split by keys as well
+//! (`super::flash_decoding`).
 
 use super::attention::{AttnDims, Scores};
+use super::flash_decoding;
 use super::key_ranges::{clip, hide_holes, span, KeyRanges};
+use super::kv_blocks::KvSlice;
+use super::kv_dots;
 use super::lowp::Kernel;
 use super::reduce::lane_dot;
 use super::step_dots;
@@ -28,19 +33,21 @@ use std::ops::Range;
 /// Forward for `q [batch * q_len, d_model]`: query `i` of row `b` sees its keys
 /// `ranges.range(b, i)` (clipped to `dims.k_len`). Writes `ctx [batch * q_len, d_model]` and the
 /// weights `probs [batch, heads, q_len, k_len]` (exactly 0 outside the range). `k`, `v`:
-/// `[stored rows, d_kv]`, query head `h` reading key/value head `h / (heads / kv_heads)`;
+/// `[stored rows, d_kv]`, query head `h` reading key/value head `h / (heads / kv_heads)`, as
+/// floats or packed (`super::kv_blocks`: a quantised cache, read through `super::kv_dots`);
 /// `key_rows`: `[batch, dims.kv_stride]` stored-row indices, those of the visible keys read.
 #[allow(clippy::too_many_arguments)]
-pub fn step_attention_forward<T: Float>(
+pub fn step_attention_forward<'a, T: Float>(
     ctx: &mut [T],
     probs: &mut [T],
     q: &[T],
-    k: &[T],
-    v: &[T],
+    k: impl Into<KvSlice<'a, T>>,
+    v: impl Into<KvSlice<'a, T>>,
     key_rows: &[u32],
     ranges: impl KeyRanges,
     dims: AttnDims,
 ) {
+    let (k, v) = (k.into(), v.into());
     let AttnDims {
         batch,
         heads,
@@ -58,6 +65,16 @@ pub fn step_attention_forward<T: Float>(
     assert!(key_rows.len() >= batch * kv_stride, "key table too short");
     if batch == 0 || d_model == 0 || q_len == 0 {
         return;
+    }
+    // A long context of few rows: split by keys as well (flash-decoding), in f32.
+    let threads = rayon::current_num_threads();
+    if let Some(chunk) = flash_decoding::chunk_len(batch, heads, q_len, k_len, threads) {
+        if let (Some(q), Some(k), Some(v)) = (T::as_f32(q), f32_view(k), f32_view(v)) {
+            let ctx = T::as_f32_mut(ctx).expect("f32, as the queries");
+            let probs = T::as_f32_mut(probs).expect("f32, as the queries");
+            flash_decoding::forward(ctx, probs, q, (k, v), key_rows, &ranges, dims, chunk);
+            return;
+        }
     }
     let kernel = step_softmax::best_kernel();
     // Row b's heads `here`: its queries' columns of them in `ctx` and `q`, their `probs`.
@@ -103,6 +120,14 @@ pub fn step_attention_forward<T: Float>(
     }
 }
 
+/// `x` as f32 keys or values, when the model's float is f32 (or `x` is packed).
+fn f32_view<T: Float>(x: KvSlice<'_, T>) -> Option<KvSlice<'_, f32>> {
+    match x {
+        KvSlice::Float(x) => T::as_f32(x).map(KvSlice::Float),
+        KvSlice::Packed(p) => Some(KvSlice::Packed(p)),
+    }
+}
+
 /// Whether a step's attention runs one (row, head) per task rather than a whole row: with one
 /// query per row, fewer rows than the pool has threads, and enough keys that a head's work
 /// (about `k_len · d_head` multiply-adds, twice) outweighs handing it to another thread. A
@@ -127,8 +152,8 @@ struct OneRow<'a, T, R> {
     probs_b: &'a mut [T],
     /// As `ctx_b`.
     q_b: &'a [T],
-    k: &'a [T],
-    v: &'a [T],
+    k: KvSlice<'a, T>,
+    v: KvSlice<'a, T>,
     /// The stored rows of the keys up to the last one any query of the row sees.
     rows: &'a [u32],
     ranges: &'a R,
@@ -186,16 +211,31 @@ impl<T: Float, R: KeyRanges> pulp::WithSimd for OneRow<'_, T, R> {
                 let seen = clip(ranges.range(b, i), rows.len());
                 let (p_seen, rows_seen) = (&mut p[seen.clone()], &rows[seen.clone()]);
                 let table = (rows_seen, d_kv, kv_cols.start);
-                // f32: the vector kernels of `step_dots`; f64 (reference checks): plain loops.
-                match (T::as_f32(q_i), T::as_f32(k)) {
-                    (Some(q_i), Some(k)) => {
+                // f32: the vector kernels of `step_dots` (floats) or `kv_dots` (packed); f64
+                // (reference checks): plain loops.
+                match (T::as_f32(q_i), k) {
+                    (Some(q_i), KvSlice::Float(k)) if T::as_f32(k).is_some() => {
+                        let k = T::as_f32(k).expect("f32, as the queries");
                         let p_seen = T::as_f32_mut(p_seen).expect("f32, as the queries");
                         step_dots::scores(kernel, q_i, k, table, scale.f64() as f32, p_seen);
                     }
-                    _ => {
+                    (Some(q_i), KvSlice::Packed(k)) => {
+                        let p_seen = T::as_f32_mut(p_seen).expect("f32, as the queries");
+                        let keys = (rows_seen, kv_cols.start);
+                        kv_dots::scores(kernel, q_i, k, keys, scale.f64() as f32, p_seen);
+                    }
+                    (_, KvSlice::Float(k)) => {
                         for (s, &r) in p_seen.iter_mut().zip(rows_seen) {
                             let at = r as usize * d_kv;
                             *s = lane_dot(q_i, &k[at + kv_cols.start..at + kv_cols.end]) * scale;
+                        }
+                    }
+                    (_, KvSlice::Packed(k)) => {
+                        let mut key = vec![0f32; d_head];
+                        for (s, &r) in p_seen.iter_mut().zip(rows_seen) {
+                            kv_dots::head_values(k, r, kv_cols.start, &mut key);
+                            let dot = q_i.iter().zip(&key).map(|(&a, &b)| a.f64() * b as f64);
+                            *s = T::of(dot.sum::<f64>()) * scale;
                         }
                     }
                 }
@@ -211,18 +251,33 @@ impl<T: Float, R: KeyRanges> pulp::WithSimd for OneRow<'_, T, R> {
                 p[seen.end..].fill(T::zero());
                 let c_i = &mut ctx_b[i * width + cols.start..i * width + cols.end];
                 let p_seen = &p[seen.clone()];
-                match (T::as_f32(p_seen), T::as_f32(v)) {
-                    (Some(p_seen), Some(v)) => {
+                match (T::as_f32(p_seen), v) {
+                    (Some(p_seen), KvSlice::Float(v)) if T::as_f32(v).is_some() => {
+                        let v = T::as_f32(v).expect("f32, as the weights");
                         let c_i = T::as_f32_mut(c_i).expect("f32, as the weights");
                         step_dots::weighted_sum(kernel, p_seen, v, table, c_i);
                     }
-                    _ => {
+                    (Some(p_seen), KvSlice::Packed(v)) => {
+                        let c_i = T::as_f32_mut(c_i).expect("f32, as the weights");
+                        kv_dots::weighted_sum(kernel, p_seen, v, (rows_seen, kv_cols.start), c_i);
+                    }
+                    (_, KvSlice::Float(v)) => {
                         c_i.iter_mut().for_each(|c| *c = T::zero());
                         for (&w, &r) in p_seen.iter().zip(rows_seen) {
                             let at = r as usize * d_kv;
                             let v_r = &v[at + kv_cols.start..at + kv_cols.end];
                             for (c, &x) in c_i.iter_mut().zip(v_r) {
                                 *c += w * x;
+                            }
+                        }
+                    }
+                    (_, KvSlice::Packed(v)) => {
+                        c_i.iter_mut().for_each(|c| *c = T::zero());
+                        let mut value = vec![0f32; d_head];
+                        for (&w, &r) in p_seen.iter().zip(rows_seen) {
+                            kv_dots::head_values(v, r, kv_cols.start, &mut value);
+                            for (c, &x) in c_i.iter_mut().zip(&value) {
+                                *c += w * T::of(x as f64);
                             }
                         }
                     }

@@ -202,6 +202,7 @@ impl<T: Float> MultiHeadAttention<T> {
             v,
             rows: &key_rows,
         };
+        // (k and v are floats or packed, as the cache stores them)
         let attended = self.attend(&q, kv, &visible, dims, Purpose::Decode);
         (self.output(&attended.ctx), probs(attended.weights))
     }

@@ -3,7 +3,7 @@
 //! self-attention and its cross-attention caches, `DecodeState`). Every layer's cache holds the
 //! same rows at the same lengths, so the first one answers for all.
 
-use super::kv_cache::KvCache;
+use super::kv_cache::{KvCache, KvTypes};
 use crate::Float;
 
 /// The caches of a stack of attention layers, one per layer.
@@ -21,11 +21,27 @@ impl<T: Float> CacheStack<T> {
         capacity: usize,
         block_rows: usize,
     ) -> Self {
+        Self::with_types(d_kv, batch, capacity, block_rows, KvTypes::default())
+    }
+
+    /// As [`new`](Self::new), keys and values stored as `types`.
+    pub fn with_types(
+        d_kv: impl IntoIterator<Item = usize>,
+        batch: usize,
+        capacity: usize,
+        block_rows: usize,
+        types: KvTypes,
+    ) -> Self {
         let caches = d_kv
             .into_iter()
-            .map(|d| KvCache::new(batch, capacity, d, block_rows))
+            .map(|d| KvCache::with_types(batch, capacity, d, block_rows, types))
             .collect();
         CacheStack { caches }
+    }
+
+    /// Bytes the stored keys and values of every layer hold.
+    pub fn stored_bytes(&self) -> usize {
+        self.caches.iter().map(KvCache::stored_bytes).sum()
     }
 
     /// Positions fed so far (ragged rows: in the longest row).

@@ -12,8 +12,12 @@
 //! sequence's keys and values at every position of it,
 //!
 //! ```text
-//! KV bytes = Σ_layers 2 · kv_heads · head_dim · positions(layer) · sizeof(T)
+//! KV bytes = Σ_layers kv_heads · head_dim · positions(layer) · (bytes(K type) + bytes(V type))
 //! ```
+//!
+//! where a value's bytes are those of the cache types (`--cache-type-k` / `--cache-type-v`,
+//! [`KvTypes`]: `sizeof(T)` by default, 2 for `f16` / `bf16`, 34/32 for `q8_0`, 18/32 for
+//! `q4_0`; [`LanguageModel::set_kv_types`]).
 //!
 //! (`positions(layer)` = the context, or the window of a sliding-window layer; a
 //! linear-attention layer keeps no keys), must not exceed `MemAvailable` of `/proc/meminfo`:
@@ -21,6 +25,7 @@
 //! allocation failing (an abort) deep into a long generation.
 
 use super::attention_kind::AttentionKind;
+use super::kv_cache::KvTypes;
 use super::lm::LanguageModel;
 use crate::error::{Error, Result};
 use crate::Float;
@@ -50,7 +55,7 @@ impl<T: Float> LanguageModel<T> {
     /// Bytes of one sequence's keys and values over `positions` positions (the module's
     /// equation).
     pub fn kv_cache_bytes(&self, positions: usize) -> u128 {
-        let value_bytes = std::mem::size_of::<T>() as u128;
+        let float_bytes = std::mem::size_of::<T>();
         self.blocks
             .layers
             .iter()
@@ -61,9 +66,50 @@ impl<T: Float> LanguageModel<T> {
                     return 0;
                 }
                 let held = attn.window.map_or(positions, |w| w.min(positions));
-                2 * attn.d_kv() as u128 * held as u128 * value_bytes
+                let per_position = self.kv_types.position_bytes(attn.d_kv(), float_bytes);
+                (per_position * held as f64).ceil() as u128
             })
             .sum()
+    }
+
+    /// Bytes of the keys and values of one position over every layer (the full context's
+    /// layers; a sliding window does not change this).
+    pub fn kv_bytes_per_position(&self) -> f64 {
+        let float_bytes = std::mem::size_of::<T>();
+        (0..self.blocks.layers.len())
+            .filter(|&i| self.config.layer_attention_kind(i) != AttentionKind::Linear)
+            .map(|i| {
+                let d_kv = self.blocks.layers[i].self_attn.d_kv();
+                self.kv_types.position_bytes(d_kv, float_bytes)
+            })
+            .sum()
+    }
+
+    /// The storage types of the key/value caches this model's states start with.
+    pub fn kv_types(&self) -> KvTypes {
+        self.kv_types
+    }
+
+    /// Stores keys and values as `types` in every state started from now on (llama.cpp's
+    /// `--cache-type-k` / `--cache-type-v`). Refused, naming the option: a packed type whose
+    /// blocks do not divide a layer's heads, and a packed type with a linear-attention layer
+    /// (it keeps running sums, no keys or values to store).
+    pub fn set_kv_types(&mut self, types: KvTypes) -> Result<()> {
+        if !types.is_exact() {
+            for (i, layer) in self.blocks.layers.iter().enumerate() {
+                let attn = &layer.self_attn;
+                if self.config.layer_attention_kind(i) == AttentionKind::Linear {
+                    return Err(Error::Input(format!(
+                        "--cache-type-k/--cache-type-v {types}: layer {i} is linear attention,                          which keeps running sums instead of keys and values; only f32 applies"
+                    )));
+                }
+                types
+                    .check_widths(attn.d_head, attn.d_kv())
+                    .map_err(|e| Error::Input(format!("{e} (layer {i})")))?;
+            }
+        }
+        self.kv_types = types;
+        Ok(())
     }
 
     /// Sets this run's context to `ctx` positions, at most the model's own (a larger `ctx` is
@@ -80,12 +126,14 @@ impl<T: Float> LanguageModel<T> {
             if needed > u128::from(available) {
                 return Err(Error::Input(format!(
                     "--ctx-size {ctx}: the key/value cache of {ctx} positions needs {needed} \
-                     bytes ({:.1} GiB: 2 x {} layers' keys and values of {} bytes a value), \
-                     more than the {available} bytes ({:.1} GiB) available (MemAvailable, \
-                     /proc/meminfo); ask for a smaller --ctx-size",
+                     bytes ({:.1} GiB: {} layers' keys and values, {:.0} bytes a position, \
+                     cache types {}), more than the {available} bytes ({:.1} GiB) available \
+                     (MemAvailable, /proc/meminfo); ask for a smaller --ctx-size or a \
+                     smaller --cache-type-k/-v",
                     needed as f64 / (1u64 << 30) as f64,
                     self.blocks.layers.len(),
-                    std::mem::size_of::<T>(),
+                    self.kv_bytes_per_position(),
+                    self.kv_types,
                     available as f64 / (1u64 << 30) as f64,
                 )));
             }
@@ -128,5 +176,24 @@ mod tests {
         assert_eq!(m.start(1, 1 << 20).capacity(), 4096);
         assert_eq!(m.set_context(usize::MAX, None).unwrap(), 1 << 20);
         assert!(m.set_context(0, None).is_err());
+        // Packed cache types: q8_0 keys (34 bytes a block of 32), f16 values (2 bytes).
+        assert_eq!(m.kv_bytes_per_position(), 2.0 * 2.0 * 16.0 * 4.0);
+        use crate::kernels::kv_blocks::KvType;
+        let types = KvTypes {
+            k: KvType::Q8_0,
+            v: KvType::F16,
+        };
+        // Heads of 8 values: no whole q8_0 block; refused naming the option.
+        let err = m.set_kv_types(types).unwrap_err().to_string();
+        assert!(err.contains("--cache-type-k q8_0"), "{err}");
+        let f16 = KvTypes {
+            k: KvType::F16,
+            v: KvType::Bf16,
+        };
+        m.set_kv_types(f16).unwrap();
+        // 2 layers x 16 values x (2 + 2) bytes.
+        assert_eq!(m.kv_bytes_per_position(), 2.0 * 16.0 * 4.0);
+        assert_eq!(m.kv_cache_bytes(1000), 2 * 16 * 4 * 1000);
+        assert_eq!(m.start(1, 8).caches[0].types(), f16);
     }
 }

@@ -46,11 +46,15 @@
 //! ([`KvCache::share_blocks`]); it is evicted (oldest first) only when a block is needed, no
 //! plain free block remains and the storage is at its limit ([`KvCache::set_block_limit`]).
 
+#[cfg(test)]
+mod packed_tests;
 pub mod prefix;
 mod rollback;
+pub mod rows;
 pub use prefix::PrefixBlocks;
+pub use rows::{KvTypes, StoredRows};
 
-use crate::kernels::attention::KvStore;
+use crate::kernels::attention::{KvSlice, KvStore};
 use crate::kernels::linear_attention::LinearState;
 use crate::Float;
 use std::borrow::Cow;
@@ -58,10 +62,10 @@ use std::borrow::Cow;
 /// Cached keys and values of one attention layer: see the module docs.
 #[derive(Clone, Debug)]
 pub struct KvCache<T> {
-    /// Keys `[blocks, block_rows, d_model]`.
-    k: Vec<T>,
-    /// Values, laid out like `k`.
-    v: Vec<T>,
+    /// Keys `[blocks, block_rows, d_model]`, in the cache's key type (`rows`).
+    k: StoredRows<T>,
+    /// Values, laid out like `k`, in the value type.
+    v: StoredRows<T>,
     /// `[batch, blocks_per_row]` block ids; the first `len.div_ceil(block_rows)` of a row are
     /// valid.
     table: Vec<u32>,
@@ -92,10 +96,22 @@ impl<T: Float> KvCache<T> {
     /// `block_rows` positions (at least 1, at most `capacity`). Takes memory only as positions
     /// are appended.
     pub fn new(batch: usize, capacity: usize, d_model: usize, block_rows: usize) -> Self {
+        Self::with_types(batch, capacity, d_model, block_rows, KvTypes::default())
+    }
+
+    /// As [`new`](Self::new), keys and values stored as `types` (`rows`; packed types need
+    /// `d_model` in whole blocks).
+    pub fn with_types(
+        batch: usize,
+        capacity: usize,
+        d_model: usize,
+        block_rows: usize,
+        types: KvTypes,
+    ) -> Self {
         let block_rows = block_rows.clamp(1, capacity.max(1));
         KvCache {
-            k: Vec::new(),
-            v: Vec::new(),
+            k: StoredRows::new(types.k, d_model),
+            v: StoredRows::new(types.v, d_model),
             table: vec![0; batch * capacity.div_ceil(block_rows)],
             refs: Vec::new(),
             free: Vec::new(),
@@ -145,7 +161,8 @@ impl<T: Float> KvCache<T> {
             cache.table = (0..batch as u32).collect();
             cache.refs = vec![1; batch];
         }
-        (cache.k, cache.v, cache.len) = (k, v, len);
+        (cache.k, cache.v) = (StoredRows::Float(k), StoredRows::Float(v));
+        cache.len = len;
         cache.lens = vec![len; batch];
         cache
     }
@@ -158,8 +175,21 @@ impl<T: Float> KvCache<T> {
         self.block_rows < self.capacity || self.block_rows == 1
     }
 
-    /// Blocks some row refers to (the memory the cache holds is `2 · block_rows · d_model`
-    /// values per block in use; free blocks are kept for reuse).
+    /// The storage types of the keys and values.
+    pub fn types(&self) -> KvTypes {
+        KvTypes {
+            k: self.k.ty(),
+            v: self.v.ty(),
+        }
+    }
+
+    /// Bytes the stored keys and values hold (free and kept blocks included).
+    pub fn stored_bytes(&self) -> usize {
+        self.k.bytes() + self.v.bytes()
+    }
+
+    /// Blocks some row refers to (the memory the cache holds is `block_rows · d_model` keys
+    /// and as many values per block in use, in their types; free blocks are kept for reuse).
     pub fn blocks_in_use(&self) -> usize {
         self.refs.iter().filter(|&&r| r > 0).count()
     }
@@ -174,9 +204,8 @@ impl<T: Float> KvCache<T> {
         let id = match self.free.pop().or_else(|| self.evict_for_alloc()) {
             Some(id) => id,
             None => {
-                let block = self.block_rows * self.d_model;
-                self.k.resize(self.k.len() + block, T::zero());
-                self.v.resize(self.v.len() + block, T::zero());
+                self.k.grow(self.block_rows, self.d_model);
+                self.v.grow(self.block_rows, self.d_model);
                 self.refs.push(0);
                 assert!(
                     self.refs.len() <= u32::MAX as usize,
@@ -238,15 +267,15 @@ impl<T: Float> KvCache<T> {
             // Copy on write: this row stops sharing the block with the others.
             let shared = self.table[slot];
             let own = self.alloc();
-            let (from, to) = (shared as usize * bs * d, own as usize * bs * d);
-            self.k.copy_within(from..from + bs * d, to);
-            self.v.copy_within(from..from + bs * d, to);
+            let (from, to) = (shared as usize * bs, own as usize * bs);
+            self.k.copy_rows(from, to, bs, d);
+            self.v.copy_rows(from, to, bs, d);
             self.release(shared);
             self.table[slot] = own;
         }
-        let at = (self.table[slot] as usize * bs + t % bs) * d;
-        self.k[at..at + d].copy_from_slice(k);
-        self.v[at..at + d].copy_from_slice(v);
+        let at = self.table[slot] as usize * bs + t % bs;
+        self.k.write(at, k, d);
+        self.v.write(at, v, d);
     }
 
     /// A new empty row at the end of the batch (ragged use); returns its index.
@@ -292,7 +321,7 @@ impl<T: Float> KvCache<T> {
             (other.first_live[b] * other.block_rows / self.block_rows).min(n / self.block_rows);
         self.first_live[row] = first;
         for t in first * self.block_rows..n {
-            self.write(row, t, other.row(b, t, false), other.row(b, t, true));
+            self.write(row, t, &other.row(b, t, false), &other.row(b, t, true));
         }
         self.lens[row] = n;
         self.len = self.len.max(n);
@@ -348,10 +377,15 @@ impl<T: Float> KvCache<T> {
         }
     }
 
-    /// Keys and values as stored, `[stored rows, d_model]` each (read through
-    /// [`stored_rows_of`](Self::stored_rows_of)).
-    pub fn storage(&self) -> (&[T], &[T]) {
-        (&self.k, &self.v)
+    /// Keys and values as stored, `[stored rows, d_model]` each, floats or packed (read
+    /// through [`stored_rows_of`](Self::stored_rows_of)).
+    pub fn storage(&self) -> (KvSlice<'_, T>, KvSlice<'_, T>) {
+        (self.k.view(), self.v.view())
+    }
+
+    /// Rows the storage holds (`blocks · block_rows`).
+    pub fn stored_rows(&self) -> usize {
+        self.refs.len() * self.block_rows
     }
 
     /// Rebuilds the batch from the rows `rows` (any order, repeats allowed): row `j` becomes the
@@ -397,21 +431,22 @@ impl<T: Float> KvCache<T> {
         block * self.block_rows + t % self.block_rows
     }
 
-    /// Key (or, with `values`, value) of batch row `b` at position `t`, `[d_model]`.
-    pub fn row(&self, b: usize, t: usize, values: bool) -> &[T] {
+    /// Key (or, with `values`, value) of batch row `b` at position `t`, `[d_model]` (unpacked
+    /// from a packed type).
+    pub fn row(&self, b: usize, t: usize, values: bool) -> Cow<'_, [T]> {
         assert!(
             b < self.batch && t < self.lens[b],
             "no position {t} in row {b}"
         );
-        let at = self.stored_row(b, t) * self.d_model;
+        let at = self.stored_row(b, t);
         let buf = if values { &self.v } else { &self.k };
-        &buf[at..at + self.d_model]
+        buf.read(at, self.d_model)
     }
 
-    /// Keys and values as stored, `[stored rows, d_model]`, and the table of stored rows
-    /// `[batch, capacity]` (the first `len` of each row valid) that the step kernel reads them
-    /// through (`kernels::step_attention`).
-    pub fn paged(&self) -> (&[T], &[T], Cow<'_, [u32]>) {
+    /// Keys and values as stored, `[stored rows, d_model]` (floats or packed), and the table
+    /// of stored rows `[batch, capacity]` (the first `len` of each row valid) that the step
+    /// kernel reads them through (`kernels::step_attention`).
+    pub fn paged(&self) -> (KvSlice<'_, T>, KvSlice<'_, T>, Cow<'_, [u32]>) {
         let rows = if self.block_rows == 1 {
             Cow::Borrowed(&self.table[..])
         } else {
@@ -423,14 +458,15 @@ impl<T: Float> KvCache<T> {
             }
             Cow::Owned(rows)
         };
-        (&self.k, &self.v, rows)
+        (self.k.view(), self.v.view(), rows)
     }
 
     /// Keys and values as dense `[batch, capacity, d_model]` buffers (position `t` of row `b`
     /// at row `b * capacity + t`), for attention as matrix products. Free when every row owns
-    /// block `b` whole (one block per row, in order); otherwise the blocks are first put in
-    /// that order.
-    pub fn dense(&mut self) -> (&[T], &[T]) {
+    /// block `b` whole (one block per row, in order) and the types are floats; otherwise the
+    /// blocks are first put in that order, and packed rows are unpacked into a copy (the first
+    /// `len` positions of each row; the cache keeps its packed form).
+    pub fn dense(&mut self) -> (Cow<'_, [T]>, Cow<'_, [T]>) {
         let in_order = self.block_rows == self.capacity
             && self
                 .table
@@ -440,13 +476,15 @@ impl<T: Float> KvCache<T> {
             && self.refs.iter().all(|&r| r == 1);
         if !in_order && self.len > 0 {
             let (d, cap) = (self.d_model, self.capacity);
-            let mut k = vec![T::zero(); self.batch * cap * d];
-            let mut v = vec![T::zero(); self.batch * cap * d];
+            let mut k = StoredRows::new(self.k.ty(), d);
+            let mut v = StoredRows::new(self.v.ty(), d);
+            k.grow(self.batch * cap, d);
+            v.grow(self.batch * cap, d);
             for b in 0..self.batch {
                 for t in 0..self.len {
-                    let (from, to) = (self.stored_row(b, t) * d, (b * cap + t) * d);
-                    k[to..to + d].copy_from_slice(&self.k[from..from + d]);
-                    v[to..to + d].copy_from_slice(&self.v[from..from + d]);
+                    let (from, to) = (self.stored_row(b, t), b * cap + t);
+                    k.copy_row_from(to, &self.k, from, d);
+                    v.copy_row_from(to, &self.v, from, d);
                 }
             }
             *self = KvCache {
@@ -463,7 +501,24 @@ impl<T: Float> KvCache<T> {
                 ..*self
             };
         }
-        (&self.k, &self.v)
+        (self.unpacked(&self.k), self.unpacked(&self.v))
+    }
+
+    /// `rows` (this cache's keys or values, one block per row) as floats `[batch, capacity,
+    /// d_model]`: themselves, or the first `row_len` positions of each row unpacked.
+    fn unpacked<'a>(&self, rows: &'a StoredRows<T>) -> Cow<'a, [T]> {
+        if let StoredRows::Float(x) = rows {
+            return Cow::Borrowed(x);
+        }
+        let (d, cap) = (self.d_model, self.capacity);
+        let mut x = vec![T::zero(); self.batch * cap * d];
+        for b in 0..self.batch {
+            for t in 0..self.lens[b].min(cap) {
+                let r = b * cap + t;
+                x[r * d..(r + 1) * d].copy_from_slice(&rows.read(r, d));
+            }
+        }
+        Cow::Owned(x)
     }
 }
 
@@ -471,10 +526,10 @@ impl<T: Float> KvCache<T> {
 /// ([`KvCache::dense`]) or through the table of stored rows ([`KvCache::paged`]); both with
 /// `capacity` positions per row.
 impl<T: Float> KvStore<T> for KvCache<T> {
-    fn contiguous(&mut self) -> (&[T], &[T]) {
+    fn contiguous(&mut self) -> (Cow<'_, [T]>, Cow<'_, [T]>) {
         self.dense()
     }
-    fn paged(&self) -> (&[T], &[T], Cow<'_, [u32]>) {
+    fn paged(&self) -> (KvSlice<'_, T>, KvSlice<'_, T>, Cow<'_, [u32]>) {
         KvCache::paged(self)
     }
 }
@@ -522,6 +577,7 @@ mod tests {
                 check(&cache);
                 // The paged view names the same rows; the dense view lays them out in order.
                 let (k, _, table) = cache.paged();
+                let k = k.as_float().unwrap();
                 for (b, row) in want.iter().enumerate() {
                     for (t, key) in row.iter().enumerate() {
                         let at = table[b * cache.capacity + t] as usize * d;
@@ -584,6 +640,7 @@ mod tests {
                 let mut stored = Vec::new();
                 cache.stored_rows_of(b, n, &mut stored);
                 let (k, v) = cache.storage();
+                let (k, v) = (k.as_float().unwrap(), v.as_float().unwrap());
                 for t in 0..n {
                     assert_eq!(cache.row(b, t, false), &row[t * d..(t + 1) * d]);
                     let at = stored[t] as usize * d;
@@ -631,15 +688,15 @@ mod tests {
             assert_eq!(running.row(0, t, false), &k[(5 + t) * d..(6 + t) * d]);
             assert_eq!(running.row(0, t, true), &v[(5 + t) * d..(6 + t) * d]);
         }
-        assert_eq!(running.row(1, 1, false), &[7.0, 6.0]);
-        assert_eq!(running.row(1, 0, true), &[1.0, 2.0]);
+        assert_eq!(&running.row(1, 1, false)[..], &[7.0, 6.0]);
+        assert_eq!(&running.row(1, 0, true)[..], &[1.0, 2.0]);
         // ⌈4/3⌉ + ⌈2/3⌉ blocks; the new empty row grows like any other.
         assert_eq!(running.blocks_in_use(), 3);
         running.append_ragged(&[2], &[5.0, 5.0], &[6.0, 6.0]);
-        assert_eq!(running.row(2, 0, false), &[5.0, 5.0]);
+        assert_eq!(&running.row(2, 0, false)[..], &[5.0, 5.0]);
         running.gather_rows(&[1]);
         assert_eq!(running.blocks_in_use(), 1);
-        assert_eq!(running.row(0, 1, false), &[7.0, 6.0]);
+        assert_eq!(&running.row(0, 1, false)[..], &[7.0, 6.0]);
     }
 
     #[test]
@@ -647,7 +704,9 @@ mod tests {
         let k: Vec<f32> = (0..2 * 3 * 2).map(|i| i as f32).collect();
         let v: Vec<f32> = k.iter().map(|x| x + 0.5).collect();
         let mut cache = KvCache::from_dense(k.clone(), v.clone(), 2, 3, 2);
-        assert_eq!(cache.dense(), (&k[..], &v[..]));
+        let (k1, v1) = cache.dense();
+        assert!(matches!(k1, Cow::Borrowed(_)) && matches!(v1, Cow::Borrowed(_)));
+        assert_eq!((&k1[..], &v1[..]), (&k[..], &v[..]));
         assert_eq!(cache.row(1, 2, true), &v[10..12]);
         cache.gather_rows(&[1, 1, 0]);
         let (k2, _) = cache.dense();

@@ -15,6 +15,7 @@ use super::cache_stack::CacheStack;
 use super::config::{AttentionSite, ModelConfig};
 use super::embedding::{Embedding, EmbeddingCache};
 use super::head::OutputHead;
+use super::kv_cache::KvTypes;
 use super::linear::{prepare_inference_all, prepare_precision_all, set_bf16_products_all};
 use super::loss::LossStats;
 use super::param::{count_params, Init, Module, ParamVisitor, ShapesOnly};
@@ -41,6 +42,9 @@ pub struct LanguageModel<T> {
     /// The positions a sequence may reach in this run: the model's context
     /// `config.max_len` unless [`set_context`](Self::set_context) lowered it (`--ctx-size`).
     pub(super) context: usize,
+    /// The storage types of the key/value caches of the states it starts
+    /// ([`set_kv_types`](Self::set_kv_types); exact floats by default).
+    pub(super) kv_types: KvTypes,
 }
 
 /// Everything the forward keeps for the backward.
@@ -104,6 +108,7 @@ impl<T: Float> LanguageModel<T> {
             .with_softcap(c.final_logit_softcap);
         LanguageModel {
             context: config.max_len,
+            kv_types: KvTypes::default(),
             config,
             embedding,
             blocks,
@@ -247,7 +252,7 @@ impl<T: Float> LanguageModel<T> {
         let capacity = capacity.min(self.context);
         let windows = self.blocks.layers.iter().filter_map(|l| l.self_attn.window);
         let block_rows = windows.min().map_or(capacity, |w| w.clamp(1, 64));
-        CacheStack::new(self.kv_widths(), batch, capacity, block_rows)
+        CacheStack::with_types(self.kv_widths(), batch, capacity, block_rows, self.kv_types)
     }
 
     /// An empty state for continuous batching: no rows yet, each row may hold up to
@@ -257,7 +262,7 @@ impl<T: Float> LanguageModel<T> {
     /// with `CacheStack::gather_rows`).
     pub fn start_paged(&self, block_rows: usize) -> LmState<T> {
         let capacity = self.context.max(block_rows);
-        CacheStack::new(self.kv_widths(), 0, capacity, block_rows)
+        CacheStack::with_types(self.kv_widths(), 0, capacity, block_rows, self.kv_types)
     }
 
     /// The key/value width of each block's self-attention.

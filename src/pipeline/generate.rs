@@ -12,7 +12,7 @@
 
 use super::check_vocab;
 use crate::decode::sample::{sample_search, SamplingOptions};
-use crate::decode::score::score_stream;
+use crate::decode::score::{score_stream, score_stream_through_cache};
 use crate::decode::speculative::Rollback;
 use crate::decode::{DecodingState, IncrementalDecoder};
 use crate::error::{Error, Result};
@@ -242,19 +242,20 @@ impl TextGenerator {
     /// [`score_document`].
     pub fn perplexity(&self, text: &str, stride: usize, batch: usize) -> Result<TextScore> {
         let window = self.model.max_len();
-        score_document(&self.model, &self.tokenizer, text, window, stride, batch)
+        let windows = (window, stride, batch);
+        score_document(&self.model, &self.tokenizer, text, windows, false)
     }
 
     /// [`perplexity`](Self::perplexity) in windows of `window` tokens (at most the model's
-    /// context).
+    /// context); `through_cache`: see [`score_document`].
     pub fn perplexity_in_windows(
         &self,
         text: &str,
-        window: usize,
-        stride: usize,
-        batch: usize,
+        (window, stride, batch): (usize, usize, usize),
+        through_cache: bool,
     ) -> Result<TextScore> {
-        score_document(&self.model, &self.tokenizer, text, window, stride, batch)
+        let windows = (window, stride, batch);
+        score_document(&self.model, &self.tokenizer, text, windows, through_cache)
     }
 }
 
@@ -414,21 +415,26 @@ pub struct TextScore {
 
 /// Scores `text` as one document (every token after the first of
 /// [`DecoderTokenizer::document`]), windows of `window` tokens (clamped to the model's context)
-/// every `stride` tokens.
+/// every `stride` tokens, `batch` windows at once; `through_cache`: fed through the key/value
+/// cache (`score_stream_through_cache`, the way a quantised cache is scored) even when it is
+/// exact.
 pub fn score_document(
     model: &LanguageModel<f32>,
     tokenizer: &DecoderTokenizer,
     text: &str,
-    window: usize,
-    stride: usize,
-    batch: usize,
+    (window, stride, batch): (usize, usize, usize),
+    through_cache: bool,
 ) -> Result<TextScore> {
     if window == 0 {
         return Err(Error::Input("the scoring window must hold a token".into()));
     }
     let tokens = tokenizer.document(text)?;
     model.embedding.check_ids(&tokens)?;
-    let s = score_stream(model, &tokens, window.min(model.max_len()), stride, batch);
+    let window = window.min(model.max_len());
+    let s = match through_cache {
+        true => score_stream_through_cache(model, &tokens, window, stride, batch),
+        false => score_stream(model, &tokens, window, stride, batch),
+    };
     let chars = text.chars().count();
     Ok(TextScore {
         nats_per_token: s.nll(),

@@ -95,6 +95,8 @@ pub struct ServeConfig {
     pub addr: SocketAddr,
     /// The KV pool in MiB.
     pub kv_memory_mib: usize,
+    /// The storage types of a language model's keys and values (`--cache-type-k/-v`).
+    pub kv_types: crate::model::kv_cache::KvTypes,
     /// Sequences decoded together at most (a translation model: sentences).
     pub max_batch: usize,
     /// Requests waiting for admission at most (then 429).
@@ -158,6 +160,7 @@ impl ServeConfig {
             model,
             addr,
             kv_memory_mib: 512,
+            kv_types: Default::default(),
             max_batch: 64,
             max_queue: 256,
             max_input_tokens: None,
@@ -504,7 +507,16 @@ fn compute(app: Arc<App>) {
         )),
         p => Ok(p.float_precision()),
     };
-    let model = match model_kind(path) {
+    let kind = model_kind(path);
+    if kind != "language-model" && !app.config.kv_types.is_exact() {
+        let _ = app.load_error.set(format!(
+            "--cache-type-k/--cache-type-v {}: only a language model's key/value cache is \
+             stored packed; this is a {kind} model",
+            app.config.kv_types
+        ));
+        return;
+    }
+    let model = match kind {
         "translation" => float_only()
             .and_then(|p| Ok((p, Translator::load(path)?)))
             .and_then(|(p, mut t)| {
@@ -565,6 +577,10 @@ fn compute_lm(app: Arc<App>) {
         chat,
         ..
     } = generator;
+    if let Err(e) = model.set_kv_types(app.config.kv_types) {
+        let _ = app.load_error.set(e.to_string());
+        return;
+    }
     let engine = engine_config(&app.config, &model);
     if let Err(e) = context_fit::fit_context(&mut model, app.config.llama.ctx_size, &engine) {
         let _ = app.load_error.set(e);

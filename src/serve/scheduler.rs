@@ -200,10 +200,12 @@ impl EngineConfig {
             .div_ceil(self.block_rows.max(1))
     }
 
-    /// Bytes of one block of `model` (keys and values, every layer, float32).
+    /// Bytes of one block of `model` (keys and values, every layer, in the model's cache
+    /// types: float32 by default).
     pub fn block_bytes(model: &LanguageModel<f32>, block_rows: usize) -> usize {
         let d_kv: usize = model.blocks.layers.iter().map(|l| l.self_attn.d_kv()).sum();
-        2 * block_rows * d_kv * std::mem::size_of::<f32>()
+        let position = model.kv_types().position_bytes(d_kv, std::mem::size_of::<f32>());
+        (position * block_rows as f64).ceil() as usize
     }
 }
 

@@ -19,6 +19,7 @@ mod gguf;
 mod gguf_tokenizer;
 mod gguf_vocab_suite;
 mod kquants;
+mod kv_quant;
 mod lm;
 mod long_context;
 mod minilm;

@@ -230,7 +230,8 @@ mod tests {
         for t in 0..4 {
             assert_eq!(cache.row(row, 8 + t, true), &v4[t * d..(t + 1) * d]);
         }
-        assert_eq!(cache.storage().0.len(), 4 * bs * d);
+        assert_eq!(cache.stored_rows(), 4 * bs);
+        assert_eq!(cache.storage().0.as_float().unwrap().len(), 4 * bs * d);
     }
 
     /// Without a limit nothing kept is ever evicted: the storage grows instead.
