@@ -290,9 +290,9 @@ fn rotary_cached_attention_matches_full_forward() {
         start += chunk;
     }
     // The cache holds the rotated keys the full forward scored.
-    assert!(max_abs_diff(cache.dense().0, &cache_full.k) < 1e-12);
+    assert!(max_abs_diff(&cache.dense().0, &cache_full.k) < 1e-12);
     // project_kv builds the same (full) cache at once.
-    assert!(max_abs_diff(mha.project_kv(&x, BATCH).dense().0, &cache_full.k) < 1e-12);
+    assert!(max_abs_diff(&mha.project_kv(&x, BATCH).dense().0, &cache_full.k) < 1e-12);
 }
 
 // ---------------------------------------------------------------------------------------------

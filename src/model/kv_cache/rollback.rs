@@ -131,8 +131,8 @@ mod tests {
         // Shared: cut `row` into block 1, write over position 6.
         cache.truncate_row(row, 6);
         cache.append_ragged(&[row], &[-5.0], &[5.0]);
-        assert_eq!(cache.row(row, 6, false), &[-5.0]);
-        assert_eq!(cache.row(other, 6, false), &[6.0]);
+        assert_eq!(&cache.row(row, 6, false)[..], &[-5.0]);
+        assert_eq!(&cache.row(other, 6, false)[..], &[6.0]);
         assert_eq!(cache.block_key(ids[1]), Some(11));
         // Held by `other` alone now: cut into it, its key goes; block 0 stays keyed.
         cache.truncate_row(other, 7);
