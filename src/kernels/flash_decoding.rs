@@ -63,7 +63,7 @@ pub fn forward(
     q: &[f32],
     (k, v): (KvSlice<'_, f32>, KvSlice<'_, f32>),
     key_rows: &[u32],
-    ranges: &(impl KeyRanges + Sync),
+    ranges: &impl KeyRanges,
     dims: AttnDims,
     chunk: usize,
 ) {

@@ -182,7 +182,7 @@ mod x86 {
             unsafe {
                 let blk = h.add(c / 32 * 18);
                 let wide = _mm512_cvtepu8_epi32(_mm_loadu_si128(blk.add(2) as *const __m128i));
-                let nibbles = if c % 32 == 0 {
+                let nibbles = if c.is_multiple_of(32) {
                     wide
                 } else {
                     _mm512_srli_epi32::<4>(wide)

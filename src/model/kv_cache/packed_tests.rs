@@ -8,6 +8,9 @@ use crate::kernels::attention::{attend, AttnDims, AttnMask, KvView, Purpose};
 use crate::kernels::kv_blocks::{dequantise_row, quantise_row, KvType};
 use crate::rng::Rng;
 
+/// One row's keys and values as written, `[positions][d_kv]` each.
+type Written<T> = (Vec<Vec<T>>, Vec<Vec<T>>);
+
 /// `x` packed as `ty` and unpacked, in float64.
 fn through(ty: KvType, x: &[f32]) -> Vec<f64> {
     let mut bytes = vec![0u8; ty.row_bytes(x.len()).unwrap()];
@@ -62,7 +65,7 @@ fn attention_over_a_packed_cache_matches_float64_over_its_values() {
         };
         let mut cache = KvCache::<f32>::with_types(0, 400, d_kv, block_rows, types);
         // want[b]: row b's keys and values as written, f32 `[positions][d_kv]`
-        let mut want: Vec<(Vec<Vec<f32>>, Vec<Vec<f32>>)> = Vec::new();
+        let mut want: Vec<Written<f32>> = Vec::new();
         for _ in 0..2 {
             cache.add_row();
             want.push((Vec::new(), Vec::new()));
@@ -85,7 +88,7 @@ fn attention_over_a_packed_cache_matches_float64_over_its_values() {
         grow(&mut cache, &mut want, &[2; 170]);
         assert!(cache.blocks_in_use() > 40);
         // Positions read back packed-and-unpacked, in every row.
-        let deq: Vec<(Vec<Vec<f64>>, Vec<Vec<f64>>)> = want
+        let deq: Vec<Written<f64>> = want
             .iter()
             .map(|(k, v)| {
                 let k = k.iter().map(|x| through(kt, x)).collect();
@@ -107,14 +110,14 @@ fn attention_over_a_packed_cache_matches_float64_over_its_values() {
         let lens: Vec<usize> = (0..batch).map(|b| cache.row_len(b)).collect();
         let check = |ctx: &[f32], q: &[f32], q_len: usize, seen: &dyn Fn(usize, usize) -> usize| {
             let scale = 1.0 / (d_head as f64).sqrt();
-            for b in 0..batch {
+            for (b, (deq_k, deq_v)) in deq.iter().enumerate().take(batch) {
                 for i in 0..q_len {
                     for h in 0..heads {
                         let kvh = h / (heads / kv_heads);
                         let n = seen(b, i);
                         let cols = |x: &Vec<f64>| x[kvh * d_head..(kvh + 1) * d_head].to_vec();
-                        let keys: Vec<Vec<f64>> = deq[b].0[..n].iter().map(cols).collect();
-                        let values: Vec<Vec<f64>> = deq[b].1[..n].iter().map(cols).collect();
+                        let keys: Vec<Vec<f64>> = deq_k[..n].iter().map(cols).collect();
+                        let values: Vec<Vec<f64>> = deq_v[..n].iter().map(cols).collect();
                         let at = ((b * q_len + i) * heads + h) * d_head;
                         let want = reference(&q[at..at + d_head], &keys, &values, scale);
                         for (c, (&g, w)) in ctx[at..at + d_head].iter().zip(&want).enumerate() {
