@@ -32,12 +32,15 @@ use crate::Float;
 
 /// `MemAvailable` of `/proc/meminfo` in bytes (the kernel's estimate of the memory a new
 /// allocation can take without swapping), or `None` where the file or the line is absent.
+/// (Used by the command line and the Python package, not by the library itself.)
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub fn mem_available_bytes() -> Option<u64> {
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
     meminfo_available(&meminfo)
 }
 
 /// The `MemAvailable:` line of a `/proc/meminfo` text, in bytes (the file states kB).
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 fn meminfo_available(meminfo: &str) -> Option<u64> {
     let line = meminfo
         .lines()
