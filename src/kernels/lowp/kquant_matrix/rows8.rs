@@ -287,7 +287,8 @@ impl Out {
     }
 }
 
-/// `sums[i][k] = w_{8g+k} · x_{r0+i}` for `i < n`, `k < 8`.
+/// `sums[i][k] = w_{8g+k} · x_{r0+i}` for `i < n`, `k < 8`: the kernel of the matrix's type
+/// (`Q4_K` here, `Q6_K` in `rows8_q6_k`) for `R = n` activation rows.
 ///
 /// # Safety
 /// AVX-512F/BW/VL and VNNI; group `g` exists in `w.data` (laid out by [`interleave`], `nb`
@@ -295,7 +296,7 @@ impl Out {
 /// `nb` blocks.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn group_sums_q4_k(
+unsafe fn group_sums(
     w: &KQuantMatrix,
     acts: &KQuantActs,
     expanded: &ExpandedActs,
@@ -304,45 +305,30 @@ unsafe fn group_sums_q4_k(
     nb: usize,
     sums: &mut [[f32; GROUP]; ROW_TILE],
 ) {
+    use super::rows8_q6_k::sums_r as q6_k_sums_r;
+    macro_rules! by_rows {
+        ($kernel:ident) => {
+            match n {
+                1 => $kernel::<1>(w, acts, expanded, r0, g, nb, sums),
+                2 => $kernel::<2>(w, acts, expanded, r0, g, nb, sums),
+                3 => $kernel::<3>(w, acts, expanded, r0, g, nb, sums),
+                _ => $kernel::<4>(w, acts, expanded, r0, g, nb, sums),
+            }
+        };
+    }
     // SAFETY: the caller's contract, passed on with R = n.
     unsafe {
-        match n {
-            1 => group_sums_r::<1>(w, acts, expanded, r0, g, nb, sums),
-            2 => group_sums_r::<2>(w, acts, expanded, r0, g, nb, sums),
-            3 => group_sums_r::<3>(w, acts, expanded, r0, g, nb, sums),
-            _ => group_sums_r::<4>(w, acts, expanded, r0, g, nb, sums),
-        }
-    }
-}
-
-/// [`group_sums_q4_k`] or the `Q6_K` kernel, by the matrix's type.
-///
-/// # Safety
-/// As [`group_sums_q4_k`].
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn group_sums(
-    w: &KQuantMatrix,
-    acts: &KQuantActs,
-    expanded: &ExpandedActs,
-    rows: (usize, usize),
-    g: usize,
-    nb: usize,
-    sums: &mut [[f32; GROUP]; ROW_TILE],
-) {
-    // SAFETY: the caller's contract, passed on.
-    unsafe {
         match w.ty {
-            GgmlType::Q4_K => group_sums_q4_k(w, acts, expanded, rows, g, nb, sums),
-            _ => super::rows8_q6_k::group_sums(w, acts, expanded, rows, g, nb, sums),
+            GgmlType::Q4_K => by_rows!(group_sums_r),
+            _ => by_rows!(q6_k_sums_r),
         }
     }
 }
 
-/// [`group_sums_q4_k`] for `R` activation rows.
+/// [`group_sums`] of `Q4_K` for `R` activation rows.
 ///
 /// # Safety
-/// As [`group_sums_q4_k`], with `R` rows.
+/// As [`group_sums`], with `R` rows.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]

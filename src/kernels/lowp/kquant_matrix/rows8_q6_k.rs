@@ -26,40 +26,16 @@ const GROUP_BYTES: usize = GROUP * 210;
 /// Bytes of one super-block's expanded activations.
 const ACT_BYTES: usize = 2048;
 
-/// `sums[i][k] = w_{8g+k} · x_{r0+i}` for `i < n`, `k < 8`, of interleaved `Q6_K` rows.
+/// `sums[i][k] = w_{8g+k} · x_{r0+i}` for `i < R`, `k < 8`, of interleaved `Q6_K` rows (called
+/// by `rows8::group_sums`).
 ///
 /// # Safety
 /// AVX-512F/BW/VL and VNNI; group `g` exists in `w.data` (`Q6_K` laid out by
 /// `rows8::interleave`, `nb` super-blocks a row); `acts` and `expanded` hold rows
-/// `r0 .. r0 + n` (`n <= ROW_TILE`) of `nb` blocks.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(super) unsafe fn group_sums(
-    w: &KQuantMatrix,
-    acts: &KQuantActs,
-    expanded: &ExpandedActs,
-    (r0, n): (usize, usize),
-    g: usize,
-    nb: usize,
-    sums: &mut [[f32; GROUP]; ROW_TILE],
-) {
-    // SAFETY: the caller's contract, passed on with R = n.
-    unsafe {
-        match n {
-            1 => sums_r::<1>(w, acts, expanded, r0, g, nb, sums),
-            2 => sums_r::<2>(w, acts, expanded, r0, g, nb, sums),
-            3 => sums_r::<3>(w, acts, expanded, r0, g, nb, sums),
-            _ => sums_r::<4>(w, acts, expanded, r0, g, nb, sums),
-        }
-    }
-}
-
-/// [`group_sums`] for `R` activation rows.
-///
-/// # Safety
-/// As [`group_sums`], with `R` rows.
+/// `r0 .. r0 + R` (`R <= ROW_TILE`) of `nb` blocks.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn sums_r<const R: usize>(
+pub(super) unsafe fn sums_r<const R: usize>(
     w: &KQuantMatrix,
     acts: &KQuantActs,
     expanded: &ExpandedActs,
