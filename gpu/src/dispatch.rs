@@ -1,0 +1,342 @@
+//! Recording kernels: compiled pipelines (cached by name and constants), dispatches gathered in
+//! one command encoder, submitted once per [`Gpu::flush`] or read-back, and the counters that
+//! say what a step cost (dispatches, submissions, bytes each way).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use wgpu::util::DeviceExt;
+
+use crate::buffer::GpuBuffer;
+use crate::device::Gpu;
+use crate::error::GpuError;
+
+/// A compute kernel: WGSL source with one entry point `main`. Binding 0 of group 0 is its
+/// uniform parameters (when it takes any), then its storage buffers in the order given.
+#[derive(Clone, Copy, Debug)]
+pub struct Kernel {
+    /// Unique among kernels: the pipeline cache's key (with the constants).
+    pub name: &'static str,
+    pub source: &'static str,
+}
+
+/// The dispatches recorded since the last submission.
+#[derive(Default)]
+pub(crate) struct Pending {
+    encoder: Option<wgpu::CommandEncoder>,
+}
+
+/// What the device was asked to do, since it was opened (or [`Counters::reset`]).
+#[derive(Debug, Default)]
+pub struct Counters {
+    dispatches: AtomicU64,
+    submissions: AtomicU64,
+    bytes_up: AtomicU64,
+    bytes_down: AtomicU64,
+}
+
+/// A copy of [`Counters`] at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CounterValues {
+    pub dispatches: u64,
+    pub submissions: u64,
+    /// Host to device (uploads and writes).
+    pub bytes_up: u64,
+    /// Device to host (read-backs).
+    pub bytes_down: u64,
+}
+
+impl Counters {
+    /// The values now.
+    pub fn get(&self) -> CounterValues {
+        CounterValues {
+            dispatches: self.dispatches.load(Ordering::Relaxed),
+            submissions: self.submissions.load(Ordering::Relaxed),
+            bytes_up: self.bytes_up.load(Ordering::Relaxed),
+            bytes_down: self.bytes_down.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Back to zero.
+    pub fn reset(&self) {
+        for c in [
+            &self.dispatches,
+            &self.submissions,
+            &self.bytes_up,
+            &self.bytes_down,
+        ] {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+const STORAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
+    .union(wgpu::BufferUsages::COPY_SRC)
+    .union(wgpu::BufferUsages::COPY_DST);
+
+impl Gpu {
+    /// The counters of this device.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    fn check_size(&self, what: &str, bytes: u64) -> Result<u64, GpuError> {
+        let limit = self.max_binding_bytes().min(self.limits.max_buffer_size);
+        if bytes > limit {
+            return Err(GpuError::TooLarge {
+                what: what.to_string(),
+                bytes,
+                limit,
+            });
+        }
+        // Storage buffers are bound in whole 4-byte words; never zero-sized.
+        Ok(bytes.div_ceil(4).max(1) * 4)
+    }
+
+    /// `data` copied into a new device buffer.
+    pub fn upload<T: bytemuck::Pod>(&self, data: &[T]) -> Result<GpuBuffer<T>, GpuError> {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        let size = self.check_size("an upload", bytes.len() as u64)?;
+        let raw = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size,
+            usage: STORAGE,
+            mapped_at_creation: true,
+        });
+        raw.slice(..)
+            .get_mapped_range_mut()
+            .map_err(|e| GpuError::Device(e.to_string()))?
+            .slice(..bytes.len())
+            .copy_from_slice(bytes);
+        raw.unmap();
+        self.counters
+            .bytes_up
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        Ok(GpuBuffer::from_raw(raw, data.len()))
+    }
+
+    /// A new device buffer of `len` zeros.
+    pub fn zeros<T: bytemuck::Pod>(&self, len: usize) -> Result<GpuBuffer<T>, GpuError> {
+        let size = self.check_size("a buffer", (len * size_of::<T>()) as u64)?;
+        let raw = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size,
+            usage: STORAGE,
+            mapped_at_creation: false,
+        });
+        Ok(GpuBuffer::from_raw(raw, len))
+    }
+
+    /// Overwrites `buf` from element `offset` with `data`. The write lands before the
+    /// dispatches of the next submission (all of them, also those recorded before this call):
+    /// write a step's inputs before recording the step.
+    pub fn write<T: bytemuck::Pod>(
+        &self,
+        buf: &GpuBuffer<T>,
+        offset: usize,
+        data: &[T],
+    ) -> Result<(), GpuError> {
+        if offset + data.len() > buf.len() {
+            return Err(GpuError::Shape {
+                op: "write",
+                problem: format!(
+                    "{} elements at {offset} into a buffer of {}",
+                    data.len(),
+                    buf.len()
+                ),
+            });
+        }
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        let at = (offset * size_of::<T>()) as u64;
+        if !at.is_multiple_of(4) || !bytes.len().is_multiple_of(4) {
+            return Err(GpuError::Shape {
+                op: "write",
+                problem: "writes must start and end on 4-byte boundaries".into(),
+            });
+        }
+        self.queue.write_buffer(&buf.raw, at, bytes);
+        self.counters
+            .bytes_up
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn pipeline(&self, kernel: Kernel, constants: &[(&str, f64)]) -> Arc<wgpu::ComputePipeline> {
+        let mut key = kernel.name.to_string();
+        for (n, v) in constants {
+            key.push_str(&format!(";{n}={v}"));
+        }
+        let mut cache = self.pipelines.lock().expect("pipeline cache");
+        if let Some(p) = cache.get(&key) {
+            return p.clone();
+        }
+        let module = self
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(kernel.name),
+                source: wgpu::ShaderSource::Wgsl(kernel.source.into()),
+            });
+        let pipeline = self
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(kernel.name),
+                layout: None,
+                module: &module,
+                entry_point: Some("main"),
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    constants,
+                    zero_initialize_workgroup_memory: true,
+                },
+                cache: None,
+            });
+        let p = Arc::new(pipeline);
+        cache.insert(key, p.clone());
+        p
+    }
+
+    /// The grid for `groups` workgroups: along x up to the adapter's limit per dimension, the
+    /// rest along y. A kernel recovers its linear group index as `wid.x + wid.y * nwg.x`.
+    pub fn grid(&self, groups: u32) -> [u32; 3] {
+        let max = self.limits.max_compute_workgroups_per_dimension.max(1);
+        if groups <= max {
+            [groups.max(1), 1, 1]
+        } else {
+            [max, groups.div_ceil(max), 1]
+        }
+    }
+
+    /// Records one dispatch of `kernel` over `grid` with its uniform `params` (binding 0, when
+    /// not empty) and `buffers` (the following bindings, in order); nothing runs until the
+    /// next submission.
+    pub fn record(
+        &self,
+        kernel: Kernel,
+        constants: &[(&str, f64)],
+        params: &[u8],
+        buffers: &[&wgpu::Buffer],
+        grid: [u32; 3],
+    ) {
+        let pipeline = self.pipeline(kernel, constants);
+        let uniform = (!params.is_empty()).then(|| {
+            self.device
+                .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                    label: None,
+                    contents: params,
+                    usage: wgpu::BufferUsages::UNIFORM,
+                })
+        });
+        let mut entries = Vec::with_capacity(buffers.len() + 1);
+        let first = match &uniform {
+            Some(u) => {
+                entries.push(wgpu::BindGroupEntry {
+                    binding: 0,
+                    resource: u.as_entire_binding(),
+                });
+                1
+            }
+            None => 0,
+        };
+        for (i, b) in buffers.iter().enumerate() {
+            entries.push(wgpu::BindGroupEntry {
+                binding: first + i as u32,
+                resource: b.as_entire_binding(),
+            });
+        }
+        let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &entries,
+        });
+        let mut pending = self.pending.lock().expect("pending dispatches");
+        let encoder = pending.encoder.get_or_insert_with(|| {
+            self.device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
+        });
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+            pass.set_pipeline(&pipeline);
+            pass.set_bind_group(0, &bind_group, &[]);
+            pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+        }
+        self.counters.dispatches.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Submits what was recorded (nothing when nothing was).
+    pub fn flush(&self) {
+        let encoder = self
+            .pending
+            .lock()
+            .expect("pending dispatches")
+            .encoder
+            .take();
+        if let Some(e) = encoder {
+            self.queue.submit([e.finish()]);
+            self.counters.submissions.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// `buf`'s elements, after everything recorded so far has run (one submission).
+    pub fn read<T: bytemuck::Pod>(&self, buf: &GpuBuffer<T>) -> Result<Vec<T>, GpuError> {
+        self.read_range(buf, 0, buf.len())
+    }
+
+    /// Elements `start..start + len` of `buf` (4-byte aligned ranges), after everything
+    /// recorded so far has run.
+    pub fn read_range<T: bytemuck::Pod>(
+        &self,
+        buf: &GpuBuffer<T>,
+        start: usize,
+        len: usize,
+    ) -> Result<Vec<T>, GpuError> {
+        if start + len > buf.len() {
+            return Err(GpuError::Shape {
+                op: "read",
+                problem: format!("{len} elements at {start} of a buffer of {}", buf.len()),
+            });
+        }
+        let at = (start * size_of::<T>()) as u64;
+        let bytes = (len * size_of::<T>()) as u64;
+        if !at.is_multiple_of(4) {
+            return Err(GpuError::Shape {
+                op: "read",
+                problem: "reads must start on a 4-byte boundary".into(),
+            });
+        }
+        let size = bytes.div_ceil(4).max(1) * 4;
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        {
+            let mut pending = self.pending.lock().expect("pending dispatches");
+            let encoder = pending.encoder.get_or_insert_with(|| {
+                self.device
+                    .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
+            });
+            let copy = size.min(buf.raw.size() - at);
+            encoder.copy_buffer_to_buffer(&buf.raw, at, &staging, 0, copy);
+        }
+        self.flush();
+        let slice = staging.slice(..);
+        let (tx, rx) = std::sync::mpsc::channel();
+        slice.map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| GpuError::Device(e.to_string()))?;
+        rx.recv()
+            .map_err(|e| GpuError::Device(e.to_string()))?
+            .map_err(|e| GpuError::Device(e.to_string()))?;
+        let view = slice
+            .get_mapped_range()
+            .map_err(|e| GpuError::Device(e.to_string()))?;
+        let out: Vec<T> = bytemuck::cast_slice::<u8, T>(&view[..bytes as usize]).to_vec();
+        drop(view);
+        staging.unmap();
+        self.counters.bytes_down.fetch_add(bytes, Ordering::Relaxed);
+        Ok(out)
+    }
+}

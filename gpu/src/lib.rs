@@ -1,0 +1,27 @@
+//! The GPU kernels of the `transformer` crate: WGSL compute shaders run through `wgpu` on any
+//! Vulkan, Metal or DX12 adapter, including Mesa's lavapipe (a software Vulkan device on the CPU,
+//! which is how CI tests them).
+//!
+//! - [`Gpu`] is one opened adapter: its device and queue, the compiled kernels, and the
+//!   dispatches recorded since the last submission. Kernels are *recorded*, not run: every
+//!   dispatch of a step goes into one command encoder, submitted once when a result is read
+//!   back ([`Gpu::read`]) or on [`Gpu::flush`] — one submission per decode step.
+//! - [`GpuBuffer`] is device memory holding `len` elements of one type; uploads and read-backs
+//!   are counted ([`Counters`]) so a benchmark can say how many bytes crossed the bus per step.
+//! - Each operation is a module with its WGSL source in `src/shaders/` and a host function that
+//!   checks shapes and records the dispatch; its tests compare it with a float64 loop written
+//!   from the equation.
+
+mod buffer;
+mod device;
+mod dispatch;
+pub mod elementwise;
+mod error;
+
+pub use buffer::GpuBuffer;
+pub use device::{adapters, AdapterSummary, Gpu};
+pub use dispatch::Counters;
+pub use error::GpuError;
+
+#[cfg(test)]
+pub(crate) mod testing;
