@@ -17,6 +17,7 @@ mod device;
 mod dispatch;
 pub mod elementwise;
 mod error;
+pub mod products;
 
 pub use buffer::GpuBuffer;
 pub use device::{adapters, AdapterSummary, Gpu};

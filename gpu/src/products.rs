@@ -1,0 +1,357 @@
+//! The weight products `y = x · Wᵀ` and the embedding lookup, for weights stored as f32, f16,
+//! bf16 or one of ggml's block formats (the bytes of a GGUF file's tensor, uploaded as they
+//! are and decoded in the shader).
+//!
+//! `y [rows, d_out] = x [rows, d_in] · Wᵀ`, that is `y[r, o] = Σ_k x[r, k] · W[o, k]`, with `x`
+//! and `y` f32 row-major and `W [d_out, d_in]` row-major in its format: each row of `W` is
+//! `d_in / block_values` blocks of `block_bytes` bytes, rows one after another with no
+//! padding (so a row may start at any byte offset: a `Q4_0` row of one block is 18 bytes).
+//! The layouts (little-endian; `f16` IEEE half precision; ggml's `ggml-common.h`, decoded as
+//! its `dequantize_row_*` in `ggml-quants.c`):
+//!
+//! | format | values / block | bytes / block | layout | value `j` |
+//! |---|---|---|---|---|
+//! | `F32` | 1 | 4 | `f32` | the value |
+//! | `F16` | 1 | 2 | `f16` | the value |
+//! | `Bf16` | 1 | 2 | the top 16 bits of an `f32` | the value |
+//! | `Q4_0` | 32 | 18 | `d: f16, qs: [u8; 16]` | `(q_j − 8) · d` |
+//! | `Q4_1` | 32 | 20 | `d: f16, m: f16, qs: [u8; 16]` | `q_j · d + m` |
+//! | `Q5_0` | 32 | 22 | `d: f16, qh: u32, qs: [u8; 16]` | `(q_j + 16 h_j − 16) · d` |
+//! | `Q5_1` | 32 | 24 | `d: f16, m: f16, qh: u32, qs: [u8; 16]` | `(q_j + 16 h_j) · d + m` |
+//! | `Q8_0` | 32 | 34 | `d: f16, qs: [i8; 32]` | `qs[j] · d` |
+//! | `Q4K` | 256 | 144 | `d, dmin: f16, scales: [u8; 12], qs: [u8; 128]` | `d · sc_s · q_j − dmin · m_s` |
+//! | `Q5K` | 256 | 176 | `d, dmin: f16, scales: [u8; 12], qh: [u8; 32], qs: [u8; 128]` | `d · sc_s · (q_j + 16 h_j) − dmin · m_s` |
+//! | `Q6K` | 256 | 210 | `ql: [u8; 128], qh: [u8; 64], scales: [i8; 16], d: f16` | `d · scales[j / 16] · (q_j − 32)` |
+//!
+//! In the 32-value blocks, `q_j` is the low nibble of `qs[j]` for `j < 16` and the high
+//! nibble of `qs[j − 16]` otherwise; `h_j` is bit `j` of `qh`. `Q4K` and `Q5K` split the
+//! super-block into 8 sub-blocks `s` of 32: sub-block `s` reads `qs[32⌊s/2⌋ ..][..32]`, low
+//! nibbles for even `s`, high for odd; its 6-bit scale `sc_s` and minimum `m_s` are packed
+//! in `scales` (for `s < 4` the low 6 bits of bytes `s` and `s + 4`; for `s ≥ 4` the nibbles
+//! of byte `s + 4` under the top 2 bits of bytes `s − 4` and `s`); `Q5K`'s fifth bit of
+//! element `l` of sub-block `s` is bit `s` of `qh[l]`. `Q6K` takes two halves of 128: in half
+//! `n`, element `32t + l` (`t < 4`, `l < 32`) is the low (`t < 2`) or high nibble of
+//! `ql[64n + 32(t mod 2) + l]` with bits `2t, 2t + 1` of `qh[32n + l]` above it.
+//!
+//! The shaders read the weights as `array<u32>` and take bytes and halves out with shifts
+//! (no 8- or 16-bit storage, no `shader-f16` needed). Every kernel walks a row in *units* of
+//! 32 values (a block, a K-quant sub-block, or 32 floats, the last partial for floats) and
+//! decodes 4 values at a time: each format's WGSL file (`src/shaders/products/`) says how.
+//! Two kernel shapes: [`weight_product`] takes the matrix-vector kernel for up to
+//! [`MATVEC_ROWS`] activation rows (decode: one workgroup per output, each weight byte read
+//! once for all the rows, a tree sum in workgroup memory, no subgroup operations) and the
+//! tiled matrix-matrix kernel above (prefill: 64 × 64 tiles of `y`, the `x` tile and the
+//! decoded `W` tile in workgroup memory). [`gather_rows`] is the embedding lookup.
+
+mod kernels;
+#[cfg(test)]
+mod reference;
+#[cfg(test)]
+mod tests;
+
+use crate::buffer::GpuBuffer;
+use crate::device::Gpu;
+use crate::error::GpuError;
+
+/// Up to this many activation rows, [`weight_product`] runs the matrix-vector kernel; above,
+/// the tiled matrix-matrix kernel.
+pub const MATVEC_ROWS: usize = 8;
+
+/// How a weight matrix is stored: see the module's table.
+#[allow(non_camel_case_types)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WeightFormat {
+    F32,
+    F16,
+    Bf16,
+    Q4_0,
+    Q4_1,
+    Q5_0,
+    Q5_1,
+    Q8_0,
+    Q4K,
+    Q5K,
+    Q6K,
+}
+
+impl WeightFormat {
+    /// Every format.
+    pub const ALL: [WeightFormat; 11] = [
+        WeightFormat::F32,
+        WeightFormat::F16,
+        WeightFormat::Bf16,
+        WeightFormat::Q4_0,
+        WeightFormat::Q4_1,
+        WeightFormat::Q5_0,
+        WeightFormat::Q5_1,
+        WeightFormat::Q8_0,
+        WeightFormat::Q4K,
+        WeightFormat::Q5K,
+        WeightFormat::Q6K,
+    ];
+
+    /// Values per block (a row's length is a multiple of it).
+    pub fn block_values(self) -> usize {
+        match self {
+            WeightFormat::F32 | WeightFormat::F16 | WeightFormat::Bf16 => 1,
+            WeightFormat::Q4_0
+            | WeightFormat::Q4_1
+            | WeightFormat::Q5_0
+            | WeightFormat::Q5_1
+            | WeightFormat::Q8_0 => 32,
+            WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K => 256,
+        }
+    }
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            WeightFormat::F32 => 4,
+            WeightFormat::F16 | WeightFormat::Bf16 => 2,
+            WeightFormat::Q4_0 => 18,
+            WeightFormat::Q4_1 => 20,
+            WeightFormat::Q5_0 => 22,
+            WeightFormat::Q5_1 => 24,
+            WeightFormat::Q8_0 => 34,
+            WeightFormat::Q4K => 144,
+            WeightFormat::Q5K => 176,
+            WeightFormat::Q6K => 210,
+        }
+    }
+
+    /// Bytes of one row of `d_in` values (a multiple of [`Self::block_values`]).
+    pub fn row_bytes(self, d_in: usize) -> usize {
+        d_in / self.block_values() * self.block_bytes()
+    }
+
+    /// ggml's name of the format (`Q4_K`, `BF16`).
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightFormat::F32 => "F32",
+            WeightFormat::F16 => "F16",
+            WeightFormat::Bf16 => "BF16",
+            WeightFormat::Q4_0 => "Q4_0",
+            WeightFormat::Q4_1 => "Q4_1",
+            WeightFormat::Q5_0 => "Q5_0",
+            WeightFormat::Q5_1 => "Q5_1",
+            WeightFormat::Q8_0 => "Q8_0",
+            WeightFormat::Q4K => "Q4_K",
+            WeightFormat::Q5K => "Q5_K",
+            WeightFormat::Q6K => "Q6_K",
+        }
+    }
+}
+
+impl std::fmt::Display for WeightFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A weight matrix `W [d_out, d_in]` in device memory, its bytes as stored (see the module's
+/// table), in 32-bit words (the last one padded with zeros).
+#[derive(Debug)]
+pub struct GpuWeight {
+    format: WeightFormat,
+    d_in: usize,
+    d_out: usize,
+    data: GpuBuffer<u32>,
+}
+
+impl GpuWeight {
+    /// Uploads the `d_out` rows of `d_in` values stored in `bytes`, after checking that
+    /// `d_in` is a positive multiple of the format's block and `bytes` exactly
+    /// `d_out · row_bytes` long.
+    pub fn upload(
+        gpu: &Gpu,
+        format: WeightFormat,
+        d_in: usize,
+        d_out: usize,
+        bytes: &[u8],
+    ) -> Result<GpuWeight, GpuError> {
+        let shape = |problem: String| GpuError::Shape {
+            op: "weight upload",
+            problem,
+        };
+        let block = format.block_values();
+        if d_in == 0 || d_out == 0 || !d_in.is_multiple_of(block) {
+            return Err(shape(format!(
+                "a {format} matrix of {d_out} rows of {d_in} values: both must be positive, \
+                 and the row length a multiple of {block}"
+            )));
+        }
+        let row_bytes = format.row_bytes(d_in);
+        let want = d_out.checked_mul(row_bytes);
+        if want != Some(bytes.len()) {
+            return Err(shape(format!(
+                "a {format} matrix of {d_out} rows of {d_in} values is {d_out} × {row_bytes} \
+                 bytes, not the {} given",
+                bytes.len()
+            )));
+        }
+        // The shaders address the weights in bytes, in u32.
+        if bytes.len() > u32::MAX as usize {
+            return Err(GpuError::TooLarge {
+                what: format!("a {format} weight matrix (byte offsets are 32-bit)"),
+                bytes: bytes.len() as u64,
+                limit: u64::from(u32::MAX),
+            });
+        }
+        let words: Vec<u32> = bytes
+            .chunks(4)
+            .map(|c| {
+                let mut w = [0u8; 4];
+                w[..c.len()].copy_from_slice(c);
+                u32::from_le_bytes(w)
+            })
+            .collect();
+        Ok(GpuWeight {
+            format,
+            d_in,
+            d_out,
+            data: gpu.upload(&words)?,
+        })
+    }
+
+    /// How it is stored.
+    pub fn format(&self) -> WeightFormat {
+        self.format
+    }
+
+    /// Values per row (the product's input width).
+    pub fn d_in(&self) -> usize {
+        self.d_in
+    }
+
+    /// Rows (the product's output width).
+    pub fn d_out(&self) -> usize {
+        self.d_out
+    }
+
+    /// The stored bytes, as 32-bit words.
+    pub fn data(&self) -> &GpuBuffer<u32> {
+        &self.data
+    }
+
+    /// The kernels' uniform parameters: rows (or ids), d_in, d_out, row bytes, units of 32
+    /// per row, output tiles along d_out, two words of padding.
+    fn params(&self, rows: usize, tiles_n: usize) -> Vec<u8> {
+        [
+            rows,
+            self.d_in,
+            self.d_out,
+            self.format.row_bytes(self.d_in),
+            self.d_in.div_ceil(32),
+            tiles_n,
+            0,
+            0,
+        ]
+        .iter()
+        .flat_map(|&v| (v as u32).to_le_bytes())
+        .collect()
+    }
+}
+
+/// `n` must fit the shaders' 32-bit indices.
+fn check_index(op: &'static str, what: &str, n: usize) -> Result<(), GpuError> {
+    if n > u32::MAX as usize {
+        return Err(GpuError::Shape {
+            op,
+            problem: format!("{what} ({n}) exceeds the 32-bit indices of the shaders"),
+        });
+    }
+    Ok(())
+}
+
+/// Records `y [rows, d_out] = x [rows, d_in] · Wᵀ` (`y[r, o] = Σ_k x[r, k] · W[o, k]`), with
+/// the matrix-vector kernel for up to [`MATVEC_ROWS`] rows and the tiled one above; checks
+/// that `x` holds `rows × d_in` values and `y` `rows × d_out` first. Nothing is recorded for
+/// `rows = 0`.
+pub fn weight_product(
+    gpu: &Gpu,
+    y: &GpuBuffer<f32>,
+    x: &GpuBuffer<f32>,
+    rows: usize,
+    w: &GpuWeight,
+) -> Result<(), GpuError> {
+    const OP: &str = "weight product";
+    let (d_in, d_out) = (w.d_in, w.d_out);
+    if x.len() != rows * d_in || y.len() != rows * d_out {
+        return Err(GpuError::Shape {
+            op: OP,
+            problem: format!(
+                "x of {} values and y of {} for {rows} rows through a {} matrix of \
+                 [{d_out}, {d_in}]: x needs {}, y {}",
+                x.len(),
+                y.len(),
+                w.format,
+                rows * d_in,
+                rows * d_out
+            ),
+        });
+    }
+    check_index(OP, "x's length", x.len())?;
+    check_index(OP, "y's length", y.len())?;
+    if rows == 0 {
+        return Ok(());
+    }
+    let k = kernels::of(w.format);
+    let buffers = [&w.data.raw, &x.raw, &y.raw];
+    if rows <= MATVEC_ROWS {
+        gpu.record(
+            k.matvec,
+            &[],
+            &w.params(rows, 0),
+            &buffers,
+            gpu.grid(d_out as u32),
+        );
+    } else {
+        let tiles_n = d_out.div_ceil(64);
+        let groups = rows.div_ceil(64) * tiles_n;
+        check_index(OP, "the tiles", groups)?;
+        gpu.record(
+            k.matmul,
+            &[],
+            &w.params(rows, tiles_n),
+            &buffers,
+            gpu.grid(groups as u32),
+        );
+    }
+    Ok(())
+}
+
+/// Records the embedding lookup `out[i, :] = W[ids[i], :]` (row `ids[i]` of `table`
+/// decoded to f32), zeros for an id `≥ d_out`. The ids are not looked at here (they may be
+/// computed on the device); `out` must hold `ids × d_in` values.
+pub fn gather_rows(
+    gpu: &Gpu,
+    out: &GpuBuffer<f32>,
+    ids: &GpuBuffer<u32>,
+    table: &GpuWeight,
+) -> Result<(), GpuError> {
+    const OP: &str = "gather rows";
+    let n = ids.len();
+    if out.len() != n * table.d_in {
+        return Err(GpuError::Shape {
+            op: OP,
+            problem: format!(
+                "out of {} values for {n} rows of {} values",
+                out.len(),
+                table.d_in
+            ),
+        });
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    let invocations = n * table.d_in.div_ceil(32) * 8;
+    check_index(OP, "the invocations", invocations)?;
+    gpu.record(
+        kernels::of(table.format).gather,
+        &[],
+        &table.params(n, 0),
+        &[&table.data.raw, &ids.raw, &out.raw],
+        gpu.grid(invocations.div_ceil(256) as u32),
+    );
+    Ok(())
+}

@@ -1,0 +1,177 @@
+//! Every format against a float64 product of its ggml-spec decoding, on shapes that cross the
+//! matrix-vector / matrix-matrix switch, partial tiles and partial workgroups.
+
+use super::reference::{dequantize, random_weight};
+use super::*;
+use crate::testing::{gpu, rand_vec};
+
+/// The `(rows, d_in, d_out)` shapes `format` is tested on: rows on both sides of
+/// [`MATVEC_ROWS`], outputs fewer than a workgroup or a tile and odd, rows one block, a few
+/// blocks, and (for the float formats) not a multiple of the 32-value unit; one long row
+/// (more pieces than a matrix-vector workgroup has invocations) and a 2 × 2 grid of tiles.
+fn shapes(format: WeightFormat) -> Vec<(usize, usize, usize)> {
+    let b = format.block_values().max(32);
+    let d_ins: Vec<usize> = if format.block_values() == 1 {
+        vec![1, 37, 96, 100]
+    } else {
+        vec![b, 3 * b, 2 * b]
+    };
+    let d_outs = [1, 3, 67];
+    let mut shapes: Vec<_> = [1, 2, 3, 7, 8, 9, 33, 64]
+        .iter()
+        .enumerate()
+        .map(|(i, &rows)| (rows, d_ins[i % d_ins.len()], d_outs[i % d_outs.len()]))
+        .collect();
+    let long = if b == 256 { 5 * 256 } else { 1312 };
+    shapes.push((2, long, 5));
+    shapes.push((70, 2 * b, 130));
+    shapes
+}
+
+/// The GPU product of a random `format` matrix against the float64 one.
+fn check_product(gpu: &Gpu, format: WeightFormat, rows: usize, d_in: usize, d_out: usize) {
+    let seed = (rows * 1000 + d_in * 10 + d_out) as u64;
+    let bytes = random_weight(format, d_in, d_out, seed);
+    let wf = dequantize(format, &bytes, d_in, d_out);
+    let x = rand_vec(rows * d_in, seed + 1);
+    let w = GpuWeight::upload(gpu, format, d_in, d_out, &bytes).unwrap();
+    let dx = gpu.upload(&x).unwrap();
+    // NaN where nothing is written: a missed output fails.
+    let dy = gpu.upload(&vec![f32::NAN; rows * d_out]).unwrap();
+    weight_product(gpu, &dy, &dx, rows, &w).unwrap();
+    let y = gpu.read(&dy).unwrap();
+    for r in 0..rows {
+        for o in 0..d_out {
+            let terms = (0..d_in).map(|k| wf[o * d_in + k] * f64::from(x[r * d_in + k]));
+            let (sum, sq) = terms.fold((0.0, 0.0), |(s, q), t| (s + t, q + t * t));
+            let tol = 1e-5 * (d_in as f64).sqrt() * sq.sqrt() + 1e-30;
+            let got = f64::from(y[r * d_out + o]);
+            assert!(
+                (got - sum).abs() <= tol,
+                "{format} rows {rows} d_in {d_in} d_out {d_out}: y[{r}, {o}] = {got}, \
+                 float64 {sum} (tolerance {tol})"
+            );
+        }
+    }
+}
+
+/// The embedding lookup of a random `format` table, with ids out of range.
+fn check_gather(gpu: &Gpu, format: WeightFormat, d_in: usize, d_out: usize) {
+    let bytes = random_weight(format, d_in, d_out, 77);
+    let wf = dequantize(format, &bytes, d_in, d_out);
+    let table = GpuWeight::upload(gpu, format, d_in, d_out, &bytes).unwrap();
+    let ids = [2, d_out as u32, 0, u32::MAX, d_out as u32 - 1, 2];
+    let dids = gpu.upload(&ids).unwrap();
+    let out = gpu.upload(&vec![f32::NAN; ids.len() * d_in]).unwrap();
+    gather_rows(gpu, &out, &dids, &table).unwrap();
+    let got = gpu.read(&out).unwrap();
+    for (i, &id) in ids.iter().enumerate() {
+        for k in 0..d_in {
+            let want = if (id as usize) < d_out {
+                wf[id as usize * d_in + k]
+            } else {
+                0.0
+            };
+            let g = f64::from(got[i * d_in + k]);
+            assert!(
+                (g - want).abs() <= 1e-6 * want.abs(),
+                "{format} gather d_in {d_in}: out[{i}, {k}] (id {id}) = {g}, float64 {want}"
+            );
+        }
+    }
+}
+
+fn check_format(format: WeightFormat) {
+    let Some(gpu) = gpu() else { return };
+    for (rows, d_in, d_out) in shapes(format) {
+        check_product(gpu, format, rows, d_in, d_out);
+    }
+    let d_in = if format.block_values() == 1 {
+        37
+    } else {
+        2 * format.block_values()
+    };
+    check_gather(gpu, format, d_in, 5);
+}
+
+#[test]
+fn f32_products() {
+    check_format(WeightFormat::F32);
+}
+
+#[test]
+fn f16_products() {
+    check_format(WeightFormat::F16);
+}
+
+#[test]
+fn bf16_products() {
+    check_format(WeightFormat::Bf16);
+}
+
+#[test]
+fn q4_0_products() {
+    check_format(WeightFormat::Q4_0);
+}
+
+#[test]
+fn q4_1_products() {
+    check_format(WeightFormat::Q4_1);
+}
+
+#[test]
+fn q5_0_products() {
+    check_format(WeightFormat::Q5_0);
+}
+
+#[test]
+fn q5_1_products() {
+    check_format(WeightFormat::Q5_1);
+}
+
+#[test]
+fn q8_0_products() {
+    check_format(WeightFormat::Q8_0);
+}
+
+#[test]
+fn q4_k_products() {
+    check_format(WeightFormat::Q4K);
+}
+
+#[test]
+fn q5_k_products() {
+    check_format(WeightFormat::Q5K);
+}
+
+#[test]
+fn q6_k_products() {
+    check_format(WeightFormat::Q6K);
+}
+
+#[test]
+fn a_wrong_byte_length_names_the_sizes() {
+    let Some(gpu) = gpu() else { return };
+    let e = GpuWeight::upload(gpu, WeightFormat::Q4_0, 64, 3, &[0u8; 100])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("3 × 36 bytes, not the 100 given"), "{e}");
+    let e = GpuWeight::upload(gpu, WeightFormat::Q6K, 300, 1, &[0u8; 210])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("a multiple of 256"), "{e}");
+}
+
+#[test]
+fn mismatched_activations_are_an_error_naming_them() {
+    let Some(gpu) = gpu() else { return };
+    let w = GpuWeight::upload(gpu, WeightFormat::F32, 4, 2, &[0u8; 32]).unwrap();
+    let x = gpu.zeros::<f32>(12).unwrap();
+    let y = gpu.zeros::<f32>(6).unwrap();
+    let e = weight_product(gpu, &y, &x, 2, &w).unwrap_err().to_string();
+    assert!(e.contains("x needs 8, y 4"), "{e}");
+    let out = gpu.zeros::<f32>(5).unwrap();
+    let ids = gpu.upload(&[0u32]).unwrap();
+    let e = gather_rows(gpu, &out, &ids, &w).unwrap_err().to_string();
+    assert!(e.contains("out of 5 values for 1 rows of 4 values"), "{e}");
+}
