@@ -175,3 +175,40 @@ fn mismatched_activations_are_an_error_naming_them() {
     let e = gather_rows(gpu, &out, &ids, &w).unwrap_err().to_string();
     assert!(e.contains("out of 5 values for 1 rows of 4 values"), "{e}");
 }
+
+#[test]
+fn a_vocabulary_past_one_grid_dimension() {
+    // More outputs than workgroups along x (65 535 on most adapters): a 2D grid.
+    let Some(gpu) = gpu() else { return };
+    let (format, d_in, d_out) = (WeightFormat::Q4_0, 32, 65_600);
+    let bytes = random_weight(format, d_in, d_out, 3);
+    let wf = dequantize(format, &bytes, d_in, d_out);
+    let w = GpuWeight::upload(gpu, format, d_in, d_out, &bytes).unwrap();
+    let x = rand_vec(d_in, 4);
+    let dx = gpu.upload(&x).unwrap();
+    let dy = gpu.upload(&vec![f32::NAN; d_out]).unwrap();
+    weight_product(gpu, &dy, &dx, 1, &w).unwrap();
+    let y = gpu.read(&dy).unwrap();
+    for o in [0, 1, 65_534, 65_535, 65_536, d_out - 1] {
+        let want: f64 = (0..d_in).map(|k| wf[o * d_in + k] * f64::from(x[k])).sum();
+        let got = f64::from(y[o]);
+        assert!(
+            (got - want).abs() <= 1e-4 * want.abs().max(1.0),
+            "y[{o}] = {got}, float64 {want}"
+        );
+    }
+    assert!(y.iter().all(|v| v.is_finite()), "every output written");
+    let ids = gpu.upload(&[d_out as u32 - 1, 65_535]).unwrap();
+    let out = gpu.zeros::<f32>(2 * d_in).unwrap();
+    gather_rows(gpu, &out, &ids, &w).unwrap();
+    let got = gpu.read(&out).unwrap();
+    for (i, o) in [d_out - 1, 65_535].into_iter().enumerate() {
+        for k in 0..d_in {
+            assert_eq!(
+                f64::from(got[i * d_in + k]),
+                wf[o * d_in + k],
+                "row {o} value {k}"
+            );
+        }
+    }
+}

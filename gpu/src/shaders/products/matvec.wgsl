@@ -4,9 +4,9 @@
 @group(0) @binding(2) var<storage, read> x: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 
-const WG: u32 = 128u;
+const WG: u32 = 64u;
 const MAXR: u32 = 8u;
-var<workgroup> red: array<f32, 1024>; // MAXR * WG
+var<workgroup> red: array<f32, 512>; // MAXR * WG
 
 // x[r, k..k + 4], zeros past d_in.
 fn x4(r: u32, k: u32) -> vec4<f32> {
@@ -15,7 +15,7 @@ fn x4(r: u32, k: u32) -> vec4<f32> {
                      select(0.0, x[i + 2u], k + 2u < p.d_in), select(0.0, x[i + 3u], k + 3u < p.d_in));
 }
 
-@compute @workgroup_size(128)
+@compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let o = wid.x + wid.y * nwg.x;
@@ -44,7 +44,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         workgroupBarrier();
         if (lid < s) {
             for (var r = 0u; r < MAXR; r++) {
-                red[r * WG + lid] += red[r * WG + lid + s];
+                if (r < p.rows) {
+                    red[r * WG + lid] += red[r * WG + lid + s];
+                }
             }
         }
     }
