@@ -265,8 +265,8 @@ fn check_index(op: &'static str, what: &str, n: usize) -> Result<(), GpuError> {
 
 /// Records `y [rows, d_out] = x [rows, d_in] · Wᵀ` (`y[r, o] = Σ_k x[r, k] · W[o, k]`), with
 /// the matrix-vector kernel for up to [`MATVEC_ROWS`] rows and the tiled one above; checks
-/// that `x` holds `rows × d_in` values and `y` `rows × d_out` first. Nothing is recorded for
-/// `rows = 0`.
+/// first that `x` holds `rows × d_in` values, `y` `rows × d_out`, and that they are not the
+/// same buffer. Nothing is recorded for `rows = 0`.
 pub fn weight_product(
     gpu: &Gpu,
     y: &GpuBuffer<f32>,
@@ -288,6 +288,12 @@ pub fn weight_product(
                 rows * d_in,
                 rows * d_out
             ),
+        });
+    }
+    if x.raw == y.raw {
+        return Err(GpuError::Shape {
+            op: OP,
+            problem: "y must be another buffer than x".into(),
         });
     }
     check_index(OP, "x's length", x.len())?;

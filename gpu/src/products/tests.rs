@@ -170,6 +170,12 @@ fn mismatched_activations_are_an_error_naming_them() {
     let y = gpu.zeros::<f32>(6).unwrap();
     let e = weight_product(gpu, &y, &x, 2, &w).unwrap_err().to_string();
     assert!(e.contains("x needs 8, y 4"), "{e}");
+    let xy = gpu.zeros::<f32>(8).unwrap();
+    let w4 = GpuWeight::upload(gpu, WeightFormat::F32, 4, 4, &[0u8; 64]).unwrap();
+    let e = weight_product(gpu, &xy, &xy, 2, &w4)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("another buffer than x"), "{e}");
     let out = gpu.zeros::<f32>(5).unwrap();
     let ids = gpu.upload(&[0u32]).unwrap();
     let e = gather_rows(gpu, &out, &ids, &w).unwrap_err().to_string();
