@@ -13,6 +13,7 @@ pub mod bleu;
 pub mod chat;
 pub mod classify;
 pub mod demo;
+pub mod devices;
 pub mod embed;
 pub mod generate;
 pub mod heads;
@@ -134,6 +135,9 @@ pub enum Command {
     /// Removes attention heads physically (the least important or random ones) and writes the
     /// smaller model, which loads wherever the unpruned one does
     Prune(prune::PruneArgs),
+    /// What models can run on here: the CPU, and each GPU adapter as `--device gpu:N` names it
+    /// (name, kind, API, driver, features).
+    Devices(devices::DevicesArgs),
 }
 
 impl Command {
@@ -163,7 +167,7 @@ impl Command {
                 return None
             }
             Command::Tokenize(_) => return None,
-            Command::Template(_) => return None,
+            Command::Template(_) | Command::Devices(_) => return None,
         })
     }
 }
@@ -225,6 +229,7 @@ fn dispatch(command: Command) -> Result<()> {
         Command::Template(a) => template::run(a),
         Command::Heads(a) => heads::run(a),
         Command::Prune(a) => prune::run(a),
+        Command::Devices(a) => devices::run(a),
     }
 }
 

@@ -11,6 +11,7 @@ mod common;
 mod fuzz_common;
 
 mod crash;
+mod devices;
 mod fuzz_grammars;
 mod fuzz_readers;
 mod robust;
