@@ -1,0 +1,508 @@
+//! Paged decode attention: one new query row per sequence against a KV cache stored in
+//! fixed-size blocks, and the kernel that writes new rows into that cache.
+//!
+//! The cache is `k_cache`, `v_cache` `[num_blocks, block_size, n_kv_heads, d_head]` (row-major
+//! f32). Each sequence owns blocks listed in its row of a block table `[seqs, max_blocks]`
+//! (`u32` block ids, in any order: blocks come from a shared pool), and has `ctx_lens[s]`
+//! cached keys; its key `j` lives in slot `table[s, j / block_size] · block_size +
+//! j % block_size`. For queries `q` `[seqs, n_heads, d_head]` the output `o`
+//! `[seqs, n_heads, d_head]` is
+//!
+//! `o[s, h] = Σ_{j < ctx_s} softmax_j(scale · q[s, h] · k_j) v_j`, with kv head
+//! `h / (n_heads / n_kv_heads)` (grouped-query attention).
+//!
+//! Long contexts are split (flash-decoding): partitions of `partition` keys are computed in
+//! parallel, each writing its partial max `m_p`, sum `l_p` and unnormalised accumulator into a
+//! [`DecodeScratch`], then a reduce kernel merges them:
+//! `M = max m_p`, `o = Σ_p acc_p e^(m_p − M) / Σ_p l_p e^(m_p − M)`.
+//!
+//! Block ids and context lengths are read on the device and not checked against the cache's
+//! size: an out-of-range id reads or writes within the buffer's bounds (wgpu's robust buffer
+//! access), never outside it, but gives meaningless results.
+
+use crate::buffer::GpuBuffer;
+use crate::device::Gpu;
+use crate::dispatch::Kernel;
+use crate::error::GpuError;
+use crate::flash_attention::check_heads;
+
+const PARTIAL: Kernel = Kernel {
+    name: "paged_partial",
+    source: concat!(
+        include_str!("shaders/reduce.wgsl"),
+        include_str!("shaders/paged_partial.wgsl")
+    ),
+};
+
+const REDUCE: Kernel = Kernel {
+    name: "paged_reduce",
+    source: include_str!("shaders/paged_reduce.wgsl"),
+};
+
+const KV_WRITE: Kernel = Kernel {
+    name: "kv_write",
+    source: include_str!("shaders/kv_write.wgsl"),
+};
+
+/// The default keys per partition of the split-K pass.
+pub const DEFAULT_PARTITION: usize = 256;
+/// The most keys per partition (the scores of a partition stay in workgroup memory).
+pub const MAX_PARTITION: usize = 1024;
+
+/// A paged KV cache: `k` and `v` `[num_blocks, block_size, n_kv_heads, d_head]`.
+#[derive(Clone, Copy, Debug)]
+pub struct PagedCache<'a> {
+    pub k: &'a GpuBuffer<f32>,
+    pub v: &'a GpuBuffer<f32>,
+    pub block_size: usize,
+    pub n_kv_heads: usize,
+    pub d_head: usize,
+}
+
+/// The block table `[seqs, max_blocks]` of block ids.
+#[derive(Clone, Copy, Debug)]
+pub struct BlockTable<'a> {
+    pub ids: &'a GpuBuffer<u32>,
+    pub max_blocks: usize,
+}
+
+impl PagedCache<'_> {
+    fn check(&self, op: &'static str) -> Result<(), GpuError> {
+        let row = self.block_size * self.n_kv_heads * self.d_head;
+        if self.block_size == 0
+            || row == 0
+            || self.k.len() != self.v.len()
+            || !self.k.len().is_multiple_of(row)
+        {
+            return Err(GpuError::Shape {
+                op,
+                problem: format!(
+                    "caches of {} and {} are not blocks of {} × {} kv heads × {}",
+                    self.k.len(),
+                    self.v.len(),
+                    self.block_size,
+                    self.n_kv_heads,
+                    self.d_head
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl BlockTable<'_> {
+    fn seqs(&self, op: &'static str) -> Result<usize, GpuError> {
+        if self.max_blocks == 0 || !self.ids.len().is_multiple_of(self.max_blocks) {
+            return Err(GpuError::Shape {
+                op,
+                problem: format!(
+                    "a block table of {} is not rows of {} blocks",
+                    self.ids.len(),
+                    self.max_blocks
+                ),
+            });
+        }
+        Ok(self.ids.len() / self.max_blocks)
+    }
+}
+
+/// Device memory for the partial results of the split-K pass, sized for up to `rows`
+/// (sequence, head) pairs of `d_head` over up to `max_context` keys.
+#[derive(Debug)]
+pub struct DecodeScratch {
+    ml: GpuBuffer<f32>,
+    acc: GpuBuffer<f32>,
+    partition: usize,
+}
+
+impl DecodeScratch {
+    /// Scratch for `seqs × n_heads` rows of `d_head` and contexts up to `max_context` keys,
+    /// split into partitions of `partition` keys (1..=[`MAX_PARTITION`]).
+    pub fn new(
+        gpu: &Gpu,
+        seqs: usize,
+        n_heads: usize,
+        d_head: usize,
+        max_context: usize,
+        partition: usize,
+    ) -> Result<DecodeScratch, GpuError> {
+        if partition == 0 || partition > MAX_PARTITION {
+            return Err(GpuError::Shape {
+                op: "paged_attention",
+                problem: format!("a partition of {partition} keys outside 1..={MAX_PARTITION}"),
+            });
+        }
+        let parts = max_context.div_ceil(partition).max(1);
+        let rows = seqs * n_heads * parts;
+        Ok(DecodeScratch {
+            ml: gpu.zeros(2 * rows)?,
+            acc: gpu.zeros(rows * d_head)?,
+            partition,
+        })
+    }
+}
+
+/// Records paged decode attention for one query row per sequence (see the module's
+/// equations): `q` and `o` `[seqs, n_heads, d_head]`, `ctx_lens` `[seqs]`.
+#[allow(clippy::too_many_arguments)]
+pub fn paged_attention(
+    gpu: &Gpu,
+    q: &GpuBuffer<f32>,
+    cache: PagedCache<'_>,
+    table: BlockTable<'_>,
+    ctx_lens: &GpuBuffer<u32>,
+    o: &GpuBuffer<f32>,
+    n_heads: usize,
+    scale: f32,
+    scratch: &DecodeScratch,
+) -> Result<(), GpuError> {
+    let op = "paged_attention";
+    let d = cache.d_head;
+    check_heads(op, n_heads, cache.n_kv_heads, d)?;
+    cache.check(op)?;
+    let seqs = table.seqs(op)?;
+    let err = |problem: String| Err(GpuError::Shape { op, problem });
+    if ctx_lens.len() != seqs {
+        return err(format!(
+            "{} context lengths for {seqs} block-table rows",
+            ctx_lens.len()
+        ));
+    }
+    if q.len() != seqs * n_heads * d || o.len() != q.len() {
+        return err(format!(
+            "q {} and o {} for {seqs} sequences × {n_heads} heads × {d}",
+            q.len(),
+            o.len()
+        ));
+    }
+    let parts = (table.max_blocks * cache.block_size)
+        .div_ceil(scratch.partition)
+        .max(1);
+    let rows = seqs * n_heads;
+    if scratch.ml.len() < 2 * rows * parts || scratch.acc.len() < rows * parts * d {
+        return err(format!(
+            "scratch too small for {rows} rows × {parts} partitions × {d}"
+        ));
+    }
+    if rows == 0 {
+        return Ok(());
+    }
+    let words = [
+        seqs as u32,
+        n_heads as u32,
+        cache.n_kv_heads as u32,
+        d as u32,
+        cache.block_size as u32,
+        table.max_blocks as u32,
+        parts as u32,
+        scratch.partition as u32,
+        scale.to_bits(),
+    ];
+    gpu.record(
+        PARTIAL,
+        &[],
+        bytemuck::cast_slice(&words),
+        &[
+            &q.raw,
+            &cache.k.raw,
+            &cache.v.raw,
+            &table.ids.raw,
+            &ctx_lens.raw,
+            &scratch.ml.raw,
+            &scratch.acc.raw,
+        ],
+        gpu.grid((rows * parts) as u32),
+    );
+    let words = [rows as u32, parts as u32, d as u32];
+    gpu.record(
+        REDUCE,
+        &[],
+        bytemuck::cast_slice(&words),
+        &[&scratch.ml.raw, &scratch.acc.raw, &o.raw],
+        gpu.grid(rows as u32),
+    );
+    Ok(())
+}
+
+/// Records the store of new rows `k_new`, `v_new` `[n_new, n_kv_heads, d_head]` into the
+/// cache: row `r` of sequence `row_seq[r]` at position `row_pos[r]` goes to slot
+/// `table[seq, pos / block_size] · block_size + pos % block_size`.
+pub fn kv_write(
+    gpu: &Gpu,
+    cache: PagedCache<'_>,
+    table: BlockTable<'_>,
+    k_new: &GpuBuffer<f32>,
+    v_new: &GpuBuffer<f32>,
+    row_seq: &GpuBuffer<u32>,
+    row_pos: &GpuBuffer<u32>,
+) -> Result<(), GpuError> {
+    let op = "kv_write";
+    cache.check(op)?;
+    table.seqs(op)?;
+    let n_new = row_seq.len();
+    let row_len = cache.n_kv_heads * cache.d_head;
+    if row_pos.len() != n_new || k_new.len() != n_new * row_len || v_new.len() != k_new.len() {
+        return Err(GpuError::Shape {
+            op,
+            problem: format!(
+                "{} sequence ids, {} positions, k {} and v {} for rows of {} kv heads × {}",
+                n_new,
+                row_pos.len(),
+                k_new.len(),
+                v_new.len(),
+                cache.n_kv_heads,
+                cache.d_head
+            ),
+        });
+    }
+    let n = k_new.len() as u32;
+    if n == 0 {
+        return Ok(());
+    }
+    let words = [
+        n,
+        row_len as u32,
+        cache.block_size as u32,
+        table.max_blocks as u32,
+    ];
+    gpu.record(
+        KV_WRITE,
+        &[],
+        bytemuck::cast_slice(&words),
+        &[
+            &k_new.raw,
+            &v_new.raw,
+            &row_seq.raw,
+            &row_pos.raw,
+            &table.ids.raw,
+            &cache.k.raw,
+            &cache.v.raw,
+        ],
+        gpu.grid(n.div_ceil(256)),
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flash_attention::{attention_ref, AttnMask, AttnShape};
+    use crate::testing::{assert_close, gpu, rand_vec};
+
+    /// Block ids 0..n in a seeded shuffled order.
+    fn shuffled(n: usize, seed: u64) -> Vec<u32> {
+        let mut ids: Vec<u32> = (0..n as u32).collect();
+        let r = rand_vec(n, seed);
+        for i in (1..n).rev() {
+            let j = (((r[i] + 1.0) / 2.0) * (i + 1) as f32) as usize;
+            ids.swap(i, j.min(i));
+        }
+        ids
+    }
+
+    struct Case {
+        ctx: Vec<usize>,
+        n_heads: usize,
+        n_kv: usize,
+        d: usize,
+        bs: usize,
+        partition: usize,
+    }
+
+    /// Builds the paged cache on the host from contiguous per-sequence keys and values,
+    /// runs the kernels and compares each sequence with float64 attention over its keys.
+    fn run(c: Case, seed: u64) {
+        let gpu = gpu().unwrap();
+        let seqs = c.ctx.len();
+        let max_blocks = c.ctx.iter().map(|n| n.div_ceil(c.bs)).max().unwrap();
+        let used: usize = c.ctx.iter().map(|n| n.div_ceil(c.bs)).sum();
+        let num_blocks = used + 3;
+        let pool = shuffled(num_blocks, seed);
+        let row = c.n_kv * c.d;
+        let mut k_cache = vec![0.0f32; num_blocks * c.bs * row];
+        let mut v_cache = k_cache.clone();
+        let mut table = vec![0u32; seqs * max_blocks];
+        let mut next = 0;
+        let mut per_seq = Vec::new();
+        for (s, &n) in c.ctx.iter().enumerate() {
+            for b in 0..n.div_ceil(c.bs) {
+                table[s * max_blocks + b] = pool[next];
+                next += 1;
+            }
+            let k = rand_vec(n * row, seed + 10 + s as u64);
+            let v = rand_vec(n * row, seed + 50 + s as u64);
+            for j in 0..n {
+                let slot = table[s * max_blocks + j / c.bs] as usize * c.bs + j % c.bs;
+                k_cache[slot * row..][..row].copy_from_slice(&k[j * row..][..row]);
+                v_cache[slot * row..][..row].copy_from_slice(&v[j * row..][..row]);
+            }
+            per_seq.push((k, v));
+        }
+        let q: Vec<f32> = rand_vec(seqs * c.n_heads * c.d, seed + 99)
+            .iter()
+            .map(|x| x * 2.0)
+            .collect();
+        let ctx: Vec<u32> = c.ctx.iter().map(|&n| n as u32).collect();
+        let (dk, dv) = (gpu.upload(&k_cache).unwrap(), gpu.upload(&v_cache).unwrap());
+        let (dt, dctx, dq) = (
+            gpu.upload(&table).unwrap(),
+            gpu.upload(&ctx).unwrap(),
+            gpu.upload(&q).unwrap(),
+        );
+        let o = gpu.zeros::<f32>(q.len()).unwrap();
+        let cache = PagedCache {
+            k: &dk,
+            v: &dv,
+            block_size: c.bs,
+            n_kv_heads: c.n_kv,
+            d_head: c.d,
+        };
+        let bt = BlockTable {
+            ids: &dt,
+            max_blocks,
+        };
+        let scale = 1.0 / (c.d as f32).sqrt();
+        let scratch =
+            DecodeScratch::new(gpu, seqs, c.n_heads, c.d, max_blocks * c.bs, c.partition).unwrap();
+        paged_attention(gpu, &dq, cache, bt, &dctx, &o, c.n_heads, scale, &scratch).unwrap();
+        let got = gpu.read(&o).unwrap();
+        let qrow = c.n_heads * c.d;
+        for (s, (k, v)) in per_seq.iter().enumerate() {
+            let shape = AttnShape {
+                q_len: 1,
+                kv_len: c.ctx[s],
+                n_heads: c.n_heads,
+                n_kv_heads: c.n_kv,
+                d_head: c.d,
+            };
+            let mask = AttnMask {
+                scale,
+                causal: false,
+                past: 0,
+                window: None,
+            };
+            let want = attention_ref(&q[s * qrow..][..qrow], k, v, shape, mask);
+            let what = format!("sequence {s} of {:?}", c.ctx);
+            assert_close(&got[s * qrow..][..qrow], &want, 1e-4, 1e-5, &what);
+        }
+    }
+
+    #[test]
+    fn contexts_around_a_block_and_many_shuffled_blocks() {
+        if gpu().is_none() {
+            return;
+        }
+        // 1, block_size − 1, block_size + 1 and 1000 keys in one call, GQA 4:2.
+        let c = Case {
+            ctx: vec![1, 15, 17, 1000],
+            n_heads: 4,
+            n_kv: 2,
+            d: 64,
+            bs: 16,
+            partition: DEFAULT_PARTITION,
+        };
+        run(c, 1);
+    }
+
+    #[test]
+    fn small_partitions_gqa_and_wide_heads() {
+        if gpu().is_none() {
+            return;
+        }
+        let c = Case {
+            ctx: vec![33, 31, 500, 64],
+            n_heads: 8,
+            n_kv: 1,
+            d: 128,
+            bs: 32,
+            partition: 64,
+        };
+        run(c, 2);
+        let c = Case {
+            ctx: vec![5, 300],
+            n_heads: 2,
+            n_kv: 2,
+            d: 256,
+            bs: 8,
+            partition: 100,
+        };
+        run(c, 3);
+        let c = Case {
+            ctx: vec![7],
+            n_heads: 3,
+            n_kv: 1,
+            d: 80,
+            bs: 4,
+            partition: 1024,
+        };
+        run(c, 4);
+    }
+
+    #[test]
+    fn kv_write_stores_rows_in_their_slots() {
+        let Some(gpu) = gpu() else { return };
+        let (bs, n_kv, d, max_blocks) = (4usize, 2usize, 3usize, 3usize);
+        let num_blocks = 7;
+        let row = n_kv * d;
+        // Two sequences; rows at positions across block boundaries.
+        let table: Vec<u32> = vec![5, 0, 3, 6, 2, 1];
+        let rows = [(0u32, 0u32), (0, 3), (0, 4), (1, 11), (1, 5), (0, 9)];
+        let k_new = rand_vec(rows.len() * row, 70);
+        let v_new = rand_vec(rows.len() * row, 71);
+        let dk = gpu.zeros::<f32>(num_blocks * bs * row).unwrap();
+        let dv = gpu.zeros::<f32>(num_blocks * bs * row).unwrap();
+        let cache = PagedCache {
+            k: &dk,
+            v: &dv,
+            block_size: bs,
+            n_kv_heads: n_kv,
+            d_head: d,
+        };
+        let dt = gpu.upload(&table).unwrap();
+        let bt = BlockTable {
+            ids: &dt,
+            max_blocks,
+        };
+        let seq: Vec<u32> = rows.iter().map(|r| r.0).collect();
+        let pos: Vec<u32> = rows.iter().map(|r| r.1).collect();
+        let (dkn, dvn) = (gpu.upload(&k_new).unwrap(), gpu.upload(&v_new).unwrap());
+        let (ds, dp) = (gpu.upload(&seq).unwrap(), gpu.upload(&pos).unwrap());
+        kv_write(gpu, cache, bt, &dkn, &dvn, &ds, &dp).unwrap();
+        let mut want_k = vec![0.0f32; num_blocks * bs * row];
+        let mut want_v = want_k.clone();
+        for (r, &(s, p)) in rows.iter().enumerate() {
+            let (s, p) = (s as usize, p as usize);
+            let slot = table[s * max_blocks + p / bs] as usize * bs + p % bs;
+            want_k[slot * row..][..row].copy_from_slice(&k_new[r * row..][..row]);
+            want_v[slot * row..][..row].copy_from_slice(&v_new[r * row..][..row]);
+        }
+        assert_eq!(gpu.read(&dk).unwrap(), want_k);
+        assert_eq!(gpu.read(&dv).unwrap(), want_v);
+    }
+
+    #[test]
+    fn paged_shape_errors() {
+        let Some(gpu) = gpu() else { return };
+        let c = gpu.zeros::<f32>(2 * 4 * 2 * 8).unwrap();
+        let cache = PagedCache {
+            k: &c,
+            v: &c,
+            block_size: 4,
+            n_kv_heads: 2,
+            d_head: 8,
+        };
+        let ids = gpu.zeros::<u32>(6).unwrap();
+        let bt = BlockTable {
+            ids: &ids,
+            max_blocks: 2,
+        };
+        let ctx = gpu.zeros::<u32>(2).unwrap();
+        let q = gpu.zeros::<f32>(3 * 4 * 8).unwrap();
+        let scratch = DecodeScratch::new(gpu, 3, 4, 8, 8, 256).unwrap();
+        let e = paged_attention(gpu, &q, cache, bt, &ctx, &q, 4, 1.0, &scratch).unwrap_err();
+        assert!(e.to_string().contains("2 context lengths for 3"), "{e}");
+        let e = paged_attention(gpu, &q, cache, bt, &ctx, &q, 3, 1.0, &scratch).unwrap_err();
+        assert!(e.to_string().contains("not groups of 2 kv heads"), "{e}");
+        assert!(DecodeScratch::new(gpu, 1, 1, 8, 8, 2000).is_err());
+    }
+}
