@@ -111,10 +111,10 @@ pub fn flash_attention(
     if q_len == 0 {
         return Ok(());
     }
-    // Tiles: bq·d ≤ 1024 with bq a power of two dividing 256, bk·d ≤ 1024.
+    // Tiles: bq·d ≤ 1024 with bq a power of two dividing 256, bk·d ≤ 1024, bq·bk ≤ 512.
     let bq = (1024 / d).clamp(1, 32);
     let bq = 1usize << bq.ilog2();
-    let bk = (1024 / d).clamp(1, 32);
+    let bk = (1024 / d).clamp(1, 512 / bq);
     let q_tiles = q_len.div_ceil(bq);
     let groups = q_tiles * n_heads;
     let words = [
@@ -278,6 +278,17 @@ mod tests {
         run(shape(33, 45, 2, 2, 16), mask(16, false, 0, None), 8);
         run(shape(40, 40, 3, 1, 64), mask(64, true, 0, Some(9)), 9);
         run(shape(9, 50, 2, 1, 8), mask(8, true, 41, Some(20)), 10);
+        // Fewer keys than queries, all visible.
+        run(shape(20, 6, 2, 1, 32), mask(32, false, 0, None), 14);
+    }
+
+    #[test]
+    fn a_long_prefill_over_many_tiles() {
+        if gpu().is_none() {
+            return;
+        }
+        run(shape(300, 300, 2, 1, 64), mask(64, true, 0, None), 15);
+        run(shape(257, 400, 4, 2, 32), mask(32, true, 143, Some(128)), 16);
     }
 
     #[test]

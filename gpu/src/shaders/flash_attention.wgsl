@@ -5,10 +5,11 @@
 //
 // One workgroup per (tile of bq queries, head). The scaled Q tile stays in workgroup memory;
 // K and V pass through it in tiles of bk keys (only the tiles some query of the tile can see).
-// Per tile: bq·bk scores into workgroup memory, then each query's online softmax: running max
-// m, running sum l, output accumulator acc rescaled by exp(m_old − m_new). Invocation
-// (qi, lane) keeps dims lane, lane + L, … (L = 256 / bq lanes per query, at most 4 dims).
-// bq·d ≤ 1024 and bk·d ≤ 1024: 16 KiB of workgroup memory for any d ≤ 256.
+// Per tile: bq·bk scores into workgroup memory; then one invocation per query runs the online
+// softmax (running max m and sum l, the factor exp(m_old − m_new), the weights in place of
+// the scores); then invocation (qi, lane) rescales and accumulates its dims lane, lane + L, …
+// of the output (L = 256 / bq lanes per query, at most 4 dims each).
+// bq·d ≤ 1024, bk·d ≤ 1024, bq·bk ≤ 512: under 16 KiB of workgroup memory for any d ≤ 256.
 struct Params {
     q_len: u32, kv_len: u32, n_heads: u32, n_kv: u32,
     d: u32, scale: f32, past: u32, causal: u32,
@@ -24,7 +25,9 @@ const NEG: f32 = -3.0e38;
 var<workgroup> qs: array<f32, 1024>;
 var<workgroup> ks: array<f32, 1024>;
 var<workgroup> vs: array<f32, 1024>;
-var<workgroup> ss: array<f32, 1024>;
+var<workgroup> ss: array<f32, 512>;
+var<workgroup> corr_s: array<f32, 32>;
+var<workgroup> l_s: array<f32, 32>;
 
 fn visible(j: u32, pos: u32) -> bool {
     return j < p.kv_len && (p.causal == 0u || j <= pos) && (p.window == 0u || j + p.window > pos);
@@ -69,7 +72,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         k_start = pos_lo + 1u - p.window;
     }
 
-    let my_pos = pos_lo + qi;
     var m = NEG;
     var l = 0.0;
     var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
@@ -102,34 +104,51 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             ss[e] = s;
         }
         workgroupBarrier();
-        var mt = NEG;
-        for (var c = 0u; c < bk; c++) {
-            mt = max(mt, ss[qi * bk + c]);
-        }
-        if (mt > NEG) {
+        // One invocation per query: the tile's max, the rescale factor, the weights
+        // p_j = exp(s_j − m_new) in place of the scores, and the running sum.
+        if (lane == 0u) {
+            var mt = NEG;
+            for (var c = 0u; c < bk; c++) {
+                mt = max(mt, ss[qi * bk + c]);
+            }
             let m_new = max(m, mt);
             let corr = exp(m - m_new);
-            l *= corr;
-            for (var u = 0u; u < 4u; u++) {
-                acc[u] *= corr;
-            }
+            var sum = 0.0;
             for (var c = 0u; c < bk; c++) {
                 let s = ss[qi * bk + c];
+                var pr = 0.0;
                 if (s > NEG) {
-                    let pr = exp(s - m_new);
-                    l += pr;
-                    for (var u = 0u; u < 4u; u++) {
-                        let dim = lane + u * lanes;
-                        if (dim < d) {
-                            acc[u] += pr * vs[c * d + dim];
-                        }
-                    }
+                    pr = exp(s - m_new);
                 }
+                ss[qi * bk + c] = pr;
+                sum += pr;
             }
+            l = l * corr + sum;
             m = m_new;
+            corr_s[qi] = corr;
+        }
+        workgroupBarrier();
+        // Every invocation: its dims of the query's accumulator.
+        let corr = corr_s[qi];
+        for (var u = 0u; u < 4u; u++) {
+            let dim = lane + u * lanes;
+            if (dim < d) {
+                var a = acc[u] * corr;
+                for (var c = 0u; c < bk; c++) {
+                    a += ss[qi * bk + c] * vs[c * d + dim];
+                }
+                acc[u] = a;
+            }
         }
     }
 
+    // The running sums live with each query's lane 0.
+    workgroupBarrier();
+    if (lane == 0u) {
+        l_s[qi] = l;
+    }
+    workgroupBarrier();
+    l = l_s[qi];
     let r = q0 + qi;
     if (r < p.q_len) {
         var inv = 0.0;
