@@ -288,7 +288,11 @@ mod tests {
             return;
         }
         run(shape(300, 300, 2, 1, 64), mask(64, true, 0, None), 15);
-        run(shape(257, 400, 4, 2, 32), mask(32, true, 143, Some(128)), 16);
+        run(
+            shape(257, 400, 4, 2, 32),
+            mask(32, true, 143, Some(128)),
+            16,
+        );
     }
 
     #[test]

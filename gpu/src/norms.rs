@@ -2,7 +2,7 @@
 //!
 //! - RMSNorm: `y = x / √(mean(x²) + ε) · (w + o)`, where the offset `o` is 0, or 1 for
 //!   Gemma-style weights stored as `w − 1`;
-//! - LayerNorm: `y = (x − μ) / √(σ² + ε) · g + b`, with `μ` and the (biased) variance `σ²` of
+//! - LayerNorm: `y = (x − μ) / √(σ² + ε) · g + b` (the bias optional), with `μ` and the (biased) variance `σ²` of
 //!   the row, computed in two passes (no `E[x²] − μ²` cancellation);
 //! - [`add_norm`]: the residual add fused with the next sublayer's norm, `h ← h + x; y = norm(h)`,
 //!   as a decoder does before every sublayer.
@@ -39,10 +39,10 @@ pub enum Norm<'a> {
         eps: f32,
         offset: f32,
     },
-    /// `y = (x − mean) / √(var + eps) · gain + bias`.
+    /// `y = (x − mean) / √(var + eps) · gain + bias` (no `+ bias` without one, as in OLMo).
     Layer {
         gain: &'a GpuBuffer<f32>,
-        bias: &'a GpuBuffer<f32>,
+        bias: Option<&'a GpuBuffer<f32>>,
         eps: f32,
     },
 }
@@ -62,7 +62,10 @@ impl Norm<'_> {
         if d == 0 {
             return shape("an empty weight (d = 0)".into());
         }
-        if let Norm::Layer { bias, .. } = self {
+        if let Norm::Layer {
+            bias: Some(bias), ..
+        } = self
+        {
             if bias.len() != d {
                 return shape(format!("a bias of {} for a gain of {d}", bias.len()));
             }
@@ -73,19 +76,27 @@ impl Norm<'_> {
         Ok(((len / d) as u32, d as u32))
     }
 
-    /// The uniform parameters (rows, d, eps, layer, w_offset) and the weight and bias buffers
-    /// (RMSNorm binds its weight as the unused bias).
+    /// The uniform parameters (rows, d, eps, layer, w_offset, bias) and the weight and bias
+    /// buffers (the weight bound again as the unused bias when there is none).
     fn bind(&self, rows: u32, d: u32) -> (Vec<u8>, [&wgpu::Buffer; 2]) {
         let (eps, layer, offset, w, b) = match *self {
             Norm::Rms {
                 weight,
                 eps,
                 offset,
-            } => (eps, 0u32, offset, &weight.raw, &weight.raw),
-            Norm::Layer { gain, bias, eps } => (eps, 1, 0.0, &gain.raw, &bias.raw),
+            } => (eps, 0u32, offset, weight, None),
+            Norm::Layer { gain, bias, eps } => (eps, 1, 0.0, gain, bias),
         };
-        let words = [rows, d, eps.to_bits(), layer, offset.to_bits()];
-        (bytemuck::cast_slice(&words).to_vec(), [w, b])
+        let words = [
+            rows,
+            d,
+            eps.to_bits(),
+            layer,
+            offset.to_bits(),
+            b.is_some() as u32,
+        ];
+        let b = b.unwrap_or(w);
+        (bytemuck::cast_slice(&words).to_vec(), [&w.raw, &b.raw])
     }
 }
 
@@ -219,16 +230,20 @@ mod tests {
                 gpu.upload(&b).unwrap(),
             );
             let dy = gpu.zeros::<f32>(rows * d).unwrap();
-            let n = Norm::Layer {
-                gain: &dg,
-                bias: &db,
-                eps: 1e-5,
-            };
-            norm(gpu, &n, &dx, &dy).unwrap();
-            let want = layer_ref(&x, &g, &b, d, 1e-5f32 as f64);
-            // x is known to f32 only (ulp 2e-6 at 20), which LayerNorm divides by σ ≈ 0.58.
-            let what = format!("layer {rows}x{d}");
-            assert_close(&gpu.read(&dy).unwrap(), &want, 1e-5, 1e-5, &what);
+            for with_bias in [true, false] {
+                let n = Norm::Layer {
+                    gain: &dg,
+                    bias: with_bias.then_some(&db),
+                    eps: 1e-5,
+                };
+                norm(gpu, &n, &dx, &dy).unwrap();
+                let zeros = vec![0.0; d];
+                let bias = if with_bias { &b } else { &zeros };
+                let want = layer_ref(&x, &g, bias, d, 1e-5f32 as f64);
+                // x is known to f32 only (ulp 2e-6 at 20), which LayerNorm divides by σ ≈ 0.58.
+                let what = format!("layer {rows}x{d} bias {with_bias}");
+                assert_close(&gpu.read(&dy).unwrap(), &want, 1e-5, 1e-5, &what);
+            }
         }
     }
 
@@ -249,7 +264,7 @@ mod tests {
                 },
                 Norm::Layer {
                     gain: &dw,
-                    bias: &db,
+                    bias: Some(&db),
                     eps: 1e-5,
                 },
             ];
@@ -286,7 +301,7 @@ mod tests {
         assert!(e.contains("an output of 10 for an input of 8"), "{e}");
         let layer = Norm::Layer {
             gain: &w,
-            bias: &b,
+            bias: Some(&b),
             eps: 1e-5,
         };
         let e = add_norm(gpu, &layer, &y, &y, &y).unwrap_err().to_string();

@@ -1,6 +1,6 @@
 // The residual add and the next sublayer's norm in one pass, one workgroup per row of
 // h, x [rows, d]: h ← h + x, then y = norm(h) (RMSNorm or LayerNorm as in norm.wgsl).
-struct Params { rows: u32, d: u32, eps: f32, layer: u32, w_offset: f32 }
+struct Params { rows: u32, d: u32, eps: f32, layer: u32, w_offset: f32, bias: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> h: array<f32>;
 @group(0) @binding(2) var<storage, read> x: array<f32>;
@@ -38,7 +38,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let inv = 1.0 / sqrt(wg_sum(q, lid) / n + p.eps);
     for (var i = lid; i < p.d; i += WG) {
         var v = (h[base + i] - mean) * inv * (w[i] + p.w_offset);
-        if (p.layer != 0u) {
+        if (p.bias != 0u) {
             v += b[i];
         }
         y[base + i] = v;
