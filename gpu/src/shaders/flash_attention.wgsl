@@ -5,11 +5,12 @@
 //
 // One workgroup per (tile of bq queries, head). The scaled Q tile stays in workgroup memory;
 // K and V pass through it in tiles of bk keys (only the tiles some query of the tile can see).
-// Per tile: bq·bk scores into workgroup memory; then one invocation per query runs the online
+// Per tile: bq·bk scores into workgroup memory (each dot product shared by 256 / (bq·bk)
+// invocations when there are fewer scores than invocations); then one invocation per query runs the online
 // softmax (running max m and sum l, the factor exp(m_old − m_new), the weights in place of
 // the scores); then invocation (qi, lane) rescales and accumulates its dims lane, lane + L, …
 // of the output (L = 256 / bq lanes per query, at most 4 dims each).
-// bq·d ≤ 1024, bk·d ≤ 1024, bq·bk ≤ 512: under 16 KiB of workgroup memory for any d ≤ 256.
+// bq·d ≤ 1024, bk·d ≤ 1024, bq·bk ≤ 512: about 15 KiB of workgroup memory for any d ≤ 256.
 struct Params {
     q_len: u32, kv_len: u32, n_heads: u32, n_kv: u32,
     d: u32, scale: f32, past: u32, causal: u32,
@@ -28,6 +29,7 @@ var<workgroup> vs: array<f32, 1024>;
 var<workgroup> ss: array<f32, 512>;
 var<workgroup> corr_s: array<f32, 32>;
 var<workgroup> l_s: array<f32, 32>;
+var<workgroup> psum: array<f32, 256>;
 
 fn visible(j: u32, pos: u32) -> bool {
     return j < p.kv_len && (p.causal == 0u || j <= pos) && (p.window == 0u || j + p.window > pos);
@@ -91,17 +93,47 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             vs[e] = vv;
         }
         workgroupBarrier();
-        for (var e = lid; e < bq * bk; e += 256u) {
-            let r = e / bk;
-            let c = e % bk;
-            var s = NEG;
-            if (q0 + r < p.q_len && visible(kt + c, pos_lo + r)) {
-                s = 0.0;
-                for (var t = 0u; t < d; t++) {
+        let ns = bq * bk;
+        if (ns >= 256u) {
+            for (var e = lid; e < ns; e += 256u) {
+                let r = e / bk;
+                let c = e % bk;
+                var s = NEG;
+                if (q0 + r < p.q_len && visible(kt + c, pos_lo + r)) {
+                    s = 0.0;
+                    for (var t = 0u; t < d; t++) {
+                        s += qs[r * d + t] * ks[c * d + t];
+                    }
+                }
+                ss[e] = s;
+            }
+        } else {
+            // Fewer scores than invocations: tps invocations share each dot product.
+            let tps = 256u / ns;
+            let e = lid / tps;
+            let part = lid % tps;
+            var s = 0.0;
+            if (e < ns) {
+                let r = e / bk;
+                let c = e % bk;
+                for (var t = part; t < d; t += tps) {
                     s += qs[r * d + t] * ks[c * d + t];
                 }
             }
-            ss[e] = s;
+            psum[lid] = s;
+            workgroupBarrier();
+            if (part == 0u && e < ns) {
+                let r = e / bk;
+                let c = e % bk;
+                var total = NEG;
+                if (q0 + r < p.q_len && visible(kt + c, pos_lo + r)) {
+                    total = 0.0;
+                    for (var i = 0u; i < tps; i++) {
+                        total += psum[lid + i];
+                    }
+                }
+                ss[e] = total;
+            }
         }
         workgroupBarrier();
         // One invocation per query: the tile's max, the rescale factor, the weights
