@@ -410,7 +410,8 @@ mod tests {
             return;
         }
         let c = Case {
-            ctx: vec![33, 31, 500, 64],
+            // A sequence with an empty cache gets a zero output.
+            ctx: vec![33, 31, 0, 500, 64],
             n_heads: 8,
             n_kv: 1,
             d: 128,

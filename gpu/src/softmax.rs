@@ -153,6 +153,31 @@ mod tests {
         }
     }
 
+    #[test]
+    fn masked_logits_get_zero_probability() {
+        let Some(gpu) = gpu() else { return };
+        let inf = f32::INFINITY;
+        let x = [1.0f32, -inf, 2.0, -inf, -inf, -inf, -inf, 0.5];
+        let dx = gpu.upload(&x).unwrap();
+        let dy = gpu.zeros::<f32>(8).unwrap();
+        softmax(gpu, &dx, &dy, 4).unwrap();
+        let e2 = (-1.0f64).exp();
+        let want = [
+            e2 / (1.0 + e2),
+            0.0,
+            1.0 / (1.0 + e2),
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            1.0,
+        ];
+        assert_close(&gpu.read(&dy).unwrap(), &want, 1e-6, 0.0, "masked softmax");
+        let ids = gpu.zeros::<u32>(2).unwrap();
+        argmax(gpu, &dx, &ids, 4).unwrap();
+        assert_eq!(gpu.read(&ids).unwrap(), vec![2, 3]);
+    }
+
     fn argmax_ref(row: &[f32]) -> u32 {
         let mut best = 0;
         for (i, &v) in row.iter().enumerate() {
