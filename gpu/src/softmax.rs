@@ -4,7 +4,9 @@
 //! - softmax `y_j = exp(x_j − m) / Σ_k exp(x_k − m)` and log-softmax
 //!   `y_j = x_j − m − log Σ_k exp(x_k − m)`, with `m = max_k x_k` so nothing overflows;
 //! - [`argmax`]: `ids[r] = argmax_j x[r, j]` as `u32`, the lowest index on ties (as the CPU's
-//!   greedy pick), so a greedy decode step reads back 4 bytes per sequence, not the logits.
+//!   greedy pick), so a greedy decode step reads back 4 bytes per sequence, not the logits;
+//!   rows longer than [`ARGMAX_CHUNK`] are scanned in chunks by parallel workgroups, then the
+//!   chunks' maxima merged.
 //!   Rows holding NaN give an unspecified index.
 
 use crate::buffer::GpuBuffer;
@@ -24,6 +26,15 @@ const ARGMAX: Kernel = Kernel {
     name: "argmax",
     source: include_str!("shaders/argmax.wgsl"),
 };
+
+const ARGMAX_MERGE: Kernel = Kernel {
+    name: "argmax_merge",
+    source: include_str!("shaders/argmax_merge.wgsl"),
+};
+
+/// The entries one workgroup of [`argmax`] scans: longer rows (vocabularies) are split into
+/// chunks scanned in parallel, then merged.
+pub const ARGMAX_CHUNK: usize = 4096;
 
 fn rows_of(op: &'static str, len: usize, n: usize) -> Result<u32, GpuError> {
     if n == 0 || !len.is_multiple_of(n) {
@@ -96,14 +107,36 @@ pub fn argmax(
             problem: format!("{} ids for {rows} rows", ids.len()),
         });
     }
-    let words = [rows, n as u32];
+    let chunks = n.div_ceil(ARGMAX_CHUNK);
+    // The chunks' maxima (unused when a row is one chunk: ids is bound in their place).
+    let parts = (chunks > 1)
+        .then(|| -> Result<_, GpuError> {
+            let len = rows as usize * chunks;
+            Ok((gpu.zeros::<f32>(len)?, gpu.zeros::<u32>(len)?))
+        })
+        .transpose()?;
+    let (part_v, part_i) = match &parts {
+        Some((v, i)) => (&v.raw, &i.raw),
+        None => (&ids.raw, &ids.raw),
+    };
+    let words = [rows, n as u32, ARGMAX_CHUNK as u32, chunks as u32];
     gpu.record(
         ARGMAX,
         &[],
         bytemuck::cast_slice(&words),
-        &[&x.raw, &ids.raw],
-        gpu.grid(rows),
+        &[&x.raw, &ids.raw, part_v, part_i],
+        gpu.grid(rows * chunks as u32),
     );
+    if chunks > 1 {
+        let words = [rows, chunks as u32];
+        gpu.record(
+            ARGMAX_MERGE,
+            &[],
+            bytemuck::cast_slice(&words),
+            &[part_v, part_i, &ids.raw],
+            gpu.grid(rows),
+        );
+    }
     Ok(())
 }
 
@@ -112,7 +145,15 @@ mod tests {
     use super::*;
     use crate::testing::{assert_close, gpu, rand_vec};
 
-    const SHAPES: [(usize, usize); 6] = [(1, 1), (3, 7), (1, 256), (5, 257), (300, 9), (2, 50_000)];
+    const SHAPES: [(usize, usize); 7] = [
+        (1, 1),
+        (3, 7),
+        (1, 256),
+        (5, 257),
+        (300, 9),
+        (2, 50_000),
+        (1, 151_936),
+    ];
 
     fn softmax_ref(x: &[f32], n: usize, log: bool) -> Vec<f64> {
         let mut y = Vec::with_capacity(x.len());
@@ -192,15 +233,21 @@ mod tests {
     fn argmax_matches_the_cpu_with_ties_to_the_lowest_index() {
         let Some(gpu) = gpu() else { return };
         for (rows, n) in SHAPES {
-            // Few distinct values: many ties, across invocations' slices.
+            // Few distinct values: many ties, across invocations' slices and chunks.
             let mut x: Vec<f32> = rand_vec(rows * n, 31)
                 .iter()
                 .map(|v| (v * 4.0).round())
                 .collect();
             if n > 600 {
-                // The maximum at both ends and in the middle of the last row.
+                // A tied maximum late in the last row, then earlier in it (in a later chunk
+                // than the first of a long row).
                 let last = (rows - 1) * n;
-                for j in [n - 1, 517, 300] {
+                let at = if n > 2 * ARGMAX_CHUNK {
+                    [n - 1, 2 * ARGMAX_CHUNK + 5, ARGMAX_CHUNK + 1]
+                } else {
+                    [n - 1, 517, 300]
+                };
+                for j in at {
                     x[last + j] = 9.0;
                 }
             }
