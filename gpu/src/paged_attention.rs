@@ -307,10 +307,13 @@ mod tests {
         d: usize,
         bs: usize,
         partition: usize,
+        /// Fill the cache with [`kv_write`], recorded with the attention in one submission,
+        /// rather than uploading it built on the host.
+        via_kv_write: bool,
     }
 
-    /// Builds the paged cache on the host from contiguous per-sequence keys and values,
-    /// runs the kernels and compares each sequence with float64 attention over its keys.
+    /// Builds the paged cache from contiguous per-sequence keys and values, runs the kernels
+    /// and compares each sequence with float64 attention over its keys.
     fn run(c: Case, seed: u64) {
         let gpu = gpu().unwrap();
         let seqs = c.ctx.len();
@@ -343,7 +346,12 @@ mod tests {
             .map(|x| x * 2.0)
             .collect();
         let ctx: Vec<u32> = c.ctx.iter().map(|&n| n as u32).collect();
-        let (dk, dv) = (gpu.upload(&k_cache).unwrap(), gpu.upload(&v_cache).unwrap());
+        let (dk, dv) = if c.via_kv_write {
+            let n = k_cache.len();
+            (gpu.zeros(n).unwrap(), gpu.zeros(n).unwrap())
+        } else {
+            (gpu.upload(&k_cache).unwrap(), gpu.upload(&v_cache).unwrap())
+        };
         let (dt, dctx, dq) = (
             gpu.upload(&table).unwrap(),
             gpu.upload(&ctx).unwrap(),
@@ -361,6 +369,18 @@ mod tests {
             ids: &dt,
             max_blocks,
         };
+        if c.via_kv_write {
+            let (mut seq_of, mut pos_of) = (Vec::new(), Vec::new());
+            for (s, &n) in c.ctx.iter().enumerate() {
+                seq_of.extend(std::iter::repeat_n(s as u32, n));
+                pos_of.extend(0..n as u32);
+            }
+            let k_all: Vec<f32> = per_seq.iter().flat_map(|(k, _)| k.clone()).collect();
+            let v_all: Vec<f32> = per_seq.iter().flat_map(|(_, v)| v.clone()).collect();
+            let (dkn, dvn) = (gpu.upload(&k_all).unwrap(), gpu.upload(&v_all).unwrap());
+            let (ds, dp) = (gpu.upload(&seq_of).unwrap(), gpu.upload(&pos_of).unwrap());
+            kv_write(gpu, cache, bt, &dkn, &dvn, &ds, &dp).unwrap();
+        }
         let scale = 1.0 / (c.d as f32).sqrt();
         let scratch =
             DecodeScratch::new(gpu, seqs, c.n_heads, c.d, max_blocks * c.bs, c.partition).unwrap();
@@ -400,6 +420,7 @@ mod tests {
             d: 64,
             bs: 16,
             partition: DEFAULT_PARTITION,
+            via_kv_write: false,
         };
         run(c, 1);
     }
@@ -417,6 +438,7 @@ mod tests {
             d: 128,
             bs: 32,
             partition: 64,
+            via_kv_write: true,
         };
         run(c, 2);
         let c = Case {
@@ -426,6 +448,7 @@ mod tests {
             d: 256,
             bs: 8,
             partition: 100,
+            via_kv_write: false,
         };
         run(c, 3);
         let c = Case {
@@ -435,6 +458,7 @@ mod tests {
             d: 80,
             bs: 4,
             partition: 1024,
+            via_kv_write: true,
         };
         run(c, 4);
     }
