@@ -11,8 +11,9 @@
 //! `o[s, h] = Σ_{j < ctx_s} softmax_j(scale · q[s, h] · k_j) v_j`, with kv head
 //! `h / (n_heads / n_kv_heads)` (grouped-query attention).
 //!
-//! Long contexts are split (flash-decoding): partitions of `partition` keys are computed in
-//! parallel, each writing its partial max `m_p`, sum `l_p` and unnormalised accumulator into a
+//! One workgroup serves the query heads that share a kv head (up to 8), so each cached row is
+//! read once per group, not once per head. Long contexts are split (flash-decoding):
+//! partitions of `partition` keys are computed in parallel, each writing its partial max `m_p`, sum `l_p` and unnormalised accumulator into a
 //! [`DecodeScratch`], then a reduce kernel merges them:
 //! `M = max m_p`, `o = Σ_p acc_p e^(m_p − M) / Σ_p l_p e^(m_p − M)`.
 //!
@@ -28,10 +29,7 @@ use crate::flash_attention::check_heads;
 
 const PARTIAL: Kernel = Kernel {
     name: "paged_partial",
-    source: concat!(
-        include_str!("shaders/reduce.wgsl"),
-        include_str!("shaders/paged_partial.wgsl")
-    ),
+    source: include_str!("shaders/paged_partial.wgsl"),
 };
 
 const REDUCE: Kernel = Kernel {
@@ -187,6 +185,14 @@ pub fn paged_attention(
     if rows == 0 {
         return Ok(());
     }
+    // Query heads per workgroup: those sharing a kv head, up to what workgroup memory holds.
+    let group = n_heads / cache.n_kv_heads;
+    let gt = group
+        .min(8)
+        .min(2048 / scratch.partition)
+        .min(1024 / d)
+        .max(1);
+    let head_tiles = group.div_ceil(gt);
     let words = [
         seqs as u32,
         n_heads as u32,
@@ -197,7 +203,11 @@ pub fn paged_attention(
         parts as u32,
         scratch.partition as u32,
         scale.to_bits(),
+        gt as u32,
+        head_tiles as u32,
+        (256 / gt.next_power_of_two()) as u32,
     ];
+    let groups = seqs * cache.n_kv_heads * head_tiles * parts;
     gpu.record(
         PARTIAL,
         &[],
@@ -211,7 +221,7 @@ pub fn paged_attention(
             &scratch.ml.raw,
             &scratch.acc.raw,
         ],
-        gpu.grid((rows * parts) as u32),
+        gpu.grid(groups as u32),
     );
     let words = [rows as u32, parts as u32, d as u32];
     gpu.record(
@@ -461,6 +471,35 @@ mod tests {
             via_kv_write: true,
         };
         run(c, 4);
+    }
+
+    #[test]
+    fn query_head_groups_in_tiles() {
+        if gpu().is_none() {
+            return;
+        }
+        // 12 heads on one kv head: tiles of 8 and 4 heads.
+        let c = Case {
+            ctx: vec![40, 300],
+            n_heads: 12,
+            n_kv: 1,
+            d: 64,
+            bs: 16,
+            partition: 128,
+            via_kv_write: false,
+        };
+        run(c, 5);
+        // Groups of 3: a tile that is not a power of two.
+        let c = Case {
+            ctx: vec![3, 260, 1],
+            n_heads: 6,
+            n_kv: 2,
+            d: 32,
+            bs: 8,
+            partition: DEFAULT_PARTITION,
+            via_kv_write: false,
+        };
+        run(c, 6);
     }
 
     #[test]
