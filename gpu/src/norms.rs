@@ -2,8 +2,8 @@
 //!
 //! - RMSNorm: `y = x / √(mean(x²) + ε) · (w + o)`, where the offset `o` is 0, or 1 for
 //!   Gemma-style weights stored as `w − 1`;
-//! - LayerNorm: `y = (x − μ) / √(σ² + ε) · g + b` (the bias optional), with `μ` and the (biased) variance `σ²` of
-//!   the row, computed in two passes (no `E[x²] − μ²` cancellation);
+//! - LayerNorm: `y = (x − μ) / √(σ² + ε) · g + b` (the bias optional), with `μ` and the
+//!   (biased) variance `σ²` of the row, computed in two passes (no `E[x²] − μ²` cancellation);
 //! - [`add_norm`]: the residual add fused with the next sublayer's norm, `h ← h + x; y = norm(h)`,
 //!   as a decoder does before every sublayer.
 //!

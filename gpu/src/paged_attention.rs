@@ -13,8 +13,9 @@
 //!
 //! One workgroup serves the query heads that share a kv head (up to 8), so each cached row is
 //! read once per group, not once per head. Long contexts are split (flash-decoding):
-//! partitions of `partition` keys are computed in parallel, each writing its partial max `m_p`, sum `l_p` and unnormalised accumulator into a
-//! [`DecodeScratch`], then a reduce kernel merges them:
+//! partitions of `partition` keys are computed in parallel, each writing its partial max
+//! `m_p`, sum `l_p` and unnormalised accumulator into a [`DecodeScratch`], then a reduce kernel
+//! merges them:
 //! `M = max m_p`, `o = Σ_p acc_p e^(m_p − M) / Σ_p l_p e^(m_p − M)`.
 //!
 //! Block ids and context lengths are read on the device and not checked against the cache's

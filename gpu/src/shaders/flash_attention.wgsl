@@ -6,10 +6,10 @@
 // One workgroup per (tile of bq queries, head). The scaled Q tile stays in workgroup memory;
 // K and V pass through it in tiles of bk keys (only the tiles some query of the tile can see).
 // Per tile: bq·bk scores into workgroup memory (each dot product shared by 256 / (bq·bk)
-// invocations when there are fewer scores than invocations); then one invocation per query runs the online
-// softmax (running max m and sum l, the factor exp(m_old − m_new), the weights in place of
-// the scores); then invocation (qi, lane) rescales and accumulates its dims lane, lane + L, …
-// of the output (L = 256 / bq lanes per query, at most 4 dims each).
+// invocations when there are fewer scores than invocations); then one invocation per query
+// runs the online softmax (running max m and sum l, the factor exp(m_old − m_new), the
+// weights in place of the scores); then invocation (qi, lane) rescales and accumulates its
+// dims lane, lane + L, … of the output (L = 256 / bq lanes per query, at most 4 dims each).
 // bq·d ≤ 1024, bk·d ≤ 1024, bq·bk ≤ 512: about 15 KiB of workgroup memory for any d ≤ 256.
 struct Params {
     q_len: u32, kv_len: u32, n_heads: u32, n_kv: u32,
