@@ -2,7 +2,9 @@
 //! workgroup per row with tree reductions:
 //!
 //! - softmax `y_j = exp(x_j − m) / Σ_k exp(x_k − m)` and log-softmax
-//!   `y_j = x_j − m − log Σ_k exp(x_k − m)`, with `m = max_k x_k` so nothing overflows;
+//!   `y_j = x_j − m − log Σ_k exp(x_k − m)`, with `m = max_k x_k` so nothing overflows; rows
+//!   longer than [`SOFTMAX_CHUNK`] are split into chunks whose maxima `m_c` and sums `l_c` are
+//!   computed in parallel and merged as `m = max m_c`, `Σ = Σ_c l_c exp(m_c − m)`;
 //! - [`argmax`]: `ids[r] = argmax_j x[r, j]` as `u32`, the lowest index on ties (as the CPU's
 //!   greedy pick), so a greedy decode step reads back 4 bytes per sequence, not the logits;
 //!   rows longer than [`ARGMAX_CHUNK`] are scanned in chunks by parallel workgroups, then the
@@ -21,6 +23,24 @@ const SOFTMAX: Kernel = Kernel {
         include_str!("shaders/softmax.wgsl")
     ),
 };
+
+const SOFTMAX_PARTIAL: Kernel = Kernel {
+    name: "softmax_partial",
+    source: concat!(
+        include_str!("shaders/reduce.wgsl"),
+        include_str!("shaders/softmax_partial.wgsl")
+    ),
+};
+
+const SOFTMAX_WRITE: Kernel = Kernel {
+    name: "softmax_write",
+    source: include_str!("shaders/softmax_write.wgsl"),
+};
+
+/// The entries one workgroup of [`softmax`] and [`log_softmax`] covers: longer rows are
+/// split into chunks whose max and sum are computed in parallel, then merged by every chunk's
+/// writer.
+pub const SOFTMAX_CHUNK: usize = 4096;
 
 const ARGMAX: Kernel = Kernel {
     name: "argmax",
@@ -61,13 +81,35 @@ fn softmax_rows(
             problem: format!("an output of {} for an input of {}", y.len(), x.len()),
         });
     }
-    let words = [rows, n as u32, log as u32];
+    let chunks = n.div_ceil(SOFTMAX_CHUNK);
+    if chunks == 1 {
+        let words = [rows, n as u32, log as u32];
+        gpu.record(
+            SOFTMAX,
+            &[],
+            bytemuck::cast_slice(&words),
+            &[&x.raw, &y.raw],
+            gpu.grid(rows),
+        );
+        return Ok(());
+    }
+    let part = gpu.zeros::<f32>(2 * rows as usize * chunks)?;
+    let words = [
+        rows,
+        n as u32,
+        SOFTMAX_CHUNK as u32,
+        chunks as u32,
+        log as u32,
+    ];
+    let grid = gpu.grid(rows * chunks as u32);
+    let params: &[u8] = bytemuck::cast_slice(&words);
+    gpu.record(SOFTMAX_PARTIAL, &[], params, &[&x.raw, &part.raw], grid);
     gpu.record(
-        SOFTMAX,
+        SOFTMAX_WRITE,
         &[],
-        bytemuck::cast_slice(&words),
-        &[&x.raw, &y.raw],
-        gpu.grid(rows),
+        params,
+        &[&x.raw, &part.raw, &y.raw],
+        grid,
     );
     Ok(())
 }
