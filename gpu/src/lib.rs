@@ -19,6 +19,7 @@ mod dispatch;
 pub mod elementwise;
 mod error;
 pub mod flash_attention;
+pub mod kv_cache;
 pub mod norms;
 pub mod paged_attention;
 pub mod rope;
