@@ -117,6 +117,9 @@ pub fn flash_attention(
     let bk = (1024 / d).clamp(1, 512 / bq);
     let q_tiles = q_len.div_ceil(bq);
     let groups = q_tiles * n_heads;
+    // A window reaching past position 0 for every query masks nothing (0: none), and keeps
+    // `j + window` within u32 in the kernel.
+    let window = mask.window.filter(|&w| w < mask.past + q_len).unwrap_or(0);
     let words = [
         q_len as u32,
         kv_len as u32,
@@ -126,7 +129,7 @@ pub fn flash_attention(
         mask.scale.to_bits(),
         mask.past as u32,
         mask.causal as u32,
-        mask.window.unwrap_or(0) as u32,
+        window as u32,
         bq as u32,
         bk as u32,
         q_tiles as u32,
@@ -167,7 +170,7 @@ pub(crate) fn attention_ref(
             let qrow = &q[(i * n_heads + h) * d..][..d];
             let visible: Vec<usize> = (0..kv_len)
                 .filter(|&j| !mask.causal || j <= pos)
-                .filter(|&j| mask.window.is_none_or(|w| j + w > pos))
+                .filter(|&j| mask.window.is_none_or(|w| j > pos || pos - j < w))
                 .collect();
             let scores: Vec<f64> = visible
                 .iter()
@@ -280,6 +283,12 @@ mod tests {
         run(shape(9, 50, 2, 1, 8), mask(8, true, 41, Some(20)), 10);
         // Fewer keys than queries, all visible.
         run(shape(20, 6, 2, 1, 32), mask(32, false, 0, None), 14);
+        // A window longer than the context masks nothing.
+        run(
+            shape(5, 9, 1, 1, 16),
+            mask(16, true, 4, Some(usize::MAX)),
+            17,
+        );
     }
 
     #[test]
