@@ -384,6 +384,117 @@ mod tests {
     }
 
     #[test]
+    fn a_decode_step_in_one_submission() {
+        // Its own device: the counters of the shared one move with the other tests.
+        use crate::norms::{add_norm, Norm};
+        use crate::rope::{rope, RopeFreqs, RopeLayout};
+        use crate::softmax::argmax;
+        if gpu().is_none() {
+            return;
+        }
+        let gpu = &Gpu::open(None).unwrap();
+        let (n_heads, n_kv, d, bs, max_blocks) = (4usize, 2usize, 32usize, 8usize, 3usize);
+        let (width, row) = (n_heads * d, n_kv * d);
+        let past = [5usize, 20];
+        let table: Vec<u32> = vec![3, 0, 5, 1, 4, 2];
+        // Each sequence's keys and values, its new row (at position `past`) last.
+        let kv: Vec<(Vec<f32>, Vec<f32>)> = past
+            .iter()
+            .enumerate()
+            .map(|(s, &n)| {
+                let seed = 200 + 2 * s as u64;
+                (
+                    rand_vec((n + 1) * row, seed),
+                    rand_vec((n + 1) * row, seed + 1),
+                )
+            })
+            .collect();
+        let (mut k_cache, mut v_cache) = (vec![0.0f32; 6 * bs * row], vec![0.0f32; 6 * bs * row]);
+        for (s, (k, v)) in kv.iter().enumerate() {
+            for j in 0..past[s] {
+                let slot = table[s * max_blocks + j / bs] as usize * bs + j % bs;
+                k_cache[slot * row..][..row].copy_from_slice(&k[j * row..][..row]);
+                v_cache[slot * row..][..row].copy_from_slice(&v[j * row..][..row]);
+            }
+        }
+        let new_rows = |i: usize| -> Vec<f32> {
+            kv.iter()
+                .zip(past)
+                .flat_map(|(kv, n)| [&kv.0, &kv.1][i][n * row..][..row].to_vec())
+                .collect()
+        };
+        let up = |x: &[f32]| gpu.upload(x).unwrap();
+        let (dk, dv, dkn, dvn) = (
+            up(&k_cache),
+            up(&v_cache),
+            up(&new_rows(0)),
+            up(&new_rows(1)),
+        );
+        let (h, x, w) = (
+            up(&rand_vec(2 * width, 210)),
+            up(&rand_vec(2 * width, 211)),
+            up(&rand_vec(width, 212)),
+        );
+        let q = gpu.zeros::<f32>(2 * width).unwrap();
+        let o = gpu.zeros::<f32>(2 * width).unwrap();
+        let ids = gpu.zeros::<u32>(2).unwrap();
+        let pos = gpu.upload(&[5u32, 20]).unwrap();
+        let seq = gpu.upload(&[0u32, 1]).unwrap();
+        let ctx = gpu.upload(&[6u32, 21]).unwrap();
+        let dt = gpu.upload(&table).unwrap();
+        let freqs = RopeFreqs::standard(gpu, 10_000.0, d).unwrap();
+        let scratch = DecodeScratch::new(gpu, 2, n_heads, d, max_blocks * bs, 16).unwrap();
+        let cache = PagedCache {
+            k: &dk,
+            v: &dv,
+            block_size: bs,
+            n_kv_heads: n_kv,
+            d_head: d,
+        };
+        let bt = BlockTable {
+            ids: &dt,
+            max_blocks,
+        };
+        let scale = 1.0 / (d as f32).sqrt();
+        gpu.counters().reset();
+        let norm = Norm::Rms {
+            weight: &w,
+            eps: 1e-6,
+            offset: 0.0,
+        };
+        add_norm(gpu, &norm, &h, &x, &q).unwrap();
+        rope(gpu, &q, &pos, &freqs, n_heads, d, RopeLayout::HalfSplit).unwrap();
+        kv_write(gpu, cache, bt, &dkn, &dvn, &seq, &pos).unwrap();
+        paged_attention(gpu, &q, cache, bt, &ctx, &o, n_heads, scale, &scratch).unwrap();
+        argmax(gpu, &o, &ids, width).unwrap();
+        let got_ids = gpu.read(&ids).unwrap();
+        let c = gpu.counters().get();
+        assert_eq!((c.dispatches, c.submissions, c.bytes_down), (6, 1, 8));
+        // The attention of the step's own queries over the cache with the new rows.
+        let (qv, ov) = (gpu.read(&q).unwrap(), gpu.read(&o).unwrap());
+        for (s, (k, v)) in kv.iter().enumerate() {
+            let shape = AttnShape {
+                q_len: 1,
+                kv_len: past[s] + 1,
+                n_heads,
+                n_kv_heads: n_kv,
+                d_head: d,
+            };
+            let mask = AttnMask {
+                scale,
+                causal: false,
+                past: 0,
+                window: None,
+            };
+            let want = attention_ref(&qv[s * width..][..width], k, v, shape, mask);
+            let got = &ov[s * width..][..width];
+            assert_close(got, &want, 1e-4, 1e-5, &format!("step, sequence {s}"));
+            let best = (0..width).fold(0, |b, i| if got[i] > got[b] { i } else { b });
+            assert_eq!(got_ids[s], best as u32, "sequence {s}");
+        }
+    }
+
+    #[test]
     fn paged_shape_errors() {
         let Some(gpu) = gpu() else { return };
         let c = gpu.zeros::<f32>(2 * 4 * 2 * 8).unwrap();
