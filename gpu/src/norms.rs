@@ -284,6 +284,39 @@ mod tests {
     }
 
     #[test]
+    fn zero_and_constant_rows_stay_finite() {
+        // RMSNorm of zeros is 0 and LayerNorm of a constant row is its bias: ε alone keeps
+        // the scale finite.
+        let Some(gpu) = gpu() else { return };
+        let d = 1000;
+        let mut x = vec![0.0f32; d];
+        x.extend(std::iter::repeat_n(3.0f32, d));
+        let (w, b) = (rand_vec(d, 13), rand_vec(d, 14));
+        let (dx, dw, db) = (
+            gpu.upload(&x).unwrap(),
+            gpu.upload(&w).unwrap(),
+            gpu.upload(&b).unwrap(),
+        );
+        let dy = gpu.zeros::<f32>(2 * d).unwrap();
+        let rms = Norm::Rms {
+            weight: &dw,
+            eps: 1e-6,
+            offset: 0.0,
+        };
+        norm(gpu, &rms, &dx, &dy).unwrap();
+        let y = gpu.read(&dy).unwrap();
+        assert!(y[..d].iter().all(|&v| v == 0.0));
+        let layer = Norm::Layer {
+            gain: &dw,
+            bias: Some(&db),
+            eps: 1e-5,
+        };
+        norm(gpu, &layer, &dx, &dy).unwrap();
+        let want: Vec<f64> = b.iter().chain(&b).map(|&v| v as f64).collect();
+        assert_close(&gpu.read(&dy).unwrap(), &want, 0.0, 1e-6, "constant rows");
+    }
+
+    #[test]
     fn shape_errors_name_the_problem() {
         let Some(gpu) = gpu() else { return };
         let w = gpu.zeros::<f32>(4).unwrap();
