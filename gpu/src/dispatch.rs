@@ -263,13 +263,11 @@ impl Gpu {
 
     /// Submits what was recorded (nothing when nothing was).
     pub fn flush(&self) {
-        let encoder = self
-            .pending
-            .lock()
-            .expect("pending dispatches")
-            .encoder
-            .take();
-        if let Some(e) = encoder {
+        // Submitted under the lock: an encoder taken by one thread must reach the queue before
+        // another thread's later encoder does (tests share one device; a read's copy must not
+        // run before the dispatches recorded ahead of it).
+        let mut pending = self.pending.lock().expect("pending dispatches");
+        if let Some(e) = pending.encoder.take() {
             self.queue.submit([e.finish()]);
             self.counters.submissions.fetch_add(1, Ordering::Relaxed);
         }

@@ -12,12 +12,19 @@
 //!   checks shapes and records the dispatch; its tests compare it with a float64 loop written
 //!   from the equation.
 
+pub mod activations;
 mod buffer;
 mod device;
 mod dispatch;
 pub mod elementwise;
 mod error;
+pub mod flash_attention;
+pub mod kv_cache;
+pub mod norms;
+pub mod paged_attention;
 pub mod products;
+pub mod rope;
+pub mod softmax;
 
 pub use buffer::GpuBuffer;
 pub use device::{adapters, AdapterSummary, Gpu};

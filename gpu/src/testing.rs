@@ -34,3 +34,15 @@ pub fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
         })
         .collect()
 }
+
+/// Asserts `|got − want| ≤ rel·|want| + abs` element by element, naming the first miss.
+pub fn assert_close(got: &[f32], want: &[f64], rel: f64, abs: f64, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let err = (g as f64 - w).abs();
+        assert!(
+            err <= rel * w.abs() + abs,
+            "{what}: at {i} got {g}, want {w} (error {err:e})"
+        );
+    }
+}

@@ -1,0 +1,522 @@
+//! Paged decode attention: one new query row per sequence against a KV cache stored in
+//! fixed-size blocks ([`crate::kv_cache`], whose [`kv_write`] stores new rows).
+//!
+//! The cache is `k_cache`, `v_cache` `[num_blocks, block_size, n_kv_heads, d_head]` (row-major
+//! f32). Each sequence owns blocks listed in its row of a block table `[seqs, max_blocks]`
+//! (`u32` block ids, in any order: blocks come from a shared pool), and has `ctx_lens[s]`
+//! cached keys; its key `j` lives in slot `table[s, j / block_size] · block_size +
+//! j % block_size`. For queries `q` `[seqs, n_heads, d_head]` the output `o`
+//! `[seqs, n_heads, d_head]` is
+//!
+//! `o[s, h] = Σ_{j < ctx_s} softmax_j(scale · q[s, h] · k_j) v_j`, with kv head
+//! `h / (n_heads / n_kv_heads)` (grouped-query attention).
+//!
+//! One workgroup serves the query heads that share a kv head (up to 8), so each cached row is
+//! read once per group, not once per head. Long contexts are split (flash-decoding):
+//! partitions of `partition` keys are computed in parallel, each writing its partial max
+//! `m_p`, sum `l_p` and unnormalised accumulator into a [`DecodeScratch`], then a reduce kernel
+//! merges them:
+//! `M = max m_p`, `o = Σ_p acc_p e^(m_p − M) / Σ_p l_p e^(m_p − M)`.
+//!
+//! Block ids and context lengths are read on the device and not checked against the cache's
+//! size: an out-of-range id reads or writes within the buffer's bounds (wgpu's robust buffer
+//! access), never outside it, but gives meaningless results.
+
+use crate::buffer::GpuBuffer;
+use crate::device::Gpu;
+use crate::dispatch::Kernel;
+use crate::error::GpuError;
+use crate::flash_attention::check_heads;
+pub use crate::kv_cache::{kv_write, BlockTable, PagedCache};
+
+const PARTIAL: Kernel = Kernel {
+    name: "paged_partial",
+    source: include_str!("shaders/paged_partial.wgsl"),
+};
+
+const REDUCE: Kernel = Kernel {
+    name: "paged_reduce",
+    source: include_str!("shaders/paged_reduce.wgsl"),
+};
+
+/// The default keys per partition of the split-K pass.
+pub const DEFAULT_PARTITION: usize = 256;
+/// The most keys per partition (the scores of a partition stay in workgroup memory).
+pub const MAX_PARTITION: usize = 1024;
+
+/// Device memory for the partial results of the split-K pass, sized for up to `rows`
+/// (sequence, head) pairs of `d_head` over up to `max_context` keys.
+#[derive(Debug)]
+pub struct DecodeScratch {
+    ml: GpuBuffer<f32>,
+    acc: GpuBuffer<f32>,
+    partition: usize,
+}
+
+impl DecodeScratch {
+    /// Scratch for `seqs × n_heads` rows of `d_head` and contexts up to `max_context` keys,
+    /// split into partitions of `partition` keys (1..=[`MAX_PARTITION`]).
+    pub fn new(
+        gpu: &Gpu,
+        seqs: usize,
+        n_heads: usize,
+        d_head: usize,
+        max_context: usize,
+        partition: usize,
+    ) -> Result<DecodeScratch, GpuError> {
+        if partition == 0 || partition > MAX_PARTITION {
+            return Err(GpuError::Shape {
+                op: "paged_attention",
+                problem: format!("a partition of {partition} keys outside 1..={MAX_PARTITION}"),
+            });
+        }
+        let parts = max_context.div_ceil(partition).max(1);
+        let rows = seqs * n_heads * parts;
+        Ok(DecodeScratch {
+            ml: gpu.zeros(2 * rows)?,
+            acc: gpu.zeros(rows * d_head)?,
+            partition,
+        })
+    }
+}
+
+/// Records paged decode attention for one query row per sequence (see the module's
+/// equations): `q` and `o` `[seqs, n_heads, d_head]`, `ctx_lens` `[seqs]`.
+#[allow(clippy::too_many_arguments)]
+pub fn paged_attention(
+    gpu: &Gpu,
+    q: &GpuBuffer<f32>,
+    cache: PagedCache<'_>,
+    table: BlockTable<'_>,
+    ctx_lens: &GpuBuffer<u32>,
+    o: &GpuBuffer<f32>,
+    n_heads: usize,
+    scale: f32,
+    scratch: &DecodeScratch,
+) -> Result<(), GpuError> {
+    let op = "paged_attention";
+    let d = cache.d_head;
+    check_heads(op, n_heads, cache.n_kv_heads, d)?;
+    cache.check(op)?;
+    let seqs = table.seqs(op)?;
+    let err = |problem: String| Err(GpuError::Shape { op, problem });
+    if ctx_lens.len() != seqs {
+        return err(format!(
+            "{} context lengths for {seqs} block-table rows",
+            ctx_lens.len()
+        ));
+    }
+    if q.len() != seqs * n_heads * d || o.len() != q.len() {
+        return err(format!(
+            "q {} and o {} for {seqs} sequences × {n_heads} heads × {d}",
+            q.len(),
+            o.len()
+        ));
+    }
+    let parts = (table.max_blocks * cache.block_size)
+        .div_ceil(scratch.partition)
+        .max(1);
+    let rows = seqs * n_heads;
+    if scratch.ml.len() < 2 * rows * parts || scratch.acc.len() < rows * parts * d {
+        return err(format!(
+            "scratch too small for {rows} rows × {parts} partitions × {d}"
+        ));
+    }
+    if rows == 0 {
+        return Ok(());
+    }
+    // Query heads per workgroup: those sharing a kv head, up to what workgroup memory holds.
+    let group = n_heads / cache.n_kv_heads;
+    let gt = group
+        .min(8)
+        .min(2048 / scratch.partition)
+        .min(1024 / d)
+        .max(1);
+    let head_tiles = group.div_ceil(gt);
+    let words = [
+        seqs as u32,
+        n_heads as u32,
+        cache.n_kv_heads as u32,
+        d as u32,
+        cache.block_size as u32,
+        table.max_blocks as u32,
+        parts as u32,
+        scratch.partition as u32,
+        scale.to_bits(),
+        gt as u32,
+        head_tiles as u32,
+        (256 / gt.next_power_of_two()) as u32,
+    ];
+    let groups = seqs * cache.n_kv_heads * head_tiles * parts;
+    gpu.record(
+        PARTIAL,
+        &[],
+        bytemuck::cast_slice(&words),
+        &[
+            &q.raw,
+            &cache.k.raw,
+            &cache.v.raw,
+            &table.ids.raw,
+            &ctx_lens.raw,
+            &scratch.ml.raw,
+            &scratch.acc.raw,
+        ],
+        gpu.grid(groups as u32),
+    );
+    let words = [rows as u32, parts as u32, d as u32];
+    gpu.record(
+        REDUCE,
+        &[],
+        bytemuck::cast_slice(&words),
+        &[&scratch.ml.raw, &scratch.acc.raw, &o.raw],
+        gpu.grid(rows as u32),
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flash_attention::{attention_ref, AttnMask, AttnShape};
+    use crate::testing::{assert_close, gpu, rand_vec};
+
+    /// Block ids 0..n in a seeded shuffled order.
+    fn shuffled(n: usize, seed: u64) -> Vec<u32> {
+        let mut ids: Vec<u32> = (0..n as u32).collect();
+        let r = rand_vec(n, seed);
+        for i in (1..n).rev() {
+            let j = (((r[i] + 1.0) / 2.0) * (i + 1) as f32) as usize;
+            ids.swap(i, j.min(i));
+        }
+        ids
+    }
+
+    struct Case {
+        ctx: Vec<usize>,
+        n_heads: usize,
+        n_kv: usize,
+        d: usize,
+        bs: usize,
+        partition: usize,
+        /// Fill the cache with [`kv_write`], recorded with the attention in one submission,
+        /// rather than uploading it built on the host.
+        via_kv_write: bool,
+    }
+
+    /// Builds the paged cache from contiguous per-sequence keys and values, runs the kernels
+    /// and compares each sequence with float64 attention over its keys.
+    fn run(c: Case, seed: u64) {
+        let gpu = gpu().unwrap();
+        let seqs = c.ctx.len();
+        let max_blocks = c.ctx.iter().map(|n| n.div_ceil(c.bs)).max().unwrap();
+        let used: usize = c.ctx.iter().map(|n| n.div_ceil(c.bs)).sum();
+        let num_blocks = used + 3;
+        let pool = shuffled(num_blocks, seed);
+        let row = c.n_kv * c.d;
+        let mut k_cache = vec![0.0f32; num_blocks * c.bs * row];
+        let mut v_cache = k_cache.clone();
+        let mut table = vec![0u32; seqs * max_blocks];
+        let mut next = 0;
+        let mut per_seq = Vec::new();
+        for (s, &n) in c.ctx.iter().enumerate() {
+            for b in 0..n.div_ceil(c.bs) {
+                table[s * max_blocks + b] = pool[next];
+                next += 1;
+            }
+            let k = rand_vec(n * row, seed + 10 + s as u64);
+            let v = rand_vec(n * row, seed + 50 + s as u64);
+            for j in 0..n {
+                let slot = table[s * max_blocks + j / c.bs] as usize * c.bs + j % c.bs;
+                k_cache[slot * row..][..row].copy_from_slice(&k[j * row..][..row]);
+                v_cache[slot * row..][..row].copy_from_slice(&v[j * row..][..row]);
+            }
+            per_seq.push((k, v));
+        }
+        let q: Vec<f32> = rand_vec(seqs * c.n_heads * c.d, seed + 99)
+            .iter()
+            .map(|x| x * 2.0)
+            .collect();
+        let ctx: Vec<u32> = c.ctx.iter().map(|&n| n as u32).collect();
+        let (dk, dv) = if c.via_kv_write {
+            let n = k_cache.len();
+            (gpu.zeros(n).unwrap(), gpu.zeros(n).unwrap())
+        } else {
+            (gpu.upload(&k_cache).unwrap(), gpu.upload(&v_cache).unwrap())
+        };
+        let (dt, dctx, dq) = (
+            gpu.upload(&table).unwrap(),
+            gpu.upload(&ctx).unwrap(),
+            gpu.upload(&q).unwrap(),
+        );
+        let o = gpu.zeros::<f32>(q.len()).unwrap();
+        let cache = PagedCache {
+            k: &dk,
+            v: &dv,
+            block_size: c.bs,
+            n_kv_heads: c.n_kv,
+            d_head: c.d,
+        };
+        let bt = BlockTable {
+            ids: &dt,
+            max_blocks,
+        };
+        if c.via_kv_write {
+            let (mut seq_of, mut pos_of) = (Vec::new(), Vec::new());
+            for (s, &n) in c.ctx.iter().enumerate() {
+                seq_of.extend(std::iter::repeat_n(s as u32, n));
+                pos_of.extend(0..n as u32);
+            }
+            let k_all: Vec<f32> = per_seq.iter().flat_map(|(k, _)| k.clone()).collect();
+            let v_all: Vec<f32> = per_seq.iter().flat_map(|(_, v)| v.clone()).collect();
+            let (dkn, dvn) = (gpu.upload(&k_all).unwrap(), gpu.upload(&v_all).unwrap());
+            let (ds, dp) = (gpu.upload(&seq_of).unwrap(), gpu.upload(&pos_of).unwrap());
+            kv_write(gpu, cache, bt, &dkn, &dvn, &ds, &dp).unwrap();
+        }
+        let scale = 1.0 / (c.d as f32).sqrt();
+        let scratch =
+            DecodeScratch::new(gpu, seqs, c.n_heads, c.d, max_blocks * c.bs, c.partition).unwrap();
+        paged_attention(gpu, &dq, cache, bt, &dctx, &o, c.n_heads, scale, &scratch).unwrap();
+        let got = gpu.read(&o).unwrap();
+        let qrow = c.n_heads * c.d;
+        for (s, (k, v)) in per_seq.iter().enumerate() {
+            let shape = AttnShape {
+                q_len: 1,
+                kv_len: c.ctx[s],
+                n_heads: c.n_heads,
+                n_kv_heads: c.n_kv,
+                d_head: c.d,
+            };
+            let mask = AttnMask {
+                scale,
+                causal: false,
+                past: 0,
+                window: None,
+            };
+            let want = attention_ref(&q[s * qrow..][..qrow], k, v, shape, mask);
+            let what = format!("sequence {s} of {:?}", c.ctx);
+            assert_close(&got[s * qrow..][..qrow], &want, 1e-4, 1e-5, &what);
+        }
+    }
+
+    #[test]
+    fn contexts_around_a_block_and_many_shuffled_blocks() {
+        if gpu().is_none() {
+            return;
+        }
+        // 1, block_size − 1, block_size + 1 and 1000 keys in one call, GQA 4:2.
+        let c = Case {
+            ctx: vec![1, 15, 17, 1000],
+            n_heads: 4,
+            n_kv: 2,
+            d: 64,
+            bs: 16,
+            partition: DEFAULT_PARTITION,
+            via_kv_write: false,
+        };
+        run(c, 1);
+    }
+
+    #[test]
+    fn small_partitions_gqa_and_wide_heads() {
+        if gpu().is_none() {
+            return;
+        }
+        let c = Case {
+            // A sequence with an empty cache gets a zero output.
+            ctx: vec![33, 31, 0, 500, 64],
+            n_heads: 8,
+            n_kv: 1,
+            d: 128,
+            bs: 32,
+            partition: 64,
+            via_kv_write: true,
+        };
+        run(c, 2);
+        let c = Case {
+            ctx: vec![5, 300],
+            n_heads: 2,
+            n_kv: 2,
+            d: 256,
+            bs: 8,
+            partition: 100,
+            via_kv_write: false,
+        };
+        run(c, 3);
+        let c = Case {
+            ctx: vec![7],
+            n_heads: 3,
+            n_kv: 1,
+            d: 80,
+            bs: 4,
+            partition: 1024,
+            via_kv_write: true,
+        };
+        run(c, 4);
+    }
+
+    #[test]
+    fn query_head_groups_in_tiles() {
+        if gpu().is_none() {
+            return;
+        }
+        // 12 heads on one kv head: tiles of 8 and 4 heads.
+        let c = Case {
+            ctx: vec![40, 300],
+            n_heads: 12,
+            n_kv: 1,
+            d: 64,
+            bs: 16,
+            partition: 128,
+            via_kv_write: false,
+        };
+        run(c, 5);
+        // Groups of 3: a tile that is not a power of two.
+        let c = Case {
+            ctx: vec![3, 260, 1],
+            n_heads: 6,
+            n_kv: 2,
+            d: 32,
+            bs: 8,
+            partition: DEFAULT_PARTITION,
+            via_kv_write: false,
+        };
+        run(c, 6);
+    }
+
+    #[test]
+    fn a_decode_step_in_one_submission() {
+        // Its own device: the counters of the shared one move with the other tests.
+        use crate::norms::{add_norm, Norm};
+        use crate::rope::{rope, RopeFreqs, RopeLayout};
+        use crate::softmax::argmax;
+        if gpu().is_none() {
+            return;
+        }
+        let gpu = &Gpu::open(None).unwrap();
+        let (n_heads, n_kv, d, bs, max_blocks) = (4usize, 2usize, 32usize, 8usize, 3usize);
+        let (width, row) = (n_heads * d, n_kv * d);
+        let past = [5usize, 20];
+        let table: Vec<u32> = vec![3, 0, 5, 1, 4, 2];
+        // Each sequence's keys and values, its new row (at position `past`) last.
+        let kv: Vec<(Vec<f32>, Vec<f32>)> = past
+            .iter()
+            .enumerate()
+            .map(|(s, &n)| {
+                let seed = 200 + 2 * s as u64;
+                (
+                    rand_vec((n + 1) * row, seed),
+                    rand_vec((n + 1) * row, seed + 1),
+                )
+            })
+            .collect();
+        let (mut k_cache, mut v_cache) = (vec![0.0f32; 6 * bs * row], vec![0.0f32; 6 * bs * row]);
+        for (s, (k, v)) in kv.iter().enumerate() {
+            for j in 0..past[s] {
+                let slot = table[s * max_blocks + j / bs] as usize * bs + j % bs;
+                k_cache[slot * row..][..row].copy_from_slice(&k[j * row..][..row]);
+                v_cache[slot * row..][..row].copy_from_slice(&v[j * row..][..row]);
+            }
+        }
+        let new_rows = |i: usize| -> Vec<f32> {
+            kv.iter()
+                .zip(past)
+                .flat_map(|(kv, n)| [&kv.0, &kv.1][i][n * row..][..row].to_vec())
+                .collect()
+        };
+        let up = |x: &[f32]| gpu.upload(x).unwrap();
+        let (dk, dv, dkn, dvn) = (
+            up(&k_cache),
+            up(&v_cache),
+            up(&new_rows(0)),
+            up(&new_rows(1)),
+        );
+        let (h, x, w) = (
+            up(&rand_vec(2 * width, 210)),
+            up(&rand_vec(2 * width, 211)),
+            up(&rand_vec(width, 212)),
+        );
+        let q = gpu.zeros::<f32>(2 * width).unwrap();
+        let o = gpu.zeros::<f32>(2 * width).unwrap();
+        let ids = gpu.zeros::<u32>(2).unwrap();
+        let pos = gpu.upload(&[5u32, 20]).unwrap();
+        let seq = gpu.upload(&[0u32, 1]).unwrap();
+        let ctx = gpu.upload(&[6u32, 21]).unwrap();
+        let dt = gpu.upload(&table).unwrap();
+        let freqs = RopeFreqs::standard(gpu, 10_000.0, d).unwrap();
+        let scratch = DecodeScratch::new(gpu, 2, n_heads, d, max_blocks * bs, 16).unwrap();
+        let cache = PagedCache {
+            k: &dk,
+            v: &dv,
+            block_size: bs,
+            n_kv_heads: n_kv,
+            d_head: d,
+        };
+        let bt = BlockTable {
+            ids: &dt,
+            max_blocks,
+        };
+        let scale = 1.0 / (d as f32).sqrt();
+        gpu.counters().reset();
+        let norm = Norm::Rms {
+            weight: &w,
+            eps: 1e-6,
+            offset: 0.0,
+        };
+        add_norm(gpu, &norm, &h, &x, &q).unwrap();
+        rope(gpu, &q, &pos, &freqs, n_heads, d, RopeLayout::HalfSplit).unwrap();
+        kv_write(gpu, cache, bt, &dkn, &dvn, &seq, &pos).unwrap();
+        paged_attention(gpu, &q, cache, bt, &ctx, &o, n_heads, scale, &scratch).unwrap();
+        argmax(gpu, &o, &ids, width).unwrap();
+        let got_ids = gpu.read(&ids).unwrap();
+        let c = gpu.counters().get();
+        assert_eq!((c.dispatches, c.submissions, c.bytes_down), (6, 1, 8));
+        // The attention of the step's own queries over the cache with the new rows.
+        let (qv, ov) = (gpu.read(&q).unwrap(), gpu.read(&o).unwrap());
+        for (s, (k, v)) in kv.iter().enumerate() {
+            let shape = AttnShape {
+                q_len: 1,
+                kv_len: past[s] + 1,
+                n_heads,
+                n_kv_heads: n_kv,
+                d_head: d,
+            };
+            let mask = AttnMask {
+                scale,
+                causal: false,
+                past: 0,
+                window: None,
+            };
+            let want = attention_ref(&qv[s * width..][..width], k, v, shape, mask);
+            let got = &ov[s * width..][..width];
+            assert_close(got, &want, 1e-4, 1e-5, &format!("step, sequence {s}"));
+            let best = (0..width).fold(0, |b, i| if got[i] > got[b] { i } else { b });
+            assert_eq!(got_ids[s], best as u32, "sequence {s}");
+        }
+    }
+
+    #[test]
+    fn paged_shape_errors() {
+        let Some(gpu) = gpu() else { return };
+        let c = gpu.zeros::<f32>(2 * 4 * 2 * 8).unwrap();
+        let cache = PagedCache {
+            k: &c,
+            v: &c,
+            block_size: 4,
+            n_kv_heads: 2,
+            d_head: 8,
+        };
+        let ids = gpu.zeros::<u32>(6).unwrap();
+        let bt = BlockTable {
+            ids: &ids,
+            max_blocks: 2,
+        };
+        let ctx = gpu.zeros::<u32>(2).unwrap();
+        let q = gpu.zeros::<f32>(3 * 4 * 8).unwrap();
+        let scratch = DecodeScratch::new(gpu, 3, 4, 8, 8, 256).unwrap();
+        let e = paged_attention(gpu, &q, cache, bt, &ctx, &q, 4, 1.0, &scratch).unwrap_err();
+        assert!(e.to_string().contains("2 context lengths for 3"), "{e}");
+        let e = paged_attention(gpu, &q, cache, bt, &ctx, &q, 3, 1.0, &scratch).unwrap_err();
+        assert!(e.to_string().contains("not groups of 2 kv heads"), "{e}");
+        assert!(DecodeScratch::new(gpu, 1, 1, 8, 8, 2000).is_err());
+    }
+}
