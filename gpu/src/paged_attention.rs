@@ -84,7 +84,9 @@ impl DecodeScratch {
 }
 
 /// Records paged decode attention for one query row per sequence (see the module's
-/// equations): `q` and `o` `[seqs, n_heads, d_head]`, `ctx_lens` `[seqs]`.
+/// equations): `q` and `o` `[seqs, n_heads, d_head]` (two buffers), `ctx_lens` `[seqs]`. One
+/// dispatch when one partition of `scratch` covers `max_blocks · block_size` keys, two
+/// otherwise.
 #[allow(clippy::too_many_arguments)]
 pub fn paged_attention(
     gpu: &Gpu,
