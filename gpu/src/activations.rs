@@ -55,6 +55,11 @@ impl Activation {
     }
 }
 
+/// The kernels' code of `act` (`activate(kind, x)` in `act_fns.wgsl`).
+pub(crate) fn act_kind(act: Activation) -> u32 {
+    act.kind()
+}
+
 /// Where a gated unit's two inputs are.
 #[derive(Clone, Copy, Debug)]
 pub enum GluInput<'a> {

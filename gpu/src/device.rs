@@ -1,6 +1,7 @@
 //! Adapters and the opened device.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::dispatch::{Counters, Pending};
@@ -31,6 +32,10 @@ pub struct AdapterSummary {
 fn instance() -> wgpu::Instance {
     let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
     desc.backends = wgpu::Backends::VULKAN | wgpu::Backends::METAL | wgpu::Backends::DX12;
+    // Where the driver reports a budget (DX12; Vulkan with VK_EXT_memory_budget), creating a
+    // buffer past 95 % of it is an out-of-memory error (caught in an error scope and returned
+    // as `GpuError::OutOfMemory`) rather than an allocation that pages or loses the device.
+    desc.memory_budget_thresholds.for_resource_creation = Some(95);
     wgpu::Instance::new(desc)
 }
 
@@ -95,6 +100,10 @@ pub struct Gpu {
     pub(crate) pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
     pub(crate) pending: Mutex<Pending>,
     pub(crate) counters: Counters,
+    /// Bytes held by the live [`crate::GpuBuffer`]s of this device.
+    pub(crate) allocated: Arc<AtomicU64>,
+    /// The device memory this process may use, when known; `u64::MAX` when not.
+    pub(crate) budget: AtomicU64,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -142,6 +151,8 @@ impl Gpu {
             pipelines: Mutex::new(HashMap::new()),
             pending: Mutex::new(Pending::default()),
             counters: Counters::default(),
+            allocated: Arc::new(AtomicU64::new(0)),
+            budget: AtomicU64::new(u64::MAX),
         })
     }
 
@@ -160,8 +171,122 @@ impl Gpu {
         self.device.features().contains(wgpu::Features::SUBGROUP)
     }
 
+    /// Bytes of device memory held by this device's live buffers (created minus dropped;
+    /// storage buffers only: not the pipelines, the per-dispatch uniforms or the staging of
+    /// read-backs, which are small and short-lived).
+    pub fn allocated_bytes(&self) -> u64 {
+        self.allocated.load(Ordering::Relaxed)
+    }
+
+    /// The device memory this process may use, when known. wgpu 30 has no safe query of an
+    /// adapter's memory size or budget (`AdapterInfo` does not carry it; the driver's budget,
+    /// VK_EXT_memory_budget or DXGI's, is read only inside wgpu-hal, reachable through the
+    /// `unsafe` `as_hal`; `Device::generate_allocator_report` says what wgpu's allocator holds,
+    /// not what is free), so this is `None` until [`Gpu::set_memory_budget`] sets one (from the
+    /// user, or the vendor's tools). The driver's own budget still applies: an allocation past
+    /// 95 % of it is an out-of-memory error.
+    pub fn memory_budget(&self) -> Option<u64> {
+        match self.budget.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            b => Some(b),
+        }
+    }
+
+    /// Sets (or, with `None`, clears) the budget that [`Gpu::upload`] and [`Gpu::zeros`]
+    /// check before allocating: past it they return [`GpuError::OutOfMemory`].
+    pub fn set_memory_budget(&self, bytes: Option<u64>) {
+        self.budget
+            .store(bytes.unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// `gpu:N (NAME)`, as errors name this device.
+    pub fn label(&self) -> String {
+        format!("gpu:{} ({})", self.summary.index, self.summary.name)
+    }
+
+    /// Checks that `bytes` more of device memory fit the budget, when one is known: the
+    /// [`GpuError::OutOfMemory`] that a loader returns before uploading a model of `bytes`
+    /// (`what` names it: "the model").
+    pub fn check_fits(&self, what: &str, bytes: u64) -> Result<(), GpuError> {
+        if let Some(budget) = self.memory_budget() {
+            let free = budget.saturating_sub(self.allocated_bytes());
+            if bytes > free {
+                return Err(GpuError::OutOfMemory {
+                    what: what.to_string(),
+                    needed: bytes,
+                    available: Some(free),
+                    device: self.label(),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// The largest storage buffer one binding may address.
     pub fn max_binding_bytes(&self) -> u64 {
         self.limits.max_storage_buffer_binding_size
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::products::{GpuWeight, WeightFormat};
+
+    #[test]
+    fn allocations_are_counted_and_a_budget_is_an_error_naming_the_sizes() {
+        if crate::testing::gpu().is_none() {
+            return;
+        }
+        // Its own device: the shared one's buffers come and go with the other tests.
+        let gpu = Gpu::open(None).unwrap();
+        assert_eq!(gpu.allocated_bytes(), 0);
+        assert_eq!(gpu.memory_budget(), None);
+        let a = gpu.zeros::<f32>(1000).unwrap();
+        let b = gpu.upload(&[1u8, 2, 3]).unwrap();
+        // Whole words: 3 bytes hold 4.
+        assert_eq!(gpu.allocated_bytes(), 4000 + 4);
+        let w = GpuWeight::upload(&gpu, WeightFormat::Q4_0, 32, 3, &[0u8; 54]).unwrap();
+        assert_eq!(gpu.allocated_bytes(), 4004 + 56);
+        drop(a);
+        assert_eq!(gpu.allocated_bytes(), 4 + 56);
+        drop((b, w));
+        assert_eq!(gpu.allocated_bytes(), 0);
+
+        gpu.set_memory_budget(Some(10_000));
+        assert_eq!(gpu.memory_budget(), Some(10_000));
+        let keep = gpu.zeros::<u8>(6000).unwrap();
+        let e = gpu.zeros::<f32>(1001).unwrap_err();
+        match &e {
+            GpuError::OutOfMemory {
+                needed, available, ..
+            } => assert_eq!((*needed, *available), (4004, Some(4000))),
+            other => panic!("{other}"),
+        }
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("a buffer needs 4004 bytes of device memory"),
+            "{msg}"
+        );
+        assert!(msg.ends_with(") has 4000 bytes free"), "{msg}");
+        assert!(
+            msg.contains(&format!("gpu:0 ({})", gpu.adapter().name)),
+            "{msg}"
+        );
+        assert!(gpu.upload(&vec![0u32; 1001]).is_err());
+        assert!(GpuWeight::upload(&gpu, WeightFormat::F32, 1001, 1, &[0u8; 4004]).is_err());
+        let e = gpu.check_fits("the model", 5_100_000_000).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("the model needs 5.1 GB of device memory; gpu:0 ("),
+            "{e}"
+        );
+        assert!(e.to_string().ends_with("has 4000 bytes free"), "{e}");
+        // Nothing was allocated by the refusals; the budget fits again once freed.
+        assert_eq!(gpu.allocated_bytes(), 6000);
+        drop(keep);
+        assert!(gpu.zeros::<f32>(1001).is_ok());
+        gpu.set_memory_budget(None);
+        assert!(gpu.check_fits("the model", u64::MAX).is_ok());
     }
 }

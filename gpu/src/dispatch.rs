@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use wgpu::util::DeviceExt;
 
-use crate::buffer::GpuBuffer;
+use crate::buffer::{Allocation, GpuBuffer};
 use crate::device::Gpu;
 use crate::error::GpuError;
 
@@ -93,16 +93,70 @@ impl Gpu {
         Ok(bytes.div_ceil(4).max(1) * 4)
     }
 
-    /// `data` copied into a new device buffer.
-    pub fn upload<T: bytemuck::Pod>(&self, data: &[T]) -> Result<GpuBuffer<T>, GpuError> {
-        let bytes: &[u8] = bytemuck::cast_slice(data);
-        let size = self.check_size("an upload", bytes.len() as u64)?;
+    /// A new storage buffer of `bytes` (rounded up to whole words), checked against the
+    /// binding limit and the budget, and created inside an out-of-memory error scope so that a
+    /// refused allocation is an error, not a panic. Mapped for writing when `mapped`.
+    pub(crate) fn create_storage(
+        &self,
+        what: &str,
+        bytes: u64,
+        mapped: bool,
+    ) -> Result<(wgpu::Buffer, Allocation), GpuError> {
+        let size = self.check_size(what, bytes)?;
+        self.check_fits(what, size)?;
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let raw = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: None,
             size,
             usage: STORAGE,
-            mapped_at_creation: true,
+            mapped_at_creation: mapped,
         });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            log_refusal(&e);
+            return Err(GpuError::OutOfMemory {
+                what: what.to_string(),
+                needed: size,
+                available: self
+                    .memory_budget()
+                    .map(|b| b.saturating_sub(self.allocated_bytes())),
+                device: self.label(),
+            });
+        }
+        Ok((raw, Allocation::new(&self.allocated, size)))
+    }
+
+    /// A new device buffer of `parts` one after another (in `u32` words, the last padded
+    /// with zeros), each copied straight into the mapped memory: no copy of the whole on the
+    /// host.
+    pub(crate) fn upload_parts(
+        &self,
+        what: &str,
+        parts: &[&[u8]],
+    ) -> Result<GpuBuffer<u32>, GpuError> {
+        let bytes: usize = parts.iter().map(|p| p.len()).sum();
+        let (raw, alloc) = self.create_storage(what, bytes as u64, true)?;
+        {
+            let mut view = raw
+                .slice(..)
+                .get_mapped_range_mut()
+                .map_err(|e| GpuError::Device(e.to_string()))?;
+            let mut at = 0;
+            for p in parts {
+                view.slice(at..at + p.len()).copy_from_slice(p);
+                at += p.len();
+            }
+        }
+        raw.unmap();
+        self.counters
+            .bytes_up
+            .fetch_add(bytes as u64, Ordering::Relaxed);
+        Ok(GpuBuffer::from_raw(raw, bytes.div_ceil(4), alloc))
+    }
+
+    /// `data` copied into a new device buffer.
+    pub fn upload<T: bytemuck::Pod>(&self, data: &[T]) -> Result<GpuBuffer<T>, GpuError> {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        let (raw, alloc) = self.create_storage("an upload", bytes.len() as u64, true)?;
         raw.slice(..)
             .get_mapped_range_mut()
             .map_err(|e| GpuError::Device(e.to_string()))?
@@ -112,19 +166,13 @@ impl Gpu {
         self.counters
             .bytes_up
             .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-        Ok(GpuBuffer::from_raw(raw, data.len()))
+        Ok(GpuBuffer::from_raw(raw, data.len(), alloc))
     }
 
     /// A new device buffer of `len` zeros.
     pub fn zeros<T: bytemuck::Pod>(&self, len: usize) -> Result<GpuBuffer<T>, GpuError> {
-        let size = self.check_size("a buffer", (len * size_of::<T>()) as u64)?;
-        let raw = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: None,
-            size,
-            usage: STORAGE,
-            mapped_at_creation: false,
-        });
-        Ok(GpuBuffer::from_raw(raw, len))
+        let (raw, alloc) = self.create_storage("a buffer", (len * size_of::<T>()) as u64, false)?;
+        Ok(GpuBuffer::from_raw(raw, len, alloc))
     }
 
     /// Overwrites `buf` from element `offset` with `data`. The write lands before the
@@ -336,5 +384,12 @@ impl Gpu {
         staging.unmap();
         self.counters.bytes_down.fetch_add(bytes, Ordering::Relaxed);
         Ok(out)
+    }
+}
+
+/// The driver's refusal, for whoever reads stderr (the error returned names only the sizes).
+fn log_refusal(e: &wgpu::Error) {
+    if std::env::var_os("TRANSFORMER_GPU_DEBUG").is_some() {
+        eprintln!("gpu allocation refused: {e}");
     }
 }

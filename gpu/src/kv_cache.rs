@@ -4,7 +4,8 @@
 //! of fixed-size blocks shared by the sequences. Each sequence lists its blocks, in any order,
 //! in its row of a block table `[seqs, max_blocks]` of `u32` ids; its position `pos` lives in
 //! slot `table[seq, pos / block_size] · block_size + pos % block_size`. [`kv_write`] stores a
-//! step's new rows there; [`crate::paged_attention`] reads them.
+//! step's new rows there ([`crate::rope::rope_kv_write`] rotates the keys and stores them in
+//! the same dispatch, from a Q‖K‖V product's output); [`crate::paged_attention`] reads them.
 
 use crate::buffer::GpuBuffer;
 use crate::device::Gpu;

@@ -8,6 +8,14 @@
 //!   back ([`Gpu::read`]) or on [`Gpu::flush`] — one submission per decode step.
 //! - [`GpuBuffer`] is device memory holding `len` elements of one type; uploads and read-backs
 //!   are counted ([`Counters`]) so a benchmark can say how many bytes crossed the bus per step.
+//!   Every buffer's bytes count in [`Gpu::allocated_bytes`] until it is dropped; with a
+//!   budget ([`Gpu::memory_budget`]) an allocation that would pass it, or one the driver
+//!   refuses, is [`GpuError::OutOfMemory`], never a panic.
+//! - A decoder layer's decode step is 8 dispatches: add + norm, the Q‖K‖V product
+//!   ([`products::stacked_product`]), RoPE fused with the KV-cache store
+//!   ([`rope::rope_kv_write`]), single-pass paged attention, the output product, add + norm,
+//!   the gate‖up product with SwiGLU fused into its output ([`products::glu_product`]), the
+//!   down product.
 //! - Each operation is a module with its WGSL source in `src/shaders/` and a host function that
 //!   checks shapes and records the dispatch; its tests compare it with a float64 loop written
 //!   from the equation.
@@ -31,5 +39,7 @@ pub use device::{adapters, AdapterSummary, Gpu};
 pub use dispatch::Counters;
 pub use error::GpuError;
 
+#[cfg(test)]
+mod decode_layer_tests;
 #[cfg(test)]
 pub(crate) mod testing;

@@ -17,6 +17,9 @@
 //! `m_p`, sum `l_p` and unnormalised accumulator into a [`DecodeScratch`], then a reduce kernel
 //! merges them:
 //! `M = max m_p`, `o = Σ_p acc_p e^(m_p − M) / Σ_p l_p e^(m_p − M)`.
+//! When one partition covers every sequence's context (`max_blocks · block_size ≤
+//! partition`), the first pass writes `o = acc / l` itself and there is no reduce dispatch:
+//! one dispatch, the same arithmetic (one partition's weight `e^(m − m)` is 1).
 //!
 //! Block ids and context lengths are read on the device and not checked against the cache's
 //! size: an out-of-range id reads or writes within the buffer's bounds (wgpu's robust buffer
@@ -81,7 +84,9 @@ impl DecodeScratch {
 }
 
 /// Records paged decode attention for one query row per sequence (see the module's
-/// equations): `q` and `o` `[seqs, n_heads, d_head]`, `ctx_lens` `[seqs]`.
+/// equations): `q` and `o` `[seqs, n_heads, d_head]` (two buffers), `ctx_lens` `[seqs]`. One
+/// dispatch when one partition of `scratch` covers `max_blocks · block_size` keys, two
+/// otherwise.
 #[allow(clippy::too_many_arguments)]
 pub fn paged_attention(
     gpu: &Gpu,
@@ -93,6 +98,26 @@ pub fn paged_attention(
     n_heads: usize,
     scale: f32,
     scratch: &DecodeScratch,
+) -> Result<(), GpuError> {
+    paged_attention_passes(
+        gpu, q, cache, table, ctx_lens, o, n_heads, scale, scratch, true,
+    )
+}
+
+/// [`paged_attention`], in one pass where one partition covers the contexts only when
+/// `single_pass` (the tests compare the two).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn paged_attention_passes(
+    gpu: &Gpu,
+    q: &GpuBuffer<f32>,
+    cache: PagedCache<'_>,
+    table: BlockTable<'_>,
+    ctx_lens: &GpuBuffer<u32>,
+    o: &GpuBuffer<f32>,
+    n_heads: usize,
+    scale: f32,
+    scratch: &DecodeScratch,
+    single_pass: bool,
 ) -> Result<(), GpuError> {
     let op = "paged_attention";
     let d = cache.d_head;
@@ -122,9 +147,13 @@ pub fn paged_attention(
             "scratch too small for {rows} rows × {parts} partitions × {d}"
         ));
     }
+    if q.raw == o.raw {
+        return err("o must be another buffer than q".into());
+    }
     if rows == 0 {
         return Ok(());
     }
+    let direct = single_pass && parts == 1;
     // Query heads per workgroup: those sharing a kv head, up to what workgroup memory holds.
     let group = n_heads / cache.n_kv_heads;
     let gt = group
@@ -146,6 +175,10 @@ pub fn paged_attention(
         gt as u32,
         head_tiles as u32,
         (256 / gt.next_power_of_two()) as u32,
+        direct as u32,
+        0,
+        0,
+        0,
     ];
     let groups = seqs * cache.n_kv_heads * head_tiles * parts;
     gpu.record(
@@ -160,9 +193,13 @@ pub fn paged_attention(
             &ctx_lens.raw,
             &scratch.ml.raw,
             &scratch.acc.raw,
+            &o.raw,
         ],
         gpu.grid(groups as u32),
     );
+    if direct {
+        return Ok(());
+    }
     let words = [rows as u32, parts as u32, d as u32];
     gpu.record(
         REDUCE,
@@ -491,6 +528,63 @@ mod tests {
             assert_close(got, &want, 1e-4, 1e-5, &format!("step, sequence {s}"));
             let best = (0..width).fold(0, |b, i| if got[i] > got[b] { i } else { b });
             assert_eq!(got_ids[s], best as u32, "sequence {s}");
+        }
+    }
+
+    #[test]
+    fn one_partition_in_one_pass_is_the_two_passes() {
+        let Some(gpu) = gpu() else { return };
+        // (contexts, n_heads, n_kv, d, block size): an empty context, GQA tiles of 3 and of
+        // 8 + 4, odd d.
+        let cases = [
+            (vec![1usize, 0, 37, 64], 6, 2, 40, 8),
+            (vec![300, 5], 12, 1, 64, 16),
+            (vec![9], 3, 3, 7, 3),
+        ];
+        for (ctx, n_heads, n_kv, d, bs) in cases {
+            let seqs = ctx.len();
+            let max_blocks = ctx.iter().max().unwrap().div_ceil(bs).max(1);
+            let num_blocks = seqs * max_blocks;
+            let row = n_kv * d;
+            let table: Vec<u32> = shuffled(num_blocks, 9);
+            let k = rand_vec(num_blocks * bs * row, 31);
+            let v = rand_vec(num_blocks * bs * row, 32);
+            let q = rand_vec(seqs * n_heads * d, 33);
+            let lens: Vec<u32> = ctx.iter().map(|&n| n as u32).collect();
+            let (dk, dv, dq) = (
+                gpu.upload(&k).unwrap(),
+                gpu.upload(&v).unwrap(),
+                gpu.upload(&q).unwrap(),
+            );
+            let (dt, dl) = (gpu.upload(&table).unwrap(), gpu.upload(&lens).unwrap());
+            let cache = PagedCache {
+                k: &dk,
+                v: &dv,
+                block_size: bs,
+                n_kv_heads: n_kv,
+                d_head: d,
+            };
+            let bt = BlockTable {
+                ids: &dt,
+                max_blocks,
+            };
+            let partition = max_blocks * bs;
+            let scratch = DecodeScratch::new(gpu, seqs, n_heads, d, partition, partition).unwrap();
+            let scale = 0.3;
+            let out = |single: bool| {
+                let o = gpu.upload(&vec![f32::NAN; q.len()]).unwrap();
+                paged_attention_passes(
+                    gpu, &dq, cache, bt, &dl, &o, n_heads, scale, &scratch, single,
+                )
+                .unwrap();
+                gpu.read(&o).unwrap()
+            };
+            let (one, two) = (out(true), out(false));
+            assert!(
+                one.iter().all(|x| x.is_finite()),
+                "{ctx:?}: every output written"
+            );
+            assert_eq!(one, two, "{ctx:?} {n_heads}/{n_kv} × {d}");
         }
     }
 

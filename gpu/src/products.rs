@@ -42,16 +42,26 @@
 //! once for all the rows, a tree sum in workgroup memory, no subgroup operations) and the
 //! tiled matrix-matrix kernel above (prefill: 64 × 64 tiles of `y`, the `x` tile and the
 //! decoded `W` tile in workgroup memory). [`gather_rows`] is the embedding lookup.
+//!
+//! Fewer dispatches per layer: [`StackedWeight`] (or [`GpuWeight::concat_rows`]) holds
+//! matrices of one `d_in` stacked by rows, so [`stacked_product`] computes Q, K and V in one
+//! dispatch into one `[rows, d_q + d_k + d_v]` buffer (one per run of a format when they
+//! differ); [`glu_product`] fuses the gated unit into the gate‖up product's output,
+//! `y = act(x · W_gateᵀ) ⊙ (x · W_upᵀ)`.
 
 mod kernels;
 #[cfg(test)]
-mod reference;
+pub(crate) mod reference;
+mod stacked;
 #[cfg(test)]
 mod tests;
 
+use crate::activations::{act_kind, Activation};
 use crate::buffer::GpuBuffer;
 use crate::device::Gpu;
 use crate::error::GpuError;
+
+pub use stacked::{glu_product, stacked_product, StackedWeight};
 
 /// Up to this many activation rows, [`weight_product`] runs the matrix-vector kernel; above,
 /// the tiled matrix-matrix kernel.
@@ -161,7 +171,7 @@ pub struct GpuWeight {
 impl GpuWeight {
     /// Uploads the `d_out` rows of `d_in` values stored in `bytes`, after checking that
     /// `d_in` is a positive multiple of the format's block and `bytes` exactly
-    /// `d_out · row_bytes` long.
+    /// `d_out · row_bytes` long. The bytes go straight into the mapped device buffer.
     pub fn upload(
         gpu: &Gpu,
         format: WeightFormat,
@@ -173,13 +183,7 @@ impl GpuWeight {
             op: "weight upload",
             problem,
         };
-        let block = format.block_values();
-        if d_in == 0 || d_out == 0 || !d_in.is_multiple_of(block) {
-            return Err(shape(format!(
-                "a {format} matrix of {d_out} rows of {d_in} values: both must be positive, \
-                 and the row length a multiple of {block}"
-            )));
-        }
+        check_row_length(format, d_in, d_out)?;
         let row_bytes = format.row_bytes(d_in);
         let want = d_out.checked_mul(row_bytes);
         if want != Some(bytes.len()) {
@@ -189,27 +193,52 @@ impl GpuWeight {
                 bytes.len()
             )));
         }
+        GpuWeight::concat_rows(gpu, format, d_in, &[bytes])
+    }
+
+    /// Uploads several matrices of one format and row length as one, their rows one after
+    /// another (`[W_0; W_1; …]`, as Q‖K‖V or gate‖up), each part copied straight into the
+    /// mapped device buffer: one product then computes all of them,
+    /// `y[r, off_i + o] = Σ_k x[r, k] · W_i[o, k]`, `off_i` the rows of the parts before `i`.
+    /// Each part must be whole rows of `format.row_bytes(d_in)` bytes. Matrices of different
+    /// formats cannot share a buffer: [`StackedWeight`] groups them.
+    pub fn concat_rows(
+        gpu: &Gpu,
+        format: WeightFormat,
+        d_in: usize,
+        parts: &[&[u8]],
+    ) -> Result<GpuWeight, GpuError> {
+        let row_bytes = format.row_bytes(d_in.max(1));
+        let mut d_out = 0;
+        for (i, p) in parts.iter().enumerate() {
+            if row_bytes == 0 || p.is_empty() || !p.len().is_multiple_of(row_bytes) {
+                return Err(GpuError::Shape {
+                    op: "weight upload",
+                    problem: format!(
+                        "part {i} of {} bytes is not whole {format} rows of {d_in} values \
+                         ({row_bytes} bytes each)",
+                        p.len()
+                    ),
+                });
+            }
+            d_out += p.len() / row_bytes;
+        }
+        check_row_length(format, d_in, d_out)?;
+        let total = d_out * row_bytes;
         // The shaders address the weights in bytes, in u32.
-        if bytes.len() > u32::MAX as usize {
+        if total > u32::MAX as usize {
             return Err(GpuError::TooLarge {
                 what: format!("a {format} weight matrix (byte offsets are 32-bit)"),
-                bytes: bytes.len() as u64,
+                bytes: total as u64,
                 limit: u64::from(u32::MAX),
             });
         }
-        let words: Vec<u32> = bytes
-            .chunks(4)
-            .map(|c| {
-                let mut w = [0u8; 4];
-                w[..c.len()].copy_from_slice(c);
-                u32::from_le_bytes(w)
-            })
-            .collect();
+        let what = format!("a {format} weight matrix [{d_out}, {d_in}]");
         Ok(GpuWeight {
             format,
             d_in,
             d_out,
-            data: gpu.upload(&words)?,
+            data: gpu.upload_parts(&what, parts)?,
         })
     }
 
@@ -234,8 +263,9 @@ impl GpuWeight {
     }
 
     /// The kernels' uniform parameters: rows (or ids), d_in, d_out, row bytes, units of 32
-    /// per row, output tiles along d_out, two words of padding.
-    fn params(&self, rows: usize, tiles_n: usize) -> Vec<u8> {
+    /// per row, output tiles along d_out, then the output's row stride and the column of its
+    /// first output (`y[r · y_stride + y_off + o]`).
+    fn params(&self, rows: usize, tiles_n: usize, y_stride: usize, y_off: usize) -> Vec<u8> {
         [
             rows,
             self.d_in,
@@ -243,13 +273,28 @@ impl GpuWeight {
             self.format.row_bytes(self.d_in),
             self.d_in.div_ceil(32),
             tiles_n,
-            0,
-            0,
+            y_stride,
+            y_off,
         ]
         .iter()
         .flat_map(|&v| (v as u32).to_le_bytes())
         .collect()
     }
+}
+
+/// `d_in` a positive multiple of `format`'s block, `d_out` positive.
+fn check_row_length(format: WeightFormat, d_in: usize, d_out: usize) -> Result<(), GpuError> {
+    let block = format.block_values();
+    if d_in == 0 || d_out == 0 || !d_in.is_multiple_of(block) {
+        return Err(GpuError::Shape {
+            op: "weight upload",
+            problem: format!(
+                "a {format} matrix of {d_out} rows of {d_in} values: both must be positive, \
+                 and the row length a multiple of {block}"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// `n` must fit the shaders' 32-bit indices.
@@ -298,27 +343,69 @@ pub fn weight_product(
     }
     check_index(OP, "x's length", x.len())?;
     check_index(OP, "y's length", y.len())?;
+    record_product(gpu, y, x, rows, w, d_out, 0, Gate::None)
+}
+
+/// What the product's outputs are.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Gate {
+    /// `y[r, o] = (x · Wᵀ)[r, o]`.
+    None,
+    /// `W` is gate‖up: `y[r, j] = act((x · Wᵀ)[r, j]) · (x · Wᵀ)[r, d_ff + j]`.
+    Glu(Activation),
+}
+
+/// Records one product into `y[r · y_stride + y_off + o]` (`o < d_out`, or `< d_out / 2`
+/// gated); the caller checked the shapes.
+#[allow(clippy::too_many_arguments)]
+fn record_product(
+    gpu: &Gpu,
+    y: &GpuBuffer<f32>,
+    x: &GpuBuffer<f32>,
+    rows: usize,
+    w: &GpuWeight,
+    y_stride: usize,
+    y_off: usize,
+    gate: Gate,
+) -> Result<(), GpuError> {
+    const OP: &str = "weight product";
     if rows == 0 {
         return Ok(());
     }
     let k = kernels::of(w.format);
     let buffers = [&w.data.raw, &x.raw, &y.raw];
+    let glu = match gate {
+        Gate::None => 0.0,
+        Gate::Glu(act) => f64::from(1 + act_kind(act)),
+    };
+    let constants = [("GLU", glu)];
+    // Outputs per row: gated, each pairs a gate row with its up row.
+    let outs = if gate == Gate::None {
+        w.d_out
+    } else {
+        w.d_out / 2
+    };
     if rows <= MATVEC_ROWS {
         gpu.record(
             k.matvec,
-            &[],
-            &w.params(rows, 0),
+            &constants,
+            &w.params(rows, 0, y_stride, y_off),
             &buffers,
-            gpu.grid(d_out as u32),
+            gpu.grid(outs as u32),
         );
     } else {
-        let tiles_n = d_out.div_ceil(64);
+        // Gated, a tile's 64 columns are 32 gate rows and their 32 up rows.
+        let tiles_n = if gate == Gate::None {
+            outs.div_ceil(64)
+        } else {
+            outs.div_ceil(32)
+        };
         let groups = rows.div_ceil(64) * tiles_n;
         check_index(OP, "the tiles", groups)?;
         gpu.record(
             k.matmul,
-            &[],
-            &w.params(rows, tiles_n),
+            &constants,
+            &w.params(rows, tiles_n, y_stride, y_off),
             &buffers,
             gpu.grid(groups as u32),
         );
@@ -355,7 +442,7 @@ pub fn gather_rows(
     gpu.record(
         kernels::of(table.format).gather,
         &[],
-        &table.params(n, 0),
+        &table.params(n, 0, table.d_in, 0),
         &[&table.data.raw, &ids.raw, &out.raw],
         gpu.grid(invocations.div_ceil(256) as u32),
     );

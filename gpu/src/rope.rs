@@ -16,10 +16,22 @@ use crate::buffer::GpuBuffer;
 use crate::device::Gpu;
 use crate::dispatch::Kernel;
 use crate::error::GpuError;
+use crate::kv_cache::{BlockTable, PagedCache};
 
 const ROPE: Kernel = Kernel {
     name: "rope",
-    source: include_str!("shaders/rope.wgsl"),
+    source: concat!(
+        include_str!("shaders/rope_fns.wgsl"),
+        include_str!("shaders/rope.wgsl")
+    ),
+};
+
+const ROPE_KV_WRITE: Kernel = Kernel {
+    name: "rope_kv_write",
+    source: concat!(
+        include_str!("shaders/rope_fns.wgsl"),
+        include_str!("shaders/rope_kv_write.wgsl")
+    ),
 };
 
 /// Which dimensions form the rotated pairs.
@@ -147,6 +159,98 @@ pub fn rope(
     Ok(())
 }
 
+/// Records RoPE fused with the KV-cache store, for `qkv` `[rows, n_heads + 2·n_kv_heads,
+/// d_head]` (each row its query heads, then key heads, then value heads: the output of a
+/// Q‖K‖V [`crate::products::stacked_product`]), row `r` at position `row_pos[r]` of sequence
+/// `row_seq[r]`, in one dispatch:
+///
+/// - `q_out[r, h] = rope(q[r, h], row_pos[r])` for the `n_heads` query heads (`q_out`
+///   `[rows, n_heads, d_head]`, what [`crate::paged_attention`] reads);
+/// - `k_cache[slot, h] = rope(k[r, h], row_pos[r])` and `v_cache[slot, h] = v[r, h]` for the
+///   kv heads, `slot = table[row_seq[r], pos / block_size] · block_size + pos % block_size`.
+///
+/// `rope` is [`rope`]'s rotation (same arithmetic, so the same bits as [`rope`] on q and k
+/// followed by [`crate::kv_cache::kv_write`]); `qkv` is only read.
+#[allow(clippy::too_many_arguments)]
+pub fn rope_kv_write(
+    gpu: &Gpu,
+    qkv: &GpuBuffer<f32>,
+    q_out: &GpuBuffer<f32>,
+    row_seq: &GpuBuffer<u32>,
+    row_pos: &GpuBuffer<u32>,
+    freqs: &RopeFreqs,
+    n_heads: usize,
+    layout: RopeLayout,
+    cache: PagedCache<'_>,
+    table: BlockTable<'_>,
+) -> Result<(), GpuError> {
+    const OP: &str = "rope_kv_write";
+    cache.check(OP)?;
+    table.seqs(OP)?;
+    let (n_kv, d) = (cache.n_kv_heads, cache.d_head);
+    let rows = row_pos.len();
+    let shape = |problem: String| Err(GpuError::Shape { op: OP, problem });
+    if freqs.rotary_dims() > d {
+        return shape(format!(
+            "{} rotary dims exceed d_head {d}",
+            freqs.rotary_dims()
+        ));
+    }
+    if row_seq.len() != rows
+        || qkv.len() != rows * (n_heads + 2 * n_kv) * d
+        || q_out.len() != rows * n_heads * d
+    {
+        return shape(format!(
+            "qkv {} and q_out {} for {} sequence ids, {rows} positions of {n_heads} query \
+             heads and {n_kv} kv heads × {d}",
+            qkv.len(),
+            q_out.len(),
+            row_seq.len()
+        ));
+    }
+    if qkv.raw == q_out.raw {
+        return shape("q_out must be another buffer than qkv".into());
+    }
+    if qkv.is_empty() {
+        return Ok(());
+    }
+    let total = u32::try_from(qkv.len()).map_err(|_| GpuError::Shape {
+        op: OP,
+        problem: format!("{} elements exceed u32", qkv.len()),
+    })?;
+    let words = [
+        total,
+        n_heads as u32,
+        n_kv as u32,
+        d as u32,
+        freqs.pairs as u32,
+        (layout == RopeLayout::Interleaved) as u32,
+        freqs.factor.to_bits(),
+        cache.block_size as u32,
+        table.max_blocks as u32,
+        0,
+        0,
+        0,
+    ];
+    gpu.record(
+        ROPE_KV_WRITE,
+        &[],
+        bytemuck::cast_slice(&words),
+        &[
+            &qkv.raw,
+            &row_pos.raw,
+            &freqs.turns.raw,
+            &row_seq.raw,
+            &table.ids.raw,
+            &q_out.raw,
+            &cache.k.raw,
+            &cache.v.raw,
+        ],
+        gpu.grid(total.div_ceil(256)),
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,6 +342,89 @@ mod tests {
             1.1f32 as f64,
         );
         assert_close(&gpu.read(&dx).unwrap(), &want, 1e-5, 2e-6, "scaled rope");
+    }
+
+    #[test]
+    fn rope_kv_write_is_rope_then_kv_write() {
+        use crate::kv_cache::kv_write;
+        let Some(gpu) = gpu() else { return };
+        // (n_heads, n_kv, d, rotary dims, block size): GQA, MHA, partial rotary, odd d.
+        let cases = [
+            (6, 2, 10, 6, 3),
+            (4, 4, 8, 8, 4),
+            (3, 1, 7, 4, 5),
+            (8, 2, 64, 64, 16),
+        ];
+        let seqs = [1u32, 0, 2, 1, 0];
+        let pos = [0u32, 9, 4, 13, 2];
+        let max_blocks = 5;
+        for (n_heads, n_kv, d, rot, bs) in cases {
+            for layout in [RopeLayout::HalfSplit, RopeLayout::Interleaved] {
+                let rows = pos.len();
+                let width = (n_heads + 2 * n_kv) * d;
+                let qkv = rand_vec(rows * width, (n_heads * d + rot) as u64);
+                let part = |from: usize, heads: usize| -> Vec<f32> {
+                    (0..rows)
+                        .flat_map(|r| qkv[r * width + from * d..][..heads * d].to_vec())
+                        .collect()
+                };
+                let (q, k, v) = (
+                    part(0, n_heads),
+                    part(n_heads, n_kv),
+                    part(n_heads + n_kv, n_kv),
+                );
+                // Each sequence's blocks, distinct, shuffled.
+                let table: Vec<u32> = (0..3 * max_blocks as u32).map(|i| (i * 7) % 15).collect();
+                let num_blocks = 15;
+                let cache_len = num_blocks * bs * n_kv * d;
+                let freqs = RopeFreqs::standard(gpu, 10_000.0, rot).unwrap();
+                let up = |x: &[f32]| gpu.upload(x).unwrap();
+                let (dt, ds, dp) = (
+                    gpu.upload(&table).unwrap(),
+                    gpu.upload(&seqs).unwrap(),
+                    gpu.upload(&pos).unwrap(),
+                );
+                let bt = BlockTable {
+                    ids: &dt,
+                    max_blocks,
+                };
+                let run = |fused: bool| -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+                    let (kc, vc) = (up(&vec![0.5; cache_len]), up(&vec![0.5; cache_len]));
+                    let cache = PagedCache {
+                        k: &kc,
+                        v: &vc,
+                        block_size: bs,
+                        n_kv_heads: n_kv,
+                        d_head: d,
+                    };
+                    let dq = if fused {
+                        let dq = gpu.zeros::<f32>(q.len()).unwrap();
+                        let dqkv = up(&qkv);
+                        rope_kv_write(
+                            gpu, &dqkv, &dq, &ds, &dp, &freqs, n_heads, layout, cache, bt,
+                        )
+                        .unwrap();
+                        dq
+                    } else {
+                        let (dq, dk, dv) = (up(&q), up(&k), up(&v));
+                        rope(gpu, &dq, &dp, &freqs, n_heads, d, layout).unwrap();
+                        rope(gpu, &dk, &dp, &freqs, n_kv, d, layout).unwrap();
+                        kv_write(gpu, cache, bt, &dk, &dv, &ds, &dp).unwrap();
+                        dq
+                    };
+                    (
+                        gpu.read(&dq).unwrap(),
+                        gpu.read(&kc).unwrap(),
+                        gpu.read(&vc).unwrap(),
+                    )
+                };
+                let (fused, unfused) = (run(true), run(false));
+                let what = format!("{n_heads}/{n_kv} heads × {d}, rot {rot}, {layout:?}");
+                assert_eq!(fused.0, unfused.0, "q, {what}");
+                assert_eq!(fused.1, unfused.1, "k cache, {what}");
+                assert_eq!(fused.2, unfused.2, "v cache, {what}");
+            }
+        }
     }
 
     #[test]

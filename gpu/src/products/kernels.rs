@@ -12,13 +12,15 @@ pub(super) struct FormatKernels {
     pub gather: Kernel,
 }
 
-/// One kernel: the prelude, the format's files, the body.
+/// One kernel: the prelude, the activation functions (for the gated products), the format's
+/// files, the body.
 macro_rules! kernel {
     ($format:literal, [$($part:literal),+], $body:literal) => {
         Kernel {
             name: concat!("products_", $body, "_", $format),
             source: concat!(
                 include_str!("../shaders/products/prelude.wgsl"),
+                include_str!("../shaders/act_fns.wgsl"),
                 $(include_str!(concat!("../shaders/products/", $part, ".wgsl")),)+
                 include_str!(concat!("../shaders/products/", $body, ".wgsl"))
             ),

@@ -218,3 +218,135 @@ fn a_vocabulary_past_one_grid_dimension() {
         }
     }
 }
+
+/// `got` equal to `want` within `rel` of the larger magnitude, element by element.
+fn assert_same(got: &[f32], want: &[f32], rel: f32, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= rel * g.abs().max(w.abs()),
+            "{what}: at {i} fused {g}, unfused {w}"
+        );
+    }
+}
+
+/// The product of each part alone.
+fn separate_products(
+    gpu: &Gpu,
+    parts: &[(WeightFormat, usize, Vec<u8>)],
+    d_in: usize,
+    rows: usize,
+    dx: &GpuBuffer<f32>,
+) -> Vec<Vec<f32>> {
+    parts
+        .iter()
+        .map(|(f, n, b)| {
+            let w = GpuWeight::upload(gpu, *f, d_in, *n, b).unwrap();
+            let dy = gpu.zeros::<f32>(rows * n).unwrap();
+            weight_product(gpu, &dy, dx, rows, &w).unwrap();
+            gpu.read(&dy).unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn stacked_rows_give_each_part_its_own_product() {
+    let Some(gpu) = gpu() else { return };
+    use WeightFormat::*;
+    // Q‖K‖V of one format (one dispatch), then Q4_K_M's Q4_K Q‖K with a Q6_K V (two), and
+    // odd part sizes in a format whose rows end mid-word (Q4_0: 18 bytes a block).
+    // (d_in, the parts' formats and rows, the dispatches of one product)
+    type Case = (usize, Vec<(WeightFormat, usize)>, usize);
+    let cases: Vec<Case> = vec![
+        (256, vec![(Q4K, 12), (Q4K, 4), (Q4K, 4)], 1),
+        (512, vec![(Q4K, 13), (Q4K, 5), (Q6K, 5)], 2),
+        (96, vec![(Q4_0, 7), (Q4_0, 3), (Q4_0, 3)], 1),
+        (37, vec![(F32, 3), (F16, 5), (F16, 1), (Bf16, 2)], 3),
+    ];
+    for (d_in, spec, dispatches) in cases {
+        let parts: Vec<(WeightFormat, usize, Vec<u8>)> = spec
+            .iter()
+            .enumerate()
+            .map(|(i, &(f, n))| (f, n, random_weight(f, d_in, n, 40 + i as u64)))
+            .collect();
+        let refs: Vec<(WeightFormat, usize, &[u8])> = parts
+            .iter()
+            .map(|(f, n, b)| (*f, *n, b.as_slice()))
+            .collect();
+        let w = StackedWeight::upload(gpu, d_in, &refs).unwrap();
+        assert_eq!(w.dispatches(), dispatches, "{spec:?}");
+        assert_eq!(w.single().is_some(), dispatches == 1);
+        let total: usize = spec.iter().map(|s| s.1).sum();
+        assert_eq!(w.d_out(), total);
+        for rows in [1, 3, 8, 9, 70] {
+            let x = rand_vec(rows * d_in, rows as u64);
+            let dx = gpu.upload(&x).unwrap();
+            let dy = gpu.upload(&vec![f32::NAN; rows * total]).unwrap();
+            let before = gpu.counters().get().dispatches;
+            stacked_product(gpu, &dy, &dx, rows, &w).unwrap();
+            let recorded = gpu.counters().get().dispatches - before;
+            // Other tests share the device's counters: at least ours were recorded.
+            assert!(recorded >= dispatches as u64);
+            let y = gpu.read(&dy).unwrap();
+            let each = separate_products(gpu, &parts, d_in, rows, &dx);
+            for (i, part) in each.iter().enumerate() {
+                let (off, n) = (w.offset(i), w.rows(i));
+                let got: Vec<f32> = (0..rows)
+                    .flat_map(|r| y[r * total + off..][..n].to_vec())
+                    .collect();
+                // The same sums in the same order: exactly the separate product.
+                assert_eq!(&got, part, "{spec:?} rows {rows} part {i}");
+            }
+        }
+    }
+    let e = StackedWeight::upload(gpu, 64, &[(Q4_0, 2, &[0u8; 36][..])]).unwrap_err();
+    assert!(e.to_string().contains("part 0"), "{e}");
+    let e = GpuWeight::concat_rows(gpu, Q8_0, 32, &[&[0u8; 34], &[0u8; 35]]).unwrap_err();
+    assert!(e.to_string().contains("part 1 of 35 bytes"), "{e}");
+}
+
+#[test]
+fn the_gated_product_is_the_product_then_the_gated_unit() {
+    use crate::activations::{glu, Activation, GluInput};
+    let Some(gpu) = gpu() else { return };
+    use WeightFormat::*;
+    // (format, d_in, d_ff): odd d_ff, one past a 32-output tile, several tiles.
+    let cases = [
+        (Q4K, 256, 5),
+        (Q6K, 512, 33),
+        (Q4_0, 96, 67),
+        (F32, 37, 1),
+        (Q8_0, 64, 70),
+    ];
+    for (f, d_in, d_ff) in cases {
+        let gate = random_weight(f, d_in, d_ff, 91);
+        let up = random_weight(f, d_in, d_ff, 92);
+        let w = GpuWeight::concat_rows(gpu, f, d_in, &[&gate, &up]).unwrap();
+        for act in [Activation::Silu, Activation::GeluTanh] {
+            for rows in [1, 2, 8, 9, 65] {
+                let x = rand_vec(rows * d_in, (rows + d_ff) as u64);
+                let dx = gpu.upload(&x).unwrap();
+                let fused = gpu.upload(&vec![f32::NAN; rows * d_ff]).unwrap();
+                glu_product(gpu, act, &fused, &dx, rows, &w).unwrap();
+                let gu = gpu.zeros::<f32>(rows * 2 * d_ff).unwrap();
+                let unfused = gpu.zeros::<f32>(rows * d_ff).unwrap();
+                weight_product(gpu, &gu, &dx, rows, &w).unwrap();
+                glu(gpu, act, GluInput::Fused(&gu), &unfused, d_ff).unwrap();
+                let what = format!("{f} d_in {d_in} d_ff {d_ff} {act:?} rows {rows}");
+                // The same sums in the same order and the same activation: bit-equal on
+                // lavapipe; 1e-6 leaves room for a compiler that contracts the two kernels'
+                // multiply-adds differently.
+                assert_same(
+                    &gpu.read(&fused).unwrap(),
+                    &gpu.read(&unfused).unwrap(),
+                    1e-6,
+                    &what,
+                );
+            }
+        }
+    }
+    let w = GpuWeight::upload(gpu, F32, 4, 3, &[0u8; 48]).unwrap();
+    let (x, y) = (gpu.zeros::<f32>(4).unwrap(), gpu.zeros::<f32>(1).unwrap());
+    let e = glu_product(gpu, Activation::Silu, &y, &x, 1, &w).unwrap_err();
+    assert!(e.to_string().contains("gate-up matrix of 3 rows"), "{e}");
+}

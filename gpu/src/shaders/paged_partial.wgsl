@@ -9,10 +9,14 @@
 // table[seq, j / bs] · bs + j % bs of k_cache, v_cache [num_blocks, bs, n_kv, d].
 // gt·d ≤ 1024, gt·part_len ≤ 2048, gt ≤ 8; `sub` = 256 / (gt rounded up to a power of two)
 // invocations reduce each head's scores.
+// Single pass (direct = 1, only with parts = 1: one partition covers every context): the
+// output itself, o[seq, h] = acc_h / l_h (0 for an empty context), with the arithmetic the
+// reduce pass would do on one partition (whose weight exp(m − m) is 1), and no partials.
 struct Params {
     seqs: u32, n_heads: u32, n_kv: u32, d: u32,
     bs: u32, max_blocks: u32, parts: u32, part_len: u32,
     scale: f32, gt: u32, head_tiles: u32, sub: u32,
+    direct: u32, pad0: u32, pad1: u32, pad2: u32,
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
@@ -22,11 +26,13 @@ struct Params {
 @group(0) @binding(5) var<storage, read> ctx_lens: array<u32>;
 @group(0) @binding(6) var<storage, read_write> part_ml: array<f32>;
 @group(0) @binding(7) var<storage, read_write> part_acc: array<f32>;
+@group(0) @binding(8) var<storage, read_write> o: array<f32>;
 
 const NEG: f32 = -3.0e38;
 var<workgroup> qsh: array<f32, 1024>;
 var<workgroup> sc: array<f32, 2048>;
 var<workgroup> red: array<f32, 256>;
+var<workgroup> lsh: array<f32, 8>;
 
 fn slot(seq: u32, j: u32) -> u32 {
     return table[seq * p.max_blocks + j / p.bs] * p.bs + j % p.bs;
@@ -52,6 +58,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let ctx = ctx_lens[seq];
     let start = part * pl;
     if (start >= ctx) {
+        if (p.direct != 0u) {
+            for (var e = lid; e < nh * p.d; e += 256u) {
+                o[(seq * p.n_heads + h0) * p.d + e] = 0.0;
+            }
+            return;
+        }
         if (lid < nh) {
             let dst = (seq * p.n_heads + h0 + lid) * p.parts + part;
             part_ml[2u * dst] = NEG;
@@ -122,6 +134,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let dst = (seq * p.n_heads + h0 + hh) * p.parts + part;
         part_ml[2u * dst] = m;
         part_ml[2u * dst + 1u] = red[lid];
+        lsh[hh] = red[lid];
     }
     workgroupBarrier();
 
@@ -152,7 +165,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             for (var r = 0u; r < groups; r++) {
                 sum += red[dim + r * dp];
             }
-            part_acc[((seq * p.n_heads + h0 + h) * p.parts + part) * d + dim] = sum;
+            if (p.direct != 0u) {
+                let l = lsh[h];
+                var res = 0.0;
+                if (l > 0.0) {
+                    res = sum / l;
+                }
+                o[(seq * p.n_heads + h0 + h) * d + dim] = res;
+            } else {
+                part_acc[((seq * p.n_heads + h0 + h) * p.parts + part) * d + dim] = sum;
+            }
         }
         workgroupBarrier();
     }

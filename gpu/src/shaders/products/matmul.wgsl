@@ -1,6 +1,12 @@
 // y[r, o] = sum_k x[r, k] W[o, k], tiled: each workgroup computes a 64 x 64 tile of y (64
 // activation rows by 64 outputs), 4 x 4 per invocation, stepping through d_in one unit of 32
-// at a time: the x tile and the decoded W tile wait in workgroup memory, k-major.
+// at a time: the x tile and the decoded W tile wait in workgroup memory, k-major. Output
+// y[r, o] is y[r * y_stride + y_off + o] (a column range of a wider buffer).
+// GLU = 1 + kind (gated): W is gate‖up (d_out = 2 d_ff); a tile covers outputs j0..j0 + 32,
+// its column n holding weight row j (gate) or d_ff + j (up) for j = j0 + 2 (n / 4) + n % 2,
+// up when bit 1 of n is set, so each invocation's 4 columns are the gate and up of two
+// outputs: y[r, j] = activate(kind, gate) * up, each sum as the plain kernel makes it.
+override GLU: u32 = 0u;
 @group(0) @binding(2) var<storage, read> x: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 
@@ -16,6 +22,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let g = wid.x + wid.y * nwg.x;
     let m0 = (g / p.tiles_n) * TM;
     let n0 = (g % p.tiles_n) * TN;
+    let d_ff = p.d_out / 2u;
+    let j0 = (g % p.tiles_n) * 32u;
     if (m0 >= p.rows) {
         return; // uniform: past the last tile of a 2D grid
     }
@@ -25,7 +33,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let lm = lid >> 2u;
     let part = lid & 3u;
     let row = m0 + lm;
-    let o = n0 + lm;
+    var o = n0 + lm;
+    var valid = o < p.d_out;
+    if (GLU != 0u) {
+        let j = j0 + 2u * (lm >> 2u) + (lm & 1u);
+        o = j + ((lm >> 1u) & 1u) * d_ff;
+        valid = j < d_ff;
+    }
     let rb = o * p.row_bytes;
     var acc: array<vec4<f32>, 4>;
     for (var u = 0u; u < p.n_units; u++) {
@@ -39,7 +53,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         var v0 = vec4<f32>(0.0);
         var v1 = vec4<f32>(0.0);
-        if (o < p.d_out) {
+        if (valid) {
             let q = unit_params(rb, u);
             v0 = unit_values(rb, u, 2u * part, q);
             v1 = unit_values(rb, u, 2u * part + 1u, q);
@@ -61,11 +75,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     for (var i = 0u; i < 4u; i++) {
         let r = m0 + 4u * ty + i;
-        if (r < p.rows) {
+        if (r < p.rows && GLU == 0u) {
             for (var c = 0u; c < 4u; c++) {
                 let oc = n0 + 4u * tx + c;
                 if (oc < p.d_out) {
-                    y[r * p.d_out + oc] = acc[i][c];
+                    y[r * p.y_stride + p.y_off + oc] = acc[i][c];
+                }
+            }
+        }
+        if (r < p.rows && GLU != 0u) {
+            for (var c = 0u; c < 2u; c++) {
+                let j = j0 + 2u * tx + c;
+                if (j < d_ff) {
+                    y[r * p.y_stride + p.y_off + j] = activate(GLU - 1u, acc[i][c]) * acc[i][c + 2u];
                 }
             }
         }

@@ -9,8 +9,8 @@ struct Params {
     row_bytes: u32, // bytes per weight row
     n_units: u32,   // ceil(d_in / 32): units of 32 values per row
     tiles_n: u32,   // matmul: output tiles along d_out
-    pad0: u32,
-    pad1: u32,
+    y_stride: u32,  // matvec, matmul: output y[r, o] is y[r * y_stride + y_off + o]
+    y_off: u32,
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> w: array<u32>;
