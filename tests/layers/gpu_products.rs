@@ -15,7 +15,7 @@ use transformer_gpu::products::{gather_rows, weight_product, GpuWeight, WeightFo
 use transformer_gpu::Gpu;
 
 /// The first adapter; `None` (printing why) where there is none, a failure under `CI`.
-fn gpu() -> Option<&'static Gpu> {
+pub fn gpu() -> Option<&'static Gpu> {
     static GPU: OnceLock<Option<Gpu>> = OnceLock::new();
     GPU.get_or_init(|| match Gpu::open(None) {
         Ok(g) => Some(g),

@@ -10,6 +10,7 @@ mod common;
 mod activations;
 mod classifier;
 mod flash_attention;
+mod gpu_ops;
 mod gpu_products;
 mod gqa_attention;
 mod layer_gradients;
