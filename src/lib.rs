@@ -65,6 +65,7 @@ internal_modules! {
     // Used by the binary (feature `cli`) and outside the library (feature `internals`).
     #[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]
     mod alloc;
+    mod backend;
     mod batch;
     // The demo's number task: used by the binary (feature `cli`) and outside the library
     // (feature `internals`).

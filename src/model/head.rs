@@ -6,10 +6,7 @@
 use super::embedding::Embedding;
 use super::loss::{cross_entropy_ignoring, LossStats};
 use super::param::{Init, Module, Param, ParamVisitor};
-use crate::kernels::backend::{Backend, WeightRef, CPU};
-use crate::kernels::lowp::{PackedWeight, Precision};
-use crate::kernels::matmul::{matmul, transpose_weight, MatMut, MatRef};
-use crate::kernels::softmax::log_softmax_inplace;
+use crate::backend::{Backend, MatMut, MatRef, PackedWeight, Precision, WeightRef, CPU};
 use crate::Float;
 use rayon::prelude::*;
 
@@ -65,7 +62,7 @@ impl<T: Float> OutputHead<T> {
         if self.packed.is_some() {
             return;
         }
-        let w = transpose_weight(self.weight(embedding), self.vocab, self.d_model);
+        let w = CPU.transpose_weight(self.weight(embedding), self.vocab, self.d_model);
         self.transposed = Some(w);
     }
 
@@ -80,7 +77,7 @@ impl<T: Float> OutputHead<T> {
             return Ok(());
         }
         match T::as_f32(self.weight(embedding)) {
-            Some(w) => match precision.pack(w, self.vocab, self.d_model)? {
+            Some(w) => match CPU.pack_weight(precision, w, self.vocab, self.d_model)? {
                 Some(p) => {
                     self.transposed = None;
                     self.packed = Some(p);
@@ -171,7 +168,7 @@ impl<T: Float> OutputHead<T> {
             .par_chunks_mut(self.vocab)
             .with_min_len(8)
             .for_each(|row| {
-                log_softmax_inplace(row);
+                CPU.log_softmax(row);
             });
     }
 
@@ -220,7 +217,7 @@ impl<T: Float> OutputHead<T> {
         };
         // dhidden [rows, d_model] = dlogits W
         let mut dhidden = vec![T::zero(); rows * d];
-        matmul(
+        CPU.matmul(
             MatMut::new(&mut dhidden, rows, d),
             MatRef::new(dlogits, rows, v),
             MatRef::new(self.weight(embedding), v, d),
@@ -231,7 +228,7 @@ impl<T: Float> OutputHead<T> {
             Some(p) => &mut p.grad.data,
             None => &mut embedding.weight.grad.data,
         };
-        matmul(
+        CPU.matmul(
             MatMut::new(w_grad, v, d),
             MatRef::new(dlogits, rows, v).t(),
             MatRef::new(hidden, rows, d),

@@ -6,7 +6,7 @@
 //! Padding targets contribute neither loss nor gradient nor token count.
 
 use crate::batch::PAD;
-use crate::kernels::softmax::log_softmax_inplace;
+use crate::backend::{Backend, CPU};
 use crate::Float;
 use rayon::prelude::*;
 
@@ -77,7 +77,7 @@ pub fn cross_entropy_ignoring<T: Float>(
                 }
                 return (0.0, 0.0);
             }
-            log_softmax_inplace(row);
+            CPU.log_softmax(row);
             let nll = -row[y as usize].f64();
             let mean_neg_logp = -row.iter().map(|v| v.f64()).sum::<f64>() / vocab as f64;
             let loss = (1.0 - epsilon) * nll + epsilon * mean_neg_logp;
