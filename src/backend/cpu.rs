@@ -353,8 +353,41 @@ impl Backend for Cpu {
     }
 
     #[inline]
-    fn log_softmax<T: Float>(&self, row: &mut [T]) -> T {
-        softmax::log_softmax_inplace(row)
+    fn softcap<T: Float>(&self, x: &mut [T], row_len: usize, c: f64) {
+        act::softcap_inplace(x, row_len, c)
+    }
+
+    #[inline]
+    fn softcap_backward<T: Float>(&self, dz: &mut [T], dy: &[T], z: &[T], c: f64) {
+        act::softcap_backward(dz, dy, z, c)
+    }
+
+    #[inline]
+    fn tanh<T: Float>(&self, x: &mut [T]) {
+        act::tanh_inplace(x)
+    }
+
+    #[inline]
+    fn tanh_backward<T: Float>(&self, dy: &mut [T], y: &[T]) {
+        act::tanh_backward_inplace(dy, y)
+    }
+
+    #[inline]
+    fn log_softmax_rows<T: Float>(&self, x: &mut [T], row_len: usize) {
+        softmax::log_softmax_rows(x, row_len)
+    }
+
+    #[inline]
+    fn cross_entropy<T: Float>(
+        &self,
+        logits: &mut [T],
+        targets: &[u32],
+        vocab: usize,
+        epsilon: f64,
+        grad_scale: Option<f64>,
+        ignore: Option<u32>,
+    ) -> (f64, f64) {
+        softmax::cross_entropy_rows(logits, targets, vocab, epsilon, grad_scale, ignore)
     }
 
     fn pack_weight(

@@ -14,9 +14,11 @@
 //! - **norms and positions**: [`layer_norm`](Backend::layer_norm),
 //!   [`rms_norm`](Backend::rms_norm), rotary positions [`rope`](Backend::rope), each with its
 //!   backward, and the rotary frequency factors of Llama 3.1 and YaRN;
-//! - **element-wise**: ReLU, GELU (erf and tanh), SwiGLU with their backwards, `add`, `mul`,
-//!   dropout ([`dropout_mask`](Backend::dropout_mask), [`dropout_add`](Backend::dropout_add));
-//! - **losses**: [`log_softmax`](Backend::log_softmax);
+//! - **element-wise**: ReLU, GELU (erf and tanh), SwiGLU, tanh and the logits' soft cap with
+//!   their backwards, `add`, `mul`, dropout ([`dropout_mask`](Backend::dropout_mask),
+//!   [`dropout_add`](Backend::dropout_add));
+//! - **losses**: [`log_softmax_rows`](Backend::log_softmax_rows), the label-smoothed
+//!   [`cross_entropy`](Backend::cross_entropy) with its gradient;
 //! - **block formats**: packing weights ([`pack_weight`](Backend::pack_weight),
 //!   [`pack_blocks`](Backend::pack_blocks)), a GGUF table's rows
 //!   ([`dequantise_ggml`](Backend::dequantise_ggml)), the KV cache's rows
@@ -323,10 +325,37 @@ pub trait Backend {
     /// `p > 0`.
     fn dropout_rng(&self, rng: Option<&mut Rng>, p: f64) -> Option<Rng>;
 
+    /// `x ← c · tanh(x / c)` (a soft cap at ±c), rows of `row_len`.
+    fn softcap<T: Float>(&self, x: &mut [T], row_len: usize, c: f64);
+
+    /// Backward of [`softcap`](Self::softcap): `dz = dy ⊙ (1 − tanh²(z / c))`, `z` uncapped.
+    fn softcap_backward<T: Float>(&self, dz: &mut [T], dy: &[T], z: &[T], c: f64);
+
+    /// `x ← tanh(x)`.
+    fn tanh<T: Float>(&self, x: &mut [T]);
+
+    /// Backward of [`tanh`](Self::tanh): `dy ← dy ⊙ (1 − y²)` for `y = tanh(x)`.
+    fn tanh_backward<T: Float>(&self, dy: &mut [T], y: &[T]);
+
     // ---- losses ----
 
-    /// `x ← x − log Σ eˣ` over the row; returns the log-sum-exp.
-    fn log_softmax<T: Float>(&self, row: &mut [T]) -> T;
+    /// `x ← x − log Σ eˣ` over each row of `x [rows, row_len]` (log-probabilities).
+    fn log_softmax_rows<T: Float>(&self, x: &mut [T], row_len: usize);
+
+    /// Label-smoothed cross-entropy of `logits [rows, vocab]` against `targets [rows]`:
+    /// per row `L = (1 − ε) · (−log p_y) + ε · mean_v(−log p_v)`, `p = softmax(z)`; returns
+    /// `(Σ L, Σ −log p_y)` over the rows whose target is not `ignore`. With `grad_scale = s`
+    /// each row becomes `s · ∂L/∂z = s · (p − q)`, `q = (1 − ε) · onehot(y) + ε / V` (zeros for
+    /// an ignored row); without, its log-probabilities.
+    fn cross_entropy<T: Float>(
+        &self,
+        logits: &mut [T],
+        targets: &[u32],
+        vocab: usize,
+        epsilon: f64,
+        grad_scale: Option<f64>,
+        ignore: Option<u32>,
+    ) -> (f64, f64);
 
     // ---- block formats ----
 

@@ -107,7 +107,7 @@ impl<T: Float> ClassifierHead<T> {
             }
         }
         let mut tanh = self.pooler.forward(&pooled);
-        tanh.iter_mut().for_each(|v| *v = T::of(v.f64().tanh()));
+        CPU.tanh(&mut tanh);
         let dropout = rng.and_then(|r| CPU.dropout_mask::<T>(r, tanh.len(), self.dropout));
         let mut dropped = tanh.clone();
         if let Some(m) = &dropout {
@@ -135,9 +135,7 @@ impl<T: Float> ClassifierHead<T> {
             CPU.mul(&mut dp, m);
         }
         // tanh' = 1 − p²
-        for (g, &p) in dp.iter_mut().zip(&cache.tanh) {
-            *g *= T::one() - p * p;
-        }
+        CPU.tanh_backward(&mut dp, &cache.tanh);
         let du = self.pooler.backward(&cache.pooled, &dp);
         let mut dhidden = vec![T::zero(); cache.lens.len() * seq * d];
         for (b, (g, &n)) in du.chunks_exact(d).zip(&cache.lens).enumerate() {

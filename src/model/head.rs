@@ -8,7 +8,6 @@ use super::loss::{cross_entropy_ignoring, LossStats};
 use super::param::{Init, Module, Param, ParamVisitor};
 use crate::backend::{Backend, MatMut, MatRef, PackedWeight, Precision, WeightRef, CPU};
 use crate::Float;
-use rayon::prelude::*;
 
 /// The pre-softmax projection, tied to the embedding or not.
 #[derive(Clone, Debug)]
@@ -125,14 +124,7 @@ impl<T: Float> OutputHead<T> {
     pub fn logits(&self, embedding: &Embedding<T>, hidden: &[T]) -> Vec<T> {
         let mut logits = self.product(embedding, hidden);
         if let Some(c) = self.softcap {
-            logits
-                .par_chunks_mut(self.vocab)
-                .with_min_len(8)
-                .for_each(|row| {
-                    for z in row {
-                        *z = T::of(c * (z.f64() / c).tanh());
-                    }
-                });
+            CPU.softcap(&mut logits, self.vocab, c);
         }
         logits
     }
@@ -164,12 +156,7 @@ impl<T: Float> OutputHead<T> {
 
     /// `logits [rows, vocab]` -> log-probabilities in place (log-softmax of each row).
     pub fn log_softmax_rows(&self, logits: &mut [T]) {
-        logits
-            .par_chunks_mut(self.vocab)
-            .with_min_len(8)
-            .for_each(|row| {
-                CPU.log_softmax(row);
-            });
+        CPU.log_softmax_rows(logits, self.vocab);
     }
 
     /// The loss of `logits [rows, vocab]` against `targets [rows]` (targets equal to `ignore`
@@ -199,19 +186,13 @@ impl<T: Float> OutputHead<T> {
         let (d, v) = (self.d_model, self.vocab);
         let rows = hidden.len() / d;
         // Soft-capped: ∂/∂z = ∂/∂logit · (1 − tanh²(z / c)), z recomputed from `hidden`.
-        let capped: Vec<T>;
+        let mut capped: Vec<T>;
         let dlogits = match self.softcap {
             None => dlogits,
             Some(c) => {
                 let z = self.product(embedding, hidden);
-                capped = dlogits
-                    .iter()
-                    .zip(&z)
-                    .map(|(&g, &z)| {
-                        let t = (z.f64() / c).tanh();
-                        T::of(g.f64() * (1.0 - t * t))
-                    })
-                    .collect();
+                capped = vec![T::zero(); dlogits.len()];
+                CPU.softcap_backward(&mut capped, dlogits, &z, c);
                 &capped
             }
         };

@@ -69,11 +69,7 @@ impl<T: Float> MlmHead<T> {
             T::one(),
             false,
         );
-        for row in logits.chunks_exact_mut(v) {
-            for (z, &b) in row.iter_mut().zip(&self.bias.value.data) {
-                *z += b;
-            }
-        }
+        CPU.add_row_bias(&mut logits, &self.bias.value.data);
         let cache = MlmHeadCache {
             hidden,
             pre_gelu,
