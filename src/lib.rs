@@ -3,7 +3,8 @@
 //!
 //! Data flows one way: text -> tokens (`text`) -> batches (`batch`, `train::batching`) ->
 //! model (`model`) -> loss and gradients (`model::loss`) -> optimizer (`train::adam`);
-//! model -> search (`decode`) -> text. Those modules are the crate's internals (below).
+//! model -> search (`decode`) -> text. The model computes through one interface, `backend`
+//! (its host implementation runs `kernels`). Those modules are the crate's internals (below).
 //!
 //! # Use as a library
 //!
@@ -65,6 +66,7 @@ internal_modules! {
     // Used by the binary (feature `cli`) and outside the library (feature `internals`).
     #[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]
     mod alloc;
+    mod backend;
     mod batch;
     // The demo's number task: used by the binary (feature `cli`) and outside the library
     // (feature `internals`).

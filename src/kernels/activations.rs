@@ -252,6 +252,39 @@ pub fn dropout_add_inplace<T: Float>(y: &mut [T], mask: Option<&[T]>, x: &[T]) {
     }
 }
 
+/// `x ← c · tanh(x / c)` (a soft cap at ±c, Gemma 2's final logits), evaluated in f64, rows
+/// of `row_len` spread over the threads.
+pub fn softcap_inplace<T: Float>(x: &mut [T], row_len: usize, c: f64) {
+    x.par_chunks_mut(row_len).with_min_len(8).for_each(|row| {
+        for z in row {
+            *z = T::of(c * (z.f64() / c).tanh());
+        }
+    });
+}
+
+/// The soft cap's backward: `dz = dy ⊙ (1 − tanh²(z / c))` for the uncapped `z`, in f64.
+pub fn softcap_backward<T: Float>(dz: &mut [T], dy: &[T], z: &[T], c: f64) {
+    assert_eq!(dz.len(), dy.len());
+    assert_eq!(dz.len(), z.len());
+    for ((o, &g), &z) in dz.iter_mut().zip(dy).zip(z) {
+        let t = (z.f64() / c).tanh();
+        *o = T::of(g.f64() * (1.0 - t * t));
+    }
+}
+
+/// `x ← tanh(x)`, evaluated in f64.
+pub fn tanh_inplace<T: Float>(x: &mut [T]) {
+    x.iter_mut().for_each(|v| *v = T::of(v.f64().tanh()));
+}
+
+/// `dy ← dy ⊙ (1 − y²)` for `y = tanh(x)`.
+pub fn tanh_backward_inplace<T: Float>(dy: &mut [T], y: &[T]) {
+    assert_eq!(dy.len(), y.len());
+    for (g, &p) in dy.iter_mut().zip(y) {
+        *g *= T::one() - p * p;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,11 +1,10 @@
 //! Numeric kernels only, with no model knowledge: a faster kernel drops in here without touching
 //! the model. Every kernel is generic over [`crate::Float`] so the f64 reference checks run the
-//! same code as f32 training. The model reaches them through [`backend`]: one attention call
-//! and one weight product, each choosing its kernel.
+//! same code as f32 training. The model never calls them directly: it computes through
+//! [`crate::backend::Backend`], whose host implementation forwards to these functions.
 
 pub mod activations;
 pub mod attention;
-pub mod backend;
 pub mod dropout;
 pub mod flash_attention;
 pub mod flash_decoding;

@@ -2,6 +2,7 @@
 
 use super::reduce::{lane_max, lane_sum};
 use crate::Float;
+use rayon::prelude::*;
 
 /// `x ← softmax(x)` over the first `valid` entries; entries at or past `valid` get exactly 0.
 /// With `valid == 0` the whole row is 0 (a query that may attend to nothing).
@@ -80,6 +81,60 @@ pub fn softmax_backward_inplace<T: Float>(dp: &mut [T], p: &[T]) {
     for (g, &q) in dp.iter_mut().zip(p) {
         *g = q * (*g - dot);
     }
+}
+
+/// [`log_softmax_inplace`] of every row of `x [rows, row_len]`, rows spread over the threads.
+pub fn log_softmax_rows<T: Float>(x: &mut [T], row_len: usize) {
+    x.par_chunks_mut(row_len).with_min_len(8).for_each(|row| {
+        log_softmax_inplace(row);
+    });
+}
+
+/// Label-smoothed cross-entropy of `logits [rows, vocab]` against `targets [rows]`: per row
+/// `(1 − ε) · (−log p_y) + ε · mean_v(−log p_v)`, `p = softmax(z)`. Returns the sums over the
+/// rows whose target is not `ignore` of that loss and of `−log p_y`, in row order. With
+/// `grad_scale = s` each row becomes `s · (p − q)`, `q = (1 − ε) · onehot(y) + ε / V` (zeros for
+/// an ignored row); without, the log-probabilities (an ignored row as it was).
+pub fn cross_entropy_rows<T: Float>(
+    logits: &mut [T],
+    targets: &[u32],
+    vocab: usize,
+    epsilon: f64,
+    grad_scale: Option<f64>,
+    ignore: Option<u32>,
+) -> (f64, f64) {
+    assert_eq!(logits.len(), targets.len() * vocab);
+    let per_row: Vec<(f64, f64)> = logits
+        .par_chunks_mut(vocab)
+        .zip(targets.par_iter())
+        .map(|(row, &y)| {
+            if Some(y) == ignore {
+                if grad_scale.is_some() {
+                    row.iter_mut().for_each(|v| *v = T::zero());
+                }
+                return (0.0, 0.0);
+            }
+            log_softmax_inplace(row);
+            let nll = -row[y as usize].f64();
+            let mean_neg_logp = -row.iter().map(|v| v.f64()).sum::<f64>() / vocab as f64;
+            let loss = (1.0 - epsilon) * nll + epsilon * mean_neg_logp;
+            if let Some(s) = grad_scale {
+                let smooth = T::of(epsilon / vocab as f64);
+                let scale = T::of(s);
+                for v in row.iter_mut() {
+                    *v = (v.exp() - smooth) * scale;
+                }
+                row[y as usize] -= T::of((1.0 - epsilon) * s);
+            }
+            (loss, nll)
+        })
+        .collect();
+    let (mut loss_sum, mut nll_sum) = (0.0, 0.0);
+    for (loss, nll) in per_row {
+        loss_sum += loss;
+        nll_sum += nll;
+    }
+    (loss_sum, nll_sum)
 }
 
 #[cfg(test)]

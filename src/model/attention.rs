@@ -34,14 +34,7 @@ use super::kv_cache::KvCache;
 use super::linear::Linear;
 use super::norm::RmsNorm;
 use super::param::{Init, Module, ParamVisitor};
-use crate::kernels::attention::{
-    Attended, AttnDims, AttnMask, AttnWeights, KeyRanges, KvView, Purpose, SavedRef, Scores,
-};
-use crate::kernels::backend::{Backend, CPU};
-use crate::kernels::dropout::dropout_mask;
-use crate::kernels::rms_norm::RmsNormStats;
-use crate::kernels::rope::{rope_backward_scaled, rope_forward_scaled, Rope};
-use crate::kernels::sparse_pattern::Pattern;
+use crate::backend::{Attended, AttnDims, AttnMask, AttnWeights, Backend, KeyRanges, KvView, Pattern, Purpose, RmsNormStats, Rope, SavedRef, Scores, CPU};
 use crate::rng::Rng;
 use crate::Float;
 
@@ -157,7 +150,7 @@ pub enum SavedWeights<T> {
         probs: Vec<T>,
         drop_mask: Option<Vec<T>>,
     },
-    /// The tiled kernel (see [`crate::kernels::attention::choose`]): the log-sum-exp of each
+    /// The tiled kernel (the backend's choice, see [`Backend::attention`]): the log-sum-exp of each
     /// score row `[batch*q_len, heads]`, from which its backward recomputes the weights.
     LogSumExp(Vec<T>),
     /// Linear attention: nothing (its backward recomputes the running sums).
@@ -307,7 +300,7 @@ impl<T: Float> MultiHeadAttention<T> {
         if self.rotary {
             let d_head = self.d_head;
             let factors = &self.rope_freq_factors;
-            rope_forward_scaled(x, self.rope, factors, len, heads, (d_head, pos));
+            CPU.rope(x, self.rope, factors, len, heads, (d_head, pos));
         }
     }
 
@@ -424,7 +417,7 @@ impl<T: Float> MultiHeadAttention<T> {
         }
         let n_weights = batch * self.n_heads * q_len * k_len;
         // drop_mask: [batch, heads, q_len, k_len]
-        let drop_mask = rng.and_then(|r| dropout_mask(r, n_weights, self.dropout));
+        let drop_mask = rng.and_then(|r| CPU.dropout_mask(r, n_weights, self.dropout));
         let kv = KvView::Contiguous { k: &k, v: &v };
         let purpose = Purpose::Train {
             drop: drop_mask.as_deref(),
@@ -534,8 +527,8 @@ impl<T: Float> MultiHeadAttention<T> {
             let (heads, d_head) = (self.n_heads, self.d_head);
             let (rope, kv_heads, factors) = (self.rope, self.n_kv_heads, &self.rope_freq_factors);
             let (q_len, k_len) = (cache.dims.q_len, cache.dims.k_len);
-            rope_backward_scaled(&mut dq, rope, factors, q_len, heads, (d_head, cache.q_pos));
-            rope_backward_scaled(
+            CPU.rope_backward(&mut dq, rope, factors, q_len, heads, (d_head, cache.q_pos));
+            CPU.rope_backward(
                 &mut dk,
                 rope,
                 factors,
@@ -554,7 +547,7 @@ impl<T: Float> MultiHeadAttention<T> {
         let dx_q = self.q_proj.backward(x_q, &dq);
         let mut dx_kv = self.k_proj.backward(x_kv, &dk);
         let dx_v = self.v_proj.backward(x_kv, &dv);
-        crate::kernels::activations::add_inplace(&mut dx_kv, &dx_v);
+        CPU.add(&mut dx_kv, &dx_v);
         (dx_q, dx_kv)
     }
 

@@ -12,11 +12,7 @@
 use super::attention::MultiHeadAttention;
 use super::attention_kind::AttentionKind;
 use super::kv_cache::KvCache;
-use crate::kernels::attention::{AttnDims, AttnMask, KeyRanges};
-use crate::kernels::linear_attention::{
-    linear_attention_backward, linear_attention_forward, linear_attention_weights, LinearState,
-};
-use crate::kernels::sparse_pattern::Pattern;
+use crate::backend::{AttnDims, AttnMask, Backend, KeyRanges, LinearState, Pattern, CPU};
 use crate::Float;
 use std::ops::Range;
 
@@ -106,7 +102,7 @@ impl<T: Float> MultiHeadAttention<T> {
         mask: AttnMask<'_>,
     ) -> Vec<T> {
         let mut ctx = vec![T::zero(); dims.batch * dims.q_len * dims.d_model()];
-        linear_attention_forward(&mut ctx, q, k, v, dims, mask);
+        CPU.linear_attention(&mut ctx, q, k, v, dims, mask);
         ctx
     }
 
@@ -118,7 +114,7 @@ impl<T: Float> MultiHeadAttention<T> {
         dims: AttnDims,
         mask: AttnMask<'_>,
     ) -> (Vec<T>, Vec<T>) {
-        let weights = linear_attention_weights(qkv.0, qkv.1, dims, mask);
+        let weights = CPU.linear_attention_weights(qkv.0, qkv.1, dims, mask);
         (self.linear_context(qkv, dims, mask), weights)
     }
 
@@ -132,7 +128,7 @@ impl<T: Float> MultiHeadAttention<T> {
         mask: AttnMask<'_>,
     ) {
         let (dq, dk, dv) = grads;
-        linear_attention_backward(dq, dk, dv, dctx, q, k, v, dims, mask);
+        CPU.linear_attention_backward((dq, dk, dv), dctx, q, k, v, dims, mask);
     }
 
     /// A decoding step of a linear-attention layer: token `i` of `x [n, d_model]` belongs to
@@ -155,13 +151,8 @@ impl<T: Float> MultiHeadAttention<T> {
         let mut ctx = vec![T::zero(); n * d_q];
         for (i, &r) in rows.iter().enumerate() {
             let (qi, ki) = (&q[i * d_q..(i + 1) * d_q], &k[i * d_kv..(i + 1) * d_kv]);
-            state.step(
-                r,
-                qi,
-                ki,
-                &v[i * d_kv..(i + 1) * d_kv],
-                &mut ctx[i * d_q..(i + 1) * d_q],
-            );
+            let vi = &v[i * d_kv..(i + 1) * d_kv];
+            CPU.linear_attention_step(state, r, (qi, ki, vi), &mut ctx[i * d_q..(i + 1) * d_q]);
         }
         cache.advance_ragged(rows);
         self.output(&ctx)

@@ -8,7 +8,7 @@ use super::kv_cache::KvCache;
 use super::linear::Linear;
 use super::step_layout::{Feed, Outputs, StepLayout};
 use super::Module;
-use crate::kernels::attention::AttnMask;
+use crate::backend::AttnMask;
 use crate::rng::Rng;
 
 /// `n` values uniform in [−1, 1) from `seed`.

@@ -17,7 +17,7 @@
 //! The patterns are the kernels' `kernels::sparse_pattern`; linear attention is
 //! `kernels::linear_attention`.
 
-use crate::kernels::sparse_pattern::Pattern;
+use crate::backend::Pattern;
 use serde::{Deserialize, Serialize};
 
 /// One layer's attention (see the module docs).

@@ -11,7 +11,7 @@ use super::kv_cache::KvCache;
 use super::step_layout::StepLayout;
 use super::{checkpoint, LanguageModel, ModelConfig, Module, NormPlacement, Positions, Seq2Seq};
 use crate::batch::Batch;
-use crate::kernels::attention::{AttnMask, TILED_FROM_KEYS};
+use crate::backend::{AttnMask, TILED_FROM_KEYS};
 use crate::rng::Rng;
 
 const D: usize = 8;

@@ -18,8 +18,7 @@
 use super::attention::{probs, MultiHeadAttention};
 use super::kv_cache::KvCache;
 use super::step_layout::{runs, Feed, StepLayout};
-use crate::kernels::attention::{AttnMask, KvView, Purpose};
-use crate::kernels::backend::{Backend, CPU};
+use crate::backend::{AttnMask, Backend, KvView, Purpose, CPU};
 use crate::Float;
 
 impl<T: Float> MultiHeadAttention<T> {

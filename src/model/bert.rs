@@ -409,12 +409,13 @@ impl Model for Bert<f32> {
 
 impl Bert<f32> {
     /// Packs every linear layer's weight for inference in `precision` (see
-    /// [`crate::kernels::lowp`]); f32 leaves the model as it is.
+    /// [`Backend::pack_weight`](crate::backend::Backend::pack_weight)); f32 leaves the model as
+    /// it is.
     pub fn prepare_precision(
         &mut self,
-        precision: crate::kernels::lowp::Precision,
+        precision: crate::backend::Precision,
     ) -> std::result::Result<(), String> {
-        if precision == crate::kernels::lowp::Precision::F32 {
+        if precision == crate::backend::Precision::F32 {
             return Ok(());
         }
         super::linear::prepare_precision_all(&mut self.encoder, precision)

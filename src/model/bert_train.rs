@@ -17,9 +17,7 @@ use super::encoder::padding_mask;
 use super::masked_lm::bert_config_of;
 use super::param::Init;
 use super::stack::StackCache;
-use crate::kernels::activations::mul_inplace;
-use crate::kernels::dropout::dropout_mask;
-use crate::kernels::layer_norm::LayerNormStats;
+use crate::backend::{Backend, LayerNormStats, CPU};
 use crate::rng::Rng;
 use crate::Float;
 
@@ -68,9 +66,9 @@ pub fn encoder_forward<T: Float>(
     let (mut x, stats) = bert.embeddings_norm.forward(&sum);
     let dropout = rng
         .as_deref_mut()
-        .and_then(|r| dropout_mask::<T>(r, x.len(), dropout));
+        .and_then(|r| CPU.dropout_mask::<T>(r, x.len(), dropout));
     if let Some(m) = &dropout {
-        mul_inplace(&mut x, m);
+        CPU.mul(&mut x, m);
     }
     let mask = padding_mask(lens);
     let (hidden, blocks) = bert
@@ -95,7 +93,7 @@ pub fn encoder_backward<T: Float>(bert: &mut Bert<T>, cache: EncoderCache<T>, dh
         .encoder
         .backward(cache.blocks, dhidden, |l, c, dy| l.backward(c, dy));
     if let Some(m) = &cache.dropout {
-        mul_inplace(&mut dx, m);
+        CPU.mul(&mut dx, m);
     }
     let dsum = bert.embeddings_norm.backward(&cache.sum, &cache.stats, &dx);
     let (word, pos, typ) = (

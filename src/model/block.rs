@@ -16,8 +16,7 @@ use super::kv_cache::KvCache;
 use super::param::{Init, Module, ParamVisitor};
 use super::residual::{Residual, ResidualCache};
 use super::step_layout::StepLayout;
-use crate::kernels::activations::add_inplace;
-use crate::kernels::attention::AttnMask;
+use crate::backend::{AttnMask, Backend, CPU};
 use crate::rng::Rng;
 use crate::Float;
 
@@ -80,7 +79,7 @@ impl<T: Float> SelfAttentionBlock<T> {
         self.self_attn_res
             .backward(cache.self_attn, &dx, |u, c, d| {
                 let (dq, mut dkv) = self.self_attn.backward(u, u, c, d);
-                add_inplace(&mut dkv, &dq);
+                CPU.add(&mut dkv, &dq);
                 dkv
             })
     }

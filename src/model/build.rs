@@ -10,8 +10,7 @@ use super::norm::{Norm, RmsNorm};
 use super::param::{count_params, Init, ShapesOnly};
 use super::residual::Residual;
 use super::Seq2Seq;
-use crate::kernels::attention::Scores;
-use crate::kernels::rope::{self, Rope};
+use crate::backend::{Rope, RopeStyle as RotationStyle, Scores};
 use crate::Float;
 
 impl BlockConfig {
@@ -24,8 +23,8 @@ impl BlockConfig {
     pub fn attention<T: Float>(&self, rotary: bool, init: &mut impl Init) -> MultiHeadAttention<T> {
         let (d, h, kv, d_head) = (self.d_model, self.n_heads, self.n_kv_heads, self.d_head);
         let style = match self.rope_style {
-            RopeStyle::Interleaved => rope::RopeStyle::Interleaved,
-            RopeStyle::HalfSplit => rope::RopeStyle::HalfSplit,
+            RopeStyle::Interleaved => RotationStyle::Interleaved,
+            RopeStyle::HalfSplit => RotationStyle::HalfSplit,
         };
         let mut attention =
             MultiHeadAttention::with_head_width(d, (h, kv, d_head), self.bias, init)

@@ -20,8 +20,7 @@
 
 use super::linear::Linear;
 use super::param::{Init, Module, ParamVisitor};
-use crate::kernels::activations::mul_inplace;
-use crate::kernels::dropout::dropout_mask;
+use crate::backend::{Backend, CPU};
 use crate::rng::Rng;
 use crate::Float;
 use serde::{Deserialize, Serialize};
@@ -108,11 +107,11 @@ impl<T: Float> ClassifierHead<T> {
             }
         }
         let mut tanh = self.pooler.forward(&pooled);
-        tanh.iter_mut().for_each(|v| *v = T::of(v.f64().tanh()));
-        let dropout = rng.and_then(|r| dropout_mask::<T>(r, tanh.len(), self.dropout));
+        CPU.tanh(&mut tanh);
+        let dropout = rng.and_then(|r| CPU.dropout_mask::<T>(r, tanh.len(), self.dropout));
         let mut dropped = tanh.clone();
         if let Some(m) = &dropout {
-            mul_inplace(&mut dropped, m);
+            CPU.mul(&mut dropped, m);
         }
         let logits = self.classifier.forward(&dropped);
         let cache = ClassifierHeadCache {
@@ -133,12 +132,10 @@ impl<T: Float> ClassifierHead<T> {
         let seq = cache.seq;
         let mut dp = self.classifier.backward(&cache.dropped, dlogits);
         if let Some(m) = &cache.dropout {
-            mul_inplace(&mut dp, m);
+            CPU.mul(&mut dp, m);
         }
         // tanh' = 1 − p²
-        for (g, &p) in dp.iter_mut().zip(&cache.tanh) {
-            *g *= T::one() - p * p;
-        }
+        CPU.tanh_backward(&mut dp, &cache.tanh);
         let du = self.pooler.backward(&cache.pooled, &dp);
         let mut dhidden = vec![T::zero(); cache.lens.len() * seq * d];
         for (b, (g, &n)) in du.chunks_exact(d).zip(&cache.lens).enumerate() {

@@ -181,7 +181,7 @@ mod tests {
         assert!(m.set_context(0, None).is_err());
         // Packed cache types: q8_0 keys (34 bytes a block of 32), f16 values (2 bytes).
         assert_eq!(m.kv_bytes_per_position(), 2.0 * 2.0 * 16.0 * 4.0);
-        use crate::kernels::kv_blocks::KvType;
+        use crate::backend::KvType;
         let types = KvTypes {
             k: KvType::Q8_0,
             v: KvType::F16,

@@ -11,8 +11,7 @@ use super::param::{Init, Module, ParamVisitor};
 use super::residual::{Residual, ResidualCache};
 use super::stack::Stack;
 use super::step_layout::StepLayout;
-use crate::kernels::activations::add_inplace;
-use crate::kernels::attention::AttnMask;
+use crate::backend::{AttnMask, Backend, CPU};
 use crate::rng::Rng;
 use crate::Float;
 
@@ -134,13 +133,13 @@ impl<T: Float> DecoderLayer<T> {
             .cross_attn_res
             .backward(cache.cross_attn, &dx, |u, c, d| {
                 let (dq, dmem) = self.cross_attn.backward(u, memory, c, d);
-                add_inplace(dmemory, &dmem);
+                CPU.add(dmemory, &dmem);
                 dq
             });
         self.self_attn_res
             .backward(cache.self_attn, &dx, |u, c, d| {
                 let (dq, mut dkv) = self.self_attn.backward(u, u, c, d);
-                add_inplace(&mut dkv, &dq);
+                CPU.add(&mut dkv, &dq);
                 dkv
             })
     }

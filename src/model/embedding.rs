@@ -14,9 +14,7 @@
 
 use super::config::Positions;
 use super::param::{Init, Module, Param, ParamVisitor};
-use crate::kernels::dropout::dropout_mask;
-use crate::kernels::lowp::ggml::{self, GgmlType};
-use crate::kernels::lowp::RawBytes;
+use crate::backend::{Backend, GgmlType, RawBytes, CPU};
 use crate::rng::Rng;
 use crate::Float;
 
@@ -269,7 +267,7 @@ impl<T: Float> Embedding<T> {
                         .get(tok as usize * s.row_bytes..(tok as usize + 1) * s.row_bytes)
                         .unwrap_or_else(|| outside());
                     let mut values = vec![0f32; d];
-                    ggml::dequantize_into(s.ty, bytes, &mut values)
+                    CPU.dequantise_ggml(s.ty, bytes, &mut values)
                         .expect("sizes checked by set_stored_rows");
                     row = values.into_iter().map(|v| T::of(f64::from(v))).collect();
                     &row
@@ -295,9 +293,9 @@ impl<T: Float> Embedding<T> {
                 }
             }
         }
-        let dropout_mask = rng.and_then(|rng| dropout_mask(rng, x.len(), p));
+        let dropout_mask = rng.and_then(|rng| CPU.dropout_mask(rng, x.len(), p));
         if let Some(m) = &dropout_mask {
-            crate::kernels::activations::mul_inplace(&mut x, m);
+            CPU.mul(&mut x, m);
         }
         let cache = EmbeddingCache {
             tokens: tokens.to_vec(),
@@ -362,7 +360,11 @@ mod tests {
             data.extend_from_slice(&scale.to_le_bytes());
             data.extend((0..32).map(|_| rng.next_u64() as u8));
         }
-        let table = ggml::dequantize(GgmlType::Q8_0, &data, vocab * d).unwrap();
+        let table = {
+            let mut t = vec![0f32; vocab * d];
+            CPU.dequantise_ggml(GgmlType::Q8_0, &data, &mut t).unwrap();
+            t
+        };
         let mut plain =
             Embedding::<f32>::with_positions(vocab, d, 8, Positions::Rotary, &mut rng).unscaled();
         plain.weight.value.data.copy_from_slice(&table);

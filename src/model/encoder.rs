@@ -5,7 +5,7 @@
 
 use super::block::SelfAttentionBlock;
 use super::stack::Stack;
-use crate::kernels::attention::AttnMask;
+use crate::backend::AttnMask;
 
 /// N self-attention blocks with a padding mask.
 pub type Encoder<T> = Stack<SelfAttentionBlock<T>, T>;

@@ -7,11 +7,7 @@
 use super::config::Activation;
 use super::linear::Linear;
 use super::param::{Init, Module, ParamVisitor};
-use crate::kernels::activations::{
-    add_inplace, gelu_erf_backward_inplace, gelu_erf_forward, gelu_tanh_backward_inplace,
-    gelu_tanh_forward, mul_inplace, relu_backward_inplace, swiglu_backward, swiglu_forward,
-};
-use crate::kernels::dropout::dropout_mask;
+use crate::backend::{Backend, CPU};
 use crate::rng::Rng;
 use crate::Float;
 
@@ -98,7 +94,7 @@ impl<T: Float> FeedForward<T> {
                 let g = gate.forward(x);
                 up = self.linear1.forward(x);
                 let mut hidden = vec![T::zero(); g.len()];
-                swiglu_forward(&mut hidden, &g, &up);
+                CPU.swiglu(&mut hidden, &g, &up);
                 (hidden, g)
             }
             Activation::GeluTanhGated => {
@@ -107,8 +103,8 @@ impl<T: Float> FeedForward<T> {
                 let g = gate.forward(x);
                 up = self.linear1.forward(x);
                 let mut hidden = vec![T::zero(); g.len()];
-                gelu_tanh_forward(&mut hidden, &g);
-                mul_inplace(&mut hidden, &up);
+                CPU.gelu_tanh(&mut hidden, &g);
+                CPU.mul(&mut hidden, &up);
                 (hidden, g)
             }
             Activation::GeluErf | Activation::GeluTanh => {
@@ -116,16 +112,16 @@ impl<T: Float> FeedForward<T> {
                 let pre = self.linear1.forward(x);
                 let mut hidden = vec![T::zero(); pre.len()];
                 if self.activation == Activation::GeluErf {
-                    gelu_erf_forward(&mut hidden, &pre);
+                    CPU.gelu_erf(&mut hidden, &pre);
                 } else {
-                    gelu_tanh_forward(&mut hidden, &pre);
+                    CPU.gelu_tanh(&mut hidden, &pre);
                 }
                 (hidden, pre)
             }
         };
-        let dropout_mask = rng.and_then(|r| dropout_mask(r, hidden.len(), self.dropout));
+        let dropout_mask = rng.and_then(|r| CPU.dropout_mask(r, hidden.len(), self.dropout));
         if let Some(m) = &dropout_mask {
-            mul_inplace(&mut hidden, m);
+            CPU.mul(&mut hidden, m);
         }
         let y = self.linear2.forward(&hidden);
         (
@@ -145,38 +141,38 @@ impl<T: Float> FeedForward<T> {
         let mask = cache.dropout_mask.as_deref();
         match self.activation {
             // The mask and the ReLU's derivative in one pass.
-            Activation::Relu => relu_backward_inplace(&mut dhidden, &cache.hidden, mask),
+            Activation::Relu => CPU.relu_backward(&mut dhidden, &cache.hidden, mask),
             Activation::SiluGated | Activation::GeluTanhGated => {
                 if let Some(m) = mask {
-                    mul_inplace(&mut dhidden, m);
+                    CPU.mul(&mut dhidden, m);
                 }
                 let n = dhidden.len();
                 let (mut dgate, mut dup) = (vec![T::zero(); n], vec![T::zero(); n]);
                 let (g, u) = (&cache.pre_activation, &cache.up);
                 if self.activation == Activation::SiluGated {
-                    swiglu_backward(&mut dgate, &mut dup, &dhidden, g, u);
+                    CPU.swiglu_backward((&mut dgate, &mut dup), &dhidden, g, u);
                 } else {
                     // dup = dh ⊙ gelu_tanh(g), dgate = dh ⊙ u ⊙ gelu_tanh'(g)
-                    gelu_tanh_forward(&mut dup, g);
-                    mul_inplace(&mut dup, &dhidden);
+                    CPU.gelu_tanh(&mut dup, g);
+                    CPU.mul(&mut dup, &dhidden);
                     dgate.copy_from_slice(&dhidden);
-                    mul_inplace(&mut dgate, u);
-                    gelu_tanh_backward_inplace(&mut dgate, g);
+                    CPU.mul(&mut dgate, u);
+                    CPU.gelu_tanh_backward(&mut dgate, g);
                 }
                 let gate = self.gate.as_mut().expect("a gated FFN has a gate");
                 let mut dx = gate.backward(x, &dgate);
-                add_inplace(&mut dx, &self.linear1.backward(x, &dup));
+                CPU.add(&mut dx, &self.linear1.backward(x, &dup));
                 return dx;
             }
             Activation::GeluErf | Activation::GeluTanh => {
                 if let Some(m) = mask {
-                    mul_inplace(&mut dhidden, m);
+                    CPU.mul(&mut dhidden, m);
                 }
                 let pre = &cache.pre_activation;
                 if self.activation == Activation::GeluErf {
-                    gelu_erf_backward_inplace(&mut dhidden, pre);
+                    CPU.gelu_erf_backward(&mut dhidden, pre);
                 } else {
-                    gelu_tanh_backward_inplace(&mut dhidden, pre);
+                    CPU.gelu_tanh_backward(&mut dhidden, pre);
                 }
             }
         }

@@ -13,9 +13,14 @@ use super::norm::{Norm, RmsNorm};
 use super::residual::Residual;
 use super::step_layout::StepLayout;
 use super::{Activation, LanguageModel, ModelConfig, Module, NormPlacement, Positions};
-use crate::kernels::activations::gelu_tanh;
-use crate::kernels::attention::TILED_FROM_KEYS;
+use crate::backend::TILED_FROM_KEYS;
 use crate::rng::Rng;
+
+/// GPT-2's tanh GELU at one point, written out: `½ x (1 + tanh(√(2/π) (x + 0.044715 x³)))`.
+fn gelu_tanh(x: f64) -> f64 {
+    let u = (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044_715 * x * x * x);
+    0.5 * x * (1.0 + u.tanh())
+}
 
 fn uniform(n: usize, seed: u64) -> Vec<f64> {
     let mut rng = Rng::new(seed);

@@ -6,12 +6,8 @@
 use super::embedding::Embedding;
 use super::loss::{cross_entropy_ignoring, LossStats};
 use super::param::{Init, Module, Param, ParamVisitor};
-use crate::kernels::backend::{Backend, WeightRef, CPU};
-use crate::kernels::lowp::{PackedWeight, Precision};
-use crate::kernels::matmul::{matmul, transpose_weight, MatMut, MatRef};
-use crate::kernels::softmax::log_softmax_inplace;
+use crate::backend::{Backend, MatMut, MatRef, PackedWeight, Precision, WeightRef, CPU};
 use crate::Float;
-use rayon::prelude::*;
 
 /// The pre-softmax projection, tied to the embedding or not.
 #[derive(Clone, Debug)]
@@ -65,7 +61,7 @@ impl<T: Float> OutputHead<T> {
         if self.packed.is_some() {
             return;
         }
-        let w = transpose_weight(self.weight(embedding), self.vocab, self.d_model);
+        let w = CPU.transpose_weight(self.weight(embedding), self.vocab, self.d_model);
         self.transposed = Some(w);
     }
 
@@ -80,7 +76,7 @@ impl<T: Float> OutputHead<T> {
             return Ok(());
         }
         match T::as_f32(self.weight(embedding)) {
-            Some(w) => match precision.pack(w, self.vocab, self.d_model)? {
+            Some(w) => match CPU.pack_weight(precision, w, self.vocab, self.d_model)? {
                 Some(p) => {
                     self.transposed = None;
                     self.packed = Some(p);
@@ -128,14 +124,7 @@ impl<T: Float> OutputHead<T> {
     pub fn logits(&self, embedding: &Embedding<T>, hidden: &[T]) -> Vec<T> {
         let mut logits = self.product(embedding, hidden);
         if let Some(c) = self.softcap {
-            logits
-                .par_chunks_mut(self.vocab)
-                .with_min_len(8)
-                .for_each(|row| {
-                    for z in row {
-                        *z = T::of(c * (z.f64() / c).tanh());
-                    }
-                });
+            CPU.softcap(&mut logits, self.vocab, c);
         }
         logits
     }
@@ -167,12 +156,7 @@ impl<T: Float> OutputHead<T> {
 
     /// `logits [rows, vocab]` -> log-probabilities in place (log-softmax of each row).
     pub fn log_softmax_rows(&self, logits: &mut [T]) {
-        logits
-            .par_chunks_mut(self.vocab)
-            .with_min_len(8)
-            .for_each(|row| {
-                log_softmax_inplace(row);
-            });
+        CPU.log_softmax_rows(logits, self.vocab);
     }
 
     /// The loss of `logits [rows, vocab]` against `targets [rows]` (targets equal to `ignore`
@@ -202,25 +186,19 @@ impl<T: Float> OutputHead<T> {
         let (d, v) = (self.d_model, self.vocab);
         let rows = hidden.len() / d;
         // Soft-capped: ∂/∂z = ∂/∂logit · (1 − tanh²(z / c)), z recomputed from `hidden`.
-        let capped: Vec<T>;
+        let mut capped: Vec<T>;
         let dlogits = match self.softcap {
             None => dlogits,
             Some(c) => {
                 let z = self.product(embedding, hidden);
-                capped = dlogits
-                    .iter()
-                    .zip(&z)
-                    .map(|(&g, &z)| {
-                        let t = (z.f64() / c).tanh();
-                        T::of(g.f64() * (1.0 - t * t))
-                    })
-                    .collect();
+                capped = vec![T::zero(); dlogits.len()];
+                CPU.softcap_backward(&mut capped, dlogits, &z, c);
                 &capped
             }
         };
         // dhidden [rows, d_model] = dlogits W
         let mut dhidden = vec![T::zero(); rows * d];
-        matmul(
+        CPU.matmul(
             MatMut::new(&mut dhidden, rows, d),
             MatRef::new(dlogits, rows, v),
             MatRef::new(self.weight(embedding), v, d),
@@ -231,7 +209,7 @@ impl<T: Float> OutputHead<T> {
             Some(p) => &mut p.grad.data,
             None => &mut embedding.weight.grad.data,
         };
-        matmul(
+        CPU.matmul(
             MatMut::new(w_grad, v, d),
             MatRef::new(dlogits, rows, v).t(),
             MatRef::new(hidden, rows, d),

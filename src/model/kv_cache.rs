@@ -54,8 +54,7 @@ pub mod rows;
 pub use prefix::PrefixBlocks;
 pub use rows::{KvTypes, StoredRows};
 
-use crate::kernels::attention::{KvSlice, KvStore};
-use crate::kernels::linear_attention::LinearState;
+use crate::backend::{KvSlice, KvStore, LinearState};
 use crate::Float;
 use std::borrow::Cow;
 

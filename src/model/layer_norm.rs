@@ -1,8 +1,8 @@
-//! Layer normalisation as a module: `LN(x) = γ ⊙ (x − μ) / √(σ² + ε) + β` (the numeric kernel
-//! lives in `kernels::layer_norm`).
+//! Layer normalisation as a module: `LN(x) = γ ⊙ (x − μ) / √(σ² + ε) + β` (computed by
+//! [`Backend::layer_norm`] and its backward).
 
 use super::param::{Init, Module, Param, ParamVisitor};
-use crate::kernels::layer_norm::{layer_norm_backward, layer_norm_forward, LayerNormStats};
+use crate::backend::{Backend, CPU, LayerNormStats};
 use crate::Float;
 
 /// A layer norm over the model width with gain γ (init 1) and bias β (init 0).
@@ -40,14 +40,8 @@ impl<T: Float> LayerNorm<T> {
     /// `x [rows, d]` -> (`y [rows, d]`, the statistics the backward needs).
     pub fn forward(&self, x: &[T]) -> (Vec<T>, LayerNormStats<T>) {
         let mut y = vec![T::zero(); x.len()];
-        let stats = layer_norm_forward(
-            &mut y,
-            x,
-            &self.gamma.value.data,
-            &self.beta.value.data,
-            self.d(),
-            self.eps,
-        );
+        let gamma_beta = (&self.gamma.value.data[..], &self.beta.value.data[..]);
+        let stats = CPU.layer_norm(&mut y, x, gamma_beta, self.d(), self.eps);
         (y, stats)
     }
 
@@ -55,16 +49,8 @@ impl<T: Float> LayerNorm<T> {
     pub fn backward(&mut self, x: &[T], stats: &LayerNormStats<T>, dy: &[T]) -> Vec<T> {
         let mut dx = vec![T::zero(); x.len()];
         let d = self.d();
-        layer_norm_backward(
-            &mut dx,
-            dy,
-            x,
-            stats,
-            &self.gamma.value.data,
-            &mut self.gamma.grad.data,
-            &mut self.beta.grad.data,
-            d,
-        );
+        let grads = (&mut self.gamma.grad.data[..], &mut self.beta.grad.data[..]);
+        CPU.layer_norm_backward(&mut dx, dy, x, stats, &self.gamma.value.data, grads, d);
         dx
     }
 }

@@ -3,15 +3,10 @@
 //!
 //! In bf16 training ([`Linear::set_bf16_products`], f32 layers) the three products `x Wᵀ`,
 //! `dy W` and `dyᵀ x` take their operands rounded to bf16 and sum in float32
-//! ([`crate::kernels::lowp::bf16_train`]); the bias gradient (a sum) stays float32.
+//! ([`Backend::weight_product_backward`]); the bias gradient (a sum) stays float32.
 
 use super::param::{Init, Module, Param, ParamVisitor};
-use crate::kernels::activations::{bias_relu_inplace, relu_inplace};
-use crate::kernels::backend::{Backend, WeightRef, CPU};
-use crate::kernels::lowp::bf16_train::{Bf16Kernel, Bf16Products};
-use crate::kernels::lowp::{PackedWeight, Precision};
-use crate::kernels::matmul::{add_row_bias, matmul, transpose_weight, MatMut, MatRef};
-use crate::kernels::reduce::add_column_sums;
+use crate::backend::{Backend, Bf16Kernel, Bf16Products, PackedWeight, Precision, WeightRef, CPU};
 use crate::Float;
 
 /// `y = x Wᵀ + b`.
@@ -67,13 +62,13 @@ impl<T: Float> Linear<T> {
     }
 
     /// Keeps a transposed copy of the weight for a run of forwards that do not change it
-    /// (decoding), which gemm multiplies in place (see [`transpose_weight`]).
+    /// (decoding), which gemm multiplies in place (see [`Backend::transpose_weight`]).
     pub fn prepare_inference(&mut self) {
         if self.packed.is_some() {
             return;
         }
         let w = &self.weight.value.data;
-        self.transposed = Some(transpose_weight(w, self.d_out, self.d_in));
+        self.transposed = Some(CPU.transpose_weight(w, self.d_out, self.d_in));
     }
 
     /// Readies the layer for inference in `precision`: f32 keeps the transposed copy of
@@ -92,7 +87,7 @@ impl<T: Float> Linear<T> {
                 _ => Err("low-precision inference needs an f32 model".into()),
             };
         };
-        match precision.pack(w, self.d_out, self.d_in)? {
+        match CPU.pack_weight(precision, w, self.d_out, self.d_in)? {
             Some(p) => {
                 self.transposed = None;
                 self.packed = Some(p);
@@ -145,7 +140,7 @@ impl<T: Float> Linear<T> {
         let mut y = vec![T::zero(); rows * self.d_out];
         self.product(&mut y, x, rows);
         if let Some(b) = &self.bias {
-            add_row_bias(&mut y, &b.value.data);
+            CPU.add_row_bias(&mut y, &b.value.data);
         }
         y
     }
@@ -158,8 +153,8 @@ impl<T: Float> Linear<T> {
         let mut y = vec![T::zero(); rows * self.d_out];
         self.product(&mut y, x, rows);
         match &self.bias {
-            Some(b) => bias_relu_inplace(&mut y, &b.value.data),
-            None => relu_inplace(&mut y),
+            Some(b) => CPU.bias_relu(&mut y, &b.value.data),
+            None => CPU.relu(&mut y),
         }
         y
     }
@@ -169,62 +164,31 @@ impl<T: Float> Linear<T> {
         let rows = x.len() / self.d_in;
         // dx: [rows, d_in]
         let mut dx = vec![T::zero(); rows * self.d_in];
-        if self.bf16_backward(x, dy, Some(&mut dx)) {
-            return dx;
-        }
-        self.accumulate_grads(x, dy);
-        matmul(
-            MatMut::new(&mut dx, rows, self.d_in),
-            MatRef::new(dy, rows, self.d_out),
-            MatRef::new(&self.weight.value.data, self.d_out, self.d_in),
-            T::one(),
-            false,
-        );
+        self.grads(x, dy, Some(&mut dx));
         dx
     }
 
     /// Accumulates the parameter gradients only (when `dx` is not needed).
     pub fn accumulate_grads(&mut self, x: &[T], dy: &[T]) {
-        if self.bf16_backward(x, dy, None) {
-            return;
-        }
-        let rows = x.len() / self.d_in;
-        matmul(
-            MatMut::new(&mut self.weight.grad.data, self.d_out, self.d_in),
-            MatRef::new(dy, rows, self.d_out).t(),
-            MatRef::new(x, rows, self.d_in),
-            T::one(),
-            true,
-        );
-        if let Some(b) = &mut self.bias {
-            add_column_sums(&mut b.grad.data, dy, self.d_out);
-        }
+        self.grads(x, dy, None);
     }
-}
 
-impl<T: Float> Linear<T> {
-    /// bf16 training, f32 layers: `dW += bf16(dy)ᵀ bf16(x)`, `db += Σ dy` (a sum, from the
-    /// f32 `dy`) and `dx = bf16(dy) bf16(W)` into `dx` when given; `false` (nothing done)
-    /// when the products are not in bf16.
-    fn bf16_backward(&mut self, x: &[T], dy: &[T], dx: Option<&mut Vec<T>>) -> bool {
-        let (Some(x32), Some(dy32), Some(w)) = (
-            T::as_f32(x),
-            T::as_f32(dy),
-            T::as_f32(&self.weight.value.data),
-        ) else {
-            return false;
+    /// `dW += dyᵀ x` and, when given, `dx = dy W` through the backend (bf16 products when the
+    /// layer trains in bf16: `bf16(dy)ᵀ bf16(x)`, `bf16(dy) bf16(W)`), then `db += Σ dy` (a
+    /// sum, from the f32 `dy`).
+    fn grads(&mut self, x: &[T], dy: &[T], dx: Option<&mut [T]>) {
+        let w = WeightRef {
+            w: &self.weight.value.data,
+            d_in: self.d_in,
+            d_out: self.d_out,
+            transposed: None,
+            packed: None,
+            bf16: Some(&self.bf16),
         };
-        let dx = dx.and_then(|d| T::as_f32_mut(d));
-        let Some(grad) = T::as_f32_mut(&mut self.weight.grad.data) else {
-            return false;
-        };
-        if !self.bf16.backward(w, grad, dx, x32, dy32, self.d_in) {
-            return false;
-        }
+        CPU.weight_product_backward(&mut self.weight.grad.data, dx, x, dy, w);
         if let Some(b) = &mut self.bias {
-            add_column_sums(&mut b.grad.data, dy, self.d_out);
+            CPU.add_column_sums(&mut b.grad.data, dy, self.d_out);
         }
-        true
     }
 }
 

@@ -6,9 +6,8 @@
 //! Padding targets contribute neither loss nor gradient nor token count.
 
 use crate::batch::PAD;
-use crate::kernels::softmax::log_softmax_inplace;
+use crate::backend::{Backend, CPU};
 use crate::Float;
-use rayon::prelude::*;
 
 /// Sums over the non-padding tokens of a batch.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -66,37 +65,10 @@ pub fn cross_entropy_ignoring<T: Float>(
     grad_scale: Option<f64>,
     ignore: Option<u32>,
 ) -> LossStats {
-    assert_eq!(logits.len(), targets.len() * vocab);
-    let per_row: Vec<(f64, f64)> = logits
-        .par_chunks_mut(vocab)
-        .zip(targets.par_iter())
-        .map(|(row, &y)| {
-            if Some(y) == ignore {
-                if grad_scale.is_some() {
-                    row.iter_mut().for_each(|v| *v = T::zero());
-                }
-                return (0.0, 0.0);
-            }
-            log_softmax_inplace(row);
-            let nll = -row[y as usize].f64();
-            let mean_neg_logp = -row.iter().map(|v| v.f64()).sum::<f64>() / vocab as f64;
-            let loss = (1.0 - epsilon) * nll + epsilon * mean_neg_logp;
-            if let Some(s) = grad_scale {
-                let smooth = T::of(epsilon / vocab as f64);
-                let scale = T::of(s);
-                for v in row.iter_mut() {
-                    *v = (v.exp() - smooth) * scale;
-                }
-                row[y as usize] -= T::of((1.0 - epsilon) * s);
-            }
-            (loss, nll)
-        })
-        .collect();
-    let mut stats = LossStats::default();
-    for (loss, nll) in per_row {
-        stats.loss_sum += loss;
-        stats.nll_sum += nll;
+    let (loss_sum, nll_sum) = CPU.cross_entropy(logits, targets, vocab, epsilon, grad_scale, ignore);
+    LossStats {
+        loss_sum,
+        nll_sum,
+        n_tokens: targets.iter().filter(|&&t| Some(t) != ignore).count(),
     }
-    stats.n_tokens = targets.iter().filter(|&&t| Some(t) != ignore).count();
-    stats
 }

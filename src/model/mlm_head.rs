@@ -11,9 +11,7 @@
 use super::layer_norm::LayerNorm;
 use super::linear::Linear;
 use super::param::{Init, Module, Param, ParamVisitor};
-use crate::kernels::activations::{gelu_erf_backward_inplace, gelu_erf_forward};
-use crate::kernels::layer_norm::LayerNormStats;
-use crate::kernels::matmul::{matmul, MatMut, MatRef};
+use crate::backend::{Backend, LayerNormStats, MatMut, MatRef, CPU};
 use crate::Float;
 
 /// Dense + GELU + LayerNorm, then the tied decoder and its bias.
@@ -60,22 +58,18 @@ impl<T: Float> MlmHead<T> {
         let rows = hidden.len() / d;
         let pre_gelu = self.dense.forward(&hidden);
         let mut gelu = vec![T::zero(); pre_gelu.len()];
-        gelu_erf_forward(&mut gelu, &pre_gelu);
+        CPU.gelu_erf(&mut gelu, &pre_gelu);
         let (normed, stats) = self.norm.forward(&gelu);
         // logits [rows, vocab] = t Eᵀ + b_v
         let mut logits = vec![T::zero(); rows * v];
-        matmul(
+        CPU.matmul(
             MatMut::new(&mut logits, rows, v),
             MatRef::new(&normed, rows, d),
             MatRef::new(embedding, v, d).t(),
             T::one(),
             false,
         );
-        for row in logits.chunks_exact_mut(v) {
-            for (z, &b) in row.iter_mut().zip(&self.bias.value.data) {
-                *z += b;
-            }
-        }
+        CPU.add_row_bias(&mut logits, &self.bias.value.data);
         let cache = MlmHeadCache {
             hidden,
             pre_gelu,
@@ -103,7 +97,7 @@ impl<T: Float> MlmHead<T> {
             }
         }
         // dE [vocab, d] += dlogitsᵀ t
-        matmul(
+        CPU.matmul(
             MatMut::new(embedding_grad, v, d),
             MatRef::new(dlogits, rows, v).t(),
             MatRef::new(&cache.normed, rows, d),
@@ -112,7 +106,7 @@ impl<T: Float> MlmHead<T> {
         );
         // dt [rows, d] = dlogits E
         let mut dnormed = vec![T::zero(); rows * d];
-        matmul(
+        CPU.matmul(
             MatMut::new(&mut dnormed, rows, d),
             MatRef::new(dlogits, rows, v),
             MatRef::new(embedding, v, d),
@@ -120,7 +114,7 @@ impl<T: Float> MlmHead<T> {
             false,
         );
         let mut dgelu = self.norm.backward(&cache.gelu, &cache.stats, &dnormed);
-        gelu_erf_backward_inplace(&mut dgelu, &cache.pre_gelu);
+        CPU.gelu_erf_backward(&mut dgelu, &cache.pre_gelu);
         self.dense.backward(&cache.hidden, &dgelu)
     }
 }

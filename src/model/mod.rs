@@ -1,4 +1,6 @@
 //! The model: one file per concept of the paper, each layer's forward and backward side by side.
+//! Every numeric operation goes through [`crate::backend::Backend`] (today the host's `CPU`):
+//! no file here imports the kernels.
 
 pub mod attention;
 #[cfg(test)]

@@ -1,11 +1,10 @@
 //! The normalisation of a residual connection (and of a pre-norm stack's end): the paper's layer
-//! norm, or RMSNorm (Llama), chosen by the model's config. The numeric kernels live in
-//! `kernels::layer_norm` and `kernels::rms_norm`.
+//! norm, or RMSNorm (Llama), chosen by the model's config. Both are computed
+//! through the backend ([`Backend::layer_norm`], [`Backend::rms_norm`] and their backwards).
 
 use super::layer_norm::LayerNorm;
 use super::param::{Init, Module, Param, ParamVisitor};
-use crate::kernels::layer_norm::LayerNormStats;
-use crate::kernels::rms_norm::{rms_norm_backward, rms_norm_forward, RmsNormStats};
+use crate::backend::{Backend, LayerNormStats, RmsNormStats, CPU};
 use crate::Float;
 use std::borrow::Cow;
 
@@ -42,7 +41,7 @@ impl<T: Float> RmsNorm<T> {
         let d = self.gain.value.shape[0];
         let mut y = vec![T::zero(); x.len()];
         let gain = applied_gain(&self.gain.value.data, self.offset);
-        let stats = rms_norm_forward(&mut y, x, &gain, d, self.eps);
+        let stats = CPU.rms_norm(&mut y, x, &gain, d, self.eps);
         (y, stats)
     }
 
@@ -51,7 +50,7 @@ impl<T: Float> RmsNorm<T> {
         let d = self.gain.value.shape[0];
         let mut dx = vec![T::zero(); x.len()];
         let gain = applied_gain(&self.gain.value.data, self.offset);
-        rms_norm_backward(&mut dx, dy, x, stats, &gain, &mut self.gain.grad.data, d);
+        CPU.rms_norm_backward(&mut dx, dy, x, stats, &gain, &mut self.gain.grad.data, d);
         dx
     }
 }

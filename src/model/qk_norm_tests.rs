@@ -16,8 +16,7 @@ use super::kv_cache::KvCache;
 use super::norm::RmsNorm;
 use super::step_layout::{Feed, Outputs, StepLayout};
 use super::{LanguageModel, ModelConfig, Module, NormPlacement, Positions};
-use crate::kernels::attention::{AttnMask, TILED_FROM_KEYS};
-use crate::kernels::rope::rope_forward;
+use crate::backend::{AttnMask, Backend, CPU, TILED_FROM_KEYS};
 use crate::model::config::Normalization;
 use crate::rng::Rng;
 use crate::train::adam::{Adam, AdamConfig};
@@ -86,8 +85,8 @@ fn qk_normed_loops(m: &MultiHeadAttention<f64>, x: &[f64], batch: usize) -> Vec<
         head_norm_loops(&mut k, kn, d_head);
     }
     if m.rotary {
-        rope_forward(&mut q, m.rope, len, HEADS, d_head, 0);
-        rope_forward(&mut k, m.rope, len, m.n_kv_heads, d_head, 0);
+        CPU.rope(&mut q, m.rope, &[], len, HEADS, (d_head, 0));
+        CPU.rope(&mut k, m.rope, &[], len, m.n_kv_heads, (d_head, 0));
     }
     let mut ctx = vec![0.0; batch * len * d_q];
     for b in 0..batch {

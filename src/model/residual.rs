@@ -8,8 +8,7 @@ use super::config::NormPlacement;
 use super::layer_norm::LayerNorm;
 use super::norm::{Norm, NormStats};
 use super::param::{Init, Module, ParamVisitor};
-use crate::kernels::activations::{add_inplace, dropout_add_inplace, mul_inplace};
-use crate::kernels::dropout::{dropout_mask, fork_for};
+use crate::backend::{Backend, CPU};
 use crate::rng::Rng;
 use crate::Float;
 
@@ -105,8 +104,8 @@ impl<T: Float> Residual<T> {
         match self.placement {
             NormPlacement::PostLn => {
                 let (mut sum, inner) = sublayer(&x);
-                let dropout_mask = rng.and_then(|r| dropout_mask(r, sum.len(), self.dropout));
-                dropout_add_inplace(&mut sum, dropout_mask.as_deref(), &x);
+                let dropout_mask = rng.and_then(|r| CPU.dropout_mask(r, sum.len(), self.dropout));
+                CPU.dropout_add(&mut sum, dropout_mask.as_deref(), &x);
                 let (y, norm_stats) = self.norm.forward(&sum);
                 let cache = ResidualCache {
                     input: x,
@@ -123,8 +122,8 @@ impl<T: Float> Residual<T> {
                 let (normed, norm_stats) = self.norm.forward(&x);
                 let (y, inner) = sublayer(&normed);
                 let (mut y, post) = self.post_normed(y);
-                let dropout_mask = rng.and_then(|r| dropout_mask(r, y.len(), self.dropout));
-                dropout_add_inplace(&mut y, dropout_mask.as_deref(), &x);
+                let dropout_mask = rng.and_then(|r| CPU.dropout_mask(r, y.len(), self.dropout));
+                CPU.dropout_add(&mut y, dropout_mask.as_deref(), &x);
                 let cache = ResidualCache {
                     input: x,
                     normed_input: Some(normed),
@@ -149,7 +148,7 @@ impl<T: Float> Residual<T> {
         inner_p: f64,
         sublayer: impl FnOnce(&[T], Option<&mut Rng>) -> (Vec<T>, C),
     ) -> (Vec<T>, ResidualCache<T, C>) {
-        let mut inner = fork_for(rng.as_deref_mut(), inner_p);
+        let mut inner = CPU.dropout_rng(rng.as_deref_mut(), inner_p);
         self.forward(x, rng, |u| sublayer(u, inner.as_mut()))
     }
 
@@ -176,24 +175,24 @@ impl<T: Float> Residual<T> {
                 let dsum = self.norm.backward(&sum, &norm_stats, dy);
                 let mut dsub = dsum.clone();
                 if let Some(m) = &dropout_mask {
-                    mul_inplace(&mut dsub, m);
+                    CPU.mul(&mut dsub, m);
                 }
                 let mut dx = sublayer_backward(&input, sublayer, &dsub);
-                add_inplace(&mut dx, &dsum);
+                CPU.add(&mut dx, &dsum);
                 dx
             }
             NormPlacement::PreLn => {
                 let normed = normed_input.expect("pre-LN cache keeps the normed input");
                 let mut dsub = dy.to_vec();
                 if let Some(m) = &dropout_mask {
-                    mul_inplace(&mut dsub, m);
+                    CPU.mul(&mut dsub, m);
                 }
                 if let (Some(norm), Some((y, stats))) = (&mut self.post_norm, &post) {
                     dsub = norm.backward(y, stats, &dsub);
                 }
                 let dnormed = sublayer_backward(&normed, sublayer, &dsub);
                 let mut dx = self.norm.backward(&input, &norm_stats, &dnormed);
-                add_inplace(&mut dx, dy);
+                CPU.add(&mut dx, dy);
                 dx
             }
         }
@@ -219,13 +218,13 @@ impl<T: Float> Residual<T> {
         match self.placement {
             NormPlacement::PostLn => {
                 let mut sum = sublayer(&x);
-                add_inplace(&mut sum, &x_last);
+                CPU.add(&mut sum, &x_last);
                 self.norm.forward(&sum).0
             }
             NormPlacement::PreLn => {
                 let (normed, _) = self.norm.forward(&x);
                 let (mut y, _) = self.post_normed(sublayer(&normed));
-                add_inplace(&mut y, &x_last);
+                CPU.add(&mut y, &x_last);
                 y
             }
         }

@@ -4,6 +4,7 @@
 //! equations are in `kernels::rope`).
 
 use super::config::ModelConfig;
+use crate::backend::{Backend, Llama3Scaling, YarnScaling, CPU};
 use serde::{Deserialize, Serialize};
 
 /// Rescaled rotary frequencies (long-context checkpoints): each frequency `θᵢ` of
@@ -67,10 +68,10 @@ impl ModelConfig {
                 low_freq_factor,
                 high_freq_factor,
                 original_max_position_embeddings,
-            }) => crate::kernels::rope::llama3_freq_factors(
+            }) => CPU.rope_llama3_factors(
                 self.rope_base,
                 self.d_head(),
-                crate::kernels::rope::Llama3Scaling {
+                Llama3Scaling {
                     factor,
                     low_freq_factor,
                     high_freq_factor,
@@ -84,10 +85,10 @@ impl ModelConfig {
                 beta_slow,
                 truncate,
                 ..
-            }) => crate::kernels::rope::yarn_freq_factors(
+            }) => CPU.rope_yarn_factors(
                 self.rope_base,
                 self.d_head(),
-                crate::kernels::rope::YarnScaling {
+                YarnScaling {
                     factor,
                     original_max_position_embeddings,
                     beta_fast,

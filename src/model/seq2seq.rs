@@ -18,8 +18,7 @@ use super::param::{Init, Module, ParamVisitor};
 use super::stack::{Stack, StackCache};
 use super::step_layout::{embed_ragged, one_per_row, Feed, StepLayout};
 use crate::batch::{Batch, PAD};
-use crate::kernels::lowp::bf16_train::Bf16Kernel;
-use crate::kernels::lowp::Precision;
+use crate::backend::{Bf16Kernel, Precision};
 use crate::rng::Rng;
 use crate::Float;
 
@@ -168,8 +167,8 @@ impl<T: Float> Seq2Seq<T> {
 
     /// Readies the model for inference in `precision`: f32 as [`prepare_inference`](Self::prepare_inference);
     /// bf16 or int8 packs every linear layer's weight and the output projection once (see
-    /// `crate::kernels::lowp`); the embeddings, norms and attention stay f32. An error names
-    /// a weight that cannot be packed.
+    /// the backend's `pack_weight`); the embeddings, norms and attention stay f32. An error
+    /// names a weight that cannot be packed.
     pub fn prepare_precision(&mut self, precision: Precision) -> Result<(), String> {
         prepare_precision_all(&mut self.encoder, precision)?;
         prepare_precision_all(&mut self.decoder, precision)?;

@@ -3,7 +3,7 @@
 //! model) has one `step(state, tokens, layout)`, and the layout decides how its attention reads
 //! the caches:
 //!
-//! | feed | self-attention | kernel ([`crate::kernels::attention::choose`]) |
+//! | feed | self-attention | kernel (the backend's choice: [`Backend::attention`]) |
 //! |---|---|---|
 //! | [`Feed::Uniform`], cache in one block per row | causal over the dense cache | [`Purpose::Decode`]: step kernel up to a few tokens a row, matrix products beyond |
 //! | [`Feed::Uniform`], cache paged (the translator's decoder) | causal through the block table | [`Purpose::Decode`]: step kernel |
@@ -15,7 +15,8 @@
 //! only the next-token distribution is read is `Uniform` with [`Outputs::Last`]
 //! ([`StepLayout::last`]); a continuous batch is `Ragged` ([`StepLayout::ragged`]).
 //!
-//! [`Purpose::Decode`]: crate::kernels::attention::Purpose::Decode
+//! [`Purpose::Decode`]: crate::backend::Purpose::Decode
+//! [`Backend::attention`]: crate::backend::Backend::attention
 
 use super::embedding::Embedding;
 use crate::Float;

@@ -12,8 +12,7 @@ use super::attention_checks::{
 use super::kv_cache::KvCache;
 use super::step_layout::{Feed, Outputs, StepLayout};
 use super::{LanguageModel, ModelConfig, Module, NormPlacement, Positions, Seq2Seq};
-use crate::kernels::attention::TILED_FROM_KEYS;
-use crate::kernels::rope::rope_forward;
+use crate::backend::{Backend, CPU, TILED_FROM_KEYS};
 use crate::rng::Rng;
 use crate::train::adam::{Adam, AdamConfig};
 
@@ -57,8 +56,8 @@ fn windowed_loops(
         linear_loops(x, &m.v_proj),
     );
     if m.rotary {
-        rope_forward(&mut q, m.rope, len, HEADS, d_head, 0);
-        rope_forward(&mut k, m.rope, len, m.n_kv_heads, d_head, 0);
+        CPU.rope(&mut q, m.rope, &[], len, HEADS, (d_head, 0));
+        CPU.rope(&mut k, m.rope, &[], len, m.n_kv_heads, (d_head, 0));
     }
     let w = m.window.unwrap_or(usize::MAX);
     let mut ctx = vec![0.0; batch * len * D];

@@ -5,7 +5,7 @@
 use super::by_gguf_architecture;
 use super::rope_params::GGUF_ROPE_FREQS;
 use crate::error::Result;
-use crate::kernels::lowp::{copies_blocks, is_block_product, pack_ggml, PackedWeight};
+use crate::backend::{Backend, PackedWeight, CPU};
 use crate::model::checkpoint::{build_filled, RenameTable, TensorValues};
 use crate::model::config::RopeScaling;
 use crate::model::linear::for_each_linear;
@@ -22,7 +22,8 @@ pub enum GgufWeights {
     /// Every linear layer and the output projection whose tensor is stored in ggml blocks
     /// (`Q4_0` / `Q4_1` / `Q8_0`, `Q5_0` / `Q5_1` / `IQ4_NL`, the K-quants `Q2_K` … `Q6_K`)
     /// multiplies the file's own blocks, as llama.cpp does (see
-    /// [`crate::kernels::lowp::BlockMatrix`], [`crate::kernels::lowp::KQuantMatrix`]), and holds no float32 copy of them; a token
+    /// [`Backend::pack_blocks`](crate::backend::Backend::pack_blocks)), and holds no float32
+    /// copy of them; a token
     /// embedding in blocks is looked up in them (a row dequantised per token, as llama.cpp's
     /// `get_rows`), and a tied output projection multiplies them. Tensors stored as floats
     /// and the norms are float32.
@@ -73,7 +74,7 @@ pub fn load_gguf(file: &GgufFile, weights: GgufWeights) -> Result<LanguageModel<
         let kept = ours
             .as_deref()
             .is_some_and(|n| n == OUTPUT || n == EMBEDDING || linear_weights.contains(n));
-        weights == GgufWeights::Blocks && kept && is_block_product(info.ggml_type)
+        weights == GgufWeights::Blocks && kept && CPU.multiplies_blocks(info.ggml_type)
     };
     // Each tensor is decoded straight into its parameter: no map of every tensor in float32.
     let tensors: HashMap<String, (Vec<usize>, GgufTensor)> = infos
@@ -119,14 +120,14 @@ fn use_gguf_blocks(
     // the packed weight holds its own copy (Q5_0 / Q5_1, regrouped).
     let blocks = |name: &str, only_user: bool| -> Result<Option<PackedWeight>> {
         let info = tensor(name)?;
-        if !is_block_product(info.ggml_type) {
+        if !CPU.multiplies_blocks(info.ggml_type) {
             return Ok(None);
         }
         let (rows, cols) = info.rows_cols();
         let data = file.tensor_bytes(info)?;
-        let packed = pack_ggml(info.ggml_type, data, rows, cols)
+        let packed = CPU.pack_blocks(info.ggml_type, data, rows, cols)
             .map_err(|e| ckpt_err(path, format!("tensor {name}: {e}")))?;
-        if only_user && copies_blocks(info.ggml_type) {
+        if only_user && CPU.copies_blocks(info.ggml_type) {
             // SAFETY: `data`, the only bytes read from this tensor, went into pack_ggml,
             // which copied them and let them go; nothing else uses the tensor (`only_user`).
             unsafe { file.release(info) };

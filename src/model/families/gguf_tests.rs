@@ -6,7 +6,7 @@
 use super::gguf::{load_gguf, GgufWeights};
 use super::by_gguf_architecture;
 use crate::model::linear::for_each_linear;
-use crate::kernels::lowp::{copies_blocks, is_block_product, KQuantMatrix, PackedWeight, RawBytes};
+use crate::backend::{Backend, KQuantMatrix, PackedWeight, RawBytes, CPU};
 use crate::store::file_memory::FileMemory;
 use crate::store::gguf::GgufFile;
 use std::path::{Path, PathBuf};
@@ -71,10 +71,10 @@ fn the_blocks_multiplied_are_the_file_s_own_bytes_in_place() {
             let info = reference.tensor(&name).unwrap();
             let expected = reference.tensor_data(info).unwrap();
             let Some(held) = held else {
-                assert!(!is_block_product(info.ggml_type), "{what} is not multiplied in blocks");
+                assert!(!CPU.multiplies_blocks(info.ggml_type), "{what} is not multiplied in blocks");
                 continue;
             };
-            if copies_blocks(info.ggml_type) {
+            if CPU.copies_blocks(info.ggml_type) {
                 // Regrouped into a copy, as the same transform of the file's bytes; the file's
                 // pages of it were given back.
                 let (rows, cols) = info.rows_cols();

@@ -10,7 +10,7 @@
 //! other scaling (`dynamic`, `longrope`, ...) is refused by name.
 
 use crate::error::Result;
-use crate::kernels::rope::yarn_attention_factor;
+use crate::backend::{Backend, CPU};
 use crate::model::config::RopeScaling;
 use crate::store::ckpt_err;
 use crate::store::gguf::GgufFile;
@@ -93,7 +93,7 @@ pub fn hf_rope(
                 .unwrap_or(max_position_embeddings as f64 / original);
             let (mscale, mscale_all_dim) = (optional("mscale")?, optional("mscale_all_dim")?);
             let attention_factor = optional("attention_factor")?
-                .unwrap_or_else(|| yarn_attention_factor(factor, mscale, mscale_all_dim));
+                .unwrap_or_else(|| CPU.rope_yarn_attention_factor(factor, mscale, mscale_all_dim));
             // transformers: `rope_parameters.get("beta_fast") or 32` (a 0 is the default too).
             let or_default =
                 |v: Option<f64>, default: f64| v.filter(|&b| b != 0.0).unwrap_or(default);
@@ -213,7 +213,7 @@ fn gguf_yarn(file: &GgufFile, arch: &str) -> Result<RopeScaling> {
         beta_slow: positive_or(optional("yarn_beta_slow")?, 1.0),
         attention_factor: positive_or(
             optional("yarn_attn_factor")?,
-            yarn_attention_factor(factor, None, None),
+            CPU.rope_yarn_attention_factor(factor, None, None),
         ),
         truncate: true,
     })

@@ -4,8 +4,7 @@
 //! loops over the dequantised values.
 
 use super::{KvCache, KvTypes};
-use crate::kernels::attention::{attend, AttnDims, AttnMask, KvView, Purpose};
-use crate::kernels::kv_blocks::{dequantise_row, quantise_row, KvType};
+use crate::backend::{AttnDims, AttnMask, Backend, KvType, KvView, Purpose, CPU};
 use crate::rng::Rng;
 
 /// One row's keys and values as written, `[positions][d_kv]` each.
@@ -14,9 +13,9 @@ type Written<T> = (Vec<Vec<T>>, Vec<Vec<T>>);
 /// `x` packed as `ty` and unpacked, in float64.
 fn through(ty: KvType, x: &[f32]) -> Vec<f64> {
     let mut bytes = vec![0u8; ty.row_bytes(x.len()).unwrap()];
-    quantise_row(ty, x, &mut bytes);
+    CPU.kv_quantise_row(ty, x, &mut bytes);
     let mut back = vec![0f32; x.len()];
-    dequantise_row(ty, &bytes, &mut back);
+    CPU.kv_dequantise_row(ty, &bytes, &mut back);
     back.into_iter().map(f64::from).collect()
 }
 
@@ -151,10 +150,10 @@ fn attention_over_a_packed_cache_matches_float64_over_its_values() {
             v,
             rows: &key_rows,
         };
-        let out = attend(&q, paged, &lens[..], dims(1, k_len), Purpose::Decode);
+        let out = CPU.attention(&q, paged, &lens[..], dims(1, k_len), Purpose::Decode);
         check(&out.ctx, &q, 1, &|b, _| lens[b]);
         // The same through the cache itself (its own table).
-        let out = attend(
+        let out = CPU.attention(
             &q,
             KvView::Store(&mut cache.clone()),
             &lens[..],
@@ -177,7 +176,7 @@ fn attention_over_a_packed_cache_matches_float64_over_its_values() {
             k_len: offset + q_len,
             ..dims(q_len, cache.capacity)
         };
-        let out = attend(&q, KvView::Store(&mut dense), mask, dims20, Purpose::Decode);
+        let out = CPU.attention(&q, KvView::Store(&mut dense), mask, dims20, Purpose::Decode);
         check(&out.ctx, &q, q_len, &|_, i| offset + i + 1);
         assert_eq!(dense.types(), types, "the dense copy keeps the packed form");
         assert!(dense.stored_bytes() < batch * 400 * d_kv * 8 / 2 + 1);

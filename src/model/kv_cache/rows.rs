@@ -1,11 +1,11 @@
 //! The stored rows of a [`KvCache`](super::KvCache)'s keys (or values): `[stored rows, d]` in
-//! the cache's storage type (`crate::kernels::kv_blocks`): floats of the model's type (`f32`,
-//! the exact default), or packed (`f16`, `bf16`, `q8_0`, `q4_0`), each row `d / block_values`
-//! blocks. A row is packed once, when its position is written; every later read (the step
-//! kernel through `kernels::kv_dots`, a dense copy for matrix products) sees its unpacked
-//! values `deq(pack(x))`.
+//! the cache's storage type ([`KvType`], packed by [`Backend::kv_quantise_row`]): floats of
+//! the model's type (`f32`, the exact default), or packed (`f16`, `bf16`, `q8_0`, `q4_0`), each
+//! row `d / block_values` blocks. A row is packed once, when its position is written; every
+//! later read (the step kernel through `kernels::kv_dots`, a dense copy for matrix products)
+//! sees its unpacked values `deq(pack(x))`.
 
-use crate::kernels::kv_blocks::{dequantise_row, quantise_row, KvSlice, KvType, PackedRows};
+use crate::backend::{Backend, KvSlice, KvType, PackedRows, CPU};
 use crate::Float;
 use std::borrow::Cow;
 
@@ -120,10 +120,10 @@ impl<T: Float> StoredRows<T> {
             } => {
                 let out = &mut bytes[r * *row_bytes..(r + 1) * *row_bytes];
                 match T::as_f32(x) {
-                    Some(x) => quantise_row(*ty, x, out),
+                    Some(x) => CPU.kv_quantise_row(*ty, x, out),
                     None => {
                         let x: Vec<f32> = x.iter().map(|v| v.f64() as f32).collect();
-                        quantise_row(*ty, &x, out)
+                        CPU.kv_quantise_row(*ty, &x, out)
                     }
                 }
             }
@@ -140,7 +140,7 @@ impl<T: Float> StoredRows<T> {
                 bytes,
             } => {
                 let mut x = vec![0f32; d];
-                dequantise_row(*ty, &bytes[r * row_bytes..(r + 1) * row_bytes], &mut x);
+                CPU.kv_dequantise_row(*ty, &bytes[r * row_bytes..(r + 1) * row_bytes], &mut x);
                 Cow::Owned(x.into_iter().map(|v| T::of(v as f64)).collect())
             }
         }
