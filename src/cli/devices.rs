@@ -64,7 +64,11 @@ pub fn run(args: DevicesArgs) -> Result<()> {
                     features.push(name);
                 }
             }
-            let kind = if a.kind == "cpu" { "software (runs on the CPU)" } else { a.kind };
+            let kind = if a.kind == "cpu" {
+                "software (runs on the CPU)"
+            } else {
+                a.kind
+            };
             outln!(
                 "gpu:{}\t{}\t{kind}\t{} ({})\tbinding {} MiB\t{}",
                 a.index,
@@ -72,7 +76,11 @@ pub fn run(args: DevicesArgs) -> Result<()> {
                 a.api,
                 a.driver,
                 a.max_binding_bytes >> 20,
-                if features.is_empty() { "-".to_string() } else { features.join(" ") },
+                if features.is_empty() {
+                    "-".to_string()
+                } else {
+                    features.join(" ")
+                },
             )?;
         }
     }

@@ -73,7 +73,9 @@ fn inputs(n: usize, seed: u64) -> Vec<f32> {
 
 #[test]
 fn every_matrix_of_every_format_multiplies_and_gathers_as_the_cpu_decodes_it() {
-    let (Some(gpu), Some(dir)) = (gpu(), kquants()) else { return };
+    let (Some(gpu), Some(dir)) = (gpu(), kquants()) else {
+        return;
+    };
     let mut formats_seen = std::collections::BTreeSet::new();
     let mut names: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
@@ -85,19 +87,24 @@ fn every_matrix_of_every_format_multiplies_and_gathers_as_the_cpu_decodes_it() {
     for path in names {
         let file = GgufFile::open(&path).unwrap();
         for info in file.tensors() {
-            let Some(fmt) = format(info.ggml_type) else { continue };
+            let Some(fmt) = format(info.ggml_type) else {
+                continue;
+            };
             if info.dims.len() != 2 {
                 continue;
             }
             formats_seen.insert(fmt.name());
             let (d_out, d_in) = info.rows_cols();
             let w_cpu = file.dequantize_info(info).unwrap(); // [d_out, d_in]
-            let w = GpuWeight::upload(gpu, fmt, d_in, d_out, file.tensor_data(info).unwrap())
-                .unwrap();
+            let w =
+                GpuWeight::upload(gpu, fmt, d_in, d_out, file.tensor_data(info).unwrap()).unwrap();
             let what = format!("{} {} [{d_out}, {d_in}]", path.display(), info.name);
             for rows in [1usize, 9] {
                 let x = inputs(rows * d_in, rows as u64 + d_out as u64);
-                let (dx, dy) = (gpu.upload(&x).unwrap(), gpu.upload(&vec![f32::NAN; rows * d_out]).unwrap());
+                let (dx, dy) = (
+                    gpu.upload(&x).unwrap(),
+                    gpu.upload(&vec![f32::NAN; rows * d_out]).unwrap(),
+                );
                 weight_product(gpu, &dy, &dx, rows, &w).unwrap();
                 let y = gpu.read(&dy).unwrap();
                 for r in 0..rows {
@@ -110,7 +117,10 @@ fn every_matrix_of_every_format_multiplies_and_gathers_as_the_cpu_decodes_it() {
                         }
                         let got = f64::from(y[r * d_out + o]);
                         let tol = 1e-5 * scale.sqrt() * (d_in as f64).sqrt() + 1e-30;
-                        assert!((got - want).abs() <= tol, "{what} rows {rows} ({r}, {o}): {got} vs {want}");
+                        assert!(
+                            (got - want).abs() <= tol,
+                            "{what} rows {rows} ({r}, {o}): {got} vs {want}"
+                        );
                     }
                 }
             }
@@ -131,7 +141,12 @@ fn every_matrix_of_every_format_multiplies_and_gathers_as_the_cpu_decodes_it() {
             }
         }
     }
-    for f in ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "F16"] {
-        assert!(formats_seen.contains(f), "no {f} matrix in the fixtures: {formats_seen:?}");
+    for f in [
+        "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "F16",
+    ] {
+        assert!(
+            formats_seen.contains(f),
+            "no {f} matrix in the fixtures: {formats_seen:?}"
+        );
     }
 }

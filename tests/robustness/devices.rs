@@ -9,7 +9,11 @@ fn devices(envs: &[(&str, &str)]) -> (serde_json::Value, String) {
         .envs(envs.iter().copied())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let json = serde_json::from_slice(&out.stdout).unwrap();
     (json, String::from_utf8_lossy(&out.stderr).into_owned())
 }
@@ -33,7 +37,10 @@ fn lists_the_cpu_then_each_adapter_in_gpu_n_order() {
     let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false");
     if list.len() == 1 {
         assert!(stderr.contains("no Vulkan device found"), "{stderr}");
-        assert!(!ci, "CI is set and no GPU adapter was found (.ci/run installs lavapipe)");
+        assert!(
+            !ci,
+            "CI is set and no GPU adapter was found (.ci/run installs lavapipe)"
+        );
         if vulkan_driver_installed() {
             panic!("a Vulkan driver is installed but no adapter was listed: {stderr}");
         }
@@ -44,7 +51,10 @@ fn lists_the_cpu_then_each_adapter_in_gpu_n_order() {
 #[test]
 fn no_driver_is_a_message_naming_what_to_install() {
     // The Vulkan loader reads its drivers from this list only: none exists.
-    let none = [("VK_ICD_FILENAMES", "/nonexistent/icd.json"), ("VK_DRIVER_FILES", "/nonexistent/icd.json")];
+    let none = [
+        ("VK_ICD_FILENAMES", "/nonexistent/icd.json"),
+        ("VK_DRIVER_FILES", "/nonexistent/icd.json"),
+    ];
     let (json, stderr) = devices(&none);
     assert_eq!(json["devices"].as_array().unwrap().len(), 1, "{json}");
     assert!(
