@@ -2,11 +2,16 @@
 # Our GPU kernels (gpu/examples/kernels.rs) and llama.cpp's (test-backend-ops perf) on the same
 # shapes and the same adapter, side by side with the ratio; then (guarded) whole-model llama-bench.
 #
-#   bash benches/compare/gpu.sh [deps|build|run|all]        (default: all = deps, build, run)
+#   bash benches/compare/gpu.sh [deps|build|run|all|pack]   (default: all = deps, build, run)
 #
 #   deps   Vulkan headers, glslc and SPIRV-Headers for llama.cpp's Vulkan backend: Debian's
 #          libvulkan-dev, glslc, spirv-headers, installed with apt-get when missing (as root or
-#          through sudo, as .ci/vulkan.sh installs lavapipe). A machine without a network (the
+#          through sudo, as .ci/vulkan.sh installs lavapipe); Vulkan headers newer than Debian
+#          12's are unpacked under target/ at build time (see headers() below). Debian 12's
+#          glslc (2023.2) lacks GL_KHR_cooperative_matrix, GL_EXT_integer_dot_product and
+#          bfloat16: llama.cpp's Vulkan shaders are then built without cooperative matrices
+#          (tensor cores) and integer dot products, which slows its prefill products on an H100;
+#          the configure step prints which extensions glslc has. A machine without a network (the
 #          lent GPU machines) cannot install them: build here (`build`) and carry the binaries
 #          (see "On a lent GPU machine" below).
 #   build  llama.cpp from the sources that ../shared/tools/llama-cpp.sh unpacks (llama-cpp-python's
@@ -35,19 +40,22 @@
 #   CUDA_ARCH  CMAKE_CUDA_ARCHITECTURES [90: H100 / H200]
 #   KERNELS    our example's binary [target/release/examples/kernels, built by `build`]
 #   OUT_DIR    results [target/gpu-compare]
+#   BACKENDS   llama.cpp builds to make [vulkan cuda] (cuda only where nvcc is)
+#   GGML_H     ggml.h of the llama.cpp built [$LLAMA_SRC/ggml/include/ggml.h]
 #   JOBS       build jobs [nproc]
 #   MODEL      a GGUF file for part (d) [none: skipped]
 #
-# On a lent GPU machine (no network; see /work/.library/device/README.md): build here, carry
-# `target/llama-vulkan/bin` (binaries and libggml*.so; RPATH points to the build folder, so
-# LD_LIBRARY_PATH is set below), `target/release/examples/kernels` and the Vulkan loader debs
-# (.gl, per the README), then run `for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig;
-# bash benches/compare/gpu.sh run`. If no driver is found there, export
-# VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json. The CUDA build needs
-# nvcc, which is there and not here: build it there (`JOBS=16 bash benches/compare/gpu.sh build`
-# takes minutes of device time: ggml-cuda compiles slowly) or skip it.
+# On a lent GPU machine (no network, no glslc; /work/.library/device/README.md): build here,
+# `gpu.sh pack` (copies the binaries, stripped, into .gpu-carry/, ignored by git, and prints the
+# command), fetch the Vulkan loader debs into .gl as the README says, then one `run` call carrying
+# .gl and .gpu-carry with that command: it unpacks the loader, points Vulkan at NVIDIA's driver
+# when no ICD file is found, and runs `gpu.sh run` with $OUT as OUT_DIR so the table comes back.
+# The CUDA build needs nvcc, which is there and not here: `BACKENDS=cuda JOBS=16 gpu.sh build`
+# there, with the llama.cpp sources carried (LLAMA_SRC; ggml/, src/, common/, tests/, tools/,
+# vendor/, cmake/ and the top CMakeLists.txt suffice), costs minutes of device time (ggml-cuda
+# compiles slowly): worth it only with the budget to spare.
 set -euo pipefail
-ROOT=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 HERE=benches/compare
 STEP=${1:-all}
@@ -60,6 +68,7 @@ VK_DEVICE=${VK_DEVICE:-Vulkan0}
 CUDA_ARCH=${CUDA_ARCH:-90}
 JOBS=${JOBS:-$(nproc)}
 CASES=${CASES:-}
+BACKENDS=${BACKENDS:-vulkan cuda}
 say() { echo "gpu.sh: $*" >&2; }
 
 # The llama-cpp-python version ../shared/tools/llama-cpp.sh pins (its sources vendor llama.cpp).
@@ -89,6 +98,29 @@ deps() {
     || { $sudo apt-get update -qq > /dev/null \
       && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" > /dev/null; } \
     || { say "could not install ${missing[*]}: without a network, build elsewhere and carry $BUILD-vulkan/bin"; return 1; }
+}
+
+# This llama.cpp needs Vulkan headers 1.3.261 or newer (VK_EXT_layer_settings); Debian 12 has
+# 1.3.239. Then Debian 13's libvulkan-dev is downloaded with apt-get (its own package lists under
+# target/, the system's sources untouched) and unpacked into target/vulkan-sdk, nothing installed:
+# VULKAN_INCLUDE (an include folder holding vulkan/vulkan.hpp) names other headers.
+headers() {
+  VULKAN_INCLUDE=${VULKAN_INCLUDE:-}
+  [ -n "$VULKAN_INCLUDE" ] && return 0
+  local v
+  v=$(grep -m1 -o 'VK_HEADER_VERSION [0-9]*' /usr/include/vulkan/vulkan_core.h 2> /dev/null | cut -d' ' -f2)
+  [ "${v:-0}" -ge 261 ] && return 0
+  local sdk=$ROOT/target/vulkan-sdk apt=$ROOT/target/vulkan-sdk-apt
+  if [ ! -f "$sdk/usr/include/vulkan/vulkan.hpp" ]; then
+    say "Vulkan headers 1.3.${v:-?} are older than llama.cpp needs (1.3.261): Debian 13's libvulkan-dev into $sdk"
+    mkdir -p "$apt/lists/partial" "$apt/debs" "$sdk"
+    echo "deb http://deb.debian.org/debian trixie main" > "$apt/sources.list"
+    local o=(-oDir::Etc::SourceList="$apt/sources.list" -oDir::Etc::SourceParts=/dev/null -oDir::State::Lists="$apt/lists")
+    apt-get "${o[@]}" update -qq > /dev/null
+    (cd "$apt/debs" && apt-get "${o[@]}" download libvulkan-dev > /dev/null 2>&1)
+    dpkg -x "$apt"/debs/libvulkan-dev_*.deb "$sdk"
+  fi
+  VULKAN_INCLUDE=$sdk/usr/include
 }
 
 # The sources, unpacked as ../shared/tools/llama-cpp.sh does (venv with cmake and ninja, the
@@ -121,13 +153,22 @@ configure_build() {
 build() {
   sources
   mkdir -p "$(dirname "$BUILD")"
-  configure_build "$BUILD-vulkan" -DGGML_VULKAN=ON
-  if command -v nvcc > /dev/null; then
-    configure_build "$BUILD-cuda" -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH"
-  else
-    say "no nvcc: no CUDA build"
+  if [[ " $BACKENDS " == *" vulkan "* ]]; then
+    headers
+    configure_build "$BUILD-vulkan" -DGGML_VULKAN=ON ${VULKAN_INCLUDE:+-DVulkan_INCLUDE_DIR="$VULKAN_INCLUDE"}
   fi
-  cargo build --release -p transformer-gpu --example kernels
+  if [[ " $BACKENDS " == *" cuda "* ]]; then
+    if command -v nvcc > /dev/null; then
+      configure_build "$BUILD-cuda" -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH"
+    else
+      say "no nvcc: no CUDA build"
+    fi
+  fi
+  if command -v cargo > /dev/null; then
+    cargo build --release -p transformer-gpu --example kernels
+  else
+    say "no cargo: our example must be carried ($KERNELS)"
+  fi
 }
 
 run() {
@@ -138,9 +179,14 @@ run() {
   [ -n "${ADAPTER:-}" ] && args+=(--adapter "$ADAPTER")
   say "ours: $KERNELS ${args[*]}"
   "$KERNELS" "${args[@]}" > "$OUT_DIR/ours.json"
-  local header=$LLAMA_SRC/ggml/include/ggml.h
-  [ -f "$header" ] || { say "no ggml.h (looked in $LLAMA_SRC): set LLAMA_SRC"; exit 1; }
+  local header=${GGML_H:-$LLAMA_SRC/ggml/include/ggml.h}
+  [ -f "$header" ] || { say "no ggml.h (looked in $LLAMA_SRC): set LLAMA_SRC or GGML_H"; exit 1; }
   python3 "$HERE/gpu_compare.py" cases "$OUT_DIR/ours.json" "$header" > "$OUT_DIR/cases.txt"
+  # llama.cpp's Vulkan backend passes over software devices (lavapipe) unless named.
+  if [ -z "${GGML_VK_VISIBLE_DEVICES:-}" ] && python3 -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["adapter"]["kind"] != "cpu")' "$OUT_DIR/ours.json"; then
+    say "a software adapter: GGML_VK_VISIBLE_DEVICES=0 so that llama.cpp uses it too"
+    export GGML_VK_VISIBLE_DEVICES=0
+  fi
   local logs=() filter=()
   [ -n "$CASES" ] && filter=(-p "$CASES")
   for b in vulkan cuda; do
@@ -180,10 +226,43 @@ models() {
     | tee "$OUT_DIR/ours-model.txt"
 }
 
+# Copies what a lent GPU machine needs into .gpu-carry/ (ignored through .git/info/exclude):
+# test-backend-ops, llama-bench and the ggml libraries of each build, our example, ggml.h; all
+# stripped. Then name .gpu-carry (and .gl, the Vulkan loader: /work/.library/device/README.md)
+# in the run's carry and run the command it prints.
+pack() {
+  local dir=$ROOT/.gpu-carry
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  for b in vulkan cuda; do
+    [ -x "$BUILD-$b/bin/test-backend-ops" ] || continue
+    mkdir -p "$dir/llama-$b/bin"
+    cp "$BUILD-$b/bin/test-backend-ops" "$dir/llama-$b/bin/"
+    if [ -x "$BUILD-$b/bin/llama-bench" ]; then cp "$BUILD-$b/bin/llama-bench" "$dir/llama-$b/bin/"; fi
+    find "$BUILD-$b" -maxdepth 2 -name 'lib*.so*' -exec cp -a {} "$dir/llama-$b/bin/" \;
+  done
+  if [ -x "$KERNELS" ]; then cp "$KERNELS" "$dir/kernels"; fi
+  cp "${GGML_H:-$LLAMA_SRC/ggml/include/ggml.h}" "$dir/ggml.h"
+  find "$dir" -type f \( -name 'lib*.so*' -o -perm -u+x \) -exec strip --strip-unneeded {} \; 2> /dev/null || true
+  local exclude
+  exclude=$(git -C "$ROOT" rev-parse --git-path info/exclude 2> /dev/null || true)
+  if [ -n "$exclude" ] && ! grep -qx '/.gpu-carry/' "$exclude" 2> /dev/null; then
+    echo '/.gpu-carry/' >> "$exclude"
+  fi
+  du -sh "$dir" >&2
+  cat >&2 << 'EOF'
+gpu.sh: on the lent machine (carry: .gl .gpu-carry), one call:
+  for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig;
+  ls /usr/share/vulkan/icd.d/*nvidia* /etc/vulkan/icd.d/*nvidia* > /dev/null 2>&1 || export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json;
+  KERNELS=.gpu-carry/kernels BUILD=.gpu-carry/llama GGML_H=.gpu-carry/ggml.h OUT_DIR=$OUT bash benches/compare/gpu.sh run
+EOF
+}
+
 case $STEP in
   deps) deps ;;
+  pack) pack ;;
   build) deps && build ;;
   run) run ;;
   all) deps && build && run ;;
-  *) echo "usage: gpu.sh [deps|build|run|all]" >&2; exit 2 ;;
+  *) echo "usage: gpu.sh [deps|build|run|all|pack]" >&2; exit 2 ;;
 esac

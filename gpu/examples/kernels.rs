@@ -1119,8 +1119,8 @@ fn print_step(s: &StepReport) {
         s.ctx
     );
     println!(
-        "  dispatches: {} per layer ({} in the first, which norms without a residual add), \
-         {} per step",
+        "  dispatches: {} per layer ({} in the first, whose norm has no residual add before \
+         it), {} per step",
         s.dispatches_per_layer, s.dispatches_first_layer, s.dispatches_per_step
     );
     println!("  submissions per step: {}", s.submissions_per_step);
