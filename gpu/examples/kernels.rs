@@ -6,6 +6,11 @@
 //!     [--target-ms T] [--ctx C] [--no-step] [--json]
 //! ```
 //!
+//! `--only` keeps the kernels whose name contains the text: `mul_mat ffn_up Q4_K n=1`,
+//! `rms_norm n=512`, `rope n=1`, `swiglu n=1`, `argmax`, `flash_attn prefill`,
+//! `paged_attn decode ctx=8192`, `step` (the decode step). `--json` prints one JSON object
+//! (adapter, timing, kernels, decode_steps) for `benches/compare/gpu_compare.py`.
+//!
 //! Shapes (`--shapes`, comma-separated; by default `smol` on a software adapter such as
 //! lavapipe, `1b,8b` on a GPU):
 //!
