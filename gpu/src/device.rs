@@ -128,7 +128,11 @@ impl Gpu {
             count: list.len(),
         })?;
         let summary = summary(i, adapter);
-        let wanted = wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
+        // Timestamp queries only serve the benchmarks (`crate::timing`); nothing else needs them.
+        let wanted = wgpu::Features::SHADER_F16
+            | wgpu::Features::SUBGROUP
+            | wgpu::Features::TIMESTAMP_QUERY
+            | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS;
         let features = adapter.features() & wanted;
         let limits = adapter.limits();
         let desc = wgpu::DeviceDescriptor {

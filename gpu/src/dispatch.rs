@@ -393,3 +393,17 @@ fn log_refusal(e: &wgpu::Error) {
         eprintln!("gpu allocation refused: {e}");
     }
 }
+
+impl Gpu {
+    /// Runs `f` on the encoder of the pending dispatches (opened when there is none), for
+    /// commands recorded between them other than dispatches (the timestamps of
+    /// [`crate::timing`]); they reach the device with the next submission.
+    pub(crate) fn with_encoder<R>(&self, f: impl FnOnce(&mut wgpu::CommandEncoder) -> R) -> R {
+        let mut pending = self.pending.lock().expect("pending dispatches");
+        let encoder = pending.encoder.get_or_insert_with(|| {
+            self.device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
+        });
+        f(encoder)
+    }
+}

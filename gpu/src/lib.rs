@@ -33,6 +33,7 @@ pub mod paged_attention;
 pub mod products;
 pub mod rope;
 pub mod softmax;
+pub mod timing;
 
 pub use buffer::GpuBuffer;
 pub use device::{adapters, AdapterSummary, Gpu};
