@@ -208,7 +208,7 @@ fn log_softmax_and_argmax_agree() {
         argmax(gpu, &dx, &ids, n).unwrap();
         let want_ids: Vec<u32> = x
             .chunks(n)
-            .map(|r| transformer::decode::sample::argmax(r))
+            .map(transformer::decode::sample::argmax)
             .collect();
         assert_eq!(gpu.read(&ids).unwrap(), want_ids, "argmax {rows}x{n}");
     }
