@@ -295,17 +295,12 @@ impl Gpu {
             layout: &pipeline.get_bind_group_layout(0),
             entries: &entries,
         });
-        let mut pending = self.pending.lock().expect("pending dispatches");
-        let encoder = pending.encoder.get_or_insert_with(|| {
-            self.device
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
-        });
-        {
+        self.with_encoder(|encoder| {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
             pass.set_pipeline(&pipeline);
             pass.set_bind_group(0, &bind_group, &[]);
             pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
-        }
+        });
         self.counters.dispatches.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -355,15 +350,8 @@ impl Gpu {
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        {
-            let mut pending = self.pending.lock().expect("pending dispatches");
-            let encoder = pending.encoder.get_or_insert_with(|| {
-                self.device
-                    .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
-            });
-            let copy = size.min(buf.raw.size() - at);
-            encoder.copy_buffer_to_buffer(&buf.raw, at, &staging, 0, copy);
-        }
+        let copy = size.min(buf.raw.size() - at);
+        self.with_encoder(|encoder| encoder.copy_buffer_to_buffer(&buf.raw, at, &staging, 0, copy));
         self.flush();
         let slice = staging.slice(..);
         let (tx, rx) = std::sync::mpsc::channel();
@@ -395,9 +383,9 @@ fn log_refusal(e: &wgpu::Error) {
 }
 
 impl Gpu {
-    /// Runs `f` on the encoder of the pending dispatches (opened when there is none), for
-    /// commands recorded between them other than dispatches (the timestamps of
-    /// [`crate::timing`]); they reach the device with the next submission.
+    /// Runs `f` on the encoder of the pending dispatches (opened when there is none), under
+    /// the pending lock: dispatches ([`Gpu::record`]), read-back copies and the timestamps of
+    /// [`crate::timing`] all go into it; they reach the device with the next submission.
     pub(crate) fn with_encoder<R>(&self, f: impl FnOnce(&mut wgpu::CommandEncoder) -> R) -> R {
         let mut pending = self.pending.lock().expect("pending dispatches");
         let encoder = pending.encoder.get_or_insert_with(|| {
