@@ -42,5 +42,7 @@ pub use error::GpuError;
 
 #[cfg(test)]
 mod decode_layer_tests;
-#[cfg(test)]
-pub(crate) mod testing;
+// The device the tests run on and their seeded inputs: this crate's tests and the root
+// crate's GPU-against-CPU tests share one rule for a missing adapter (skip, or fail under CI).
+#[doc(hidden)]
+pub mod testing;

@@ -7,28 +7,17 @@
 #![cfg(feature = "gpu")]
 
 use std::path::PathBuf;
-use std::sync::OnceLock;
 
 use transformer::kernels::lowp::ggml::GgmlType;
 use transformer::store::gguf::GgufFile;
 use transformer_gpu::products::{gather_rows, weight_product, GpuWeight, WeightFormat};
+use transformer_gpu::testing::rand_vec;
 use transformer_gpu::Gpu;
 
-/// The first adapter; `None` (printing why) where there is none, a failure under `CI`.
+/// The first adapter, shared with the GPU crate's own tests: `None` (printing why) where
+/// there is none, a failure under `CI`.
 pub fn gpu() -> Option<&'static Gpu> {
-    static GPU: OnceLock<Option<Gpu>> = OnceLock::new();
-    GPU.get_or_init(|| match Gpu::open(None) {
-        Ok(g) => Some(g),
-        Err(e) => {
-            assert!(
-                !std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false"),
-                "CI is set and {e}"
-            );
-            eprintln!("skipped: {e}");
-            None
-        }
-    })
-    .as_ref()
+    transformer_gpu::testing::gpu()
 }
 
 /// The GPU's name for a GGUF tensor type it multiplies in place.
@@ -57,18 +46,6 @@ fn kquants() -> Option<PathBuf> {
         eprintln!("skipped: {} is absent", dir.display());
         None
     }
-}
-
-fn inputs(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
 }
 
 #[test]
@@ -100,7 +77,7 @@ fn every_matrix_of_every_format_multiplies_and_gathers_as_the_cpu_decodes_it() {
                 GpuWeight::upload(gpu, fmt, d_in, d_out, file.tensor_data(info).unwrap()).unwrap();
             let what = format!("{} {} [{d_out}, {d_in}]", path.display(), info.name);
             for rows in [1usize, 9] {
-                let x = inputs(rows * d_in, rows as u64 + d_out as u64);
+                let x = rand_vec(rows * d_in, rows as u64 + d_out as u64);
                 let (dx, dy) = (
                     gpu.upload(&x).unwrap(),
                     gpu.upload(&vec![f32::NAN; rows * d_out]).unwrap(),
