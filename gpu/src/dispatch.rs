@@ -210,12 +210,19 @@ impl Gpu {
     }
 
     fn pipeline(&self, kernel: Kernel, constants: &[(&str, f64)]) -> Arc<wgpu::ComputePipeline> {
-        let mut key = kernel.name.to_string();
-        for (n, v) in constants {
-            key.push_str(&format!(";{n}={v}"));
-        }
+        // The key: the kernel's name, and its constants where it has any (no allocation on
+        // the common path: this runs at every dispatch).
+        let key: std::borrow::Cow<'_, str> = if constants.is_empty() {
+            kernel.name.into()
+        } else {
+            let mut key = kernel.name.to_string();
+            for (n, v) in constants {
+                key.push_str(&format!(";{n}={v}"));
+            }
+            key.into()
+        };
         let mut cache = self.pipelines.lock().expect("pipeline cache");
-        if let Some(p) = cache.get(&key) {
+        if let Some(p) = cache.get(key.as_ref()) {
             return p.clone();
         }
         let module = self
@@ -238,7 +245,7 @@ impl Gpu {
                 cache: None,
             });
         let p = Arc::new(pipeline);
-        cache.insert(key, p.clone());
+        cache.insert(key.into_owned(), p.clone());
         p
     }
 
