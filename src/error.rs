@@ -53,6 +53,9 @@ pub enum Error {
     /// The processes of a distributed run disagree (data, model) or cannot start.
     #[error("distributed training: {0}")]
     Distributed(String),
+    /// A device (`--device`) that cannot run the model or failed while running it.
+    #[error(transparent)]
+    Device(#[from] crate::backend::DeviceError),
     /// Input that cannot be used (an over-long sentence, an empty data set, ...).
     #[error("{0}")]
     Input(String),

@@ -1,4 +1,5 @@
-//! Element-wise operations: `y = a + b` (the residual connection).
+//! Element-wise operations: `y = a + b` (the residual connection), and rows copied between
+//! buffers (the positions of a step whose outputs are read).
 
 use crate::buffer::GpuBuffer;
 use crate::device::Gpu;
@@ -9,6 +10,31 @@ const ADD: Kernel = Kernel {
     name: "add",
     source: include_str!("shaders/add.wgsl"),
 };
+
+const SCALE: Kernel = Kernel {
+    name: "scale",
+    source: include_str!("shaders/scale.wgsl"),
+};
+
+/// Records `x ← s · x`, element by element (f32 arithmetic: one rounding, as the host's).
+pub fn scale(gpu: &Gpu, x: &GpuBuffer<f32>, s: f32) -> Result<(), GpuError> {
+    let n = u32::try_from(x.len()).map_err(|_| GpuError::Shape {
+        op: "scale",
+        problem: format!("{} elements exceed u32", x.len()),
+    })?;
+    if n == 0 {
+        return Ok(());
+    }
+    let words = [n, s.to_bits()];
+    gpu.record(
+        SCALE,
+        &[],
+        bytemuck::cast_slice(&words),
+        &[&x.raw],
+        gpu.grid(n.div_ceil(256)),
+    );
+    Ok(())
+}
 
 /// Records `y = a + b`, element by element.
 pub fn add(
@@ -32,6 +58,46 @@ pub fn add(
         &[&a.raw, &b.raw, &y.raw],
         gpu.grid(groups),
     );
+    Ok(())
+}
+
+/// Records `dst[i, :] = src[rows[i], :]` for rows of `width` values: buffer copies in the
+/// pending encoder (ordered with the dispatches around them), one per run of consecutive rows.
+pub fn copy_rows(
+    gpu: &Gpu,
+    dst: &GpuBuffer<f32>,
+    src: &GpuBuffer<f32>,
+    rows: &[usize],
+    width: usize,
+) -> Result<(), GpuError> {
+    let n_src = src.len().checked_div(width).unwrap_or(0);
+    if dst.len() != rows.len() * width || rows.iter().any(|&r| r >= n_src) {
+        return Err(GpuError::Shape {
+            op: "copy_rows",
+            problem: format!(
+                "rows {rows:?} of {width} values from {} into {}",
+                src.len(),
+                dst.len()
+            ),
+        });
+    }
+    let bytes = (width * 4) as u64;
+    let mut i = 0;
+    while i < rows.len() {
+        let mut j = i + 1;
+        while j < rows.len() && rows[j] == rows[j - 1] + 1 {
+            j += 1;
+        }
+        let (from, to, size) = (
+            rows[i] as u64 * bytes,
+            i as u64 * bytes,
+            (j - i) as u64 * bytes,
+        );
+        if size > 0 {
+            gpu.with_encoder(|e| e.copy_buffer_to_buffer(&src.raw, from, &dst.raw, to, size));
+        }
+        i = j;
+    }
     Ok(())
 }
 
@@ -72,6 +138,40 @@ mod tests {
         assert_eq!(gpu.read(&y).unwrap(), vec![2.0, 4.0, 6.0]);
         let c = gpu.counters().get();
         assert_eq!((c.dispatches, c.submissions, c.bytes_down), (5, 1, 12));
+    }
+
+    #[test]
+    fn scaled_values_are_the_hosts_products() {
+        let Some(gpu) = gpu() else { return };
+        for n in [1usize, 255, 257, 10_001] {
+            let x = rand_vec(n, 5);
+            let dx = gpu.upload(&x).unwrap();
+            scale(gpu, &dx, 7.389).unwrap();
+            let got = gpu.read(&dx).unwrap();
+            for i in 0..n {
+                assert_eq!(got[i], x[i] * 7.389, "n {n} at {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn copied_rows_are_the_rows_asked_for_in_order() {
+        let Some(gpu) = gpu() else { return };
+        let (rows, width) = (7usize, 5usize);
+        let src = rand_vec(rows * width, 3);
+        let picks = [6usize, 0, 1, 2, 4, 4];
+        let ds = gpu.upload(&src).unwrap();
+        let dd = gpu.zeros::<f32>(picks.len() * width).unwrap();
+        copy_rows(gpu, &dd, &ds, &picks, width).unwrap();
+        let got = gpu.read(&dd).unwrap();
+        for (i, &r) in picks.iter().enumerate() {
+            assert_eq!(
+                got[i * width..(i + 1) * width],
+                src[r * width..(r + 1) * width]
+            );
+        }
+        let e = copy_rows(gpu, &dd, &ds, &[7, 0, 0, 0, 0, 0], width).unwrap_err();
+        assert!(e.to_string().contains("rows [7"), "{e}");
     }
 
     #[test]

@@ -32,8 +32,20 @@
 //! packed weights, formats) are re-exported here.
 
 mod cpu;
+mod device;
+#[cfg(feature = "gpu")]
+mod gpu;
+#[cfg_attr(not(any(test, feature = "internals")), allow(dead_code))]
+mod host;
 #[cfg(test)]
 mod seam_tests;
+
+pub use device::{Device, DeviceAct, DeviceError, KvShape, NormOf, StepRows, WeightSource};
+#[cfg(feature = "gpu")]
+pub use gpu::GpuDevice;
+// The host device runs the device step in the tests (and for library users, `internals`).
+#[cfg_attr(not(any(test, feature = "internals")), allow(unused_imports))]
+pub use host::Host;
 
 // `Cpu` is named outside the library only (feature `internals`); the model uses `CPU`.
 #[cfg_attr(not(feature = "internals"), allow(unused_imports))]

@@ -14,6 +14,25 @@ use anyhow::Result;
 use clap::Args;
 use std::path::Path;
 
+// `--device` of `generate`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct DeviceArgs {
+    /// Where the model runs: cpu, gpu (the first adapter, a discrete GPU when there is one) or
+    /// gpu:N (`transformer devices` lists them). Default: the TRANSFORMER_DEVICE environment
+    /// variable, else cpu. On a GPU a GGUF file's blocks are multiplied as stored.
+    #[arg(long)]
+    pub device: Option<String>,
+}
+
+impl DeviceArgs {
+    /// The device asked for (see the flag).
+    pub fn choice(&self) -> Result<crate::pipeline::device::DeviceChoice> {
+        Ok(crate::pipeline::device::DeviceChoice::from_arg_or_env(
+            self.device.as_deref(),
+        )?)
+    }
+}
+
 // `--ctx-size` of `generate`, `chat` and `perplexity` (`serve` has its own).
 #[derive(Args, Debug, Clone, Copy)]
 pub struct ContextArgs {

@@ -3,10 +3,14 @@
 //! streamed to stdout; `--chat` sends the prompt as a user message through the model's chat
 //! template and stops at the end of the reply.
 
-use super::args::{ContextArgs, PrecisionArgs, SamplingArgs, ThreadsArgs};
+use super::args::{ContextArgs, DeviceArgs, PrecisionArgs, SamplingArgs, ThreadsArgs};
 use super::speculative::SpeculativeArgs;
+use crate::backend::GpuDevice;
 use crate::decode::speculative::SpeculativeStats;
+use crate::model::device_lm::DeviceLm;
 use crate::pipeline::chat::ChatMessage;
+use crate::pipeline::device::{generate_on_device, DeviceChoice};
+use crate::pipeline::generate::ModelPrecision;
 use crate::pipeline::generate::TextGenerator;
 use crate::pipeline::speculative::generate_ids_with;
 use crate::rng::Rng;
@@ -62,19 +66,52 @@ pub struct GenerateArgs {
     pub context: ContextArgs,
     #[command(flatten)]
     pub pool: ThreadsArgs,
+    #[command(flatten)]
+    pub device: DeviceArgs,
 }
 
 pub fn run(args: GenerateArgs) -> Result<()> {
     let opts = args.sampling.options()?;
+    let device = args.device.choice()?;
+    let mut precision = args.weights.precision.model_precision();
+    if let DeviceChoice::Gpu(_) = device {
+        precision = gpu_precision(&args, precision)?;
+    }
     let TextGenerator {
         mut model,
         tokenizer,
         chat,
         ..
-    } = TextGenerator::load_prepared(&args.model, args.weights.precision.model_precision())?;
+    } = TextGenerator::load_prepared(&args.model, precision)?;
     args.context.apply(&mut model)?;
     let draft = args.speculative.load(&tokenizer)?;
     let speculation = args.speculative.speculation(&model, &draft)?;
+    let on_gpu = match device {
+        DeviceChoice::Cpu => None,
+        DeviceChoice::Gpu(index) => Some(DeviceLm::new(GpuDevice::open(index)?, &model)?),
+    };
+    // Continues the prompt on the CPU (with the draft model when speculating) or the GPU.
+    let continue_prompt = |rng: &mut Rng,
+                           stats: &mut SpeculativeStats,
+                           prompt: &[u32],
+                           until: &[u32],
+                           emit: &mut dyn FnMut(u32) -> Result<()>|
+     -> Result<Vec<u32>> {
+        match &on_gpu {
+            Some(lm) => generate_on_device(lm, prompt, args.max_tokens, opts, rng, until, emit),
+            None => generate_ids_with(
+                &model,
+                prompt,
+                args.max_tokens,
+                opts,
+                rng,
+                until,
+                speculation.as_ref(),
+                stats,
+                emit,
+            ),
+        }
+    };
     let mut stats = SpeculativeStats::default();
     let prompt = if args.chat {
         let template = chat
@@ -98,21 +135,10 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     if args.format == Format::Json {
         let start = std::time::Instant::now();
         let mut first_token = None;
-        let ids = generate_ids_with(
-            &model,
-            &prompt,
-            args.max_tokens,
-            opts,
-            &mut rng,
-            &until,
-            speculation.as_ref(),
-            &mut stats,
-            |_| {
-                first_token.get_or_insert_with(std::time::Instant::now);
-                Ok::<(), std::convert::Infallible>(())
-            },
-        )
-        .unwrap_or_else(|e| match e {});
+        let ids = continue_prompt(&mut rng, &mut stats, &prompt, &until, &mut |_| {
+            first_token.get_or_insert_with(std::time::Instant::now);
+            Ok(())
+        })?;
         let shown: Vec<u32> = ids
             .iter()
             .copied()
@@ -138,27 +164,19 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         out.flush()?;
     }
     let mut decoder = StreamDecoder::new(&tokenizer);
-    generate_ids_with(
-        &model,
-        &prompt,
-        args.max_tokens,
-        opts,
-        &mut rng,
-        &until,
-        speculation.as_ref(),
-        &mut stats,
-        |id| -> Result<()> {
-            if until.contains(&id) {
-                return Ok(());
-            }
-            let piece = decoder.push(id)?;
-            if !piece.is_empty() {
-                out.write_all(piece.as_bytes())?;
-                out.flush()?;
-            }
-            Ok(())
-        },
-    )?;
+    continue_prompt(&mut rng, &mut stats, &prompt, &until, &mut |id| -> Result<
+        (),
+    > {
+        if until.contains(&id) {
+            return Ok(());
+        }
+        let piece = decoder.push(id)?;
+        if !piece.is_empty() {
+            out.write_all(piece.as_bytes())?;
+            out.flush()?;
+        }
+        Ok(())
+    })?;
     let rest = decoder.finish()?;
     writeln!(out, "{rest}")?;
     out.flush()?;
@@ -166,4 +184,28 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         eprintln!("{}", super::speculative::report(&stats));
     }
     Ok(())
+}
+
+/// The precision a GPU run loads the model in: a GGUF file's blocks as stored (the GPU
+/// multiplies them), f32 weights otherwise; bf16 and int8 packings, the draft model and
+/// quantised KV caches are CPU-only and refused by name.
+fn gpu_precision(args: &GenerateArgs, asked: ModelPrecision) -> Result<ModelPrecision> {
+    if matches!(asked, ModelPrecision::Bf16 | ModelPrecision::Int8) {
+        anyhow::bail!("--device gpu multiplies f32 weights or a GGUF file's blocks, not --precision bf16 or int8");
+    }
+    if args.speculative.draft.is_some() || args.speculative.lookup {
+        anyhow::bail!("--device gpu does not run speculative decoding yet: use --device cpu");
+    }
+    if args.context.cache.types() != Default::default() {
+        anyhow::bail!("--device gpu keeps keys and values in f32: --cache-type-k/-v are CPU-only");
+    }
+    let gguf = args
+        .model
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
+    Ok(if gguf {
+        ModelPrecision::Ggml
+    } else {
+        ModelPrecision::F32
+    })
 }

@@ -14,7 +14,7 @@
 
 use super::config::Positions;
 use super::param::{Init, Module, Param, ParamVisitor};
-use crate::backend::{Backend, GgmlType, RawBytes, CPU};
+use crate::backend::{Backend, GgmlType, RawBytes, WeightSource, CPU};
 use crate::rng::Rng;
 use crate::Float;
 
@@ -153,6 +153,33 @@ impl<T: Float> Embedding<T> {
             },
         };
         Ok(())
+    }
+
+    /// The factor of the token embedding: √d_model when scaled (section 3.4), a config's own,
+    /// or 1.
+    pub fn token_scale(&self) -> f64 {
+        self.scale().f64()
+    }
+
+    /// The table as a device uploads it: its stored GGUF rows, or its float values.
+    pub fn table_source(&self) -> WeightSource<'_> {
+        let d_out = self.vocab_size();
+        match (&self.stored, T::as_f32(&self.weight.value.data)) {
+            (Some(s), _) => WeightSource::Rows {
+                ty: s.ty,
+                bytes: &s.data[..],
+                d_out,
+                d_in: self.d_model,
+            },
+            (None, w) => WeightSource::Layer(crate::backend::WeightRef {
+                w: w.unwrap_or(&[]),
+                d_in: self.d_model,
+                d_out,
+                transposed: None,
+                packed: None,
+                bf16: None,
+            }),
+        }
     }
 
     /// Whether the table is looked up in its stored blocks.

@@ -135,16 +135,20 @@ impl<T: Float> OutputHead<T> {
         let rows = hidden.len() / d;
         // logits: [rows, vocab]
         let mut logits = vec![T::zero(); rows * v];
-        let w = WeightRef {
+        CPU.weight_product(&mut logits, hidden, rows, self.weight_ref(embedding));
+        logits
+    }
+
+    /// `W [vocab, d_model]` with the forms this head keeps (the embedding's values when tied).
+    pub fn weight_ref<'a>(&'a self, embedding: &'a Embedding<T>) -> WeightRef<'a, T> {
+        WeightRef {
             w: self.weight(embedding),
-            d_in: d,
-            d_out: v,
+            d_in: self.d_model,
+            d_out: self.vocab,
             transposed: self.transposed.as_deref(),
             packed: self.packed.as_ref(),
             bf16: None,
-        };
-        CPU.weight_product(&mut logits, hidden, rows, w);
-        logits
+        }
     }
 
     /// `hidden [rows, d_model]` -> log-probabilities `[rows, vocab]` (log-softmax of each row).

@@ -122,15 +122,20 @@ impl<T: Float> Linear<T> {
     /// `y = x Wᵀ`, without the bias, into `y [rows, d_out]`: the backend's weight product
     /// chooses the kernel from the forms of the weight this layer holds.
     fn product(&self, y: &mut [T], x: &[T], rows: usize) {
-        let w = WeightRef {
+        CPU.weight_product(y, x, rows, self.weight_ref());
+    }
+
+    /// The weight with every form this layer keeps (what a backend multiplies, or a device
+    /// uploads).
+    pub fn weight_ref(&self) -> WeightRef<'_, T> {
+        WeightRef {
             w: &self.weight.value.data,
             d_in: self.d_in,
             d_out: self.d_out,
             transposed: self.transposed.as_deref(),
             packed: self.packed.as_ref(),
             bf16: Some(&self.bf16),
-        };
-        CPU.weight_product(y, x, rows, w);
+        }
     }
 
     /// `x [rows, d_in]` -> `y [rows, d_out]`. The caller keeps `x` for the backward.

@@ -23,6 +23,9 @@ pub mod classifier_head;
 pub mod config;
 pub mod context;
 pub mod decoder;
+pub mod device_lm;
+#[cfg(test)]
+mod device_lm_tests;
 pub mod embedding;
 pub mod encoder;
 pub mod families;

@@ -12,6 +12,7 @@
 //!   transformers renders them.
 
 pub mod chat;
+pub mod device;
 pub mod embed;
 pub mod generate;
 pub mod jinja;

@@ -349,6 +349,27 @@ impl KQuantMatrix {
         &self.data
     }
 
+    /// The blocks in the file's layout (`[rows, cols / block, block_bytes]`): the stored bytes
+    /// where they are kept so, else reassembled from the interleaved rows or the `Q5_0` /
+    /// `Q5_1` groups.
+    pub fn file_bytes(&self) -> std::borrow::Cow<'_, [u8]> {
+        let nb = self.cols / self.block;
+        if q5_groups::regrouped(self.ty) {
+            return std::borrow::Cow::Owned(q5_groups::ungroup(self.ty, &self.data, nb));
+        }
+        if self.grouped_rows == 0 {
+            return std::borrow::Cow::Borrowed(&self.data[..]);
+        }
+        let mut out = Vec::with_capacity(self.data.len());
+        let mut buf = [0u8; 256];
+        for o in 0..self.rows {
+            for b in 0..nb {
+                out.extend_from_slice(self.block_at(o, b, &mut buf));
+            }
+        }
+        std::borrow::Cow::Owned(out)
+    }
+
     /// Whether the type has the `− dmin m` term.
     fn has_minimum(&self) -> bool {
         matches!(self.ty, GgmlType::Q2_K | GgmlType::Q4_K | GgmlType::Q5_K)

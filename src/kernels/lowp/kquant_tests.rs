@@ -650,3 +650,31 @@ fn block32_kernels_agree_on_step_remainders_and_extremes() {
         }
     }
 }
+
+/// A matrix gives back the file's bytes however it holds them: as stored, rows interleaved by
+/// eight, or `Q5_0` / `Q5_1` regrouped (what a device reading the file's layout uploads).
+#[test]
+fn file_bytes_are_the_bytes_given() {
+    let mut rng = Lcg(11);
+    for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q3_K] {
+        let (block, _) = ty.block().unwrap();
+        for (rows, nb) in [(3usize, 1usize), (8, 2), (19, 9)] {
+            let data = random_blocks(&mut rng, ty, rows * nb);
+            for interleave in [false, true] {
+                let w = KQuantMatrix::from_ggml_laid_out(
+                    ty,
+                    RawBytes::owned(data.clone()),
+                    rows,
+                    nb * block,
+                    interleave,
+                )
+                .unwrap();
+                assert!(w.file_bytes()[..] == data[..], "{ty} {rows}x{nb} {interleave}");
+                let packed = PackedWeight::KQuants(w);
+                let (t, bytes) = packed.ggml_blocks().unwrap();
+                assert_eq!(t, ty);
+                assert!(bytes[..] == data[..]);
+            }
+        }
+    }
+}

@@ -466,6 +466,16 @@ impl PackedWeight {
         }
     }
 
+    /// The weight as a GGUF file stores it, `(type, [rows, blocks, block bytes])`, when it is
+    /// held in GGUF blocks (`None` for this crate's bf16 and int8 packings).
+    pub fn ggml_blocks(&self) -> Option<(ggml::GgmlType, std::borrow::Cow<'_, [u8]>)> {
+        match self {
+            PackedWeight::Bf16(_) | PackedWeight::Int8(_) => None,
+            PackedWeight::Blocks(w) => Some((w.ggml_type(), std::borrow::Cow::Borrowed(&w.stored()[..]))),
+            PackedWeight::KQuants(w) => Some((w.ggml_type(), w.file_bytes())),
+        }
+    }
+
     /// Bytes the packed weight occupies.
     pub fn bytes(&self) -> usize {
         match self {

@@ -121,6 +121,38 @@ pub(super) fn regroup(ty: GgmlType, data: &[u8], nb: usize) -> Vec<u8> {
     out
 }
 
+/// The file's layout back from [`regroup`]'s: `data` (`rows` rows of `nb` regrouped blocks of
+/// `ty`) as the file stored it (a device that reads the file's blocks takes this copy).
+pub(super) fn ungroup(ty: GgmlType, data: &[u8], nb: usize) -> Vec<u8> {
+    let with_min = ty == GgmlType::Q5_1;
+    let (_, bb) = ty.block().expect("a block type");
+    let row_bytes = (nb * bb).max(1);
+    let head = head_bytes(with_min);
+    let at = if with_min { 4 } else { 2 };
+    let mut out = data.to_vec();
+    for (to, from) in out.chunks_mut(row_bytes).zip(data.chunks(row_bytes)) {
+        let whole = grouped_blocks(ty, nb) * bb;
+        for (blocks, group) in to[..whole]
+            .chunks_exact_mut(GROUP * bb)
+            .zip(from[..whole].chunks_exact(GROUP * bb))
+        {
+            for (k, block) in blocks.chunks_exact_mut(bb).enumerate() {
+                block[..2].copy_from_slice(&group[2 * k..2 * k + 2]);
+                if with_min {
+                    block[2..4].copy_from_slice(&group[SCALES + 2 * k..SCALES + 2 * k + 2]);
+                }
+                let u = values(&group[head..], k);
+                let qh = (0..32).fold(0u32, |qh, j| qh | u32::from(u[j] >> 4) << j);
+                block[at..at + 4].copy_from_slice(&qh.to_le_bytes());
+                for j in 0..16 {
+                    block[at + 4 + j] = (u[j] & 15) | (u[j + 16] & 15) << 4;
+                }
+            }
+        }
+    }
+    out
+}
+
 /// The 32 unsigned values `u_j` of block `k` of a group whose values `V_0 … V_4` are `v`
 /// (160 bytes): the reference reading.
 pub(super) fn values(v: &[u8], k: usize) -> [u8; 32] {
@@ -198,6 +230,7 @@ mod tests {
                 let data: Vec<u8> = (0..rows * nb * bb).map(|_| byte()).collect();
                 let grouped = regroup(ty, &data, nb);
                 assert_eq!(grouped.len(), data.len());
+                assert!(ungroup(ty, &grouped, nb) == data, "{ty} nb {nb}: ungrouped");
                 for r in 0..rows {
                     let row = &grouped[r * nb * bb..(r + 1) * nb * bb];
                     for b in 0..nb {

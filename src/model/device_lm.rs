@@ -1,0 +1,469 @@
+//! The decoder-only language model's inference step on a [`Device`]: the same model as
+//! [`LanguageModel`], its weights uploaded once into the device's memory, its keys and values
+//! in blocks there, and every operation of a step a device call (one submission per step on a
+//! GPU: the token ids go in, the sampled ids or the logits of the rows that need them come
+//! out). Written once over the trait: the [`Host`](crate::backend::Host) device runs it on
+//! the CPU (the reference the tests compare with the model's own step), the GPU device on any
+//! Vulkan, Metal or DX12 adapter.
+//!
+//! A pre-norm block of the model (section 3.1 with the norm moved inside the residual), per
+//! token at position `p` of its row:
+//!
+//! ```text
+//! u = Norm₁(h);  q, k, v = u W_qᵀ, u W_kᵀ, u W_vᵀ;  K, V ← RoPE(k, p), v
+//! h ← h + softmax(RoPE(q, p) Kᵀ / √d_k) V W_oᵀ
+//! h ← h + FFN(Norm₂(h))                FFN(u) = (act(u W_gateᵀ) ⊙ u W_upᵀ) W_downᵀ
+//! ```
+//!
+//! then `logits = Norm(h) Eᵀ` (or the head's own matrix). The residual adds are fused with the
+//! next norm ([`Device::add_norm`]), Q‖K‖V is one stacked product, RoPE is fused with the
+//! store into the key/value blocks, and the gated unit with its product.
+//!
+//! What a model needs that this step does not do yet is refused by name when it is built
+//! ([`DeviceLm::new`]): post-LN blocks, learned or sinusoidal positions, biases, sliding windows, sparse or linear attention, query/key norms, post-norms, soft caps,
+//! head gates.
+
+use super::config::{Activation, NormPlacement, Positions};
+use super::lm::LanguageModel;
+use super::norm::Norm;
+use crate::backend::{Device, DeviceAct, DeviceError, KvShape, NormOf, StepRows, WeightSource};
+
+/// Positions per KV block.
+pub const BLOCK_SIZE: usize = 16;
+
+/// A norm's parameters on the device.
+struct DeviceNorm<D: Device> {
+    gain: D::Tensor,
+    /// LayerNorm's β; `None` for RMSNorm.
+    bias: Option<D::Tensor>,
+    eps: f64,
+}
+
+impl<D: Device> DeviceNorm<D> {
+    fn upload(device: &D, norm: &Norm<f32>) -> Result<Self, DeviceError> {
+        Ok(match norm {
+            Norm::Rms(n) => {
+                let o = n.offset as f32;
+                let gain: Vec<f32> = n.gain.value.data.iter().map(|g| g + o).collect();
+                DeviceNorm {
+                    gain: device.upload(&gain)?,
+                    bias: None,
+                    eps: n.eps,
+                }
+            }
+            Norm::Layer(n) => DeviceNorm {
+                gain: device.upload(&n.gamma.value.data)?,
+                bias: Some(device.upload(&n.beta.value.data)?),
+                eps: n.eps,
+            },
+        })
+    }
+
+    fn of(&self) -> NormOf<'_, D> {
+        match &self.bias {
+            None => NormOf::Rms {
+                gain: &self.gain,
+                eps: self.eps,
+            },
+            Some(bias) => NormOf::Layer {
+                gain: &self.gain,
+                bias,
+                eps: self.eps,
+            },
+        }
+    }
+}
+
+/// The feed-forward unit's weights on the device.
+enum DeviceFfn<D: Device> {
+    /// `(act(u W_gateᵀ) ⊙ u W_upᵀ) W_downᵀ`, gate‖up stacked.
+    Gated {
+        act: DeviceAct,
+        gate_up: D::Weight,
+        down: D::Weight,
+    },
+    /// `act(u W_1ᵀ) W_2ᵀ`.
+    Plain {
+        act: DeviceAct,
+        up: D::Weight,
+        down: D::Weight,
+    },
+}
+
+/// One block's weights on the device.
+struct DeviceBlock<D: Device> {
+    attn_norm: DeviceNorm<D>,
+    /// `[W_q; W_k; W_v]`.
+    qkv: D::Weight,
+    out: D::Weight,
+    rope: D::Rope,
+    /// The factor of the scores (`1/√d_k` unless the model says otherwise).
+    scale: f64,
+    n_heads: usize,
+    ffn_norm: DeviceNorm<D>,
+    ffn: DeviceFfn<D>,
+    d_ff: usize,
+}
+
+/// A language model's weights on a device (see the module docs).
+pub struct DeviceLm<D: Device> {
+    pub device: D,
+    d_model: usize,
+    vocab: usize,
+    n_kv_heads: usize,
+    d_head: usize,
+    max_len: usize,
+    embedding: D::Weight,
+    /// The token embedding's factor (1, √d_model, or the config's).
+    embedding_scale: f32,
+    blocks: Vec<DeviceBlock<D>>,
+    final_norm: DeviceNorm<D>,
+    head: D::Weight,
+}
+
+/// The rows a [`DeviceLm`] decodes: every layer's KV blocks on the device, and per row one
+/// block table that every layer shares, with the row's length.
+pub struct DeviceLmState<D: Device> {
+    kv: Vec<D::Kv>,
+    free: Vec<u32>,
+    tables: Vec<Vec<u32>>,
+    lens: Vec<usize>,
+    /// Positions a row may hold.
+    capacity: usize,
+}
+
+impl<D: Device> DeviceLmState<D> {
+    /// Positions fed to row `r` so far.
+    pub fn row_len(&self, r: usize) -> usize {
+        self.lens[r]
+    }
+
+    /// Empties row `r`, its blocks back to the pool.
+    pub fn clear_row(&mut self, r: usize) {
+        self.free.append(&mut self.tables[r]);
+        self.lens[r] = 0;
+    }
+}
+
+/// What a step returns for its output positions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Want {
+    /// The logits `[outputs, vocab]`, read back.
+    Logits,
+    /// The arg-max ids `[outputs]`, computed on the device (greedy decoding reads 4 bytes a row).
+    Argmax,
+}
+
+/// A step's result (see [`Want`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum StepOut {
+    Logits(Vec<f32>),
+    Ids(Vec<u32>),
+}
+
+impl<D: Device> DeviceLm<D> {
+    /// Uploads `model` to `device`, or names what it has that the device step does not do.
+    pub fn new(device: D, model: &LanguageModel<f32>) -> Result<DeviceLm<D>, DeviceError> {
+        check(&device, model)?;
+        let first = &model.blocks.layers[0].self_attn;
+        let (n_kv_heads, d_head) = (first.n_kv_heads, first.d_head);
+        let mut blocks = Vec::with_capacity(model.blocks.layers.len());
+        for (i, layer) in model.blocks.layers.iter().enumerate() {
+            let a = &layer.self_attn;
+            let what = |w: &str| format!("layers.{i}.{w}");
+            let qkv = device.weight(
+                &what("self_attn.qkv_proj"),
+                &[
+                    WeightSource::Layer(a.q_proj.weight_ref()),
+                    WeightSource::Layer(a.k_proj.weight_ref()),
+                    WeightSource::Layer(a.v_proj.weight_ref()),
+                ],
+            )?;
+            let out = device.weight(&what("self_attn.out_proj"), &[WeightSource::Layer(a.out_proj.weight_ref())])?;
+            let f = &layer.ffn;
+            let down = device.weight(&what("ffn.linear2"), &[WeightSource::Layer(f.linear2.weight_ref())])?;
+            let ffn = match (f.activation, &f.gate) {
+                (Activation::SiluGated | Activation::GeluTanhGated, Some(gate)) => DeviceFfn::Gated {
+                    act: match f.activation {
+                        Activation::SiluGated => DeviceAct::Silu,
+                        _ => DeviceAct::GeluTanh,
+                    },
+                    gate_up: device.weight(
+                        &what("ffn.gate_up"),
+                        &[
+                            WeightSource::Layer(gate.weight_ref()),
+                            WeightSource::Layer(f.linear1.weight_ref()),
+                        ],
+                    )?,
+                    down,
+                },
+                (act, _) => DeviceFfn::Plain {
+                    act: match act {
+                        Activation::Relu => DeviceAct::Relu,
+                        Activation::GeluErf => DeviceAct::GeluErf,
+                        _ => DeviceAct::GeluTanh,
+                    },
+                    up: device.weight(&what("ffn.linear1"), &[WeightSource::Layer(f.linear1.weight_ref())])?,
+                    down,
+                },
+            };
+            blocks.push(DeviceBlock {
+                attn_norm: DeviceNorm::upload(&device, &layer.self_attn_res.norm)?,
+                qkv,
+                out,
+                rope: device.rope_table(a.rope, &a.rope_freq_factors, a.d_head)?,
+                scale: a.scores.scale.unwrap_or(1.0 / (a.d_head as f64).sqrt()),
+                n_heads: a.n_heads,
+                ffn_norm: DeviceNorm::upload(&device, &layer.ffn_res.norm)?,
+                ffn,
+                d_ff: f.linear1.d_out,
+            });
+        }
+        let final_norm = model.blocks.final_norm.as_ref().expect("checked: pre-LN has a final norm");
+        let final_norm = DeviceNorm::upload(&device, final_norm)?;
+        let embedding = device.weight("embedding", &[model.embedding.table_source()])?;
+        let head = device.weight("output_proj", &[WeightSource::Layer(model.head.weight_ref(&model.embedding))])?;
+        Ok(DeviceLm {
+            d_model: model.config.d_model,
+            vocab: model.config.vocab_size,
+            n_kv_heads,
+            d_head,
+            max_len: model.max_len(),
+            embedding,
+            embedding_scale: model.embedding.token_scale() as f32,
+            blocks,
+            final_norm,
+            head,
+            device,
+        })
+    }
+
+    /// Entries of each distribution.
+    pub fn vocab_size(&self) -> usize {
+        self.vocab
+    }
+
+    /// The longest sequence the model takes.
+    pub fn max_len(&self) -> usize {
+        self.max_len
+    }
+
+    /// An empty state of `rows` rows of up to `capacity` positions each (at most
+    /// [`max_len`](Self::max_len)), its KV blocks allocated on the device now.
+    pub fn start(&self, rows: usize, capacity: usize) -> Result<DeviceLmState<D>, DeviceError> {
+        let capacity = capacity.clamp(1, self.max_len.max(1));
+        let per_row = capacity.div_ceil(BLOCK_SIZE);
+        let blocks = rows * per_row;
+        let shape = KvShape {
+            blocks,
+            block_size: BLOCK_SIZE,
+            n_kv_heads: self.n_kv_heads,
+            d_head: self.d_head,
+        };
+        let kv = (0..self.blocks.len())
+            .map(|_| self.device.kv_blocks(shape))
+            .collect::<Result<_, _>>()?;
+        Ok(DeviceLmState {
+            kv,
+            free: (0..blocks as u32).rev().collect(),
+            tables: vec![Vec::new(); rows],
+            lens: vec![0; rows],
+            capacity,
+        })
+    }
+
+    /// Feeds `tokens`, token `i` continuing row `rows[i]` at that row's next position (a row's
+    /// tokens in order), and returns what `want` asks for at the tokens `outputs` (indices
+    /// into `tokens`).
+    pub fn step(
+        &self,
+        state: &mut DeviceLmState<D>,
+        tokens: &[u32],
+        rows: &[usize],
+        outputs: &[usize],
+        want: Want,
+    ) -> Result<StepOut, DeviceError> {
+        let n = tokens.len();
+        let d = &self.device;
+        let bad = |what: String| DeviceError::Device(format!("device step: {what}"));
+        if rows.len() != n || outputs.iter().any(|&o| o >= n) || n == 0 {
+            return Err(bad(format!("{n} tokens, {} rows, outputs {outputs:?}", rows.len())));
+        }
+        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= self.vocab) {
+            return Err(bad(format!("token id {t} is outside the vocabulary of {}", self.vocab)));
+        }
+        // Each token's position, and blocks for the positions it reaches.
+        let mut positions = Vec::with_capacity(n);
+        let mut next = state.lens.clone();
+        for &r in rows {
+            let Some(len) = next.get_mut(r) else {
+                return Err(bad(format!("row {r} of a state of {}", state.lens.len())));
+            };
+            if *len >= state.capacity {
+                return Err(bad(format!("row {r} is full ({} positions)", state.capacity)));
+            }
+            positions.push(*len);
+            *len += 1;
+            while state.tables[r].len() * BLOCK_SIZE < *len {
+                let block = state.free.pop().ok_or_else(|| bad("no free KV block".into()))?;
+                state.tables[r].push(block);
+            }
+        }
+        state.lens = next;
+        let max_blocks = rows.iter().map(|&r| state.tables[r].len()).max().unwrap_or(1).max(1);
+        let mut table = vec![0u32; n * max_blocks];
+        for (i, &r) in rows.iter().enumerate() {
+            let t = &state.tables[r];
+            table[i * max_blocks..i * max_blocks + t.len()].copy_from_slice(t);
+        }
+        let pos: Vec<u32> = positions.iter().map(|&p| p as u32).collect();
+        let ctx: Vec<u32> = pos.iter().map(|p| p + 1).collect();
+        let seq: Vec<u32> = (0..n as u32).collect();
+        let (ids, seq, pos, ctx, table) = (
+            d.upload_ids(tokens)?,
+            d.upload_ids(&seq)?,
+            d.upload_ids(&pos)?,
+            d.upload_ids(&ctx)?,
+            d.upload_ids(&table)?,
+        );
+        let step_rows = StepRows {
+            seq: &seq,
+            pos: &pos,
+            ctx: &ctx,
+            table: &table,
+            max_blocks,
+            max_ctx: positions.iter().max().map_or(1, |p| p + 1),
+            tokens: n,
+        };
+        let dm = self.d_model;
+        let mut h = d.zeros(n * dm)?;
+        d.gather(&mut h, &ids, &self.embedding)?;
+        if self.embedding_scale != 1.0 {
+            d.scale(&mut h, self.embedding_scale)?;
+        }
+        let mut normed = d.zeros(n * dm)?;
+        let mut y = d.zeros(n * dm)?;
+        let mut o = d.zeros(n * dm)?;
+        let mut sized: Option<(usize, usize, Sized<D>)> = None;
+        for (l, block) in self.blocks.iter().enumerate() {
+            let norm = block.attn_norm.of();
+            match l {
+                0 => d.norm(norm, &h, &mut normed)?,
+                _ => d.add_norm(norm, &mut h, &y, &mut normed)?,
+            }
+            let key = (block.n_heads, block.d_ff);
+            if sized.as_ref().map(|s| (s.0, s.1)) != Some(key) {
+                let heads = n * block.n_heads * self.d_head;
+                sized = Some((
+                    key.0,
+                    key.1,
+                    Sized {
+                        qkv: d.zeros(n * (block.n_heads + 2 * self.n_kv_heads) * self.d_head)?,
+                        q: d.zeros(heads)?,
+                        att: d.zeros(heads)?,
+                        f: d.zeros(n * block.d_ff)?,
+                    },
+                ));
+            }
+            let s = &mut sized.as_mut().expect("just sized").2;
+            d.product(&mut s.qkv, &normed, n, &block.qkv)?;
+            d.rope_kv_write(&s.qkv, &mut s.q, &step_rows, &block.rope, block.n_heads, &mut state.kv[l])?;
+            d.paged_attention(&s.q, &state.kv[l], &step_rows, &mut s.att, block.n_heads, block.scale)?;
+            d.product(&mut o, &s.att, n, &block.out)?;
+            d.add_norm(block.ffn_norm.of(), &mut h, &o, &mut normed)?;
+            match &block.ffn {
+                DeviceFfn::Gated { act, gate_up, down } => {
+                    d.glu_product(*act, &mut s.f, &normed, n, gate_up)?;
+                    d.product(&mut y, &s.f, n, down)?;
+                }
+                DeviceFfn::Plain { act, up, down } => {
+                    d.product(&mut s.f, &normed, n, up)?;
+                    d.activate(*act, &mut s.f)?;
+                    d.product(&mut y, &s.f, n, down)?;
+                }
+            }
+        }
+        d.add_norm(self.final_norm.of(), &mut h, &y, &mut normed)?;
+        let m = outputs.len();
+        let mut picked = d.zeros(m * dm)?;
+        d.copy_rows(&mut picked, &normed, outputs, dm)?;
+        let mut logits = d.zeros(m * self.vocab)?;
+        d.product(&mut logits, &picked, m, &self.head)?;
+        match want {
+            Want::Logits => Ok(StepOut::Logits(d.read(&logits)?)),
+            Want::Argmax => {
+                let mut ids = d.upload_ids(&vec![0; m])?;
+                d.argmax(&logits, &mut ids, self.vocab)?;
+                Ok(StepOut::Ids(d.read_ids(&ids)?))
+            }
+        }
+    }
+}
+
+/// A step's buffers whose sizes follow a layer's heads and `d_ff`.
+struct Sized<D: Device> {
+    qkv: D::Tensor,
+    q: D::Tensor,
+    att: D::Tensor,
+    f: D::Tensor,
+}
+
+/// Refuses, by name, what the device step does not do (see the module docs).
+fn check<D: Device>(device: &D, model: &LanguageModel<f32>) -> Result<(), DeviceError> {
+    let no = |what: &str| {
+        Err(DeviceError::Unsupported {
+            device: device.name(),
+            what: format!("{what} (the device step runs pre-norm rotary decoders; use --device cpu)"),
+        })
+    };
+    let c = &model.config;
+    if model.blocks.layers.is_empty() {
+        return no("a model without layers");
+    }
+    if c.positions != Positions::Rotary {
+        return no(&format!("{:?} positions", c.positions).to_lowercase());
+    }
+    if model.head.softcap.is_some() {
+        return no("a soft cap of the logits");
+    }
+    if model.blocks.final_norm.is_none() {
+        return no("a model without a final norm");
+    }
+    let kv = &model.blocks.layers[0].self_attn;
+    for (i, l) in model.blocks.layers.iter().enumerate() {
+        let a = &l.self_attn;
+        let at = |what: &str| format!("layer {i}: {what}");
+        if l.self_attn_res.placement != NormPlacement::PreLn || l.ffn_res.placement != NormPlacement::PreLn {
+            return no(&at("post-LN blocks"));
+        }
+        if l.self_attn_res.post_norm.is_some() || l.ffn_res.post_norm.is_some() {
+            return no(&at("post-norms"));
+        }
+        if !a.rotary {
+            return no(&at("attention without rotary positions"));
+        }
+        if a.window.is_some() {
+            return no(&at("a sliding window"));
+        }
+        if a.pattern.is_some() || a.linear {
+            return no(&at("sparse or linear attention"));
+        }
+        if a.scores.softcap.is_some() {
+            return no(&at("a soft cap of the scores"));
+        }
+        if a.q_norm.is_some() || a.k_norm.is_some() {
+            return no(&at("query/key norms"));
+        }
+        if !a.gates.is_empty() {
+            return no(&at("head gates"));
+        }
+        if (a.n_kv_heads, a.d_head) != (kv.n_kv_heads, kv.d_head) {
+            return no(&at("key/value heads of another shape than layer 0's"));
+        }
+        let linears = [&a.q_proj, &a.k_proj, &a.v_proj, &a.out_proj, &l.ffn.linear1, &l.ffn.linear2];
+        if linears.iter().chain(l.ffn.gate.as_ref().iter()).any(|x| x.bias.is_some()) {
+            return no(&at("biases"));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,175 @@
+//! The device step ([`DeviceLm`]) against the model's own step ([`LanguageModel::step_logits`])
+//! on random models of several shape classes (grouped and plain heads, odd widths, gated and
+//! plain FFNs, RMSNorm and LayerNorm, both RoPE pairings, tied and untied heads): on the host
+//! device, and on a GPU where one is found (lavapipe in CI).
+
+use super::config::{Activation, Normalization, RopeStyle};
+use super::device_lm::{DeviceLm, StepOut, Want};
+use super::step_layout::StepLayout;
+use super::{LanguageModel, ModelConfig, Module, NormPlacement, Positions};
+use crate::backend::{Device, Host};
+use crate::rng::Rng;
+
+/// `(d_model, heads, kv heads, d_ff, activation, norm, pairing, tied)`.
+type Shape = (usize, usize, usize, usize, Activation, Normalization, RopeStyle, bool);
+
+const SHAPES: [Shape; 3] = [
+    (24, 4, 2, 40, Activation::SiluGated, Normalization::RmsNorm, RopeStyle::HalfSplit, true),
+    (20, 5, 5, 33, Activation::GeluTanhGated, Normalization::LayerNorm, RopeStyle::Interleaved, false),
+    (16, 2, 1, 24, Activation::Relu, Normalization::RmsNorm, RopeStyle::HalfSplit, false),
+];
+
+fn model(s: Shape, seed: u64) -> LanguageModel<f32> {
+    let (d, heads, kv, d_ff, act, norm, style, tied) = s;
+    let mut c = ModelConfig::preset("tiny", 37).unwrap();
+    (c.d_model, c.n_heads, c.d_ff, c.max_len) = (d, heads, d_ff, 64);
+    (c.n_encoder_layers, c.n_decoder_layers) = (0, 3);
+    (c.norm, c.positions, c.dropout) = (NormPlacement::PreLn, Positions::Rotary, 0.0);
+    (c.normalization, c.bias, c.activation) = (norm, false, act);
+    (c.n_kv_heads, c.rope_style, c.tie_embeddings) = (Some(kv), style, tied);
+    c.rope_base = 500.0;
+    c.validate().unwrap();
+    let mut rng = Rng::new(seed);
+    let mut m = LanguageModel::<f32>::new(c, &mut rng);
+    // Norm gains and biases away from 1 and 0, so that a swapped parameter shows.
+    for (name, p) in m.params_mut() {
+        if name.contains("norm") {
+            for v in p.value.data.iter_mut() {
+                *v = rng.uniform_range(0.5, 1.5) as f32 - if name.ends_with("bias") { 1.0 } else { 0.0 };
+            }
+        }
+    }
+    m.prepare_inference();
+    m
+}
+
+/// The model's own logits after the prompt and after each of `next`, fed one at a time.
+fn own_logits(m: &LanguageModel<f32>, prompt: &[u32], next: &[u32]) -> Vec<Vec<f32>> {
+    let mut state = m.start(1, prompt.len() + next.len());
+    let mut out = vec![m.step_logits(&mut state, prompt, &StepLayout::last())];
+    for &t in next {
+        out.push(m.step_logits(&mut state, &[t], &StepLayout::last()));
+    }
+    out
+}
+
+fn device_logits<D: Device>(lm: &DeviceLm<D>, prompt: &[u32], next: &[u32]) -> Vec<Vec<f32>> {
+    let mut state = lm.start(1, prompt.len() + next.len()).unwrap();
+    let mut feed = prompt.to_vec();
+    let mut out = Vec::new();
+    for i in 0..=next.len() {
+        let rows = vec![0; feed.len()];
+        match lm.step(&mut state, &feed, &rows, &[feed.len() - 1], Want::Logits).unwrap() {
+            StepOut::Logits(l) => out.push(l),
+            StepOut::Ids(_) => unreachable!("logits asked"),
+        }
+        feed = next.get(i).map(|&t| vec![t]).unwrap_or_default();
+    }
+    out
+}
+
+fn assert_close(got: &[Vec<f32>], want: &[Vec<f32>], tol: f32, what: &str) {
+    for (step, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(g.len(), w.len(), "{what} step {step}");
+        let scale = w.iter().fold(1f32, |m, v| m.max(v.abs()));
+        for (j, (a, b)) in g.iter().zip(w).enumerate() {
+            assert!((a - b).abs() <= tol * scale, "{what} step {step} logit {j}: {a} vs {b}");
+        }
+    }
+}
+
+const PROMPT: [u32; 21] = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4, 6];
+const NEXT: [u32; 4] = [36, 0, 17, 17];
+
+#[test]
+fn host_device_step_is_the_models_step() {
+    for (i, s) in SHAPES.into_iter().enumerate() {
+        let m = model(s, 10 + i as u64);
+        let lm = DeviceLm::new(Host, &m).unwrap();
+        let what = format!("shape {i}");
+        assert_close(&device_logits(&lm, &PROMPT, &NEXT), &own_logits(&m, &PROMPT, &NEXT), 1e-5, &what);
+    }
+}
+
+/// Two rows in one step, their tokens interleaved and of different lengths, give each row's
+/// logits alone; greedy ids on the device are the logits' arg-max.
+#[test]
+fn ragged_rows_and_argmax_on_the_host_device() {
+    let m = model(SHAPES[0], 3);
+    let lm = DeviceLm::new(Host, &m).unwrap();
+    let (a, b) = (&PROMPT[..7], &PROMPT[7..10]);
+    let mut state = lm.start(2, 16).unwrap();
+    let (tokens, rows) = (
+        [a[0], b[0], a[1], a[2], b[1], a[3], a[4], a[5], b[2], a[6]],
+        [0, 1, 0, 0, 1, 0, 0, 0, 1, 0],
+    );
+    let StepOut::Logits(both) = lm.step(&mut state, &tokens, &rows, &[9, 8], Want::Logits).unwrap() else {
+        unreachable!()
+    };
+    let v = lm.vocab_size();
+    assert_close(&[both[..v].to_vec()], &own_logits(&m, a, &[])[..1], 1e-5, "row 0");
+    assert_close(&[both[v..].to_vec()], &own_logits(&m, b, &[])[..1], 1e-5, "row 1");
+    assert_eq!((state.row_len(0), state.row_len(1)), (7, 3));
+    let StepOut::Ids(ids) = lm.step(&mut state, &[5, 6], &[0, 1], &[0, 1], Want::Argmax).unwrap() else {
+        unreachable!()
+    };
+    let want: Vec<u32> = [(a, 5u32), (b, 6)]
+        .iter()
+        .map(|(p, t)| {
+            let l = own_logits(&m, p, &[*t]).pop().unwrap();
+            (0..l.len()).fold(0, |best, j| if l[j] > l[best] { j } else { best }) as u32
+        })
+        .collect();
+    assert_eq!(ids, want);
+}
+
+#[test]
+fn bad_steps_and_unsupported_models_are_errors_naming_them() {
+    let m = model(SHAPES[2], 4);
+    let lm = DeviceLm::new(Host, &m).unwrap();
+    let mut state = lm.start(1, 4).unwrap();
+    let e = lm.step(&mut state, &[37], &[0], &[0], Want::Argmax).unwrap_err().to_string();
+    assert!(e.contains("token id 37 is outside the vocabulary of 37"), "{e}");
+    let e = lm.step(&mut state, &[1, 2, 3, 4, 5], &[0; 5], &[4], Want::Argmax).unwrap_err().to_string();
+    assert!(e.contains("row 0 is full (4 positions)"), "{e}");
+    let e = lm.step(&mut state, &[1], &[1], &[0], Want::Argmax).unwrap_err().to_string();
+    assert!(e.contains("row 1 of a state of 1"), "{e}");
+
+    let mut windowed = model(SHAPES[0], 5);
+    windowed.blocks.layers[1].self_attn.window = Some(4);
+    let e = DeviceLm::new(Host, &windowed).err().unwrap().to_string();
+    assert!(e.contains("--device cpu: layer 1: a sliding window"), "{e}");
+    let mut post = model(SHAPES[0], 6);
+    post.blocks.layers[2].ffn_res.placement = NormPlacement::PostLn;
+    let e = DeviceLm::new(Host, &post).err().unwrap().to_string();
+    assert!(e.contains("layer 2: post-LN blocks"), "{e}");
+}
+
+#[cfg(feature = "gpu")]
+#[test]
+fn gpu_device_step_is_the_host_devices() {
+    use crate::backend::GpuDevice;
+    if transformer_gpu::testing::gpu().is_none() {
+        return;
+    }
+    for (i, s) in SHAPES.into_iter().enumerate() {
+        let m = model(s, 20 + i as u64);
+        let host = DeviceLm::new(Host, &m).unwrap();
+        let gpu = DeviceLm::new(GpuDevice::open(None).unwrap(), &m).unwrap();
+        let what = format!("gpu shape {i}");
+        let want = device_logits(&host, &PROMPT, &NEXT);
+        assert_close(&device_logits(&gpu, &PROMPT, &NEXT), &want, 1e-4, &what);
+        let counters = gpu.device.gpu.counters();
+        counters.reset();
+        let mut state = gpu.start(1, 4).unwrap();
+        let StepOut::Ids(ids) = gpu.step(&mut state, &[1], &[0], &[0], Want::Argmax).unwrap() else {
+            unreachable!()
+        };
+        let c = counters.get();
+        assert_eq!(c.submissions, 1, "{what}: one submission a step");
+        assert_eq!(c.bytes_down, 4, "{what}: one id read back");
+        let mut host_state = host.start(1, 4).unwrap();
+        let want = host.step(&mut host_state, &[1], &[0], &[0], Want::Argmax).unwrap();
+        assert_eq!(StepOut::Ids(ids), want, "{what}");
+    }
+}

@@ -1,0 +1,129 @@
+//! Choosing the device a command runs on (`--device cpu|gpu[:N]`, or `TRANSFORMER_DEVICE`),
+//! and continuing a prompt on a [`DeviceLm`]: token ids in, sampled ids out, the model's
+//! weights and KV blocks in the device's memory.
+
+use crate::backend::{Device, DeviceError};
+use crate::decode::sample::{is_greedy, sample, SamplingOptions};
+use crate::error::{Error, Result};
+use crate::model::device_lm::{DeviceLm, StepOut, Want};
+use crate::rng::Rng;
+
+/// Where a command runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum DeviceChoice {
+    /// This crate's CPU kernels (the default).
+    #[default]
+    Cpu,
+    /// A GPU adapter: `gpu` the first (a discrete one when there is one), `gpu:N` the N-th of
+    /// `transformer devices`.
+    Gpu(Option<usize>),
+}
+
+/// The environment variable read when `--device` is not given.
+pub const DEVICE_ENV: &str = "TRANSFORMER_DEVICE";
+
+impl DeviceChoice {
+    /// `cpu`, `gpu` or `gpu:N`.
+    pub fn parse(name: &str) -> Result<DeviceChoice> {
+        let bad = || {
+            Error::Input(format!(
+                "unknown device {name:?}: cpu, gpu or gpu:N (`transformer devices` lists the GPUs)"
+            ))
+        };
+        match name.trim().to_ascii_lowercase().as_str() {
+            "cpu" => Ok(DeviceChoice::Cpu),
+            "gpu" => Ok(DeviceChoice::Gpu(None)),
+            other => {
+                let n = other.strip_prefix("gpu:").ok_or_else(bad)?;
+                Ok(DeviceChoice::Gpu(Some(n.parse().map_err(|_| bad())?)))
+            }
+        }
+    }
+
+    /// `--device` when given, else [`DEVICE_ENV`] when set (and not empty), else the CPU.
+    pub fn from_arg_or_env(arg: Option<&str>) -> Result<DeviceChoice> {
+        match arg {
+            Some(a) => Self::parse(a),
+            None => match std::env::var(DEVICE_ENV) {
+                Ok(v) if !v.trim().is_empty() => {
+                    Self::parse(&v).map_err(|e| Error::Input(format!("{DEVICE_ENV}: {e}")))
+                }
+                _ => Ok(DeviceChoice::Cpu),
+            },
+        }
+    }
+}
+
+/// Continues `prompt` by up to `max_tokens` ids on `lm`, stopping after any of `until`
+/// (included), calling `emit` with each new id. Greedy decoding takes the arg-max on the device
+/// (4 bytes read back a token); sampling reads the last position's logits.
+#[allow(clippy::too_many_arguments)]
+pub fn generate_on_device<D: Device, E: From<Error>>(
+    lm: &DeviceLm<D>,
+    prompt: &[u32],
+    max_tokens: usize,
+    opts: SamplingOptions,
+    rng: &mut Rng,
+    until: &[u32],
+    mut emit: impl FnMut(u32) -> std::result::Result<(), E>,
+) -> std::result::Result<Vec<u32>, E> {
+    let mut out = Vec::new();
+    if max_tokens == 0 {
+        return Ok(out);
+    }
+    if prompt.is_empty() {
+        return Err(Error::Input("an empty prompt: nothing to continue".into()).into());
+    }
+    let capacity = prompt.len().saturating_add(max_tokens);
+    if prompt.len() >= lm.max_len() {
+        return Err(Error::Input(format!(
+            "a prompt of {} tokens leaves no room in the model's context of {}",
+            prompt.len(),
+            lm.max_len()
+        ))
+        .into());
+    }
+    let device_err = |e: DeviceError| E::from(Error::from(e));
+    let mut state = lm.start(1, capacity).map_err(device_err)?;
+    let want = match is_greedy(opts) {
+        true => Want::Argmax,
+        false => Want::Logits,
+    };
+    let mut feed = prompt.to_vec();
+    loop {
+        let rows = vec![0; feed.len()];
+        let last = [feed.len() - 1];
+        let id = match lm
+            .step(&mut state, &feed, &rows, &last, want)
+            .map_err(device_err)?
+        {
+            StepOut::Ids(ids) => ids[0],
+            StepOut::Logits(logits) => sample(&logits, opts, rng),
+        };
+        emit(id)?;
+        out.push(id);
+        if out.len() == max_tokens || until.contains(&id) || state.row_len(0) >= lm.max_len() {
+            return Ok(out);
+        }
+        feed = vec![id];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_names_parse_and_bad_ones_are_named() {
+        assert_eq!(DeviceChoice::parse("cpu").unwrap(), DeviceChoice::Cpu);
+        assert_eq!(DeviceChoice::parse("GPU").unwrap(), DeviceChoice::Gpu(None));
+        assert_eq!(
+            DeviceChoice::parse("gpu:2").unwrap(),
+            DeviceChoice::Gpu(Some(2))
+        );
+        for bad in ["gpu:", "gpu:x", "cuda", "gpu:-1", ""] {
+            let e = DeviceChoice::parse(bad).unwrap_err().to_string();
+            assert!(e.contains("cpu, gpu or gpu:N"), "{bad}: {e}");
+        }
+    }
+}
