@@ -90,6 +90,11 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         DeviceChoice::Cpu => None,
         DeviceChoice::Gpu(index) => Some(DeviceLm::new(GpuDevice::open(index)?, &model)?),
     };
+    // Device memory of the weights (before any KV block), and the counters from here on.
+    let weight_bytes = on_gpu.as_ref().map(|lm| {
+        lm.device.gpu.counters().reset();
+        lm.device.gpu.allocated_bytes()
+    });
     // Continues the prompt on the CPU (with the draft model when speculating) or the GPU.
     let continue_prompt = |rng: &mut Rng,
                            stats: &mut SpeculativeStats,
@@ -155,6 +160,18 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         });
         if speculation.is_some() {
             json["speculative"] = super::speculative::json(&stats);
+        }
+        if let (Some(lm), Some(weights)) = (&on_gpu, weight_bytes) {
+            let c = lm.device.gpu.counters().get();
+            json["device"] = serde_json::json!({
+                "adapter": lm.device.gpu.label(),
+                "weight_bytes": weights,
+                "steps": ids.len(),
+                "submissions": c.submissions,
+                "dispatches": c.dispatches,
+                "bytes_up": c.bytes_up,
+                "bytes_down": c.bytes_down,
+            });
         }
         writeln!(out, "{json}")?;
         return Ok(());

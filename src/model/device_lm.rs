@@ -118,7 +118,8 @@ pub struct DeviceLm<D: Device> {
     embedding_scale: f32,
     blocks: Vec<DeviceBlock<D>>,
     final_norm: DeviceNorm<D>,
-    head: D::Weight,
+    /// The head's own matrix; `None` when tied to the embedding table.
+    head: Option<D::Weight>,
 }
 
 /// The rows a [`DeviceLm`] decodes: every layer's KV blocks on the device, and per row one
@@ -222,7 +223,14 @@ impl<D: Device> DeviceLm<D> {
         let final_norm = model.blocks.final_norm.as_ref().expect("checked: pre-LN has a final norm");
         let final_norm = DeviceNorm::upload(&device, final_norm)?;
         let embedding = device.weight("embedding", &[model.embedding.table_source()])?;
-        let head = device.weight("output_proj", &[WeightSource::Layer(model.head.weight_ref(&model.embedding))])?;
+        // A tied head multiplies the embedding table as uploaded (one copy in device memory).
+        let head = match model.head.output_proj.is_some() {
+            true => Some(device.weight(
+                "output_proj",
+                &[WeightSource::Layer(model.head.weight_ref(&model.embedding))],
+            )?),
+            false => None,
+        };
         Ok(DeviceLm {
             d_model: model.config.d_model,
             vocab: model.config.vocab_size,
@@ -388,7 +396,7 @@ impl<D: Device> DeviceLm<D> {
         let mut picked = d.zeros(m * dm)?;
         d.copy_rows(&mut picked, &normed, outputs, dm)?;
         let mut logits = d.zeros(m * self.vocab)?;
-        d.product(&mut logits, &picked, m, &self.head)?;
+        d.product(&mut logits, &picked, m, self.head.as_ref().unwrap_or(&self.embedding))?;
         match want {
             Want::Logits => Ok(StepOut::Logits(d.read(&logits)?)),
             Want::Argmax => {

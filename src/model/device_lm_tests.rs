@@ -166,6 +166,12 @@ fn gpu_device_step_is_the_host_devices() {
             unreachable!()
         };
         let c = counters.get();
+        // Per layer: (add +) norm, Q‖K‖V, RoPE + KV store, attention, W_o, add + norm, the
+        // gated product (a plain FFN: product, activation), W_down; per step the gather, the
+        // embedding's factor, the final add + norm, the row copy (not a dispatch), the head,
+        // the arg-max; four uploads of ids and positions are not dispatches either.
+        let per_layer = if i == 2 { 9 } else { 8 };
+        assert_eq!(c.dispatches, 3 * per_layer + 5, "{what}: dispatches");
         assert_eq!(c.submissions, 1, "{what}: one submission a step");
         assert_eq!(c.bytes_down, 4, "{what}: one id read back");
         let mut host_state = host.start(1, 4).unwrap();

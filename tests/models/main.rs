@@ -13,6 +13,7 @@ mod bleu;
 mod chat_templates;
 mod decode_interface;
 mod decoding;
+mod device;
 mod families;
 mod gemma;
 mod gguf;
