@@ -36,6 +36,33 @@ pub fn scale(gpu: &Gpu, x: &GpuBuffer<f32>, s: f32) -> Result<(), GpuError> {
     Ok(())
 }
 
+const ADD_BIAS: Kernel = Kernel {
+    name: "add_bias",
+    source: include_str!("shaders/add_bias.wgsl"),
+};
+
+/// Records `y[r, :] += b` for every row of `y` `[rows, b.len()]` (a linear layer's bias).
+pub fn add_bias(gpu: &Gpu, y: &GpuBuffer<f32>, b: &GpuBuffer<f32>) -> Result<(), GpuError> {
+    if b.is_empty() || !y.len().is_multiple_of(b.len()) || u32::try_from(y.len()).is_err() {
+        return Err(GpuError::Shape {
+            op: "add_bias",
+            problem: format!("{} values are not rows of a bias of {}", y.len(), b.len()),
+        });
+    }
+    if y.is_empty() {
+        return Ok(());
+    }
+    let words = [y.len() as u32, b.len() as u32];
+    gpu.record(
+        ADD_BIAS,
+        &[],
+        bytemuck::cast_slice(&words),
+        &[&b.raw, &y.raw],
+        gpu.grid((y.len() as u32).div_ceil(256)),
+    );
+    Ok(())
+}
+
 /// Records `y = a + b`, element by element.
 pub fn add(
     gpu: &Gpu,
@@ -152,6 +179,24 @@ mod tests {
                 assert_eq!(got[i], x[i] * 7.389, "n {n} at {i}");
             }
         }
+    }
+
+    #[test]
+    fn biases_are_added_to_every_row() {
+        let Some(gpu) = gpu() else { return };
+        for (rows, n) in [(1usize, 1usize), (3, 7), (5, 300)] {
+            let (y, b) = (rand_vec(rows * n, 8), rand_vec(n, 9));
+            let (dy, db) = (gpu.upload(&y).unwrap(), gpu.upload(&b).unwrap());
+            add_bias(gpu, &dy, &db).unwrap();
+            let got = gpu.read(&dy).unwrap();
+            for i in 0..rows * n {
+                assert_eq!(got[i], y[i] + b[i % n], "{rows}x{n} at {i}");
+            }
+        }
+        let y = gpu.zeros::<f32>(10).unwrap();
+        let b = gpu.zeros::<f32>(3).unwrap();
+        let e = add_bias(gpu, &y, &b).unwrap_err().to_string();
+        assert!(e.contains("10 values are not rows of a bias of 3"), "{e}");
     }
 
     #[test]

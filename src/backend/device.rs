@@ -13,7 +13,7 @@
 //! ```text
 //! x      = E[ids] · s                              gather, scale (when s ≠ 1)
 //! h      ← h + y_prev;  u = Norm(h)                add_norm (norm for the first layer)
-//! qkv    = u [W_q; W_k; W_v]ᵀ                      product (a stacked weight)
+//! qkv    = u [W_q; W_k; W_v]ᵀ (+ b)                product (a stacked weight), add_bias
 //! q, K, V ← RoPE(q), RoPE(k) → block slots, v      rope_kv_write
 //! a      = softmax(q Kᵀ · scale) V                 paged_attention (each token its own row)
 //! o      = a W_oᵀ                                  product
@@ -184,6 +184,8 @@ pub trait Device {
         ids: &Self::Ids,
         table: &Self::Weight,
     ) -> Result<(), DeviceError>;
+    /// `y[r, :] += b` for every row of `y [rows, b.len()]` (a linear layer's bias).
+    fn add_bias(&self, y: &mut Self::Tensor, b: &Self::Tensor) -> Result<(), DeviceError>;
     /// `x ← s · x` (the token embedding's factor).
     fn scale(&self, x: &mut Self::Tensor, s: f32) -> Result<(), DeviceError>;
     /// `y [rows, d_out] = x [rows, d_in] · Wᵀ`.

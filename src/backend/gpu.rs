@@ -186,6 +186,10 @@ impl Device for GpuDevice {
         products::gather_rows(&self.gpu, out, ids, t).map_err(err)
     }
 
+    fn add_bias(&self, y: &mut GpuBuffer<f32>, b: &GpuBuffer<f32>) -> Result<(), DeviceError> {
+        elementwise::add_bias(&self.gpu, y, b).map_err(err)
+    }
+
     fn scale(&self, x: &mut GpuBuffer<f32>, s: f32) -> Result<(), DeviceError> {
         elementwise::scale(&self.gpu, x, s).map_err(err)
     }

@@ -208,6 +208,14 @@ impl Device for Host {
         Ok(())
     }
 
+    fn add_bias(&self, y: &mut Vec<f32>, b: &Vec<f32>) -> Result<(), DeviceError> {
+        if b.is_empty() || !y.len().is_multiple_of(b.len()) {
+            return Err(shape(format!("a bias of {} for {} values", b.len(), y.len())));
+        }
+        CPU.add_row_bias(y, b);
+        Ok(())
+    }
+
     fn scale(&self, x: &mut Vec<f32>, s: f32) -> Result<(), DeviceError> {
         x.iter_mut().for_each(|v| *v *= s);
         Ok(())

@@ -20,10 +20,11 @@
 //! store into the key/value blocks, and the gated unit with its product.
 //!
 //! What a model needs that this step does not do yet is refused by name when it is built
-//! ([`DeviceLm::new`]): post-LN blocks, learned or sinusoidal positions, biases, sliding windows, sparse or linear attention, query/key norms, post-norms, soft caps,
+//! ([`DeviceLm::new`]): post-LN blocks, learned or sinusoidal positions, biases of a gated FFN, sliding windows, sparse or linear attention, query/key norms, post-norms, soft caps,
 //! head gates.
 
 use super::config::{Activation, NormPlacement, Positions};
+use super::linear::Linear;
 use super::lm::LanguageModel;
 use super::norm::Norm;
 use crate::backend::{Device, DeviceAct, DeviceError, KvShape, NormOf, StepRows, WeightSource};
@@ -81,21 +82,31 @@ enum DeviceFfn<D: Device> {
         act: DeviceAct,
         gate_up: D::Weight,
         down: D::Weight,
+        down_bias: Option<D::Tensor>,
     },
-    /// `act(u W_1ᵀ) W_2ᵀ`.
+    /// `act(u W_1ᵀ + b_1) W_2ᵀ + b_2`.
     Plain {
         act: DeviceAct,
         up: D::Weight,
+        up_bias: Option<D::Tensor>,
         down: D::Weight,
+        down_bias: Option<D::Tensor>,
     },
+}
+
+/// A linear layer's bias on the device, if it has one.
+fn bias<D: Device>(device: &D, l: &Linear<f32>) -> Result<Option<D::Tensor>, DeviceError> {
+    l.bias.as_ref().map(|b| device.upload(&b.value.data)).transpose()
 }
 
 /// One block's weights on the device.
 struct DeviceBlock<D: Device> {
     attn_norm: DeviceNorm<D>,
-    /// `[W_q; W_k; W_v]`.
+    /// `[W_q; W_k; W_v]` and, when any has one, `[b_q; b_k; b_v]` (zeros for the others).
     qkv: D::Weight,
+    qkv_bias: Option<D::Tensor>,
     out: D::Weight,
+    out_bias: Option<D::Tensor>,
     rope: D::Rope,
     /// The factor of the scores (`1/√d_k` unless the model says otherwise).
     scale: f64,
@@ -180,9 +191,24 @@ impl<D: Device> DeviceLm<D> {
                     WeightSource::Layer(a.v_proj.weight_ref()),
                 ],
             )?;
+            let projections = [&a.q_proj, &a.k_proj, &a.v_proj];
+            let qkv_bias = match projections.iter().any(|l| l.bias.is_some()) {
+                true => {
+                    let mut b = Vec::new();
+                    for l in projections {
+                        match &l.bias {
+                            Some(p) => b.extend_from_slice(&p.value.data),
+                            None => b.resize(b.len() + l.d_out, 0.0),
+                        }
+                    }
+                    Some(device.upload(&b)?)
+                }
+                false => None,
+            };
             let out = device.weight(&what("self_attn.out_proj"), &[WeightSource::Layer(a.out_proj.weight_ref())])?;
             let f = &layer.ffn;
             let down = device.weight(&what("ffn.linear2"), &[WeightSource::Layer(f.linear2.weight_ref())])?;
+            let down_bias = bias(&device, &f.linear2)?;
             let ffn = match (f.activation, &f.gate) {
                 (Activation::SiluGated | Activation::GeluTanhGated, Some(gate)) => DeviceFfn::Gated {
                     act: match f.activation {
@@ -197,6 +223,7 @@ impl<D: Device> DeviceLm<D> {
                         ],
                     )?,
                     down,
+                    down_bias,
                 },
                 (act, _) => DeviceFfn::Plain {
                     act: match act {
@@ -205,13 +232,17 @@ impl<D: Device> DeviceLm<D> {
                         _ => DeviceAct::GeluTanh,
                     },
                     up: device.weight(&what("ffn.linear1"), &[WeightSource::Layer(f.linear1.weight_ref())])?,
+                    up_bias: bias(&device, &f.linear1)?,
                     down,
+                    down_bias,
                 },
             };
             blocks.push(DeviceBlock {
                 attn_norm: DeviceNorm::upload(&device, &layer.self_attn_res.norm)?,
                 qkv,
+                qkv_bias,
                 out,
+                out_bias: bias(&device, &a.out_proj)?,
                 rope: device.rope_table(a.rope, &a.rope_freq_factors, a.d_head)?,
                 scale: a.scores.scale.unwrap_or(1.0 / (a.d_head as f64).sqrt()),
                 n_heads: a.n_heads,
@@ -375,19 +406,45 @@ impl<D: Device> DeviceLm<D> {
             }
             let s = &mut sized.as_mut().expect("just sized").2;
             d.product(&mut s.qkv, &normed, n, &block.qkv)?;
+            if let Some(b) = &block.qkv_bias {
+                d.add_bias(&mut s.qkv, b)?;
+            }
             d.rope_kv_write(&s.qkv, &mut s.q, &step_rows, &block.rope, block.n_heads, &mut state.kv[l])?;
             d.paged_attention(&s.q, &state.kv[l], &step_rows, &mut s.att, block.n_heads, block.scale)?;
             d.product(&mut o, &s.att, n, &block.out)?;
+            if let Some(b) = &block.out_bias {
+                d.add_bias(&mut o, b)?;
+            }
             d.add_norm(block.ffn_norm.of(), &mut h, &o, &mut normed)?;
             match &block.ffn {
-                DeviceFfn::Gated { act, gate_up, down } => {
+                DeviceFfn::Gated {
+                    act,
+                    gate_up,
+                    down,
+                    down_bias,
+                } => {
                     d.glu_product(*act, &mut s.f, &normed, n, gate_up)?;
                     d.product(&mut y, &s.f, n, down)?;
+                    if let Some(b) = down_bias {
+                        d.add_bias(&mut y, b)?;
+                    }
                 }
-                DeviceFfn::Plain { act, up, down } => {
+                DeviceFfn::Plain {
+                    act,
+                    up,
+                    up_bias,
+                    down,
+                    down_bias,
+                } => {
                     d.product(&mut s.f, &normed, n, up)?;
+                    if let Some(b) = up_bias {
+                        d.add_bias(&mut s.f, b)?;
+                    }
                     d.activate(*act, &mut s.f)?;
                     d.product(&mut y, &s.f, n, down)?;
+                    if let Some(b) = down_bias {
+                        d.add_bias(&mut y, b)?;
+                    }
                 }
             }
         }
@@ -468,9 +525,10 @@ fn check<D: Device>(device: &D, model: &LanguageModel<f32>) -> Result<(), Device
         if (a.n_kv_heads, a.d_head) != (kv.n_kv_heads, kv.d_head) {
             return no(&at("key/value heads of another shape than layer 0's"));
         }
-        let linears = [&a.q_proj, &a.k_proj, &a.v_proj, &a.out_proj, &l.ffn.linear1, &l.ffn.linear2];
-        if linears.iter().chain(l.ffn.gate.as_ref().iter()).any(|x| x.bias.is_some()) {
-            return no(&at("biases"));
+        if let Some(gate) = &l.ffn.gate {
+            if gate.bias.is_some() || l.ffn.linear1.bias.is_some() {
+                return no(&at("biases of a gated feed-forward"));
+            }
         }
     }
     Ok(())

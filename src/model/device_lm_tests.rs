@@ -1,6 +1,6 @@
 //! The device step ([`DeviceLm`]) against the model's own step ([`LanguageModel::step_logits`])
 //! on random models of several shape classes (grouped and plain heads, odd widths, gated and
-//! plain FFNs, RMSNorm and LayerNorm, both RoPE pairings, tied and untied heads): on the host
+//! plain FFNs, RMSNorm and LayerNorm, both RoPE pairings, tied and untied heads, biases): on the host
 //! device, and on a GPU where one is found (lavapipe in CI).
 
 use super::config::{Activation, Normalization, RopeStyle};
@@ -25,7 +25,8 @@ fn model(s: Shape, seed: u64) -> LanguageModel<f32> {
     (c.d_model, c.n_heads, c.d_ff, c.max_len) = (d, heads, d_ff, 64);
     (c.n_encoder_layers, c.n_decoder_layers) = (0, 3);
     (c.norm, c.positions, c.dropout) = (NormPlacement::PreLn, Positions::Rotary, 0.0);
-    (c.normalization, c.bias, c.activation) = (norm, false, act);
+    // The plain FFN's model has biases on every linear layer (the gated ones, none).
+    (c.normalization, c.bias, c.activation) = (norm, act == Activation::Relu, act);
     (c.n_kv_heads, c.rope_style, c.tie_embeddings) = (Some(kv), style, tied);
     c.rope_base = 500.0;
     c.validate().unwrap();
@@ -33,9 +34,10 @@ fn model(s: Shape, seed: u64) -> LanguageModel<f32> {
     let mut m = LanguageModel::<f32>::new(c, &mut rng);
     // Norm gains and biases away from 1 and 0, so that a swapped parameter shows.
     for (name, p) in m.params_mut() {
-        if name.contains("norm") {
+        if name.contains("norm") || name.ends_with("bias") {
             for v in p.value.data.iter_mut() {
-                *v = rng.uniform_range(0.5, 1.5) as f32 - if name.ends_with("bias") { 1.0 } else { 0.0 };
+                *v = rng.uniform_range(0.5, 1.5) as f32
+                    - if name.ends_with("bias") { 1.0 } else { 0.0 };
             }
         }
     }
@@ -167,10 +169,10 @@ fn gpu_device_step_is_the_host_devices() {
         };
         let c = counters.get();
         // Per layer: (add +) norm, Q‖K‖V, RoPE + KV store, attention, W_o, add + norm, the
-        // gated product (a plain FFN: product, activation), W_down; per step the gather, the
-        // embedding's factor, the final add + norm, the row copy (not a dispatch), the head,
-        // the arg-max; four uploads of ids and positions are not dispatches either.
-        let per_layer = if i == 2 { 9 } else { 8 };
+        // gated product (a plain FFN: product, activation), W_down, and with biases one add
+        // after each of Q‖K‖V, W_o, W_1, W_2; per step the gather, the embedding's factor,
+        // the final add + norm, the row copy (not a dispatch), the head, the arg-max.
+        let per_layer = if i == 2 { 13 } else { 8 };
         assert_eq!(c.dispatches, 3 * per_layer + 5, "{what}: dispatches");
         assert_eq!(c.submissions, 1, "{what}: one submission a step");
         assert_eq!(c.bytes_down, 4, "{what}: one id read back");
