@@ -9,12 +9,14 @@ use crate::decode::sample::SamplingOptions;
 use crate::kernels::kv_blocks::KvType;
 use crate::kernels::lowp::bf16_train::Bf16Kernel;
 use crate::model::kv_cache::KvTypes;
+use crate::pipeline::device::DeviceChoice;
+use crate::pipeline::generate::ModelPrecision;
 use crate::train::precision::TrainPrecision;
 use anyhow::Result;
 use clap::Args;
 use std::path::Path;
 
-// `--device` of `generate`.
+// `--device` of `generate` and `chat`.
 #[derive(Args, Debug, Clone, Default)]
 pub struct DeviceArgs {
     /// Where the model runs: cpu, gpu (the first adapter, a discrete GPU when there is one) or
@@ -26,10 +28,47 @@ pub struct DeviceArgs {
 
 impl DeviceArgs {
     /// The device asked for (see the flag).
-    pub fn choice(&self) -> Result<crate::pipeline::device::DeviceChoice> {
-        Ok(crate::pipeline::device::DeviceChoice::from_arg_or_env(
-            self.device.as_deref(),
-        )?)
+    pub fn choice(&self) -> Result<DeviceChoice> {
+        Ok(DeviceChoice::from_arg_or_env(self.device.as_deref())?)
+    }
+
+    /// The precision to load `model` in on `device`: `asked` on the CPU; on a GPU a GGUF
+    /// file's blocks as stored (the GPU multiplies them) and f32 weights otherwise, refusing by
+    /// name what is CPU-only (bf16 and int8 packings, speculative decoding, quantised KV
+    /// caches).
+    pub fn precision(
+        &self,
+        device: DeviceChoice,
+        model: &Path,
+        asked: ModelPrecision,
+        speculative: bool,
+        cache: &CacheTypeArgs,
+    ) -> Result<ModelPrecision> {
+        if device == DeviceChoice::Cpu {
+            return Ok(asked);
+        }
+        if matches!(asked, ModelPrecision::Bf16 | ModelPrecision::Int8) {
+            anyhow::bail!(
+                "--device gpu multiplies f32 weights or a GGUF file's blocks, not --precision \
+                 bf16 or int8"
+            );
+        }
+        if speculative {
+            anyhow::bail!("--device gpu does not run speculative decoding yet: use --device cpu");
+        }
+        if cache.types() != KvTypes::default() {
+            anyhow::bail!(
+                "--device gpu keeps keys and values in f32: --cache-type-k/-v are CPU-only"
+            );
+        }
+        let gguf = model
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
+        Ok(if gguf {
+            ModelPrecision::Ggml
+        } else {
+            ModelPrecision::F32
+        })
     }
 }
 

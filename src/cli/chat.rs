@@ -3,10 +3,13 @@
 //! chat template and the reply is streamed until the end-of-turn token. An empty line or the
 //! end of the input ends the session.
 
-use super::args::{ContextArgs, PrecisionArgs, SamplingArgs, ThreadsArgs};
+use super::args::{ContextArgs, DeviceArgs, PrecisionArgs, SamplingArgs, ThreadsArgs};
 use super::speculative::SpeculativeArgs;
+use crate::backend::GpuDevice;
 use crate::decode::speculative::SpeculativeStats;
+use crate::model::device_lm::DeviceLm;
 use crate::pipeline::chat::ChatMessage;
+use crate::pipeline::device::{generate_on_device, DeviceChoice};
 use crate::pipeline::generate::TextGenerator;
 use crate::pipeline::speculative::generate_ids_with;
 use crate::rng::Rng;
@@ -41,13 +44,26 @@ pub struct ChatArgs {
     pub context: ContextArgs,
     #[command(flatten)]
     pub pool: ThreadsArgs,
+    #[command(flatten)]
+    pub device: DeviceArgs,
 }
 
 pub fn run(args: ChatArgs) -> Result<()> {
     let opts = args.sampling.options()?;
-    let mut generator =
-        TextGenerator::load_prepared(&args.model, args.weights.precision.model_precision())?;
+    let device = args.device.choice()?;
+    let precision = args.device.precision(
+        device,
+        &args.model,
+        args.weights.precision.model_precision(),
+        args.speculative.draft.is_some() || args.speculative.lookup,
+        &args.context.cache,
+    )?;
+    let mut generator = TextGenerator::load_prepared(&args.model, precision)?;
     args.context.apply(&mut generator.model)?;
+    let on_gpu = match device {
+        DeviceChoice::Cpu => None,
+        DeviceChoice::Gpu(index) => Some(DeviceLm::new(GpuDevice::open(index)?, &generator.model)?),
+    };
     if generator.chat.is_none() {
         bail!("{}: this model has no chat template", args.model.display());
     }
@@ -80,24 +96,30 @@ pub fn run(args: ChatArgs) -> Result<()> {
         let mut decoder = StreamDecoder::new(&generator.tokenizer);
         let model = &generator.model;
         ContextArgs::check_generation(model, prompt.len(), args.max_tokens)?;
-        let ids = generate_ids_with(
-            model,
-            &prompt,
-            args.max_tokens,
-            opts,
-            &mut rng,
-            &until,
-            speculation.as_ref(),
-            &mut stats,
-            |id| {
-                if !until.contains(&id) {
-                    let piece = decoder.push(id)?;
-                    out.write_all(piece.as_bytes())?;
-                    out.flush()?;
-                }
-                Ok::<(), anyhow::Error>(())
-            },
-        )?;
+        let emit = |id| {
+            if !until.contains(&id) {
+                let piece = decoder.push(id)?;
+                out.write_all(piece.as_bytes())?;
+                out.flush()?;
+            }
+            Ok::<(), anyhow::Error>(())
+        };
+        let ids = match &on_gpu {
+            Some(lm) => {
+                generate_on_device(lm, &prompt, args.max_tokens, opts, &mut rng, &until, emit)
+            }
+            None => generate_ids_with(
+                model,
+                &prompt,
+                args.max_tokens,
+                opts,
+                &mut rng,
+                &until,
+                speculation.as_ref(),
+                &mut stats,
+                emit,
+            ),
+        }?;
         writeln!(out, "{}", decoder.finish()?)?;
         let reply: Vec<u32> = ids.into_iter().filter(|id| !until.contains(id)).collect();
         messages.push(ChatMessage::new(

@@ -10,7 +10,6 @@ use crate::decode::speculative::SpeculativeStats;
 use crate::model::device_lm::DeviceLm;
 use crate::pipeline::chat::ChatMessage;
 use crate::pipeline::device::{generate_on_device, DeviceChoice};
-use crate::pipeline::generate::ModelPrecision;
 use crate::pipeline::generate::TextGenerator;
 use crate::pipeline::speculative::generate_ids_with;
 use crate::rng::Rng;
@@ -73,10 +72,13 @@ pub struct GenerateArgs {
 pub fn run(args: GenerateArgs) -> Result<()> {
     let opts = args.sampling.options()?;
     let device = args.device.choice()?;
-    let mut precision = args.weights.precision.model_precision();
-    if let DeviceChoice::Gpu(_) = device {
-        precision = gpu_precision(&args, precision)?;
-    }
+    let precision = args.device.precision(
+        device,
+        &args.model,
+        args.weights.precision.model_precision(),
+        args.speculative.draft.is_some() || args.speculative.lookup,
+        &args.context.cache,
+    )?;
     let TextGenerator {
         mut model,
         tokenizer,
@@ -201,28 +203,4 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         eprintln!("{}", super::speculative::report(&stats));
     }
     Ok(())
-}
-
-/// The precision a GPU run loads the model in: a GGUF file's blocks as stored (the GPU
-/// multiplies them), f32 weights otherwise; bf16 and int8 packings, the draft model and
-/// quantised KV caches are CPU-only and refused by name.
-fn gpu_precision(args: &GenerateArgs, asked: ModelPrecision) -> Result<ModelPrecision> {
-    if matches!(asked, ModelPrecision::Bf16 | ModelPrecision::Int8) {
-        anyhow::bail!("--device gpu multiplies f32 weights or a GGUF file's blocks, not --precision bf16 or int8");
-    }
-    if args.speculative.draft.is_some() || args.speculative.lookup {
-        anyhow::bail!("--device gpu does not run speculative decoding yet: use --device cpu");
-    }
-    if args.context.cache.types() != Default::default() {
-        anyhow::bail!("--device gpu keeps keys and values in f32: --cache-type-k/-v are CPU-only");
-    }
-    let gguf = args
-        .model
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
-    Ok(if gguf {
-        ModelPrecision::Ggml
-    } else {
-        ModelPrecision::F32
-    })
 }

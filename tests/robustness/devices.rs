@@ -62,3 +62,65 @@ fn no_driver_is_a_message_naming_what_to_install() {
         "{stderr}"
     );
 }
+
+/// `generate --device` (and `TRANSFORMER_DEVICE`): a device name that does not exist, a
+/// CPU-only option on a GPU, and a GPU asked for with no driver are each one clear error, not
+/// a crash and not a silent fall back to the CPU.
+#[test]
+fn bad_device_choices_are_errors_naming_them() {
+    let run = |args: &[&str], envs: &[(&str, &str)]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_transformer"))
+            .args([
+                "generate",
+                "--model",
+                "/nonexistent/model.gguf",
+                "--prompt",
+                "x",
+            ])
+            .args(args)
+            .envs(envs.iter().copied())
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} {envs:?} succeeded");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        stderr
+    };
+    let e = run(&["--device", "cuda"], &[]);
+    assert!(
+        e.contains(r#"unknown device "cuda": cpu, gpu or gpu:N"#),
+        "{e}"
+    );
+    let e = run(&[], &[("TRANSFORMER_DEVICE", "gpu:x")]);
+    assert!(e.contains("TRANSFORMER_DEVICE: unknown device"), "{e}");
+    let e = run(&["--device", "gpu", "--precision", "int8"], &[]);
+    assert!(e.contains("not --precision bf16 or int8"), "{e}");
+    let e = run(&["--device", "gpu", "--cache-type-k", "q8_0"], &[]);
+    assert!(e.contains("--cache-type-k/-v are CPU-only"), "{e}");
+    // The model is looked at before the device is opened: a missing file is named first.
+    let e = run(&["--device", "gpu"], &[]);
+    assert!(e.contains("/nonexistent/model.gguf"), "{e}");
+    // A real model and no Vulkan driver at all: the message says what to install.
+    let model = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/reference/kquants/llama256.Q4_0.gguf"
+    );
+    if std::path::Path::new(model).is_file() {
+        let out = Command::new(env!("CARGO_BIN_EXE_transformer"))
+            .args([
+                "generate", "--model", model, "--prompt", "x", "--device", "gpu",
+            ])
+            .envs([
+                ("VK_ICD_FILENAMES", "/nonexistent/icd.json"),
+                ("VK_DRIVER_FILES", "/nonexistent/icd.json"),
+            ])
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && !e.contains("panicked"), "{e}");
+        assert!(
+            e.contains("no Vulkan device found: install mesa-vulkan-drivers for a software one, or a GPU driver"),
+            "{e}"
+        );
+    }
+}
