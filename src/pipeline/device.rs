@@ -1,6 +1,6 @@
 //! Choosing the device a command runs on (`--device cpu|gpu[:N]`, or `TRANSFORMER_DEVICE`),
-//! and continuing a prompt on a [`DeviceLm`]: token ids in, sampled ids out, the model's
-//! weights and KV blocks in the device's memory.
+//! and continuing a prompt on a `DeviceLm` (`crate::model::device_lm`): token ids in, sampled
+//! ids out, the model's weights and KV blocks in the device's memory.
 
 use crate::backend::{Device, DeviceError};
 use crate::decode::sample::{is_greedy, sample, SamplingOptions};
