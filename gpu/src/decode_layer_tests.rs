@@ -5,7 +5,7 @@ use crate::activations::{glu, Activation, GluInput};
 use crate::device::Gpu;
 use crate::kv_cache::{kv_write, BlockTable, PagedCache};
 use crate::norms::{add_norm, Norm};
-use crate::paged_attention::{paged_attention, paged_attention_passes, DecodeScratch};
+use crate::paged_attention::{paged_attention, paged_attention_passes, DecodeScratch, Scores};
 use crate::products::reference::random_weight;
 use crate::products::{
     glu_product, stacked_product, weight_product, GpuWeight, StackedWeight, WeightFormat,
@@ -136,8 +136,23 @@ fn layer(s: &Shape, fused: bool, gpu: &Gpu) -> (Outputs, u64, u64) {
         rope(gpu, &q, &pos, &freqs, nh, d, layout).unwrap();
         rope(gpu, &kn, &pos, &freqs, nkv, d, layout).unwrap();
         kv_write(gpu, cache, bt, &kn, &vn, &seq, &pos).unwrap();
-        paged_attention_passes(gpu, &q, cache, bt, &ctx, &attn, nh, scale, &scratch, false)
-            .unwrap();
+        paged_attention_passes(
+            gpu,
+            &q,
+            cache,
+            bt,
+            &ctx,
+            &attn,
+            nh,
+            Scores {
+                scale,
+                window: None,
+                softcap: None,
+            },
+            &scratch,
+            false,
+        )
+        .unwrap();
         weight_product(gpu, &attn_out, &attn, seqs, &wo).unwrap();
         add_norm(gpu, &rms(&n2), &h, &attn_out, &xn2).unwrap();
         weight_product(gpu, &gate, &xn2, seqs, &g).unwrap();

@@ -63,6 +63,36 @@ pub fn add_bias(gpu: &Gpu, y: &GpuBuffer<f32>, b: &GpuBuffer<f32>) -> Result<(),
     Ok(())
 }
 
+const SOFTCAP: Kernel = Kernel {
+    name: "softcap",
+    source: include_str!("shaders/softcap.wgsl"),
+};
+
+/// Records `x ← c · tanh(x / c)`, element by element (the logits' soft cap, `c > 0`).
+pub fn softcap(gpu: &Gpu, x: &GpuBuffer<f32>, c: f32) -> Result<(), GpuError> {
+    let n = u32::try_from(x.len())
+        .ok()
+        .filter(|_| c > 0.0 && c.is_finite());
+    let Some(n) = n else {
+        return Err(GpuError::Shape {
+            op: "softcap",
+            problem: format!("a cap of {c} over {} values", x.len()),
+        });
+    };
+    if n == 0 {
+        return Ok(());
+    }
+    let words = [n, c.to_bits()];
+    gpu.record(
+        SOFTCAP,
+        &[],
+        bytemuck::cast_slice(&words),
+        &[&x.raw],
+        gpu.grid(n.div_ceil(256)),
+    );
+    Ok(())
+}
+
 /// Records `y = a + b`, element by element.
 pub fn add(
     gpu: &Gpu,
@@ -197,6 +227,23 @@ mod tests {
         let b = gpu.zeros::<f32>(3).unwrap();
         let e = add_bias(gpu, &y, &b).unwrap_err().to_string();
         assert!(e.contains("10 values are not rows of a bias of 3"), "{e}");
+    }
+
+    #[test]
+    fn soft_capped_values_are_the_equations() {
+        let Some(gpu) = gpu() else { return };
+        let x: Vec<f32> = rand_vec(1000, 6).iter().map(|v| v * 80.0).collect();
+        let dx = gpu.upload(&x).unwrap();
+        softcap(gpu, &dx, 30.0).unwrap();
+        let got = gpu.read(&dx).unwrap();
+        for (g, v) in got.iter().zip(&x) {
+            let want = 30.0 * (f64::from(*v) / 30.0).tanh();
+            assert!(
+                (f64::from(*g) - want).abs() <= 1e-5 * 30.0,
+                "{v}: {g} vs {want}"
+            );
+        }
+        assert!(softcap(gpu, &dx, 0.0).is_err());
     }
 
     #[test]

@@ -154,6 +154,19 @@ pub(crate) fn attention_ref(
     shape: AttnShape,
     mask: AttnMask,
 ) -> Vec<f64> {
+    attention_ref_capped(q, k, v, shape, mask, None)
+}
+
+/// [`attention_ref`] with the scaled scores soft-capped, `c · tanh(s / c)`.
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) fn attention_ref_capped(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    shape: AttnShape,
+    mask: AttnMask,
+    softcap: Option<f64>,
+) -> Vec<f64> {
     let AttnShape {
         q_len,
         kv_len,
@@ -181,7 +194,8 @@ pub(crate) fn attention_ref(
                         .zip(krow)
                         .map(|(&a, &b)| a as f64 * b as f64)
                         .sum();
-                    dot * mask.scale as f64
+                    let s = dot * mask.scale as f64;
+                    softcap.map_or(s, |c| c * (s / c).tanh())
                 })
                 .collect();
             let m = scores.iter().fold(f64::NEG_INFINITY, |m, &s| m.max(s));

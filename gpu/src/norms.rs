@@ -100,6 +100,68 @@ impl Norm<'_> {
     }
 }
 
+const HEAD_NORM: Kernel = Kernel {
+    name: "head_norm",
+    source: include_str!("shaders/head_norm.wgsl"),
+};
+
+/// Records the RMSNorm of each query and key head inside the Q‖K‖V rows of `qkv`
+/// `[rows, (n_q + n_k + n_v) · d]`, in place: the `n_q` query heads with `q_gain`, then the
+/// `n_k` key heads with `k_gain` (each `[d]`); the value heads after them are left alone.
+#[allow(clippy::too_many_arguments)]
+pub fn head_norm(
+    gpu: &Gpu,
+    qkv: &GpuBuffer<f32>,
+    width: usize,
+    (n_q, n_k): (usize, usize),
+    q_gain: &GpuBuffer<f32>,
+    k_gain: &GpuBuffer<f32>,
+    eps: f32,
+) -> Result<(), GpuError> {
+    let d = q_gain.len();
+    let heads = n_q + n_k;
+    if d == 0
+        || k_gain.len() != d
+        || width < heads * d
+        || width == 0
+        || !qkv.len().is_multiple_of(width)
+    {
+        return Err(GpuError::Shape {
+            op: "head_norm",
+            problem: format!(
+                "{} values in rows of {width} for {n_q} + {n_k} heads of gains {} and {}",
+                qkv.len(),
+                q_gain.len(),
+                k_gain.len()
+            ),
+        });
+    }
+    let total = qkv.len() / width * heads;
+    let total = u32::try_from(total).map_err(|_| GpuError::Shape {
+        op: "head_norm",
+        problem: format!("{total} heads exceed u32"),
+    })?;
+    if total == 0 {
+        return Ok(());
+    }
+    let words = [
+        total,
+        heads as u32,
+        n_q as u32,
+        width as u32,
+        d as u32,
+        eps.to_bits(),
+    ];
+    gpu.record(
+        HEAD_NORM,
+        &[],
+        bytemuck::cast_slice(&words),
+        &[&q_gain.raw, &k_gain.raw, &qkv.raw],
+        gpu.grid(total.div_ceil(64)),
+    );
+    Ok(())
+}
+
 /// Records `y = norm(x)` for every row of `x` `[rows, d]` into `y` `[rows, d]`.
 pub fn norm(
     gpu: &Gpu,
@@ -339,5 +401,39 @@ mod tests {
         };
         let e = add_norm(gpu, &layer, &y, &y, &y).unwrap_err().to_string();
         assert!(e.contains("a bias of 3 for a gain of 4"), "{e}");
+    }
+
+    #[test]
+    fn head_norms_normalise_query_and_key_heads_only() {
+        let Some(gpu) = gpu() else { return };
+        for (rows, n_q, n_k, n_v, d) in [
+            (1usize, 2usize, 1usize, 1usize, 8usize),
+            (5, 6, 2, 2, 64),
+            (3, 4, 4, 4, 33),
+        ] {
+            let width = (n_q + n_k + n_v) * d;
+            let x = rand_vec(rows * width, 31);
+            let (gq, gk) = (rand_vec(d, 32), rand_vec(d, 33));
+            let buf = gpu.upload(&x).unwrap();
+            let (dq, dk) = (gpu.upload(&gq).unwrap(), gpu.upload(&gk).unwrap());
+            head_norm(gpu, &buf, width, (n_q, n_k), &dq, &dk, 1e-6).unwrap();
+            let got = gpu.read(&buf).unwrap();
+            let mut want: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+            for r in 0..rows {
+                for h in 0..n_q + n_k {
+                    let seg = &mut want[r * width + h * d..][..d];
+                    let ms = seg.iter().map(|v| v * v).sum::<f64>() / d as f64;
+                    let inv = 1.0 / (ms + 1e-6).sqrt();
+                    let g = if h < n_q { &gq } else { &gk };
+                    for (v, &gc) in seg.iter_mut().zip(g) {
+                        *v *= inv * f64::from(gc);
+                    }
+                }
+            }
+            assert_close(&got, &want, 1e-5, 1e-6, "head norm");
+        }
+        let buf = gpu.zeros::<f32>(10).unwrap();
+        let g = gpu.zeros::<f32>(4).unwrap();
+        assert!(head_norm(gpu, &buf, 10, (2, 1), &g, &g, 1e-6).is_err());
     }
 }

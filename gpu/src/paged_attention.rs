@@ -83,6 +83,16 @@ impl DecodeScratch {
     }
 }
 
+/// How a query's scores are formed and which keys it sees: `s = scale · q · k`, then
+/// `c · tanh(s / c)` with a soft cap `c` (Gemma 2); with a sliding window `w` only the last
+/// `w` keys of the context (the query is at position `ctx − 1`: keys `ctx − w .. ctx`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Scores {
+    pub scale: f32,
+    pub window: Option<usize>,
+    pub softcap: Option<f32>,
+}
+
 /// Records paged decode attention for one query row per sequence (see the module's
 /// equations): `q` and `o` `[seqs, n_heads, d_head]` (two buffers), `ctx_lens` `[seqs]`. One
 /// dispatch when one partition of `scratch` covers `max_blocks · block_size` keys, two
@@ -99,8 +109,31 @@ pub fn paged_attention(
     scale: f32,
     scratch: &DecodeScratch,
 ) -> Result<(), GpuError> {
+    let scores = Scores {
+        scale,
+        window: None,
+        softcap: None,
+    };
     paged_attention_passes(
-        gpu, q, cache, table, ctx_lens, o, n_heads, scale, scratch, true,
+        gpu, q, cache, table, ctx_lens, o, n_heads, scores, scratch, true,
+    )
+}
+
+/// [`paged_attention`] with a sliding window and a soft cap of the scores ([`Scores`]).
+#[allow(clippy::too_many_arguments)]
+pub fn paged_attention_scored(
+    gpu: &Gpu,
+    q: &GpuBuffer<f32>,
+    cache: PagedCache<'_>,
+    table: BlockTable<'_>,
+    ctx_lens: &GpuBuffer<u32>,
+    o: &GpuBuffer<f32>,
+    n_heads: usize,
+    scores: Scores,
+    scratch: &DecodeScratch,
+) -> Result<(), GpuError> {
+    paged_attention_passes(
+        gpu, q, cache, table, ctx_lens, o, n_heads, scores, scratch, true,
     )
 }
 
@@ -115,11 +148,23 @@ pub(crate) fn paged_attention_passes(
     ctx_lens: &GpuBuffer<u32>,
     o: &GpuBuffer<f32>,
     n_heads: usize,
-    scale: f32,
+    scores: Scores,
     scratch: &DecodeScratch,
     single_pass: bool,
 ) -> Result<(), GpuError> {
     let op = "paged_attention";
+    let Scores {
+        scale,
+        window,
+        softcap,
+    } = scores;
+    if window == Some(0) || softcap.is_some_and(|c| !(c > 0.0 && c.is_finite())) {
+        return Err(GpuError::Shape {
+            op,
+            problem: format!("a window of {window:?} keys or a soft cap of {softcap:?}"),
+        });
+    }
+    let window = u32::try_from(window.unwrap_or(0)).unwrap_or(u32::MAX);
     let d = cache.d_head;
     check_heads(op, n_heads, cache.n_kv_heads, d)?;
     cache.check(op)?;
@@ -176,8 +221,8 @@ pub(crate) fn paged_attention_passes(
         head_tiles as u32,
         (256 / gt.next_power_of_two()) as u32,
         direct as u32,
-        0,
-        0,
+        window,
+        softcap.unwrap_or(0.0).to_bits(),
         0,
     ];
     let groups = seqs * cache.n_kv_heads * head_tiles * parts;
@@ -214,7 +259,7 @@ pub(crate) fn paged_attention_passes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flash_attention::{attention_ref, AttnMask, AttnShape};
+    use crate::flash_attention::{attention_ref, attention_ref_capped, AttnMask, AttnShape};
     use crate::testing::{assert_close, gpu, rand_vec};
 
     /// Block ids 0..n in a seeded shuffled order.
@@ -238,6 +283,9 @@ mod tests {
         /// Fill the cache with [`kv_write`], recorded with the attention in one submission,
         /// rather than uploading it built on the host.
         via_kv_write: bool,
+        /// A sliding window and a soft cap of the scores.
+        window: Option<usize>,
+        softcap: Option<f32>,
     }
 
     /// Builds the paged cache from contiguous per-sequence keys and values, runs the kernels
@@ -312,7 +360,13 @@ mod tests {
         let scale = 1.0 / (c.d as f32).sqrt();
         let scratch =
             DecodeScratch::new(gpu, seqs, c.n_heads, c.d, max_blocks * c.bs, c.partition).unwrap();
-        paged_attention(gpu, &dq, cache, bt, &dctx, &o, c.n_heads, scale, &scratch).unwrap();
+        let scores = Scores {
+            scale,
+            window: c.window,
+            softcap: c.softcap,
+        };
+        paged_attention_scored(gpu, &dq, cache, bt, &dctx, &o, c.n_heads, scores, &scratch)
+            .unwrap();
         let got = gpu.read(&o).unwrap();
         let qrow = c.n_heads * c.d;
         for (s, (k, v)) in per_seq.iter().enumerate() {
@@ -323,13 +377,15 @@ mod tests {
                 n_kv_heads: c.n_kv,
                 d_head: c.d,
             };
+            // The query at position ctx − 1 sees the keys of the window ending there.
             let mask = AttnMask {
                 scale,
-                causal: false,
-                past: 0,
-                window: None,
+                causal: true,
+                past: c.ctx[s].saturating_sub(1),
+                window: c.window,
             };
-            let want = attention_ref(&q[s * qrow..][..qrow], k, v, shape, mask);
+            let softcap = c.softcap.map(f64::from);
+            let want = attention_ref_capped(&q[s * qrow..][..qrow], k, v, shape, mask, softcap);
             let what = format!("sequence {s} of {:?}", c.ctx);
             assert_close(&got[s * qrow..][..qrow], &want, 1e-4, 1e-5, &what);
         }
@@ -349,6 +405,8 @@ mod tests {
             bs: 16,
             partition: DEFAULT_PARTITION,
             via_kv_write: false,
+            window: None,
+            softcap: None,
         };
         run(c, 1);
     }
@@ -367,6 +425,8 @@ mod tests {
             bs: 32,
             partition: 64,
             via_kv_write: true,
+            window: None,
+            softcap: None,
         };
         run(c, 2);
         let c = Case {
@@ -377,6 +437,8 @@ mod tests {
             bs: 8,
             partition: 100,
             via_kv_write: false,
+            window: None,
+            softcap: None,
         };
         run(c, 3);
         let c = Case {
@@ -387,8 +449,35 @@ mod tests {
             bs: 4,
             partition: 1024,
             via_kv_write: true,
+            window: None,
+            softcap: None,
         };
         run(c, 4);
+    }
+
+    #[test]
+    fn sliding_windows_and_soft_caps_of_the_scores() {
+        if gpu().is_none() {
+            return;
+        }
+        // Windows shorter and longer than a context, ending inside and across blocks and
+        // partitions (whole partitions before the window are skipped), with a soft cap.
+        for (window, softcap, partition) in
+            [(5, None, 64), (100, Some(2.5), 64), (1, Some(0.5), 1024)]
+        {
+            let c = Case {
+                ctx: vec![1, 4, 17, 70, 300],
+                n_heads: 4,
+                n_kv: 2,
+                d: 32,
+                bs: 8,
+                partition,
+                via_kv_write: false,
+                window: Some(window),
+                softcap,
+            };
+            run(c, 7);
+        }
     }
 
     #[test]
@@ -405,6 +494,8 @@ mod tests {
             bs: 16,
             partition: 128,
             via_kv_write: false,
+            window: None,
+            softcap: None,
         };
         run(c, 5);
         // Groups of 3: a tile that is not a power of two.
@@ -416,6 +507,8 @@ mod tests {
             bs: 8,
             partition: DEFAULT_PARTITION,
             via_kv_write: false,
+            window: None,
+            softcap: None,
         };
         run(c, 6);
     }
@@ -573,8 +666,13 @@ mod tests {
             let scale = 0.3;
             let out = |single: bool| {
                 let o = gpu.upload(&vec![f32::NAN; q.len()]).unwrap();
+                let scores = Scores {
+                    scale,
+                    window: None,
+                    softcap: None,
+                };
                 paged_attention_passes(
-                    gpu, &dq, cache, bt, &dl, &o, n_heads, scale, &scratch, single,
+                    gpu, &dq, cache, bt, &dl, &o, n_heads, scores, &scratch, single,
                 )
                 .unwrap();
                 gpu.read(&o).unwrap()

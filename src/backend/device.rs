@@ -123,6 +123,16 @@ pub struct StepRows<'a, D: Device + ?Sized> {
     pub tokens: usize,
 }
 
+/// How attention forms a query's scores and which keys it sees: `s = scale · q · k`, soft-capped
+/// `c · tanh(s / c)` when `softcap` is set (Gemma 2), over the last `window` keys of the
+/// context when set (sliding-window layers), else all of them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttnScores {
+    pub scale: f64,
+    pub window: Option<usize>,
+    pub softcap: Option<f64>,
+}
+
 /// One layer's keys and values in blocks of `block_size` positions, `[blocks, block_size,
 /// n_kv_heads, d_head]` each, on the device ([`Device::kv_blocks`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -233,8 +243,9 @@ pub trait Device {
         n_heads: usize,
         kv: &mut Self::Kv,
     ) -> Result<(), DeviceError>;
-    /// `o = softmax(q Kᵀ · scale) V` for each token over keys `0 .. ctx[i]` of its row
-    /// (`q`, `o` `[tokens, n_heads, d_head]`).
+    /// `o = softmax(S) V` for each token over the keys of its row it sees (`0 .. ctx[i]`, or
+    /// the window's last keys), `S` the scores of `scores` (`q`, `o` `[tokens, n_heads,
+    /// d_head]`).
     fn paged_attention(
         &self,
         q: &Self::Tensor,
@@ -242,8 +253,22 @@ pub trait Device {
         rows: &StepRows<'_, Self>,
         o: &mut Self::Tensor,
         n_heads: usize,
-        scale: f64,
+        scores: AttnScores,
     ) -> Result<(), DeviceError>;
+    /// The RMSNorm of each of the `n_q` query heads (gain `q_gain`) and `n_k` key heads
+    /// (`k_gain`) of every row of `qkv [rows, width]`, in place (query/key norms).
+    #[allow(clippy::too_many_arguments)]
+    fn head_norm(
+        &self,
+        qkv: &mut Self::Tensor,
+        width: usize,
+        heads: (usize, usize),
+        q_gain: &Self::Tensor,
+        k_gain: &Self::Tensor,
+        eps: f64,
+    ) -> Result<(), DeviceError>;
+    /// `x ← c · tanh(x / c)` (the logits' soft cap).
+    fn softcap(&self, x: &mut Self::Tensor, c: f64) -> Result<(), DeviceError>;
     /// `dst [rows.len(), width] = src[rows]`.
     fn copy_rows(
         &self,

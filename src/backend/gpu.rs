@@ -4,13 +4,17 @@
 //! kernel multiplies them (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K);
 //! other block types are dequantised to f32 at upload.
 
-use super::device::{Device, DeviceAct, DeviceError, KvShape, NormOf, StepRows, WeightSource};
+use super::device::{
+    AttnScores, Device, DeviceAct, DeviceError, KvShape, NormOf, StepRows, WeightSource,
+};
 use super::{Backend, GgmlType, Rope, RopeStyle, CPU};
 use std::borrow::Cow;
 use transformer_gpu::activations::{glu, Activation, GluInput};
 use transformer_gpu::kv_cache::{BlockTable, PagedCache};
-use transformer_gpu::norms::{add_norm, norm, Norm};
-use transformer_gpu::paged_attention::{paged_attention, DecodeScratch, MAX_PARTITION};
+use transformer_gpu::norms::{add_norm, head_norm, norm, Norm};
+use transformer_gpu::paged_attention::{
+    paged_attention_scored, DecodeScratch, Scores, MAX_PARTITION,
+};
 use transformer_gpu::products::{glu_product, stacked_product, StackedWeight, WeightFormat};
 use transformer_gpu::rope::{rope_kv_write, RopeFreqs, RopeLayout};
 use transformer_gpu::{elementwise, products, softmax, Gpu, GpuBuffer, GpuError};
@@ -279,7 +283,7 @@ impl Device for GpuDevice {
         rows: &StepRows<'_, Self>,
         o: &mut GpuBuffer<f32>,
         n_heads: usize,
-        scale: f64,
+        scores: AttnScores,
     ) -> Result<(), DeviceError> {
         // The kernel covers each table row's blocks: one partition (one pass) up to
         // MAX_PARTITION keys, split above.
@@ -289,18 +293,31 @@ impl Device for GpuDevice {
             DecodeScratch::new(&self.gpu, rows.tokens, n_heads, kv.shape.d_head, max_ctx, partition)
                 .map_err(err)?;
         let (cache, table) = paged(kv, rows);
-        paged_attention(
-            &self.gpu,
-            q,
-            cache,
-            table,
-            rows.ctx,
-            o,
-            n_heads,
-            scale as f32,
-            &scratch,
+        let scores = Scores {
+            scale: scores.scale as f32,
+            window: scores.window,
+            softcap: scores.softcap.map(|c| c as f32),
+        };
+        paged_attention_scored(
+            &self.gpu, q, cache, table, rows.ctx, o, n_heads, scores, &scratch,
         )
         .map_err(err)
+    }
+
+    fn head_norm(
+        &self,
+        qkv: &mut GpuBuffer<f32>,
+        width: usize,
+        heads: (usize, usize),
+        q_gain: &GpuBuffer<f32>,
+        k_gain: &GpuBuffer<f32>,
+        eps: f64,
+    ) -> Result<(), DeviceError> {
+        head_norm(&self.gpu, qkv, width, heads, q_gain, k_gain, eps as f32).map_err(err)
+    }
+
+    fn softcap(&self, x: &mut GpuBuffer<f32>, c: f64) -> Result<(), DeviceError> {
+        elementwise::softcap(&self.gpu, x, c as f32).map_err(err)
     }
 
     fn copy_rows(

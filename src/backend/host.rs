@@ -5,7 +5,9 @@
 //! device step (`crate::model::device_lm`) without a GPU; the model's own CPU path stays the
 //! fast one.
 
-use super::device::{Device, DeviceAct, DeviceError, KvShape, NormOf, StepRows, WeightSource};
+use super::device::{
+    AttnScores, Device, DeviceAct, DeviceError, KvShape, NormOf, StepRows, WeightSource,
+};
 use super::{Backend, GgmlType, PackedWeight, Rope, WeightRef, CPU};
 
 /// The host as a [`Device`].
@@ -362,7 +364,7 @@ impl Device for Host {
         rows: &StepRows<'_, Self>,
         o: &mut Vec<f32>,
         n_heads: usize,
-        scale: f64,
+        scores: AttnScores,
     ) -> Result<(), DeviceError> {
         let KvShape {
             block_size,
@@ -371,9 +373,15 @@ impl Device for Host {
             ..
         } = kv.shape;
         let group = n_heads / n_kv;
+        let AttnScores {
+            scale,
+            window,
+            softcap,
+        } = scores;
         for i in 0..rows.tokens {
             let table = &rows.table[rows.seq[i] as usize * rows.max_blocks..];
             let ctx = rows.ctx[i] as usize;
+            let first = window.map_or(0, |w| ctx.saturating_sub(w));
             let slot = |j: usize| table[j / block_size] as usize * block_size + j % block_size;
             for h in 0..n_heads {
                 let qh = &q[(i * n_heads + h) * d..(i * n_heads + h + 1) * d];
@@ -382,10 +390,12 @@ impl Device for Host {
                     let at = (slot(j) * n_kv + kvh) * d;
                     at..at + d
                 };
-                let scores: Vec<f64> = (0..ctx)
+                let scores: Vec<f64> = (first..ctx)
                     .map(|j| {
                         let k = &kv.k[key(j)];
-                        qh.iter().zip(k).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() * scale
+                        let s = qh.iter().zip(k).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>()
+                            * scale;
+                        softcap.map_or(s, |c| c * (s / c).tanh())
                     })
                     .collect();
                 let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -393,11 +403,42 @@ impl Device for Host {
                 let total: f64 = weights.iter().sum();
                 let out = &mut o[(i * n_heads + h) * d..(i * n_heads + h + 1) * d];
                 for (c, o) in out.iter_mut().enumerate() {
-                    let sum: f64 = (0..ctx).map(|j| weights[j] * kv.v[key(j)][c] as f64).sum();
+                    let sum: f64 = (first..ctx)
+                        .map(|j| weights[j - first] * kv.v[key(j)][c] as f64)
+                        .sum();
                     *o = (sum / total) as f32;
                 }
             }
         }
+        Ok(())
+    }
+
+    fn head_norm(
+        &self,
+        qkv: &mut Vec<f32>,
+        width: usize,
+        (n_q, n_k): (usize, usize),
+        q_gain: &Vec<f32>,
+        k_gain: &Vec<f32>,
+        eps: f64,
+    ) -> Result<(), DeviceError> {
+        let d = q_gain.len();
+        if d == 0 || width < (n_q + n_k) * d || !qkv.len().is_multiple_of(width.max(1)) {
+            return Err(shape(format!("head norms of {} values in rows of {width}", qkv.len())));
+        }
+        for row in qkv.chunks_exact_mut(width) {
+            for (h, head) in row[..(n_q + n_k) * d].chunks_exact_mut(d).enumerate() {
+                let x = head.to_vec();
+                let gain = if h < n_q { q_gain } else { k_gain };
+                CPU.rms_norm(head, &x, gain, d, eps);
+            }
+        }
+        Ok(())
+    }
+
+    fn softcap(&self, x: &mut Vec<f32>, c: f64) -> Result<(), DeviceError> {
+        let n = x.len();
+        CPU.softcap(x, n.max(1), c);
         Ok(())
     }
 

@@ -40,7 +40,9 @@ mod host;
 #[cfg(test)]
 mod seam_tests;
 
-pub use device::{Device, DeviceAct, DeviceError, KvShape, NormOf, StepRows, WeightSource};
+pub use device::{
+    AttnScores, Device, DeviceAct, DeviceError, KvShape, NormOf, StepRows, WeightSource,
+};
 #[cfg(feature = "gpu")]
 pub use gpu::GpuDevice;
 // The host device runs the device step in the tests (and for library users, `internals`).

@@ -20,14 +20,16 @@
 //! store into the key/value blocks, and the gated unit with its product.
 //!
 //! What a model needs that this step does not do yet is refused by name when it is built
-//! ([`DeviceLm::new`]): post-LN blocks, learned or sinusoidal positions, biases of a gated FFN, sliding windows, sparse or linear attention, query/key norms, post-norms, soft caps,
-//! head gates.
+//! ([`DeviceLm::new`]): post-LN blocks, learned or sinusoidal positions, biases of a gated FFN,
+//! sparse or linear attention, head gates.
 
 use super::config::{Activation, NormPlacement, Positions};
 use super::linear::Linear;
 use super::lm::LanguageModel;
 use super::norm::Norm;
-use crate::backend::{Device, DeviceAct, DeviceError, KvShape, NormOf, StepRows, WeightSource};
+use crate::backend::{
+    AttnScores, Device, DeviceAct, DeviceError, KvShape, NormOf, StepRows, WeightSource,
+};
 
 /// Positions per KV block.
 pub const BLOCK_SIZE: usize = 16;
@@ -108,8 +110,13 @@ struct DeviceBlock<D: Device> {
     out: D::Weight,
     out_bias: Option<D::Tensor>,
     rope: D::Rope,
-    /// The factor of the scores (`1/√d_k` unless the model says otherwise).
-    scale: f64,
+    /// The scores' factor (`1/√d_k` unless the model says otherwise), window and soft cap.
+    scores: AttnScores,
+    /// Query/key norms: the gains (offset included) and ε.
+    qk_norm: Option<(D::Tensor, D::Tensor, f64)>,
+    /// Norms of the attention's and the FFN's outputs before they are added (Gemma's).
+    attn_post_norm: Option<DeviceNorm<D>>,
+    ffn_post_norm: Option<DeviceNorm<D>>,
     n_heads: usize,
     ffn_norm: DeviceNorm<D>,
     ffn: DeviceFfn<D>,
@@ -131,6 +138,8 @@ pub struct DeviceLm<D: Device> {
     final_norm: DeviceNorm<D>,
     /// The head's own matrix; `None` when tied to the embedding table.
     head: Option<D::Weight>,
+    /// The logits' soft cap `c · tanh(z / c)` (Gemma 2).
+    logit_softcap: Option<f64>,
 }
 
 /// The rows a [`DeviceLm`] decodes: every layer's KV blocks on the device, and per row one
@@ -244,7 +253,33 @@ impl<D: Device> DeviceLm<D> {
                 out,
                 out_bias: bias(&device, &a.out_proj)?,
                 rope: device.rope_table(a.rope, &a.rope_freq_factors, a.d_head)?,
-                scale: a.scores.scale.unwrap_or(1.0 / (a.d_head as f64).sqrt()),
+                scores: AttnScores {
+                    scale: a.scores.scale.unwrap_or(1.0 / (a.d_head as f64).sqrt()),
+                    window: a.window,
+                    softcap: a.scores.softcap,
+                },
+                qk_norm: match (&a.q_norm, &a.k_norm) {
+                    (Some(q), Some(k)) => {
+                        let gain = |n: &super::norm::RmsNorm<f32>| -> Vec<f32> {
+                            let o = n.offset as f32;
+                            n.gain.value.data.iter().map(|g| g + o).collect()
+                        };
+                        Some((device.upload(&gain(q))?, device.upload(&gain(k))?, q.eps))
+                    }
+                    _ => None,
+                },
+                attn_post_norm: layer
+                    .self_attn_res
+                    .post_norm
+                    .as_ref()
+                    .map(|n| DeviceNorm::upload(&device, n))
+                    .transpose()?,
+                ffn_post_norm: layer
+                    .ffn_res
+                    .post_norm
+                    .as_ref()
+                    .map(|n| DeviceNorm::upload(&device, n))
+                    .transpose()?,
                 n_heads: a.n_heads,
                 ffn_norm: DeviceNorm::upload(&device, &layer.ffn_res.norm)?,
                 ffn,
@@ -273,6 +308,7 @@ impl<D: Device> DeviceLm<D> {
             blocks,
             final_norm,
             head,
+            logit_softcap: model.head.softcap,
             device,
         })
     }
@@ -383,6 +419,11 @@ impl<D: Device> DeviceLm<D> {
         let mut normed = d.zeros(n * dm)?;
         let mut y = d.zeros(n * dm)?;
         let mut o = d.zeros(n * dm)?;
+        let posts = self.blocks.iter().any(|b| b.attn_post_norm.is_some() || b.ffn_post_norm.is_some());
+        let mut post = match posts {
+            true => Some(d.zeros(n * dm)?),
+            false => None,
+        };
         let mut sized: Option<(usize, usize, Sized<D>)> = None;
         for (l, block) in self.blocks.iter().enumerate() {
             let norm = block.attn_norm.of();
@@ -409,11 +450,19 @@ impl<D: Device> DeviceLm<D> {
             if let Some(b) = &block.qkv_bias {
                 d.add_bias(&mut s.qkv, b)?;
             }
+            if let Some((gq, gk, eps)) = &block.qk_norm {
+                let width = (block.n_heads + 2 * self.n_kv_heads) * self.d_head;
+                d.head_norm(&mut s.qkv, width, (block.n_heads, self.n_kv_heads), gq, gk, *eps)?;
+            }
             d.rope_kv_write(&s.qkv, &mut s.q, &step_rows, &block.rope, block.n_heads, &mut state.kv[l])?;
-            d.paged_attention(&s.q, &state.kv[l], &step_rows, &mut s.att, block.n_heads, block.scale)?;
+            d.paged_attention(&s.q, &state.kv[l], &step_rows, &mut s.att, block.n_heads, block.scores)?;
             d.product(&mut o, &s.att, n, &block.out)?;
             if let Some(b) = &block.out_bias {
                 d.add_bias(&mut o, b)?;
+            }
+            if let (Some(norm), Some(p)) = (&block.attn_post_norm, post.as_mut()) {
+                d.norm(norm.of(), &o, p)?;
+                std::mem::swap(&mut o, p);
             }
             d.add_norm(block.ffn_norm.of(), &mut h, &o, &mut normed)?;
             match &block.ffn {
@@ -447,6 +496,10 @@ impl<D: Device> DeviceLm<D> {
                     }
                 }
             }
+            if let (Some(norm), Some(p)) = (&block.ffn_post_norm, post.as_mut()) {
+                d.norm(norm.of(), &y, p)?;
+                std::mem::swap(&mut y, p);
+            }
         }
         d.add_norm(self.final_norm.of(), &mut h, &y, &mut normed)?;
         let m = outputs.len();
@@ -454,6 +507,9 @@ impl<D: Device> DeviceLm<D> {
         d.copy_rows(&mut picked, &normed, outputs, dm)?;
         let mut logits = d.zeros(m * self.vocab)?;
         d.product(&mut logits, &picked, m, self.head.as_ref().unwrap_or(&self.embedding))?;
+        if let Some(c) = self.logit_softcap {
+            d.softcap(&mut logits, c)?;
+        }
         match want {
             Want::Logits => Ok(StepOut::Logits(d.read(&logits)?)),
             Want::Argmax => {
@@ -488,9 +544,6 @@ fn check<D: Device>(device: &D, model: &LanguageModel<f32>) -> Result<(), Device
     if c.positions != Positions::Rotary {
         return no(&format!("{:?} positions", c.positions).to_lowercase());
     }
-    if model.head.softcap.is_some() {
-        return no("a soft cap of the logits");
-    }
     if model.blocks.final_norm.is_none() {
         return no("a model without a final norm");
     }
@@ -501,23 +554,14 @@ fn check<D: Device>(device: &D, model: &LanguageModel<f32>) -> Result<(), Device
         if l.self_attn_res.placement != NormPlacement::PreLn || l.ffn_res.placement != NormPlacement::PreLn {
             return no(&at("post-LN blocks"));
         }
-        if l.self_attn_res.post_norm.is_some() || l.ffn_res.post_norm.is_some() {
-            return no(&at("post-norms"));
-        }
         if !a.rotary {
             return no(&at("attention without rotary positions"));
-        }
-        if a.window.is_some() {
-            return no(&at("a sliding window"));
         }
         if a.pattern.is_some() || a.linear {
             return no(&at("sparse or linear attention"));
         }
-        if a.scores.softcap.is_some() {
-            return no(&at("a soft cap of the scores"));
-        }
-        if a.q_norm.is_some() || a.k_norm.is_some() {
-            return no(&at("query/key norms"));
+        if a.q_norm.is_some() != a.k_norm.is_some() {
+            return no(&at("a query norm without a key norm, or the reverse"));
         }
         if !a.gates.is_empty() {
             return no(&at("head gates"));

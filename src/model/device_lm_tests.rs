@@ -20,6 +20,11 @@ const SHAPES: [Shape; 3] = [
 ];
 
 fn model(s: Shape, seed: u64) -> LanguageModel<f32> {
+    model_with(s, seed, |_| {})
+}
+
+/// [`model`] with `edit` applied to the config first.
+fn model_with(s: Shape, seed: u64, edit: impl FnOnce(&mut ModelConfig)) -> LanguageModel<f32> {
     let (d, heads, kv, d_ff, act, norm, style, tied) = s;
     let mut c = ModelConfig::preset("tiny", 37).unwrap();
     (c.d_model, c.n_heads, c.d_ff, c.max_len) = (d, heads, d_ff, 64);
@@ -29,6 +34,7 @@ fn model(s: Shape, seed: u64) -> LanguageModel<f32> {
     (c.normalization, c.bias, c.activation) = (norm, act == Activation::Relu, act);
     (c.n_kv_heads, c.rope_style, c.tie_embeddings) = (Some(kv), style, tied);
     c.rope_base = 500.0;
+    edit(&mut c);
     c.validate().unwrap();
     let mut rng = Rng::new(seed);
     let mut m = LanguageModel::<f32>::new(c, &mut rng);
@@ -125,6 +131,36 @@ fn ragged_rows_and_argmax_on_the_host_device() {
     assert_eq!(ids, want);
 }
 
+/// Sliding windows shorter than the prompt, soft caps of the scores and of the logits,
+/// query/key norms with a gain offset, and post-norms (Gemma's), through both devices.
+fn gemma_like(seed: u64) -> LanguageModel<f32> {
+    let mut m = model_with(SHAPES[0], seed, |c| {
+        (c.qk_norm, c.norm_weight_offset) = (true, 1.0);
+    });
+    m.blocks.layers[0].self_attn.window = Some(6);
+    m.blocks.layers[2].self_attn.window = Some(1);
+    m.blocks.layers[1].self_attn.scores.softcap = Some(0.7);
+    m.head.softcap = Some(4.0);
+    let mut rng = Rng::new(seed + 1);
+    for layer in &mut m.blocks.layers {
+        let mut post = layer.self_attn_res.norm.clone();
+        if let super::norm::Norm::Rms(n) = &mut post {
+            n.gain.value.data.iter_mut().for_each(|g| *g = rng.uniform_range(0.5, 1.5) as f32 - 1.0);
+        }
+        layer.self_attn_res.post_norm = Some(post.clone());
+        layer.ffn_res.post_norm = Some(post);
+    }
+    m.prepare_inference();
+    m
+}
+
+#[test]
+fn windows_soft_caps_qk_norms_and_post_norms_on_the_host_device() {
+    let m = gemma_like(40);
+    let lm = DeviceLm::new(Host, &m).unwrap();
+    assert_close(&device_logits(&lm, &PROMPT, &NEXT), &own_logits(&m, &PROMPT, &NEXT), 1e-5, "gemma-like");
+}
+
 #[test]
 fn bad_steps_and_unsupported_models_are_errors_naming_them() {
     let m = model(SHAPES[2], 4);
@@ -137,10 +173,10 @@ fn bad_steps_and_unsupported_models_are_errors_naming_them() {
     let e = lm.step(&mut state, &[1], &[1], &[0], Want::Argmax).unwrap_err().to_string();
     assert!(e.contains("row 1 of a state of 1"), "{e}");
 
-    let mut windowed = model(SHAPES[0], 5);
-    windowed.blocks.layers[1].self_attn.window = Some(4);
-    let e = DeviceLm::new(Host, &windowed).err().unwrap().to_string();
-    assert!(e.contains("--device cpu: layer 1: a sliding window"), "{e}");
+    let mut linear = model(SHAPES[0], 5);
+    linear.blocks.layers[1].self_attn.linear = true;
+    let e = DeviceLm::new(Host, &linear).err().unwrap().to_string();
+    assert!(e.contains("--device cpu: layer 1: sparse or linear attention"), "{e}");
     let mut post = model(SHAPES[0], 6);
     post.blocks.layers[2].ffn_res.placement = NormPlacement::PostLn;
     let e = DeviceLm::new(Host, &post).err().unwrap().to_string();
@@ -180,4 +216,9 @@ fn gpu_device_step_is_the_host_devices() {
         let want = host.step(&mut host_state, &[1], &[0], &[0], Want::Argmax).unwrap();
         assert_eq!(StepOut::Ids(ids), want, "{what}");
     }
+    let m = gemma_like(41);
+    let host = DeviceLm::new(Host, &m).unwrap();
+    let gpu = DeviceLm::new(GpuDevice::open(None).unwrap(), &m).unwrap();
+    let want = device_logits(&host, &PROMPT, &NEXT);
+    assert_close(&device_logits(&gpu, &PROMPT, &NEXT), &want, 1e-4, "gpu gemma-like");
 }

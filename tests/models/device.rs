@@ -5,9 +5,9 @@
 //!   --device gpu` loads it (blocks as stored): logits at every position of the three
 //!   reference sequences within 1e-3 (relative to the largest) of the CPU's f32 path on the
 //!   dequantised weights, and the same arg-max wherever the CPU's top-two margin exceeds 1e-2;
-//! - the families of `../shared/reference/families`: those the device step runs (Llama, Phi-3,
-//!   Qwen2, from the Hugging Face directory and the GGUF file) the same way, the others refused naming
-//!   what they need;
+//! - every family of `../shared/reference/families` (Llama, Phi-3, Qwen2, Qwen3, Mistral,
+//!   Gemma 2, Gemma 3: sliding windows, soft caps, query/key norms, post-norms), from the
+//!   Hugging Face directory and the GGUF file, the same way;
 //! - SmolLM2-135M Q4_1: the CPU's greedy ids (lavapipe takes seconds a token: a few tokens).
 
 use crate::families::{families_dir, load_gguf_file, load_hf};
@@ -125,43 +125,22 @@ fn every_quantisation_on_the_gpu_is_the_cpu_f32_path() {
 }
 
 #[test]
-fn families_run_on_the_gpu_or_are_refused_by_name() {
+fn every_family_on_the_gpu_is_the_cpu_f32_path() {
     let Some(dir) = families_dir() else { return };
     if gpu().is_none() {
         return;
     }
-    // What each family needs that the device step does not do yet.
-    let refused = [
-        ("gemma2", "a soft cap of the logits"),
-        ("gemma3", "post-norms"),
-        ("mistral", "a sliding window"),
-        ("qwen3", "query/key norms"),
-    ];
     for family in [
-        "llama", "phi3", "gemma2", "gemma3", "mistral", "qwen2", "qwen3",
+        "llama", "phi3", "qwen2", "qwen3", "mistral", "gemma2", "gemma3",
     ] {
         let hf = load_hf(&dir.join(family).join("hf"));
-        match refused.iter().find(|(f, _)| *f == family) {
-            Some((_, what)) => {
-                let e = DeviceLm::new(gpu().unwrap(), &hf)
-                    .err()
-                    .expect("refused")
-                    .to_string();
-                assert!(
-                    e.contains(what) && e.contains("--device gpu:0"),
-                    "{family}: {e}"
-                );
-            }
-            None => {
-                let seqs = sequences(&dir.join(family).join("reference-hf"));
-                let diff = compare(&hf, &hf, &seqs, family);
-                let gguf = dir.join(family).join(format!("{family}.f16.gguf"));
-                let m = load_gguf_file(&GgufFile::open(&gguf).unwrap(), GgufWeights::Blocks);
-                let f32 = load_gguf_file(&GgufFile::open(&gguf).unwrap(), GgufWeights::Dequantised);
-                let diff_gguf = compare(&m, &f32, &seqs, &format!("{family} gguf"));
-                eprintln!("{family}: GPU vs CPU max |Δ| {diff:.2e} (HF), {diff_gguf:.2e} (GGUF)");
-            }
-        }
+        let seqs = sequences(&dir.join(family).join("reference-hf"));
+        let diff = compare(&hf, &hf, &seqs, family);
+        let gguf = dir.join(family).join(format!("{family}.f16.gguf"));
+        let m = load_gguf_file(&GgufFile::open(&gguf).unwrap(), GgufWeights::Blocks);
+        let f32 = load_gguf_file(&GgufFile::open(&gguf).unwrap(), GgufWeights::Dequantised);
+        let diff_gguf = compare(&m, &f32, &seqs, &format!("{family} gguf"));
+        eprintln!("{family}: GPU vs CPU max |Δ| {diff:.2e} (HF), {diff_gguf:.2e} (GGUF)");
     }
 }
 

@@ -9,6 +9,8 @@
 // table[seq, j / bs] · bs + j % bs of k_cache, v_cache [num_blocks, bs, n_kv, d].
 // gt·d ≤ 1024, gt·part_len ≤ 2048, gt ≤ 8; `sub` = 256 / (gt rounded up to a power of two)
 // invocations reduce each head's scores.
+// With a sliding window w > 0 only the keys j ≥ ctx − w are seen (the query is at position
+// ctx − 1); with a soft cap c > 0 each scaled score becomes c · tanh(s / c) (Gemma 2).
 // Single pass (direct = 1, only with parts = 1: one partition covers every context): the
 // output itself, o[seq, h] = acc_h / l_h (0 for an empty context), with the arithmetic the
 // reduce pass would do on one partition (whose weight exp(m − m) is 1), and no partials.
@@ -16,7 +18,7 @@ struct Params {
     seqs: u32, n_heads: u32, n_kv: u32, d: u32,
     bs: u32, max_blocks: u32, parts: u32, part_len: u32,
     scale: f32, gt: u32, head_tiles: u32, sub: u32,
-    direct: u32, pad0: u32, pad1: u32, pad2: u32,
+    direct: u32, window: u32, softcap: f32, pad2: u32,
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
@@ -57,7 +59,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let pl = p.part_len;
     let ctx = ctx_lens[seq];
     let start = part * pl;
-    if (start >= ctx) {
+    // The first key seen: ctx − w with a window, else 0.
+    var lo = 0u;
+    if (p.window > 0u && ctx > p.window) {
+        lo = ctx - p.window;
+    }
+    if (start >= ctx || start + min(ctx - min(ctx, start), pl) <= lo) {
         if (p.direct != 0u) {
             for (var e = lid; e < nh * p.d; e += 256u) {
                 o[(seq * p.n_heads + h0) * p.d + e] = 0.0;
@@ -89,7 +96,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
         }
         for (var h = 0u; h < nh; h++) {
-            sc[h * pl + t] = s[h];
+            var sv = s[h];
+            if (p.softcap > 0.0) {
+                sv = p.softcap * tanh(sv / p.softcap);
+            }
+            if (start + t < lo) {
+                sv = NEG;
+            }
+            sc[h * pl + t] = sv;
         }
     }
     workgroupBarrier();
