@@ -277,6 +277,8 @@ pub trait Device {
         rows: &[usize],
         width: usize,
     ) -> Result<(), DeviceError>;
+    /// `y = log softmax(x)` per row of `x [rows, n]`.
+    fn log_softmax(&self, x: &Self::Tensor, y: &mut Self::Tensor, n: usize) -> Result<(), DeviceError>;
     /// `ids[r] = argmax_j x[r, j]` for `x [rows, n]` (the lowest index on ties).
     fn argmax(&self, x: &Self::Tensor, ids: &mut Self::Ids, n: usize) -> Result<(), DeviceError>;
 }

@@ -330,6 +330,15 @@ impl Device for GpuDevice {
         elementwise::copy_rows(&self.gpu, dst, src, rows, width).map_err(err)
     }
 
+    fn log_softmax(
+        &self,
+        x: &GpuBuffer<f32>,
+        y: &mut GpuBuffer<f32>,
+        n: usize,
+    ) -> Result<(), DeviceError> {
+        softmax::log_softmax(&self.gpu, x, y, n).map_err(err)
+    }
+
     fn argmax(
         &self,
         x: &GpuBuffer<f32>,

@@ -458,6 +458,15 @@ impl Device for Host {
         Ok(())
     }
 
+    fn log_softmax(&self, x: &Vec<f32>, y: &mut Vec<f32>, n: usize) -> Result<(), DeviceError> {
+        if n == 0 || y.len() != x.len() || !x.len().is_multiple_of(n) {
+            return Err(shape(format!("log-softmax of {} values in rows of {n}", x.len())));
+        }
+        y.copy_from_slice(x);
+        CPU.log_softmax_rows(y, n);
+        Ok(())
+    }
+
     fn argmax(&self, x: &Vec<f32>, ids: &mut Vec<u32>, n: usize) -> Result<(), DeviceError> {
         for (id, row) in ids.iter_mut().zip(x.chunks_exact(n)) {
             let mut best = 0;

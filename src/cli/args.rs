@@ -16,7 +16,7 @@ use anyhow::Result;
 use clap::Args;
 use std::path::Path;
 
-// `--device` of `generate` and `chat`.
+// `--device` of `generate`, `chat` and `perplexity`.
 #[derive(Args, Debug, Clone, Default)]
 pub struct DeviceArgs {
     /// Where the model runs: cpu, gpu (the first adapter, a discrete GPU when there is one) or

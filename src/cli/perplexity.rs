@@ -1,7 +1,10 @@
 //! `transformer perplexity`: loss per token, perplexity and bits per character of stdin under a
 //! language model written by `train-lm`.
 
-use super::args::{ContextArgs, PrecisionArgs, ThreadsArgs};
+use super::args::{ContextArgs, DeviceArgs, PrecisionArgs, ThreadsArgs};
+use crate::backend::GpuDevice;
+use crate::model::device_lm::DeviceLm;
+use crate::pipeline::device::{score_document_on_device, DeviceChoice};
 use crate::pipeline::generate::TextGenerator;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -30,11 +33,20 @@ pub struct PerplexityArgs {
     pub ctx_size: ContextArgs,
     #[command(flatten)]
     pub pool: ThreadsArgs,
+    #[command(flatten)]
+    pub device: DeviceArgs,
 }
 
 pub fn run(args: PerplexityArgs) -> Result<()> {
-    let mut generator =
-        TextGenerator::load_prepared(&args.model, args.weights.precision.model_precision())?;
+    let device = args.device.choice()?;
+    let precision = args.device.precision(
+        device,
+        &args.model,
+        args.weights.precision.model_precision(),
+        false,
+        &args.ctx_size.cache,
+    )?;
+    let mut generator = TextGenerator::load_prepared(&args.model, precision)?;
     args.ctx_size.apply(&mut generator.model)?;
     let mut bytes = Vec::new();
     std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut bytes)
@@ -62,7 +74,14 @@ pub fn run(args: PerplexityArgs) -> Result<()> {
     }
     // With --cache-type-k/-v (f32 included) the windows go through the key/value cache.
     let through_cache = args.ctx_size.cache.given();
-    let s = generator.perplexity_in_windows(&text, (window, stride, args.batch), through_cache)?;
+    let windows = (window, stride, args.batch);
+    let s = match device {
+        DeviceChoice::Cpu => generator.perplexity_in_windows(&text, windows, through_cache)?,
+        DeviceChoice::Gpu(index) => {
+            let lm = DeviceLm::new(GpuDevice::open(index)?, &generator.model)?;
+            score_document_on_device(&lm, &generator.tokenizer, &text, windows)?
+        }
+    };
     super::outln!(
         "tokens {} chars {} loss {:.4} nats/token perplexity {:.3} bits/char {:.4}",
         s.tokens,

@@ -93,12 +93,41 @@ fn score_windows(
     (context, stride, batch): (usize, usize, usize),
     through_cache: bool,
 ) -> LossStats {
+    let through_cache = through_cache || !model.kv_types().is_exact();
+    let shape = (context.min(model.max_len()), stride, batch);
+    let scored = score_windows_with(tokens, shape, model.config.vocab_size, |rows, len, inputs, targets| {
+        Ok::<_, std::convert::Infallible>(match through_cache {
+            // Each window fed at once into a fresh cache of the model's types: its attention
+            // reads the keys and values back from the cache, as stored (llama-perplexity's way).
+            true => {
+                let mut state = model.start(rows, len);
+                model.step(&mut state, inputs, &StepLayout::dense())
+            }
+            false => model.evaluate_with_logprobs(inputs, targets, rows).1,
+        })
+    });
+    match scored {
+        Ok(stats) => stats,
+        Err(e) => match e {},
+    }
+}
+
+/// The windows of [`score_stream`] over `tokens` (`context` already at most the model's),
+/// each group of `batch` windows scored by `logprobs(windows, len, inputs [windows · len],
+/// targets)`, which returns the log-probabilities `[windows · len, vocab]`: the model's own
+/// forward, or a device's step.
+pub fn score_windows_with<E>(
+    tokens: &[u32],
+    (context, stride, batch): (usize, usize, usize),
+    v: usize,
+    mut logprobs: impl FnMut(usize, usize, &[u32], &[u32]) -> Result<Vec<f32>, E>,
+) -> Result<LossStats, E> {
     let mut stats = LossStats::default();
     if tokens.len() < 2 {
-        return stats;
+        return Ok(stats);
     }
     let n_targets = tokens.len() - 1;
-    let len = context.min(model.max_len()).min(n_targets).max(1);
+    let len = context.min(n_targets).max(1);
     let stride = stride.clamp(1, len);
     // (window start, first scored row)
     let mut windows = Vec::new();
@@ -112,8 +141,6 @@ fn score_windows(
         }
         s = (s + stride).min(n_targets - len);
     }
-    let v = model.config.vocab_size;
-    let through_cache = through_cache || !model.kv_types().is_exact();
     for group in windows.chunks(batch.max(1)) {
         let mut inputs = Vec::with_capacity(group.len() * len);
         let mut targets = Vec::with_capacity(group.len() * len);
@@ -121,15 +148,7 @@ fn score_windows(
             inputs.extend_from_slice(&tokens[s..s + len]);
             targets.extend_from_slice(&tokens[s + 1..s + len + 1]);
         }
-        let logprobs = match through_cache {
-            // Each window fed at once into a fresh cache of the model's types: its attention
-            // reads the keys and values back from the cache, as stored (llama-perplexity's way).
-            true => {
-                let mut state = model.start(group.len(), len);
-                model.step(&mut state, &inputs, &StepLayout::dense())
-            }
-            false => model.evaluate_with_logprobs(&inputs, &targets, group.len()).1,
-        };
+        let logprobs = logprobs(group.len(), len, &inputs, &targets)?;
         for (w, &(_, first)) in group.iter().enumerate() {
             for r in first..len {
                 let row = w * len + r;
@@ -140,5 +159,5 @@ fn score_windows(
             }
         }
     }
-    stats
+    Ok(stats)
 }

@@ -171,6 +171,8 @@ impl<D: Device> DeviceLmState<D> {
 pub enum Want {
     /// The logits `[outputs, vocab]`, read back.
     Logits,
+    /// Their log-softmax `[outputs, vocab]`, computed on the device and read back (scoring).
+    LogProbs,
     /// The arg-max ids `[outputs]`, computed on the device (greedy decoding reads 4 bytes a row).
     Argmax,
 }
@@ -512,6 +514,11 @@ impl<D: Device> DeviceLm<D> {
         }
         match want {
             Want::Logits => Ok(StepOut::Logits(d.read(&logits)?)),
+            Want::LogProbs => {
+                let mut logprobs = d.zeros(m * self.vocab)?;
+                d.log_softmax(&logits, &mut logprobs, self.vocab)?;
+                Ok(StepOut::Logits(d.read(&logprobs)?))
+            }
             Want::Argmax => {
                 let mut ids = d.upload_ids(&vec![0; m])?;
                 d.argmax(&logits, &mut ids, self.vocab)?;

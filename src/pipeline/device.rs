@@ -4,9 +4,12 @@
 
 use crate::backend::{Device, DeviceError};
 use crate::decode::sample::{is_greedy, sample, SamplingOptions};
+use crate::decode::score::score_windows_with;
 use crate::error::{Error, Result};
 use crate::model::device_lm::{DeviceLm, StepOut, Want};
+use crate::pipeline::generate::TextScore;
 use crate::rng::Rng;
+use crate::text::decoder_tokenizer::DecoderTokenizer;
 
 /// Where a command runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -107,6 +110,44 @@ pub fn generate_on_device<D: Device, E: From<Error>>(
         }
         feed = vec![id];
     }
+}
+
+/// Scores `text` as one document on `lm`, as `score_document` does on the CPU: windows of
+/// `window` tokens (at most the model's context) every `stride` tokens, `batch` windows a step,
+/// each window a row of one state; the log-softmax is taken on the device.
+pub fn score_document_on_device<D: Device>(
+    lm: &DeviceLm<D>,
+    tokenizer: &DecoderTokenizer,
+    text: &str,
+    (window, stride, batch): (usize, usize, usize),
+) -> Result<TextScore> {
+    if window == 0 {
+        return Err(Error::Input("the scoring window must hold a token".into()));
+    }
+    let tokens = tokenizer.document(text)?;
+    let shape = (window.min(lm.max_len()), stride, batch);
+    let s = score_windows_with(
+        tokens.as_slice(),
+        shape,
+        lm.vocab_size(),
+        |rows, len, inputs, _| {
+            let mut state = lm.start(rows, len)?;
+            let row_of: Vec<usize> = (0..rows * len).map(|i| i / len).collect();
+            let all: Vec<usize> = (0..rows * len).collect();
+            match lm.step(&mut state, inputs, &row_of, &all, Want::LogProbs)? {
+                StepOut::Logits(l) => Ok::<_, DeviceError>(l),
+                StepOut::Ids(_) => unreachable!("log-probabilities asked"),
+            }
+        },
+    )?;
+    let chars = text.chars().count();
+    Ok(TextScore {
+        nats_per_token: s.nll(),
+        perplexity: s.nll().exp(),
+        bits_per_char: s.nll_sum / chars.max(1) as f64 / std::f64::consts::LN_2,
+        tokens: s.n_tokens,
+        chars,
+    })
 }
 
 #[cfg(test)]

@@ -175,3 +175,42 @@ fn smollm2_greedy_ids_on_the_gpu_are_the_cpus() {
     }
     assert_eq!(got, want);
 }
+
+/// `perplexity --device`: windows with a stride, several a step, each a row of one state, on
+/// the host device and the GPU, against the CPU's scoring of the same text.
+#[test]
+fn perplexity_on_a_device_is_the_cpus() {
+    use transformer::backend::Host;
+    use transformer::pipeline::device::score_document_on_device;
+    use transformer::pipeline::generate::TextGenerator;
+    let Some(dir) = families_dir() else { return };
+    let mut g = TextGenerator::load(&dir.join("llama").join("hf")).unwrap();
+    g.model.prepare_inference();
+    let text = "The quick brown fox jumps over the lazy dog. It was the best of times, it was \
+                the worst of times, it was the age of wisdom, it was the age of foolishness.";
+    let windows = (16, 6, 3);
+    let cpu = g.perplexity_in_windows(text, windows, false).unwrap();
+    let host = DeviceLm::new(Host, &g.model).unwrap();
+    let mut devices = vec![(
+        "host",
+        score_document_on_device(&host, &g.tokenizer, text, windows).unwrap(),
+    )];
+    if let Some(gpu) = gpu() {
+        let lm = DeviceLm::new(gpu, &g.model).unwrap();
+        devices.push((
+            "gpu",
+            score_document_on_device(&lm, &g.tokenizer, text, windows).unwrap(),
+        ));
+    }
+    assert!(cpu.tokens > 16, "{} tokens: several windows", cpu.tokens);
+    for (name, s) in devices {
+        assert_eq!((s.tokens, s.chars), (cpu.tokens, cpu.chars), "{name}");
+        let rel = (s.nats_per_token - cpu.nats_per_token).abs() / cpu.nats_per_token;
+        assert!(
+            rel < 1e-5,
+            "{name}: {} vs {} nats/token",
+            s.nats_per_token,
+            cpu.nats_per_token
+        );
+    }
+}
