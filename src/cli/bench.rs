@@ -105,6 +105,10 @@ pub struct BenchArgs {
     /// With --generate: the key/value cache types (see `generate --cache-type-k`).
     #[command(flatten)]
     pub cache: super::args::CacheTypeArgs,
+    /// With --generate: where the model runs (see `generate --device`); on a GPU the JSON adds
+    /// the device's counters per step and its memory.
+    #[command(flatten)]
+    pub device: super::args::DeviceArgs,
     /// With --generate or --translate: the numbers the weights are multiplied in (see
     /// `generate --precision`). Training (the default, and --lm): f32 or bf16, as
     /// `train --precision`.
@@ -171,6 +175,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
     anyhow::ensure!(
         !args.json || args.generate.is_some() || args.bandwidth,
         "--json is for --generate and --bandwidth"
+    );
+    anyhow::ensure!(
+        args.device.device.is_none() || args.generate.is_some(),
+        "--device is for --generate (the other benchmarks run on the CPU)"
     );
     if args.bandwidth {
         return super::bench_bandwidth::bench_bandwidth(&args, threads);

@@ -10,8 +10,11 @@
 //! and llama.cpp on the same prompt ids.
 
 use super::bench::{median, peak_rss_mib, BenchArgs};
+use crate::backend::{Device, GpuDevice};
 use crate::decode::sample::argmax;
+use crate::model::device_lm::{DeviceLm, StepOut, Want};
 use crate::model::StepLayout;
+use crate::pipeline::device::DeviceChoice;
 use crate::pipeline::generate::TextGenerator;
 use anyhow::{Context, Result};
 use std::path::Path;
@@ -87,17 +90,59 @@ fn generate_once(
     (timing, ids)
 }
 
+/// [`generate_once`] on a device: the same steps, the arg-max taken there (4 bytes read back a
+/// token).
+fn generate_once_on<D: Device>(
+    lm: &DeviceLm<D>,
+    prompt: &[u32],
+    new_tokens: usize,
+) -> Result<(Timing, Vec<u32>)> {
+    let mut state = lm.start(1, prompt.len() + new_tokens + 1)?;
+    let next = |feed: &[u32], state: &mut _| -> Result<u32> {
+        let rows = vec![0; feed.len()];
+        match lm.step(state, feed, &rows, &[feed.len() - 1], Want::Argmax)? {
+            StepOut::Ids(ids) => Ok(ids[0]),
+            StepOut::Logits(_) => unreachable!("ids asked"),
+        }
+    };
+    let (t0, c0) = (Instant::now(), cpu_seconds());
+    let mut token = next(prompt, &mut state)?;
+    let (t1, c1) = (Instant::now(), cpu_seconds());
+    let mut ids = vec![token];
+    for _ in 0..new_tokens {
+        token = next(&[token], &mut state)?;
+        ids.push(token);
+    }
+    let (t2, c2) = (Instant::now(), cpu_seconds());
+    let secs = |a: Instant, b: Instant| (b - a).as_secs_f64();
+    let timing = Timing {
+        prefill: secs(t0, t1),
+        decode: secs(t1, t2),
+        prefill_cpu: c1 - c0,
+        decode_cpu: c2 - c1,
+    };
+    Ok((timing, ids))
+}
+
 pub fn bench_generate(args: &BenchArgs, path: &Path, threads: usize) -> Result<()> {
     anyhow::ensure!(
         args.steps > 0 && args.new_tokens > 0 && args.new_tokens <= MAX_TOKENS,
         "--steps must be positive and --new-tokens in 1..={MAX_TOKENS}"
     );
+    let device = args.device.choice()?;
+    let precision = args.device.precision(
+        device,
+        path,
+        args.precision.model_precision(),
+        false,
+        &args.cache,
+    )?;
     let t0 = Instant::now();
     let TextGenerator {
         mut model,
         tokenizer,
         ..
-    } = TextGenerator::load_prepared(path, args.precision.model_precision())?;
+    } = TextGenerator::load_prepared(path, precision)?;
     // Counted on a shapes-only twin: a mutable visit of the model itself would drop its
     // transposed and packed copies.
     let n_params = crate::model::param::count_params(&mut crate::model::LanguageModel::<f32>::new(
@@ -107,6 +152,11 @@ pub fn bench_generate(args: &BenchArgs, path: &Path, threads: usize) -> Result<(
     .unwrap_or(0);
     model.prepare_inference();
     args.cache.apply(&mut model)?;
+    let on_gpu = match device {
+        DeviceChoice::Cpu => None,
+        DeviceChoice::Gpu(index) => Some(DeviceLm::new(GpuDevice::open(index)?, &model)?),
+    };
+    let weight_bytes = on_gpu.as_ref().map(|lm| lm.device.gpu.allocated_bytes());
     let load_secs = t0.elapsed().as_secs_f64();
     let prompt = match &args.prompt_ids {
         Some(file) => read_ids(file)?,
@@ -143,7 +193,13 @@ pub fn bench_generate(args: &BenchArgs, path: &Path, threads: usize) -> Result<(
     let (mut prefill_cpu, mut decode_cpu) = (Vec::new(), Vec::new());
     let mut ids = Vec::new();
     for i in 0..args.warmup_steps + args.steps {
-        let (t, new) = generate_once(&model, &prompt, args.new_tokens);
+        if let Some(lm) = &on_gpu {
+            lm.device.gpu.counters().reset();
+        }
+        let (t, new) = match &on_gpu {
+            Some(lm) => generate_once_on(lm, &prompt, args.new_tokens)?,
+            None => generate_once(&model, &prompt, args.new_tokens),
+        };
         let (p, d) = (
             prompt.len() as f64 / t.prefill,
             args.new_tokens as f64 / t.decode,
@@ -161,7 +217,7 @@ pub fn bench_generate(args: &BenchArgs, path: &Path, threads: usize) -> Result<(
     }
     let peak = peak_rss_mib();
     if args.json {
-        let json = serde_json::json!({
+        let mut json = serde_json::json!({
             "impl": "ours",
             "version": format!("transformer {}", env!("CARGO_PKG_VERSION")),
             "threads": threads,
@@ -173,10 +229,28 @@ pub fn bench_generate(args: &BenchArgs, path: &Path, threads: usize) -> Result<(
             "decode_cpu_s": decode_cpu,
             "new_ids": ids,
             "peak_rss_mib": peak,
+            "device": on_gpu.as_ref().map_or("cpu".to_string(), |lm| lm.device.name()),
             "kv_types": model.kv_types().to_string(),
             "kv_bytes_per_token": model.kv_bytes_per_position(),
             "load_s": load_secs,
         });
+        if let (Some(lm), Some(weights)) = (&on_gpu, weight_bytes) {
+            // The last repetition's counters: 1 + new_tokens steps.
+            let c = lm.device.gpu.counters().get();
+            let steps = (args.new_tokens + 1) as u64;
+            json["gpu"] = serde_json::json!({
+                "adapter": lm.device.gpu.label(),
+                "weight_bytes": weights,
+                "file_bytes": std::fs::metadata(path).map(|m| m.len()).ok().filter(|_| path.is_file()),
+                "kv_bytes_per_token": lm.kv_bytes_per_position(),
+                "steps": steps,
+                "submissions_per_step": c.submissions as f64 / steps as f64,
+                "dispatches_per_step": c.dispatches as f64 / steps as f64,
+                "dispatches_per_layer": lm.dispatches_per_layer(),
+                "bytes_up_per_step": c.bytes_up as f64 / steps as f64,
+                "bytes_down_per_step": c.bytes_down as f64 / steps as f64,
+            });
+        }
         super::outln!("{json}")?;
         return Ok(());
     }

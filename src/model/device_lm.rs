@@ -320,6 +320,34 @@ impl<D: Device> DeviceLm<D> {
         self.vocab
     }
 
+    /// Bytes of keys and values a position takes in device memory (every layer, f32).
+    pub fn kv_bytes_per_position(&self) -> usize {
+        2 * self.blocks.len() * self.n_kv_heads * self.d_head * 4
+    }
+
+    /// Dispatches of a decoder layer's step on a device that records one per operation: the
+    /// (add +) norm, Q‖K‖V, RoPE + KV store, attention, W_o, add + norm, the FFN's products
+    /// (gated: 2; plain: 3 with the activation), and one more for each bias, query/key norm
+    /// and post-norm of the layer (layer 0's; a GPU's stacked products of mixed formats and
+    /// split attention add to it).
+    pub fn dispatches_per_layer(&self) -> usize {
+        let b = &self.blocks[0];
+        let ffn = match &b.ffn {
+            DeviceFfn::Gated { down_bias, .. } => 2 + down_bias.is_some() as usize,
+            DeviceFfn::Plain {
+                up_bias, down_bias, ..
+            } => 3 + up_bias.is_some() as usize + down_bias.is_some() as usize,
+        };
+        let extra = [
+            b.qkv_bias.is_some(),
+            b.out_bias.is_some(),
+            b.qk_norm.is_some(),
+            b.attn_post_norm.is_some(),
+            b.ffn_post_norm.is_some(),
+        ];
+        6 + ffn + extra.iter().filter(|&&x| x).count()
+    }
+
     /// The longest sequence the model takes.
     pub fn max_len(&self) -> usize {
         self.max_len

@@ -86,6 +86,15 @@ fn bad_device_choices_are_errors_naming_them() {
         assert!(!stderr.contains("panicked"), "{stderr}");
         stderr
     };
+    let out = Command::new(env!("CARGO_BIN_EXE_transformer"))
+        .args(["bench", "--device", "gpu", "--steps", "1"])
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && e.contains("--device is for --generate"),
+        "{e}"
+    );
     let e = run(&["--device", "cuda"], &[]);
     assert!(
         e.contains(r#"unknown device "cuda": cpu, gpu or gpu:N"#),
