@@ -177,10 +177,11 @@ pub trait Device {
     fn weight(&self, what: &str, parts: &[WeightSource<'_>]) -> Result<Self::Weight, DeviceError>;
     /// Empty KV blocks of `shape`.
     fn kv_blocks(&self, shape: KvShape) -> Result<Self::Kv, DeviceError>;
-    /// The rotary frequencies `θᵢ = base^(−2i/d_head) / fᵢ` and the factor of `rope`.
+    /// The rotary frequencies `θᵢ = base^(−2i/d_head) / fᵢ` and the factor of `rope`; `None`:
+    /// no rotation (a layer without rotary positions: keys and values stored as they are).
     fn rope_table(
         &self,
-        rope: Rope,
+        rope: Option<Rope>,
         freq_factors: &[f64],
         d_head: usize,
     ) -> Result<Self::Rope, DeviceError>;
@@ -194,6 +195,8 @@ pub trait Device {
         ids: &Self::Ids,
         table: &Self::Weight,
     ) -> Result<(), DeviceError>;
+    /// `y = a + b`, element by element.
+    fn add(&self, y: &mut Self::Tensor, a: &Self::Tensor, b: &Self::Tensor) -> Result<(), DeviceError>;
     /// `y[r, :] += b` for every row of `y [rows, b.len()]` (a linear layer's bias).
     fn add_bias(&self, y: &mut Self::Tensor, b: &Self::Tensor) -> Result<(), DeviceError>;
     /// `x ← s · x` (the token embedding's factor).

@@ -157,10 +157,18 @@ impl Device for GpuDevice {
 
     fn rope_table(
         &self,
-        rope: Rope,
+        rope: Option<Rope>,
         freq_factors: &[f64],
         d_head: usize,
     ) -> Result<GpuRope, DeviceError> {
+        let Some(rope) = rope else {
+            // No rotation: every angle 0 (cos 1, sin 0), so keys are stored as they are.
+            let freqs = RopeFreqs::new(&self.gpu, &vec![0.0; (d_head / 2).max(1)]).map_err(err)?;
+            return Ok(GpuRope {
+                freqs,
+                layout: RopeLayout::HalfSplit,
+            });
+        };
         // θᵢ = base^(−2i/d_head) / fᵢ, as the CPU kernel computes it.
         let inv_freq: Vec<f64> = (0..d_head / 2)
             .map(|i| {
@@ -188,6 +196,15 @@ impl Device for GpuDevice {
             DeviceError::Device("an embedding table stacked from several matrices".into())
         })?;
         products::gather_rows(&self.gpu, out, ids, t).map_err(err)
+    }
+
+    fn add(
+        &self,
+        y: &mut GpuBuffer<f32>,
+        a: &GpuBuffer<f32>,
+        b: &GpuBuffer<f32>,
+    ) -> Result<(), DeviceError> {
+        elementwise::add(&self.gpu, y, a, b).map_err(err)
     }
 
     fn add_bias(&self, y: &mut GpuBuffer<f32>, b: &GpuBuffer<f32>) -> Result<(), DeviceError> {

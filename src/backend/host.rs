@@ -106,7 +106,7 @@ impl Device for Host {
     type Ids = Vec<u32>;
     type Weight = HostWeight;
     type Kv = HostKv;
-    type Rope = (Rope, Vec<f64>);
+    type Rope = (Option<Rope>, Vec<f64>);
 
     fn name(&self) -> String {
         "cpu".into()
@@ -179,10 +179,10 @@ impl Device for Host {
 
     fn rope_table(
         &self,
-        rope: Rope,
+        rope: Option<Rope>,
         freq_factors: &[f64],
         _d_head: usize,
-    ) -> Result<(Rope, Vec<f64>), DeviceError> {
+    ) -> Result<(Option<Rope>, Vec<f64>), DeviceError> {
         Ok((rope, freq_factors.to_vec()))
     }
 
@@ -207,6 +207,15 @@ impl Device for Host {
                 Part::Packed(_) => return Err(shape("a packed table has no rows to gather".into())),
             }
         }
+        Ok(())
+    }
+
+    fn add(&self, y: &mut Vec<f32>, a: &Vec<f32>, b: &Vec<f32>) -> Result<(), DeviceError> {
+        if a.len() != y.len() || b.len() != y.len() {
+            return Err(shape(format!("{} + {} into {}", a.len(), b.len(), y.len())));
+        }
+        y.copy_from_slice(a);
+        CPU.add(y, b);
         Ok(())
     }
 
@@ -326,7 +335,7 @@ impl Device for Host {
         qkv: &Vec<f32>,
         q_out: &mut Vec<f32>,
         rows: &StepRows<'_, Self>,
-        (rope, factors): &(Rope, Vec<f64>),
+        (rope, factors): &(Option<Rope>, Vec<f64>),
         n_heads: usize,
         kv: &mut HostKv,
     ) -> Result<(), DeviceError> {
@@ -345,9 +354,11 @@ impl Device for Host {
             let t = &qkv[i * width..(i + 1) * width];
             let q = &mut q_out[i * n_heads * d..(i + 1) * n_heads * d];
             q.copy_from_slice(&t[..n_heads * d]);
-            CPU.rope(q, *rope, factors, 1, n_heads, (d, pos));
             let mut k = t[n_heads * d..(n_heads + n_kv) * d].to_vec();
-            CPU.rope(&mut k, *rope, factors, 1, n_kv, (d, pos));
+            if let Some(rope) = rope {
+                CPU.rope(q, *rope, factors, 1, n_heads, (d, pos));
+                CPU.rope(&mut k, *rope, factors, 1, n_kv, (d, pos));
+            }
             let table = &rows.table[rows.seq[i] as usize * rows.max_blocks..];
             let slot = table[pos / block_size] as usize * block_size + pos % block_size;
             let at = slot * n_kv * d;

@@ -15,13 +15,15 @@
 //! h ← h + FFN(Norm₂(h))                FFN(u) = (act(u W_gateᵀ) ⊙ u W_upᵀ) W_downᵀ
 //! ```
 //!
-//! then `logits = Norm(h) Eᵀ` (or the head's own matrix). The residual adds are fused with the
+//! then `logits = Norm(h) Eᵀ` (or the head's own matrix). The paper's post-LN blocks,
+//! `h ← Norm(h + Sublayer(h))` with no final norm, and positions added to the embeddings
+//! (learned rows as GPT-2's, or the sinusoids of section 3.5) run through the same calls. The residual adds are fused with the
 //! next norm ([`Device::add_norm`]), Q‖K‖V is one stacked product, RoPE is fused with the
 //! store into the key/value blocks, and the gated unit with its product.
 //!
 //! What a model needs that this step does not do yet is refused by name when it is built
-//! ([`DeviceLm::new`]): post-LN blocks, learned or sinusoidal positions, biases of a gated FFN,
-//! sparse or linear attention, head gates.
+//! ([`DeviceLm::new`]): biases of a gated FFN, sparse or linear attention, head gates, pre-LN
+//! and post-LN sublayers mixed.
 
 use super::config::{Activation, NormPlacement, Positions};
 use super::linear::Linear;
@@ -134,8 +136,14 @@ pub struct DeviceLm<D: Device> {
     embedding: D::Weight,
     /// The token embedding's factor (1, √d_model, or the config's).
     embedding_scale: f32,
+    /// The rows added to the embeddings at each position (learned or sinusoidal), `None`
+    /// with rotary positions.
+    positions: Option<D::Weight>,
+    /// Post-LN blocks (the paper's): `x ← Norm(x + Sublayer(x))`, no final norm.
+    post_ln: bool,
     blocks: Vec<DeviceBlock<D>>,
-    final_norm: DeviceNorm<D>,
+    /// Pre-LN's final norm.
+    final_norm: Option<DeviceNorm<D>>,
     /// The head's own matrix; `None` when tied to the embedding table.
     head: Option<D::Weight>,
     /// The logits' soft cap `c · tanh(z / c)` (Gemma 2).
@@ -254,7 +262,7 @@ impl<D: Device> DeviceLm<D> {
                 qkv_bias,
                 out,
                 out_bias: bias(&device, &a.out_proj)?,
-                rope: device.rope_table(a.rope, &a.rope_freq_factors, a.d_head)?,
+                rope: device.rope_table(a.rotary.then_some(a.rope), &a.rope_freq_factors, a.d_head)?,
                 scores: AttnScores {
                     scale: a.scores.scale.unwrap_or(1.0 / (a.d_head as f64).sqrt()),
                     window: a.window,
@@ -288,8 +296,26 @@ impl<D: Device> DeviceLm<D> {
                 d_ff: f.linear1.d_out,
             });
         }
-        let final_norm = model.blocks.final_norm.as_ref().expect("checked: pre-LN has a final norm");
-        let final_norm = DeviceNorm::upload(&device, final_norm)?;
+        let final_norm = match &model.blocks.final_norm {
+            Some(n) => Some(DeviceNorm::upload(&device, n)?),
+            None => None,
+        };
+        // Added positions (learned rows, or the sinusoids): a table of the run's context.
+        let positions = match model.embedding.position_table(model.max_len()) {
+            Some(rows) => Some(device.weight(
+                "embedding.positions",
+                &[WeightSource::Layer(crate::backend::WeightRef {
+                    w: &rows,
+                    d_in: model.config.d_model,
+                    d_out: model.max_len(),
+                    transposed: None,
+                    packed: None,
+                    bf16: None,
+                })],
+            )?),
+            None => None,
+        };
+        let post_ln = model.blocks.layers[0].self_attn_res.placement == NormPlacement::PostLn;
         let embedding = device.weight("embedding", &[model.embedding.table_source()])?;
         // A tied head multiplies the embedding table as uploaded (one copy in device memory).
         let head = match model.head.output_proj.is_some() {
@@ -307,6 +333,8 @@ impl<D: Device> DeviceLm<D> {
             max_len: model.max_len(),
             embedding,
             embedding_scale: model.embedding.token_scale() as f32,
+            positions,
+            post_ln,
             blocks,
             final_norm,
             head,
@@ -449,6 +477,13 @@ impl<D: Device> DeviceLm<D> {
         let mut normed = d.zeros(n * dm)?;
         let mut y = d.zeros(n * dm)?;
         let mut o = d.zeros(n * dm)?;
+        if let Some(table) = &self.positions {
+            // h ← h + P[pos] (o holds the sum, then becomes h).
+            let mut rows = d.zeros(n * dm)?;
+            d.gather(&mut rows, &pos, table)?;
+            d.add(&mut o, &h, &rows)?;
+            std::mem::swap(&mut h, &mut o);
+        }
         let posts = self.blocks.iter().any(|b| b.attn_post_norm.is_some() || b.ffn_post_norm.is_some());
         let mut post = match posts {
             true => Some(d.zeros(n * dm)?),
@@ -456,10 +491,14 @@ impl<D: Device> DeviceLm<D> {
         };
         let mut sized: Option<(usize, usize, Sized<D>)> = None;
         for (l, block) in self.blocks.iter().enumerate() {
-            let norm = block.attn_norm.of();
-            match l {
-                0 => d.norm(norm, &h, &mut normed)?,
-                _ => d.add_norm(norm, &mut h, &y, &mut normed)?,
+            // Pre-LN: the sublayer reads Norm(h) (the previous layer's output added first);
+            // post-LN: h itself, normed after each add below.
+            if !self.post_ln {
+                let norm = block.attn_norm.of();
+                match l {
+                    0 => d.norm(norm, &h, &mut normed)?,
+                    _ => d.add_norm(norm, &mut h, &y, &mut normed)?,
+                }
             }
             let key = (block.n_heads, block.d_ff);
             if sized.as_ref().map(|s| (s.0, s.1)) != Some(key) {
@@ -476,7 +515,8 @@ impl<D: Device> DeviceLm<D> {
                 ));
             }
             let s = &mut sized.as_mut().expect("just sized").2;
-            d.product(&mut s.qkv, &normed, n, &block.qkv)?;
+            let input = if self.post_ln { &h } else { &normed };
+            d.product(&mut s.qkv, input, n, &block.qkv)?;
             if let Some(b) = &block.qkv_bias {
                 d.add_bias(&mut s.qkv, b)?;
             }
@@ -494,7 +534,14 @@ impl<D: Device> DeviceLm<D> {
                 d.norm(norm.of(), &o, p)?;
                 std::mem::swap(&mut o, p);
             }
-            d.add_norm(block.ffn_norm.of(), &mut h, &o, &mut normed)?;
+            match self.post_ln {
+                true => {
+                    d.add_norm(block.attn_norm.of(), &mut h, &o, &mut normed)?;
+                    std::mem::swap(&mut h, &mut normed);
+                }
+                false => d.add_norm(block.ffn_norm.of(), &mut h, &o, &mut normed)?,
+            }
+            let input = if self.post_ln { &h } else { &normed };
             match &block.ffn {
                 DeviceFfn::Gated {
                     act,
@@ -502,7 +549,7 @@ impl<D: Device> DeviceLm<D> {
                     down,
                     down_bias,
                 } => {
-                    d.glu_product(*act, &mut s.f, &normed, n, gate_up)?;
+                    d.glu_product(*act, &mut s.f, input, n, gate_up)?;
                     d.product(&mut y, &s.f, n, down)?;
                     if let Some(b) = down_bias {
                         d.add_bias(&mut y, b)?;
@@ -515,7 +562,7 @@ impl<D: Device> DeviceLm<D> {
                     down,
                     down_bias,
                 } => {
-                    d.product(&mut s.f, &normed, n, up)?;
+                    d.product(&mut s.f, input, n, up)?;
                     if let Some(b) = up_bias {
                         d.add_bias(&mut s.f, b)?;
                     }
@@ -530,11 +577,22 @@ impl<D: Device> DeviceLm<D> {
                 d.norm(norm.of(), &y, p)?;
                 std::mem::swap(&mut y, p);
             }
+            if self.post_ln {
+                d.add_norm(block.ffn_norm.of(), &mut h, &y, &mut normed)?;
+                std::mem::swap(&mut h, &mut normed);
+            }
         }
-        d.add_norm(self.final_norm.of(), &mut h, &y, &mut normed)?;
+        // The last hidden states: pre-LN's final norm of h + y, or post-LN's h.
+        let hidden = match &self.final_norm {
+            Some(norm) if !self.post_ln => {
+                d.add_norm(norm.of(), &mut h, &y, &mut normed)?;
+                &normed
+            }
+            _ => &h,
+        };
         let m = outputs.len();
         let mut picked = d.zeros(m * dm)?;
-        d.copy_rows(&mut picked, &normed, outputs, dm)?;
+        d.copy_rows(&mut picked, hidden, outputs, dm)?;
         let mut logits = d.zeros(m * self.vocab)?;
         d.product(&mut logits, &picked, m, self.head.as_ref().unwrap_or(&self.embedding))?;
         if let Some(c) = self.logit_softcap {
@@ -569,28 +627,30 @@ fn check<D: Device>(device: &D, model: &LanguageModel<f32>) -> Result<(), Device
     let no = |what: &str| {
         Err(DeviceError::Unsupported {
             device: device.name(),
-            what: format!("{what} (the device step runs pre-norm rotary decoders; use --device cpu)"),
+            what: format!("{what} (not on a device yet: use --device cpu)"),
         })
     };
     let c = &model.config;
     if model.blocks.layers.is_empty() {
         return no("a model without layers");
     }
-    if c.positions != Positions::Rotary {
-        return no(&format!("{:?} positions", c.positions).to_lowercase());
+    let post_ln = model.blocks.layers[0].self_attn_res.placement == NormPlacement::PostLn;
+    if post_ln == model.blocks.final_norm.is_some() {
+        return no("pre-LN blocks without a final norm, or post-LN blocks with one");
     }
-    if model.blocks.final_norm.is_none() {
-        return no("a model without a final norm");
+    if c.positions == Positions::Learned && model.embedding.position_rows() == 0 {
+        return no("learned positions without their table");
     }
     let kv = &model.blocks.layers[0].self_attn;
     for (i, l) in model.blocks.layers.iter().enumerate() {
         let a = &l.self_attn;
         let at = |what: &str| format!("layer {i}: {what}");
-        if l.self_attn_res.placement != NormPlacement::PreLn || l.ffn_res.placement != NormPlacement::PreLn {
-            return no(&at("post-LN blocks"));
+        let placement = |p: NormPlacement| (p == NormPlacement::PostLn) == post_ln;
+        if !placement(l.self_attn_res.placement) || !placement(l.ffn_res.placement) {
+            return no(&at("pre-LN and post-LN sublayers mixed"));
         }
-        if !a.rotary {
-            return no(&at("attention without rotary positions"));
+        if post_ln && (l.self_attn_res.post_norm.is_some() || l.ffn_res.post_norm.is_some()) {
+            return no(&at("post-norms in post-LN blocks"));
         }
         if a.pattern.is_some() || a.linear {
             return no(&at("sparse or linear attention"));

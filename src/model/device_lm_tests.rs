@@ -154,6 +154,27 @@ fn gemma_like(seed: u64) -> LanguageModel<f32> {
     m
 }
 
+/// Absolute positions: GPT-2's shape (pre-LN LayerNorm, learned positions, biases, GELU,
+/// tied head) and the paper's (post-LN, sinusoids, embeddings scaled by √d_model, ReLU).
+fn absolute_models(seed: u64) -> Vec<(&'static str, LanguageModel<f32>)> {
+    let gpt2 = model_with(SHAPES[1], seed, |c| {
+        (c.positions, c.scale_embeddings, c.bias) = (Positions::Learned, false, true);
+        (c.activation, c.tie_embeddings) = (Activation::GeluTanh, true);
+    });
+    let paper = model_with(SHAPES[2], seed + 1, |c| {
+        (c.positions, c.scale_embeddings, c.norm) = (Positions::Sinusoidal, true, NormPlacement::PostLn);
+    });
+    vec![("gpt2-like", gpt2), ("paper", paper)]
+}
+
+#[test]
+fn absolute_positions_and_post_ln_on_the_host_device() {
+    for (name, m) in absolute_models(50) {
+        let lm = DeviceLm::new(Host, &m).unwrap();
+        assert_close(&device_logits(&lm, &PROMPT, &NEXT), &own_logits(&m, &PROMPT, &NEXT), 1e-5, name);
+    }
+}
+
 #[test]
 fn windows_soft_caps_qk_norms_and_post_norms_on_the_host_device() {
     let m = gemma_like(40);
@@ -180,7 +201,7 @@ fn bad_steps_and_unsupported_models_are_errors_naming_them() {
     let mut post = model(SHAPES[0], 6);
     post.blocks.layers[2].ffn_res.placement = NormPlacement::PostLn;
     let e = DeviceLm::new(Host, &post).err().unwrap().to_string();
-    assert!(e.contains("layer 2: post-LN blocks"), "{e}");
+    assert!(e.contains("layer 2: pre-LN and post-LN sublayers mixed"), "{e}");
 }
 
 #[cfg(feature = "gpu")]
@@ -216,9 +237,12 @@ fn gpu_device_step_is_the_host_devices() {
         let want = host.step(&mut host_state, &[1], &[0], &[0], Want::Argmax).unwrap();
         assert_eq!(StepOut::Ids(ids), want, "{what}");
     }
-    let m = gemma_like(41);
-    let host = DeviceLm::new(Host, &m).unwrap();
-    let gpu = DeviceLm::new(GpuDevice::open(None).unwrap(), &m).unwrap();
-    let want = device_logits(&host, &PROMPT, &NEXT);
-    assert_close(&device_logits(&gpu, &PROMPT, &NEXT), &want, 1e-4, "gpu gemma-like");
+    let mut others = absolute_models(51);
+    others.push(("gemma-like", gemma_like(41)));
+    for (name, m) in others {
+        let host = DeviceLm::new(Host, &m).unwrap();
+        let gpu = DeviceLm::new(GpuDevice::open(None).unwrap(), &m).unwrap();
+        let want = device_logits(&host, &PROMPT, &NEXT);
+        assert_close(&device_logits(&gpu, &PROMPT, &NEXT), &want, 1e-4, name);
+    }
 }

@@ -226,6 +226,17 @@ impl<T: Float> Embedding<T> {
         }
     }
 
+    /// The additive position rows of positions `0 .. rows`, `[rows, d_model]` (learned rows, or
+    /// the sinusoids, computed past the table as the forward computes them); `None` for rotary
+    /// positions, which add nothing. What a device uploads to add positions as this model does.
+    pub fn position_table(&self, rows: usize) -> Option<Vec<T>> {
+        let mut table = Vec::with_capacity(rows * self.d_model);
+        for pos in 0..rows {
+            table.extend_from_slice(&self.additive_row(pos)?);
+        }
+        Some(table)
+    }
+
     /// How many position rows the embedding holds (the sinusoid table is at most
     /// [`SINUSOID_TABLE_ROWS`] rows whatever the context; a learned table has the context's).
     pub fn position_rows(&self) -> usize {
