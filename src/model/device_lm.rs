@@ -25,105 +25,15 @@
 //! ([`DeviceLm::new`]): biases of a gated FFN, sparse or linear attention, head gates, pre-LN
 //! and post-LN sublayers mixed.
 
-use super::config::{Activation, NormPlacement, Positions};
-use super::linear::Linear;
+use super::config::{NormPlacement, Positions};
+use super::device_block::{check_block, run_blocks, upload_block, DeviceBlock, DeviceFfn, DeviceNorm, Stream};
 use super::lm::LanguageModel;
-use super::norm::Norm;
 use crate::backend::{
-    AttnScores, Device, DeviceAct, DeviceError, KvShape, NormOf, StepRows, WeightSource,
+    Device, DeviceError, KvShape, StepRows, WeightSource,
 };
 
 /// Positions per KV block.
 pub const BLOCK_SIZE: usize = 16;
-
-/// A norm's parameters on the device.
-struct DeviceNorm<D: Device> {
-    gain: D::Tensor,
-    /// LayerNorm's β; `None` for RMSNorm.
-    bias: Option<D::Tensor>,
-    eps: f64,
-}
-
-impl<D: Device> DeviceNorm<D> {
-    fn upload(device: &D, norm: &Norm<f32>) -> Result<Self, DeviceError> {
-        Ok(match norm {
-            Norm::Rms(n) => {
-                let o = n.offset as f32;
-                let gain: Vec<f32> = n.gain.value.data.iter().map(|g| g + o).collect();
-                DeviceNorm {
-                    gain: device.upload(&gain)?,
-                    bias: None,
-                    eps: n.eps,
-                }
-            }
-            Norm::Layer(n) => DeviceNorm {
-                gain: device.upload(&n.gamma.value.data)?,
-                bias: Some(device.upload(&n.beta.value.data)?),
-                eps: n.eps,
-            },
-        })
-    }
-
-    fn of(&self) -> NormOf<'_, D> {
-        match &self.bias {
-            None => NormOf::Rms {
-                gain: &self.gain,
-                eps: self.eps,
-            },
-            Some(bias) => NormOf::Layer {
-                gain: &self.gain,
-                bias,
-                eps: self.eps,
-            },
-        }
-    }
-}
-
-/// The feed-forward unit's weights on the device.
-enum DeviceFfn<D: Device> {
-    /// `(act(u W_gateᵀ) ⊙ u W_upᵀ) W_downᵀ`, gate‖up stacked.
-    Gated {
-        act: DeviceAct,
-        gate_up: D::Weight,
-        down: D::Weight,
-        down_bias: Option<D::Tensor>,
-    },
-    /// `act(u W_1ᵀ + b_1) W_2ᵀ + b_2`.
-    Plain {
-        act: DeviceAct,
-        up: D::Weight,
-        up_bias: Option<D::Tensor>,
-        down: D::Weight,
-        down_bias: Option<D::Tensor>,
-    },
-}
-
-/// A linear layer's bias on the device, if it has one.
-fn bias<D: Device>(device: &D, l: &Linear<f32>) -> Result<Option<D::Tensor>, DeviceError> {
-    l.bias.as_ref().map(|b| device.upload(&b.value.data)).transpose()
-}
-
-/// One block's weights on the device.
-struct DeviceBlock<D: Device> {
-    attn_norm: DeviceNorm<D>,
-    /// `[W_q; W_k; W_v]` and, when any has one, `[b_q; b_k; b_v]` (zeros for the others).
-    qkv: D::Weight,
-    qkv_bias: Option<D::Tensor>,
-    out: D::Weight,
-    out_bias: Option<D::Tensor>,
-    rope: D::Rope,
-    /// The scores' factor (`1/√d_k` unless the model says otherwise), window and soft cap.
-    scores: AttnScores,
-    /// Query/key norms: the gains (offset included) and ε.
-    qk_norm: Option<(D::Tensor, D::Tensor, f64)>,
-    /// Norms of the attention's and the FFN's outputs before they are added (Gemma's).
-    attn_post_norm: Option<DeviceNorm<D>>,
-    ffn_post_norm: Option<DeviceNorm<D>>,
-    n_heads: usize,
-    ffn_norm: DeviceNorm<D>,
-    ffn: DeviceFfn<D>,
-    d_ff: usize,
-}
 
 /// A language model's weights on a device (see the module docs).
 pub struct DeviceLm<D: Device> {
@@ -200,101 +110,7 @@ impl<D: Device> DeviceLm<D> {
         let (n_kv_heads, d_head) = (first.n_kv_heads, first.d_head);
         let mut blocks = Vec::with_capacity(model.blocks.layers.len());
         for (i, layer) in model.blocks.layers.iter().enumerate() {
-            let a = &layer.self_attn;
-            let what = |w: &str| format!("layers.{i}.{w}");
-            let qkv = device.weight(
-                &what("self_attn.qkv_proj"),
-                &[
-                    WeightSource::Layer(a.q_proj.weight_ref()),
-                    WeightSource::Layer(a.k_proj.weight_ref()),
-                    WeightSource::Layer(a.v_proj.weight_ref()),
-                ],
-            )?;
-            let projections = [&a.q_proj, &a.k_proj, &a.v_proj];
-            let qkv_bias = match projections.iter().any(|l| l.bias.is_some()) {
-                true => {
-                    let mut b = Vec::new();
-                    for l in projections {
-                        match &l.bias {
-                            Some(p) => b.extend_from_slice(&p.value.data),
-                            None => b.resize(b.len() + l.d_out, 0.0),
-                        }
-                    }
-                    Some(device.upload(&b)?)
-                }
-                false => None,
-            };
-            let out = device.weight(&what("self_attn.out_proj"), &[WeightSource::Layer(a.out_proj.weight_ref())])?;
-            let f = &layer.ffn;
-            let down = device.weight(&what("ffn.linear2"), &[WeightSource::Layer(f.linear2.weight_ref())])?;
-            let down_bias = bias(&device, &f.linear2)?;
-            let ffn = match (f.activation, &f.gate) {
-                (Activation::SiluGated | Activation::GeluTanhGated, Some(gate)) => DeviceFfn::Gated {
-                    act: match f.activation {
-                        Activation::SiluGated => DeviceAct::Silu,
-                        _ => DeviceAct::GeluTanh,
-                    },
-                    gate_up: device.weight(
-                        &what("ffn.gate_up"),
-                        &[
-                            WeightSource::Layer(gate.weight_ref()),
-                            WeightSource::Layer(f.linear1.weight_ref()),
-                        ],
-                    )?,
-                    down,
-                    down_bias,
-                },
-                (act, _) => DeviceFfn::Plain {
-                    act: match act {
-                        Activation::Relu => DeviceAct::Relu,
-                        Activation::GeluErf => DeviceAct::GeluErf,
-                        _ => DeviceAct::GeluTanh,
-                    },
-                    up: device.weight(&what("ffn.linear1"), &[WeightSource::Layer(f.linear1.weight_ref())])?,
-                    up_bias: bias(&device, &f.linear1)?,
-                    down,
-                    down_bias,
-                },
-            };
-            blocks.push(DeviceBlock {
-                attn_norm: DeviceNorm::upload(&device, &layer.self_attn_res.norm)?,
-                qkv,
-                qkv_bias,
-                out,
-                out_bias: bias(&device, &a.out_proj)?,
-                rope: device.rope_table(a.rotary.then_some(a.rope), &a.rope_freq_factors, a.d_head)?,
-                scores: AttnScores {
-                    scale: a.scores.scale.unwrap_or(1.0 / (a.d_head as f64).sqrt()),
-                    window: a.window,
-                    softcap: a.scores.softcap,
-                },
-                qk_norm: match (&a.q_norm, &a.k_norm) {
-                    (Some(q), Some(k)) => {
-                        let gain = |n: &super::norm::RmsNorm<f32>| -> Vec<f32> {
-                            let o = n.offset as f32;
-                            n.gain.value.data.iter().map(|g| g + o).collect()
-                        };
-                        Some((device.upload(&gain(q))?, device.upload(&gain(k))?, q.eps))
-                    }
-                    _ => None,
-                },
-                attn_post_norm: layer
-                    .self_attn_res
-                    .post_norm
-                    .as_ref()
-                    .map(|n| DeviceNorm::upload(&device, n))
-                    .transpose()?,
-                ffn_post_norm: layer
-                    .ffn_res
-                    .post_norm
-                    .as_ref()
-                    .map(|n| DeviceNorm::upload(&device, n))
-                    .transpose()?,
-                n_heads: a.n_heads,
-                ffn_norm: DeviceNorm::upload(&device, &layer.ffn_res.norm)?,
-                ffn,
-                d_ff: f.linear1.d_out,
-            });
+            blocks.push(upload_block(&device, i, layer)?);
         }
         let final_norm = match &model.blocks.final_norm {
             Some(n) => Some(DeviceNorm::upload(&device, n)?),
@@ -474,114 +290,22 @@ impl<D: Device> DeviceLm<D> {
         if self.embedding_scale != 1.0 {
             d.scale(&mut h, self.embedding_scale)?;
         }
-        let mut normed = d.zeros(n * dm)?;
-        let mut y = d.zeros(n * dm)?;
-        let mut o = d.zeros(n * dm)?;
         if let Some(table) = &self.positions {
-            // h ← h + P[pos] (o holds the sum, then becomes h).
-            let mut rows = d.zeros(n * dm)?;
+            // h ← h + P[pos] (into a new buffer: a device call does not read and write one).
+            let (mut rows, mut sum) = (d.zeros(n * dm)?, d.zeros(n * dm)?);
             d.gather(&mut rows, &pos, table)?;
-            d.add(&mut o, &h, &rows)?;
-            std::mem::swap(&mut h, &mut o);
+            d.add(&mut sum, &h, &rows)?;
+            h = sum;
         }
-        let posts = self.blocks.iter().any(|b| b.attn_post_norm.is_some() || b.ffn_post_norm.is_some());
-        let mut post = match posts {
-            true => Some(d.zeros(n * dm)?),
-            false => None,
-        };
-        let mut sized: Option<(usize, usize, Sized<D>)> = None;
-        for (l, block) in self.blocks.iter().enumerate() {
-            // Pre-LN: the sublayer reads Norm(h) (the previous layer's output added first);
-            // post-LN: h itself, normed after each add below.
-            if !self.post_ln {
-                let norm = block.attn_norm.of();
-                match l {
-                    0 => d.norm(norm, &h, &mut normed)?,
-                    _ => d.add_norm(norm, &mut h, &y, &mut normed)?,
-                }
-            }
-            let key = (block.n_heads, block.d_ff);
-            if sized.as_ref().map(|s| (s.0, s.1)) != Some(key) {
-                let heads = n * block.n_heads * self.d_head;
-                sized = Some((
-                    key.0,
-                    key.1,
-                    Sized {
-                        qkv: d.zeros(n * (block.n_heads + 2 * self.n_kv_heads) * self.d_head)?,
-                        q: d.zeros(heads)?,
-                        att: d.zeros(heads)?,
-                        f: d.zeros(n * block.d_ff)?,
-                    },
-                ));
-            }
-            let s = &mut sized.as_mut().expect("just sized").2;
-            let input = if self.post_ln { &h } else { &normed };
-            d.product(&mut s.qkv, input, n, &block.qkv)?;
-            if let Some(b) = &block.qkv_bias {
-                d.add_bias(&mut s.qkv, b)?;
-            }
-            if let Some((gq, gk, eps)) = &block.qk_norm {
-                let width = (block.n_heads + 2 * self.n_kv_heads) * self.d_head;
-                d.head_norm(&mut s.qkv, width, (block.n_heads, self.n_kv_heads), gq, gk, *eps)?;
-            }
-            d.rope_kv_write(&s.qkv, &mut s.q, &step_rows, &block.rope, block.n_heads, &mut state.kv[l])?;
-            d.paged_attention(&s.q, &state.kv[l], &step_rows, &mut s.att, block.n_heads, block.scores)?;
-            d.product(&mut o, &s.att, n, &block.out)?;
-            if let Some(b) = &block.out_bias {
-                d.add_bias(&mut o, b)?;
-            }
-            if let (Some(norm), Some(p)) = (&block.attn_post_norm, post.as_mut()) {
-                d.norm(norm.of(), &o, p)?;
-                std::mem::swap(&mut o, p);
-            }
-            match self.post_ln {
-                true => {
-                    d.add_norm(block.attn_norm.of(), &mut h, &o, &mut normed)?;
-                    std::mem::swap(&mut h, &mut normed);
-                }
-                false => d.add_norm(block.ffn_norm.of(), &mut h, &o, &mut normed)?,
-            }
-            let input = if self.post_ln { &h } else { &normed };
-            match &block.ffn {
-                DeviceFfn::Gated {
-                    act,
-                    gate_up,
-                    down,
-                    down_bias,
-                } => {
-                    d.glu_product(*act, &mut s.f, input, n, gate_up)?;
-                    d.product(&mut y, &s.f, n, down)?;
-                    if let Some(b) = down_bias {
-                        d.add_bias(&mut y, b)?;
-                    }
-                }
-                DeviceFfn::Plain {
-                    act,
-                    up,
-                    up_bias,
-                    down,
-                    down_bias,
-                } => {
-                    d.product(&mut s.f, input, n, up)?;
-                    if let Some(b) = up_bias {
-                        d.add_bias(&mut s.f, b)?;
-                    }
-                    d.activate(*act, &mut s.f)?;
-                    d.product(&mut y, &s.f, n, down)?;
-                    if let Some(b) = down_bias {
-                        d.add_bias(&mut y, b)?;
-                    }
-                }
-            }
-            if let (Some(norm), Some(p)) = (&block.ffn_post_norm, post.as_mut()) {
-                d.norm(norm.of(), &y, p)?;
-                std::mem::swap(&mut y, p);
-            }
-            if self.post_ln {
-                d.add_norm(block.ffn_norm.of(), &mut h, &y, &mut normed)?;
-                std::mem::swap(&mut h, &mut normed);
-            }
-        }
+        let mut stream = Stream::new(d, h, n, dm, &self.blocks)?;
+        let shape = (self.n_kv_heads, self.d_head);
+        run_blocks(d, &self.blocks, self.post_ln, shape, &mut stream, &step_rows, &mut state.kv)?;
+        let Stream {
+            mut h,
+            mut normed,
+            y,
+            ..
+        } = stream;
         // The last hidden states: pre-LN's final norm of h + y, or post-LN's h.
         let hidden = match &self.final_norm {
             Some(norm) if !self.post_ln => {
@@ -614,13 +338,6 @@ impl<D: Device> DeviceLm<D> {
     }
 }
 
-/// A step's buffers whose sizes follow a layer's heads and `d_ff`.
-struct Sized<D: Device> {
-    qkv: D::Tensor,
-    q: D::Tensor,
-    att: D::Tensor,
-    f: D::Tensor,
-}
 
 /// Refuses, by name, what the device step does not do (see the module docs).
 fn check<D: Device>(device: &D, model: &LanguageModel<f32>) -> Result<(), DeviceError> {
@@ -641,33 +358,10 @@ fn check<D: Device>(device: &D, model: &LanguageModel<f32>) -> Result<(), Device
     if c.positions == Positions::Learned && model.embedding.position_rows() == 0 {
         return no("learned positions without their table");
     }
-    let kv = &model.blocks.layers[0].self_attn;
+    let shape = &model.blocks.layers[0].self_attn;
     for (i, l) in model.blocks.layers.iter().enumerate() {
-        let a = &l.self_attn;
-        let at = |what: &str| format!("layer {i}: {what}");
-        let placement = |p: NormPlacement| (p == NormPlacement::PostLn) == post_ln;
-        if !placement(l.self_attn_res.placement) || !placement(l.ffn_res.placement) {
-            return no(&at("pre-LN and post-LN sublayers mixed"));
-        }
-        if post_ln && (l.self_attn_res.post_norm.is_some() || l.ffn_res.post_norm.is_some()) {
-            return no(&at("post-norms in post-LN blocks"));
-        }
-        if a.pattern.is_some() || a.linear {
-            return no(&at("sparse or linear attention"));
-        }
-        if a.q_norm.is_some() != a.k_norm.is_some() {
-            return no(&at("a query norm without a key norm, or the reverse"));
-        }
-        if !a.gates.is_empty() {
-            return no(&at("head gates"));
-        }
-        if (a.n_kv_heads, a.d_head) != (kv.n_kv_heads, kv.d_head) {
-            return no(&at("key/value heads of another shape than layer 0's"));
-        }
-        if let Some(gate) = &l.ffn.gate {
-            if gate.bias.is_some() || l.ffn.linear1.bias.is_some() {
-                return no(&at("biases of a gated feed-forward"));
-            }
+        if let Some(problem) = check_block(l, post_ln, (shape.n_kv_heads, shape.d_head)) {
+            return no(&format!("layer {i}: {problem}"));
         }
     }
     Ok(())

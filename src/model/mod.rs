@@ -23,6 +23,7 @@ pub mod classifier_head;
 pub mod config;
 pub mod context;
 pub mod decoder;
+mod device_block;
 pub mod device_lm;
 #[cfg(test)]
 mod device_lm_tests;
