@@ -2,8 +2,11 @@
 //! line, the L2-normalised mean of a pretrained BERT encoder's last hidden states (the
 //! sentence-transformers recipe, e.g. all-MiniLM-L6-v2).
 
-use super::args::{PrecisionArgs, ThreadsArgs};
+use super::args::{DeviceArgs, PrecisionArgs, ThreadsArgs};
 use super::read_stdin_lines;
+use crate::backend::GpuDevice;
+use crate::model::device_encoder::DeviceBert;
+use crate::pipeline::device::DeviceChoice;
 use crate::pipeline::embed::SentenceEncoder;
 use anyhow::Result;
 use clap::Args;
@@ -28,17 +31,31 @@ pub struct EmbedArgs {
     pub weights: PrecisionArgs,
     #[command(flatten)]
     pub pool: ThreadsArgs,
+    #[command(flatten)]
+    pub device: DeviceArgs,
 }
 
 pub fn run(args: EmbedArgs) -> Result<()> {
+    let device = args.device.choice()?;
     let mut encoder = SentenceEncoder::load(&args.model, args.max_len)?;
+    let precision = args.weights.precision.float_precision()?;
+    if device != DeviceChoice::Cpu && precision != crate::Precision::F32 {
+        anyhow::bail!("--device gpu multiplies f32 weights, not --precision bf16 or int8");
+    }
     encoder
         .model
-        .prepare_precision(args.weights.precision.float_precision()?)
+        .prepare_precision(precision)
         .map_err(|e| anyhow::anyhow!("--precision: {e}"))?;
+    let on_gpu = match device {
+        DeviceChoice::Cpu => None,
+        DeviceChoice::Gpu(index) => Some(DeviceBert::new(GpuDevice::open(index)?, &encoder.model)?),
+    };
     let lines = read_stdin_lines()?;
     let start = std::time::Instant::now();
-    let embeddings = encoder.embed(&lines, args.batch_size)?;
+    let embeddings = match &on_gpu {
+        None => encoder.embed(&lines, args.batch_size)?,
+        Some(bert) => encoder.embed_with(&lines, args.batch_size, |seqs| Ok(bert.embed(seqs)?))?,
+    };
     let secs = start.elapsed().as_secs_f64();
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     for e in &embeddings {

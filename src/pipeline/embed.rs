@@ -64,6 +64,31 @@ impl SentenceEncoder {
     /// Embeds sequences of token ids as given (no special tokens added, none cut): each must
     /// hold 1 to `Tokenizer::max_len` ids of the vocabulary.
     pub fn embed_ids(&self, ids: &[Vec<u32>], batch_size: usize) -> Result<Vec<Vec<f32>>> {
+        self.embed_ids_with(ids, batch_size, |seqs| self.model.embed(seqs))
+    }
+
+    /// [`embed`](Self::embed) with each batch embedded by `embed` (the model's own forward,
+    /// or a device's: `crate::model::device_encoder`).
+    pub fn embed_with(
+        &self,
+        sentences: &[String],
+        batch_size: usize,
+        embed: impl FnMut(&[&[u32]]) -> Result<Vec<Vec<f32>>>,
+    ) -> Result<Vec<Vec<f32>>> {
+        let ids = sentences
+            .iter()
+            .map(|s| self.tokenizer.encode(s))
+            .collect::<Result<Vec<_>>>()?;
+        self.embed_ids_with(&ids, batch_size, embed)
+    }
+
+    /// [`embed_ids`](Self::embed_ids) with each batch embedded by `embed`.
+    pub fn embed_ids_with(
+        &self,
+        ids: &[Vec<u32>],
+        batch_size: usize,
+        mut embed: impl FnMut(&[&[u32]]) -> Result<Vec<Vec<f32>>>,
+    ) -> Result<Vec<Vec<f32>>> {
         let (max, vocab) = (self.tokenizer.max_len(), self.model.config.vocab_size);
         for (i, seq) in ids.iter().enumerate() {
             if seq.is_empty() || seq.len() > max {
@@ -83,7 +108,7 @@ impl SentenceEncoder {
         let mut out = vec![Vec::new(); ids.len()];
         for chunk in order.chunks(batch_size.max(1)) {
             let seqs: Vec<&[u32]> = chunk.iter().map(|&i| &ids[i][..]).collect();
-            for (&i, e) in chunk.iter().zip(self.model.embed(&seqs)?) {
+            for (&i, e) in chunk.iter().zip(embed(&seqs)?) {
                 out[i] = e;
             }
         }

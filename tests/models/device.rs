@@ -214,3 +214,41 @@ fn perplexity_on_a_device_is_the_cpus() {
         );
     }
 }
+
+/// `embed --device gpu`: all-MiniLM-L6-v2's sentence embeddings on the GPU (every sentence of
+/// a batch in one step, unpadded) are the CPU's.
+#[test]
+fn minilm_embeddings_on_the_gpu_are_the_cpus() {
+    use transformer::model::device_encoder::DeviceBert;
+    use transformer::pipeline::embed::SentenceEncoder;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/models/all-MiniLM-L6-v2");
+    if !dir.is_dir() {
+        eprintln!("skipped: {} is absent", dir.display());
+        return;
+    }
+    let Some(device) = gpu() else { return };
+    let encoder = SentenceEncoder::load(&dir, None).unwrap();
+    let sentences: Vec<String> = [
+        "A man is eating food.",
+        "The new movie is awesome, and the acting is superb in every single scene of it.",
+        "Hi",
+        "Attention is all you need.",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let want = encoder.embed(&sentences, 3).unwrap();
+    let bert = DeviceBert::new(device, &encoder.model).unwrap();
+    let got = encoder
+        .embed_with(&sentences, 3, |seqs| Ok(bert.embed(seqs)?))
+        .unwrap();
+    for (s, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g.len(), 384);
+        let diff = g
+            .iter()
+            .zip(w)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(diff < 1e-5, "sentence {s}: max |Δ| {diff}");
+    }
+}
