@@ -43,7 +43,10 @@
 #   BACKENDS   llama.cpp builds to make [vulkan cuda] (cuda only where nvcc is)
 #   GGML_H     ggml.h of the llama.cpp built [$LLAMA_SRC/ggml/include/ggml.h]
 #   JOBS       build jobs [nproc]
-#   MODEL      a GGUF file for part (d) [none: skipped]
+#   MODEL      a GGUF file for part (d), whole models [none: skipped]
+#   OURS       our binary for part (d) [target/release/transformer]
+#   ROUNDS     interleaved rounds of part (d) [3]
+#   PROMPT_TOKENS, NEW_TOKENS  part (d)'s prompt and decode lengths [512, 128]
 #
 # On a lent GPU machine (no network, no glslc; /work/.library/device/README.md): build here,
 # `gpu.sh pack` (copies the binaries, stripped, into .gpu-carry/, ignored by git, and prints the
@@ -217,25 +220,28 @@ run() {
   models
 }
 
-# (d) Whole models: when `--device gpu` runs models, `transformer bench --generate --device gpu`
-# against `llama-bench -p 512 -n 128 -ngl 99` on the same GGUF. Guarded: exits with a message
-# until the CLI has it.
+# (d) Whole models: `transformer bench --generate MODEL --device gpu` (prompt 512, decode 128,
+# greedy, the arg-max on the device) against `llama-bench -p 512 -n 128 -ngl 99` of each built
+# backend on the same GGUF, ROUNDS interleaved rounds, medians and ratios (gpu_compare.py models).
+# The server at 1/16/64 clients is not compared: `serve` does not run on a GPU yet.
 models() {
   [ -n "${MODEL:-}" ] || { say "MODEL unset: no whole-model comparison"; return 0; }
-  local ours=target/release/transformer
-  if ! { [ -x "$ours" ] && "$ours" bench --help 2>&1 | grep -q -- '--device'; }; then
-    say "whole models: \`transformer bench --device gpu\` does not run models yet (only the kernels" \
-      "exist); llama-bench -p 512 -n 128 alone would compare nothing. Skipped."
-    return 0
-  fi
-  for b in vulkan cuda; do
-    local bench=$BUILD-$b/bin/llama-bench
-    [ -x "$bench" ] || continue
-    LD_LIBRARY_PATH="$BUILD-$b/bin:$BUILD-$b:${LD_LIBRARY_PATH:-}" "$bench" -m "$MODEL" -p 512 -n 128 -ngl 99 -o md \
-      | tee "$OUT_DIR/llama-bench-$b.md"
+  local ours=${OURS:-target/release/transformer}
+  [ -x "$ours" ] || { say "no $ours (cargo build --release, or set OURS): no whole-model comparison"; return 0; }
+  local rounds=${ROUNDS:-3}
+  : > "$OUT_DIR/ours-model.jsonl"
+  rm -f "$OUT_DIR"/llama-bench-*.json
+  for r in $(seq 1 "$rounds"); do
+    "$ours" bench --generate "$MODEL" --device gpu${ADAPTER:+:$ADAPTER} --prompt-tokens "${PROMPT_TOKENS:-512}" \
+      --new-tokens "${NEW_TOKENS:-128}" --warmup-steps 1 --steps 1 --json >> "$OUT_DIR/ours-model.jsonl"
+    for b in vulkan cuda; do
+      local bench=$BUILD-$b/bin/llama-bench
+      [ -x "$bench" ] || continue
+      LD_LIBRARY_PATH="$BUILD-$b/bin:$BUILD-$b:${LD_LIBRARY_PATH:-}" "$bench" -m "$MODEL" -p "${PROMPT_TOKENS:-512}" -n "${NEW_TOKENS:-128}" \
+        -ngl 99 -r 1 -o json > "$OUT_DIR/llama-bench-$b-$r.json" || say "llama-bench ($b) failed"
+    done
   done
-  "$ours" bench --generate --device gpu --model "$MODEL" --prompt-tokens 512 --new-tokens 128 \
-    | tee "$OUT_DIR/ours-model.txt"
+  python3 "$HERE/gpu_compare.py" models "$OUT_DIR" | tee "$OUT_DIR/models.txt"
 }
 
 # Copies what a lent GPU machine needs into .gpu-carry/ (ignored through .git/info/exclude):
@@ -254,6 +260,9 @@ pack() {
     find "$BUILD-$b" -maxdepth 2 -name 'lib*.so*' -exec cp -a {} "$dir/llama-$b/bin/" \;
   done
   if [ -x "$KERNELS" ]; then cp "$KERNELS" "$dir/kernels"; fi
+  # Our binary for the whole-model comparison (a GGUF must be carried too, within the carry's
+  # 64 MiB: a small model, or one written on the machine).
+  if [ -x "${OURS:-target/release/transformer}" ]; then cp "${OURS:-target/release/transformer}" "$dir/transformer"; fi
   cp "${GGML_H:-$LLAMA_SRC/ggml/include/ggml.h}" "$dir/ggml.h"
   find "$dir" -type f \( -name 'lib*.so*' -o -perm -u+x \) -exec strip --strip-unneeded {} \; 2> /dev/null || true
   local exclude
@@ -266,7 +275,7 @@ pack() {
 gpu.sh: on the lent machine (carry: .gl .gpu-carry), one call:
   for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig;
   ls /usr/share/vulkan/icd.d/*nvidia* /etc/vulkan/icd.d/*nvidia* > /dev/null 2>&1 || export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json;
-  KERNELS=.gpu-carry/kernels BUILD=.gpu-carry/llama GGML_H=.gpu-carry/ggml.h OUT_DIR=$OUT bash benches/compare/gpu.sh run
+  KERNELS=.gpu-carry/kernels OURS=.gpu-carry/transformer BUILD=.gpu-carry/llama GGML_H=.gpu-carry/ggml.h OUT_DIR=$OUT bash benches/compare/gpu.sh run   # MODEL=... for (d)
 EOF
 }
 

@@ -174,11 +174,44 @@ def table(ours_path, logs):
               f"{s['weight_bytes'] / 1e6:.1f} MB of weights")
 
 
+def models(out_dir):
+    """Whole models: ours (`bench --generate --device gpu --json`, one line a round) against
+    llama-bench (`-o json`, one file a backend and round): medians of prompt and decode tokens/s
+    and ours / theirs (above 1: ours faster)."""
+    import glob
+    import statistics
+
+    ours = [json.loads(l) for l in open(f"{out_dir}/ours-model.jsonl") if l.strip()]
+    rows = [("ours", statistics.median(o["prefill_tps"][0] for o in ours),
+             statistics.median(o["decode_tps"][0] for o in ours))]
+    for backend in ("vulkan", "cuda"):
+        runs = sorted(glob.glob(f"{out_dir}/llama-bench-{backend}-*.json"))
+        if not runs:
+            continue
+        pp, tg = [], []
+        for path in runs:
+            for entry in json.load(open(path)):
+                if entry.get("n_prompt", 0) > 0 and entry.get("n_gen", 0) == 0:
+                    pp.append(entry["avg_ts"])
+                elif entry.get("n_gen", 0) > 0 and entry.get("n_prompt", 0) == 0:
+                    tg.append(entry["avg_ts"])
+        if pp and tg:
+            rows.append((f"llama.cpp {backend}", statistics.median(pp), statistics.median(tg)))
+    device = ours[0].get("gpu", {}).get("adapter", "?") if ours else "?"
+    print(f"device: {device}; {len(ours)} rounds, medians")
+    print(f"{'impl':<18} {'prompt tok/s':>13} {'decode tok/s':>13} {'ours/theirs prompt':>19} {'ours/theirs decode':>19}")
+    for name, p, d in rows:
+        ratio = ("", "") if name == "ours" else (f"{rows[0][1] / p:.2f}", f"{rows[0][2] / d:.2f}")
+        print(f"{name:<18} {p:>13.1f} {d:>13.1f} {ratio[0]:>19} {ratio[1]:>19}")
+
+
 def main():
     if len(sys.argv) >= 4 and sys.argv[1] == "cases":
         cases(sys.argv[2], sys.argv[3])
     elif len(sys.argv) >= 3 and sys.argv[1] == "table":
         table(sys.argv[2], sys.argv[3:])
+    elif len(sys.argv) == 3 and sys.argv[1] == "models":
+        models(sys.argv[2])
     else:
         sys.exit(__doc__)
 
