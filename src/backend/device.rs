@@ -246,6 +246,15 @@ pub trait Device {
         n_heads: usize,
         kv: &mut Self::Kv,
     ) -> Result<(), DeviceError>;
+    /// Stores `k`, `v` `[tokens, n_kv_heads · d_head]` (as they are: keys already rotated, or
+    /// unrotated keys of a source) in their rows' block slots (`rows.seq`, `rows.pos`).
+    fn kv_write(
+        &self,
+        k: &Self::Tensor,
+        v: &Self::Tensor,
+        rows: &StepRows<'_, Self>,
+        kv: &mut Self::Kv,
+    ) -> Result<(), DeviceError>;
     /// `o = softmax(S) V` for each token over the keys of its row it sees (`0 .. ctx[i]`, or
     /// the window's last keys), `S` the scores of `scores` (`q`, `o` `[tokens, n_heads,
     /// d_head]`).

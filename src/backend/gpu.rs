@@ -293,6 +293,18 @@ impl Device for GpuDevice {
         .map_err(err)
     }
 
+    fn kv_write(
+        &self,
+        k: &GpuBuffer<f32>,
+        v: &GpuBuffer<f32>,
+        rows: &StepRows<'_, Self>,
+        kv: &mut GpuKv,
+    ) -> Result<(), DeviceError> {
+        let (cache, table) = paged(kv, rows);
+        transformer_gpu::kv_cache::kv_write(&self.gpu, cache, table, k, v, rows.seq, rows.pos)
+            .map_err(err)
+    }
+
     fn paged_attention(
         &self,
         q: &GpuBuffer<f32>,

@@ -368,6 +368,33 @@ impl Device for Host {
         Ok(())
     }
 
+    fn kv_write(
+        &self,
+        k: &Vec<f32>,
+        v: &Vec<f32>,
+        rows: &StepRows<'_, Self>,
+        kv: &mut HostKv,
+    ) -> Result<(), DeviceError> {
+        let KvShape {
+            block_size,
+            n_kv_heads: n_kv,
+            d_head: d,
+            ..
+        } = kv.shape;
+        let w = n_kv * d;
+        if k.len() != rows.tokens * w || v.len() != k.len() {
+            return Err(shape(format!("kv_write of {} keys for {} tokens", k.len(), rows.tokens)));
+        }
+        for i in 0..rows.tokens {
+            let pos = rows.pos[i] as usize;
+            let table = &rows.table[rows.seq[i] as usize * rows.max_blocks..];
+            let at = (table[pos / block_size] as usize * block_size + pos % block_size) * w;
+            kv.k[at..at + w].copy_from_slice(&k[i * w..(i + 1) * w]);
+            kv.v[at..at + w].copy_from_slice(&v[i * w..(i + 1) * w]);
+        }
+        Ok(())
+    }
+
     fn paged_attention(
         &self,
         q: &Vec<f32>,

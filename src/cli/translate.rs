@@ -5,7 +5,11 @@
 
 use super::args::{PrecisionArgs, ThreadsArgs};
 use super::read_stdin_lines;
+use crate::backend::GpuDevice;
 use crate::decode::beam::{BeamOptions, BeamStop, MAX_BEAM};
+use crate::model::device_seq2seq::DeviceSeq2Seq;
+use crate::pipeline::device::DeviceChoice;
+use crate::pipeline::translate::translate_nbest_on_device;
 use crate::pipeline::translate::Translator;
 use anyhow::{bail, Result};
 use clap::Args;
@@ -59,6 +63,8 @@ pub struct TranslateArgs {
     pub weights: PrecisionArgs,
     #[command(flatten)]
     pub pool: ThreadsArgs,
+    #[command(flatten)]
+    pub device: super::args::DeviceArgs,
 }
 
 pub fn run(args: TranslateArgs) -> Result<()> {
@@ -71,8 +77,20 @@ pub fn run(args: TranslateArgs) -> Result<()> {
     if !args.alpha.is_finite() {
         bail!("--alpha must be a finite number (got {})", args.alpha);
     }
+    let device = args.device.choice()?;
+    let precision = args.weights.precision.float_precision()?;
+    if device != DeviceChoice::Cpu && precision != crate::Precision::F32 {
+        bail!("--device gpu multiplies f32 weights, not --precision bf16 or int8");
+    }
     let mut translator = Translator::load(&args.model)?;
-    translator.prepare_precision(args.weights.precision.float_precision()?)?;
+    translator.prepare_precision(precision)?;
+    let on_gpu = match device {
+        DeviceChoice::Cpu => None,
+        DeviceChoice::Gpu(index) => Some(DeviceSeq2Seq::new(
+            GpuDevice::open(index)?,
+            &translator.model,
+        )?),
+    };
     let lines = read_stdin_lines()?;
     // One search for every case: the library decodes greedily for a beam of 1 (the best, and
     // only, hypothesis scored the same way) and by beam search above.
@@ -85,7 +103,12 @@ pub fn run(args: TranslateArgs) -> Result<()> {
         nbest,
         stop: args.beam_stop,
     };
-    let lists = translator.translate_nbest(&lines, &options)?;
+    let lists = match &on_gpu {
+        None => translator.translate_nbest(&lines, &options)?,
+        Some(lm) => {
+            translate_nbest_on_device(lm, &translator.model, &translator.vocab, &lines, &options)?
+        }
+    };
     let mut stdout = std::io::stdout().lock();
     for (i, list) in lists.iter().enumerate() {
         if args.nbest.is_none() {

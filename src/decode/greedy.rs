@@ -104,6 +104,32 @@ pub fn greedy_decode_full<T: Float>(
     decode_in_chunks(model, sources, options, decode_chunk_full)
 }
 
+/// [`greedy_decode`]'s chunks (sources clipped to the model's length, sorted by length, at
+/// most `options.batch_size` together, each sentence's output limit) decoded by `decode_chunk`
+/// (another device's search), in input order; the first error stops it.
+pub fn greedy_decode_with<E>(
+    config: &ModelConfig,
+    sources: &[Vec<u32>],
+    options: &GreedyOptions,
+    mut decode_chunk: impl FnMut(&[&[u32]], &[usize]) -> Result<Vec<Hypothesis>, E>,
+) -> Result<Vec<Hypothesis>, E> {
+    let max_src = config.max_len.saturating_sub(1);
+    let clipped: Vec<&[u32]> = sources.iter().map(|s| &s[..s.len().min(max_src)]).collect();
+    let lens: Vec<usize> = clipped.iter().map(|s| s.len()).collect();
+    let mut out = vec![Hypothesis::default(); sources.len()];
+    for chunk in length_sorted_chunks(&lens, options.batch_size) {
+        let srcs: Vec<&[u32]> = chunk.iter().map(|&i| clipped[i]).collect();
+        let limits: Vec<usize> = chunk
+            .iter()
+            .map(|&i| max_output_len(config, lens[i], options.max_len_extra))
+            .collect();
+        for (i, hyp) in chunk.into_iter().zip(decode_chunk(&srcs, &limits)?) {
+            out[i] = hyp;
+        }
+    }
+    Ok(out)
+}
+
 /// Decodes one chunk: (model, sources, per-sentence output limits) -> hypotheses.
 type ChunkDecoder<T> = fn(&Seq2Seq<T>, &[&[u32]], &[usize]) -> Vec<Hypothesis>;
 

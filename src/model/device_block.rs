@@ -11,7 +11,11 @@
 //! post-LN (the paper's): `h ← Norm₁(h + Attention(h))`, `h ← Norm₂(h + FFN(h))`. The residual
 //! adds are fused with the next norm ([`Device::add_norm`]).
 
+use super::attention::MultiHeadAttention;
 use super::block::SelfAttentionBlock;
+use super::decoder::DecoderLayer;
+use super::feed_forward::FeedForward;
+use super::residual::Residual;
 use super::config::{Activation, NormPlacement};
 use super::linear::Linear;
 use super::norm::Norm;
@@ -106,6 +110,33 @@ pub(super) struct DeviceBlock<D: Device> {
     pub(super) ffn_norm: DeviceNorm<D>,
     pub(super) ffn: DeviceFfn<D>,
     pub(super) d_ff: usize,
+    /// A translation decoder layer's attention over the source, between the two.
+    pub(super) cross: Option<DeviceCross<D>>,
+}
+
+/// Cross-attention's weights on the device: queries from the decoder's stream, keys and
+/// values of the source computed once per sentence ([`DeviceCross::store`]).
+pub(super) struct DeviceCross<D: Device> {
+    pub(super) norm: DeviceNorm<D>,
+    pub(super) q: D::Weight,
+    pub(super) q_bias: Option<D::Tensor>,
+    pub(super) k: D::Weight,
+    pub(super) k_bias: Option<D::Tensor>,
+    pub(super) v: D::Weight,
+    pub(super) v_bias: Option<D::Tensor>,
+    pub(super) out: D::Weight,
+    pub(super) out_bias: Option<D::Tensor>,
+    pub(super) n_heads: usize,
+    pub(super) scores: AttnScores,
+}
+
+/// The self-attention and FFN sublayers of a block (an encoder or decoder-only block, or a
+/// translation decoder layer's own).
+pub(super) struct Parts<'a> {
+    pub(super) attn: &'a MultiHeadAttention<f32>,
+    pub(super) attn_res: &'a Residual<f32>,
+    pub(super) ffn: &'a FeedForward<f32>,
+    pub(super) ffn_res: &'a Residual<f32>,
 }
 
 /// Uploads block `i` of a model (its weights, norms, rotary table and options) to `device`.
@@ -114,7 +145,105 @@ pub(super) fn upload_block<D: Device>(
     i: usize,
     layer: &SelfAttentionBlock<f32>,
 ) -> Result<DeviceBlock<D>, DeviceError> {
-    let a = &layer.self_attn;
+    let parts = Parts {
+        attn: &layer.self_attn,
+        attn_res: &layer.self_attn_res,
+        ffn: &layer.ffn,
+        ffn_res: &layer.ffn_res,
+    };
+    upload_parts(device, i, parts)
+}
+
+/// Uploads layer `i` of a translation decoder: its own sublayers and its cross-attention.
+pub(super) fn upload_decoder_layer<D: Device>(
+    device: &D,
+    i: usize,
+    layer: &DecoderLayer<f32>,
+) -> Result<DeviceBlock<D>, DeviceError> {
+    let parts = Parts {
+        attn: &layer.self_attn,
+        attn_res: &layer.self_attn_res,
+        ffn: &layer.ffn,
+        ffn_res: &layer.ffn_res,
+    };
+    let mut block = upload_parts(device, i, parts)?;
+    let c = &layer.cross_attn;
+    let w = |name: &str, l: &Linear<f32>| {
+        device.weight(&format!("layers.{i}.cross_attn.{name}"), &[WeightSource::Layer(l.weight_ref())])
+    };
+    block.cross = Some(DeviceCross {
+        norm: DeviceNorm::upload(device, &layer.cross_attn_res.norm)?,
+        q: w("q_proj", &c.q_proj)?,
+        q_bias: bias(device, &c.q_proj)?,
+        k: w("k_proj", &c.k_proj)?,
+        k_bias: bias(device, &c.k_proj)?,
+        v: w("v_proj", &c.v_proj)?,
+        v_bias: bias(device, &c.v_proj)?,
+        out: w("out_proj", &c.out_proj)?,
+        out_bias: bias(device, &c.out_proj)?,
+        n_heads: c.n_heads,
+        scores: AttnScores {
+            scale: c.scores.scale.unwrap_or(1.0 / (c.d_head as f64).sqrt()),
+            window: None,
+            softcap: c.scores.softcap,
+        },
+    });
+    Ok(block)
+}
+
+/// What a translation decoder layer's cross-attention has that the device step does not do.
+pub(super) fn check_cross(layer: &DecoderLayer<f32>) -> Option<&'static str> {
+    let c = &layer.cross_attn;
+    if c.rotary || c.q_norm.is_some() || c.k_norm.is_some() || c.pattern.is_some() || c.linear {
+        return Some("cross-attention with rotary positions, query/key norms, or a sparse or linear kernel");
+    }
+    if !c.gates.is_empty() || layer.cross_attn_res.post_norm.is_some() {
+        return Some("cross-attention with head gates or a post-norm");
+    }
+    None
+}
+
+impl<D: Device> DeviceCross<D> {
+    /// The source's keys and values `memory [tokens, d_model]` into `kv`, each token at its
+    /// `rows` slot.
+    pub(super) fn store(
+        &self,
+        d: &D,
+        memory: &D::Tensor,
+        rows: &StepRows<'_, D>,
+        width: usize,
+        kv: &mut D::Kv,
+    ) -> Result<(), DeviceError> {
+        let n = rows.tokens;
+        let (mut k, mut v) = (d.zeros(n * width)?, d.zeros(n * width)?);
+        d.product(&mut k, memory, n, &self.k)?;
+        d.product(&mut v, memory, n, &self.v)?;
+        if let Some(b) = &self.k_bias {
+            d.add_bias(&mut k, b)?;
+        }
+        if let Some(b) = &self.v_bias {
+            d.add_bias(&mut v, b)?;
+        }
+        d.kv_write(&k, &v, rows, kv)
+    }
+}
+
+/// The source a translation decoder's step reads: its keys and values per layer and each
+/// target token's row of them (every source position its context).
+pub(super) struct CrossSource<'a, D: Device> {
+    pub(super) kv: &'a [D::Kv],
+    pub(super) rows: StepRows<'a, D>,
+    /// `(n_kv_heads, d_head)` of the cross-attention.
+    pub(super) shape: (usize, usize),
+}
+
+/// [`upload_block`] from a block's sublayers.
+pub(super) fn upload_parts<D: Device>(
+    device: &D,
+    i: usize,
+    layer: Parts<'_>,
+) -> Result<DeviceBlock<D>, DeviceError> {
+    let a = layer.attn;
     let what = |w: &str| format!("layers.{i}.{w}");
     let qkv = device.weight(
         &what("self_attn.qkv_proj"),
@@ -139,7 +268,7 @@ pub(super) fn upload_block<D: Device>(
         false => None,
     };
     let out = device.weight(&what("self_attn.out_proj"), &[WeightSource::Layer(a.out_proj.weight_ref())])?;
-    let f = &layer.ffn;
+    let f = layer.ffn;
     let down = device.weight(&what("ffn.linear2"), &[WeightSource::Layer(f.linear2.weight_ref())])?;
     let down_bias = bias(device, &f.linear2)?;
     let ffn = match (f.activation, &f.gate) {
@@ -171,7 +300,7 @@ pub(super) fn upload_block<D: Device>(
         },
     };
     Ok(DeviceBlock {
-        attn_norm: DeviceNorm::upload(device, &layer.self_attn_res.norm)?,
+        attn_norm: DeviceNorm::upload(device, &layer.attn_res.norm)?,
         qkv,
         qkv_bias,
         out,
@@ -193,7 +322,7 @@ pub(super) fn upload_block<D: Device>(
             _ => None,
         },
         attn_post_norm: layer
-            .self_attn_res
+            .attn_res
             .post_norm
             .as_ref()
             .map(|n| DeviceNorm::upload(device, n))
@@ -208,6 +337,7 @@ pub(super) fn upload_block<D: Device>(
         ffn_norm: DeviceNorm::upload(device, &layer.ffn_res.norm)?,
         ffn,
         d_ff: f.linear1.d_out,
+        cross: None,
     })
 }
 
@@ -251,8 +381,18 @@ pub(super) fn run_blocks<D: Device>(
     stream: &mut Stream<D>,
     rows: &StepRows<'_, D>,
     kv: &mut [D::Kv],
+    source: Option<&CrossSource<'_, D>>,
 ) -> Result<(), DeviceError> {
     let n = rows.tokens;
+    // Cross-attention's queries and outputs (a translation decoder's layers).
+    let mut cross_bufs = match source {
+        Some(src) => {
+            let heads = blocks.iter().filter_map(|b| b.cross.as_ref()).map(|c| c.n_heads).max().unwrap_or(1);
+            let width = n * heads * src.shape.1;
+            Some((d.zeros(width)?, d.zeros(width)?, heads))
+        }
+        None => None,
+    };
     let Stream { h, normed, y, o, post } = stream;
     let mut sized: Option<(usize, usize, Sized<D>)> = None;
     for (l, block) in blocks.iter().enumerate() {
@@ -304,7 +444,34 @@ pub(super) fn run_blocks<D: Device>(
                 d.add_norm(block.attn_norm.of(), h, o, normed)?;
                 std::mem::swap(h, normed);
             }
-            false => d.add_norm(block.ffn_norm.of(), h, o, normed)?,
+            false => match &block.cross {
+                Some(c) => d.add_norm(c.norm.of(), h, o, normed)?,
+                None => d.add_norm(block.ffn_norm.of(), h, o, normed)?,
+            },
+        }
+        if let (Some(c), Some(src), Some((cq, catt, heads))) = (&block.cross, source, cross_bufs.as_mut()) {
+            // Attention over the source: queries from h (post-LN) or Norm_c(h), every source
+            // position seen.
+            if c.n_heads != *heads {
+                return Err(DeviceError::Device("cross-attention heads differ between layers".into()));
+            }
+            let input = if post_ln { &*h } else { &*normed };
+            d.product(cq, input, n, &c.q)?;
+            if let Some(b) = &c.q_bias {
+                d.add_bias(cq, b)?;
+            }
+            d.paged_attention(cq, &src.kv[l], &src.rows, catt, c.n_heads, c.scores)?;
+            d.product(o, catt, n, &c.out)?;
+            if let Some(b) = &c.out_bias {
+                d.add_bias(o, b)?;
+            }
+            match post_ln {
+                true => {
+                    d.add_norm(c.norm.of(), h, o, normed)?;
+                    std::mem::swap(h, normed);
+                }
+                false => d.add_norm(block.ffn_norm.of(), h, o, normed)?,
+            }
         }
         let input = if post_ln { &*h } else { &*normed };
         match &block.ffn {
@@ -363,14 +530,29 @@ struct Sized<D: Device> {
 pub(super) fn check_block(
     l: &SelfAttentionBlock<f32>,
     post_ln: bool,
+    shape: (usize, usize),
+) -> Option<&'static str> {
+    let parts = Parts {
+        attn: &l.self_attn,
+        attn_res: &l.self_attn_res,
+        ffn: &l.ffn,
+        ffn_res: &l.ffn_res,
+    };
+    check_parts(&parts, post_ln, shape)
+}
+
+/// [`check_block`] of a block's sublayers.
+pub(super) fn check_parts(
+    l: &Parts<'_>,
+    post_ln: bool,
     (n_kv, d_head): (usize, usize),
 ) -> Option<&'static str> {
-    let a = &l.self_attn;
+    let a = l.attn;
     let placement = |p: NormPlacement| (p == NormPlacement::PostLn) == post_ln;
-    if !placement(l.self_attn_res.placement) || !placement(l.ffn_res.placement) {
+    if !placement(l.attn_res.placement) || !placement(l.ffn_res.placement) {
         return Some("pre-LN and post-LN sublayers mixed");
     }
-    if post_ln && (l.self_attn_res.post_norm.is_some() || l.ffn_res.post_norm.is_some()) {
+    if post_ln && (l.attn_res.post_norm.is_some() || l.ffn_res.post_norm.is_some()) {
         return Some("post-norms in post-LN blocks");
     }
     if a.pattern.is_some() || a.linear {

@@ -166,7 +166,7 @@ impl<D: Device> DeviceBert<D> {
             .collect::<Result<Vec<_>, _>>()?;
         let mut stream = Stream::new(d, h, n, dm, &self.blocks)?;
         let kv_shape = (self.n_kv_heads, self.d_head);
-        run_blocks(d, &self.blocks, true, kv_shape, &mut stream, &rows, &mut kv)?;
+        run_blocks(d, &self.blocks, true, kv_shape, &mut stream, &rows, &mut kv, None)?;
         let hidden = d.read(&stream.h)?;
         let mut out = Vec::with_capacity(seqs.len());
         let mut at = 0;

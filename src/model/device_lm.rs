@@ -299,7 +299,7 @@ impl<D: Device> DeviceLm<D> {
         }
         let mut stream = Stream::new(d, h, n, dm, &self.blocks)?;
         let shape = (self.n_kv_heads, self.d_head);
-        run_blocks(d, &self.blocks, self.post_ln, shape, &mut stream, &step_rows, &mut state.kv)?;
+        run_blocks(d, &self.blocks, self.post_ln, shape, &mut stream, &step_rows, &mut state.kv, None)?;
         let Stream {
             mut h,
             mut normed,

@@ -26,6 +26,7 @@ pub mod decoder;
 mod device_block;
 pub mod device_encoder;
 pub mod device_lm;
+pub mod device_seq2seq;
 #[cfg(test)]
 mod device_lm_tests;
 pub mod embedding;

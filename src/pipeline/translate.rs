@@ -197,6 +197,45 @@ pub fn translate_lines(
 /// The n-best translations `(score, text)` of `lines`, best first: beam search when
 /// `options.beam_size > 1`, else greedy search (its one hypothesis scored the same way,
 /// `log p / lp`). Empty lines get no hypotheses.
+pub fn translate_nbest_on_device<D: crate::backend::Device>(
+    device_model: &crate::model::device_seq2seq::DeviceSeq2Seq<D>,
+    model: &Seq2Seq<f32>,
+    vocab: &Vocab,
+    lines: &[String],
+    options: &BeamOptions,
+) -> Result<Vec<Vec<(f64, String)>>> {
+    if options.beam_size > 1 {
+        return Err(Error::Input(
+            "--device gpu translates greedily: beam search (--beam 2 or more) runs on the CPU \
+             (--device cpu)"
+                .into(),
+        ));
+    }
+    let sources = encode_sources(lines, vocab, model)?;
+    let non_empty: Vec<usize> = (0..lines.len())
+        .filter(|&i| !lines[i].trim().is_empty())
+        .collect();
+    let to_decode: Vec<Vec<u32>> = non_empty.iter().map(|&i| sources[i].clone()).collect();
+    let greedy = GreedyOptions {
+        max_len_extra: options.max_len_extra,
+        batch_size: options.batch_size,
+    };
+    let hyps = crate::decode::greedy::greedy_decode_with(
+        &model.config,
+        &to_decode,
+        &greedy,
+        |srcs, limits| device_model.translate_greedy(srcs, limits),
+    )?;
+    let mut out = vec![Vec::new(); lines.len()];
+    for (&i, h) in non_empty.iter().zip(hyps) {
+        let score = h.score / length_penalty(h.n_emitted(), options.alpha);
+        out[i] = vec![(score, vocab.decode(&h.tokens))];
+    }
+    Ok(out)
+}
+
+/// The n-best translations of `lines` on the CPU (see [`translate_nbest_on_device`] for a
+/// device's greedy search).
 pub fn translate_nbest(
     model: &Seq2Seq<f32>,
     vocab: &Vocab,
