@@ -54,7 +54,7 @@ pub fn run(args: EmbedArgs) -> Result<()> {
     let start = std::time::Instant::now();
     let embeddings = match &on_gpu {
         None => encoder.embed(&lines, args.batch_size)?,
-        Some(bert) => encoder.embed_with(&lines, args.batch_size, |seqs| Ok(bert.embed(seqs)?))?,
+        Some(bert) => encoder.embed_on_device(bert, &lines, args.batch_size)?,
     };
     let secs = start.elapsed().as_secs_f64();
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());

@@ -82,6 +82,17 @@ impl SentenceEncoder {
         self.embed_ids_with(&ids, batch_size, embed)
     }
 
+    /// [`embed`](Self::embed) on a device: each batch one step of `bert` (the encoder uploaded
+    /// there, `crate::model::device_encoder`).
+    pub fn embed_on_device<D: crate::backend::Device>(
+        &self,
+        bert: &crate::model::device_encoder::DeviceBert<D>,
+        sentences: &[String],
+        batch_size: usize,
+    ) -> Result<Vec<Vec<f32>>> {
+        self.embed_with(sentences, batch_size, |seqs| Ok(bert.embed(seqs)?))
+    }
+
     /// [`embed_ids`](Self::embed_ids) with each batch embedded by `embed`.
     pub fn embed_ids_with(
         &self,

@@ -239,9 +239,7 @@ fn minilm_embeddings_on_the_gpu_are_the_cpus() {
     .collect();
     let want = encoder.embed(&sentences, 3).unwrap();
     let bert = DeviceBert::new(device, &encoder.model).unwrap();
-    let got = encoder
-        .embed_with(&sentences, 3, |seqs| Ok(bert.embed(seqs)?))
-        .unwrap();
+    let got = encoder.embed_on_device(&bert, &sentences, 3).unwrap();
     for (s, (g, w)) in got.iter().zip(&want).enumerate() {
         assert_eq!(g.len(), 384);
         let diff = g
