@@ -5,8 +5,6 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use wgpu::util::DeviceExt;
-
 use crate::buffer::{Allocation, GpuBuffer};
 use crate::device::Gpu;
 use crate::error::GpuError;
@@ -20,10 +18,33 @@ pub struct Kernel {
     pub source: &'static str,
 }
 
-/// The dispatches recorded since the last submission.
+/// The dispatches recorded since the last submission, and their uniform parameters: written
+/// one after another (each at an offset the adapter allows) into `uniforms`, copied into the
+/// `arena` uniform buffer by one queue write just before the submission, so a dispatch
+/// creates no buffer of its own.
 #[derive(Default)]
 pub(crate) struct Pending {
     encoder: Option<wgpu::CommandEncoder>,
+    uniforms: Vec<u8>,
+    arena: Option<wgpu::Buffer>,
+}
+
+/// Bytes of the uniform arena: a submission whose dispatches' parameters pass it is split
+/// (submitted early) — about a thousand dispatches of 64-byte parameters at 256-byte offsets.
+pub(crate) const ARENA_BYTES: u64 = 256 * 1024;
+
+impl Pending {
+    /// Submits the encoder (its parameters written into the arena first), if any.
+    fn submit(&mut self, gpu: &Gpu) {
+        if let Some(e) = self.encoder.take() {
+            if let (Some(arena), false) = (&self.arena, self.uniforms.is_empty()) {
+                gpu.queue.write_buffer(arena, 0, &self.uniforms);
+            }
+            self.uniforms.clear();
+            gpu.queue.submit([e.finish()]);
+            gpu.counters.submissions.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// What the device was asked to do, since it was opened (or [`Counters::reset`]).
@@ -272,24 +293,46 @@ impl Gpu {
         grid: [u32; 3],
     ) {
         let pipeline = self.pipeline(kernel, constants);
-        let uniform = (!params.is_empty()).then(|| {
-            self.device
-                .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                    label: None,
-                    contents: params,
-                    usage: wgpu::BufferUsages::UNIFORM,
+        let mut pending = self.pending.lock().expect("pending dispatches");
+        // The parameters' place in the arena (a uniform binding is a multiple of 16 bytes).
+        let align = u64::from(self.limits.min_uniform_buffer_offset_alignment).max(16);
+        let size = (params.len() as u64).div_ceil(16) * 16;
+        let mut offset = (pending.uniforms.len() as u64).div_ceil(align) * align;
+        if !params.is_empty() && offset + size > ARENA_BYTES {
+            pending.submit(self);
+            offset = 0;
+        }
+        let arena = (!params.is_empty()).then(|| {
+            pending
+                .arena
+                .get_or_insert_with(|| {
+                    self.device.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some("uniform arena"),
+                        size: ARENA_BYTES,
+                        usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+                        mapped_at_creation: false,
+                    })
                 })
+                .clone()
         });
         let mut entries = Vec::with_capacity(buffers.len() + 1);
-        let first = match &uniform {
-            Some(u) => {
+        let first = match &arena {
+            None => 0,
+            Some(arena) => {
+                let at = offset as usize;
+                pending.uniforms.resize(at, 0);
+                pending.uniforms.extend_from_slice(params);
+                pending.uniforms.resize(at + size as usize, 0);
                 entries.push(wgpu::BindGroupEntry {
                     binding: 0,
-                    resource: u.as_entire_binding(),
+                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: arena,
+                        offset,
+                        size: std::num::NonZeroU64::new(size),
+                    }),
                 });
                 1
             }
-            None => 0,
         };
         for (i, b) in buffers.iter().enumerate() {
             entries.push(wgpu::BindGroupEntry {
@@ -302,12 +345,16 @@ impl Gpu {
             layout: &pipeline.get_bind_group_layout(0),
             entries: &entries,
         });
-        self.with_encoder(|encoder| {
+        let encoder = pending.encoder.get_or_insert_with(|| {
+            self.device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
+        });
+        {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
             pass.set_pipeline(&pipeline);
             pass.set_bind_group(0, &bind_group, &[]);
             pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
-        });
+        }
         self.counters.dispatches.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -317,10 +364,7 @@ impl Gpu {
         // another thread's later encoder does (tests share one device; a read's copy must not
         // run before the dispatches recorded ahead of it).
         let mut pending = self.pending.lock().expect("pending dispatches");
-        if let Some(e) = pending.encoder.take() {
-            self.queue.submit([e.finish()]);
-            self.counters.submissions.fetch_add(1, Ordering::Relaxed);
-        }
+        pending.submit(self);
     }
 
     /// `buf`'s elements, after everything recorded so far has run (one submission).

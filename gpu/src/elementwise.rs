@@ -247,6 +247,35 @@ mod tests {
     }
 
     #[test]
+    fn a_long_chain_of_dispatches_passes_the_uniform_arena_in_order() {
+        // Its own device: the counters of the shared one move with the other tests.
+        if gpu().is_none() {
+            return;
+        }
+        let gpu = Gpu::open(None).unwrap();
+        let x = rand_vec(4, 12);
+        let dx = gpu.upload(&x).unwrap();
+        gpu.counters().reset();
+        // Enough dispatches, each with its own factor, for their parameters to fill the arena
+        // twice: the recording is submitted early, in order.
+        let align = u64::from(gpu.limits.min_uniform_buffer_offset_alignment).max(16);
+        let n = (2 * crate::dispatch::ARENA_BYTES / align + 10) as usize;
+        let factors: Vec<f32> = (0..n).map(|i| 1.0 + (i % 7) as f32 * 1e-4).collect();
+        for &f in &factors {
+            scale(&gpu, &dx, f).unwrap();
+        }
+        let got = gpu.read(&dx).unwrap();
+        let want: Vec<f32> = x
+            .iter()
+            .map(|&v| factors.iter().fold(v, |v, &f| v * f))
+            .collect();
+        assert_eq!(got, want);
+        let c = gpu.counters().get();
+        assert_eq!(c.dispatches, n as u64);
+        assert!(c.submissions >= 3, "{} submissions", c.submissions);
+    }
+
+    #[test]
     fn copied_rows_are_the_rows_asked_for_in_order() {
         let Some(gpu) = gpu() else { return };
         let (rows, width) = (7usize, 5usize);
