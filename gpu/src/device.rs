@@ -104,6 +104,8 @@ pub struct Gpu {
     pub(crate) allocated: Arc<AtomicU64>,
     /// The device memory this process may use, when known; `u64::MAX` when not.
     pub(crate) budget: AtomicU64,
+    /// At most this many bytes in one weight buffer (`u64::MAX`: the adapter's limits).
+    pub(crate) piece_cap: AtomicU64,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -157,6 +159,7 @@ impl Gpu {
             counters: Counters::default(),
             allocated: Arc::new(AtomicU64::new(0)),
             budget: AtomicU64::new(u64::MAX),
+            piece_cap: AtomicU64::new(u64::MAX),
         })
     }
 
@@ -229,6 +232,22 @@ impl Gpu {
     /// The largest storage buffer one binding may address.
     pub fn max_binding_bytes(&self) -> u64 {
         self.limits.max_storage_buffer_binding_size
+    }
+
+    /// The most bytes one storage buffer may hold here (the binding and buffer limits, or a
+    /// lower cap set for tests).
+    pub(crate) fn buffer_limit(&self) -> u64 {
+        let cap = self.piece_cap.load(std::sync::atomic::Ordering::Relaxed);
+        self.max_binding_bytes()
+            .min(self.limits.max_buffer_size)
+            .min(cap)
+    }
+
+    /// Caps the bytes of one weight buffer (tests: a table cut into runs on any adapter).
+    #[doc(hidden)]
+    pub fn set_weight_buffer_cap(&self, bytes: u64) {
+        self.piece_cap
+            .store(bytes, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

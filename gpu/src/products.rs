@@ -61,7 +61,7 @@ use crate::buffer::GpuBuffer;
 use crate::device::Gpu;
 use crate::error::GpuError;
 
-pub use stacked::{glu_product, stacked_product, StackedWeight};
+pub use stacked::{gather_stacked, glu_product, stacked_product, StackedWeight};
 
 /// Up to this many activation rows, [`weight_product`] runs the matrix-vector kernel; above,
 /// the tiled matrix-matrix kernel.
@@ -437,12 +437,52 @@ pub fn gather_rows(
     if n == 0 {
         return Ok(());
     }
+    gather_rows_at(gpu, out, ids, table, None)
+}
+
+/// [`gather_rows`] of a table that holds rows `first ..` of a larger one: `ids[i] − first`
+/// within it is gathered, any other id leaves `out`'s row alone.
+pub(crate) fn gather_rows_of(
+    gpu: &Gpu,
+    out: &GpuBuffer<f32>,
+    ids: &GpuBuffer<u32>,
+    table: &GpuWeight,
+    first: usize,
+) -> Result<(), GpuError> {
+    if out.len() != ids.len() * table.d_in {
+        return Err(GpuError::Shape {
+            op: "gather rows",
+            problem: format!(
+                "out of {} values for {} rows of {}",
+                out.len(),
+                ids.len(),
+                table.d_in
+            ),
+        });
+    }
+    gather_rows_at(gpu, out, ids, table, Some(first))
+}
+
+fn gather_rows_at(
+    gpu: &Gpu,
+    out: &GpuBuffer<f32>,
+    ids: &GpuBuffer<u32>,
+    table: &GpuWeight,
+    first: Option<usize>,
+) -> Result<(), GpuError> {
+    let n = ids.len();
+    if n == 0 {
+        return Ok(());
+    }
     let invocations = n * table.d_in.div_ceil(32) * 8;
-    check_index(OP, "the invocations", invocations)?;
+    check_index("gather rows", "the invocations", invocations)?;
+    check_index("gather rows", "the first row", first.unwrap_or(0))?;
+    // tiles_n: 1 when rows outside the table are left alone; y_off: the table's first id.
+    let (skip, at) = first.map_or((0, 0), |f| (1, f));
     gpu.record(
         kernels::of(table.format).gather,
         &[],
-        &table.params(n, 0, table.d_in, 0),
+        &table.params(n, skip, table.d_in, at),
         &[&table.data.raw, &ids.raw, &out.raw],
         gpu.grid(invocations.div_ceil(256) as u32),
     );

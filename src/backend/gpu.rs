@@ -192,10 +192,7 @@ impl Device for GpuDevice {
         ids: &GpuBuffer<u32>,
         table: &StackedWeight,
     ) -> Result<(), DeviceError> {
-        let t = table.single().ok_or_else(|| {
-            DeviceError::Device("an embedding table stacked from several matrices".into())
-        })?;
-        products::gather_rows(&self.gpu, out, ids, t).map_err(err)
+        products::gather_stacked(&self.gpu, out, ids, table).map_err(err)
     }
 
     fn add(

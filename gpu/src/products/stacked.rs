@@ -39,41 +39,54 @@ impl StackedWeight {
                 problem: "a stack of no matrices".into(),
             });
         }
-        let mut runs = Vec::new();
         let mut layout = Vec::new();
         let mut col = 0;
+        // Pieces of at most one buffer's bytes: a part larger than a binding allows is cut
+        // into runs of whole rows (an embedding table of 128k rows on a 128 MiB adapter).
+        let limit = gpu.buffer_limit().saturating_sub(4).max(1) as usize;
+        let mut pieces: Vec<(WeightFormat, &[u8])> = Vec::new();
+        for (j, &(format, rows, b)) in parts.iter().enumerate() {
+            let row_bytes = format.row_bytes(d_in);
+            if Some(b.len()) != rows.checked_mul(row_bytes) || rows == 0 {
+                return Err(GpuError::Shape {
+                    op: "weight upload",
+                    problem: format!(
+                        "part {j}: a {format} matrix of {rows} rows of {d_in} values is not \
+                         the {} bytes given (or has no rows)",
+                        b.len()
+                    ),
+                });
+            }
+            layout.push((format, col, rows));
+            col += rows;
+            let per_piece = (limit / row_bytes.max(1)).max(1) * row_bytes;
+            pieces.extend(b.chunks(per_piece).map(|c| (format, c)));
+        }
+        // Consecutive pieces of one format share a buffer while it stays within the limit.
+        let mut runs = Vec::new();
+        let mut row = 0;
         let mut i = 0;
-        while i < parts.len() {
-            let format = parts[i].0;
-            let mut j = i;
-            let mut bytes: Vec<&[u8]> = Vec::new();
-            while j < parts.len() && parts[j].0 == format {
-                let (_, rows, b) = parts[j];
-                if Some(b.len()) != rows.checked_mul(format.row_bytes(d_in)) || rows == 0 {
-                    return Err(GpuError::Shape {
-                        op: "weight upload",
-                        problem: format!(
-                            "part {j}: a {format} matrix of {rows} rows of {d_in} values is not \
-                             the {} bytes given (or has no rows)",
-                            b.len()
-                        ),
-                    });
-                }
-                layout.push((format, col + bytes_rows(&bytes, format, d_in), rows));
-                bytes.push(b);
+        while i < pieces.len() {
+            let format = pieces[i].0;
+            let mut bytes: Vec<&[u8]> = vec![pieces[i].1];
+            let mut total = pieces[i].1.len();
+            let mut j = i + 1;
+            while j < pieces.len() && pieces[j].0 == format && total + pieces[j].1.len() <= limit {
+                total += pieces[j].1.len();
+                bytes.push(pieces[j].1);
                 j += 1;
             }
             let w = GpuWeight::concat_rows(gpu, format, d_in, &bytes)?;
             let rows = w.d_out;
-            runs.push((w, col));
-            col += rows;
+            runs.push((w, row));
+            row += rows;
             i = j;
         }
         Ok(StackedWeight {
             runs,
             parts: layout,
             d_in,
-            d_out: col,
+            d_out: row,
         })
     }
 
@@ -126,9 +139,22 @@ impl StackedWeight {
     }
 }
 
-/// Rows held by the byte slices of one run so far.
-fn bytes_rows(parts: &[&[u8]], format: WeightFormat, d_in: usize) -> usize {
-    parts.iter().map(|b| b.len()).sum::<usize>() / format.row_bytes(d_in)
+/// Records the embedding lookup `out[i, :] = W[ids[i], :]` from a stacked table: each run
+/// gathers the ids among its rows (a run of rows `first ..` reads `ids[i] − first`) and leaves
+/// the others alone; an id past every run leaves its row as it was (zeros in a fresh buffer).
+pub fn gather_stacked(
+    gpu: &Gpu,
+    out: &GpuBuffer<f32>,
+    ids: &GpuBuffer<u32>,
+    table: &StackedWeight,
+) -> Result<(), GpuError> {
+    if let Some(w) = table.single() {
+        return super::gather_rows(gpu, out, ids, w);
+    }
+    for (run, first) in &table.runs {
+        super::gather_rows_of(gpu, out, ids, run, *first)?;
+    }
+    Ok(())
 }
 
 /// Records `y [rows, d_out] = x [rows, d_in] · Wᵀ` for the stacked `W` (part `i` of each

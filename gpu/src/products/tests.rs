@@ -350,3 +350,45 @@ fn the_gated_product_is_the_product_then_the_gated_unit() {
     let e = glu_product(gpu, Activation::Silu, &y, &x, 1, &w).unwrap_err();
     assert!(e.to_string().contains("gate-up matrix of 3 rows"), "{e}");
 }
+
+/// A table larger than one buffer may hold is cut into runs of whole rows: its products and
+/// its lookups (ids in every run, and past the table) are those of the uncut table.
+#[test]
+fn tables_cut_into_runs_multiply_and_gather_as_one() {
+    let Some(shared) = gpu() else { return };
+    // Its own device: the cap would cut the other tests' weights too.
+    let cut = Gpu::open(None).unwrap();
+    for format in [WeightFormat::Q8_0, WeightFormat::Q4K, WeightFormat::F32] {
+        let (d_in, d_out) = (256usize, 50usize);
+        let bytes = random_weight(format, d_in, d_out, 3);
+        // Runs of 7 rows (the cap a little more than 7 rows' bytes).
+        cut.set_weight_buffer_cap((7 * format.row_bytes(d_in) + 5) as u64);
+        let parts = [(format, d_out, &bytes[..])];
+        let (whole, pieces) = (
+            StackedWeight::upload(shared, d_in, &parts).unwrap(),
+            StackedWeight::upload(&cut, d_in, &parts).unwrap(),
+        );
+        assert_eq!(pieces.dispatches(), 8, "{format}: 50 rows in runs of 7");
+        assert_eq!(pieces.d_out(), d_out);
+        let rows = 3;
+        let x = rand_vec(rows * d_in, 4);
+        let run = |gpu: &Gpu, w: &StackedWeight| {
+            let (dx, dy) = (
+                gpu.upload(&x).unwrap(),
+                gpu.zeros::<f32>(rows * d_out).unwrap(),
+            );
+            stacked_product(gpu, &dy, &dx, rows, w).unwrap();
+            let ids = gpu.upload(&[0u32, 6, 7, 49, 23, 50, 1000]).unwrap();
+            let out = gpu.zeros::<f32>(7 * d_in).unwrap();
+            gather_stacked(gpu, &out, &ids, w).unwrap();
+            (gpu.read(&dy).unwrap(), gpu.read(&out).unwrap())
+        };
+        let (want, got) = (run(shared, &whole), run(&cut, &pieces));
+        assert_eq!(got.0, want.0, "{format}: products");
+        assert_eq!(got.1, want.1, "{format}: lookups");
+        assert!(
+            want.1[5 * d_in..].iter().all(|&v| v == 0.0),
+            "ids past the table: zeros"
+        );
+    }
+}

@@ -1,4 +1,5 @@
-// dst[i, k] = W[ids[i], k]: one invocation per 4 values; an id >= d_out gives zeros.
+// dst[i, k] = W[ids[i], k]: one invocation per 4 values; an id >= d_out gives zeros (or, for
+// one run of a table cut into several, leaves the row alone).
 @group(0) @binding(2) var<storage, read> ids: array<u32>;
 @group(0) @binding(3) var<storage, read_write> dst: array<f32>;
 
@@ -14,7 +15,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let piece = t % per_row;
     let u = piece >> 3u;
     let j4 = piece & 7u;
-    let id = ids[i];
+    // A table of rows y_off .. of a larger one (tiles_n = 1) reads ids[i] − y_off and
+    // leaves the rows of other ids alone (wrapping below y_off to a large id).
+    let id = ids[i] - p.y_off;
+    if (p.tiles_n == 1u && id >= p.d_out) {
+        return;
+    }
     var v = vec4<f32>(0.0);
     if (id < p.d_out) {
         let rb = id * p.row_bytes;
