@@ -58,7 +58,19 @@ pub enum WeightSource<'a> {
     },
 }
 
-impl WeightSource<'_> {
+impl<'a> WeightSource<'a> {
+    /// A float table `values [rows, d]` (positions, BERT's tables).
+    pub fn floats(values: &'a [f32], rows: usize, d: usize) -> Self {
+        WeightSource::Layer(WeightRef {
+            w: values,
+            d_in: d,
+            d_out: rows,
+            transposed: None,
+            packed: None,
+            bf16: None,
+        })
+    }
+
     /// `(d_out, d_in)`.
     pub fn shape(&self) -> (usize, usize) {
         match self {

@@ -1,6 +1,7 @@
 //! One decoder (or encoder) block on a [`Device`]: its weights uploaded ([`upload_block`]) and
-//! the layer loop of a step ([`run_blocks`]), shared by the language model's step
-//! (`super::device_lm`) and the encoder's (`super::device_encoder`). Per token, pre-LN:
+//! the layer loop of a step ([`run_stack`]), shared by the language model's step
+//! (`super::device_lm`), the encoder's (`super::device_encoder`) and the translator's
+//! (`super::device_seq2seq`). Per token, pre-LN:
 //!
 //! ```text
 //! u = Norm₁(h);  q, k, v = u W_qᵀ (+ b), …;  [q, k ← QKNorm];  K, V ← RoPE(k, p), v
@@ -18,7 +19,7 @@ use super::feed_forward::FeedForward;
 use super::residual::Residual;
 use super::config::{Activation, NormPlacement};
 use super::linear::Linear;
-use super::norm::Norm;
+use super::norm::{Norm, RmsNorm};
 use crate::backend::{
     AttnScores, Device, DeviceAct, DeviceError, NormOf, StepRows, WeightSource,
 };
@@ -31,18 +32,28 @@ pub(super) struct DeviceNorm<D: Device> {
     pub(super) eps: f64,
 }
 
+/// An RMSNorm's gain as applied, `g + o` (its stored offset added).
+fn rms_gain(n: &RmsNorm<f32>) -> Vec<f32> {
+    let o = n.offset as f32;
+    n.gain.value.data.iter().map(|g| g + o).collect()
+}
+
+/// `what` refused on `device`, by name.
+pub(super) fn unsupported<D: Device>(device: &D, what: String) -> DeviceError {
+    DeviceError::Unsupported {
+        device: device.name(),
+        what: format!("{what} (not on a device yet: use --device cpu)"),
+    }
+}
+
 impl<D: Device> DeviceNorm<D> {
     pub(super) fn upload(device: &D, norm: &Norm<f32>) -> Result<Self, DeviceError> {
         Ok(match norm {
-            Norm::Rms(n) => {
-                let o = n.offset as f32;
-                let gain: Vec<f32> = n.gain.value.data.iter().map(|g| g + o).collect();
-                DeviceNorm {
-                    gain: device.upload(&gain)?,
-                    bias: None,
-                    eps: n.eps,
-                }
-            }
+            Norm::Rms(n) => DeviceNorm {
+                gain: device.upload(&rms_gain(n))?,
+                bias: None,
+                eps: n.eps,
+            },
             Norm::Layer(n) => DeviceNorm {
                 gain: device.upload(&n.gamma.value.data)?,
                 bias: Some(device.upload(&n.beta.value.data)?),
@@ -312,13 +323,11 @@ pub(super) fn upload_parts<D: Device>(
             softcap: a.scores.softcap,
         },
         qk_norm: match (&a.q_norm, &a.k_norm) {
-            (Some(q), Some(k)) => {
-                let gain = |n: &super::norm::RmsNorm<f32>| -> Vec<f32> {
-                    let o = n.offset as f32;
-                    n.gain.value.data.iter().map(|g| g + o).collect()
-                };
-                Some((device.upload(&gain(q))?, device.upload(&gain(k))?, q.eps))
-            }
+            (Some(q), Some(k)) => Some((
+                device.upload(&rms_gain(q))?,
+                device.upload(&rms_gain(k))?,
+                q.eps,
+            )),
             _ => None,
         },
         attn_post_norm: layer
@@ -344,17 +353,17 @@ pub(super) fn upload_parts<D: Device>(
 /// The residual stream of a step and its scratch rows, each `[tokens, d_model]`: `h` the
 /// stream, `normed` a norm's output, `o` the attention's output, `y` the FFN's (pre-LN: added
 /// by the next layer's or the final norm), `post` a post-norm's output when a layer has one.
-pub(super) struct Stream<D: Device> {
-    pub(super) h: D::Tensor,
-    pub(super) normed: D::Tensor,
-    pub(super) y: D::Tensor,
-    pub(super) o: D::Tensor,
-    pub(super) post: Option<D::Tensor>,
+struct Stream<D: Device> {
+    h: D::Tensor,
+    normed: D::Tensor,
+    y: D::Tensor,
+    o: D::Tensor,
+    post: Option<D::Tensor>,
 }
 
 impl<D: Device> Stream<D> {
     /// The rows of `n` tokens, `h` the embeddings.
-    pub(super) fn new(d: &D, h: D::Tensor, n: usize, dm: usize, blocks: &[DeviceBlock<D>]) -> Result<Self, DeviceError> {
+    fn new(d: &D, h: D::Tensor, n: usize, dm: usize, blocks: &[DeviceBlock<D>]) -> Result<Self, DeviceError> {
         let posts = blocks.iter().any(|b| b.attn_post_norm.is_some() || b.ffn_post_norm.is_some());
         Ok(Stream {
             h,
@@ -369,11 +378,37 @@ impl<D: Device> Stream<D> {
     }
 }
 
+/// The last hidden states of `blocks` over the embeddings `h [tokens, dm]` laid out as `rows` says (keys
+/// and values into `kv`, a translation decoder reading `source`): post-LN's stream, or pre-LN's
+/// final norm of it.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run_stack<D: Device>(
+    d: &D,
+    blocks: &[DeviceBlock<D>],
+    post_ln: bool,
+    final_norm: Option<&DeviceNorm<D>>,
+    shape: (usize, usize),
+    (h, dm): (D::Tensor, usize),
+    rows: &StepRows<'_, D>,
+    kv: &mut [D::Kv],
+    source: Option<&CrossSource<'_, D>>,
+) -> Result<D::Tensor, DeviceError> {
+    let mut stream = Stream::new(d, h, rows.tokens, dm, blocks)?;
+    run_blocks(d, blocks, post_ln, shape, &mut stream, rows, kv, source)?;
+    match final_norm {
+        Some(norm) if !post_ln => {
+            d.add_norm(norm.of(), &mut stream.h, &stream.y, &mut stream.normed)?;
+            Ok(stream.normed)
+        }
+        _ => Ok(stream.h),
+    }
+}
+
 /// Runs `blocks` over the `n` tokens of `stream` laid out as `rows` says, their keys and values
 /// into `kv` (one per block). Pre-LN leaves the last FFN output in `y`, to be added by the
 /// final norm; post-LN leaves the finished stream in `h`.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn run_blocks<D: Device>(
+fn run_blocks<D: Device>(
     d: &D,
     blocks: &[DeviceBlock<D>],
     post_ln: bool,

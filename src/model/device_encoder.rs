@@ -7,10 +7,10 @@
 //! each sequence's last hidden states, L2-normalised ([`mean_pool_l2`]).
 
 use super::bert::{mean_pool_l2, Bert};
-use super::device_block::{check_block, run_blocks, upload_block, DeviceBlock, DeviceNorm, Stream};
-use super::device_lm::BLOCK_SIZE;
+use super::device_block::{check_block, run_stack, unsupported, upload_block, DeviceBlock, DeviceNorm};
+use super::device_rows::{kv_blocks, Layout};
 use super::norm::Norm;
-use crate::backend::{Device, DeviceError, KvShape, StepRows, WeightRef, WeightSource};
+use crate::backend::{Device, DeviceError, WeightSource};
 
 /// A BERT encoder's weights on a device.
 pub struct DeviceBert<D: Device> {
@@ -27,18 +27,6 @@ pub struct DeviceBert<D: Device> {
     blocks: Vec<DeviceBlock<D>>,
 }
 
-/// A float table `[rows, d]` as a device weight's source.
-fn table(values: &[f32], rows: usize, d: usize) -> WeightSource<'_> {
-    WeightSource::Layer(WeightRef {
-        w: values,
-        d_in: d,
-        d_out: rows,
-        transposed: None,
-        packed: None,
-        bf16: None,
-    })
-}
-
 impl<D: Device> DeviceBert<D> {
     /// Uploads `bert` to `device`, or names what its blocks have that the device step does not
     /// do.
@@ -46,18 +34,12 @@ impl<D: Device> DeviceBert<D> {
         let c = &bert.config;
         let layers = &bert.encoder.layers;
         let Some(first) = layers.first() else {
-            return Err(DeviceError::Unsupported {
-                device: device.name(),
-                what: "an encoder without layers".into(),
-            });
+            return Err(unsupported(&device, "an encoder without layers".into()));
         };
         let (n_kv_heads, d_head) = (first.self_attn.n_kv_heads, first.self_attn.d_head);
         for (i, l) in layers.iter().enumerate() {
             if let Some(problem) = check_block(l, true, (n_kv_heads, d_head)) {
-                return Err(DeviceError::Unsupported {
-                    device: device.name(),
-                    what: format!("layer {i}: {problem} (not on a device yet: use --device cpu)"),
-                });
+                return Err(unsupported(&device, format!("layer {i}: {problem}")));
             }
         }
         let d = c.hidden_size;
@@ -73,14 +55,14 @@ impl<D: Device> DeviceBert<D> {
             max_positions: c.max_position_embeddings,
             n_kv_heads,
             d_head,
-            words: device.weight("word_embeddings", &[table(&bert.word_embeddings.value.data, c.vocab_size, d)])?,
+            words: device.weight("word_embeddings", &[WeightSource::floats(&bert.word_embeddings.value.data, c.vocab_size, d)])?,
             types: device.weight(
                 "token_type_embeddings",
-                &[table(&bert.token_type_embeddings.value.data, c.type_vocab_size, d)],
+                &[WeightSource::floats(&bert.token_type_embeddings.value.data, c.type_vocab_size, d)],
             )?,
             positions: device.weight(
                 "position_embeddings",
-                &[table(&bert.position_embeddings.value.data, c.max_position_embeddings, d)],
+                &[WeightSource::floats(&bert.position_embeddings.value.data, c.max_position_embeddings, d)],
             )?,
             norm: DeviceNorm::upload(&device, &norm)?,
             blocks,
@@ -108,66 +90,27 @@ impl<D: Device> DeviceBert<D> {
         }
         // Token i of sequence b at position p: its row's blocks are b's own, its context the
         // whole sequence.
-        let longest = seqs.iter().map(|s| s.len()).max().unwrap_or(1);
-        let max_blocks = longest.div_ceil(BLOCK_SIZE);
-        let (mut ids, mut pos, mut ctx, mut table) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        let mut next_block = 0u32;
-        for s in seqs {
-            let n_blocks = s.len().div_ceil(BLOCK_SIZE);
-            let row: Vec<u32> = (0..max_blocks as u32)
-                .map(|b| if (b as usize) < n_blocks { next_block + b } else { 0 })
-                .collect();
-            next_block += n_blocks as u32;
-            for (p, &t) in s.iter().enumerate() {
-                ids.push(t);
-                pos.push(p as u32);
-                ctx.push(s.len() as u32);
-                table.extend_from_slice(&row);
-            }
-        }
-        let n = ids.len();
-        let seq: Vec<u32> = (0..n as u32).collect();
-        let (ids, pos, ctx, table, seq, zeros) = (
-            d.upload_ids(&ids)?,
-            d.upload_ids(&pos)?,
-            d.upload_ids(&ctx)?,
-            d.upload_ids(&table)?,
-            d.upload_ids(&seq)?,
-            d.upload_ids(&vec![0; n])?,
-        );
-        let rows = StepRows {
-            seq: &seq,
-            pos: &pos,
-            ctx: &ctx,
-            table: &table,
-            max_blocks,
-            max_ctx: longest,
-            tokens: n,
-        };
+        let lens: Vec<usize> = seqs.iter().map(|s| s.len()).collect();
+        let (layout, blocks) = Layout::whole_sequences(&lens);
+        let n = layout.pos.len();
+        let ids: Vec<u32> = seqs.concat();
+        let (ids, zeros, step) = (d.upload_ids(&ids)?, d.upload_ids(&vec![0; n])?, layout.upload(d)?);
         let dm = self.d_model;
         // (word + type) + position, in the reference's order; then the embeddings' norm.
         let (mut word, mut typ, mut at) = (d.zeros(n * dm)?, d.zeros(n * dm)?, d.zeros(n * dm)?);
         d.gather(&mut word, &ids, &self.words)?;
         d.gather(&mut typ, &zeros, &self.types)?;
-        d.gather(&mut at, &pos, &self.positions)?;
+        d.gather(&mut at, &step.pos, &self.positions)?;
         let mut sum = d.zeros(n * dm)?;
         d.add(&mut sum, &word, &typ)?;
         d.add(&mut word, &sum, &at)?;
         let mut h = d.zeros(n * dm)?;
         d.norm(self.norm.of(), &word, &mut h)?;
-        let shape = KvShape {
-            blocks: next_block as usize,
-            block_size: BLOCK_SIZE,
-            n_kv_heads: self.n_kv_heads,
-            d_head: self.d_head,
-        };
-        let mut kv = (0..self.blocks.len())
-            .map(|_| d.kv_blocks(shape))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut stream = Stream::new(d, h, n, dm, &self.blocks)?;
         let kv_shape = (self.n_kv_heads, self.d_head);
-        run_blocks(d, &self.blocks, true, kv_shape, &mut stream, &rows, &mut kv, None)?;
-        let hidden = d.read(&stream.h)?;
+        let mut kv = kv_blocks(d, self.blocks.len(), blocks, kv_shape)?;
+        let rows = step.rows();
+        let hidden = run_stack(d, &self.blocks, true, None, kv_shape, (h, dm), &rows, &mut kv, None)?;
+        let hidden = d.read(&hidden)?;
         let mut out = Vec::with_capacity(seqs.len());
         let mut at = 0;
         for s in seqs {

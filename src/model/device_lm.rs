@@ -26,14 +26,13 @@
 //! and post-LN sublayers mixed.
 
 use super::config::{NormPlacement, Positions};
-use super::device_block::{check_block, run_blocks, upload_block, DeviceBlock, DeviceFfn, DeviceNorm, Stream};
-use super::lm::LanguageModel;
-use crate::backend::{
-    Device, DeviceError, KvShape, StepRows, WeightSource,
+use super::device_block::{
+    check_block, run_stack, unsupported, upload_block, DeviceBlock, DeviceFfn, DeviceNorm,
 };
-
-/// Positions per KV block.
-pub const BLOCK_SIZE: usize = 16;
+pub use super::device_rows::BLOCK_SIZE;
+use super::device_rows::{kv_blocks, DeviceEmbedding, Layout};
+use super::lm::LanguageModel;
+use crate::backend::{Device, DeviceError};
 
 /// A language model's weights on a device (see the module docs).
 pub struct DeviceLm<D: Device> {
@@ -43,19 +42,13 @@ pub struct DeviceLm<D: Device> {
     n_kv_heads: usize,
     d_head: usize,
     max_len: usize,
-    embedding: D::Weight,
-    /// The token embedding's factor (1, √d_model, or the config's).
-    embedding_scale: f32,
-    /// The rows added to the embeddings at each position (learned or sinusoidal), `None`
-    /// with rotary positions.
-    positions: Option<D::Weight>,
+    /// The token table with its factor and positions, and the head.
+    embedding: DeviceEmbedding<D>,
     /// Post-LN blocks (the paper's): `x ← Norm(x + Sublayer(x))`, no final norm.
     post_ln: bool,
     blocks: Vec<DeviceBlock<D>>,
     /// Pre-LN's final norm.
     final_norm: Option<DeviceNorm<D>>,
-    /// The head's own matrix; `None` when tied to the embedding table.
-    head: Option<D::Weight>,
     /// The logits' soft cap `c · tanh(z / c)` (Gemma 2).
     logit_softcap: Option<f64>,
 }
@@ -117,30 +110,9 @@ impl<D: Device> DeviceLm<D> {
             None => None,
         };
         // Added positions (learned rows, or the sinusoids): a table of the run's context.
-        let positions = match model.embedding.position_table(model.max_len()) {
-            Some(rows) => Some(device.weight(
-                "embedding.positions",
-                &[WeightSource::Layer(crate::backend::WeightRef {
-                    w: &rows,
-                    d_in: model.config.d_model,
-                    d_out: model.max_len(),
-                    transposed: None,
-                    packed: None,
-                    bf16: None,
-                })],
-            )?),
-            None => None,
-        };
+        let embedding =
+            DeviceEmbedding::upload(&device, &model.embedding, &model.head, model.max_len())?;
         let post_ln = model.blocks.layers[0].self_attn_res.placement == NormPlacement::PostLn;
-        let embedding = device.weight("embedding", &[model.embedding.table_source()])?;
-        // A tied head multiplies the embedding table as uploaded (one copy in device memory).
-        let head = match model.head.output_proj.is_some() {
-            true => Some(device.weight(
-                "output_proj",
-                &[WeightSource::Layer(model.head.weight_ref(&model.embedding))],
-            )?),
-            false => None,
-        };
         Ok(DeviceLm {
             d_model: model.config.d_model,
             vocab: model.config.vocab_size,
@@ -148,12 +120,9 @@ impl<D: Device> DeviceLm<D> {
             d_head,
             max_len: model.max_len(),
             embedding,
-            embedding_scale: model.embedding.token_scale() as f32,
-            positions,
             post_ln,
             blocks,
             final_norm,
-            head,
             logit_softcap: model.head.softcap,
             device,
         })
@@ -203,15 +172,7 @@ impl<D: Device> DeviceLm<D> {
         let capacity = capacity.clamp(1, self.max_len.max(1));
         let per_row = capacity.div_ceil(BLOCK_SIZE);
         let blocks = rows * per_row;
-        let shape = KvShape {
-            blocks,
-            block_size: BLOCK_SIZE,
-            n_kv_heads: self.n_kv_heads,
-            d_head: self.d_head,
-        };
-        let kv = (0..self.blocks.len())
-            .map(|_| self.device.kv_blocks(shape))
-            .collect::<Result<_, _>>()?;
+        let kv = kv_blocks(&self.device, self.blocks.len(), blocks, (self.n_kv_heads, self.d_head))?;
         Ok(DeviceLmState {
             kv,
             free: (0..blocks as u32).rev().collect(),
@@ -266,59 +227,30 @@ impl<D: Device> DeviceLm<D> {
             table[i * max_blocks..i * max_blocks + t.len()].copy_from_slice(t);
         }
         let pos: Vec<u32> = positions.iter().map(|&p| p as u32).collect();
-        let ctx: Vec<u32> = pos.iter().map(|p| p + 1).collect();
-        let seq: Vec<u32> = (0..n as u32).collect();
-        let (ids, seq, pos, ctx, table) = (
-            d.upload_ids(tokens)?,
-            d.upload_ids(&seq)?,
-            d.upload_ids(&pos)?,
-            d.upload_ids(&ctx)?,
-            d.upload_ids(&table)?,
-        );
-        let step_rows = StepRows {
-            seq: &seq,
-            pos: &pos,
-            ctx: &ctx,
-            table: &table,
+        let layout = Layout {
+            ctx: pos.iter().map(|p| p + 1).collect(),
+            pos,
+            table,
             max_blocks,
-            max_ctx: positions.iter().max().map_or(1, |p| p + 1),
-            tokens: n,
         };
-        let dm = self.d_model;
-        let mut h = d.zeros(n * dm)?;
-        d.gather(&mut h, &ids, &self.embedding)?;
-        if self.embedding_scale != 1.0 {
-            d.scale(&mut h, self.embedding_scale)?;
-        }
-        if let Some(table) = &self.positions {
-            // h ← h + P[pos] (into a new buffer: a device call does not read and write one).
-            let (mut rows, mut sum) = (d.zeros(n * dm)?, d.zeros(n * dm)?);
-            d.gather(&mut rows, &pos, table)?;
-            d.add(&mut sum, &h, &rows)?;
-            h = sum;
-        }
-        let mut stream = Stream::new(d, h, n, dm, &self.blocks)?;
-        let shape = (self.n_kv_heads, self.d_head);
-        run_blocks(d, &self.blocks, self.post_ln, shape, &mut stream, &step_rows, &mut state.kv, None)?;
-        let Stream {
-            mut h,
-            mut normed,
-            y,
-            ..
-        } = stream;
-        // The last hidden states: pre-LN's final norm of h + y, or post-LN's h.
-        let hidden = match &self.final_norm {
-            Some(norm) if !self.post_ln => {
-                d.add_norm(norm.of(), &mut h, &y, &mut normed)?;
-                &normed
-            }
-            _ => &h,
-        };
+        let (ids, step) = (d.upload_ids(tokens)?, layout.upload(d)?);
+        let h = self.embedding.embed(d, &ids, &step.pos, n)?;
+        let hidden = run_stack(
+            d,
+            &self.blocks,
+            self.post_ln,
+            self.final_norm.as_ref(),
+            (self.n_kv_heads, self.d_head),
+            (h, self.d_model),
+            &step.rows(),
+            &mut state.kv,
+            None,
+        )?;
         let m = outputs.len();
-        let mut picked = d.zeros(m * dm)?;
-        d.copy_rows(&mut picked, hidden, outputs, dm)?;
+        let mut picked = d.zeros(m * self.d_model)?;
+        d.copy_rows(&mut picked, &hidden, outputs, self.d_model)?;
         let mut logits = d.zeros(m * self.vocab)?;
-        d.product(&mut logits, &picked, m, self.head.as_ref().unwrap_or(&self.embedding))?;
+        d.product(&mut logits, &picked, m, self.embedding.head())?;
         if let Some(c) = self.logit_softcap {
             d.softcap(&mut logits, c)?;
         }
@@ -341,12 +273,7 @@ impl<D: Device> DeviceLm<D> {
 
 /// Refuses, by name, what the device step does not do (see the module docs).
 fn check<D: Device>(device: &D, model: &LanguageModel<f32>) -> Result<(), DeviceError> {
-    let no = |what: &str| {
-        Err(DeviceError::Unsupported {
-            device: device.name(),
-            what: format!("{what} (not on a device yet: use --device cpu)"),
-        })
-    };
+    let no = |what: &str| Err(unsupported(device, what.into()));
     let c = &model.config;
     if model.blocks.layers.is_empty() {
         return no("a model without layers");

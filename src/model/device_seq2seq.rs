@@ -9,14 +9,14 @@
 //! the device; each row's next token is [`advance`]'s arg-max over the tokens translation
 //! allows, as the CPU's greedy search picks it.
 
-use super::device_block::{
-    check_cross, check_parts, check_block, run_blocks, upload_block, upload_decoder_layer,
-    CrossSource, DeviceBlock, DeviceNorm, Parts, Stream,
-};
 use super::config::NormPlacement;
-use super::device_lm::BLOCK_SIZE;
+use super::device_block::{
+    check_block, check_cross, check_parts, run_stack, unsupported, upload_block,
+    upload_decoder_layer, CrossSource, DeviceBlock, DeviceNorm, Parts,
+};
+use super::device_rows::{kv_blocks, DeviceEmbedding, Layout, BLOCK_SIZE};
 use super::seq2seq::Seq2Seq;
-use crate::backend::{Device, DeviceError, KvShape, StepRows, WeightRef, WeightSource};
+use crate::backend::{Device, DeviceError, StepRows};
 use crate::decode::greedy::{advance, Hypothesis};
 use crate::decode::TokenRules;
 use crate::text::{BOS, EOS};
@@ -27,100 +27,23 @@ pub struct DeviceSeq2Seq<D: Device> {
     d_model: usize,
     vocab: usize,
     max_len: usize,
-    embedding: D::Weight,
-    embedding_scale: f32,
-    positions: Option<D::Weight>,
+    /// The shared token table with its factor and positions, and the head.
+    embedding: DeviceEmbedding<D>,
     post_ln: bool,
     encoder: Vec<DeviceBlock<D>>,
     encoder_norm: Option<DeviceNorm<D>>,
     decoder: Vec<DeviceBlock<D>>,
     decoder_norm: Option<DeviceNorm<D>>,
-    head: Option<D::Weight>,
     /// `(n_kv_heads, d_head)` of the encoder's, the decoder's own and the cross attention.
     encoder_shape: (usize, usize),
     self_shape: (usize, usize),
     cross_shape: (usize, usize),
 }
 
-/// Token `i` of a step: its table row `table[i]` of `max_blocks` ids, position and context.
-struct Layout {
-    tokens: usize,
-    seq: Vec<u32>,
-    pos: Vec<u32>,
-    ctx: Vec<u32>,
-    table: Vec<u32>,
-    max_blocks: usize,
-    max_ctx: usize,
-}
-
-/// A layout uploaded: the ids the device reads.
-struct Uploaded<D: Device> {
-    seq: D::Ids,
-    pos: D::Ids,
-    ctx: D::Ids,
-    table: D::Ids,
-}
-
-impl Layout {
-    fn upload<D: Device>(&self, d: &D) -> Result<Uploaded<D>, DeviceError> {
-        Ok(Uploaded {
-            seq: d.upload_ids(&self.seq)?,
-            pos: d.upload_ids(&self.pos)?,
-            ctx: d.upload_ids(&self.ctx)?,
-            table: d.upload_ids(&self.table)?,
-        })
-    }
-}
-
-impl<D: Device> Uploaded<D> {
-    fn rows<'a>(&'a self, l: &Layout) -> StepRows<'a, D> {
-        StepRows {
-            seq: &self.seq,
-            pos: &self.pos,
-            ctx: &self.ctx,
-            table: &self.table,
-            max_blocks: l.max_blocks,
-            max_ctx: l.max_ctx,
-            tokens: l.tokens,
-        }
-    }
-}
-
-/// Every token of each sequence of `lens`, its own sequence's blocks (consecutive, from 0)
-/// and the whole sequence its context; returns the layout and the blocks used.
-fn whole_sequences(lens: &[usize]) -> (Layout, usize) {
-    let max_blocks = lens.iter().map(|l| l.div_ceil(BLOCK_SIZE)).max().unwrap_or(1).max(1);
-    let mut l = Layout {
-        tokens: lens.iter().sum(),
-        seq: Vec::new(),
-        pos: Vec::new(),
-        ctx: Vec::new(),
-        table: Vec::new(),
-        max_blocks,
-        max_ctx: lens.iter().copied().max().unwrap_or(1),
-    };
-    let mut next = 0u32;
-    for &len in lens {
-        let n = len.div_ceil(BLOCK_SIZE) as u32;
-        let row: Vec<u32> = (0..max_blocks as u32).map(|b| if b < n { next + b } else { 0 }).collect();
-        for p in 0..len {
-            l.seq.push(l.seq.len() as u32);
-            l.pos.push(p as u32);
-            l.ctx.push(len as u32);
-            l.table.extend_from_slice(&row);
-        }
-        next += n;
-    }
-    (l, next as usize)
-}
-
 impl<D: Device> DeviceSeq2Seq<D> {
     /// Uploads `model` to `device`, or names what it has that the device step does not do.
     pub fn new(device: D, model: &Seq2Seq<f32>) -> Result<DeviceSeq2Seq<D>, DeviceError> {
-        let no = |what: String| DeviceError::Unsupported {
-            device: device.name(),
-            what: format!("{what} (not on a device yet: use --device cpu)"),
-        };
+        let no = |what: String| unsupported(&device, what);
         let c = &model.config;
         let post_ln = c.norm == NormPlacement::PostLn;
         let (Some(e0), Some(d0)) = (model.encoder.layers.first(), model.decoder.layers.first()) else {
@@ -156,27 +79,6 @@ impl<D: Device> DeviceSeq2Seq<D> {
         let decoder = (model.decoder.layers.iter().enumerate())
             .map(|(i, l)| upload_decoder_layer(&device, i, l))
             .collect::<Result<_, _>>()?;
-        let positions = match model.embedding.position_table(c.max_len) {
-            Some(rows) => Some(device.weight(
-                "embedding.positions",
-                &[WeightSource::Layer(WeightRef {
-                    w: &rows,
-                    d_in: c.d_model,
-                    d_out: c.max_len,
-                    transposed: None,
-                    packed: None,
-                    bf16: None,
-                })],
-            )?),
-            None => None,
-        };
-        let head = match model.head.output_proj.is_some() {
-            true => Some(device.weight(
-                "output_proj",
-                &[WeightSource::Layer(model.head.weight_ref(&model.embedding))],
-            )?),
-            false => None,
-        };
         if model.head.softcap.is_some() {
             return Err(no("a soft cap of the logits".into()));
         }
@@ -184,15 +86,12 @@ impl<D: Device> DeviceSeq2Seq<D> {
             d_model: c.d_model,
             vocab: c.vocab_size,
             max_len: c.max_len,
-            embedding: device.weight("embedding", &[model.embedding.table_source()])?,
-            embedding_scale: model.embedding.token_scale() as f32,
-            positions,
+            embedding: DeviceEmbedding::upload(&device, &model.embedding, &model.head, c.max_len)?,
             post_ln,
             encoder,
             encoder_norm: norm(&model.encoder.final_norm)?,
             decoder,
             decoder_norm: norm(&model.decoder.final_norm)?,
-            head,
             encoder_shape,
             self_shape,
             cross_shape,
@@ -200,25 +99,7 @@ impl<D: Device> DeviceSeq2Seq<D> {
         })
     }
 
-    /// `E[ids] · s (+ P[pos])` `[tokens, d_model]`.
-    fn embed(&self, ids: &[u32], pos: &D::Ids) -> Result<D::Tensor, DeviceError> {
-        let d = &self.device;
-        let n = ids.len();
-        let mut h = d.zeros(n * self.d_model)?;
-        d.gather(&mut h, &d.upload_ids(ids)?, &self.embedding)?;
-        if self.embedding_scale != 1.0 {
-            d.scale(&mut h, self.embedding_scale)?;
-        }
-        if let Some(table) = &self.positions {
-            let (mut rows, mut sum) = (d.zeros(n * self.d_model)?, d.zeros(n * self.d_model)?);
-            d.gather(&mut rows, pos, table)?;
-            d.add(&mut sum, &h, &rows)?;
-            h = sum;
-        }
-        Ok(h)
-    }
-
-    /// The last states of `blocks` over `h`: post-LN's stream, or pre-LN's final norm.
+    /// [`run_stack`] with this model's placement and width.
     #[allow(clippy::too_many_arguments)]
     fn run(
         &self,
@@ -230,16 +111,8 @@ impl<D: Device> DeviceSeq2Seq<D> {
         kv: &mut [D::Kv],
         source: Option<&CrossSource<'_, D>>,
     ) -> Result<D::Tensor, DeviceError> {
-        let d = &self.device;
-        let mut stream = Stream::new(d, h, rows.tokens, self.d_model, blocks)?;
-        run_blocks(d, blocks, self.post_ln, shape, &mut stream, rows, kv, source)?;
-        match final_norm {
-            Some(norm) if !self.post_ln => {
-                d.add_norm(norm.of(), &mut stream.h, &stream.y, &mut stream.normed)?;
-                Ok(stream.normed)
-            }
-            _ => Ok(stream.h),
-        }
+        let (d, dm) = (&self.device, self.d_model);
+        run_stack(d, blocks, self.post_ln, final_norm, shape, (h, dm), rows, kv, source)
     }
 
     /// Greedy translations of `sources` (without EOS), sentence `i` emitting at most
@@ -268,19 +141,15 @@ impl<D: Device> DeviceSeq2Seq<D> {
         // The encoder: every source (EOS appended) in one step.
         let src: Vec<Vec<u32>> = sources.iter().map(|s| [s, &[EOS][..]].concat()).collect();
         let lens: Vec<usize> = src.iter().map(Vec::len).collect();
-        let (enc, enc_blocks) = whole_sequences(&lens);
+        let (enc, enc_blocks) = Layout::whole_sequences(&lens);
         let enc_ids = enc.upload(d)?;
-        let enc_rows = enc_ids.rows(&enc);
-        let kv_of = |shape: (usize, usize), blocks: usize, n: usize| -> Result<Vec<D::Kv>, DeviceError> {
-            let s = KvShape { blocks, block_size: BLOCK_SIZE, n_kv_heads: shape.0, d_head: shape.1 };
-            (0..n).map(|_| d.kv_blocks(s)).collect()
-        };
-        let mut enc_kv = kv_of(self.encoder_shape, enc_blocks, self.encoder.len())?;
-        let h = self.embed(&src.concat(), &enc_ids.pos)?;
+        let enc_rows = enc_ids.rows();
+        let mut enc_kv = kv_blocks(d, self.encoder.len(), enc_blocks, self.encoder_shape)?;
+        let h = self.embedding.embed(d, &d.upload_ids(&src.concat())?, &enc_ids.pos, enc.pos.len())?;
         let memory = self.run(h, &self.encoder, self.encoder_norm.as_ref(), self.encoder_shape, &enc_rows, &mut enc_kv, None)?;
         drop(enc_kv);
         // The source's keys and values of every decoder layer, once.
-        let mut cross_kv = kv_of(self.cross_shape, enc_blocks, self.decoder.len())?;
+        let mut cross_kv = kv_blocks(d, self.decoder.len(), enc_blocks, self.cross_shape)?;
         let width = self.cross_shape.0 * self.cross_shape.1;
         for (block, kv) in self.decoder.iter().zip(cross_kv.iter_mut()) {
             let cross = block.cross.as_ref().expect("decoder layers have cross-attention");
@@ -289,11 +158,8 @@ impl<D: Device> DeviceSeq2Seq<D> {
         // The decoder: one step per position, the rows still going.
         let capacity = limits.iter().copied().max().unwrap_or(1).min(self.max_len);
         let per_row = capacity.div_ceil(BLOCK_SIZE);
-        let mut self_kv = kv_of(self.self_shape, per_row * sources.len(), self.decoder.len())?;
-        // Each sentence's row of source blocks (its first token's).
-        let src_blocks: Vec<&[u32]> = (0..sources.len())
-            .map(|r| &enc.table[token_of(&lens, r) * enc.max_blocks..][..enc.max_blocks])
-            .collect();
+        let mut self_kv = kv_blocks(d, self.decoder.len(), per_row * sources.len(), self.self_shape)?;
+        let src_blocks: Vec<&[u32]> = (0..sources.len()).map(|r| enc.row_of(&lens, r)).collect();
         let mut feed: Vec<u32> = vec![BOS; live.len()];
         let mut step = 0usize;
         while !live.is_empty() {
@@ -302,33 +168,27 @@ impl<D: Device> DeviceSeq2Seq<D> {
             }
             let n = live.len();
             let own = Layout {
-                tokens: n,
-                seq: (0..n as u32).collect(),
                 pos: vec![step as u32; n],
                 ctx: vec![step as u32 + 1; n],
                 table: live.iter().flat_map(|&r| (0..per_row as u32).map(move |b| (r * per_row) as u32 + b)).collect(),
                 max_blocks: per_row,
-                max_ctx: step + 1,
             };
             let cross = Layout {
-                tokens: n,
-                seq: (0..n as u32).collect(),
                 pos: vec![0; n],
                 ctx: live.iter().map(|&r| lens[r] as u32).collect(),
                 table: live.iter().flat_map(|&r| src_blocks[r].iter().copied()).collect(),
                 max_blocks: enc.max_blocks,
-                max_ctx: enc.max_ctx,
             };
             let (own_ids, cross_ids) = (own.upload(d)?, cross.upload(d)?);
             let source = CrossSource {
                 kv: &cross_kv,
-                rows: cross_ids.rows(&cross),
+                rows: cross_ids.rows(),
                 shape: self.cross_shape,
             };
-            let h = self.embed(&feed, &own_ids.pos)?;
-            let hidden = self.run(h, &self.decoder, self.decoder_norm.as_ref(), self.self_shape, &own_ids.rows(&own), &mut self_kv, Some(&source))?;
+            let h = self.embedding.embed(d, &d.upload_ids(&feed)?, &own_ids.pos, n)?;
+            let hidden = self.run(h, &self.decoder, self.decoder_norm.as_ref(), self.self_shape, &own_ids.rows(), &mut self_kv, Some(&source))?;
             let mut logits = d.zeros(n * self.vocab)?;
-            d.product(&mut logits, &hidden, n, self.head.as_ref().unwrap_or(&self.embedding))?;
+            d.product(&mut logits, &hidden, n, self.embedding.head())?;
             let mut logprobs = d.zeros(n * self.vocab)?;
             d.log_softmax(&logits, &mut logprobs, self.vocab)?;
             let logprobs = d.read(&logprobs)?;
@@ -349,10 +209,6 @@ impl<D: Device> DeviceSeq2Seq<D> {
     }
 }
 
-/// The index of sequence `r`'s first token among all of `lens`'.
-fn token_of(lens: &[usize], r: usize) -> usize {
-    lens[..r].iter().sum()
-}
 
 #[cfg(test)]
 mod tests {
