@@ -114,9 +114,7 @@ pub fn paged_attention(
         window: None,
         softcap: None,
     };
-    paged_attention_passes(
-        gpu, q, cache, table, ctx_lens, o, n_heads, scores, scratch, true,
-    )
+    paged_attention_scored(gpu, q, cache, table, ctx_lens, o, n_heads, scores, scratch)
 }
 
 /// [`paged_attention`] with a sliding window and a soft cap of the scores ([`Scores`]).

@@ -45,7 +45,7 @@ fn err(e: GpuError) -> DeviceError {
 }
 
 /// The GPU format of a GGUF type, where a kernel multiplies it.
-fn format_of(ty: GgmlType) -> Option<WeightFormat> {
+pub fn format_of(ty: GgmlType) -> Option<WeightFormat> {
     Some(match ty {
         GgmlType::F32 => WeightFormat::F32,
         GgmlType::F16 => WeightFormat::F16,

@@ -44,6 +44,21 @@ pub struct HostKv {
     shape: KvShape,
 }
 
+/// The slot of the key at position `j` of token `i`'s row (its table row `rows.seq[i]`).
+fn slot(rows: &StepRows<'_, Host>, i: usize, j: usize, block_size: usize) -> usize {
+    let table = &rows.table[rows.seq[i] as usize * rows.max_blocks..];
+    table[j / block_size] as usize * block_size + j % block_size
+}
+
+impl HostKv {
+    /// Key `k` and value `v` (`[n_kv_heads · d_head]` each) into slot `slot`.
+    fn store(&mut self, slot: usize, k: &[f32], v: &[f32]) {
+        let at = slot * k.len();
+        self.k[at..at + k.len()].copy_from_slice(k);
+        self.v[at..at + v.len()].copy_from_slice(v);
+    }
+}
+
 fn shape(what: String) -> DeviceError {
     DeviceError::Device(format!("host device: {what}"))
 }
@@ -359,11 +374,7 @@ impl Device for Host {
                 CPU.rope(q, *rope, factors, 1, n_heads, (d, pos));
                 CPU.rope(&mut k, *rope, factors, 1, n_kv, (d, pos));
             }
-            let table = &rows.table[rows.seq[i] as usize * rows.max_blocks..];
-            let slot = table[pos / block_size] as usize * block_size + pos % block_size;
-            let at = slot * n_kv * d;
-            kv.k[at..at + n_kv * d].copy_from_slice(&k);
-            kv.v[at..at + n_kv * d].copy_from_slice(&t[(n_heads + n_kv) * d..]);
+            kv.store(slot(rows, i, pos, block_size), &k, &t[(n_heads + n_kv) * d..]);
         }
         Ok(())
     }
@@ -386,11 +397,8 @@ impl Device for Host {
             return Err(shape(format!("kv_write of {} keys for {} tokens", k.len(), rows.tokens)));
         }
         for i in 0..rows.tokens {
-            let pos = rows.pos[i] as usize;
-            let table = &rows.table[rows.seq[i] as usize * rows.max_blocks..];
-            let at = (table[pos / block_size] as usize * block_size + pos % block_size) * w;
-            kv.k[at..at + w].copy_from_slice(&k[i * w..(i + 1) * w]);
-            kv.v[at..at + w].copy_from_slice(&v[i * w..(i + 1) * w]);
+            let at = slot(rows, i, rows.pos[i] as usize, block_size);
+            kv.store(at, &k[i * w..(i + 1) * w], &v[i * w..(i + 1) * w]);
         }
         Ok(())
     }
@@ -417,10 +425,9 @@ impl Device for Host {
             softcap,
         } = scores;
         for i in 0..rows.tokens {
-            let table = &rows.table[rows.seq[i] as usize * rows.max_blocks..];
             let ctx = rows.ctx[i] as usize;
             let first = window.map_or(0, |w| ctx.saturating_sub(w));
-            let slot = |j: usize| table[j / block_size] as usize * block_size + j % block_size;
+            let slot = |j: usize| slot(rows, i, j, block_size);
             for h in 0..n_heads {
                 let qh = &q[(i * n_heads + h) * d..(i * n_heads + h + 1) * d];
                 let kvh = h / group;

@@ -45,6 +45,9 @@ pub use device::{
 };
 #[cfg(feature = "gpu")]
 pub use gpu::GpuDevice;
+// The layer tests' GGUF-to-GPU format rule (feature `internals`).
+#[cfg(all(feature = "gpu", feature = "internals"))]
+pub use gpu::format_of as gpu_format;
 // The host device runs the device step in the tests (and for library users, `internals`).
 #[cfg_attr(not(any(test, feature = "internals")), allow(unused_imports))]
 pub use host::Host;

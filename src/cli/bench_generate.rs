@@ -10,11 +10,10 @@
 //! and llama.cpp on the same prompt ids.
 
 use super::bench::{median, peak_rss_mib, BenchArgs};
-use crate::backend::{Device, GpuDevice};
+use crate::backend::Device;
 use crate::decode::sample::argmax;
 use crate::model::device_lm::{DeviceLm, StepOut, Want};
 use crate::model::StepLayout;
-use crate::pipeline::device::DeviceChoice;
 use crate::pipeline::generate::TextGenerator;
 use anyhow::{Context, Result};
 use std::path::Path;
@@ -152,10 +151,10 @@ pub fn bench_generate(args: &BenchArgs, path: &Path, threads: usize) -> Result<(
     .unwrap_or(0);
     model.prepare_inference();
     args.cache.apply(&mut model)?;
-    let on_gpu = match device {
-        DeviceChoice::Cpu => None,
-        DeviceChoice::Gpu(index) => Some(DeviceLm::new(GpuDevice::open(index)?, &model)?),
-    };
+    let on_gpu = device
+        .open_gpu()?
+        .map(|gpu| DeviceLm::new(gpu, &model))
+        .transpose()?;
     let weight_bytes = on_gpu.as_ref().map(|lm| lm.device.gpu.allocated_bytes());
     let load_secs = t0.elapsed().as_secs_f64();
     let prompt = match &args.prompt_ids {

@@ -5,11 +5,10 @@
 
 use super::args::{ContextArgs, DeviceArgs, PrecisionArgs, SamplingArgs, ThreadsArgs};
 use super::speculative::SpeculativeArgs;
-use crate::backend::GpuDevice;
 use crate::decode::speculative::SpeculativeStats;
 use crate::model::device_lm::DeviceLm;
 use crate::pipeline::chat::ChatMessage;
-use crate::pipeline::device::{generate_on_device, DeviceChoice};
+use crate::pipeline::device::generate_on_device;
 use crate::pipeline::generate::TextGenerator;
 use crate::pipeline::speculative::generate_ids_with;
 use crate::rng::Rng;
@@ -60,10 +59,9 @@ pub fn run(args: ChatArgs) -> Result<()> {
     )?;
     let mut generator = TextGenerator::load_prepared(&args.model, precision)?;
     args.context.apply(&mut generator.model)?;
-    let on_gpu = match device {
-        DeviceChoice::Cpu => None,
-        DeviceChoice::Gpu(index) => Some(DeviceLm::new(GpuDevice::open(index)?, &generator.model)?),
-    };
+    let on_gpu = (device.open_gpu()?)
+        .map(|gpu| DeviceLm::new(gpu, &generator.model))
+        .transpose()?;
     if generator.chat.is_none() {
         bail!("{}: this model has no chat template", args.model.display());
     }

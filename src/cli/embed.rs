@@ -4,7 +4,6 @@
 
 use super::args::{DeviceArgs, PrecisionArgs, ThreadsArgs};
 use super::read_stdin_lines;
-use crate::backend::GpuDevice;
 use crate::model::device_encoder::DeviceBert;
 use crate::pipeline::device::DeviceChoice;
 use crate::pipeline::embed::SentenceEncoder;
@@ -46,10 +45,9 @@ pub fn run(args: EmbedArgs) -> Result<()> {
         .model
         .prepare_precision(precision)
         .map_err(|e| anyhow::anyhow!("--precision: {e}"))?;
-    let on_gpu = match device {
-        DeviceChoice::Cpu => None,
-        DeviceChoice::Gpu(index) => Some(DeviceBert::new(GpuDevice::open(index)?, &encoder.model)?),
-    };
+    let on_gpu = (device.open_gpu()?)
+        .map(|gpu| DeviceBert::new(gpu, &encoder.model))
+        .transpose()?;
     let lines = read_stdin_lines()?;
     let start = std::time::Instant::now();
     let embeddings = match &on_gpu {

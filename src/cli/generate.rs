@@ -5,11 +5,10 @@
 
 use super::args::{ContextArgs, DeviceArgs, PrecisionArgs, SamplingArgs, ThreadsArgs};
 use super::speculative::SpeculativeArgs;
-use crate::backend::GpuDevice;
 use crate::decode::speculative::SpeculativeStats;
 use crate::model::device_lm::DeviceLm;
 use crate::pipeline::chat::ChatMessage;
-use crate::pipeline::device::{generate_on_device, DeviceChoice};
+use crate::pipeline::device::generate_on_device;
 use crate::pipeline::generate::TextGenerator;
 use crate::pipeline::speculative::generate_ids_with;
 use crate::rng::Rng;
@@ -88,10 +87,10 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     args.context.apply(&mut model)?;
     let draft = args.speculative.load(&tokenizer)?;
     let speculation = args.speculative.speculation(&model, &draft)?;
-    let on_gpu = match device {
-        DeviceChoice::Cpu => None,
-        DeviceChoice::Gpu(index) => Some(DeviceLm::new(GpuDevice::open(index)?, &model)?),
-    };
+    let on_gpu = device
+        .open_gpu()?
+        .map(|gpu| DeviceLm::new(gpu, &model))
+        .transpose()?;
     // Device memory of the weights (before any KV block), and the counters from here on.
     let weight_bytes = on_gpu.as_ref().map(|lm| {
         lm.device.gpu.counters().reset();

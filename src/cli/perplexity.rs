@@ -2,9 +2,8 @@
 //! language model written by `train-lm`.
 
 use super::args::{ContextArgs, DeviceArgs, PrecisionArgs, ThreadsArgs};
-use crate::backend::GpuDevice;
 use crate::model::device_lm::DeviceLm;
-use crate::pipeline::device::{score_document_on_device, DeviceChoice};
+use crate::pipeline::device::score_document_on_device;
 use crate::pipeline::generate::TextGenerator;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -75,10 +74,10 @@ pub fn run(args: PerplexityArgs) -> Result<()> {
     // With --cache-type-k/-v (f32 included) the windows go through the key/value cache.
     let through_cache = args.ctx_size.cache.given();
     let windows = (window, stride, args.batch);
-    let s = match device {
-        DeviceChoice::Cpu => generator.perplexity_in_windows(&text, windows, through_cache)?,
-        DeviceChoice::Gpu(index) => {
-            let lm = DeviceLm::new(GpuDevice::open(index)?, &generator.model)?;
+    let s = match device.open_gpu()? {
+        None => generator.perplexity_in_windows(&text, windows, through_cache)?,
+        Some(gpu) => {
+            let lm = DeviceLm::new(gpu, &generator.model)?;
             score_document_on_device(&lm, &generator.tokenizer, &text, windows)?
         }
     };

@@ -5,7 +5,6 @@
 
 use super::args::{PrecisionArgs, ThreadsArgs};
 use super::read_stdin_lines;
-use crate::backend::GpuDevice;
 use crate::decode::beam::{BeamOptions, BeamStop, MAX_BEAM};
 use crate::model::device_seq2seq::DeviceSeq2Seq;
 use crate::pipeline::device::DeviceChoice;
@@ -84,13 +83,9 @@ pub fn run(args: TranslateArgs) -> Result<()> {
     }
     let mut translator = Translator::load(&args.model)?;
     translator.prepare_precision(precision)?;
-    let on_gpu = match device {
-        DeviceChoice::Cpu => None,
-        DeviceChoice::Gpu(index) => Some(DeviceSeq2Seq::new(
-            GpuDevice::open(index)?,
-            &translator.model,
-        )?),
-    };
+    let on_gpu = (device.open_gpu()?)
+        .map(|gpu| DeviceSeq2Seq::new(gpu, &translator.model))
+        .transpose()?;
     let lines = read_stdin_lines()?;
     // One search for every case: the library decodes greedily for a beam of 1 (the best, and
     // only, hypothesis scored the same way) and by beam search above.

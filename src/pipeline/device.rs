@@ -57,6 +57,17 @@ impl DeviceChoice {
     }
 }
 
+#[cfg(feature = "gpu")]
+impl DeviceChoice {
+    /// The GPU asked for, opened (`None` for the CPU).
+    pub fn open_gpu(self) -> Result<Option<crate::backend::GpuDevice>> {
+        match self {
+            DeviceChoice::Cpu => Ok(None),
+            DeviceChoice::Gpu(index) => Ok(Some(crate::backend::GpuDevice::open(index)?)),
+        }
+    }
+}
+
 /// Continues `prompt` by up to `max_tokens` ids on `lm`, stopping after any of `until`
 /// (included), calling `emit` with each new id. Greedy decoding takes the arg-max on the device
 /// (4 bytes read back a token); sampling reads the last position's logits.
@@ -140,14 +151,7 @@ pub fn score_document_on_device<D: Device>(
             }
         },
     )?;
-    let chars = text.chars().count();
-    Ok(TextScore {
-        nats_per_token: s.nll(),
-        perplexity: s.nll().exp(),
-        bits_per_char: s.nll_sum / chars.max(1) as f64 / std::f64::consts::LN_2,
-        tokens: s.n_tokens,
-        chars,
-    })
+    Ok(TextScore::of(&s, text))
 }
 
 #[cfg(test)]

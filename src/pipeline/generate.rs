@@ -399,6 +399,20 @@ pub fn generate_ids<E>(
     )
 }
 
+impl TextScore {
+    /// The score of `text` from the loss sums of its tokens.
+    pub fn of(s: &crate::model::loss::LossStats, text: &str) -> TextScore {
+        let chars = text.chars().count();
+        TextScore {
+            nats_per_token: s.nll(),
+            perplexity: s.nll().exp(),
+            bits_per_char: s.nll_sum / chars.max(1) as f64 / std::f64::consts::LN_2,
+            tokens: s.n_tokens,
+            chars,
+        }
+    }
+}
+
 /// Loss per token, perplexity and bits per character of a scored document.
 pub struct TextScore {
     /// Mean negative log-likelihood per scored token, in nats.
@@ -435,12 +449,5 @@ pub fn score_document(
         true => score_stream_through_cache(model, &tokens, window, stride, batch),
         false => score_stream(model, &tokens, window, stride, batch),
     };
-    let chars = text.chars().count();
-    Ok(TextScore {
-        nats_per_token: s.nll(),
-        perplexity: s.nll().exp(),
-        bits_per_char: s.nll_sum / chars.max(1) as f64 / std::f64::consts::LN_2,
-        tokens: s.n_tokens,
-        chars,
-    })
+    Ok(TextScore::of(&s, text))
 }

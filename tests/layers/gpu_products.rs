@@ -8,9 +8,9 @@
 
 use std::path::PathBuf;
 
-use transformer::kernels::lowp::ggml::GgmlType;
+use transformer::backend::gpu_format;
 use transformer::store::gguf::GgufFile;
-use transformer_gpu::products::{gather_rows, weight_product, GpuWeight, WeightFormat};
+use transformer_gpu::products::{gather_rows, weight_product, GpuWeight};
 use transformer_gpu::testing::rand_vec;
 use transformer_gpu::Gpu;
 
@@ -18,24 +18,6 @@ use transformer_gpu::Gpu;
 /// there is none, a failure under `CI`.
 pub fn gpu() -> Option<&'static Gpu> {
     transformer_gpu::testing::gpu()
-}
-
-/// The GPU's name for a GGUF tensor type it multiplies in place.
-fn format(t: GgmlType) -> Option<WeightFormat> {
-    Some(match t {
-        GgmlType::F32 => WeightFormat::F32,
-        GgmlType::F16 => WeightFormat::F16,
-        GgmlType::BF16 => WeightFormat::Bf16,
-        GgmlType::Q4_0 => WeightFormat::Q4_0,
-        GgmlType::Q4_1 => WeightFormat::Q4_1,
-        GgmlType::Q5_0 => WeightFormat::Q5_0,
-        GgmlType::Q5_1 => WeightFormat::Q5_1,
-        GgmlType::Q8_0 => WeightFormat::Q8_0,
-        GgmlType::Q4_K => WeightFormat::Q4K,
-        GgmlType::Q5_K => WeightFormat::Q5K,
-        GgmlType::Q6_K => WeightFormat::Q6K,
-        _ => return None,
-    })
 }
 
 fn kquants() -> Option<PathBuf> {
@@ -64,7 +46,7 @@ fn every_matrix_of_every_format_multiplies_and_gathers_as_the_cpu_decodes_it() {
     for path in names {
         let file = GgufFile::open(&path).unwrap();
         for info in file.tensors() {
-            let Some(fmt) = format(info.ggml_type) else {
+            let Some(fmt) = gpu_format(info.ggml_type) else {
                 continue;
             };
             if info.dims.len() != 2 {
