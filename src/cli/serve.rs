@@ -106,6 +106,10 @@ pub struct ServeArgs {
     /// The numbers the model's products use (see `generate --precision`).
     #[arg(long, value_enum, default_value_t)]
     pub precision: PrecisionArg,
+    /// Where a language model runs: its weights and key/value pool (--kv-memory) in the
+    /// device's memory on a GPU (blocks of 16 positions, no prefix caching).
+    #[command(flatten)]
+    pub device: super::args::DeviceArgs,
     /// Tokens one sequence holds at most, prompt and output (llama-server's -c; default and
     /// most: the model's context).
     #[arg(long)]
@@ -265,6 +269,20 @@ pub fn run(args: ServeArgs) -> Result<()> {
     allowed_hosts.extend(host_name);
     let (source_lang, target_lang) = language_codes(&args)?;
     let threads = set_threads(args.threads)?;
+    let device = args.device.choice()?;
+    let precision = args.device.precision(
+        device,
+        &args.model,
+        args.precision.model_precision(),
+        false,
+        &args.cache,
+    )?;
+    if device != crate::pipeline::device::DeviceChoice::Cpu && args.block_size != 16 {
+        bail!(
+            "--block-size {}: a GPU's key/value blocks hold 16 positions",
+            args.block_size
+        );
+    }
     let config = ServeConfig {
         kv_memory_mib: args.kv_memory,
         kv_types: args.cache.types(),
@@ -280,7 +298,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         max_overtakes: args.max_overtakes,
         source_lang,
         target_lang,
-        precision: args.precision.model_precision(),
+        precision,
+        device,
         api_key,
         cors_origins: args.cors_origin.clone(),
         cors_credentials: args.cors_credentials,

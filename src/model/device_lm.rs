@@ -75,6 +75,37 @@ impl<D: Device> DeviceLmState<D> {
         self.free.append(&mut self.tables[r]);
         self.lens[r] = 0;
     }
+
+    /// Rows of the state.
+    pub fn rows(&self) -> usize {
+        self.lens.len()
+    }
+
+    /// Adds an empty row at the end; its index.
+    pub fn add_row(&mut self) -> usize {
+        self.tables.push(Vec::new());
+        self.lens.push(0);
+        self.lens.len() - 1
+    }
+
+    /// Keeps the rows `kept` (ascending indices), in that order; the others' blocks go back to
+    /// the pool.
+    pub fn keep_rows(&mut self, kept: &[usize]) {
+        let mut tables = std::mem::take(&mut self.tables);
+        let lens = std::mem::take(&mut self.lens);
+        for &r in kept {
+            self.tables.push(std::mem::take(&mut tables[r]));
+            self.lens.push(lens[r]);
+        }
+        for mut table in tables {
+            self.free.append(&mut table);
+        }
+    }
+
+    /// Blocks the rows hold now (of [`BLOCK_SIZE`] positions in every layer).
+    pub fn blocks_in_use(&self) -> usize {
+        self.tables.iter().map(Vec::len).sum()
+    }
 }
 
 /// What a step returns for its output positions.
@@ -179,6 +210,20 @@ impl<D: Device> DeviceLm<D> {
             tables: vec![Vec::new(); rows],
             lens: vec![0; rows],
             capacity,
+        })
+    }
+
+    /// An empty state (rows come with [`DeviceLmState::add_row`]) over a pool of `blocks`
+    /// KV blocks allocated on the device now, each row up to the model's context: a server's
+    /// rows share the pool, a row taking blocks as it grows.
+    pub fn start_pool(&self, blocks: usize) -> Result<DeviceLmState<D>, DeviceError> {
+        let kv = kv_blocks(&self.device, self.blocks.len(), blocks, (self.n_kv_heads, self.d_head))?;
+        Ok(DeviceLmState {
+            kv,
+            free: (0..blocks as u32).rev().collect(),
+            tables: Vec::new(),
+            lens: Vec::new(),
+            capacity: self.max_len.max(1),
         })
     }
 

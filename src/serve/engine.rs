@@ -93,6 +93,8 @@ pub enum Advance<A> {
     Token(u32),
     /// The row's last token, and its answer.
     Last(u32, A),
+    /// The row ends without a token (it failed), with its answer.
+    Ended(A),
 }
 
 /// The outcome of [`RowKind::step`].
@@ -479,7 +481,8 @@ impl<K: RowKind> Engine<K> {
         // The requests that got tokens, each once.
         let mut got: Vec<u64> = Vec::new();
         for (slot, advance) in self.slots.iter().zip(&stepped.rows) {
-            if !matches!(advance, Advance::Nothing) && !got.contains(&slot.request) {
+            let token = matches!(advance, Advance::Token(_) | Advance::Last(..));
+            if token && !got.contains(&slot.request) {
                 got.push(slot.request);
             }
         }
@@ -504,23 +507,28 @@ impl<K: RowKind> Engine<K> {
         let mut answered: Vec<u64> = Vec::new();
         let advances = self.slots.iter().zip(stepped.rows).enumerate();
         for (r, (slot, advance)) in advances {
-            match advance {
-                Advance::Nothing => {}
-                Advance::Token(token) => tokens.push((r, token)),
+            let answer = match advance {
+                Advance::Nothing => continue,
+                Advance::Token(token) => {
+                    tokens.push((r, token));
+                    continue;
+                }
                 Advance::Last(token, answer) => {
                     tokens.push((r, token));
-                    keep[r] = false;
-                    let Some(req) = self.requests.get_mut(&slot.request) else {
-                        continue;
-                    };
-                    if let Some(a) = req.answers.get_mut(slot.index) {
-                        *a = Some(answer);
-                    }
-                    req.left = req.left.saturating_sub(1);
-                    if req.left == 0 {
-                        answered.push(slot.request);
-                    }
+                    answer
                 }
+                Advance::Ended(answer) => answer,
+            };
+            keep[r] = false;
+            let Some(req) = self.requests.get_mut(&slot.request) else {
+                continue;
+            };
+            if let Some(a) = req.answers.get_mut(slot.index) {
+                *a = Some(answer);
+            }
+            req.left = req.left.saturating_sub(1);
+            if req.left == 0 {
+                answered.push(slot.request);
             }
         }
         for id in &answered {

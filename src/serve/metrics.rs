@@ -185,6 +185,9 @@ pub struct Metrics {
     /// Requests waiting for admission (incremented by handlers, decremented by the engine).
     pub queued: AtomicUsize,
     inner: Mutex<Inner>,
+    /// Why the engine's device failed (set once by the engine; the HTTP side then answers
+    /// 503 and `/health` says so).
+    device_lost: std::sync::OnceLock<String>,
 }
 
 #[derive(Debug, Default)]
@@ -219,6 +222,16 @@ fn label_value(value: &str) -> String {
 }
 
 impl Metrics {
+    /// Records that the model's device failed with `message` (the first failure is kept).
+    pub fn set_device_lost(&self, message: &str) {
+        let _ = self.device_lost.set(message.to_string());
+    }
+
+    /// Why the model's device failed, once it has.
+    pub fn device_lost(&self) -> Option<&str> {
+        self.device_lost.get().map(String::as_str)
+    }
+
     /// Names the served model (`transformer_model_info{model_name="..."} 1`).
     pub fn set_model_name(&self, name: &str) {
         self.with(|m| m.model_name = Some(name.to_string()));

@@ -49,6 +49,7 @@ pub mod engine;
 pub mod gate;
 pub mod jobs;
 pub mod listen;
+mod load;
 pub mod metrics;
 pub mod metrics_llama;
 pub mod model_names;
@@ -63,15 +64,11 @@ pub mod text;
 pub mod translate_api;
 pub mod translate_engine;
 
+pub use load::prefix_cacheable;
 pub use server::Server;
 
 use crate::decode::constraint::ConstraintVocab;
-use crate::error::Error;
-use crate::model::LanguageModel;
 use crate::pipeline::chat::ChatTemplate;
-use crate::pipeline::embed::SentenceEncoder;
-use crate::pipeline::generate::{ModelPrecision, TextGenerator};
-use crate::pipeline::translate::Translator;
 use crate::text::decoder_tokenizer::DecoderTokenizer;
 use api_error::ApiError;
 use axum::extract::State;
@@ -80,7 +77,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use metrics::{Metrics, Outcome};
-use scheduler::{EngineConfig, GenRequest, PrefillBudget, Scheduler};
+use scheduler::{EngineConfig, GenRequest};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -129,6 +126,9 @@ pub struct ServeConfig {
     pub target_lang: String,
     /// The numbers the model's products use (`--precision`; `ggml`: a GGUF file's blocks).
     pub precision: crate::pipeline::generate::ModelPrecision,
+    /// Where a language model runs (`--device`: the CPU, or a GPU holding the weights and the
+    /// key/value pool).
+    pub device: crate::pipeline::device::DeviceChoice,
     /// The key every route but `/health` needs (`--api-key`); `None`: open.
     pub api_key: Option<String>,
     /// Origins a browser page may call from (`--cors-origin`; `*`: any; `localhost`: any
@@ -174,6 +174,7 @@ impl ServeConfig {
             source_lang: "src".into(),
             target_lang: "tgt".into(),
             precision: Default::default(),
+            device: Default::default(),
             api_key: None,
             cors_origins: Vec::new(),
             cors_credentials: false,
@@ -286,12 +287,21 @@ impl App {
     /// The language model, 503 while loading, 404 when another kind is served.
     fn lm(&self) -> std::result::Result<Arc<LmFront>, ApiError> {
         match self.served()? {
+            Served::Lm(_) if self.metrics.device_lost().is_some() => {
+                Err(ApiError::unavailable(self.device_lost_message()))
+            }
             Served::Lm(lm) => Ok(lm.clone()),
             other => Err(ApiError::not_found(format!(
                 "this server serves a {} model, not a language model",
                 other.kind()
             ))),
         }
+    }
+
+    /// Why the model's device failed (see [`Metrics::device_lost`]).
+    fn device_lost_message(&self) -> String {
+        let why = self.metrics.device_lost().unwrap_or("unknown");
+        format!("the model's device failed ({why}); restart the server")
     }
 
     /// The served model the body's `model` names ([`model_names`]: with one model served,
@@ -407,6 +417,10 @@ async fn health(State(app): State<Arc<App>>) -> Response {
     if app.draining.load(Ordering::Relaxed) {
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
     }
+    if app.metrics.device_lost().is_some() {
+        let message = app.device_lost_message();
+        return (StatusCode::SERVICE_UNAVAILABLE, format!("{message}\n")).into_response();
+    }
     match app.served() {
         Ok(_) => (StatusCode::OK, "ok\n").into_response(),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{}\n", e.message)).into_response(),
@@ -475,166 +489,4 @@ fn router(app: Arc<App>) -> Router {
             gate::gate,
         ))
         .with_state(app)
-}
-
-/// What kind of model `path` holds (see the module docs).
-fn model_kind(path: &std::path::Path) -> &'static str {
-    if path.join(crate::store::VOCAB_FILE).is_file() {
-        return "translation";
-    }
-    let config = std::fs::read(path.join(crate::store::CONFIG_FILE)).unwrap_or_default();
-    let model_type = serde_json::from_slice::<serde_json::Value>(&config)
-        .ok()
-        .and_then(|v| v.get("model_type")?.as_str().map(str::to_string));
-    if model_type
-        .as_deref()
-        .is_some_and(crate::model::families::is_encoder)
-    {
-        "encoder"
-    } else {
-        "language-model"
-    }
-}
-
-/// Loads the model and runs its engine until the request channel closes (on the compute
-/// thread; the model's work on the rayon pool).
-fn compute(app: Arc<App>) {
-    let path = &app.config.model;
-    let precision = app.config.precision;
-    let float_only = || match precision {
-        ModelPrecision::Ggml => Err(Error::Input(
-            "--precision ggml is for .gguf models only".into(),
-        )),
-        p => Ok(p.float_precision()),
-    };
-    let kind = model_kind(path);
-    if kind != "language-model" && !app.config.kv_types.is_exact() {
-        let _ = app.load_error.set(format!(
-            "--cache-type-k/--cache-type-v {}: only a language model's key/value cache is \
-             stored packed; this is a {kind} model",
-            app.config.kv_types
-        ));
-        return;
-    }
-    let model = match kind {
-        "translation" => float_only()
-            .and_then(|p| Ok((p, Translator::load(path)?)))
-            .and_then(|(p, mut t)| {
-                t.prepare_precision(p)?;
-                Ok(jobs::JobModel::Translator(Box::new(t)))
-            }),
-        "encoder" => float_only()
-            .and_then(|p| Ok((p, SentenceEncoder::load(path, None)?)))
-            .and_then(|(p, mut e)| {
-                e.model.prepare_precision(p).map_err(Error::Input)?;
-                Ok(jobs::JobModel::Encoder(Box::new(e)))
-            }),
-        _ => return compute_lm(app),
-    };
-    let model = match model {
-        Ok(m) => m,
-        Err(e) => {
-            let _ = app.load_error.set(e.to_string());
-            return;
-        }
-    };
-    let kind = match model {
-        jobs::JobModel::Translator(_) => "translation",
-        jobs::JobModel::Encoder(_) => "encoder",
-    };
-    let (tx, rx) = std::sync::mpsc::channel();
-    let _ = app.served.set(Served::Jobs { kind, jobs: tx });
-    // The queue's sender lives in `app`: once the server and its handlers are gone, the
-    // channel closes and the loop ends.
-    let metrics = app.metrics.clone();
-    let config = translate_engine::TranslateConfig {
-        block_rows: app.config.block_rows.max(1),
-        max_batch: app.config.max_batch.max(1),
-        encode_budget: app
-            .config
-            .prefill_budget
-            .unwrap_or(translate_engine::DEFAULT_ENCODE_BUDGET)
-            .max(1),
-        max_len_extra: crate::decode::GreedyOptions::default().max_len_extra,
-    };
-    drop(app);
-    jobs::run(&model, rx, &metrics, config);
-}
-
-/// [`compute`] for a language model: the continuous-batching engine.
-fn compute_lm(app: Arc<App>) {
-    let loaded = TextGenerator::load_prepared(&app.config.model, app.config.precision);
-    let generator = match loaded {
-        Ok(g) => g,
-        Err(e) => {
-            let _ = app.load_error.set(e.to_string());
-            return;
-        }
-    };
-    let TextGenerator {
-        mut model,
-        tokenizer,
-        chat,
-        ..
-    } = generator;
-    if let Err(e) = model.set_kv_types(app.config.kv_types) {
-        let _ = app.load_error.set(e.to_string());
-        return;
-    }
-    let engine = engine_config(&app.config, &model);
-    if let Err(e) = context_fit::fit_context(&mut model, app.config.llama.ctx_size, &engine) {
-        let _ = app.load_error.set(e);
-        return;
-    }
-    let (tx, rx) = std::sync::mpsc::channel();
-    let end_tokens = tokenizer.end_tokens();
-    // The token trie of constrained decoding, once (a model without an end token has none).
-    let constraints = crate::text::token_bytes::token_bytes(&tokenizer)
-        .and_then(|bytes| ConstraintVocab::new(&bytes, model.config.vocab_size, &end_tokens))
-        .map(Arc::new)
-        .map_err(|e| e.to_string());
-    let front = LmFront {
-        constraints,
-        end_tokens,
-        tokenizer,
-        chat,
-        vocab_size: model.config.vocab_size,
-        max_len: model.max_len(),
-        engine,
-        timeout_s: app.config.timeout_s,
-        requests: tx,
-        fingerprint: system_fingerprint(&app.config.model),
-    };
-    let _ = app.served.set(Served::Lm(Arc::new(front)));
-    let mut scheduler = Scheduler::new(&model, engine, app.metrics.clone());
-    // As for jobs: the engine stops when the server and its handlers are gone.
-    drop(app);
-    scheduler.run(rx);
-}
-
-/// The pool and batch sizes for `model`.
-fn engine_config(config: &ServeConfig, model: &LanguageModel<f32>) -> EngineConfig {
-    let block_rows = config.block_rows.max(1);
-    let block_bytes = EngineConfig::block_bytes(model, block_rows).max(1);
-    EngineConfig {
-        block_rows,
-        pool_blocks: config.kv_memory_mib.saturating_mul(1 << 20) / block_bytes,
-        max_batch: config.max_batch.max(1),
-        prefill_budget: PrefillBudget::of(config.prefill_budget, config.prefill_step_ms),
-        prefix_cache: config.prefix_cache && prefix_cacheable(model),
-        max_overtakes: config.max_overtakes,
-    }
-}
-
-/// Whether `model`'s KV blocks can be shared between requests by prefix: every layer keeps
-/// every position (exact attention, no sliding window). A windowed layer releases its old
-/// blocks while its neighbours keep theirs, and a linear-attention layer keeps a running state
-/// instead of blocks: neither can take a prefix's blocks from another row, so such models are
-/// served without prefix caching.
-pub fn prefix_cacheable(model: &LanguageModel<f32>) -> bool {
-    let c = &model.config;
-    (0..c.n_decoder_layers).all(|i| {
-        c.layer_window(i).is_none()
-            && c.layer_attention_kind(i) == crate::model::attention_kind::AttentionKind::Exact
-    })
 }

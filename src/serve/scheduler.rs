@@ -57,10 +57,7 @@ use super::prefix_cache::{chain_key, PrefixIndex};
 use crate::decode::adjust::{top_entries, LogitAdjustments, TokenHistory};
 use crate::decode::constraint::{AllowedTokens, Constraint};
 use crate::decode::sample::{sample, SamplingOptions};
-use crate::decode::DecodingState;
-use crate::model::lm::LmState;
 use crate::model::LanguageModel;
-use crate::model::StepLayout;
 use crate::rng::Rng;
 use std::sync::Arc;
 use std::time::Instant;
@@ -69,10 +66,12 @@ use tokio::sync::mpsc::UnboundedSender;
 mod budget;
 mod feed;
 mod mask_job;
+mod paged_lm;
 pub use budget::{PrefillBudget, DEFAULT_PREFILL_STEP_MS};
 use budget::StepBudget;
 use feed::StepFeed;
 use mask_job::MaskJob;
+pub use paged_lm::{PagedLm, PagedRows};
 
 /// One generation request, as the HTTP layer hands it to the engine.
 #[derive(Debug)]
@@ -150,6 +149,9 @@ pub enum Event {
     TimedOut,
     /// The row's grammar could not go on (an unsatisfiable schema): the request fails alone.
     Failed(String),
+    /// The model's device failed (lost, or out of memory): every running request ends with
+    /// it, and the server refuses new ones (503).
+    Unavailable(String),
 }
 
 /// Why a sequence stopped.
@@ -210,20 +212,35 @@ impl EngineConfig {
 }
 
 /// The continuous-batching engine over one language model (see the module docs).
-pub type Scheduler<'m> = Engine<LmRows<'m>>;
+pub type Scheduler<'m, M = LanguageModel<f32>> = Engine<LmRows<'m, M>>;
 
 impl<'m> Scheduler<'m> {
+    /// The engine of a model on the CPU.
     pub fn new(model: &'m LanguageModel<f32>, config: EngineConfig, metrics: Arc<Metrics>) -> Self {
+        match Self::paged(model, config, metrics) {
+            Ok(engine) => engine,
+            Err(e) => unreachable!("the CPU's state starts without an error: {e}"),
+        }
+    }
+}
+
+impl<'m, M: PagedLm> Scheduler<'m, M> {
+    /// The engine of `model` wherever it runs; its pool allocated now (a device's may fail,
+    /// naming the sizes). Prefix caching only where rows can share blocks.
+    pub fn paged(model: &'m M, config: EngineConfig, metrics: Arc<Metrics>) -> Result<Self, String> {
         let limits = Limits {
             max_batch: config.max_batch,
             pool_blocks: Some(config.pool_blocks),
             max_overtakes: config.max_overtakes,
         };
-        let mut state = model.start_paged(config.block_rows);
-        let prefix = config.prefix_cache.then(|| {
-            state.set_block_limit(Some(config.pool_blocks));
-            PrefixIndex::new(config.pool_blocks)
-        });
+        let mut state = model.start(&config)?;
+        let prefix = match (config.prefix_cache, state.shared_blocks()) {
+            (true, Some(shared)) => {
+                shared.set_block_limit(Some(config.pool_blocks));
+                Some(PrefixIndex::new(config.pool_blocks))
+            }
+            _ => None,
+        };
         let kind = LmRows {
             model,
             config,
@@ -231,8 +248,9 @@ impl<'m> Scheduler<'m> {
             prefix,
             budget: StepBudget::new(config.prefill_budget, rayon::current_num_threads()),
             metrics: metrics.clone(),
+            lost: None,
         };
-        Engine::with_kind(kind, limits, metrics)
+        Ok(Engine::with_kind(kind, limits, metrics))
     }
 }
 
@@ -269,9 +287,17 @@ pub struct Ending {
     reason: FinishReason,
     prompt_tokens: usize,
     completion_tokens: usize,
-    /// The grammar's error, when the row failed.
-    failed: Option<String>,
+    /// Why the row failed, if it did.
+    failed: Option<Failure>,
     cached_tokens: usize,
+}
+
+/// Why a row failed.
+enum Failure {
+    /// Its grammar could not go on.
+    Grammar(String),
+    /// The model's device failed.
+    Device(String),
 }
 
 impl Reply for UnboundedSender<Event> {
@@ -289,9 +315,16 @@ impl Reply for UnboundedSender<Event> {
     }
     fn answer(self, answers: Vec<Ending>) {
         for e in answers {
-            if let Some(message) = e.failed {
-                let _ = self.send(Event::Failed(message));
-                continue;
+            match e.failed {
+                Some(Failure::Grammar(message)) => {
+                    let _ = self.send(Event::Failed(message));
+                    continue;
+                }
+                Some(Failure::Device(message)) => {
+                    let _ = self.send(Event::Unavailable(message));
+                    continue;
+                }
+                None => {}
             }
             let _ = self.send(Event::Finished {
                 reason: e.reason,
@@ -304,22 +337,24 @@ impl Reply for UnboundedSender<Event> {
 }
 
 /// The language model's side of the [`Engine`] (see the module docs).
-pub struct LmRows<'m> {
-    model: &'m LanguageModel<f32>,
+pub struct LmRows<'m, M: PagedLm = LanguageModel<f32>> {
+    model: &'m M,
     config: EngineConfig,
     /// The running sequences' caches, one row each.
-    state: LmState<f32>,
+    state: M::State,
     /// Cached blocks by chain key; `None`: prefix caching is off.
     prefix: Option<PrefixIndex>,
     /// The next step's token budget.
     budget: StepBudget,
     metrics: Arc<Metrics>,
+    /// Why the model's device failed; from then on every row ends with it at once.
+    lost: Option<String>,
 }
 
-impl LmRows<'_> {
+impl<M: PagedLm> LmRows<'_, M> {
     /// Row `r` (just added, empty) takes the cached blocks its prompt starts with.
     fn take_cached_prefix(&mut self, r: usize, seq: &mut Sequence) {
-        let Some(index) = &mut self.prefix else {
+        let (Some(index), Some(state)) = (&mut self.prefix, self.state.shared_blocks()) else {
             return;
         };
         let bs = self.config.block_rows;
@@ -328,8 +363,8 @@ impl LmRows<'_> {
             Some(_) => 0,
             None => p.saturating_sub(1) / bs,
         };
-        let hit = index.lookup(&seq.prompt, bs, max_blocks, &self.state);
-        self.state.share_blocks(r, &hit.blocks);
+        let hit = index.lookup(&seq.prompt, bs, max_blocks, state);
+        state.share_blocks(r, &hit.blocks);
         let taken = hit.blocks.len() * bs;
         (seq.fed, seq.cached, seq.keyed, seq.chain) =
             (taken, taken, hit.blocks.len(), hit.last_key);
@@ -341,13 +376,36 @@ impl LmRows<'_> {
         });
     }
 
+    /// The device failed with `message`: every running row ends with it (and every later
+    /// row, at its first step), and the server refuses new requests.
+    fn fail_every_row(&mut self, running: &[Sequence], message: String) -> Stepped<Ending> {
+        if self.lost.is_none() {
+            eprintln!("the model's device failed: {message}");
+            self.metrics.set_device_lost(&message);
+            self.lost = Some(message.clone());
+        }
+        let rows = running
+            .iter()
+            .map(|seq| {
+                Advance::Ended(Ending {
+                    reason: FinishReason::Stop,
+                    prompt_tokens: seq.prompt.len(),
+                    completion_tokens: seq.out.len(),
+                    failed: Some(Failure::Device(message.clone())),
+                    cached_tokens: seq.cached,
+                })
+            })
+            .collect();
+        Stepped { fed: 0, rows }
+    }
+
     /// Registers the blocks of row `r` that the last step filled.
     fn register_full_blocks(&mut self, r: usize, seq: &mut Sequence) {
-        let Some(index) = &mut self.prefix else {
+        let (Some(index), Some(state)) = (&mut self.prefix, self.state.shared_blocks()) else {
             return;
         };
         let bs = self.config.block_rows;
-        let full = self.state.row_len(r) / bs;
+        let full = state.row_len(r) / bs;
         let p = seq.prompt.len();
         while seq.keyed < full {
             // The tokens at the block's positions: the prompt's, then the generated ones.
@@ -358,15 +416,15 @@ impl LmRows<'_> {
                 })
                 .collect();
             let key = chain_key(seq.chain, &tokens);
-            if let Some(id) = self.state.register_block(r, seq.keyed, key) {
-                index.insert(key, id, &tokens, &self.state);
+            if let Some(id) = state.register_block(r, seq.keyed, key) {
+                index.insert(key, id, &tokens, state);
             }
             (seq.keyed, seq.chain) = (seq.keyed + 1, key);
         }
     }
 }
 
-impl RowKind for LmRows<'_> {
+impl<M: PagedLm> RowKind for LmRows<'_, M> {
     type Request = GenRequest;
     type Reply = UnboundedSender<Event>;
     type Pending = Sequence;
@@ -440,8 +498,7 @@ impl RowKind for LmRows<'_> {
             .map(|&(_, i)| i)
             .chain(feed.prompt_outputs.iter().map(|&(_, i, _)| i))
             .collect();
-        let layout = StepLayout::ragged(&feed.rows, &feed.positions, &picked);
-        let v = self.model.config.vocab_size;
+        let v = self.model.vocab_size();
         // logits: [picked, vocab], then log-probabilities in place (exactly `model.step`'s).
         // The constrained rows' allowed tokens `A_t` depend only on the tokens taken so far:
         // each is a rayon task run beside the forward pass (on whichever worker is idle), so
@@ -465,15 +522,23 @@ impl RowKind for LmRows<'_> {
                 .collect()
         };
         let (model, state, metrics) = (self.model, &mut self.state, &self.metrics);
-        let mut logprobs = rayon::in_place_scope(|scope| {
+        let fed_at = (&feed.rows[..], &feed.positions[..]);
+        let logits = rayon::in_place_scope(|scope| {
             for job in masks.iter_mut() {
                 scope.spawn(move |_| job.run());
             }
             let forward_start = Instant::now();
-            let logits = model.step_logits(state, &feed.tokens, &layout);
+            let logits = match &self.lost {
+                Some(e) => Err(e.clone()),
+                None => model.step_logits(state, &feed.tokens, fed_at, &picked),
+            };
             metrics.forward(forward_start.elapsed().as_secs_f64());
             logits
         });
+        let mut logprobs = match logits {
+            Ok(logits) => logits,
+            Err(e) => return Some(self.fail_every_row(running, e)),
+        };
         self.metrics.constraint_masks(
             masks.len(),
             masks.iter().map(|m| m.seconds).sum(),
@@ -494,7 +559,7 @@ impl RowKind for LmRows<'_> {
                     .then(|| logprobs[j * v..(j + 1) * v].to_vec())
             })
             .collect();
-        self.model.head.log_softmax_rows(&mut logprobs);
+        self.model.log_softmax_rows(&mut logprobs);
         feed.advance(running, &logprobs, outputs.len(), v);
         if self.prefix.is_some() {
             for (r, seq) in running.iter_mut().enumerate() {
@@ -515,7 +580,7 @@ impl RowKind for LmRows<'_> {
                     // The grammar's mask first: the adjustments (min_p) see the allowed tokens.
                     match allowed[j].take() {
                         Some(Ok(a)) => a.mask(&mut z),
-                        Some(Err(e)) => failed = Some(e.to_string()),
+                        Some(Err(e)) => failed = Some(Failure::Grammar(e.to_string())),
                         None => {}
                     }
                     if let Some(history) = history {
@@ -537,7 +602,7 @@ impl RowKind for LmRows<'_> {
                 if !seq.stop_ids.contains(&id) {
                     match c.advance(id) {
                         Ok(done) => complete = done,
-                        Err(e) => failed = Some(e.to_string()),
+                        Err(e) => failed = Some(Failure::Grammar(e.to_string())),
                     }
                 }
             }
@@ -574,15 +639,15 @@ impl RowKind for LmRows<'_> {
     }
 
     fn keep_rows(&mut self, kept: &[usize]) {
-        DecodingState::gather_rows(&mut self.state, kept);
+        self.state.keep_rows(kept);
     }
 
     /// Blocks of `block_rows` positions in every layer.
     fn blocks_in_use(&self) -> usize {
-        self.state.blocks_in_use() / self.state.caches.len().max(1)
+        self.state.blocks_in_use()
     }
 
     fn blocks_kept(&self) -> usize {
-        self.state.kept_blocks()
+        self.state.blocks_kept()
     }
 }

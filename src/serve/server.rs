@@ -4,7 +4,8 @@
 
 use super::metrics::Metrics;
 use super::model_names::ModelNames;
-use super::{compute, listen, router, App, ServeConfig};
+use super::load::compute;
+use super::{listen, router, App, ServeConfig};
 use crate::error::{Error, Result};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -7,6 +7,7 @@
 mod json_check;
 mod json_close;
 mod serve_constrain;
+mod serve_device;
 mod serve_engine;
 mod serve_hostile;
 mod serve_http;

@@ -15,7 +15,7 @@ use transformer::pipeline::generate::{generate_ids, TextGenerator};
 use transformer::rng::Rng;
 use transformer::serve::metrics::Metrics;
 use transformer::serve::scheduler::{
-    EngineConfig, Event, FinishReason, GenRequest, PrefillBudget, Scheduler,
+    EngineConfig, Event, FinishReason, GenRequest, PagedLm, PrefillBudget, Scheduler,
 };
 
 /// log-softmax of the teacher-forced forward over `tokens`, `[len, vocab]`, in float64.
@@ -122,26 +122,26 @@ pub(crate) fn llama_tiny() -> Option<TextGenerator> {
 }
 
 #[derive(serde::Deserialize)]
-struct Prompt {
-    input_ids: Vec<u32>,
-    greedy_ids: Vec<u32>,
+pub(crate) struct Prompt {
+    pub input_ids: Vec<u32>,
+    pub greedy_ids: Vec<u32>,
 }
 
 #[derive(serde::Deserialize)]
-struct Reference {
-    prompts: Vec<Prompt>,
+pub(crate) struct Reference {
+    pub prompts: Vec<Prompt>,
 }
 
 /// Runs `requests` (prompt, max_tokens, the step before which it is submitted) through one
 /// engine; returns each one's tokens and finish reason.
-fn run_engine(
-    model: &LanguageModel<f32>,
+pub(crate) fn run_engine<M: PagedLm>(
+    model: &M,
     config: EngineConfig,
     requests: &[(Vec<u32>, usize, usize)],
     sampling: SamplingOptions,
 ) -> Vec<(Vec<u32>, FinishReason)> {
     let metrics = Arc::new(Metrics::default());
-    let mut engine = Scheduler::new(model, config, metrics.clone());
+    let mut engine = Scheduler::paged(model, config, metrics.clone()).unwrap();
     let mut receivers = Vec::new();
     let mut step = 0;
     let mut submitted = 0;

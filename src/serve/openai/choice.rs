@@ -128,6 +128,11 @@ impl ChoiceState {
                     message,
                 ))
             }
+            Event::Unavailable(message) => {
+                return Err(ApiError::unavailable(format!(
+                    "the model's device failed: {message}"
+                )))
+            }
             Event::Token(id) => {
                 self.completion += 1;
                 self.first_token_at.get_or_insert_with(Instant::now);
