@@ -5,7 +5,8 @@
 //!   give transformers' greedy ids of the tiny Llama, also in a pool so small that requests
 //!   wait for blocks, and every block returns to the pool.
 //! - A device that fails mid-step: its running requests end with `Unavailable` (a 503), the
-//!   engine records why (`/health` says it), and a request admitted later fails at once.
+//!   engine records why, and a request admitted later fails at once; over HTTP, `/health`
+//!   and generation requests then answer 503 naming the failure.
 //! - Over HTTP: `serve --device gpu` answers concurrent completions with the CPU server's
 //!   text; what a GPU does not do (another block size) is refused by name at load.
 
@@ -228,4 +229,32 @@ fn serve_on_the_gpu_answers_as_the_cpu_does() {
     )
     .unwrap();
     assert_eq!((status, text.as_str()), (200, "ok\n"));
+}
+
+/// Once the engine has recorded a failed device, `/health` is 503 saying why, and a
+/// generation request is a 503 (`unavailable_error`) instead of reaching the engine.
+#[test]
+fn after_a_failed_device_health_and_requests_answer_503() {
+    let Some(server) = start(|c| c) else { return };
+    let addr = server.addr;
+    let body = json!({"prompt": "Hello", "max_tokens": 2, "temperature": 0});
+    assert_eq!(post(addr, "/v1/completions", &body).0, 200);
+    server
+        .metrics()
+        .set_device_lost("vkQueueSubmit: device lost (test)");
+    let (status, _, text) =
+        transformer::serve::client::request(addr, "GET", "/health", None, super::serve_surface::T)
+            .unwrap();
+    assert_eq!(status, 503);
+    assert!(text.contains("device lost (test)"), "{text}");
+    let (status, v) = post(addr, "/v1/completions", &body);
+    assert_eq!(status, 503, "{v}");
+    assert_eq!(v["error"]["type"], "unavailable_error", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("device lost (test)"),
+        "{v}"
+    );
 }
