@@ -172,6 +172,35 @@ pub fn beam_search<T: Float>(
     out
 }
 
+/// [`beam_search`]'s chunks (sources clipped to the model's length, sorted by length, at most
+/// `opts.batch_size` together, each sentence's output limit) searched by `search_chunk` (another
+/// device's search: sources, limits → each sentence's hypotheses, best first), each list cut
+/// to `opts.nbest`, in input order; the first error stops it.
+pub fn beam_search_with<E>(
+    config: &crate::model::ModelConfig,
+    sources: &[Vec<u32>],
+    opts: &BeamOptions,
+    mut search_chunk: impl FnMut(&[&[u32]], &[usize]) -> Result<Vec<Vec<BeamHypothesis>>, E>,
+) -> Result<Vec<Vec<BeamHypothesis>>, E> {
+    let nbest = opts.nbest.clamp(1, opts.beam_size.max(1));
+    let max_src = config.max_len.saturating_sub(1);
+    let clipped: Vec<&[u32]> = sources.iter().map(|s| &s[..s.len().min(max_src)]).collect();
+    let lens: Vec<usize> = clipped.iter().map(|s| s.len()).collect();
+    let mut out = vec![Vec::new(); sources.len()];
+    for chunk in length_sorted_chunks(&lens, opts.batch_size) {
+        let srcs: Vec<&[u32]> = chunk.iter().map(|&i| clipped[i]).collect();
+        let limits: Vec<usize> = chunk
+            .iter()
+            .map(|&i| max_output_len(config, lens[i], opts.max_len_extra))
+            .collect();
+        for (i, mut hyps) in chunk.into_iter().zip(search_chunk(&srcs, &limits)?) {
+            hyps.truncate(nbest);
+            out[i] = hyps;
+        }
+    }
+    Ok(out)
+}
+
 /// A live beam: one row of the decoding state.
 struct Live {
     sentence: usize,
@@ -310,6 +339,9 @@ pub fn search_rows<T: Float, M: IncrementalDecoder<T>>(
             .map(|b| b.tokens.last().copied().unwrap_or(first[b.sentence]))
             .collect();
         let logprobs = model.step(state, &inputs, &StepLayout::dense());
+        if state.failed() {
+            break;
+        }
         // k + 1 per beam: at least k of them do not end the hypothesis.
         let tops: Vec<Vec<(f64, u32)>> = logprobs
             .par_chunks(v)

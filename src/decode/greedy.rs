@@ -222,6 +222,9 @@ pub fn greedy_search<T: Float, M: IncrementalDecoder<T>>(
     let mut inputs: Vec<u32> = rows.iter().map(|&i| first[i]).collect();
     while !rows.is_empty() {
         let logprobs = model.step(state, &inputs, &StepLayout::dense());
+        if state.failed() {
+            break;
+        }
         let mut keep = vec![true; rows.len()];
         for (r, &i) in rows.iter().enumerate() {
             let row = &logprobs[r * v..(r + 1) * v];

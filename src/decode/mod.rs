@@ -84,6 +84,12 @@ pub trait DecodingState {
     /// `j` becomes the old source row `rows[j]`. The rows of one source may also share one
     /// source row (beam search, see `beam`). Nothing to do for a model without sources.
     fn gather_sources(&mut self, _rows: &[usize]) {}
+
+    /// Whether a step failed (a device's error, kept in the state until its caller takes it):
+    /// a search stops at once, its result meaningless. Never on the CPU.
+    fn failed(&self) -> bool {
+        false
+    }
 }
 
 /// The tokens a search treats specially.

@@ -167,17 +167,27 @@ impl<D: Device> DeviceEmbedding<D> {
     }
 }
 
-/// `layers` layers' KV storage of `blocks` blocks each, for keys and values of
-/// `(n_kv_heads, d_head)`.
+/// `layers` layers' KV storage of `blocks` blocks of [`BLOCK_SIZE`] positions each, for keys
+/// and values of `(n_kv_heads, d_head)`.
 pub(super) fn kv_blocks<D: Device>(
     d: &D,
     layers: usize,
     blocks: usize,
+    shape: (usize, usize),
+) -> Result<Vec<D::Kv>, DeviceError> {
+    kv_blocks_of(d, layers, (blocks, BLOCK_SIZE), shape)
+}
+
+/// [`kv_blocks`] with blocks of `block_size` positions.
+pub(super) fn kv_blocks_of<D: Device>(
+    d: &D,
+    layers: usize,
+    (blocks, block_size): (usize, usize),
     (n_kv_heads, d_head): (usize, usize),
 ) -> Result<Vec<D::Kv>, DeviceError> {
     let shape = KvShape {
         blocks,
-        block_size: BLOCK_SIZE,
+        block_size,
         n_kv_heads,
         d_head,
     };

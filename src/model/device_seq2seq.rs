@@ -1,43 +1,46 @@
-//! The paper's encoder-decoder ([`Seq2Seq`]) on a [`Device`]: greedy translation, the blocks of
-//! `super::device_block` on both sides (the decoder's with their cross-attention).
+//! The paper's encoder-decoder ([`Seq2Seq`]) on a [`Device`]: greedy translation and beam
+//! search, the blocks of `super::device_block` on both sides (the decoder's with their
+//! cross-attention).
 //!
 //! A chunk of sentences is one encoder step (each source, EOS appended, attending to all of
 //! itself, no padding), then the source's keys and values of every decoder layer are stored
 //! once ([`DeviceCross::store`](super::device_block::DeviceCross)), then one decoder step per
-//! output position over the sentences still going, each feeding its last token (BOS first)
-//! and attending to its own target prefix and its whole source. The log-softmax is taken on
-//! the device; each row's next token is [`advance`]'s arg-max over the tokens translation
-//! allows, as the CPU's greedy search picks it.
+//! output position over the rows still going (`super::device_decode`), each feeding its last
+//! token (BOS first) and attending to its own target prefix and its whole source. The
+//! log-softmax is taken on the device; the searches are the CPU's own ([`greedy_search`],
+//! [`search_rows`]: the same choices, ties and stopping rule).
 
 use super::config::NormPlacement;
 use super::device_block::{
     check_block, check_cross, check_parts, run_stack, unsupported, upload_block,
     upload_decoder_layer, CrossSource, DeviceBlock, DeviceNorm, Parts,
 };
-use super::device_rows::{kv_blocks, DeviceEmbedding, Layout, BLOCK_SIZE};
+use super::device_decode::DeviceDecodeState;
+use super::device_rows::DeviceEmbedding;
 use super::seq2seq::Seq2Seq;
 use crate::backend::{Device, DeviceError, StepRows};
-use crate::decode::greedy::{advance, Hypothesis};
+use crate::decode::beam::{search_rows, BeamHypothesis, BeamStop};
+use crate::decode::greedy::{greedy_search, Hypothesis};
 use crate::decode::TokenRules;
-use crate::text::{BOS, EOS};
+use crate::text::BOS;
 
 /// A translation model's weights on a device.
 pub struct DeviceSeq2Seq<D: Device> {
     pub device: D,
-    d_model: usize,
-    vocab: usize,
-    max_len: usize,
+    pub(super) d_model: usize,
+    pub(super) vocab: usize,
+    pub(super) max_len: usize,
     /// The shared token table with its factor and positions, and the head.
-    embedding: DeviceEmbedding<D>,
-    post_ln: bool,
-    encoder: Vec<DeviceBlock<D>>,
-    encoder_norm: Option<DeviceNorm<D>>,
-    decoder: Vec<DeviceBlock<D>>,
-    decoder_norm: Option<DeviceNorm<D>>,
+    pub(super) embedding: DeviceEmbedding<D>,
+    pub(super) post_ln: bool,
+    pub(super) encoder: Vec<DeviceBlock<D>>,
+    pub(super) encoder_norm: Option<DeviceNorm<D>>,
+    pub(super) decoder: Vec<DeviceBlock<D>>,
+    pub(super) decoder_norm: Option<DeviceNorm<D>>,
     /// `(n_kv_heads, d_head)` of the encoder's, the decoder's own and the cross attention.
-    encoder_shape: (usize, usize),
-    self_shape: (usize, usize),
-    cross_shape: (usize, usize),
+    pub(super) encoder_shape: (usize, usize),
+    pub(super) self_shape: (usize, usize),
+    pub(super) cross_shape: (usize, usize),
 }
 
 impl<D: Device> DeviceSeq2Seq<D> {
@@ -101,7 +104,7 @@ impl<D: Device> DeviceSeq2Seq<D> {
 
     /// [`run_stack`] with this model's placement and width.
     #[allow(clippy::too_many_arguments)]
-    fn run(
+    pub(super) fn run(
         &self,
         h: D::Tensor,
         blocks: &[DeviceBlock<D>],
@@ -116,13 +119,57 @@ impl<D: Device> DeviceSeq2Seq<D> {
     }
 
     /// Greedy translations of `sources` (without EOS), sentence `i` emitting at most
-    /// `limits[i]` tokens (EOS included), all in one batch.
+    /// `limits[i]` tokens (EOS included), all in one batch: the CPU's greedy search
+    /// ([`greedy_search`]) over this model's rows.
     pub fn translate_greedy(
         &self,
         sources: &[&[u32]],
         limits: &[usize],
-    ) -> Result<Vec<Hypothesis>, DeviceError> {
-        let d = &self.device;
+    ) -> Result<Vec<Hypothesis>, DeviceError>
+    where
+        Self: Sync,
+    {
+        let Some(mut state) = self.start_rows(sources, limits, sources.len())? else {
+            return Ok(vec![Hypothesis::default(); sources.len()]);
+        };
+        let first = vec![BOS; sources.len()];
+        let hyps = greedy_search(self, &mut state, &first, limits, TokenRules::TRANSLATION);
+        state.take_error()?;
+        Ok(hyps)
+    }
+
+    /// Beam search of width `k` over `sources` (as [`translate_greedy`](Self::translate_greedy)):
+    /// per sentence its `k` best hypotheses, best first, by the CPU's search ([`search_rows`])
+    /// over this model's rows, whose beams share the blocks of their common prefix.
+    pub fn translate_beam(
+        &self,
+        sources: &[&[u32]],
+        limits: &[usize],
+        k: usize,
+        (alpha, stop): (f64, Option<BeamStop>),
+    ) -> Result<Vec<Vec<BeamHypothesis>>, DeviceError>
+    where
+        Self: Sync,
+    {
+        let k = k.max(1);
+        let Some(mut state) = self.start_rows(sources, limits, sources.len() * k)? else {
+            return Ok(vec![vec![BeamHypothesis::default()]; sources.len()]);
+        };
+        let first = vec![BOS; sources.len()];
+        let rules = TokenRules::TRANSLATION;
+        let (hyps, _) = search_rows(self, &mut state, &first, limits, k, alpha, stop, rules);
+        state.take_error()?;
+        Ok(hyps)
+    }
+
+    /// The rows of a search over `sources` (checked) with up to `max_rows` rows at once, or
+    /// `None` when no sentence may emit a token.
+    fn start_rows(
+        &self,
+        sources: &[&[u32]],
+        limits: &[usize],
+        max_rows: usize,
+    ) -> Result<Option<DeviceDecodeState<D>>, DeviceError> {
         let bad = |what: String| DeviceError::Device(format!("device translation: {what}"));
         if limits.len() != sources.len() {
             return Err(bad(format!("{} limits for {} sources", limits.len(), sources.len())));
@@ -133,87 +180,19 @@ impl<D: Device> DeviceSeq2Seq<D> {
         if let Some(t) = sources.iter().flat_map(|s| s.iter()).find(|&&t| t as usize >= self.vocab) {
             return Err(bad(format!("token id {t} is outside the vocabulary of {}", self.vocab)));
         }
-        let mut hyps = vec![Hypothesis::default(); sources.len()];
-        let mut live: Vec<usize> = (0..sources.len()).filter(|&i| limits[i] > 0).collect();
-        if live.is_empty() {
-            return Ok(hyps);
+        let capacity = limits.iter().copied().max().unwrap_or(0).min(self.max_len);
+        if capacity == 0 {
+            return Ok(None);
         }
-        // The encoder: every source (EOS appended) in one step.
-        let src: Vec<Vec<u32>> = sources.iter().map(|s| [s, &[EOS][..]].concat()).collect();
-        let lens: Vec<usize> = src.iter().map(Vec::len).collect();
-        let (enc, enc_blocks) = Layout::whole_sequences(&lens);
-        let enc_ids = enc.upload(d)?;
-        let enc_rows = enc_ids.rows();
-        let mut enc_kv = kv_blocks(d, self.encoder.len(), enc_blocks, self.encoder_shape)?;
-        let h = self.embedding.embed(d, &d.upload_ids(&src.concat())?, &enc_ids.pos, enc.pos.len())?;
-        let memory = self.run(h, &self.encoder, self.encoder_norm.as_ref(), self.encoder_shape, &enc_rows, &mut enc_kv, None)?;
-        drop(enc_kv);
-        // The source's keys and values of every decoder layer, once.
-        let mut cross_kv = kv_blocks(d, self.decoder.len(), enc_blocks, self.cross_shape)?;
-        let width = self.cross_shape.0 * self.cross_shape.1;
-        for (block, kv) in self.decoder.iter().zip(cross_kv.iter_mut()) {
-            let cross = block.cross.as_ref().expect("decoder layers have cross-attention");
-            cross.store(d, &memory, &enc_rows, width, kv)?;
-        }
-        // The decoder: one step per position, the rows still going.
-        let capacity = limits.iter().copied().max().unwrap_or(1).min(self.max_len);
-        let per_row = capacity.div_ceil(BLOCK_SIZE);
-        let mut self_kv = kv_blocks(d, self.decoder.len(), per_row * sources.len(), self.self_shape)?;
-        let src_blocks: Vec<&[u32]> = (0..sources.len()).map(|r| enc.row_of(&lens, r)).collect();
-        let mut feed: Vec<u32> = vec![BOS; live.len()];
-        let mut step = 0usize;
-        while !live.is_empty() {
-            if step >= capacity {
-                return Err(bad(format!("{step} positions: past the capacity of {capacity}")));
-            }
-            let n = live.len();
-            let own = Layout {
-                pos: vec![step as u32; n],
-                ctx: vec![step as u32 + 1; n],
-                table: live.iter().flat_map(|&r| (0..per_row as u32).map(move |b| (r * per_row) as u32 + b)).collect(),
-                max_blocks: per_row,
-            };
-            let cross = Layout {
-                pos: vec![0; n],
-                ctx: live.iter().map(|&r| lens[r] as u32).collect(),
-                table: live.iter().flat_map(|&r| src_blocks[r].iter().copied()).collect(),
-                max_blocks: enc.max_blocks,
-            };
-            let (own_ids, cross_ids) = (own.upload(d)?, cross.upload(d)?);
-            let source = CrossSource {
-                kv: &cross_kv,
-                rows: cross_ids.rows(),
-                shape: self.cross_shape,
-            };
-            let h = self.embedding.embed(d, &d.upload_ids(&feed)?, &own_ids.pos, n)?;
-            let hidden = self.run(h, &self.decoder, self.decoder_norm.as_ref(), self.self_shape, &own_ids.rows(), &mut self_kv, Some(&source))?;
-            let mut logits = d.zeros(n * self.vocab)?;
-            d.product(&mut logits, &hidden, n, self.embedding.head())?;
-            let mut logprobs = d.zeros(n * self.vocab)?;
-            d.log_softmax(&logits, &mut logprobs, self.vocab)?;
-            let logprobs = d.read(&logprobs)?;
-            let mut next = Vec::with_capacity(n);
-            let mut keep = Vec::with_capacity(n);
-            for (j, &r) in live.iter().enumerate() {
-                let row = &logprobs[j * self.vocab..(j + 1) * self.vocab];
-                let (token, go_on) = advance(&mut hyps[r], row, limits[r], TokenRules::TRANSLATION);
-                if go_on {
-                    next.push(token);
-                    keep.push(r);
-                }
-            }
-            (live, feed) = (keep, next);
-            step += 1;
-        }
-        Ok(hyps)
+        self.start_decoding(sources, capacity, max_rows).map(Some)
     }
 }
-
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::backend::Host;
+    use crate::decode::beam::{beam_search, beam_search_with, BeamOptions};
     use crate::decode::greedy::{greedy_decode, max_output_len, GreedyOptions};
     use crate::model::{Module, ModelConfig, Positions};
     use crate::rng::Rng;
@@ -251,7 +230,10 @@ mod tests {
         &[6, 6, 6],
     ];
 
-    fn check<D: Device>(m: &Seq2Seq<f32>, lm: &DeviceSeq2Seq<D>, tol: f64, what: &str) {
+    fn check<D: Device>(m: &Seq2Seq<f32>, lm: &DeviceSeq2Seq<D>, tol: f64, what: &str)
+    where
+        DeviceSeq2Seq<D>: Sync,
+    {
         let options = GreedyOptions {
             max_len_extra: 6,
             batch_size: 8,
@@ -272,10 +254,31 @@ mod tests {
                 assert!((a - b).abs() <= tol, "{what}: sentence {i}: {a} vs {b}");
             }
         }
+        // Beam search of width 3: the CPU's 3-best lists (beams forking and dying, sharing
+        // their prefixes' blocks), in chunks as the CPU's beam search cuts them.
+        let beam = BeamOptions {
+            beam_size: 3,
+            nbest: 3,
+            max_len_extra: options.max_len_extra,
+            batch_size: 3,
+            ..BeamOptions::default()
+        };
+        let want = beam_search(m, &srcs, &beam);
+        let search = (beam.alpha, Some(beam.stop));
+        let got = beam_search_with(&m.config, &srcs, &beam, |s, l| lm.translate_beam(s, l, 3, search))
+            .unwrap();
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.len(), w.len(), "{what}: beam, sentence {i}");
+            assert!(w.len() > 1, "{what}: beam, sentence {i}: an n-best list worth comparing");
+            for (a, b) in g.iter().zip(w) {
+                assert_eq!((&a.tokens, a.finished), (&b.tokens, b.finished), "{what}: beam {i}");
+                assert!((a.score - b.score).abs() <= tol * 10.0, "{what}: beam {i}");
+            }
+        }
     }
 
     #[test]
-    fn host_device_translations_are_the_models_greedy_ones() {
+    fn host_device_translations_are_the_models_greedy_and_beam_ones() {
         for (name, m) in models() {
             let lm = DeviceSeq2Seq::new(Host, &m).unwrap();
             check(&m, &lm, 1e-5, name);
@@ -286,7 +289,7 @@ mod tests {
 
     #[cfg(feature = "gpu")]
     #[test]
-    fn gpu_translations_are_the_models_greedy_ones() {
+    fn gpu_translations_are_the_models_greedy_and_beam_ones() {
         use crate::backend::GpuDevice;
         if transformer_gpu::testing::gpu().is_none() {
             return;

@@ -24,6 +24,7 @@ pub mod config;
 pub mod context;
 pub mod decoder;
 mod device_block;
+pub mod device_decode;
 mod device_rows;
 pub mod device_encoder;
 pub mod device_lm;

@@ -4,8 +4,8 @@
 //! always match.
 
 use super::{check_model_dir, check_vocab};
-use crate::decode::beam::{beam_search, length_penalty, BeamOptions};
-use crate::decode::greedy::{greedy_decode, GreedyOptions};
+use crate::decode::beam::{beam_search, length_penalty, BeamHypothesis, BeamOptions};
+use crate::decode::greedy::{greedy_decode, GreedyOptions, Hypothesis};
 use crate::decode::score::score_pairs;
 use crate::error::{Error, Result};
 use crate::model::checkpoint::load;
@@ -196,75 +196,84 @@ pub fn translate_lines(
 
 /// The n-best translations `(score, text)` of `lines`, best first: beam search when
 /// `options.beam_size > 1`, else greedy search (its one hypothesis scored the same way,
-/// `log p / lp`). Empty lines get no hypotheses.
+/// `log p / lp`), on a device: the CPU's searches over the device's decoder rows. Empty lines
+/// get no hypotheses.
 pub fn translate_nbest_on_device<D: crate::backend::Device>(
     device_model: &crate::model::device_seq2seq::DeviceSeq2Seq<D>,
     model: &Seq2Seq<f32>,
     vocab: &Vocab,
     lines: &[String],
     options: &BeamOptions,
-) -> Result<Vec<Vec<(f64, String)>>> {
-    if options.beam_size > 1 {
-        return Err(Error::Input(
-            "--device gpu translates greedily: beam search (--beam 2 or more) runs on the CPU \
-             (--device cpu)"
-                .into(),
-        ));
-    }
-    let sources = encode_sources(lines, vocab, model)?;
-    let non_empty: Vec<usize> = (0..lines.len())
-        .filter(|&i| !lines[i].trim().is_empty())
-        .collect();
-    let to_decode: Vec<Vec<u32>> = non_empty.iter().map(|&i| sources[i].clone()).collect();
-    let greedy = GreedyOptions {
-        max_len_extra: options.max_len_extra,
-        batch_size: options.batch_size,
-    };
-    let hyps = crate::decode::greedy::greedy_decode_with(
-        &model.config,
-        &to_decode,
-        &greedy,
-        |srcs, limits| device_model.translate_greedy(srcs, limits),
-    )?;
-    let mut out = vec![Vec::new(); lines.len()];
-    for (&i, h) in non_empty.iter().zip(hyps) {
-        let score = h.score / length_penalty(h.n_emitted(), options.alpha);
-        out[i] = vec![(score, vocab.decode(&h.tokens))];
-    }
-    Ok(out)
+) -> Result<Vec<Vec<(f64, String)>>>
+where
+    crate::model::device_seq2seq::DeviceSeq2Seq<D>: Sync,
+{
+    let (k, search) = (options.beam_size, (options.alpha, Some(options.stop)));
+    let config = &model.config;
+    nbest_lists(
+        model,
+        vocab,
+        lines,
+        options,
+        |to_decode, greedy| match greedy {
+            None => {
+                crate::decode::beam::beam_search_with(config, to_decode, options, |srcs, limits| {
+                    device_model.translate_beam(srcs, limits, k, search)
+                })
+                .map(beam_lists)
+            }
+            Some(greedy) => crate::decode::greedy::greedy_decode_with(
+                config,
+                to_decode,
+                &greedy,
+                |srcs, limits| device_model.translate_greedy(srcs, limits),
+            )
+            .map(|hyps| greedy_lists(hyps, options.alpha)),
+        },
+    )
 }
 
 /// The n-best translations of `lines` on the CPU (see [`translate_nbest_on_device`] for a
-/// device's greedy search).
+/// device's).
 pub fn translate_nbest(
     model: &Seq2Seq<f32>,
     vocab: &Vocab,
     lines: &[String],
     options: &BeamOptions,
 ) -> Result<Vec<Vec<(f64, String)>>> {
+    nbest_lists(model, vocab, lines, options, |to_decode, greedy| {
+        Ok::<_, Error>(match greedy {
+            None => beam_lists(beam_search(model, to_decode, options)),
+            Some(greedy) => greedy_lists(greedy_decode(model, to_decode, &greedy), options.alpha),
+        })
+    })
+}
+
+/// The lists `(score, tokens)` of a search.
+type Lists = Vec<Vec<(f64, Vec<u32>)>>;
+
+/// The n-best lists of `lines`: their non-empty lines' sources searched by `search` (with the
+/// greedy options when `options.beam_size` is 1, else `None`: beam search), decoded to text.
+fn nbest_lists<E>(
+    model: &Seq2Seq<f32>,
+    vocab: &Vocab,
+    lines: &[String],
+    options: &BeamOptions,
+    search: impl FnOnce(&[Vec<u32>], Option<GreedyOptions>) -> std::result::Result<Lists, E>,
+) -> Result<Vec<Vec<(f64, String)>>>
+where
+    Error: From<E>,
+{
     let sources = encode_sources(lines, vocab, model)?;
     let non_empty: Vec<usize> = (0..lines.len())
         .filter(|&i| !lines[i].trim().is_empty())
         .collect();
     let to_decode: Vec<Vec<u32>> = non_empty.iter().map(|&i| sources[i].clone()).collect();
-    let lists: Vec<Vec<(f64, Vec<u32>)>> = if options.beam_size > 1 {
-        beam_search(model, &to_decode, options)
-            .into_iter()
-            .map(|l| l.into_iter().map(|h| (h.score, h.tokens)).collect())
-            .collect()
-    } else {
-        let greedy = GreedyOptions {
-            max_len_extra: options.max_len_extra,
-            batch_size: options.batch_size,
-        };
-        greedy_decode(model, &to_decode, &greedy)
-            .into_iter()
-            .map(|h| {
-                let score = h.score / length_penalty(h.n_emitted(), options.alpha);
-                vec![(score, h.tokens)]
-            })
-            .collect()
-    };
+    let greedy = (options.beam_size <= 1).then_some(GreedyOptions {
+        max_len_extra: options.max_len_extra,
+        batch_size: options.batch_size,
+    });
+    let lists = search(&to_decode, greedy)?;
     let mut out = vec![Vec::new(); lines.len()];
     for (&i, list) in non_empty.iter().zip(lists) {
         out[i] = list
@@ -273,4 +282,22 @@ pub fn translate_nbest(
             .collect();
     }
     Ok(out)
+}
+
+/// Beam search's lists as `(score, tokens)`.
+fn beam_lists(lists: Vec<Vec<BeamHypothesis>>) -> Lists {
+    lists
+        .into_iter()
+        .map(|l| l.into_iter().map(|h| (h.score, h.tokens)).collect())
+        .collect()
+}
+
+/// Greedy search's hypotheses as one-entry lists, scored `log p / lp` as beam search scores.
+fn greedy_lists(hyps: Vec<Hypothesis>, alpha: f64) -> Lists {
+    hyps.into_iter()
+        .map(|h| {
+            let score = h.score / length_penalty(h.n_emitted(), alpha);
+            vec![(score, h.tokens)]
+        })
+        .collect()
 }

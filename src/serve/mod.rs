@@ -64,7 +64,6 @@ pub mod text;
 pub mod translate_api;
 pub mod translate_engine;
 
-pub use load::prefix_cacheable;
 pub use server::Server;
 
 use crate::decode::constraint::ConstraintVocab;

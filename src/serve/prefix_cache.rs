@@ -133,7 +133,7 @@ mod cacheable_tests {
     use crate::model::attention_kind::AttentionKind;
     use crate::model::{LanguageModel, ModelConfig};
     use crate::rng::Rng;
-    use crate::serve::prefix_cacheable;
+    use crate::serve::load::prefix_cacheable;
 
     /// Exact layers share prefixes; one windowed or linear layer turns the cache off.
     #[test]

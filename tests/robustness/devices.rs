@@ -95,6 +95,38 @@ fn bad_device_choices_are_errors_naming_them() {
         !out.status.success() && e.contains("--device is for --generate"),
         "{e}"
     );
+    // `serve --device gpu`: what a GPU's engine does not do, named before anything loads.
+    for (args, says) in [
+        (
+            &["--block-size", "8"][..],
+            "--block-size 8: a GPU's key/value blocks hold 16",
+        ),
+        (
+            &["--cache-type-k", "q8_0"][..],
+            "--cache-type-k/-v are CPU-only",
+        ),
+        (&["--precision", "bf16"][..], "not --precision bf16 or int8"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_transformer"))
+            .args([
+                "serve",
+                "--model",
+                "/nonexistent/m.gguf",
+                "--device",
+                "gpu",
+                "--port",
+                "0",
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && !e.contains("panicked"),
+            "{args:?}: {e}"
+        );
+        assert!(e.contains(says), "{args:?}: {e}");
+    }
     let e = run(&["--device", "cuda"], &[]);
     assert!(
         e.contains(r#"unknown device "cuda": cpu, gpu or gpu:N"#),
