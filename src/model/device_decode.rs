@@ -5,11 +5,13 @@
 //! The source's keys and values are stored once per sentence (blocks of
 //! [`BLOCK_SIZE`](super::device_lm::BLOCK_SIZE) positions); a decoder row reads its sentence's, and the rows of one sentence
 //! may share them (beam search lays one source row out per sentence when every sentence has
-//! the same number of beams). The decoder's own keys and values are kept in blocks of one
-//! position with reference counts: a step writes each row's new position into a fresh block,
-//! and when beams fork ([`DecodingState::gather_rows`] with repeats) the children take their
-//! parent's block list, so beams share the keys of their common prefix and nothing is copied.
-//! A block returns to the pool when no row lists it.
+//! the same number of beams). The decoder's own keys and values are kept in blocks with
+//! reference counts. For beam search the blocks hold one position: a step writes each row's
+//! new position into a fresh block, and when beams fork ([`DecodingState::gather_rows`] with
+//! repeats) the children take their parent's block list, so beams share the keys of their
+//! common prefix and nothing is copied. Greedy search, whose rows never fork, uses blocks of
+//! [`BLOCK_SIZE`](super::device_lm::BLOCK_SIZE) positions as the language model does. A block
+//! returns to the pool when no row lists it.
 //!
 //! A step the device fails leaves its error in the state ([`DecodingState::failed`]): the
 //! search stops at once and its caller takes the error ([`DeviceDecodeState::take_error`]).
@@ -25,8 +27,9 @@ use crate::text::EOS;
 
 /// The rows of a translation search on a device (see the module docs).
 pub struct DeviceDecodeState<D: Device> {
-    /// Each decoder layer's own keys and values, in blocks of one position.
+    /// Each decoder layer's own keys and values, in blocks of `block_size` positions.
     self_kv: Vec<D::Kv>,
+    block_size: usize,
     free: Vec<u32>,
     /// Per block, the rows listing it.
     refs: Vec<u32>,
@@ -74,8 +77,16 @@ impl<D: Device> DecodingState for DeviceDecodeState<D> {
         self.len
     }
 
-    /// Row `j` takes the old row `rows[j]`'s blocks (shared, not copied).
+    /// Row `j` takes the old row `rows[j]`'s blocks (shared, not copied; rows fork only over
+    /// blocks of one position, which are full).
     fn gather_rows(&mut self, rows: &[usize]) {
+        let forks = (1..rows.len()).any(|j| rows[..j].contains(&rows[j]));
+        if forks && self.block_size > 1 && self.error.is_none() {
+            self.error = Some(DeviceError::Device(format!(
+                "device translation: rows fork over blocks of {} positions",
+                self.block_size
+            )));
+        }
         let tables: Vec<Vec<u32>> = rows.iter().map(|&r| self.tables[r].clone()).collect();
         for &b in tables.iter().flatten() {
             self.refs[b as usize] += 1;
@@ -97,12 +108,12 @@ impl<D: Device> DecodingState for DeviceDecodeState<D> {
 impl<D: Device> DeviceSeq2Seq<D> {
     /// Encodes `sources` (EOS appended, one step) and stores their keys and values in every
     /// decoder layer; the state holds one row per sentence, empty, and room for `max_rows`
-    /// rows of `capacity` positions.
+    /// rows of `capacity` positions in blocks of `block_size`.
     pub(super) fn start_decoding(
         &self,
         sources: &[&[u32]],
         capacity: usize,
-        max_rows: usize,
+        (max_rows, block_size): (usize, usize),
     ) -> Result<DeviceDecodeState<D>, DeviceError> {
         let d = &self.device;
         let src: Vec<Vec<u32>> = sources.iter().map(|s| [s, &[EOS][..]].concat()).collect();
@@ -122,10 +133,12 @@ impl<D: Device> DeviceSeq2Seq<D> {
             let cross = block.cross.as_ref().expect("decoder layers have cross-attention");
             cross.store(d, &memory, &enc_rows, width, kv)?;
         }
-        let blocks = max_rows * capacity;
-        let self_kv = kv_blocks_of(d, self.decoder.len(), (blocks, 1), self.self_shape)?;
+        let block_size = block_size.max(1);
+        let blocks = max_rows * capacity.div_ceil(block_size);
+        let self_kv = kv_blocks_of(d, self.decoder.len(), (blocks, block_size), self.self_shape)?;
         Ok(DeviceDecodeState {
             self_kv,
+            block_size,
             free: (0..blocks as u32).rev().collect(),
             refs: vec![0; blocks],
             tables: vec![Vec::new(); sources.len()],
@@ -162,17 +175,19 @@ impl<D: Device> DeviceSeq2Seq<D> {
         if let Some(t) = tokens.iter().find(|&&t| t as usize >= self.vocab) {
             return Err(bad(format!("token id {t} is outside the vocabulary of {}", self.vocab)));
         }
-        for table in state.tables.iter_mut() {
-            let block = state.free.pop().ok_or_else(|| bad("no free key/value block".into()))?;
-            state.refs[block as usize] = 1;
-            table.push(block);
+        if state.len.is_multiple_of(state.block_size) {
+            for table in state.tables.iter_mut() {
+                let block = state.free.pop().ok_or_else(|| bad("no free key/value block".into()))?;
+                state.refs[block as usize] = 1;
+                table.push(block);
+            }
         }
         let (t, rows_per_source) = (state.len + 1, n / sources);
         let own = Layout {
             pos: vec![state.len as u32; n],
             ctx: vec![t as u32; n],
             table: state.tables.concat(),
-            max_blocks: t,
+            max_blocks: t.div_ceil(state.block_size),
         };
         let sentence = |r: usize| state.cross_rows[r / rows_per_source];
         let cross = Layout {

@@ -129,7 +129,8 @@ impl<D: Device> DeviceSeq2Seq<D> {
     where
         Self: Sync,
     {
-        let Some(mut state) = self.start_rows(sources, limits, sources.len())? else {
+        let rows = (sources.len(), super::device_lm::BLOCK_SIZE);
+        let Some(mut state) = self.start_rows(sources, limits, rows)? else {
             return Ok(vec![Hypothesis::default(); sources.len()]);
         };
         let first = vec![BOS; sources.len()];
@@ -152,7 +153,7 @@ impl<D: Device> DeviceSeq2Seq<D> {
         Self: Sync,
     {
         let k = k.max(1);
-        let Some(mut state) = self.start_rows(sources, limits, sources.len() * k)? else {
+        let Some(mut state) = self.start_rows(sources, limits, (sources.len() * k, 1))? else {
             return Ok(vec![vec![BeamHypothesis::default()]; sources.len()]);
         };
         let first = vec![BOS; sources.len()];
@@ -162,13 +163,13 @@ impl<D: Device> DeviceSeq2Seq<D> {
         Ok(hyps)
     }
 
-    /// The rows of a search over `sources` (checked) with up to `max_rows` rows at once, or
-    /// `None` when no sentence may emit a token.
+    /// The rows of a search over `sources` (checked) with up to `max_rows` rows at once in
+    /// blocks of `block_size` positions, or `None` when no sentence may emit a token.
     fn start_rows(
         &self,
         sources: &[&[u32]],
         limits: &[usize],
-        max_rows: usize,
+        rows: (usize, usize),
     ) -> Result<Option<DeviceDecodeState<D>>, DeviceError> {
         let bad = |what: String| DeviceError::Device(format!("device translation: {what}"));
         if limits.len() != sources.len() {
@@ -184,7 +185,7 @@ impl<D: Device> DeviceSeq2Seq<D> {
         if capacity == 0 {
             return Ok(None);
         }
-        self.start_decoding(sources, capacity, max_rows).map(Some)
+        self.start_decoding(sources, capacity, rows).map(Some)
     }
 }
 
@@ -285,6 +286,27 @@ mod tests {
             let e = lm.translate_greedy(&[&[29]], &[3]).err().unwrap().to_string();
             assert!(e.contains("token id 29 is outside the vocabulary of 29"), "{e}");
         }
+    }
+
+    /// Rows fork only over blocks of one position: forking greedy rows (blocks of 16) is an
+    /// error the state keeps, a search stops at its next step without the device, and the
+    /// caller takes the error.
+    #[test]
+    fn a_failed_step_is_kept_in_the_state_and_stops_the_search() {
+        use crate::decode::{DecodingState, IncrementalDecoder};
+        let (_, m) = models().remove(0);
+        let lm = DeviceSeq2Seq::new(Host, &m).unwrap();
+        let rows = (2, super::super::device_lm::BLOCK_SIZE);
+        let mut state = lm.start_rows(&SOURCES[..2], &[5, 5], rows).unwrap().unwrap();
+        let logprobs = lm.step(&mut state, &[BOS, BOS], &crate::model::StepLayout::dense());
+        assert!(logprobs.iter().any(|&x| x != 0.0) && !state.failed());
+        state.gather_rows(&[0, 0]);
+        assert!(state.failed());
+        let after = lm.step(&mut state, &[7, 7], &crate::model::StepLayout::dense());
+        assert!(after.iter().all(|&x| x == 0.0));
+        assert_eq!(state.len(), 1, "no step ran after the failure");
+        let e = state.take_error().unwrap_err().to_string();
+        assert!(e.contains("rows fork over blocks of 16 positions"), "{e}");
     }
 
     #[cfg(feature = "gpu")]
