@@ -217,10 +217,8 @@ pub type Scheduler<'m, M = LanguageModel<f32>> = Engine<LmRows<'m, M>>;
 impl<'m> Scheduler<'m> {
     /// The engine of a model on the CPU.
     pub fn new(model: &'m LanguageModel<f32>, config: EngineConfig, metrics: Arc<Metrics>) -> Self {
-        match Self::paged(model, config, metrics) {
-            Ok(engine) => engine,
-            Err(e) => unreachable!("the CPU's state starts without an error: {e}"),
-        }
+        let state = model.start_paged(config.block_rows);
+        Self::with_state(model, config, metrics, state)
     }
 }
 
@@ -228,12 +226,22 @@ impl<'m, M: PagedLm> Scheduler<'m, M> {
     /// The engine of `model` wherever it runs; its pool allocated now (a device's may fail,
     /// naming the sizes). Prefix caching only where rows can share blocks.
     pub fn paged(model: &'m M, config: EngineConfig, metrics: Arc<Metrics>) -> Result<Self, String> {
+        let state = model.start(&config)?;
+        Ok(Self::with_state(model, config, metrics, state))
+    }
+
+    /// The engine of `model` over its empty `state`.
+    fn with_state(
+        model: &'m M,
+        config: EngineConfig,
+        metrics: Arc<Metrics>,
+        mut state: M::State,
+    ) -> Self {
         let limits = Limits {
             max_batch: config.max_batch,
             pool_blocks: Some(config.pool_blocks),
             max_overtakes: config.max_overtakes,
         };
-        let mut state = model.start(&config)?;
         let prefix = match (config.prefix_cache, state.shared_blocks()) {
             (true, Some(shared)) => {
                 shared.set_block_limit(Some(config.pool_blocks));
@@ -250,7 +258,7 @@ impl<'m, M: PagedLm> Scheduler<'m, M> {
             metrics: metrics.clone(),
             lost: None,
         };
-        Ok(Engine::with_kind(kind, limits, metrics))
+        Engine::with_kind(kind, limits, metrics)
     }
 }
 

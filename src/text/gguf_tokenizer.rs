@@ -15,8 +15,9 @@
 //!   special tokens are parsed, user-defined ones always, before any splitting; both decode to
 //!   their text's UTF-8.
 //! - `tokenizer.ggml.pre`: a BPE vocabulary's pre-tokenizer (see
-//!   [`super::llama_vocab::pre_tokenizer`]: `gpt-2`, `llama-bpe`, `qwen2`, `smollm`, `default`;
-//!   any other is refused by name). A file without one is cut with GPT-2's expression (as this
+//!   [`super::llama_vocab::pre_tokenizer`]: `gpt-2`, `llama-bpe`, `qwen2`, `smollm`, `falcon`,
+//!   `default` and the names llama.cpp gives them, such as `starcoder`, `command-r`, `mpt`,
+//!   `dbrx`; any other is refused by name). A file without one is cut with GPT-2's expression (as this
 //!   crate always did; llama.cpp would use its `default`).
 //! - `tokenizer.ggml.bos_token_id`, `eos_token_id`, `unknown_token_id`, `seperator_token_id`
 //!   (sic), `padding_token_id`; `add_bos_token`, `add_eos_token`, `add_space_prefix`;
@@ -30,7 +31,7 @@
 //! template. [`GgufTokenizer::tokenize`] chooses both. [`GgufTokenizer::decode`] renders special
 //! tokens as their text.
 
-use super::llama_vocab::pre_tokenizer::{PreTokenizer, SUPPORTED_PRE};
+use super::llama_vocab::pre_tokenizer::{PreTokenizer, PRE_NAMES};
 use super::llama_vocab::special::{self, Fragment, SpecialToken};
 use super::llama_vocab::token_type::{BYTE, CONTROL, UNKNOWN, UNUSED, USER_DEFINED};
 use super::llama_vocab::wpm::Normalizer;
@@ -263,19 +264,26 @@ impl GgufTokenizer {
         }
 
         let opt_bool = |key: &str| file.get::<bool>(key);
+        // BOS added by default (SentencePiece, WordPiece, and the BPE names llama.cpp says).
+        let mut add_bos_default = true;
         let algorithm = match model {
             "llama" => Algorithm::Spm {
                 add_space_prefix: opt_bool("tokenizer.ggml.add_space_prefix")?.unwrap_or(true),
             },
-            "gpt2" => Algorithm::Bpe {
-                pre: PreTokenizer::from_name(pre).ok_or_else(|| {
+            "gpt2" => {
+                let settings = PreTokenizer::settings(pre).ok_or_else(|| {
+                    let names: Vec<&str> = PRE_NAMES.iter().map(|(n, ..)| *n).collect();
                     bad(format!(
                         "tokenizer.ggml.pre is {pre:?}; supported: {}",
-                        SUPPORTED_PRE.join(", ")
+                        names.join(", ")
                     ))
-                })?,
-                ignore_merges: PreTokenizer::from_name(pre) == Some(PreTokenizer::Llama3),
-            },
+                })?;
+                add_bos_default = settings.add_bos;
+                Algorithm::Bpe {
+                    pre: settings.split,
+                    ignore_merges: settings.ignore_merges,
+                }
+            }
             _ => {
                 let lowercase = opt_bool("tokenizer.ggml.normalizer.lowercase")?.unwrap_or(true);
                 Algorithm::Wpm {
@@ -302,10 +310,6 @@ impl GgufTokenizer {
                 Some(i) => Ok(Some(i)),
                 None => Ok(default.filter(|&d| (d as usize) < n)),
             }
-        };
-        let add_bos_default = match &algorithm {
-            Algorithm::Spm { .. } | Algorithm::Wpm { .. } => true,
-            Algorithm::Bpe { pre, .. } => *pre == PreTokenizer::Llama3,
         };
 
         // Control-looking tokens are control tokens (llama.cpp overrides their type).

@@ -2,7 +2,8 @@
 //! `models/ggml-vocab-*.gguf` with their `.inp` / `.out`): every test string of every vocabulary
 //! must give exactly the ids llama.cpp's `test-tokenizer-0` expects (no special tokens added,
 //! none parsed). The GGUF files hold only tokenizer metadata, no weights. Skipped, with the
-//! reason, where the suite is absent.
+//! reason, where the suite is absent. The same for the vocabularies of llama.cpp's sources
+//! beyond ../shared's, where `../shared/tools/llama-cpp.sh` has unpacked them.
 
 use crate::gguf_common::shared;
 use std::path::{Path, PathBuf};
@@ -57,12 +58,12 @@ pub fn read_suite(gguf: &Path) -> Vec<(String, Vec<u32>)> {
     texts.into_iter().zip(ids).collect()
 }
 
-#[test]
-fn llama_cpp_tokenizer_suite_is_matched_exactly() {
-    let Some(dir) = suite_dir() else { return };
+/// Runs every test of the vocabularies `vocabs` (name, `tokenizer.ggml.model`) in `dir`;
+/// returns the tests run and a report of each vocabulary with differences.
+fn run_suites(dir: &Path, vocabs: &[(&str, &str)]) -> (usize, Vec<String>) {
     let mut failures = Vec::new();
     let mut total = 0;
-    for (name, model) in VOCABS {
+    for &(name, model) in vocabs {
         let path = dir.join(format!("ggml-vocab-{name}.gguf"));
         let file = GgufFile::open(&path).unwrap();
         assert!(file.tensors().is_empty(), "{name}: a vocabulary-only file");
@@ -87,8 +88,70 @@ fn llama_cpp_tokenizer_suite_is_matched_exactly() {
             ));
         }
     }
+    (total, failures)
+}
+
+#[test]
+fn llama_cpp_tokenizer_suite_is_matched_exactly() {
+    let Some(dir) = suite_dir() else { return };
+    let (total, failures) = run_suites(&dir, &VOCABS);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert_eq!(total, 6 * 46);
+}
+
+/// llama.cpp's `models/` folder of its sources, which `../shared/tools/llama-cpp.sh [DIR]`
+/// unpacks under DIR (`LLAMA_CPP_DIR`, else `$TMPDIR/llama-cpp`, else `/tmp/llama-cpp`); `None`,
+/// said, where absent.
+fn llama_cpp_models() -> Option<PathBuf> {
+    let base = std::env::var_os("LLAMA_CPP_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            std::env::var_os("TMPDIR")
+                .map_or_else(|| PathBuf::from("/tmp"), PathBuf::from)
+                .join("llama-cpp")
+        });
+    let dir = base.join("llama_cpp_python-0.3.36/vendor/llama.cpp/models");
+    if dir.join("ggml-vocab-starcoder.gguf").is_file() {
+        return Some(dir);
+    }
+    eprintln!(
+        "skipped: llama.cpp's vocabularies are not in {} (run ../shared/tools/llama-cpp.sh DIR \
+         and set LLAMA_CPP_DIR=DIR)",
+        dir.display()
+    );
+    None
+}
+
+/// The vocabularies of llama.cpp's suite beyond ../shared's six whose pre-tokenizers are
+/// names llama.cpp gives to ours (`starcoder`, `refact`, `command-r`: single digits, then
+/// GPT-2's; `mpt`: GPT-2's; `falcon`: its own three expressions; `qwen35`: Qwen2's with
+/// combining marks in words; `deepseek-coder`, `deepseek-llm`: their own expressions): every
+/// test identical; Gemma 4's tokenizer model is refused by name.
+#[test]
+fn llama_cpp_vocabularies_beyond_the_shared_ones() {
+    let Some(dir) = llama_cpp_models() else {
+        return;
+    };
+    let vocabs = [
+        ("starcoder", "gpt2"),
+        ("refact", "gpt2"),
+        ("command-r", "gpt2"),
+        ("mpt", "gpt2"),
+        ("falcon", "gpt2"),
+        ("qwen35", "gpt2"),
+        ("deepseek-coder", "gpt2"),
+        ("deepseek-llm", "gpt2"),
+    ];
+    let (total, failures) = run_suites(&dir, &vocabs);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(total >= 8 * 40, "{total} tests");
+    // Gemma 4's tokenizer model is not one of llama.cpp's three older ones.
+    let file = GgufFile::open(&dir.join("ggml-vocab-gemma-4.gguf")).unwrap();
+    let e = GgufTokenizer::from_gguf(&file).err().map(|e| e.to_string());
+    assert!(
+        e.as_deref().is_some_and(|e| e.contains("\"gemma4\"")),
+        "{e:?}"
+    );
 }
 
 /// What `--add-special` and `--parse-special` add, per vocabulary, as llama.cpp does: BOS for

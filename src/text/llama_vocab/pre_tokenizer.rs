@@ -9,10 +9,25 @@
 //! - `llama-bpe` (Llama 3; also `llama3`, `llama-v3`):
 //!   `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 //! - `qwen2`: as Llama 3 with `\p{N}` (each digit alone) for `\p{N}{1,3}`.
-//! - `smollm` (llama.cpp shares it with `starcoder`, `refact`, ...): first `\p{N}` (every digit
-//!   its own piece), then GPT-2's within the rest.
+//! - `qwen35` (Qwen3.5): as `qwen2` with `[\p{L}\p{M}]+` for `\p{L}+` (combining marks stay in
+//!   their word) and `[^\s\p{L}\p{M}\p{N}]` for `[^\s\p{L}\p{N}]`.
+//! - `smollm` (llama.cpp shares it with `starcoder`, `refact`, `command-r`, ...): first `\p{N}`
+//!   (every digit its own piece), then GPT-2's within the rest.
 //! - `default` (a file without `tokenizer.ggml.pre`): `[\p{P}\$\+<=>\^~\|]+`, then GPT-2's,
 //!   then `\p{N}+`, then `[0-9][0-9][0-9]`, each cutting within the pieces of the one before.
+//! - `falcon`: ``[\p{P}\$\+<=>\^~\|`]+``, then GPT-2's, then `[0-9][0-9][0-9]`.
+//! - `deepseek-coder`: `[\r\n]`, `\s?\p{L}+`, `\s?\p{P}+`, `[一-龥ࠀ-一가-퟿]+`, `\p{N}`, read as
+//!   llama.cpp's general path reads them: an expression with a `\p{..}` class on the text with
+//!   every code point above ASCII collapsed to its category (white space to `\v`), the others
+//!   on the code points themselves.
+//! - `deepseek-llm`: `[\r\n]`, `\s?` and a run of DeepSeek's letter class (Latin, Greek,
+//!   Cyrillic, ... ranges), `\s?` and a run of its punctuation class, `\s+$`, the CJK runs,
+//!   `\p{N}+` (the expressions without a `\p{..}` class read the code points, where `\s` is
+//!   ASCII white space).
+//!
+//! llama.cpp gives many names one of these expressions ([`PRE_NAMES`], as `llama-vocab.cpp`
+//! maps them, with the two settings that follow the name there: whether a word that is a token
+//! is taken whole without merges, and whether BOS is added by default).
 //!
 //! Each expression splits a piece into its matches and the text between them; the words are
 //! then spelt in GPT-2's byte-level alphabet (each UTF-8 byte one printable character).
@@ -28,35 +43,106 @@ pub enum PreTokenizer {
     Llama3,
     /// `qwen2`.
     Qwen2,
+    /// `qwen35`: Qwen2's with combining marks in letter runs.
+    Qwen35,
     /// `smollm`: single digits, then GPT-2's.
     Smollm,
     /// `default`: llama.cpp's four expressions for a file that names none.
     Default,
+    /// `falcon`: punctuation runs (the backtick too), GPT-2's, ASCII digit triples.
+    Falcon,
+    /// `deepseek-coder`: line breaks, letter and punctuation runs (a white space before each
+    /// taken), CJK runs, single digits.
+    DeepseekCoder,
+    /// `deepseek-llm`: line breaks, DeepSeek's letter and punctuation classes (a white space
+    /// before each taken), trailing white space, CJK runs, number runs.
+    DeepseekLlm,
 }
 
-/// The `tokenizer.ggml.pre` names understood.
-pub const SUPPORTED_PRE: [&str; 8] = [
-    "default",
-    "gpt-2",
-    "gpt2",
-    "llama-bpe",
-    "llama3",
-    "llama-v3",
-    "qwen2",
-    "smollm",
-];
+/// What llama.cpp does for a `tokenizer.ggml.pre` name: the expressions that cut the text,
+/// whether a word that is a token is taken whole (`ignore_merges`), and whether BOS is added
+/// when the file does not say (`add_bos`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PreSettings {
+    pub split: PreTokenizer,
+    pub ignore_merges: bool,
+    pub add_bos: bool,
+}
+
+/// The `tokenizer.ggml.pre` names understood, each as `llama-vocab.cpp` maps it:
+/// `(name, expressions, ignore_merges, add_bos)`. Names llama.cpp gives other expressions (or
+/// other settings: a separator added, a BOS id cleared) are refused by name.
+pub const PRE_NAMES: &[(&str, PreTokenizer, bool, bool)] = {
+    use PreTokenizer::*;
+    &[
+        ("default", Default, false, false),
+        // Llama 3's expression, words that are tokens whole, BOS added.
+        ("llama-bpe", Llama3, true, true),
+        ("llama3", Llama3, true, true),
+        ("llama-v3", Llama3, true, true),
+        ("falcon3", Llama3, true, true),
+        ("falcon-h1", Llama3, true, true),
+        ("pixtral", Llama3, true, true),
+        ("midm-2.0", Llama3, true, true),
+        ("lfm2", Llama3, true, true),
+        ("jina-v5-nano", Llama3, true, true),
+        // Llama 3's expression with the merges.
+        ("dbrx", Llama3, false, false),
+        ("smaug-bpe", Llama3, false, false),
+        // GPT-2's.
+        ("gpt-2", Gpt2, false, false),
+        ("gpt2", Gpt2, false, false),
+        ("phi-2", Gpt2, false, false),
+        ("jina-es", Gpt2, false, false),
+        ("jina-de", Gpt2, false, false),
+        ("gigachat", Gpt2, false, false),
+        ("jina-v2-es", Gpt2, false, false),
+        ("jina-v2-de", Gpt2, false, false),
+        ("a.x-4.0", Gpt2, false, false),
+        ("mellum", Gpt2, false, false),
+        ("modern-bert", Gpt2, false, false),
+        ("mpt", Gpt2, false, false),
+        ("olmo", Gpt2, false, false),
+        ("jais", Gpt2, false, false),
+        ("exaone4", Gpt2, false, false),
+        // Single digits, then GPT-2's.
+        ("smollm", Smollm, false, false),
+        ("starcoder", Smollm, false, false),
+        ("refact", Smollm, false, false),
+        ("command-r", Smollm, false, false),
+        ("codeshell", Smollm, false, false),
+        ("exaone", Smollm, false, false),
+        ("minerva-7b", Smollm, false, false),
+        // Qwen2's (Llama 3's with single digits).
+        ("qwen2", Qwen2, false, false),
+        ("deepseek-r1-qwen", Qwen2, false, false),
+        ("kormo", Qwen2, false, false),
+        ("f2llmv2", Qwen2, false, false),
+        ("stablelm2", Qwen2, false, false),
+        ("megrez", Qwen2, false, false),
+        ("qwen35", Qwen35, false, false),
+        ("falcon", Falcon, false, false),
+        ("deepseek-coder", DeepseekCoder, false, false),
+        ("deepseek-llm", DeepseekLlm, false, false),
+    ]
+};
 
 impl PreTokenizer {
+    /// What llama.cpp does for `tokenizer.ggml.pre` `name`, if it is one of [`PRE_NAMES`].
+    pub fn settings(name: &str) -> Option<PreSettings> {
+        PRE_NAMES
+            .iter()
+            .find(|(n, ..)| *n == name)
+            .map(|&(_, split, ignore_merges, add_bos)| PreSettings {
+                split,
+                ignore_merges,
+                add_bos,
+            })
+    }
+
     /// The pre-tokenizer called `name` in `tokenizer.ggml.pre`, if supported.
     pub fn from_name(name: &str) -> Option<PreTokenizer> {
-        Some(match name {
-            "default" => PreTokenizer::Default,
-            "gpt-2" | "gpt2" => PreTokenizer::Gpt2,
-            "llama-bpe" | "llama3" | "llama-v3" => PreTokenizer::Llama3,
-            "qwen2" => PreTokenizer::Qwen2,
-            "smollm" => PreTokenizer::Smollm,
-            _ => return None,
-        })
+        Self::settings(name).map(|s| s.split)
     }
 
     /// Cuts `text` into words, each spelt in the byte-level alphabet.
@@ -69,13 +155,34 @@ impl PreTokenizer {
         };
         let steps: &[Split] = match self {
             PreTokenizer::Gpt2 => &[Split::Gpt2],
-            PreTokenizer::Llama3 => &[Split::Llama3 { digits: 3 }],
-            PreTokenizer::Qwen2 => &[Split::Llama3 { digits: 1 }],
+            PreTokenizer::Llama3 => &[Split::Llama3 { digits: 3, marks: false }],
+            PreTokenizer::Qwen2 => &[Split::Llama3 { digits: 1, marks: false }],
+            PreTokenizer::Qwen35 => &[Split::Llama3 { digits: 1, marks: true }],
             PreTokenizer::Smollm => &[Split::EachNumber, Split::Gpt2],
             PreTokenizer::Default => &[
                 Split::PunctuationRuns,
                 Split::Gpt2,
                 Split::NumberRuns,
+                Split::AsciiDigitTriples,
+            ],
+            PreTokenizer::DeepseekCoder => &[
+                Split::EachLineBreak,
+                Split::SpaceThenLetters,
+                Split::SpaceThenPunctuation,
+                Split::CjkRuns,
+                Split::EachNumber,
+            ],
+            PreTokenizer::DeepseekLlm => &[
+                Split::EachLineBreak,
+                Split::SpaceThenClass(DEEPSEEK_LETTERS),
+                Split::SpaceThenClass(DEEPSEEK_PUNCTUATION),
+                Split::TrailingSpace,
+                Split::CjkRuns,
+                Split::NumberRuns,
+            ],
+            PreTokenizer::Falcon => &[
+                Split::PunctuationOrBacktickRuns,
+                Split::Gpt2,
                 Split::AsciiDigitTriples,
             ],
         };
@@ -121,14 +228,29 @@ pub fn byte_char(b: u8) -> char {
 enum Split {
     /// GPT-2's expression (llama.cpp's `unicode_regex_split_custom_gpt2`).
     Gpt2,
-    /// Llama 3's expression with `\p{N}{1,digits}` (`..._llama3`, `..._qwen2`).
-    Llama3 { digits: usize },
+    /// Llama 3's expression with `\p{N}{1,digits}`, letter runs with combining marks where
+    /// `marks` (`..._llama3`, `..._qwen2`, `..._qwen35`).
+    Llama3 { digits: usize, marks: bool },
     /// `\p{N}`.
     EachNumber,
     /// `\p{N}+`.
     NumberRuns,
     /// `[\p{P}\$\+<=>\^~\|]+`.
     PunctuationRuns,
+    /// ``[\p{P}\$\+<=>\^~\|`]+`` (Falcon's).
+    PunctuationOrBacktickRuns,
+    /// `[\r\n]`.
+    EachLineBreak,
+    /// `\s?\p{L}+` on the collapsed text.
+    SpaceThenLetters,
+    /// `\s?\p{P}+` on the collapsed text.
+    SpaceThenPunctuation,
+    /// `[一-龥ࠀ-一가-퟿]+` on the code points.
+    CjkRuns,
+    /// `\s?[class]+` on the code points (`class` the body of a bracket expression).
+    SpaceThenClass(&'static str),
+    /// `\s+$` on the code points.
+    TrailingSpace,
     /// `[0-9][0-9][0-9]`.
     AsciiDigitTriples,
 }
@@ -143,10 +265,33 @@ impl Split {
     fn split(self, piece: &[char], out: &mut Vec<usize>) {
         match self {
             Split::Gpt2 => gpt2(piece, out),
-            Split::Llama3 { digits } => llama3(piece, digits, out),
+            Split::Llama3 { digits, marks } => llama3(piece, (digits, marks), out),
             Split::EachNumber => runs(piece, out, number, false),
             Split::NumberRuns => runs(piece, out, number, true),
             Split::PunctuationRuns => runs(piece, out, punctuation, true),
+            Split::PunctuationOrBacktickRuns => {
+                runs(piece, out, |c| c == '`' || punctuation(c), true)
+            }
+            Split::EachLineBreak => runs(piece, out, |c| matches!(c, '\r' | '\n'), false),
+            Split::SpaceThenLetters => space_then_runs(piece, out, collapsed_space, collapsed_letter),
+            Split::SpaceThenPunctuation => {
+                space_then_runs(piece, out, collapsed_space, collapsed_punctuation)
+            }
+            Split::CjkRuns => runs(piece, out, cjk, true),
+            Split::SpaceThenClass(class) => {
+                let ranges = class_ranges(class);
+                let in_class = |c: char| ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&c));
+                space_then_runs(piece, out, ascii_space, in_class)
+            }
+            Split::TrailingSpace => {
+                let run = piece.iter().rev().take_while(|&&c| ascii_space(c)).count();
+                if run < piece.len() {
+                    out.push(piece.len() - run);
+                }
+                if run > 0 {
+                    out.push(run);
+                }
+            }
             Split::AsciiDigitTriples => digit_triples(piece, out),
         }
     }
@@ -185,6 +330,101 @@ fn runs(piece: &[char], out: &mut Vec<usize>, class: impl Fn(char) -> bool, gree
             let start = pos;
             pos += 1;
             while greedy && pos < piece.len() && class(piece[pos]) {
+                pos += 1;
+            }
+            out.push(pos - start);
+        } else {
+            gap += 1;
+            pos += 1;
+        }
+    }
+    if gap > 0 {
+        out.push(gap);
+    }
+}
+
+/// `\s` on llama.cpp's collapsed text: ASCII white space (`\v` and `\f` too), and every
+/// white space above ASCII (collapsed to `\v`).
+fn collapsed_space(c: char) -> bool {
+    match c.is_ascii() {
+        true => matches!(c, ' ' | '\t' | '\n' | '\x0b' | '\x0c' | '\r'),
+        false => flags(c).is_whitespace(),
+    }
+}
+
+/// `\p{L}` on the collapsed text: ASCII letters, and the letters above ASCII that are not
+/// white space.
+fn collapsed_letter(c: char) -> bool {
+    match c.is_ascii() {
+        true => c.is_ascii_alphabetic(),
+        false => !flags(c).is_whitespace() && flags(c).is_letter(),
+    }
+}
+
+/// `\p{P}` on the collapsed text: ASCII ``!-#%-*,-/:-;?-@[-]_{}`` (not the symbols
+/// ``$+<=>^`|~``), and the punctuation above ASCII that is not white space.
+fn collapsed_punctuation(c: char) -> bool {
+    match c.is_ascii() {
+        true => c.is_ascii_punctuation() && !"$+<=>^`|~".contains(c),
+        false => !flags(c).is_whitespace() && flags(c).is_punctuation(),
+    }
+}
+
+/// `[一-龥ࠀ-一가-퟿]`: U+4E00–U+9FA5, U+0800–U+4E00 (together U+0800–U+9FA5), U+AC00–U+D7FF.
+fn cjk(c: char) -> bool {
+    matches!(c, '\u{0800}'..='\u{9fa5}' | '\u{ac00}'..='\u{d7ff}')
+}
+
+/// `\s` on code points (std::wregex in the C locale): ASCII white space.
+fn ascii_space(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\n' | '\x0b' | '\x0c' | '\r')
+}
+
+/// DeepSeek LLM's letter class (`llama-vocab.cpp`), the body of its bracket expression.
+const DEEPSEEK_LETTERS: &str = "A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃";
+
+/// DeepSeek LLM's punctuation class.
+const DEEPSEEK_PUNCTUATION: &str = "!-/:-~！-／：-～‘-‟　-。";
+
+/// The ranges of a bracket expression's body of single characters and `a-b` ranges.
+fn class_ranges(body: &str) -> Vec<(char, char)> {
+    let cs: Vec<char> = body.chars().collect();
+    let mut ranges = Vec::new();
+    let mut i = 0;
+    while i < cs.len() {
+        if i + 2 < cs.len() && cs[i + 1] == '-' {
+            ranges.push((cs[i], cs[i + 2]));
+            i += 3;
+        } else {
+            ranges.push((cs[i], cs[i]));
+            i += 1;
+        }
+    }
+    ranges
+}
+
+/// Pieces for the matches of `\s?class+` (leftmost, greedy: a white space, as `space` reads
+/// it, is taken when a `class` character follows it) and for the text between them.
+fn space_then_runs(
+    piece: &[char],
+    out: &mut Vec<usize>,
+    space: impl Fn(char) -> bool,
+    class: impl Fn(char) -> bool,
+) {
+    let n = piece.len();
+    let mut gap = 0;
+    let mut pos = 0;
+    while pos < n {
+        let c = piece[pos];
+        let spaced = !class(c) && space(c) && pos + 1 < n && class(piece[pos + 1]);
+        if class(c) || spaced {
+            if gap > 0 {
+                out.push(gap);
+                gap = 0;
+            }
+            let start = pos;
+            pos += 1 + usize::from(spaced);
+            while pos < n && class(piece[pos]) {
                 pos += 1;
             }
             out.push(pos - start);
@@ -319,9 +559,12 @@ fn whitespace_end(piece: &[char], pos: usize, newlines: bool) -> usize {
 }
 
 /// Cuts at the ends of the words Llama 3's expression matches, `\p{N}{1,digits}` for numbers
-/// (3 for Llama 3, 1 for Qwen2).
-fn llama3(piece: &[char], digits: usize, out: &mut Vec<usize>) {
+/// (3 for Llama 3, 1 for Qwen2); with `marks`, letter runs take combining marks too
+/// (`[\p{L}\p{M}]+`, and `[^\s\p{L}\p{M}\p{N}]` for the others: Qwen3.5's).
+fn llama3(piece: &[char], (digits, marks): (usize, bool), out: &mut Vec<usize>) {
     let n = piece.len();
+    let word = |f: Flags| f.is_letter() || (marks && f.is_mark());
+    let other = |f: Flags| other(f) && !(marks && f.is_mark());
     let mut pos = 0;
     while pos < n {
         let start = pos;
@@ -333,12 +576,12 @@ fn llama3(piece: &[char], digits: usize, out: &mut Vec<usize>) {
             pos += len;
             continue;
         }
-        // `[^\r\n\p{L}\p{N}]?\p{L}+`
+        // `[^\r\n\p{L}\p{N}]?\p{L}+` (`[\p{L}\p{M}]+` with marks)
         if !(c == '\r' || c == '\n' || f.is_number())
-            && (f.is_letter() || flags_at(piece, pos + 1).is_letter())
+            && (word(f) || word(flags_at(piece, pos + 1)))
         {
             pos += 1;
-            while flags_at(piece, pos).is_letter() {
+            while word(flags_at(piece, pos)) {
                 pos += 1;
             }
             out.push(pos - start);
@@ -365,7 +608,7 @@ fn llama3(piece: &[char], digits: usize, out: &mut Vec<usize>) {
         } else {
             f
         };
-        if !(f2.is_whitespace() || f2.is_letter() || f2.is_number()) && f.is_char() {
+        if !(f2.is_whitespace() || word(f2) || f2.is_number()) && f.is_char() {
             pos += usize::from(c == ' ');
             let mut g = f2;
             while other(g) {
@@ -444,6 +687,60 @@ mod tests {
             cut(PreTokenizer::Default, "a+=b 12345"),
             ["a", "+=", "b", " ", "123", "45"]
         );
+    }
+
+    /// DeepSeek Coder: line breaks alone, a space joins the letters or punctuation after it,
+    /// symbols (`+`) are not punctuation, CJK runs and single digits.
+    #[test]
+    fn deepseek_coder_cuts_as_its_five_expressions() {
+        assert_eq!(
+            cut(PreTokenizer::DeepseekCoder, "a+b, 12\n中文 x"),
+            ["a", "+", "b", ",", " ", "1", "2", "\n", "中文", " x"]
+        );
+    }
+
+    /// DeepSeek LLM: the classes' ranges, a trailing white-space run cut off, digit runs whole;
+    /// its punctuation class's `:-~` holds the ASCII letters, so within a letter run the third
+    /// expression cuts them from the others (as llama.cpp's `std::wregex` does).
+    #[test]
+    fn deepseek_llm_cuts_as_its_six_expressions() {
+        assert_eq!(class_ranges("A-Zµ!-/"), [('A', 'Z'), ('µ', 'µ'), ('!', '/')]);
+        assert_eq!(
+            cut(PreTokenizer::DeepseekLlm, "Ωx, 123  "),
+            ["Ω", "x", ",", " ", "123", "  "]
+        );
+    }
+
+    /// Qwen3.5 keeps a combining mark (U+0301) in its word where Qwen2 cuts it off.
+    #[test]
+    fn qwen35_keeps_combining_marks_in_words() {
+        assert_eq!(cut(PreTokenizer::Qwen2, "e\u{301}t\u{301}e"), ["e", "\u{301}t", "\u{301}e"]);
+        assert_eq!(cut(PreTokenizer::Qwen35, "e\u{301}t\u{301}e 1"), ["e\u{301}t\u{301}e", " ", "1"]);
+    }
+
+    /// Falcon's first expression takes the backtick that `default`'s leaves; it has no
+    /// `\p{N}+` step, so a run of digits is cut in ASCII triples only.
+    #[test]
+    fn falcon_cuts_punctuation_with_backticks_and_digit_triples() {
+        assert_eq!(cut(PreTokenizer::Falcon, "`a`+1234"), ["`", "a", "`+", "123", "4"]);
+        assert_eq!(cut(PreTokenizer::Default, "`a`+1234"), ["`", "a", "`", "+", "123", "4"]);
+    }
+
+    /// Every name maps to one set of settings; Llama 3's names take words whole and add BOS,
+    /// the same expression under `dbrx` does neither; an unknown name is none.
+    #[test]
+    fn llama_cpp_names_map_to_their_settings() {
+        for (i, (name, ..)) in PRE_NAMES.iter().enumerate() {
+            assert!(!PRE_NAMES[..i].iter().any(|(n, ..)| n == name), "{name} twice");
+        }
+        let llama3 = PreTokenizer::settings("falcon3").unwrap();
+        assert_eq!((llama3.split, llama3.ignore_merges, llama3.add_bos), (PreTokenizer::Llama3, true, true));
+        let dbrx = PreTokenizer::settings("dbrx").unwrap();
+        assert_eq!((dbrx.split, dbrx.ignore_merges, dbrx.add_bos), (PreTokenizer::Llama3, false, false));
+        assert_eq!(PreTokenizer::from_name("command-r"), Some(PreTokenizer::Smollm));
+        assert_eq!(PreTokenizer::from_name("mpt"), Some(PreTokenizer::Gpt2));
+        assert_eq!(PreTokenizer::from_name("deepseek-v3"), None);
+        assert_eq!(PreTokenizer::from_name("qwen35"), Some(PreTokenizer::Qwen35));
     }
 
     #[test]
