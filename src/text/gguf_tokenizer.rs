@@ -4,8 +4,9 @@
 //!
 //! llama.cpp's keys (`llama-vocab.cpp`):
 //! - `tokenizer.ggml.model`: the algorithm: `llama` (SentencePiece: scored pieces, byte
-//!   fallback `<0xXX>`, spaces as `▁`), `gpt2` (byte-level BPE with merges) or `bert`
-//!   (WordPiece). Any other is refused by name.
+//!   fallback `<0xXX>`, spaces as `▁`), `gpt2` (byte-level BPE with merges), `bert`
+//!   (WordPiece) or `gemma4` (BPE with merges on the UTF-8 of the text with its spaces as `▁`,
+//!   unknown bytes as `<0xXX>`). Any other is refused by name.
 //! - `tokenizer.ggml.tokens`: the vocabulary, id = index. A BPE vocabulary is spelt in GPT-2's
 //!   byte-level alphabet (each byte one printable character, a space `Ġ`, a newline `Ċ`).
 //! - `tokenizer.ggml.scores` (SentencePiece), `tokenizer.ggml.merges` (BPE: the merge rules,
@@ -52,7 +53,7 @@ pub const TOKEN_TYPE_CONTROL: i64 = CONTROL;
 #[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub const TOKEN_TYPE_USER_DEFINED: i64 = USER_DEFINED;
 /// The `tokenizer.ggml.model` values understood.
-pub const SUPPORTED_MODELS: [&str; 3] = ["llama", "gpt2", "bert"];
+pub const SUPPORTED_MODELS: [&str; 4] = ["llama", "gpt2", "bert", "gemma4"];
 
 /// The algorithm of a vocabulary, with its settings.
 enum Algorithm {
@@ -183,11 +184,15 @@ impl GgufTokenizer {
         if !SUPPORTED_MODELS.contains(&model) {
             return Err(bad(format!(
                 "tokenizer.ggml.model is {model:?}; supported: llama (SentencePiece), gpt2 \
-                 (byte-level BPE), bert (WordPiece)"
+                 (byte-level BPE), bert (WordPiece), gemma4 (BPE on UTF-8)"
             )));
         }
         let pre_name: Option<&str> = file.get("tokenizer.ggml.pre")?;
-        let pre = pre_name.unwrap_or("gpt2");
+        // Gemma 4's model implies its pre-tokenizer, as in llama.cpp.
+        let pre = match model {
+            "gemma4" => "gemma4",
+            _ => pre_name.unwrap_or("gpt2"),
+        };
 
         let mut tokens: Vec<String> = file
             .require::<Vec<&str>>("tokenizer.ggml.tokens")?
@@ -234,7 +239,7 @@ impl GgufTokenizer {
             Some(_) => return Err(bad("tokenizer.ggml.scores is not an array".into())),
         };
         let mut merge_ranks = HashMap::with_hasher(PieceHasher::default());
-        if model == "gpt2" {
+        if model == "gpt2" || model == "gemma4" {
             let merges: Vec<&str> = file.require("tokenizer.ggml.merges")?;
             // Each rule's pair of ids, looked up over the thread pool (`None`: a rule that is
             // not two pieces of the vocabulary whose join is one too, named below).
@@ -270,7 +275,7 @@ impl GgufTokenizer {
             "llama" => Algorithm::Spm {
                 add_space_prefix: opt_bool("tokenizer.ggml.add_space_prefix")?.unwrap_or(true),
             },
-            "gpt2" => {
+            "gpt2" | "gemma4" => {
                 let settings = PreTokenizer::settings(pre).ok_or_else(|| {
                     let names: Vec<&str> = PRE_NAMES.iter().map(|(n, ..)| *n).collect();
                     bad(format!(
@@ -334,7 +339,7 @@ impl GgufTokenizer {
                 BYTE => byte_of_hex_token(t).map_or_else(|| t.as_bytes().to_vec(), |b| vec![b]),
                 UNUSED => Vec::new(),
                 _ => match algorithm {
-                    Algorithm::Bpe { .. } => bytes_of_token(t),
+                    Algorithm::Bpe { pre, .. } if pre.byte_encoded() => bytes_of_token(t),
                     _ => t.replace('\u{2581}', " ").into_bytes(),
                 },
             })
@@ -419,8 +424,16 @@ impl GgufTokenizer {
                     })?;
                 }
                 Algorithm::Bpe { pre, ignore_merges } => {
-                    for word in pre.words(text) {
-                        bpe::tokenize_word(&self.vocab, &word, *ignore_merges, &mut out);
+                    let hex_bytes = !pre.byte_encoded();
+                    // Gemma 4's: the spaces as `▁`, a run of line breaks that is a token whole.
+                    let text = match hex_bytes {
+                        true => text.replace(' ', "\u{2581}").into(),
+                        false => std::borrow::Cow::Borrowed(text),
+                    };
+                    for word in pre.words(&text) {
+                        let breaks = hex_bytes && word.chars().all(|c| c == '\n');
+                        let whole = *ignore_merges || breaks;
+                        bpe::tokenize_word(&self.vocab, &word, (whole, hex_bytes), &mut out);
                     }
                 }
                 Algorithm::Wpm { normalizer } => {

@@ -115,7 +115,7 @@ fn damaged_tokenizers_are_refused() {
     let cases: Vec<(Vec<u8>, &str)> = vec![
         (
             tokenizer_file("mystery", |_| {}),
-            "tokenizer.ggml.pre is \"mystery\"; supported: default, gpt-2, gpt2, llama-bpe",
+            "tokenizer.ggml.pre is \"mystery\"; supported: default, llama-bpe, llama3",
         ),
         (
             tokenizer_file(

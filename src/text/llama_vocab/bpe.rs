@@ -6,8 +6,9 @@
 //!    vocabulary says to ignore merges (Llama 3) a word that is itself a token is that token;
 //! 2. repeatedly, of all adjacent pairs that some merge rule joins, the pair of the earliest
 //!    rule (`tokenizer.ggml.merges` order; on a tie the leftmost) is joined;
-//! 3. each final symbol is its token; one that is not a token (possible only with damaged
-//!    merges) falls back to the tokens of its single bytes, where there are any.
+//! 3. each final symbol is its token; one that is not a token falls back to the tokens of its
+//!    single bytes, where there are any: the byte-level characters, or `<0xXX>` tokens for a
+//!    vocabulary that is not byte-encoded (Gemma 4's).
 
 use super::Vocab;
 use std::cmp::Reverse;
@@ -23,8 +24,13 @@ struct Symbol {
 }
 
 /// Appends the ids of one pre-tokenized `word` to `out`; `ignore_merges`: a word that is a token
-/// is taken whole.
-pub fn tokenize_word(vocab: &Vocab, word: &str, ignore_merges: bool, out: &mut Vec<u32>) {
+/// is taken whole; `hex_bytes`: an unknown piece falls back to `<0xXX>` tokens.
+pub fn tokenize_word(
+    vocab: &Vocab,
+    word: &str,
+    (ignore_merges, hex_bytes): (bool, bool),
+    out: &mut Vec<u32>,
+) {
     let bytes = word.as_bytes();
     if ignore_merges {
         if let Some(&id) = vocab.ids.get(bytes) {
@@ -82,6 +88,9 @@ pub fn tokenize_word(vocab: &Vocab, word: &str, ignore_merges: bool, out: &mut V
         let piece = &bytes[s.start..s.start + s.len];
         match vocab.ids.get(piece) {
             Some(&id) => out.push(id),
+            None if hex_bytes => out.extend(piece.iter().filter_map(|&b| {
+                vocab.ids.get(format!("<0x{b:02X}>").as_bytes()).copied()
+            })),
             None => out.extend(
                 piece
                     .iter()

@@ -24,6 +24,8 @@
 //!   Cyrillic, ... ranges), `\s?` and a run of its punctuation class, `\s+$`, the CJK runs,
 //!   `\p{N}+` (the expressions without a `\p{..}` class read the code points, where `\s` is
 //!   ASCII white space).
+//! - `gemma4` (the `gemma4` tokenizer model): `[^\n]+|[\n]+` on the text with its spaces as `▁`,
+//!   the words left in UTF-8.
 //!
 //! llama.cpp gives many names one of these expressions ([`PRE_NAMES`], as `llama-vocab.cpp`
 //! maps them, with the two settings that follow the name there: whether a word that is a token
@@ -57,6 +59,9 @@ pub enum PreTokenizer {
     /// `deepseek-llm`: line breaks, DeepSeek's letter and punctuation classes (a white space
     /// before each taken), trailing white space, CJK runs, number runs.
     DeepseekLlm,
+    /// `gemma4`: runs of line breaks and the text between them, not byte-encoded (the text's
+    /// spaces are `▁` by then, and BPE runs on its UTF-8).
+    Gemma4,
 }
 
 /// What llama.cpp does for a `tokenizer.ggml.pre` name: the expressions that cut the text,
@@ -124,6 +129,8 @@ pub const PRE_NAMES: &[(&str, PreTokenizer, bool, bool)] = {
         ("falcon", Falcon, false, false),
         ("deepseek-coder", DeepseekCoder, false, false),
         ("deepseek-llm", DeepseekLlm, false, false),
+        ("gemma4", Gemma4, false, false),
+        ("granite-embed-multi-311m", Gemma4, false, false),
     ]
 };
 
@@ -145,7 +152,8 @@ impl PreTokenizer {
         Self::settings(name).map(|s| s.split)
     }
 
-    /// Cuts `text` into words, each spelt in the byte-level alphabet.
+    /// Cuts `text` into words, each spelt in the byte-level alphabet (see
+    /// [`byte_encoded`](Self::byte_encoded)).
     pub fn words(self, text: &str) -> Vec<String> {
         let cpts: Vec<char> = text.chars().collect();
         let mut lengths = if cpts.is_empty() {
@@ -180,6 +188,7 @@ impl PreTokenizer {
                 Split::CjkRuns,
                 Split::NumberRuns,
             ],
+            PreTokenizer::Gemma4 => &[Split::NewlineRuns],
             PreTokenizer::Falcon => &[
                 Split::PunctuationOrBacktickRuns,
                 Split::Gpt2,
@@ -201,9 +210,18 @@ impl PreTokenizer {
             .map(|len| {
                 let word: String = cpts[start..start + len].iter().collect();
                 start += len;
-                byte_level(word.as_bytes())
+                match self.byte_encoded() {
+                    true => byte_level(word.as_bytes()),
+                    false => word,
+                }
             })
             .collect()
+    }
+
+    /// Whether words are spelt in the byte-level alphabet (all but `gemma4`, whose BPE runs on
+    /// the UTF-8 of its `▁`-escaped text, unknown bytes as `<0xXX>` tokens).
+    pub fn byte_encoded(self) -> bool {
+        self != PreTokenizer::Gemma4
     }
 }
 
@@ -251,6 +269,8 @@ enum Split {
     SpaceThenClass(&'static str),
     /// `\s+$` on the code points.
     TrailingSpace,
+    /// `[^\n]+|[\n]+`.
+    NewlineRuns,
     /// `[0-9][0-9][0-9]`.
     AsciiDigitTriples,
 }
@@ -283,6 +303,7 @@ impl Split {
                 let in_class = |c: char| ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&c));
                 space_then_runs(piece, out, ascii_space, in_class)
             }
+            Split::NewlineRuns => runs(piece, out, |c| c == '\n', true),
             Split::TrailingSpace => {
                 let run = piece.iter().rev().take_while(|&&c| ascii_space(c)).count();
                 if run < piece.len() {
