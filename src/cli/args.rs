@@ -16,7 +16,8 @@ use anyhow::Result;
 use clap::Args;
 use std::path::Path;
 
-// `--device` of `generate`, `chat`, `perplexity`, `embed`, `translate` and `bench --generate`.
+// `--device` of `generate`, `chat`, `perplexity`, `embed`, `translate`, `serve` and
+// `bench --generate`.
 #[derive(Args, Debug, Clone, Default)]
 pub struct DeviceArgs {
     /// Where the model runs: cpu, gpu (the first adapter, a discrete GPU when there is one) or
