@@ -147,11 +147,6 @@ impl PreTokenizer {
             })
     }
 
-    /// The pre-tokenizer called `name` in `tokenizer.ggml.pre`, if supported.
-    pub fn from_name(name: &str) -> Option<PreTokenizer> {
-        Self::settings(name).map(|s| s.split)
-    }
-
     /// Cuts `text` into words, each spelt in the byte-level alphabet (see
     /// [`byte_encoded`](Self::byte_encoded)).
     pub fn words(self, text: &str) -> Vec<String> {
@@ -758,10 +753,10 @@ mod tests {
         assert_eq!((llama3.split, llama3.ignore_merges, llama3.add_bos), (PreTokenizer::Llama3, true, true));
         let dbrx = PreTokenizer::settings("dbrx").unwrap();
         assert_eq!((dbrx.split, dbrx.ignore_merges, dbrx.add_bos), (PreTokenizer::Llama3, false, false));
-        assert_eq!(PreTokenizer::from_name("command-r"), Some(PreTokenizer::Smollm));
-        assert_eq!(PreTokenizer::from_name("mpt"), Some(PreTokenizer::Gpt2));
-        assert_eq!(PreTokenizer::from_name("deepseek-v3"), None);
-        assert_eq!(PreTokenizer::from_name("qwen35"), Some(PreTokenizer::Qwen35));
+        assert_eq!(PreTokenizer::settings("command-r").map(|s| s.split), Some(PreTokenizer::Smollm));
+        assert_eq!(PreTokenizer::settings("mpt").map(|s| s.split), Some(PreTokenizer::Gpt2));
+        assert_eq!(PreTokenizer::settings("deepseek-v3"), None);
+        assert_eq!(PreTokenizer::settings("qwen35").map(|s| s.split), Some(PreTokenizer::Qwen35));
     }
 
     #[test]
