@@ -5,7 +5,7 @@
 //! Conventions (shared with [`super::greedy`] where they overlap):
 //! - sources are token ids without specials; EOS is appended here. A source longer than
 //!   `config.max_len - 1` tokens is truncated to fit the position table.
-//! - a hypothesis emits at most [`max_output_len`] tokens, EOS included.
+//! - a hypothesis emits at most [`max_output_len`](super::greedy::max_output_len) tokens, EOS included.
 //! - PAD and BOS are never emitted.
 //! - the length penalty is GNMT's `lp(Y) = ((5 + |Y|) / 6)^α` ([`length_penalty`]) and a
 //!   hypothesis is ranked by `log p(Y | X) / lp(Y)`. `|Y|` counts the emitted tokens **including
@@ -53,8 +53,7 @@
 //! With two or more threads whole chunks run side by side, one per thread
 //! (`decode_chunks`), bit-identical to one thread.
 
-use super::greedy::max_output_len;
-use super::{decode_chunks, length_sorted_chunks, DecodingState, IncrementalDecoder, TokenRules};
+use super::{decode_chunks, in_input_order, source_chunks, DecodingState, IncrementalDecoder, TokenRules};
 use crate::batch::{Batch, BOS};
 use crate::model::seq2seq::Seq2Seq;
 use crate::model::StepLayout;
@@ -149,27 +148,13 @@ pub fn beam_search<T: Float>(
     opts: &BeamOptions,
 ) -> Vec<Vec<BeamHypothesis>> {
     let k = opts.beam_size.max(1);
-    let nbest = opts.nbest.clamp(1, k);
-    let max_src = model.config.max_len.saturating_sub(1);
-    let clipped: Vec<&[u32]> = sources.iter().map(|s| &s[..s.len().min(max_src)]).collect();
-    let lens: Vec<usize> = clipped.iter().map(|s| s.len()).collect();
-    let chunks = length_sorted_chunks(&lens, opts.batch_size);
-    let searched = decode_chunks(&chunks, |chunk| {
-        let srcs: Vec<&[u32]> = chunk.iter().map(|&i| clipped[i]).collect();
-        let limits: Vec<usize> = chunk
-            .iter()
-            .map(|&i| max_output_len(&model.config, lens[i], opts.max_len_extra))
-            .collect();
-        search_chunk(model, &srcs, &limits, k, opts.alpha, Some(opts.stop)).0
+    let (batch, extra) = (opts.batch_size, opts.max_len_extra);
+    let chunks = source_chunks(&model.config, sources, batch, extra);
+    let searched = decode_chunks(&chunks, |c| {
+        let lists = search_chunk(model, &c.sources, &c.limits, k, opts.alpha, Some(opts.stop)).0;
+        n_best(lists, opts)
     });
-    let mut out = vec![Vec::new(); sources.len()];
-    for (chunk, results) in chunks.into_iter().zip(searched) {
-        for (i, mut hyps) in chunk.into_iter().zip(results) {
-            hyps.truncate(nbest);
-            out[i] = hyps;
-        }
-    }
-    out
+    in_input_order(&chunks, searched, sources.len())
 }
 
 /// [`beam_search`]'s chunks (sources clipped to the model's length, sorted by length, at most
@@ -182,23 +167,18 @@ pub fn beam_search_with<E>(
     opts: &BeamOptions,
     mut search_chunk: impl FnMut(&[&[u32]], &[usize]) -> Result<Vec<Vec<BeamHypothesis>>, E>,
 ) -> Result<Vec<Vec<BeamHypothesis>>, E> {
+    let chunks = source_chunks(config, sources, opts.batch_size, opts.max_len_extra);
+    let searched = (chunks.iter())
+        .map(|c| Ok(n_best(search_chunk(&c.sources, &c.limits)?, opts)))
+        .collect::<Result<Vec<_>, E>>()?;
+    Ok(in_input_order(&chunks, searched, sources.len()))
+}
+
+/// Each sentence's list cut to `opts.nbest` (at least 1, at most the beam).
+fn n_best(mut lists: Vec<Vec<BeamHypothesis>>, opts: &BeamOptions) -> Vec<Vec<BeamHypothesis>> {
     let nbest = opts.nbest.clamp(1, opts.beam_size.max(1));
-    let max_src = config.max_len.saturating_sub(1);
-    let clipped: Vec<&[u32]> = sources.iter().map(|s| &s[..s.len().min(max_src)]).collect();
-    let lens: Vec<usize> = clipped.iter().map(|s| s.len()).collect();
-    let mut out = vec![Vec::new(); sources.len()];
-    for chunk in length_sorted_chunks(&lens, opts.batch_size) {
-        let srcs: Vec<&[u32]> = chunk.iter().map(|&i| clipped[i]).collect();
-        let limits: Vec<usize> = chunk
-            .iter()
-            .map(|&i| max_output_len(config, lens[i], opts.max_len_extra))
-            .collect();
-        for (i, mut hyps) in chunk.into_iter().zip(search_chunk(&srcs, &limits)?) {
-            hyps.truncate(nbest);
-            out[i] = hyps;
-        }
-    }
-    Ok(out)
+    lists.iter_mut().for_each(|l| l.truncate(nbest));
+    lists
 }
 
 /// A live beam: one row of the decoding state.

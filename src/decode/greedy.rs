@@ -20,7 +20,7 @@
 //!   is batched with (up to floating-point ties). With two or more threads the chunks run side
 //!   by side, one per thread (`decode_chunks`), bit-identical to one thread.
 
-use super::{decode_chunks, length_sorted_chunks, DecodingState, IncrementalDecoder, TokenRules};
+use super::{decode_chunks, in_input_order, source_chunks, DecodingState, IncrementalDecoder, TokenRules};
 use crate::batch::{Batch, BOS};
 use crate::kernels::softmax::log_softmax_inplace;
 use crate::model::config::ModelConfig;
@@ -113,21 +113,11 @@ pub fn greedy_decode_with<E>(
     options: &GreedyOptions,
     mut decode_chunk: impl FnMut(&[&[u32]], &[usize]) -> Result<Vec<Hypothesis>, E>,
 ) -> Result<Vec<Hypothesis>, E> {
-    let max_src = config.max_len.saturating_sub(1);
-    let clipped: Vec<&[u32]> = sources.iter().map(|s| &s[..s.len().min(max_src)]).collect();
-    let lens: Vec<usize> = clipped.iter().map(|s| s.len()).collect();
-    let mut out = vec![Hypothesis::default(); sources.len()];
-    for chunk in length_sorted_chunks(&lens, options.batch_size) {
-        let srcs: Vec<&[u32]> = chunk.iter().map(|&i| clipped[i]).collect();
-        let limits: Vec<usize> = chunk
-            .iter()
-            .map(|&i| max_output_len(config, lens[i], options.max_len_extra))
-            .collect();
-        for (i, hyp) in chunk.into_iter().zip(decode_chunk(&srcs, &limits)?) {
-            out[i] = hyp;
-        }
-    }
-    Ok(out)
+    let chunks = source_chunks(config, sources, options.batch_size, options.max_len_extra);
+    let decoded = (chunks.iter())
+        .map(|c| decode_chunk(&c.sources, &c.limits))
+        .collect::<Result<Vec<_>, E>>()?;
+    Ok(in_input_order(&chunks, decoded, sources.len()))
 }
 
 /// Decodes one chunk: (model, sources, per-sentence output limits) -> hypotheses.
@@ -140,25 +130,10 @@ fn decode_in_chunks<T: Float>(
     options: &GreedyOptions,
     decode_chunk: ChunkDecoder<T>,
 ) -> Vec<Hypothesis> {
-    let max_src = model.config.max_len.saturating_sub(1);
-    let clipped: Vec<&[u32]> = sources.iter().map(|s| &s[..s.len().min(max_src)]).collect();
-    let lens: Vec<usize> = clipped.iter().map(|s| s.len()).collect();
-    let chunks = length_sorted_chunks(&lens, options.batch_size);
-    let decoded = decode_chunks(&chunks, |chunk| {
-        let srcs: Vec<&[u32]> = chunk.iter().map(|&i| clipped[i]).collect();
-        let limits: Vec<usize> = chunk
-            .iter()
-            .map(|&i| max_output_len(&model.config, lens[i], options.max_len_extra))
-            .collect();
-        decode_chunk(model, &srcs, &limits)
-    });
-    let mut out = vec![Hypothesis::default(); sources.len()];
-    for (chunk, hyps) in chunks.into_iter().zip(decoded) {
-        for (i, hyp) in chunk.into_iter().zip(hyps) {
-            out[i] = hyp;
-        }
-    }
-    out
+    let (batch, extra) = (options.batch_size, options.max_len_extra);
+    let chunks = source_chunks(&model.config, sources, batch, extra);
+    let decoded = decode_chunks(&chunks, |c| decode_chunk(model, &c.sources, &c.limits));
+    in_input_order(&chunks, decoded, sources.len())
 }
 
 /// The argmax of one log-probability row over the tokens `rules` allows, ties to the lowest

@@ -179,6 +179,54 @@ pub(crate) fn length_sorted_chunks(lens: &[usize], batch_size: usize) -> Vec<Vec
         .collect()
 }
 
+/// One chunk of [`source_chunks`]: its sentences (indices into the input), their sources
+/// (clipped) and their output limits.
+pub(crate) struct SourceChunk<'a> {
+    pub(crate) sentences: Vec<usize>,
+    pub(crate) sources: Vec<&'a [u32]>,
+    pub(crate) limits: Vec<usize>,
+}
+
+/// `sources` clipped to what the model reads (its context less the EOS), sorted by length and
+/// cut into chunks of at most `batch_size` ([`length_sorted_chunks`]), each sentence with its
+/// output limit ([`greedy::max_output_len`]): the chunks every translation search decodes.
+pub(crate) fn source_chunks<'a>(
+    config: &crate::model::config::ModelConfig,
+    sources: &'a [Vec<u32>],
+    batch_size: usize,
+    max_len_extra: usize,
+) -> Vec<SourceChunk<'a>> {
+    let max_src = config.max_len.saturating_sub(1);
+    let clipped: Vec<&[u32]> = sources.iter().map(|s| &s[..s.len().min(max_src)]).collect();
+    let lens: Vec<usize> = clipped.iter().map(|s| s.len()).collect();
+    length_sorted_chunks(&lens, batch_size)
+        .into_iter()
+        .map(|sentences| SourceChunk {
+            sources: sentences.iter().map(|&i| clipped[i]).collect(),
+            limits: (sentences.iter())
+                .map(|&i| greedy::max_output_len(config, lens[i], max_len_extra))
+                .collect(),
+            sentences,
+        })
+        .collect()
+}
+
+/// The results of each chunk of `chunks` (one per sentence, in the chunk's order) put back in
+/// input order, `n` sentences.
+pub(crate) fn in_input_order<R: Clone + Default>(
+    chunks: &[SourceChunk<'_>],
+    results: Vec<Vec<R>>,
+    n: usize,
+) -> Vec<R> {
+    let mut out = vec![R::default(); n];
+    for (chunk, results) in chunks.iter().zip(results) {
+        for (&i, r) in chunk.sentences.iter().zip(results) {
+            out[i] = r;
+        }
+    }
+    out
+}
+
 /// `decode(chunk)` for every chunk, results in chunk order. With more than one thread in the
 /// pool and more than one chunk, the chunks run side by side, each on one thread with
 /// single-threaded matrix products ([`serial_matmuls`]): a decoding step of a few dozen rows
@@ -189,16 +237,16 @@ pub(crate) fn length_sorted_chunks(lens: &[usize], batch_size: usize) -> Vec<Vec
 /// the threads finish together (longest-first scheduling) rather than one thread decoding the
 /// longest chunk alone at the end. One chunk, or one thread: the chunks in turn, each product
 /// on every thread.
-pub(crate) fn decode_chunks<R: Send>(
-    chunks: &[Vec<usize>],
-    decode: impl Fn(&[usize]) -> R + Sync,
+pub(crate) fn decode_chunks<C: Sync, R: Send>(
+    chunks: &[C],
+    decode: impl Fn(&C) -> R + Sync,
 ) -> Vec<R> {
     use rayon::prelude::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex;
     let threads = rayon::current_num_threads();
     if chunks.len() <= 1 || threads <= 1 {
-        return chunks.iter().map(|chunk| decode(chunk)).collect();
+        return chunks.iter().map(&decode).collect();
     }
     let taken = AtomicUsize::new(0);
     let results: Vec<Mutex<Option<R>>> = chunks.iter().map(|_| Mutex::new(None)).collect();
@@ -244,7 +292,7 @@ mod tests {
         let sums = pool.install(|| decode_chunks(&chunks, |c| c.iter().sum::<usize>()));
         assert_eq!(sums, vec![10, 12, 14, 16, 18, 20, 22]);
         assert_eq!(decode_chunks(&chunks[..1], |c| c.len()), vec![2]);
-        assert!(decode_chunks(&[], |c: &[usize]| c.len()).is_empty());
+        assert!(decode_chunks(&[], |c: &Vec<usize>| c.len()).is_empty());
     }
 
     /// Greedy and beam translations are the same on one thread and on two (chunks side by

@@ -35,6 +35,7 @@
 //! then spelt in GPT-2's byte-level alphabet (each UTF-8 byte one printable character).
 
 use super::unicode::{flags, to_lower, Flags};
+use std::sync::LazyLock;
 
 /// A pre-tokenizer of llama.cpp (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -177,8 +178,8 @@ impl PreTokenizer {
             ],
             PreTokenizer::DeepseekLlm => &[
                 Split::EachLineBreak,
-                Split::SpaceThenClass(DEEPSEEK_LETTERS),
-                Split::SpaceThenClass(DEEPSEEK_PUNCTUATION),
+                Split::SpaceThenClass(&DEEPSEEK_LETTERS),
+                Split::SpaceThenClass(&DEEPSEEK_PUNCTUATION),
                 Split::TrailingSpace,
                 Split::CjkRuns,
                 Split::NumberRuns,
@@ -260,8 +261,8 @@ enum Split {
     SpaceThenPunctuation,
     /// `[一-龥ࠀ-一가-퟿]+` on the code points.
     CjkRuns,
-    /// `\s?[class]+` on the code points (`class` the body of a bracket expression).
-    SpaceThenClass(&'static str),
+    /// `\s?[class]+` on the code points (`class` a bracket expression's ranges).
+    SpaceThenClass(&'static LazyLock<Vec<(char, char)>>),
     /// `\s+$` on the code points.
     TrailingSpace,
     /// `[^\n]+|[\n]+`.
@@ -293,8 +294,7 @@ impl Split {
                 space_then_runs(piece, out, collapsed_space, collapsed_punctuation)
             }
             Split::CjkRuns => runs(piece, out, cjk, true),
-            Split::SpaceThenClass(class) => {
-                let ranges = class_ranges(class);
+            Split::SpaceThenClass(ranges) => {
                 let in_class = |c: char| ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&c));
                 space_then_runs(piece, out, ascii_space, in_class)
             }
@@ -332,26 +332,25 @@ fn punctuation(c: char) -> bool {
     !f.is_whitespace() && f.is_punctuation()
 }
 
-/// Pieces for the matches of `class+` (or single `class` characters when `!greedy`) and for the
-/// text between them.
-fn runs(piece: &[char], out: &mut Vec<usize>, class: impl Fn(char) -> bool, greedy: bool) {
+/// Pieces for the leftmost matches of an expression in `piece` and for the text between them:
+/// `match_at(pos)` is the length of the match starting at `pos`, if one does (never 0).
+fn cut_matches(piece: &[char], out: &mut Vec<usize>, match_at: impl Fn(usize) -> Option<usize>) {
     let mut gap = 0;
     let mut pos = 0;
     while pos < piece.len() {
-        if class(piece[pos]) {
-            if gap > 0 {
-                out.push(gap);
-                gap = 0;
+        match match_at(pos) {
+            Some(len) => {
+                if gap > 0 {
+                    out.push(gap);
+                    gap = 0;
+                }
+                out.push(len);
+                pos += len;
             }
-            let start = pos;
-            pos += 1;
-            while greedy && pos < piece.len() && class(piece[pos]) {
+            None => {
+                gap += 1;
                 pos += 1;
             }
-            out.push(pos - start);
-        } else {
-            gap += 1;
-            pos += 1;
         }
     }
     if gap > 0 {
@@ -359,11 +358,23 @@ fn runs(piece: &[char], out: &mut Vec<usize>, class: impl Fn(char) -> bool, gree
     }
 }
 
+/// Pieces for the matches of `class+` (or single `class` characters when `!greedy`) and for the
+/// text between them.
+fn runs(piece: &[char], out: &mut Vec<usize>, class: impl Fn(char) -> bool, greedy: bool) {
+    cut_matches(piece, out, |pos| {
+        let run = match greedy {
+            true => piece[pos..].iter().take_while(|&&c| class(c)).count(),
+            false => usize::from(class(piece[pos])),
+        };
+        (run > 0).then_some(run)
+    })
+}
+
 /// `\s` on llama.cpp's collapsed text: ASCII white space (`\v` and `\f` too), and every
 /// white space above ASCII (collapsed to `\v`).
 fn collapsed_space(c: char) -> bool {
     match c.is_ascii() {
-        true => matches!(c, ' ' | '\t' | '\n' | '\x0b' | '\x0c' | '\r'),
+        true => ascii_space(c),
         false => flags(c).is_whitespace(),
     }
 }
@@ -396,11 +407,13 @@ fn ascii_space(c: char) -> bool {
     matches!(c, ' ' | '\t' | '\n' | '\x0b' | '\x0c' | '\r')
 }
 
-/// DeepSeek LLM's letter class (`llama-vocab.cpp`), the body of its bracket expression.
-const DEEPSEEK_LETTERS: &str = "A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃";
+/// DeepSeek LLM's letter class (`llama-vocab.cpp`), the ranges of its bracket expression
+/// (read once).
+static DEEPSEEK_LETTERS: LazyLock<Vec<(char, char)>> = LazyLock::new(|| class_ranges("A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃"));
 
 /// DeepSeek LLM's punctuation class.
-const DEEPSEEK_PUNCTUATION: &str = "!-/:-~！-／：-～‘-‟　-。";
+static DEEPSEEK_PUNCTUATION: LazyLock<Vec<(char, char)>> =
+    LazyLock::new(|| class_ranges("!-/:-~！-／：-～‘-‟　-。"));
 
 /// The ranges of a bracket expression's body of single characters and `a-b` ranges.
 fn class_ranges(body: &str) -> Vec<(char, char)> {
@@ -427,53 +440,21 @@ fn space_then_runs(
     space: impl Fn(char) -> bool,
     class: impl Fn(char) -> bool,
 ) {
-    let n = piece.len();
-    let mut gap = 0;
-    let mut pos = 0;
-    while pos < n {
+    cut_matches(piece, out, |pos| {
         let c = piece[pos];
-        let spaced = !class(c) && space(c) && pos + 1 < n && class(piece[pos + 1]);
-        if class(c) || spaced {
-            if gap > 0 {
-                out.push(gap);
-                gap = 0;
-            }
-            let start = pos;
-            pos += 1 + usize::from(spaced);
-            while pos < n && class(piece[pos]) {
-                pos += 1;
-            }
-            out.push(pos - start);
-        } else {
-            gap += 1;
-            pos += 1;
-        }
-    }
-    if gap > 0 {
-        out.push(gap);
-    }
+        let spaced = !class(c) && space(c) && piece.get(pos + 1).is_some_and(|&d| class(d));
+        let start = pos + usize::from(spaced);
+        let run = piece[start..].iter().take_while(|&&c| class(c)).count();
+        (run > 0).then_some(run + usize::from(spaced))
+    })
 }
 
 /// `[0-9][0-9][0-9]`: leftmost triples of ASCII digits, and the text between.
 fn digit_triples(piece: &[char], out: &mut Vec<usize>) {
-    let mut gap = 0;
-    let mut pos = 0;
-    while pos < piece.len() {
-        if pos + 3 <= piece.len() && piece[pos..pos + 3].iter().all(char::is_ascii_digit) {
-            if gap > 0 {
-                out.push(gap);
-                gap = 0;
-            }
-            out.push(3);
-            pos += 3;
-        } else {
-            gap += 1;
-            pos += 1;
-        }
-    }
-    if gap > 0 {
-        out.push(gap);
-    }
+    cut_matches(piece, out, |pos| {
+        let triple = piece.get(pos..pos + 3)?;
+        triple.iter().all(char::is_ascii_digit).then_some(3)
+    })
 }
 
 /// `[^\s\p{L}\p{N}]`: a character that is neither white space, letter nor number.
