@@ -21,6 +21,9 @@ use crate::kernels::lowp::{check_operands, products_are_serial, Kernel};
 use rayon::prelude::*;
 use std::arch::x86_64::*;
 
+#[path = "kquant_gemm_rows8.rs"]
+mod from_rows8;
+
 /// The fewest activation rows for which the GEMM is taken.
 pub const MIN_ROWS: usize = 8;
 /// Outputs per panel.
@@ -92,15 +95,40 @@ struct Panels {
 }
 
 impl Panels {
-    fn new(w: &KQuantMatrix, panels: usize, o0: usize, outputs: usize) -> Panels {
+    /// The panels of outputs `o0 .. o0 + outputs`: read a vector at a time from rows
+    /// interleaved by eight where they are whole groups (`from_rows8`), else
+    /// [`Panels::unpacked`].
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F/BW.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn new(w: &KQuantMatrix, panels: usize, o0: usize, outputs: usize) -> Panels {
+        if !from_rows8::takes(w, o0, outputs) {
+            return Panels::unpacked(w, panels, o0, outputs);
+        }
+        let mut un = Panels::zeroed(w, panels);
+        // SAFETY: AVX-512F/BW (the caller's), `takes` holds, and `un` has these panels.
+        unsafe { from_rows8::fill(w, &mut un, o0, outputs) };
+        un
+    }
+
+    /// `panels` panels of zeros.
+    fn zeroed(w: &KQuantMatrix, panels: usize) -> Panels {
         let nb = w.cols / QK_K;
-        let mut un = Panels {
+        Panels {
             q: vec![0; panels * nb * QUADS * L * 4],
             scale: vec![0; panels * nb * 16 * L],
             min: vec![0; panels * nb * 8 * L],
             d: vec![0.0; panels * nb * L],
             dmin: vec![0.0; panels * nb * L],
-        };
+        }
+    }
+
+    /// The panels made from each output's blocks as the file stores them (reassembled from
+    /// interleaved rows where they are), unpacked one element at a time.
+    fn unpacked(w: &KQuantMatrix, panels: usize, o0: usize, outputs: usize) -> Panels {
+        let nb = w.cols / QK_K;
+        let mut un = Panels::zeroed(w, panels);
         let offset = w.unsigned_offset();
         let mut u = Unpacked::new();
         for i in 0..outputs {
@@ -149,7 +177,8 @@ unsafe fn fill(
 ) {
     let nb = w.cols / QK_K;
     let panels = outputs.div_ceil(L);
-    let un = Panels::new(w, panels, o0, outputs);
+    // SAFETY: AVX-512F/BW (this function's features).
+    let un = unsafe { Panels::new(w, panels, o0, outputs) };
     let last_lanes = outputs - (panels - 1) * L;
     for r0 in (0..rows).step_by(TILE_ROWS) {
         let tile = Tile {
@@ -357,7 +386,9 @@ mod tests {
             GgmlType::Q5_K,
             GgmlType::Q6_K,
         ] {
-            for (d_out, cols) in [(1, 256), (17, 768), (33, 256), (70, 512)] {
+            // Interleaved by eight (on this CPU): panels of two groups, of one (24, 40), and
+            // rows after the groups (17, 33, 70).
+            for (d_out, cols) in [(1, 256), (17, 768), (24, 512), (33, 256), (40, 256), (70, 512)] {
                 let data = random_blocks(&mut seed, ty, d_out * cols / QK_K);
                 let w = KQuantMatrix::from_ggml(ty, RawBytes::owned(data), d_out, cols).unwrap();
                 assert!(runs(&w));
@@ -382,6 +413,38 @@ mod tests {
                         );
                     }
                 }
+            }
+        }
+    }
+
+    /// The panels read from interleaved rows are the unpacked file blocks', byte for byte, for
+    /// both interleaved types, a panel of two groups and one of one.
+    #[test]
+    fn panels_from_interleaved_rows_are_the_unpacked_ones() {
+        if !crate::kernels::lowp::has_vnni() {
+            eprintln!("skipped: no AVX-512 VNNI on this CPU");
+            return;
+        }
+        let mut seed = 7u64;
+        for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+            let (d_out, cols) = (56, 768);
+            let data = random_blocks(&mut seed, ty, d_out * cols / QK_K);
+            let w = KQuantMatrix::from_ggml(ty, RawBytes::owned(data), d_out, cols).unwrap();
+            assert!(w.is_interleaved());
+            for (o0, outputs) in [(0, 32), (32, 24), (48, 8)] {
+                assert!(from_rows8::takes(&w, o0, outputs));
+                let panels = outputs.div_ceil(L);
+                let want = Panels::unpacked(&w, panels, o0, outputs);
+                let mut got = Panels::zeroed(&w, panels);
+                // SAFETY: AVX-512 VNNI (checked above) includes F/BW; `takes` holds.
+                unsafe { from_rows8::fill(&w, &mut got, o0, outputs) };
+                let what = format!("{ty} outputs {o0}..{}", o0 + outputs);
+                assert_eq!(got.q, want.q, "{what}: values");
+                assert_eq!(got.scale, want.scale, "{what}: scales");
+                assert_eq!(got.min, want.min, "{what}: minima");
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got.d), bits(&want.d), "{what}: d");
+                assert_eq!(bits(&got.dmin), bits(&want.dmin), "{what}: dmin");
             }
         }
     }

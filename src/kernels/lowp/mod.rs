@@ -441,7 +441,7 @@ impl PackedWeight {
             PackedWeight::KQuants(w)
                 if w.is_interleaved()
                     && kernel == Kernel::Avx512
-                    && rows < kquant_matrix::gemm_avx512::MIN_ROWS =>
+                    && (rows < kquant_matrix::gemm_avx512::MIN_ROWS || std::env::var_os("R8ALL").is_some()) =>
             {
                 kquant_matrix::rows8::product(w, y, x, rows)
             }

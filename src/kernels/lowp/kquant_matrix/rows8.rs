@@ -35,7 +35,7 @@ pub(super) const GROUP: usize = 8;
 /// Bytes of the expanded activations of one super-block (4 chunks × 4 vectors × 2 halves × 64).
 const ACT_BYTES: usize = 2048;
 /// Where `Q4_K`'s interleaved nibbles start.
-const Q4_K_QS: usize = 128;
+pub(super) const Q4_K_QS: usize = 128;
 /// Where `Q6_K`'s interleaved low four bits (`ql`) and top two bits (`qh`) start.
 pub(super) const Q6_K_QL: usize = 144;
 pub(super) const Q6_K_QH: usize = 1168;
