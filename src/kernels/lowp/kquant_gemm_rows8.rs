@@ -28,8 +28,8 @@ use std::arch::x86_64::*;
 /// panel: then [`fill`] makes their panels.
 pub(super) fn takes(w: &KQuantMatrix, o0: usize, outputs: usize) -> bool {
     matches!(w.ty, GgmlType::Q4_K | GgmlType::Q6_K)
-        && o0 % L == 0
-        && outputs % GROUP == 0
+        && o0.is_multiple_of(L)
+        && outputs.is_multiple_of(GROUP)
         && o0 + outputs <= w.grouped_rows
 }
 
