@@ -83,9 +83,10 @@ impl OutPtr {
     }
 }
 
-/// The unpacked super-blocks of up to two panels: `q [P, nb, 64, L, 4]` (`q + offset`),
-/// `scale [P, nb, 16, L]`, `min [P, nb, 8, L]` (i16 pairs), `d`, `dmin [P, nb, L]`; lanes past
-/// the last output stay zero.
+/// One super-block of up to two panels, unpacked: `q [P, 64, L, 4]` (`q + offset`),
+/// `scale [P, 16, L]`, `min [P, 8, L]` (i16 pairs), `d`, `dmin [P, L]`; lanes past the last
+/// output stay zero. A task refills it for each super-block in turn, so it stays in the L1
+/// cache while every row tile reads it.
 struct Panels {
     q: Vec<u8>,
     scale: Vec<i32>,
@@ -95,72 +96,66 @@ struct Panels {
 }
 
 impl Panels {
-    /// The panels of outputs `o0 .. o0 + outputs`: read a vector at a time from rows
-    /// interleaved by eight where they are whole groups (`from_rows8`), else
-    /// [`Panels::unpacked`].
+    /// `panels` panels of zeros.
+    fn zeroed(panels: usize) -> Panels {
+        Panels {
+            q: vec![0; panels * QUADS * L * 4],
+            scale: vec![0; panels * 16 * L],
+            min: vec![0; panels * 8 * L],
+            d: vec![0.0; panels * L],
+            dmin: vec![0.0; panels * L],
+        }
+    }
+
+    /// Super-block `b` of outputs `o0 .. o0 + outputs` (into panels made for them, whose lanes
+    /// past `outputs` are zero): read a vector at a time from rows interleaved by eight where
+    /// they are whole groups (`from_rows8`), else [`Panels::unpack_block`].
     ///
     /// # Safety
     /// The CPU has AVX-512F/BW.
     #[target_feature(enable = "avx512f,avx512bw")]
-    unsafe fn new(w: &KQuantMatrix, panels: usize, o0: usize, outputs: usize) -> Panels {
-        if !from_rows8::takes(w, o0, outputs) {
-            return Panels::unpacked(w, panels, o0, outputs);
-        }
-        let mut un = Panels::zeroed(w, panels);
-        // SAFETY: AVX-512F/BW (the caller's), `takes` holds, and `un` has these panels.
-        unsafe { from_rows8::fill(w, &mut un, o0, outputs) };
-        un
-    }
-
-    /// `panels` panels of zeros.
-    fn zeroed(w: &KQuantMatrix, panels: usize) -> Panels {
-        let nb = w.cols / QK_K;
-        Panels {
-            q: vec![0; panels * nb * QUADS * L * 4],
-            scale: vec![0; panels * nb * 16 * L],
-            min: vec![0; panels * nb * 8 * L],
-            d: vec![0.0; panels * nb * L],
-            dmin: vec![0.0; panels * nb * L],
+    unsafe fn load(&mut self, w: &KQuantMatrix, o0: usize, outputs: usize, b: usize) {
+        if from_rows8::takes(w, o0, outputs) {
+            // SAFETY: AVX-512F/BW (the caller's), `takes` holds, and these are its panels.
+            unsafe { from_rows8::fill(w, self, o0, outputs, b) };
+        } else {
+            self.unpack_block(w, o0, outputs, b);
         }
     }
 
-    /// The panels made from each output's blocks as the file stores them (reassembled from
-    /// interleaved rows where they are), unpacked one element at a time.
-    fn unpacked(w: &KQuantMatrix, panels: usize, o0: usize, outputs: usize) -> Panels {
-        let nb = w.cols / QK_K;
-        let mut un = Panels::zeroed(w, panels);
+    /// Super-block `b` of each output as the file stores it (reassembled from interleaved
+    /// rows where they are), unpacked one element at a time.
+    fn unpack_block(&mut self, w: &KQuantMatrix, o0: usize, outputs: usize, b: usize) {
         let offset = w.unsigned_offset();
         let mut u = Unpacked::new();
+        let mut buf = [0u8; 256];
         for i in 0..outputs {
             let (p, l) = (i / L, i % L);
-            let o = o0 + i;
-            let mut buf = [0u8; 256];
-            for b in 0..nb {
-                unpack(w.ty, w.block_at(o, b, &mut buf), &mut u);
-                let pb = p * nb + b;
-                for (quad, v) in u.q.chunks_exact(4).enumerate() {
-                    let at = ((pb * QUADS + quad) * L + l) * 4;
-                    for (dst, &q) in un.q[at..at + 4].iter_mut().zip(v) {
-                        // In [0, 63]: the row kernel's unsigned operand.
-                        *dst = q.wrapping_add(offset) as u8;
-                    }
+            unpack(w.ty, w.block_at(o0 + i, b, &mut buf), &mut u);
+            for (quad, v) in u.q.chunks_exact(4).enumerate() {
+                let at = ((p * QUADS + quad) * L + l) * 4;
+                for (dst, &q) in self.q[at..at + 4].iter_mut().zip(v) {
+                    // In [0, 63]: the row kernel's unsigned operand.
+                    *dst = q.wrapping_add(offset) as u8;
                 }
-                for g in 0..16 {
-                    un.scale[(pb * 16 + g) * L + l] = u.scale[g];
-                }
-                for i in 0..8 {
-                    let (lo, hi) = (u.min[2 * i], u.min[2 * i + 1]);
-                    un.min[(pb * 8 + i) * L + l] = (lo & 0xffff) | (hi << 16);
-                }
-                un.d[pb * L + l] = u.d;
-                un.dmin[pb * L + l] = u.dmin;
             }
+            for g in 0..16 {
+                self.scale[(p * 16 + g) * L + l] = u.scale[g];
+            }
+            for i in 0..8 {
+                let (lo, hi) = (u.min[2 * i], u.min[2 * i + 1]);
+                self.min[(p * 8 + i) * L + l] = (lo & 0xffff) | (hi << 16);
+            }
+            self.d[p * L + l] = u.d;
+            self.dmin[p * L + l] = u.dmin;
         }
-        un
     }
 }
 
-/// Writes outputs `o0 .. o0 + outputs` (at most 32) of every row of `y`.
+/// Writes outputs `o0 .. o0 + outputs` (at most 32) of every row of `y`: super-block by
+/// super-block, each unpacked once into [`Panels`] and multiplied by every tile of rows, whose
+/// sums wait in `acc [rows, P, L]` between super-blocks (added in the same order as in
+/// registers, so the same bits).
 ///
 /// # Safety
 /// The CPU has AVX-512F/BW and VNNI; `y` points at `[rows, w.rows]` floats of which no other
@@ -177,59 +172,73 @@ unsafe fn fill(
 ) {
     let nb = w.cols / QK_K;
     let panels = outputs.div_ceil(L);
-    // SAFETY: AVX-512F/BW (this function's features).
-    let un = unsafe { Panels::new(w, panels, o0, outputs) };
-    let last_lanes = outputs - (panels - 1) * L;
-    for r0 in (0..rows).step_by(TILE_ROWS) {
-        let tile = Tile {
-            un: &un,
-            nb,
-            p: acts.q[r0 * w.cols..].as_ptr(),
-            cols: w.cols,
-            e: acts.e[r0 * nb..].as_ptr(),
-            bsums: acts.bsums[r0 * nb * 16..].as_ptr(),
-            pairs: pairs[r0 * nb * 8..].as_ptr(),
-            offset: i32::from(w.unsigned_offset()),
-            // SAFETY (caller): row r0, output o0 of y.
-            y: unsafe { y.add(r0 * w.rows + o0) },
-            d_out: w.rows,
-            last_lanes,
-        };
-        macro_rules! by_minimum {
-            ($r:literal, $p:literal) => {
-                if w.has_minimum() {
-                    tile.run::<$r, $p, true>()
-                } else {
-                    tile.run::<$r, $p, false>()
-                }
+    let mut un = Panels::zeroed(panels);
+    let mut acc = vec![0f32; rows * panels * L];
+    for b in 0..nb {
+        // SAFETY: AVX-512F/BW (this function's features).
+        unsafe { un.load(w, o0, outputs, b) };
+        for r0 in (0..rows).step_by(TILE_ROWS) {
+            let tile = Tile {
+                un: &un,
+                nb,
+                b,
+                p: acts.q[r0 * w.cols..].as_ptr(),
+                cols: w.cols,
+                e: acts.e[r0 * nb..].as_ptr(),
+                bsums: acts.bsums[r0 * nb * 16..].as_ptr(),
+                pairs: pairs[r0 * nb * 8..].as_ptr(),
+                offset: i32::from(w.unsigned_offset()),
+                acc: acc[r0 * panels * L..].as_mut_ptr(),
             };
-        }
-        macro_rules! by_panels {
-            ($r:literal) => {
-                if panels == 1 {
-                    by_minimum!($r, 1)
-                } else {
-                    by_minimum!($r, 2)
-                }
-            };
-        }
-        // SAFETY: rows r0 .. r0 + R of the activations and of y exist; the panels hold
-        // `panels` panels of nb super-blocks; lanes past `outputs` are masked at the store.
-        unsafe {
-            match (rows - r0).min(TILE_ROWS) {
-                1 => by_panels!(1),
-                2 => by_panels!(2),
-                3 => by_panels!(3),
-                _ => by_panels!(4),
+            macro_rules! by_minimum {
+                ($r:literal, $p:literal) => {
+                    if w.has_minimum() {
+                        tile.run::<$r, $p, true>()
+                    } else {
+                        tile.run::<$r, $p, false>()
+                    }
+                };
             }
+            macro_rules! by_panels {
+                ($r:literal) => {
+                    if panels == 1 {
+                        by_minimum!($r, 1)
+                    } else {
+                        by_minimum!($r, 2)
+                    }
+                };
+            }
+            // SAFETY: rows r0 .. r0 + R of the activations and of acc exist; the panels hold
+            // `panels` panels of super-block b.
+            unsafe {
+                match (rows - r0).min(TILE_ROWS) {
+                    1 => by_panels!(1),
+                    2 => by_panels!(2),
+                    3 => by_panels!(3),
+                    _ => by_panels!(4),
+                }
+            }
+        }
+    }
+    let last_lanes = outputs - (panels - 1) * L;
+    for (r, sums) in acc.chunks_exact(panels * L).enumerate() {
+        for p in 0..panels {
+            let lanes = if p + 1 == panels { last_lanes } else { L };
+            // SAFETY (caller): outputs o0 + p·L .. + lanes of row r are this task's; `sums`
+            // holds them.
+            unsafe {
+                std::ptr::copy_nonoverlapping(sums[p * L..].as_ptr(), y.add(r * w.rows + o0 + p * L), lanes)
+            };
         }
     }
 }
 
-/// One register tile: `R` activation rows from row `r0` × `P` panels.
+/// One register tile: `R` activation rows from row `r0` × `P` panels, one super-block.
 struct Tile<'a> {
     un: &'a Panels,
     nb: usize,
+    /// The super-block.
+    b: usize,
     /// `p [.., cols]`, `e [.., nb]`, `bsums [.., nb, 16]`, `pairs [.., nb, 8]` from row `r0`.
     p: *const i8,
     cols: usize,
@@ -237,102 +246,95 @@ struct Tile<'a> {
     bsums: *const i32,
     pairs: *const i32,
     offset: i32,
-    /// `y` at (row `r0`, the task's first output).
-    y: *mut f32,
-    d_out: usize,
-    last_lanes: usize,
+    /// The sums so far, `[R, P, L]` from row `r0`.
+    acc: *mut f32,
 }
 
 impl Tile<'_> {
-    /// The tile's outputs, in the row kernel's float order.
+    /// Adds super-block `b`'s terms to the tile's sums, in the row kernel's float order.
     ///
     /// # Safety
-    /// The CPU has AVX-512F/BW and VNNI; `R` rows of the activations and of `y` exist from
-    /// the tile's pointers; the panels hold `P` panels; no other thread accesses the outputs.
+    /// The CPU has AVX-512F/BW and VNNI; `R` rows of the activations and of `acc` exist from
+    /// the tile's pointers; the panels hold `P` panels; no other thread accesses `acc`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
     unsafe fn run<const R: usize, const P: usize, const MIN: bool>(&self) {
-        let (nb, un) = (self.nb, self.un);
+        let (nb, b, un) = (self.nb, self.b, self.un);
         let mut y = [[_mm512_setzero_ps(); P]; R];
-        for b in 0..nb {
-            let mut isum = [[_mm512_setzero_si512(); P]; R];
-            // SAFETY (all loads): super-block b of panels p < P, rows r < R of the
-            // activations (p at r·cols + 256b + 4·quad, bsums at (r·nb + b)·16 + g, pairs at
-            // (r·nb + b)·8 + i, e at r·nb + b).
-            unsafe {
-                for g in 0..16 {
-                    let mut t = [[_mm512_setzero_si512(); P]; R];
-                    for (r, t_r) in t.iter_mut().enumerate() {
-                        let bs = *self.bsums.add((r * nb + b) * 16 + g);
-                        let start = _mm512_set1_epi32(-self.offset * bs);
-                        t_r.iter_mut().for_each(|v| *v = start);
-                    }
-                    for quad in 4 * g..4 * g + 4 {
-                        let mut wv = [_mm512_setzero_si512(); P];
-                        for (p, wp) in wv.iter_mut().enumerate() {
-                            let at = (((p * nb + b) * QUADS + quad) * L) * 4;
-                            *wp = _mm512_loadu_si512(un.q.as_ptr().add(at) as *const __m512i);
-                        }
-                        for (r, t_r) in t.iter_mut().enumerate() {
-                            let at = r * self.cols + b * QK_K + 4 * quad;
-                            let a =
-                                _mm512_set1_epi32((self.p.add(at) as *const i32).read_unaligned());
-                            for (t_rp, wp) in t_r.iter_mut().zip(&wv) {
-                                *t_rp = _mm512_dpbusd_epi32(*t_rp, *wp, a);
-                            }
-                        }
-                    }
-                    for p in 0..P {
-                        let at = ((p * nb + b) * 16 + g) * L;
-                        let sc = _mm512_loadu_si512(un.scale.as_ptr().add(at) as *const __m512i);
-                        for r in 0..R {
-                            isum[r][p] =
-                                _mm512_add_epi32(isum[r][p], _mm512_mullo_epi32(t[r][p], sc));
-                        }
-                    }
+        for (r, y_r) in y.iter_mut().enumerate() {
+            for (p, y_rp) in y_r.iter_mut().enumerate() {
+                // SAFETY (caller): acc holds R rows of P panels.
+                *y_rp = unsafe { _mm512_loadu_ps(self.acc.add((r * P + p) * L)) };
+            }
+        }
+        let mut isum = [[_mm512_setzero_si512(); P]; R];
+        // SAFETY (all loads): panels p < P of the super-block, rows r < R of the activations
+        // (p at r·cols + 256b + 4·quad, bsums at (r·nb + b)·16 + g, pairs at (r·nb + b)·8 + i,
+        // e at r·nb + b).
+        unsafe {
+            for g in 0..16 {
+                let mut t = [[_mm512_setzero_si512(); P]; R];
+                for (r, t_r) in t.iter_mut().enumerate() {
+                    let bs = *self.bsums.add((r * nb + b) * 16 + g);
+                    let start = _mm512_set1_epi32(-self.offset * bs);
+                    t_r.iter_mut().for_each(|v| *v = start);
                 }
-                let mut msum = [[_mm512_setzero_si512(); P]; R];
-                if MIN {
-                    for i in 0..8 {
-                        let mut mn = [_mm512_setzero_si512(); P];
-                        for (p, mn_p) in mn.iter_mut().enumerate() {
-                            let at = ((p * nb + b) * 8 + i) * L;
-                            *mn_p = _mm512_loadu_si512(un.min.as_ptr().add(at) as *const __m512i);
-                        }
-                        for (r, msum_r) in msum.iter_mut().enumerate() {
-                            let bs = _mm512_set1_epi32(*self.pairs.add((r * nb + b) * 8 + i));
-                            for (m_rp, mn_p) in msum_r.iter_mut().zip(&mn) {
-                                *m_rp = _mm512_dpwssd_epi32(*m_rp, *mn_p, bs);
-                            }
+                for quad in 4 * g..4 * g + 4 {
+                    let mut wv = [_mm512_setzero_si512(); P];
+                    for (p, wp) in wv.iter_mut().enumerate() {
+                        let at = ((p * QUADS + quad) * L) * 4;
+                        *wp = _mm512_loadu_si512(un.q.as_ptr().add(at) as *const __m512i);
+                    }
+                    for (r, t_r) in t.iter_mut().enumerate() {
+                        let at = r * self.cols + b * QK_K + 4 * quad;
+                        let a = _mm512_set1_epi32((self.p.add(at) as *const i32).read_unaligned());
+                        for (t_rp, wp) in t_r.iter_mut().zip(&wv) {
+                            *t_rp = _mm512_dpbusd_epi32(*t_rp, *wp, a);
                         }
                     }
                 }
                 for p in 0..P {
-                    let dv = _mm512_loadu_ps(un.d.as_ptr().add((p * nb + b) * L));
-                    let dm = _mm512_loadu_ps(un.dmin.as_ptr().add((p * nb + b) * L));
+                    let at = (p * 16 + g) * L;
+                    let sc = _mm512_loadu_si512(un.scale.as_ptr().add(at) as *const __m512i);
                     for r in 0..R {
-                        let e = _mm512_set1_ps(*self.e.add(r * nb + b));
-                        let term =
-                            _mm512_mul_ps(_mm512_mul_ps(dv, e), _mm512_cvtepi32_ps(isum[r][p]));
-                        y[r][p] = _mm512_add_ps(y[r][p], term);
-                        if MIN {
-                            let m = _mm512_cvtepi32_ps(msum[r][p]);
-                            let term = _mm512_mul_ps(_mm512_mul_ps(dm, e), m);
-                            y[r][p] = _mm512_sub_ps(y[r][p], term);
+                        isum[r][p] = _mm512_add_epi32(isum[r][p], _mm512_mullo_epi32(t[r][p], sc));
+                    }
+                }
+            }
+            let mut msum = [[_mm512_setzero_si512(); P]; R];
+            if MIN {
+                for i in 0..8 {
+                    let mut mn = [_mm512_setzero_si512(); P];
+                    for (p, mn_p) in mn.iter_mut().enumerate() {
+                        let at = (p * 8 + i) * L;
+                        *mn_p = _mm512_loadu_si512(un.min.as_ptr().add(at) as *const __m512i);
+                    }
+                    for (r, msum_r) in msum.iter_mut().enumerate() {
+                        let bs = _mm512_set1_epi32(*self.pairs.add((r * nb + b) * 8 + i));
+                        for (m_rp, mn_p) in msum_r.iter_mut().zip(&mn) {
+                            *m_rp = _mm512_dpwssd_epi32(*m_rp, *mn_p, bs);
                         }
                     }
                 }
             }
+            for p in 0..P {
+                let dv = _mm512_loadu_ps(un.d.as_ptr().add(p * L));
+                let dm = _mm512_loadu_ps(un.dmin.as_ptr().add(p * L));
+                for r in 0..R {
+                    let e = _mm512_set1_ps(*self.e.add(r * nb + b));
+                    let term = _mm512_mul_ps(_mm512_mul_ps(dv, e), _mm512_cvtepi32_ps(isum[r][p]));
+                    y[r][p] = _mm512_add_ps(y[r][p], term);
+                    if MIN {
+                        let m = _mm512_cvtepi32_ps(msum[r][p]);
+                        let term = _mm512_mul_ps(_mm512_mul_ps(dm, e), m);
+                        y[r][p] = _mm512_sub_ps(y[r][p], term);
+                    }
+                }
+            }
         }
-        for p in 0..P {
-            let lanes = if p + 1 == P { self.last_lanes } else { L };
-            let mask: __mmask16 = if lanes == L {
-                0xffff
-            } else {
-                (1u16 << lanes) - 1
-            };
-            for (r, y_r) in y.iter().enumerate() {
-                // SAFETY (caller): the masked lanes are outputs of this tile.
-                unsafe { _mm512_mask_storeu_ps(self.y.add(r * self.d_out + p * L), mask, y_r[p]) };
+        for (r, y_r) in y.iter().enumerate() {
+            for (p, y_rp) in y_r.iter().enumerate() {
+                // SAFETY (caller): acc holds R rows of P panels.
+                unsafe { _mm512_storeu_ps(self.acc.add((r * P + p) * L), *y_rp) };
             }
         }
     }
@@ -434,17 +436,19 @@ mod tests {
             for (o0, outputs) in [(0, 32), (32, 24), (48, 8)] {
                 assert!(from_rows8::takes(&w, o0, outputs));
                 let panels = outputs.div_ceil(L);
-                let want = Panels::unpacked(&w, panels, o0, outputs);
-                let mut got = Panels::zeroed(&w, panels);
+                let (mut want, mut got) = (Panels::zeroed(panels), Panels::zeroed(panels));
+                for b in 0..cols / QK_K {
+                want.unpack_block(&w, o0, outputs, b);
                 // SAFETY: AVX-512 VNNI (checked above) includes F/BW; `takes` holds.
-                unsafe { from_rows8::fill(&w, &mut got, o0, outputs) };
-                let what = format!("{ty} outputs {o0}..{}", o0 + outputs);
+                unsafe { from_rows8::fill(&w, &mut got, o0, outputs, b) };
+                let what = format!("{ty} outputs {o0}..{}, super-block {b}", o0 + outputs);
                 assert_eq!(got.q, want.q, "{what}: values");
                 assert_eq!(got.scale, want.scale, "{what}: scales");
                 assert_eq!(got.min, want.min, "{what}: minima");
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&got.d), bits(&want.d), "{what}: d");
                 assert_eq!(bits(&got.dmin), bits(&want.dmin), "{what}: dmin");
+                }
             }
         }
     }

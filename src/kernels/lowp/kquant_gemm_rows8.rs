@@ -14,14 +14,13 @@
 //!       ->  quad 32n + 8k + 16h + j
 //! ```
 //!
-//! Scales, minima and the two f16 factors are a few bytes per row and super-block, decoded one
-//! lane at a time as `unpack` does.
+//! Scales and minima are spread from eight rows' packed bytes a vector at a time (`Q4_K`'s 12
+//! bytes as the decoding kernel does), the f16 factors converted eight at a time.
 
 use super::{Panels, L, QUADS};
-use crate::kernels::lowp::ggml::{f16_to_f32, GgmlType};
+use crate::kernels::lowp::ggml::GgmlType;
 use crate::kernels::lowp::kquant_matrix::rows8::{GROUP, Q4_K_QS, Q6_K_QH, Q6_K_QL};
 use crate::kernels::lowp::kquant_matrix::{KQuantMatrix, QK_K};
-use crate::kernels::lowp::kquants::q4_k_scale_min;
 use std::arch::x86_64::*;
 
 /// Whether outputs `o0 .. o0 + outputs` of `w` are whole interleaved groups starting at a
@@ -33,13 +32,14 @@ pub(super) fn takes(w: &KQuantMatrix, o0: usize, outputs: usize) -> bool {
         && o0 + outputs <= w.grouped_rows
 }
 
-/// Writes the panels of outputs `o0 .. o0 + outputs` into `un` (zeroed, `outputs.div_ceil(L)`
-/// panels of `nb` super-blocks), exactly as [`Panels::new`] does from the file's blocks.
+/// Writes super-block `b` of outputs `o0 .. o0 + outputs` into `un` (made for
+/// `outputs.div_ceil(L)` panels), exactly as [`Panels::unpack_block`] does from the file's
+/// blocks.
 ///
 /// # Safety
-/// The CPU has AVX-512F/BW; [`takes`]`(w, o0, outputs)`; `un` was allocated for these panels.
+/// The CPU has AVX-512F/BW; [`takes`]`(w, o0, outputs)`; `un` was made for these panels.
 #[target_feature(enable = "avx512f,avx512bw")]
-pub(super) unsafe fn fill(w: &KQuantMatrix, un: &mut Panels, o0: usize, outputs: usize) {
+pub(super) unsafe fn fill(w: &KQuantMatrix, un: &mut Panels, o0: usize, outputs: usize, b: usize) {
     let nb = w.cols / QK_K;
     let block_bytes = if w.ty == GgmlType::Q4_K { 144 } else { 210 };
     let group_bytes = GROUP * block_bytes;
@@ -54,52 +54,156 @@ pub(super) unsafe fn fill(w: &KQuantMatrix, un: &mut Panels, o0: usize, outputs:
     for p in 0..groups.div_ceil(2) {
         let g0 = o0 / GROUP + 2 * p;
         let both = 2 * p + 1 < groups;
-        for b in 0..nb {
-            let pb = p * nb + b;
-            let block = |g: usize| &data[(g * nb + b) * group_bytes..][..group_bytes];
-            let first = block(g0);
-            let second = if both { block(g0 + 1) } else { first };
-            let q = QuadStore { un_q: un.q.as_mut_ptr(), pb, both, shift };
-            // SAFETY: AVX-512F/BW (the caller's); the blocks are group_bytes long (sliced
-            // above) and `q` writes inside panel p (allocated by the caller).
-            unsafe {
-                match w.ty {
-                    GgmlType::Q4_K => q4_k_quads(first, second, &q),
-                    _ => q6_k_quads(first, second, &q),
-                }
+        let block = |g: usize| &data[(g * nb + b) * group_bytes..][..group_bytes];
+        let first = block(g0);
+        let second = if both { block(g0 + 1) } else { first };
+        let q = QuadStore {
+            un_q: un.q.as_mut_ptr(),
+            p,
+            both,
+            shift,
+        };
+        // SAFETY: AVX-512F/BW (the caller's); the blocks are group_bytes long (sliced above)
+        // and `q` writes inside panel p (made by the caller).
+        unsafe {
+            match w.ty {
+                GgmlType::Q4_K => q4_k_quads(first, second, &q),
+                _ => q6_k_quads(first, second, &q),
             }
-            let lanes = if both { L } else { GROUP };
-            for l in 0..lanes {
-                let (blk, r) = (if l < GROUP { first } else { second }, l % GROUP);
-                let half = |at: usize| f16_to_f32(u16::from_le_bytes([blk[at], blk[at + 1]]));
-                un.d[pb * L + l] = half(2 * r);
-                if w.ty == GgmlType::Q4_K {
-                    un.dmin[pb * L + l] = half(16 + 2 * r);
-                    let mut scales = [0u8; 12];
-                    for k in 0..3 {
-                        let at = 32 + 32 * k + 4 * r;
-                        scales[4 * k..4 * k + 4].copy_from_slice(&blk[at..at + 4]);
-                    }
-                    for s in 0..8 {
-                        let (sc, m) = q4_k_scale_min(&scales, s);
-                        un.scale[(pb * 16 + 2 * s) * L + l] = i32::from(sc);
-                        un.scale[(pb * 16 + 2 * s + 1) * L + l] = i32::from(sc);
-                        un.min[(pb * 8 + s) * L + l] = i32::from(m) | (i32::from(m) << 16);
-                    }
-                } else {
-                    for g in 0..16 {
-                        un.scale[(pb * 16 + g) * L + l] = i32::from(blk[16 + 8 * g + r] as i8);
-                    }
-                }
+        }
+        // SAFETY: as above; `un`'s scales, minima and factors hold panel p.
+        unsafe {
+            match w.ty {
+                GgmlType::Q4_K => q4_k_scales(first, second, both, un, p),
+                _ => q6_k_scales(first, second, both, un, p),
             }
         }
     }
 }
 
+/// Eight f32 from the eight f16 at `at` of `blk` (a factor of each row of a group).
+///
+/// # Safety
+/// AVX-512F (F16C); `at + 16 <= blk.len()`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,f16c")]
+unsafe fn halves(blk: &[u8], at: usize) -> __m256 {
+    debug_assert!(at + 16 <= blk.len());
+    // SAFETY: the caller's contract.
+    unsafe { _mm256_cvtph_ps(_mm_loadu_si128(blk.as_ptr().add(at) as *const __m128i)) }
+}
+
+/// Stores `first`'s 8 lanes and (when `both`) `second`'s as the 16 lanes at `to`.
+///
+/// # Safety
+/// AVX-512F; `to` holds 16 i32.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn store16(to: *mut i32, first: __m256i, second: __m256i, both: bool) {
+    let second = if both { second } else { _mm256_setzero_si256() };
+    let v = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(first), second);
+    // SAFETY: the caller's contract.
+    unsafe { _mm512_storeu_si512(to as *mut __m512i, v) };
+}
+
+/// `Q4_K`'s scales, minima (as `m | m << 16`), `d` and `dmin` of panel `p`: the 12 packed
+/// scale bytes of 8 rows a vector at a time, as the decoding kernel spreads them.
+///
+/// # Safety
+/// AVX-512F/BW, F16C; `first` and `second` are a group's 1,152 bytes; `un` holds panel `p`.
+#[target_feature(enable = "avx512f,avx512bw,avx2,f16c")]
+unsafe fn q4_k_scales(first: &[u8], second: &[u8], both: bool, un: &mut Panels, p: usize) {
+    assert!(first.len() >= GROUP * 144 && second.len() >= GROUP * 144);
+    assert!(un.scale.len() >= (p + 1) * 16 * L && un.min.len() >= (p + 1) * 8 * L);
+    assert!(un.d.len() >= (p + 1) * L && un.dmin.len() >= (p + 1) * L);
+    // [sc0..3], [sc4..7], [m0..3], [m4..7] of each row, a byte each, lane r.
+    let spread = |blk: &[u8]| {
+        let (k1, k2, k3) = (
+            _mm256_set1_epi32(0x3f3f_3f3f),
+            _mm256_set1_epi32(0x0f0f_0f0f),
+            _mm256_set1_epi32(0x0303_0303),
+        );
+        // SAFETY: 32 bytes at 32, 64 and 96, inside the asserted 1,152.
+        let word = |k: usize| unsafe { _mm256_loadu_si256(blk.as_ptr().add(32 + 32 * k) as *const __m256i) };
+        let (w0, w1, w2) = (word(0), word(1), word(2));
+        let top = |x: __m256i| _mm256_slli_epi32::<4>(_mm256_and_si256(_mm256_srli_epi32::<6>(x), k3));
+        [
+            _mm256_and_si256(w0, k1),
+            _mm256_or_si256(_mm256_and_si256(w2, k2), top(w0)),
+            _mm256_and_si256(w1, k1),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32::<4>(w2), k2), top(w1)),
+        ]
+    };
+    let (a, b) = (spread(first), spread(second));
+    let byte = |x: __m256i, k: usize| {
+        let shifted = _mm256_srlv_epi32(x, _mm256_set1_epi32(8 * k as i32));
+        _mm256_and_si256(shifted, _mm256_set1_epi32(0xff))
+    };
+    for s in 0..8 {
+        let (sc, m) = (s / 4, 2 + s / 4);
+        let (sa, sb) = (byte(a[sc], s % 4), byte(b[sc], s % 4));
+        let pair = |x: __m256i| _mm256_or_si256(x, _mm256_slli_epi32::<16>(x));
+        let (ma, mb) = (pair(byte(a[m], s % 4)), pair(byte(b[m], s % 4)));
+        // SAFETY: scales (p·16 + 2s + 1)·L + 16 and minima (p·8 + s)·L + 16 are inside
+        // (asserted).
+        unsafe {
+            store16(un.scale.as_mut_ptr().add((p * 16 + 2 * s) * L), sa, sb, both);
+            store16(un.scale.as_mut_ptr().add((p * 16 + 2 * s + 1) * L), sa, sb, both);
+            store16(un.min.as_mut_ptr().add((p * 8 + s) * L), ma, mb, both);
+        }
+    }
+    // SAFETY: the factors at 0 and 16 of each group; d and dmin hold panel p (asserted).
+    unsafe {
+        factors(un.d.as_mut_ptr().add(p * L), halves(first, 0), halves(second, 0), both);
+        factors(un.dmin.as_mut_ptr().add(p * L), halves(first, 16), halves(second, 16), both);
+    }
+}
+
+/// `Q6_K`'s signed scales and `d` of panel `p` (its `dmin` and minima stay zero).
+///
+/// # Safety
+/// AVX-512F/BW, F16C; `first` and `second` are a group's 1,680 bytes; `un` holds panel `p`.
+#[target_feature(enable = "avx512f,avx512bw,avx2,f16c")]
+unsafe fn q6_k_scales(first: &[u8], second: &[u8], both: bool, un: &mut Panels, p: usize) {
+    assert!(first.len() >= GROUP * 210 && second.len() >= GROUP * 210);
+    assert!(un.scale.len() >= (p + 1) * 16 * L && un.d.len() >= (p + 1) * L);
+    for g in 0..16 {
+        // SAFETY: 8 bytes at 16 + 8g < 144 of each group (asserted lengths); scales
+        // (p·16 + g)·L + 16 are inside (asserted).
+        unsafe {
+            let eight = |blk: &[u8]| _mm_loadl_epi64(blk.as_ptr().add(16 + 8 * g) as *const __m128i);
+            let (sa, sb) = (_mm256_cvtepi8_epi32(eight(first)), _mm256_cvtepi8_epi32(eight(second)));
+            store16(un.scale.as_mut_ptr().add((p * 16 + g) * L), sa, sb, both);
+        }
+    }
+    // SAFETY: d at 0 of each group; d holds panel p (asserted).
+    unsafe { factors(un.d.as_mut_ptr().add(p * L), halves(first, 0), halves(second, 0), both) };
+}
+
+/// Stores the 8 factors of each group as a panel's 16 lanes at `to` (zeros for a missing
+/// second group).
+///
+/// # Safety
+/// AVX-512F; `to` holds 16 f32.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn factors(to: *mut f32, first: __m256, second: __m256, both: bool) {
+    // SAFETY: the caller's contract (the same bits as 16 i32).
+    unsafe {
+        store16(
+            to as *mut i32,
+            _mm256_castps_si256(first),
+            _mm256_castps_si256(second),
+            both,
+        )
+    };
+}
+
 /// Where the quad vectors of one panel and super-block go.
 struct QuadStore {
     un_q: *mut u8,
-    pb: usize,
+    /// The panel.
+    p: usize,
     /// Whether the panel has its second group (else its lanes 8..16 stay zero).
     both: bool,
     shift: i8,
@@ -110,7 +214,7 @@ impl QuadStore {
     /// 8..16), each plus the shift.
     ///
     /// # Safety
-    /// AVX-512F/BW; quad + 1 < QUADS and `un_q` holds panel-super-block `pb`.
+    /// AVX-512F/BW; quad + 1 < QUADS and `un_q` holds panel `p`.
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw")]
     unsafe fn pair(&self, quad: usize, first: __m512i, second: __m512i) {
@@ -120,9 +224,9 @@ impl QuadStore {
         let odd = _mm512_shuffle_i64x2::<0xEE>(first, second);
         for (k, v) in [(0, even), (1, odd)] {
             let v = _mm512_maskz_mov_epi32(lanes, _mm512_add_epi8(v, shift));
-            // SAFETY: the caller's contract: 64 bytes of quad + k of panel-super-block pb.
+            // SAFETY: the caller's contract: 64 bytes of quad + k of panel p.
             unsafe {
-                let at = ((self.pb * QUADS + quad + k) * L) * 4;
+                let at = ((self.p * QUADS + quad + k) * L) * 4;
                 _mm512_storeu_si512(self.un_q.add(at) as *mut __m512i, v);
             }
         }
