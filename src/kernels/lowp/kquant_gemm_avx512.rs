@@ -177,6 +177,11 @@ unsafe fn fill(
     for b in 0..nb {
         // SAFETY: AVX-512F/BW (this function's features).
         unsafe { un.load(w, o0, outputs, b) };
+        if b + 1 < nb {
+            // The next super-block's bytes start coming from memory while this one is
+            // multiplied.
+            prefetch_block(w, o0, outputs, b + 1);
+        }
         for r0 in (0..rows).step_by(TILE_ROWS) {
             let tile = Tile {
                 un: &un,
@@ -229,6 +234,29 @@ unsafe fn fill(
             unsafe {
                 std::ptr::copy_nonoverlapping(sums[p * L..].as_ptr(), y.add(r * w.rows + o0 + p * L), lanes)
             };
+        }
+    }
+}
+
+/// Asks the CPU to bring super-block `b` of outputs `o0 .. o0 + outputs` into its caches (a
+/// hint: no effect on results).
+fn prefetch_block(w: &KQuantMatrix, o0: usize, outputs: usize, b: usize) {
+    let nb = w.cols / QK_K;
+    let data: &[u8] = &w.data;
+    let fetch = |bytes: &[u8]| {
+        for line in bytes.chunks(64) {
+            // SAFETY: a prefetch reads nothing architecturally; the pointer is inside `data`.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr() as *const i8) };
+        }
+    };
+    if from_rows8::takes(w, o0, outputs) {
+        let group_bytes = from_rows8::GROUP * w.block_bytes;
+        for g in o0 / from_rows8::GROUP..(o0 + outputs) / from_rows8::GROUP {
+            fetch(&data[(g * nb + b) * group_bytes..][..group_bytes]);
+        }
+    } else if w.grouped_rows == 0 {
+        for o in o0..o0 + outputs {
+            fetch(&data[(o * nb + b) * w.block_bytes..][..w.block_bytes]);
         }
     }
 }

@@ -19,7 +19,8 @@
 
 use super::{Panels, L, QUADS};
 use crate::kernels::lowp::ggml::GgmlType;
-use crate::kernels::lowp::kquant_matrix::rows8::{GROUP, Q4_K_QS, Q6_K_QH, Q6_K_QL};
+pub(super) use crate::kernels::lowp::kquant_matrix::rows8::GROUP;
+use crate::kernels::lowp::kquant_matrix::rows8::{Q4_K_QS, Q6_K_QH, Q6_K_QL};
 use crate::kernels::lowp::kquant_matrix::{KQuantMatrix, QK_K};
 use std::arch::x86_64::*;
 
