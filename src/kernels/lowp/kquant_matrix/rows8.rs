@@ -361,6 +361,13 @@ unsafe fn group_sums_r<const R: usize>(
         // its scale at r · nb + b (r from r0).
         unsafe {
             let blk = base.add(b * GROUP_BYTES);
+            if b + 2 < nb {
+                // The super-block after next starts coming from memory (a hint).
+                let ahead = blk.add(2 * GROUP_BYTES);
+                for line in (0..GROUP_BYTES).step_by(64) {
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.add(line) as *const i8);
+                }
+            }
             // The packed scale words of the 8 rows, and the scales and minima spread from
             // them as llama.cpp's utmp: lane r bytes [sc0..3], [sc4..7], [m0..3], [m4..7].
             let word = |k: usize| _mm256_loadu_si256(blk.add(32 + 32 * k) as *const __m256i);

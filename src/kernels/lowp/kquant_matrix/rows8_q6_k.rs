@@ -60,6 +60,13 @@ pub(super) unsafe fn sums_r<const R: usize>(
         // ((r0 + r) · nb + b) · 16, its scale at (r0 + r) · nb + b.
         unsafe {
             let blk = base.add(b * GROUP_BYTES);
+            if b + 2 < nb {
+                // The super-block after next starts coming from memory (a hint).
+                let ahead = blk.add(2 * GROUP_BYTES);
+                for line in (0..GROUP_BYTES).step_by(64) {
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.add(line) as *const i8);
+                }
+            }
             let mut isum = [_mm512_setzero_si512(); R];
             for c in 0..4 {
                 let (n, k) = (c / 2, c % 2);
