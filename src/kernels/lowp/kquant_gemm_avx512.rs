@@ -243,20 +243,14 @@ unsafe fn fill(
 fn prefetch_block(w: &KQuantMatrix, o0: usize, outputs: usize, b: usize) {
     let nb = w.cols / QK_K;
     let data: &[u8] = &w.data;
-    let fetch = |bytes: &[u8]| {
-        for line in bytes.chunks(64) {
-            // SAFETY: a prefetch reads nothing architecturally; the pointer is inside `data`.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr() as *const i8) };
-        }
-    };
     if from_rows8::takes(w, o0, outputs) {
         let group_bytes = from_rows8::GROUP * w.block_bytes;
         for g in o0 / from_rows8::GROUP..(o0 + outputs) / from_rows8::GROUP {
-            fetch(&data[(g * nb + b) * group_bytes..][..group_bytes]);
+            super::prefetch(&data[(g * nb + b) * group_bytes..][..group_bytes]);
         }
     } else if w.grouped_rows == 0 {
         for o in o0..o0 + outputs {
-            fetch(&data[(o * nb + b) * w.block_bytes..][..w.block_bytes]);
+            super::prefetch(&data[(o * nb + b) * w.block_bytes..][..w.block_bytes]);
         }
     }
 }
@@ -465,17 +459,17 @@ mod tests {
                 assert!(from_rows8::takes(&w, o0, outputs));
                 let panels = outputs.div_ceil(L);
                 let (mut want, mut got) = (Panels::zeroed(panels), Panels::zeroed(panels));
-                for b in 0..cols / QK_K {
-                want.unpack_block(&w, o0, outputs, b);
-                // SAFETY: AVX-512 VNNI (checked above) includes F/BW; `takes` holds.
-                unsafe { from_rows8::fill(&w, &mut got, o0, outputs, b) };
-                let what = format!("{ty} outputs {o0}..{}, super-block {b}", o0 + outputs);
-                assert_eq!(got.q, want.q, "{what}: values");
-                assert_eq!(got.scale, want.scale, "{what}: scales");
-                assert_eq!(got.min, want.min, "{what}: minima");
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&got.d), bits(&want.d), "{what}: d");
-                assert_eq!(bits(&got.dmin), bits(&want.dmin), "{what}: dmin");
+                for b in 0..cols / QK_K {
+                    want.unpack_block(&w, o0, outputs, b);
+                    // SAFETY: AVX-512 VNNI (checked above) includes F/BW; `takes` holds.
+                    unsafe { from_rows8::fill(&w, &mut got, o0, outputs, b) };
+                    let what = format!("{ty} outputs {o0}..{}, super-block {b}", o0 + outputs);
+                    assert_eq!(got.q, want.q, "{what}: values");
+                    assert_eq!(got.scale, want.scale, "{what}: scales");
+                    assert_eq!(got.min, want.min, "{what}: minima");
+                    assert_eq!(bits(&got.d), bits(&want.d), "{what}: d");
+                    assert_eq!(bits(&got.dmin), bits(&want.dmin), "{what}: dmin");
                 }
             }
         }

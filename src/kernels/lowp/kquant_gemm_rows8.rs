@@ -42,8 +42,7 @@ pub(super) fn takes(w: &KQuantMatrix, o0: usize, outputs: usize) -> bool {
 #[target_feature(enable = "avx512f,avx512bw")]
 pub(super) unsafe fn fill(w: &KQuantMatrix, un: &mut Panels, o0: usize, outputs: usize, b: usize) {
     let nb = w.cols / QK_K;
-    let block_bytes = if w.ty == GgmlType::Q4_K { 144 } else { 210 };
-    let group_bytes = GROUP * block_bytes;
+    let group_bytes = GROUP * w.block_bytes;
     let data: &[u8] = &w.data;
     let groups = outputs / GROUP;
     // What the panels add to the stored values: Q4_K's nibbles are its values, Q6_K's six

@@ -343,7 +343,8 @@ unsafe fn group_sums_r<const R: usize>(
 ) {
     let stored: &[u8] = &w.data;
     const GROUP_BYTES: usize = GROUP * 144;
-    let base = stored[g * nb * GROUP_BYTES..(g + 1) * nb * GROUP_BYTES].as_ptr();
+    let group = &stored[g * nb * GROUP_BYTES..(g + 1) * nb * GROUP_BYTES];
+    let base = group.as_ptr();
     let low = _mm512_set1_epi8(0x0f);
     let (kmask1, kmask2, kmask3) = (
         _mm256_set1_epi32(0x3f3f_3f3f),
@@ -362,11 +363,8 @@ unsafe fn group_sums_r<const R: usize>(
         unsafe {
             let blk = base.add(b * GROUP_BYTES);
             if b + 2 < nb {
-                // The super-block after next starts coming from memory (a hint).
-                let ahead = blk.add(2 * GROUP_BYTES);
-                for line in (0..GROUP_BYTES).step_by(64) {
-                    _mm_prefetch::<_MM_HINT_T0>(ahead.add(line) as *const i8);
-                }
+                // The super-block after next starts coming from memory.
+                super::prefetch(&group[(b + 2) * GROUP_BYTES..][..GROUP_BYTES]);
             }
             // The packed scale words of the 8 rows, and the scales and minima spread from
             // them as llama.cpp's utmp: lane r bytes [sc0..3], [sc4..7], [m0..3], [m4..7].

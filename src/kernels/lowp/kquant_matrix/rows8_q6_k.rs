@@ -45,7 +45,8 @@ pub(super) unsafe fn sums_r<const R: usize>(
     sums: &mut [[f32; GROUP]; ROW_TILE],
 ) {
     let stored: &[u8] = &w.data;
-    let base = stored[g * nb * GROUP_BYTES..(g + 1) * nb * GROUP_BYTES].as_ptr();
+    let group = &stored[g * nb * GROUP_BYTES..(g + 1) * nb * GROUP_BYTES];
+    let base = group.as_ptr();
     let low = _mm512_set1_epi8(0x0f);
     let (bits01, bits23, bits45) = (
         _mm512_set1_epi8(0x03),
@@ -61,11 +62,8 @@ pub(super) unsafe fn sums_r<const R: usize>(
         unsafe {
             let blk = base.add(b * GROUP_BYTES);
             if b + 2 < nb {
-                // The super-block after next starts coming from memory (a hint).
-                let ahead = blk.add(2 * GROUP_BYTES);
-                for line in (0..GROUP_BYTES).step_by(64) {
-                    _mm_prefetch::<_MM_HINT_T0>(ahead.add(line) as *const i8);
-                }
+                // The super-block after next starts coming from memory.
+                super::prefetch(&group[(b + 2) * GROUP_BYTES..][..GROUP_BYTES]);
             }
             let mut isum = [_mm512_setzero_si512(); R];
             for c in 0..4 {
