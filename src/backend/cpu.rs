@@ -7,7 +7,7 @@ use super::{
     RmsNormStats, Rope, SavedRef, WeightRef, YarnScaling,
 };
 use crate::kernels::{
-    activations as act, attention, dropout, kv_blocks, layer_norm, linear_attention as lin,
+    activations as act, attention, dropout, hadamard, kv_blocks, layer_norm, linear_attention as lin,
     lowp, matmul, reduce, rms_norm, rope as rot, softmax,
 };
 use crate::rng::Rng;
@@ -423,13 +423,21 @@ impl Backend for Cpu {
         lowp::ggml::dequantize_into(ty, data, out)
     }
 
-    #[inline]
-    fn kv_quantise_row(&self, ty: KvType, x: &[f32], out: &mut [u8]) {
-        kv_blocks::quantise_row(ty, x, out)
+    fn kv_quantise_row(&self, ty: KvType, rotation: Option<usize>, x: &[f32], out: &mut [u8]) {
+        match rotation {
+            None => kv_blocks::quantise_row(ty, x, out),
+            Some(n) => {
+                let mut rotated = x.to_vec();
+                hadamard::rotate(&mut rotated, n);
+                kv_blocks::quantise_row(ty, &rotated, out)
+            }
+        }
     }
 
-    #[inline]
-    fn kv_dequantise_row(&self, ty: KvType, bytes: &[u8], out: &mut [f32]) {
-        kv_blocks::dequantise_row(ty, bytes, out)
+    fn kv_dequantise_row(&self, ty: KvType, rotation: Option<usize>, bytes: &[u8], out: &mut [f32]) {
+        kv_blocks::dequantise_row(ty, bytes, out);
+        if let Some(n) = rotation {
+            hadamard::rotate(out, n);
+        }
     }
 }

@@ -65,6 +65,9 @@ pub use crate::kernels::attention::{
 // file's K-quant matrices.
 #[cfg(test)]
 pub use crate::kernels::{attention::TILED_FROM_KEYS, lowp::KQuantMatrix};
+pub use crate::kernels::hadamard::{
+    key_rotation as kv_key_rotation, value_rotation as kv_value_rotation,
+};
 pub use crate::kernels::kv_blocks::{KvType, PackedRows};
 pub use crate::kernels::layer_norm::LayerNormStats;
 pub use crate::kernels::linear_attention::LinearState;
@@ -405,9 +408,11 @@ pub trait Backend {
     /// `out` = the values of the ggml blocks `data` of `ty` (`out.len()` of them).
     fn dequantise_ggml(&self, ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<(), String>;
 
-    /// Packs a KV cache row `x` (whole blocks of `ty`) into `out`.
-    fn kv_quantise_row(&self, ty: KvType, x: &[f32], out: &mut [u8]);
+    /// Packs a KV cache row `x` (whole blocks of `ty`) into `out`, first rotated by `R_n` with
+    /// `rotation` `Some(n)` ([`kv_key_rotation`], [`kv_value_rotation`]).
+    fn kv_quantise_row(&self, ty: KvType, rotation: Option<usize>, x: &[f32], out: &mut [u8]);
 
-    /// Unpacks a KV cache row `bytes` of `ty` into `out`.
-    fn kv_dequantise_row(&self, ty: KvType, bytes: &[u8], out: &mut [f32]);
+    /// Unpacks a KV cache row `bytes` of `ty` into `out`, rotated back with `rotation`
+    /// `Some(n)`.
+    fn kv_dequantise_row(&self, ty: KvType, rotation: Option<usize>, bytes: &[u8], out: &mut [f32]);
 }

@@ -159,7 +159,8 @@ mod tests {
 
     /// Long contexts split in chunks (grouped heads, a shuffled table, rows seeing different
     /// numbers of keys, a soft cap, f32 and packed q8_0 keys and values): the context and the
-    /// weights against float64 loops, and the split chosen on two threads, not on one.
+    /// weights against float64 loops, and the split chosen on two threads, not on one. The
+    /// packed rows are read as rotated ones (`kernels::hadamard`).
     #[test]
     fn split_steps_match_float64_loops() {
         let (batch, heads, kv_heads, d_head, k_len) = (2, 4, 2, 64, 3000);
@@ -199,6 +200,9 @@ mod tests {
                 ty: KvType::Q8_0,
                 bytes,
                 row_bytes: rb,
+                // Read as stored rotated (a row of random values either way): each chunk's
+                // partial sum is rotated back before the chunks combine.
+                rotation: Some(64),
             })
         };
         for softcap in [None, Some(3.0)] {

@@ -108,6 +108,9 @@ pub struct PackedRows<'a> {
     pub ty: KvType,
     pub bytes: &'a [u8],
     pub row_bytes: usize,
+    /// `Some(n)`: each run of `n` values was rotated by `R_n` before packing
+    /// (`super::hadamard`); readers rotate queries, values or sums to match.
+    pub rotation: Option<usize>,
 }
 
 impl<'a> PackedRows<'a> {

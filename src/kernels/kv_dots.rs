@@ -15,14 +15,25 @@
 //! which the packed types shrink, not by the multiply-adds an integer dot product would save.
 //! AVX-512 (with F16C and FMA) where the CPU has it; elsewhere a portable loop that
 //! dequantises a head's slice and reuses the float dot product.
+//!
+//! Rows stored rotated (`PackedRows::rotation`, `super::hadamard`) are met by the rotated
+//! query, `(R q) · deq(pack(R k))`, and the weighted sum of rotated values is rotated back,
+//! `R Σ p_t deq(pack(R v_t))`: what attention over the stored rows means, since `R` is
+//! orthogonal and its own inverse.
 
+use super::hadamard::rotate;
 use super::kv_blocks::{dequantise_row, KvType, PackedRows};
+use std::borrow::Cow;
 use super::lowp::Kernel;
 use super::reduce::lane_dot;
 
-/// The values `at .. at + out.len()` of stored row `r`, unpacked.
+/// The values `at .. at + out.len()` of stored row `r`, unpacked (and rotated back when
+/// stored rotated).
 pub fn head_values(k: PackedRows<'_>, r: u32, at: usize, out: &mut [f32]) {
     dequantise_row(k.ty, k.head(r, at, out.len()), out);
+    if let Some(n) = k.rotation {
+        rotate(out, n);
+    }
 }
 
 /// Whether the AVX-512 kernels run for `kernel`, type `ty` and heads of `d` values.
@@ -44,7 +55,8 @@ fn use_avx512(kernel: Kernel, ty: KvType, d: usize) -> bool {
     }
 }
 
-/// `out[t] = (q · deq(k, rows[t])[at ..][..d]) · scale` for every `t`, `d = q.len()`.
+/// `out[t] = (q · key_t) · scale` for every `t`, `d = q.len()`, `key_t` the values `at ..
+/// at + d` of stored row `rows[t]` as [`head_values`] reads them.
 ///
 /// # Panics
 /// When a key's blocks lie outside `k`, `at` or `d` are not whole blocks, or `out` and `rows`
@@ -67,6 +79,16 @@ pub fn scores(
     if let Some(&last) = rows.iter().max() {
         k.head(last, at, d); // every key's blocks inside k (panics otherwise)
     }
+    // Keys stored rotated meet the rotated query.
+    let q: Cow<'_, [f32]> = match k.rotation {
+        Some(n) => {
+            let mut rq = q.to_vec();
+            rotate(&mut rq, n);
+            Cow::Owned(rq)
+        }
+        None => Cow::Borrowed(q),
+    };
+    let (q, k) = (&q[..], PackedRows { rotation: None, ..k });
     #[cfg(target_arch = "x86_64")]
     if use_avx512(kernel, k.ty, d) {
         // SAFETY: AVX-512F/BW, FMA and F16C (use_avx512); every key's blocks are inside k
@@ -82,7 +104,8 @@ pub fn scores(
     }
 }
 
-/// `out = Σ_t p[t] · deq(v, rows[t])[at ..][..d]`, `d = out.len()`.
+/// `out = Σ_t p[t] · value_t`, `d = out.len()`, `value_t` the values `at .. at + d` of
+/// stored row `rows[t]` as [`head_values`] reads them.
 ///
 /// # Panics
 /// As [`scores`].
@@ -103,9 +126,27 @@ pub fn weighted_sum(
     if let Some(&last) = rows.iter().max() {
         v.head(last, at, d);
     }
+    // The sum of values stored rotated, rotated back.
+    let rotation = v.rotation;
+    let v = PackedRows { rotation: None, ..v };
+    sum_stored(kernel, p, v, (rows, at), out);
+    if let Some(n) = rotation {
+        rotate(out, n);
+    }
+}
+
+/// [`weighted_sum`] of the stored values as they are (`v.rotation` not applied).
+fn sum_stored(
+    kernel: Kernel,
+    p: &[f32],
+    v: PackedRows<'_>,
+    (rows, at): (&[u32], usize),
+    out: &mut [f32],
+) {
+    let d = out.len();
     #[cfg(target_arch = "x86_64")]
     if use_avx512(kernel, v.ty, d) {
-        // SAFETY: as in `scores`.
+        // SAFETY: as in `scores` (the caller checked every value's blocks and the widths).
         unsafe { x86::weighted_sum(p, v, rows, at, out) };
         return;
     }
@@ -298,9 +339,9 @@ mod tests {
     use super::*;
     use crate::rng::Rng;
 
-    /// Scores and weighted sums over every packed type, through a shuffled table and a head at
-    /// a column offset, with each kernel the CPU has: against float64 loops over the
-    /// dequantised values.
+    /// Scores and weighted sums over every packed type, stored plain and rotated (`R_64`),
+    /// through a shuffled table and a head at a column offset, with each kernel the CPU has:
+    /// against float64 loops over the dequantised values (rotated back by llama.cpp's matrix).
     #[test]
     fn packed_products_match_float64_loops_over_dequantised_values() {
         let (stored, d_kv, d, at) = (37, 192, 64, 128);
@@ -313,39 +354,60 @@ mod tests {
         rng.shuffle(&mut rows);
         rows.truncate(29);
         let p: Vec<f32> = (0..rows.len()).map(|t| 1.0 / (t + 2) as f32).collect();
-        for ty in [KvType::F16, KvType::Bf16, KvType::Q8_0, KvType::Q4_0] {
-            let rb = ty.row_bytes(d_kv).unwrap();
-            let mut bytes = vec![0u8; stored * rb];
-            for (r, row) in x.chunks(d_kv).enumerate() {
-                quantise_row(ty, row, &mut bytes[r * rb..(r + 1) * rb]);
-            }
-            let packed = PackedRows {
-                ty,
-                bytes: &bytes,
-                row_bytes: rb,
-            };
-            let deq = |r: u32| {
-                let mut row = vec![0f32; d_kv];
-                dequantise_row(ty, &bytes[r as usize * rb..(r as usize + 1) * rb], &mut row);
-                row[at..at + d].iter().map(|&v| v as f64).collect::<Vec<f64>>()
-            };
-            for kernel in Kernel::ALL.into_iter().filter(|&k| crate::kernels::lowp::cpu_has(k)) {
-                let mut s = vec![0f32; rows.len()];
-                scores(kernel, &q, packed, (&rows, at), 0.125, &mut s);
-                let mut c = vec![0f32; d];
-                weighted_sum(kernel, &p, packed, (&rows, at), &mut c);
-                let mut want_c = vec![0f64; d];
-                for (t, &r) in rows.iter().enumerate() {
-                    let k = deq(r);
-                    let dot: f64 = q.iter().zip(&k).map(|(&a, &b)| a as f64 * b).sum();
-                    let want = dot * 0.125;
-                    assert!((s[t] as f64 - want).abs() < 1e-5, "{ty} {kernel:?}: {} vs {want}", s[t]);
-                    for (w, &v) in want_c.iter_mut().zip(&k) {
-                        *w += p[t] as f64 * v;
+        let h = crate::kernels::hadamard::hadamard_matrix(64);
+        for rotation in [None, Some(64)] {
+            for ty in [KvType::F16, KvType::Bf16, KvType::Q8_0, KvType::Q4_0] {
+                let rb = ty.row_bytes(d_kv).unwrap();
+                let mut bytes = vec![0u8; stored * rb];
+                for (r, row) in x.chunks(d_kv).enumerate() {
+                    let mut row = row.to_vec();
+                    if let Some(n) = rotation {
+                        rotate(&mut row, n);
                     }
+                    quantise_row(ty, &row, &mut bytes[r * rb..(r + 1) * rb]);
                 }
-                for (&got, &want) in c.iter().zip(&want_c) {
-                    assert!((got as f64 - want).abs() < 1e-5, "{ty} {kernel:?}: {got} vs {want}");
+                let packed = PackedRows {
+                    ty,
+                    bytes: &bytes,
+                    row_bytes: rb,
+                    rotation,
+                };
+                // The head's stored values, in float64, rotated back by the matrix.
+                let deq = |r: u32| {
+                    let mut row = vec![0f32; d_kv];
+                    dequantise_row(ty, &bytes[r as usize * rb..(r as usize + 1) * rb], &mut row);
+                    let stored: Vec<f64> = row[at..at + d].iter().map(|&v| v as f64).collect();
+                    match rotation {
+                        None => stored,
+                        Some(n) => (0..d)
+                            .map(|i| (0..n).map(|j| h[i * n + j] * stored[j]).sum())
+                            .collect(),
+                    }
+                };
+                for kernel in Kernel::ALL.into_iter().filter(|&k| crate::kernels::lowp::cpu_has(k)) {
+                    let mut s = vec![0f32; rows.len()];
+                    scores(kernel, &q, packed, (&rows, at), 0.125, &mut s);
+                    let mut c = vec![0f32; d];
+                    weighted_sum(kernel, &p, packed, (&rows, at), &mut c);
+                    let mut want_c = vec![0f64; d];
+                    let mut value = vec![0f32; d];
+                    for (t, &r) in rows.iter().enumerate() {
+                        let k = deq(r);
+                        let dot: f64 = q.iter().zip(&k).map(|(&a, &b)| a as f64 * b).sum();
+                        let want = dot * 0.125;
+                        let what = format!("{ty} {rotation:?} {kernel:?}");
+                        assert!((s[t] as f64 - want).abs() < 1e-5, "{what}: {} vs {want}", s[t]);
+                        head_values(packed, r, at, &mut value);
+                        for (&got, &want) in value.iter().zip(&k) {
+                            assert!((got as f64 - want).abs() < 1e-5, "{what}: {got} vs {want}");
+                        }
+                        for (w, &v) in want_c.iter_mut().zip(&k) {
+                            *w += p[t] as f64 * v;
+                        }
+                    }
+                    for (&got, &want) in c.iter().zip(&want_c) {
+                        assert!((got as f64 - want).abs() < 1e-5, "{ty} {kernel:?}: {got} vs {want}");
+                    }
                 }
             }
         }

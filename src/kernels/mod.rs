@@ -8,6 +8,7 @@ pub mod attention;
 pub mod dropout;
 pub mod flash_attention;
 pub mod flash_decoding;
+pub mod hadamard;
 pub mod key_ranges;
 pub mod kv_blocks;
 pub mod kv_dots;

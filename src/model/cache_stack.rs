@@ -21,20 +21,22 @@ impl<T: Float> CacheStack<T> {
         capacity: usize,
         block_rows: usize,
     ) -> Self {
-        Self::with_types(d_kv, batch, capacity, block_rows, KvTypes::default())
+        let widths = d_kv.into_iter().map(|d| (d, d));
+        Self::with_types(widths, batch, capacity, block_rows, KvTypes::default())
     }
 
-    /// As [`new`](Self::new), keys and values stored as `types`.
+    /// As [`new`](Self::new), keys and values stored as `types`, one cache per `(d_kv,
+    /// d_head)` of `widths` (a layer's key/value width and its heads').
     pub fn with_types(
-        d_kv: impl IntoIterator<Item = usize>,
+        widths: impl IntoIterator<Item = (usize, usize)>,
         batch: usize,
         capacity: usize,
         block_rows: usize,
         types: KvTypes,
     ) -> Self {
-        let caches = d_kv
+        let caches = widths
             .into_iter()
-            .map(|d| KvCache::with_types(batch, capacity, d, block_rows, types))
+            .map(|w| KvCache::with_types(batch, capacity, w, block_rows, types))
             .collect();
         CacheStack { caches }
     }

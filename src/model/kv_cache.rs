@@ -95,22 +95,24 @@ impl<T: Float> KvCache<T> {
     /// `block_rows` positions (at least 1, at most `capacity`). Takes memory only as positions
     /// are appended.
     pub fn new(batch: usize, capacity: usize, d_model: usize, block_rows: usize) -> Self {
-        Self::with_types(batch, capacity, d_model, block_rows, KvTypes::default())
+        Self::with_types(batch, capacity, (d_model, d_model), block_rows, KvTypes::default())
     }
 
     /// As [`new`](Self::new), keys and values stored as `types` (`rows`; packed types need
-    /// `d_model` in whole blocks).
+    /// `d_model` in whole blocks), in heads of `d_head` values (which choose the block types'
+    /// rotations, [`KvTypes::rotations`]).
     pub fn with_types(
         batch: usize,
         capacity: usize,
-        d_model: usize,
+        (d_model, d_head): (usize, usize),
         block_rows: usize,
         types: KvTypes,
     ) -> Self {
         let block_rows = block_rows.clamp(1, capacity.max(1));
+        let (k_rotation, v_rotation) = types.rotations(d_head);
         KvCache {
-            k: StoredRows::new(types.k, d_model),
-            v: StoredRows::new(types.v, d_model),
+            k: StoredRows::new(types.k, d_model, k_rotation),
+            v: StoredRows::new(types.v, d_model, v_rotation),
             table: vec![0; batch * capacity.div_ceil(block_rows)],
             refs: Vec::new(),
             free: Vec::new(),
@@ -475,8 +477,8 @@ impl<T: Float> KvCache<T> {
             && self.refs.iter().all(|&r| r == 1);
         if !in_order && self.len > 0 {
             let (d, cap) = (self.d_model, self.capacity);
-            let mut k = StoredRows::new(self.k.ty(), d);
-            let mut v = StoredRows::new(self.v.ty(), d);
+            let mut k = self.k.new_like(d);
+            let mut v = self.v.new_like(d);
             k.grow(self.batch * cap, d);
             v.grow(self.batch * cap, d);
             for b in 0..self.batch {

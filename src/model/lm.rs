@@ -263,12 +263,12 @@ impl<T: Float> LanguageModel<T> {
         CacheStack::with_types(self.kv_widths(), 0, capacity, block_rows, self.kv_types)
     }
 
-    /// The key/value width of each block's self-attention.
-    fn kv_widths(&self) -> Vec<usize> {
+    /// The key/value width and the head width of each block's self-attention.
+    fn kv_widths(&self) -> Vec<(usize, usize)> {
         self.blocks
             .layers
             .iter()
-            .map(|l| l.self_attn.d_kv())
+            .map(|l| (l.self_attn.d_kv(), l.self_attn.d_head))
             .collect()
     }
 

@@ -1,7 +1,8 @@
 //! A quantised key/value cache (`--cache-type-k/-v`) on a real model: SmolLM2-135M-Instruct's
 //! perplexity on held-out English through a cache of each type, against the exact cache and the
 //! training forward. The deltas stay within what llama.cpp's own cache types cost (its
-//! `llama-perplexity -ctk/-ctv` on the same file; BENCHMARKS.md has both).
+//! `llama-perplexity -ctk/-ctv` on the same file; BENCHMARKS.md has both), the block types
+//! stored rotated as llama.cpp stores them (`kernels::hadamard`).
 
 use std::path::Path;
 use transformer::decode::score::{score_stream, score_stream_through_cache};
@@ -55,7 +56,7 @@ fn smollm2_perplexity_through_each_cache_type() {
         "q8_0: {:+.5}",
         delta(2)
     );
-    // q4_0: +19% on llama.cpp's text (BENCHMARKS.md) against llama.cpp's own +4.1%: an open
-    // discrepancy, bounded here so that it cannot grow unnoticed.
-    assert!(delta(3) > 0.0 && delta(3) < 0.25, "q4_0: {:+.5}", delta(3));
+    // q4_0, stored Hadamard-rotated as llama.cpp stores it: +3.1% here (+5.6% on the text of
+    // BENCHMARKS.md against llama.cpp's +6.7%; unrotated it was +19%).
+    assert!(delta(3) > 0.0 && delta(3) < 0.05, "q4_0: {:+.5}", delta(3));
 }

@@ -10,12 +10,13 @@ use crate::rng::Rng;
 /// One row's keys and values as written, `[positions][d_kv]` each.
 type Written<T> = (Vec<Vec<T>>, Vec<Vec<T>>);
 
-/// `x` packed as `ty` and unpacked, in float64.
-fn through(ty: KvType, x: &[f32]) -> Vec<f64> {
+/// `x` packed as `ty` and unpacked, in float64; with `rotation` `Some(n)`, rotated by `R_n`
+/// before packing and back after unpacking (`kernels::hadamard`).
+fn through(ty: KvType, rotation: Option<usize>, x: &[f32]) -> Vec<f64> {
     let mut bytes = vec![0u8; ty.row_bytes(x.len()).unwrap()];
-    CPU.kv_quantise_row(ty, x, &mut bytes);
+    CPU.kv_quantise_row(ty, rotation, x, &mut bytes);
     let mut back = vec![0f32; x.len()];
-    CPU.kv_dequantise_row(ty, &bytes, &mut back);
+    CPU.kv_dequantise_row(ty, rotation, &bytes, &mut back);
     back.into_iter().map(f64::from).collect()
 }
 
@@ -62,7 +63,10 @@ fn attention_over_a_packed_cache_matches_float64_over_its_values() {
                 .map(|_| rng.uniform_range(-1.5, 1.5) as f32)
                 .collect()
         };
-        let mut cache = KvCache::<f32>::with_types(0, 400, d_kv, block_rows, types);
+        let mut cache = KvCache::<f32>::with_types(0, 400, (d_kv, d_head), block_rows, types);
+        // The block types store rows rotated by R_64 (heads of 64).
+        let (k_rot, v_rot) = types.rotations(d_head);
+        assert_eq!(k_rot.is_some(), matches!(kt, KvType::Q8_0 | KvType::Q4_0));
         // want[b]: row b's keys and values as written, f32 `[positions][d_kv]`
         let mut want: Vec<Written<f32>> = Vec::new();
         for _ in 0..2 {
@@ -90,8 +94,8 @@ fn attention_over_a_packed_cache_matches_float64_over_its_values() {
         let deq: Vec<Written<f64>> = want
             .iter()
             .map(|(k, v)| {
-                let k = k.iter().map(|x| through(kt, x)).collect();
-                let v = v.iter().map(|x| through(vt, x)).collect();
+                let k = k.iter().map(|x| through(kt, k_rot, x)).collect();
+                let v = v.iter().map(|x| through(vt, v_rot, x)).collect();
                 (k, v)
             })
             .collect();

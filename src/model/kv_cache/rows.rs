@@ -3,8 +3,11 @@
 //! the model's type (`f32`, the exact default), or packed (`f16`, `bf16`, `q8_0`, `q4_0`), each
 //! row `d / block_values` blocks. A row is packed once, when its position is written; every
 //! later read (the step kernel through `kernels::kv_dots`, a dense copy for matrix products)
-//! sees its unpacked values `deq(pack(x))`.
+//! sees its unpacked values `deq(pack(x))`. The block types `q8_0` and `q4_0` store a row
+//! rotated as llama.cpp does (`kernels::hadamard`: `R deq(pack(R x))` is read back, the same
+//! attention with a smaller quantisation error).
 
+use crate::backend::{kv_key_rotation, kv_value_rotation};
 use crate::backend::{Backend, KvSlice, KvType, PackedRows, CPU};
 use crate::Float;
 use std::borrow::Cow;
@@ -27,6 +30,14 @@ impl KvTypes {
     /// float being `float_bytes` wide.
     pub fn position_bytes(&self, d_kv: usize, float_bytes: usize) -> f64 {
         d_kv as f64 * (self.k.bytes_per_value(float_bytes) + self.v.bytes_per_value(float_bytes))
+    }
+
+    /// The rotations (`kernels::hadamard`) of keys and values stored in heads of `d_head`.
+    pub fn rotations(&self, d_head: usize) -> (Option<usize>, Option<usize>) {
+        (
+            kv_key_rotation(self.k, d_head),
+            kv_value_rotation(self.v, d_head),
+        )
     }
 
     /// `Err` naming the type and width when a head of `d_head` values (or a row of `d_kv`) is
@@ -60,12 +71,15 @@ pub enum StoredRows<T> {
         ty: KvType,
         row_bytes: usize,
         bytes: Vec<u8>,
+        /// `Some(n)`: rows stored rotated by `R_n` (`kernels::hadamard`).
+        rotation: Option<usize>,
     },
 }
 
 impl<T: Float> StoredRows<T> {
-    /// No rows yet, of type `ty` and width `d` (whole blocks of `ty`).
-    pub fn new(ty: KvType, d: usize) -> Self {
+    /// No rows yet, of type `ty` and width `d` (whole blocks of `ty`), packed rows stored
+    /// rotated by `R_n` with `rotation` `Some(n)` (`n` dividing `d`).
+    pub fn new(ty: KvType, d: usize, rotation: Option<usize>) -> Self {
         match ty {
             KvType::F32 => StoredRows::Float(Vec::new()),
             ty => StoredRows::Packed {
@@ -74,7 +88,18 @@ impl<T: Float> StoredRows<T> {
                     .row_bytes(d)
                     .unwrap_or_else(|| panic!("rows of {d} values are not whole {ty} blocks")),
                 bytes: Vec::new(),
+                rotation: rotation.inspect(|n| {
+                    assert!(d.is_multiple_of(*n), "a rotation of {n} over rows of {d}")
+                }),
             },
+        }
+    }
+
+    /// No rows yet, stored as `self` stores them (type, width `d`, rotation).
+    pub fn new_like(&self, d: usize) -> Self {
+        match self {
+            StoredRows::Float(_) => StoredRows::Float(Vec::new()),
+            StoredRows::Packed { ty, rotation, .. } => Self::new(*ty, d, *rotation),
         }
     }
 
@@ -117,13 +142,14 @@ impl<T: Float> StoredRows<T> {
                 ty,
                 row_bytes,
                 bytes,
+                rotation,
             } => {
                 let out = &mut bytes[r * *row_bytes..(r + 1) * *row_bytes];
                 match T::as_f32(x) {
-                    Some(x) => CPU.kv_quantise_row(*ty, x, out),
+                    Some(x) => CPU.kv_quantise_row(*ty, *rotation, x, out),
                     None => {
                         let x: Vec<f32> = x.iter().map(|v| v.f64() as f32).collect();
-                        CPU.kv_quantise_row(*ty, &x, out)
+                        CPU.kv_quantise_row(*ty, *rotation, &x, out)
                     }
                 }
             }
@@ -138,9 +164,11 @@ impl<T: Float> StoredRows<T> {
                 ty,
                 row_bytes,
                 bytes,
+                rotation,
             } => {
                 let mut x = vec![0f32; d];
-                CPU.kv_dequantise_row(*ty, &bytes[r * row_bytes..(r + 1) * row_bytes], &mut x);
+                let row = &bytes[r * row_bytes..(r + 1) * row_bytes];
+                CPU.kv_dequantise_row(*ty, *rotation, row, &mut x);
                 Cow::Owned(x.into_iter().map(|v| T::of(v as f64)).collect())
             }
         }
@@ -173,10 +201,12 @@ impl<T: Float> StoredRows<T> {
                 ty,
                 row_bytes,
                 bytes,
+                rotation,
             } => KvSlice::Packed(PackedRows {
                 ty: *ty,
                 bytes,
                 row_bytes: *row_bytes,
+                rotation: *rotation,
             }),
         }
     }
