@@ -41,6 +41,8 @@ pub(super) mod blocks32_gemm;
 mod q5_groups;
 pub(super) mod rows8;
 #[cfg(target_arch = "x86_64")]
+mod rows8_avx2;
+#[cfg(target_arch = "x86_64")]
 mod rows8_q6_k;
 #[cfg(target_arch = "x86_64")]
 mod superblocks;
@@ -57,7 +59,7 @@ pub struct KQuantMatrix {
     block: usize,
     block_bytes: usize,
     /// `[rows, cols / block, block_bytes]` as stored, `Q5_0` / `Q5_1` regrouped by eight
-    /// blocks (`q5_groups`), `Q4_K` and `Q6_K` on AVX-512 VNNI CPUs with their rows
+    /// blocks (`q5_groups`), `Q4_K` and `Q6_K` on AVX-512 VNNI and AVX2 CPUs with their rows
     /// interleaved by eight (`rows8`; the first `grouped_rows` rows).
     data: RawBytes,
     /// Rows held interleaved by eight (`rows8`); 0 when the file's layout is kept.
@@ -68,16 +70,16 @@ use activations::{quantize_q8_0, quantize_q8_k, ActFormat};
 pub use activations::KQuantActs;
 
 /// Whether [`KQuantMatrix::from_ggml`] holds its own copy of a tensor of `ty` (`Q5_0` /
-/// `Q5_1` regrouped, `Q4_K` / `Q6_K` interleaved by eight on AVX-512 VNNI CPUs) rather than the
+/// `Q5_1` regrouped, `Q4_K` / `Q6_K` interleaved by eight on AVX-512 VNNI and AVX2 CPUs) rather than the
 /// bytes it was given.
 pub fn copies_blocks(ty: GgmlType) -> bool {
     q5_groups::regrouped(ty) || interleaves_here(ty)
 }
 
 /// Whether [`KQuantMatrix::from_ggml`] interleaves the rows of `ty` by eight on this CPU (into
-/// a copy: AVX-512 VNNI CPUs, `Q4_K` and `Q6_K`).
+/// a copy: `Q4_K` and `Q6_K` on AVX-512 VNNI or AVX2 CPUs).
 fn interleaves_here(ty: GgmlType) -> bool {
-    rows8::interleaves(ty) && super::has_vnni()
+    rows8::interleaves(ty) && (super::has_vnni() || super::has_avx2())
 }
 
 /// Whether [`KQuantMatrix`] multiplies blocks of `ty`.
@@ -258,7 +260,7 @@ impl KQuantMatrix {
 
     /// [`from_ggml`](Self::from_ggml), with `Q4_K`'s and `Q6_K`'s rows interleaved by eight
     /// (into a copy of the same size, whole groups of eight rows interleaved, the rows after
-    /// them as stored; the decoding kernels of AVX-512 VNNI CPUs read them so) when
+    /// them as stored; the interleaved kernels of AVX-512 VNNI and AVX2 CPUs read them so) when
     /// `interleave` is set; a copy even when there is no whole group, so that the caller
     /// knows from the type alone ([`copies_blocks`]) that the given bytes are let go.
     pub fn from_ggml_laid_out(

@@ -435,15 +435,15 @@ impl PackedWeight {
                 block_gemm::product(w, kernel, y, x, rows)
             }
             PackedWeight::Blocks(w) => product_with(w, kernel, y, x, rows),
-            // Decoding steps of interleaved Q4_K rows: eight rows a pass (the row kernel's
-            // bits).
+            // Interleaved Q4_K / Q6_K rows, eight a pass (the row kernel's bits): with AVX-512,
+            // decoding steps (more rows take its GEMM); with AVX2, every product.
             #[cfg(target_arch = "x86_64")]
             PackedWeight::KQuants(w)
                 if w.is_interleaved()
-                    && kernel == Kernel::Avx512
-                    && (rows < kquant_matrix::gemm_avx512::MIN_ROWS || std::env::var_os("R8ALL").is_some()) =>
+                    && (kernel == Kernel::Avx512 && rows < kquant_matrix::gemm_avx512::MIN_ROWS
+                        || kernel == Kernel::Avx2) =>
             {
-                kquant_matrix::rows8::product(w, y, x, rows)
+                kquant_matrix::rows8::product(w, kernel, y, x, rows)
             }
             // Many rows: the K-quants' register-tiled GEMM (the row kernel's bits).
             #[cfg(target_arch = "x86_64")]

@@ -33,7 +33,7 @@ use std::arch::x86_64::*;
 /// Rows a group interleaves.
 pub(super) const GROUP: usize = 8;
 /// Bytes of the expanded activations of one super-block (4 chunks × 4 vectors × 2 halves × 64).
-const ACT_BYTES: usize = 2048;
+pub(super) const ACT_BYTES: usize = 2048;
 /// Where `Q4_K`'s interleaved nibbles start.
 pub(super) const Q4_K_QS: usize = 128;
 /// Where `Q6_K`'s interleaved low four bits (`ql`) and top two bits (`qh`) start.
@@ -211,18 +211,27 @@ impl ExpandedActs {
 }
 
 /// `y [rows, d_out] = x [rows, d_in] · Wᵀ` of a matrix laid out by [`interleave`], with the
-/// AVX-512 VNNI kernel for the groups (tiles of up to `ROW_TILE` activation rows) and the
-/// matrix's AVX-512 row kernel for the rows after them; for the few rows of decoding steps
-/// (more take the GEMM).
+/// AVX-512 VNNI kernel (`kernel` AVX-512) or the AVX2 one (`rows8_avx2`) for the groups
+/// (tiles of up to `ROW_TILE` activation rows) and the matrix's row kernel for the rows after
+/// them. AVX-512 takes it for the few rows of decoding steps (more take its GEMM); AVX2 for
+/// every product (the group's bytes stay in cache from one row tile to the next).
 ///
 /// # Panics
-/// Unless the CPU has AVX-512F/BW/VL and VNNI, `w` is interleaved and the operands' sizes fit.
+/// Unless the CPU has `kernel`'s features (AVX-512F/BW/VL and VNNI; AVX2, FMA and F16C), `w`
+/// is interleaved and the operands' sizes fit.
 #[cfg(target_arch = "x86_64")]
-pub(in crate::kernels::lowp) fn product(w: &KQuantMatrix, y: &mut [f32], x: &[f32], rows: usize) {
-    use crate::kernels::lowp::{Kernel, PackedFormat};
+pub(in crate::kernels::lowp) fn product(
+    w: &KQuantMatrix,
+    kernel: crate::kernels::lowp::Kernel,
+    y: &mut [f32],
+    x: &[f32],
+    rows: usize,
+) {
+    use crate::kernels::lowp::{has_avx2, has_vnni, Kernel, PackedFormat};
+    let vnni = kernel == Kernel::Avx512;
     assert!(
-        crate::kernels::lowp::has_vnni() && w.grouped_rows > 0,
-        "the interleaved product needs AVX-512 VNNI and an interleaved matrix"
+        w.grouped_rows > 0 && if vnni { has_vnni() } else { kernel == Kernel::Avx2 && has_avx2() },
+        "the interleaved product needs an interleaved matrix and AVX-512 VNNI or AVX2"
     );
     assert!(x.len() == rows * w.cols && y.len() == rows * w.rows, "operand sizes");
     let acts = w.quantize(x, rows);
@@ -238,9 +247,16 @@ pub(in crate::kernels::lowp) fn product(w: &KQuantMatrix, y: &mut [f32], x: &[f3
             for r0 in (0..rows).step_by(ROW_TILE) {
                 let n = ROW_TILE.min(rows - r0);
                 let mut sums = [[0f32; GROUP]; ROW_TILE];
-                // SAFETY: has_vnni was asserted; group g < groups of nb super-blocks exists
-                // in w.data; `expanded` and `acts` hold rows r0 .. r0 + n of nb super-blocks.
-                unsafe { group_sums(w, &acts, &expanded, (r0, n), g, nb, &mut sums) };
+                // SAFETY: the kernel's features were asserted; group g < groups of nb
+                // super-blocks exists in w.data; `expanded` and `acts` hold rows r0 .. r0 + n
+                // of nb super-blocks.
+                unsafe {
+                    if vnni {
+                        group_sums(w, &acts, &expanded, (r0, n), g, nb, &mut sums)
+                    } else {
+                        super::rows8_avx2::group_sums(w, &acts, &expanded, (r0, n), g, nb, &mut sums)
+                    }
+                };
                 for (i, s) in sums.iter().enumerate().take(n) {
                     // SAFETY: y is [rows, d_out] (asserted); outputs 8g .. 8g + 8 of row
                     // r0 + i are this task's alone, and y outlives the loop.
@@ -263,7 +279,7 @@ pub(in crate::kernels::lowp) fn product(w: &KQuantMatrix, y: &mut [f32], x: &[f3
     for o in w.grouped_rows..d_out {
         for r0 in (0..rows).step_by(ROW_TILE) {
             let n = ROW_TILE.min(rows - r0);
-            w.tile(Kernel::Avx512, &acts, o, r0, &mut one[..n]);
+            w.tile(kernel, &acts, o, r0, &mut one[..n]);
             for (i, v) in one[..n].iter().enumerate() {
                 y[(r0 + i) * d_out + o] = *v;
             }
@@ -522,9 +538,9 @@ mod tests {
         }
     }
 
-    /// Interleaved rows give the file layout's products bit for bit, on every kernel, for any
-    /// number of activation rows (the decoding kernel's 1–7 in tiles of four, the GEMM's 8 and
-    /// more) and weight rows (whole groups and the rows after them).
+    /// Interleaved rows give the file layout's products bit for bit, on every kernel (AVX2's
+    /// and AVX-512 VNNI's interleaved kernels), for any number of activation rows (tiles of
+    /// four; AVX-512's GEMM from 8) and weight rows (whole groups and the rows after them).
     #[test]
     fn interleaved_rows_give_the_file_layouts_bits() {
         let mut seed = 7;
@@ -547,7 +563,7 @@ mod tests {
                 if has_vnni() {
                     kernels.push(Kernel::Avx512);
                 } else {
-                    eprintln!("no AVX-512 VNNI: the interleaved decoding kernels are not run here");
+                    eprintln!("no AVX-512 VNNI: the interleaved VNNI kernels are not run here");
                 }
                 for rows in 1..=9 {
                     let x: Vec<f32> = (0..rows * cols)
