@@ -303,6 +303,36 @@ impl Out {
     }
 }
 
+/// The 6-bit scales and minima of the eight rows of the interleaved `Q4_K` super-block at
+/// `blk`, spread from its packed scale words as llama.cpp's `utmp`: lane `r` of the four
+/// vectors holds bytes `[sc0..3]`, `[sc4..7]`, `[m0..3]`, `[m4..7]` of row `r`.
+///
+/// # Safety
+/// AVX2; `blk` points at a whole interleaved `Q4_K` super-block.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) unsafe fn q4_k_scales_and_minima(blk: *const u8) -> [__m256i; 4] {
+    // SAFETY (caller): the three 32-byte words lie at 32 .. 128 of the super-block.
+    unsafe {
+        let (kmask1, kmask2, kmask3) = (
+            _mm256_set1_epi32(0x3f3f_3f3f),
+            _mm256_set1_epi32(0x0f0f_0f0f),
+            _mm256_set1_epi32(0x0303_0303),
+        );
+        let word = |k: usize| _mm256_loadu_si256(blk.add(32 + 32 * k) as *const __m256i);
+        let (w0, w1, w2) = (word(0), word(1), word(2));
+        let top = |x: __m256i| {
+            _mm256_slli_epi32::<4>(_mm256_and_si256(_mm256_srli_epi32::<6>(x), kmask3))
+        };
+        [
+            _mm256_and_si256(w0, kmask1),
+            _mm256_or_si256(_mm256_and_si256(w2, kmask2), top(w0)),
+            _mm256_and_si256(w1, kmask1),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32::<4>(w2), kmask2), top(w1)),
+        ]
+    }
+}
+
 /// `sums[i][k] = w_{8g+k} · x_{r0+i}` for `i < n`, `k < 8`: the kernel of the matrix's type
 /// (`Q4_K` here, `Q6_K` in `rows8_q6_k`) for `R = n` activation rows.
 ///
@@ -362,11 +392,6 @@ unsafe fn group_sums_r<const R: usize>(
     let group = &stored[g * nb * GROUP_BYTES..(g + 1) * nb * GROUP_BYTES];
     let base = group.as_ptr();
     let low = _mm512_set1_epi8(0x0f);
-    let (kmask1, kmask2, kmask3) = (
-        _mm256_set1_epi32(0x3f3f_3f3f),
-        _mm256_set1_epi32(0x0f0f_0f0f),
-        _mm256_set1_epi32(0x0303_0303),
-    );
     let byte = _mm512_set1_epi32(0xff);
     // Lanes 2r of a pair-sum vector, gathered into 8 lanes.
     let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
@@ -382,18 +407,7 @@ unsafe fn group_sums_r<const R: usize>(
                 // The super-block after next starts coming from memory.
                 super::prefetch(&group[(b + 2) * GROUP_BYTES..][..GROUP_BYTES]);
             }
-            // The packed scale words of the 8 rows, and the scales and minima spread from
-            // them as llama.cpp's utmp: lane r bytes [sc0..3], [sc4..7], [m0..3], [m4..7].
-            let word = |k: usize| _mm256_loadu_si256(blk.add(32 + 32 * k) as *const __m256i);
-            let (w0, w1, w2) = (word(0), word(1), word(2));
-            let top = |x: __m256i| _mm256_slli_epi32::<4>(_mm256_and_si256(_mm256_srli_epi32::<6>(x), kmask3));
-            let sc_lo = _mm256_and_si256(w0, kmask1);
-            let sc_hi = _mm256_or_si256(_mm256_and_si256(w2, kmask2), top(w0));
-            let m_lo = _mm256_and_si256(w1, kmask1);
-            let m_hi = _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi32::<4>(w2), kmask2),
-                top(w1),
-            );
+            let [sc_lo, sc_hi, m_lo, m_hi] = q4_k_scales_and_minima(blk);
             // Scale of sub-block s in lane L (row L mod 8).
             let (sc_lo, sc_hi) = (_mm512_broadcast_i64x4(sc_lo), _mm512_broadcast_i64x4(sc_hi));
             let scale = |s: usize| {

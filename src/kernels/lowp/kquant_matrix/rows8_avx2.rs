@@ -60,6 +60,19 @@ pub(super) unsafe fn group_sums(
     }
 }
 
+/// Super-blocks the kernels prefetch ahead of the one they multiply.
+const AHEAD: usize = 2;
+
+/// Starts the super-block [`AHEAD`] after the one at byte `at` of `stored` coming from memory
+/// (a hint; the groups lie one after the other, so past a group's end it is the next
+/// group's), unless it lies past the matrix.
+#[inline(always)]
+fn prefetch_ahead(stored: &[u8], at: usize, block: usize) {
+    if let Some(next) = stored.get(at + AHEAD * block..at + (AHEAD + 1) * block) {
+        super::prefetch(next);
+    }
+}
+
 /// The two 32-byte halves of the 64-byte vector at `p`.
 ///
 /// # Safety
@@ -95,11 +108,6 @@ unsafe fn q4_k_sums<const R: usize>(
     let group = &stored[g * nb * GROUP_BYTES..(g + 1) * nb * GROUP_BYTES];
     let base = group.as_ptr();
     let low = _mm256_set1_epi8(0x0f);
-    let (kmask1, kmask2, kmask3) = (
-        _mm256_set1_epi32(0x3f3f_3f3f),
-        _mm256_set1_epi32(0x0f0f_0f0f),
-        _mm256_set1_epi32(0x0303_0303),
-    );
     let even_bytes = _mm256_set1_epi32(0x00ff_00ff);
     // Byte k of each lane into both i16 halves of the lane (vpshufb, within 128-bit halves).
     let spread = |k: i8| {
@@ -118,17 +126,8 @@ unsafe fn q4_k_sums<const R: usize>(
         // ((r0 + r) · nb + b) · 8, its scale at (r0 + r) · nb + b.
         unsafe {
             let blk = base.add(b * GROUP_BYTES);
-            if b + 2 < nb {
-                super::prefetch(&group[(b + 2) * GROUP_BYTES..][..GROUP_BYTES]);
-            }
-            // Lane r: bytes [sc0..3], [sc4..7], [m0..3], [m4..7] of row r (llama.cpp's utmp).
-            let word = |k: usize| _mm256_loadu_si256(blk.add(32 + 32 * k) as *const __m256i);
-            let (w0, w1, w2) = (word(0), word(1), word(2));
-            let top = |x: __m256i| _mm256_slli_epi32::<4>(_mm256_and_si256(_mm256_srli_epi32::<6>(x), kmask3));
-            let sc_lo = _mm256_and_si256(w0, kmask1);
-            let sc_hi = _mm256_or_si256(_mm256_and_si256(w2, kmask2), top(w0));
-            let m_lo = _mm256_and_si256(w1, kmask1);
-            let m_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32::<4>(w2), kmask2), top(w1));
+            prefetch_ahead(stored, (g * nb + b) * GROUP_BYTES, GROUP_BYTES);
+            let [sc_lo, sc_hi, m_lo, m_hi] = super::rows8::q4_k_scales_and_minima(blk);
             // (sc_{r,s}, sc_{r,s}) as i16 in lane r.
             let scale = |s: usize| _mm256_shuffle_epi8(if s < 4 { sc_lo } else { sc_hi }, spreads[s % 4]);
             // (m_{4q}, m_{4q+2}) and (m_{4q+1}, m_{4q+3}) as i16 in lane r.
@@ -231,9 +230,7 @@ unsafe fn q6_k_sums<const R: usize>(
         // ((r0 + r) · nb + b) · 16 of `acts.bsums`.
         unsafe {
             let blk = base.add(b * GROUP_BYTES);
-            if b + 2 < nb {
-                super::prefetch(&group[(b + 2) * GROUP_BYTES..][..GROUP_BYTES]);
-            }
+            prefetch_ahead(stored, (g * nb + b) * GROUP_BYTES, GROUP_BYTES);
             // Group s's signed scales as (sc, sc) i16 in lane r; and groups (2q, 2q + 1)'s as
             // (sc_{r,2q}, sc_{r,2q+1}) for the taken term.
             let scale = |s: usize| {
