@@ -13,8 +13,8 @@
 //! cache equals attention over its dequantised values up to f32 rounding. A step reads each
 //! cached byte once and does a few operations per value: it is bound by reading the cache,
 //! which the packed types shrink, not by the multiply-adds an integer dot product would save.
-//! AVX-512 (with F16C and FMA) where the CPU has it; elsewhere a portable loop that
-//! dequantises a head's slice and reuses the float dot product.
+//! AVX-512 (with F16C and FMA) where the CPU has it, else AVX2 (eight values a register);
+//! elsewhere a portable loop that dequantises a head's slice and reuses the float dot product.
 //!
 //! Rows stored rotated (`PackedRows::rotation`, `super::hadamard`) are met by the rotated
 //! query, `(R q) · deq(pack(R k))`, and the weighted sum of rotated values is rotated back,
@@ -33,6 +33,25 @@ pub fn head_values(k: PackedRows<'_>, r: u32, at: usize, out: &mut [f32]) {
     dequantise_row(k.ty, k.head(r, at, out.len()), out);
     if let Some(n) = k.rotation {
         rotate(out, n);
+    }
+}
+
+/// Whether the AVX2 kernels run for `kernel` (AVX2 or AVX-512 without the AVX-512 path),
+/// type `ty` and heads of `d` values.
+fn use_avx2(kernel: Kernel, ty: KvType, d: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        kernel != Kernel::Portable
+            && ty != KvType::F32
+            && d.is_multiple_of(8)
+            && is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (kernel, ty, d);
+        false
     }
 }
 
@@ -96,6 +115,13 @@ pub fn scores(
         unsafe { x86::scores(q, k, rows, at, scale, out) };
         return;
     }
+    #[cfg(target_arch = "x86_64")]
+    if use_avx2(kernel, k.ty, d) {
+        // SAFETY: AVX2, FMA and F16C (use_avx2); every key's blocks are inside k (checked
+        // above) and d is a multiple of 8.
+        unsafe { x86_avx2::scores(q, k, rows, at, scale, out) };
+        return;
+    }
     let _ = kernel;
     let mut key = vec![0f32; d];
     for (s, &r) in out.iter_mut().zip(rows) {
@@ -148,6 +174,12 @@ fn sum_stored(
     if use_avx512(kernel, v.ty, d) {
         // SAFETY: as in `scores` (the caller checked every value's blocks and the widths).
         unsafe { x86::weighted_sum(p, v, rows, at, out) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if use_avx2(kernel, v.ty, d) {
+        // SAFETY: as in `scores`, with AVX2 and d a multiple of 8.
+        unsafe { x86_avx2::weighted_sum(p, v, rows, at, out) };
         return;
     }
     out.fill(0.0);
@@ -332,6 +364,11 @@ mod x86 {
         }
     }
 }
+
+/// The AVX2 kernels (`x86`'s, eight values a register).
+#[cfg(target_arch = "x86_64")]
+#[path = "kv_dots_avx2.rs"]
+mod x86_avx2;
 
 #[cfg(test)]
 mod tests {
