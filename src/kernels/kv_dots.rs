@@ -192,6 +192,21 @@ fn sum_stored(
     }
 }
 
+/// `$kernel::<U>(args)` with `U` the unpacking of the packed type `$ty` (`F16`, `Bf16`, `Q8`,
+/// `Q4`: each kernel module's own), for the AVX-512 and AVX2 kernels alike.
+#[cfg(target_arch = "x86_64")]
+macro_rules! by_kv_type {
+    ($ty:expr, $kernel:ident($($arg:expr),*)) => {
+        match $ty {
+            KvType::F16 => $kernel::<F16>($($arg),*),
+            KvType::Bf16 => $kernel::<Bf16>($($arg),*),
+            KvType::Q8_0 => $kernel::<Q8>($($arg),*),
+            KvType::Q4_0 => $kernel::<Q4>($($arg),*),
+            KvType::F32 => unreachable!("f32 keys and values are floats, not packed"),
+        }
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::super::kv_blocks::{KvType, PackedRows};
@@ -279,13 +294,7 @@ mod x86 {
     ) {
         // SAFETY: passed on from the caller.
         unsafe {
-            match k.ty {
-                KvType::F16 => scores_as::<F16>(q, k, rows, at, scale, out),
-                KvType::Bf16 => scores_as::<Bf16>(q, k, rows, at, scale, out),
-                KvType::Q8_0 => scores_as::<Q8>(q, k, rows, at, scale, out),
-                KvType::Q4_0 => scores_as::<Q4>(q, k, rows, at, scale, out),
-                KvType::F32 => unreachable!("f32 keys are floats"),
-            }
+            by_kv_type!(k.ty, scores_as(q, k, rows, at, scale, out))
         }
     }
 
@@ -323,13 +332,7 @@ mod x86 {
     ) {
         // SAFETY: passed on from the caller.
         unsafe {
-            match v.ty {
-                KvType::F16 => weighted_sum_as::<F16>(p, v, rows, at, out),
-                KvType::Bf16 => weighted_sum_as::<Bf16>(p, v, rows, at, out),
-                KvType::Q8_0 => weighted_sum_as::<Q8>(p, v, rows, at, out),
-                KvType::Q4_0 => weighted_sum_as::<Q4>(p, v, rows, at, out),
-                KvType::F32 => unreachable!("f32 values are floats"),
-            }
+            by_kv_type!(v.ty, weighted_sum_as(p, v, rows, at, out))
         }
     }
 

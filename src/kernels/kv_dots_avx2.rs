@@ -86,13 +86,7 @@ pub(super) unsafe fn scores(
 ) {
     // SAFETY: passed on from the caller.
     unsafe {
-        match k.ty {
-            KvType::F16 => scores_as::<F16>(q, k, rows, at, scale, out),
-            KvType::Bf16 => scores_as::<Bf16>(q, k, rows, at, scale, out),
-            KvType::Q8_0 => scores_as::<Q8>(q, k, rows, at, scale, out),
-            KvType::Q4_0 => scores_as::<Q4>(q, k, rows, at, scale, out),
-            KvType::F32 => unreachable!("f32 keys are floats"),
-        }
+        by_kv_type!(k.ty, scores_as(q, k, rows, at, scale, out))
     }
 }
 
@@ -133,13 +127,7 @@ pub(super) unsafe fn weighted_sum(
 ) {
     // SAFETY: passed on from the caller.
     unsafe {
-        match v.ty {
-            KvType::F16 => weighted_sum_as::<F16>(p, v, rows, at, out),
-            KvType::Bf16 => weighted_sum_as::<Bf16>(p, v, rows, at, out),
-            KvType::Q8_0 => weighted_sum_as::<Q8>(p, v, rows, at, out),
-            KvType::Q4_0 => weighted_sum_as::<Q4>(p, v, rows, at, out),
-            KvType::F32 => unreachable!("f32 values are floats"),
-        }
+        by_kv_type!(v.ty, weighted_sum_as(p, v, rows, at, out))
     }
 }
 

@@ -333,6 +333,29 @@ pub(super) unsafe fn q4_k_scales_and_minima(blk: *const u8) -> [__m256i; 4] {
     }
 }
 
+/// A group's kernel for its type and `n` activation rows: `$q4_k::<R>` or `$q6_k::<R>` (each
+/// generic over the rows `R`, 1 to `ROW_TILE`) called with `R = n` on the tuple `$args`
+/// (`(w, acts, expanded, r0, g, nb, sums)`); the VNNI and AVX2 kernel families both dispatch
+/// through it.
+macro_rules! by_type_and_rows {
+    ($ty:expr, $n:expr, $q4_k:ident, $q6_k:ident, $args:expr) => {{
+        let (w, acts, expanded, r0, g, nb, sums) = $args;
+        let q4_k = matches!($ty, $crate::kernels::lowp::ggml::GgmlType::Q4_K);
+        match (q4_k, $n) {
+            (true, 1) => $q4_k::<1>(w, acts, expanded, r0, g, nb, sums),
+            (true, 2) => $q4_k::<2>(w, acts, expanded, r0, g, nb, sums),
+            (true, 3) => $q4_k::<3>(w, acts, expanded, r0, g, nb, sums),
+            (true, _) => $q4_k::<4>(w, acts, expanded, r0, g, nb, sums),
+            (false, 1) => $q6_k::<1>(w, acts, expanded, r0, g, nb, sums),
+            (false, 2) => $q6_k::<2>(w, acts, expanded, r0, g, nb, sums),
+            (false, 3) => $q6_k::<3>(w, acts, expanded, r0, g, nb, sums),
+            (false, _) => $q6_k::<4>(w, acts, expanded, r0, g, nb, sums),
+        }
+    }};
+}
+#[cfg(target_arch = "x86_64")]
+pub(super) use by_type_and_rows;
+
 /// `sums[i][k] = w_{8g+k} · x_{r0+i}` for `i < n`, `k < 8`: the kernel of the matrix's type
 /// (`Q4_K` here, `Q6_K` in `rows8_q6_k`) for `R = n` activation rows.
 ///
@@ -352,23 +375,9 @@ unsafe fn group_sums(
     sums: &mut [[f32; GROUP]; ROW_TILE],
 ) {
     use super::rows8_q6_k::sums_r as q6_k_sums_r;
-    macro_rules! by_rows {
-        ($kernel:ident) => {
-            match n {
-                1 => $kernel::<1>(w, acts, expanded, r0, g, nb, sums),
-                2 => $kernel::<2>(w, acts, expanded, r0, g, nb, sums),
-                3 => $kernel::<3>(w, acts, expanded, r0, g, nb, sums),
-                _ => $kernel::<4>(w, acts, expanded, r0, g, nb, sums),
-            }
-        };
-    }
+    let args = (w, acts, expanded, r0, g, nb, sums);
     // SAFETY: the caller's contract, passed on with R = n.
-    unsafe {
-        match w.ty {
-            GgmlType::Q4_K => by_rows!(group_sums_r),
-            _ => by_rows!(q6_k_sums_r),
-        }
-    }
+    unsafe { by_type_and_rows!(w.ty, n, group_sums_r, q6_k_sums_r, args) }
 }
 
 /// [`group_sums`] of `Q4_K` for `R` activation rows.

@@ -19,9 +19,8 @@
 //! The integer sums are those of the VNNI kernels (exact), and the f32 steps theirs in their
 //! order, so every output is the portable kernel's bit for bit.
 
-use super::rows8::{ExpandedActs, ACT_BYTES, GROUP, Q4_K_QS, Q6_K_QH, Q6_K_QL};
+use super::rows8::{by_type_and_rows, ExpandedActs, ACT_BYTES, GROUP, Q4_K_QS, Q6_K_QH, Q6_K_QL};
 use super::{KQuantActs, KQuantMatrix};
-use crate::kernels::lowp::ggml::GgmlType;
 use crate::kernels::lowp::ROW_TILE;
 use std::arch::x86_64::*;
 
@@ -41,23 +40,9 @@ pub(super) unsafe fn group_sums(
     nb: usize,
     sums: &mut [[f32; GROUP]; ROW_TILE],
 ) {
-    macro_rules! by_rows {
-        ($kernel:ident) => {
-            match n {
-                1 => $kernel::<1>(w, acts, expanded, r0, g, nb, sums),
-                2 => $kernel::<2>(w, acts, expanded, r0, g, nb, sums),
-                3 => $kernel::<3>(w, acts, expanded, r0, g, nb, sums),
-                _ => $kernel::<4>(w, acts, expanded, r0, g, nb, sums),
-            }
-        };
-    }
+    let args = (w, acts, expanded, r0, g, nb, sums);
     // SAFETY: the caller's contract, passed on with R = n.
-    unsafe {
-        match w.ty {
-            GgmlType::Q4_K => by_rows!(q4_k_sums),
-            _ => by_rows!(q6_k_sums),
-        }
-    }
+    unsafe { by_type_and_rows!(w.ty, n, q4_k_sums, q6_k_sums, args) }
 }
 
 /// Super-blocks the kernels prefetch ahead of the one they multiply.
