@@ -258,10 +258,23 @@ impl<T: Float> MultiHeadAttention<T> {
 
     /// The same layer with per-head query and key RMSNorms (`qk_norm`) of gain `1` (from
     /// `init`), ε `eps` and gain offset `offset` (see [`RmsNorm`]).
-    pub fn with_qk_norm(mut self, eps: f64, offset: f64, init: &mut impl Init) -> Self {
+    pub fn with_qk_norm(self, eps: f64, offset: f64, init: &mut impl Init) -> Self {
         let d_head = self.d_head;
-        self.q_norm = Some(RmsNorm::new(d_head, eps, init).with_offset(offset));
-        self.k_norm = Some(RmsNorm::new(d_head, eps, init).with_offset(offset));
+        self.with_qk_norm_widths((d_head, d_head), eps, offset, init)
+    }
+
+    /// The same with query and key norms of gains `[q_width]`, `[k_width]`: `d_k` normalises
+    /// each head, the projection's width (`heads·d_k`, `kv_heads·d_k`) each row's heads at
+    /// once (OLMo 2, OLMoE; a norm's rows are its gain's width).
+    pub fn with_qk_norm_widths(
+        mut self,
+        (q_width, k_width): (usize, usize),
+        eps: f64,
+        offset: f64,
+        init: &mut impl Init,
+    ) -> Self {
+        self.q_norm = Some(RmsNorm::new(q_width, eps, init).with_offset(offset));
+        self.k_norm = Some(RmsNorm::new(k_width, eps, init).with_offset(offset));
         self
     }
 

@@ -189,3 +189,26 @@ pub fn check_decoding(
         close(&y, &expect, "ragged");
     }
 }
+
+/// A language model's incremental decoding against its full forward over `tokens` (`rows`
+/// rows of `len` each, `[rows * len]`): the rows fed a token at a time in one dense step each,
+/// then the whole prompt at once keeping the last positions, each within 1e-10 of the full
+/// forward's log-probabilities.
+pub fn check_lm_decoding(m: &super::LanguageModel<f64>, tokens: &[u32], rows: usize) {
+    let len = tokens.len() / rows;
+    let v = m.config.vocab_size;
+    let targets: Vec<u32> = tokens[1..].iter().chain(&tokens[..1]).copied().collect();
+    let (_, full) = m.evaluate_with_logprobs(tokens, &targets, rows);
+    let at = |b: usize, p: usize| full[(b * len + p) * v..(b * len + p + 1) * v].to_vec();
+    let mut state = m.start(rows, len);
+    for p in 0..len {
+        let fed: Vec<u32> = (0..rows).map(|b| tokens[b * len + p]).collect();
+        let got = m.step(&mut state, &fed, &StepLayout::dense());
+        let want: Vec<f64> = (0..rows).flat_map(|b| at(b, p)).collect();
+        assert!(max_diff(&got, &want) < 1e-10, "position {p}");
+    }
+    let mut state = m.start(rows, len);
+    let last = m.step(&mut state, tokens, &StepLayout::last());
+    let want: Vec<f64> = (0..rows).flat_map(|b| at(b, len - 1)).collect();
+    assert!(max_diff(&last, &want) < 1e-10, "a prompt at once, last positions");
+}

@@ -113,6 +113,8 @@ impl BertConfig {
             attn_logit_softcap: None,
             post_norms: false,
             qk_norm: false,
+            qk_norm_whole: false,
+            experts: None,
         }
     }
 

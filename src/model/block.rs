@@ -6,12 +6,12 @@
 //! One type for every shape that attends to itself: the paper's encoder layer (padding mask),
 //! the decoder-only language model's block (causal mask) and BERT's encoder layer. Only the mask
 //! differs, and it is an argument. The incremental form for decoding appends to a
-//! [`KvCache`]. Parameters: `self_attn.{q,k,v,out}_proj`, `self_attn_norm`, `ffn.linear{1,2}`,
-//! `ffn_norm` (and, with post-norms, `self_attn_post_norm`, `ffn_post_norm`).
+//! [`KvCache`]. Parameters: `self_attn.{q,k,v,out}_proj`, `self_attn_norm`, `ffn.linear{1,2}`
+//! (a mixture of experts: `ffn.router`, `ffn.experts.{e}.linear{1,2}`), `ffn_norm` (and, with post-norms, `self_attn_post_norm`, `ffn_post_norm`).
 
 use super::attention::{AttentionCache, MultiHeadAttention};
 use super::config::BlockConfig;
-use super::feed_forward::{FeedForward, FeedForwardCache};
+use super::experts::{Ffn, FfnCache};
 use super::kv_cache::KvCache;
 use super::param::{Init, Module, ParamVisitor};
 use super::residual::{Residual, ResidualCache};
@@ -25,7 +25,8 @@ use crate::Float;
 pub struct SelfAttentionBlock<T> {
     pub self_attn: MultiHeadAttention<T>,
     pub self_attn_res: Residual<T>,
-    pub ffn: FeedForward<T>,
+    /// The position-wise FFN, or a mixture of experts.
+    pub ffn: Ffn<T>,
     pub ffn_res: Residual<T>,
 }
 
@@ -33,7 +34,7 @@ pub struct SelfAttentionBlock<T> {
 #[derive(Clone, Debug)]
 pub struct SelfAttentionBlockCache<T> {
     pub self_attn: ResidualCache<T, AttentionCache<T>>,
-    pub ffn: ResidualCache<T, FeedForwardCache<T>>,
+    pub ffn: ResidualCache<T, FfnCache<T>>,
 }
 
 impl<T: Float> SelfAttentionBlock<T> {
@@ -42,7 +43,7 @@ impl<T: Float> SelfAttentionBlock<T> {
         SelfAttentionBlock {
             self_attn: c.attention(true, init),
             self_attn_res: c.residual(init),
-            ffn: c.feed_forward(init),
+            ffn: c.ffn(init),
             ffn_res: c.residual(init),
         }
     }
@@ -65,7 +66,7 @@ impl<T: Float> SelfAttentionBlock<T> {
                 });
         let (x, ffn) = self
             .ffn_res
-            .forward_inner(x, rng, self.ffn.dropout, |u, r| {
+            .forward_inner(x, rng, self.ffn.dropout(), |u, r| {
                 self.ffn.forward_train(u, r)
             });
         (x, SelfAttentionBlockCache { self_attn, ffn })
@@ -93,7 +94,7 @@ impl<T: Float> SelfAttentionBlock<T> {
             weights = w;
             y
         });
-        (self.ffn_res.apply(x, |u| self.ffn.forward(u).0), weights)
+        (self.ffn_res.apply(x, |u| self.ffn.forward(u)), weights)
     }
 
     /// Incremental, causal: `x [tokens, d_model]` are new positions laid out as `layout` says
@@ -111,7 +112,7 @@ impl<T: Float> SelfAttentionBlock<T> {
         } else {
             self.self_attn_res.apply(x, attend)
         };
-        self.ffn_res.apply(x, |u| self.ffn.forward(u).0)
+        self.ffn_res.apply(x, |u| self.ffn.forward(u))
     }
 }
 

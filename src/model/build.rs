@@ -4,6 +4,7 @@
 
 use super::attention::MultiHeadAttention;
 use super::config::{BlockConfig, ModelConfig, NormPlacement, Normalization, RopeStyle};
+use super::experts::{Ffn, MixtureOfExperts};
 use super::feed_forward::FeedForward;
 use super::layer_norm::LayerNorm;
 use super::norm::{Norm, RmsNorm};
@@ -40,7 +41,11 @@ impl BlockConfig {
                     softcap: self.attn_logit_softcap,
                 });
         if self.qk_norm {
-            attention = attention.with_qk_norm(self.layer_norm_eps, self.norm_weight_offset, init);
+            let (eps, offset) = (self.layer_norm_eps, self.norm_weight_offset);
+            attention = match self.qk_norm_whole {
+                false => attention.with_qk_norm(eps, offset, init),
+                true => attention.with_qk_norm_widths((h * d_head, kv * d_head), eps, offset, init),
+            };
         }
         if self.qkv_bias && !self.bias {
             for linear in [
@@ -68,6 +73,28 @@ impl BlockConfig {
     pub fn feed_forward<T: Float>(&self, init: &mut impl Init) -> FeedForward<T> {
         FeedForward::with_bias(self.d_model, self.d_ff, self.activation, self.bias, init)
             .with_dropout(self.activation_dropout)
+    }
+
+    /// The FFN sublayer of this block: the position-wise FFN, or with
+    /// [`experts`](BlockConfig::experts) a mixture of experts (router, then each expert's
+    /// parameters from `init`), with the activation dropout.
+    pub fn ffn<T: Float>(&self, init: &mut impl Init) -> Ffn<T> {
+        match self.experts {
+            None => Ffn::Dense(Box::new(self.feed_forward(init))),
+            Some(e) => {
+                let mut moe = MixtureOfExperts::new(
+                    self.d_model,
+                    (e.n_experts, e.top_k, e.d_ff),
+                    self.activation,
+                    e.normalise,
+                    init,
+                );
+                for expert in &mut moe.experts {
+                    expert.dropout = self.activation_dropout;
+                }
+                Ffn::Experts(Box::new(moe))
+            }
+        }
     }
 
     /// A norm of this block's kind and width (its parameters from `init`).
@@ -137,6 +164,7 @@ mod tests {
         for key in [
             "qkv_bias",
             "qk_norm",
+            "qk_norm_whole",
             "attn_logit_softcap",
             "final_logit_softcap",
             "norm_weight_offset",

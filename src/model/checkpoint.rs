@@ -421,27 +421,35 @@ fn first_few(names: &[String]) -> String {
 }
 
 /// How an imported checkpoint's tensor names map onto our module paths: `(theirs, ours)` name
-/// prefixes, where `{i}` stands for a layer number, e.g.
+/// prefixes, where `{i}` stands for a layer number and `{e}` for an expert's, e.g.
 /// `("encoder.layer.{i}.attention.self.query.", "layers.{i}.self_attn.q_proj.")`. The first
 /// matching rule wins; the rest of the name (`weight`, `bias`) is kept.
 #[derive(Clone, Copy, Debug)]
 pub struct RenameTable(pub &'static [(&'static str, &'static str)]);
 
-/// `name` with the prefix `pattern` (which may hold one `{i}`) replaced by `to` (with the same
-/// `{i}`), or `None` when it does not match.
+/// `name` with the prefix `pattern` (which may hold a `{i}` and an `{e}`) replaced by `to`
+/// (with the same numbers), or `None` when it does not match.
 fn replace_prefix(name: &str, pattern: &str, to: &str) -> Option<String> {
-    match pattern.split_once("{i}") {
-        None => name.strip_prefix(pattern).map(|rest| format!("{to}{rest}")),
-        Some((before, after)) => {
-            let rest = name.strip_prefix(before)?;
-            let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
-            if digits == 0 {
-                return None;
-            }
-            let (i, rest) = rest.split_at(digits);
-            let rest = rest.strip_prefix(after)?;
-            Some(format!("{}{rest}", to.replace("{i}", i)))
+    let (mut rest, mut pattern, mut to) = (name, pattern, to.to_string());
+    loop {
+        // The next placeholder: `{i}` (a layer) or `{e}` (an expert), each a run of digits.
+        let next = ["{i}", "{e}"]
+            .into_iter()
+            .filter_map(|p| pattern.find(p).map(|at| (at, p)))
+            .min();
+        let Some((at, placeholder)) = next else {
+            return rest
+                .strip_prefix(pattern)
+                .map(|tail| format!("{to}{tail}"));
+        };
+        rest = rest.strip_prefix(&pattern[..at])?;
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        if digits == 0 {
+            return None;
         }
+        let (n, tail) = rest.split_at(digits);
+        to = to.replace(placeholder, n);
+        (rest, pattern) = (tail, &pattern[at + placeholder.len()..]);
     }
 }
 
@@ -528,5 +536,26 @@ mod tests {
             None
         );
         assert_eq!(TABLE.import("pooler.dense.weight"), None);
+        // A layer's and an expert's number in one name, both ways.
+        let experts = RenameTable(&[(
+            "model.layers.{i}.mlp.experts.{e}.up_proj.",
+            "layers.{i}.ffn.experts.{e}.linear1.",
+        )]);
+        assert_eq!(
+            experts
+                .import("model.layers.12.mlp.experts.7.up_proj.weight")
+                .as_deref(),
+            Some("layers.12.ffn.experts.7.linear1.weight")
+        );
+        assert_eq!(
+            experts
+                .export("layers.0.ffn.experts.63.linear1.weight")
+                .as_deref(),
+            Some("model.layers.0.mlp.experts.63.up_proj.weight")
+        );
+        assert_eq!(
+            experts.import("model.layers.1.mlp.experts.x.up_proj.weight"),
+            None
+        );
     }
 }

@@ -174,6 +174,11 @@ pub struct ModelConfig {
     /// [`norm_weight_offset`](Self::norm_weight_offset) `o`. Absent: false.
     #[serde(default, skip_serializing_if = "is_default")]
     pub qk_norm: bool,
+    /// With [`qk_norm`](Self::qk_norm): each row's queries normalised over all their heads at
+    /// once, gain `[heads·d_k]` (likewise the keys, `[kv_heads·d_k]`), as OLMo 2 and OLMoE
+    /// do, instead of head by head. Absent: false.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub qk_norm_whole: bool,
     /// Soft-capping of the attention scores, `s ← c · tanh(s / c)` before the mask and the
     /// softmax (Gemma 2), in every attention. Absent: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -221,6 +226,24 @@ pub struct ModelConfig {
     /// `|p − j| < w`). Absent: empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub encoder_layer_attention: Vec<AttentionKind>,
+    /// Every decoder layer's FFN a mixture of experts (`super::experts`); `None`: the dense
+    /// FFN of [`d_ff`](Self::d_ff). Absent: `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub experts: Option<ExpertsConfig>,
+}
+
+/// A mixture-of-experts FFN (`super::experts`): `n_experts` FFNs of `d_ff` hidden units each
+/// (the block's activation, no biases), `top_k` of them picked per token by a linear router.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpertsConfig {
+    pub n_experts: usize,
+    pub top_k: usize,
+    /// Each expert's hidden width.
+    pub d_ff: usize,
+    /// Whether the chosen experts' probabilities are divided by their sum (Mixtral,
+    /// Qwen3-MoE) or used as they are (OLMoE).
+    pub normalise: bool,
 }
 
 fn is_zero(p: &f64) -> bool {
@@ -297,6 +320,10 @@ pub struct BlockConfig {
     pub post_norms: bool,
     /// RMSNorm of each head's queries and keys (see [`ModelConfig::qk_norm`]).
     pub qk_norm: bool,
+    /// The query/key norms over the whole projection ([`ModelConfig::qk_norm_whole`]).
+    pub qk_norm_whole: bool,
+    /// The FFN a mixture of experts ([`ModelConfig::experts`]).
+    pub experts: Option<ExpertsConfig>,
 }
 
 /// The most layers a configuration may ask for (a guard against edited configs).
@@ -346,6 +373,7 @@ impl ModelConfig {
             rope_scaling: None,
             qkv_bias: false,
             qk_norm: false,
+            qk_norm_whole: false,
             attn_logit_softcap: None,
             final_logit_softcap: None,
             norm_weight_offset: 0.0,
@@ -356,6 +384,7 @@ impl ModelConfig {
             sliding_rope_base: None,
             layer_attention: Vec::new(),
             encoder_layer_attention: Vec::new(),
+            experts: None,
         })
     }
 
@@ -450,6 +479,8 @@ impl ModelConfig {
             attn_logit_softcap: self.attn_logit_softcap,
             post_norms: self.post_norms,
             qk_norm: self.qk_norm,
+            qk_norm_whole: self.qk_norm_whole,
+            experts: self.experts,
         }
     }
 

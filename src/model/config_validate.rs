@@ -88,8 +88,40 @@ impl ModelConfig {
                 self.rope_base
             ));
         }
+        if self.qk_norm_whole && !self.qk_norm {
+            return Err("qk_norm_whole without qk_norm (no query/key norms to widen)".into());
+        }
         self.validate_layer_heads()?;
+        self.validate_experts()?;
         self.validate_family_options()
+    }
+
+    /// [`experts`](Self::experts): at least one expert of a positive width, `1 ..= n_experts`
+    /// of them per token, in a decoder-only model (the translation layers' FFNs are dense).
+    fn validate_experts(&self) -> Result<(), String> {
+        let Some(e) = self.experts else {
+            return Ok(());
+        };
+        if e.n_experts == 0 || e.n_experts > 1 << 16 {
+            return Err(format!("experts.n_experts {} must be in 1 ..= 65536", e.n_experts));
+        }
+        if e.top_k == 0 || e.top_k > e.n_experts {
+            return Err(format!(
+                "experts.top_k {} must be in 1 ..= n_experts {}",
+                e.top_k, e.n_experts
+            ));
+        }
+        if e.d_ff == 0 {
+            return Err("experts.d_ff must be positive".into());
+        }
+        if self.n_encoder_layers > 0 {
+            return Err(
+                "experts (a mixture-of-experts FFN) are for decoder-only models; this config \
+                 has encoder layers"
+                    .into(),
+            );
+        }
+        Ok(())
     }
 
     /// [`layer_heads`](Self::layer_heads): one count per layer of its site, each in

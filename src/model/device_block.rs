@@ -150,16 +150,23 @@ pub(super) struct Parts<'a> {
     pub(super) ffn_res: &'a Residual<f32>,
 }
 
+/// What a block with a mixture-of-experts FFN is refused as (no expert products on a device
+/// yet).
+const MIXTURE: &str = "mixture-of-experts FFNs";
+
 /// Uploads block `i` of a model (its weights, norms, rotary table and options) to `device`.
 pub(super) fn upload_block<D: Device>(
     device: &D,
     i: usize,
     layer: &SelfAttentionBlock<f32>,
 ) -> Result<DeviceBlock<D>, DeviceError> {
+    let Some(ffn) = layer.ffn.dense() else {
+        return Err(unsupported(device, MIXTURE.into()));
+    };
     let parts = Parts {
         attn: &layer.self_attn,
         attn_res: &layer.self_attn_res,
-        ffn: &layer.ffn,
+        ffn,
         ffn_res: &layer.ffn_res,
     };
     upload_parts(device, i, parts)
@@ -567,10 +574,13 @@ pub(super) fn check_block(
     post_ln: bool,
     shape: (usize, usize),
 ) -> Option<&'static str> {
+    let Some(ffn) = l.ffn.dense() else {
+        return Some(MIXTURE);
+    };
     let parts = Parts {
         attn: &l.self_attn,
         attn_res: &l.self_attn_res,
-        ffn: &l.ffn,
+        ffn,
         ffn_res: &l.ffn_res,
     };
     check_parts(&parts, post_ln, shape)
@@ -595,6 +605,11 @@ pub(super) fn check_parts(
     }
     if a.q_norm.is_some() != a.k_norm.is_some() {
         return Some("a query norm without a key norm, or the reverse");
+    }
+    if let Some(n) = &a.q_norm {
+        if n.gain.value.data.len() != a.d_head {
+            return Some("query/key norms over the whole projection");
+        }
     }
     if !a.gates.is_empty() {
         return Some("head gates");

@@ -202,6 +202,20 @@ fn bad_steps_and_unsupported_models_are_errors_naming_them() {
     post.blocks.layers[2].ffn_res.placement = NormPlacement::PostLn;
     let e = DeviceLm::new(Host, &post).err().unwrap().to_string();
     assert!(e.contains("layer 2: pre-LN and post-LN sublayers mixed"), "{e}");
+    // Mixtures of experts and whole-projection query/key norms are the CPU's for now.
+    let moe = model_with(SHAPES[0], 7, |c| {
+        c.experts = Some(crate::model::ExpertsConfig {
+            n_experts: 4,
+            top_k: 2,
+            d_ff: 8,
+            normalise: true,
+        })
+    });
+    let e = DeviceLm::new(Host, &moe).err().unwrap().to_string();
+    assert!(e.contains("layer 0: mixture-of-experts FFNs"), "{e}");
+    let whole = model_with(SHAPES[0], 8, |c| (c.qk_norm, c.qk_norm_whole) = (true, true));
+    let e = DeviceLm::new(Host, &whole).err().unwrap().to_string();
+    assert!(e.contains("layer 0: query/key norms over the whole projection"), "{e}");
 }
 
 #[cfg(feature = "gpu")]

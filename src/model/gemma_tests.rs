@@ -11,7 +11,6 @@ use super::feed_forward::FeedForward;
 use super::linear::Linear;
 use super::norm::{Norm, RmsNorm};
 use super::residual::Residual;
-use super::step_layout::StepLayout;
 use super::{Activation, LanguageModel, ModelConfig, Module, NormPlacement, Positions};
 use crate::backend::TILED_FROM_KEYS;
 use crate::rng::Rng;
@@ -239,28 +238,11 @@ fn gemma_like_model_is_built_as_configured_and_decodes_as_it_forwards() {
         assert!(names.iter().any(|n| n == want), "{want} in {names:?}");
     }
     assert_eq!(crate::model::lm::lm_n_params(&c), Some(m.n_params()));
-    let tokens: Vec<u32> = vec![1, 5, 2, 7, 3, 3, 9, 4, 0, 2, 6, 8, 1, 1];
-    let targets: Vec<u32> = tokens[1..].iter().chain(&[5]).copied().collect();
-    let (_, full) = m.evaluate_with_logprobs(&tokens, &targets, 2);
-    let mut state = m.start(2, 7);
-    for p in 0..7 {
-        let got = m.step(
-            &mut state,
-            &[tokens[p], tokens[7 + p]],
-            &StepLayout::dense(),
-        );
-        let want: Vec<f64> = (0..2)
-            .flat_map(|b| full[(b * 7 + p) * 13..(b * 7 + p + 1) * 13].to_vec())
-            .collect();
-        assert!(max_diff(&got, &want) < 1e-10, "position {p}");
-    }
-    // A prompt at once, last position only: the same as the full forward's last rows.
-    let mut state = m.start(2, 7);
-    let last = m.step(&mut state, &tokens, &StepLayout::last());
-    let want: Vec<f64> = (0..2)
-        .flat_map(|b| full[(b * 7 + 6) * 13..(b * 7 + 7) * 13].to_vec())
-        .collect();
-    assert!(max_diff(&last, &want) < 1e-10);
+    super::attention_checks::check_lm_decoding(
+        &m,
+        &[1, 5, 2, 7, 3, 3, 9, 4, 0, 2, 6, 8, 1, 1],
+        2,
+    );
 }
 
 /// The loss's gradient in a sample of every parameter against central differences, over a

@@ -32,6 +32,7 @@ pub mod device_seq2seq;
 #[cfg(test)]
 mod device_lm_tests;
 pub mod embedding;
+pub mod experts;
 pub mod encoder;
 pub mod families;
 pub mod feed_forward;
@@ -68,7 +69,7 @@ mod window_tests;
 pub use checkpoint::Model;
 // Used outside the library only (feature `internals`).
 #[cfg_attr(not(feature = "internals"), allow(unused_imports))]
-pub use config::{Activation, BlockConfig, ModelConfig, NormPlacement, Positions};
+pub use config::{Activation, BlockConfig, ExpertsConfig, ModelConfig, NormPlacement, Positions};
 pub use lm::LanguageModel;
 // Used outside the library only (feature `internals`).
 #[cfg_attr(not(feature = "internals"), allow(unused_imports))]

@@ -80,9 +80,10 @@ fn qk_normed_loops(m: &MultiHeadAttention<f64>, x: &[f64], batch: usize) -> Vec<
         linear_loops(x, &m.k_proj),
         linear_loops(x, &m.v_proj),
     );
+    // Each norm spans its gain's width: one head, or the whole projection (OLMoE).
     if let (Some(qn), Some(kn)) = (&m.q_norm, &m.k_norm) {
-        head_norm_loops(&mut q, qn, d_head);
-        head_norm_loops(&mut k, kn, d_head);
+        head_norm_loops(&mut q, qn, qn.gain.value.data.len());
+        head_norm_loops(&mut k, kn, kn.gain.value.data.len());
     }
     if m.rotary {
         CPU.rope(&mut q, m.rope, &[], len, HEADS, (d_head, 0));
@@ -202,6 +203,37 @@ fn qk_normed_decoding_matches_the_full_forward() {
     let mut kv = cross.project_kv(&src, batch);
     let (got, _) = cross.cross_cached(&q_x, &mut kv, &src_lens);
     close(&got, &want, "cross-attention");
+}
+
+/// (d) Norms over each row's whole projection (all heads at once, OLMo 2 / OLMoE): the forward
+/// against the loops (and not the per-head norm's output), the backward against central
+/// differences, decoding against the full forward.
+#[test]
+fn qk_norms_over_the_whole_projection() {
+    for (len, kv_heads) in [(7, HEADS), (TILED_FROM_KEYS + 3, 1)] {
+        let per_head = layer(90 + len as u64, kv_heads, true, 0.0);
+        let mut whole = per_head.clone();
+        let mut rng = Rng::new(91);
+        let widths = (HEADS * whole.d_head, kv_heads * whole.d_head);
+        whole = whole.with_qk_norm_widths(widths, EPS, 0.0, &mut rng);
+        for n in [whole.q_norm.as_mut().unwrap(), whole.k_norm.as_mut().unwrap()] {
+            for g in n.gain.value.data.iter_mut() {
+                *g = rng.uniform_range(0.5, 1.5);
+            }
+        }
+        let x = uniform(len * D, 92);
+        let (y, _) = whole.forward(&x, &x, 1, causal(&[len]), None);
+        let want = qk_normed_loops(&whole, &x, 1);
+        assert!(max_diff(&y, &want) < 1e-12, "len {len}");
+        let (by_head, _) = per_head.forward(&x, &x, 1, causal(&[len]), None);
+        assert!(max_diff(&by_head, &y) > 1e-3, "whole and per-head norms agree");
+        check_backward(whole.clone(), len);
+        if len < TILED_FROM_KEYS {
+            let x2 = uniform(2 * len * D, 93);
+            let (want, _) = whole.forward(&x2, &x2, 2, causal(&[len, len]), None);
+            check_decoding(&whole, (&x2, &want), (2, len, 3), "whole qk norms", |_| {});
+        }
+    }
 }
 
 /// A small rotary pre-LN RMSNorm language model with query/key norms.

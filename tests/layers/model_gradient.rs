@@ -44,6 +44,8 @@ fn tiny_config(norm: NormPlacement, tie: bool, dropout: f64) -> ModelConfig {
         sliding_rope_base: None,
         layer_attention: Vec::new(),
         encoder_layer_attention: Vec::new(),
+        experts: None,
+        qk_norm_whole: false,
     }
 }
 

@@ -336,6 +336,8 @@ fn tiny_config(positions: Positions, norm: NormPlacement, tie: bool, dropout: f6
         sliding_rope_base: None,
         layer_attention: Vec::new(),
         encoder_layer_attention: Vec::new(),
+        experts: None,
+        qk_norm_whole: false,
     }
 }
 
@@ -460,6 +462,8 @@ fn decoding_model(positions: Positions, norm: NormPlacement, tie: bool, eos: f32
         sliding_rope_base: None,
         layer_attention: Vec::new(),
         encoder_layer_attention: Vec::new(),
+        experts: None,
+        qk_norm_whole: false,
     };
     c.validate().unwrap();
     let mut m = Seq2Seq::new(c, &mut Rng::new(3));

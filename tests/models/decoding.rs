@@ -49,6 +49,8 @@ fn config(norm: NormPlacement, tie: bool) -> ModelConfig {
         sliding_rope_base: None,
         layer_attention: Vec::new(),
         encoder_layer_attention: Vec::new(),
+        experts: None,
+        qk_norm_whole: false,
     }
 }
 

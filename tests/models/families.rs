@@ -76,13 +76,13 @@ pub(super) fn greedy(model: &LanguageModel<f32>, ids: &[u32], n: usize) -> Vec<u
 
 /// Tolerances against transformers' float32 logits: the bf16 checkpoint upcast exactly, and
 /// the F16 GGUF (whose weights were rounded to float16).
-const HF_TOL: f64 = 1e-4;
-const GGUF_TOL: f64 = 1e-3;
+pub(super) const HF_TOL: f64 = 1e-4;
+pub(super) const GGUF_TOL: f64 = 1e-3;
 
 /// Our model against transformers' reference: every position of every sequence and the
 /// greedy path's logits within `tol`, greedy ids equal while the reference's margin exceeds
 /// 1e-3. Returns the largest logit difference.
-fn check_against_hf(
+pub(super) fn check_against_hf(
     label: &str,
     model: &LanguageModel<f32>,
     hf: &(Reference, TensorMap),

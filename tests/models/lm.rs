@@ -56,6 +56,8 @@ fn config(norm: NormPlacement, tie: bool, dropout: f64, d_model: usize) -> Model
         sliding_rope_base: None,
         layer_attention: Vec::new(),
         encoder_layer_attention: Vec::new(),
+        experts: None,
+        qk_norm_whole: false,
     }
 }
 

@@ -24,6 +24,7 @@ mod kv_quant;
 mod lm;
 mod long_context;
 mod minilm;
+mod moe;
 mod pretrained;
 mod pretrained_lowp;
 mod pruning;

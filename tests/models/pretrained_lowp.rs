@@ -151,13 +151,13 @@ fn smollm2_low_precision_stays_close_to_float32() {
                 "{precision:?}: q_proj"
             );
             // The blocks are the weights: no float32 copy is kept beside them.
-            let f32_values = block.ffn.linear1.weight.value.data.len();
+            let f32_values = block.ffn.dense().unwrap().linear1.weight.value.data.len();
             match precision {
                 ModelPrecision::Ggml => assert_eq!(f32_values, 0, "ggml: ffn_up in f32"),
                 _ => assert_eq!(f32_values, 576 * 1536),
             }
             assert!(
-                packed(block.ffn.linear2.packed()),
+                packed(block.ffn.dense().unwrap().linear2.packed()),
                 "{precision:?}: ffn_down"
             );
         }

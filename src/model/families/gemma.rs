@@ -294,6 +294,8 @@ fn gemma_config(
         sliding_rope_base: None,
         layer_attention: Vec::new(),
         encoder_layer_attention: Vec::new(),
+        experts: None,
+        qk_norm_whole: false,
     }
 }
 

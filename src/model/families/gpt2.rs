@@ -147,6 +147,8 @@ impl Gpt2Config {
             sliding_rope_base: None,
             layer_attention: Vec::new(),
             encoder_layer_attention: Vec::new(),
+            experts: None,
+            qk_norm_whole: false,
         };
         c.validate()?;
         Ok(c)

@@ -73,6 +73,23 @@ pub const HF_NAMES: RenameTable = RenameTable(&[
     ("model.layers.{i}.mlp.gate_proj.", "layers.{i}.ffn.gate."),
     ("model.layers.{i}.mlp.up_proj.", "layers.{i}.ffn.linear1."),
     ("model.layers.{i}.mlp.down_proj.", "layers.{i}.ffn.linear2."),
+    // Mixtral's mixtures of experts (`super::mixtral`).
+    (
+        "model.layers.{i}.block_sparse_moe.gate.",
+        "layers.{i}.ffn.router.",
+    ),
+    (
+        "model.layers.{i}.block_sparse_moe.experts.{e}.w1.",
+        "layers.{i}.ffn.experts.{e}.gate.",
+    ),
+    (
+        "model.layers.{i}.block_sparse_moe.experts.{e}.w3.",
+        "layers.{i}.ffn.experts.{e}.linear1.",
+    ),
+    (
+        "model.layers.{i}.block_sparse_moe.experts.{e}.w2.",
+        "layers.{i}.ffn.experts.{e}.linear2.",
+    ),
     ("model.norm.", "final_norm."),
     ("lm_head.", "output_proj."),
 ]);
@@ -89,6 +106,10 @@ pub const GGUF_NAMES: RenameTable = RenameTable(&[
     ("blk.{i}.ffn_gate.", "layers.{i}.ffn.gate."),
     ("blk.{i}.ffn_up.", "layers.{i}.ffn.linear1."),
     ("blk.{i}.ffn_down.", "layers.{i}.ffn.linear2."),
+    ("blk.{i}.ffn_gate_inp.", "layers.{i}.ffn.router."),
+    ("blk.{i}.ffn_gate_exps.{e}.", "layers.{i}.ffn.experts.{e}.gate."),
+    ("blk.{i}.ffn_up_exps.{e}.", "layers.{i}.ffn.experts.{e}.linear1."),
+    ("blk.{i}.ffn_down_exps.{e}.", "layers.{i}.ffn.experts.{e}.linear2."),
     ("output_norm.", "final_norm."),
     ("output.", "output_proj."),
 ]);
@@ -228,6 +249,8 @@ fn llama_config(
         sliding_rope_base: None,
         layer_attention: Vec::new(),
         encoder_layer_attention: Vec::new(),
+        experts: None,
+        qk_norm_whole: false,
     }
 }
 
@@ -383,7 +406,8 @@ fn gguf_config(file: &GgufFile) -> Result<ModelConfig> {
 /// adjacent pairs; Qwen2, Qwen3 and Phi-3 keep Hugging Face's halves, llama.cpp's NEOX
 /// rotation). The projection is tied when the file has no tensor of its own for it; the
 /// rotary frequencies are scaled by a `rope_freqs.weight` tensor when there is one; a positive
-/// `{arch}.attention.sliding_window` is every layer's window.
+/// `{arch}.attention.sliding_window` is every layer's window; `{arch}.expert_count` makes every
+/// FFN a mixture of experts ([`super::experts::gguf_experts`]).
 pub fn gguf_config_of(file: &GgufFile, v: &Variant, rope_style: RopeStyle) -> Result<ModelConfig> {
     let g = LlamaGgufConfig::from_gguf(file)?;
     let path = file.path();
@@ -418,6 +442,9 @@ pub fn gguf_config_of(file: &GgufFile, v: &Variant, rope_style: RopeStyle) -> Re
     (c.qkv_bias, c.qk_norm) = (v.qkv_bias, v.qk_norm);
     c.head_dim = (g.head_dim() * g.n_heads != g.d_model).then_some(g.head_dim());
     c.rope_scaling = super::rope_params::gguf_rope_scaling(file)?;
+    // Mixtures of experts (Mixtral as `llama`, `qwen3moe`): llama.cpp normalises the chosen
+    // experts' weights for both.
+    c.experts = super::experts::gguf_experts(file, g.d_ff, true)?;
     let window_key = format!("{}.attention.sliding_window", file.architecture()?);
     if let Some(w) = file.get::<usize>(&window_key)?.filter(|&w| w > 0) {
         c.layer_windows = vec![Some(w); g.n_layers];

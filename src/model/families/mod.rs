@@ -9,6 +9,7 @@
 //! [`FAMILIES`], as long as our layers compute it (see the options of [`ModelConfig`]).
 
 pub mod bert;
+pub mod experts;
 pub mod gemma;
 pub mod gguf;
 #[cfg(test)]
@@ -17,9 +18,12 @@ pub mod gpt2;
 pub mod llama;
 // Llama-style families: Mistral, Qwen2/2.5, Qwen3, Phi-3 (and their shared rotary reader).
 pub mod mistral;
+pub mod mixtral;
+pub mod olmoe;
 pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
+pub mod qwen3_moe;
 pub mod rope_params;
 
 pub use gguf::{load_gguf, GgufWeights};
@@ -137,7 +141,8 @@ pub fn split_fused_hf(
     Ok(())
 }
 
-/// The tensor infos of a GGUF file with every fused tensor replaced by its parts: each part
+/// The tensor infos of a GGUF file with every fused tensor replaced by its parts, and every
+/// merged expert tensor by one per expert ([`experts::split_experts`]): each part
 /// is a range of the stored rows (ggml stores each row of a matrix whole, blocks included), so
 /// a part reads its bytes in place, dequantised or multiplied in its blocks like any tensor.
 pub fn split_fused_gguf(
@@ -148,6 +153,10 @@ pub fn split_fused_gguf(
     let path = file.path();
     let mut infos = Vec::with_capacity(file.tensors().len());
     for info in file.tensors() {
+        if let Some(parts) = experts::split_experts(file, info, config.experts)? {
+            infos.extend(parts);
+            continue;
+        }
         let found = fused.iter().find_map(|f| {
             (0..config.n_decoder_layers)
                 .find(|i| f.name.replace("{i}", &i.to_string()) == info.name)
@@ -216,6 +225,10 @@ pub const FAMILIES: &[Family] = &[
     qwen2::FAMILY,
     qwen3::FAMILY,
     phi3::FAMILY,
+    // Mixtures of experts.
+    qwen3_moe::FAMILY,
+    mixtral::FAMILY,
+    olmoe::FAMILY,
 ];
 
 /// The family named `name` ([`Family::name`]).
@@ -321,17 +334,22 @@ mod tests {
         }
         assert_eq!(
             hf_list(FamilyKind::Decoder),
-            "llama, gpt2, gemma2, gemma3_text, mistral, qwen2, qwen3 and phi3"
+            "llama, gpt2, gemma2, gemma3_text, mistral, qwen2, qwen3, phi3, qwen3_moe, mixtral \
+             and olmoe"
         );
         assert_eq!(hf_list(FamilyKind::Encoder), "bert");
-        assert_eq!(gguf_list(), "llama, gemma2, gemma3, qwen2, qwen3 and phi3");
+        assert_eq!(
+            gguf_list(),
+            "llama, gemma2, gemma3, qwen2, qwen3, phi3, qwen3moe and olmoe"
+        );
         assert_eq!(english_list(&["a", "b", "c"]), "a, b and c");
         // Every name of every table maps back to itself.
         for f in FAMILIES {
             let tables = [Some(f.hf_names), f.gguf.as_ref().map(|g| g.names)];
             for table in tables.into_iter().flatten() {
                 for (theirs, ours) in table.0 {
-                    let (theirs, ours) = (theirs.replace("{i}", "3"), ours.replace("{i}", "3"));
+                    let numbered = |n: &str| n.replace("{i}", "3").replace("{e}", "5");
+                    let (theirs, ours) = (numbered(theirs), numbered(ours));
                     assert_eq!(table.import(&theirs).as_deref(), Some(ours.as_str()));
                     assert_eq!(table.export(&ours).as_deref(), Some(theirs.as_str()));
                 }

@@ -78,6 +78,20 @@ pub const HF_NAMES: RenameTable = RenameTable(&[
     ("model.layers.{i}.mlp.gate_proj.", "layers.{i}.ffn.gate."),
     ("model.layers.{i}.mlp.up_proj.", "layers.{i}.ffn.linear1."),
     ("model.layers.{i}.mlp.down_proj.", "layers.{i}.ffn.linear2."),
+    // Qwen3-MoE's mixtures of experts (`super::qwen3_moe`).
+    ("model.layers.{i}.mlp.gate.", "layers.{i}.ffn.router."),
+    (
+        "model.layers.{i}.mlp.experts.{e}.gate_proj.",
+        "layers.{i}.ffn.experts.{e}.gate.",
+    ),
+    (
+        "model.layers.{i}.mlp.experts.{e}.up_proj.",
+        "layers.{i}.ffn.experts.{e}.linear1.",
+    ),
+    (
+        "model.layers.{i}.mlp.experts.{e}.down_proj.",
+        "layers.{i}.ffn.experts.{e}.linear2.",
+    ),
     ("model.norm.", "final_norm."),
     ("lm_head.", "output_proj."),
 ]);
@@ -96,6 +110,10 @@ pub const GGUF_NAMES: RenameTable = RenameTable(&[
     ("blk.{i}.ffn_gate.", "layers.{i}.ffn.gate."),
     ("blk.{i}.ffn_up.", "layers.{i}.ffn.linear1."),
     ("blk.{i}.ffn_down.", "layers.{i}.ffn.linear2."),
+    ("blk.{i}.ffn_gate_inp.", "layers.{i}.ffn.router."),
+    ("blk.{i}.ffn_gate_exps.{e}.", "layers.{i}.ffn.experts.{e}.gate."),
+    ("blk.{i}.ffn_up_exps.{e}.", "layers.{i}.ffn.experts.{e}.linear1."),
+    ("blk.{i}.ffn_down_exps.{e}.", "layers.{i}.ffn.experts.{e}.linear2."),
     ("output_norm.", "final_norm."),
     ("output.", "output_proj."),
 ]);

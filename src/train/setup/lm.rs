@@ -167,6 +167,8 @@ impl LmModelSpec {
                 kind => vec![kind; self.layers],
             },
             encoder_layer_attention: Vec::new(),
+            experts: None,
+            qk_norm_whole: false,
         };
         config
             .validate()

@@ -1,0 +1,327 @@
+//! Mixture of experts (Shazeer et al. 2017; Switch, Mixtral, Qwen3-MoE, OLMoE): the block's
+//! position-wise FFN replaced by `E` FFNs of their own ("experts"), of which a linear router
+//! picks `k` for each token:
+//!
+//! `p = softmax(x W_rᵀ)`, `S = top_k(p)`, `w_e = p_e / Σ_{j ∈ S} p_j` (normalised; or `w_e = p_e`),
+//! `MoE(x) = Σ_{e ∈ S} w_e · FFN_e(x)`.
+//!
+//! Tokens are grouped by expert, so each chosen expert is one product over its tokens (a
+//! prompt or a batch of rows reads each expert's weights once), and the weighted outputs are
+//! added in expert order (as transformers' `index_add_` does). [`Ffn`] is a block's FFN
+//! sublayer: one dense FFN or a mixture.
+//!
+//! Backward, beside it: `dFFN_e = w_e dy` for each routed token, `dw_e = dy · FFN_e(x)`; the
+//! normalisation `dp_e = (dw_e − Σ_{j∈S} w_j dw_j) / Σ_{j∈S} p_j` on `S` (0 elsewhere), the
+//! softmax `dl = p ⊙ (dp − p · dp)`, then the router's product. The choice of `S` is piecewise
+//! constant and has no gradient.
+
+use super::config::Activation;
+use super::feed_forward::{FeedForward, FeedForwardCache};
+use super::linear::Linear;
+use super::param::{Init, Module, ParamVisitor};
+use crate::rng::Rng;
+use crate::Float;
+
+/// What a router picks for one token: the expert and its weight `w_e`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Choice<T> {
+    pub expert: usize,
+    pub weight: T,
+}
+
+/// `E` gated (or plain) FFNs of width `d_ff` each and the router that picks `top_k` of them.
+#[derive(Clone, Debug)]
+pub struct MixtureOfExperts<T> {
+    /// `W_r [E, d_model]`, no bias.
+    pub router: Linear<T>,
+    pub experts: Vec<FeedForward<T>>,
+    pub top_k: usize,
+    /// Whether the chosen probabilities are divided by their sum (Mixtral, Qwen3-MoE) or used
+    /// as they are (OLMoE).
+    pub normalise: bool,
+}
+
+/// What the mixture's forward keeps for its backward.
+#[derive(Clone, Debug)]
+pub struct ExpertsCache<T> {
+    /// `[rows, E]`, the router's probabilities.
+    probs: Vec<T>,
+    /// `[rows * top_k]`, each token's choices in rank order.
+    choices: Vec<Choice<T>>,
+    /// Per expert with tokens: its tokens (rows of `x`), their inputs `[n, d_model]`, outputs
+    /// `[n, d_model]` and the expert's cache.
+    groups: Vec<ExpertGroup<T>>,
+}
+
+#[derive(Clone, Debug)]
+struct ExpertGroup<T> {
+    expert: usize,
+    rows: Vec<usize>,
+    weights: Vec<T>,
+    x: Vec<T>,
+    y: Vec<T>,
+    cache: FeedForwardCache<T>,
+}
+
+/// The `k` largest of `probs` (ties: the lower index first), as transformers' `topk` of
+/// distinct values, with their weights.
+pub fn route<T: Float>(probs: &[T], k: usize, normalise: bool) -> Vec<Choice<T>> {
+    let mut order: Vec<usize> = (0..probs.len()).collect();
+    order.sort_by(|&a, &b| probs[b].partial_cmp(&probs[a]).unwrap_or(std::cmp::Ordering::Equal));
+    order.truncate(k);
+    let sum = order.iter().fold(T::zero(), |s, &e| s + probs[e]);
+    order
+        .into_iter()
+        .map(|expert| Choice {
+            expert,
+            weight: if normalise {
+                probs[expert] / sum
+            } else {
+                probs[expert]
+            },
+        })
+        .collect()
+}
+
+/// `softmax(logits)` of each row of `[rows, E]`, in place.
+fn softmax_rows<T: Float>(logits: &mut [T], e: usize) {
+    for row in logits.chunks_mut(e) {
+        let max = row.iter().copied().fold(T::neg_infinity(), T::max);
+        let mut sum = T::zero();
+        for v in row.iter_mut() {
+            *v = (*v - max).exp();
+            sum += *v;
+        }
+        for v in row.iter_mut() {
+            *v /= sum;
+        }
+    }
+}
+
+impl<T: Float> MixtureOfExperts<T> {
+    /// `n_experts` experts of `d_ff` hidden units with `activation` (no biases) and the router,
+    /// parameters drawn in the order router, then each expert's.
+    pub fn new(
+        d_model: usize,
+        (n_experts, top_k, d_ff): (usize, usize, usize),
+        activation: Activation,
+        normalise: bool,
+        init: &mut impl Init,
+    ) -> Self {
+        let router = Linear::with_bias(d_model, n_experts, false, init);
+        let experts = (0..n_experts)
+            .map(|_| FeedForward::with_bias(d_model, d_ff, activation, false, init))
+            .collect();
+        MixtureOfExperts {
+            router,
+            experts,
+            top_k,
+            normalise,
+        }
+    }
+
+    /// Each token's choices, `[rows * top_k]`, and the router's probabilities `[rows, E]`.
+    pub fn choices(&self, x: &[T]) -> (Vec<Choice<T>>, Vec<T>) {
+        let e = self.experts.len();
+        let mut probs = self.router.forward(x);
+        softmax_rows(&mut probs, e);
+        let choices = probs
+            .chunks(e)
+            .flat_map(|p| route(p, self.top_k, self.normalise))
+            .collect();
+        (choices, probs)
+    }
+
+    /// `x [rows, d_model]` -> `y [rows, d_model]`.
+    pub fn forward(&self, x: &[T]) -> Vec<T> {
+        self.forward_train(x, None).0
+    }
+
+    /// The forward with the experts' activation dropout drawn from `rng` when given.
+    pub fn forward_train(&self, x: &[T], mut rng: Option<&mut Rng>) -> (Vec<T>, ExpertsCache<T>) {
+        let d = self.router.d_in;
+        let (choices, probs) = self.choices(x);
+        let mut y = vec![T::zero(); x.len()];
+        let mut groups = Vec::new();
+        for (expert, ffn) in self.experts.iter().enumerate() {
+            let (mut rows, mut weights) = (Vec::new(), Vec::new());
+            for (i, c) in choices.iter().enumerate() {
+                if c.expert == expert {
+                    rows.push(i / self.top_k);
+                    weights.push(c.weight);
+                }
+            }
+            if rows.is_empty() {
+                continue;
+            }
+            // x_e: [n, d_model], the tokens routed to this expert.
+            let x_e: Vec<T> = rows.iter().flat_map(|&r| &x[r * d..(r + 1) * d]).copied().collect();
+            let (y_e, cache) = ffn.forward_train(&x_e, rng.as_deref_mut());
+            for ((&r, &w), out) in rows.iter().zip(&weights).zip(y_e.chunks(d)) {
+                for (acc, &v) in y[r * d..(r + 1) * d].iter_mut().zip(out) {
+                    *acc += w * v;
+                }
+            }
+            groups.push(ExpertGroup {
+                expert,
+                rows,
+                weights,
+                x: x_e,
+                y: y_e,
+                cache,
+            });
+        }
+        (
+            y,
+            ExpertsCache {
+                probs,
+                choices,
+                groups,
+            },
+        )
+    }
+
+    /// Accumulates the router's and the experts' gradients and returns dx.
+    pub fn backward(&mut self, x: &[T], cache: ExpertsCache<T>, dy: &[T]) -> Vec<T> {
+        let (d, e, k) = (self.router.d_in, self.experts.len(), self.top_k);
+        let rows = x.len() / d;
+        let mut dx = vec![T::zero(); x.len()];
+        // dw: [rows, E], the gradient of each chosen weight.
+        let mut dw = vec![T::zero(); rows * e];
+        for g in cache.groups {
+            let mut dy_e = Vec::with_capacity(g.x.len());
+            for (j, (&r, &w)) in g.rows.iter().zip(&g.weights).enumerate() {
+                let dy_r = &dy[r * d..(r + 1) * d];
+                dy_e.extend(dy_r.iter().map(|&v| w * v));
+                let out = &g.y[j * d..(j + 1) * d];
+                dw[r * e + g.expert] = dy_r.iter().zip(out).fold(T::zero(), |s, (&a, &b)| s + a * b);
+            }
+            let dx_e = self.experts[g.expert].backward(&g.x, g.cache, &dy_e);
+            for (&r, part) in g.rows.iter().zip(dx_e.chunks(d)) {
+                for (acc, &v) in dx[r * d..(r + 1) * d].iter_mut().zip(part) {
+                    *acc += v;
+                }
+            }
+        }
+        // dl: [rows, E], through the normalisation and the softmax.
+        let mut dl = vec![T::zero(); rows * e];
+        for r in 0..rows {
+            let p = &cache.probs[r * e..(r + 1) * e];
+            let chosen = &cache.choices[r * k..(r + 1) * k];
+            let mut dp = vec![T::zero(); e];
+            if self.normalise {
+                let sum = chosen.iter().fold(T::zero(), |s, c| s + p[c.expert]);
+                let mean = chosen
+                    .iter()
+                    .fold(T::zero(), |s, c| s + c.weight * dw[r * e + c.expert]);
+                for c in chosen {
+                    dp[c.expert] = (dw[r * e + c.expert] - mean) / sum;
+                }
+            } else {
+                for c in chosen {
+                    dp[c.expert] = dw[r * e + c.expert];
+                }
+            }
+            let dot = p.iter().zip(&dp).fold(T::zero(), |s, (&a, &b)| s + a * b);
+            for j in 0..e {
+                dl[r * e + j] = p[j] * (dp[j] - dot);
+            }
+        }
+        let dx_router = self.router.backward(x, &dl);
+        for (a, &b) in dx.iter_mut().zip(&dx_router) {
+            *a += b;
+        }
+        dx
+    }
+}
+
+impl<T> Module<T> for MixtureOfExperts<T> {
+    fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
+        v.module("router", &mut self.router);
+        v.list("experts", &mut self.experts);
+    }
+}
+
+/// A block's FFN sublayer: the position-wise FFN of the paper, or a mixture of experts.
+#[derive(Clone, Debug)]
+pub enum Ffn<T> {
+    Dense(Box<FeedForward<T>>),
+    Experts(Box<MixtureOfExperts<T>>),
+}
+
+/// What [`Ffn`]'s forward keeps.
+#[derive(Clone, Debug)]
+pub enum FfnCache<T> {
+    Dense(FeedForwardCache<T>),
+    Experts(ExpertsCache<T>),
+}
+
+impl<T: Float> Ffn<T> {
+    /// `x [rows, d_model]` -> `y [rows, d_model]`.
+    pub fn forward(&self, x: &[T]) -> Vec<T> {
+        match self {
+            Ffn::Dense(f) => f.forward(x).0,
+            Ffn::Experts(m) => m.forward(x),
+        }
+    }
+
+    /// The forward with activation dropout drawn from `rng` when given.
+    pub fn forward_train(&self, x: &[T], rng: Option<&mut Rng>) -> (Vec<T>, FfnCache<T>) {
+        match self {
+            Ffn::Dense(f) => {
+                let (y, c) = f.forward_train(x, rng);
+                (y, FfnCache::Dense(c))
+            }
+            Ffn::Experts(m) => {
+                let (y, c) = m.forward_train(x, rng);
+                (y, FfnCache::Experts(c))
+            }
+        }
+    }
+
+    /// Accumulates gradients and returns dx.
+    pub fn backward(&mut self, x: &[T], cache: FfnCache<T>, dy: &[T]) -> Vec<T> {
+        match (self, cache) {
+            (Ffn::Dense(f), FfnCache::Dense(c)) => f.backward(x, c, dy),
+            (Ffn::Experts(m), FfnCache::Experts(c)) => m.backward(x, c, dy),
+            _ => unreachable!("a cache of the other kind of FFN"),
+        }
+    }
+
+    /// The activation dropout (the experts': they share it).
+    pub fn dropout(&self) -> f64 {
+        match self {
+            Ffn::Dense(f) => f.dropout,
+            Ffn::Experts(m) => m.experts.first().map_or(0.0, |f| f.dropout),
+        }
+    }
+
+    /// The dense FFN, `None` for a mixture.
+    pub fn dense(&self) -> Option<&FeedForward<T>> {
+        match self {
+            Ffn::Dense(f) => Some(f),
+            Ffn::Experts(_) => None,
+        }
+    }
+
+    /// The dense FFN, mutably.
+    pub fn dense_mut(&mut self) -> Option<&mut FeedForward<T>> {
+        match self {
+            Ffn::Dense(f) => Some(f),
+            Ffn::Experts(_) => None,
+        }
+    }
+}
+
+impl<T> Module<T> for Ffn<T> {
+    fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
+        match self {
+            Ffn::Dense(f) => f.visit(v),
+            Ffn::Experts(m) => m.visit(v),
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "experts_tests.rs"]
+mod tests;

@@ -1,0 +1,204 @@
+//! The mixture of experts against float64 loops written out here (router, softmax, top-k,
+//! normalised or not, each chosen expert's SwiGLU), its backward against central differences
+//! (every parameter and the input), and a language model whose blocks are mixtures: names,
+//! parameter count, config round trip, incremental decoding equal to the full forward.
+
+use super::*;
+use crate::model::attention_checks::check_lm_decoding;
+use crate::model::{ExpertsConfig, LanguageModel, ModelConfig, NormPlacement, Positions};
+use crate::model::config::Normalization;
+
+fn uniform(n: usize, seed: u64) -> Vec<f64> {
+    let mut rng = Rng::new(seed);
+    (0..n).map(|_| rng.uniform_range(-1.0, 1.0)).collect()
+}
+
+fn max_diff(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
+}
+
+/// `x W^T` of `x [rows, d_in]`, `w [d_out, d_in]`.
+fn matmul_t(x: &[f64], w: &[f64], d_in: usize, d_out: usize) -> Vec<f64> {
+    let rows = x.len() / d_in;
+    let mut y = vec![0.0; rows * d_out];
+    for r in 0..rows {
+        for o in 0..d_out {
+            y[r * d_out + o] = (0..d_in).map(|i| x[r * d_in + i] * w[o * d_in + i]).sum();
+        }
+    }
+    y
+}
+
+/// The mixture written out: per token, softmax of the router's logits, the `k` most likely
+/// experts, their weights, and `Σ w_e · down(silu(gate(x)) ⊙ up(x))`.
+fn loops(m: &MixtureOfExperts<f64>, x: &[f64]) -> Vec<f64> {
+    let d = m.router.d_in;
+    let e = m.experts.len();
+    let mut y = vec![0.0; x.len()];
+    for (r, xr) in x.chunks(d).enumerate() {
+        let logits = matmul_t(xr, &m.router.weight.value.data, d, e);
+        let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let z: f64 = logits.iter().map(|l| (l - max).exp()).sum();
+        let p: Vec<f64> = logits.iter().map(|l| (l - max).exp() / z).collect();
+        let mut order: Vec<usize> = (0..e).collect();
+        order.sort_by(|&a, &b| p[b].partial_cmp(&p[a]).unwrap());
+        let chosen = &order[..m.top_k];
+        let sum: f64 = chosen.iter().map(|&j| p[j]).sum();
+        for &j in chosen {
+            let w = if m.normalise { p[j] / sum } else { p[j] };
+            let f = &m.experts[j];
+            let d_ff = f.linear1.d_out;
+            let g = matmul_t(xr, &f.gate.as_ref().unwrap().weight.value.data, d, d_ff);
+            let u = matmul_t(xr, &f.linear1.weight.value.data, d, d_ff);
+            let h: Vec<f64> = g.iter().zip(&u).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
+            let out = matmul_t(&h, &f.linear2.weight.value.data, d_ff, d);
+            for (acc, v) in y[r * d..(r + 1) * d].iter_mut().zip(out) {
+                *acc += w * v;
+            }
+        }
+    }
+    y
+}
+
+fn mixture(normalise: bool, seed: u64) -> MixtureOfExperts<f64> {
+    let mut rng = Rng::new(seed);
+    let mut m = MixtureOfExperts::new(6, (5, 2, 4), Activation::SiluGated, normalise, &mut rng);
+    m.router.weight.value.data = uniform(m.router.weight.value.data.len(), seed + 1)
+        .into_iter()
+        .map(|v| 2.0 * v)
+        .collect();
+    m
+}
+
+#[test]
+fn route_picks_the_k_most_likely_and_normalises_them() {
+    let p = [0.1f64, 0.4, 0.2, 0.3];
+    let c = route(&p, 2, true);
+    assert_eq!(c.iter().map(|c| c.expert).collect::<Vec<_>>(), [1, 3]);
+    assert!((c[0].weight - 0.4 / 0.7).abs() < 1e-15 && (c[1].weight - 0.3 / 0.7).abs() < 1e-15);
+    let c = route(&p, 2, false);
+    assert_eq!((c[0].weight, c[1].weight), (0.4, 0.3));
+    // Every expert: normalised weights are the probabilities themselves.
+    let c = route(&p, 4, true);
+    assert_eq!(c.iter().map(|c| c.expert).collect::<Vec<_>>(), [1, 3, 2, 0]);
+    // Ties go to the lower index.
+    let c = route(&[0.25; 4], 2, true);
+    assert_eq!(c.iter().map(|c| c.expert).collect::<Vec<_>>(), [0, 1]);
+}
+
+#[test]
+fn mixture_matches_float64_loops() {
+    for normalise in [true, false] {
+        let m = mixture(normalise, 3);
+        let x = uniform(7 * 6, 9);
+        let y = m.forward(&x);
+        assert!(max_diff(&y, &loops(&m, &x)) < 1e-12, "normalise {normalise}");
+        // Every expert gets a token among these seven, and the choice matters: one expert
+        // fewer per token is another output.
+        let (choices, _) = m.choices(&x);
+        for e in 0..5 {
+            assert!(choices.iter().any(|c| c.expert == e), "expert {e} unused");
+        }
+        let mut top1 = m.clone();
+        top1.top_k = 1;
+        assert!(max_diff(&top1.forward(&x), &y) > 1e-3);
+    }
+}
+
+/// `∂/∂v_i` of `f` by central differences.
+fn numeric(f: &impl Fn(&[f64]) -> f64, v: &[f64], i: usize) -> f64 {
+    let h = 1e-6;
+    let (mut up, mut down) = (v.to_vec(), v.to_vec());
+    up[i] += h;
+    down[i] -= h;
+    (f(&up) - f(&down)) / (2.0 * h)
+}
+
+#[test]
+fn mixture_backward_matches_central_differences() {
+    for normalise in [true, false] {
+        let mut m = mixture(normalise, 5);
+        let x = uniform(4 * 6, 11);
+        let r = uniform(4 * 6, 12);
+        let loss = |m: &MixtureOfExperts<f64>, x: &[f64]| -> f64 {
+            loops(m, x).iter().zip(&r).map(|(a, b)| a * b).sum()
+        };
+        let (_, cache) = m.forward_train(&x, None);
+        let dx = m.backward(&x, cache, &r);
+        for (i, &got) in dx.iter().enumerate() {
+            let n = numeric(&|x: &[f64]| loss(&m, x), &x, i);
+            assert!((got - n).abs() < 1e-7, "normalise {normalise} dx {i}: {got} {n}");
+        }
+        let names: Vec<String> = m.params_mut().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names.len(), 1 + 5 * 3);
+        for name in names {
+            let (w0, grad) = {
+                let mut params = m.params_mut();
+                let p = &mut params.iter_mut().find(|(n, _)| *n == name).unwrap().1;
+                (p.value.data.clone(), p.grad.data.clone())
+            };
+            let by_w = |w: &[f64]| {
+                let mut f = m.clone();
+                let mut params = f.params_mut();
+                params.iter_mut().find(|(n, _)| *n == name).unwrap().1.value.data = w.to_vec();
+                loss(&f, &x)
+            };
+            for (i, &got) in grad.iter().enumerate() {
+                let n = numeric(&by_w, &w0, i);
+                assert!((got - n).abs() < 1e-7, "normalise {normalise} {name} {i}: {got} {n}");
+            }
+        }
+    }
+}
+
+fn moe_config() -> ModelConfig {
+    let mut c = ModelConfig::preset("tiny", 40).unwrap();
+    (c.d_model, c.n_heads, c.d_ff, c.n_encoder_layers, c.n_decoder_layers) = (16, 2, 24, 0, 2);
+    (c.norm, c.normalization, c.positions) =
+        (NormPlacement::PreLn, Normalization::RmsNorm, Positions::Rotary);
+    (c.activation, c.bias, c.dropout, c.tie_embeddings) = (Activation::SiluGated, false, 0.0, false);
+    c.experts = Some(ExpertsConfig {
+        n_experts: 4,
+        top_k: 2,
+        d_ff: 8,
+        normalise: true,
+    });
+    c
+}
+
+#[test]
+fn a_language_model_of_mixtures_names_counts_and_decodes_them() {
+    let c = moe_config();
+    c.validate().unwrap();
+    let json = serde_json::to_string(&c).unwrap();
+    assert!(json.contains("\"experts\":{\"n_experts\":4,\"top_k\":2,\"d_ff\":8,\"normalise\":true}"));
+    assert_eq!(serde_json::from_str::<ModelConfig>(&json).unwrap(), c);
+    let mut lm = LanguageModel::<f64>::new(c.clone(), &mut Rng::new(4));
+    let names: Vec<String> = lm.params_mut().into_iter().map(|(n, _)| n).collect();
+    for want in [
+        "layers.0.ffn.router.weight",
+        "layers.1.ffn.experts.3.gate.weight",
+        "layers.1.ffn.experts.0.linear2.weight",
+    ] {
+        assert!(names.iter().any(|n| n == want), "{want} missing");
+    }
+    assert!(!names.iter().any(|n| n == "layers.0.ffn.linear1.weight"));
+    // Attention and norms as a dense model's; each FFN 4 experts of 3 · 16 · 8 and a router.
+    let mut dense = c.clone();
+    dense.experts = None;
+    let (per_layer_dense, per_layer_moe) = (3 * 16 * 24, 4 * 16 + 4 * 3 * 16 * 8);
+    let count = |c: &ModelConfig| crate::model::lm::lm_n_params(c).unwrap();
+    assert_eq!(count(&c) + 2 * per_layer_dense, count(&dense) + 2 * per_layer_moe);
+    assert_eq!(crate::model::lm::lm_n_params(&c), Some(lm.n_params()));
+    // Incremental decoding, two rows token by token, equals the full forward; so does a
+    // prompt at once (the experts then see several tokens each).
+    check_lm_decoding(&lm, &[3, 17, 5, 33, 8, 21, 1, 9, 30, 2], 2);
+    // Refused: more experts a token than there are, and mixtures beside an encoder.
+    let mut bad = c.clone();
+    bad.experts.as_mut().unwrap().top_k = 5;
+    assert!(bad.validate().unwrap_err().contains("top_k 5"));
+    let mut bad = c;
+    bad.n_encoder_layers = 1;
+    assert!(bad.validate().unwrap_err().contains("decoder-only"));
+}
