@@ -8,7 +8,7 @@
 # Models (real configs: hidden size, layers, heads, vocabulary, RoPE, tied head):
 #   llama-3.2-1b   2.5 GB bf16   llama-3.2-3b   6.4 GB    qwen3-4b   8.0 GB
 #   llama-3.1-8b  16.1 GB bf16 (untied, streamed shard by shard)
-#   olmoe-1b-7b   13.8 GB bf16 (mixture of experts, 64 experts, 8 a token; our crate refuses MoE)
+#   olmoe-1b-7b   13.8 GB bf16 (mixture of experts, 64 experts, 8 a token)
 # Output, outside the repository (never commit it): $MODELS_DIR/NAME/NAME.TYPE.gguf, with
 # NAME/hf/ holding config.json and the tokenizer (its safetensors are deleted after conversion
 # unless KEEP_HF=1) and NAME/MANIFEST.txt (sizes, sha256, the tools' versions).
