@@ -372,6 +372,18 @@ impl Backend for Cpu {
         act::tanh_backward_inplace(dy, y)
     }
 
+    fn softmax_rows<T: Float>(&self, x: &mut [T], row_len: usize) {
+        for row in x.chunks_mut(row_len) {
+            softmax::softmax_inplace(row, row_len);
+        }
+    }
+
+    fn softmax_rows_backward<T: Float>(&self, dp: &mut [T], p: &[T], row_len: usize) {
+        for (g, q) in dp.chunks_mut(row_len).zip(p.chunks(row_len)) {
+            softmax::softmax_backward_inplace(g, q);
+        }
+    }
+
     #[inline]
     fn log_softmax_rows<T: Float>(&self, x: &mut [T], row_len: usize) {
         softmax::log_softmax_rows(x, row_len)

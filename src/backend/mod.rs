@@ -17,7 +17,8 @@
 //! - **element-wise**: ReLU, GELU (erf and tanh), SwiGLU, tanh and the logits' soft cap with
 //!   their backwards, `add`, `mul`, dropout ([`dropout_mask`](Backend::dropout_mask),
 //!   [`dropout_add`](Backend::dropout_add));
-//! - **losses**: [`log_softmax_rows`](Backend::log_softmax_rows), the label-smoothed
+//! - **losses**: [`softmax_rows`](Backend::softmax_rows) and its backward,
+//!   [`log_softmax_rows`](Backend::log_softmax_rows), the label-smoothed
 //!   [`cross_entropy`](Backend::cross_entropy) with its gradient;
 //! - **block formats**: packing weights ([`pack_weight`](Backend::pack_weight),
 //!   [`pack_blocks`](Backend::pack_blocks)), a GGUF table's rows
@@ -358,6 +359,13 @@ pub trait Backend {
     fn tanh_backward<T: Float>(&self, dy: &mut [T], y: &[T]);
 
     // ---- losses ----
+
+    /// `x ← softmax(x)` over each row of `x [rows, row_len]` (a router's probabilities).
+    fn softmax_rows<T: Float>(&self, x: &mut [T], row_len: usize);
+
+    /// Backward of [`softmax_rows`](Self::softmax_rows): each row of `dp` becomes
+    /// `p ⊙ (dp − p · dp)` for the probabilities `p [rows, row_len]`.
+    fn softmax_rows_backward<T: Float>(&self, dp: &mut [T], p: &[T], row_len: usize);
 
     /// `x ← x − log Σ eˣ` over each row of `x [rows, row_len]` (log-probabilities).
     fn log_softmax_rows<T: Float>(&self, x: &mut [T], row_len: usize);

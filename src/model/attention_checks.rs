@@ -26,6 +26,14 @@ pub fn max_diff(a: &[f64], b: &[f64]) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// `∂f/∂x_i` by central differences of step `h`.
+pub fn numeric(f: &impl Fn(&[f64]) -> f64, x: &[f64], i: usize, h: f64) -> f64 {
+    let (mut up, mut down) = (x.to_vec(), x.to_vec());
+    up[i] += h;
+    down[i] -= h;
+    (f(&up) - f(&down)) / (2.0 * h)
+}
+
 /// Causal self-attention over rows of `lens` keys.
 pub fn causal(lens: &[usize]) -> AttnMask<'_> {
     AttnMask {

@@ -19,6 +19,7 @@ use super::config::Activation;
 use super::feed_forward::{FeedForward, FeedForwardCache};
 use super::linear::Linear;
 use super::param::{Init, Module, ParamVisitor};
+use crate::backend::{Backend, CPU};
 use crate::rng::Rng;
 use crate::Float;
 
@@ -83,21 +84,6 @@ pub fn route<T: Float>(probs: &[T], k: usize, normalise: bool) -> Vec<Choice<T>>
         .collect()
 }
 
-/// `softmax(logits)` of each row of `[rows, E]`, in place.
-fn softmax_rows<T: Float>(logits: &mut [T], e: usize) {
-    for row in logits.chunks_mut(e) {
-        let max = row.iter().copied().fold(T::neg_infinity(), T::max);
-        let mut sum = T::zero();
-        for v in row.iter_mut() {
-            *v = (*v - max).exp();
-            sum += *v;
-        }
-        for v in row.iter_mut() {
-            *v /= sum;
-        }
-    }
-}
-
 impl<T: Float> MixtureOfExperts<T> {
     /// `n_experts` experts of `d_ff` hidden units with `activation` (no biases) and the router,
     /// parameters drawn in the order router, then each expert's.
@@ -124,7 +110,7 @@ impl<T: Float> MixtureOfExperts<T> {
     pub fn choices(&self, x: &[T]) -> (Vec<Choice<T>>, Vec<T>) {
         let e = self.experts.len();
         let mut probs = self.router.forward(x);
-        softmax_rows(&mut probs, e);
+        CPU.softmax_rows(&mut probs, e);
         let choices = probs
             .chunks(e)
             .flat_map(|p| route(p, self.top_k, self.normalise))
@@ -203,34 +189,29 @@ impl<T: Float> MixtureOfExperts<T> {
                 }
             }
         }
-        // dl: [rows, E], through the normalisation and the softmax.
+        // dl: [rows, E], through the normalisation (dp, zero off the chosen experts), then
+        // the softmax.
         let mut dl = vec![T::zero(); rows * e];
         for r in 0..rows {
             let p = &cache.probs[r * e..(r + 1) * e];
             let chosen = &cache.choices[r * k..(r + 1) * k];
-            let mut dp = vec![T::zero(); e];
+            let (dw, dp) = (&dw[r * e..(r + 1) * e], &mut dl[r * e..(r + 1) * e]);
             if self.normalise {
                 let sum = chosen.iter().fold(T::zero(), |s, c| s + p[c.expert]);
                 let mean = chosen
                     .iter()
-                    .fold(T::zero(), |s, c| s + c.weight * dw[r * e + c.expert]);
+                    .fold(T::zero(), |s, c| s + c.weight * dw[c.expert]);
                 for c in chosen {
-                    dp[c.expert] = (dw[r * e + c.expert] - mean) / sum;
+                    dp[c.expert] = (dw[c.expert] - mean) / sum;
                 }
             } else {
                 for c in chosen {
-                    dp[c.expert] = dw[r * e + c.expert];
+                    dp[c.expert] = dw[c.expert];
                 }
             }
-            let dot = p.iter().zip(&dp).fold(T::zero(), |s, (&a, &b)| s + a * b);
-            for j in 0..e {
-                dl[r * e + j] = p[j] * (dp[j] - dot);
-            }
         }
-        let dx_router = self.router.backward(x, &dl);
-        for (a, &b) in dx.iter_mut().zip(&dx_router) {
-            *a += b;
-        }
+        CPU.softmax_rows_backward(&mut dl, &cache.probs, e);
+        CPU.add(&mut dx, &self.router.backward(x, &dl));
         dx
     }
 }
@@ -304,13 +285,6 @@ impl<T: Float> Ffn<T> {
         }
     }
 
-    /// The dense FFN, mutably.
-    pub fn dense_mut(&mut self) -> Option<&mut FeedForward<T>> {
-        match self {
-            Ffn::Dense(f) => Some(f),
-            Ffn::Experts(_) => None,
-        }
-    }
 }
 
 impl<T> Module<T> for Ffn<T> {

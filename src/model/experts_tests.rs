@@ -4,31 +4,9 @@
 //! parameter count, config round trip, incremental decoding equal to the full forward.
 
 use super::*;
-use crate::model::attention_checks::check_lm_decoding;
+use crate::model::attention_checks::{check_lm_decoding, linear_loops, max_diff, numeric, uniform};
 use crate::model::{ExpertsConfig, LanguageModel, ModelConfig, NormPlacement, Positions};
 use crate::model::config::Normalization;
-
-fn uniform(n: usize, seed: u64) -> Vec<f64> {
-    let mut rng = Rng::new(seed);
-    (0..n).map(|_| rng.uniform_range(-1.0, 1.0)).collect()
-}
-
-fn max_diff(a: &[f64], b: &[f64]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
-}
-
-/// `x W^T` of `x [rows, d_in]`, `w [d_out, d_in]`.
-fn matmul_t(x: &[f64], w: &[f64], d_in: usize, d_out: usize) -> Vec<f64> {
-    let rows = x.len() / d_in;
-    let mut y = vec![0.0; rows * d_out];
-    for r in 0..rows {
-        for o in 0..d_out {
-            y[r * d_out + o] = (0..d_in).map(|i| x[r * d_in + i] * w[o * d_in + i]).sum();
-        }
-    }
-    y
-}
 
 /// The mixture written out: per token, softmax of the router's logits, the `k` most likely
 /// experts, their weights, and `Σ w_e · down(silu(gate(x)) ⊙ up(x))`.
@@ -37,7 +15,7 @@ fn loops(m: &MixtureOfExperts<f64>, x: &[f64]) -> Vec<f64> {
     let e = m.experts.len();
     let mut y = vec![0.0; x.len()];
     for (r, xr) in x.chunks(d).enumerate() {
-        let logits = matmul_t(xr, &m.router.weight.value.data, d, e);
+        let logits = linear_loops(xr, &m.router);
         let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let z: f64 = logits.iter().map(|l| (l - max).exp()).sum();
         let p: Vec<f64> = logits.iter().map(|l| (l - max).exp() / z).collect();
@@ -48,11 +26,10 @@ fn loops(m: &MixtureOfExperts<f64>, x: &[f64]) -> Vec<f64> {
         for &j in chosen {
             let w = if m.normalise { p[j] / sum } else { p[j] };
             let f = &m.experts[j];
-            let d_ff = f.linear1.d_out;
-            let g = matmul_t(xr, &f.gate.as_ref().unwrap().weight.value.data, d, d_ff);
-            let u = matmul_t(xr, &f.linear1.weight.value.data, d, d_ff);
+            let g = linear_loops(xr, f.gate.as_ref().unwrap());
+            let u = linear_loops(xr, &f.linear1);
             let h: Vec<f64> = g.iter().zip(&u).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
-            let out = matmul_t(&h, &f.linear2.weight.value.data, d_ff, d);
+            let out = linear_loops(&h, &f.linear2);
             for (acc, v) in y[r * d..(r + 1) * d].iter_mut().zip(out) {
                 *acc += w * v;
             }
@@ -106,15 +83,6 @@ fn mixture_matches_float64_loops() {
     }
 }
 
-/// `∂/∂v_i` of `f` by central differences.
-fn numeric(f: &impl Fn(&[f64]) -> f64, v: &[f64], i: usize) -> f64 {
-    let h = 1e-6;
-    let (mut up, mut down) = (v.to_vec(), v.to_vec());
-    up[i] += h;
-    down[i] -= h;
-    (f(&up) - f(&down)) / (2.0 * h)
-}
-
 #[test]
 fn mixture_backward_matches_central_differences() {
     for normalise in [true, false] {
@@ -127,7 +95,7 @@ fn mixture_backward_matches_central_differences() {
         let (_, cache) = m.forward_train(&x, None);
         let dx = m.backward(&x, cache, &r);
         for (i, &got) in dx.iter().enumerate() {
-            let n = numeric(&|x: &[f64]| loss(&m, x), &x, i);
+            let n = numeric(&|x: &[f64]| loss(&m, x), &x, i, 1e-6);
             assert!((got - n).abs() < 1e-7, "normalise {normalise} dx {i}: {got} {n}");
         }
         let names: Vec<String> = m.params_mut().into_iter().map(|(n, _)| n).collect();
@@ -145,7 +113,7 @@ fn mixture_backward_matches_central_differences() {
                 loss(&f, &x)
             };
             for (i, &got) in grad.iter().enumerate() {
-                let n = numeric(&by_w, &w0, i);
+                let n = numeric(&by_w, &w0, i, 1e-6);
                 assert!((got - n).abs() < 1e-7, "normalise {normalise} {name} {i}: {got} {n}");
             }
         }

@@ -6,6 +6,7 @@
 //! its gradients, through the plain and the tiled attention kernels, against central
 //! differences of its loss, and its incremental decoding against its full forward.
 
+use super::attention_checks::numeric;
 use super::config::Normalization;
 use super::feed_forward::FeedForward;
 use super::linear::Linear;
@@ -57,14 +58,6 @@ fn rms_loops(x: &[f64], g: &[f64], eps: f64) -> Vec<f64> {
         }
     }
     y
-}
-
-/// `∂/∂x_i` of `f` by central differences.
-fn numeric(f: &impl Fn(&[f64]) -> f64, x: &[f64], i: usize, h: f64) -> f64 {
-    let (mut up, mut down) = (x.to_vec(), x.to_vec());
-    up[i] += h;
-    down[i] -= h;
-    (f(&up) - f(&down)) / (2.0 * h)
 }
 
 /// GeGLU: `down(gelu_tanh(gate(x)) ⊙ up(x))` against loops; dx and the gate's weight gradient

@@ -17,7 +17,7 @@ use std::path::Path;
 
 /// The fields of a Hugging Face `config.json` that make its FFNs mixtures (Qwen3-MoE's and
 /// Qwen2-MoE's `num_experts`, Mixtral's `num_local_experts`).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 pub struct HfExperts {
     #[serde(default, alias = "num_local_experts")]
     pub num_experts: Option<usize>,
