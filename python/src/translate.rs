@@ -81,9 +81,10 @@ impl Translator {
         let stop = match beam_stop {
             "exact" => BeamStop::Exact,
             "first-k" => BeamStop::FirstK,
+            "hugging-face" => BeamStop::HuggingFace,
             other => {
                 return Err(PyValueError::new_err(format!(
-                    "beam_stop={other:?} is not \"exact\" or \"first-k\""
+                    "beam_stop={other:?} is not \"exact\", \"first-k\" or \"hugging-face\""
                 )))
             }
         };

@@ -312,6 +312,16 @@ impl Backend for Cpu {
     }
 
     #[inline]
+    fn silu<T: Float>(&self, y: &mut [T], x: &[T]) {
+        act::silu_forward(y, x)
+    }
+
+    #[inline]
+    fn silu_backward<T: Float>(&self, dy: &mut [T], x: &[T]) {
+        act::silu_backward_inplace(dy, x)
+    }
+
+    #[inline]
     fn swiglu<T: Float>(&self, h: &mut [T], gate: &[T], up: &[T]) {
         act::swiglu_forward(h, gate, up)
     }

@@ -323,6 +323,12 @@ pub trait Backend {
     /// `dy ← dy ⊙ GELU'(x)`, tanh form.
     fn gelu_tanh_backward<T: Float>(&self, dy: &mut [T], x: &[T]);
 
+    /// `y = silu(x) = x σ(x)` (swish).
+    fn silu<T: Float>(&self, y: &mut [T], x: &[T]);
+
+    /// `dy ← dy ⊙ silu'(x)`.
+    fn silu_backward<T: Float>(&self, dy: &mut [T], x: &[T]);
+
     /// `h = silu(g) ⊙ u`, `silu(x) = x σ(x)` (all `[rows, d_ff]`).
     fn swiglu<T: Float>(&self, h: &mut [T], gate: &[T], up: &[T]);
 

@@ -46,8 +46,9 @@ pub struct TranslateArgs {
     #[arg(long, default_value_t = 0.6)]
     pub alpha: f64,
     /// When beam search stops a sentence before its length limit: exact (once no live beam can
-    /// beat the k finished hypotheses) or first-k (once k are finished, like CTranslate2).
-    /// Ignored without --beam 2 or more.
+    /// beat the k finished hypotheses), first-k (once k are finished, like CTranslate2) or
+    /// hugging-face (transformers' `generate`: ranked by log p / |Y|^alpha, its stopping
+    /// heuristic; with --alpha 1 its default length_penalty). Ignored without --beam 2 or more.
     #[arg(long, value_enum, default_value = "exact")]
     pub beam_stop: BeamStop,
     /// Print the N best hypotheses per input as `i<TAB>score<TAB>text` lines (N <= --beam).

@@ -32,7 +32,8 @@
 //! the default ([`BeamStop::Exact`]); with α > 0 the bound is loose (lp at the limit is large),
 //! so sentences often run many steps past their k-th finished hypothesis.
 //! [`BeamStop::FirstK`] stops as soon as `k` hypotheses are finished, as CTranslate2, fairseq
-//! and Hugging Face (`early_stopping=True`) do.
+//! and Hugging Face (`early_stopping=True`) do; [`BeamStop::HuggingFace`] is `generate`'s own
+//! rule (its penalty `|Y|^α` and its stopping heuristic), to give its outputs.
 //!
 //! The search ([`search_rows`]) is written over [`IncrementalDecoder`]; [`beam_search`] is
 //! translation with it (the sources encoded once per chunk, every beam from BOS).
@@ -96,6 +97,11 @@ pub enum BeamStop {
     /// Hugging Face's `early_stopping=True` do: fewer steps, at the price of a better hypothesis
     /// a live beam would still have reached.
     FirstK,
+    /// Hugging Face `generate`'s rule (`num_beams`, `length_penalty` α, `early_stopping=False`,
+    /// its default): hypotheses ranked by `log p / |Y|^α` instead of GNMT's penalty, and a
+    /// sentence stops once `k` are finished and its best live beam's raw score over `t^α` (`t`
+    /// tokens emitted so far) is no better than the worst of them.
+    HuggingFace,
 }
 
 impl Default for BeamOptions {
@@ -138,6 +144,15 @@ impl BeamHypothesis {
 /// GNMT's length penalty `((5 + len) / 6)^alpha`.
 pub fn length_penalty(len: usize, alpha: f64) -> f64 {
     ((5.0 + len as f64) / 6.0).powf(alpha)
+}
+
+/// The length penalty of a stopping rule: Hugging Face's `len^alpha` for its rule, GNMT's
+/// otherwise.
+pub fn length_penalty_of(stop: Option<BeamStop>, len: usize, alpha: f64) -> f64 {
+    match stop {
+        Some(BeamStop::HuggingFace) => (len as f64).powf(alpha),
+        _ => length_penalty(len, alpha),
+    }
 }
 
 /// Beam search over `sources`; per sentence (in input order) its n-best list, best first,
@@ -359,7 +374,7 @@ pub fn search_rows<T: Float, M: IncrementalDecoder<T>>(
                         let hyp = BeamHypothesis {
                             tokens,
                             logprob: raw,
-                            score: raw / length_penalty(t, alpha),
+                            score: raw / length_penalty_of(stop, t, alpha),
                             finished: tok == rules.end,
                         };
                         keep_finished(&mut finished[s], hyp, k);
@@ -388,6 +403,10 @@ pub fn search_rows<T: Float, M: IncrementalDecoder<T>>(
                         let lp_max =
                             length_penalty(t + 1, alpha).max(length_penalty(limits[s], alpha));
                         next[first].raw / lp_max < finished[s][k - 1].score
+                    }
+                    Some(BeamStop::HuggingFace) => {
+                        let best = next[first].raw / (t as f64).powf(alpha);
+                        best <= finished[s][k - 1].score
                     }
                 };
             n_stopped += bound_met as usize;

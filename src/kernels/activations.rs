@@ -119,6 +119,27 @@ pub fn gelu_erf_backward_inplace<T: Float>(dy: &mut [T], x: &[T]) {
     scale_by_grad(dy, x, gelu_erf_grad);
 }
 
+/// SiLU (swish, Marian's `swish`) at one point, in f64: `x · σ(x)`.
+pub fn silu(x: f64) -> f64 {
+    x / (1.0 + (-x).exp())
+}
+
+/// d/dx of [`silu`]: `σ(x) (1 + x (1 − σ(x)))`.
+pub fn silu_grad(x: f64) -> f64 {
+    let s = 1.0 / (1.0 + (-x).exp());
+    s * (1.0 + x * (1.0 - s))
+}
+
+/// `y ← silu(x)` element-wise (an ungated FFN with swish, as Marian's).
+pub fn silu_forward<T: Float>(y: &mut [T], x: &[T]) {
+    map_into(y, x, silu);
+}
+
+/// `dy ← dy ⊙ silu'(x)`, given the pre-activation `x`.
+pub fn silu_backward_inplace<T: Float>(dy: &mut [T], x: &[T]) {
+    scale_by_grad(dy, x, silu_grad);
+}
+
 /// `y ← GELU(x)`, tanh approximation (GPT-2).
 pub fn gelu_tanh_forward<T: Float>(y: &mut [T], x: &[T]) {
     map_into(y, x, gelu_tanh);

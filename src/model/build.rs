@@ -334,6 +334,58 @@ mod tests {
         }
     }
 
+    /// A logit bias (Marian's `final_logits_bias`): `z = h Wᵀ + b` against a float64 loop;
+    /// the bias's gradient (and dhidden) against central differences of `L = Σ r ⊙ z`, through
+    /// soft-capping too.
+    #[test]
+    fn an_output_bias_is_added_to_every_row_and_gets_its_gradient() {
+        use crate::model::param::Module;
+        let (vocab, d) = (5, 4);
+        let mut rng = Rng::new(6);
+        let embedding = Embedding::<f64>::new(vocab, d, 8, &mut rng);
+        for cap in [None, Some(2.0)] {
+            let mut head = OutputHead::<f64>::new(vocab, d, true, &mut rng)
+                .with_softcap(cap)
+                .with_bias(true, &mut rng);
+            let b: Vec<f64> = (0..vocab).map(|i| 0.7 * (i as f64 * 1.3).sin()).collect();
+            head.bias.as_mut().unwrap().value.data = b.clone();
+            let hidden: Vec<f64> = (0..3 * d).map(|i| (i as f64 * 0.43).cos()).collect();
+            let logits = head.logits(&embedding, &hidden);
+            let w = &embedding.weight.value.data;
+            for r in 0..3 {
+                for v in 0..vocab {
+                    let z: f64 = (0..d).map(|k| hidden[r * d + k] * w[v * d + k]).sum::<f64>() + b[v];
+                    let want = cap.map_or(z, |c| c * (z / c).tanh());
+                    assert!((logits[r * vocab + v] - want).abs() < 1e-12);
+                }
+            }
+            let weights: Vec<f64> = (0..3 * vocab).map(|i| (i as f64 * 0.3).cos()).collect();
+            let loss = |head: &OutputHead<f64>, h: &[f64]| -> f64 {
+                let l = head.logits(&embedding, h);
+                l.iter().zip(&weights).map(|(a, b)| a * b).sum()
+            };
+            head.zero_grads();
+            let mut embedding_grad = embedding.clone();
+            let dhidden = head.backward(&mut embedding_grad, &hidden, &weights);
+            let db = head.bias.as_ref().unwrap().grad.data.clone();
+            for (v, &got) in db.iter().enumerate() {
+                let mut shifted = head.clone();
+                shifted.bias.as_mut().unwrap().value.data[v] += 1e-6;
+                let up = loss(&shifted, &hidden);
+                shifted.bias.as_mut().unwrap().value.data[v] -= 2e-6;
+                let numeric = (up - loss(&shifted, &hidden)) / 2e-6;
+                assert!((got - numeric).abs() < 1e-6, "db {v}: {got} {numeric}");
+            }
+            for i in 0..hidden.len() {
+                let (mut up, mut down) = (hidden.clone(), hidden.clone());
+                up[i] += 1e-6;
+                down[i] -= 1e-6;
+                let numeric = (loss(&head, &up) - loss(&head, &down)) / 2e-6;
+                assert!((dhidden[i] - numeric).abs() < 1e-6, "dh {i}");
+            }
+        }
+    }
+
     /// Soft-capped logits are `c · tanh(h Wᵀ / c)` in float64, and the backward is their
     /// derivative (against central differences).
     #[test]

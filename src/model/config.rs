@@ -29,6 +29,8 @@ pub enum Activation {
     GeluErf,
     /// GPT-2's tanh approximation of GELU (`gelu_new`).
     GeluTanh,
+    /// SiLU / swish, `x · σ(x)`, ungated (Marian's `swish`).
+    Silu,
     /// SwiGLU (Shazeer 2020; Llama): `FFN(x) = (silu(x W_gateᵀ) ⊙ x W_upᵀ) W_downᵀ`, a gated
     /// FFN of three matrices, `silu(z) = z · σ(z)`.
     SiluGated,
@@ -75,6 +77,10 @@ pub enum Positions {
     /// The paper's fixed sinusoids added to the scaled token embeddings (section 3.5).
     #[default]
     Sinusoidal,
+    /// The same sinusoids with the sines in the first half of the columns and the cosines in
+    /// the second (Marian): `PE(pos, i) = sin(pos / 10000^(2i/d_model))` and
+    /// `PE(pos, ⌈d/2⌉ + i) = cos(pos / 10000^(2i/d_model))`.
+    SinusoidalHalves,
     /// A trained table `embedding.positions [max_len, d_model]` added to the scaled token
     /// embeddings; one table shared by the encoder and the decoder (like the token table).
     Learned,
@@ -186,6 +192,10 @@ pub struct ModelConfig {
     /// Soft-capping of the output logits, `z ← c · tanh(z / c)` (Gemma 2). Absent: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub final_logit_softcap: Option<f64>,
+    /// A bias `[vocab]` added to the logits (`output_proj.bias`; Marian's `final_logits_bias`).
+    /// Absent: false.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub output_bias: bool,
     /// Added to every RMSNorm gain: `y = (g + offset) ⊙ x / rms(x)` (Gemma stores `g − 1`:
     /// offset 1). Absent: 0.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -376,6 +386,7 @@ impl ModelConfig {
             qk_norm_whole: false,
             attn_logit_softcap: None,
             final_logit_softcap: None,
+            output_bias: false,
             norm_weight_offset: 0.0,
             embedding_scale: None,
             layer_windows: Vec::new(),
@@ -505,7 +516,7 @@ impl ModelConfig {
         // Learned positions: one [max_len, d_model] table, shared by encoder and decoder.
         let positions = match self.positions {
             Positions::Learned => self.max_len as u128 * d,
-            Positions::Sinusoidal | Positions::Rotary => 0,
+            Positions::Sinusoidal | Positions::SinusoidalHalves | Positions::Rotary => 0,
         };
         usize::try_from(v * d + positions + encoder + decoder + final_norms + output).ok()
     }

@@ -309,6 +309,7 @@ pub(super) fn upload_parts<D: Device>(
             act: match act {
                 Activation::Relu => DeviceAct::Relu,
                 Activation::GeluErf => DeviceAct::GeluErf,
+                Activation::Silu => DeviceAct::Silu,
                 _ => DeviceAct::GeluTanh,
             },
             up: device.weight(&what("ffn.linear1"), &[WeightSource::Layer(f.linear1.weight_ref())])?,

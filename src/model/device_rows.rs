@@ -115,6 +115,10 @@ impl<D: Device> DeviceEmbedding<D> {
         positions: usize,
     ) -> Result<Self, DeviceError> {
         let d_model = embedding.d_model;
+        if head.bias.is_some() {
+            let what = "a bias on the output projection (Marian's final_logits_bias)";
+            return Err(super::device_block::unsupported(device, what.into()));
+        }
         let positions = match embedding.position_table(positions) {
             Some(rows) => Some(device.weight(
                 "embedding.positions",

@@ -4,6 +4,8 @@
 //! `PE` depends on [`Positions`]:
 //! - `Sinusoidal`, the paper's encoding (section 3.5):
 //!   `PE(pos, 2i) = sin(pos / 10000^(2i/d_model))`, `PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))`;
+//! - `SinusoidalHalves`, Marian's layout of the same waves: `PE(pos, i) = sin(pos / 10000^(2i/d))`
+//!   and `PE(pos, ⌈d/2⌉ + i) = cos(pos / 10000^(2i/d))`;
 //! - `Learned`: row `pos` of a trained table `P [max_len, d_model]` (parameter
 //!   `embedding.positions`), Xavier-uniform initialised like BERT's tables in `bert.rs`
 //!   (fan_in = max_len, fan_out = d_model); the backward accumulates `dP[pos] += dx`;
@@ -37,6 +39,33 @@ pub fn sinusoid(pos: usize, dim: usize, d_model: usize) -> f64 {
         angle.sin()
     } else {
         angle.cos()
+    }
+}
+
+/// Marian's layout of the same sinusoids: the sines of the `⌈d/2⌉` frequencies in the first
+/// columns, their cosines after them (`PE(pos, i) = sin(pos / 10000^(2i/d))`,
+/// `PE(pos, ⌈d/2⌉ + i) = cos(pos / 10000^(2i/d))`).
+pub fn sinusoid_halves(pos: usize, dim: usize, d_model: usize) -> f64 {
+    let sines = d_model.div_ceil(2);
+    let (i, sine) = if dim < sines {
+        (dim, true)
+    } else {
+        (dim - sines, false)
+    };
+    let angle = pos as f64 / 10000f64.powf((2 * i) as f64 / d_model as f64);
+    if sine {
+        angle.sin()
+    } else {
+        angle.cos()
+    }
+}
+
+/// The sinusoid of a layout (`None`: positions that are not sinusoids).
+fn sinusoid_of(kind: Positions) -> Option<fn(usize, usize, usize) -> f64> {
+    match kind {
+        Positions::Sinusoidal => Some(sinusoid),
+        Positions::SinusoidalHalves => Some(sinusoid_halves),
+        Positions::Learned | Positions::Rotary => None,
     }
 }
 
@@ -95,12 +124,12 @@ impl<T: Float> Embedding<T> {
     ) -> Self {
         let weight = init.xavier(&[vocab, d_model], vocab, d_model);
         let mut sinusoids = Vec::new();
-        if kind == Positions::Sinusoidal && init.computes() {
+        if let Some(wave) = sinusoid_of(kind).filter(|_| init.computes()) {
             let rows = max_len.min(SINUSOID_TABLE_ROWS);
             sinusoids = vec![T::zero(); rows * d_model];
             for pos in 0..rows {
                 for dim in 0..d_model {
-                    sinusoids[pos * d_model + dim] = T::of(sinusoid(pos, dim, d_model));
+                    sinusoids[pos * d_model + dim] = T::of(wave(pos, dim, d_model));
                 }
             }
         }
@@ -214,10 +243,15 @@ impl<T: Float> Embedding<T> {
     fn additive_row(&self, pos: usize) -> Option<std::borrow::Cow<'_, [T]>> {
         let d = self.d_model;
         match self.kind {
-            Positions::Sinusoidal => Some(match self.sinusoids.get(pos * d..(pos + 1) * d) {
-                Some(row) => row.into(),
-                None => (0..d).map(|dim| T::of(sinusoid(pos, dim, d))).collect(),
-            }),
+            Positions::Sinusoidal | Positions::SinusoidalHalves => {
+                Some(match self.sinusoids.get(pos * d..(pos + 1) * d) {
+                    Some(row) => row.into(),
+                    None => {
+                        let wave = sinusoid_of(self.kind)?;
+                        (0..d).map(|dim| T::of(wave(pos, dim, d))).collect()
+                    }
+                })
+            }
             Positions::Learned => {
                 let table = &self.positions.as_ref()?.value.data;
                 Some(table[pos * d..(pos + 1) * d].into())
@@ -241,7 +275,9 @@ impl<T: Float> Embedding<T> {
     /// [`SINUSOID_TABLE_ROWS`] rows whatever the context; a learned table has the context's).
     pub fn position_rows(&self) -> usize {
         match self.kind {
-            Positions::Sinusoidal => self.sinusoids.len() / self.d_model.max(1),
+            Positions::Sinusoidal | Positions::SinusoidalHalves => {
+                self.sinusoids.len() / self.d_model.max(1)
+            }
             Positions::Learned => self.positions.as_ref().map_or(0, |p| p.value.shape[0]),
             Positions::Rotary => 0,
         }
@@ -460,5 +496,31 @@ mod tests {
         assert_eq!(sinusoid(0, 1, d), 1.0);
         assert!((sinusoid(3, 4, d) - (3.0f64 / 10000f64.powf(4.0 / 8.0)).sin()).abs() < 1e-15);
         assert!((sinusoid(3, 5, d) - (3.0f64 / 10000f64.powf(4.0 / 8.0)).cos()).abs() < 1e-15);
+    }
+
+    /// Marian's halves are the paper's columns reordered: even columns first, then the odd
+    /// ones (odd widths too, where the sines take one more column); past the precomputed table
+    /// the computed rows are the same values.
+    #[test]
+    fn sinusoid_halves_are_the_papers_columns_reordered() {
+        for d in [8usize, 7] {
+            let sines = d.div_ceil(2);
+            for pos in [0, 1, 5, 77] {
+                for i in 0..d {
+                    let paper = if i < sines { 2 * i } else { 2 * (i - sines) + 1 };
+                    assert_eq!(sinusoid_halves(pos, i, d), sinusoid(pos, paper, d), "{d} {pos} {i}");
+                }
+            }
+        }
+        let d = 6;
+        let e = Embedding::<f64>::with_positions(3, d, 1 << 14, Positions::SinusoidalHalves, &mut Rng::new(2))
+            .unscaled();
+        for pos in [3, SINUSOID_TABLE_ROWS + 3] {
+            let (x, _) = e.forward(&[1], 1, pos, 0.0, None);
+            for (dim, &got) in x.iter().enumerate() {
+                let want = e.weight.value.data[d + dim] + sinusoid_halves(pos, dim, d);
+                assert!((got - want).abs() < 1e-12, "pos {pos} dim {dim}");
+            }
+        }
     }
 }

@@ -2,7 +2,8 @@
 //! in place of the ReLU (BERT, GPT-2), or gated (SwiGLU, Llama):
 //! `FFN(x) = (silu(x W_gateᵀ) ⊙ x W₁ᵀ) W₂ᵀ` (`linear1` is the "up", `linear2` the "down"
 //! projection; biases only when the model has them), or GeGLU (Gemma):
-//! `FFN(x) = (gelu_tanh(x W_gateᵀ) ⊙ x W₁ᵀ) W₂ᵀ`.
+//! `FFN(x) = (gelu_tanh(x W_gateᵀ) ⊙ x W₁ᵀ) W₂ᵀ`, or ungated with SiLU (Marian's swish):
+//! `FFN(x) = silu(x W₁ᵀ + b₁) W₂ᵀ + b₂`.
 
 use super::config::Activation;
 use super::linear::Linear;
@@ -107,14 +108,14 @@ impl<T: Float> FeedForward<T> {
                 CPU.mul(&mut hidden, &up);
                 (hidden, g)
             }
-            Activation::GeluErf | Activation::GeluTanh => {
+            Activation::GeluErf | Activation::GeluTanh | Activation::Silu => {
                 // pre: [rows, d_ff]
                 let pre = self.linear1.forward(x);
                 let mut hidden = vec![T::zero(); pre.len()];
-                if self.activation == Activation::GeluErf {
-                    CPU.gelu_erf(&mut hidden, &pre);
-                } else {
-                    CPU.gelu_tanh(&mut hidden, &pre);
+                match self.activation {
+                    Activation::GeluErf => CPU.gelu_erf(&mut hidden, &pre),
+                    Activation::Silu => CPU.silu(&mut hidden, &pre),
+                    _ => CPU.gelu_tanh(&mut hidden, &pre),
                 }
                 (hidden, pre)
             }
@@ -164,15 +165,15 @@ impl<T: Float> FeedForward<T> {
                 CPU.add(&mut dx, &self.linear1.backward(x, &dup));
                 return dx;
             }
-            Activation::GeluErf | Activation::GeluTanh => {
+            Activation::GeluErf | Activation::GeluTanh | Activation::Silu => {
                 if let Some(m) = mask {
                     CPU.mul(&mut dhidden, m);
                 }
                 let pre = &cache.pre_activation;
-                if self.activation == Activation::GeluErf {
-                    CPU.gelu_erf_backward(&mut dhidden, pre);
-                } else {
-                    CPU.gelu_tanh_backward(&mut dhidden, pre);
+                match self.activation {
+                    Activation::GeluErf => CPU.gelu_erf_backward(&mut dhidden, pre),
+                    Activation::Silu => CPU.silu_backward(&mut dhidden, pre),
+                    _ => CPU.gelu_tanh_backward(&mut dhidden, pre),
                 }
             }
         }

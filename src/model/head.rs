@@ -26,6 +26,8 @@ pub struct OutputHead<T> {
     pub vocab: usize,
     /// Soft-capping `c` of the logits, `z ← c · tanh(z / c)` (Gemma 2), or none.
     pub softcap: Option<f64>,
+    /// `b [vocab]` added to every row of logits (Marian's `final_logits_bias`), or none.
+    pub bias: Option<Param<T>>,
 }
 
 impl<T: Float> OutputHead<T> {
@@ -39,12 +41,19 @@ impl<T: Float> OutputHead<T> {
             d_model,
             vocab,
             softcap: None,
+            bias: None,
         }
     }
 
     /// The same head with its logits soft-capped at `cap` (none: left as they are).
     pub fn with_softcap(mut self, cap: Option<f64>) -> Self {
         self.softcap = cap;
+        self
+    }
+
+    /// The same head with a zero bias `[vocab]` drawn from `init` when `bias` (none otherwise).
+    pub fn with_bias(mut self, bias: bool, init: &mut impl Init) -> Self {
+        self.bias = bias.then(|| init.constant(&[self.vocab], 0.0));
         self
     }
 
@@ -119,8 +128,8 @@ impl<T: Float> OutputHead<T> {
         self.packed.as_ref()
     }
 
-    /// `hidden [rows, d_model]` -> logits `[rows, vocab]`: `z = h Wᵀ`, then `c · tanh(z / c)`
-    /// when soft-capped.
+    /// `hidden [rows, d_model]` -> logits `[rows, vocab]`: `z = h Wᵀ + b` (`b` only with a
+    /// bias), then `c · tanh(z / c)` when soft-capped.
     pub fn logits(&self, embedding: &Embedding<T>, hidden: &[T]) -> Vec<T> {
         let mut logits = self.product(embedding, hidden);
         if let Some(c) = self.softcap {
@@ -129,13 +138,16 @@ impl<T: Float> OutputHead<T> {
         logits
     }
 
-    /// `hidden [rows, d_model]` -> `z = h Wᵀ [rows, vocab]`, before any soft-capping.
+    /// `hidden [rows, d_model]` -> `z = h Wᵀ + b [rows, vocab]`, before any soft-capping.
     fn product(&self, embedding: &Embedding<T>, hidden: &[T]) -> Vec<T> {
         let (d, v) = (self.d_model, self.vocab);
         let rows = hidden.len() / d;
         // logits: [rows, vocab]
         let mut logits = vec![T::zero(); rows * v];
         CPU.weight_product(&mut logits, hidden, rows, self.weight_ref(embedding));
+        if let Some(b) = &self.bias {
+            CPU.add_row_bias(&mut logits, &b.value.data);
+        }
         logits
     }
 
@@ -179,8 +191,8 @@ impl<T: Float> OutputHead<T> {
     }
 
     /// From `dlogits [rows, vocab]` and the head's input `hidden [rows, d_model]`: accumulates
-    /// `dW += dlogitsᵀ hidden` (into the embedding's gradient when tied) and returns
-    /// `dhidden = dlogits W`.
+    /// `dW += dlogitsᵀ hidden` (into the embedding's gradient when tied) and, with a bias,
+    /// `db += Σ_rows dlogits`; returns `dhidden = dlogits W`.
     pub fn backward(
         &mut self,
         embedding: &mut Embedding<T>,
@@ -209,6 +221,9 @@ impl<T: Float> OutputHead<T> {
             T::one(),
             false,
         );
+        if let Some(b) = &mut self.bias {
+            CPU.add_column_sums(&mut b.grad.data, dlogits, v);
+        }
         let w_grad = match &mut self.output_proj {
             Some(p) => &mut p.grad.data,
             None => &mut embedding.weight.grad.data,
@@ -224,7 +239,8 @@ impl<T: Float> OutputHead<T> {
     }
 }
 
-/// The head's own parameter, `output_proj.weight` (untied only); a visit drops `Wᵀ`.
+/// The head's own parameters, `output_proj.weight` (untied only) and `output_proj.bias` (with a
+/// bias only); a visit drops `Wᵀ`.
 impl<T> Module<T> for OutputHead<T> {
     fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
         self.transposed = None;
@@ -233,6 +249,9 @@ impl<T> Module<T> for OutputHead<T> {
         }
         if let Some(p) = &mut self.output_proj {
             v.param("output_proj.weight", p);
+        }
+        if let Some(b) = &mut self.bias {
+            v.param("output_proj.bias", b);
         }
     }
 }

@@ -103,7 +103,8 @@ impl<T: Float> LanguageModel<T> {
                 };
         }
         let head = OutputHead::new(c.vocab_size, c.d_model, c.tie_embeddings, init)
-            .with_softcap(c.final_logit_softcap);
+            .with_softcap(c.final_logit_softcap)
+            .with_bias(c.output_bias, init);
         LanguageModel {
             context: config.max_len,
             kv_types: KvTypes::default(),

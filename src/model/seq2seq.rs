@@ -137,7 +137,8 @@ impl<T: Float> Seq2Seq<T> {
             layer.self_attn.rope.attention_factor = c.rope_attention_factor();
         }
         let head = OutputHead::new(c.vocab_size, c.d_model, c.tie_embeddings, init)
-            .with_softcap(c.final_logit_softcap);
+            .with_softcap(c.final_logit_softcap)
+            .with_bias(c.output_bias, init);
         Seq2Seq {
             config,
             embedding,

@@ -1,5 +1,5 @@
 //! Translation with a model directory written by `train`, `demo --out` or `average`
-//! (`config.json`, `model.safetensors`, `vocab.json`): greedy and beam translation of lines,
+//! (`config.json`, `model.safetensors`, `vocab.json`), or a Hugging Face Marian model (OPUS-MT): greedy and beam translation of lines,
 //! n-best lists, and the log-probability of given pairs. Empty lines stay empty, so line counts
 //! always match.
 
@@ -9,6 +9,7 @@ use crate::decode::greedy::{greedy_decode, GreedyOptions, Hypothesis};
 use crate::decode::score::score_pairs;
 use crate::error::{Error, Result};
 use crate::model::checkpoint::load;
+use crate::model::families;
 use crate::model::Seq2Seq;
 use crate::store::VOCAB_FILE;
 use crate::text::corpus::Pair;
@@ -26,9 +27,14 @@ pub struct Translator {
 }
 
 impl Translator {
-    /// Loads a model directory, checking that the vocabulary matches the model.
+    /// Loads a model directory, checking that the vocabulary matches the model: ours, or a
+    /// Hugging Face Marian model (OPUS-MT; see `model::families::marian`).
     pub fn load(dir: &Path) -> Result<Translator> {
         check_model_dir(dir)?;
+        if families::marian::is_marian_dir(dir) {
+            let (model, vocab) = families::marian::load(dir)?;
+            return Ok(Translator { model, vocab });
+        }
         let model: Seq2Seq<f32> = load(dir)?;
         let path = dir.join(VOCAB_FILE);
         let vocab = Vocab::load(&path)?;

@@ -9,9 +9,11 @@ pub mod gguf_tokenizer;
 #[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]
 pub mod languages;
 pub mod llama_vocab;
+pub mod marian;
 // Used by the binary's commands (feature `cli`) and outside the library (feature `internals`).
 #[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]
 pub mod mlm_tokenizer;
+pub mod sentencepiece;
 // Used by constrained decoding (feature `constrain`) and outside the library (`internals`).
 #[cfg_attr(not(any(feature = "constrain", feature = "internals")), allow(dead_code))]
 pub mod token_bytes;

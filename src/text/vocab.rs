@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::bpe::Bpe;
+use super::marian::MarianTokenizer;
 use super::TextError;
 use super::{BOS, EOS, PAD, UNK};
 use crate::store::{TOKENIZER_FILE, VOCAB_FILE};
@@ -35,6 +36,9 @@ pub enum VocabLevel {
     Word,
     /// Byte-level BPE subwords (GPT-2 style): any text is representable, decoding restores it.
     Bpe,
+    /// A Marian model's SentencePiece pieces (`source.spm`, `target.spm`, its `vocab.json`;
+    /// see `text::marian`): loaded with the model, never written as ours.
+    SentencePiece,
 }
 
 /// The on-disk form of a [`Vocab`]; deserialising goes through it so every loaded vocabulary
@@ -63,6 +67,9 @@ pub struct Vocab {
     /// The byte-level BPE tokenizer (BPE level only).
     #[serde(skip)]
     bpe: Option<Box<tokenizers::Tokenizer>>,
+    /// A Marian model's tokenizer (SentencePiece level only).
+    #[serde(skip)]
+    marian: Option<std::sync::Arc<MarianTokenizer>>,
 }
 
 impl PartialEq for Vocab {
@@ -85,6 +92,11 @@ impl TryFrom<VocabFile> for Vocab {
     type Error = String;
 
     fn try_from(file: VocabFile) -> Result<Self, Self::Error> {
+        if file.level == VocabLevel::SentencePiece {
+            return Err("a SentencePiece vocabulary is a Marian model's (source.spm, \
+                        target.spm and its vocab.json), read with the model"
+                .into());
+        }
         if file.level == VocabLevel::Bpe {
             return Err(format!(
                 "a BPE vocabulary lives in its tokenizer file ({}); load it with Vocab::load",
@@ -125,6 +137,9 @@ impl Vocab {
                 }
                 VocabLevel::Word => text.split_whitespace().for_each(&mut count_token),
                 VocabLevel::Bpe => panic!("BPE vocabularies are built with Vocab::build_bpe"),
+                VocabLevel::SentencePiece => {
+                    panic!("SentencePiece vocabularies come with a Marian model")
+                }
             }
         }
         let mut counted: Vec<(String, usize)> = counts
@@ -172,6 +187,7 @@ impl Vocab {
             tokens,
             ids_by_token: HashMap::new(),
             bpe: Some(Box::new(tokenizer)),
+            marian: None,
         }
     }
 
@@ -207,13 +223,13 @@ impl Vocab {
             let valid = match level {
                 VocabLevel::Char => token.chars().count() == 1,
                 VocabLevel::Word => !token.is_empty() && !token.chars().any(char::is_whitespace),
-                VocabLevel::Bpe => false,
+                VocabLevel::Bpe | VocabLevel::SentencePiece => false,
             };
             if !valid {
                 let expected = match level {
                     VocabLevel::Char => "exactly one character",
                     VocabLevel::Word => "a non-empty word without whitespace",
-                    VocabLevel::Bpe => "a token of a tokenizer file",
+                    VocabLevel::Bpe | VocabLevel::SentencePiece => "a token of a tokenizer file",
                 };
                 return Err(format!("token {id} ({token:?}) is not {expected}"));
             }
@@ -228,7 +244,23 @@ impl Vocab {
             tokens,
             ids_by_token,
             bpe: None,
+            marian: None,
         })
+    }
+
+    /// The vocabulary of a Marian model: its tokenizer encodes and decodes, and `tokens` are
+    /// its pieces in our id order.
+    pub fn from_marian(tokenizer: MarianTokenizer) -> Vocab {
+        let tokens = (0..tokenizer.len() as u32)
+            .map(|id| tokenizer.token(id).unwrap_or_default().to_string())
+            .collect();
+        Vocab {
+            level: VocabLevel::SentencePiece,
+            tokens,
+            ids_by_token: HashMap::new(),
+            bpe: None,
+            marian: Some(std::sync::Arc::new(tokenizer)),
+        }
     }
 
     /// The id of one token; unknown tokens and the spellings of PAD/BOS/EOS give [`UNK`], so
@@ -242,6 +274,9 @@ impl Vocab {
 
     /// Token ids of `text`, no specials added; tokens outside the vocabulary become `UNK`.
     pub fn encode(&self, text: &str) -> Vec<u32> {
+        if let Some(tokenizer) = &self.marian {
+            return tokenizer.encode(text);
+        }
         if let Some(tokenizer) = &self.bpe {
             // Byte-level BPE represents every text; the error arm is unreachable in practice.
             return tokenizer
@@ -260,7 +295,9 @@ impl Vocab {
                 .split_whitespace()
                 .map(|word| self.id_of(word))
                 .collect(),
-            VocabLevel::Bpe => unreachable!("a BPE vocabulary has its tokenizer"),
+            VocabLevel::Bpe | VocabLevel::SentencePiece => {
+                unreachable!("a BPE or SentencePiece vocabulary has its tokenizer")
+            }
         }
     }
 
@@ -269,6 +306,10 @@ impl Vocab {
     /// with one space. BPE: the specials (and ids outside the vocabulary) are skipped and the
     /// subwords' bytes concatenated, so the text comes back as it was.
     pub fn decode(&self, ids: &[u32]) -> String {
+        if let Some(tokenizer) = &self.marian {
+            let kept: Vec<u32> = ids.iter().copied().take_while(|&id| id != EOS).collect();
+            return tokenizer.decode(&kept);
+        }
         if let Some(tokenizer) = &self.bpe {
             let kept: Vec<u32> = ids
                 .iter()
@@ -286,8 +327,15 @@ impl Vocab {
         match self.level {
             VocabLevel::Char => pieces.collect(),
             VocabLevel::Word => pieces.collect::<Vec<_>>().join(" "),
-            VocabLevel::Bpe => unreachable!("a BPE vocabulary has its tokenizer"),
+            VocabLevel::Bpe | VocabLevel::SentencePiece => {
+                unreachable!("a BPE or SentencePiece vocabulary has its tokenizer")
+            }
         }
+    }
+
+    /// A Marian model's tokenizer, when this is its vocabulary.
+    pub fn marian(&self) -> Option<&MarianTokenizer> {
+        self.marian.as_deref()
     }
 
     /// Number of tokens, specials included.
@@ -314,6 +362,15 @@ impl Vocab {
     /// The files of the vocabulary as (name, bytes): `VOCAB_FILE` with its JSON and, for
     /// BPE, `TOKENIZER_FILE` (what `vocab.json` points to), for a checkpoint save.
     pub fn files(&self) -> Result<Vec<(&'static str, Vec<u8>)>, TextError> {
+        if self.marian.is_some() {
+            return Err(TextError::Write {
+                path: PathBuf::from(VOCAB_FILE),
+                cause: std::io::Error::other(
+                    "a Marian model's SentencePiece vocabulary is not written as ours (copy \
+                     source.spm, target.spm and vocab.json instead)",
+                ),
+            });
+        }
         let mut files = Vec::new();
         let json = match &self.bpe {
             Some(tokenizer) => {

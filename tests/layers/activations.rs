@@ -1,11 +1,14 @@
-//! The GELU activations (exact erf form, as in BERT; tanh form, as in GPT-2): values against
+//! The GELU activations (exact erf form, as in BERT; tanh form, as in GPT-2) and SiLU (Marian's
+//! swish): values against
 //! independent f64 formulas, derivatives and the GELU feed-forward network's hand-written
 //! backward against central finite differences in f64, and its f32 forward against an f64 loop.
 
 use crate::common;
 
 use common::*;
-use transformer::kernels::activations::{gelu_erf, gelu_erf_grad, gelu_tanh, gelu_tanh_grad};
+use transformer::kernels::activations::{
+    gelu_erf, gelu_erf_grad, gelu_tanh, gelu_tanh_grad, silu, silu_grad,
+};
 use transformer::model::feed_forward::FeedForward;
 use transformer::model::Activation;
 use transformer::rng::Rng;
@@ -39,6 +42,11 @@ fn naive_gelu_tanh(x: f64) -> f64 {
     0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh())
 }
 
+/// `x / (1 + e^(−x))`.
+fn naive_silu(x: f64) -> f64 {
+    x * (0.5 + 0.5 * (x / 2.0).tanh())
+}
+
 fn grid() -> impl Iterator<Item = f64> {
     (-400..=400).map(|i| i as f64 * 0.01 + 0.003) // −4 … 4, never exactly 0
 }
@@ -55,6 +63,11 @@ fn gelu_values_match_independent_formulas() {
         worst.1 = worst.1.max((gelu_tanh(x) - naive_gelu_tanh(x)).abs());
     }
     assert!(worst.0 < 1e-12 && worst.1 < 1e-14, "worst {worst:?}");
+    // SiLU through σ(x) = (1 + tanh(x/2)) / 2; silu(1) = 1 / (1 + 1/e).
+    assert!((silu(1.0) - 0.731_058_578_630_004_9).abs() < 1e-15);
+    for x in grid() {
+        assert!((silu(x) - naive_silu(x)).abs() < 1e-14, "silu at {x}");
+    }
     // Far tails: the identity for large x, zero for very negative x.
     assert_eq!(gelu_erf(40.0), 40.0);
     assert_eq!(gelu_erf(-40.0), 0.0);
@@ -77,6 +90,7 @@ fn gelu_derivatives_match_finite_differences() {
                 gelu_erf_grad as fn(f64) -> f64,
             ),
             ("tanh", gelu_tanh, gelu_tanh_grad),
+            ("silu", silu, silu_grad),
         ] {
             let numeric = (f(x + h) - f(x - h)) / (2.0 * h);
             let err = rel_err(df(x), numeric);
@@ -117,6 +131,11 @@ fn gelu_tanh_feed_forward_gradient() {
     check_ffn_gradient(Activation::GeluTanh);
 }
 
+#[test]
+fn silu_feed_forward_gradient() {
+    check_ffn_gradient(Activation::Silu);
+}
+
 /// `act(x W₁ᵀ + b₁) W₂ᵀ + b₂` as f64 loops with the weights of `m`.
 fn naive_gelu_ffn(m: &FeedForward<f32>, x: &[f64], act: fn(f64) -> f64) -> Vec<f64> {
     let (l1, l2) = (&m.linear1, &m.linear2);
@@ -144,6 +163,7 @@ fn gelu_feed_forward_matches_f64_loops() {
     for (activation, act) in [
         (Activation::GeluErf, naive_gelu_erf as fn(f64) -> f64),
         (Activation::GeluTanh, naive_gelu_tanh),
+        (Activation::Silu, naive_silu),
     ] {
         let mut rng = Rng::new(32);
         let mut ffn = FeedForward::<f32>::new(D, D_FF, activation, &mut rng);

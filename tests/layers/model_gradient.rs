@@ -36,6 +36,7 @@ fn tiny_config(norm: NormPlacement, tie: bool, dropout: f64) -> ModelConfig {
         layer_heads: Default::default(),
         attn_logit_softcap: None,
         final_logit_softcap: None,
+        output_bias: false,
         norm_weight_offset: 0.0,
         embedding_scale: None,
         layer_windows: Vec::new(),

@@ -41,6 +41,7 @@ fn config(norm: NormPlacement, tie: bool) -> ModelConfig {
         layer_heads: Default::default(),
         attn_logit_softcap: None,
         final_logit_softcap: None,
+        output_bias: false,
         norm_weight_offset: 0.0,
         embedding_scale: None,
         layer_windows: Vec::new(),

@@ -48,6 +48,7 @@ fn config(norm: NormPlacement, tie: bool, dropout: f64, d_model: usize) -> Model
         layer_heads: Default::default(),
         attn_logit_softcap: None,
         final_logit_softcap: None,
+        output_bias: false,
         norm_weight_offset: 0.0,
         embedding_scale: None,
         layer_windows: Vec::new(),

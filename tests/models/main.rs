@@ -23,6 +23,7 @@ mod kquants;
 mod kv_quant;
 mod lm;
 mod long_context;
+mod marian;
 mod minilm;
 mod moe;
 mod pretrained;

@@ -285,6 +285,7 @@ fn gemma_config(
         qk_norm: false,
         attn_logit_softcap: None,
         final_logit_softcap: None,
+        output_bias: false,
         norm_weight_offset: norm_offset,
         // transformers: `hidden * torch.tensor(hidden_size**0.5, dtype=hidden.dtype)`.
         embedding_scale: Some((d_model as f32).sqrt() as f64),

@@ -241,6 +241,7 @@ fn llama_config(
         qkv_bias: false,
         attn_logit_softcap: None,
         final_logit_softcap: None,
+        output_bias: false,
         norm_weight_offset: 0.0,
         embedding_scale: None,
         layer_windows: Vec::new(),

@@ -16,6 +16,8 @@ pub mod gguf;
 mod gguf_tests;
 pub mod gpt2;
 pub mod llama;
+// Encoder-decoders.
+pub mod marian;
 // Llama-style families: Mistral, Qwen2/2.5, Qwen3, Phi-3 (and their shared rotary reader).
 pub mod mistral;
 pub mod mixtral;
@@ -43,6 +45,8 @@ pub enum FamilyKind {
     Decoder,
     /// A BERT-style encoder (embed, serve's embeddings).
     Encoder,
+    /// An encoder-decoder translation model (translate, score, serve's translations).
+    Translation,
 }
 
 /// How a Hugging Face decoder directory of a family becomes a [`LanguageModel`].
@@ -229,6 +233,8 @@ pub const FAMILIES: &[Family] = &[
     qwen3_moe::FAMILY,
     mixtral::FAMILY,
     olmoe::FAMILY,
+    // Encoder-decoders.
+    marian::FAMILY,
 ];
 
 /// The family named `name` ([`Family::name`]).
@@ -272,7 +278,7 @@ fn english_list(names: &[&str]) -> String {
 pub fn hf_list(kind: FamilyKind) -> String {
     let names: Vec<&str> = FAMILIES
         .iter()
-        .filter(|f| f.kind == kind && (kind == FamilyKind::Encoder || f.hf_decoder.is_some()))
+        .filter(|f| f.kind == kind && (kind != FamilyKind::Decoder || f.hf_decoder.is_some()))
         .flat_map(|f| f.model_types.iter().copied())
         .collect();
     english_list(&names)
@@ -338,6 +344,8 @@ mod tests {
              and olmoe"
         );
         assert_eq!(hf_list(FamilyKind::Encoder), "bert");
+        assert_eq!(hf_list(FamilyKind::Translation), "marian");
+        assert_eq!(by_model_type("marian").unwrap().kind, FamilyKind::Translation);
         assert_eq!(
             gguf_list(),
             "llama, gemma2, gemma3, qwen2, qwen3, phi3, qwen3moe and olmoe"

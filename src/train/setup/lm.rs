@@ -153,6 +153,7 @@ impl LmModelSpec {
             layer_heads: Default::default(),
             attn_logit_softcap: None,
             final_logit_softcap: None,
+            output_bias: false,
             norm_weight_offset: 0.0,
             embedding_scale: None,
             layer_windows: match self.sliding_window {

@@ -1,0 +1,399 @@
+//! Marian (Junczys-Dowmunt et al., 2018; the OPUS-MT models) as Hugging Face stores it
+//! (`model_type` `marian`, `MarianMTModel`): the paper's encoder-decoder itself. Post-LN blocks
+//! with biases, sinusoidal positions laid out in halves (sines, then cosines:
+//! [`Positions::SinusoidalHalves`]) added to token embeddings scaled by √d_model, one embedding
+//! table shared by the encoder, the decoder and (tied) the pre-softmax projection, and a bias on
+//! the logits (`final_logits_bias`). The FFN's activation is the config's (OPUS-MT: `swish`).
+//!
+//! Marian's special ids are not ours: [`MarianIds`] reorders the embedding table's rows and the
+//! logit bias at load, adding our padding row (zero embedding, logit −10⁹: probability exactly
+//! zero, so the softmax is Marian's), and the tokenizer ([`MarianTokenizer`]) speaks our ids.
+//! What we do not compute is refused by name: separate encoder and decoder vocabularies,
+//! different encoder and decoder shapes, a decoder that does not start from the padding token.
+
+use super::{Family, FamilyKind};
+use crate::error::Result;
+use crate::model::checkpoint::{build_filled, RenameTable};
+use crate::model::config::{Activation, NormPlacement, Positions};
+use crate::model::embedding::sinusoid_halves;
+use crate::model::{ModelConfig, Seq2Seq};
+use crate::store::{ckpt_err, read_file, read_hf_weights, strip_bom, TensorMap};
+use crate::text::marian::{MarianIds, MarianTokenizer};
+use crate::text::vocab::Vocab;
+use serde::Deserialize;
+use std::path::Path;
+
+/// The row of [`super::FAMILIES`]: a translation model, loaded by [`load`].
+pub const FAMILY: Family = Family {
+    name: "marian",
+    kind: FamilyKind::Translation,
+    model_types: &["marian"],
+    hf_names: HF_NAMES,
+    hf_decoder: None,
+    gguf: None,
+    chat_template: None,
+};
+
+/// Hugging Face Marian tensor names (after the `model.` prefix is stripped) -> ours.
+pub const HF_NAMES: RenameTable = RenameTable(&[
+    ("shared.", "embedding."),
+    ("final_logits_bias", "output_proj.bias"),
+    ("lm_head.", "output_proj."),
+    (
+        "encoder.layers.{i}.self_attn_layer_norm.",
+        "encoder.layers.{i}.self_attn_norm.",
+    ),
+    (
+        "encoder.layers.{i}.self_attn.",
+        "encoder.layers.{i}.self_attn.",
+    ),
+    ("encoder.layers.{i}.fc1.", "encoder.layers.{i}.ffn.linear1."),
+    ("encoder.layers.{i}.fc2.", "encoder.layers.{i}.ffn.linear2."),
+    (
+        "encoder.layers.{i}.final_layer_norm.",
+        "encoder.layers.{i}.ffn_norm.",
+    ),
+    (
+        "decoder.layers.{i}.self_attn_layer_norm.",
+        "decoder.layers.{i}.self_attn_norm.",
+    ),
+    (
+        "decoder.layers.{i}.self_attn.",
+        "decoder.layers.{i}.self_attn.",
+    ),
+    (
+        "decoder.layers.{i}.encoder_attn_layer_norm.",
+        "decoder.layers.{i}.cross_attn_norm.",
+    ),
+    (
+        "decoder.layers.{i}.encoder_attn.",
+        "decoder.layers.{i}.cross_attn.",
+    ),
+    ("decoder.layers.{i}.fc1.", "decoder.layers.{i}.ffn.linear1."),
+    ("decoder.layers.{i}.fc2.", "decoder.layers.{i}.ffn.linear2."),
+    (
+        "decoder.layers.{i}.final_layer_norm.",
+        "decoder.layers.{i}.ffn_norm.",
+    ),
+]);
+
+/// The logit of our added padding row: `exp(−10⁹ − max)` is exactly 0 in f32 and f64.
+pub const PAD_LOGIT: f32 = -1e9;
+
+/// The fields of a Marian `config.json` we read. Others are generic (`architectures`,
+/// `transformers_version`, generation defaults) or ignored by transformers' Marian itself (the
+/// BART-era `normalize_before`, `static_position_embeddings`, ...), so they change nothing.
+#[derive(Deserialize)]
+struct HfMarian {
+    vocab_size: usize,
+    decoder_vocab_size: Option<usize>,
+    #[serde(default = "default_true")]
+    share_encoder_decoder_embeddings: bool,
+    #[serde(default = "default_true")]
+    tie_word_embeddings: bool,
+    d_model: usize,
+    encoder_layers: usize,
+    decoder_layers: usize,
+    encoder_attention_heads: usize,
+    decoder_attention_heads: usize,
+    encoder_ffn_dim: usize,
+    decoder_ffn_dim: usize,
+    #[serde(default = "default_activation")]
+    activation_function: String,
+    max_position_embeddings: usize,
+    #[serde(default)]
+    scale_embedding: bool,
+    #[serde(default)]
+    dropout: f64,
+    #[serde(default)]
+    attention_dropout: f64,
+    #[serde(default)]
+    activation_dropout: f64,
+    pad_token_id: u32,
+    eos_token_id: serde_json::Value,
+    decoder_start_token_id: Option<u32>,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_activation() -> String {
+    "gelu".into()
+}
+
+impl HfMarian {
+    /// Our config, or what is not supported (by its field's name).
+    fn config(&self) -> std::result::Result<ModelConfig, String> {
+        if let Some(n) = self.decoder_vocab_size.filter(|&n| n != self.vocab_size) {
+            return Err(format!(
+                "decoder_vocab_size {n} differs from vocab_size {}: separate target \
+                 vocabularies are not supported",
+                self.vocab_size
+            ));
+        }
+        if !self.share_encoder_decoder_embeddings {
+            return Err("share_encoder_decoder_embeddings false (an encoder and a decoder \
+                        table of their own) is not supported"
+                .into());
+        }
+        for (what, enc, dec) in [
+            (
+                "attention_heads",
+                self.encoder_attention_heads,
+                self.decoder_attention_heads,
+            ),
+            ("ffn_dim", self.encoder_ffn_dim, self.decoder_ffn_dim),
+        ] {
+            if enc != dec {
+                return Err(format!(
+                    "encoder_{what} {enc} and decoder_{what} {dec} differ (not supported)"
+                ));
+            }
+        }
+        if let Some(start) = self.decoder_start_token_id.filter(|&s| s != self.pad_token_id) {
+            return Err(format!(
+                "decoder_start_token_id {start} is not pad_token_id {}: only decoders that \
+                 start from the padding token are supported",
+                self.pad_token_id
+            ));
+        }
+        let activation = match self.activation_function.as_str() {
+            "swish" | "silu" => Activation::Silu,
+            "relu" => Activation::Relu,
+            "gelu" => Activation::GeluErf,
+            "gelu_new" | "gelu_pytorch_tanh" => Activation::GeluTanh,
+            other => return Err(format!("activation_function {other:?} is not supported")),
+        };
+        let mut c = ModelConfig::preset("base", self.vocab_size + 1).expect("a preset");
+        c.d_model = self.d_model;
+        c.n_heads = self.encoder_attention_heads;
+        c.d_ff = self.encoder_ffn_dim;
+        c.n_encoder_layers = self.encoder_layers;
+        c.n_decoder_layers = self.decoder_layers;
+        c.dropout = self.dropout;
+        c.attention_dropout = self.attention_dropout;
+        c.activation_dropout = self.activation_dropout;
+        c.norm = NormPlacement::PostLn;
+        c.layer_norm_eps = 1e-5;
+        c.tie_embeddings = self.tie_word_embeddings;
+        c.max_len = self.max_position_embeddings;
+        c.activation = activation;
+        c.positions = Positions::SinusoidalHalves;
+        c.bias = true;
+        c.scale_embeddings = self.scale_embedding;
+        c.output_bias = true;
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Marian's EOS id (one id; a list of several is refused).
+    fn eos(&self) -> std::result::Result<u32, String> {
+        let one = |v: &serde_json::Value| v.as_u64().and_then(|n| u32::try_from(n).ok());
+        match &self.eos_token_id {
+            serde_json::Value::Array(ids) if ids.len() == 1 => one(&ids[0]),
+            v => one(v),
+        }
+        .ok_or_else(|| format!("eos_token_id {} is not one token id", self.eos_token_id))
+    }
+}
+
+/// Loads a Hugging Face Marian directory (`config.json`, `model.safetensors`, `source.spm`,
+/// `target.spm`, `vocab.json`): the model in our ids and its vocabulary.
+pub fn load(dir: &Path) -> Result<(Seq2Seq<f32>, Vocab)> {
+    let config_path = dir.join("config.json");
+    let bytes = read_file(&config_path)?;
+    let hf: HfMarian = serde_json::from_slice(strip_bom(&bytes))
+        .map_err(|e| ckpt_err(&config_path, format!("not a Marian config: {e}")))?;
+    let config = hf.config().map_err(|e| ckpt_err(&config_path, e))?;
+    let eos = hf.eos().map_err(|e| ckpt_err(&config_path, e))?;
+    let tokenizer = MarianTokenizer::load(dir, hf.vocab_size, hf.pad_token_id, eos)?;
+    let weights = read_hf_weights(dir, |_| false)?;
+    let tensors = our_tensors(dir, weights, &config, tokenizer.ids())?;
+    let model = build_filled(dir, config, tensors, Some(&HF_NAMES))?;
+    Ok((model, Vocab::from_marian(tokenizer)))
+}
+
+/// The checkpoint's tensors named as [`HF_NAMES`] reads them, in our ids: the `model.` prefix
+/// stripped, the tied copies of the shared table dropped (each checked equal to it), the stored
+/// position tables dropped (checked against the sinusoids we compute), the embedding rows and
+/// the logit bias reordered by `ids`.
+fn our_tensors(
+    dir: &Path,
+    weights: TensorMap,
+    config: &ModelConfig,
+    ids: &MarianIds,
+) -> Result<TensorMap> {
+    let bad = |reason: String| ckpt_err(dir, reason);
+    let mut tensors: TensorMap = weights
+        .into_iter()
+        .map(|(name, t)| (name.strip_prefix("model.").unwrap_or(&name).to_string(), t))
+        .collect();
+    let (d, n) = (config.d_model, ids.len_theirs());
+    let shared = match tensors.remove("shared.weight") {
+        Some(t) => t,
+        // Saved with only one of the tied names.
+        None => ["encoder.embed_tokens.weight", "decoder.embed_tokens.weight"]
+            .iter()
+            .find_map(|name| tensors.remove(*name))
+            .ok_or_else(|| bad("no shared.weight (the token embedding table)".into()))?,
+    };
+    if shared.0 != [n, d] {
+        return Err(bad(format!(
+            "shared.weight has shape {:?}, the config needs [{n}, {d}]",
+            shared.0
+        )));
+    }
+    let mut tied = vec!["encoder.embed_tokens.weight", "decoder.embed_tokens.weight"];
+    if config.tie_embeddings {
+        tied.push("lm_head.weight");
+    }
+    for name in tied {
+        if let Some((shape, values)) = tensors.remove(name) {
+            if shape != shared.0 || values != shared.1 {
+                return Err(bad(format!(
+                    "{name} differs from shared.weight, to which the config ties it"
+                )));
+            }
+        }
+    }
+    for name in ["encoder.embed_positions.weight", "decoder.embed_positions.weight"] {
+        if let Some((shape, values)) = tensors.remove(name) {
+            check_sinusoids(name, &shape, &values, d).map_err(bad)?;
+        }
+    }
+    tensors.insert(
+        "shared.weight".into(),
+        (vec![n + 1, d], ids.reorder_rows(&shared.1, d, 0.0)),
+    );
+    if let Some((shape, head)) = tensors.remove("lm_head.weight") {
+        if shape != [n, d] {
+            return Err(bad(format!("lm_head.weight has shape {shape:?}, not [{n}, {d}]")));
+        }
+        tensors.insert(
+            "lm_head.weight".into(),
+            (vec![n + 1, d], ids.reorder_rows(&head, d, 0.0)),
+        );
+    }
+    // A checkpoint saved without the buffer has transformers' zeros.
+    let (shape, bias) = tensors
+        .remove("final_logits_bias")
+        .unwrap_or((vec![1, n], vec![0.0; n]));
+    if shape.iter().product::<usize>() != n || shape.last() != Some(&n) {
+        return Err(bad(format!(
+            "final_logits_bias has shape {shape:?}, not [1, {n}]"
+        )));
+    }
+    tensors.insert(
+        "final_logits_bias".into(),
+        (vec![n + 1], ids.reorder_rows(&bias, 1, PAD_LOGIT)),
+    );
+    Ok(tensors)
+}
+
+/// Refuses a stored position table that is not the sinusoids transformers computes for it.
+fn check_sinusoids(
+    name: &str,
+    shape: &[usize],
+    values: &[f32],
+    d: usize,
+) -> std::result::Result<(), String> {
+    let [rows, cols] = shape[..] else {
+        return Err(format!("{name} has shape {shape:?}, not a matrix"));
+    };
+    if cols != d {
+        return Err(format!("{name} has {cols} columns, not d_model {d}"));
+    }
+    for pos in 0..rows {
+        for dim in 0..d {
+            let want = sinusoid_halves(pos, dim, d);
+            let got = values[pos * d + dim] as f64;
+            if (got - want).abs() > 1e-5 {
+                return Err(format!(
+                    "{name} row {pos} column {dim} is {got}, not the sinusoid {want} (trained \
+                     positions are not supported)"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `dir` holds a Hugging Face Marian model (its `config.json` says `model_type`
+/// `marian`).
+pub fn is_marian_dir(dir: &Path) -> bool {
+    let Ok(bytes) = std::fs::read(dir.join("config.json")) else {
+        return false;
+    };
+    serde_json::from_slice::<serde_json::Value>(strip_bom(&bytes))
+        .ok()
+        .and_then(|v| v.get("model_type")?.as_str().map(|t| t == "marian"))
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(edit: impl FnOnce(&mut serde_json::Value)) -> std::result::Result<ModelConfig, String> {
+        let mut json = serde_json::json!({
+            "model_type": "marian", "vocab_size": 100, "d_model": 16, "encoder_layers": 2,
+            "decoder_layers": 1, "encoder_attention_heads": 4, "decoder_attention_heads": 4,
+            "encoder_ffn_dim": 32, "decoder_ffn_dim": 32, "activation_function": "swish",
+            "max_position_embeddings": 64, "scale_embedding": true, "pad_token_id": 99,
+            "eos_token_id": 0, "decoder_start_token_id": 99, "normalize_before": false
+        });
+        edit(&mut json);
+        let hf: HfMarian = serde_json::from_value(json).map_err(|e| e.to_string())?;
+        hf.eos()?;
+        hf.config()
+    }
+
+    #[test]
+    fn marian_configs_become_ours_and_the_rest_is_refused_by_name() {
+        let c = config(|_| {}).unwrap();
+        assert_eq!(
+            (c.vocab_size, c.d_model, c.n_heads, c.d_ff, c.n_encoder_layers, c.n_decoder_layers),
+            (101, 16, 4, 32, 2, 1)
+        );
+        assert_eq!((c.activation, c.positions), (Activation::Silu, Positions::SinusoidalHalves));
+        assert!(c.output_bias && c.tie_embeddings && c.scale_embeddings && c.bias);
+        assert_eq!(c.norm, NormPlacement::PostLn);
+        assert_eq!(c.max_len, 64);
+        for (edit, wanted) in [
+            (("decoder_vocab_size", serde_json::json!(50)), "decoder_vocab_size 50"),
+            (("share_encoder_decoder_embeddings", serde_json::json!(false)), "share_encoder"),
+            (("decoder_attention_heads", serde_json::json!(2)), "encoder_attention_heads 4"),
+            (("decoder_ffn_dim", serde_json::json!(64)), "decoder_ffn_dim 64"),
+            (("decoder_start_token_id", serde_json::json!(3)), "decoder_start_token_id 3"),
+            (("activation_function", serde_json::json!("mish")), "\"mish\""),
+            (("eos_token_id", serde_json::json!([0, 5])), "eos_token_id [0,5]"),
+            (("d_model", serde_json::json!(18)), "d_model"),
+        ] {
+            let e = config(|j| j[edit.0] = edit.1.clone()).unwrap_err();
+            assert!(e.contains(wanted), "{}: {e}", edit.0);
+        }
+        // A list of one EOS is one EOS; the config class's defaults fill what is absent.
+        assert!(config(|j| j["eos_token_id"] = serde_json::json!([0])).is_ok());
+        let c = config(|j| {
+            j.as_object_mut().unwrap().remove("activation_function");
+            j.as_object_mut().unwrap().remove("scale_embedding");
+        })
+        .unwrap();
+        assert_eq!(c.activation, Activation::GeluErf);
+        assert!(!c.scale_embeddings);
+    }
+
+    #[test]
+    fn stored_positions_must_be_the_sinusoids() {
+        let d = 6;
+        let mut table: Vec<f32> = (0..4 * d)
+            .map(|i| sinusoid_halves(i / d, i % d, d) as f32)
+            .collect();
+        assert!(check_sinusoids("p", &[4, d], &table, d).is_ok());
+        table[2 * d + 1] += 0.01;
+        let e = check_sinusoids("p", &[4, d], &table, d).unwrap_err();
+        assert!(e.contains("p row 2 column 1"), "{e}");
+        assert!(check_sinusoids("p", &[4, d], &table, 8).is_err());
+    }
+}
