@@ -96,8 +96,9 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 16)]
     pub max_overtakes: usize,
     /// A translation model's source language code (`/languages`, LibreTranslate's `source`);
-    /// default: the one `train --source-lang` recorded in the model (`languages.json`), else
-    /// unnamed (`src`, and any code a client sends is accepted).
+    /// default: the one `train --source-lang` recorded in the model (`languages.json`), or a
+    /// Marian model's `tokenizer_config.json` (`source_lang`), else unnamed (`src`, and any
+    /// code a client sends is accepted).
     #[arg(long)]
     pub source_lang: Option<String>,
     /// A translation model's target language code; default as for --source-lang.

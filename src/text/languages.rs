@@ -69,10 +69,17 @@ impl LanguagePair {
     /// The pair recorded in the model directory `dir`; `None` when it has no
     /// [`LANGUAGES_FILE`] (or `dir` is a file, such as a GGUF). A file that is there but
     /// unreadable, not this JSON, or holds bad codes is an error naming it.
+    ///
+    /// Without one, a Hugging Face tokenizer's `tokenizer_config.json` that names both
+    /// (`source_lang` and `target_lang`, as Marian's OPUS-MT models do) gives the pair; codes
+    /// there that are not valid codes are left out (the model still loads, unnamed).
     pub fn read(dir: &Path) -> Result<Option<LanguagePair>> {
         let path = dir.join(LANGUAGES_FILE);
-        if !dir.is_dir() || !path.exists() {
+        if !dir.is_dir() {
             return Ok(None);
+        }
+        if !path.exists() {
+            return Ok(Self::from_tokenizer_config(dir));
         }
         let bytes = crate::store::read_file(&path)?;
         let bad = |why: String| Error::Input(format!("{}: {why}", path.display()));
@@ -85,11 +92,45 @@ impl LanguagePair {
             .map(Some)
             .map_err(|e| bad(e.to_string()))
     }
+
+    /// `source_lang` / `target_lang` of `dir`'s `tokenizer_config.json`, when both are there
+    /// and valid codes.
+    fn from_tokenizer_config(dir: &Path) -> Option<LanguagePair> {
+        let bytes = std::fs::read(dir.join("tokenizer_config.json")).ok()?;
+        let json: serde_json::Value =
+            serde_json::from_slice(crate::store::strip_bom(&bytes)).ok()?;
+        let code = |key: &str| json.get(key)?.as_str().map(str::to_string);
+        LanguagePair::new(&code("source_lang")?, &code("target_lang")?).ok()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_marian_tokenizer_config_names_the_pair() {
+        let dir = tempfile_dir("marian-langs");
+        assert!(LanguagePair::read(&dir).unwrap().is_none());
+        let config = dir.join("tokenizer_config.json");
+        std::fs::write(&config, r#"{"source_lang": "de", "target_lang": null}"#).unwrap();
+        assert!(LanguagePair::read(&dir).unwrap().is_none());
+        std::fs::write(&config, r#"{"source_lang": "d e", "target_lang": "en"}"#).unwrap();
+        assert!(LanguagePair::read(&dir).unwrap().is_none());
+        std::fs::write(&config, r#"{"source_lang": "de", "target_lang": "en"}"#).unwrap();
+        let pair = LanguagePair::read(&dir).unwrap().unwrap();
+        assert_eq!((pair.source.as_str(), pair.target.as_str()), ("de", "en"));
+        // Our own file wins.
+        std::fs::write(dir.join(LANGUAGES_FILE), r#"{"source": "fr", "target": "en"}"#).unwrap();
+        assert_eq!(LanguagePair::read(&dir).unwrap().unwrap().source, "fr");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn tempfile_dir(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
 
     #[test]
     fn codes_are_checked() {

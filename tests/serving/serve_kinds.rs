@@ -224,3 +224,38 @@ fn embeddings_equal_the_encoder_s() {
     }
     server.shutdown().unwrap();
 }
+
+/// A Hugging Face Marian directory (tests/fixtures/marian) behind `/translate`: each answer is
+/// the library's greedy translation, SentencePiece in and out.
+#[test]
+fn a_marian_model_serves_what_the_library_translates() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/marian");
+    let mut direct = Translator::load(&dir).unwrap();
+    direct.prepare_inference();
+    let config = ServeConfig {
+        source_lang: "de".into(),
+        target_lang: "en".into(),
+        ..ServeConfig::new(dir.clone(), "127.0.0.1:0".parse().unwrap())
+    };
+    let server = Server::start(config).unwrap();
+    server.wait_ready().unwrap();
+    let lines: Vec<String> = [
+        "Er gab uns nur einen groben Bericht über seinen Besuch.",
+        "Das Haus ist alt.",
+        "",
+        "Ärger über Öl und Straßen",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let want = direct.translate(&lines, &GreedyOptions::default()).unwrap();
+    let (status, got) = post(
+        server.addr,
+        "/translate",
+        &json!({"q": lines, "source": "de", "target": "en"}),
+    );
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(got["translatedText"], json!(want));
+    // Something was translated: not every answer is empty.
+    assert!(want.iter().any(|t| !t.is_empty()), "{want:?}");
+}
