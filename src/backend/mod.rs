@@ -129,7 +129,9 @@ pub trait Backend {
         accumulate: bool,
     );
 
-    /// `Wᵀ [d_in, d_out]` of `w [d_out, d_in]` (the form a weight keeps for inference).
+    /// `Wᵀ [d_in, d_out]` of `w [d_out, d_in]` (the form a weight keeps for inference; for a
+    /// vocabulary-sized `d_out`, in panels of outputs: `kernels::matmul::PANEL`), which
+    /// [`weight_product`](Self::weight_product) reads.
     fn transpose_weight<T: Float>(&self, w: &[T], d_out: usize, d_in: usize) -> Vec<T>;
 
     /// `y[r] += b` for every row `r` of `y [rows, b.len()]`.
