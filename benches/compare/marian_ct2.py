@@ -102,7 +102,7 @@ def ours(bin, dir, threads, precision):
          "--threads", str(threads), "--precision", precision, "--beam", "4",
          "--beam-stop", "first-k", "--sentences-per-batch", str(BATCH)],
         check=True, capture_output=True, text=True,
-    ).stdout + ""
+    ).stdout
     rates = {}
     for line in out.splitlines():
         for name in ["greedy", "beam 4"]:

@@ -405,7 +405,7 @@ pub fn search_rows<T: Float, M: IncrementalDecoder<T>>(
                         next[first].raw / lp_max < finished[s][k - 1].score
                     }
                     Some(BeamStop::HuggingFace) => {
-                        let best = next[first].raw / (t as f64).powf(alpha);
+                        let best = next[first].raw / length_penalty_of(stop, t, alpha);
                         best <= finished[s][k - 1].score
                     }
                 };

@@ -396,9 +396,9 @@ fn panel_product<T: Float>(y: &mut [T], x: &[T], t: &[T], rows: usize, d_in: usi
         t.par_chunks(PANEL * d_in).map(product).collect()
     };
     for (p, block) in blocks.iter().enumerate() {
-        let width = block.len() / rows.max(1);
-        for (r, row) in block.chunks_exact(width.max(1)).enumerate() {
-            y[r * d_out + p * PANEL..r * d_out + p * PANEL + width].copy_from_slice(row);
+        let columns = p * PANEL..(p * PANEL + PANEL).min(d_out);
+        for (r, row) in block.chunks_exact(columns.len()).enumerate() {
+            y[r * d_out + columns.start..r * d_out + columns.end].copy_from_slice(row);
         }
     }
 }

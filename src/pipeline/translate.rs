@@ -1,7 +1,7 @@
 //! Translation with a model directory written by `train`, `demo --out` or `average`
-//! (`config.json`, `model.safetensors`, `vocab.json`), or a Hugging Face Marian model (OPUS-MT): greedy and beam translation of lines,
-//! n-best lists, and the log-probability of given pairs. Empty lines stay empty, so line counts
-//! always match.
+//! (`config.json`, `model.safetensors`, `vocab.json`), or a Hugging Face Marian model
+//! (OPUS-MT): greedy and beam translation of lines, n-best lists, and the log-probability of
+//! given pairs. Empty lines stay empty, so line counts always match.
 
 use super::{check_model_dir, check_vocab};
 use crate::decode::beam::{beam_search, length_penalty, BeamHypothesis, BeamOptions};

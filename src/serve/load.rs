@@ -21,11 +21,7 @@ fn model_kind(path: &std::path::Path) -> &'static str {
     if path.join(crate::store::VOCAB_FILE).is_file() {
         return "translation";
     }
-    let config = std::fs::read(path.join(crate::store::CONFIG_FILE)).unwrap_or_default();
-    let model_type = serde_json::from_slice::<serde_json::Value>(&config)
-        .ok()
-        .and_then(|v| v.get("model_type")?.as_str().map(str::to_string));
-    if model_type
+    if crate::model::families::model_type_of(path)
         .as_deref()
         .is_some_and(crate::model::families::is_encoder)
     {

@@ -29,9 +29,14 @@ fn post(addr: SocketAddr, path: &str, body: &Value) -> (u16, Value) {
 }
 
 fn serve(dir: &Path) -> Server {
+    serve_pair(dir, "en", "de")
+}
+
+/// [`serve`] with the pair `source` → `target`.
+fn serve_pair(dir: &Path, source: &str, target: &str) -> Server {
     let config = ServeConfig {
-        source_lang: "en".into(),
-        target_lang: "de".into(),
+        source_lang: source.into(),
+        target_lang: target.into(),
         ..ServeConfig::new(dir.to_path_buf(), "127.0.0.1:0".parse().unwrap())
     };
     let server = Server::start(config).unwrap();
@@ -232,13 +237,7 @@ fn a_marian_model_serves_what_the_library_translates() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/marian");
     let mut direct = Translator::load(&dir).unwrap();
     direct.prepare_inference();
-    let config = ServeConfig {
-        source_lang: "de".into(),
-        target_lang: "en".into(),
-        ..ServeConfig::new(dir.clone(), "127.0.0.1:0".parse().unwrap())
-    };
-    let server = Server::start(config).unwrap();
-    server.wait_ready().unwrap();
+    let server = serve_pair(&dir, "de", "en");
     let lines: Vec<String> = [
         "Er gab uns nur einen groben Bericht über seinen Besuch.",
         "Das Haus ist alt.",

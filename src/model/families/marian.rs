@@ -322,13 +322,7 @@ fn check_sinusoids(
 /// Whether `dir` holds a Hugging Face Marian model (its `config.json` says `model_type`
 /// `marian`).
 pub fn is_marian_dir(dir: &Path) -> bool {
-    let Ok(bytes) = std::fs::read(dir.join("config.json")) else {
-        return false;
-    };
-    serde_json::from_slice::<serde_json::Value>(strip_bom(&bytes))
-        .ok()
-        .and_then(|v| v.get("model_type")?.as_str().map(|t| t == "marian"))
-        .unwrap_or(false)
+    super::model_type_of(dir).as_deref() == Some("marian")
 }
 
 #[cfg(test)]

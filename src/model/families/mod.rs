@@ -259,6 +259,13 @@ pub fn by_gguf_architecture(architecture: &str) -> Option<(&'static Family, &'st
     })
 }
 
+/// The `model_type` of the Hugging Face `config.json` in `dir`, if it has one that says it.
+pub fn model_type_of(dir: &Path) -> Option<String> {
+    let bytes = std::fs::read(dir.join(crate::store::CONFIG_FILE)).ok()?;
+    let json: serde_json::Value = serde_json::from_slice(crate::store::strip_bom(&bytes)).ok()?;
+    json.get("model_type")?.as_str().map(str::to_string)
+}
+
 /// Whether `model_type` is an encoder family's (a directory `embed` loads).
 pub fn is_encoder(model_type: &str) -> bool {
     by_model_type(model_type).is_some_and(|f| f.kind == FamilyKind::Encoder)
