@@ -1,38 +1,53 @@
-//! SentencePiece unigram tokenizers, read from their `.model` / `.spm` files and computed as the
-//! `sentencepiece` Python package (0.2.3) computes them: a port of its C++ (the 0.2.3 sources),
-//! checked against the package's own outputs (tests.rs).
+//! SentencePiece tokenizers (unigram and BPE models), read from their `.model` / `.spm` files
+//! and computed as the `sentencepiece` Python package (0.2.3) computes them: a port of its C++
+//! (the 0.2.3 sources), checked against the package's own outputs (tests.rs, bpe_tests.rs, load_tests.rs).
 //!
 //! SentencePiece (Kudo and Richardson, 2018) cuts raw text into pieces without a word splitter:
 //! spaces are part of the pieces, written `▁`. A model file is a protobuf `ModelProto`
-//! (read by `proto.rs`): the vocabulary (each piece's text, log-probability score and type) and
-//! the normalization rules. Encoding a text:
+//! (read by `proto.rs`): the vocabulary (each piece's text, score and type), the algorithm
+//! (`trainer_spec.model_type`) and the normalization rules. Encoding a text:
 //! 1. normalize it (`normalizer.rs`): user-defined symbols are kept whole, the rest is rewritten
 //!    by the longest matching rule of the precompiled character map (NFKC for the default
 //!    `nmt_nfkc`), extra spaces are removed, spaces become `▁` and a `▁` is put before the text;
-//! 2. segment it (`unigram.rs`): the Viterbi search for the pieces whose scores sum highest, in
-//!    float as the C++ sums them (a user-defined symbol scores 0.1 per byte after the first, so
-//!    it always wins; a character no piece covers is unknown, scored 10 below the lowest piece);
-//! 3. consecutive unknown characters become one unknown piece, or, in a model with byte
-//!    fallback, one `<0xXX>` byte piece per UTF-8 byte.
+//! 2. segment it, by the model's algorithm:
+//!    - unigram (`unigram.rs`, Marian's models): the Viterbi search for the pieces whose
+//!      log-probabilities sum highest, in float as the C++ sums them (a user-defined symbol
+//!      scores 0.1 per byte after the first, so it always wins; a character no piece covers is
+//!      unknown, scored 10 below the lowest piece);
+//!    - BPE (`bpe.rs`, the `sentencepiece.bpe.model` of NLLB-200, M2M100, mBART): characters
+//!      (and user-defined symbols, never merged) are merged pairwise, the adjacent pair whose
+//!      concatenation is the best-scoring piece first, the leftmost among equal scores; a
+//!      character left alone that is not a piece is unknown, an `UNUSED` piece is split back;
+//! 3. consecutive unknown pieces become one unknown piece, or, in a model with byte fallback,
+//!    one `<0xXX>` byte piece per UTF-8 byte of each.
 //!
 //! Decoding joins the pieces, `▁` back to spaces (the text's first one dropped), byte pieces
 //! back to UTF-8 (U+FFFD for a malformed byte), control pieces (`<s>`, `</s>`) invisible and
-//! `<unk>` as " ⁇ ", then applies the model's denormalization rules if it has any.
+//! `<unk>` as " ⁇ ", then applies the model's denormalization rules if it has any; it is the
+//! same for both algorithms.
 //!
-//! Only unigram models are read: BPE, word and char models are refused by name, and so is a
-//! byte-fallback model without an unknown piece (which the package accepts). Not ported:
-//! sampling and n-best encodings, and the encode/decode options (`add_bos`, `reverse`,
-//! `emit_unk_piece`, extra options).
+//! The models are checked as the package checks them, with the differences of the C++: a
+//! unigram model refuses a NaN or infinite score and needs a piece to segment with; a BPE model
+//! keeps every piece in one map, so a control, unknown or byte piece may not spell a normal one.
+//! Word and char models are refused by name, and so is a byte-fallback model without an unknown
+//! piece (which the package accepts). Not ported: sampling (BPE-dropout) and n-best encodings,
+//! and the encode/decode options (`add_bos`, `reverse`, `emit_unk_piece`, extra options).
 
 // Used by the translation models' loaders and outside the library (feature `internals`).
 #![cfg_attr(not(feature = "internals"), allow(dead_code))]
 
+mod bpe;
+#[cfg(test)]
+mod bpe_tests;
+#[cfg(test)]
+mod load_tests;
 mod normalizer;
 mod proto;
 #[cfg(test)]
 mod tests;
 mod unigram;
 
+use bpe::Bpe;
 use crate::error::{Error, Result};
 use normalizer::{valid_utf8_prefix, Normalizer, SPACE_SYMBOL};
 use proto::{ModelProto, PieceType};
@@ -46,14 +61,15 @@ const DEFAULT_UNK_SURFACE: &str = " \u{2047} ";
 /// Pieces this long or longer are refused (`kMaxPieceSize`).
 const MAX_PIECE_BYTES: usize = 8000;
 
-/// A SentencePiece unigram tokenizer: encodes text to pieces and ids, decodes them back.
+/// A SentencePiece unigram or BPE tokenizer: encodes text to pieces and ids, decodes them back.
 #[derive(Debug)]
 pub struct SentencePiece {
     /// Each id's piece text and type.
     pieces: Vec<(String, PieceType)>,
-    /// `NORMAL`, `USER_DEFINED` and `UNUSED` pieces by text.
+    /// `NORMAL`, `USER_DEFINED` and `UNUSED` pieces by text (every piece, in a BPE model).
     piece_ids: HashMap<String, u32>,
-    /// The other pieces (unknown, control, byte) by text: looked up first.
+    /// The other pieces (unknown, control, byte) by text, looked up first (none in a BPE
+    /// model, whose pieces all differ).
     reserved_ids: HashMap<String, u32>,
     /// The id of the unknown piece.
     unk_id: u32,
@@ -70,7 +86,16 @@ pub struct SentencePiece {
     /// The rules applied to decoded text, when the model has some.
     denormalizer: Option<Normalizer>,
     /// The segmentation.
-    model: Unigram,
+    model: Segmenter,
+}
+
+/// The segmentation algorithm (`trainer_spec.model_type`).
+#[derive(Debug)]
+enum Segmenter {
+    /// 1: the Viterbi search over piece log-probabilities (`unigram.rs`).
+    Unigram(Unigram),
+    /// 2: merges of adjacent symbols by score (`bpe.rs`).
+    Bpe(Bpe),
 }
 
 /// The piece of byte `b` in a byte-fallback vocabulary.
@@ -108,28 +133,25 @@ impl SentencePiece {
         };
         let proto = proto::parse_model(bytes)
             .map_err(|e| fail(format!("not a valid model protobuf ({e})")))?;
-        match proto.trainer_spec.model_type {
-            1 => {}
-            kind => {
-                let name = match kind {
-                    2 => "BPE",
-                    3 => "word",
-                    _ => "char",
-                };
-                return Err(Error::Input(format!(
-                    "{}: SentencePiece {name} models are not supported yet (only unigram)",
-                    path.display()
-                )));
-            }
+        if let kind @ (3 | 4) = proto.trainer_spec.model_type {
+            let name = if kind == 3 { "word" } else { "char" };
+            return Err(Error::Input(format!(
+                "{}: SentencePiece {name} models are not supported (only unigram and BPE)",
+                path.display()
+            )));
         }
         SentencePiece::from_proto(proto).map_err(fail)
     }
 
-    /// The tokenizer of a parsed unigram model, checked as SentencePiece checks it
-    /// (`SentencePieceProcessor::Load`, `ModelInterface::InitializePieces`, `unigram::Model`,
-    /// `Normalizer::Init`).
+    /// The tokenizer of a parsed unigram or BPE model, checked as SentencePiece checks it
+    /// (`SentencePieceProcessor::Load`, `ModelInterface::InitializePieces`, `unigram::Model`
+    /// or `bpe::Model`, `Normalizer::Init`).
     fn from_proto(mut proto: ModelProto) -> std::result::Result<SentencePiece, String> {
         let byte_fallback = proto.trainer_spec.byte_fallback;
+        // A unigram model keeps control, unknown and byte pieces apart from the others (a
+        // control piece may spell a normal one); a BPE model keeps all in one map
+        // (`InitializePieces(use_reserved_id_map)`).
+        let is_bpe = proto.trainer_spec.model_type == 2;
         if byte_fallback {
             // A lone NUL piece (written by some converters) is made unused.
             for p in proto.pieces.iter_mut().filter(|p| p.piece == [0]) {
@@ -174,7 +196,7 @@ impl SentencePiece {
                 p.kind,
                 PieceType::Normal | PieceType::UserDefined | PieceType::Unused
             );
-            let map = if is_normal {
+            let map = if is_normal || is_bpe {
                 &mut piece_ids
             } else {
                 &mut reserved_ids
@@ -221,14 +243,21 @@ impl SentencePiece {
         } else {
             None
         };
-        if let Some(i) = proto.pieces.iter().position(|p| !p.score.is_finite()) {
-            return Err(format!(
-                "piece {i} has a score of {}",
-                proto.pieces[i].score
-            ));
-        }
-        let model = Unigram::new(&scored, unk_id)
-            .ok_or("no piece to segment text with (only unknown, control or byte pieces)")?;
+        let model = if is_bpe {
+            Segmenter::Bpe(Bpe::new(&scored, user_symbols.clone(), unk_id))
+        } else {
+            // (Only the unigram model refuses these; BPE compares any score.)
+            let infinite = proto.pieces.iter().position(|p| !p.score.is_finite());
+            if let Some(i) = infinite {
+                return Err(format!(
+                    "piece {i} has a score of {}",
+                    proto.pieces[i].score
+                ));
+            }
+            let unigram = Unigram::new(&scored, unk_id)
+                .ok_or("no piece to segment text with (only unknown, control or byte pieces)")?;
+            Segmenter::Unigram(unigram)
+        };
         let spec = &proto.normalizer_spec;
         let suffix = proto.trainer_spec.treat_whitespace_as_suffix;
         let normalizer = Normalizer::new(spec, suffix, Some(user_symbols))
@@ -265,7 +294,11 @@ impl SentencePiece {
         let normalized = self.normalizer.normalize(text);
         let mut out: Vec<(String, u32)> = Vec::new();
         let mut prev_unknown = false;
-        for (start, end, id) in self.model.encode(normalized.as_bytes()) {
+        let segments = match &self.model {
+            Segmenter::Unigram(model) => model.encode(normalized.as_bytes()),
+            Segmenter::Bpe(model) => model.encode(normalized.as_bytes()),
+        };
+        for (start, end, id) in segments {
             let piece = normalized.get(start..end).unwrap_or_default();
             let unknown = self.pieces[id as usize].1 == PieceType::Unknown;
             match (&self.byte_ids, out.last_mut()) {

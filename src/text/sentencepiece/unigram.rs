@@ -7,14 +7,14 @@ use super::proto::PieceType;
 
 /// A byte trie: the pieces (or user-defined symbols) with their ids, searched for the keys that
 /// prefix a text.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(super) struct PieceTrie {
     /// Node 0 is the root.
     nodes: Vec<TrieNode>,
 }
 
 /// One trie node: the edges out of it, sorted by byte, and the id of the key ending here.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct TrieNode {
     children: Vec<(u8, u32)>,
     value: Option<u32>,
@@ -74,9 +74,11 @@ impl PieceTrie {
         .fuse()
     }
 
-    /// The length of the longest key that prefixes `text`.
+    /// The length of the longest key that prefixes `text` among the 64 shortest ones, as
+    /// `PrefixMatcher::PrefixMatch` finds it (its search keeps 64 matches, `kResultSize`).
     pub(super) fn longest_prefix(&self, text: &[u8]) -> Option<usize> {
-        self.prefixes(text).last().map(|(len, _)| len)
+        const MAX_MATCHES: usize = 64;
+        self.prefixes(text).take(MAX_MATCHES).last().map(|(len, _)| len)
     }
 }
 
