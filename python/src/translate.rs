@@ -48,9 +48,12 @@ impl Translator {
 
     /// Translates `sentences` (empty ones stay empty): greedy with `beam=1`, beam search with
     /// length penalty `alpha` above. With `nbest=1` a list of strings; with `nbest > 1` a list
-    /// (per sentence) of `(score, text)` pairs, best first.
+    /// (per sentence) of `(score, text)` pairs, best first. A multilingual model (NLLB,
+    /// M2M100) translates from `source_lang` to `target_lang` (its codes, e.g. "eng_Latn";
+    /// None: its tokenizer_config.json's).
     #[pyo3(signature = (sentences, beam = 1, nbest = 1, alpha = 0.6, max_extra = 50,
-                        batch_size = 32, beam_stop = "exact"))]
+                        batch_size = 32, beam_stop = "exact", source_lang = None,
+                        target_lang = None))]
     #[allow(clippy::too_many_arguments)]
     fn translate<'py>(
         &self,
@@ -62,6 +65,8 @@ impl Translator {
         max_extra: usize,
         batch_size: usize,
         beam_stop: &str,
+        source_lang: Option<&str>,
+        target_lang: Option<&str>,
     ) -> PyResult<Bound<'py, PyAny>> {
         if !(1..=MAX_BEAM as usize).contains(&beam) {
             return Err(PyValueError::new_err(format!(
@@ -95,11 +100,16 @@ impl Translator {
             batch_size: batch_size.max(1),
             nbest,
             stop,
+            // The translator forces a multilingual model's target language itself.
+            forced_first: None,
         };
+        let languages = (self.inner)
+            .languages_of(source_lang, target_lang)
+            .map_err(py_err)?;
         let lists = py
             .detach(|| {
                 self.pool
-                    .run(|| self.inner.translate_nbest(&sentences, &options))
+                    .run(|| (self.inner).translate_nbest_in(languages, &sentences, &options))
             })
             .map_err(py_err)?;
         if nbest == 1 {

@@ -338,14 +338,17 @@ fn bench_translate(args: &BenchArgs, dir: &std::path::Path, threads: usize) -> R
     use crate::decode::greedy::{greedy_decode, GreedyOptions};
     let mut translator = crate::pipeline::translate::Translator::load(dir)?;
     translator.prepare_precision(args.precision.float_precision()?)?;
-    let crate::pipeline::translate::Translator { model, vocab } = translator;
+    // A multilingual model translates between its configured languages (tokenizer_config.json).
+    let languages = translator.check_languages(translator.languages)?;
+    let crate::pipeline::translate::Translator { model, vocab, .. } = translator;
     let src = args.src.as_ref().context("--translate needs --src FILE")?;
     let file =
         std::fs::File::open(src).with_context(|| format!("cannot open {}", src.display()))?;
     let lines = crate::text::corpus::read_lines(file, &src.display().to_string())?;
     let lines: Vec<String> = lines.into_iter().filter(|l| !l.trim().is_empty()).collect();
     anyhow::ensure!(!lines.is_empty(), "{}: no source lines", src.display());
-    let sources = crate::pipeline::translate::encode_sources(&lines, &vocab, &model)?;
+    let sources =
+        crate::pipeline::translate::encode_sources(&lines, &vocab, languages.source, &model)?;
     let batch = args.sentences_per_batch.max(1);
     eprintln!(
         "bench --translate: {} sentences, {threads} threads, {batch} sentences per batch",
@@ -360,6 +363,7 @@ fn bench_translate(args: &BenchArgs, dir: &std::path::Path, threads: usize) -> R
     };
     let greedy = GreedyOptions {
         batch_size: batch,
+        forced_first: languages.target,
         ..GreedyOptions::default()
     };
     let t0 = Instant::now();
@@ -370,6 +374,7 @@ fn bench_translate(args: &BenchArgs, dir: &std::path::Path, threads: usize) -> R
         beam_size: args.beam,
         batch_size: batch,
         stop: args.beam_stop,
+        forced_first: languages.target,
         ..BeamOptions::default()
     };
     let t0 = Instant::now();

@@ -191,12 +191,18 @@ pub fn run(args: DemoArgs) -> Result<()> {
     let options = GreedyOptions {
         max_len_extra: 50,
         batch_size: 64,
+        forced_first: None,
     };
-    let hyps: Vec<String> =
-        crate::pipeline::translate::translate_lines(&trainer.model, &vocab, &sources, &options)?
-            .into_iter()
-            .map(|h| h.replace(' ', ""))
-            .collect();
+    let hyps: Vec<String> = crate::pipeline::translate::translate_lines(
+        &trainer.model,
+        &vocab,
+        None,
+        &sources,
+        &options,
+    )?
+    .into_iter()
+    .map(|h| h.replace(' ', ""))
+    .collect();
     let correct = hyps
         .iter()
         .zip(&task.held_out)

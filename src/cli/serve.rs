@@ -98,7 +98,10 @@ pub struct ServeArgs {
     /// A translation model's source language code (`/languages`, LibreTranslate's `source`);
     /// default: the one `train --source-lang` recorded in the model (`languages.json`), or a
     /// Marian model's `tokenizer_config.json` (`source_lang`), else unnamed (`src`, and any
-    /// code a client sends is accepted).
+    /// code a client sends is accepted). A multilingual model (NLLB, M2M100) translates between
+    /// any of its languages: this is the source of requests that say `auto` (default: its
+    /// `tokenizer_config.json`'s `src_lang`), and --target-lang the target of requests that
+    /// name none.
     #[arg(long)]
     pub source_lang: Option<String>,
     /// A translation model's target language code; default as for --source-lang.

@@ -59,6 +59,14 @@ pub struct TranslateArgs {
     /// fewer hypotheses (tiny vocabularies and length limits).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=MAX_BEAM as i64))]
     pub nbest: Option<u32>,
+    /// A multilingual model's source language, by its code (NLLB: `eng_Latn`; M2M100: `en`);
+    /// the default is its tokenizer_config.json's `src_lang`.
+    #[arg(long)]
+    pub source_lang: Option<String>,
+    /// A multilingual model's target language (as --source-lang); every translation starts with
+    /// its token. The default is its tokenizer_config.json's `tgt_lang`.
+    #[arg(long)]
+    pub target_lang: Option<String>,
     #[command(flatten)]
     pub weights: PrecisionArgs,
     #[command(flatten)]
@@ -83,6 +91,7 @@ pub fn run(args: TranslateArgs) -> Result<()> {
         bail!("--device gpu multiplies f32 weights, not --precision bf16 or int8");
     }
     let mut translator = Translator::load(&args.model)?;
+    translator.set_languages(args.source_lang.as_deref(), args.target_lang.as_deref())?;
     translator.prepare_precision(precision)?;
     let on_gpu = (device.open_gpu()?)
         .map(|gpu| DeviceSeq2Seq::new(gpu, &translator.model))
@@ -98,6 +107,8 @@ pub fn run(args: TranslateArgs) -> Result<()> {
         batch_size: args.batch_size.max(1),
         nbest,
         stop: args.beam_stop,
+        // The translator forces a multilingual model's target language itself.
+        forced_first: None,
     };
     let lists = match &on_gpu {
         None => translator.translate_nbest(&lines, &options)?,

@@ -83,6 +83,9 @@ pub struct BeamOptions {
     pub nbest: usize,
     /// When a sentence stops before its length limit.
     pub stop: BeamStop,
+    /// A token every hypothesis starts with, forced with log-probability 0 (a multilingual
+    /// model's target language; it counts as emitted).
+    pub forced_first: Option<u32>,
 }
 
 /// When a sentence's search ends before its length limit (see the module docs).
@@ -114,6 +117,7 @@ impl Default for BeamOptions {
             batch_size: 32,
             nbest: 1,
             stop: BeamStop::Exact,
+            forced_first: None,
         }
     }
 }
@@ -166,7 +170,9 @@ pub fn beam_search<T: Float>(
     let (batch, extra) = (opts.batch_size, opts.max_len_extra);
     let chunks = source_chunks(&model.config, sources, batch, extra);
     let searched = decode_chunks(&chunks, |c| {
-        let lists = search_chunk(model, &c.sources, &c.limits, k, opts.alpha, Some(opts.stop)).0;
+        let rules = TokenRules::TRANSLATION.forcing(opts.forced_first);
+        let search = (opts.alpha, Some(opts.stop));
+        let lists = search_chunk(model, &c.sources, &c.limits, k, search, rules).0;
         n_best(lists, opts)
     });
     in_input_order(&chunks, searched, sources.len())
@@ -272,8 +278,8 @@ fn search_chunk<T: Float>(
     sources: &[&[u32]],
     limits: &[usize],
     k: usize,
-    alpha: f64,
-    stop: Option<BeamStop>,
+    (alpha, stop): (f64, Option<BeamStop>),
+    rules: TokenRules,
 ) -> (Vec<Vec<BeamHypothesis>>, usize) {
     let capacity = limits.iter().copied().max().unwrap_or(0);
     if capacity == 0 {
@@ -284,7 +290,6 @@ fn search_chunk<T: Float>(
     let batch = Batch::from_pairs(&pairs);
     let mut state = model.start_decoding(&batch.src, batch.src_len, &batch.src_lens, capacity);
     let first = vec![BOS; sources.len()];
-    let rules = TokenRules::TRANSLATION;
     search_rows(model, &mut state, &first, limits, k, alpha, stop, rules)
 }
 
@@ -337,12 +342,16 @@ pub fn search_rows<T: Float, M: IncrementalDecoder<T>>(
         if state.failed() {
             break;
         }
-        // k + 1 per beam: at least k of them do not end the hypothesis.
-        let tops: Vec<Vec<(f64, u32)>> = logprobs
-            .par_chunks(v)
-            .with_min_len(8)
-            .map(|row| top_tokens(row, k + 1, rules))
-            .collect();
+        // k + 1 per beam: at least k of them do not end the hypothesis (the first token
+        // alone, with log-probability 0, when the rules force it).
+        let tops: Vec<Vec<(f64, u32)>> = match rules.first {
+            Some(first) if t == 0 => vec![vec![(0.0, first)]; live.len()],
+            _ => logprobs
+                .par_chunks(v)
+                .with_min_len(8)
+                .map(|row| top_tokens(row, k + 1, rules))
+                .collect(),
+        };
         t += 1;
         let mut next: Vec<Live> = Vec::with_capacity(live.len().max(k));
         let mut parents: Vec<usize> = Vec::with_capacity(live.len().max(k));
@@ -491,8 +500,9 @@ mod tests {
             for k in [1, 2, 4] {
                 for alpha in [0.0, 0.6, 1.0, 2.0] {
                     let exact = Some(BeamStop::Exact);
-                    let (early, n) = search_chunk(&model, &srcs, &limits, k, alpha, exact);
-                    let (full, _) = search_chunk(&model, &srcs, &limits, k, alpha, None);
+                    let rules = TokenRules::TRANSLATION;
+                    let (early, n) = search_chunk(&model, &srcs, &limits, k, (alpha, exact), rules);
+                    let (full, _) = search_chunk(&model, &srcs, &limits, k, (alpha, None), rules);
                     stopped_early += n;
                     // Equal up to rounding: dropping stopped rows changes the batch shapes.
                     let name = format!("seed {seed}, k {k}, alpha {alpha}");

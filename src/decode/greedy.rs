@@ -36,6 +36,9 @@ pub struct GreedyOptions {
     pub max_len_extra: usize,
     /// Sentences decoded together (at least one is used).
     pub batch_size: usize,
+    /// A token every translation starts with, forced with log-probability 0 (a multilingual
+    /// model's target language; it counts as emitted).
+    pub forced_first: Option<u32>,
 }
 
 impl Default for GreedyOptions {
@@ -43,6 +46,7 @@ impl Default for GreedyOptions {
         GreedyOptions {
             max_len_extra: 50,
             batch_size: 32,
+            forced_first: None,
         }
     }
 }
@@ -120,8 +124,8 @@ pub fn greedy_decode_with<E>(
     Ok(in_input_order(&chunks, decoded, sources.len()))
 }
 
-/// Decodes one chunk: (model, sources, per-sentence output limits) -> hypotheses.
-type ChunkDecoder<T> = fn(&Seq2Seq<T>, &[&[u32]], &[usize]) -> Vec<Hypothesis>;
+/// Decodes one chunk: (model, sources, per-sentence output limits, rules) -> hypotheses.
+type ChunkDecoder<T> = fn(&Seq2Seq<T>, &[&[u32]], &[usize], TokenRules) -> Vec<Hypothesis>;
 
 /// Clips, sorts and chunks the sources, decodes each chunk, restores input order.
 fn decode_in_chunks<T: Float>(
@@ -132,7 +136,8 @@ fn decode_in_chunks<T: Float>(
 ) -> Vec<Hypothesis> {
     let (batch, extra) = (options.batch_size, options.max_len_extra);
     let chunks = source_chunks(&model.config, sources, batch, extra);
-    let decoded = decode_chunks(&chunks, |c| decode_chunk(model, &c.sources, &c.limits));
+    let rules = TokenRules::TRANSLATION.forcing(options.forced_first);
+    let decoded = decode_chunks(&chunks, |c| decode_chunk(model, &c.sources, &c.limits, rules));
     in_input_order(&chunks, decoded, sources.len())
 }
 
@@ -154,7 +159,8 @@ fn pick<T: Float>(logprobs: &[T], rules: TokenRules) -> (u32, f64) {
 }
 
 /// Updates the hypothesis of one row with its step distribution `logprobs [vocab]` (the
-/// argmax over the tokens `rules` allows, ties to the lowest id); returns the token and whether
+/// argmax over the tokens `rules` allows, ties to the lowest id; `rules.first` for its first
+/// token, when set); returns the token and whether
 /// the row goes on (no end token yet, fewer than `limit` tokens emitted). The step of every
 /// greedy search, also the serving engine's (`serve::translate_engine`).
 pub fn advance<T: Float>(
@@ -163,7 +169,10 @@ pub fn advance<T: Float>(
     limit: usize,
     rules: TokenRules,
 ) -> (u32, bool) {
-    let (token, lp) = pick(logprobs, rules);
+    let (token, lp) = match rules.first {
+        Some(first) if hyp.n_emitted() == 0 => (first, 0.0),
+        _ => pick(logprobs, rules),
+    };
     hyp.push(token, lp, rules.end);
     (token, !hyp.finished && hyp.n_emitted() < limit)
 }
@@ -223,6 +232,7 @@ fn decode_chunk_cached<T: Float>(
     model: &Seq2Seq<T>,
     sources: &[&[u32]],
     limits: &[usize],
+    rules: TokenRules,
 ) -> Vec<Hypothesis> {
     let capacity = limits.iter().copied().max().unwrap_or(0);
     if capacity == 0 {
@@ -232,7 +242,7 @@ fn decode_chunk_cached<T: Float>(
     let batch = Batch::from_pairs(&pairs);
     let mut state = model.start_decoding(&batch.src, batch.src_len, &batch.src_lens, capacity);
     let first = vec![BOS; sources.len()];
-    greedy_search(model, &mut state, &first, limits, TokenRules::TRANSLATION)
+    greedy_search(model, &mut state, &first, limits, rules)
 }
 
 /// Reference greedy search over one chunk: the full forward over source and prefix per step.
@@ -242,6 +252,7 @@ fn decode_chunk_full<T: Float>(
     model: &Seq2Seq<T>,
     sources: &[&[u32]],
     limits: &[usize],
+    rules: TokenRules,
 ) -> Vec<Hypothesis> {
     let v = model.config.vocab_size;
     let mut hyps = vec![Hypothesis::default(); sources.len()];
@@ -259,7 +270,7 @@ fn decode_chunk_full<T: Float>(
             let pos = r * batch.tgt_len + batch.tgt_lens[r] - 1;
             let row = &mut logits[pos * v..(pos + 1) * v];
             log_softmax_inplace(row);
-            keep[r] = advance(&mut hyps[i], row, limits[i], TokenRules::TRANSLATION).1;
+            keep[r] = advance(&mut hyps[i], row, limits[i], rules).1;
         }
         let mut k = keep.iter();
         live.retain(|_| *k.next().unwrap());

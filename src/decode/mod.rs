@@ -99,6 +99,9 @@ pub struct TokenRules {
     pub end: u32,
     /// Never emitted (a translator's padding and start tokens).
     pub never: [Option<u32>; 2],
+    /// The first token of every hypothesis, forced with log-probability 0 (a multilingual
+    /// translator's target-language token, as transformers' `forced_bos_token_id`).
+    pub first: Option<u32>,
 }
 
 impl TokenRules {
@@ -106,6 +109,7 @@ impl TokenRules {
     pub const TRANSLATION: TokenRules = TokenRules {
         end: EOS,
         never: [Some(PAD), Some(BOS)],
+        first: None,
     };
 
     /// A language model whose documents end with `end` (`<|endoftext|>`); every token may be
@@ -116,7 +120,13 @@ impl TokenRules {
         TokenRules {
             end,
             never: [None, None],
+            first: None,
         }
+    }
+
+    /// These rules with every hypothesis starting with `first` (when `Some`).
+    pub fn forcing(self, first: Option<u32>) -> TokenRules {
+        TokenRules { first, ..self }
     }
 
     /// Whether a search may emit `token`.

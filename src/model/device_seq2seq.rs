@@ -238,7 +238,8 @@ mod tests {
         let options = GreedyOptions {
             max_len_extra: 6,
             batch_size: 8,
-        };
+        forced_first: None,
+    };
         let srcs: Vec<Vec<u32>> = SOURCES.iter().map(|s| s.to_vec()).collect();
         let want = greedy_decode(m, &srcs, &options);
         let emitted: usize = want.iter().map(|h| h.token_logprobs.len()).sum();

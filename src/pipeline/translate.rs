@@ -24,22 +24,107 @@ pub struct Translator {
     pub model: Seq2Seq<f32>,
     /// The shared source/target vocabulary.
     pub vocab: Vocab,
+    /// A multilingual model's languages (its source and target tokens), when chosen.
+    pub languages: Languages,
+}
+
+/// A multilingual model's source and target languages: our ids of their tokens. The source
+/// token starts every source; the target token is forced as every translation's first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Languages {
+    /// The source language's token.
+    pub source: Option<u32>,
+    /// The target language's token.
+    pub target: Option<u32>,
 }
 
 impl Translator {
     /// Loads a model directory, checking that the vocabulary matches the model: ours, or a
-    /// Hugging Face Marian model (OPUS-MT; see `model::families::marian`).
+    /// Hugging Face Marian model (OPUS-MT; see `model::families::marian`), or an M2M100 / NLLB
+    /// model (see `model::families::m2m100`; its languages from `tokenizer_config.json`'s
+    /// `src_lang` / `tgt_lang` where it names known ones, else chosen by
+    /// [`set_languages`](Self::set_languages)).
     pub fn load(dir: &Path) -> Result<Translator> {
         check_model_dir(dir)?;
         if families::marian::is_marian_dir(dir) {
             let (model, vocab) = families::marian::load(dir)?;
-            return Ok(Translator { model, vocab });
+            return Ok(Translator::of(model, vocab));
+        }
+        if families::m2m100::is_m2m100_dir(dir) {
+            let (model, vocab) = families::m2m100::load(dir)?;
+            let mut translator = Translator::of(model, vocab);
+            let (source, target) = crate::text::languages::tokenizer_languages(dir);
+            let tokenizer = translator.vocab.fairseq().expect("a fairseq vocabulary");
+            translator.languages = Languages {
+                source: source.and_then(|c| tokenizer.language(&c)),
+                target: target.and_then(|c| tokenizer.language(&c)),
+            };
+            return Ok(translator);
         }
         let model: Seq2Seq<f32> = load(dir)?;
         let path = dir.join(VOCAB_FILE);
         let vocab = Vocab::load(&path)?;
         check_vocab(&path, vocab.len(), model.config.vocab_size, true)?;
-        Ok(Translator { model, vocab })
+        Ok(Translator::of(model, vocab))
+    }
+
+    /// A translator of `model` and `vocab`, no languages chosen.
+    pub fn of(model: Seq2Seq<f32>, vocab: Vocab) -> Translator {
+        Translator {
+            model,
+            vocab,
+            languages: Languages::default(),
+        }
+    }
+
+    /// A multilingual model's languages of codes `source` and `target` (`eng_Latn`; M2M100:
+    /// `en`), each `None` keeping this translator's; an error names a code the model does not
+    /// know, or says that the model has no languages to choose.
+    pub fn languages_of(&self, source: Option<&str>, target: Option<&str>) -> Result<Languages> {
+        if source.is_none() && target.is_none() {
+            return Ok(self.languages);
+        }
+        let Some(tokenizer) = self.vocab.fairseq() else {
+            return Err(Error::Input(
+                "--source-lang / --target-lang: this model has no language codes (it \
+                 translates one pair)"
+                    .into(),
+            ));
+        };
+        let pick = |what: &str, code: Option<&str>, kept: Option<u32>| match code {
+            Some(code) => (tokenizer.language_or_error(code))
+                .map(Some)
+                .map_err(|e| Error::Input(format!("--{what}-lang: {e}"))),
+            None => Ok(kept),
+        };
+        Ok(Languages {
+            source: pick("source", source, self.languages.source)?,
+            target: pick("target", target, self.languages.target)?,
+        })
+    }
+
+    /// Chooses a multilingual model's languages (see [`languages_of`](Self::languages_of)).
+    pub fn set_languages(&mut self, source: Option<&str>, target: Option<&str>) -> Result<()> {
+        self.languages = self.languages_of(source, target)?;
+        Ok(())
+    }
+
+    /// `languages` when this model needs them and has both (else an error saying how to choose
+    /// them); `Languages::default()` for a model of one pair.
+    pub fn check_languages(&self, languages: Languages) -> Result<Languages> {
+        let Some(tokenizer) = self.vocab.fairseq() else {
+            return Ok(Languages::default());
+        };
+        if languages.source.is_none() || languages.target.is_none() {
+            let few: Vec<&str> = tokenizer.language_codes().take(4).collect();
+            return Err(Error::Input(format!(
+                "this model translates between {} languages: choose the source and the target \
+                 with --source-lang and --target-lang (codes such as {})",
+                tokenizer.language_codes().count(),
+                few.join(", ")
+            )));
+        }
+        Ok(languages)
     }
 
     /// Readies the model for decoding (see [`Seq2Seq::prepare_inference`]).
@@ -56,7 +141,23 @@ impl Translator {
 
     /// Greedy translations of `lines` (empty lines stay empty).
     pub fn translate(&self, lines: &[String], options: &GreedyOptions) -> Result<Vec<String>> {
-        translate_lines(&self.model, &self.vocab, lines, options)
+        self.translate_in(self.languages, lines, options)
+    }
+
+    /// Greedy translations of `lines` between `languages` (a multilingual model's; ignored by a
+    /// model of one pair).
+    pub fn translate_in(
+        &self,
+        languages: Languages,
+        lines: &[String],
+        options: &GreedyOptions,
+    ) -> Result<Vec<String>> {
+        let languages = self.check_languages(languages)?;
+        let options = GreedyOptions {
+            forced_first: languages.target,
+            ..*options
+        };
+        translate_lines(&self.model, &self.vocab, languages.source, lines, &options)
     }
 
     /// The n-best translations `(score, text)` of `lines`; see [`translate_nbest`].
@@ -65,7 +166,23 @@ impl Translator {
         lines: &[String],
         options: &BeamOptions,
     ) -> Result<Vec<Vec<(f64, String)>>> {
-        translate_nbest(&self.model, &self.vocab, lines, options)
+        self.translate_nbest_in(self.languages, lines, options)
+    }
+
+    /// The n-best translations of `lines` between `languages` (see
+    /// [`translate_in`](Self::translate_in)).
+    pub fn translate_nbest_in(
+        &self,
+        languages: Languages,
+        lines: &[String],
+        options: &BeamOptions,
+    ) -> Result<Vec<Vec<(f64, String)>>> {
+        let languages = self.check_languages(languages)?;
+        let options = BeamOptions {
+            forced_first: languages.target,
+            ..*options
+        };
+        translate_nbest(&self.model, &self.vocab, languages.source, lines, &options)
     }
 
     /// `log p(target | source)` of each pair, summed over the target tokens and the closing EOS;
@@ -74,8 +191,15 @@ impl Translator {
     pub fn score(&self, pairs: &[Pair], batch_size: usize, input: &str) -> Result<Vec<f64>> {
         let limit = self.model.config.max_len - 1;
         let mut encoded = Vec::with_capacity(pairs.len());
+        let languages = self.check_languages(self.languages)?;
         for p in pairs {
-            let (s, t) = (self.vocab.encode(&p.source), self.vocab.encode(&p.target));
+            // A multilingual model's source starts with its language's token, its target with
+            // the target's (scored, not forced).
+            let target = languages.target.into_iter();
+            let s: Vec<u32> = (languages.source.into_iter())
+                .chain(self.vocab.encode(&p.source))
+                .collect();
+            let t: Vec<u32> = target.chain(self.vocab.encode(&p.target)).collect();
             if s.len() > limit || t.len() > limit {
                 return Err(Error::Input(format!(
                     "{input} line {}: {} source / {} target tokens, the model accepts at most {limit}",
@@ -138,10 +262,12 @@ impl Translator {
     }
 }
 
-/// Encodes source lines, refusing any that do not fit the model (1-based line numbers).
+/// Encodes source lines, each after `first` when given (a multilingual model's source
+/// language), refusing any that do not fit the model (1-based line numbers).
 pub fn encode_sources(
     lines: &[String],
     vocab: &Vocab,
+    first: Option<u32>,
     model: &Seq2Seq<f32>,
 ) -> Result<Vec<Vec<u32>>> {
     let limit = model.config.max_len - 1;
@@ -150,7 +276,7 @@ pub fn encode_sources(
         .iter()
         .enumerate()
         .map(|(i, l)| {
-            let ids = vocab.encode(l);
+            let ids: Vec<u32> = first.into_iter().chain(vocab.encode(l)).collect();
             if ids.len() > limit {
                 too_long.push(format!("line {} ({} tokens)", i + 1, ids.len()));
             }
@@ -180,14 +306,16 @@ pub fn encode_sources(
     Ok(sources)
 }
 
-/// Greedy translations of `lines` (empty lines stay empty).
+/// Greedy translations of `lines` (empty lines stay empty), each source after `first` when
+/// given (see [`encode_sources`]).
 pub fn translate_lines(
     model: &Seq2Seq<f32>,
     vocab: &Vocab,
+    first: Option<u32>,
     lines: &[String],
     options: &GreedyOptions,
 ) -> Result<Vec<String>> {
-    let sources = encode_sources(lines, vocab, model)?;
+    let sources = encode_sources(lines, vocab, first, model)?;
     let non_empty: Vec<usize> = (0..lines.len())
         .filter(|&i| !lines[i].trim().is_empty())
         .collect();
@@ -216,9 +344,17 @@ where
 {
     let (k, search) = (options.beam_size, (options.alpha, Some(options.stop)));
     let config = &model.config;
+    if vocab.fairseq().is_some() {
+        return Err(Error::Input(
+            "--device gpu: multilingual models (forced target-language tokens, a logit bias) \
+             are not on a device yet"
+                .into(),
+        ));
+    }
     nbest_lists(
         model,
         vocab,
+        None,
         lines,
         options,
         |to_decode, greedy| match greedy {
@@ -239,15 +375,16 @@ where
     )
 }
 
-/// The n-best translations of `lines` on the CPU (see [`translate_nbest_on_device`] for a
-/// device's).
+/// The n-best translations of `lines` on the CPU, each source after `first` when given (see
+/// [`translate_nbest_on_device`] for a device's).
 pub fn translate_nbest(
     model: &Seq2Seq<f32>,
     vocab: &Vocab,
+    first: Option<u32>,
     lines: &[String],
     options: &BeamOptions,
 ) -> Result<Vec<Vec<(f64, String)>>> {
-    nbest_lists(model, vocab, lines, options, |to_decode, greedy| {
+    nbest_lists(model, vocab, first, lines, options, |to_decode, greedy| {
         Ok::<_, Error>(match greedy {
             None => beam_lists(beam_search(model, to_decode, options)),
             Some(greedy) => greedy_lists(greedy_decode(model, to_decode, &greedy), options.alpha),
@@ -263,6 +400,7 @@ type Lists = Vec<Vec<(f64, Vec<u32>)>>;
 fn nbest_lists<E>(
     model: &Seq2Seq<f32>,
     vocab: &Vocab,
+    first: Option<u32>,
     lines: &[String],
     options: &BeamOptions,
     search: impl FnOnce(&[Vec<u32>], Option<GreedyOptions>) -> std::result::Result<Lists, E>,
@@ -270,7 +408,7 @@ fn nbest_lists<E>(
 where
     Error: From<E>,
 {
-    let sources = encode_sources(lines, vocab, model)?;
+    let sources = encode_sources(lines, vocab, first, model)?;
     let non_empty: Vec<usize> = (0..lines.len())
         .filter(|&i| !lines[i].trim().is_empty())
         .collect();
@@ -278,6 +416,7 @@ where
     let greedy = (options.beam_size <= 1).then_some(GreedyOptions {
         max_len_extra: options.max_len_extra,
         batch_size: options.batch_size,
+        forced_first: options.forced_first,
     });
     let lists = search(&to_decode, greedy)?;
     let mut out = vec![Vec::new(); lines.len()];

@@ -16,7 +16,7 @@ use super::metrics::{Latency, Metrics};
 use super::translate_engine::{TranslateConfig, TranslateRequest, TranslationEngine};
 use crate::decode::beam::BeamOptions;
 use crate::pipeline::embed::SentenceEncoder;
-use crate::pipeline::translate::Translator;
+use crate::pipeline::translate::{Languages, Translator};
 use crate::viz::AttentionMaps;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -60,6 +60,8 @@ pub enum Job {
     /// `nbest == 1`, beam search for more.
     Translate {
         lines: Vec<String>,
+        /// A multilingual model's languages (checked by the HTTP layer).
+        languages: Languages,
         nbest: usize,
         arrived: Instant,
         /// When the engine gives up on it.
@@ -153,6 +155,7 @@ impl Worker for Runner<'_> {
             (
                 Job::Translate {
                     lines,
+                    languages,
                     nbest: 1,
                     arrived,
                     deadline,
@@ -161,6 +164,7 @@ impl Worker for Runner<'_> {
                 Some(engine),
             ) => engine.submit(TranslateRequest {
                 lines,
+                languages,
                 arrived,
                 deadline,
                 reply,
@@ -193,19 +197,20 @@ impl Worker for Runner<'_> {
 
 /// One turn over the jobs taken together.
 fn turn(model: &JobModel, batch: Vec<Job>, metrics: &Metrics) {
-    let mut translations: Vec<(Vec<String>, usize, Instant, NbestAnswer)> = Vec::new();
+    let mut translations: Vec<(Vec<String>, Languages, usize, Instant, NbestAnswer)> = Vec::new();
     for job in batch {
         match (job, model) {
             (
                 Job::Translate {
                     lines,
+                    languages,
                     nbest,
                     arrived,
                     reply,
                     ..
                 },
                 _,
-            ) => translations.push((lines, nbest, arrived, reply)),
+            ) => translations.push((lines, languages, nbest, arrived, reply)),
             (
                 Job::Attention {
                     source,
@@ -260,18 +265,19 @@ fn turn(model: &JobModel, batch: Vec<Job>, metrics: &Metrics) {
         }
         return;
     };
-    // Requests with the same n-best size: one search over all their sentences.
+    // Requests with the same n-best size and languages: one search over all their sentences.
     type Pending = (Vec<String>, Instant, NbestAnswer);
-    let mut groups: BTreeMap<usize, Vec<Pending>> = BTreeMap::new();
-    for (lines, nbest, arrived, reply) in translations {
+    let mut groups: BTreeMap<(usize, Option<u32>, Option<u32>), Vec<Pending>> = BTreeMap::new();
+    for (lines, languages, nbest, arrived, reply) in translations {
         groups
-            .entry(nbest)
+            .entry((nbest, languages.source, languages.target))
             .or_default()
             .push((lines, arrived, reply));
     }
-    for (nbest, group) in groups {
+    for ((nbest, source, target), group) in groups {
+        let languages = Languages { source, target };
         let lines: Vec<String> = group.iter().flat_map(|j| j.0.iter().cloned()).collect();
-        match t.translate_nbest(&lines, &beam_for(nbest)) {
+        match t.translate_nbest_in(languages, &lines, &beam_for(nbest)) {
             Ok(all) => {
                 let mut start = 0;
                 for (lines, arrived, reply) in group {
@@ -285,7 +291,7 @@ fn turn(model: &JobModel, batch: Vec<Job>, metrics: &Metrics) {
             // only the one that sent it gets the error.
             Err(_) => {
                 for (lines, arrived, reply) in group {
-                    let result = t.translate_nbest(&lines, &beam_for(nbest));
+                    let result = t.translate_nbest_in(languages, &lines, &beam_for(nbest));
                     let _ = reply.send(result.map_err(|e| e.to_string()));
                     metrics.observe(Latency::EndToEnd, arrived.elapsed().as_secs_f64());
                 }

@@ -3,7 +3,7 @@
 //! model runs (`--device`: the CPU, or a GPU whose memory holds the weights and the blocks).
 
 use super::scheduler::{EngineConfig, GenRequest, PagedLm, PrefillBudget, Scheduler};
-use super::{context_fit, jobs, system_fingerprint, translate_engine};
+use super::{context_fit, jobs, system_fingerprint, translate_api, translate_engine};
 use super::{App, LmFront, ServeConfig, Served};
 use crate::decode::constraint::ConstraintVocab;
 use crate::error::Error;
@@ -18,13 +18,13 @@ mod on_device;
 
 /// What kind of model `path` holds (see the module docs).
 fn model_kind(path: &std::path::Path) -> &'static str {
-    if path.join(crate::store::VOCAB_FILE).is_file() {
-        return "translation";
-    }
-    if crate::model::families::model_type_of(path)
-        .as_deref()
-        .is_some_and(crate::model::families::is_encoder)
+    use crate::model::families::{is_encoder, is_translation, model_type_of};
+    let model_type = model_type_of(path);
+    if path.join(crate::store::VOCAB_FILE).is_file()
+        || model_type.as_deref().is_some_and(is_translation)
     {
+        "translation"
+    } else if model_type.as_deref().is_some_and(is_encoder) {
         "encoder"
     } else {
         "language-model"
@@ -84,8 +84,24 @@ pub(super) fn compute(app: Arc<App>) {
         jobs::JobModel::Translator(_) => "translation",
         jobs::JobModel::Encoder(_) => "encoder",
     };
+    let languages = match &model {
+        jobs::JobModel::Translator(t) => {
+            match translate_api::LanguageTable::of(t, &app.config.source_lang, &app.config.target_lang) {
+                Ok(table) => table.map(Arc::new),
+                Err(e) => {
+                    let _ = app.load_error.set(e.to_string());
+                    return;
+                }
+            }
+        }
+        jobs::JobModel::Encoder(_) => None,
+    };
     let (tx, rx) = std::sync::mpsc::channel();
-    let _ = app.served.set(Served::Jobs { kind, jobs: tx });
+    let _ = app.served.set(Served::Jobs {
+        kind,
+        jobs: tx,
+        languages,
+    });
     // The queue's sender lives in `app`: once the server and its handlers are gone, the
     // channel closes and the loop ends.
     let metrics = app.metrics.clone();

@@ -236,6 +236,8 @@ pub enum Served {
     Jobs {
         kind: &'static str,
         jobs: std::sync::mpsc::Sender<jobs::Job>,
+        /// A multilingual translation model's languages.
+        languages: Option<Arc<translate_api::LanguageTable>>,
     },
 }
 

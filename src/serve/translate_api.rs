@@ -26,6 +26,7 @@ use super::gate::KeyFromBody;
 use super::jobs::Job;
 use super::metrics::Outcome;
 use super::{App, OutcomeGuard};
+use crate::pipeline::translate::{Languages, Translator};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, HeaderMap};
@@ -57,8 +58,101 @@ fn language_name(code: &str) -> String {
     .to_string()
 }
 
+/// A multilingual translation model's languages (M2M100, NLLB): each code with its token, and
+/// the defaults (`--source-lang`, `--target-lang`, else the model's `tokenizer_config.json`).
+#[derive(Debug)]
+pub struct LanguageTable {
+    /// Code (as the model names it: `eng_Latn`, `en`) -> our id of its token.
+    codes: Vec<(String, u32)>,
+    /// The languages a request that names none gets.
+    defaults: Languages,
+}
+
+impl LanguageTable {
+    /// The table of `translator` when it is multilingual, its defaults `source` and `target`
+    /// unless they are the unnamed `src` / `tgt` (an unknown code is an error naming it).
+    pub fn of(
+        translator: &Translator,
+        source: &str,
+        target: &str,
+    ) -> crate::error::Result<Option<LanguageTable>> {
+        let Some(tokenizer) = translator.vocab.fairseq() else {
+            return Ok(None);
+        };
+        let named = |code: &str, unnamed: &str| (code != unnamed).then(|| code.to_string());
+        let (source, target) = (named(source, "src"), named(target, "tgt"));
+        let defaults = translator.languages_of(source.as_deref(), target.as_deref())?;
+        let codes = (tokenizer.language_codes())
+            .map(|c| (c.to_string(), tokenizer.language(c).expect("a listed code")))
+            .collect();
+        Ok(Some(LanguageTable { codes, defaults }))
+    }
+
+    fn token(&self, code: &str) -> Option<u32> {
+        self.codes.iter().find(|(c, _)| c == code).map(|&(_, t)| t)
+    }
+
+    fn code(&self, token: u32) -> Option<&str> {
+        (self.codes.iter().find(|&&(_, t)| t == token)).map(|(c, _)| c.as_str())
+    }
+
+    /// The languages of a request's `source` (`auto`: the default source) and `target`
+    /// (absent: the default target), or a 400 naming the field.
+    fn request(&self, source: &str, target: Option<&str>) -> Result<Languages, ApiError> {
+        let known = |field: &'static str, code: &str| {
+            self.token(code).ok_or_else(|| {
+                ApiError::invalid(
+                    Some(field),
+                    format!(
+                        "{field} {code:?} is not one of the model's {} languages (GET /languages)",
+                        self.codes.len()
+                    ),
+                )
+            })
+        };
+        let source = match source {
+            "auto" => self.defaults.source.ok_or_else(|| {
+                ApiError::invalid(
+                    Some("source"),
+                    "source \"auto\": this server has no language detector for its \
+                     multilingual model; name the source language (GET /languages)",
+                )
+            })?,
+            code => known("source", code)?,
+        };
+        let target = match target {
+            Some(code) => known("target", code)?,
+            None => self.defaults.target.ok_or_else(|| {
+                ApiError::invalid(Some("target"), "target (a language code) is missing")
+            })?,
+        };
+        Ok(Languages {
+            source: Some(source),
+            target: Some(target),
+        })
+    }
+}
+
+/// The served translation model's language table, when it is multilingual.
+fn language_table(app: &App) -> Option<Arc<LanguageTable>> {
+    match app.served() {
+        Ok(super::Served::Jobs { languages, .. }) => languages.clone(),
+        _ => None,
+    }
+}
+
 /// `GET /languages`.
 pub async fn languages(State(app): State<Arc<App>>) -> Response {
+    if let Some(table) = language_table(&app) {
+        let all: Vec<&str> = table.codes.iter().map(|(c, _)| c.as_str()).collect();
+        let list: Vec<Value> = (all.iter())
+            .map(|&code| {
+                let targets: Vec<&str> = all.iter().copied().filter(|&t| t != code).collect();
+                json!({"code": code, "name": language_name(code), "targets": targets})
+            })
+            .collect();
+        return Json(Value::Array(list)).into_response();
+    }
     let (src, tgt) = (&app.config.source_lang, &app.config.target_lang);
     Json(json!([
         {"code": src, "name": language_name(src), "targets": [tgt]},
@@ -168,7 +262,21 @@ pub async fn detect(
             super::Served::Jobs {
                 kind: "translation",
                 ..
-            } => Ok(json!([{"confidence": 100.0, "language": app.config.source_lang}])),
+            } => match language_table(&app) {
+                Some(table) => {
+                    let code = (table.defaults.source)
+                        .and_then(|t| table.code(t))
+                        .ok_or_else(|| {
+                            ApiError::invalid(
+                                None,
+                                "this server has no language detector for its multilingual \
+                                 model (and no default source language)",
+                            )
+                        })?;
+                    Ok(json!([{"confidence": 100.0, "language": code}]))
+                }
+                None => Ok(json!([{"confidence": 100.0, "language": app.config.source_lang}])),
+            },
             other => Err(ApiError::not_found(format!(
                 "this server serves a {} model, not a translation model",
                 other.kind()
@@ -210,8 +318,21 @@ async fn translate_inner(app: &App, body: Value) -> Result<Value, ApiError> {
     let (lines, listed) = sentences(&body)?;
     let (src, tgt) = (&app.config.source_lang, &app.config.target_lang);
     let source = body.get("source").and_then(Value::as_str).unwrap_or("auto");
+    let table = language_table(app);
+    let (languages, detected) = match &table {
+        Some(table) => {
+            let target = body.get("target").and_then(Value::as_str);
+            let languages = table.request(source, target)?;
+            let detected = languages.source.and_then(|t| table.code(t)).unwrap_or(src);
+            (languages, detected.to_string())
+        }
+        None => (Languages::default(), src.clone()),
+    };
     let target = body.get("target").and_then(Value::as_str).unwrap_or(tgt);
-    if !pair_unnamed(app) && ((source != "auto" && source != src) || target != tgt) {
+    if table.is_none()
+        && !pair_unnamed(app)
+        && ((source != "auto" && source != src) || target != tgt)
+    {
         return Err(ApiError::invalid(
             Some("source"),
             format!(
@@ -238,6 +359,7 @@ async fn translate_inner(app: &App, body: Value) -> Result<Value, ApiError> {
     let lists = app
         .job(|reply| Job::Translate {
             lines,
+            languages,
             nbest: alternatives + 1,
             arrived,
             deadline,
@@ -261,7 +383,7 @@ async fn translate_inner(app: &App, body: Value) -> Result<Value, ApiError> {
         };
     }
     if source == "auto" {
-        let detected = json!({"confidence": 100.0, "language": src});
+        let detected = json!({"confidence": 100.0, "language": detected});
         out["detectedLanguage"] = if listed {
             json!(vec![detected; n])
         } else {

@@ -38,13 +38,15 @@ use crate::model::seq2seq::DecodeState;
 #[cfg(doc)]
 use crate::model::Seq2Seq;
 use crate::model::StepLayout;
-use crate::pipeline::translate::{encode_sources, Translator};
+use crate::pipeline::translate::{encode_sources, Languages, Translator};
 use std::sync::Arc;
 use std::time::Instant;
 
 /// One request's sentences, as the HTTP layer hands them to the engine.
 pub struct TranslateRequest {
     pub lines: Vec<String>,
+    /// A multilingual model's languages for this request (checked by the HTTP layer).
+    pub languages: Languages,
     /// When it arrived.
     pub arrived: Instant,
     /// When the engine gives up on it (drops it without an answer).
@@ -96,12 +98,16 @@ pub struct Source {
     tokens: Vec<u32>,
     /// Tokens it emits at most, EOS included.
     limit: usize,
+    /// Its forced first token (a multilingual model's target language).
+    first: Option<u32>,
 }
 
 /// A sentence of the running batch.
 pub struct Sentence {
     hyp: Hypothesis,
     limit: usize,
+    /// Its rules (EOS, the never-emitted tokens, a forced first token).
+    rules: TokenRules,
     /// The token it is fed at the next step.
     next: u32,
 }
@@ -157,7 +163,8 @@ impl RowKind for TranslationRows<'_> {
     /// A row per non-empty line; refused whole when a line does not fit the model.
     fn plan(&self, req: TranslateRequest) -> Plan<Self> {
         let (model, vocab) = (&self.translator.model, &self.translator.vocab);
-        let rows = encode_sources(&req.lines, vocab, model)
+        let first = req.languages.target;
+        let rows = encode_sources(&req.lines, vocab, req.languages.source, model)
             .map_err(|e| e.to_string())
             .map(|sources| {
                 let lines = sources.into_iter().zip(&req.lines);
@@ -170,7 +177,11 @@ impl RowKind for TranslationRows<'_> {
                         } else if limit == 0 {
                             RowPlan::Answered(self.answer(&Hypothesis::default()))
                         } else {
-                            RowPlan::Decode(Source { tokens, limit })
+                            RowPlan::Decode(Source {
+                                tokens,
+                                limit,
+                                first,
+                            })
                         }
                     })
                     .collect()
@@ -205,6 +216,7 @@ impl RowKind for TranslationRows<'_> {
         let rows = admitted.into_iter().map(|s| Sentence {
             hyp: Hypothesis::default(),
             limit: s.limit,
+            rules: TokenRules::TRANSLATION.forcing(s.first),
             next: BOS,
         });
         (rows.collect(), batch.n_src_tokens())
@@ -218,7 +230,7 @@ impl RowKind for TranslationRows<'_> {
         let mut advances = Vec::with_capacity(rows.len());
         for (r, row) in rows.iter_mut().enumerate() {
             let dist = &logprobs[r * v..(r + 1) * v];
-            let (token, live) = advance(&mut row.hyp, dist, row.limit, TokenRules::TRANSLATION);
+            let (token, live) = advance(&mut row.hyp, dist, row.limit, row.rules);
             row.next = token;
             advances.push(match live {
                 true => Advance::Token(token),

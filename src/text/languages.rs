@@ -104,6 +104,16 @@ impl LanguagePair {
     }
 }
 
+/// A multilingual tokenizer's configured languages: `src_lang` and `tgt_lang` of `dir`'s
+/// `tokenizer_config.json` (NLLB, M2M100), each `None` when absent, null or unreadable.
+pub fn tokenizer_languages(dir: &Path) -> (Option<String>, Option<String>) {
+    let json: Option<serde_json::Value> = std::fs::read(dir.join("tokenizer_config.json"))
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(crate::store::strip_bom(&bytes)).ok());
+    let code = |key: &str| Some(json.as_ref()?.get(key)?.as_str()?.to_string());
+    (code("src_lang"), code("tgt_lang"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

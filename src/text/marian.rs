@@ -10,12 +10,13 @@
 //!
 //! Marian's ids differ from this project's fixed specials (PAD 0, BOS 1, EOS 2, UNK 3): its EOS
 //! is 0, `<unk>` 1, and its padding token (the last id) is also the decoder's first input.
-//! [`MarianIds`] maps them onto ours, one more row than Marian's: our BOS is Marian's padding
+//! [`IdMap`] maps them onto ours, one more row than Marian's: our BOS is Marian's padding
 //! token (the decoder's start, which Marian never emits), our EOS and UNK are Marian's, our PAD
 //! is the added row (only ever masked), and every other token keeps Marian's order after them.
 
+use super::id_map::IdMap;
 use super::sentencepiece::SentencePiece;
-use super::{BOS, EOS, PAD, UNK};
+use super::UNK;
 use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::path::Path;
@@ -27,83 +28,6 @@ pub const TARGET_SPM: &str = "target.spm";
 /// Piece -> Marian id, shared by both sides.
 pub const MARIAN_VOCAB: &str = "vocab.json";
 
-/// How Marian's token ids (`0 .. n`) map onto this project's (`0 .. n + 1`), see the module
-/// docs.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MarianIds {
-    /// Marian id -> ours.
-    to_ours: Vec<u32>,
-    /// Our id -> Marian's (`None`: our added padding row).
-    to_theirs: Vec<Option<u32>>,
-}
-
-impl MarianIds {
-    /// The map of a vocabulary of `n` Marian ids whose padding (= decoder start), EOS and unknown
-    /// tokens are `pad`, `eos` and `unk`; an error says which id is out of range or repeated.
-    pub fn new(n: usize, pad: u32, eos: u32, unk: u32) -> std::result::Result<MarianIds, String> {
-        for (what, id) in [("pad_token_id", pad), ("eos_token_id", eos), ("<unk>", unk)] {
-            if id as usize >= n {
-                return Err(format!("{what} {id} is not below the vocabulary size {n}"));
-            }
-        }
-        if pad == eos || pad == unk || eos == unk {
-            return Err(format!(
-                "padding ({pad}), EOS ({eos}) and <unk> ({unk}) must be three different tokens"
-            ));
-        }
-        let mut to_theirs = vec![None; n + 1];
-        to_theirs[BOS as usize] = Some(pad);
-        to_theirs[EOS as usize] = Some(eos);
-        to_theirs[UNK as usize] = Some(unk);
-        let others = (0..n as u32).filter(|t| ![pad, eos, unk].contains(t));
-        for (ours, theirs) in (UNK as usize + 1..).zip(others) {
-            to_theirs[ours] = Some(theirs);
-        }
-        let mut to_ours = vec![PAD; n];
-        for (ours, theirs) in to_theirs.iter().enumerate() {
-            if let Some(t) = theirs {
-                to_ours[*t as usize] = ours as u32;
-            }
-        }
-        Ok(MarianIds { to_ours, to_theirs })
-    }
-
-    /// Our id of Marian's `theirs` (below [`len_theirs`](Self::len_theirs)).
-    pub fn ours(&self, theirs: u32) -> u32 {
-        self.to_ours[theirs as usize]
-    }
-
-    /// Marian's id of our `ours`; `None` for our padding row and ids past the vocabulary.
-    pub fn theirs(&self, ours: u32) -> Option<u32> {
-        self.to_theirs.get(ours as usize).copied().flatten()
-    }
-
-    /// Marian's vocabulary size.
-    pub fn len_theirs(&self) -> usize {
-        self.to_ours.len()
-    }
-
-    /// Ours: Marian's and the padding row.
-    pub fn len_ours(&self) -> usize {
-        self.to_theirs.len()
-    }
-
-    /// The rows of a Marian table `[n, width]` in our order (`[n + 1, width]`), the padding row
-    /// filled with `pad_value`.
-    pub fn reorder_rows(&self, table: &[f32], width: usize, pad_value: f32) -> Vec<f32> {
-        let mut out = Vec::with_capacity(self.len_ours() * width);
-        for theirs in &self.to_theirs {
-            match theirs {
-                Some(t) => {
-                    out.extend_from_slice(&table[*t as usize * width..(*t as usize + 1) * width])
-                }
-                None => out.extend(std::iter::repeat_n(pad_value, width)),
-            }
-        }
-        out
-    }
-}
-
 /// A Marian model's tokenizer: both SentencePiece models, `vocab.json`, and the id map.
 pub struct MarianTokenizer {
     source: SentencePiece,
@@ -112,7 +36,7 @@ pub struct MarianTokenizer {
     ids_by_piece: HashMap<String, u32>,
     /// Our id -> piece (the padding row: `<pad>`).
     pieces: Vec<String>,
-    ids: MarianIds,
+    ids: IdMap,
     /// Marian's id of `<unk>`.
     unk: u32,
 }
@@ -148,7 +72,7 @@ impl MarianTokenizer {
         let unk = *map
             .get("<unk>")
             .ok_or_else(|| bad("no <unk> piece".into()))? as u32;
-        let ids = MarianIds::new(vocab_size, pad, eos, unk).map_err(bad)?;
+        let ids = IdMap::new(vocab_size, pad, eos, unk).map_err(bad)?;
         let pieces = (0..ids.len_ours() as u32)
             .map(|ours| match ids.theirs(ours) {
                 Some(t) => by_id[t as usize].clone().unwrap_or_default(),
@@ -167,7 +91,7 @@ impl MarianTokenizer {
     }
 
     /// The id map.
-    pub fn ids(&self) -> &MarianIds {
+    pub fn ids(&self) -> &IdMap {
         &self.ids
     }
 
@@ -241,27 +165,6 @@ fn split_language_code(text: &str) -> (Option<&str>, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn marian_ids_put_the_specials_where_ours_are() {
-        // Marian: EOS 0, <unk> 1, padding (and decoder start) 5 of 6 tokens.
-        let ids = MarianIds::new(6, 5, 0, 1).unwrap();
-        assert_eq!(ids.len_ours(), 7);
-        assert_eq!([ids.ours(5), ids.ours(0), ids.ours(1)], [BOS, EOS, UNK]);
-        assert_eq!((2..5).map(|t| ids.ours(t)).collect::<Vec<_>>(), [4, 5, 6]);
-        assert_eq!(ids.theirs(PAD), None);
-        for t in 0..6 {
-            assert_eq!(ids.theirs(ids.ours(t)), Some(t));
-        }
-        assert_eq!(ids.theirs(7), None);
-        let table: Vec<f32> = (0..12).map(|v| v as f32).collect(); // [6, 2]
-        assert_eq!(
-            ids.reorder_rows(&table, 2, -1.0),
-            [-1., -1., 10., 11., 0., 1., 2., 3., 4., 5., 6., 7., 8., 9.]
-        );
-        assert!(MarianIds::new(6, 6, 0, 1).unwrap_err().contains("pad_token_id 6"));
-        assert!(MarianIds::new(6, 0, 0, 1).unwrap_err().contains("three different"));
-    }
 
     #[test]
     fn language_codes_are_split_as_transformers_splits_them() {

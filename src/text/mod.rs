@@ -4,7 +4,10 @@
 pub mod bpe;
 pub mod corpus;
 pub mod decoder_tokenizer;
+pub mod fairseq;
+mod fairseq_codes;
 pub mod gguf_tokenizer;
+pub mod id_map;
 // Used by the binary's commands (feature `cli`) and outside the library (feature `internals`).
 #[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]
 pub mod languages;
@@ -13,6 +16,7 @@ pub mod marian;
 // Used by the binary's commands (feature `cli`) and outside the library (feature `internals`).
 #[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]
 pub mod mlm_tokenizer;
+pub mod pretrained;
 pub mod sentencepiece;
 // Used by constrained decoding (feature `constrain`) and outside the library (`internals`).
 #[cfg_attr(not(any(feature = "constrain", feature = "internals")), allow(dead_code))]

@@ -18,7 +18,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::bpe::Bpe;
+use super::fairseq::FairseqTokenizer;
 use super::marian::MarianTokenizer;
+use super::pretrained::Pretrained;
 use super::TextError;
 use super::{BOS, EOS, PAD, UNK};
 use crate::store::{TOKENIZER_FILE, VOCAB_FILE};
@@ -36,8 +38,9 @@ pub enum VocabLevel {
     Word,
     /// Byte-level BPE subwords (GPT-2 style): any text is representable, decoding restores it.
     Bpe,
-    /// A Marian model's SentencePiece pieces (`source.spm`, `target.spm`, its `vocab.json`;
-    /// see `text::marian`): loaded with the model, never written as ours.
+    /// A pretrained model's SentencePiece pieces (Marian's `source.spm`, `target.spm` and
+    /// `vocab.json`, see `text::marian`; fairseq's `sentencepiece.bpe.model` and dictionary, see
+    /// `text::fairseq`): loaded with the model, never written as ours.
     SentencePiece,
 }
 
@@ -67,9 +70,9 @@ pub struct Vocab {
     /// The byte-level BPE tokenizer (BPE level only).
     #[serde(skip)]
     bpe: Option<Box<tokenizers::Tokenizer>>,
-    /// A Marian model's tokenizer (SentencePiece level only).
+    /// A pretrained model's tokenizer (SentencePiece level only).
     #[serde(skip)]
-    marian: Option<std::sync::Arc<MarianTokenizer>>,
+    pretrained: Option<Pretrained>,
 }
 
 impl PartialEq for Vocab {
@@ -187,7 +190,7 @@ impl Vocab {
             tokens,
             ids_by_token: HashMap::new(),
             bpe: Some(Box::new(tokenizer)),
-            marian: None,
+            pretrained: None,
         }
     }
 
@@ -244,22 +247,39 @@ impl Vocab {
             tokens,
             ids_by_token,
             bpe: None,
-            marian: None,
+            pretrained: None,
         })
     }
 
     /// The vocabulary of a Marian model: its tokenizer encodes and decodes, and `tokens` are
     /// its pieces in our id order.
     pub fn from_marian(tokenizer: MarianTokenizer) -> Vocab {
-        let tokens = (0..tokenizer.len() as u32)
-            .map(|id| tokenizer.token(id).unwrap_or_default().to_string())
+        Vocab::from_pretrained(Pretrained::Marian(std::sync::Arc::new(tokenizer)))
+    }
+
+    /// The vocabulary of an M2M100 / NLLB model (see `text::fairseq`).
+    pub fn from_fairseq(tokenizer: FairseqTokenizer) -> Vocab {
+        Vocab::from_pretrained(Pretrained::Fairseq(std::sync::Arc::new(tokenizer)))
+    }
+
+    fn from_pretrained(pretrained: Pretrained) -> Vocab {
+        let tokens = (0..pretrained.len() as u32)
+            .map(|id| pretrained.token(id).unwrap_or_default().to_string())
             .collect();
         Vocab {
             level: VocabLevel::SentencePiece,
             tokens,
             ids_by_token: HashMap::new(),
             bpe: None,
-            marian: Some(std::sync::Arc::new(tokenizer)),
+            pretrained: Some(pretrained),
+        }
+    }
+
+    /// The multilingual tokenizer, when this is an M2M100 / NLLB vocabulary.
+    pub fn fairseq(&self) -> Option<&FairseqTokenizer> {
+        match &self.pretrained {
+            Some(Pretrained::Fairseq(tokenizer)) => Some(tokenizer),
+            _ => None,
         }
     }
 
@@ -274,7 +294,7 @@ impl Vocab {
 
     /// Token ids of `text`, no specials added; tokens outside the vocabulary become `UNK`.
     pub fn encode(&self, text: &str) -> Vec<u32> {
-        if let Some(tokenizer) = &self.marian {
+        if let Some(tokenizer) = &self.pretrained {
             return tokenizer.encode(text);
         }
         if let Some(tokenizer) = &self.bpe {
@@ -306,7 +326,7 @@ impl Vocab {
     /// with one space. BPE: the specials (and ids outside the vocabulary) are skipped and the
     /// subwords' bytes concatenated, so the text comes back as it was.
     pub fn decode(&self, ids: &[u32]) -> String {
-        if let Some(tokenizer) = &self.marian {
+        if let Some(tokenizer) = &self.pretrained {
             let kept: Vec<u32> = ids.iter().copied().take_while(|&id| id != EOS).collect();
             return tokenizer.decode(&kept);
         }
@@ -335,7 +355,10 @@ impl Vocab {
 
     /// A Marian model's tokenizer, when this is its vocabulary.
     pub fn marian(&self) -> Option<&MarianTokenizer> {
-        self.marian.as_deref()
+        match &self.pretrained {
+            Some(Pretrained::Marian(t)) => Some(t),
+            _ => None,
+        }
     }
 
     /// Number of tokens, specials included.
@@ -362,13 +385,14 @@ impl Vocab {
     /// The files of the vocabulary as (name, bytes): `VOCAB_FILE` with its JSON and, for
     /// BPE, `TOKENIZER_FILE` (what `vocab.json` points to), for a checkpoint save.
     pub fn files(&self) -> Result<Vec<(&'static str, Vec<u8>)>, TextError> {
-        if self.marian.is_some() {
+        if let Some(pretrained) = &self.pretrained {
             return Err(TextError::Write {
                 path: PathBuf::from(VOCAB_FILE),
-                cause: std::io::Error::other(
-                    "a Marian model's SentencePiece vocabulary is not written as ours (copy \
-                     source.spm, target.spm and vocab.json instead)",
-                ),
+                cause: std::io::Error::other(format!(
+                    "a pretrained model's SentencePiece vocabulary is not written as ours (copy \
+                     {} instead)",
+                    pretrained.files()
+                )),
             });
         }
         let mut files = Vec::new();

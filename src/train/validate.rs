@@ -70,7 +70,7 @@ impl Validator<Seq2Seq<f32>> for PairValidation<'_> {
                     max_len_extra: 10,
                     ..Default::default()
                 };
-                let hyps = translate_lines(model, check.vocab, &check.sources, &options)?;
+                let hyps = translate_lines(model, check.vocab, None, &check.sources, &options)?;
                 let score = corpus_bleu(&hyps, &check.references)
                     .map_err(|e| Error::Input(format!("validation BLEU: {e}")))?;
                 Some(score)

@@ -91,6 +91,7 @@ fn translate(dir: &Path) -> Result<Outcome, String> {
     let options = GreedyOptions {
         max_len_extra: 4,
         batch_size: 2,
+        forced_first: None,
     };
     let lines = [SAMPLE.to_string(), String::new(), "red 1".into()];
     must!(t.translate(&lines, &options), "");

@@ -507,6 +507,7 @@ fn cached_decoding_matches_full_recomputation_for_learned_and_rotary() {
     let opts = GreedyOptions {
         max_len_extra: 8,
         batch_size: 4,
+        forced_first: None,
     };
     let mut emitted = 0;
     for positions in [Positions::Learned, Positions::Rotary] {

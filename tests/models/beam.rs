@@ -81,6 +81,7 @@ fn beam_opts(beam_size: usize, alpha: f64) -> BeamOptions {
         batch_size: 4,
         nbest: beam_size,
         stop: BeamStop::Exact,
+        forced_first: None,
     }
 }
 
@@ -128,6 +129,7 @@ fn beam_size_one_is_greedy() {
     let greedy_opts = GreedyOptions {
         max_len_extra: 6,
         batch_size: 4,
+        forced_first: None,
     };
     let (mut n_finished, mut n_open, mut n_longer) = (0, 0, 0);
     for (name, m) in models() {
@@ -247,6 +249,7 @@ fn large_beam_matches_exhaustive_search_on_a_tiny_vocabulary() {
                     batch_size: 3,
                     nbest: k,
                     stop: BeamStop::Exact,
+                    forced_first: None,
                 };
                 let beams = beam_search(&m, &srcs, &opts);
                 for (i, (src, nbest)) in srcs.iter().zip(&beams).enumerate() {

@@ -107,6 +107,7 @@ fn models() -> Vec<(&'static str, Seq2Seq<f32>)> {
 const OPTIONS: GreedyOptions = GreedyOptions {
     max_len_extra: 6,
     batch_size: 4,
+    forced_first: None,
 };
 
 fn assert_same(name: &str, a: &[Hypothesis], b: &[Hypothesis], tol: f64) {
@@ -189,6 +190,7 @@ fn long_outputs_and_max_len_cap_match_full_recomputation() {
     let opts = GreedyOptions {
         max_len_extra: 25,
         batch_size: 3,
+        forced_first: None,
     };
     let srcs = sources(&[4, 9, 1, 15], 8);
     let cached = greedy_decode(&m, &srcs, &opts);

@@ -26,6 +26,7 @@ mod long_context;
 mod marian;
 mod minilm;
 mod moe;
+mod nllb;
 mod pretrained;
 mod pretrained_lowp;
 mod pruning;

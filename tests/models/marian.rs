@@ -15,7 +15,7 @@ use transformer::batch::Batch;
 use transformer::decode::beam::{beam_search, BeamOptions, BeamStop};
 use transformer::decode::greedy::{greedy_decode, GreedyOptions};
 use transformer::pipeline::translate::Translator;
-use transformer::text::marian::MarianIds;
+use transformer::text::id_map::IdMap;
 
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/marian")
@@ -58,7 +58,7 @@ fn load() -> (Translator, Reference) {
 }
 
 /// Our ids of Marian's, without the closing EOS (Marian's id 0) the searches append.
-fn ours(ids: &MarianIds, theirs: &[u32]) -> Vec<u32> {
+fn ours(ids: &IdMap, theirs: &[u32]) -> Vec<u32> {
     let body = theirs.strip_suffix(&[0]).unwrap_or(theirs);
     body.iter().map(|&t| ids.ours(t)).collect()
 }
@@ -151,6 +151,7 @@ fn marian_greedy_translations_match_transformers_generate() {
         let options = GreedyOptions {
             max_len_extra: case.greedy_steps - src.len(),
             batch_size: 1,
+            forced_first: None,
         };
         let hyp = greedy_decode(&t.model, std::slice::from_ref(&src), &options)
             .pop()
@@ -199,6 +200,7 @@ fn marian_beam_search_matches_transformers_generate() {
             batch_size: 1,
             nbest: 4,
             stop: BeamStop::HuggingFace,
+            forced_first: None,
         };
         let list = beam_search(&t.model, std::slice::from_ref(&src), &options)
             .pop()

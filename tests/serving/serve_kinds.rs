@@ -258,3 +258,101 @@ fn a_marian_model_serves_what_the_library_translates() {
     // Something was translated: not every answer is empty.
     assert!(want.iter().any(|t| !t.is_empty()), "{want:?}");
 }
+
+/// A multilingual model (NLLB's layout, tests/fixtures/nllb) behind LibreTranslate's API: every
+/// language of the model in `/languages`, each request translated between the languages it
+/// names (several pairs side by side in the running batch), `auto` as the model's configured
+/// source, unknown codes a 400 naming the field; each answer is what the library translates.
+#[test]
+fn a_multilingual_model_serves_every_pair_it_knows() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/nllb");
+    let mut direct = Translator::load(&dir).unwrap();
+    direct.prepare_inference();
+    let server = serve_pair(&dir, "src", "tgt");
+    let addr = server.addr;
+    let (status, _, text) = request(addr, "GET", "/languages", None, T).unwrap();
+    assert_eq!(status, 200);
+    let langs: Value = serde_json::from_str(&text).unwrap();
+    let langs = langs.as_array().unwrap();
+    assert_eq!(langs.len(), 202);
+    let deu = langs.iter().find(|l| l["code"] == "deu_Latn").unwrap();
+    assert_eq!(deu["targets"].as_array().unwrap().len(), 201);
+
+    let lines: Vec<String> = ["Das Haus ist alt.", "", "Er gab uns nur einen Bericht."]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let pairs = [
+        ("deu_Latn", "eng_Latn"),
+        ("eng_Latn", "spa_Latn"),
+        ("spa_Latn", "deu_Latn"),
+    ];
+    let wants: Vec<Vec<String>> = (pairs.iter())
+        .map(|&(s, t)| {
+            let languages = direct.languages_of(Some(s), Some(t)).unwrap();
+            (direct.translate_in(languages, &lines, &GreedyOptions::default())).unwrap()
+        })
+        .collect();
+    // Different targets give different translations (the forced token differs).
+    assert_ne!(wants[0], wants[1]);
+    std::thread::scope(|scope| {
+        let answers: Vec<_> = (pairs.iter())
+            .map(|&(s, t)| {
+                let body = json!({"q": lines, "source": s, "target": t});
+                scope.spawn(move || post(addr, "/translate", &body))
+            })
+            .collect();
+        for (answer, want) in answers.into_iter().zip(&wants) {
+            let (status, got) = answer.join().unwrap();
+            assert_eq!(status, 200, "{got}");
+            assert_eq!(got["translatedText"], json!(want));
+        }
+    });
+    // The beam's alternatives, between the languages asked.
+    let languages = direct
+        .languages_of(Some("eng_Latn"), Some("deu_Latn"))
+        .unwrap();
+    let beam = BeamOptions {
+        beam_size: 4,
+        nbest: 2,
+        ..BeamOptions::default()
+    };
+    let want = direct
+        .translate_nbest_in(languages, &lines[..1], &beam)
+        .unwrap();
+    let body =
+        json!({"q": lines[0], "source": "eng_Latn", "target": "deu_Latn", "alternatives": 1});
+    let (status, got) = post(addr, "/translate", &body);
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(got["translatedText"], json!(want[0][0].1));
+    assert_eq!(got["alternatives"], json!([want[0][1].1]));
+    // `auto`: the configured source (tokenizer_config.json's src_lang).
+    let (status, got) = post(
+        addr,
+        "/translate",
+        &json!({"q": lines[0], "source": "auto", "target": "eng_Latn"}),
+    );
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(got["translatedText"], json!(wants[0][0]));
+    assert_eq!(got["detectedLanguage"]["language"], "deu_Latn");
+    let (status, got) = post(addr, "/detect", &json!({"q": "Hallo"}));
+    assert_eq!((status, &got[0]["language"]), (200, &json!("deu_Latn")));
+    for (body, field) in [
+        (
+            json!({"q": "x", "source": "deu_Latn", "target": "xx_Latn"}),
+            "target",
+        ),
+        (
+            json!({"q": "x", "source": "en", "target": "eng_Latn"}),
+            "source",
+        ),
+    ] {
+        let (status, got) = post(addr, "/translate", &body);
+        assert_eq!(status, 400, "{got}");
+        let error = got["error"].as_str().unwrap();
+        assert!(
+            error.contains(field) && error.contains("GET /languages"),
+            "{error}"
+        );
+    }
+}

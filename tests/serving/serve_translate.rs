@@ -36,10 +36,7 @@ fn translator() -> Translator {
     );
     let mut config = ModelConfig::preset("tiny", vocab.len()).unwrap();
     (config.d_model, config.n_heads, config.d_ff, config.max_len) = (32, 4, 64, 96);
-    let mut t = Translator {
-        model: Seq2Seq::<f32>::new(config, &mut Rng::new(11)),
-        vocab,
-    };
+    let mut t = Translator::of(Seq2Seq::<f32>::new(config, &mut Rng::new(11)), vocab);
     t.prepare_inference();
     t
 }
@@ -64,6 +61,7 @@ fn submit(
     let now = Instant::now();
     engine.submit(TranslateRequest {
         lines: lines.iter().map(|s| s.to_string()).collect(),
+        languages: Default::default(),
         arrived: now,
         deadline: now + deadline,
         reply: tx,

@@ -5,7 +5,7 @@
 //! table shared by the encoder, the decoder and (tied) the pre-softmax projection, and a bias on
 //! the logits (`final_logits_bias`). The FFN's activation is the config's (OPUS-MT: `swish`).
 //!
-//! Marian's special ids are not ours: [`MarianIds`] reorders the embedding table's rows and the
+//! Marian's special ids are not ours: [`IdMap`] reorders the embedding table's rows and the
 //! logit bias at load, adding our padding row (zero embedding, logit −10⁹: probability exactly
 //! zero, so the softmax is Marian's), and the tokenizer ([`MarianTokenizer`]) speaks our ids.
 //! What we do not compute is refused by name: separate encoder and decoder vocabularies,
@@ -18,7 +18,8 @@ use crate::model::config::{Activation, NormPlacement, Positions};
 use crate::model::embedding::sinusoid_halves;
 use crate::model::{ModelConfig, Seq2Seq};
 use crate::store::{ckpt_err, read_file, read_hf_weights, strip_bom, TensorMap};
-use crate::text::marian::{MarianIds, MarianTokenizer};
+use crate::text::id_map::IdMap;
+use crate::text::marian::MarianTokenizer;
 use crate::text::vocab::Vocab;
 use serde::Deserialize;
 use std::path::Path;
@@ -76,9 +77,6 @@ pub const HF_NAMES: RenameTable = RenameTable(&[
         "decoder.layers.{i}.ffn_norm.",
     ),
 ]);
-
-/// The logit of our added padding row: `exp(−10⁹ − max)` is exactly 0 in f32 and f64.
-pub const PAD_LOGIT: f32 = -1e9;
 
 /// The fields of a Marian `config.json` we read. Others are generic (`architectures`,
 /// `transformers_version`, generation defaults) or ignored by transformers' Marian itself (the
@@ -222,7 +220,7 @@ fn our_tensors(
     dir: &Path,
     weights: TensorMap,
     config: &ModelConfig,
-    ids: &MarianIds,
+    ids: &IdMap,
 ) -> Result<TensorMap> {
     let bad = |reason: String| ckpt_err(dir, reason);
     let mut tensors: TensorMap = weights
@@ -286,7 +284,7 @@ fn our_tensors(
     }
     tensors.insert(
         "final_logits_bias".into(),
-        (vec![n + 1], ids.reorder_rows(&bias, 1, PAD_LOGIT)),
+        (vec![n + 1], ids.logit_bias(&bias)),
     );
     Ok(tensors)
 }

@@ -16,6 +16,7 @@ pub mod gguf;
 mod gguf_tests;
 pub mod gpt2;
 pub mod llama;
+pub mod m2m100;
 // Encoder-decoders.
 pub mod marian;
 // Llama-style families: Mistral, Qwen2/2.5, Qwen3, Phi-3 (and their shared rotary reader).
@@ -235,6 +236,7 @@ pub const FAMILIES: &[Family] = &[
     olmoe::FAMILY,
     // Encoder-decoders.
     marian::FAMILY,
+    m2m100::FAMILY,
 ];
 
 /// The family named `name` ([`Family::name`]).
@@ -269,6 +271,11 @@ pub fn model_type_of(dir: &Path) -> Option<String> {
 /// Whether `model_type` is an encoder family's (a directory `embed` loads).
 pub fn is_encoder(model_type: &str) -> bool {
     by_model_type(model_type).is_some_and(|f| f.kind == FamilyKind::Encoder)
+}
+
+/// Whether a Hugging Face `model_type` is a translation model (an encoder-decoder) we load.
+pub fn is_translation(model_type: &str) -> bool {
+    by_model_type(model_type).is_some_and(|f| f.kind == FamilyKind::Translation)
 }
 
 /// `a`, `a and b`, `a, b and c`.
@@ -351,7 +358,7 @@ mod tests {
              and olmoe"
         );
         assert_eq!(hf_list(FamilyKind::Encoder), "bert");
-        assert_eq!(hf_list(FamilyKind::Translation), "marian");
+        assert_eq!(hf_list(FamilyKind::Translation), "marian and m2m_100");
         assert_eq!(by_model_type("marian").unwrap().kind, FamilyKind::Translation);
         assert_eq!(
             gguf_list(),

@@ -1,0 +1,379 @@
+//! M2M100 and NLLB-200 (fairseq's multilingual translators) as Hugging Face stores them
+//! (`model_type` `m2m_100`, `M2M100ForConditionalGeneration`): the paper's encoder-decoder with
+//! the norms before each sublayer (pre-LN, a final LayerNorm closing each stack), token
+//! embeddings scaled by √d_model, one table shared by both stacks and (tied) the pre-softmax
+//! projection, and fairseq's sinusoids: with `h = d_model / 2` and the padding id `p`, position
+//! `t` of a sequence (counted from 0) reads row `t + p + 1` of
+//!
+//! `PE(r, i) = sin(r · 10000^(−i/(h−1)))`, `PE(r, h + i) = cos(r · 10000^(−i/(h−1)))`
+//!
+//! (note `h − 1`, where the paper has `h`), computed in float32 as transformers computes it and
+//! held as a fixed [`Positions::Learned`] table. Every source starts with its language's token,
+//! the decoder starts from `</s>` and its first output is forced to the target language's token
+//! (see `text::fairseq`; transformers' `forced_bos_token_id`).
+//!
+//! fairseq's ids become ours through [`IdMap`]: our BOS is a copy of `</s>` (the decoder's
+//! start) and our padding row is added, both with a logit of −10⁹ (never emitted, no
+//! probability taken from the others). Refused by name: separate encoder and decoder shapes, a
+//! decoder that does not start from `</s>`, activations other than ReLU / GELU / SiLU, and
+//! layer-drop or MoE variants (NLLB-MoE is its own `model_type`).
+
+use super::{Family, FamilyKind};
+use crate::error::Result;
+use crate::model::checkpoint::{build_filled, RenameTable};
+use crate::model::config::{Activation, NormPlacement, Positions};
+use crate::model::{ModelConfig, Seq2Seq};
+use crate::store::{ckpt_err, read_file, read_hf_weights, strip_bom, TensorMap};
+use crate::text::fairseq::FairseqTokenizer;
+use crate::text::id_map::IdMap;
+use crate::text::vocab::Vocab;
+use serde::Deserialize;
+use std::path::Path;
+
+/// The row of [`super::FAMILIES`]: a translation model, loaded by [`load`].
+pub const FAMILY: Family = Family {
+    name: "m2m100",
+    kind: FamilyKind::Translation,
+    model_types: &["m2m_100"],
+    hf_names: HF_NAMES,
+    hf_decoder: None,
+    gguf: None,
+    chat_template: None,
+};
+
+/// Hugging Face M2M100 tensor names (after the `model.` prefix is stripped) -> ours: Marian's
+/// blocks, the stacks' final norms and the position table we compute.
+pub const HF_NAMES: RenameTable = RenameTable(&[
+    // (Before `shared.`: our name for the table we compute is also its own.)
+    ("embedding.positions", "embedding.positions"),
+    ("shared.", "embedding."),
+    ("final_logits_bias", "output_proj.bias"),
+    ("lm_head.", "output_proj."),
+    ("encoder.layer_norm.", "encoder.final_norm."),
+    ("decoder.layer_norm.", "decoder.final_norm."),
+    (
+        "encoder.layers.{i}.self_attn_layer_norm.",
+        "encoder.layers.{i}.self_attn_norm.",
+    ),
+    (
+        "encoder.layers.{i}.self_attn.",
+        "encoder.layers.{i}.self_attn.",
+    ),
+    ("encoder.layers.{i}.fc1.", "encoder.layers.{i}.ffn.linear1."),
+    ("encoder.layers.{i}.fc2.", "encoder.layers.{i}.ffn.linear2."),
+    (
+        "encoder.layers.{i}.final_layer_norm.",
+        "encoder.layers.{i}.ffn_norm.",
+    ),
+    (
+        "decoder.layers.{i}.self_attn_layer_norm.",
+        "decoder.layers.{i}.self_attn_norm.",
+    ),
+    (
+        "decoder.layers.{i}.self_attn.",
+        "decoder.layers.{i}.self_attn.",
+    ),
+    (
+        "decoder.layers.{i}.encoder_attn_layer_norm.",
+        "decoder.layers.{i}.cross_attn_norm.",
+    ),
+    (
+        "decoder.layers.{i}.encoder_attn.",
+        "decoder.layers.{i}.cross_attn.",
+    ),
+    ("decoder.layers.{i}.fc1.", "decoder.layers.{i}.ffn.linear1."),
+    ("decoder.layers.{i}.fc2.", "decoder.layers.{i}.ffn.linear2."),
+    (
+        "decoder.layers.{i}.final_layer_norm.",
+        "decoder.layers.{i}.ffn_norm.",
+    ),
+]);
+
+/// The fields of an M2M100 `config.json` we read, with `M2M100Config`'s defaults. Others are
+/// generic or change nothing at inference (`init_std`, `encoder_layerdrop`, `use_cache`, ...).
+#[derive(Deserialize)]
+struct HfM2m100 {
+    vocab_size: usize,
+    d_model: usize,
+    encoder_layers: usize,
+    decoder_layers: usize,
+    encoder_attention_heads: usize,
+    decoder_attention_heads: usize,
+    encoder_ffn_dim: usize,
+    decoder_ffn_dim: usize,
+    #[serde(default = "default_activation")]
+    activation_function: String,
+    #[serde(default = "default_positions")]
+    max_position_embeddings: usize,
+    #[serde(default = "default_true")]
+    scale_embedding: bool,
+    #[serde(default = "default_true")]
+    tie_word_embeddings: bool,
+    #[serde(default)]
+    dropout: f64,
+    #[serde(default)]
+    attention_dropout: f64,
+    #[serde(default)]
+    activation_dropout: f64,
+    #[serde(default = "default_pad")]
+    pad_token_id: u32,
+    #[serde(default = "default_eos")]
+    eos_token_id: serde_json::Value,
+    decoder_start_token_id: Option<u32>,
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_activation() -> String {
+    "relu".into()
+}
+fn default_positions() -> usize {
+    1024
+}
+fn default_pad() -> u32 {
+    1
+}
+fn default_eos() -> serde_json::Value {
+    serde_json::json!(2)
+}
+
+impl HfM2m100 {
+    /// Our config, or what is not supported (by its field's name).
+    fn config(&self) -> std::result::Result<ModelConfig, String> {
+        for (what, enc, dec) in [
+            (
+                "attention_heads",
+                self.encoder_attention_heads,
+                self.decoder_attention_heads,
+            ),
+            ("ffn_dim", self.encoder_ffn_dim, self.decoder_ffn_dim),
+        ] {
+            if enc != dec {
+                return Err(format!(
+                    "encoder_{what} {enc} and decoder_{what} {dec} differ (not supported)"
+                ));
+            }
+        }
+        let eos = self.eos()?;
+        if let Some(start) = self.decoder_start_token_id.filter(|&s| s != eos) {
+            return Err(format!(
+                "decoder_start_token_id {start} is not eos_token_id {eos}: only decoders that \
+                 start from </s> are supported"
+            ));
+        }
+        let activation = match self.activation_function.as_str() {
+            "relu" => Activation::Relu,
+            "gelu" => Activation::GeluErf,
+            "gelu_new" | "gelu_pytorch_tanh" => Activation::GeluTanh,
+            "swish" | "silu" => Activation::Silu,
+            other => return Err(format!("activation_function {other:?} is not supported")),
+        };
+        // Our padding row and the copied start row.
+        let mut c = ModelConfig::preset("base", self.vocab_size + 2).expect("a preset");
+        c.d_model = self.d_model;
+        c.n_heads = self.encoder_attention_heads;
+        c.d_ff = self.encoder_ffn_dim;
+        c.n_encoder_layers = self.encoder_layers;
+        c.n_decoder_layers = self.decoder_layers;
+        c.dropout = self.dropout;
+        c.attention_dropout = self.attention_dropout;
+        c.activation_dropout = self.activation_dropout;
+        c.norm = NormPlacement::PreLn;
+        c.layer_norm_eps = 1e-5;
+        c.tie_embeddings = self.tie_word_embeddings;
+        c.max_len = self.max_position_embeddings;
+        c.activation = activation;
+        c.positions = Positions::Learned;
+        c.bias = true;
+        c.scale_embeddings = self.scale_embedding;
+        c.output_bias = true;
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// The EOS id (one id; a list of several is refused).
+    fn eos(&self) -> std::result::Result<u32, String> {
+        let one = |v: &serde_json::Value| v.as_u64().and_then(|n| u32::try_from(n).ok());
+        match &self.eos_token_id {
+            serde_json::Value::Array(ids) if ids.len() == 1 => one(&ids[0]),
+            v => one(v),
+        }
+        .ok_or_else(|| format!("eos_token_id {} is not one token id", self.eos_token_id))
+    }
+}
+
+/// Loads a Hugging Face M2M100 / NLLB directory (`config.json`, `model.safetensors`,
+/// `sentencepiece.bpe.model` with `vocab.json` or `tokenizer.json`): the model in our ids and
+/// its vocabulary.
+pub fn load(dir: &Path) -> Result<(Seq2Seq<f32>, Vocab)> {
+    let config_path = dir.join("config.json");
+    let bytes = read_file(&config_path)?;
+    let hf: HfM2m100 = serde_json::from_slice(strip_bom(&bytes))
+        .map_err(|e| ckpt_err(&config_path, format!("not an M2M100 config: {e}")))?;
+    let config = hf.config().map_err(|e| ckpt_err(&config_path, e))?;
+    let eos = hf.eos().map_err(|e| ckpt_err(&config_path, e))?;
+    let tokenizer = FairseqTokenizer::load(dir, hf.vocab_size, eos)?;
+    let weights = read_hf_weights(dir, |_| false)?;
+    let tensors = our_tensors(dir, weights, &config, tokenizer.ids(), hf.pad_token_id)?;
+    let model = build_filled(dir, config, tensors, Some(&HF_NAMES))?;
+    Ok((model, Vocab::from_fairseq(tokenizer)))
+}
+
+/// The checkpoint's tensors named as [`HF_NAMES`] reads them, in our ids: the `model.` prefix
+/// stripped, the tied copies of the shared table dropped (each checked equal to it), stored
+/// position tables dropped, the embedding rows reordered by `ids`, the position table and the
+/// logit bias (zero but for our own rows) added.
+fn our_tensors(
+    dir: &Path,
+    weights: TensorMap,
+    config: &ModelConfig,
+    ids: &IdMap,
+    pad: u32,
+) -> Result<TensorMap> {
+    let bad = |reason: String| ckpt_err(dir, reason);
+    let mut tensors: TensorMap = weights
+        .into_iter()
+        .map(|(name, t)| (name.strip_prefix("model.").unwrap_or(&name).to_string(), t))
+        .collect();
+    let (d, n) = (config.d_model, ids.len_theirs());
+    let shared = match tensors.remove("shared.weight") {
+        Some(t) => t,
+        None => ["encoder.embed_tokens.weight", "decoder.embed_tokens.weight"]
+            .iter()
+            .find_map(|name| tensors.remove(*name))
+            .ok_or_else(|| bad("no shared.weight (the token embedding table)".into()))?,
+    };
+    if shared.0 != [n, d] {
+        return Err(bad(format!(
+            "shared.weight has shape {:?}, the config needs [{n}, {d}]",
+            shared.0
+        )));
+    }
+    let mut tied = vec!["encoder.embed_tokens.weight", "decoder.embed_tokens.weight"];
+    if config.tie_embeddings {
+        tied.push("lm_head.weight");
+    }
+    for name in tied {
+        if let Some((shape, values)) = tensors.remove(name) {
+            if shape != shared.0 || values != shared.1 {
+                return Err(bad(format!(
+                    "{name} differs from shared.weight, to which the config ties it"
+                )));
+            }
+        }
+    }
+    // transformers does not save the (computed) tables; a converter may have.
+    for name in [
+        "encoder.embed_positions.weights",
+        "decoder.embed_positions.weights",
+    ] {
+        tensors.remove(name);
+    }
+    let n_ours = ids.len_ours();
+    tensors.insert(
+        "shared.weight".into(),
+        (vec![n_ours, d], ids.reorder_rows(&shared.1, d, 0.0)),
+    );
+    if let Some((shape, head)) = tensors.remove("lm_head.weight") {
+        if shape != [n, d] {
+            return Err(bad(format!("lm_head.weight has shape {shape:?}, not [{n}, {d}]")));
+        }
+        tensors.insert(
+            "lm_head.weight".into(),
+            (vec![n_ours, d], ids.reorder_rows(&head, d, 0.0)),
+        );
+    }
+    tensors.insert(
+        "final_logits_bias".into(),
+        (vec![n_ours], ids.logit_bias(&vec![0.0; n])),
+    );
+    tensors.insert(
+        "embedding.positions".into(),
+        (
+            vec![config.max_len, d],
+            fairseq_positions(config.max_len, d, pad as usize + 1),
+        ),
+    );
+    Ok(tensors)
+}
+
+/// Rows `offset .. offset + n` of fairseq's sinusoid table `[n, d]` (see the module docs), in
+/// float32 as transformers' `M2M100SinusoidalPositionalEmbedding.get_embedding` computes them;
+/// an odd `d` ends with a zero column.
+pub fn fairseq_positions(n: usize, d: usize, offset: usize) -> Vec<f32> {
+    let half = d / 2;
+    let step = (10000f64.ln() / (half as f64 - 1.0)) as f32;
+    let freqs: Vec<f32> = (0..half).map(|i| (i as f32 * -step).exp()).collect();
+    let mut table = vec![0.0f32; n * d];
+    for (t, row) in table.chunks_exact_mut(d).enumerate() {
+        let r = (t + offset) as f32;
+        for (i, &f) in freqs.iter().enumerate() {
+            let angle = r * f;
+            row[i] = angle.sin();
+            row[half + i] = angle.cos();
+        }
+    }
+    table
+}
+
+/// Whether `dir` holds a Hugging Face M2M100 / NLLB model (`model_type` `m2m_100`).
+pub fn is_m2m100_dir(dir: &Path) -> bool {
+    super::model_type_of(dir).as_deref() == Some("m2m_100")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(edit: impl FnOnce(&mut serde_json::Value)) -> std::result::Result<ModelConfig, String> {
+        let mut json = serde_json::json!({
+            "model_type": "m2m_100", "vocab_size": 100, "d_model": 16, "encoder_layers": 2,
+            "decoder_layers": 1, "encoder_attention_heads": 4, "decoder_attention_heads": 4,
+            "encoder_ffn_dim": 32, "decoder_ffn_dim": 32, "max_position_embeddings": 64
+        });
+        edit(&mut json);
+        let hf: HfM2m100 = serde_json::from_value(json).map_err(|e| e.to_string())?;
+        hf.config()
+    }
+
+    #[test]
+    fn m2m100_configs_become_ours_and_the_rest_is_refused_by_name() {
+        let c = config(|_| {}).unwrap();
+        assert_eq!(
+            (c.vocab_size, c.d_model, c.n_heads, c.d_ff, c.n_encoder_layers, c.n_decoder_layers),
+            (102, 16, 4, 32, 2, 1)
+        );
+        assert_eq!((c.activation, c.positions), (Activation::Relu, Positions::Learned));
+        assert!(c.output_bias && c.tie_embeddings && c.scale_embeddings && c.bias);
+        assert_eq!((c.norm, c.max_len), (NormPlacement::PreLn, 64));
+        for (edit, wanted) in [
+            (("decoder_attention_heads", serde_json::json!(2)), "encoder_attention_heads 4"),
+            (("decoder_ffn_dim", serde_json::json!(64)), "decoder_ffn_dim 64"),
+            (("decoder_start_token_id", serde_json::json!(0)), "decoder_start_token_id 0"),
+            (("activation_function", serde_json::json!("mish")), "\"mish\""),
+            (("eos_token_id", serde_json::json!([2, 5])), "eos_token_id [2,5]"),
+            (("d_model", serde_json::json!(18)), "d_model"),
+        ] {
+            let e = config(|j| j[edit.0] = edit.1.clone()).unwrap_err();
+            assert!(e.contains(wanted), "{}: {e}", edit.0);
+        }
+    }
+
+    #[test]
+    fn fairseq_positions_are_the_sinusoids_from_the_padding_offset() {
+        let (d, half) = (8, 4);
+        let table = fairseq_positions(5, d, 2);
+        for t in 0..5 {
+            let r = (t + 2) as f64;
+            for i in 0..half {
+                let angle = r * (-(10000f64.ln()) * i as f64 / (half as f64 - 1.0)).exp();
+                assert!((table[t * d + i] as f64 - angle.sin()).abs() < 1e-6);
+                assert!((table[t * d + half + i] as f64 - angle.cos()).abs() < 1e-6);
+            }
+        }
+        // An odd width ends with zeros.
+        let odd = fairseq_positions(3, 9, 2);
+        assert!((0..3).all(|t| odd[t * 9 + 8] == 0.0));
+    }
+}

@@ -1,0 +1,65 @@
+//! The tokenizers of pretrained translation models, behind one [`Vocab`](super::vocab::Vocab):
+//! Marian's ([`MarianTokenizer`]) and fairseq's multilingual ones ([`FairseqTokenizer`]). Both
+//! speak our ids (see `id_map`).
+
+use super::fairseq::FairseqTokenizer;
+use super::marian::MarianTokenizer;
+use std::sync::Arc;
+
+/// A pretrained model's tokenizer.
+#[derive(Clone, Debug)]
+pub enum Pretrained {
+    /// Marian (OPUS-MT).
+    Marian(Arc<MarianTokenizer>),
+    /// M2M100 / NLLB (the source language's token is the translator's to put first).
+    Fairseq(Arc<FairseqTokenizer>),
+}
+
+impl Pretrained {
+    /// Our token ids of a source `text`, no EOS (the searches append it).
+    pub fn encode(&self, text: &str) -> Vec<u32> {
+        match self {
+            Pretrained::Marian(t) => t.encode(text),
+            Pretrained::Fairseq(t) => t.encode(text),
+        }
+    }
+
+    /// The text of our ids (the caller stops them at EOS), special tokens skipped.
+    pub fn decode(&self, ids: &[u32]) -> String {
+        match self {
+            Pretrained::Marian(t) => t.decode(ids),
+            Pretrained::Fairseq(t) => t.decode(ids),
+        }
+    }
+
+    /// Our vocabulary size.
+    pub fn len(&self) -> usize {
+        match self {
+            Pretrained::Marian(t) => t.len(),
+            Pretrained::Fairseq(t) => t.len(),
+        }
+    }
+
+    /// Never true: a pretrained vocabulary holds its specials.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The token text of our id `id`.
+    pub fn token(&self, id: u32) -> Option<&str> {
+        match self {
+            Pretrained::Marian(t) => t.token(id),
+            Pretrained::Fairseq(t) => t.token(id),
+        }
+    }
+
+    /// Which files hold it (for the error that refuses to save it as ours).
+    pub fn files(&self) -> &'static str {
+        match self {
+            Pretrained::Marian(_) => "source.spm, target.spm and vocab.json",
+            Pretrained::Fairseq(_) => {
+                "sentencepiece.bpe.model with vocab.json or tokenizer.json, and tokenizer_config.json"
+            }
+        }
+    }
+}

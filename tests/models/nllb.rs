@@ -1,0 +1,418 @@
+//! NLLB-200 and M2M100 (fairseq's multilingual translators) against transformers: one tiny
+//! random `M2M100ForConditionalGeneration` layout (2 + 2 pre-LN layers of width 32, ReLU,
+//! fairseq's sinusoids, tied table) with a SentencePiece BPE model trained on ../shared's
+//! German, English and Spanish, saved with NLLB's tokenizer (`tests/fixtures/nllb`:
+//! `tokenizer.json`, codes such as `deu_Latn`) and with M2M100's (`tests/fixtures/m2m100`:
+//! `vocab.json`, codes such as `__de__`), both made by `tests/fixtures/nllb/make.py`.
+//!
+//! Checked for each: the tokenizer gives transformers' ids (source language code first, `</s>`
+//! last) on every line of both test corpora in its language, and its text back; encoder states
+//! and teacher-forced logits within 1e-4 at every position and token; greedy translations with
+//! the target language forced are `generate`'s ids (with `forced_bos_token_id`) wherever its
+//! margin exceeds 1e-2, and its text; beam 4 under transformers' rule gives its 4-best lists
+//! and scores (within 1e-4).
+
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use transformer::batch::Batch;
+use transformer::decode::beam::{beam_search, BeamOptions, BeamStop};
+use transformer::decode::greedy::{greedy_decode, GreedyOptions};
+use transformer::pipeline::translate::Translator;
+use transformer::text::id_map::IdMap;
+use transformer::text::EOS;
+
+/// fairseq's `</s>`.
+const THEIR_EOS: u32 = 2;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+#[derive(Deserialize)]
+struct Reference {
+    vocab_size: usize,
+    tokenized: HashMap<String, Column>,
+    cases: Vec<Case>,
+}
+
+#[derive(Deserialize)]
+struct Column {
+    lang: String,
+    ids: Vec<Vec<u32>>,
+    hashes: Vec<u32>,
+    decoded: HashMap<String, String>,
+}
+
+#[derive(Deserialize)]
+struct Case {
+    file: String,
+    line: usize,
+    source: String,
+    source_lang: String,
+    target_lang: String,
+    source_ids: Vec<u32>,
+    target_ids: Vec<u32>,
+    encoder: Vec<f64>,
+    logits: Vec<f64>,
+    greedy_steps: usize,
+    greedy_ids: Vec<u32>,
+    greedy_margins: Vec<f64>,
+    greedy_text: String,
+    beam: Vec<Beam>,
+}
+
+#[derive(Deserialize)]
+struct Beam {
+    ids: Vec<u32>,
+    score: f64,
+}
+
+fn load(name: &str) -> (Translator, Reference, IdMap) {
+    let dir = fixture(name);
+    let translator = Translator::load(&dir).unwrap();
+    let json = std::fs::read(dir.join("reference.json")).unwrap();
+    let ids = translator.vocab.fairseq().unwrap().ids().clone();
+    (translator, serde_json::from_slice(&json).unwrap(), ids)
+}
+
+/// Our ids of fairseq's, without the closing `</s>` the searches append.
+fn ours(ids: &IdMap, theirs: &[u32]) -> Vec<u32> {
+    let body = theirs.strip_suffix(&[THEIR_EOS]).unwrap_or(theirs);
+    body.iter().map(|&t| ids.ours(t)).collect()
+}
+
+/// FNV-1a 32 of `text`'s UTF-8 bytes (as make.py hashes the ids of each line).
+fn fnv1a(text: &str) -> u32 {
+    text.bytes().fold(0x811C_9DC5, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
+}
+
+fn tokenizer_gives_transformers_ids_and_text(name: &str) {
+    let (t, r, ids) = load(name);
+    assert_eq!(ids.len_theirs(), r.vocab_size);
+    assert_eq!(t.model.config.vocab_size, r.vocab_size + 2);
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data");
+    if !data.exists() {
+        eprintln!("skipped: ../shared/data is absent");
+        return;
+    }
+    let mut lines_checked = 0;
+    for (key, column) in &r.tokenized {
+        let (file, col) = key.rsplit_once(':').unwrap();
+        let col: usize = col.parse().unwrap();
+        let text = std::fs::read_to_string(data.join(file)).unwrap();
+        let lines: Vec<&str> = text
+            .lines()
+            .map(|l| l.split('\t').nth(col).unwrap())
+            .collect();
+        assert_eq!(lines.len(), column.hashes.len(), "{key}");
+        let code = t.vocab.fairseq().unwrap().language(&column.lang).unwrap();
+        let vocab = &t.vocab;
+        for (i, line) in lines.iter().enumerate() {
+            let mut theirs: Vec<u32> = (std::iter::once(code).chain(vocab.encode(line)))
+                .map(|id| ids.theirs(id).unwrap())
+                .collect();
+            theirs.push(THEIR_EOS);
+            if let Some(want) = column.ids.get(i) {
+                assert_eq!(&theirs, want, "{key} line {}: {line:?}", i + 1);
+            }
+            let joined: Vec<String> = theirs.iter().map(u32::to_string).collect();
+            assert_eq!(
+                fnv1a(&joined.join(" ")),
+                column.hashes[i],
+                "{key} line {}: {line:?} -> {theirs:?}",
+                i + 1
+            );
+            let text = vocab.decode(&ours(&ids, &theirs));
+            let want = column
+                .decoded
+                .get(&i.to_string())
+                .map_or(*line, String::as_str);
+            assert_eq!(text, want, "{key} line {}", i + 1);
+            lines_checked += 1;
+        }
+    }
+    assert_eq!(lines_checked, 4000);
+}
+
+fn states_and_logits_match_transformers(name: &str) {
+    let (t, r, ids) = load(name);
+    let mut checked = 0;
+    for case in r.cases.iter().filter(|c| !c.logits.is_empty()) {
+        let at = format!("{} line {}", case.file, case.line);
+        let (src, tgt) = (ours(&ids, &case.source_ids), ours(&ids, &case.target_ids));
+        let batch = Batch::from_pairs(&[(&src, &tgt)]);
+        let (logits, cache) = t.model.forward(&batch, None);
+        assert_eq!(cache.memory.len(), case.encoder.len(), "{at}");
+        let worst = (cache.memory.iter().zip(&case.encoder))
+            .map(|(&a, &b)| (a as f64 - b).abs())
+            .fold(0.0, f64::max);
+        assert!(worst < 1e-4, "{at}: encoder states differ by {worst:e}");
+        eprintln!("{name} {at}: encoder states within {worst:.1e}");
+        let (n, v) = (r.vocab_size, t.model.config.vocab_size);
+        let positions = case.logits.len() / n;
+        assert_eq!(positions, tgt.len() + 1);
+        let mut worst = 0.0f64;
+        for p in 0..positions {
+            for theirs in 0..n {
+                let got = logits[p * v + ids.ours(theirs as u32) as usize] as f64;
+                worst = worst.max((got - case.logits[p * n + theirs]).abs());
+            }
+            // Our padding and start rows never take probability.
+            assert!(
+                logits[p * v] < -1e8 && logits[p * v + 1] < -1e8,
+                "{at} position {p}"
+            );
+        }
+        assert!(worst < 1e-4, "{at}: logits differ by {worst:e}");
+        eprintln!("{name} {at}: logits within {worst:.1e}");
+        checked += 1;
+    }
+    assert!(checked >= 3, "{checked} cases with logits");
+}
+
+fn greedy_matches_transformers_generate(name: &str) {
+    let (mut t, r, ids) = load(name);
+    let mut compared = 0;
+    for case in &r.cases {
+        let at = format!("{} line {}", case.file, case.line);
+        let src = ours(&ids, &case.source_ids);
+        let forced = ids.ours(case.greedy_ids[0]);
+        // At most `greedy_steps` tokens, the forced one included, as max_new_tokens.
+        let options = GreedyOptions {
+            max_len_extra: case.greedy_steps - src.len(),
+            batch_size: 1,
+            forced_first: Some(forced),
+        };
+        let hyp = greedy_decode(&t.model, std::slice::from_ref(&src), &options)
+            .pop()
+            .unwrap();
+        assert_eq!(
+            hyp.token_logprobs[0], 0.0,
+            "{at}: the forced token's log-probability"
+        );
+        let mut emitted = hyp.tokens.clone();
+        if hyp.finished {
+            emitted.push(EOS);
+        }
+        let want: Vec<u32> = case.greedy_ids.iter().map(|&id| ids.ours(id)).collect();
+        // The forced token, then up to the first step whose margin is within rounding.
+        let sure = 1
+            + (case.greedy_margins.iter())
+                .position(|&m| m <= 1e-2)
+                .unwrap_or(case.greedy_margins.len());
+        let k = sure.min(want.len());
+        assert_eq!(
+            emitted[..k.min(emitted.len())],
+            want[..k],
+            "{at}: greedy ids"
+        );
+        compared += k;
+        if sure > case.greedy_margins.len() {
+            assert_eq!(t.vocab.decode(&hyp.tokens), case.greedy_text, "{at}");
+            // The same through the translator, its languages chosen by their codes.
+            t.set_languages(Some(&case.source_lang), Some(&case.target_lang))
+                .unwrap();
+            let options = GreedyOptions {
+                max_len_extra: case.greedy_steps - src.len(),
+                batch_size: 1,
+                forced_first: None,
+            };
+            let texts = t
+                .translate(std::slice::from_ref(&case.source), &options)
+                .unwrap();
+            assert_eq!(texts[0], case.greedy_text, "{at}: Translator::translate");
+        }
+    }
+    assert!(compared >= 40, "only {compared} greedy tokens compared");
+    eprintln!("{name}: {compared} greedy tokens compared");
+}
+
+fn beam_matches_transformers_generate(name: &str) {
+    let (t, r, ids) = load(name);
+    let mut finished = 0;
+    for case in &r.cases {
+        let at = format!("{} line {}", case.file, case.line);
+        let src = ours(&ids, &case.source_ids);
+        let options = BeamOptions {
+            beam_size: 4,
+            alpha: 1.0,
+            max_len_extra: case.greedy_steps - src.len(),
+            batch_size: 1,
+            nbest: 4,
+            stop: BeamStop::HuggingFace,
+            forced_first: Some(ids.ours(case.greedy_ids[0])),
+        };
+        let list = beam_search(&t.model, std::slice::from_ref(&src), &options)
+            .pop()
+            .unwrap();
+        assert_eq!(list.len(), case.beam.len(), "{at}");
+        for (j, (got, want)) in list.iter().zip(&case.beam).enumerate() {
+            let mut emitted = got.tokens.clone();
+            if got.finished {
+                emitted.push(EOS);
+                finished += 1;
+            }
+            let want_ids: Vec<u32> = want.ids.iter().map(|&id| ids.ours(id)).collect();
+            let tied =
+                |i: usize| (case.beam.get(i)).is_some_and(|b| (b.score - want.score).abs() < 1e-4);
+            if !(tied(j + 1) || j > 0 && tied(j - 1)) {
+                assert_eq!(emitted, want_ids, "{at} hypothesis {j}");
+            }
+            assert!(
+                (got.score - want.score).abs() < 1e-4,
+                "{at} hypothesis {j}: score {} vs {}",
+                got.score,
+                want.score
+            );
+        }
+    }
+    assert!(finished >= 2, "{finished} finished hypotheses");
+    eprintln!(
+        "{name}: {} hypotheses compared, {finished} finished",
+        4 * r.cases.len()
+    );
+}
+
+#[test]
+fn nllb_tokenizer_gives_transformers_ids_and_text_on_every_line() {
+    tokenizer_gives_transformers_ids_and_text("nllb");
+}
+
+#[test]
+fn m2m100_tokenizer_gives_transformers_ids_and_text_on_every_line() {
+    tokenizer_gives_transformers_ids_and_text("m2m100");
+}
+
+#[test]
+fn nllb_states_and_logits_match_transformers() {
+    states_and_logits_match_transformers("nllb");
+}
+
+#[test]
+fn m2m100_states_and_logits_match_transformers() {
+    states_and_logits_match_transformers("m2m100");
+}
+
+#[test]
+fn nllb_greedy_translations_match_transformers_generate() {
+    greedy_matches_transformers_generate("nllb");
+}
+
+#[test]
+fn m2m100_greedy_translations_match_transformers_generate() {
+    greedy_matches_transformers_generate("m2m100");
+}
+
+#[test]
+fn nllb_beam_search_matches_transformers_generate() {
+    beam_matches_transformers_generate("nllb");
+}
+
+#[test]
+fn m2m100_beam_search_matches_transformers_generate() {
+    beam_matches_transformers_generate("m2m100");
+}
+
+/// A copy of fixture `name` with `edit` applied.
+fn edited(name: &str, edit: impl FnOnce(&Path)) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(fixture(name)).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+    }
+    edit(dir.path());
+    dir
+}
+
+fn load_error(name: &str, edit: impl FnOnce(&Path)) -> String {
+    match Translator::load(edited(name, edit).path()) {
+        Ok(_) => panic!("the edited fixture loaded"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn languages_are_chosen_by_code_and_unknown_ones_refused() {
+    let (mut t, _, _) = load("nllb");
+    let e = t
+        .set_languages(Some("xxx_Latn"), None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("--source-lang") && e.contains("\"xxx_Latn\"") && e.contains("202"),
+        "{e}"
+    );
+    let e = t.set_languages(None, Some("en")).unwrap_err().to_string();
+    assert!(e.contains("--target-lang") && e.contains("\"en\""), "{e}");
+    // M2M100's codes with or without their underscores.
+    let (mut m, _, _) = load("m2m100");
+    m.set_languages(Some("__es__"), Some("de")).unwrap();
+    assert!(m.set_languages(Some("eng_Latn"), None).is_err());
+    // Without languages in tokenizer_config.json, translating asks for them.
+    let dir = edited("nllb", |d| {
+        let path = d.join("tokenizer_config.json");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let text = text.replace("\"src_lang\": \"deu_Latn\"", "\"src_lang\": null");
+        std::fs::write(&path, text).unwrap();
+    });
+    let t = Translator::load(dir.path()).unwrap();
+    let e = t
+        .translate(&["Hallo".into()], &GreedyOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("--source-lang and --target-lang"), "{e}");
+    // A model of one pair has no languages to choose.
+    let mut marian = Translator::load(&fixture("marian")).unwrap();
+    let e = marian
+        .set_languages(Some("de"), None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no language codes"), "{e}");
+}
+
+#[test]
+fn broken_nllb_and_m2m100_directories_are_clear_errors() {
+    let e = load_error("nllb", |d| {
+        std::fs::remove_file(d.join("sentencepiece.bpe.model")).unwrap()
+    });
+    assert!(e.contains("sentencepiece.bpe.model"), "{e}");
+    let e = load_error("nllb", |d| {
+        std::fs::write(d.join("tokenizer.json"), b"{").unwrap()
+    });
+    assert!(e.contains("tokenizer.json") && e.contains("JSON"), "{e}");
+    let e = load_error("m2m100", |d| {
+        std::fs::write(d.join("vocab.json"), r#"{"<unk>": 3, "x": 99999}"#).unwrap()
+    });
+    assert!(e.contains("99999") && e.contains("vocab_size"), "{e}");
+    let e = load_error("m2m100", |d| {
+        std::fs::write(d.join("vocab.json"), r#"{"a": 500}"#).unwrap()
+    });
+    assert!(e.contains("no <unk>"), "{e}");
+    let e = load_error("nllb", |d| {
+        let path = d.join("tokenizer_config.json");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let text = text.replace("\"legacy_behaviour\": false", "\"legacy_behaviour\": true");
+        std::fs::write(&path, text).unwrap();
+    });
+    assert!(e.contains("legacy_behaviour"), "{e}");
+    let e = load_error("nllb", |d| {
+        let bytes = std::fs::read(d.join("model.safetensors")).unwrap();
+        std::fs::write(d.join("model.safetensors"), &bytes[..bytes.len() / 2]).unwrap();
+    });
+    assert!(e.contains("model.safetensors"), "{e}");
+    let e = load_error("nllb", |d| {
+        let path = d.join("config.json");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let text = text.replace(
+            "\"decoder_start_token_id\": 2",
+            "\"decoder_start_token_id\": 0",
+        );
+        std::fs::write(&path, text).unwrap();
+    });
+    assert!(e.contains("decoder_start_token_id 0"), "{e}");
+}
