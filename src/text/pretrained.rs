@@ -17,7 +17,7 @@ pub enum Pretrained {
 
 impl Pretrained {
     /// Our token ids of a source `text`, no EOS (the searches append it).
-    pub fn encode(&self, text: &str) -> Vec<u32> {
+    pub(crate) fn encode(&self, text: &str) -> Vec<u32> {
         match self {
             Pretrained::Marian(t) => t.encode(text),
             Pretrained::Fairseq(t) => t.encode(text),
@@ -25,7 +25,7 @@ impl Pretrained {
     }
 
     /// The text of our ids (the caller stops them at EOS), special tokens skipped.
-    pub fn decode(&self, ids: &[u32]) -> String {
+    pub(crate) fn decode(&self, ids: &[u32]) -> String {
         match self {
             Pretrained::Marian(t) => t.decode(ids),
             Pretrained::Fairseq(t) => t.decode(ids),
@@ -33,20 +33,15 @@ impl Pretrained {
     }
 
     /// Our vocabulary size.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match self {
             Pretrained::Marian(t) => t.len(),
             Pretrained::Fairseq(t) => t.len(),
         }
     }
 
-    /// Never true: a pretrained vocabulary holds its specials.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// The token text of our id `id`.
-    pub fn token(&self, id: u32) -> Option<&str> {
+    pub(crate) fn token(&self, id: u32) -> Option<&str> {
         match self {
             Pretrained::Marian(t) => t.token(id),
             Pretrained::Fairseq(t) => t.token(id),
@@ -54,7 +49,7 @@ impl Pretrained {
     }
 
     /// Which files hold it (for the error that refuses to save it as ours).
-    pub fn files(&self) -> &'static str {
+    pub(crate) fn files(&self) -> &'static str {
         match self {
             Pretrained::Marian(_) => "source.spm, target.spm and vocab.json",
             Pretrained::Fairseq(_) => {
