@@ -3,7 +3,7 @@
 weights.
 
     python nllb_ct2.py --bin target/release/transformer --dir /tmp/nllb-600m \
-        [--threads "1 2"] [--precisions "f32 int8"] [--rounds 3] [--n 32]
+        [--threads "1 2"] [--precisions "f32 int8"] [--rounds 3] [--n 16]
 
 Makes (once, in --dir) a random `M2M100ForConditionalGeneration` of
 facebook/nllb-200-distilled-600M's shape (vocab 256,206, d_model 1,024, 12 + 12 pre-LN layers,
@@ -142,7 +142,7 @@ def main():
     ap.add_argument("--threads", default="1 2")
     ap.add_argument("--precisions", default="f32 int8")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--n", type=int, default=32)
+    ap.add_argument("--n", type=int, default=16)
     a = ap.parse_args()
     import ctranslate2
 
@@ -161,7 +161,7 @@ def main():
                     os.path.join(a.dir, f"ct2-{ct2_type}"), device="cpu", inter_threads=1,
                     intra_threads=t, compute_type=ct2_type,
                 )
-                ct2(tr, pieces[:BATCH])  # warm-up
+                ct2(tr, pieces[:2])  # warm-up
                 c = ct2(tr, pieces)
                 del tr
                 for s in ["greedy", "beam 4"]:

@@ -31,6 +31,8 @@ pub mod gguf;
 pub mod gguf_llama;
 pub mod gguf_value;
 pub mod gguf_write;
+pub mod pickle;
+pub mod torch_file;
 
 pub use atomic::{read_file, CheckpointWriter, MANIFEST_FILE};
 
@@ -206,15 +208,37 @@ fn parse_tensors_as(
 }
 
 /// The weights of a Hugging Face model directory: `model.safetensors`, or the shards its
-/// `model.safetensors.index.json` lists (`weight_map`: tensor name -> shard file), as f32.
+/// `model.safetensors.index.json` lists (`weight_map`: tensor name -> shard file), or where
+/// neither is there PyTorch's `pytorch_model.bin` (or its shards), as f32.
 pub fn read_hf_weights(dir: &Path, skip: impl Fn(&str) -> bool + Copy) -> Result<TensorMap> {
     let single = dir.join(MODEL_FILE);
     let index = dir.join(HF_INDEX_FILE);
-    if single.is_file() || !index.is_file() {
+    let torch = dir.join(torch_file::TORCH_FILE);
+    let torch_index = dir.join(torch_file::TORCH_INDEX_FILE);
+    if single.is_file() {
         return read_float_tensors(&single, skip);
     }
-    let bad = |reason: String| ckpt_err(&index, reason);
-    let json: serde_json::Value = serde_json::from_slice(&read_file(&index)?)
+    if index.is_file() {
+        return read_shards(&index, |path| read_float_tensors(path, skip));
+    }
+    // PyTorch's files where safetensors are absent (read without Python: `torch_file`).
+    if torch.is_file() {
+        return torch_file::read_torch_tensors(&torch, skip);
+    }
+    if torch_index.is_file() {
+        return read_shards(&torch_index, |path| {
+            torch_file::read_torch_tensors(path, skip)
+        });
+    }
+    read_float_tensors(&single, skip)
+}
+
+/// The tensors of every shard an index file (`weight_map`: name -> shard file) names, each
+/// read by `read`; a shard outside the directory or a tensor in two shards is an error.
+fn read_shards(index: &Path, read: impl Fn(&Path) -> Result<TensorMap>) -> Result<TensorMap> {
+    let dir = index.parent().unwrap_or(Path::new("."));
+    let bad = |reason: String| ckpt_err(index, reason);
+    let json: serde_json::Value = serde_json::from_slice(&read_file(index)?)
         .map_err(|e| bad(format!("invalid JSON: {e}")))?;
     let map = json
         .get("weight_map")
@@ -239,7 +263,7 @@ pub fn read_hf_weights(dir: &Path, skip: impl Fn(&str) -> bool + Copy) -> Result
     let mut out = TensorMap::new();
     for shard in shards {
         let path = dir.join(shard);
-        for (name, t) in read_float_tensors(&path, skip)? {
+        for (name, t) in read(&path)? {
             if out.insert(name.clone(), t).is_some() {
                 return Err(ckpt_err(
                     &path,

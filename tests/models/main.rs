@@ -31,3 +31,4 @@ mod pretrained;
 mod pretrained_lowp;
 mod pruning;
 mod speculative;
+mod torch_file;
