@@ -220,10 +220,9 @@ pub fn load(dir: &Path) -> Result<(Seq2Seq<f32>, Vocab)> {
     Ok((model, Vocab::from_fairseq(tokenizer)))
 }
 
-/// The checkpoint's tensors named as [`HF_NAMES`] reads them, in our ids: the `model.` prefix
-/// stripped, the tied copies of the shared table dropped (each checked equal to it), stored
-/// position tables dropped, the embedding rows reordered by `ids`, the position table and the
-/// logit bias (zero but for our own rows) added.
+/// The checkpoint's tensors named as [`HF_NAMES`] reads them, in our ids: the shared table as
+/// [`super::shared_table::in_our_ids`] gives it, stored position tables dropped, the position
+/// table and the logit bias (zero but for our own rows) added.
 fn our_tensors(
     dir: &Path,
     weights: TensorMap,
@@ -231,58 +230,14 @@ fn our_tensors(
     ids: &IdMap,
     pad: u32,
 ) -> Result<TensorMap> {
-    let bad = |reason: String| ckpt_err(dir, reason);
-    let mut tensors: TensorMap = weights
-        .into_iter()
-        .map(|(name, t)| (name.strip_prefix("model.").unwrap_or(&name).to_string(), t))
-        .collect();
-    let (d, n) = (config.d_model, ids.len_theirs());
-    let shared = match tensors.remove("shared.weight") {
-        Some(t) => t,
-        None => ["encoder.embed_tokens.weight", "decoder.embed_tokens.weight"]
-            .iter()
-            .find_map(|name| tensors.remove(*name))
-            .ok_or_else(|| bad("no shared.weight (the token embedding table)".into()))?,
-    };
-    if shared.0 != [n, d] {
-        return Err(bad(format!(
-            "shared.weight has shape {:?}, the config needs [{n}, {d}]",
-            shared.0
-        )));
-    }
-    let mut tied = vec!["encoder.embed_tokens.weight", "decoder.embed_tokens.weight"];
-    if config.tie_embeddings {
-        tied.push("lm_head.weight");
-    }
-    for name in tied {
-        if let Some((shape, values)) = tensors.remove(name) {
-            if shape != shared.0 || values != shared.1 {
-                return Err(bad(format!(
-                    "{name} differs from shared.weight, to which the config ties it"
-                )));
-            }
-        }
-    }
+    let mut tensors = super::shared_table::in_our_ids(dir, weights, config, ids)?;
+    let (d, n, n_ours) = (config.d_model, ids.len_theirs(), ids.len_ours());
     // transformers does not save the (computed) tables; a converter may have.
     for name in [
         "encoder.embed_positions.weights",
         "decoder.embed_positions.weights",
     ] {
         tensors.remove(name);
-    }
-    let n_ours = ids.len_ours();
-    tensors.insert(
-        "shared.weight".into(),
-        (vec![n_ours, d], ids.reorder_rows(&shared.1, d, 0.0)),
-    );
-    if let Some((shape, head)) = tensors.remove("lm_head.weight") {
-        if shape != [n, d] {
-            return Err(bad(format!("lm_head.weight has shape {shape:?}, not [{n}, {d}]")));
-        }
-        tensors.insert(
-            "lm_head.weight".into(),
-            (vec![n_ours, d], ids.reorder_rows(&head, d, 0.0)),
-        );
     }
     tensors.insert(
         "final_logits_bias".into(),

@@ -1,0 +1,69 @@
+//! What Hugging Face's encoder-decoders (Marian, M2M100 / NLLB) store alike: tensors under a
+//! `model.` prefix, and one token table (`shared.weight`) that both stacks read and the head
+//! is tied to, also saved under its tied names (`encoder.embed_tokens.weight`,
+//! `decoder.embed_tokens.weight`, `lm_head.weight`) or only under one of them.
+
+use crate::error::Result;
+use crate::model::ModelConfig;
+use crate::store::{ckpt_err, TensorMap};
+use crate::text::id_map::IdMap;
+use std::path::Path;
+
+/// The tensors of `weights` without the `model.` prefix, the shared table (and an untied
+/// `lm_head.weight`) reordered into our ids by `ids` (`[len_ours, d_model]`, our padding row
+/// zero), the tied copies dropped once checked equal to it; an error names a missing table, a
+/// wrong shape or a copy that differs.
+pub fn in_our_ids(
+    dir: &Path,
+    weights: TensorMap,
+    config: &ModelConfig,
+    ids: &IdMap,
+) -> Result<TensorMap> {
+    let bad = |reason: String| ckpt_err(dir, reason);
+    let mut tensors: TensorMap = weights
+        .into_iter()
+        .map(|(name, t)| (name.strip_prefix("model.").unwrap_or(&name).to_string(), t))
+        .collect();
+    let (d, n, n_ours) = (config.d_model, ids.len_theirs(), ids.len_ours());
+    let shared = match tensors.remove("shared.weight") {
+        Some(t) => t,
+        // Saved with only one of the tied names.
+        None => ["encoder.embed_tokens.weight", "decoder.embed_tokens.weight"]
+            .iter()
+            .find_map(|name| tensors.remove(*name))
+            .ok_or_else(|| bad("no shared.weight (the token embedding table)".into()))?,
+    };
+    if shared.0 != [n, d] {
+        return Err(bad(format!(
+            "shared.weight has shape {:?}, the config needs [{n}, {d}]",
+            shared.0
+        )));
+    }
+    let mut tied = vec!["encoder.embed_tokens.weight", "decoder.embed_tokens.weight"];
+    if config.tie_embeddings {
+        tied.push("lm_head.weight");
+    }
+    for name in tied {
+        if let Some((shape, values)) = tensors.remove(name) {
+            if shape != shared.0 || values != shared.1 {
+                return Err(bad(format!(
+                    "{name} differs from shared.weight, to which the config ties it"
+                )));
+            }
+        }
+    }
+    tensors.insert(
+        "shared.weight".into(),
+        (vec![n_ours, d], ids.reorder_rows(&shared.1, d, 0.0)),
+    );
+    if let Some((shape, head)) = tensors.remove("lm_head.weight") {
+        if shape != [n, d] {
+            return Err(bad(format!("lm_head.weight has shape {shape:?}, not [{n}, {d}]")));
+        }
+        tensors.insert(
+            "lm_head.weight".into(),
+            (vec![n_ours, d], ids.reorder_rows(&head, d, 0.0)),
+        );
+    }
+    Ok(tensors)
+}
