@@ -3,7 +3,8 @@
 # `transformer serve` with a translation model trained here for a few seconds (`transformer
 # demo`: English -> German number words), behind --api-key: tests/clients/libretranslate_test.py
 # (languages, translate with the key as a form field, source "auto", detect, 401 for a wrong key,
-# 400 for the reversed pair). About 30 s, most of it the training. Uses the binary `cargo test`
+# 400 for the reversed pair), then a multilingual model (tests/fixtures/nllb) with
+# tests/clients/libretranslate_multilingual_test.py. About 30 s, most of it the training. Uses the binary `cargo test`
 # built (target/debug/transformer), or $TRANSFORMER_BIN.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,3 +26,15 @@ for _ in $(seq 600); do
 done
 python3 tests/clients/libretranslate_test.py "http://127.0.0.1:$port" ci-key en de \
     || { echo "server log:"; cat "$work/serve.log"; exit 1; }
+# A multilingual model (tests/fixtures/nllb: NLLB's layout, 202 languages) behind the same API:
+# every pair it knows, each answer what `translate --source-lang --target-lang` prints.
+kill $server_pid 2> /dev/null || true
+port=$((20000 + RANDOM % 20000))
+"$bin" serve --model tests/fixtures/nllb --port "$port" > "$work/serve-nllb.log" 2>&1 &
+server_pid=$!
+for _ in $(seq 600); do
+    curl -sf "http://127.0.0.1:$port/health" > /dev/null && break
+    sleep 0.1
+done
+python3 tests/clients/libretranslate_multilingual_test.py "http://127.0.0.1:$port" "$bin" \
+    tests/fixtures/nllb || { echo "server log:"; cat "$work/serve-nllb.log"; exit 1; }
