@@ -226,8 +226,14 @@ impl Translator {
         target: Option<&str>,
     ) -> Result<(AttentionMaps, Option<String>)> {
         let limit = self.model.config.max_len - 1;
+        // A multilingual model's source and target start with their languages' tokens.
+        let languages = self.check_languages(self.languages)?;
         let encode = |what: &str, text: &str| -> Result<Vec<u32>> {
-            let ids = self.vocab.encode(text);
+            let first = match what {
+                "src" => languages.source,
+                _ => languages.target,
+            };
+            let ids: Vec<u32> = first.into_iter().chain(self.vocab.encode(text)).collect();
             self.model.embedding.check_ids(&ids)?;
             if ids.len() > limit {
                 return Err(Error::Input(format!(
@@ -238,19 +244,19 @@ impl Translator {
             Ok(ids)
         };
         let src = encode("src", source)?;
-        if src.is_empty() {
+        if src.len() == usize::from(languages.source.is_some()) {
             return Err(Error::Input("--src is empty".into()));
         }
         let (tgt, greedy) = match target {
             Some(t) => (encode("tgt", t)?, None),
             None => {
-                let hyp = greedy_decode(
-                    &self.model,
-                    std::slice::from_ref(&src),
-                    &GreedyOptions::default(),
-                )
-                .pop()
-                .expect("one hypothesis per source");
+                let options = GreedyOptions {
+                    forced_first: languages.target,
+                    ..GreedyOptions::default()
+                };
+                let hyp = greedy_decode(&self.model, std::slice::from_ref(&src), &options)
+                    .pop()
+                    .expect("one hypothesis per source");
                 let mut tokens = hyp.tokens;
                 tokens.truncate(limit);
                 let text = self.vocab.decode(&tokens);

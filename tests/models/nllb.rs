@@ -366,6 +366,14 @@ fn languages_are_chosen_by_code_and_unknown_ones_refused() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("--source-lang and --target-lang"), "{e}");
+    // The attention maps of a sentence: its source after the language code, the greedy
+    // translation the translator gives.
+    let (t, _, _) = load("nllb");
+    let line = "Das Haus ist alt.".to_string();
+    let (maps, greedy) = t.attention_maps(&line, None).unwrap();
+    let want = t.translate(&[line], &GreedyOptions::default()).unwrap();
+    assert_eq!(greedy.as_deref(), Some(want[0].as_str()));
+    assert_eq!(maps.src_tokens[0], "deu_Latn");
     // A model of one pair has no languages to choose.
     let mut marian = Translator::load(&fixture("marian")).unwrap();
     let e = marian
