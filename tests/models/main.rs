@@ -30,5 +30,6 @@ mod nllb;
 mod pretrained;
 mod pretrained_lowp;
 mod pruning;
+mod seq2seq_reference;
 mod speculative;
 mod torch_file;

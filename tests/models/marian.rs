@@ -9,9 +9,9 @@
 //! ([`BeamStop::HuggingFace`]: beam 4, length penalty 1, `early_stopping=False`) gives its
 //! 4-best lists, hypotheses and scores (within 1e-4).
 
+use crate::seq2seq_reference::state_and_logit_errors;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
-use transformer::batch::Batch;
 use transformer::decode::beam::{beam_search, BeamOptions, BeamStop};
 use transformer::decode::greedy::{greedy_decode, GreedyOptions};
 use transformer::pipeline::translate::Translator;
@@ -100,35 +100,19 @@ fn marian_states_and_logits_match_transformers() {
     let mut checked = 0;
     for case in r.cases.iter().filter(|c| !c.logits.is_empty()) {
         let (src, tgt) = (ours(&ids, &case.source_ids), ours(&ids, &case.target_ids));
-        let batch = Batch::from_pairs(&[(&src, &tgt)]);
-        let (logits, cache) = t.model.forward(&batch, None);
-        assert_eq!(cache.memory.len(), case.encoder.len(), "line {}", case.line);
-        let worst = (cache.memory.iter().zip(&case.encoder))
-            .map(|(&a, &b)| (a as f64 - b).abs())
-            .fold(0.0, f64::max);
+        let (states, worst) = state_and_logit_errors(
+            &t.model,
+            &ids,
+            (&src, &tgt),
+            (&case.encoder, &case.logits),
+            &[transformer::text::PAD],
+        );
         assert!(
-            worst < 1e-4,
-            "line {}: encoder states differ by {worst:e}",
+            states < 1e-4,
+            "line {}: encoder states differ by {states:e}",
             case.line
         );
-        eprintln!("line {}: encoder states within {worst:.1e}", case.line);
-        // Logits [positions, n + 1] in our order against transformers' [positions, n].
-        let (n, v) = (r.vocab_size, t.model.config.vocab_size);
-        let positions = case.logits.len() / n;
-        assert_eq!(positions, tgt.len() + 1);
-        let mut worst = 0.0f64;
-        for p in 0..positions {
-            for theirs in 0..n {
-                let got = logits[p * v + ids.ours(theirs as u32) as usize] as f64;
-                worst = worst.max((got - case.logits[p * n + theirs]).abs());
-            }
-            // Our padding row never takes probability.
-            assert!(
-                logits[p * v] < -1e8,
-                "position {p}: padding logit {}",
-                logits[p * v]
-            );
-        }
+        eprintln!("line {}: encoder states within {states:.1e}", case.line);
         assert!(
             worst < 1e-4,
             "line {}: logits differ by {worst:e}",

@@ -12,10 +12,10 @@
 //! margin exceeds 1e-2, and its text; beam 4 under transformers' rule gives its 4-best lists
 //! and scores (within 1e-4).
 
+use crate::seq2seq_reference::state_and_logit_errors;
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use transformer::batch::Batch;
 use transformer::decode::beam::{beam_search, BeamOptions, BeamStop};
 use transformer::decode::greedy::{greedy_decode, GreedyOptions};
 use transformer::pipeline::translate::Translator;
@@ -145,29 +145,16 @@ fn states_and_logits_match_transformers(name: &str) {
     for case in r.cases.iter().filter(|c| !c.logits.is_empty()) {
         let at = format!("{} line {}", case.file, case.line);
         let (src, tgt) = (ours(&ids, &case.source_ids), ours(&ids, &case.target_ids));
-        let batch = Batch::from_pairs(&[(&src, &tgt)]);
-        let (logits, cache) = t.model.forward(&batch, None);
-        assert_eq!(cache.memory.len(), case.encoder.len(), "{at}");
-        let worst = (cache.memory.iter().zip(&case.encoder))
-            .map(|(&a, &b)| (a as f64 - b).abs())
-            .fold(0.0, f64::max);
-        assert!(worst < 1e-4, "{at}: encoder states differ by {worst:e}");
-        eprintln!("{name} {at}: encoder states within {worst:.1e}");
-        let (n, v) = (r.vocab_size, t.model.config.vocab_size);
-        let positions = case.logits.len() / n;
-        assert_eq!(positions, tgt.len() + 1);
-        let mut worst = 0.0f64;
-        for p in 0..positions {
-            for theirs in 0..n {
-                let got = logits[p * v + ids.ours(theirs as u32) as usize] as f64;
-                worst = worst.max((got - case.logits[p * n + theirs]).abs());
-            }
-            // Our padding and start rows never take probability.
-            assert!(
-                logits[p * v] < -1e8 && logits[p * v + 1] < -1e8,
-                "{at} position {p}"
-            );
-        }
+        // Our padding and start rows never take probability.
+        let (states, worst) = state_and_logit_errors(
+            &t.model,
+            &ids,
+            (&src, &tgt),
+            (&case.encoder, &case.logits),
+            &[transformer::text::PAD, transformer::text::BOS],
+        );
+        assert!(states < 1e-4, "{at}: encoder states differ by {states:e}");
+        eprintln!("{name} {at}: encoder states within {states:.1e}");
         assert!(worst < 1e-4, "{at}: logits differ by {worst:e}");
         eprintln!("{name} {at}: logits within {worst:.1e}");
         checked += 1;
