@@ -232,20 +232,7 @@ fn m2m100_dictionary(
     dir: &Path,
     config: Option<&serde_json::Value>,
 ) -> Result<(Dictionary, HashMap<String, u32>, Codes)> {
-    let path = dir.join("vocab.json");
-    let bad = |reason: String| Error::Input(format!("{}: {reason}", path.display()));
-    let json = read_json(&path, false)?.unwrap_or_default();
-    let map = json
-        .as_object()
-        .ok_or_else(|| bad("not a piece -> id object".into()))?;
-    let mut ids_by_piece = HashMap::with_capacity(map.len());
-    for (piece, id) in map {
-        let id = id
-            .as_u64()
-            .and_then(|n| u32::try_from(n).ok())
-            .ok_or_else(|| bad(format!("piece {piece:?} has id {id}, not a token id")))?;
-        ids_by_piece.insert(piece.clone(), id);
-    }
+    let ids_by_piece = super::pretrained::read_piece_ids(&dir.join("vocab.json"))?;
     let set = config
         .and_then(|c| c.get("language_codes"))
         .and_then(|v| v.as_str())

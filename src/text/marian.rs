@@ -55,9 +55,7 @@ impl MarianTokenizer {
     pub fn load(dir: &Path, vocab_size: usize, pad: u32, eos: u32) -> Result<MarianTokenizer> {
         let path = dir.join(MARIAN_VOCAB);
         let bad = |reason: String| Error::Input(format!("{}: {reason}", path.display()));
-        let bytes = std::fs::read(&path).map_err(|e| bad(format!("cannot read: {e}")))?;
-        let map: HashMap<String, u64> = serde_json::from_slice(crate::store::strip_bom(&bytes))
-            .map_err(|e| bad(format!("not a Marian vocabulary (piece -> id): {e}")))?;
+        let map = super::pretrained::read_piece_ids(&path)?;
         let mut by_id: Vec<Option<String>> = vec![None; vocab_size];
         for (piece, &id) in &map {
             let slot = by_id.get_mut(id as usize).ok_or_else(|| {
@@ -71,7 +69,7 @@ impl MarianTokenizer {
         }
         let unk = *map
             .get("<unk>")
-            .ok_or_else(|| bad("no <unk> piece".into()))? as u32;
+            .ok_or_else(|| bad("no <unk> piece".into()))?;
         let ids = IdMap::new(vocab_size, pad, eos, unk).map_err(bad)?;
         let pieces = (0..ids.len_ours() as u32)
             .map(|ours| match ids.theirs(ours) {
@@ -79,7 +77,7 @@ impl MarianTokenizer {
                 None => "<pad>".to_string(),
             })
             .collect();
-        let ids_by_piece = map.into_iter().map(|(p, id)| (p, id as u32)).collect();
+        let ids_by_piece = map;
         Ok(MarianTokenizer {
             source: SentencePiece::load(&dir.join(SOURCE_SPM))?,
             target: SentencePiece::load(&dir.join(TARGET_SPM))?,

@@ -4,7 +4,18 @@
 
 use super::fairseq::FairseqTokenizer;
 use super::marian::MarianTokenizer;
+use crate::error::{Error, Result};
+use std::collections::HashMap;
+use std::path::Path;
 use std::sync::Arc;
+
+/// A `vocab.json` of piece -> id (Marian's, M2M100's); an error names the file and the problem.
+pub(crate) fn read_piece_ids(path: &Path) -> Result<HashMap<String, u32>> {
+    let bad = |reason: String| Error::Input(format!("{}: {reason}", path.display()));
+    let bytes = std::fs::read(path).map_err(|e| bad(format!("cannot read: {e}")))?;
+    serde_json::from_slice(crate::store::strip_bom(&bytes))
+        .map_err(|e| bad(format!("not a vocabulary of piece -> token id: {e}")))
+}
 
 /// A pretrained model's tokenizer.
 #[derive(Clone, Debug)]
