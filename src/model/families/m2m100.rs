@@ -21,7 +21,7 @@
 use super::{Family, FamilyKind};
 use crate::error::Result;
 use crate::model::checkpoint::{build_filled, RenameTable};
-use crate::model::config::{Activation, NormPlacement, Positions};
+use crate::model::config::{NormPlacement, Positions};
 use crate::model::{ModelConfig, Seq2Seq};
 use crate::store::{ckpt_err, read_file, read_hf_weights, strip_bom, TensorMap};
 use crate::text::fairseq::FairseqTokenizer;
@@ -162,13 +162,7 @@ impl HfM2m100 {
                  start from </s> are supported"
             ));
         }
-        let activation = match self.activation_function.as_str() {
-            "relu" => Activation::Relu,
-            "gelu" => Activation::GeluErf,
-            "gelu_new" | "gelu_pytorch_tanh" => Activation::GeluTanh,
-            "swish" | "silu" => Activation::Silu,
-            other => return Err(format!("activation_function {other:?} is not supported")),
-        };
+        let activation = super::hf_seq2seq::activation(&self.activation_function)?;
         // Our padding row and the copied start row.
         let mut c = ModelConfig::preset("base", self.vocab_size + 2).expect("a preset");
         c.d_model = self.d_model;
@@ -194,12 +188,7 @@ impl HfM2m100 {
 
     /// The EOS id (one id; a list of several is refused).
     fn eos(&self) -> std::result::Result<u32, String> {
-        let one = |v: &serde_json::Value| v.as_u64().and_then(|n| u32::try_from(n).ok());
-        match &self.eos_token_id {
-            serde_json::Value::Array(ids) if ids.len() == 1 => one(&ids[0]),
-            v => one(v),
-        }
-        .ok_or_else(|| format!("eos_token_id {} is not one token id", self.eos_token_id))
+        super::hf_seq2seq::one_eos(&self.eos_token_id)
     }
 }
 
@@ -221,7 +210,7 @@ pub fn load(dir: &Path) -> Result<(Seq2Seq<f32>, Vocab)> {
 }
 
 /// The checkpoint's tensors named as [`HF_NAMES`] reads them, in our ids: the shared table as
-/// [`super::shared_table::in_our_ids`] gives it, stored position tables dropped, the position
+/// [`super::hf_seq2seq::in_our_ids`] gives it, stored position tables dropped, the position
 /// table and the logit bias (zero but for our own rows) added.
 fn our_tensors(
     dir: &Path,
@@ -230,7 +219,7 @@ fn our_tensors(
     ids: &IdMap,
     pad: u32,
 ) -> Result<TensorMap> {
-    let mut tensors = super::shared_table::in_our_ids(dir, weights, config, ids)?;
+    let mut tensors = super::hf_seq2seq::in_our_ids(dir, weights, config, ids)?;
     let (d, n, n_ours) = (config.d_model, ids.len_theirs(), ids.len_ours());
     // transformers does not save the (computed) tables; a converter may have.
     for name in [
@@ -280,6 +269,7 @@ pub fn is_m2m100_dir(dir: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::config::Activation;
 
     fn config(edit: impl FnOnce(&mut serde_json::Value)) -> std::result::Result<ModelConfig, String> {
         let mut json = serde_json::json!({

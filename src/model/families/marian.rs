@@ -14,7 +14,7 @@
 use super::{Family, FamilyKind};
 use crate::error::Result;
 use crate::model::checkpoint::{build_filled, RenameTable};
-use crate::model::config::{Activation, NormPlacement, Positions};
+use crate::model::config::{NormPlacement, Positions};
 use crate::model::embedding::sinusoid_halves;
 use crate::model::{ModelConfig, Seq2Seq};
 use crate::store::{ckpt_err, read_file, read_hf_weights, strip_bom, TensorMap};
@@ -156,13 +156,7 @@ impl HfMarian {
                 self.pad_token_id
             ));
         }
-        let activation = match self.activation_function.as_str() {
-            "swish" | "silu" => Activation::Silu,
-            "relu" => Activation::Relu,
-            "gelu" => Activation::GeluErf,
-            "gelu_new" | "gelu_pytorch_tanh" => Activation::GeluTanh,
-            other => return Err(format!("activation_function {other:?} is not supported")),
-        };
+        let activation = super::hf_seq2seq::activation(&self.activation_function)?;
         let mut c = ModelConfig::preset("base", self.vocab_size + 1).expect("a preset");
         c.d_model = self.d_model;
         c.n_heads = self.encoder_attention_heads;
@@ -187,12 +181,7 @@ impl HfMarian {
 
     /// Marian's EOS id (one id; a list of several is refused).
     fn eos(&self) -> std::result::Result<u32, String> {
-        let one = |v: &serde_json::Value| v.as_u64().and_then(|n| u32::try_from(n).ok());
-        match &self.eos_token_id {
-            serde_json::Value::Array(ids) if ids.len() == 1 => one(&ids[0]),
-            v => one(v),
-        }
-        .ok_or_else(|| format!("eos_token_id {} is not one token id", self.eos_token_id))
+        super::hf_seq2seq::one_eos(&self.eos_token_id)
     }
 }
 
@@ -213,7 +202,7 @@ pub fn load(dir: &Path) -> Result<(Seq2Seq<f32>, Vocab)> {
 }
 
 /// The checkpoint's tensors named as [`HF_NAMES`] reads them, in our ids: the shared table as
-/// [`super::shared_table::in_our_ids`] gives it, the stored position tables dropped (checked
+/// [`super::hf_seq2seq::in_our_ids`] gives it, the stored position tables dropped (checked
 /// against the sinusoids we compute), the logit bias reordered by `ids`.
 fn our_tensors(
     dir: &Path,
@@ -222,7 +211,7 @@ fn our_tensors(
     ids: &IdMap,
 ) -> Result<TensorMap> {
     let bad = |reason: String| ckpt_err(dir, reason);
-    let mut tensors = super::shared_table::in_our_ids(dir, weights, config, ids)?;
+    let mut tensors = super::hf_seq2seq::in_our_ids(dir, weights, config, ids)?;
     let (d, n) = (config.d_model, ids.len_theirs());
     for name in ["encoder.embed_positions.weight", "decoder.embed_positions.weight"] {
         if let Some((shape, values)) = tensors.remove(name) {
@@ -282,6 +271,7 @@ pub fn is_marian_dir(dir: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::config::Activation;
 
     fn config(edit: impl FnOnce(&mut serde_json::Value)) -> std::result::Result<ModelConfig, String> {
         let mut json = serde_json::json!({

@@ -28,7 +28,7 @@ pub mod qwen2;
 pub mod qwen3;
 pub mod qwen3_moe;
 pub mod rope_params;
-mod shared_table;
+mod hf_seq2seq;
 
 pub use gguf::{load_gguf, GgufWeights};
 

@@ -1,13 +1,37 @@
-//! What Hugging Face's encoder-decoders (Marian, M2M100 / NLLB) store alike: tensors under a
+//! What Hugging Face's encoder-decoders (Marian, M2M100 / NLLB) configure and store alike: the
+//! FFN's `activation_function` and one `eos_token_id` in `config.json`; tensors under a
 //! `model.` prefix, and one token table (`shared.weight`) that both stacks read and the head
 //! is tied to, also saved under its tied names (`encoder.embed_tokens.weight`,
 //! `decoder.embed_tokens.weight`, `lm_head.weight`) or only under one of them.
 
 use crate::error::Result;
+use crate::model::config::Activation;
 use crate::model::ModelConfig;
 use crate::store::{ckpt_err, TensorMap};
 use crate::text::id_map::IdMap;
 use std::path::Path;
+
+/// The FFN activation of a config's `activation_function` (transformers' `ACT2FN` names we
+/// compute), or the error naming it.
+pub fn activation(name: &str) -> std::result::Result<Activation, String> {
+    Ok(match name {
+        "relu" => Activation::Relu,
+        "gelu" => Activation::GeluErf,
+        "gelu_new" | "gelu_pytorch_tanh" => Activation::GeluTanh,
+        "swish" | "silu" => Activation::Silu,
+        other => return Err(format!("activation_function {other:?} is not supported")),
+    })
+}
+
+/// A config's `eos_token_id`: one id, or a list of one (a list of several is refused).
+pub fn one_eos(value: &serde_json::Value) -> std::result::Result<u32, String> {
+    let one = |v: &serde_json::Value| v.as_u64().and_then(|n| u32::try_from(n).ok());
+    match value {
+        serde_json::Value::Array(ids) if ids.len() == 1 => one(&ids[0]),
+        v => one(v),
+    }
+    .ok_or_else(|| format!("eos_token_id {value} is not one token id"))
+}
 
 /// The tensors of `weights` without the `model.` prefix, the shared table (and an untied
 /// `lm_head.weight`) reordered into our ids by `ids` (`[len_ours, d_model]`, our padding row
