@@ -189,6 +189,30 @@ fn generation_fits<T: crate::Float>(
     Ok(())
 }
 
+/// `--source-lang` / `--target-lang` of the commands that run a translation model.
+#[derive(Args, Debug, Clone)]
+pub struct LanguageArgs {
+    /// A multilingual model's source language, by its code (NLLB: `eng_Latn`; M2M100: `en`);
+    /// the default is its tokenizer_config.json's `src_lang`. Refused for a model of one pair.
+    #[arg(long)]
+    pub source_lang: Option<String>,
+    /// A multilingual model's target language (as --source-lang): every translation starts
+    /// with its token. The default is its tokenizer_config.json's `tgt_lang`.
+    #[arg(long)]
+    pub target_lang: Option<String>,
+}
+
+impl LanguageArgs {
+    /// Chooses `translator`'s languages (an unknown code, or codes for a model of one pair, is
+    /// an error naming the flag).
+    pub fn apply(
+        &self,
+        translator: &mut crate::pipeline::translate::Translator,
+    ) -> crate::Result<()> {
+        translator.set_languages(self.source_lang.as_deref(), self.target_lang.as_deref())
+    }
+}
+
 // `--threads` of the inference commands.
 #[derive(Args, Debug, Clone, Copy)]
 pub struct ThreadsArgs {

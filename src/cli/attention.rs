@@ -35,6 +35,8 @@ pub struct AttentionArgs {
     #[arg(long)]
     pub out: PathBuf,
     #[command(flatten)]
+    pub languages: super::args::LanguageArgs,
+    #[command(flatten)]
     pub pool: ThreadsArgs,
 }
 
@@ -63,7 +65,8 @@ pub fn run(args: AttentionArgs) -> Result<()> {
             );
         }
     }
-    let translator = Translator::load(&args.model)?;
+    let mut translator = Translator::load(&args.model)?;
+    args.languages.apply(&mut translator)?;
     let (maps, greedy) = translator.attention_maps(&args.src, args.tgt.as_deref())?;
     if let Some(target) = greedy {
         eprintln!("target (greedy): {target}");

@@ -26,11 +26,14 @@ pub struct ScoreArgs {
     #[arg(long, default_value_t = 32)]
     pub batch_size: usize,
     #[command(flatten)]
+    pub languages: super::args::LanguageArgs,
+    #[command(flatten)]
     pub pool: ThreadsArgs,
 }
 
 pub fn run(args: ScoreArgs) -> Result<()> {
-    let translator = Translator::load(&args.model)?;
+    let mut translator = Translator::load(&args.model)?;
+    args.languages.apply(&mut translator)?;
     let mut bytes = Vec::new();
     std::io::stdin()
         .lock()

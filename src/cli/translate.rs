@@ -59,14 +59,8 @@ pub struct TranslateArgs {
     /// fewer hypotheses (tiny vocabularies and length limits).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=MAX_BEAM as i64))]
     pub nbest: Option<u32>,
-    /// A multilingual model's source language, by its code (NLLB: `eng_Latn`; M2M100: `en`);
-    /// the default is its tokenizer_config.json's `src_lang`.
-    #[arg(long)]
-    pub source_lang: Option<String>,
-    /// A multilingual model's target language (as --source-lang); every translation starts with
-    /// its token. The default is its tokenizer_config.json's `tgt_lang`.
-    #[arg(long)]
-    pub target_lang: Option<String>,
+    #[command(flatten)]
+    pub languages: super::args::LanguageArgs,
     #[command(flatten)]
     pub weights: PrecisionArgs,
     #[command(flatten)]
@@ -91,7 +85,7 @@ pub fn run(args: TranslateArgs) -> Result<()> {
         bail!("--device gpu multiplies f32 weights, not --precision bf16 or int8");
     }
     let mut translator = Translator::load(&args.model)?;
-    translator.set_languages(args.source_lang.as_deref(), args.target_lang.as_deref())?;
+    args.languages.apply(&mut translator)?;
     translator.prepare_precision(precision)?;
     let on_gpu = (device.open_gpu()?)
         .map(|gpu| DeviceSeq2Seq::new(gpu, &translator.model))

@@ -411,3 +411,69 @@ fn broken_nllb_and_m2m100_directories_are_clear_errors() {
     });
     assert!(e.contains("decoder_start_token_id 0"), "{e}");
 }
+
+/// The command line: `translate` and `score` with `--source-lang` / `--target-lang` give the
+/// library's translations and scores; an unknown code is an error naming the flag.
+#[test]
+fn the_command_line_takes_the_languages_by_code() {
+    let bin = env!("CARGO_BIN_EXE_transformer");
+    let dir = fixture("nllb");
+    let run = |args: &[&str], input: &str| {
+        let mut child = std::process::Command::new(bin)
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.success(), text(&out.stdout), text(&out.stderr))
+    };
+    let model = dir.to_str().unwrap();
+    let lines = [
+        "The house is old.",
+        "In the beginning God created the heaven.",
+    ];
+    let mut t = Translator::load(&dir).unwrap();
+    t.set_languages(Some("eng_Latn"), Some("spa_Latn")).unwrap();
+    let lines_owned: Vec<String> = lines.iter().map(|s| s.to_string()).collect();
+    let want = t
+        .translate(&lines_owned, &GreedyOptions::default())
+        .unwrap();
+    let langs = ["--source-lang", "eng_Latn", "--target-lang", "spa_Latn"];
+    let (ok, out, err) = run(
+        &[&["translate", "--model", model][..], &langs].concat(),
+        &lines.join("\n"),
+    );
+    assert!(ok, "{err}");
+    assert_eq!(out.lines().collect::<Vec<_>>(), want);
+    let pairs = [transformer::text::corpus::Pair {
+        source: lines[0].into(),
+        target: "La casa es vieja.".into(),
+        line: 1,
+    }];
+    let want = t.score(&pairs, 1, "test").unwrap();
+    let (ok, out, err) = run(
+        &[&["score", "--model", model][..], &langs].concat(),
+        "The house is old.\tLa casa es vieja.\n",
+    );
+    assert!(ok, "{err}");
+    let got: f64 = out.trim().parse().unwrap();
+    assert!((got - want[0]).abs() < 1e-5, "{got} vs {}", want[0]);
+    let (ok, _, err) = run(
+        &["translate", "--model", model, "--target-lang", "klingon"],
+        "x\n",
+    );
+    assert!(
+        !ok && err.contains("--target-lang") && err.contains("klingon"),
+        "{err}"
+    );
+}
