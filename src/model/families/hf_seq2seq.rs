@@ -11,6 +11,54 @@ use crate::store::{ckpt_err, TensorMap};
 use crate::text::id_map::IdMap;
 use std::path::Path;
 
+/// A rename table's rows: the family's own `rows`, then the names every layer of a Hugging
+/// Face (BART-style) encoder-decoder shares (`self_attn`, `encoder_attn`, `fc1` / `fc2` and
+/// their norms) -> ours.
+macro_rules! with_layer_names {
+    ($($row:expr),* $(,)?) => {
+        [
+            $($row,)*
+            (
+                "encoder.layers.{i}.self_attn_layer_norm.",
+                "encoder.layers.{i}.self_attn_norm.",
+            ),
+            (
+                "encoder.layers.{i}.self_attn.",
+                "encoder.layers.{i}.self_attn.",
+            ),
+            ("encoder.layers.{i}.fc1.", "encoder.layers.{i}.ffn.linear1."),
+            ("encoder.layers.{i}.fc2.", "encoder.layers.{i}.ffn.linear2."),
+            (
+                "encoder.layers.{i}.final_layer_norm.",
+                "encoder.layers.{i}.ffn_norm.",
+            ),
+            (
+                "decoder.layers.{i}.self_attn_layer_norm.",
+                "decoder.layers.{i}.self_attn_norm.",
+            ),
+            (
+                "decoder.layers.{i}.self_attn.",
+                "decoder.layers.{i}.self_attn.",
+            ),
+            (
+                "decoder.layers.{i}.encoder_attn_layer_norm.",
+                "decoder.layers.{i}.cross_attn_norm.",
+            ),
+            (
+                "decoder.layers.{i}.encoder_attn.",
+                "decoder.layers.{i}.cross_attn.",
+            ),
+            ("decoder.layers.{i}.fc1.", "decoder.layers.{i}.ffn.linear1."),
+            ("decoder.layers.{i}.fc2.", "decoder.layers.{i}.ffn.linear2."),
+            (
+                "decoder.layers.{i}.final_layer_norm.",
+                "decoder.layers.{i}.ffn_norm.",
+            ),
+        ]
+    };
+}
+pub(crate) use with_layer_names;
+
 /// The FFN activation of a config's `activation_function` (transformers' `ACT2FN` names we
 /// compute), or the error naming it.
 pub fn activation(name: &str) -> std::result::Result<Activation, String> {

@@ -43,7 +43,7 @@ pub const FAMILY: Family = Family {
 
 /// Hugging Face M2M100 tensor names (after the `model.` prefix is stripped) -> ours: Marian's
 /// blocks, the stacks' final norms and the position table we compute.
-pub const HF_NAMES: RenameTable = RenameTable(&[
+pub const HF_NAMES: RenameTable = RenameTable(&super::hf_seq2seq::with_layer_names!(
     // (Before `shared.`: our name for the table we compute is also its own.)
     ("embedding.positions", "embedding.positions"),
     ("shared.", "embedding."),
@@ -51,43 +51,7 @@ pub const HF_NAMES: RenameTable = RenameTable(&[
     ("lm_head.", "output_proj."),
     ("encoder.layer_norm.", "encoder.final_norm."),
     ("decoder.layer_norm.", "decoder.final_norm."),
-    (
-        "encoder.layers.{i}.self_attn_layer_norm.",
-        "encoder.layers.{i}.self_attn_norm.",
-    ),
-    (
-        "encoder.layers.{i}.self_attn.",
-        "encoder.layers.{i}.self_attn.",
-    ),
-    ("encoder.layers.{i}.fc1.", "encoder.layers.{i}.ffn.linear1."),
-    ("encoder.layers.{i}.fc2.", "encoder.layers.{i}.ffn.linear2."),
-    (
-        "encoder.layers.{i}.final_layer_norm.",
-        "encoder.layers.{i}.ffn_norm.",
-    ),
-    (
-        "decoder.layers.{i}.self_attn_layer_norm.",
-        "decoder.layers.{i}.self_attn_norm.",
-    ),
-    (
-        "decoder.layers.{i}.self_attn.",
-        "decoder.layers.{i}.self_attn.",
-    ),
-    (
-        "decoder.layers.{i}.encoder_attn_layer_norm.",
-        "decoder.layers.{i}.cross_attn_norm.",
-    ),
-    (
-        "decoder.layers.{i}.encoder_attn.",
-        "decoder.layers.{i}.cross_attn.",
-    ),
-    ("decoder.layers.{i}.fc1.", "decoder.layers.{i}.ffn.linear1."),
-    ("decoder.layers.{i}.fc2.", "decoder.layers.{i}.ffn.linear2."),
-    (
-        "decoder.layers.{i}.final_layer_norm.",
-        "decoder.layers.{i}.ffn_norm.",
-    ),
-]);
+));
 
 /// The fields of an M2M100 `config.json` we read, with `M2M100Config`'s defaults. Others are
 /// generic or change nothing at inference (`init_std`, `encoder_layerdrop`, `use_cache`, ...).

@@ -36,47 +36,11 @@ pub const FAMILY: Family = Family {
 };
 
 /// Hugging Face Marian tensor names (after the `model.` prefix is stripped) -> ours.
-pub const HF_NAMES: RenameTable = RenameTable(&[
+pub const HF_NAMES: RenameTable = RenameTable(&super::hf_seq2seq::with_layer_names!(
     ("shared.", "embedding."),
     ("final_logits_bias", "output_proj.bias"),
     ("lm_head.", "output_proj."),
-    (
-        "encoder.layers.{i}.self_attn_layer_norm.",
-        "encoder.layers.{i}.self_attn_norm.",
-    ),
-    (
-        "encoder.layers.{i}.self_attn.",
-        "encoder.layers.{i}.self_attn.",
-    ),
-    ("encoder.layers.{i}.fc1.", "encoder.layers.{i}.ffn.linear1."),
-    ("encoder.layers.{i}.fc2.", "encoder.layers.{i}.ffn.linear2."),
-    (
-        "encoder.layers.{i}.final_layer_norm.",
-        "encoder.layers.{i}.ffn_norm.",
-    ),
-    (
-        "decoder.layers.{i}.self_attn_layer_norm.",
-        "decoder.layers.{i}.self_attn_norm.",
-    ),
-    (
-        "decoder.layers.{i}.self_attn.",
-        "decoder.layers.{i}.self_attn.",
-    ),
-    (
-        "decoder.layers.{i}.encoder_attn_layer_norm.",
-        "decoder.layers.{i}.cross_attn_norm.",
-    ),
-    (
-        "decoder.layers.{i}.encoder_attn.",
-        "decoder.layers.{i}.cross_attn.",
-    ),
-    ("decoder.layers.{i}.fc1.", "decoder.layers.{i}.ffn.linear1."),
-    ("decoder.layers.{i}.fc2.", "decoder.layers.{i}.ffn.linear2."),
-    (
-        "decoder.layers.{i}.final_layer_norm.",
-        "decoder.layers.{i}.ffn_norm.",
-    ),
-]);
+));
 
 /// The fields of a Marian `config.json` we read. Others are generic (`architectures`,
 /// `transformers_version`, generation defaults) or ignored by transformers' Marian itself (the
