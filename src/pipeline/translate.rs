@@ -30,7 +30,7 @@ pub struct Translator {
 
 /// A multilingual model's source and target languages: our ids of their tokens. The source
 /// token starts every source; the target token is forced as every translation's first.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Languages {
     /// The source language's token.
     pub source: Option<u32>,
@@ -195,11 +195,8 @@ impl Translator {
         for p in pairs {
             // A multilingual model's source starts with its language's token, its target with
             // the target's (scored, not forced).
-            let target = languages.target.into_iter();
-            let s: Vec<u32> = (languages.source.into_iter())
-                .chain(self.vocab.encode(&p.source))
-                .collect();
-            let t: Vec<u32> = target.chain(self.vocab.encode(&p.target)).collect();
+            let s = encode_after(&self.vocab, languages.source, &p.source);
+            let t = encode_after(&self.vocab, languages.target, &p.target);
             if s.len() > limit || t.len() > limit {
                 return Err(Error::Input(format!(
                     "{input} line {}: {} source / {} target tokens, the model accepts at most {limit}",
@@ -233,7 +230,7 @@ impl Translator {
                 "src" => languages.source,
                 _ => languages.target,
             };
-            let ids: Vec<u32> = first.into_iter().chain(self.vocab.encode(text)).collect();
+            let ids = encode_after(&self.vocab, first, text);
             self.model.embedding.check_ids(&ids)?;
             if ids.len() > limit {
                 return Err(Error::Input(format!(
@@ -268,6 +265,11 @@ impl Translator {
     }
 }
 
+/// The token ids of `text` after `first` when given (a multilingual model's language token).
+fn encode_after(vocab: &Vocab, first: Option<u32>, text: &str) -> Vec<u32> {
+    first.into_iter().chain(vocab.encode(text)).collect()
+}
+
 /// Encodes source lines, each after `first` when given (a multilingual model's source
 /// language), refusing any that do not fit the model (1-based line numbers).
 pub fn encode_sources(
@@ -282,7 +284,7 @@ pub fn encode_sources(
         .iter()
         .enumerate()
         .map(|(i, l)| {
-            let ids: Vec<u32> = first.into_iter().chain(vocab.encode(l)).collect();
+            let ids = encode_after(vocab, first, l);
             if ids.len() > limit {
                 too_long.push(format!("line {} ({} tokens)", i + 1, ids.len()));
             }

@@ -267,15 +267,14 @@ fn turn(model: &JobModel, batch: Vec<Job>, metrics: &Metrics) {
     };
     // Requests with the same n-best size and languages: one search over all their sentences.
     type Pending = (Vec<String>, Instant, NbestAnswer);
-    let mut groups: BTreeMap<(usize, Option<u32>, Option<u32>), Vec<Pending>> = BTreeMap::new();
+    let mut groups: BTreeMap<(usize, Languages), Vec<Pending>> = BTreeMap::new();
     for (lines, languages, nbest, arrived, reply) in translations {
         groups
-            .entry((nbest, languages.source, languages.target))
+            .entry((nbest, languages))
             .or_default()
             .push((lines, arrived, reply));
     }
-    for ((nbest, source, target), group) in groups {
-        let languages = Languages { source, target };
+    for ((nbest, languages), group) in groups {
         let lines: Vec<String> = group.iter().flat_map(|j| j.0.iter().cloned()).collect();
         match t.translate_nbest_in(languages, &lines, &beam_for(nbest)) {
             Ok(all) => {

@@ -83,6 +83,7 @@ pub fn read_torch_tensors(path: &Path, skip: impl Fn(&str) -> bool) -> Result<Te
                         supported: save it again with torch >= 1.6, or as safetensors"
             .into()));
     }
+    let file_len = file.metadata().map(|m| m.len()).unwrap_or(0);
     let mut archive = zip::ZipArchive::new(file)
         .map_err(|e| bad(format!("not a PyTorch checkpoint (a zip archive): {e}")))?;
     let pkl_name = (archive.file_names())
@@ -94,7 +95,8 @@ pub fn read_torch_tensors(path: &Path, skip: impl Fn(&str) -> bool) -> Result<Te
         let mut entry = archive
             .by_name(name)
             .map_err(|e| bad(format!("{name}: {e}")))?;
-        let mut bytes = Vec::with_capacity(entry.size().min(1 << 32) as usize);
+        // (An entry cannot be larger than the archive: a corrupt header asks for no more.)
+        let mut bytes = Vec::with_capacity(entry.size().min(file_len) as usize);
         entry
             .read_to_end(&mut bytes)
             .map_err(|e| bad(format!("{name}: cannot read (truncated?): {e}")))?;
@@ -217,11 +219,22 @@ fn gather(bytes: &[u8], t: &TensorRef) -> std::result::Result<Vec<f32>, String> 
             "it reads element {last} of a storage of {elements} (truncated archive?)"
         ));
     }
+    let value = |at: usize| t.storage.value(&bytes[at * width..(at + 1) * width]);
+    // Row-major strides (the common case, every state dict's own tensors): one run of bytes.
+    let mut row_major = true;
+    let mut expected = 1usize;
+    for (&d, &s) in t.shape.iter().zip(&t.stride).rev() {
+        row_major &= d == 1 || s == expected;
+        expected *= d;
+    }
+    if row_major {
+        return Ok((t.offset..t.offset + numel).map(value).collect());
+    }
     let mut out = Vec::with_capacity(numel);
     let mut index = vec![0usize; t.shape.len()];
     for _ in 0..numel {
         let at = t.offset + index.iter().zip(&t.stride).map(|(i, s)| i * s).sum::<usize>();
-        out.push(t.storage.value(&bytes[at * width..(at + 1) * width]));
+        out.push(value(at));
         for axis in (0..index.len()).rev() {
             index[axis] += 1;
             if index[axis] < t.shape[axis] {

@@ -112,11 +112,13 @@ impl FairseqTokenizer {
         let mut skipped = Vec::with_capacity(ids.len_ours());
         for ours in 0..ids.len_ours() as u32 {
             let text = ids.theirs(ours).and_then(|t| by_id[t as usize]);
-            let special = [PAD, BOS, EOS, UNK].contains(&ours)
-                || code_ids.contains(&ours)
-                || text.is_none_or(|t| SPECIALS.contains(&t));
+            let special =
+                [PAD, BOS, EOS, UNK].contains(&ours) || text.is_none_or(|t| SPECIALS.contains(&t));
             pieces.push(text.unwrap_or_default().to_string());
             skipped.push(special);
+        }
+        for &code in &code_ids {
+            skipped[code as usize] = true;
         }
         let languages = codes
             .iter()
