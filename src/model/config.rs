@@ -240,6 +240,17 @@ pub struct ModelConfig {
     /// FFN of [`d_ff`](Self::d_ff). Absent: `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub experts: Option<ExpertsConfig>,
+    // mBART / BART options (encoder-decoders only).
+    /// A norm of each stack's embedded input, after the positions are added and before the
+    /// dropout (mBART's and BART's `layernorm_embedding`; parameters `embedding.norm` for the
+    /// source, `embedding.target_norm` for the target). Absent: false.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub embedding_norm: bool,
+    /// The decoder adds its own learned position table (`embedding.target_positions`), the
+    /// encoder the shared one (mBART, BART; learned positions only). Absent: false, one table
+    /// for both.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub target_positions: bool,
 }
 
 /// A mixture-of-experts FFN (`super::experts`): `n_experts` FFNs of `d_ff` hidden units each
@@ -396,6 +407,8 @@ impl ModelConfig {
             layer_attention: Vec::new(),
             encoder_layer_attention: Vec::new(),
             experts: None,
+            embedding_norm: false,
+            target_positions: false,
         })
     }
 

@@ -176,6 +176,18 @@ impl ModelConfig {
             }
         }
         self.validate_gemma_options()?;
+        if (self.embedding_norm || self.target_positions) && self.n_encoder_layers == 0 {
+            return Err(
+                "embedding_norm and target_positions are encoder-decoder options (mBART, BART)"
+                    .into(),
+            );
+        }
+        if self.target_positions && self.positions != Positions::Learned {
+            return Err(format!(
+                "target_positions needs learned positions, not {:?}",
+                self.positions
+            ));
+        }
         if let Some(s) = self.embedding_scale {
             if !s.is_finite() {
                 return Err(format!("embedding_scale {s} must be a finite number"));

@@ -75,6 +75,13 @@ impl<D: Device> DeviceSeq2Seq<D> {
                 return Err(no(format!("decoder layer {i}: {p}")));
             }
         }
+        if model.embedding.has_side_inputs() {
+            return Err(no(
+                "per-stack embedding inputs (mBART's and BART's decoder positions and \
+                 embedding norms)"
+                    .into(),
+            ));
+        }
         let norm = |n: &Option<super::norm::Norm<f32>>| n.as_ref().map(|n| DeviceNorm::upload(&device, n)).transpose();
         let encoder = (model.encoder.layers.iter().enumerate())
             .map(|(i, l)| upload_block(&device, i, l))

@@ -12,9 +12,13 @@
 //! - `Rotary`: nothing is added here; positions enter the self-attentions (`kernels::rope`).
 //!
 //! One table `E [vocab, d_model]` (and `P`) is shared by the encoder, the decoder and (tied) the
-//! pre-softmax projection.
+//! pre-softmax projection. mBART and BART give each stack ([`Side`]) its own input: the decoder
+//! its own learned table `P_tgt` (`embedding.target_positions`), and each side a norm of the
+//! sum before the dropout (`layernorm_embedding`: `x = Norm(E[token] · s + P(pos))`, parameters
+//! `embedding.norm` and `embedding.target_norm`).
 
 use super::config::Positions;
+use super::norm::{Norm, NormStats};
 use super::param::{Init, Module, Param, ParamVisitor};
 use crate::backend::{Backend, GgmlType, RawBytes, WeightSource, CPU};
 use crate::rng::Rng;
@@ -95,6 +99,21 @@ pub struct Embedding<T> {
     pub scale_override: Option<f64>,
     /// Inference only: the table in its stored blocks, `weight` then without values.
     stored: Option<StoredRows>,
+    /// P_tgt [max_len, d_model]: the decoder's own learned positions (mBART, BART); `None`:
+    /// the decoder adds [`positions`](Self::positions) too.
+    pub target_positions: Option<Param<T>>,
+    /// The norm of the source's (or a decoder-only model's) embedded input (mBART, BART).
+    pub norm: Option<Norm<T>>,
+    /// The norm of the target's embedded input (mBART, BART).
+    pub target_norm: Option<Norm<T>>,
+}
+
+/// Which stack an embedded sequence enters: the encoder's source, or the decoder's target
+/// (decoder-only models embed as the source).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    Source,
+    Target,
 }
 
 /// What the embedding forward keeps: the tokens, their positions and the dropout mask.
@@ -105,6 +124,10 @@ pub struct EmbeddingCache<T> {
     /// Row `r` was at position `pos_offset + r % seq_len`.
     pub seq_len: usize,
     pub pos_offset: usize,
+    /// The side whose positions and norm the rows took.
+    pub side: Side,
+    /// The side's norm's input and statistics, where it has one.
+    pub norm_input: Option<(Vec<T>, NormStats<T>)>,
 }
 
 impl<T: Float> Embedding<T> {
@@ -145,6 +168,9 @@ impl<T: Float> Embedding<T> {
             scaled: true,
             scale_override: None,
             stored: None,
+            target_positions: None,
+            norm: None,
+            target_norm: None,
         }
     }
 
@@ -238,9 +264,31 @@ impl<T: Float> Embedding<T> {
         }
     }
 
-    /// The additive position row of `pos`, `[d_model]`, if positions are added: a row of the
-    /// table, or (sinusoids past [`SINUSOID_TABLE_ROWS`]) computed.
-    fn additive_row(&self, pos: usize) -> Option<std::borrow::Cow<'_, [T]>> {
+    /// Whether a stack has an input of its own (mBART, BART): the decoder's own positions or a
+    /// norm of the embedded input.
+    pub fn has_side_inputs(&self) -> bool {
+        self.target_positions.is_some() || self.norm.is_some() || self.target_norm.is_some()
+    }
+
+    /// The learned position table `side` adds.
+    fn learned_table(&self, side: Side) -> Option<&Param<T>> {
+        match side {
+            Side::Target => self.target_positions.as_ref().or(self.positions.as_ref()),
+            Side::Source => self.positions.as_ref(),
+        }
+    }
+
+    /// The norm of `side`'s embedded input, if any.
+    fn side_norm(&self, side: Side) -> Option<&Norm<T>> {
+        match side {
+            Side::Source => self.norm.as_ref(),
+            Side::Target => self.target_norm.as_ref(),
+        }
+    }
+
+    /// The additive position row of `pos` on `side`, `[d_model]`, if positions are added: a
+    /// row of the table, or (sinusoids past [`SINUSOID_TABLE_ROWS`]) computed.
+    fn additive_row(&self, side: Side, pos: usize) -> Option<std::borrow::Cow<'_, [T]>> {
         let d = self.d_model;
         match self.kind {
             Positions::Sinusoidal | Positions::SinusoidalHalves => {
@@ -253,7 +301,7 @@ impl<T: Float> Embedding<T> {
                 })
             }
             Positions::Learned => {
-                let table = &self.positions.as_ref()?.value.data;
+                let table = &self.learned_table(side)?.value.data;
                 Some(table[pos * d..(pos + 1) * d].into())
             }
             Positions::Rotary => None,
@@ -266,7 +314,7 @@ impl<T: Float> Embedding<T> {
     pub fn position_table(&self, rows: usize) -> Option<Vec<T>> {
         let mut table = Vec::with_capacity(rows * self.d_model);
         for pos in 0..rows {
-            table.extend_from_slice(&self.additive_row(pos)?);
+            table.extend_from_slice(&self.additive_row(Side::Source, pos)?);
         }
         Some(table)
     }
@@ -316,6 +364,19 @@ impl<T: Float> Embedding<T> {
         p: f64,
         rng: Option<&mut Rng>,
     ) -> (Vec<T>, EmbeddingCache<T>) {
+        self.forward_on(Side::Source, tokens, seq_len, pos_offset, p, rng)
+    }
+
+    /// [`forward`](Self::forward) into the stack of `side`: its positions, then its norm.
+    pub fn forward_on(
+        &self,
+        side: Side,
+        tokens: &[u32],
+        seq_len: usize,
+        pos_offset: usize,
+        p: f64,
+        rng: Option<&mut Rng>,
+    ) -> (Vec<T>, EmbeddingCache<T>) {
         let d = self.d_model;
         let scale = self.scale();
         assert!(
@@ -354,7 +415,7 @@ impl<T: Float> Embedding<T> {
                     .unwrap_or_else(|| outside()),
             };
             let out = &mut x[r * d..(r + 1) * d];
-            match self.additive_row(pos) {
+            match self.additive_row(side, pos) {
                 Some(pe) => {
                     for ((o, &ev), &pv) in out.iter_mut().zip(e).zip(pe.iter()) {
                         *o = ev * scale + pv;
@@ -367,6 +428,11 @@ impl<T: Float> Embedding<T> {
                 }
             }
         }
+        let mut norm_input = None;
+        if let Some(norm) = self.side_norm(side) {
+            let (y, stats) = norm.forward(&x);
+            norm_input = Some((std::mem::replace(&mut x, y), stats));
+        }
         let dropout_mask = rng.and_then(|rng| CPU.dropout_mask(rng, x.len(), p));
         if let Some(m) = &dropout_mask {
             CPU.mul(&mut x, m);
@@ -376,27 +442,40 @@ impl<T: Float> Embedding<T> {
             dropout_mask,
             seq_len,
             pos_offset,
+            side,
+            norm_input,
         };
         (x, cache)
     }
 
     /// Accumulates `dE[token] += √d_model · dx` and, for learned positions, `dP[pos] += dx`
-    /// (after the dropout mask).
+    /// (after the dropout mask and, where the side has one, back through its norm).
     pub fn backward(&mut self, cache: &EmbeddingCache<T>, dx: &[T]) {
         let d = self.d_model;
         let scale = self.scale();
-        let masked: Option<Vec<T>> = cache
-            .dropout_mask
-            .as_ref()
-            .map(|m| dx.iter().zip(m).map(|(&g, &mv)| g * mv).collect());
-        let dx = masked.as_deref().unwrap_or(dx);
+        let mut dx: std::borrow::Cow<'_, [T]> = match &cache.dropout_mask {
+            Some(m) => dx.iter().zip(m).map(|(&g, &mv)| g * mv).collect(),
+            None => dx.into(),
+        };
+        let norm = match cache.side {
+            Side::Source => self.norm.as_mut(),
+            Side::Target => self.target_norm.as_mut(),
+        };
+        if let (Some(norm), Some((x, stats))) = (norm, &cache.norm_input) {
+            dx = norm.backward(x, stats, &dx).into();
+        }
+        let dx = &dx[..];
         for (r, &tok) in cache.tokens.iter().enumerate() {
             let g = &mut self.weight.grad.data[tok as usize * d..(tok as usize + 1) * d];
             for (gi, &dxi) in g.iter_mut().zip(&dx[r * d..(r + 1) * d]) {
                 *gi += dxi * scale;
             }
         }
-        if let Some(p) = &mut self.positions {
+        let table = match (cache.side, &mut self.target_positions) {
+            (Side::Target, Some(own)) => Some(own),
+            _ => self.positions.as_mut(),
+        };
+        if let Some(p) = table {
             for r in 0..cache.tokens.len() {
                 let pos = cache.pos_offset + r % cache.seq_len;
                 let g = &mut p.grad.data[pos * d..(pos + 1) * d];
@@ -414,113 +493,14 @@ impl<T> Module<T> for Embedding<T> {
         if let Some(p) = &mut self.positions {
             v.param("positions", p);
         }
+        if let Some(p) = &mut self.target_positions {
+            v.param("target_positions", p);
+        }
+        v.optional("norm", self.norm.as_mut());
+        v.optional("target_norm", self.target_norm.as_mut());
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A table looked up in its stored Q8_0 blocks gives the rows of the dequantised table,
-    /// holds no float32 values, and refuses data of the wrong size.
-    #[test]
-    fn stored_rows_are_the_dequantised_table() {
-        let (vocab, d) = (5, 64);
-        let mut rng = Rng::new(3);
-        let mut data = Vec::new();
-        for _ in 0..vocab * d / 32 {
-            // f16 scales between 2^-8 and 2^-5, then 32 signed bytes.
-            let scale: u16 = 0x1c00 + (rng.next_u64() % 0x0c00) as u16;
-            data.extend_from_slice(&scale.to_le_bytes());
-            data.extend((0..32).map(|_| rng.next_u64() as u8));
-        }
-        let table = {
-            let mut t = vec![0f32; vocab * d];
-            CPU.dequantise_ggml(GgmlType::Q8_0, &data, &mut t).unwrap();
-            t
-        };
-        let mut plain =
-            Embedding::<f32>::with_positions(vocab, d, 8, Positions::Rotary, &mut rng).unscaled();
-        plain.weight.value.data.copy_from_slice(&table);
-        let mut stored = plain.clone();
-        assert!(stored
-            .set_stored_rows(
-                GgmlType::Q8_0,
-                RawBytes::owned(data[..data.len() - 34].to_vec())
-            )
-            .unwrap_err()
-            .contains("needs"));
-        stored
-            .set_stored_rows(GgmlType::Q8_0, RawBytes::owned(data))
-            .unwrap();
-        assert!(stored.weight.value.data.is_empty() && stored.has_stored_rows());
-        assert_eq!(stored.vocab_size(), vocab);
-        let tokens = [4, 0, 2, 2, 1, 3];
-        let (want, _) = plain.forward(&tokens, 3, 0, 0.0, None);
-        let (got, _) = stored.forward(&tokens, 3, 0, 0.0, None);
-        assert_eq!(got, want);
-        for (r, &t) in tokens.iter().enumerate() {
-            assert_eq!(
-                got[r * d..(r + 1) * d],
-                table[t as usize * d..(t as usize + 1) * d]
-            );
-        }
-    }
-
-    /// A context of 2^20 positions keeps a table of SINUSOID_TABLE_ROWS rows; positions
-    /// past it get the paper's values, computed (position 1,000,000: `sin(10^6 / 10000^(2i/d))`).
-    #[test]
-    fn long_contexts_keep_a_bounded_sinusoid_table() {
-        let (vocab, d, context) = (4, 8, 1 << 20);
-        let mut rng = Rng::new(5);
-        let e = Embedding::<f64>::with_positions(vocab, d, context, Positions::Sinusoidal, &mut rng)
-            .unscaled();
-        assert_eq!(e.position_rows(), SINUSOID_TABLE_ROWS);
-        assert_eq!(e.max_len(), context);
-        for pos in [SINUSOID_TABLE_ROWS - 1, SINUSOID_TABLE_ROWS, 1_000_000, context - 1] {
-            let (x, _) = e.forward(&[2], 1, pos, 0.0, None);
-            for (dim, &got) in x.iter().enumerate() {
-                let angle = pos as f64 / 10000f64.powf((dim - dim % 2) as f64 / d as f64);
-                let pe = if dim % 2 == 0 { angle.sin() } else { angle.cos() };
-                let want = e.weight.value.data[2 * d + dim] + pe;
-                assert!((got - want).abs() < 1e-12, "pos {pos} dim {dim}: {got} vs {want}");
-            }
-        }
-    }
-
-    #[test]
-    fn sinusoid_matches_the_paper() {
-        // PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...)
-        let d = 8;
-        assert_eq!(sinusoid(0, 0, d), 0.0);
-        assert_eq!(sinusoid(0, 1, d), 1.0);
-        assert!((sinusoid(3, 4, d) - (3.0f64 / 10000f64.powf(4.0 / 8.0)).sin()).abs() < 1e-15);
-        assert!((sinusoid(3, 5, d) - (3.0f64 / 10000f64.powf(4.0 / 8.0)).cos()).abs() < 1e-15);
-    }
-
-    /// Marian's halves are the paper's columns reordered: even columns first, then the odd
-    /// ones (odd widths too, where the sines take one more column); past the precomputed table
-    /// the computed rows are the same values.
-    #[test]
-    fn sinusoid_halves_are_the_papers_columns_reordered() {
-        for d in [8usize, 7] {
-            let sines = d.div_ceil(2);
-            for pos in [0, 1, 5, 77] {
-                for i in 0..d {
-                    let paper = if i < sines { 2 * i } else { 2 * (i - sines) + 1 };
-                    assert_eq!(sinusoid_halves(pos, i, d), sinusoid(pos, paper, d), "{d} {pos} {i}");
-                }
-            }
-        }
-        let d = 6;
-        let e = Embedding::<f64>::with_positions(3, d, 1 << 14, Positions::SinusoidalHalves, &mut Rng::new(2))
-            .unscaled();
-        for pos in [3, SINUSOID_TABLE_ROWS + 3] {
-            let (x, _) = e.forward(&[1], 1, pos, 0.0, None);
-            for (dim, &got) in x.iter().enumerate() {
-                let want = e.weight.value.data[d + dim] + sinusoid_halves(pos, dim, d);
-                assert!((got - want).abs() < 1e-12, "pos {pos} dim {dim}");
-            }
-        }
-    }
-}
+#[path = "embedding_tests.rs"]
+mod tests;

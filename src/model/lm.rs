@@ -13,7 +13,7 @@
 use super::block::{SelfAttentionBlock, SelfAttentionBlockCache};
 use super::cache_stack::CacheStack;
 use super::config::{AttentionSite, ModelConfig};
-use super::embedding::{Embedding, EmbeddingCache};
+use super::embedding::{Embedding, EmbeddingCache, Side};
 use super::head::OutputHead;
 use super::kv_cache::KvTypes;
 use super::linear::{prepare_inference_all, prepare_precision_all, set_bf16_products_all};
@@ -307,7 +307,7 @@ impl<T: Float> LanguageModel<T> {
                 (rows.into(), positions.into())
             }
         };
-        let x = embed_ragged(&self.embedding, tokens, &rows, &positions, self.max_len());
+        let x = embed_ragged(&self.embedding, Side::Source, tokens, &rows, &positions, self.max_len());
         let ragged = StepLayout {
             feed: Feed::Ragged {
                 rows: &rows,

@@ -9,7 +9,7 @@ use super::block::{SelfAttentionBlock, SelfAttentionBlockCache};
 use super::cache_stack::CacheStack;
 use super::config::{AttentionSite, ModelConfig};
 use super::decoder::{Decoder, DecoderLayer, DecoderLayerCache, DecoderMasks, StepAttention};
-use super::embedding::{Embedding, EmbeddingCache};
+use super::embedding::{Embedding, EmbeddingCache, Side};
 use super::encoder::{padding_mask, Encoder};
 use super::head::OutputHead;
 use super::linear::{prepare_inference_all, prepare_precision_all, set_bf16_products_all};
@@ -98,6 +98,14 @@ impl<T: Float> Seq2Seq<T> {
             Embedding::with_positions(c.vocab_size, c.d_model, c.max_len, c.positions, init);
         embedding.scaled = c.scale_embeddings;
         embedding.scale_override = c.embedding_scale;
+        // mBART / BART: the decoder's own positions, each side's input norm.
+        if c.target_positions {
+            embedding.target_positions = Some(init.xavier(&[c.max_len, c.d_model], c.max_len, c.d_model));
+        }
+        if c.embedding_norm {
+            embedding.norm = Some(block.norm(init));
+            embedding.target_norm = Some(block.norm(init));
+        }
         // Each layer's heads per site: `config.layer_n_heads` (fewer where pruned).
         let heads = |site, i| block.with_heads(c.layer_n_heads(site, i));
         let (mut encoder_layer, mut decoder_layer) = (0, 0);
@@ -214,7 +222,8 @@ impl<T: Float> Seq2Seq<T> {
             &batch.src_lens,
             rng.as_deref_mut(),
         );
-        let (tgt, tgt_embedding) = self.embedding.forward(
+        let (tgt, tgt_embedding) = self.embedding.forward_on(
+            Side::Target,
             &batch.tgt_in,
             batch.tgt_len,
             0,
@@ -312,9 +321,8 @@ impl<T: Float> Seq2Seq<T> {
             encoder.push(w);
             y
         });
-        let (y, _) = self
-            .embedding
-            .forward(&batch.tgt_in, batch.tgt_len, 0, 0.0, None);
+        let (y, _) =
+            (self.embedding).forward_on(Side::Target, &batch.tgt_in, batch.tgt_len, 0, 0.0, None);
         let masks = DecoderMasks {
             tgt_lens: &batch.tgt_lens,
             src_lens: &batch.src_lens,
@@ -383,6 +391,7 @@ impl<T: Float> Seq2Seq<T> {
         // x: [rows, d_model], each token embedded at its own position.
         let x = embed_ragged(
             &self.embedding,
+            Side::Target,
             tokens,
             &rows,
             &positions,
@@ -417,7 +426,7 @@ impl<T: Float> Seq2Seq<T> {
         let v = self.config.vocab_size;
         let one = |state: &mut DecodeState<T>, column: &[u32]| {
             let pos = state.len();
-            let (x, _) = self.embedding.forward(column, 1, pos, 0.0, None);
+            let (x, _) = (self.embedding).forward_on(Side::Target, column, 1, pos, 0.0, None);
             let h = self.decoder_step(state, x, &StepLayout::dense());
             self.head.log_probs(&self.embedding, &h)
         };

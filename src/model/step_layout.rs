@@ -18,7 +18,7 @@
 //! [`Purpose::Decode`]: crate::backend::Purpose::Decode
 //! [`Backend::attention`]: crate::backend::Backend::attention
 
-use super::embedding::Embedding;
+use super::embedding::{Embedding, Side};
 use crate::Float;
 
 /// Which new tokens a step brings (see the module docs).
@@ -126,11 +126,12 @@ impl<'a> StepLayout<'a> {
     }
 }
 
-/// The embeddings `[tokens, d_model]` of `tokens`, token `i` at position `positions[i]` of its
-/// row `rows[i]` (each run of one row's consecutive positions embedded as one stretch); every
-/// position below `max_len`.
+/// The embeddings `[tokens, d_model]` of `tokens` into the stack of `side`, token `i` at
+/// position `positions[i]` of its row `rows[i]` (each run of one row's consecutive positions
+/// embedded as one stretch); every position below `max_len`.
 pub fn embed_ragged<T: Float>(
     embedding: &Embedding<T>,
+    side: Side,
     tokens: &[u32],
     rows: &[usize],
     positions: &[usize],
@@ -143,7 +144,7 @@ pub fn embed_ragged<T: Float>(
     for (s, len) in runs(rows, positions) {
         let pos = positions[s];
         assert!(pos + len <= max_len, "sequence longer than max_len");
-        let (e, _) = embedding.forward(&tokens[s..s + len], len, pos, 0.0, None);
+        let (e, _) = embedding.forward_on(side, &tokens[s..s + len], len, pos, 0.0, None);
         x[s * d..(s + len) * d].copy_from_slice(&e);
     }
     x

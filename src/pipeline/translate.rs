@@ -41,17 +41,25 @@ pub struct Languages {
 impl Translator {
     /// Loads a model directory, checking that the vocabulary matches the model: ours, or a
     /// Hugging Face Marian model (OPUS-MT; see `model::families::marian`), or an M2M100 / NLLB
-    /// model (see `model::families::m2m100`; its languages from `tokenizer_config.json`'s
-    /// `src_lang` / `tgt_lang` where it names known ones, else chosen by
-    /// [`set_languages`](Self::set_languages)).
+    /// or mBART-50 model (see `model::families::m2m100`, `mbart`; its languages from
+    /// `tokenizer_config.json`'s `src_lang` / `tgt_lang` where it names known ones, else
+    /// chosen by [`set_languages`](Self::set_languages)).
     pub fn load(dir: &Path) -> Result<Translator> {
         check_model_dir(dir)?;
         if families::marian::is_marian_dir(dir) {
             let (model, vocab) = families::marian::load(dir)?;
             return Ok(Translator::of(model, vocab));
         }
-        if families::m2m100::is_m2m100_dir(dir) {
-            let (model, vocab) = families::m2m100::load(dir)?;
+        type Load = fn(&Path) -> Result<(Seq2Seq<f32>, Vocab)>;
+        let multilingual: Option<Load> = if families::m2m100::is_m2m100_dir(dir) {
+            Some(families::m2m100::load)
+        } else if families::mbart::is_mbart_dir(dir) {
+            Some(families::mbart::load)
+        } else {
+            None
+        };
+        if let Some(load) = multilingual {
+            let (model, vocab) = load(dir)?;
             let mut translator = Translator::of(model, vocab);
             let (source, target) = crate::text::languages::tokenizer_languages(dir);
             let tokenizer = translator.vocab.fairseq().expect("a fairseq vocabulary");

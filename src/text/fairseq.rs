@@ -70,8 +70,15 @@ const SPECIALS: [&str; 5] = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"];
 
 impl FairseqTokenizer {
     /// Reads the tokenizer of `dir` for a model of `vocab_size` ids whose EOS (also the
-    /// decoder's start) is `eos`. Errors name the file and the problem.
-    pub fn load(dir: &Path, vocab_size: usize, eos: u32) -> Result<FairseqTokenizer> {
+    /// decoder's start) is `eos`; `codes` are the family's language codes, numbered after the
+    /// pieces where the directory has only its SentencePiece model ([`fairseq_codes::NLLB`],
+    /// [`fairseq_codes::MBART50`]). Errors name the file and the problem.
+    pub fn load(
+        dir: &Path,
+        vocab_size: usize,
+        eos: u32,
+        codes: &'static [&'static str],
+    ) -> Result<FairseqTokenizer> {
         let spm = SentencePiece::load(&dir.join(SPM_FILE))?;
         let config_path = dir.join("tokenizer_config.json");
         let config = read_json(&config_path, true)?;
@@ -87,7 +94,7 @@ impl FairseqTokenizer {
         } else if dir.join("tokenizer.json").exists() {
             tokenizer_json_dictionary(&dir.join("tokenizer.json"))?
         } else {
-            offset_dictionary(&spm)
+            offset_dictionary(&spm, codes)
         };
         let bad = |reason: String| Error::Input(format!("{}: {reason}", dir.display()));
         let mut by_id: Vec<Option<&str>> = vec![None; vocab_size];
@@ -301,9 +308,12 @@ fn tokenizer_json_dictionary(path: &Path) -> Result<(Dictionary, HashMap<String,
 }
 
 /// fairseq's dictionary over a SentencePiece model (`<s>` 0, `<pad>` 1, `</s>` 2, `<unk>` 3,
-/// piece `k` at `k + 1` past the model's three specials), NLLB's codes after it (then
-/// `<mask>`, which decoding skips unnamed).
-fn offset_dictionary(spm: &SentencePiece) -> (Dictionary, HashMap<String, u32>, Codes) {
+/// piece `k` at `k + 1` past the model's three specials), the family's `list` of codes after it
+/// (then `<mask>`, which decoding skips unnamed).
+fn offset_dictionary(
+    spm: &SentencePiece,
+    list: &[&str],
+) -> (Dictionary, HashMap<String, u32>, Codes) {
     let mut ids_by_piece: HashMap<String, u32> = SPECIALS[..4]
         .iter()
         .zip(0..)
@@ -315,7 +325,7 @@ fn offset_dictionary(spm: &SentencePiece) -> (Dictionary, HashMap<String, u32>, 
         }
     }
     let first = spm.len() as u32 + 1;
-    let codes: Codes = (fairseq_codes::NLLB.iter().zip(first..))
+    let codes: Codes = (list.iter().zip(first..))
         .map(|(code, id)| (code.to_string(), code.to_string(), id))
         .collect();
     (Dictionary::Nllb, ids_by_piece, codes)

@@ -1,7 +1,7 @@
 //! The language codes fairseq's multilingual models were trained with, in the order of their
-//! token ids (transformers' `FAIRSEQ_LANGUAGE_CODES`): NLLB-200's 202 codes (`eng_Latn`), placed
-//! after the SentencePiece pieces when a model directory has no `tokenizer.json`, and M2M100's
-//! (`en`, written `__en__` as tokens) after its `vocab.json`.
+//! token ids (transformers' `FAIRSEQ_LANGUAGE_CODES`): NLLB-200's 202 codes (`eng_Latn`) and
+//! mBART-50's 52 (`en_XX`), placed after the SentencePiece pieces when a model directory has no
+//! `tokenizer.json`, and M2M100's (`en`, written `__en__` as tokens) after its `vocab.json`.
 
 /// NLLB-200 (`NllbTokenizer`).
 pub const NLLB: &[&str] = &[
@@ -47,4 +47,14 @@ pub const M2M100: &[&str] = &[
 /// The WMT21 models of M2M100's tokenizer (`language_codes` `wmt21`).
 pub const WMT21: &[&str] = &[
     "en", "ha", "is", "ja", "cs", "ru", "zh", "de",
+];
+
+/// mBART-50 (`MBart50Tokenizer`; its first 25 are mBART-cc25's).
+pub const MBART50: &[&str] = &[
+    "ar_AR", "cs_CZ", "de_DE", "en_XX", "es_XX", "et_EE", "fi_FI", "fr_XX", "gu_IN", "hi_IN",
+    "it_IT", "ja_XX", "kk_KZ", "ko_KR", "lt_LT", "lv_LV", "my_MM", "ne_NP", "nl_XX", "ro_RO",
+    "ru_RU", "si_LK", "tr_TR", "vi_VN", "zh_CN", "af_ZA", "az_AZ", "bn_IN", "fa_IR", "he_IL",
+    "hr_HR", "id_ID", "ka_GE", "km_KH", "mk_MK", "ml_IN", "mn_MN", "mr_IN", "pl_PL", "ps_AF",
+    "pt_XX", "sv_SE", "sw_KE", "ta_IN", "te_IN", "th_TH", "tl_XX", "uk_UA", "ur_PK", "xh_ZA",
+    "gl_ES", "sl_SI",
 ];

@@ -5,7 +5,7 @@ pub mod bpe;
 pub mod corpus;
 pub mod decoder_tokenizer;
 pub mod fairseq;
-mod fairseq_codes;
+pub mod fairseq_codes;
 pub mod gguf_tokenizer;
 pub mod id_map;
 // Used by the binary's commands (feature `cli`) and outside the library (feature `internals`).

@@ -46,6 +46,8 @@ fn tiny_config(norm: NormPlacement, tie: bool, dropout: f64) -> ModelConfig {
         layer_attention: Vec::new(),
         encoder_layer_attention: Vec::new(),
         experts: None,
+        embedding_norm: false,
+        target_positions: false,
         qk_norm_whole: false,
     }
 }
@@ -59,7 +61,12 @@ fn batch() -> Batch {
 }
 
 fn check(norm: NormPlacement, tie: bool, dropout: f64) {
-    let mut model = Seq2Seq::<f64>::new(tiny_config(norm, tie, dropout), &mut Rng::new(1));
+    check_config(tiny_config(norm, tie, dropout));
+}
+
+fn check_config(config: ModelConfig) {
+    let (norm, tie, dropout) = (config.norm, config.tie_embeddings, config.dropout);
+    let mut model = Seq2Seq::<f64>::new(config, &mut Rng::new(1));
     let batch = batch();
     let rng = Rng::new(99); // the same dropout masks for every evaluation
     let loss_at = |m: &Seq2Seq<f64>| {
@@ -111,4 +118,34 @@ fn whole_model_gradient_pre_ln_untied_with_dropout() {
 #[test]
 fn whole_model_gradient_post_ln_with_dropout() {
     check(NormPlacement::PostLn, true, 0.3);
+}
+
+/// mBART's and BART's inputs: the decoder's own learned positions and a norm of each stack's
+/// embedded input before the dropout (the gradient reaches both tables and both norms).
+#[test]
+fn whole_model_gradient_with_each_stacks_own_input() {
+    for norm in [NormPlacement::PreLn, NormPlacement::PostLn] {
+        let mut config = tiny_config(norm, true, 0.2);
+        config.positions = transformer::model::config::Positions::Learned;
+        config.target_positions = true;
+        config.embedding_norm = true;
+        let model = Seq2Seq::<f64>::new(config.clone(), &mut Rng::new(1));
+        let names: Vec<String> = model
+            .clone()
+            .params_mut()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        for own in [
+            "embedding.target_positions",
+            "embedding.norm.weight",
+            "embedding.target_norm.bias",
+        ] {
+            assert!(
+                names.iter().any(|n| n == own),
+                "{own} missing from {names:?}"
+            );
+        }
+        check_config(config);
+    }
 }

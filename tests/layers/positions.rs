@@ -338,6 +338,8 @@ fn tiny_config(positions: Positions, norm: NormPlacement, tie: bool, dropout: f6
         layer_attention: Vec::new(),
         encoder_layer_attention: Vec::new(),
         experts: None,
+        embedding_norm: false,
+        target_positions: false,
         qk_norm_whole: false,
     }
 }
@@ -465,6 +467,8 @@ fn decoding_model(positions: Positions, norm: NormPlacement, tie: bool, eos: f32
         layer_attention: Vec::new(),
         encoder_layer_attention: Vec::new(),
         experts: None,
+        embedding_norm: false,
+        target_positions: false,
         qk_norm_whole: false,
     };
     c.validate().unwrap();

@@ -51,6 +51,8 @@ fn config(norm: NormPlacement, tie: bool) -> ModelConfig {
         layer_attention: Vec::new(),
         encoder_layer_attention: Vec::new(),
         experts: None,
+        embedding_norm: false,
+        target_positions: false,
         qk_norm_whole: false,
     }
 }

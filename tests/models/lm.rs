@@ -58,6 +58,8 @@ fn config(norm: NormPlacement, tie: bool, dropout: f64, d_model: usize) -> Model
         layer_attention: Vec::new(),
         encoder_layer_attention: Vec::new(),
         experts: None,
+        embedding_norm: false,
+        target_positions: false,
         qk_norm_whole: false,
     }
 }

@@ -1,9 +1,12 @@
-//! NLLB-200 and M2M100 (fairseq's multilingual translators) against transformers: one tiny
+//! NLLB-200, M2M100 and mBART-50 (fairseq's multilingual translators) against transformers: one tiny
 //! random `M2M100ForConditionalGeneration` layout (2 + 2 pre-LN layers of width 32, ReLU,
 //! fairseq's sinusoids, tied table) with a SentencePiece BPE model trained on ../shared's
 //! German, English and Spanish, saved with NLLB's tokenizer (`tests/fixtures/nllb`:
 //! `tokenizer.json`, codes such as `deu_Latn`) and with M2M100's (`tests/fixtures/m2m100`:
-//! `vocab.json`, codes such as `__de__`), both made by `tests/fixtures/nllb/make.py`.
+//! `vocab.json`, codes such as `__de__`), both made by `tests/fixtures/nllb/make.py`; and one
+//! tiny random `MBartForConditionalGeneration` (GELU, each stack's own learned positions and
+//! embedding norm, a random logit bias) with a unigram SentencePiece model and mBART-50's
+//! tokenizer (`tests/fixtures/mbart`, codes such as `de_DE`, by its `make.py`).
 //!
 //! Checked for each: the tokenizer gives transformers' ids (source language code first, `</s>`
 //! last) on every line of both test corpora in its language, and its text back; encoder states
@@ -303,6 +306,85 @@ fn nllb_beam_search_matches_transformers_generate() {
 #[test]
 fn m2m100_beam_search_matches_transformers_generate() {
     beam_matches_transformers_generate("m2m100");
+}
+
+#[test]
+fn mbart_tokenizer_gives_transformers_ids_and_text_on_every_line() {
+    tokenizer_gives_transformers_ids_and_text("mbart");
+}
+
+#[test]
+fn mbart_states_and_logits_match_transformers() {
+    states_and_logits_match_transformers("mbart");
+}
+
+#[test]
+fn mbart_greedy_translations_match_transformers_generate() {
+    greedy_matches_transformers_generate("mbart");
+}
+
+#[test]
+fn mbart_beam_search_matches_transformers_generate() {
+    beam_matches_transformers_generate("mbart");
+}
+
+/// mBART-50 from its SentencePiece model alone (no `tokenizer.json`): fairseq's offset and
+/// the 52 codes after the pieces give the same ids as the published tokenizer, on every test
+/// line; mBART-cc25's tokenizer and a position table of the wrong length are refused by name.
+#[test]
+fn mbart_directories_without_tokenizer_json_and_broken_ones() {
+    let (with_json, _, _) = load("mbart");
+    let dir = edited("mbart", |d| {
+        std::fs::remove_file(d.join("tokenizer.json")).unwrap()
+    });
+    let offset = Translator::load(dir.path()).unwrap();
+    let (a, b) = (
+        with_json.vocab.fairseq().unwrap(),
+        offset.vocab.fairseq().unwrap(),
+    );
+    assert_eq!(a.language_codes().count(), 52);
+    assert!(a.language_codes().eq(b.language_codes()));
+    assert_eq!(a.language("en_XX"), b.language("en_XX"));
+    assert_eq!(with_json.languages, offset.languages);
+    assert!(with_json.languages.source.is_some() && with_json.languages.target.is_some());
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/de-en/ding.test.tsv");
+    if let Ok(text) = std::fs::read_to_string(&data) {
+        for line in text.lines().flat_map(|l| l.split('\t')) {
+            let ids = with_json.vocab.encode(line);
+            assert_eq!(ids, offset.vocab.encode(line), "{line}");
+            assert_eq!(
+                with_json.vocab.decode(&ids),
+                offset.vocab.decode(&ids),
+                "{line}"
+            );
+        }
+    }
+    let e = load_error("mbart", |d| {
+        let path = d.join("tokenizer_config.json");
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replace("MBart50Tokenizer", "MBartTokenizer")).unwrap();
+    });
+    assert!(e.contains("tokenizer_class MBartTokenizer"), "{e}");
+    let e = load_error("mbart", |d| {
+        let path = d.join("config.json");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let text = text.replace(
+            "\"max_position_embeddings\": 64",
+            "\"max_position_embeddings\": 80",
+        );
+        std::fs::write(&path, text).unwrap();
+    });
+    assert!(
+        e.contains("encoder.embed_positions.weight has shape [66, 32]"),
+        "{e}"
+    );
+    let e = load_error("mbart", |d| {
+        let path = d.join("config.json");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let text = text.replace("\"is_decoder\": false", "\"normalize_before\": false");
+        std::fs::write(&path, text).unwrap();
+    });
+    assert!(e.contains("normalize_before false"), "{e}");
 }
 
 /// A copy of fixture `name` with `edit` applied.

@@ -296,6 +296,8 @@ fn gemma_config(
         layer_attention: Vec::new(),
         encoder_layer_attention: Vec::new(),
         experts: None,
+        embedding_norm: false,
+        target_positions: false,
         qk_norm_whole: false,
     }
 }

@@ -149,6 +149,8 @@ impl Gpt2Config {
             layer_attention: Vec::new(),
             encoder_layer_attention: Vec::new(),
             experts: None,
+            embedding_norm: false,
+            target_positions: false,
             qk_norm_whole: false,
         };
         c.validate()?;

@@ -5,10 +5,11 @@
 //! `decoder.embed_tokens.weight`, `lm_head.weight`) or only under one of them.
 
 use crate::error::Result;
-use crate::model::config::Activation;
+use crate::model::config::{Activation, NormPlacement, Positions};
 use crate::model::ModelConfig;
 use crate::store::{ckpt_err, TensorMap};
 use crate::text::id_map::IdMap;
+use serde::Deserialize;
 use std::path::Path;
 
 /// A rename table's rows: the family's own `rows`, then the names every layer of a Hugging
@@ -58,6 +59,156 @@ macro_rules! with_layer_names {
     };
 }
 pub(crate) use with_layer_names;
+
+/// The fields of a BART-style `config.json` we read (`M2M100Config`, `MBartConfig` and
+/// `BartConfig` share them), with the defaults the three classes share; the fields whose
+/// defaults differ are options, filled by the family's [`BartDefaults`]. Others are generic or
+/// change nothing at inference (`init_std`, `encoder_layerdrop`, `use_cache`, ...).
+#[derive(Deserialize)]
+pub struct HfBartConfig {
+    pub vocab_size: usize,
+    d_model: usize,
+    encoder_layers: usize,
+    decoder_layers: usize,
+    encoder_attention_heads: usize,
+    decoder_attention_heads: usize,
+    encoder_ffn_dim: usize,
+    decoder_ffn_dim: usize,
+    activation_function: Option<String>,
+    #[serde(default = "default_positions")]
+    max_position_embeddings: usize,
+    scale_embedding: Option<bool>,
+    #[serde(default = "default_true")]
+    tie_word_embeddings: bool,
+    #[serde(default)]
+    dropout: f64,
+    #[serde(default)]
+    attention_dropout: f64,
+    #[serde(default)]
+    activation_dropout: f64,
+    #[serde(default = "default_pad")]
+    pub pad_token_id: u32,
+    #[serde(default = "default_eos")]
+    eos_token_id: serde_json::Value,
+    decoder_start_token_id: Option<u32>,
+    /// fairseq's flags that older BART / mBART configs still carry and transformers no longer
+    /// reads: accepted where they say what the family computes, refused by name otherwise.
+    normalize_before: Option<bool>,
+    add_final_layer_norm: Option<bool>,
+    normalize_embedding: Option<bool>,
+    static_position_embeddings: Option<bool>,
+    add_bias_logits: Option<bool>,
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_positions() -> usize {
+    1024
+}
+fn default_pad() -> u32 {
+    1
+}
+fn default_eos() -> serde_json::Value {
+    serde_json::json!(2)
+}
+
+/// What a BART-style family computes, and its config class's own defaults.
+pub struct BartDefaults {
+    /// `activation_function` when absent.
+    pub activation: &'static str,
+    /// `scale_embedding` when absent.
+    pub scale_embedding: bool,
+    /// Where the blocks' norms sit (pre-LN also closes each stack with a norm).
+    pub norm: NormPlacement,
+    /// mBART / BART: the decoder's own learned positions and the embedding norms
+    /// (`layernorm_embedding`); M2M100: neither (one computed table).
+    pub stack_inputs: bool,
+}
+
+impl HfBartConfig {
+    /// Our config of a family computed as `family` says, or what is not supported (by its
+    /// field's name). The table gains two rows, our padding row and the copied start row.
+    pub fn config(&self, family: &BartDefaults) -> std::result::Result<ModelConfig, String> {
+        for (what, enc, dec) in [
+            ("attention_heads", self.encoder_attention_heads, self.decoder_attention_heads),
+            ("ffn_dim", self.encoder_ffn_dim, self.decoder_ffn_dim),
+        ] {
+            if enc != dec {
+                return Err(format!(
+                    "encoder_{what} {enc} and decoder_{what} {dec} differ (not supported)"
+                ));
+            }
+        }
+        let eos = self.eos()?;
+        if let Some(start) = self.decoder_start_token_id.filter(|&s| s != eos) {
+            return Err(format!(
+                "decoder_start_token_id {start} is not eos_token_id {eos}: only decoders that \
+                 start from </s> are supported"
+            ));
+        }
+        let pre_ln = family.norm == NormPlacement::PreLn;
+        for (name, value, computed) in [
+            ("normalize_before", self.normalize_before, pre_ln),
+            ("add_final_layer_norm", self.add_final_layer_norm, pre_ln),
+            ("normalize_embedding", self.normalize_embedding, family.stack_inputs),
+            ("static_position_embeddings", self.static_position_embeddings, !family.stack_inputs),
+            ("add_bias_logits", self.add_bias_logits, false),
+        ] {
+            if value.is_some_and(|v| v != computed) {
+                return Err(format!(
+                    "{name} {} is not what this family computes (transformers ignores the \
+                     flag; this model would not be the one it describes)",
+                    !computed
+                ));
+            }
+        }
+        let name = self.activation_function.as_deref().unwrap_or(family.activation);
+        let mut c = ModelConfig::preset("base", self.vocab_size + 2).expect("a preset");
+        c.d_model = self.d_model;
+        c.n_heads = self.encoder_attention_heads;
+        c.d_ff = self.encoder_ffn_dim;
+        c.n_encoder_layers = self.encoder_layers;
+        c.n_decoder_layers = self.decoder_layers;
+        c.dropout = self.dropout;
+        c.attention_dropout = self.attention_dropout;
+        c.activation_dropout = self.activation_dropout;
+        c.norm = family.norm;
+        c.layer_norm_eps = 1e-5;
+        c.tie_embeddings = self.tie_word_embeddings;
+        c.max_len = self.max_position_embeddings;
+        c.activation = activation(name)?;
+        c.positions = Positions::Learned;
+        c.bias = true;
+        c.scale_embeddings = self.scale_embedding.unwrap_or(family.scale_embedding);
+        c.output_bias = true;
+        c.embedding_norm = family.stack_inputs;
+        c.target_positions = family.stack_inputs;
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// The EOS id (one id; a list of several is refused).
+    pub fn eos(&self) -> std::result::Result<u32, String> {
+        one_eos(&self.eos_token_id)
+    }
+}
+
+/// The logit bias of a checkpoint's `final_logits_bias` (`[1, n]`; transformers' zeros where
+/// it was saved without it) in our ids, taken out of `tensors`; an error names a wrong shape.
+pub fn stored_logit_bias(
+    tensors: &mut TensorMap,
+    ids: &IdMap,
+) -> std::result::Result<Vec<f32>, String> {
+    let n = ids.len_theirs();
+    let (shape, bias) = tensors
+        .remove("final_logits_bias")
+        .unwrap_or((vec![1, n], vec![0.0; n]));
+    if shape.iter().product::<usize>() != n || shape.last() != Some(&n) {
+        return Err(format!("final_logits_bias has shape {shape:?}, not [1, {n}]"));
+    }
+    Ok(ids.logit_bias(&bias))
+}
 
 /// The FFN activation of a config's `activation_function` (transformers' `ACT2FN` names we
 /// compute), or the error naming it.

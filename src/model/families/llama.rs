@@ -251,6 +251,8 @@ fn llama_config(
         layer_attention: Vec::new(),
         encoder_layer_attention: Vec::new(),
         experts: None,
+        embedding_norm: false,
+        target_positions: false,
         qk_norm_whole: false,
     }
 }

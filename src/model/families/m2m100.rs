@@ -21,13 +21,14 @@
 use super::{Family, FamilyKind};
 use crate::error::Result;
 use crate::model::checkpoint::{build_filled, RenameTable};
-use crate::model::config::{NormPlacement, Positions};
+use super::hf_seq2seq::{BartDefaults, HfBartConfig};
+use crate::model::config::NormPlacement;
 use crate::model::{ModelConfig, Seq2Seq};
 use crate::store::{ckpt_err, read_file, read_hf_weights, strip_bom, TensorMap};
 use crate::text::fairseq::FairseqTokenizer;
+use crate::text::fairseq_codes;
 use crate::text::id_map::IdMap;
 use crate::text::vocab::Vocab;
-use serde::Deserialize;
 use std::path::Path;
 
 /// The row of [`super::FAMILIES`]: a translation model, loaded by [`load`].
@@ -53,108 +54,13 @@ pub const HF_NAMES: RenameTable = RenameTable(&super::hf_seq2seq::with_layer_nam
     ("decoder.layer_norm.", "decoder.final_norm."),
 ));
 
-/// The fields of an M2M100 `config.json` we read, with `M2M100Config`'s defaults. Others are
-/// generic or change nothing at inference (`init_std`, `encoder_layerdrop`, `use_cache`, ...).
-#[derive(Deserialize)]
-struct HfM2m100 {
-    vocab_size: usize,
-    d_model: usize,
-    encoder_layers: usize,
-    decoder_layers: usize,
-    encoder_attention_heads: usize,
-    decoder_attention_heads: usize,
-    encoder_ffn_dim: usize,
-    decoder_ffn_dim: usize,
-    #[serde(default = "default_activation")]
-    activation_function: String,
-    #[serde(default = "default_positions")]
-    max_position_embeddings: usize,
-    #[serde(default = "default_true")]
-    scale_embedding: bool,
-    #[serde(default = "default_true")]
-    tie_word_embeddings: bool,
-    #[serde(default)]
-    dropout: f64,
-    #[serde(default)]
-    attention_dropout: f64,
-    #[serde(default)]
-    activation_dropout: f64,
-    #[serde(default = "default_pad")]
-    pad_token_id: u32,
-    #[serde(default = "default_eos")]
-    eos_token_id: serde_json::Value,
-    decoder_start_token_id: Option<u32>,
-}
-
-fn default_true() -> bool {
-    true
-}
-fn default_activation() -> String {
-    "relu".into()
-}
-fn default_positions() -> usize {
-    1024
-}
-fn default_pad() -> u32 {
-    1
-}
-fn default_eos() -> serde_json::Value {
-    serde_json::json!(2)
-}
-
-impl HfM2m100 {
-    /// Our config, or what is not supported (by its field's name).
-    fn config(&self) -> std::result::Result<ModelConfig, String> {
-        for (what, enc, dec) in [
-            (
-                "attention_heads",
-                self.encoder_attention_heads,
-                self.decoder_attention_heads,
-            ),
-            ("ffn_dim", self.encoder_ffn_dim, self.decoder_ffn_dim),
-        ] {
-            if enc != dec {
-                return Err(format!(
-                    "encoder_{what} {enc} and decoder_{what} {dec} differ (not supported)"
-                ));
-            }
-        }
-        let eos = self.eos()?;
-        if let Some(start) = self.decoder_start_token_id.filter(|&s| s != eos) {
-            return Err(format!(
-                "decoder_start_token_id {start} is not eos_token_id {eos}: only decoders that \
-                 start from </s> are supported"
-            ));
-        }
-        let activation = super::hf_seq2seq::activation(&self.activation_function)?;
-        // Our padding row and the copied start row.
-        let mut c = ModelConfig::preset("base", self.vocab_size + 2).expect("a preset");
-        c.d_model = self.d_model;
-        c.n_heads = self.encoder_attention_heads;
-        c.d_ff = self.encoder_ffn_dim;
-        c.n_encoder_layers = self.encoder_layers;
-        c.n_decoder_layers = self.decoder_layers;
-        c.dropout = self.dropout;
-        c.attention_dropout = self.attention_dropout;
-        c.activation_dropout = self.activation_dropout;
-        c.norm = NormPlacement::PreLn;
-        c.layer_norm_eps = 1e-5;
-        c.tie_embeddings = self.tie_word_embeddings;
-        c.max_len = self.max_position_embeddings;
-        c.activation = activation;
-        c.positions = Positions::Learned;
-        c.bias = true;
-        c.scale_embeddings = self.scale_embedding;
-        c.output_bias = true;
-        c.validate()?;
-        Ok(c)
-    }
-
-    /// The EOS id (one id; a list of several is refused).
-    fn eos(&self) -> std::result::Result<u32, String> {
-        super::hf_seq2seq::one_eos(&self.eos_token_id)
-    }
-}
+/// What M2M100 computes: pre-LN, one computed position table; `M2M100Config`'s defaults.
+const M2M100: BartDefaults = BartDefaults {
+    activation: "relu",
+    scale_embedding: true,
+    norm: NormPlacement::PreLn,
+    stack_inputs: false,
+};
 
 /// Loads a Hugging Face M2M100 / NLLB directory (`config.json`, `model.safetensors`,
 /// `sentencepiece.bpe.model` with `vocab.json` or `tokenizer.json`): the model in our ids and
@@ -162,11 +68,11 @@ impl HfM2m100 {
 pub fn load(dir: &Path) -> Result<(Seq2Seq<f32>, Vocab)> {
     let config_path = dir.join("config.json");
     let bytes = read_file(&config_path)?;
-    let hf: HfM2m100 = serde_json::from_slice(strip_bom(&bytes))
+    let hf: HfBartConfig = serde_json::from_slice(strip_bom(&bytes))
         .map_err(|e| ckpt_err(&config_path, format!("not an M2M100 config: {e}")))?;
-    let config = hf.config().map_err(|e| ckpt_err(&config_path, e))?;
+    let config = hf.config(&M2M100).map_err(|e| ckpt_err(&config_path, e))?;
     let eos = hf.eos().map_err(|e| ckpt_err(&config_path, e))?;
-    let tokenizer = FairseqTokenizer::load(dir, hf.vocab_size, eos)?;
+    let tokenizer = FairseqTokenizer::load(dir, hf.vocab_size, eos, fairseq_codes::NLLB)?;
     let weights = read_hf_weights(dir, |_| false)?;
     let tensors = our_tensors(dir, weights, &config, tokenizer.ids(), hf.pad_token_id)?;
     let model = build_filled(dir, config, tensors, Some(&HF_NAMES))?;
@@ -233,7 +139,7 @@ pub fn is_m2m100_dir(dir: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::config::Activation;
+    use crate::model::config::{Activation, Positions};
 
     fn config(edit: impl FnOnce(&mut serde_json::Value)) -> std::result::Result<ModelConfig, String> {
         let mut json = serde_json::json!({
@@ -242,8 +148,8 @@ mod tests {
             "encoder_ffn_dim": 32, "decoder_ffn_dim": 32, "max_position_embeddings": 64
         });
         edit(&mut json);
-        let hf: HfM2m100 = serde_json::from_value(json).map_err(|e| e.to_string())?;
-        hf.config()
+        let hf: HfBartConfig = serde_json::from_value(json).map_err(|e| e.to_string())?;
+        hf.config(&M2M100)
     }
 
     #[test]

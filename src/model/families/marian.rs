@@ -176,25 +176,14 @@ fn our_tensors(
 ) -> Result<TensorMap> {
     let bad = |reason: String| ckpt_err(dir, reason);
     let mut tensors = super::hf_seq2seq::in_our_ids(dir, weights, config, ids)?;
-    let (d, n) = (config.d_model, ids.len_theirs());
+    let d = config.d_model;
     for name in ["encoder.embed_positions.weight", "decoder.embed_positions.weight"] {
         if let Some((shape, values)) = tensors.remove(name) {
             check_sinusoids(name, &shape, &values, d).map_err(bad)?;
         }
     }
-    // A checkpoint saved without the buffer has transformers' zeros.
-    let (shape, bias) = tensors
-        .remove("final_logits_bias")
-        .unwrap_or((vec![1, n], vec![0.0; n]));
-    if shape.iter().product::<usize>() != n || shape.last() != Some(&n) {
-        return Err(bad(format!(
-            "final_logits_bias has shape {shape:?}, not [1, {n}]"
-        )));
-    }
-    tensors.insert(
-        "final_logits_bias".into(),
-        (vec![n + 1], ids.logit_bias(&bias)),
-    );
+    let bias = super::hf_seq2seq::stored_logit_bias(&mut tensors, ids).map_err(bad)?;
+    tensors.insert("final_logits_bias".into(), (vec![bias.len()], bias));
     Ok(tensors)
 }
 

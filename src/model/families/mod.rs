@@ -17,6 +17,7 @@ mod gguf_tests;
 pub mod gpt2;
 pub mod llama;
 pub mod m2m100;
+pub mod mbart;
 // Encoder-decoders.
 pub mod marian;
 // Llama-style families: Mistral, Qwen2/2.5, Qwen3, Phi-3 (and their shared rotary reader).
@@ -238,6 +239,7 @@ pub const FAMILIES: &[Family] = &[
     // Encoder-decoders.
     marian::FAMILY,
     m2m100::FAMILY,
+    mbart::FAMILY,
 ];
 
 /// The family named `name` ([`Family::name`]).

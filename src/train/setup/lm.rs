@@ -170,6 +170,8 @@ impl LmModelSpec {
             encoder_layer_attention: Vec::new(),
             experts: None,
             qk_norm_whole: false,
+            embedding_norm: false,
+            target_positions: false,
         };
         config
             .validate()
