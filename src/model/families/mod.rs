@@ -361,7 +361,7 @@ mod tests {
              and olmoe"
         );
         assert_eq!(hf_list(FamilyKind::Encoder), "bert");
-        assert_eq!(hf_list(FamilyKind::Translation), "marian and m2m_100");
+        assert_eq!(hf_list(FamilyKind::Translation), "marian, m2m_100 and mbart");
         assert_eq!(by_model_type("marian").unwrap().kind, FamilyKind::Translation);
         assert_eq!(
             gguf_list(),
