@@ -16,9 +16,11 @@ use std::path::PathBuf;
 pub struct ServeArgs {
     /// A language model (a `train-lm` directory, a Hugging Face Llama/GPT-2 directory, a
     /// Llama-family .gguf file), a translation model directory (`train`, `demo --out`) or a
-    /// BERT encoder directory (all-MiniLM-L6-v2).
-    #[arg(long)]
-    pub model: PathBuf,
+    /// BERT encoder directory (all-MiniLM-L6-v2). Repeat for several translation models of
+    /// different languages: `/translate` goes to the model of the pair, or through English
+    /// with two of them (as LibreTranslate pivots); the first answers what names no pair.
+    #[arg(long, required = true)]
+    pub model: Vec<PathBuf>,
     /// Address and port to listen on (`HOST:PORT`, a name such as `localhost:8080` included);
     /// instead of --host and --port.
     #[arg(long, conflicts_with_all = ["host", "port"])]
@@ -189,7 +191,7 @@ fn listen_address(args: &ServeArgs) -> Result<(SocketAddr, Option<String>)> {
 /// The translation pair's codes: the flags, else the model's `languages.json`, else the
 /// unnamed `src` → `tgt`.
 fn language_codes(args: &ServeArgs) -> Result<(String, String)> {
-    let recorded = LanguagePair::read(&args.model)?;
+    let recorded = LanguagePair::read(&args.model[0])?;
     let mut codes = Vec::new();
     for (flag, given, recorded, unnamed) in [
         (
@@ -222,6 +224,12 @@ fn language_codes(args: &ServeArgs) -> Result<(String, String)> {
         bail!("the source and target languages are both {source:?}");
     }
     Ok((source, target))
+}
+
+/// The model paths, for messages.
+fn model_list(paths: &[PathBuf]) -> String {
+    let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    shown.join(", ")
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
@@ -276,7 +284,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let device = args.device.choice()?;
     let precision = args.device.precision(
         device,
-        &args.model,
+        &args.model[0],
         args.precision.model_precision(),
         false,
         &args.cache,
@@ -322,17 +330,18 @@ pub fn run(args: ServeArgs) -> Result<()> {
             webui: !args.no_webui,
             ctx_shift: args.context_shift,
         },
-        ..ServeConfig::new(args.model.clone(), addr)
+        more_models: args.model[1..].to_vec(),
+        ..ServeConfig::new(args.model[0].clone(), addr)
     };
     let server = Server::start(config)?;
     eprintln!(
         "listening on http://{} ({threads} threads); loading {}",
         server.addr,
-        args.model.display()
+        model_list(&args.model)
     );
     if let Err(e) = server.wait_ready() {
         let _ = server.shutdown();
-        bail!("{}: {e}", args.model.display());
+        bail!("{}: {e}", model_list(&args.model));
     }
     eprintln!(
         "ready: open http://{}/ in a browser (SIGTERM or Ctrl-C stops)",

@@ -14,6 +14,7 @@ use crate::pipeline::generate::{ModelPrecision, TextGenerator};
 use crate::pipeline::translate::Translator;
 use std::sync::Arc;
 
+mod more_translators;
 mod on_device;
 
 /// What kind of model `path` holds (see the module docs).
@@ -47,6 +48,13 @@ pub(super) fn compute(app: Arc<App>) {
         let _ = app.load_error.set(format!(
             "--device gpu serves language models; this is a {kind} model: serve it with \
              --device cpu (`translate` and `embed` run it on a GPU)"
+        ));
+        return;
+    }
+    if kind != "translation" && !app.config.more_models.is_empty() {
+        let _ = app.load_error.set(format!(
+            "{}: several --model serve translation models only; this is a {kind} model",
+            path.display()
         ));
         return;
     }
@@ -97,26 +105,43 @@ pub(super) fn compute(app: Arc<App>) {
         jobs::JobModel::Encoder(_) => None,
     };
     let (tx, rx) = std::sync::mpsc::channel();
+    let config = translate_config(&app.config);
+    let routes = if app.config.more_models.is_empty() {
+        None
+    } else {
+        let precision = precision.float_precision();
+        match more_translators::start(&app, &languages, &tx, precision, config) {
+            Ok(routes) => Some(Arc::new(routes)),
+            Err(e) => {
+                let _ = app.load_error.set(e);
+                return;
+            }
+        }
+    };
     let _ = app.served.set(Served::Jobs {
         kind,
         jobs: tx,
         languages,
+        routes,
     });
     // The queue's sender lives in `app`: once the server and its handlers are gone, the
     // channel closes and the loop ends.
     let metrics = app.metrics.clone();
-    let config = translate_engine::TranslateConfig {
-        block_rows: app.config.block_rows.max(1),
-        max_batch: app.config.max_batch.max(1),
-        encode_budget: app
-            .config
+    drop(app);
+    jobs::run(&model, rx, &metrics, config);
+}
+
+/// The translation engine's settings of `config`.
+fn translate_config(config: &ServeConfig) -> translate_engine::TranslateConfig {
+    translate_engine::TranslateConfig {
+        block_rows: config.block_rows.max(1),
+        max_batch: config.max_batch.max(1),
+        encode_budget: config
             .prefill_budget
             .unwrap_or(translate_engine::DEFAULT_ENCODE_BUDGET)
             .max(1),
         max_len_extra: crate::decode::GreedyOptions::default().max_len_extra,
-    };
-    drop(app);
-    jobs::run(&model, rx, &metrics, config);
+    }
 }
 
 /// [`compute`] for a language model: the continuous-batching engine, on the CPU or on the

@@ -63,6 +63,7 @@ pub mod server;
 pub mod text;
 pub mod translate_api;
 pub mod translate_engine;
+pub mod translate_routes;
 
 pub use server::Server;
 
@@ -87,6 +88,9 @@ use std::sync::{Arc, OnceLock};
 pub struct ServeConfig {
     /// The model to serve: a model directory or a GGUF file.
     pub model: PathBuf,
+    /// Further translation models (`--model` repeated), routed by language pair beside
+    /// [`model`](Self::model) (see [`translate_routes`]).
+    pub more_models: Vec<PathBuf>,
     /// The address to listen on.
     pub addr: SocketAddr,
     /// The KV pool in MiB.
@@ -157,6 +161,7 @@ impl ServeConfig {
     pub fn new(model: PathBuf, addr: SocketAddr) -> Self {
         ServeConfig {
             model,
+            more_models: Vec::new(),
             addr,
             kv_memory_mib: 512,
             kv_types: Default::default(),
@@ -238,6 +243,8 @@ pub enum Served {
         jobs: std::sync::mpsc::Sender<jobs::Job>,
         /// A multilingual translation model's languages.
         languages: Option<Arc<translate_api::LanguageTable>>,
+        /// Several translation models (`--model` repeated): their routes by language pair.
+        routes: Option<Arc<translate_routes::Routes>>,
     },
 }
 
@@ -336,6 +343,16 @@ impl App {
                 "this server serves a language model (POST /v1/completions)",
             ));
         };
+        self.job_on(jobs, make).await
+    }
+
+    /// [`job`](Self::job) on the engine whose queue is `jobs` (one of several translation
+    /// models').
+    async fn job_on<T>(
+        &self,
+        jobs: &std::sync::mpsc::Sender<jobs::Job>,
+        make: impl FnOnce(jobs::Answer<T>) -> jobs::Job,
+    ) -> std::result::Result<T, ApiError> {
         if self.draining.load(Ordering::Relaxed) {
             return Err(ApiError::unavailable("the server is shutting down"));
         }

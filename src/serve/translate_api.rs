@@ -26,7 +26,9 @@ use super::gate::KeyFromBody;
 use super::jobs::Job;
 use super::metrics::Outcome;
 use super::{App, OutcomeGuard};
+use super::translate_routes::Routes;
 use crate::pipeline::translate::{Languages, Translator};
+use crate::text::detect::LanguageDetector;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, HeaderMap};
@@ -66,6 +68,8 @@ pub struct LanguageTable {
     codes: Vec<(String, u32)>,
     /// The languages a request that names none gets.
     defaults: Languages,
+    /// Tells a text's language among the codes (`source: "auto"`, `/detect`).
+    detector: LanguageDetector,
 }
 
 impl LanguageTable {
@@ -82,23 +86,52 @@ impl LanguageTable {
         let named = |code: &str, unnamed: &str| (code != unnamed).then(|| code.to_string());
         let (source, target) = (named(source, "src"), named(target, "tgt"));
         let defaults = translator.languages_of(source.as_deref(), target.as_deref())?;
-        let codes = (tokenizer.language_codes())
+        let codes: Vec<(String, u32)> = (tokenizer.language_codes())
             .map(|c| (c.to_string(), tokenizer.language(c).expect("a listed code")))
             .collect();
-        Ok(Some(LanguageTable { codes, defaults }))
+        let detector = LanguageDetector::new(codes.iter().map(|(c, _)| c.as_str()));
+        Ok(Some(LanguageTable {
+            codes,
+            defaults,
+            detector,
+        }))
     }
 
-    fn token(&self, code: &str) -> Option<u32> {
+    /// Our id of the token of `code`, if the model knows it.
+    pub(super) fn token(&self, code: &str) -> Option<u32> {
         self.codes.iter().find(|(c, _)| c == code).map(|&(_, t)| t)
     }
 
-    fn code(&self, token: u32) -> Option<&str> {
+    /// The codes, in token order.
+    pub(super) fn codes(&self) -> impl Iterator<Item = &str> {
+        self.codes.iter().map(|(c, _)| c.as_str())
+    }
+
+    /// The code of our token id `token`.
+    pub(super) fn code(&self, token: u32) -> Option<&str> {
         (self.codes.iter().find(|&&(_, t)| t == token)).map(|(c, _)| c.as_str())
     }
 
-    /// The languages of a request's `source` (`auto`: the default source) and `target`
-    /// (absent: the default target), or a 400 naming the field.
-    fn request(&self, source: &str, target: Option<&str>) -> Result<Languages, ApiError> {
+    /// The code of the language `text` is in and the confidence: the detector's when it is
+    /// sure (see `text::detect`), else the default source, else its guess.
+    fn detect(&self, text: &str) -> Option<(&str, f64)> {
+        let detected = self.detector.detect(text);
+        let default = (self.defaults.source).and_then(|t| self.code(t));
+        match (detected, default) {
+            (Some(d), _) if d.reliable => Some((d.code, d.confidence)),
+            (_, Some(code)) => Some((code, 1.0)),
+            (d, None) => d.map(|d| (d.code, d.confidence)),
+        }
+    }
+
+    /// The languages of a request's `source` (`auto`: the language `text` is in, else the
+    /// default source) and `target` (absent: the default target), or a 400 naming the field.
+    fn request(
+        &self,
+        source: &str,
+        target: Option<&str>,
+        text: &str,
+    ) -> Result<Languages, ApiError> {
         let known = |field: &'static str, code: &str| {
             self.token(code).ok_or_else(|| {
                 ApiError::invalid(
@@ -111,11 +144,11 @@ impl LanguageTable {
             })
         };
         let source = match source {
-            "auto" => self.defaults.source.ok_or_else(|| {
+            "auto" => (self.detect(text).and_then(|(c, _)| self.token(c))).ok_or_else(|| {
                 ApiError::invalid(
                     Some("source"),
-                    "source \"auto\": this server has no language detector for its \
-                     multilingual model; name the source language (GET /languages)",
+                    "source \"auto\": the text's language cannot be told among the model's; \
+                     name the source language (GET /languages)",
                 )
             })?,
             code => known("source", code)?,
@@ -141,8 +174,24 @@ fn language_table(app: &App) -> Option<Arc<LanguageTable>> {
     }
 }
 
+/// The routes of several served translation models.
+fn routes(app: &App) -> Option<Arc<Routes>> {
+    match app.served() {
+        Ok(super::Served::Jobs { routes, .. }) => routes.clone(),
+        _ => None,
+    }
+}
+
 /// `GET /languages`.
 pub async fn languages(State(app): State<Arc<App>>) -> Response {
+    if let Some(routes) = routes(&app) {
+        let list: Vec<Value> = (routes.pairs().into_iter())
+            .map(|(code, targets)| {
+                json!({"code": code, "name": language_name(&code), "targets": targets})
+            })
+            .collect();
+        return Json(Value::Array(list)).into_response();
+    }
     if let Some(table) = language_table(&app) {
         let all: Vec<&str> = table.codes.iter().map(|(c, _)| c.as_str()).collect();
         let list: Vec<Value> = (all.iter())
@@ -257,23 +306,30 @@ pub async fn detect(
 ) -> Response {
     let result = (|| {
         let fields = checked_fields(&app, key_from_body, &headers, &body)?;
-        sentences(&fields)?;
+        let text = sentences(&fields)?.0.join("\n");
+        if let Some(routes) = routes(&app) {
+            let (code, confidence) = routes.detect(&text).ok_or_else(|| {
+                ApiError::invalid(
+                    Some("q"),
+                    "the text's language cannot be told among the served source languages",
+                )
+            })?;
+            return Ok(json!([{"confidence": confidence_percent(confidence), "language": code}]));
+        }
         match app.served()? {
             super::Served::Jobs {
                 kind: "translation",
                 ..
             } => match language_table(&app) {
                 Some(table) => {
-                    let code = (table.defaults.source)
-                        .and_then(|t| table.code(t))
-                        .ok_or_else(|| {
-                            ApiError::invalid(
-                                None,
-                                "this server has no language detector for its multilingual \
-                                 model (and no default source language)",
-                            )
-                        })?;
-                    Ok(json!([{"confidence": 100.0, "language": code}]))
+                    let (code, confidence) = table.detect(&text).ok_or_else(|| {
+                        ApiError::invalid(
+                            Some("q"),
+                            "the text's language cannot be told among the model's (and it \
+                             has no default source language)",
+                        )
+                    })?;
+                    Ok(json!([{"confidence": confidence_percent(confidence), "language": code}]))
                 }
                 None => Ok(json!([{"confidence": 100.0, "language": app.config.source_lang}])),
             },
@@ -287,6 +343,11 @@ pub async fn detect(
         Ok(v) => Json(v).into_response(),
         Err(e) => libre_error(e),
     }
+}
+
+/// A detector's confidence (0 to 1) as LibreTranslate reports it (0 to 100, one decimal).
+fn confidence_percent(confidence: f64) -> f64 {
+    (confidence * 1000.0).round() / 10.0
 }
 
 /// `POST /translate`.
@@ -316,13 +377,17 @@ pub async fn translate(
 
 async fn translate_inner(app: &App, body: Value) -> Result<Value, ApiError> {
     let (lines, listed) = sentences(&body)?;
+    let alternatives = alternatives(&body)?;
+    if let Some(routes) = routes(app) {
+        return translate_routed(app, &routes, &body, lines, listed, alternatives).await;
+    }
     let (src, tgt) = (&app.config.source_lang, &app.config.target_lang);
     let source = body.get("source").and_then(Value::as_str).unwrap_or("auto");
     let table = language_table(app);
     let (languages, detected) = match &table {
         Some(table) => {
             let target = body.get("target").and_then(Value::as_str);
-            let languages = table.request(source, target)?;
+            let languages = table.request(source, target, &lines.join("\n"))?;
             let detected = languages.source.and_then(|t| table.code(t)).unwrap_or(src);
             (languages, detected.to_string())
         }
@@ -340,19 +405,6 @@ async fn translate_inner(app: &App, body: Value) -> Result<Value, ApiError> {
             ),
         ));
     }
-    let alternatives = match body.get("alternatives") {
-        None | Some(Value::Null) => 0,
-        Some(v) => v
-            .as_u64()
-            .filter(|&n| n as usize <= MAX_ALTERNATIVES)
-            .ok_or_else(|| {
-                ApiError::limit(
-                    "alternatives",
-                    "too_many_alternatives",
-                    format!("alternatives must be a whole number from 0 to {MAX_ALTERNATIVES}"),
-                )
-            })? as usize,
-    };
     let n = lines.len();
     let arrived = Instant::now();
     let deadline = arrived + std::time::Duration::from_secs_f64(app.config.timeout_s);
@@ -367,6 +419,87 @@ async fn translate_inner(app: &App, body: Value) -> Result<Value, ApiError> {
         })
         .await?;
     debug_assert_eq!(lists.len(), n);
+    let detected = (source == "auto").then_some((detected, 1.0));
+    Ok(libre_answer(&lists, listed, alternatives, detected))
+}
+
+/// A request's `alternatives` (0 when absent), or a 400 past [`MAX_ALTERNATIVES`].
+fn alternatives(body: &Value) -> Result<usize, ApiError> {
+    Ok(match body.get("alternatives") {
+        None | Some(Value::Null) => 0,
+        Some(v) => v
+            .as_u64()
+            .filter(|&n| n as usize <= MAX_ALTERNATIVES)
+            .ok_or_else(|| {
+                ApiError::limit(
+                    "alternatives",
+                    "too_many_alternatives",
+                    format!("alternatives must be a whole number from 0 to {MAX_ALTERNATIVES}"),
+                )
+            })? as usize,
+    })
+}
+
+/// `/translate` with several models: the route of the request's pair (`source: "auto"`: the
+/// language the text is in), one model or two through English, each taking the previous
+/// one's best translations; the alternatives are the last model's.
+async fn translate_routed(
+    app: &App,
+    routes: &Routes,
+    body: &Value,
+    lines: Vec<String>,
+    listed: bool,
+    alternatives: usize,
+) -> Result<Value, ApiError> {
+    let source = body.get("source").and_then(Value::as_str).unwrap_or("auto");
+    let target = (body.get("target").and_then(Value::as_str))
+        .ok_or_else(|| ApiError::invalid(Some("target"), "target (a language code) is missing"))?;
+    let detected = match source {
+        "auto" => Some(routes.detect(&lines.join("\n")).ok_or_else(|| {
+            ApiError::invalid(
+                Some("source"),
+                "source \"auto\": the text's language cannot be told among the served source \
+                 languages; name it (GET /languages)",
+            )
+        })?),
+        _ => None,
+    };
+    let steps = routes.route(detected.map_or(source, |d| d.0), target)?;
+    let arrived = Instant::now();
+    let deadline = arrived + std::time::Duration::from_secs_f64(app.config.timeout_s);
+    let mut texts = lines;
+    let mut lists = Vec::new();
+    for (i, step) in steps.iter().enumerate() {
+        let nbest = if i + 1 == steps.len() { alternatives + 1 } else { 1 };
+        lists = app
+            .job_on(&step.model.jobs, |reply| Job::Translate {
+                lines: std::mem::take(&mut texts),
+                languages: step.languages,
+                nbest,
+                arrived,
+                deadline,
+                reply,
+            })
+            .await
+            .map_err(|e| ApiError {
+                message: format!("{}: {}", step.model.name, e.message),
+                ..e
+            })?;
+        texts = lists.iter().map(|l| l.first().map(|h| h.1.clone()).unwrap_or_default()).collect();
+    }
+    let detected = detected.map(|(code, confidence)| (code.to_string(), confidence));
+    Ok(libre_answer(&lists, listed, alternatives, detected))
+}
+
+/// LibreTranslate's answer: `translatedText` (and `alternatives`) of each sentence's n-best
+/// list, a string or a list as `q` was, and `detectedLanguage` when the source was detected.
+fn libre_answer(
+    lists: &[Vec<(f64, String)>],
+    listed: bool,
+    alternatives: usize,
+    detected: Option<(String, f64)>,
+) -> Value {
+    let n = lists.len();
     let best = |l: &Vec<(f64, String)>| l.first().map(|h| h.1.clone()).unwrap_or_default();
     let alts =
         |l: &Vec<(f64, String)>| -> Vec<String> { l.iter().skip(1).map(|h| h.1.clone()).collect() };
@@ -382,15 +515,15 @@ async fn translate_inner(app: &App, body: Value) -> Result<Value, ApiError> {
             json!(lists.first().map(alts).unwrap_or_default())
         };
     }
-    if source == "auto" {
-        let detected = json!({"confidence": 100.0, "language": detected});
+    if let Some((language, confidence)) = detected {
+        let detected = json!({"confidence": confidence_percent(confidence), "language": language});
         out["detectedLanguage"] = if listed {
             json!(vec![detected; n])
         } else {
             detected
         };
     }
-    Ok(out)
+    out
 }
 
 /// `POST /attention`.

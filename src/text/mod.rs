@@ -4,6 +4,7 @@
 pub mod bpe;
 pub mod corpus;
 pub mod decoder_tokenizer;
+pub mod detect;
 pub mod fairseq;
 pub mod fairseq_codes;
 pub mod gguf_tokenizer;

@@ -18,6 +18,7 @@ mod serve_llama_compat;
 mod serve_options;
 mod serve_prefill;
 mod serve_prefix_cache;
+mod serve_routes;
 mod serve_surface;
 mod serve_tools;
 mod serve_translate;

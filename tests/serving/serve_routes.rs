@@ -1,0 +1,193 @@
+//! `serve --model A --model B`: several translation models behind one LibreTranslate surface.
+//! The Marian fixture (German → English, as its `tokenizer_config.json` says) and a copy of it
+//! told by `languages.json` that it translates English → Spanish (its outputs are the same
+//! model's; what is checked is the routing): each pair goes to its model, German → Spanish
+//! through English (the second model reading the first one's translations), `/languages` lists
+//! the pairs of both and the pivot, `/detect` and `source: "auto"` tell German from English,
+//! and a pair no route serves is a 400 naming it. Models that cannot be routed are refused at
+//! load, by name.
+
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use transformer::decode::greedy::GreedyOptions;
+use transformer::pipeline::translate::Translator;
+use transformer::serve::client::request;
+use transformer::serve::{ServeConfig, Server};
+
+const T: Duration = Duration::from_secs(120);
+
+fn post(addr: SocketAddr, path: &str, body: &Value) -> (u16, Value) {
+    let (status, _, text) = request(addr, "POST", path, Some(&body.to_string()), T).unwrap();
+    let value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    (status, value)
+}
+
+fn marian() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/marian")
+}
+
+/// A copy of the Marian fixture whose `languages.json` names `source` → `target`.
+fn relabelled(source: &str, target: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(marian()).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+    }
+    let pair = json!({"source": source, "target": target}).to_string();
+    std::fs::write(dir.path().join("languages.json"), pair).unwrap();
+    dir
+}
+
+fn start(first: &Path, more: &[&Path]) -> Result<Server, String> {
+    let config = ServeConfig {
+        source_lang: "de".into(),
+        target_lang: "en".into(),
+        more_models: more.iter().map(|p| p.to_path_buf()).collect(),
+        ..ServeConfig::new(first.to_path_buf(), "127.0.0.1:0".parse().unwrap())
+    };
+    let server = Server::start(config).map_err(|e| e.to_string())?;
+    match server.wait_ready() {
+        Ok(()) => Ok(server),
+        Err(e) => {
+            let _ = server.shutdown();
+            Err(e.to_string())
+        }
+    }
+}
+
+#[test]
+fn pairs_go_to_their_model_and_others_through_english() {
+    let en_es = relabelled("en", "es");
+    let server = start(&marian(), &[en_es.path()]).unwrap();
+    let addr = server.addr;
+    let mut model = Translator::load(&marian()).unwrap();
+    model.prepare_inference();
+    let greedy = GreedyOptions::default();
+    // Sentences whose (random) translation is short enough to be translated again.
+    let candidates = [
+        "Das Haus ist alt.",
+        "Er gab uns nur einen Bericht.",
+        "Guten Morgen.",
+        "Wir gehen nach Hause.",
+        "Die Katze schläft.",
+        "Ich weiß es nicht.",
+        "Ja.",
+        "Danke.",
+        "Gut.",
+        "Hallo Welt.",
+    ];
+    let limit = model.model.config.max_len - 1;
+    let lines: Vec<String> = (candidates.iter().map(|s| s.to_string()))
+        .filter(|l| {
+            let once = model.translate(std::slice::from_ref(l), &greedy).unwrap();
+            !once[0].is_empty() && model.vocab.encode(&once[0]).len() < limit
+        })
+        .collect();
+    assert!(lines.len() >= 2, "{lines:?}");
+    let first = model.translate(&lines, &greedy).unwrap();
+    let second = model.translate(&first, &greedy).unwrap();
+    assert_ne!(first, second, "the pivot must be told apart from one step");
+
+    let (status, _, text) = request(addr, "GET", "/languages", None, T).unwrap();
+    assert_eq!(status, 200);
+    let langs: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        langs,
+        json!([
+            {"code": "de", "name": "German", "targets": ["en", "es"]},
+            {"code": "en", "name": "English", "targets": ["es"]},
+        ])
+    );
+    for (source, target, want) in [
+        ("de", "en", &first),
+        // (The copy has the same weights: the same outputs on the same lines.)
+        ("en", "es", &first),
+        ("de", "es", &second),
+    ] {
+        let body = json!({"q": lines, "source": source, "target": target});
+        let (status, got) = post(addr, "/translate", &body);
+        assert_eq!(status, 200, "{source} -> {target}: {got}");
+        assert_eq!(got["translatedText"], json!(want), "{source} -> {target}");
+    }
+    // `auto`: the language of the text, among the sources (German, English).
+    let german = lines.iter().max_by_key(|l| l.len()).unwrap().as_str();
+    let body = json!({"q": german, "source": "auto", "target": "es"});
+    let (status, got) = post(addr, "/translate", &body);
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(got["detectedLanguage"]["language"], "de");
+    let want = model.translate(
+        &model.translate(&[german.to_string()], &greedy).unwrap(),
+        &greedy,
+    );
+    assert_eq!(got["translatedText"], json!(want.unwrap()[0]));
+    for (text, want) in [
+        (
+            "Er gab uns nur einen Bericht über das Haus und die Stadt.",
+            "de",
+        ),
+        (
+            "The house is very old and stands at the edge of the town.",
+            "en",
+        ),
+    ] {
+        let (status, got) = post(addr, "/detect", &json!({"q": text}));
+        assert_eq!(status, 200, "{got}");
+        assert_eq!(got[0]["language"], want, "{text}");
+        let confidence = got[0]["confidence"].as_f64().unwrap();
+        assert!(confidence > 50.0 && confidence <= 100.0, "{confidence}");
+    }
+    // Alternatives come from the last model of the route.
+    let body = json!({"q": lines[0], "source": "de", "target": "es", "alternatives": 2});
+    let (status, got) = post(addr, "/translate", &body);
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(got["alternatives"].as_array().unwrap().len(), 2);
+    for (body, wanted) in [
+        (
+            json!({"q": "x", "source": "es", "target": "de"}),
+            "es to de",
+        ),
+        (json!({"q": "x", "source": "de", "target": "de"}), "both de"),
+        (json!({"q": "x", "source": "de"}), "target"),
+    ] {
+        let (status, got) = post(addr, "/translate", &body);
+        assert_eq!(status, 400, "{got}");
+        let error = got["error"].as_str().unwrap();
+        assert!(error.contains(wanted), "{error}");
+    }
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn models_that_cannot_be_routed_are_refused_by_name() {
+    // A second model without a language pair.
+    let unnamed = relabelled("en", "es");
+    std::fs::remove_file(unnamed.path().join("languages.json")).unwrap();
+    let config = unnamed.path().join("tokenizer_config.json");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        text.replace("\"source_lang\": \"de\"", "\"source_lang\": null"),
+    )
+    .unwrap();
+    let e = start(&marian(), &[unnamed.path()]).err().unwrap();
+    assert!(
+        e.contains("names no language pair") && e.contains(&unnamed.path().display().to_string()),
+        "{e}"
+    );
+    // A second model that is not a translation model.
+    let encoder = tempfile::tempdir().unwrap();
+    std::fs::write(
+        encoder.path().join("config.json"),
+        r#"{"model_type": "bert", "vocab_size": 10}"#,
+    )
+    .unwrap();
+    let e = start(&marian(), &[encoder.path()]).err().unwrap();
+    assert!(e.contains("not a translation model"), "{e}");
+    // A second model whose files are broken.
+    let broken = relabelled("en", "es");
+    std::fs::write(broken.path().join("model.safetensors"), b"not safetensors").unwrap();
+    let e = start(&marian(), &[broken.path()]).err().unwrap();
+    assert!(e.contains("model.safetensors"), "{e}");
+}
