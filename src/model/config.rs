@@ -240,6 +240,12 @@ pub struct ModelConfig {
     /// FFN of [`d_ff`](Self::d_ff). Absent: `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub experts: Option<ExpertsConfig>,
+    /// Whether the encoder reads the EOS every search and batch appends to a source (ours,
+    /// Marian, NLLB: true); false: that position is masked like padding, for models trained on
+    /// sources without one (OpenNMT-py / Argos Translate models run by CTranslate2). Absent:
+    /// true.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub source_eos: bool,
 }
 
 /// A mixture-of-experts FFN (`super::experts`): `n_experts` FFNs of `d_ff` hidden units each
@@ -396,6 +402,7 @@ impl ModelConfig {
             layer_attention: Vec::new(),
             encoder_layer_attention: Vec::new(),
             experts: None,
+            source_eos: true,
         })
     }
 

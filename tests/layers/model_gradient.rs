@@ -46,6 +46,7 @@ fn tiny_config(norm: NormPlacement, tie: bool, dropout: f64) -> ModelConfig {
         layer_attention: Vec::new(),
         encoder_layer_attention: Vec::new(),
         experts: None,
+        source_eos: true,
         qk_norm_whole: false,
     }
 }

@@ -338,6 +338,7 @@ fn tiny_config(positions: Positions, norm: NormPlacement, tie: bool, dropout: f6
         layer_attention: Vec::new(),
         encoder_layer_attention: Vec::new(),
         experts: None,
+        source_eos: true,
         qk_norm_whole: false,
     }
 }
@@ -465,6 +466,7 @@ fn decoding_model(positions: Positions, norm: NormPlacement, tie: bool, eos: f32
         layer_attention: Vec::new(),
         encoder_layer_attention: Vec::new(),
         experts: None,
+        source_eos: true,
         qk_norm_whole: false,
     };
     c.validate().unwrap();

@@ -51,6 +51,7 @@ fn config(norm: NormPlacement, tie: bool) -> ModelConfig {
         layer_attention: Vec::new(),
         encoder_layer_attention: Vec::new(),
         experts: None,
+        source_eos: true,
         qk_norm_whole: false,
     }
 }

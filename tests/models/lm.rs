@@ -58,6 +58,7 @@ fn config(norm: NormPlacement, tie: bool, dropout: f64, d_model: usize) -> Model
         layer_attention: Vec::new(),
         encoder_layer_attention: Vec::new(),
         experts: None,
+        source_eos: true,
         qk_norm_whole: false,
     }
 }

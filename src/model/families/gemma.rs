@@ -296,6 +296,7 @@ fn gemma_config(
         layer_attention: Vec::new(),
         encoder_layer_attention: Vec::new(),
         experts: None,
+        source_eos: true,
         qk_norm_whole: false,
     }
 }

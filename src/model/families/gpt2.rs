@@ -149,6 +149,7 @@ impl Gpt2Config {
             layer_attention: Vec::new(),
             encoder_layer_attention: Vec::new(),
             experts: None,
+            source_eos: true,
             qk_norm_whole: false,
         };
         c.validate()?;

@@ -251,6 +251,7 @@ fn llama_config(
         layer_attention: Vec::new(),
         encoder_layer_attention: Vec::new(),
         experts: None,
+        source_eos: true,
         qk_norm_whole: false,
     }
 }
