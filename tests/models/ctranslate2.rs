@@ -324,9 +324,17 @@ fn load_error(dir: &Path) -> String {
     e
 }
 
+/// A damaged copy: its name, the edit, the file the error names and what it says.
+type BadCase = (
+    &'static str,
+    Box<dyn FnOnce(&Path)>,
+    &'static str,
+    &'static str,
+);
+
 #[test]
 fn damaged_and_mismatched_directories_are_errors_naming_the_file() {
-    let cases: Vec<(&str, Box<dyn FnOnce(&Path)>, &str, &str)> = vec![
+    let cases: Vec<BadCase> = vec![
         (
             "truncated",
             Box::new(|d: &Path| {

@@ -232,11 +232,9 @@ impl Reader<'_> {
             return Err(format!("decoder/embeddings/weight has shape {:?}, not a matrix", emb.shape));
         };
         let ffn = self.bin.get("encoder/layer_0/ffn/linear_0/weight").ok_or("no encoder/layer_0 (an encoder of no layers)")?;
-        let d_ff = ffn.shape[0];
-        let positions = match self.bin.get("encoder/position_encodings/encodings") {
-            Some(p) => Some(p.shape[0]),
-            None => None,
-        };
+        let d_ff = ffn.shape.first().copied().unwrap_or(0);
+        let positions = (self.bin.get("encoder/position_encodings/encodings"))
+            .map(|p| p.shape.first().copied().unwrap_or(0));
         let bias = self.bin.variables.keys().chain(self.bin.aliases.keys()).any(|n| n.ends_with("/bias") && !n.contains("layer_norm") && !n.starts_with("decoder/projection"));
         let target = |n: &str| self.bin.aliases.get(n).cloned().unwrap_or_else(|| n.to_string());
         let tied = target("decoder/projection/weight") == target("decoder/embeddings/weight")
