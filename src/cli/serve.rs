@@ -188,10 +188,14 @@ fn listen_address(args: &ServeArgs) -> Result<(SocketAddr, Option<String>)> {
     Ok((*addr, name))
 }
 
-/// The translation pair's codes: the flags, else the model's `languages.json`, else the
-/// unnamed `src` → `tgt`.
+/// The translation pair's codes: the flags, else the model's `languages.json` (or Argos
+/// package's `metadata.json`), else the unnamed `src` → `tgt`.
 fn language_codes(args: &ServeArgs) -> Result<(String, String)> {
-    let recorded = LanguagePair::read(&args.model[0])?;
+    let first = &args.model[0];
+    let recorded = match LanguagePair::read(first)? {
+        Some(pair) => Some(pair),
+        None => crate::pipeline::argos::package_pair(first)?,
+    };
     let mut codes = Vec::new();
     for (flag, given, recorded, unnamed) in [
         (

@@ -251,6 +251,12 @@ pub struct ModelConfig {
     /// for both.
     #[serde(default, skip_serializing_if = "is_default")]
     pub target_positions: bool,
+    /// Whether the encoder reads the EOS every search and batch appends to a source (ours,
+    /// Marian, NLLB: true); false: that position is masked like padding, for models trained on
+    /// sources without one (OpenNMT-py / Argos Translate models run by CTranslate2). Absent:
+    /// true.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub source_eos: bool,
 }
 
 /// A mixture-of-experts FFN (`super::experts`): `n_experts` FFNs of `d_ff` hidden units each
@@ -409,6 +415,7 @@ impl ModelConfig {
             experts: None,
             embedding_norm: false,
             target_positions: false,
+            source_eos: true,
         })
     }
 

@@ -189,6 +189,16 @@ impl<T: Float> Seq2Seq<T> {
         self.head.logits(&self.embedding, hidden)
     }
 
+    /// The source positions the encoder and the cross-attention read: `src_lens`, less the
+    /// closing EOS (the last position of each source) for a model that reads none
+    /// ([`ModelConfig::source_eos`]; at least one position stays).
+    pub fn source_keys<'a>(&self, src_lens: &'a [usize]) -> std::borrow::Cow<'a, [usize]> {
+        if self.config.source_eos {
+            return std::borrow::Cow::Borrowed(src_lens);
+        }
+        std::borrow::Cow::Owned(src_lens.iter().map(|&n| n.saturating_sub(1).max(1)).collect())
+    }
+
     /// Embeds and encodes `src [batch, src_len]`: the memory `[batch*src_len, d_model]`.
     fn encode(
         &self,
@@ -205,7 +215,8 @@ impl<T: Float> Seq2Seq<T> {
         let (x, embedding) = self
             .embedding
             .forward(src, src_len, 0, p, rng.as_deref_mut());
-        let (b, mask) = (src_lens.len(), padding_mask(src_lens));
+        let keys = self.source_keys(src_lens);
+        let (b, mask) = (src_lens.len(), padding_mask(&keys));
         let (memory, encoder) = self
             .encoder
             .forward(x, rng, |l, x, r| l.forward(x, b, mask, r));
@@ -230,9 +241,10 @@ impl<T: Float> Seq2Seq<T> {
             self.config.dropout,
             rng.as_deref_mut(),
         );
+        let keys = self.source_keys(&batch.src_lens);
         let masks = DecoderMasks {
             tgt_lens: &batch.tgt_lens,
-            src_lens: &batch.src_lens,
+            src_lens: &keys,
         };
         let (hidden, decoder) = self
             .decoder
@@ -314,7 +326,8 @@ impl<T: Float> Seq2Seq<T> {
         let (x, _) = self
             .embedding
             .forward(&batch.src, batch.src_len, 0, 0.0, None);
-        let mask = padding_mask(&batch.src_lens);
+        let keys = self.source_keys(&batch.src_lens);
+        let mask = padding_mask(&keys);
         let mut encoder = Vec::new();
         let memory = self.encoder.apply(x, |_, l, x| {
             let (y, w) = l.forward_weights(x, b, mask);
@@ -325,7 +338,7 @@ impl<T: Float> Seq2Seq<T> {
             (self.embedding).forward_on(Side::Target, &batch.tgt_in, batch.tgt_len, 0, 0.0, None);
         let masks = DecoderMasks {
             tgt_lens: &batch.tgt_lens,
-            src_lens: &batch.src_lens,
+            src_lens: &keys,
         };
         let mut decoder = Vec::new();
         self.decoder.apply(y, |_, l, y| {
@@ -360,7 +373,7 @@ impl<T: Float> Seq2Seq<T> {
         DecodeState {
             self_caches,
             cross_caches,
-            src_lens: src_lens.to_vec(),
+            src_lens: self.source_keys(src_lens).into_owned(),
         }
     }
 

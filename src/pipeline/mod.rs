@@ -11,6 +11,7 @@
 //! - [`chat`]: conversations through a model's chat template, rendered in [`jinja`] as
 //!   transformers renders them.
 
+pub mod argos;
 pub mod chat;
 pub mod device;
 pub mod embed;

@@ -1,7 +1,8 @@
 //! Translation with a model directory written by `train`, `demo --out` or `average`
-//! (`config.json`, `model.safetensors`, `vocab.json`), or a Hugging Face Marian model
-//! (OPUS-MT): greedy and beam translation of lines, n-best lists, and the log-probability of
-//! given pairs. Empty lines stay empty, so line counts always match.
+//! (`config.json`, `model.safetensors`, `vocab.json`), a Hugging Face Marian or M2M100 / NLLB
+//! model, a CTranslate2 model directory or an Argos Translate package: greedy and beam
+//! translation of lines, n-best lists, and the log-probability of given pairs. Empty lines
+//! stay empty, so line counts always match.
 
 use super::{check_model_dir, check_vocab};
 use crate::decode::beam::{beam_search, length_penalty, BeamHypothesis, BeamOptions};
@@ -13,6 +14,7 @@ use crate::model::families;
 use crate::model::Seq2Seq;
 use crate::store::VOCAB_FILE;
 use crate::text::corpus::Pair;
+use crate::text::languages::LanguagePair;
 use crate::text::vocab::Vocab;
 #[cfg(feature = "viz")]
 use crate::viz::{attention_maps, AttentionMaps};
@@ -26,6 +28,11 @@ pub struct Translator {
     pub vocab: Vocab,
     /// A multilingual model's languages (its source and target tokens), when chosen.
     pub languages: Languages,
+    /// The language pair a package names (an Argos Translate package's `from_code` and
+    /// `to_code`), for routing requests by language.
+    pub pair: Option<LanguagePair>,
+    /// A CTranslate2 model's int8 weights as stored, multiplied as they are in int8 inference.
+    stored_int8: Option<families::ctranslate2_int8::StoredInt8>,
 }
 
 /// A multilingual model's source and target languages: our ids of their tokens. The source
@@ -43,9 +50,21 @@ impl Translator {
     /// Hugging Face Marian model (OPUS-MT; see `model::families::marian`), or an M2M100 / NLLB
     /// or mBART-50 model (see `model::families::m2m100`, `mbart`; its languages from
     /// `tokenizer_config.json`'s `src_lang` / `tgt_lang` where it names known ones, else
-    /// chosen by [`set_languages`](Self::set_languages)).
+    /// chosen by [`set_languages`](Self::set_languages)), a CTranslate2 model directory (see
+    /// `model::families::ctranslate2`), or an Argos Translate package, a `.argosmodel` file or
+    /// its directory (see [`super::argos`]).
     pub fn load(dir: &Path) -> Result<Translator> {
+        if super::argos::is_package(dir) {
+            return super::argos::load(dir);
+        }
         check_model_dir(dir)?;
+        if families::ctranslate2::is_ctranslate2_dir(dir) {
+            let files = crate::store::package::Files::Dir(dir.to_path_buf());
+            let (model, vocab, int8) = families::ctranslate2::load_files(&files, None)?;
+            let mut translator = Translator::of(model, vocab);
+            translator.set_stored_int8(int8);
+            return Ok(translator);
+        }
         if families::marian::is_marian_dir(dir) {
             let (model, vocab) = families::marian::load(dir)?;
             return Ok(Translator::of(model, vocab));
@@ -82,7 +101,20 @@ impl Translator {
             model,
             vocab,
             languages: Languages::default(),
+            pair: None,
+            stored_int8: None,
         }
+    }
+
+    /// Keeps a CTranslate2 model's int8 weights as stored, for int8 inference.
+    pub(crate) fn set_stored_int8(&mut self, int8: Option<families::ctranslate2_int8::StoredInt8>) {
+        self.stored_int8 = int8;
+    }
+
+    /// How many of the model's layers hold int8 weights as stored (a CTranslate2 int8 model's;
+    /// 0 for others).
+    pub fn stored_int8_layers(&self) -> usize {
+        self.stored_int8.as_ref().map_or(0, |w| w.len())
     }
 
     /// A multilingual model's languages of codes `source` and `target` (`eng_Latn`; M2M100:
@@ -141,7 +173,12 @@ impl Translator {
     }
 
     /// Readies the model for decoding in `precision` (see [`Seq2Seq::prepare_precision`]).
+    /// int8 inference of a CTranslate2 int8 model multiplies its weights as stored.
     pub fn prepare_precision(&mut self, precision: crate::kernels::lowp::Precision) -> Result<()> {
+        if let (crate::kernels::lowp::Precision::Int8, Some(w)) = (precision, &self.stored_int8) {
+            w.install(&mut self.model)
+                .map_err(|e| Error::Input(format!("--precision int8: {e}")))?;
+        }
         self.model
             .prepare_precision(precision)
             .map_err(|e| Error::Input(format!("--precision: {e}")))
@@ -360,6 +397,13 @@ where
 {
     let (k, search) = (options.beam_size, (options.alpha, Some(options.stop)));
     let config = &model.config;
+    if !config.source_eos {
+        return Err(Error::Input(
+            "--device gpu: models without a source EOS (OpenNMT-py / Argos Translate) are not \
+             on a device yet"
+                .into(),
+        ));
+    }
     if vocab.fairseq().is_some() {
         return Err(Error::Input(
             "--device gpu: multilingual models (forced target-language tokens, a logit bias) \

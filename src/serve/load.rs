@@ -23,6 +23,8 @@ fn model_kind(path: &std::path::Path) -> &'static str {
     let model_type = model_type_of(path);
     if path.join(crate::store::VOCAB_FILE).is_file()
         || model_type.as_deref().is_some_and(is_translation)
+        || crate::model::families::ctranslate2::is_ctranslate2_dir(path)
+        || crate::pipeline::argos::is_package(path)
     {
         "translation"
     } else if model_type.as_deref().is_some_and(is_encoder) {

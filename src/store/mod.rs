@@ -23,6 +23,8 @@
 //! Single files ([`write_atomic`]) are written to a temporary name and renamed.
 
 pub mod atomic;
+pub mod ctranslate2;
+pub mod package;
 pub mod file_memory;
 /// The ggml element types and block layouts, kept beside the kernels that multiply them
 /// ([`crate::kernels::lowp::ggml`]); re-exported here for the readers of GGUF files.

@@ -3,6 +3,7 @@
 
 pub mod bpe;
 pub mod corpus;
+pub mod ct2_tokenizer;
 pub mod decoder_tokenizer;
 pub mod detect;
 pub mod fairseq;

@@ -1,7 +1,8 @@
 //! The tokenizers of pretrained translation models, behind one [`Vocab`](super::vocab::Vocab):
-//! Marian's ([`MarianTokenizer`]) and fairseq's multilingual ones ([`FairseqTokenizer`]). Both
-//! speak our ids (see `id_map`).
+//! Marian's ([`MarianTokenizer`]), fairseq's multilingual ones ([`FairseqTokenizer`]) and
+//! CTranslate2 model directories' ([`Ct2Tokenizer`]). All speak our ids (see `id_map`).
 
+use super::ct2_tokenizer::Ct2Tokenizer;
 use super::fairseq::FairseqTokenizer;
 use super::marian::MarianTokenizer;
 use crate::error::{Error, Result};
@@ -24,6 +25,8 @@ pub enum Pretrained {
     Marian(Arc<MarianTokenizer>),
     /// M2M100 / NLLB (the source language's token is the translator's to put first).
     Fairseq(Arc<FairseqTokenizer>),
+    /// A CTranslate2 model directory or Argos Translate package.
+    Ct2(Arc<Ct2Tokenizer>),
 }
 
 impl Pretrained {
@@ -32,6 +35,7 @@ impl Pretrained {
         match self {
             Pretrained::Marian(t) => t.encode(text),
             Pretrained::Fairseq(t) => t.encode(text),
+            Pretrained::Ct2(t) => t.encode(text),
         }
     }
 
@@ -40,6 +44,7 @@ impl Pretrained {
         match self {
             Pretrained::Marian(t) => t.decode(ids),
             Pretrained::Fairseq(t) => t.decode(ids),
+            Pretrained::Ct2(t) => t.decode(ids),
         }
     }
 
@@ -48,6 +53,7 @@ impl Pretrained {
         match self {
             Pretrained::Marian(t) => t.len(),
             Pretrained::Fairseq(t) => t.len(),
+            Pretrained::Ct2(t) => t.len(),
         }
     }
 
@@ -56,6 +62,7 @@ impl Pretrained {
         match self {
             Pretrained::Marian(t) => t.token(id),
             Pretrained::Fairseq(t) => t.token(id),
+            Pretrained::Ct2(t) => t.token(id),
         }
     }
 
@@ -66,6 +73,7 @@ impl Pretrained {
             Pretrained::Fairseq(_) => {
                 "sentencepiece.bpe.model with vocab.json or tokenizer.json, and tokenizer_config.json"
             }
+            Pretrained::Ct2(_) => "model.bin, its vocabulary and SentencePiece model",
         }
     }
 }

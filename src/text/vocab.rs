@@ -262,6 +262,19 @@ impl Vocab {
         Vocab::from_pretrained(Pretrained::Fairseq(std::sync::Arc::new(tokenizer)))
     }
 
+    /// The vocabulary of a CTranslate2 model directory (see `text::ct2_tokenizer`).
+    pub fn from_ct2(tokenizer: super::ct2_tokenizer::Ct2Tokenizer) -> Vocab {
+        Vocab::from_pretrained(Pretrained::Ct2(std::sync::Arc::new(tokenizer)))
+    }
+
+    /// The CTranslate2 tokenizer, when this is a CTranslate2 model's vocabulary.
+    pub fn ct2(&self) -> Option<&super::ct2_tokenizer::Ct2Tokenizer> {
+        match &self.pretrained {
+            Some(Pretrained::Ct2(t)) => Some(t),
+            _ => None,
+        }
+    }
+
     fn from_pretrained(pretrained: Pretrained) -> Vocab {
         let tokens = (0..pretrained.len() as u32)
             .map(|id| pretrained.token(id).unwrap_or_default().to_string())

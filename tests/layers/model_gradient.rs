@@ -48,6 +48,7 @@ fn tiny_config(norm: NormPlacement, tie: bool, dropout: f64) -> ModelConfig {
         experts: None,
         embedding_norm: false,
         target_positions: false,
+        source_eos: true,
         qk_norm_whole: false,
     }
 }

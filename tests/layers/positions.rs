@@ -340,6 +340,7 @@ fn tiny_config(positions: Positions, norm: NormPlacement, tie: bool, dropout: f6
         experts: None,
         embedding_norm: false,
         target_positions: false,
+        source_eos: true,
         qk_norm_whole: false,
     }
 }
@@ -469,6 +470,7 @@ fn decoding_model(positions: Positions, norm: NormPlacement, tie: bool, eos: f32
         experts: None,
         embedding_norm: false,
         target_positions: false,
+        source_eos: true,
         qk_norm_whole: false,
     };
     c.validate().unwrap();

@@ -53,6 +53,7 @@ fn config(norm: NormPlacement, tie: bool) -> ModelConfig {
         experts: None,
         embedding_norm: false,
         target_positions: false,
+        source_eos: true,
         qk_norm_whole: false,
     }
 }

@@ -60,6 +60,7 @@ fn config(norm: NormPlacement, tie: bool, dropout: f64, d_model: usize) -> Model
         experts: None,
         embedding_norm: false,
         target_positions: false,
+        source_eos: true,
         qk_norm_whole: false,
     }
 }

@@ -11,6 +11,7 @@ mod gguf_common;
 mod beam;
 mod bleu;
 mod chat_templates;
+mod ctranslate2;
 mod decode_interface;
 mod decoding;
 mod device;

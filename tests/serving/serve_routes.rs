@@ -41,9 +41,14 @@ fn relabelled(source: &str, target: &str) -> tempfile::TempDir {
 }
 
 fn start(first: &Path, more: &[&Path]) -> Result<Server, String> {
+    start_pair(first, ("de", "en"), more)
+}
+
+/// [`start`] with the first model's pair `(source, target)`.
+fn start_pair(first: &Path, pair: (&str, &str), more: &[&Path]) -> Result<Server, String> {
     let config = ServeConfig {
-        source_lang: "de".into(),
-        target_lang: "en".into(),
+        source_lang: pair.0.into(),
+        target_lang: pair.1.into(),
         more_models: more.iter().map(|p| p.to_path_buf()).collect(),
         ..ServeConfig::new(first.to_path_buf(), "127.0.0.1:0".parse().unwrap())
     };
@@ -190,4 +195,37 @@ fn models_that_cannot_be_routed_are_refused_by_name() {
     std::fs::write(broken.path().join("model.safetensors"), b"not safetensors").unwrap();
     let e = start(&marian(), &[broken.path()]).err().unwrap();
     assert!(e.contains("model.safetensors"), "{e}");
+}
+
+/// An Argos Translate package (`.argosmodel`, German -> English by its `metadata.json`) as a
+/// further model: its pair routes German to it, and on through English to the first model.
+#[test]
+fn an_argos_package_is_routed_by_its_metadata() {
+    let argos = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/ct2/de_en.argosmodel");
+    let en_es = relabelled("en", "es");
+    let server = start_pair(en_es.path(), ("en", "es"), &[&argos]).unwrap();
+    let addr = server.addr;
+    let (status, _, text) = request(addr, "GET", "/languages", None, T).unwrap();
+    assert_eq!(status, 200);
+    let langs: Value = serde_json::from_str(&text).unwrap();
+    let de = langs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["code"] == "de")
+        .unwrap();
+    assert_eq!(de["targets"], json!(["en", "es"]));
+    let package = Translator::load(&argos).unwrap();
+    let line = "Das Haus ist alt.".to_string();
+    let want = package
+        .translate(std::slice::from_ref(&line), &GreedyOptions::default())
+        .unwrap();
+    let (status, got) = post(
+        addr,
+        "/translate",
+        &json!({"q": line, "source": "de", "target": "en"}),
+    );
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(got["translatedText"], json!(want[0]));
+    server.shutdown().unwrap();
 }

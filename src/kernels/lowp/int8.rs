@@ -203,6 +203,44 @@ impl Int8Matrix {
         })
     }
 
+    /// Already-quantised rows `q [rows, cols]` with their scales `scale [rows]` (`w ≈ q · s`,
+    /// e.g. a CTranslate2 `int8` weight, whose `1 / weight_scale` is `s`), laid out as
+    /// [`from_f32`](Self::from_f32) lays out its own: nothing is re-quantised. An error says
+    /// why not (lengths, a row longer than `MAX_COLS`, a scale that is not finite, −128).
+    pub fn from_quantized(q: &[i8], scale: &[f32], rows: usize, cols: usize) -> Result<Int8Matrix, String> {
+        if q.len() != rows * cols || scale.len() != rows {
+            return Err(format!(
+                "int8 rows: {} values and {} scales for [{rows}, {cols}]",
+                q.len(),
+                scale.len()
+            ));
+        }
+        if cols > MAX_COLS {
+            return Err(format!("int8 rows of {cols} elements are longer than {MAX_COLS}"));
+        }
+        if let Some(s) = scale.iter().find(|s| !s.is_finite()) {
+            return Err(format!("int8 row scale {s} is not finite"));
+        }
+        // The kernels' sums assume |q| ≤ 127 (symmetric quantisation never gives −128).
+        if q.contains(&i8::MIN) {
+            return Err("int8 weight holds −128 (symmetric quantisation stays within ±127)".into());
+        }
+        let groups = cols.div_ceil(4).max(1);
+        let padded_rows = rows.div_ceil(LANES) * LANES;
+        let mut packed = vec![0i8; padded_rows * groups * 4];
+        let mut scales = vec![0f32; padded_rows];
+        let mut row_sum = vec![0i32; padded_rows];
+        for (o, src) in q.chunks_exact(cols.max(1)).enumerate().take(rows) {
+            scales[o] = scale[o];
+            let (panel, lane) = (o / LANES, o % LANES);
+            for (k, &p) in src.iter().enumerate() {
+                packed[((panel * groups + k / 4) * LANES + lane) * 4 + k % 4] = p;
+                row_sum[o] += i32::from(p);
+            }
+        }
+        Ok(Int8Matrix { rows, cols, groups, q: packed, scale: scales, row_sum })
+    }
+
     /// `d_out`.
     pub fn rows(&self) -> usize {
         self.rows
@@ -553,6 +591,21 @@ mod avx512 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Rows given already quantised are laid out exactly as `from_f32` lays out its own.
+    #[test]
+    fn quantised_rows_are_kept_as_given() {
+        let w: Vec<f32> = (0..3 * 37).map(|i| ((i * 7919) % 23) as f32 - 11.0).collect();
+        let a = Int8Matrix::from_f32(&w, 3, 37).unwrap();
+        let q: Vec<i8> = (0..3 * 37).map(|i| a.q_at(i / 37, i % 37)).collect();
+        let b = Int8Matrix::from_quantized(&q, &a.scale[..3], 3, 37).unwrap();
+        assert_eq!((&b.q, &b.scale, &b.row_sum), (&a.q, &a.scale, &a.row_sum));
+        assert!(Int8Matrix::from_quantized(&q, &a.scale[..2], 3, 37).is_err());
+        let mut bad = q.clone();
+        bad[5] = i8::MIN;
+        assert!(Int8Matrix::from_quantized(&bad, &a.scale[..3], 3, 37).is_err());
+        assert!(Int8Matrix::from_quantized(&q, &[1.0, f32::NAN, 1.0], 3, 37).is_err());
+    }
 
     /// The plain AVX2 form of the activations is `p` itself, padded with 0, and knows when
     /// every `p` is at least 0 (so that the product takes `run_non_negative`): a ReLU's output

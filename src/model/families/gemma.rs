@@ -298,6 +298,7 @@ fn gemma_config(
         experts: None,
         embedding_norm: false,
         target_positions: false,
+        source_eos: true,
         qk_norm_whole: false,
     }
 }

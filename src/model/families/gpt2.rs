@@ -151,6 +151,7 @@ impl Gpt2Config {
             experts: None,
             embedding_norm: false,
             target_positions: false,
+            source_eos: true,
             qk_norm_whole: false,
         };
         c.validate()?;

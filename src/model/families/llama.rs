@@ -253,6 +253,7 @@ fn llama_config(
         experts: None,
         embedding_norm: false,
         target_positions: false,
+        source_eos: true,
         qk_norm_whole: false,
     }
 }

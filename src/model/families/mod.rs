@@ -9,6 +9,9 @@
 //! [`FAMILIES`], as long as our layers compute it (see the options of [`ModelConfig`]).
 
 pub mod bert;
+pub mod ctranslate2;
+pub mod ctranslate2_int8;
+mod ctranslate2_vocab;
 pub mod experts;
 pub mod gemma;
 pub mod gguf;

@@ -67,15 +67,19 @@ pub(super) fn start(
             .map_err(|e| at(e.to_string()))?;
         let languages = match LanguageTable::of(&translator, "src", "tgt") {
             Ok(Some(table)) => ModelLanguages::Many(Arc::new(table)),
-            Ok(None) => match LanguagePair::read(path).map_err(|e| at(e.to_string()))? {
+            Ok(None) => match (translator.pair.clone())
+                .map_or_else(|| LanguagePair::read(path), |p| Ok(Some(p)))
+                .map_err(|e| at(e.to_string()))?
+            {
                 Some(pair) => ModelLanguages::Pair {
                     source: pair.source,
                     target: pair.target,
                 },
                 None => {
                     return Err(at(
-                        "the model names no language pair (languages.json, or Marian's \
-                         tokenizer_config.json source_lang / target_lang)"
+                        "the model names no language pair (languages.json, an Argos package's \
+                         metadata.json, or Marian's tokenizer_config.json source_lang / \
+                         target_lang)"
                             .into(),
                     ))
                 }

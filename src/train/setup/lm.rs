@@ -169,6 +169,7 @@ impl LmModelSpec {
             },
             encoder_layer_attention: Vec::new(),
             experts: None,
+            source_eos: true,
             qk_norm_whole: false,
             embedding_norm: false,
             target_positions: false,
