@@ -74,7 +74,7 @@ pub use crate::kernels::layer_norm::LayerNormStats;
 pub use crate::kernels::linear_attention::LinearState;
 pub use crate::kernels::lowp::bf16_train::{Bf16Kernel, Bf16Products};
 pub use crate::kernels::lowp::ggml::GgmlType;
-pub use crate::kernels::lowp::{PackedWeight, Precision, RawBytes};
+pub use crate::kernels::lowp::{Int8Matrix, PackedWeight, Precision, RawBytes};
 pub use crate::kernels::matmul::{MatMut, MatRef};
 pub use crate::kernels::rms_norm::RmsNormStats;
 pub use crate::kernels::rope::{Llama3Scaling, Rope, RopeStyle, YarnScaling};

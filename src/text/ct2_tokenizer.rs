@@ -12,30 +12,15 @@
 
 use super::id_map::IdMap;
 use super::sentencepiece::SentencePiece;
-use super::UNK;
+use super::spm_pair::SpmPair;
 use std::collections::HashMap;
 
 /// A CTranslate2 model's tokenizer (see the module docs).
+#[derive(Debug)]
 pub struct Ct2Tokenizer {
-    source: SentencePiece,
-    target: SentencePiece,
-    /// Piece -> the model's id.
-    ids_by_piece: HashMap<String, u32>,
-    /// Our id -> piece.
-    pieces: Vec<String>,
-    ids: IdMap,
-    /// The model's id of its unknown token.
-    unk: u32,
+    pair: SpmPair,
     /// The model's id put before every source (`add_source_bos`), if any.
     first: Option<u32>,
-}
-
-impl std::fmt::Debug for Ct2Tokenizer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Ct2Tokenizer")
-            .field("pieces", &self.pieces.len())
-            .finish_non_exhaustive()
-    }
 }
 
 impl Ct2Tokenizer {
@@ -55,64 +40,42 @@ impl Ct2Tokenizer {
             // The first of repeated pieces, as CTranslate2's vocabulary map keeps it.
             ids_by_piece.entry(piece.clone()).or_insert(i as u32);
         }
-        let pieces = (0..ids.len_ours() as u32)
-            .map(|ours| match ids.theirs(ours) {
-                Some(t) => vocab[t as usize].clone(),
-                None => "<pad>".to_string(),
-            })
-            .collect();
+        let piece_of = |t: u32| vocab[t as usize].clone();
         Ct2Tokenizer {
-            source,
-            target,
-            ids_by_piece,
-            pieces,
-            ids,
-            unk,
+            pair: SpmPair::new(source, target, ids_by_piece, piece_of, ids, unk),
             first,
         }
     }
 
     /// The id map.
     pub fn ids(&self) -> &IdMap {
-        &self.ids
+        self.pair.ids()
     }
 
     /// Our token ids of a source `text` (after the BOS token where the config adds it), no
     /// EOS (the searches append it).
     pub fn encode(&self, text: &str) -> Vec<u32> {
-        let theirs = |piece: &str| *self.ids_by_piece.get(piece).unwrap_or(&self.unk);
-        let pieces = self.source.encode(text);
-        self.first
-            .into_iter()
-            .chain(pieces.iter().map(|(piece, _)| theirs(piece)))
-            .map(|t| self.ids.ours(t))
-            .collect()
+        self.pair.encode_after(self.first, text)
     }
 
     /// The text of our ids, specials skipped: the target model's detokenization of the pieces
     /// (`sp.decode(pieces)`).
     pub fn decode(&self, ids: &[u32]) -> String {
-        let pieces: Vec<&str> = ids
-            .iter()
-            .filter(|&&id| id > UNK)
-            .filter_map(|&id| self.pieces.get(id as usize).map(String::as_str))
-            .collect();
-        let text = self.target.decode_pieces(&pieces).replace('\u{2581}', " ");
-        text.trim().to_string()
+        self.pair.decode(ids)
     }
 
     /// Our vocabulary size.
     pub fn len(&self) -> usize {
-        self.pieces.len()
+        self.pair.len()
     }
 
     /// Never true: the vocabulary holds its specials.
     pub fn is_empty(&self) -> bool {
-        self.pieces.is_empty()
+        self.pair.is_empty()
     }
 
     /// The piece of our id `id`.
     pub fn token(&self, id: u32) -> Option<&str> {
-        self.pieces.get(id as usize).map(String::as_str)
+        self.pair.token(id)
     }
 }

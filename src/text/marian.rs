@@ -16,9 +16,8 @@
 
 use super::id_map::IdMap;
 use super::sentencepiece::SentencePiece;
-use super::UNK;
+use super::spm_pair::SpmPair;
 use crate::error::{Error, Result};
-use std::collections::HashMap;
 use std::path::Path;
 
 /// The files of a Marian tokenizer in a model directory.
@@ -29,24 +28,9 @@ pub const TARGET_SPM: &str = "target.spm";
 pub const MARIAN_VOCAB: &str = "vocab.json";
 
 /// A Marian model's tokenizer: both SentencePiece models, `vocab.json`, and the id map.
+#[derive(Debug)]
 pub struct MarianTokenizer {
-    source: SentencePiece,
-    target: SentencePiece,
-    /// Piece -> Marian id.
-    ids_by_piece: HashMap<String, u32>,
-    /// Our id -> piece (the padding row: `<pad>`).
-    pieces: Vec<String>,
-    ids: IdMap,
-    /// Marian's id of `<unk>`.
-    unk: u32,
-}
-
-impl std::fmt::Debug for MarianTokenizer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MarianTokenizer")
-            .field("pieces", &self.pieces.len())
-            .finish_non_exhaustive()
-    }
+    pair: SpmPair,
 }
 
 impl MarianTokenizer {
@@ -71,65 +55,46 @@ impl MarianTokenizer {
             .get("<unk>")
             .ok_or_else(|| bad("no <unk> piece".into()))?;
         let ids = IdMap::new(vocab_size, pad, eos, unk).map_err(bad)?;
-        let pieces = (0..ids.len_ours() as u32)
-            .map(|ours| match ids.theirs(ours) {
-                Some(t) => by_id[t as usize].clone().unwrap_or_default(),
-                None => "<pad>".to_string(),
-            })
-            .collect();
-        let ids_by_piece = map;
+        let source = SentencePiece::load(&dir.join(SOURCE_SPM))?;
+        let target = SentencePiece::load(&dir.join(TARGET_SPM))?;
+        let piece_of = |t: u32| by_id[t as usize].clone().unwrap_or_default();
         Ok(MarianTokenizer {
-            source: SentencePiece::load(&dir.join(SOURCE_SPM))?,
-            target: SentencePiece::load(&dir.join(TARGET_SPM))?,
-            ids_by_piece,
-            pieces,
-            ids,
-            unk,
+            pair: SpmPair::new(source, target, map, piece_of, ids, unk),
         })
     }
 
     /// The id map.
     pub fn ids(&self) -> &IdMap {
-        &self.ids
+        self.pair.ids()
     }
 
-    /// Our token ids of a source `text`, no EOS (the searches append it).
+    /// Our token ids of a source `text` (its `>>xx<<` code first), no EOS (the searches
+    /// append it).
     pub fn encode(&self, text: &str) -> Vec<u32> {
         let (code, text) = split_language_code(text);
-        let theirs = |piece: &str| *self.ids_by_piece.get(piece).unwrap_or(&self.unk);
-        let pieces = self.source.encode(&text);
-        code.into_iter()
-            .map(theirs)
-            .chain(pieces.iter().map(|(piece, _)| theirs(piece)))
-            .map(|t| self.ids.ours(t))
-            .collect()
+        let code = code.map(|c| self.pair.their_id(c));
+        self.pair.encode_after(code, &text)
     }
 
     /// The text of our token ids, specials skipped (transformers'
     /// `decode(ids, skip_special_tokens=True)`).
     pub fn decode(&self, ids: &[u32]) -> String {
-        let pieces: Vec<&str> = ids
-            .iter()
-            .filter(|&&id| id > UNK)
-            .filter_map(|&id| self.pieces.get(id as usize).map(String::as_str))
-            .collect();
-        let text = self.target.decode_pieces(&pieces).replace('\u{2581}', " ");
-        text.trim().to_string()
+        self.pair.decode(ids)
     }
 
     /// Our vocabulary size (Marian's and the padding row).
     pub fn len(&self) -> usize {
-        self.pieces.len()
+        self.pair.len()
     }
 
     /// Never true: a Marian vocabulary holds its specials.
     pub fn is_empty(&self) -> bool {
-        self.pieces.is_empty()
+        self.pair.is_empty()
     }
 
     /// The piece of our id `id`.
     pub fn token(&self, id: u32) -> Option<&str> {
-        self.pieces.get(id as usize).map(String::as_str)
+        self.pair.token(id)
     }
 }
 

@@ -3,8 +3,7 @@
 //! [`Int8Matrix`] (`w ≈ q · s`, `s = 1 / scale`) to multiply as they are in int8 inference
 //! ([`StoredInt8::install`]), instead of quantising the dequantised floats again.
 
-use crate::backend::PackedWeight;
-use crate::kernels::lowp::Int8Matrix;
+use crate::backend::{Int8Matrix, PackedWeight};
 use crate::model::linear::Linear;
 use crate::model::Seq2Seq;
 use crate::store::ctranslate2::{Dtype, Variable};
