@@ -60,13 +60,18 @@ macro_rules! with_layer_names {
 }
 pub(crate) use with_layer_names;
 
-/// The fields of a BART-style `config.json` we read (`M2M100Config`, `MBartConfig` and
-/// `BartConfig` share them), with the defaults the three classes share; the fields whose
-/// defaults differ are options, filled by the family's [`BartDefaults`]. Others are generic or
-/// change nothing at inference (`init_std`, `encoder_layerdrop`, `use_cache`, ...).
+/// The fields of a BART-style `config.json` we read (`MarianConfig`, `M2M100Config`,
+/// `MBartConfig` and `BartConfig` share them), with the defaults the classes share; the fields
+/// whose defaults differ are options, filled by the family's [`BartDefaults`]. Others are
+/// generic or change nothing at inference (`init_std`, `encoder_layerdrop`, `use_cache`, ...).
 #[derive(Deserialize)]
 pub struct HfBartConfig {
     pub vocab_size: usize,
+    /// Marian's: a target vocabulary of its own (refused where it differs).
+    decoder_vocab_size: Option<usize>,
+    /// Marian's: separate encoder and decoder tables (refused when false).
+    #[serde(default = "default_true")]
+    share_encoder_decoder_embeddings: bool,
     d_model: usize,
     encoder_layers: usize,
     decoder_layers: usize,
@@ -113,8 +118,21 @@ fn default_eos() -> serde_json::Value {
     serde_json::json!(2)
 }
 
+/// The token a family's decoder starts from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecoderStart {
+    /// `</s>` (fairseq's models): our start token is a row of its own, a copy of EOS.
+    Eos,
+    /// The padding token (Marian's): our start token is that row, our padding one is added.
+    Pad,
+}
+
 /// What a BART-style family computes, and its config class's own defaults.
 pub struct BartDefaults {
+    /// The decoder's first input.
+    pub start: DecoderStart,
+    /// The positions added to the embeddings (learned, or Marian's sinusoids in halves).
+    pub positions: Positions,
     /// `activation_function` when absent.
     pub activation: &'static str,
     /// `scale_embedding` when absent.
@@ -130,6 +148,18 @@ impl HfBartConfig {
     /// Our config of a family computed as `family` says, or what is not supported (by its
     /// field's name). The table gains two rows, our padding row and the copied start row.
     pub fn config(&self, family: &BartDefaults) -> std::result::Result<ModelConfig, String> {
+        if let Some(n) = self.decoder_vocab_size.filter(|&n| n != self.vocab_size) {
+            return Err(format!(
+                "decoder_vocab_size {n} differs from vocab_size {}: separate target \
+                 vocabularies are not supported",
+                self.vocab_size
+            ));
+        }
+        if !self.share_encoder_decoder_embeddings {
+            return Err("share_encoder_decoder_embeddings false (an encoder and a decoder \
+                        table of their own) is not supported"
+                .into());
+        }
         for (what, enc, dec) in [
             ("attention_heads", self.encoder_attention_heads, self.decoder_attention_heads),
             ("ffn_dim", self.encoder_ffn_dim, self.decoder_ffn_dim),
@@ -141,10 +171,18 @@ impl HfBartConfig {
             }
         }
         let eos = self.eos()?;
-        if let Some(start) = self.decoder_start_token_id.filter(|&s| s != eos) {
+        let (start, named, rows) = match family.start {
+            DecoderStart::Eos => (eos, "eos_token_id", 2),
+            DecoderStart::Pad => (self.pad_token_id, "pad_token_id", 1),
+        };
+        if let Some(given) = self.decoder_start_token_id.filter(|&s| s != start) {
+            let token = match family.start {
+                DecoderStart::Eos => "</s>",
+                DecoderStart::Pad => "the padding token",
+            };
             return Err(format!(
-                "decoder_start_token_id {start} is not eos_token_id {eos}: only decoders that \
-                 start from </s> are supported"
+                "decoder_start_token_id {given} is not {named} {start}: only decoders that \
+                 start from {token} are supported"
             ));
         }
         let pre_ln = family.norm == NormPlacement::PreLn;
@@ -164,7 +202,8 @@ impl HfBartConfig {
             }
         }
         let name = self.activation_function.as_deref().unwrap_or(family.activation);
-        let mut c = ModelConfig::preset("base", self.vocab_size + 2).expect("a preset");
+        // Our padding row (and, starting from </s>, the copied start row).
+        let mut c = ModelConfig::preset("base", self.vocab_size + rows).expect("a preset");
         c.d_model = self.d_model;
         c.n_heads = self.encoder_attention_heads;
         c.d_ff = self.encoder_ffn_dim;
@@ -178,7 +217,7 @@ impl HfBartConfig {
         c.tie_embeddings = self.tie_word_embeddings;
         c.max_len = self.max_position_embeddings;
         c.activation = activation(name)?;
-        c.positions = Positions::Learned;
+        c.positions = family.positions;
         c.bias = true;
         c.scale_embeddings = self.scale_embedding.unwrap_or(family.scale_embedding);
         c.output_bias = true;

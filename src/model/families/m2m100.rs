@@ -21,8 +21,8 @@
 use super::{Family, FamilyKind};
 use crate::error::Result;
 use crate::model::checkpoint::{build_filled, RenameTable};
-use super::hf_seq2seq::{BartDefaults, HfBartConfig};
-use crate::model::config::NormPlacement;
+use super::hf_seq2seq::{BartDefaults, DecoderStart, HfBartConfig};
+use crate::model::config::{NormPlacement, Positions};
 use crate::model::{ModelConfig, Seq2Seq};
 use crate::store::{ckpt_err, read_file, read_hf_weights, strip_bom, TensorMap};
 use crate::text::fairseq::FairseqTokenizer;
@@ -56,6 +56,8 @@ pub const HF_NAMES: RenameTable = RenameTable(&super::hf_seq2seq::with_layer_nam
 
 /// What M2M100 computes: pre-LN, one computed position table; `M2M100Config`'s defaults.
 const M2M100: BartDefaults = BartDefaults {
+    start: DecoderStart::Eos,
+    positions: Positions::Learned,
     activation: "relu",
     scale_embedding: true,
     norm: NormPlacement::PreLn,
@@ -139,7 +141,7 @@ pub fn is_m2m100_dir(dir: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::config::{Activation, Positions};
+    use crate::model::config::Activation;
 
     fn config(edit: impl FnOnce(&mut serde_json::Value)) -> std::result::Result<ModelConfig, String> {
         let mut json = serde_json::json!({

@@ -11,6 +11,7 @@
 //! What we do not compute is refused by name: separate encoder and decoder vocabularies,
 //! different encoder and decoder shapes, a decoder that does not start from the padding token.
 
+use super::hf_seq2seq::{BartDefaults, DecoderStart, HfBartConfig};
 use super::{Family, FamilyKind};
 use crate::error::Result;
 use crate::model::checkpoint::{build_filled, RenameTable};
@@ -21,7 +22,6 @@ use crate::store::{ckpt_err, read_file, read_hf_weights, strip_bom, TensorMap};
 use crate::text::id_map::IdMap;
 use crate::text::marian::MarianTokenizer;
 use crate::text::vocab::Vocab;
-use serde::Deserialize;
 use std::path::Path;
 
 /// The row of [`super::FAMILIES`]: a translation model, loaded by [`load`].
@@ -42,121 +42,25 @@ pub const HF_NAMES: RenameTable = RenameTable(&super::hf_seq2seq::with_layer_nam
     ("lm_head.", "output_proj."),
 ));
 
-/// The fields of a Marian `config.json` we read. Others are generic (`architectures`,
-/// `transformers_version`, generation defaults) or ignored by transformers' Marian itself (the
-/// BART-era `normalize_before`, `static_position_embeddings`, ...), so they change nothing.
-#[derive(Deserialize)]
-struct HfMarian {
-    vocab_size: usize,
-    decoder_vocab_size: Option<usize>,
-    #[serde(default = "default_true")]
-    share_encoder_decoder_embeddings: bool,
-    #[serde(default = "default_true")]
-    tie_word_embeddings: bool,
-    d_model: usize,
-    encoder_layers: usize,
-    decoder_layers: usize,
-    encoder_attention_heads: usize,
-    decoder_attention_heads: usize,
-    encoder_ffn_dim: usize,
-    decoder_ffn_dim: usize,
-    #[serde(default = "default_activation")]
-    activation_function: String,
-    max_position_embeddings: usize,
-    #[serde(default)]
-    scale_embedding: bool,
-    #[serde(default)]
-    dropout: f64,
-    #[serde(default)]
-    attention_dropout: f64,
-    #[serde(default)]
-    activation_dropout: f64,
-    pad_token_id: u32,
-    eos_token_id: serde_json::Value,
-    decoder_start_token_id: Option<u32>,
-}
-
-fn default_true() -> bool {
-    true
-}
-
-fn default_activation() -> String {
-    "gelu".into()
-}
-
-impl HfMarian {
-    /// Our config, or what is not supported (by its field's name).
-    fn config(&self) -> std::result::Result<ModelConfig, String> {
-        if let Some(n) = self.decoder_vocab_size.filter(|&n| n != self.vocab_size) {
-            return Err(format!(
-                "decoder_vocab_size {n} differs from vocab_size {}: separate target \
-                 vocabularies are not supported",
-                self.vocab_size
-            ));
-        }
-        if !self.share_encoder_decoder_embeddings {
-            return Err("share_encoder_decoder_embeddings false (an encoder and a decoder \
-                        table of their own) is not supported"
-                .into());
-        }
-        for (what, enc, dec) in [
-            (
-                "attention_heads",
-                self.encoder_attention_heads,
-                self.decoder_attention_heads,
-            ),
-            ("ffn_dim", self.encoder_ffn_dim, self.decoder_ffn_dim),
-        ] {
-            if enc != dec {
-                return Err(format!(
-                    "encoder_{what} {enc} and decoder_{what} {dec} differ (not supported)"
-                ));
-            }
-        }
-        if let Some(start) = self.decoder_start_token_id.filter(|&s| s != self.pad_token_id) {
-            return Err(format!(
-                "decoder_start_token_id {start} is not pad_token_id {}: only decoders that \
-                 start from the padding token are supported",
-                self.pad_token_id
-            ));
-        }
-        let activation = super::hf_seq2seq::activation(&self.activation_function)?;
-        let mut c = ModelConfig::preset("base", self.vocab_size + 1).expect("a preset");
-        c.d_model = self.d_model;
-        c.n_heads = self.encoder_attention_heads;
-        c.d_ff = self.encoder_ffn_dim;
-        c.n_encoder_layers = self.encoder_layers;
-        c.n_decoder_layers = self.decoder_layers;
-        c.dropout = self.dropout;
-        c.attention_dropout = self.attention_dropout;
-        c.activation_dropout = self.activation_dropout;
-        c.norm = NormPlacement::PostLn;
-        c.layer_norm_eps = 1e-5;
-        c.tie_embeddings = self.tie_word_embeddings;
-        c.max_len = self.max_position_embeddings;
-        c.activation = activation;
-        c.positions = Positions::SinusoidalHalves;
-        c.bias = true;
-        c.scale_embeddings = self.scale_embedding;
-        c.output_bias = true;
-        c.validate()?;
-        Ok(c)
-    }
-
-    /// Marian's EOS id (one id; a list of several is refused).
-    fn eos(&self) -> std::result::Result<u32, String> {
-        super::hf_seq2seq::one_eos(&self.eos_token_id)
-    }
-}
+/// What Marian computes: post-LN, sinusoids in halves, a decoder starting from the padding
+/// token; `MarianConfig`'s defaults (GELU, unscaled embeddings).
+const MARIAN: BartDefaults = BartDefaults {
+    start: DecoderStart::Pad,
+    positions: Positions::SinusoidalHalves,
+    activation: "gelu",
+    scale_embedding: false,
+    norm: NormPlacement::PostLn,
+    stack_inputs: false,
+};
 
 /// Loads a Hugging Face Marian directory (`config.json`, `model.safetensors`, `source.spm`,
 /// `target.spm`, `vocab.json`): the model in our ids and its vocabulary.
 pub fn load(dir: &Path) -> Result<(Seq2Seq<f32>, Vocab)> {
     let config_path = dir.join("config.json");
     let bytes = read_file(&config_path)?;
-    let hf: HfMarian = serde_json::from_slice(strip_bom(&bytes))
+    let hf: HfBartConfig = serde_json::from_slice(strip_bom(&bytes))
         .map_err(|e| ckpt_err(&config_path, format!("not a Marian config: {e}")))?;
-    let config = hf.config().map_err(|e| ckpt_err(&config_path, e))?;
+    let config = hf.config(&MARIAN).map_err(|e| ckpt_err(&config_path, e))?;
     let eos = hf.eos().map_err(|e| ckpt_err(&config_path, e))?;
     let tokenizer = MarianTokenizer::load(dir, hf.vocab_size, hf.pad_token_id, eos)?;
     let weights = read_hf_weights(dir, |_| false)?;
@@ -235,9 +139,9 @@ mod tests {
             "eos_token_id": 0, "decoder_start_token_id": 99, "normalize_before": false
         });
         edit(&mut json);
-        let hf: HfMarian = serde_json::from_value(json).map_err(|e| e.to_string())?;
+        let hf: HfBartConfig = serde_json::from_value(json).map_err(|e| e.to_string())?;
         hf.eos()?;
-        hf.config()
+        hf.config(&MARIAN)
     }
 
     #[test]

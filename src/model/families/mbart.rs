@@ -19,11 +19,11 @@
 //! (`MBartTokenizer`: `pieces </s> [code]`, the decoder starting from the code), a decoder
 //! that does not start from `</s>`, unequal encoder and decoder shapes.
 
-use super::hf_seq2seq::{BartDefaults, HfBartConfig};
+use super::hf_seq2seq::{BartDefaults, DecoderStart, HfBartConfig};
 use super::{Family, FamilyKind};
 use crate::error::Result;
 use crate::model::checkpoint::{build_filled, RenameTable};
-use crate::model::config::NormPlacement;
+use crate::model::config::{NormPlacement, Positions};
 use crate::model::{ModelConfig, Seq2Seq};
 use crate::store::{ckpt_err, read_file, read_hf_weights, strip_bom, TensorMap};
 use crate::text::fairseq::FairseqTokenizer;
@@ -60,6 +60,8 @@ pub const HF_NAMES: RenameTable = RenameTable(&super::hf_seq2seq::with_layer_nam
 
 /// What mBART computes, and `MBartConfig`'s defaults.
 const MBART: BartDefaults = BartDefaults {
+    start: DecoderStart::Eos,
+    positions: Positions::Learned,
     activation: "gelu",
     scale_embedding: false,
     norm: NormPlacement::PreLn,
@@ -153,7 +155,7 @@ pub fn is_mbart_dir(dir: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::config::{Activation, Positions};
+    use crate::model::config::Activation;
 
     fn config(edit: impl FnOnce(&mut serde_json::Value)) -> std::result::Result<ModelConfig, String> {
         let mut json = serde_json::json!({
