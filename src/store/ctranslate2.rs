@@ -91,6 +91,7 @@ impl Variable {
     }
 
     /// Whether it holds no element.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -134,6 +135,7 @@ impl Variable {
     }
 
     /// An int8 array read as UTF-8 text (how the specs store strings).
+    #[cfg(test)]
     pub fn text(&self) -> Option<String> {
         (self.dtype == Dtype::I8)
             .then(|| String::from_utf8(self.bytes.clone()).ok())
@@ -145,7 +147,10 @@ impl Variable {
 #[derive(Clone, Debug)]
 pub struct ModelBin {
     /// The file read (for error messages).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub path: PathBuf,
+    /// The binary format's version (1 to 6; read by the tests).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub version: u32,
     /// The spec's name (empty before version 2: a `TransformerBase`).
     pub spec: String,
@@ -158,6 +163,7 @@ pub struct ModelBin {
 
 impl ModelBin {
     /// Reads and parses `path`.
+    #[cfg(test)]
     pub fn read(path: &Path) -> Result<ModelBin> {
         let bytes = crate::store::read_file(path)?;
         ModelBin::parse(path, &bytes)
@@ -183,6 +189,7 @@ impl ModelBin {
 
     /// A one-element variable as a number, or `None` when absent; an error when it is not
     /// one element.
+    #[cfg(test)]
     pub fn scalar(&self, name: &str) -> Result<Option<f64>> {
         match self.get(name) {
             None => Ok(None),

@@ -1,10 +1,12 @@
 //! Text in and out: vocabularies (and the tokenizers of GGUF files: `gguf_tokenizer`,
 //! `llama_vocab`) and corpus reading with line-numbered errors.
 
+pub mod bart_tokenizer;
 pub mod bpe;
 pub mod corpus;
 pub mod ct2_tokenizer;
 pub mod decoder_tokenizer;
+#[cfg(feature = "serve")]
 pub mod detect;
 pub mod fairseq;
 pub mod fairseq_codes;

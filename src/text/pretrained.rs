@@ -27,6 +27,8 @@ pub enum Pretrained {
     Fairseq(Arc<FairseqTokenizer>),
     /// A CTranslate2 model directory or Argos Translate package.
     Ct2(Arc<Ct2Tokenizer>),
+    /// BART (byte-level BPE from `tokenizer.json`).
+    Bart(Arc<super::bart_tokenizer::BartTokenizer>),
 }
 
 impl Pretrained {
@@ -36,6 +38,7 @@ impl Pretrained {
             Pretrained::Marian(t) => t.encode(text),
             Pretrained::Fairseq(t) => t.encode(text),
             Pretrained::Ct2(t) => t.encode(text),
+            Pretrained::Bart(t) => t.encode(text),
         }
     }
 
@@ -45,6 +48,7 @@ impl Pretrained {
             Pretrained::Marian(t) => t.decode(ids),
             Pretrained::Fairseq(t) => t.decode(ids),
             Pretrained::Ct2(t) => t.decode(ids),
+            Pretrained::Bart(t) => t.decode(ids),
         }
     }
 
@@ -54,6 +58,7 @@ impl Pretrained {
             Pretrained::Marian(t) => t.len(),
             Pretrained::Fairseq(t) => t.len(),
             Pretrained::Ct2(t) => t.len(),
+            Pretrained::Bart(t) => t.len(),
         }
     }
 
@@ -63,6 +68,7 @@ impl Pretrained {
             Pretrained::Marian(t) => t.token(id),
             Pretrained::Fairseq(t) => t.token(id),
             Pretrained::Ct2(t) => t.token(id),
+            Pretrained::Bart(t) => t.token(id),
         }
     }
 
@@ -74,6 +80,7 @@ impl Pretrained {
                 "sentencepiece.bpe.model with vocab.json or tokenizer.json, and tokenizer_config.json"
             }
             Pretrained::Ct2(_) => "model.bin, its vocabulary and SentencePiece model",
+            Pretrained::Bart(_) => "tokenizer.json",
         }
     }
 }

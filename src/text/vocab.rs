@@ -275,6 +275,19 @@ impl Vocab {
         }
     }
 
+    /// The vocabulary of a BART model (see `text::bart_tokenizer`).
+    pub fn from_bart(tokenizer: super::bart_tokenizer::BartTokenizer) -> Vocab {
+        Vocab::from_pretrained(Pretrained::Bart(std::sync::Arc::new(tokenizer)))
+    }
+
+    /// The BART tokenizer, when this is a BART model's vocabulary.
+    pub fn bart(&self) -> Option<&super::bart_tokenizer::BartTokenizer> {
+        match &self.pretrained {
+            Some(Pretrained::Bart(t)) => Some(t),
+            _ => None,
+        }
+    }
+
     fn from_pretrained(pretrained: Pretrained) -> Vocab {
         let tokens = (0..pretrained.len() as u32)
             .map(|id| pretrained.token(id).unwrap_or_default().to_string())

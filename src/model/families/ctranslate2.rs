@@ -42,15 +42,7 @@ pub fn is_ctranslate2_dir(dir: &Path) -> bool {
     dir.join(MODEL_BIN).is_file()
 }
 
-/// Loads a CTranslate2 model directory: the model in our ids and its vocabulary (see the
-/// module docs). Its SentencePiece model is the directory's `source.spm` / `target.spm` or
-/// `sentencepiece.model`.
-pub fn load(dir: &Path) -> Result<(Seq2Seq<f32>, Vocab)> {
-    let (model, vocab, _) = load_files(&Files::Dir(dir.to_path_buf()), None)?;
-    Ok((model, vocab))
-}
-
-/// [`load`] from `files` (a directory, or a package's `model/`), the SentencePiece model
+/// Loads a CTranslate2 model from `files` (a directory, or a package's `model/`), the SentencePiece model
 /// `spm` (bytes and where they are) when the package holds it beside the model; also the
 /// int8 weights as stored, for int8 inference.
 pub fn load_files(

@@ -87,6 +87,7 @@ impl StoredInt8 {
     }
 
     /// Whether there is none.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -280,6 +280,7 @@ pub fn is_encoder(model_type: &str) -> bool {
 }
 
 /// Whether a Hugging Face `model_type` is a translation model (an encoder-decoder) we load.
+#[cfg(feature = "serve")]
 pub fn is_translation(model_type: &str) -> bool {
     by_model_type(model_type).is_some_and(|f| f.kind == FamilyKind::Translation)
 }
