@@ -77,6 +77,12 @@ impl Translator {
         } else {
             None
         };
+        if families::bart::is_bart_dir(dir) {
+            let (model, vocab, languages) = families::bart::load(dir)?;
+            let mut translator = Translator::of(model, vocab);
+            translator.languages = languages;
+            return Ok(translator);
+        }
         if let Some(load) = multilingual {
             let (model, vocab) = load(dir)?;
             let mut translator = Translator::of(model, vocab);
@@ -114,7 +120,7 @@ impl Translator {
     /// How many of the model's layers hold int8 weights as stored (a CTranslate2 int8 model's;
     /// 0 for others).
     pub fn stored_int8_layers(&self) -> usize {
-        self.stored_int8.as_ref().map_or(0, |w| w.len())
+        self.stored_int8.as_ref().map_or(0, |w| w.weights())
     }
 
     /// A multilingual model's languages of codes `source` and `target` (`eng_Latn`; M2M100:
@@ -153,7 +159,12 @@ impl Translator {
     /// them); `Languages::default()` for a model of one pair.
     pub fn check_languages(&self, languages: Languages) -> Result<Languages> {
         let Some(tokenizer) = self.vocab.fairseq() else {
-            return Ok(Languages::default());
+            // A model of one pair: its own tokens, if any (BART's `<s>` first on both sides).
+            return Ok(if languages == Languages::default() {
+                self.languages
+            } else {
+                languages
+            });
         };
         if languages.source.is_none() || languages.target.is_none() {
             let few: Vec<&str> = tokenizer.language_codes().take(4).collect();

@@ -164,7 +164,11 @@ impl Worker for Runner<'_> {
                 Some(engine),
             ) => engine.submit(TranslateRequest {
                 lines,
-                languages,
+                // A model of one pair with tokens of its own (BART) gets them here.
+                languages: match self.model {
+                    JobModel::Translator(t) => t.check_languages(languages).unwrap_or(languages),
+                    JobModel::Encoder(_) => languages,
+                },
                 arrived,
                 deadline,
                 reply,

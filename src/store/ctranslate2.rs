@@ -86,14 +86,8 @@ pub struct Variable {
 
 impl Variable {
     /// Elements (1 for a scalar).
-    pub fn len(&self) -> usize {
+    pub fn elements(&self) -> usize {
         self.shape.iter().product()
-    }
-
-    /// Whether it holds no element.
-    #[cfg(test)]
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Every element widened to f32 (float16 / bfloat16 exactly; integers as their values).
@@ -131,7 +125,7 @@ impl Variable {
 
     /// A one-element variable as a number.
     pub fn scalar(&self) -> Option<f64> {
-        (self.len() == 1).then(|| f64::from(self.to_f32()[0]))
+        (self.elements() == 1).then(|| f64::from(self.to_f32()[0]))
     }
 
     /// An int8 array read as UTF-8 text (how the specs store strings).

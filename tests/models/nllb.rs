@@ -6,7 +6,9 @@
 //! `vocab.json`, codes such as `__de__`), both made by `tests/fixtures/nllb/make.py`; and one
 //! tiny random `MBartForConditionalGeneration` (GELU, each stack's own learned positions and
 //! embedding norm, a random logit bias) with a unigram SentencePiece model and mBART-50's
-//! tokenizer (`tests/fixtures/mbart`, codes such as `de_DE`, by its `make.py`).
+//! tokenizer (`tests/fixtures/mbart`, codes such as `de_DE`, by its `make.py`); and one tiny
+//! random `BartForConditionalGeneration` (post-LN, no final norms) with a byte-level BPE
+//! tokenizer (`tests/fixtures/bart`: `<s>` before every source and forced first).
 //!
 //! Checked for each: the tokenizer gives transformers' ids (source language code first, `</s>`
 //! last) on every line of both test corpora in its language, and its text back; encoder states
@@ -77,7 +79,10 @@ fn load(name: &str) -> (Translator, Reference, IdMap) {
     let dir = fixture(name);
     let translator = Translator::load(&dir).unwrap();
     let json = std::fs::read(dir.join("reference.json")).unwrap();
-    let ids = translator.vocab.fairseq().unwrap().ids().clone();
+    let ids = match (translator.vocab.fairseq(), translator.vocab.bart()) {
+        (Some(fairseq), _) => fairseq.ids().clone(),
+        (None, bart) => bart.unwrap().ids().clone(),
+    };
     (translator, serde_json::from_slice(&json).unwrap(), ids)
 }
 
@@ -113,7 +118,11 @@ fn tokenizer_gives_transformers_ids_and_text(name: &str) {
             .map(|l| l.split('\t').nth(col).unwrap())
             .collect();
         assert_eq!(lines.len(), column.hashes.len(), "{key}");
-        let code = t.vocab.fairseq().unwrap().language(&column.lang).unwrap();
+        // A language's token; BART's `<s>`.
+        let code = match t.vocab.fairseq() {
+            Some(fairseq) => fairseq.language(&column.lang).unwrap(),
+            None => t.languages.source.unwrap(),
+        };
         let vocab = &t.vocab;
         for (i, line) in lines.iter().enumerate() {
             let mut theirs: Vec<u32> = (std::iter::once(code).chain(vocab.encode(line)))
@@ -204,9 +213,12 @@ fn greedy_matches_transformers_generate(name: &str) {
         compared += k;
         if sure > case.greedy_margins.len() {
             assert_eq!(t.vocab.decode(&hyp.tokens), case.greedy_text, "{at}");
-            // The same through the translator, its languages chosen by their codes.
-            t.set_languages(Some(&case.source_lang), Some(&case.target_lang))
-                .unwrap();
+            // The same through the translator, its languages chosen by their codes (BART's
+            // are its own).
+            if t.vocab.fairseq().is_some() {
+                t.set_languages(Some(&case.source_lang), Some(&case.target_lang))
+                    .unwrap();
+            }
             let options = GreedyOptions {
                 max_len_extra: case.greedy_steps - src.len(),
                 batch_size: 1,
@@ -326,6 +338,26 @@ fn mbart_greedy_translations_match_transformers_generate() {
 #[test]
 fn mbart_beam_search_matches_transformers_generate() {
     beam_matches_transformers_generate("mbart");
+}
+
+#[test]
+fn bart_tokenizer_gives_transformers_ids_and_text_on_every_line() {
+    tokenizer_gives_transformers_ids_and_text("bart");
+}
+
+#[test]
+fn bart_states_and_logits_match_transformers() {
+    states_and_logits_match_transformers("bart");
+}
+
+#[test]
+fn bart_greedy_translations_match_transformers_generate() {
+    greedy_matches_transformers_generate("bart");
+}
+
+#[test]
+fn bart_beam_search_matches_transformers_generate() {
+    beam_matches_transformers_generate("bart");
 }
 
 /// mBART-50 from its SentencePiece model alone (no `tokenizer.json`): fairseq's offset and
@@ -557,5 +589,28 @@ fn the_command_line_takes_the_languages_by_code() {
     assert!(
         !ok && err.contains("--target-lang") && err.contains("klingon"),
         "{err}"
+    );
+}
+
+/// BART's own files: a missing `tokenizer.json` or a `forced_bos_token_id` that is no token
+/// are errors naming the file.
+#[test]
+fn broken_bart_directories_are_clear_errors() {
+    let e = load_error("bart", |d| {
+        std::fs::remove_file(d.join("tokenizer.json")).unwrap()
+    });
+    assert!(e.contains("tokenizer.json"), "{e}");
+    let e = load_error("bart", |d| {
+        let path = d.join("config.json");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let text = text.replace(
+            "\"forced_bos_token_id\": 0",
+            "\"forced_bos_token_id\": 99999",
+        );
+        std::fs::write(&path, text).unwrap();
+    });
+    assert!(
+        e.contains("config.json") && e.contains("forced_bos_token_id 99999"),
+        "{e}"
     );
 }

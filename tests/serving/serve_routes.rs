@@ -229,3 +229,36 @@ fn an_argos_package_is_routed_by_its_metadata() {
     assert_eq!(got["translatedText"], json!(want[0]));
     server.shutdown().unwrap();
 }
+
+/// A BART model served alone: its own first tokens (`<s>` before the source, `<s>` forced
+/// first) reach the engine, so `/translate` answers what the library computes.
+#[test]
+fn a_bart_model_serves_what_the_library_computes() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/bart");
+    let server = start_pair(&dir, ("src", "tgt"), &[]).unwrap();
+    let model = Translator::load(&dir).unwrap();
+    let lines = vec![
+        "Das Haus ist alt.".to_string(),
+        "Er gab uns nur einen Bericht.".to_string(),
+    ];
+    let want = model.translate(&lines, &GreedyOptions::default()).unwrap();
+    let (status, got) = post(
+        server.addr,
+        "/translate",
+        &json!({"q": lines, "source": "src", "target": "tgt"}),
+    );
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(got["translatedText"], json!(want));
+    // The beam's alternatives too.
+    let body = json!({"q": lines[0], "source": "src", "target": "tgt", "alternatives": 1});
+    let (status, got) = post(server.addr, "/translate", &body);
+    assert_eq!(status, 200, "{got}");
+    let beam = transformer::decode::beam::BeamOptions {
+        beam_size: 4,
+        nbest: 2,
+        ..Default::default()
+    };
+    let nbest = model.translate_nbest(&lines[..1], &beam).unwrap();
+    assert_eq!(got["translatedText"], json!(nbest[0][0].1));
+    server.shutdown().unwrap();
+}

@@ -363,8 +363,8 @@ impl Reader<'_> {
         let [rows, cols] = v.shape[..] else { return Err(format!("{name} has shape {:?}, not a matrix", v.shape)) };
         let (w, q) = self.weight(&name, &[rows, cols])?;
         let b = match self.take(&format!("{scope}/bias")) {
-            Some(b) if b.len() == rows => b.to_f32(),
-            Some(b) => return Err(format!("{scope}/bias has {} values, not {rows}", b.len())),
+            Some(b) if b.elements() == rows => b.to_f32(),
+            Some(b) => return Err(format!("{scope}/bias has {} values, not {rows}", b.elements())),
             None => vec![0.0; rows],
         };
         let part = rows / parts.len();

@@ -82,14 +82,8 @@ impl StoredInt8 {
     }
 
     /// How many linear layers (and the projection) multiply stored rows.
-    pub fn len(&self) -> usize {
+    pub fn weights(&self) -> usize {
         self.linears.len() + usize::from(self.head.is_some())
-    }
-
-    /// Whether there is none.
-    #[cfg(test)]
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Makes `model`'s layers multiply these rows (for int8 inference: call before

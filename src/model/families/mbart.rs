@@ -113,8 +113,8 @@ fn check_tokenizer_class(dir: &Path) -> Result<()> {
 
 /// The checkpoint's tensors named as [`HF_NAMES`] reads them, in our ids: the shared table as
 /// [`super::hf_seq2seq::in_our_ids`] gives it, each position table without its first two
-/// rows, the logit bias reordered.
-fn our_tensors(
+/// rows, the logit bias reordered (BART's too).
+pub(super) fn our_tensors(
     dir: &Path,
     weights: TensorMap,
     config: &ModelConfig,

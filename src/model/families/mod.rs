@@ -8,6 +8,7 @@
 //! A new family is one file here (its config parser and name tables) and one row of
 //! [`FAMILIES`], as long as our layers compute it (see the options of [`ModelConfig`]).
 
+pub mod bart;
 pub mod bert;
 pub mod ctranslate2;
 pub mod ctranslate2_int8;
@@ -243,6 +244,7 @@ pub const FAMILIES: &[Family] = &[
     marian::FAMILY,
     m2m100::FAMILY,
     mbart::FAMILY,
+    bart::FAMILY,
 ];
 
 /// The family named `name` ([`Family::name`]).
@@ -365,7 +367,7 @@ mod tests {
              and olmoe"
         );
         assert_eq!(hf_list(FamilyKind::Encoder), "bert");
-        assert_eq!(hf_list(FamilyKind::Translation), "marian, m2m_100 and mbart");
+        assert_eq!(hf_list(FamilyKind::Translation), "marian, m2m_100, mbart and bart");
         assert_eq!(by_model_type("marian").unwrap().kind, FamilyKind::Translation);
         assert_eq!(
             gguf_list(),
