@@ -89,7 +89,7 @@ pub struct ServeConfig {
     /// The model to serve: a model directory or a GGUF file.
     pub model: PathBuf,
     /// Further translation models (`--model` repeated), routed by language pair beside
-    /// [`model`](Self::model) (see [`translate_routes`]).
+    /// [`model`](Self::model) (see `serve::translate_routes`).
     pub more_models: Vec<PathBuf>,
     /// The address to listen on.
     pub addr: SocketAddr,
