@@ -2,7 +2,7 @@
 """Marian (OPUS-MT's base shape) translation speed: ours against CTranslate2 on the same weights.
 
     python marian_ct2.py --bin target/release/transformer --dir /tmp/marian-base \
-        [--threads "1 2"] [--precisions "f32 int8"] [--rounds 3] [--n 64]
+        [--threads "1 2"] [--precisions "f32 int8"] [--rounds 3] [--n 64] [--ours-from ct2]
 
 Makes (once, in --dir) a random `MarianMTModel` of Helsinki-NLP/opus-mt-de-en's shape (vocab
 58,101, d_model 512, 6 + 6 layers, 8 heads, FFN 2,048, swish) with the SentencePiece models of
@@ -11,6 +11,10 @@ tests/fixtures/marian and a vocab.json padded to that size, and CTranslate2 expo
 side ever ends a translation: both emit exactly `source length + 50` tokens per sentence (our
 `translate` limit; CTranslate2's max_decoding_length), the same work. The sources are the first
 --n German sentences of ../shared/data/de-en/ding.train.tsv of exactly 16 source pieces.
+
+With `--ours-from ct2` ours loads CTranslate2's own export (`ct2-float32` / `ct2-int8`, the
+SentencePiece models copied beside `model.bin`): the same file on both sides, int8 weights
+multiplied as stored.
 
 Per round, interleaved: for each precision and thread count, `transformer bench --translate`
 (greedy, then beam 4, 32 sentences a batch) and CTranslate2's translate_batch on chunks of 32
@@ -96,9 +100,15 @@ def sources(dir, n):
     return pieces
 
 
-def ours(bin, dir, threads, precision):
+def ours(bin, dir, threads, precision, source="hf"):
+    model = dir
+    if source == "ct2":
+        model = os.path.join(dir, "ct2-" + {"f32": "float32", "int8": "int8"}[precision])
+        for name in ["source.spm", "target.spm"]:
+            if not os.path.exists(os.path.join(model, name)):
+                shutil.copy(os.path.join(dir, name), os.path.join(model, name))
     out = subprocess.run(
-        [bin, "bench", "--translate", dir, "--src", os.path.join(dir, "src.txt"),
+        [bin, "bench", "--translate", model, "--src", os.path.join(dir, "src.txt"),
          "--threads", str(threads), "--precision", precision, "--beam", "4",
          "--beam-stop", "first-k", "--sentences-per-batch", str(BATCH)],
         check=True, capture_output=True, text=True,
@@ -137,6 +147,7 @@ def main():
     ap.add_argument("--precisions", default="f32 int8")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--n", type=int, default=64)
+    ap.add_argument("--ours-from", choices=["hf", "ct2"], default="hf")
     a = ap.parse_args()
     import ctranslate2
 
@@ -149,7 +160,7 @@ def main():
         for p in a.precisions.split():
             ct2_type = {"f32": "float32", "int8": "int8"}[p]
             for t in map(int, a.threads.split()):
-                o = ours(a.bin, a.dir, t, p)
+                o = ours(a.bin, a.dir, t, p, a.ours_from)
                 tr = ctranslate2.Translator(
                     os.path.join(a.dir, f"ct2-{ct2_type}"), device="cpu", inter_threads=1,
                     intra_threads=t, compute_type=ct2_type,
