@@ -233,6 +233,29 @@ impl HfBartConfig {
     }
 }
 
+/// Test helper: the config of `family` from a small `config.json` of `model_type`, with the
+/// `extra` fields and then `edit` applied (or the error naming what is refused).
+#[cfg(test)]
+pub fn test_config(
+    model_type: &str,
+    extra: serde_json::Value,
+    family: &BartDefaults,
+    edit: impl FnOnce(&mut serde_json::Value),
+) -> std::result::Result<ModelConfig, String> {
+    let mut json = serde_json::json!({
+        "model_type": model_type, "vocab_size": 100, "d_model": 16, "encoder_layers": 2,
+        "decoder_layers": 1, "encoder_attention_heads": 4, "decoder_attention_heads": 4,
+        "encoder_ffn_dim": 32, "decoder_ffn_dim": 32, "max_position_embeddings": 64
+    });
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        json[k] = v.clone();
+    }
+    edit(&mut json);
+    let hf: HfBartConfig = serde_json::from_value(json).map_err(|e| e.to_string())?;
+    hf.eos()?;
+    hf.config(family)
+}
+
 /// The logit bias of a checkpoint's `final_logits_bias` (`[1, n]`; transformers' zeros where
 /// it was saved without it) in our ids, taken out of `tensors`; an error names a wrong shape.
 pub fn stored_logit_bias(

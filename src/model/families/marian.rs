@@ -131,17 +131,11 @@ mod tests {
     use crate::model::config::Activation;
 
     fn config(edit: impl FnOnce(&mut serde_json::Value)) -> std::result::Result<ModelConfig, String> {
-        let mut json = serde_json::json!({
-            "model_type": "marian", "vocab_size": 100, "d_model": 16, "encoder_layers": 2,
-            "decoder_layers": 1, "encoder_attention_heads": 4, "decoder_attention_heads": 4,
-            "encoder_ffn_dim": 32, "decoder_ffn_dim": 32, "activation_function": "swish",
-            "max_position_embeddings": 64, "scale_embedding": true, "pad_token_id": 99,
+        let marian = serde_json::json!({
+            "activation_function": "swish", "scale_embedding": true, "pad_token_id": 99,
             "eos_token_id": 0, "decoder_start_token_id": 99, "normalize_before": false
         });
-        edit(&mut json);
-        let hf: HfBartConfig = serde_json::from_value(json).map_err(|e| e.to_string())?;
-        hf.eos()?;
-        hf.config(&MARIAN)
+        super::super::hf_seq2seq::test_config("marian", marian, &MARIAN, edit)
     }
 
     #[test]

@@ -158,15 +158,10 @@ mod tests {
     use crate::model::config::Activation;
 
     fn config(edit: impl FnOnce(&mut serde_json::Value)) -> std::result::Result<ModelConfig, String> {
-        let mut json = serde_json::json!({
-            "model_type": "mbart", "vocab_size": 100, "d_model": 16, "encoder_layers": 2,
-            "decoder_layers": 1, "encoder_attention_heads": 4, "decoder_attention_heads": 4,
-            "encoder_ffn_dim": 32, "decoder_ffn_dim": 32, "max_position_embeddings": 64,
+        let flags = serde_json::json!({
             "normalize_before": true, "add_final_layer_norm": true, "normalize_embedding": true
         });
-        edit(&mut json);
-        let hf: HfBartConfig = serde_json::from_value(json).map_err(|e| e.to_string())?;
-        hf.config(&MBART)
+        super::super::hf_seq2seq::test_config("mbart", flags, &MBART, edit)
     }
 
     #[test]
