@@ -124,13 +124,14 @@ impl LanguageTable {
         }
     }
 
-    /// The languages of a request's `source` (`auto`: the language `text` is in, else the
-    /// default source) and `target` (absent: the default target), or a 400 naming the field.
+    /// The languages of a request's `source` (`auto`: the language its `lines` are in, else
+    /// the default source) and `target` (absent: the default target), or a 400 naming the
+    /// field.
     fn request(
         &self,
         source: &str,
         target: Option<&str>,
-        text: &str,
+        lines: &[String],
     ) -> Result<Languages, ApiError> {
         let known = |field: &'static str, code: &str| {
             self.token(code).ok_or_else(|| {
@@ -144,13 +145,16 @@ impl LanguageTable {
             })
         };
         let source = match source {
-            "auto" => (self.detect(text).and_then(|(c, _)| self.token(c))).ok_or_else(|| {
-                ApiError::invalid(
-                    Some("source"),
-                    "source \"auto\": the text's language cannot be told among the model's; \
-                     name the source language (GET /languages)",
-                )
-            })?,
+            "auto" => {
+                let detected = self.detect(&lines.join("\n"));
+                detected.and_then(|(c, _)| self.token(c)).ok_or_else(|| {
+                    ApiError::invalid(
+                        Some("source"),
+                        "source \"auto\": the text's language cannot be told among the \
+                         model's; name the source language (GET /languages)",
+                    )
+                })?
+            }
             code => known("source", code)?,
         };
         let target = match target {
@@ -387,7 +391,7 @@ async fn translate_inner(app: &App, body: Value) -> Result<Value, ApiError> {
     let (languages, detected) = match &table {
         Some(table) => {
             let target = body.get("target").and_then(Value::as_str);
-            let languages = table.request(source, target, &lines.join("\n"))?;
+            let languages = table.request(source, target, &lines)?;
             let detected = languages.source.and_then(|t| table.code(t)).unwrap_or(src);
             (languages, detected.to_string())
         }

@@ -64,6 +64,14 @@ impl RoutedModel {
         }
     }
 
+    /// The languages it translates from.
+    fn sources(&self) -> Vec<&str> {
+        match &self.languages {
+            ModelLanguages::Pair { source, .. } => vec![source.as_str()],
+            ModelLanguages::Many(table) => table.codes().collect(),
+        }
+    }
+
     /// Every (source, target) pair it translates directly.
     fn pairs(&self) -> Vec<(&str, &str)> {
         match &self.languages {
@@ -103,10 +111,8 @@ pub struct Routes {
 impl Routes {
     /// The routes of `models` (the first answers a pair several models translate).
     pub fn new(models: Vec<RoutedModel>) -> Routes {
-        let sources: BTreeSet<String> = (models.iter())
-            .flat_map(|m| m.pairs().into_iter().map(|(s, _)| s.to_string()))
-            .collect();
-        let detector = LanguageDetector::new(sources.iter().map(String::as_str));
+        let sources: BTreeSet<&str> = models.iter().flat_map(RoutedModel::sources).collect();
+        let detector = LanguageDetector::new(sources);
         Routes { models, detector }
     }
 

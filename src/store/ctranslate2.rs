@@ -183,13 +183,11 @@ impl ModelBin {
 
     /// A one-element variable as a number, or `None` when absent; an error when it is not
     /// one element.
-    #[cfg(test)]
-    pub fn scalar(&self, name: &str) -> Result<Option<f64>> {
+    pub fn scalar(&self, name: &str) -> std::result::Result<Option<f64>, String> {
         match self.get(name) {
             None => Ok(None),
-            Some(v) => v.scalar().map(Some).ok_or_else(|| {
-                ckpt_err(&self.path, format!("{name} has shape {:?}, not a scalar", v.shape))
-            }),
+            Some(v) => (v.scalar().map(Some))
+                .ok_or_else(|| format!("{name} has shape {:?}, not a scalar", v.shape)),
         }
     }
 }

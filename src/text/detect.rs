@@ -53,6 +53,8 @@ fn names(code: &str, lang: Lang) -> bool {
 pub struct LanguageDetector {
     /// Each candidate language `whatlang` knows, with the first model code naming it.
     candidates: Vec<(Lang, String)>,
+    /// `whatlang`'s detector restricted to the candidates.
+    detector: Detector,
 }
 
 impl LanguageDetector {
@@ -66,7 +68,11 @@ impl LanguageDetector {
                 }
             }
         }
-        LanguageDetector { candidates }
+        let detector = Detector::with_allowlist(candidates.iter().map(|(l, _)| *l).collect());
+        LanguageDetector {
+            candidates,
+            detector,
+        }
     }
 
     /// The language of `text` among the candidates, or `None` when none fits (no letters, a
@@ -76,8 +82,7 @@ impl LanguageDetector {
         if self.candidates.is_empty() {
             return None;
         }
-        let allowed = self.candidates.iter().map(|(l, _)| *l).collect();
-        let info = Detector::with_allowlist(allowed).detect(text)?;
+        let info = self.detector.detect(text)?;
         let code = self
             .candidates
             .iter()

@@ -18,6 +18,7 @@ use crate::pipeline::translate::Languages;
 use crate::store::{ckpt_err, read_file, read_hf_weights, strip_bom};
 use crate::text::bart_tokenizer::BartTokenizer;
 use crate::text::vocab::Vocab;
+use serde::Deserialize;
 use std::path::Path;
 
 /// The row of [`super::FAMILIES`]: a translation (sequence-to-sequence) model, loaded by
@@ -50,7 +51,7 @@ pub fn load(dir: &Path) -> Result<(Seq2Seq<f32>, Vocab, Languages)> {
     let bytes = read_file(&config_path)?;
     let json: serde_json::Value = serde_json::from_slice(strip_bom(&bytes))
         .map_err(|e| ckpt_err(&config_path, format!("not a BART config: {e}")))?;
-    let hf: HfBartConfig = serde_json::from_value(json.clone())
+    let hf = HfBartConfig::deserialize(&json)
         .map_err(|e| ckpt_err(&config_path, format!("not a BART config: {e}")))?;
     let config = hf.config(&BART).map_err(|e| ckpt_err(&config_path, e))?;
     let eos = hf.eos().map_err(|e| ckpt_err(&config_path, e))?;

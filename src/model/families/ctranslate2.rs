@@ -174,12 +174,11 @@ impl Reader<'_> {
         Some(v)
     }
 
-    /// A scalar option.
+    /// A scalar option, marked read.
     fn scalar(&mut self, name: &str) -> Parse<Option<f64>> {
-        match self.take(name) {
-            None => Ok(None),
-            Some(v) => v.scalar().map(Some).ok_or_else(|| format!("{name} has shape {:?}, not a scalar", v.shape)),
-        }
+        let value = self.bin.scalar(name)?;
+        self.take(name);
+        Ok(value)
     }
 
     /// A scalar option that must be the same for both stacks.
