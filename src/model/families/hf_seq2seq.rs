@@ -12,13 +12,16 @@ use crate::text::id_map::IdMap;
 use serde::Deserialize;
 use std::path::Path;
 
-/// A rename table's rows: the family's own `rows`, then the names every layer of a Hugging
-/// Face (BART-style) encoder-decoder shares (`self_attn`, `encoder_attn`, `fc1` / `fc2` and
-/// their norms) -> ours.
+/// A rename table's rows: the family's own `rows`, then the names every Hugging Face
+/// (BART-style) encoder-decoder shares (the shared table, the head and its logit bias; each
+/// layer's `self_attn`, `encoder_attn`, `fc1` / `fc2` and their norms) -> ours.
 macro_rules! with_layer_names {
     ($($row:expr),* $(,)?) => {
         [
             $($row,)*
+            ("shared.", "embedding."),
+            ("final_logits_bias", "output_proj.bias"),
+            ("lm_head.", "output_proj."),
             (
                 "encoder.layers.{i}.self_attn_layer_norm.",
                 "encoder.layers.{i}.self_attn_norm.",

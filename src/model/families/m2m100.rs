@@ -47,9 +47,6 @@ pub const FAMILY: Family = Family {
 pub const HF_NAMES: RenameTable = RenameTable(&super::hf_seq2seq::with_layer_names!(
     // (Before `shared.`: our name for the table we compute is also its own.)
     ("embedding.positions", "embedding.positions"),
-    ("shared.", "embedding."),
-    ("final_logits_bias", "output_proj.bias"),
-    ("lm_head.", "output_proj."),
     ("encoder.layer_norm.", "encoder.final_norm."),
     ("decoder.layer_norm.", "decoder.final_norm."),
 ));

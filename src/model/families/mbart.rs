@@ -51,9 +51,6 @@ pub const HF_NAMES: RenameTable = RenameTable(&super::hf_seq2seq::with_layer_nam
     ("embedding.target_positions", "embedding.target_positions"),
     ("encoder.layernorm_embedding.", "embedding.norm."),
     ("decoder.layernorm_embedding.", "embedding.target_norm."),
-    ("shared.", "embedding."),
-    ("final_logits_bias", "output_proj.bias"),
-    ("lm_head.", "output_proj."),
     ("encoder.layer_norm.", "encoder.final_norm."),
     ("decoder.layer_norm.", "decoder.final_norm."),
 ));
