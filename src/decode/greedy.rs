@@ -22,6 +22,7 @@
 
 use super::{decode_chunks, in_input_order, source_chunks, DecodingState, IncrementalDecoder, TokenRules};
 use crate::batch::{Batch, BOS};
+use crate::kernels::reduce::first_argmax;
 use crate::kernels::softmax::log_softmax_inplace;
 use crate::model::config::ModelConfig;
 use crate::model::seq2seq::Seq2Seq;
@@ -144,18 +145,9 @@ fn decode_in_chunks<T: Float>(
 /// The argmax of one log-probability row over the tokens `rules` allows, ties to the lowest
 /// id; returns the token and its log-probability.
 fn pick<T: Float>(logprobs: &[T], rules: TokenRules) -> (u32, f64) {
-    let mut best: Option<(u32, T)> = None;
-    for (id, &lp) in logprobs.iter().enumerate() {
-        let id = id as u32;
-        if !rules.allows(id) {
-            continue;
-        }
-        if best.is_none_or(|(_, b)| lp > b) {
-            best = Some((id, lp));
-        }
-    }
-    let (id, lp) = best.expect("the vocabulary holds an allowed token");
-    (id, lp.f64())
+    let never: Vec<u32> = rules.never.iter().flatten().copied().collect();
+    let id = first_argmax(logprobs, &never).expect("the vocabulary holds an allowed token");
+    (id as u32, logprobs[id].f64())
 }
 
 /// Updates the hypothesis of one row with its step distribution `logprobs [vocab]` (the

@@ -4,6 +4,7 @@
 
 use super::IncrementalDecoder;
 use crate::model::StepLayout;
+use crate::kernels::reduce::first_argmax;
 use crate::rng::Rng;
 use crate::Float;
 
@@ -28,15 +29,10 @@ impl Default for SamplingOptions {
     }
 }
 
-/// The index of the largest entry (the first one on ties).
+/// The index of the largest entry (the first one on ties; NaNs are never chosen, and a row of
+/// NaNs gives 0).
 pub fn argmax<T: Float>(row: &[T]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in row.iter().enumerate() {
-        if v > row[best] {
-            best = i;
-        }
-    }
-    best as u32
+    first_argmax(row, &[]).unwrap_or(0) as u32
 }
 
 /// Whether `opts` choose the most likely token (no draw): temperature 0 or top-k 1.

@@ -71,6 +71,52 @@ pub fn lane_max<T: Float>(xs: &[T]) -> T {
     acc.iter().fold(tail, |m, &x| m.max(x))
 }
 
+/// The index of the first largest element of `xs` outside the indices `skip` (ties to the
+/// lowest index; NaNs are never chosen), or `None` when every element is skipped or NaN.
+///
+/// The same answer as the scalar scan `if x > best { best = x }` over the allowed elements, in
+/// two vector passes per allowed stretch: [`lane_max`], then the first position holding it.
+/// Greedy search takes this argmax over a vocabulary of 32k–256k log-probabilities for every
+/// row and step.
+pub fn first_argmax<T: Float>(xs: &[T], skip: &[u32]) -> Option<usize> {
+    // The stretches between skipped indices, in order: a later stretch must be strictly
+    // larger to win, so ties go to the lowest index.
+    let mut cuts: Vec<usize> = (skip.iter().map(|&i| i as usize))
+        .filter(|&i| i < xs.len())
+        .collect();
+    cuts.sort_unstable();
+    let mut best: Option<(usize, T)> = None;
+    let mut from = 0;
+    for end in cuts.into_iter().chain([xs.len()]) {
+        if end > from {
+            let stretch = &xs[from..end];
+            // −∞ both for a stretch of NaNs (no position holds it then) and one of −∞s.
+            let max = lane_max(stretch);
+            if best.is_none_or(|(_, b)| max > b) {
+                if let Some(i) = first_equal(stretch, max) {
+                    best = Some((from + i, max));
+                }
+            }
+        }
+        from = from.max(end + 1);
+    }
+    best.map(|(i, _)| i)
+}
+
+/// The first index holding `v`, sixteen elements compared at a time (one vector compare per
+/// block; the position inside the block found only in the block that holds it).
+#[inline(always)]
+fn first_equal<T: Float>(xs: &[T], v: T) -> Option<usize> {
+    let mut blocks = xs.chunks_exact(LANES);
+    for (b, block) in blocks.by_ref().enumerate() {
+        if block.iter().fold(false, |any, &x| any | (x == v)) {
+            return block.iter().position(|&x| x == v).map(|i| b * LANES + i);
+        }
+    }
+    let tail = xs.len() - blocks.remainder().len();
+    blocks.remainder().iter().position(|&x| x == v).map(|i| tail + i)
+}
+
 /// Rows per partial sum. Fixed, so results do not depend on the number of threads.
 const CHUNK_ROWS: usize = 64;
 
@@ -142,6 +188,54 @@ mod tests {
             assert_eq!(lane_max(&a), max, "{len}");
         }
         assert_eq!(lane_max(&[f64::NAN, 1.0, -2.0]), 1.0);
+    }
+
+    /// The argmax against the scalar scan it replaces (`if x > best`, allowed indices only), on
+    /// lengths around the lane width, with ties, NaNs, −∞ and skipped indices anywhere.
+    #[test]
+    fn first_argmax_is_the_scalar_scan() {
+        fn scan(xs: &[f32], skip: &[u32]) -> Option<usize> {
+            let mut best: Option<(usize, f32)> = None;
+            for (i, &x) in xs.iter().enumerate() {
+                if skip.contains(&(i as u32)) || x.is_nan() {
+                    continue;
+                }
+                if best.is_none_or(|(_, b)| x > b) {
+                    best = Some((i, x));
+                }
+            }
+            best.map(|(i, _)| i)
+        }
+        let mut rng = crate::rng::Rng::new(7);
+        for len in [0, 1, 2, 15, 16, 17, 33, 100, 1000] {
+            for trial in 0..40 {
+                // Few distinct values, so ties are common.
+                let mut xs: Vec<f32> = (0..len).map(|_| (rng.uniform() * 6.0).floor() as f32).collect();
+                if trial % 4 == 1 && len > 0 {
+                    xs[rng.below(len)] = f32::NAN;
+                }
+                if trial % 4 == 2 {
+                    xs.iter_mut().for_each(|x| *x = f32::NEG_INFINITY);
+                }
+                if trial % 8 == 3 {
+                    xs.iter_mut().for_each(|x| *x = f32::NAN);
+                }
+                let skips: [&[u32]; 4] = [
+                    &[],
+                    &[0, 1],
+                    &[(len as u32).saturating_sub(1), len as u32 + 5],
+                    &[3, 3],
+                ];
+                for skip in skips {
+                    assert_eq!(first_argmax(&xs, skip), scan(&xs, skip), "{len} {trial} {skip:?}");
+                }
+                // The maximum skipped: the next best wins.
+                if let Some(m) = scan(&xs, &[]) {
+                    let skip = [m as u32];
+                    assert_eq!(first_argmax(&xs, &skip), scan(&xs, &skip), "{len} {trial}");
+                }
+            }
+        }
     }
 
     #[test]
