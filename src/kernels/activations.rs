@@ -119,7 +119,10 @@ pub fn gelu_erf_backward_inplace<T: Float>(dy: &mut [T], x: &[T]) {
     scale_by_grad(dy, x, gelu_erf_grad);
 }
 
-/// SiLU (swish, Marian's `swish`) at one point, in f64: `x · σ(x)`.
+/// SiLU (swish, Marian's `swish`) at one point, in f64: `x · σ(x)` (the tests' reference;
+/// [`silu_forward`] computes it through the vectorised sigmoid).
+// Used outside the library only (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub fn silu(x: f64) -> f64 {
     x / (1.0 + (-x).exp())
 }
@@ -130,9 +133,31 @@ pub fn silu_grad(x: f64) -> f64 {
     s * (1.0 + x * (1.0 - s))
 }
 
-/// `y ← silu(x)` element-wise (an ungated FFN with swish, as Marian's).
+/// `y ← silu(x) = x · σ(x)` element-wise (an ungated FFN with swish, as Marian's), with the
+/// sigmoid SwiGLU uses (`exp_vec`: vectorised in f32, the exact `exp` in f64).
 pub fn silu_forward<T: Float>(y: &mut [T], x: &[T]) {
-    map_into(y, x, silu);
+    assert_eq!(y.len(), x.len(), "silu: output and input differ in size");
+    y.par_chunks_mut(PAR_MIN)
+        .zip(x.par_chunks(PAR_MIN))
+        .for_each(|(y, x)| pulp::Arch::new().dispatch(Silu { y, x }));
+}
+
+/// The loop of [`silu_forward`], compiled into each of pulp's target-feature functions (see
+/// [`Swiglu`]).
+struct Silu<'a, T> {
+    y: &'a mut [T],
+    x: &'a [T],
+}
+
+impl<T: Float> pulp::WithSimd for Silu<'_, T> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _simd: S) {
+        for (o, &x) in self.y.iter_mut().zip(self.x) {
+            *o = x * sigmoid(x);
+        }
+    }
 }
 
 /// `dy ← dy ⊙ silu'(x)`, given the pre-activation `x`.
