@@ -134,7 +134,7 @@ pub fn read_tensors_skipping(path: &Path, skip: impl Fn(&str) -> bool) -> Result
 /// The tensors of safetensors `bytes` (read from `path`, named in errors), as
 /// [`read_tensors_skipping`] reads them.
 pub fn parse_tensors(bytes: &[u8], path: &Path, skip: impl Fn(&str) -> bool) -> Result<TensorMap> {
-    parse_tensors_as(bytes, path, skip, false)
+    parse_tensors_as(bytes, path, skip, false, |_| {})
 }
 
 /// Like [`read_tensors_skipping`], for checkpoints of other tools: F32, F16 and BF16 tensors are
@@ -152,19 +152,30 @@ pub fn read_float_tensors(path: &Path, skip: impl Fn(&str) -> bool) -> Result<Te
         .flatten()
         .is_some();
     if checked {
-        return parse_tensors_as(&read_file(path)?, path, skip, true);
+        return parse_tensors_as(&read_file(path)?, path, skip, true, |_| {});
     }
     let map = gguf::hold_file(path, file_memory::FileMemory::Map)?;
-    parse_tensors_as(&map, path, skip, true)
+    let base = map.as_ptr();
+    parse_tensors_as(&map, path, skip, true, |range| {
+        // SAFETY: `map` is the file mapped read-only from its first byte (a page), holding
+        // `range`; a mapped file's pages given back read as the file's same bytes again if
+        // touched, so the views still alive into them (the tensors not yet decoded hold other,
+        // disjoint ranges) never see them change. Nothing reads this tensor's bytes again.
+        unsafe { file_memory::give_back(base, range) };
+    })
 }
 
 
 /// The tensors of safetensors `bytes` as f32: F32 only, or with `widen` also F16 and BF16.
+/// `decoded(range)` is told the byte range of each tensor once its values are decoded (a
+/// mapped file's pages are given back then: the load's peak is the float32 values, not the
+/// values and the whole file).
 fn parse_tensors_as(
     bytes: &[u8],
     path: &Path,
     skip: impl Fn(&str) -> bool,
     widen: bool,
+    decoded: impl Fn(std::ops::Range<usize>),
 ) -> Result<TensorMap> {
     let st = SafeTensors::deserialize(bytes).map_err(|e| {
         ckpt_err(
@@ -204,6 +215,8 @@ fn parse_tensors_as(
                 ));
             }
         };
+        let start = data.as_ptr() as usize - bytes.as_ptr() as usize;
+        decoded(start..start + data.len());
         out.insert(name, (view.shape().to_vec(), values));
     }
     Ok(out)
@@ -363,4 +376,37 @@ pub fn clear_run(dir: &Path) -> Result<()> {
 pub fn same_or_inside(inner: &Path, outer: &Path) -> bool {
     let resolve = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
     resolve(inner).starts_with(resolve(outer))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Tensors of several pages each, in F32, F16 and BF16, read from the mapped file whose
+    /// pages are given back tensor by tensor as they are decoded: every value as written, in
+    /// whichever order the file lists them.
+    #[test]
+    fn mapped_tensors_read_whole_while_their_pages_are_given_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.safetensors");
+        let n = 3 * 4096 + 7;
+        let values = |k: usize| -> Vec<f32> { (0..n).map(|i| ((i * 31 + k) % 97) as f32 - 48.0).collect() };
+        let (a, b, c) = (values(1), values(2), values(3));
+        let half: Vec<u8> = c.iter().flat_map(|&v| ggml::f32_to_f16(v).to_le_bytes()).collect();
+        let brain: Vec<u8> = b.iter().flat_map(|&v| ((v.to_bits() >> 16) as u16).to_le_bytes()).collect();
+        let a_bytes = f32_bytes(&a);
+        let views = vec![
+            ("a", TensorView::new(Dtype::F32, vec![n], &a_bytes).unwrap()),
+            ("b", TensorView::new(Dtype::BF16, vec![n], &brain).unwrap()),
+            ("c", TensorView::new(Dtype::F16, vec![n], &half).unwrap()),
+        ];
+        std::fs::write(&path, safetensors::serialize(views, None).unwrap()).unwrap();
+        let read = read_float_tensors(&path, |_| false).unwrap();
+        assert_eq!(read["a"], (vec![n], a));
+        // Small integers: exact in bf16 and f16.
+        assert_eq!(read["b"], (vec![n], b));
+        assert_eq!(read["c"], (vec![n], c));
+        // The file is untouched by the giving back: read again, the same.
+        assert_eq!(read_float_tensors(&path, |_| false).unwrap(), read);
+    }
 }
