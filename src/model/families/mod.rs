@@ -371,7 +371,7 @@ mod tests {
         assert_eq!(hf_list(FamilyKind::Encoder), "bert");
         assert_eq!(
             hf_list(FamilyKind::Translation),
-            "marian, m2m_100, mbart, bart, t5 and mt5"
+            "marian, m2m_100, mbart, bart, t5, mt5 and umt5"
         );
         assert_eq!(by_model_type("marian").unwrap().kind, FamilyKind::Translation);
         assert_eq!(

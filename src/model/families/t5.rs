@@ -1,10 +1,12 @@
-//! T5 (Raffel et al., 2020), mT5 and MADLAD-400 as Hugging Face stores them (`model_type`
-//! `t5` or `mt5`, `T5ForConditionalGeneration`): the paper's encoder-decoder with the norms
+//! T5 (Raffel et al., 2020), mT5, MADLAD-400 and umT5 as Hugging Face stores them
+//! (`model_type` `t5`, `mt5` or `umt5`, `T5ForConditionalGeneration` and its kin): the paper's
+//! encoder-decoder with the norms
 //! before each sublayer (pre-LN, a final norm closing each stack), every norm an RMSNorm
 //! without bias (`T5LayerNorm`: `g ⊙ x / √(mean(x²) + ε)`), no biases anywhere, no positions
 //! added to the embeddings (which are not scaled) and instead T5's relative position bias in
 //! every self-attention (`model::relative_bias`: `relative_attention_bias [buckets, heads]`,
-//! stored once per stack in its first layer, which we copy to each layer of the stack), scores
+//! stored once per stack in its first layer, which we copy to each layer of the stack; umT5
+//! stores one in every layer), scores
 //! left unscaled (`q·k`, our `query_pre_attn_scalar` 1), heads of `d_kv` columns whatever
 //! `d_model / num_heads` is, and the FFN of `feed_forward_proj`:
 //!
@@ -23,9 +25,9 @@
 //!
 //! The decoder starts from the padding token (`decoder_start_token_id` 0); ids are
 //! `spiece.model`'s (`text::t5_tokenizer`), mapped onto our specials by [`IdMap`] with our own
-//! padding row (its logit −10⁹) as Marian's are. Refused by name: `umt5` (a bias table in every
-//! layer), `feed_forward_proj` values we do not compute, a decoder that does not start from the
-//! padding token, a bias table of the wrong shape.
+//! padding row (its logit −10⁹) as Marian's are. Refused by name: `feed_forward_proj` values we
+//! do not compute, a decoder that does not start from the padding token, a bias table of the
+//! wrong shape, missing (umT5) or where T5 has none.
 
 use super::hf_seq2seq::one_eos;
 use super::{Family, FamilyKind};
@@ -44,7 +46,7 @@ use std::path::Path;
 pub const FAMILY: Family = Family {
     name: "t5",
     kind: FamilyKind::Translation,
-    model_types: &["t5", "mt5"],
+    model_types: &["t5", "mt5", "umt5"],
     hf_names: HF_NAMES,
     hf_decoder: None,
     gguf: None,
@@ -211,6 +213,28 @@ fn default_eos() -> serde_json::Value {
     serde_json::json!(1)
 }
 
+/// The three models of the family: what differs between them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// The original T5 and T5 v1.1 (`t5`): ReLU unless said otherwise.
+    T5,
+    /// mT5 and MADLAD-400 (`mt5`): gated GELU unless said otherwise, never a scaled output.
+    Mt5,
+    /// umT5 (`umt5`): as mT5, a bias table in every layer, the output scaled as T5's.
+    Umt5,
+}
+
+impl Kind {
+    fn of(model_type: &str) -> std::result::Result<Kind, String> {
+        match model_type {
+            "t5" => Ok(Kind::T5),
+            "mt5" => Ok(Kind::Mt5),
+            "umt5" => Ok(Kind::Umt5),
+            other => Err(format!("model_type {other:?} is not T5's")),
+        }
+    }
+}
+
 /// Our `max_len` where the config states no `n_positions` (T5's training length).
 const DEFAULT_MAX_LEN: usize = 512;
 
@@ -223,17 +247,11 @@ impl HfT5Config {
     /// whether the decoder's output is scaled by `d_model^-0.5`, or what is not supported (by
     /// its field's name).
     fn config(&self, tied: bool) -> std::result::Result<(ModelConfig, bool), String> {
-        let mt5 = match self.model_type.as_str() {
-            "t5" => false,
-            "mt5" => true,
-            "umt5" => {
-                return Err("model_type umt5 (a relative position bias table in every layer) \
-                            is not supported yet; t5 and mt5 are"
-                    .into())
-            }
-            other => return Err(format!("model_type {other:?} is not T5's")),
+        let kind = Kind::of(&self.model_type)?;
+        let default_ffn = match kind {
+            Kind::T5 => "relu",
+            Kind::Mt5 | Kind::Umt5 => "gated-gelu",
         };
-        let default_ffn = if mt5 { "gated-gelu" } else { "relu" };
         let ffn = self.feed_forward_proj.as_deref().unwrap_or(default_ffn);
         let activation = match ffn {
             "relu" => Activation::Relu,
@@ -283,10 +301,10 @@ impl HfT5Config {
         // Our padding row's logit (−10⁹), through the logit bias.
         c.output_bias = true;
         c.validate()?;
-        // transformers 5: T5 scales as `scale_decoder_outputs` says, else unless the config
-        // sets tie_word_embeddings false; mT5 never does.
+        // transformers 5: T5 and umT5 scale as `scale_decoder_outputs` says, else unless the
+        // config sets tie_word_embeddings false; mT5 never does.
         let tied_config = self.tie_word_embeddings != Some(false);
-        let scaled = !mt5 && self.scale_decoder_outputs.unwrap_or(tied_config);
+        let scaled = kind != Kind::Mt5 && self.scale_decoder_outputs.unwrap_or(tied_config);
         Ok((c, scaled))
     }
 }
@@ -308,7 +326,8 @@ pub fn load(dir: &Path) -> Result<(Seq2Seq<f32>, Vocab)> {
         (head, _) => head.is_none(),
     };
     let (config, scaled) = hf.config(tied).map_err(|e| ckpt_err(&config_path, e))?;
-    let tensors = our_tensors(dir, weights, &config, tokenizer.ids(), scaled)?;
+    let every_layer = hf.model_type == "umt5";
+    let tensors = our_tensors(dir, weights, &config, tokenizer.ids(), (scaled, every_layer))?;
     let model = build_filled(dir, config, tensors, Some(&HF_NAMES))?;
     Ok((model, Vocab::from_t5(tokenizer)))
 }
@@ -332,14 +351,15 @@ fn extra_ids(dir: &Path) -> Result<usize> {
 /// The checkpoint's tensors named as [`HF_NAMES`] reads them, in our ids: the shared table
 /// (and an untied head) as [`super::hf_seq2seq::in_our_ids`] gives it, the ungated FFN's `wi`
 /// named `wi_1` (our `linear1`, as the gated FFN's `wi_1`), each stack's bias table
-/// copied from its first layer to the others, the logit bias of our padding row, the decoder's
-/// final norm times `d_model^-0.5` when `scaled` (see the module docs).
+/// copied from its first layer to the others (umT5, `every_layer`: each layer's own, checked),
+/// the logit bias of our padding row, the decoder's final norm times `d_model^-0.5` when
+/// `scaled` (see the module docs).
 fn our_tensors(
     dir: &Path,
     weights: TensorMap,
     config: &ModelConfig,
     ids: &IdMap,
-    scaled: bool,
+    (scaled, every_layer): (bool, bool),
 ) -> Result<TensorMap> {
     let bad = |reason: String| ckpt_err(dir, reason);
     // The ungated FFN's W_i is our linear1, as the gated one's W_i1.
@@ -358,21 +378,33 @@ fn our_tensors(
         let (shape, values) = tensors.get(&name(0)).cloned().ok_or_else(|| {
             bad(format!("no {} (the stack's relative position bias)", name(0)))
         })?;
-        if shape != table {
-            return Err(bad(format!(
-                "{} has shape {shape:?}, the config needs {table:?} \
-                 (relative_attention_num_buckets, num_heads)",
-                name(0)
-            )));
-        }
-        for i in 1..layers {
-            if tensors.contains_key(&name(i)) {
-                return Err(bad(format!(
-                    "{} is stored: a bias table in every layer is umT5's, not T5's",
-                    name(i)
-                )));
+        for i in 0..layers {
+            match tensors.get(&name(i)) {
+                Some((shape, _)) if *shape != table => {
+                    return Err(bad(format!(
+                        "{} has shape {shape:?}, the config needs {table:?} \
+                         (relative_attention_num_buckets, num_heads)",
+                        name(i)
+                    )))
+                }
+                Some(_) if i == 0 || every_layer => {}
+                Some(_) => {
+                    return Err(bad(format!(
+                        "{} is stored: a bias table in every layer is umT5's (model_type \
+                         umt5), not T5's or mT5's",
+                        name(i)
+                    )))
+                }
+                None if every_layer => {
+                    return Err(bad(format!(
+                        "no {} (umT5 has a relative position bias in every layer)",
+                        name(i)
+                    )))
+                }
+                None => {
+                    tensors.insert(name(i), (shape.clone(), values.clone()));
+                }
             }
-            tensors.insert(name(i), (shape.clone(), values.clone()));
         }
     }
     if scaled {
@@ -391,13 +423,9 @@ fn our_tensors(
     Ok(tensors)
 }
 
-/// Whether `dir` holds a Hugging Face T5 model (`model_type` `t5`, `mt5` or `umt5`, the last
-/// to be refused by name).
+/// Whether `dir` holds a Hugging Face T5 model (`model_type` `t5`, `mt5` or `umt5`).
 pub fn is_t5_dir(dir: &Path) -> bool {
-    matches!(
-        super::model_type_of(dir).as_deref(),
-        Some("t5" | "mt5" | "umt5")
-    )
+    super::model_type_of(dir).is_some_and(|t| FAMILY.model_types.contains(&t.as_str()))
 }
 
 #[cfg(test)]
@@ -440,9 +468,14 @@ mod tests {
             j.as_object_mut().unwrap().remove("feed_forward_proj");
         });
         assert_eq!(mt5.unwrap().activation, Activation::GeluTanhGated);
+        let umt5 = config(|j| {
+            j["model_type"] = "umt5".into();
+            j.as_object_mut().unwrap().remove("feed_forward_proj");
+        });
+        assert_eq!(umt5.unwrap().activation, Activation::GeluTanhGated);
         for (edit, wanted) in [
             (("feed_forward_proj", serde_json::json!("gated-relu")), "feed_forward_proj \"gated-relu\""),
-            (("model_type", serde_json::json!("umt5")), "umt5"),
+            (("model_type", serde_json::json!("bart")), "model_type \"bart\""),
             (("decoder_start_token_id", serde_json::json!(3)), "decoder_start_token_id 3"),
             (("eos_token_id", serde_json::json!([1, 5])), "eos_token_id"),
             (("relative_attention_num_buckets", serde_json::json!(2)), "relative_buckets"),
@@ -452,8 +485,8 @@ mod tests {
         }
     }
 
-    /// transformers 5's rule: T5 scales its decoder's output unless `tie_word_embeddings` is
-    /// false; mT5 never.
+    /// transformers 5's rule: T5 and umT5 scale their decoder's output unless
+    /// `tie_word_embeddings` is false; mT5 never.
     #[test]
     fn the_output_scale_follows_transformers() {
         let scaled = |model_type: &str, tie: Option<bool>| {
@@ -470,6 +503,7 @@ mod tests {
         assert!(scaled("t5", None) && scaled("t5", Some(true)));
         assert!(!scaled("t5", Some(false)));
         assert!(!scaled("mt5", None) && !scaled("mt5", Some(true)));
+        assert!(scaled("umt5", None) && !scaled("umt5", Some(false)));
         // What transformers 5 wrote wins over tie_word_embeddings.
         let json = serde_json::json!({
             "model_type": "t5", "vocab_size": 100, "d_model": 16, "d_ff": 32, "num_layers": 1,
