@@ -539,7 +539,7 @@ impl ModelConfig {
 
     /// The arithmetic count [`n_params`](Self::n_params) replaced, kept to test it against.
     #[cfg(test)]
-    fn n_params_formula(&self) -> Option<usize> {
+    pub(crate) fn n_params_formula(&self) -> Option<usize> {
         let (v, d, f) = (
             self.vocab_size as u128,
             self.d_model as u128,

@@ -205,4 +205,83 @@ mod tests {
         assert_eq!(both.value(0, -7), (3 * 2) as f64);
         assert_eq!(both.value(0, 3), (6 * 2) as f64);
     }
+
+    /// Relative positions are an encoder-decoder's only and are not trained (refused by
+    /// name); the model gets one table per self-attention, none in the cross-attentions, as
+    /// the config counts them.
+    #[test]
+    fn configs_with_relative_positions() {
+        use crate::model::config::{ModelConfig, Positions};
+        let mut c = ModelConfig::preset("tiny", 20).unwrap();
+        c.positions = Positions::Relative;
+        c.validate().unwrap();
+        assert!(c.check_trainable().unwrap_err().contains("relative"));
+        let lm = ModelConfig {
+            n_encoder_layers: 0,
+            ..c.clone()
+        };
+        assert!(lm.validate().unwrap_err().contains("encoder-decoders only"));
+        let mut plain = ModelConfig::preset("tiny", 20).unwrap();
+        plain.check_trainable().unwrap();
+        plain.relative_buckets = (16, 24);
+        assert!(plain.validate().unwrap_err().contains("relative_buckets"));
+        let mut m = crate::model::Seq2Seq::<f32>::new(c.clone(), &mut Rng::new(0));
+        let tables: Vec<String> = (m.params_mut().into_iter())
+            .map(|(n, _)| n)
+            .filter(|n| n.contains("relative_bias"))
+            .collect();
+        assert_eq!(tables.len(), c.n_encoder_layers + c.n_decoder_layers, "{tables:?}");
+        assert!(tables.iter().all(|n| n.ends_with("self_attn.relative_bias.weight")));
+        assert_eq!(c.n_params(), Some(m.n_params()));
+        assert_eq!(c.n_params_formula(), Some(m.n_params()));
+    }
+
+    /// A T5-shaped model in float64 with sources and targets past 128 positions (the tiled
+    /// kernel in the teacher-forced forward) and offsets past `max_distance`: its
+    /// log-probabilities are incremental decoding's, one position of every row at a time and
+    /// one token per row (the ragged step), rows of different lengths.
+    #[test]
+    fn teacher_forcing_equals_incremental_decoding() {
+        use crate::batch::Batch;
+        use crate::model::config::{ModelConfig, NormPlacement, Normalization, Positions};
+        use crate::model::{Module, StepLayout};
+        let mut c = ModelConfig::preset("tiny", 30).unwrap();
+        (c.d_model, c.n_heads, c.d_ff, c.max_len, c.dropout) = (16, 2, 24, 200, 0.0);
+        (c.n_encoder_layers, c.n_decoder_layers, c.relative_buckets) = (1, 2, (8, 20));
+        (c.norm, c.normalization) = (NormPlacement::PreLn, Normalization::RmsNorm);
+        (c.positions, c.bias, c.scale_embeddings) = (Positions::Relative, false, false);
+        c.query_pre_attn_scalar = Some(1.0);
+        let mut m = crate::model::Seq2Seq::<f64>::new(c, &mut Rng::new(3));
+        let mut rng = Rng::new(4);
+        for (name, p) in m.params_mut() {
+            if name.ends_with("relative_bias.weight") {
+                let values = p.value.data.iter_mut();
+                values.for_each(|w| *w = 2.0 * rng.uniform_range(-1.0, 1.0));
+            }
+        }
+        let seq = |n: usize, k: u32| -> Vec<u32> { (0..n as u32).map(|i| 4 + (i * k) % 26).collect() };
+        let (s0, s1, t0, t1) = (seq(140, 7), seq(131, 5), seq(135, 3), seq(129, 11));
+        let batch = Batch::from_pairs(&[(&s0, &t0), (&s1, &t1)]);
+        let (logits, _) = m.forward(&batch, None);
+        let (v, len) = (30, batch.tgt_len);
+        for layout in [StepLayout::dense(), StepLayout::one_per_row()] {
+            let mut state = m.start_decoding(&batch.src, batch.src_len, &batch.src_lens, len);
+            for t in 0..len {
+                let tokens = [batch.tgt_in[t], batch.tgt_in[len + t]];
+                let lp = m.step(&mut state, &tokens, &layout);
+                for b in 0..2 {
+                    if t >= batch.tgt_lens[b] {
+                        continue;
+                    }
+                    let row = &logits[(b * len + t) * v..(b * len + t + 1) * v];
+                    let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let z = max + row.iter().map(|x| (x - max).exp()).sum::<f64>().ln();
+                    for (k, &x) in row.iter().enumerate() {
+                        let got = lp[b * v + k];
+                        assert!((got - (x - z)).abs() < 1e-9, "row {b} position {t}: {got} vs {}", x - z);
+                    }
+                }
+            }
+        }
+    }
 }

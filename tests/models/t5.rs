@@ -460,3 +460,43 @@ fn madlad_languages_are_chosen_by_code() {
         .to_string();
     assert!(e.contains("no language codes"), "{e}");
 }
+
+/// The cases' sources translated together (padded sources, rows of different lengths in one
+/// batch, greedy and beam 4) are each one's translation alone.
+#[test]
+fn batched_translations_equal_one_at_a_time() {
+    for name in ["t5", "mt5", "umt5"] {
+        let (t, r, ids) = load(name);
+        let sources: Vec<Vec<u32>> = r.cases.iter().map(|c| ours(&ids, &c.source_ids)).collect();
+        let greedy = |batch_size| GreedyOptions {
+            max_len_extra: 10,
+            batch_size,
+            forced_first: None,
+        };
+        let together = greedy_decode(&t.model, &sources, &greedy(8));
+        let beam = |batch_size| BeamOptions {
+            beam_size: 4,
+            max_len_extra: 10,
+            batch_size,
+            nbest: 2,
+            ..BeamOptions::default()
+        };
+        let beams = beam_search(&t.model, &sources, &beam(8));
+        for (i, src) in sources.iter().enumerate() {
+            let alone = greedy_decode(&t.model, std::slice::from_ref(src), &greedy(1));
+            assert_eq!(
+                together[i].tokens, alone[0].tokens,
+                "{name} case {i}: greedy"
+            );
+            let alone = beam_search(&t.model, std::slice::from_ref(src), &beam(1));
+            let tokens = |l: &[transformer::decode::beam::BeamHypothesis]| -> Vec<Vec<u32>> {
+                l.iter().map(|h| h.tokens.clone()).collect()
+            };
+            assert_eq!(
+                tokens(&beams[i]),
+                tokens(&alone[0]),
+                "{name} case {i}: beam"
+            );
+        }
+    }
+}

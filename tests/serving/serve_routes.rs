@@ -245,6 +245,26 @@ fn a_t5_model_serves_what_the_library_computes() {
     serves_what_the_library_computes("t5");
 }
 
+/// A MADLAD-style mT5 served with `--target-lang en`: every source gets `<2en>` before it, as
+/// the library writes it once the target is chosen by its code.
+#[test]
+fn a_madlad_model_serves_its_configured_target() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mt5");
+    let server = start_pair(&dir, ("de", "en"), &[]).unwrap();
+    let mut model = Translator::load(&dir).unwrap();
+    model.set_languages(None, Some("en")).unwrap();
+    let lines = vec!["Das Haus ist alt.".to_string()];
+    let want = model.translate(&lines, &GreedyOptions::default()).unwrap();
+    let (status, got) = post(
+        server.addr,
+        "/translate",
+        &json!({"q": lines, "source": "de", "target": "en"}),
+    );
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(got["translatedText"], json!(want));
+    server.shutdown().unwrap();
+}
+
 /// The fixture `name` served alone answers `/translate` (two lines greedy, one with an
 /// alternative from beam 4) as the library translates.
 fn serves_what_the_library_computes(name: &str) {
