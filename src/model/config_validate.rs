@@ -97,7 +97,8 @@ impl ModelConfig {
         self.validate_family_options()
     }
 
-    /// [`Positions::Relative`] (T5): an encoder-decoder with unpruned heads, buckets that
+    /// [`Positions::Relative`] (T5): an encoder-decoder with unpruned heads and softmax
+    /// attention (linear attention has no scores to bias), buckets that
     /// split as T5's do (`n ≥ 4`: a bidirectional half keeps `n/4 ≥ 1` exact offsets), offsets
     /// told apart past the exact ones (`max_distance > n/2`); the bucket sizes are only read
     /// with relative positions.
@@ -114,6 +115,12 @@ impl ModelConfig {
         }
         if !self.layer_heads.is_empty() {
             return Err("pruned heads (layer_heads) with relative positions are not supported".into());
+        }
+        let kinds = self.layer_attention.iter().chain(&self.encoder_layer_attention);
+        if kinds.into_iter().any(|k| *k == super::AttentionKind::Linear) {
+            return Err("linear attention (layer_attention) has no scores to bias: not with \
+                        relative positions"
+                .into());
         }
         if !(4..=1 << 16).contains(&n) || m <= n / 2 || m > MAX_CONTEXT {
             return Err(format!(

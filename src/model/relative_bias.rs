@@ -221,6 +221,11 @@ mod tests {
             ..c.clone()
         };
         assert!(lm.validate().unwrap_err().contains("encoder-decoders only"));
+        let linear = ModelConfig {
+            layer_attention: vec![crate::model::attention_kind::AttentionKind::Linear; 2],
+            ..c.clone()
+        };
+        assert!(linear.validate().unwrap_err().contains("linear attention"));
         let mut plain = ModelConfig::preset("tiny", 20).unwrap();
         plain.check_trainable().unwrap();
         plain.relative_buckets = (16, 24);
