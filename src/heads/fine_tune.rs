@@ -59,6 +59,7 @@ pub fn fine_tune_seq2seq(
             "--label-smoothing {label_smoothing}: must be in [0, 1)"
         )));
     }
+    model.config.check_trainable().map_err(Error::Input)?;
     fine_tune(model, pairs, plan, |model, group| {
         let refs: Vec<(&[u32], &[u32])> = group.iter().map(|(s, t)| (&s[..], &t[..])).collect();
         let batch = Batch::from_pairs(&refs);

@@ -15,7 +15,9 @@
 //!
 //! Capped scores (Gemma 2, `super::scores`): `s_ij = c · tanh(q_i·k_j · scale / c)` in both
 //! passes, and the score gradients go through the cap, `ds_ij ← ds_ij · (1 − (s_ij/c)²)`, before
-//! `dK` and `dQ`.
+//! `dK` and `dQ`. A bias of the key ranges (`super::key_ranges`, T5's relative positions) is
+//! added to `s_ij` after the cap in the forward and in the backward's recomputed tiles alike (the
+//! cap's derivative reads the capped score before it; the bias itself gets no gradient).
 //!
 //! Same layouts and key ranges ([`super::key_ranges`]) as [`super::plain_attention`]: activations `[batch * len, heads * d_head]`,
 //! head `h` in column block `h`; keys and values `[batch * len, kv_heads * d_head]`, query head
@@ -23,7 +25,7 @@
 //! log-sum-exp is `[batch * q_len, heads]`.
 
 use super::attention::{AttnDims, Scores};
-use super::key_ranges::{hide_holes, span, tile_cols, KeyRanges};
+use super::key_ranges::{add_bias, hide_holes, span, tile_cols, KeyRanges};
 use super::matmul::{matmul, MatMut, MatRef};
 use crate::Float;
 use rayon::prelude::*;
@@ -94,6 +96,7 @@ pub fn flash_attention_forward<T: Float>(
                                 let (on, hidden) = s_row[live.start..].split_at_mut(live.len());
                                 hidden.iter_mut().for_each(|x| *x = T::zero());
                                 dims.scores.cap(on);
+                                add_bias(&ranges, (h, b, i0 + r), j0 + live.start, on);
                                 hide_holes(&ranges, b, i0 + r, j0 + live.start, on);
                                 let row_max = on.iter().fold(T::neg_infinity(), |a, &x| a.max(x));
                                 let m_new = m[r].max(row_max);
@@ -149,8 +152,9 @@ fn zero_head_rows<T: Float>(buf: &mut [T], rows: usize, d_model: usize, h: usize
 
 /// Recomputes one tile's probabilities into `s [rows, cols]`: `p = e^(s − L)` with the score
 /// `s = q·k/√d_k` (capped when `scores` caps: then `capped [rows, cols]` receives the capped
-/// scores, 0 where masked, for the cap's derivative), 0 where masked. `i0`/`j0` are the tile's
-/// first query and key rows within batch element `b`.
+/// scores, 0 where masked, for the cap's derivative; a bias of the ranges added after it), 0
+/// where masked. `i0`/`j0` are the tile's first query and key rows within batch element `b`,
+/// `h` the query head.
 #[allow(clippy::too_many_arguments)]
 fn tile_probs<T: Float>(
     s: &mut [T],
@@ -160,7 +164,7 @@ fn tile_probs<T: Float>(
     lse_rows: impl Fn(usize) -> T,
     (scale, scores): (T, Scores),
     ranges: &impl KeyRanges,
-    b: usize,
+    (h, b): (usize, usize),
     i0: usize,
     j0: usize,
 ) {
@@ -178,6 +182,7 @@ fn tile_probs<T: Float>(
             c_row.copy_from_slice(s_row);
         }
         let on = &mut s_row[live.clone()];
+        add_bias(ranges, (h, b, i0 + r), j0 + live.start, on);
         // holes: e^(−∞ − L) = 0 (the capped copy above keeps finite scores for the cap's
         // derivative, which a zero dS multiplies)
         hide_holes(ranges, b, i0 + r, j0 + live.start, on);
@@ -282,7 +287,7 @@ pub fn flash_attention_backward<T: Float>(
                             let s_t = &mut capped[..if capping { rows * cols } else { 0 }];
                             let lse_r = |r: usize| lse[(row0 + r) * heads + h];
                             let sc = (scale, dims.scores);
-                            tile_probs(p_t, s_t, q_i, k_j, lse_r, sc, &ranges, b, i0, j0);
+                            tile_probs(p_t, s_t, q_i, k_j, lse_r, sc, &ranges, (h, b), i0, j0);
                             // dV_j += Pᵀ dO_i
                             let dv_g = MatMut::strided(dv_blk, g * d_head, cols, d_head, d_kv, 1);
                             matmul(
@@ -345,7 +350,7 @@ pub fn flash_attention_backward<T: Float>(
                             let s_t = &mut capped[..if capping { rows * cols } else { 0 }];
                             let lse_r = |r: usize| lse[(row0 + r) * heads + h];
                             let sc = (scale, dims.scores);
-                            tile_probs(p_t, s_t, q_i, k_j, lse_r, sc, &ranges, b, i0, j0);
+                            tile_probs(p_t, s_t, q_i, k_j, lse_r, sc, &ranges, (h, b), i0, j0);
                             matmul(
                                 MatMut::new(dp_t, rows, cols),
                                 do_i,

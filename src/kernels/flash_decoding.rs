@@ -21,7 +21,7 @@
 //! hidden (`−∞`) contributes nothing.
 
 use super::attention::{AttnDims, KvSlice};
-use super::key_ranges::{clip, hide_holes, KeyRanges};
+use super::key_ranges::{add_bias, clip, hide_holes, KeyRanges};
 use super::{kv_dots, step_dots, step_softmax};
 use rayon::prelude::*;
 
@@ -103,6 +103,7 @@ pub fn forward(
                         }
                     }
                     dims.scores.cap(p_c);
+                    add_bias(ranges, (h, b, 0), j0, p_c);
                     hide_holes(ranges, b, 0, j0, p_c);
                     let m = p_c.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
                     let (head, o) = part.split_at_mut(2);

@@ -14,6 +14,16 @@
 //!   [`KeyRanges::sees`] says which keys inside it are seen ([`KeyRanges::has_holes`]: whether
 //!   to ask). The kernels give the hidden keys a score of −∞ ([`hide_holes`]), so their
 //!   weights are exactly 0 as outside the range.
+//!
+//! A mask is an additive score of −∞; the ranges may also carry a finite one, a bias per head,
+//! query and key ([`KeyRanges::bias`], T5's relative position buckets: `model::relative_bias`),
+//! added by every kernel at the same place ([`add_bias`]): after the scale and the soft cap,
+//! before the holes and the softmax,
+//!
+//! `s_ij = cap(scale · q_i·k_j) + bias(h, b, i, j)`.
+//!
+//! A query's position, which a bias of positions needs, is read from its range as causal masks
+//! already state it: the last key it sees (see `model::relative_bias`).
 
 use std::ops::Range;
 
@@ -33,6 +43,17 @@ pub trait KeyRanges: Sync {
 
     /// Whether some range has holes ([`sees`](Self::sees) may answer `false`).
     fn has_holes(&self) -> bool {
+        false
+    }
+
+    /// The bias added to the score of key `j` (inside the range) by query `i` of row `b` in head
+    /// `h` (see the module docs). Asked only when [`has_bias`](Self::has_bias) says so.
+    fn bias(&self, _h: usize, _b: usize, _i: usize, _j: usize) -> f64 {
+        0.0
+    }
+
+    /// Whether the scores get a [`bias`](Self::bias).
+    fn has_bias(&self) -> bool {
         false
     }
 
@@ -59,6 +80,14 @@ impl<R: KeyRanges + ?Sized> KeyRanges for &R {
 
     fn has_holes(&self) -> bool {
         (**self).has_holes()
+    }
+
+    fn bias(&self, h: usize, b: usize, i: usize, j: usize) -> f64 {
+        (**self).bias(h, b, i, j)
+    }
+
+    fn has_bias(&self) -> bool {
+        (**self).has_bias()
     }
 }
 
@@ -128,6 +157,14 @@ impl<R: KeyRanges> KeyRanges for Windowed<R> {
     fn has_holes(&self) -> bool {
         self.inner.has_holes()
     }
+
+    fn bias(&self, h: usize, b: usize, i: usize, j: usize) -> f64 {
+        self.inner.bias(h, b, i, j)
+    }
+
+    fn has_bias(&self) -> bool {
+        self.inner.has_bias()
+    }
 }
 
 /// An explicit range per query, `[batch * q_len]` in query order.
@@ -160,6 +197,21 @@ pub fn hide_holes<T: crate::Float>(
             if !ranges.sees(b, i, j0 + c) {
                 *s = T::neg_infinity();
             }
+        }
+    }
+}
+
+/// Adds head `h`'s bias of query `i` of row `b` to its scores of the keys `j0 ..` (`scores`:
+/// key `j0 + c` at `c`, inside the query's range); nothing unless `ranges` has a bias.
+pub fn add_bias<T: crate::Float>(
+    ranges: &impl KeyRanges,
+    (h, b, i): (usize, usize, usize),
+    j0: usize,
+    scores: &mut [T],
+) {
+    if ranges.has_bias() {
+        for (c, s) in scores.iter_mut().enumerate() {
+            *s += T::of(ranges.bias(h, b, i, j0 + c));
         }
     }
 }

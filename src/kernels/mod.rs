@@ -5,6 +5,8 @@
 
 pub mod activations;
 pub mod attention;
+#[cfg(test)]
+mod attention_bias_tests;
 pub mod dropout;
 pub mod flash_attention;
 pub mod flash_decoding;

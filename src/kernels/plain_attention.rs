@@ -1,6 +1,8 @@
 //! The plain attention kernel: multi-head scaled dot-product attention,
 //! `softmax(Q Kᵀ / √d_k) V`, over all heads of a batch, as matrix products. The scores may have
-//! their own scale and a soft cap (`super::scores`): `softmax(c · tanh(Q Kᵀ · scale / c)) V`.
+//! their own scale and a soft cap (`super::scores`): `softmax(c · tanh(Q Kᵀ · scale / c)) V`, and
+//! a bias of their key ranges (`super::key_ranges`: T5's relative positions) added before the
+//! softmax. The bias is a constant of the call: the backward passes no gradient to it.
 //!
 //! This is the plain path: the [query x key] probabilities are kept for the backward (and for
 //! attention maps). Activations are row-major `[batch * len, heads * d_head]`; head `h` is the
@@ -13,7 +15,7 @@
 
 use super::activations::mul_inplace;
 use super::attention::AttnDims;
-use super::key_ranges::{clip, hide_holes, KeyRanges};
+use super::key_ranges::{add_bias, clip, hide_holes, KeyRanges};
 use super::matmul::{matmul, MatMut, MatRef};
 use super::softmax::{softmax_backward_inplace, softmax_inplace};
 use crate::Float;
@@ -73,6 +75,7 @@ pub fn attention_forward<T: Float>(
                     let seen = clip(ranges.range(b, i), k_len);
                     row[..seen.start].fill(T::zero());
                     dims.scores.cap(&mut row[seen.clone()]);
+                    add_bias(&ranges, (h, b, i), seen.start, &mut row[seen.clone()]);
                     hide_holes(&ranges, b, i, seen.start, &mut row[seen.clone()]);
                     softmax_inplace(&mut row[seen.start..], seen.len());
                 }

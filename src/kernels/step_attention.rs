@@ -3,7 +3,7 @@
 //! and values of row `b` may lie anywhere in the stores: key `t` of row `b` is stored row
 //! `key_rows[b * kv_stride + t]` (the per-position view of a paged cache's block tables, see
 //! `model::kv_cache::KvCache::paged`). Scores may have their own scale and a soft cap
-//! (`super::scores`). Beam search reorders its hypotheses by rewriting block
+//! (`super::scores`) and a bias of the key ranges (`super::key_ranges`). Beam search reorders its hypotheses by rewriting block
 //! tables, never the keys and values; its cross-attention passes the `k` beams of a sentence as
 //! `k` queries against the sentence's encoder keys.
 //!
@@ -18,7 +18,7 @@
 
 use super::attention::{AttnDims, Scores};
 use super::flash_decoding;
-use super::key_ranges::{clip, hide_holes, span, KeyRanges};
+use super::key_ranges::{add_bias, clip, hide_holes, span, KeyRanges};
 use super::kv_blocks::KvSlice;
 use super::kv_dots;
 use super::lowp::Kernel;
@@ -241,6 +241,7 @@ impl<T: Float, R: KeyRanges> pulp::WithSimd for OneRow<'_, T, R> {
                 }
                 p[..seen.start].fill(T::zero());
                 scores.cap(&mut p[seen.clone()]);
+                add_bias(ranges, (h, b, i), seen.start, &mut p[seen.clone()]);
                 hide_holes(ranges, b, i, seen.start, &mut p[seen.clone()]);
                 // f32: the vectorised softmax of `step_softmax`; f64 (reference checks): the
                 // library exp of `softmax_inplace`.

@@ -19,6 +19,11 @@
 //! [`MultiHeadAttention::k_norm`]). Every path (training, attention maps, each decoding layout,
 //! cross-attention's cached keys) projects through the same two helpers, so none can skip it.
 //!
+//! Relative positions (T5, `super::relative_bias`): a self-attention with a
+//! [`relative_bias`](MultiHeadAttention::relative_bias) adds its learned bias of each key's
+//! offset from the query to every score, in every path (through the key ranges the one
+//! attention call reads).
+//!
 //! Entry points: [`forward`](MultiHeadAttention::forward) (training and teacher-forced
 //! inference, saving what the backward needs) and its [`backward`](MultiHeadAttention::backward);
 //! [`forward_weights`](MultiHeadAttention::forward_weights) (inference that returns the
@@ -34,6 +39,7 @@ use super::kv_cache::KvCache;
 use super::linear::Linear;
 use super::norm::RmsNorm;
 use super::param::{Init, Module, ParamVisitor};
+use super::relative_bias::RelativeBias;
 use crate::backend::{Attended, AttnDims, AttnMask, AttnWeights, Backend, KeyRanges, KvView, Pattern, Purpose, RmsNormStats, Rope, SavedRef, Scores, CPU};
 use crate::rng::Rng;
 use crate::Float;
@@ -92,6 +98,9 @@ pub struct MultiHeadAttention<T> {
     /// `∂L/∂ξ_h` `[n_heads]` summed over every [`backward`](Self::backward) since it was set to
     /// `Some` (see [`gate_backward`]); `None`: not computed.
     pub gate_grads: Option<Vec<f64>>,
+    /// T5's relative position bias added to the scores (self-attention of a model with
+    /// relative positions); `None`: no bias.
+    pub relative_bias: Option<RelativeBias<T>>,
 }
 
 /// What a per-head norm's backward needs: its input (the projection) and statistics.
@@ -212,6 +221,7 @@ impl<T: Float> MultiHeadAttention<T> {
             k_norm: None,
             gates: Vec::new(),
             gate_grads: None,
+            relative_bias: None,
         }
     }
 
@@ -290,10 +300,26 @@ impl<T: Float> MultiHeadAttention<T> {
         head_normed(&self.k_norm, self.k_proj.forward(x))
     }
 
-    /// The backend's attention call over `ranges`, cut to the layer's last `w` keys when it
-    /// has a window and to its sparse pattern when it has one ([`Self::layer_ranges`]); without
-    /// either, `ranges` as given.
+    /// The backend's attention call over `ranges` (their scores biased by the layer's
+    /// [`relative_bias`](Self::relative_bias) when it has one), cut to the layer's last `w` keys
+    /// when it has a window and to its sparse pattern when it has one ([`Self::layer_ranges`]);
+    /// without any, `ranges` as given.
     pub(super) fn attend(
+        &self,
+        q: &[T],
+        kv: KvView<'_, T>,
+        ranges: impl KeyRanges,
+        dims: AttnDims,
+        purpose: Purpose<'_, T>,
+    ) -> Attended<T> {
+        match &self.relative_bias {
+            Some(bias) => self.attend_windowed(q, kv, bias.over(ranges), dims, purpose),
+            None => self.attend_windowed(q, kv, ranges, dims, purpose),
+        }
+    }
+
+    /// [`attend`](Self::attend) after the bias: the window and the pattern.
+    fn attend_windowed(
         &self,
         q: &[T],
         kv: KvView<'_, T>,
@@ -531,9 +557,20 @@ impl<T: Float> MultiHeadAttention<T> {
             window: cache.window,
             pattern: self.pattern,
         };
-        match (&cache.weights, cache.window, self.pattern) {
+        // (The bias's table gets no gradient: see `super::relative_bias`.)
+        match (&cache.weights, cache.window, self.pattern, &self.relative_bias) {
             (SavedWeights::Linear, ..) => self.linear_backward(grads, dctx, qkv, dims, mask),
-            (_, None, None) => CPU.attention_backward(grads, dctx, ctx, qkv, saved, mask, dims),
+            (_, _, _, Some(bias)) => {
+                let ranges = LayerRanges {
+                    inner: bias.over(mask),
+                    window: cache.window,
+                    pattern: self.pattern,
+                };
+                CPU.attention_backward(grads, dctx, ctx, qkv, saved, ranges, dims)
+            }
+            (_, None, None, None) => {
+                CPU.attention_backward(grads, dctx, ctx, qkv, saved, mask, dims)
+            }
             _ => CPU.attention_backward(grads, dctx, ctx, qkv, saved, ranges, dims),
         }
         if self.rotary {
@@ -619,5 +656,6 @@ impl<T> Module<T> for MultiHeadAttention<T> {
         if let Some(n) = &mut self.k_norm {
             v.module("k_norm", n);
         }
+        v.optional("relative_bias", self.relative_bias.as_mut());
     }
 }

@@ -64,6 +64,14 @@ impl<R: KeyRanges> KeyRanges for LayerRanges<R> {
     fn has_holes(&self) -> bool {
         self.pattern.is_some_and(|(p, _)| p.has_holes()) || self.inner.has_holes()
     }
+
+    fn bias(&self, h: usize, b: usize, i: usize, j: usize) -> f64 {
+        self.inner.bias(h, b, i, j)
+    }
+
+    fn has_bias(&self) -> bool {
+        self.inner.has_bias()
+    }
 }
 
 impl<T: Float> MultiHeadAttention<T> {

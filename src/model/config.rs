@@ -88,6 +88,11 @@ pub enum Positions {
     /// self-attention are rotated by their absolute positions (`kernels::rope`); nothing is
     /// added to the embeddings, and cross-attention is left unrotated.
     Rotary,
+    /// T5's relative positions (encoder-decoders only): nothing is added to the embeddings;
+    /// every self-attention adds a learned bias per head and bucket of each key's offset from
+    /// the query to its scores (`super::relative_bias`; [`ModelConfig::relative_buckets`]).
+    /// Inference only: the bias gets no gradient.
+    Relative,
 }
 
 /// The shape of an encoder-decoder Transformer.
@@ -257,6 +262,11 @@ pub struct ModelConfig {
     /// true.
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub source_eos: bool,
+    /// With [`Positions::Relative`]: the number of buckets of key offsets and the offset from
+    /// which they all share the outermost ones (T5's `relative_attention_num_buckets` and
+    /// `relative_attention_max_distance`). Absent: 32 and 128, T5's.
+    #[serde(default = "t5_buckets", skip_serializing_if = "is_t5_buckets")]
+    pub relative_buckets: (usize, usize),
 }
 
 /// A mixture-of-experts FFN (`super::experts`): `n_experts` FFNs of `d_ff` hidden units each
@@ -271,6 +281,17 @@ pub struct ExpertsConfig {
     /// Whether the chosen experts' probabilities are divided by their sum (Mixtral,
     /// Qwen3-MoE) or used as they are (OLMoE).
     pub normalise: bool,
+}
+
+/// T5's relative position buckets: 32 buckets, offsets told apart up to 128.
+pub const T5_BUCKETS: (usize, usize) = (32, 128);
+
+fn t5_buckets() -> (usize, usize) {
+    T5_BUCKETS
+}
+
+fn is_t5_buckets(b: &(usize, usize)) -> bool {
+    *b == T5_BUCKETS
 }
 
 fn is_zero(p: &f64) -> bool {
@@ -416,6 +437,7 @@ impl ModelConfig {
             embedding_norm: false,
             target_positions: false,
             source_eos: true,
+            relative_buckets: T5_BUCKETS,
         })
     }
 
@@ -517,7 +539,7 @@ impl ModelConfig {
 
     /// The arithmetic count [`n_params`](Self::n_params) replaced, kept to test it against.
     #[cfg(test)]
-    fn n_params_formula(&self) -> Option<usize> {
+    pub(crate) fn n_params_formula(&self) -> Option<usize> {
         let (v, d, f) = (
             self.vocab_size as u128,
             self.d_model as u128,
@@ -536,6 +558,11 @@ impl ModelConfig {
         // Learned positions: one [max_len, d_model] table, shared by encoder and decoder.
         let positions = match self.positions {
             Positions::Learned => self.max_len as u128 * d,
+            // A table [buckets, heads] in each self-attention.
+            Positions::Relative => {
+                let layers = (self.n_encoder_layers + self.n_decoder_layers) as u128;
+                layers * (self.relative_buckets.0 * self.n_heads) as u128
+            }
             Positions::Sinusoidal | Positions::SinusoidalHalves | Positions::Rotary => 0,
         };
         usize::try_from(v * d + positions + encoder + decoder + final_norms + output).ok()

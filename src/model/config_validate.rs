@@ -93,7 +93,54 @@ impl ModelConfig {
         }
         self.validate_layer_heads()?;
         self.validate_experts()?;
+        self.validate_relative_positions()?;
         self.validate_family_options()
+    }
+
+    /// [`Positions::Relative`] (T5): an encoder-decoder with unpruned heads and softmax
+    /// attention (linear attention has no scores to bias), buckets that
+    /// split as T5's do (`n ≥ 4`: a bidirectional half keeps `n/4 ≥ 1` exact offsets), offsets
+    /// told apart past the exact ones (`max_distance > n/2`); the bucket sizes are only read
+    /// with relative positions.
+    fn validate_relative_positions(&self) -> Result<(), String> {
+        let (n, m) = self.relative_buckets;
+        if self.positions != Positions::Relative {
+            if self.relative_buckets != super::T5_BUCKETS {
+                return Err("relative_buckets without relative positions".into());
+            }
+            return Ok(());
+        }
+        if self.n_encoder_layers == 0 {
+            return Err("relative positions are computed for encoder-decoders only (T5)".into());
+        }
+        if !self.layer_heads.is_empty() {
+            return Err("pruned heads (layer_heads) with relative positions are not supported".into());
+        }
+        let kinds = self.layer_attention.iter().chain(&self.encoder_layer_attention);
+        if kinds.into_iter().any(|k| *k == super::AttentionKind::Linear) {
+            return Err("linear attention (layer_attention) has no scores to bias: not with \
+                        relative positions"
+                .into());
+        }
+        if !(4..=1 << 16).contains(&n) || m <= n / 2 || m > MAX_CONTEXT {
+            return Err(format!(
+                "relative_buckets ({n}, {m}): T5's buckets need 4 to 65536 buckets and a \
+                 max_distance above half of them (and at most {MAX_CONTEXT})"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether a model of this config can be trained here (`train`, fine-tuning): not with
+    /// relative positions, whose bias table gets no gradient from the attention kernels.
+    pub fn check_trainable(&self) -> Result<(), String> {
+        if self.positions == Positions::Relative {
+            return Err("positions \"relative\" (T5's relative position bias) cannot be trained \
+                        here: the attention kernels pass no gradient to the bias table, so T5 \
+                        models load for inference only (translate, score, serve)"
+                .into());
+        }
+        Ok(())
     }
 
     /// [`experts`](Self::experts): at least one expert of a positive width, `1 ..= n_experts`

@@ -604,6 +604,9 @@ pub(super) fn check_parts(
     if a.pattern.is_some() || a.linear {
         return Some("sparse or linear attention");
     }
+    if a.relative_bias.is_some() {
+        return Some("a relative position bias (T5's)");
+    }
     if a.q_norm.is_some() != a.k_norm.is_some() {
         return Some("a query norm without a key norm, or the reverse");
     }

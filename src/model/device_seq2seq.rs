@@ -296,6 +296,16 @@ mod tests {
         }
     }
 
+    /// T5's relative position bias is not in the device step: refused by name, layer given.
+    #[test]
+    fn a_relative_position_bias_is_refused_by_name() {
+        let mut c = ModelConfig::preset("tiny", 29).unwrap();
+        (c.norm, c.positions) = (NormPlacement::PreLn, Positions::Relative);
+        let m = Seq2Seq::<f32>::new(c, &mut Rng::new(1));
+        let e = DeviceSeq2Seq::new(Host, &m).err().unwrap().to_string();
+        assert!(e.contains("encoder layer 0: a relative position bias (T5's)"), "{e}");
+    }
+
     /// Rows fork only over blocks of one position: forking greedy rows (blocks of 16) is an
     /// error the state keeps, a search stops at its next step without the device, and the
     /// caller takes the error.

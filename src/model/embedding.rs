@@ -69,7 +69,7 @@ fn sinusoid_of(kind: Positions) -> Option<fn(usize, usize, usize) -> f64> {
     match kind {
         Positions::Sinusoidal => Some(sinusoid),
         Positions::SinusoidalHalves => Some(sinusoid_halves),
-        Positions::Learned | Positions::Rotary => None,
+        Positions::Learned | Positions::Rotary | Positions::Relative => None,
     }
 }
 
@@ -304,7 +304,7 @@ impl<T: Float> Embedding<T> {
                 let table = &self.learned_table(side)?.value.data;
                 Some(table[pos * d..(pos + 1) * d].into())
             }
-            Positions::Rotary => None,
+            Positions::Rotary | Positions::Relative => None,
         }
     }
 
@@ -327,7 +327,7 @@ impl<T: Float> Embedding<T> {
                 self.sinusoids.len() / self.d_model.max(1)
             }
             Positions::Learned => self.positions.as_ref().map_or(0, |p| p.value.shape[0]),
-            Positions::Rotary => 0,
+            Positions::Rotary | Positions::Relative => 0,
         }
     }
 

@@ -55,6 +55,7 @@ pub mod norm;
 pub mod param;
 #[cfg(test)]
 mod qk_norm_tests;
+pub mod relative_bias;
 pub mod residual;
 pub mod rope_scaling;
 pub mod seq2seq;

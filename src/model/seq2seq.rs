@@ -2,12 +2,15 @@
 //! source, the decoder over the shifted target attending to the encoder output, and the
 //! pre-softmax projection tied to the embedding matrix (section 3.4).
 //!
+//! Relative positions (T5, `super::relative_bias`): every self-attention gets its bias table,
+//! `*.self_attn.relative_bias.weight`.
+//!
 //! Parameters: `embedding.*`, `encoder.layers.{i}.*`, `encoder.final_norm.*` (pre-LN),
 //! `decoder.layers.{i}.*`, `decoder.final_norm.*` (pre-LN), `output_proj.weight` (untied).
 
 use super::block::{SelfAttentionBlock, SelfAttentionBlockCache};
 use super::cache_stack::CacheStack;
-use super::config::{AttentionSite, ModelConfig};
+use super::config::{AttentionSite, ModelConfig, Positions};
 use super::decoder::{Decoder, DecoderLayer, DecoderLayerCache, DecoderMasks, StepAttention};
 use super::embedding::{Embedding, EmbeddingCache, Side};
 use super::encoder::{padding_mask, Encoder};
@@ -15,6 +18,7 @@ use super::head::OutputHead;
 use super::linear::{prepare_inference_all, prepare_precision_all, set_bf16_products_all};
 use super::loss::LossStats;
 use super::param::{Init, Module, ParamVisitor};
+use super::relative_bias::RelativeBias;
 use super::stack::{Stack, StackCache};
 use super::step_layout::{embed_ragged, one_per_row, Feed, StepLayout};
 use crate::batch::{Batch, PAD};
@@ -143,6 +147,16 @@ impl<T: Float> Seq2Seq<T> {
             layer.self_attn.set_kind(c.encoder_attention_kind(i), false);
             layer.self_attn.rope_freq_factors = rope_freq_factors.clone();
             layer.self_attn.rope.attention_factor = c.rope_attention_factor();
+        }
+        // T5: each self-attention's relative position bias, the encoder's bidirectional.
+        if c.positions == Positions::Relative {
+            let encoders = encoder.layers.iter_mut().map(|l| (&mut l.self_attn, true));
+            let decoders = decoder.layers.iter_mut().map(|l| (&mut l.self_attn, false));
+            for (attention, bidirectional) in encoders.chain(decoders) {
+                let heads = attention.n_heads;
+                let bias = RelativeBias::new(heads, c.relative_buckets, bidirectional, init);
+                attention.relative_bias = Some(bias);
+            }
         }
         let head = OutputHead::new(c.vocab_size, c.d_model, c.tie_embeddings, init)
             .with_softcap(c.final_logit_softcap)

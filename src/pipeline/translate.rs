@@ -36,7 +36,8 @@ pub struct Translator {
 }
 
 /// A multilingual model's source and target languages: our ids of their tokens. The source
-/// token starts every source; the target token is forced as every translation's first.
+/// token starts every source (MADLAD-400: the target language's `<2xx>` piece); the target
+/// token is forced as every translation's first.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Languages {
     /// The source language's token.
@@ -67,6 +68,10 @@ impl Translator {
         }
         if families::marian::is_marian_dir(dir) {
             let (model, vocab) = families::marian::load(dir)?;
+            return Ok(Translator::of(model, vocab));
+        }
+        if families::t5::is_t5_dir(dir) {
+            let (model, vocab) = families::t5::load(dir)?;
             return Ok(Translator::of(model, vocab));
         }
         type Load = fn(&Path) -> Result<(Seq2Seq<f32>, Vocab)>;
@@ -130,6 +135,13 @@ impl Translator {
         if source.is_none() && target.is_none() {
             return Ok(self.languages);
         }
+        if let Some(t5) = self
+            .vocab
+            .t5()
+            .filter(|t| t.language_codes().next().is_some())
+        {
+            return self.madlad_languages(t5, source, target);
+        }
         let Some(tokenizer) = self.vocab.fairseq() else {
             return Err(Error::Input(
                 "--source-lang / --target-lang: this model has no language codes (it \
@@ -149,6 +161,39 @@ impl Translator {
         })
     }
 
+    /// MADLAD-400's languages: the target's piece `<2xx>` starts the source (our
+    /// [`Languages::source`] token); nothing is forced first. A source language is not an input
+    /// of the model: a code it knows is accepted and changes nothing.
+    fn madlad_languages(
+        &self,
+        t5: &crate::text::t5_tokenizer::T5Tokenizer,
+        source: Option<&str>,
+        target: Option<&str>,
+    ) -> Result<Languages> {
+        let known = |what: &str, code: &str| {
+            t5.language(code).ok_or_else(|| {
+                let few: Vec<&str> = t5.language_codes().take(4).collect();
+                Error::Input(format!(
+                    "--{what}-lang {code}: not one of this model's {} languages (its <2xx> \
+                     pieces: codes such as {})",
+                    t5.language_codes().count(),
+                    few.join(", ")
+                ))
+            })
+        };
+        if let Some(code) = source {
+            known("source", code)?;
+        }
+        let first = match target {
+            Some(code) => Some(known("target", code)?),
+            None => self.languages.source,
+        };
+        Ok(Languages {
+            source: first,
+            target: None,
+        })
+    }
+
     /// Chooses a multilingual model's languages (see [`languages_of`](Self::languages_of)).
     pub fn set_languages(&mut self, source: Option<&str>, target: Option<&str>) -> Result<()> {
         self.languages = self.languages_of(source, target)?;
@@ -158,6 +203,26 @@ impl Translator {
     /// `languages` when this model needs them and has both (else an error saying how to choose
     /// them); `Languages::default()` for a model of one pair.
     pub fn check_languages(&self, languages: Languages) -> Result<Languages> {
+        if let Some(t5) = self
+            .vocab
+            .t5()
+            .filter(|t| t.language_codes().next().is_some())
+        {
+            let languages = match languages == Languages::default() {
+                true => self.languages,
+                false => languages,
+            };
+            if languages.source.is_none() {
+                let few: Vec<&str> = t5.language_codes().take(4).collect();
+                return Err(Error::Input(format!(
+                    "this model translates into {} languages: choose the target with \
+                     --target-lang (codes such as {})",
+                    t5.language_codes().count(),
+                    few.join(", ")
+                )));
+            }
+            return Ok(languages);
+        }
         let Some(tokenizer) = self.vocab.fairseq() else {
             // A model of one pair: its own tokens, if any (BART's `<s>` first on both sides).
             return Ok(if languages == Languages::default() {
@@ -323,6 +388,13 @@ impl Translator {
 
 /// The token ids of `text` after `first` when given (a multilingual model's language token).
 fn encode_after(vocab: &Vocab, first: Option<u32>, text: &str) -> Vec<u32> {
+    // MADLAD-400's language piece is written before the text, `<2de> text`, and the whole
+    // encoded, as its inputs are (SentencePiece gives the piece a `▁` of its own before it).
+    if let (Some(t5), Some(first)) = (vocab.t5(), first) {
+        if let Some(piece) = t5.token(first) {
+            return vocab.encode(&format!("{piece} {text}"));
+        }
+    }
     first.into_iter().chain(vocab.encode(text)).collect()
 }
 

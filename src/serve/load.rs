@@ -73,6 +73,11 @@ pub(super) fn compute(app: Arc<App>) {
             .and_then(|p| Ok((p, Translator::load(path)?)))
             .and_then(|(p, mut t)| {
                 t.prepare_precision(p)?;
+                // MADLAD-400: --target-lang chooses the `<2xx>` piece before every source.
+                let madlad = t.vocab.t5().is_some_and(|v| v.language_codes().next().is_some());
+                if madlad && app.config.target_lang != "tgt" {
+                    t.set_languages(None, Some(&app.config.target_lang))?;
+                }
                 Ok(jobs::JobModel::Translator(Box::new(t)))
             }),
         "encoder" => float_only()

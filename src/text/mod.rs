@@ -23,6 +23,7 @@ pub mod mlm_tokenizer;
 pub mod pretrained;
 pub mod sentencepiece;
 pub mod spm_pair;
+pub mod t5_tokenizer;
 // Used by constrained decoding (feature `constrain`) and outside the library (`internals`).
 #[cfg_attr(not(any(feature = "constrain", feature = "internals")), allow(dead_code))]
 pub mod token_bytes;

@@ -29,6 +29,8 @@ pub enum Pretrained {
     Ct2(Arc<Ct2Tokenizer>),
     /// BART (byte-level BPE from `tokenizer.json`).
     Bart(Arc<super::bart_tokenizer::BartTokenizer>),
+    /// T5, mT5, MADLAD-400 (`spiece.model`).
+    T5(Arc<super::t5_tokenizer::T5Tokenizer>),
 }
 
 impl Pretrained {
@@ -39,6 +41,7 @@ impl Pretrained {
             Pretrained::Fairseq(t) => t.encode(text),
             Pretrained::Ct2(t) => t.encode(text),
             Pretrained::Bart(t) => t.encode(text),
+            Pretrained::T5(t) => t.encode(text),
         }
     }
 
@@ -49,6 +52,7 @@ impl Pretrained {
             Pretrained::Fairseq(t) => t.decode(ids),
             Pretrained::Ct2(t) => t.decode(ids),
             Pretrained::Bart(t) => t.decode(ids),
+            Pretrained::T5(t) => t.decode(ids),
         }
     }
 
@@ -59,6 +63,7 @@ impl Pretrained {
             Pretrained::Fairseq(t) => t.len(),
             Pretrained::Ct2(t) => t.len(),
             Pretrained::Bart(t) => t.len(),
+            Pretrained::T5(t) => t.len(),
         }
     }
 
@@ -69,6 +74,7 @@ impl Pretrained {
             Pretrained::Fairseq(t) => t.token(id),
             Pretrained::Ct2(t) => t.token(id),
             Pretrained::Bart(t) => t.token(id),
+            Pretrained::T5(t) => t.token(id),
         }
     }
 
@@ -81,6 +87,7 @@ impl Pretrained {
             }
             Pretrained::Ct2(_) => "model.bin, its vocabulary and SentencePiece model",
             Pretrained::Bart(_) => "tokenizer.json",
+            Pretrained::T5(_) => "spiece.model",
         }
     }
 }

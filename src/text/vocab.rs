@@ -288,6 +288,19 @@ impl Vocab {
         }
     }
 
+    /// The vocabulary of a T5 / mT5 / MADLAD-400 model (see `text::t5_tokenizer`).
+    pub fn from_t5(tokenizer: super::t5_tokenizer::T5Tokenizer) -> Vocab {
+        Vocab::from_pretrained(Pretrained::T5(std::sync::Arc::new(tokenizer)))
+    }
+
+    /// The T5 tokenizer, when this is a T5 model's vocabulary.
+    pub fn t5(&self) -> Option<&super::t5_tokenizer::T5Tokenizer> {
+        match &self.pretrained {
+            Some(Pretrained::T5(t)) => Some(t),
+            _ => None,
+        }
+    }
+
     fn from_pretrained(pretrained: Pretrained) -> Vocab {
         let tokens = (0..pretrained.len() as u32)
             .map(|id| pretrained.token(id).unwrap_or_default().to_string())

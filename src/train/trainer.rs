@@ -90,6 +90,7 @@ where
     pub fn new(model_config: M::Config, recipe: S::Recipe, data: S::Data) -> Result<Self> {
         let shape = shape_of::<M>(&model_config);
         shape.validate().map_err(Error::Config)?;
+        shape.check_trainable().map_err(Error::Config)?;
         recipe
             .validate()
             .map_err(|e| Error::Config(e.to_string()))?;
@@ -136,6 +137,9 @@ where
 
     fn resume_from(dir: &Path, data: S::Data) -> Result<Self> {
         let mut model: M = model_checkpoint::load(dir)?;
+        shape_of::<M>(model.config())
+            .check_trainable()
+            .map_err(Error::Config)?;
         let state = TrainerState::<S::Recipe>::load(dir)?;
         let path = dir.join(store::TRAINER_STATE_FILE);
         if state.order.is_some() != S::start(&state.config).is_some() {

@@ -49,6 +49,7 @@ fn tiny_config(norm: NormPlacement, tie: bool, dropout: f64) -> ModelConfig {
         embedding_norm: false,
         target_positions: false,
         source_eos: true,
+        relative_buckets: transformer::model::config::T5_BUCKETS,
         qk_norm_whole: false,
     }
 }

@@ -341,6 +341,7 @@ fn tiny_config(positions: Positions, norm: NormPlacement, tie: bool, dropout: f6
         embedding_norm: false,
         target_positions: false,
         source_eos: true,
+        relative_buckets: transformer::model::config::T5_BUCKETS,
         qk_norm_whole: false,
     }
 }
@@ -471,6 +472,7 @@ fn decoding_model(positions: Positions, norm: NormPlacement, tie: bool, eos: f32
         embedding_norm: false,
         target_positions: false,
         source_eos: true,
+        relative_buckets: transformer::model::config::T5_BUCKETS,
         qk_norm_whole: false,
     };
     c.validate().unwrap();

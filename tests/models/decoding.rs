@@ -54,6 +54,7 @@ fn config(norm: NormPlacement, tie: bool) -> ModelConfig {
         embedding_norm: false,
         target_positions: false,
         source_eos: true,
+        relative_buckets: transformer::model::config::T5_BUCKETS,
         qk_norm_whole: false,
     }
 }

@@ -33,4 +33,5 @@ mod pretrained_lowp;
 mod pruning;
 mod seq2seq_reference;
 mod speculative;
+mod t5;
 mod torch_file;

@@ -234,7 +234,43 @@ fn an_argos_package_is_routed_by_its_metadata() {
 /// first) reach the engine, so `/translate` answers what the library computes.
 #[test]
 fn a_bart_model_serves_what_the_library_computes() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/bart");
+    serves_what_the_library_computes("bart");
+}
+
+/// A T5 model served alone: the continuous-batching engine's ragged steps read the relative
+/// position bias at each row's own positions, so `/translate` answers what the library
+/// computes (greedy and the beam's alternatives).
+#[test]
+fn a_t5_model_serves_what_the_library_computes() {
+    serves_what_the_library_computes("t5");
+}
+
+/// A MADLAD-style mT5 served with `--target-lang en`: every source gets `<2en>` before it, as
+/// the library writes it once the target is chosen by its code.
+#[test]
+fn a_madlad_model_serves_its_configured_target() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mt5");
+    let server = start_pair(&dir, ("de", "en"), &[]).unwrap();
+    let mut model = Translator::load(&dir).unwrap();
+    model.set_languages(None, Some("en")).unwrap();
+    let lines = vec!["Das Haus ist alt.".to_string()];
+    let want = model.translate(&lines, &GreedyOptions::default()).unwrap();
+    let (status, got) = post(
+        server.addr,
+        "/translate",
+        &json!({"q": lines, "source": "de", "target": "en"}),
+    );
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(got["translatedText"], json!(want));
+    server.shutdown().unwrap();
+}
+
+/// The fixture `name` served alone answers `/translate` (two lines greedy, one with an
+/// alternative from beam 4) as the library translates.
+fn serves_what_the_library_computes(name: &str) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
     let server = start_pair(&dir, ("src", "tgt"), &[]).unwrap();
     let model = Translator::load(&dir).unwrap();
     let lines = vec![
@@ -247,18 +283,18 @@ fn a_bart_model_serves_what_the_library_computes() {
         "/translate",
         &json!({"q": lines, "source": "src", "target": "tgt"}),
     );
-    assert_eq!(status, 200, "{got}");
-    assert_eq!(got["translatedText"], json!(want));
+    assert_eq!(status, 200, "{name}: {got}");
+    assert_eq!(got["translatedText"], json!(want), "{name}");
     // The beam's alternatives too.
     let body = json!({"q": lines[0], "source": "src", "target": "tgt", "alternatives": 1});
     let (status, got) = post(server.addr, "/translate", &body);
-    assert_eq!(status, 200, "{got}");
+    assert_eq!(status, 200, "{name}: {got}");
     let beam = transformer::decode::beam::BeamOptions {
         beam_size: 4,
         nbest: 2,
         ..Default::default()
     };
     let nbest = model.translate_nbest(&lines[..1], &beam).unwrap();
-    assert_eq!(got["translatedText"], json!(nbest[0][0].1));
+    assert_eq!(got["translatedText"], json!(nbest[0][0].1), "{name}");
     server.shutdown().unwrap();
 }

@@ -299,6 +299,7 @@ fn gemma_config(
         embedding_norm: false,
         target_positions: false,
         source_eos: true,
+        relative_buckets: crate::model::config::T5_BUCKETS,
         qk_norm_whole: false,
     }
 }

@@ -152,6 +152,7 @@ impl Gpt2Config {
             embedding_norm: false,
             target_positions: false,
             source_eos: true,
+            relative_buckets: crate::model::config::T5_BUCKETS,
             qk_norm_whole: false,
         };
         c.validate()?;

@@ -254,6 +254,7 @@ fn llama_config(
         embedding_norm: false,
         target_positions: false,
         source_eos: true,
+        relative_buckets: crate::model::config::T5_BUCKETS,
         qk_norm_whole: false,
     }
 }

@@ -33,6 +33,7 @@ pub mod qwen2;
 pub mod qwen3;
 pub mod qwen3_moe;
 pub mod rope_params;
+pub mod t5;
 mod hf_seq2seq;
 
 pub use gguf::{load_gguf, GgufWeights};
@@ -245,6 +246,7 @@ pub const FAMILIES: &[Family] = &[
     m2m100::FAMILY,
     mbart::FAMILY,
     bart::FAMILY,
+    t5::FAMILY,
 ];
 
 /// The family named `name` ([`Family::name`]).
@@ -367,7 +369,10 @@ mod tests {
              and olmoe"
         );
         assert_eq!(hf_list(FamilyKind::Encoder), "bert");
-        assert_eq!(hf_list(FamilyKind::Translation), "marian, m2m_100, mbart and bart");
+        assert_eq!(
+            hf_list(FamilyKind::Translation),
+            "marian, m2m_100, mbart, bart, t5, mt5 and umt5"
+        );
         assert_eq!(by_model_type("marian").unwrap().kind, FamilyKind::Translation);
         assert_eq!(
             gguf_list(),

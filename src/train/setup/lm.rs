@@ -173,6 +173,7 @@ impl LmModelSpec {
             qk_norm_whole: false,
             embedding_norm: false,
             target_positions: false,
+            relative_buckets: crate::model::config::T5_BUCKETS,
         };
         config
             .validate()
