@@ -143,10 +143,13 @@ fn decode_in_chunks<T: Float>(
 }
 
 /// The argmax of one log-probability row over the tokens `rules` allows, ties to the lowest
-/// id; returns the token and its log-probability.
+/// id; returns the token and its log-probability. A row of NaNs (broken weights) gives the
+/// first allowed token, with its NaN: the search goes on and the score says so.
 fn pick<T: Float>(logprobs: &[T], rules: TokenRules) -> (u32, f64) {
     let never: Vec<u32> = rules.never.iter().flatten().copied().collect();
-    let id = first_argmax(logprobs, &never).expect("the vocabulary holds an allowed token");
+    let id = first_argmax(logprobs, &never)
+        .or_else(|| (0..logprobs.len()).find(|&id| rules.allows(id as u32)))
+        .expect("the vocabulary holds an allowed token");
     (id as u32, logprobs[id].f64())
 }
 
@@ -289,5 +292,10 @@ mod tests {
         assert_eq!(hyp_tokens.tokens, vec![5]);
         assert_eq!(hyp_tokens.n_emitted(), 2);
         assert!(hyp_tokens.finished && hyp_tokens.score == -0.75);
+        // NaNs are never the maximum; a row of them gives the first allowed token.
+        let nan = f32::NAN;
+        assert_eq!(pick(&[0.0f32, 0.0, -3.0, nan, -1.0], rules), (4, -1.0));
+        let (id, lp) = pick(&[nan; 4], rules);
+        assert!(id == 2 && lp.is_nan());
     }
 }
