@@ -100,8 +100,10 @@ impl Translator {
             batch_size: batch_size.max(1),
             nbest,
             stop,
-            // The translator forces a multilingual model's target language itself.
+            // The translator forces a multilingual model's target language itself, and sets the
+            // rule of the step after it.
             forced_first: None,
+            beam_rules: Default::default(),
         };
         let languages = (self.inner)
             .languages_of(source_lang, target_lang)

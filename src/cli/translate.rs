@@ -101,8 +101,10 @@ pub fn run(args: TranslateArgs) -> Result<()> {
         batch_size: args.batch_size.max(1),
         nbest,
         stop: args.beam_stop,
-        // The translator forces a multilingual model's target language itself.
+        // The translator forces a multilingual model's target language itself, and sets the
+        // rule of the step after it.
         forced_first: None,
+        beam_rules: Default::default(),
     };
     let lists = match &on_gpu {
         None => translator.translate_nbest(&lines, &options)?,

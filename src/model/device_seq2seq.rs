@@ -19,7 +19,7 @@ use super::device_decode::DeviceDecodeState;
 use super::device_rows::DeviceEmbedding;
 use super::seq2seq::Seq2Seq;
 use crate::backend::{Device, DeviceError, StepRows};
-use crate::decode::beam::{search_rows, BeamHypothesis, BeamStop};
+use crate::decode::beam::{search_rows, BeamHypothesis, BeamRules, BeamStop};
 use crate::decode::greedy::{greedy_search, Hypothesis};
 use crate::decode::TokenRules;
 use crate::text::BOS;
@@ -154,7 +154,7 @@ impl<D: Device> DeviceSeq2Seq<D> {
         sources: &[&[u32]],
         limits: &[usize],
         k: usize,
-        (alpha, stop): (f64, Option<BeamStop>),
+        search: (f64, Option<BeamStop>, BeamRules),
     ) -> Result<Vec<Vec<BeamHypothesis>>, DeviceError>
     where
         Self: Sync,
@@ -165,7 +165,7 @@ impl<D: Device> DeviceSeq2Seq<D> {
         };
         let first = vec![BOS; sources.len()];
         let rules = TokenRules::TRANSLATION;
-        let (hyps, _) = search_rows(self, &mut state, &first, limits, k, alpha, stop, rules);
+        let (hyps, _) = search_rows(self, &mut state, &first, limits, k, search, rules);
         state.take_error()?;
         Ok(hyps)
     }
@@ -273,7 +273,7 @@ mod tests {
             ..BeamOptions::default()
         };
         let want = beam_search(m, &srcs, &beam);
-        let search = (beam.alpha, Some(beam.stop));
+        let search = (beam.alpha, Some(beam.stop), beam.beam_rules);
         let got = beam_search_with(&m.config, &srcs, &beam, |s, l| lm.translate_beam(s, l, 3, search))
             .unwrap();
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {

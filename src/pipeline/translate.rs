@@ -5,7 +5,7 @@
 //! stay empty, so line counts always match.
 
 use super::{check_model_dir, check_vocab};
-use crate::decode::beam::{beam_search, length_penalty, BeamHypothesis, BeamOptions};
+use crate::decode::beam::{beam_search, length_penalty, BeamHypothesis, BeamOptions, BeamRules};
 use crate::decode::greedy::{greedy_decode, GreedyOptions, Hypothesis};
 use crate::decode::score::score_pairs;
 use crate::error::{Error, Result};
@@ -31,6 +31,9 @@ pub struct Translator {
     /// The language pair a package names (an Argos Translate package's `from_code` and
     /// `to_code`), for routing requests by language.
     pub pair: Option<LanguagePair>,
+    /// What beam search's step after the forced target-language token lets EOS do: the rule
+    /// of the runtime the model came from (CTranslate2's for its model directories).
+    pub beam_rules: BeamRules,
     /// A CTranslate2 model's int8 weights as stored, multiplied as they are in int8 inference.
     stored_int8: Option<families::ctranslate2_int8::StoredInt8>,
 }
@@ -63,6 +66,9 @@ impl Translator {
             let (model, vocab, int8) = families::ctranslate2::load_files(&files, None)?;
             let mut translator = Translator::of(model, vocab);
             translator.set_stored_int8(int8);
+            translator.beam_rules = BeamRules::CTranslate2;
+            // A converted NLLB / M2M100 model: its languages as for the Hugging Face directory.
+            translator.languages = translator.tokenizer_languages(dir);
             return Ok(translator);
         }
         if families::marian::is_marian_dir(dir) {
@@ -86,12 +92,7 @@ impl Translator {
         if let Some(load) = multilingual {
             let (model, vocab) = load(dir)?;
             let mut translator = Translator::of(model, vocab);
-            let (source, target) = crate::text::languages::tokenizer_languages(dir);
-            let tokenizer = translator.vocab.fairseq().expect("a fairseq vocabulary");
-            translator.languages = Languages {
-                source: source.and_then(|c| tokenizer.language(&c)),
-                target: target.and_then(|c| tokenizer.language(&c)),
-            };
+            translator.languages = translator.tokenizer_languages(dir);
             return Ok(translator);
         }
         let model: Seq2Seq<f32> = load(dir)?;
@@ -101,6 +102,19 @@ impl Translator {
         Ok(Translator::of(model, vocab))
     }
 
+    /// A multilingual model's languages that `dir`'s `tokenizer_config.json` names (`src_lang`,
+    /// `tgt_lang`) where the model knows them; none for a model of one pair.
+    fn tokenizer_languages(&self, dir: &Path) -> Languages {
+        let Some(tokenizer) = self.vocab.fairseq() else {
+            return Languages::default();
+        };
+        let (source, target) = crate::text::languages::tokenizer_languages(dir);
+        Languages {
+            source: source.and_then(|c| tokenizer.language(&c)),
+            target: target.and_then(|c| tokenizer.language(&c)),
+        }
+    }
+
     /// A translator of `model` and `vocab`, no languages chosen.
     pub fn of(model: Seq2Seq<f32>, vocab: Vocab) -> Translator {
         Translator {
@@ -108,6 +122,7 @@ impl Translator {
             vocab,
             languages: Languages::default(),
             pair: None,
+            beam_rules: BeamRules::Ours,
             stored_int8: None,
         }
     }
@@ -236,6 +251,7 @@ impl Translator {
         let languages = self.check_languages(languages)?;
         let options = BeamOptions {
             forced_first: languages.target,
+            beam_rules: self.beam_rules,
             ..*options
         };
         translate_nbest(&self.model, &self.vocab, languages.source, lines, &options)
@@ -406,7 +422,10 @@ pub fn translate_nbest_on_device<D: crate::backend::Device>(
 where
     crate::model::device_seq2seq::DeviceSeq2Seq<D>: Sync,
 {
-    let (k, search) = (options.beam_size, (options.alpha, Some(options.stop)));
+    let (k, search) = (
+        options.beam_size,
+        (options.alpha, Some(options.stop), options.beam_rules),
+    );
     let config = &model.config;
     if !config.source_eos {
         return Err(Error::Input(

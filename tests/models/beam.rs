@@ -82,6 +82,7 @@ fn beam_opts(beam_size: usize, alpha: f64) -> BeamOptions {
         nbest: beam_size,
         stop: BeamStop::Exact,
         forced_first: None,
+        beam_rules: Default::default(),
     }
 }
 
@@ -250,6 +251,7 @@ fn large_beam_matches_exhaustive_search_on_a_tiny_vocabulary() {
                     nbest: k,
                     stop: BeamStop::Exact,
                     forced_first: None,
+                    beam_rules: Default::default(),
                 };
                 let beams = beam_search(&m, &srcs, &opts);
                 for (i, (src, nbest)) in srcs.iter().zip(&beams).enumerate() {

@@ -185,6 +185,7 @@ fn marian_beam_search_matches_transformers_generate() {
             nbest: 4,
             stop: BeamStop::HuggingFace,
             forced_first: None,
+            beam_rules: Default::default(),
         };
         let list = beam_search(&t.model, std::slice::from_ref(&src), &options)
             .pop()

@@ -248,6 +248,7 @@ fn beam_matches_transformers_generate(name: &str) {
             nbest: 4,
             stop: BeamStop::HuggingFace,
             forced_first: Some(ids.ours(case.greedy_ids[0])),
+            beam_rules: Default::default(),
         };
         let list = beam_search(&t.model, std::slice::from_ref(&src), &options)
             .pop()
