@@ -100,9 +100,10 @@ impl Translator {
             batch_size: batch_size.max(1),
             nbest,
             stop,
-            // The translator forces a multilingual model's target language itself, and sets the
-            // rule of the step after it.
+            // The translator forces a multilingual model's target language itself, and applies
+            // the defaults of the runtime the model came from.
             forced_first: None,
+            min_len: 0,
             beam_rules: Default::default(),
         };
         let languages = (self.inner)

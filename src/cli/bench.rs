@@ -344,6 +344,7 @@ fn bench_translate(args: &BenchArgs, dir: &std::path::Path, threads: usize) -> R
         model,
         vocab,
         beam_rules,
+        min_len,
         ..
     } = translator;
     let src = args.src.as_ref().context("--translate needs --src FILE")?;
@@ -369,6 +370,7 @@ fn bench_translate(args: &BenchArgs, dir: &std::path::Path, threads: usize) -> R
     let greedy = GreedyOptions {
         batch_size: batch,
         forced_first: languages.target,
+        min_len,
         ..GreedyOptions::default()
     };
     let t0 = Instant::now();
@@ -380,6 +382,7 @@ fn bench_translate(args: &BenchArgs, dir: &std::path::Path, threads: usize) -> R
         batch_size: batch,
         stop: args.beam_stop,
         forced_first: languages.target,
+        min_len,
         beam_rules,
         ..BeamOptions::default()
     };

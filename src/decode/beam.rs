@@ -90,6 +90,9 @@ pub struct BeamOptions {
     /// A token every hypothesis starts with, forced with log-probability 0 (a multilingual
     /// model's target language; it counts as emitted).
     pub forced_first: Option<u32>,
+    /// EOS is not emitted before this many tokens are (`forced_first` counted): CTranslate2's
+    /// `min_decoding_length`; 0 for none.
+    pub min_len: usize,
     /// Whose search to reproduce where runtimes differ in detail (ours, or CTranslate2's).
     pub beam_rules: BeamRules,
 }
@@ -152,6 +155,7 @@ impl Default for BeamOptions {
             nbest: 1,
             stop: BeamStop::Exact,
             forced_first: None,
+            min_len: 0,
             beam_rules: BeamRules::Ours,
         }
     }
@@ -205,7 +209,7 @@ pub fn beam_search<T: Float>(
     let (batch, extra) = (opts.batch_size, opts.max_len_extra);
     let chunks = source_chunks(&model.config, sources, batch, extra);
     let searched = decode_chunks(&chunks, |c| {
-        let rules = TokenRules::TRANSLATION.forcing(opts.forced_first);
+        let rules = (TokenRules::TRANSLATION.forcing(opts.forced_first)).ending_from(opts.min_len);
         let search = (opts.alpha, Some(opts.stop), opts.beam_rules);
         let lists = search_chunk(model, &c.sources, &c.limits, k, search, rules).0;
         n_best(lists, opts)
@@ -244,12 +248,12 @@ struct Live {
     raw: f64,
 }
 
-/// The `n` most probable tokens of one log-probability row that `rules` allows, best first,
-/// ties to the lower id.
+/// The `n` most probable tokens of one log-probability row that `rules` allows after `emitted`
+/// tokens, best first, ties to the lower id.
 ///
 /// Once `n` tokens are held, a block of sixteen none of whose entries beats the worst held is
 /// passed over whole (one vector compare instead of sixteen branches; the same list).
-fn top_tokens<T: Float>(logprobs: &[T], n: usize, rules: TokenRules) -> Vec<(f64, u32)> {
+fn top_tokens<T: Float>(logprobs: &[T], n: usize, rules: TokenRules, emitted: usize) -> Vec<(f64, u32)> {
     const BLOCK: usize = 16;
     let mut top: Vec<(f64, u32)> = Vec::with_capacity(n + 1);
     for (b, block) in logprobs.chunks(BLOCK).enumerate() {
@@ -262,7 +266,7 @@ fn top_tokens<T: Float>(logprobs: &[T], n: usize, rules: TokenRules) -> Vec<(f64
         }
         for (i, &lp) in block.iter().enumerate() {
             let id = (b * BLOCK + i) as u32;
-            if !rules.allows(id) {
+            if !rules.allows_after(id, emitted) {
                 continue;
             }
             let lp = lp.f64();
@@ -397,7 +401,11 @@ pub fn search_rows<T: Float, M: IncrementalDecoder<T>>(
             _ => logprobs
                 .par_chunks(v)
                 .with_min_len(8)
-                .map(|row| top_tokens(row, k + 1, rules))
+                .map(|row| {
+                    let kept = rules.log_kept_mass(row, t);
+                    let top = top_tokens(row, k + 1, rules, t);
+                    top.into_iter().map(|(lp, id)| (lp - kept, id)).collect()
+                })
                 .collect(),
         };
         t += 1;

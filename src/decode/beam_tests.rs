@@ -7,12 +7,12 @@ fn top_tokens_skip_pad_and_bos_and_break_ties_low() {
     let row = [0.0f32, 0.0, -3.0, -1.0, -1.0, -2.0, -0.5];
     let rules = TokenRules::TRANSLATION;
     assert_eq!(
-        top_tokens(&row, 3, rules),
+        top_tokens(&row, 3, rules, 0),
         vec![(-0.5, 6), (-1.0, 3), (-1.0, 4)]
     );
-    assert_eq!(top_tokens(&row, 10, rules).len(), 5);
+    assert_eq!(top_tokens(&row, 10, rules, 0).len(), 5);
     let all = TokenRules::document(9);
-    assert_eq!(top_tokens(&row, 2, all), vec![(0.0, 0), (0.0, 1)]);
+    assert_eq!(top_tokens(&row, 2, all, 0), vec![(0.0, 0), (0.0, 1)]);
 }
 
 /// The blocked scan against the plain one it replaced (every allowed entry compared), on
@@ -33,7 +33,7 @@ fn top_tokens_equal_the_entry_by_entry_scan() {
         for n in [1, 2, 8] {
             let row: Vec<f32> = (0..len).map(|_| -(rng.below(5) as f32)).collect();
             for rules in [TokenRules::TRANSLATION, TokenRules::document(2)] {
-                assert_eq!(top_tokens(&row, n, rules), scan(&row, n, rules), "{len} {n}");
+                assert_eq!(top_tokens(&row, n, rules, 0), scan(&row, n, rules), "{len} {n}");
             }
         }
     }

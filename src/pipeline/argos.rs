@@ -84,6 +84,7 @@ pub fn load(path: &Path) -> Result<Translator> {
     let mut translator = Translator::of(model, vocab);
     translator.set_stored_int8(int8);
     translator.beam_rules = crate::decode::beam::BeamRules::CTranslate2;
+    translator.min_len = super::translate::CT2_MIN_DECODING_LENGTH;
     translator.pair = Some(pair);
     Ok(translator)
 }

@@ -8,6 +8,7 @@ use super::{check_model_dir, check_vocab};
 use crate::decode::beam::{beam_search, length_penalty, BeamHypothesis, BeamOptions, BeamRules};
 use crate::decode::greedy::{greedy_decode, GreedyOptions, Hypothesis};
 use crate::decode::score::score_pairs;
+use crate::decode::TokenRules;
 use crate::error::{Error, Result};
 use crate::model::checkpoint::load;
 use crate::model::families;
@@ -19,6 +20,10 @@ use crate::text::vocab::Vocab;
 #[cfg(feature = "viz")]
 use crate::viz::{attention_maps, AttentionMaps};
 use std::path::Path;
+
+/// CTranslate2's default `min_decoding_length` (`translate_batch`, `ctranslate2.Translator`):
+/// EOS is not its first output.
+pub const CT2_MIN_DECODING_LENGTH: usize = 1;
 
 /// A translation model and its vocabulary.
 pub struct Translator {
@@ -34,6 +39,11 @@ pub struct Translator {
     /// What beam search's step after the forced target-language token lets EOS do: the rule
     /// of the runtime the model came from (CTranslate2's for its model directories).
     pub beam_rules: BeamRules,
+    /// EOS is not emitted before this many target tokens are (the forced target-language
+    /// token counted): the default of the runtime the model came from (CTranslate2's
+    /// `min_decoding_length` 1 for its model directories, which forbids an empty translation
+    /// where nothing is forced); searches take the larger of this and their options'.
+    pub min_len: usize,
     /// A CTranslate2 model's int8 weights as stored, multiplied as they are in int8 inference.
     stored_int8: Option<families::ctranslate2_int8::StoredInt8>,
 }
@@ -67,6 +77,7 @@ impl Translator {
             let mut translator = Translator::of(model, vocab);
             translator.set_stored_int8(int8);
             translator.beam_rules = BeamRules::CTranslate2;
+            translator.min_len = CT2_MIN_DECODING_LENGTH;
             // A converted NLLB / M2M100 model: its languages as for the Hugging Face directory.
             translator.languages = translator.tokenizer_languages(dir);
             return Ok(translator);
@@ -123,6 +134,7 @@ impl Translator {
             languages: Languages::default(),
             pair: None,
             beam_rules: BeamRules::Ours,
+            min_len: 0,
             stored_int8: None,
         }
     }
@@ -226,6 +238,7 @@ impl Translator {
         let languages = self.check_languages(languages)?;
         let options = GreedyOptions {
             forced_first: languages.target,
+            min_len: options.min_len.max(self.min_len),
             ..*options
         };
         translate_lines(&self.model, &self.vocab, languages.source, lines, &options)
@@ -251,6 +264,7 @@ impl Translator {
         let languages = self.check_languages(languages)?;
         let options = BeamOptions {
             forced_first: languages.target,
+            min_len: options.min_len.max(self.min_len),
             beam_rules: self.beam_rules,
             ..*options
         };
@@ -321,6 +335,7 @@ impl Translator {
             None => {
                 let options = GreedyOptions {
                     forced_first: languages.target,
+                    min_len: self.min_len,
                     ..GreedyOptions::default()
                 };
                 let hyp = greedy_decode(&self.model, std::slice::from_ref(&src), &options)
@@ -426,6 +441,7 @@ where
         options.beam_size,
         (options.alpha, Some(options.stop), options.beam_rules),
     );
+    let rules = TokenRules::TRANSLATION.ending_from(options.min_len);
     let config = &model.config;
     if !config.source_eos {
         return Err(Error::Input(
@@ -450,7 +466,7 @@ where
         |to_decode, greedy| match greedy {
             None => {
                 crate::decode::beam::beam_search_with(config, to_decode, options, |srcs, limits| {
-                    device_model.translate_beam(srcs, limits, k, search)
+                    device_model.translate_beam(srcs, limits, k, search, rules)
                 })
                 .map(beam_lists)
             }
@@ -458,7 +474,7 @@ where
                 config,
                 to_decode,
                 &greedy,
-                |srcs, limits| device_model.translate_greedy(srcs, limits),
+                |srcs, limits| device_model.translate_greedy(srcs, limits, rules),
             )
             .map(|hyps| greedy_lists(hyps, options.alpha)),
         },
@@ -507,6 +523,7 @@ where
         max_len_extra: options.max_len_extra,
         batch_size: options.batch_size,
         forced_first: options.forced_first,
+        min_len: options.min_len,
     });
     let lists = search(&to_decode, greedy)?;
     let mut out = vec![Vec::new(); lines.len()];

@@ -4,7 +4,8 @@
 //! CTranslate2's computed sinusoids, sources without EOS) as `.argosmodel`. On every German line
 //! of ../shared/data/de-en/ding.test.tsv: our source ids are the ones CTranslate2 was given,
 //! and our greedy and beam-4 translations (length penalty 0, CTranslate2's
-//! `max_decoding_length` as our limit) are CTranslate2's ids with its scores (within 1e-3);
+//! `max_decoding_length` as our limit, its default `min_decoding_length` 1 as the translator's
+//! `min_len`, its beam rules) are CTranslate2's ids with its scores (within 1e-3);
 //! the int8 model, run in int8 with its weights as stored, gives CTranslate2 int8's ids on a
 //! share of lines we bound below. Damaged and mismatched inputs are errors naming the file.
 //! Converted NLLB / M2M100 models: `ctranslate2_nllb`, with the helpers shared here.
@@ -112,8 +113,8 @@ fn by_length(sources: &[Vec<u32>], max: usize) -> BTreeMap<usize, Vec<usize>> {
 }
 
 /// Our greedy (`beam` 1) or beam outputs `(ids, score)` of every source, their ids, each
-/// starting with `forced` where given (the target language, with the translator's rule after
-/// it). A source longer than `max` gets our shortest limit, its own length: its greedy output
+/// starting with `forced` where given (the target language), with the translator's `min_len`
+/// and beam rules (CTranslate2's). A source longer than `max` gets our shortest limit, its own length: its greedy output
 /// is cut to `max` tokens (greedy search does not look ahead: the prefix is what a limit of
 /// `max` gives), its beam output is `None` (a longer limit changes what the beams compete
 /// with).
@@ -131,6 +132,7 @@ pub(super) fn translate(
             let options = GreedyOptions {
                 max_len_extra: extra,
                 forced_first: forced,
+                min_len: t.min_len,
                 ..GreedyOptions::default()
             };
             let cut = |mut h: transformer::decode::greedy::Hypothesis| {
@@ -154,6 +156,7 @@ pub(super) fn translate(
                 nbest: 1,
                 stop: BeamStop::Exact,
                 forced_first: forced,
+                min_len: t.min_len,
                 beam_rules: t.beam_rules,
                 ..BeamOptions::default()
             };
@@ -235,6 +238,7 @@ fn argos_package_translates_as_ctranslate2_does() {
         let n = r.greedy_text.len();
         let options = GreedyOptions {
             max_len_extra: 0,
+            min_len: t.min_len,
             ..GreedyOptions::default()
         };
         for (i, line) in lines[..n].iter().enumerate() {
@@ -311,10 +315,10 @@ fn int8_model_runs_its_stored_rows_close_to_ctranslate2_int8() {
     );
 }
 
-/// The bound of the int8 test. Measured: 281 of 1000 lines (28.1%) identical to CTranslate2
-/// int8's; CTranslate2's own int8 and float32 runs of this model agree on 285 (the fixture's
+/// The bound of the int8 test. Measured: 967 of 1000 lines (96.7%) identical to CTranslate2
+/// int8's; CTranslate2's own int8 and float32 runs of this model agree on 564 (the fixture's
 /// random weights give long repetitive outputs full of near ties, which rounding flips).
-const INT8_SHARE: f64 = 0.25;
+const INT8_SHARE: f64 = 0.9;
 
 /// A copy of the converted Marian directory in a fresh temporary directory, changed by `edit`.
 fn edited_copy(name: &str, edit: impl FnOnce(&Path)) -> PathBuf {
