@@ -64,8 +64,10 @@ impl Translator {
     /// or mBART-50 model (see `model::families::m2m100`, `mbart`; its languages from
     /// `tokenizer_config.json`'s `src_lang` / `tgt_lang` where it names known ones, else
     /// chosen by [`set_languages`](Self::set_languages)), a CTranslate2 model directory (see
-    /// `model::families::ctranslate2`), or an Argos Translate package, a `.argosmodel` file or
-    /// its directory (see [`super::argos`]).
+    /// `model::families::ctranslate2`; a converted NLLB / M2M100 one takes its languages as
+    /// the Hugging Face directory does), or an Argos Translate package, a `.argosmodel` file or
+    /// its directory (see [`super::argos`]). CTranslate2's models decode with its defaults and
+    /// rules ([`min_len`](Self::min_len), [`beam_rules`](Self::beam_rules)).
     pub fn load(dir: &Path) -> Result<Translator> {
         if super::argos::is_package(dir) {
             return super::argos::load(dir);
