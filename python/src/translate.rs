@@ -100,8 +100,11 @@ impl Translator {
             batch_size: batch_size.max(1),
             nbest,
             stop,
-            // The translator forces a multilingual model's target language itself.
+            // The translator forces a multilingual model's target language itself, and applies
+            // the defaults of the runtime the model came from.
             forced_first: None,
+            min_len: 0,
+            beam_rules: Default::default(),
         };
         let languages = (self.inner)
             .languages_of(source_lang, target_lang)

@@ -340,7 +340,13 @@ fn bench_translate(args: &BenchArgs, dir: &std::path::Path, threads: usize) -> R
     translator.prepare_precision(args.precision.float_precision()?)?;
     // A multilingual model translates between its configured languages (tokenizer_config.json).
     let languages = translator.check_languages(translator.languages)?;
-    let crate::pipeline::translate::Translator { model, vocab, .. } = translator;
+    let crate::pipeline::translate::Translator {
+        model,
+        vocab,
+        beam_rules,
+        min_len,
+        ..
+    } = translator;
     let src = args.src.as_ref().context("--translate needs --src FILE")?;
     let file =
         std::fs::File::open(src).with_context(|| format!("cannot open {}", src.display()))?;
@@ -364,6 +370,7 @@ fn bench_translate(args: &BenchArgs, dir: &std::path::Path, threads: usize) -> R
     let greedy = GreedyOptions {
         batch_size: batch,
         forced_first: languages.target,
+        min_len,
         ..GreedyOptions::default()
     };
     let t0 = Instant::now();
@@ -375,6 +382,8 @@ fn bench_translate(args: &BenchArgs, dir: &std::path::Path, threads: usize) -> R
         batch_size: batch,
         stop: args.beam_stop,
         forced_first: languages.target,
+        min_len,
+        beam_rules,
         ..BeamOptions::default()
     };
     let t0 = Instant::now();

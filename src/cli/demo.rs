@@ -192,6 +192,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
         max_len_extra: 50,
         batch_size: 64,
         forced_first: None,
+        min_len: 0,
     };
     let hyps: Vec<String> = crate::pipeline::translate::translate_lines(
         &trainer.model,

@@ -103,6 +103,10 @@ pub fn run(args: TranslateArgs) -> Result<()> {
         stop: args.beam_stop,
         // The translator forces a multilingual model's target language itself.
         forced_first: None,
+        // The defaults of the runtime the model came from (CTranslate2's for its directories),
+        // also on a device.
+        min_len: translator.min_len,
+        beam_rules: translator.beam_rules,
     };
     let lists = match &on_gpu {
         None => translator.translate_nbest(&lines, &options)?,

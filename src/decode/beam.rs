@@ -35,6 +35,10 @@
 //! and Hugging Face (`early_stopping=True`) do; [`BeamStop::HuggingFace`] is `generate`'s own
 //! rule (its penalty `|Y|^α` and its stopping heuristic), to give its outputs.
 //!
+//! Where runtimes differ in detail, [`BeamRules`] says whose search to reproduce: ours (scores
+//! summed exactly) or CTranslate2's (scores summed in f32; after a forced first token, only the
+//! step's best candidate may end a hypothesis).
+//!
 //! The search ([`search_rows`]) is written over [`IncrementalDecoder`]; [`beam_search`] is
 //! translation with it (the sources encoded once per chunk, every beam from BOS).
 //!
@@ -86,6 +90,39 @@ pub struct BeamOptions {
     /// A token every hypothesis starts with, forced with log-probability 0 (a multilingual
     /// model's target language; it counts as emitted).
     pub forced_first: Option<u32>,
+    /// EOS is not emitted before this many tokens are (`forced_first` counted): CTranslate2's
+    /// `min_decoding_length`; 0 for none.
+    pub min_len: usize,
+    /// Whose search to reproduce where runtimes differ in detail (ours, or CTranslate2's).
+    pub beam_rules: BeamRules,
+}
+
+/// Whose beam search to reproduce where runtimes differ in detail: how a beam's score adds up,
+/// and what the step after a forced first token lets EOS do.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BeamRules {
+    /// Ours: a beam's score is the exact sum (in f64) of its tokens' log-probabilities, and the
+    /// step after a forced first token is like any other (transformers' `forced_bos_token_id`).
+    #[default]
+    Ours,
+    /// CTranslate2's: a beam's score is summed in f32, rounded at every step as it adds it
+    /// (near ties between beams fall as they fall there); and after a forced first token (its
+    /// `target_prefix`, returned with the output) only the step's best candidate may be EOS,
+    /// ending the empty translation: an EOS ranked below it ends nothing and takes the place of
+    /// one of the step's `k` beams, which that step then lacks (it gives such candidates a
+    /// score of −10¹⁰, so that short translations do not crowd out the others without a length
+    /// penalty: its issue #277).
+    CTranslate2,
+}
+
+impl BeamRules {
+    /// A beam's score `raw` after a token of log-probability `lp`.
+    fn add(self, raw: f64, lp: f64) -> f64 {
+        match self {
+            BeamRules::Ours => raw + lp,
+            BeamRules::CTranslate2 => f64::from(raw as f32 + lp as f32),
+        }
+    }
 }
 
 /// When a sentence's search ends before its length limit (see the module docs).
@@ -118,6 +155,8 @@ impl Default for BeamOptions {
             nbest: 1,
             stop: BeamStop::Exact,
             forced_first: None,
+            min_len: 0,
+            beam_rules: BeamRules::Ours,
         }
     }
 }
@@ -170,8 +209,8 @@ pub fn beam_search<T: Float>(
     let (batch, extra) = (opts.batch_size, opts.max_len_extra);
     let chunks = source_chunks(&model.config, sources, batch, extra);
     let searched = decode_chunks(&chunks, |c| {
-        let rules = TokenRules::TRANSLATION.forcing(opts.forced_first);
-        let search = (opts.alpha, Some(opts.stop));
+        let rules = (TokenRules::TRANSLATION.forcing(opts.forced_first)).ending_from(opts.min_len);
+        let search = (opts.alpha, Some(opts.stop), opts.beam_rules);
         let lists = search_chunk(model, &c.sources, &c.limits, k, search, rules).0;
         n_best(lists, opts)
     });
@@ -209,12 +248,12 @@ struct Live {
     raw: f64,
 }
 
-/// The `n` most probable tokens of one log-probability row that `rules` allows, best first,
-/// ties to the lower id.
+/// The `n` most probable tokens of one log-probability row that `rules` allows after `emitted`
+/// tokens, best first, ties to the lower id.
 ///
 /// Once `n` tokens are held, a block of sixteen none of whose entries beats the worst held is
 /// passed over whole (one vector compare instead of sixteen branches; the same list).
-fn top_tokens<T: Float>(logprobs: &[T], n: usize, rules: TokenRules) -> Vec<(f64, u32)> {
+fn top_tokens<T: Float>(logprobs: &[T], n: usize, rules: TokenRules, emitted: usize) -> Vec<(f64, u32)> {
     const BLOCK: usize = 16;
     let mut top: Vec<(f64, u32)> = Vec::with_capacity(n + 1);
     for (b, block) in logprobs.chunks(BLOCK).enumerate() {
@@ -227,7 +266,7 @@ fn top_tokens<T: Float>(logprobs: &[T], n: usize, rules: TokenRules) -> Vec<(f64
         }
         for (i, &lp) in block.iter().enumerate() {
             let id = (b * BLOCK + i) as u32;
-            if !rules.allows(id) {
+            if !rules.allows_after(id, emitted) {
                 continue;
             }
             let lp = lp.f64();
@@ -291,7 +330,7 @@ fn search_chunk<T: Float>(
     sources: &[&[u32]],
     limits: &[usize],
     k: usize,
-    (alpha, stop): (f64, Option<BeamStop>),
+    (alpha, stop, beam_rules): (f64, Option<BeamStop>, BeamRules),
     rules: TokenRules,
 ) -> (Vec<Vec<BeamHypothesis>>, usize) {
     let capacity = limits.iter().copied().max().unwrap_or(0);
@@ -303,23 +342,23 @@ fn search_chunk<T: Float>(
     let batch = Batch::from_pairs(&pairs);
     let mut state = model.start_decoding(&batch.src, batch.src_len, &batch.src_lens, capacity);
     let first = vec![BOS; sources.len()];
-    search_rows(model, &mut state, &first, limits, k, alpha, stop, rules)
+    let search = (alpha, stop, beam_rules);
+    search_rows(model, &mut state, &first, limits, k, search, rules)
 }
 
 /// Beam search over the rows of a started `state`, one row per sentence: sentence `i` is fed
 /// `first[i]`, then each of its beams its own last token, emitting at most `limits[i]` tokens
-/// (`rules.end` included). Per sentence the `k` best hypotheses, and how many sentences the
+/// (`rules.end` included), ranked with the length penalty `alpha`, stopped by `stop` and
+/// searched by `beam_rules`. Per sentence the `k` best hypotheses, and how many sentences the
 /// stopping criterion ended before their limit. Without a `stop` rule every sentence runs to its
 /// limit (the reference [`BeamStop::Exact`] is tested against: it must not change the result).
-#[allow(clippy::too_many_arguments)]
 pub fn search_rows<T: Float, M: IncrementalDecoder<T>>(
     model: &M,
     state: &mut M::State,
     first: &[u32],
     limits: &[usize],
     k: usize,
-    alpha: f64,
-    stop: Option<BeamStop>,
+    (alpha, stop, beam_rules): (f64, Option<BeamStop>, BeamRules),
     rules: TokenRules,
 ) -> (Vec<Vec<BeamHypothesis>>, usize) {
     let v = model.vocab_size();
@@ -362,10 +401,17 @@ pub fn search_rows<T: Float, M: IncrementalDecoder<T>>(
             _ => logprobs
                 .par_chunks(v)
                 .with_min_len(8)
-                .map(|row| top_tokens(row, k + 1, rules))
+                .map(|row| {
+                    let kept = rules.log_kept_mass(row, t);
+                    let top = top_tokens(row, k + 1, rules, t);
+                    top.into_iter().map(|(lp, id)| (lp - kept, id)).collect()
+                })
                 .collect(),
         };
         t += 1;
+        // The step right after a forced first token, where CTranslate2 lets only the best
+        // candidate end a hypothesis.
+        let best_only_end = rules.first.is_some() && t == 2 && beam_rules == BeamRules::CTranslate2;
         let mut next: Vec<Live> = Vec::with_capacity(live.len().max(k));
         let mut parents: Vec<usize> = Vec::with_capacity(live.len().max(k));
         // The rows of a sentence are contiguous.
@@ -376,18 +422,23 @@ pub fn search_rows<T: Float, M: IncrementalDecoder<T>>(
             let mut cands: Vec<(f64, usize, u32)> = Vec::with_capacity((end - start) * (k + 1));
             for (r, beam) in live.iter().enumerate().take(end).skip(start) {
                 for &(lp, tok) in &tops[r] {
-                    cands.push((beam.raw + lp, r, tok));
+                    cands.push((beam_rules.add(beam.raw, lp), r, tok));
                 }
             }
             cands.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
             let last = t >= limits[s];
             let first = next.len();
+            // Beams of this step an end token below the best candidate left empty (see
+            // [`BeamRules::CTranslate2`]).
+            let mut empty = 0;
             for (rank, &(raw, r, tok)) in cands.iter().enumerate() {
-                let n_live = next.len() - first;
+                let n_live = next.len() - first + empty;
                 if rank >= k && (last || n_live >= k) {
                     break;
                 }
-                if tok == rules.end || last {
+                if tok == rules.end && rank > 0 && best_only_end {
+                    empty += usize::from(n_live < k);
+                } else if tok == rules.end || last {
                     if rank < k {
                         let mut tokens = live[r].tokens.clone();
                         if tok != rules.end {
@@ -448,170 +499,5 @@ pub fn search_rows<T: Float, M: IncrementalDecoder<T>>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn top_tokens_skip_pad_and_bos_and_break_ties_low() {
-        let row = [0.0f32, 0.0, -3.0, -1.0, -1.0, -2.0, -0.5];
-        let rules = TokenRules::TRANSLATION;
-        assert_eq!(
-            top_tokens(&row, 3, rules),
-            vec![(-0.5, 6), (-1.0, 3), (-1.0, 4)]
-        );
-        assert_eq!(top_tokens(&row, 10, rules).len(), 5);
-        let all = TokenRules::document(9);
-        assert_eq!(top_tokens(&row, 2, all), vec![(0.0, 0), (0.0, 1)]);
-    }
-
-    /// The blocked scan against the plain one it replaced (every allowed entry compared), on
-    /// rows of few distinct values (ties across blocks) and lengths around the block width.
-    #[test]
-    fn top_tokens_equal_the_entry_by_entry_scan() {
-        fn scan(row: &[f32], n: usize, rules: TokenRules) -> Vec<(f64, u32)> {
-            let mut all: Vec<(f64, u32)> = (row.iter().enumerate())
-                .filter(|&(id, _)| rules.allows(id as u32))
-                .map(|(id, &lp)| (lp as f64, id as u32))
-                .collect();
-            all.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-            all.truncate(n);
-            all
-        }
-        let mut rng = crate::rng::Rng::new(3);
-        for len in [3, 15, 16, 17, 40, 500] {
-            for n in [1, 2, 8] {
-                let row: Vec<f32> = (0..len).map(|_| -(rng.below(5) as f32)).collect();
-                for rules in [TokenRules::TRANSLATION, TokenRules::document(2)] {
-                    assert_eq!(top_tokens(&row, n, rules), scan(&row, n, rules), "{len} {n}");
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn length_penalty_is_gnmt() {
-        assert_eq!(length_penalty(1, 0.6), 1.0);
-        assert_eq!(length_penalty(7, 0.0), 1.0);
-        assert!((length_penalty(7, 0.6) - 2f64.powf(0.6)).abs() < 1e-12);
-    }
-
-    #[test]
-    fn stopping_early_does_not_change_the_result() {
-        use crate::model::{ModelConfig, NormPlacement};
-        let mut stopped_early = 0;
-        // A likely EOS, so that k hypotheses finish well before the limit; with a likely token 6
-        // too, long cheap continuations that α > 0 favours (the case an unsafe bound gets wrong).
-        for (seed, norm, eos, six) in [
-            (1, NormPlacement::PostLn, 2.5, 1.0),
-            (2, NormPlacement::PreLn, 2.5, 1.0),
-            (5, NormPlacement::PostLn, 2.5, 3.0),
-            (7, NormPlacement::PreLn, 1.5, 3.0),
-            (7, NormPlacement::PostLn, 2.0, 5.0),
-        ] {
-            let config = ModelConfig {
-                vocab_size: 12,
-                d_model: 16,
-                n_heads: 2,
-                d_ff: 32,
-                n_encoder_layers: 1,
-                n_decoder_layers: 2,
-                dropout: 0.0,
-                norm,
-                layer_norm_eps: 1e-6,
-                tie_embeddings: true,
-                max_len: 32,
-                ..ModelConfig::preset("tiny", 12).unwrap()
-            };
-            let mut model = Seq2Seq::<f64>::new(config, &mut crate::rng::Rng::new(seed));
-            let w = &mut model.embedding.weight.value.data;
-            for (token, factor) in [(crate::batch::EOS as usize, eos), (6, six)] {
-                w[token * 16..(token + 1) * 16]
-                    .iter_mut()
-                    .for_each(|x| *x *= factor);
-            }
-            let sources: Vec<Vec<u32>> = (0..6u32)
-                .map(|n| (0..n).map(|j| 4 + (j * 5 + n) % 8).collect())
-                .collect();
-            let srcs: Vec<&[u32]> = sources.iter().map(|s| &s[..]).collect();
-            let limits: Vec<usize> = srcs.iter().map(|s| s.len() + 12).collect();
-            for k in [1, 2, 4] {
-                for alpha in [0.0, 0.6, 1.0, 2.0] {
-                    let exact = Some(BeamStop::Exact);
-                    let rules = TokenRules::TRANSLATION;
-                    let (early, n) = search_chunk(&model, &srcs, &limits, k, (alpha, exact), rules);
-                    let (full, _) = search_chunk(&model, &srcs, &limits, k, (alpha, None), rules);
-                    stopped_early += n;
-                    // Equal up to rounding: dropping stopped rows changes the batch shapes.
-                    let name = format!("seed {seed}, k {k}, alpha {alpha}");
-                    for (a, b) in early.iter().zip(&full) {
-                        assert_eq!(a.len(), b.len(), "{name}");
-                        for (x, y) in a.iter().zip(b) {
-                            assert_eq!((&x.tokens, x.finished), (&y.tokens, y.finished), "{name}");
-                            assert!((x.score - y.score).abs() < 1e-9, "{name}");
-                        }
-                    }
-                }
-            }
-        }
-        assert!(stopped_early >= 20, "{stopped_early}");
-    }
-
-    #[test]
-    fn finished_list_keeps_the_k_best_in_order() {
-        let h = |score: f64, tok: u32| BeamHypothesis {
-            tokens: vec![tok],
-            logprob: score,
-            score,
-            finished: true,
-        };
-        let mut list = Vec::new();
-        for (s, t) in [(-3.0, 3), (-1.0, 4), (-2.0, 5), (-1.0, 6), (-5.0, 7)] {
-            keep_finished(&mut list, h(s, t), 3);
-        }
-        let toks: Vec<u32> = list.iter().map(|h| h.tokens[0]).collect();
-        assert_eq!(toks, vec![4, 6, 5]);
-    }
-
-    #[test]
-    fn cross_rows_follow_sentences_or_beams() {
-        let config = crate::model::ModelConfig::preset("tiny", 12).unwrap();
-        let model = Seq2Seq::<f64>::new(config, &mut crate::rng::Rng::new(3));
-        let sources: [&[u32]; 3] = [&[4, 5], &[6, 7, 8], &[9]];
-        let pairs: Vec<(&[u32], &[u32])> = sources.iter().map(|&s| (s, &[][..])).collect();
-        let batch = Batch::from_pairs(&pairs);
-        let mut state = model.start_decoding(&batch.src, batch.src_len, &batch.src_lens, 8);
-        let original = state.cross_caches.clone();
-        let src_len = batch.src_len;
-        let beams = |sentences: &[usize]| -> Vec<Live> {
-            sentences
-                .iter()
-                .map(|&sentence| Live {
-                    sentence,
-                    tokens: Vec::new(),
-                    raw: 0.0,
-                })
-                .collect()
-        };
-        let mut cross_of = vec![0, 1, 2];
-        // Uneven beams per sentence: one cross row per beam, copies of its sentence's row.
-        for (live, want) in [
-            (vec![0, 0, 1, 2, 2], vec![0, 0, 1, 2, 2]),
-            (vec![0, 0, 2, 2], vec![0, 2]), // even again: one row per sentence
-            (vec![2, 2, 2], vec![2]),
-        ] {
-            gather_cross(&mut state, &mut cross_of, &beams(&live));
-            assert_eq!(cross_of, want);
-            let lens: Vec<usize> = want.iter().map(|&s| batch.src_lens[s]).collect();
-            assert_eq!(state.src_lens, lens);
-            for (cache, orig) in state.cross_caches.iter().zip(&original) {
-                assert_eq!(cache.batch, want.len());
-                for (row, &s) in want.iter().enumerate() {
-                    for t in 0..src_len {
-                        assert_eq!(cache.row(row, t, false), orig.row(s, t, false));
-                        assert_eq!(cache.row(row, t, true), orig.row(s, t, true));
-                    }
-                }
-            }
-        }
-    }
-}
+#[path = "beam_tests.rs"]
+mod tests;

@@ -40,6 +40,9 @@ pub struct GreedyOptions {
     /// A token every translation starts with, forced with log-probability 0 (a multilingual
     /// model's target language; it counts as emitted).
     pub forced_first: Option<u32>,
+    /// EOS is not emitted before this many tokens are (`forced_first` counted): CTranslate2's
+    /// `min_decoding_length`; 0 for none.
+    pub min_len: usize,
 }
 
 impl Default for GreedyOptions {
@@ -48,6 +51,7 @@ impl Default for GreedyOptions {
             max_len_extra: 50,
             batch_size: 32,
             forced_first: None,
+            min_len: 0,
         }
     }
 }
@@ -137,20 +141,24 @@ fn decode_in_chunks<T: Float>(
 ) -> Vec<Hypothesis> {
     let (batch, extra) = (options.batch_size, options.max_len_extra);
     let chunks = source_chunks(&model.config, sources, batch, extra);
-    let rules = TokenRules::TRANSLATION.forcing(options.forced_first);
+    let rules = (TokenRules::TRANSLATION.forcing(options.forced_first)).ending_from(options.min_len);
     let decoded = decode_chunks(&chunks, |c| decode_chunk(model, &c.sources, &c.limits, rules));
     in_input_order(&chunks, decoded, sources.len())
 }
 
-/// The argmax of one log-probability row over the tokens `rules` allows, ties to the lowest
-/// id; returns the token and its log-probability. A row of NaNs (broken weights) gives the
-/// first allowed token, with its NaN: the search goes on and the score says so.
-fn pick<T: Float>(logprobs: &[T], rules: TokenRules) -> (u32, f64) {
-    let never: Vec<u32> = rules.never.iter().flatten().copied().collect();
+/// The argmax of one log-probability row over the tokens `rules` allows after `emitted`
+/// tokens, ties to the lowest id; returns the token and its log-probability (among the tokens
+/// left where `rules.min_len` bans EOS, see [`TokenRules::log_kept_mass`]). A row of NaNs
+/// (broken weights) gives the first allowed token, with its NaN: the search goes on and the
+/// score says so.
+fn pick<T: Float>(logprobs: &[T], rules: TokenRules, emitted: usize) -> (u32, f64) {
+    let end_too = (emitted < rules.min_len).then_some(rules.end);
+    let never: Vec<u32> = (rules.never.iter().chain([&end_too]).flatten().copied()).collect();
     let id = first_argmax(logprobs, &never)
-        .or_else(|| (0..logprobs.len()).find(|&id| rules.allows(id as u32)))
+        .or_else(|| (0..logprobs.len()).find(|&id| rules.allows_after(id as u32, emitted)))
         .expect("the vocabulary holds an allowed token");
-    (id as u32, logprobs[id].f64())
+    let kept = rules.log_kept_mass(logprobs, emitted);
+    (id as u32, logprobs[id].f64() - kept)
 }
 
 /// Updates the hypothesis of one row with its step distribution `logprobs [vocab]` (the
@@ -166,7 +174,7 @@ pub fn advance<T: Float>(
 ) -> (u32, bool) {
     let (token, lp) = match rules.first {
         Some(first) if hyp.n_emitted() == 0 => (first, 0.0),
-        _ => pick(logprobs, rules),
+        _ => pick(logprobs, rules, hyp.n_emitted()),
     };
     hyp.push(token, lp, rules.end);
     (token, !hyp.finished && hyp.n_emitted() < limit)
@@ -281,8 +289,16 @@ mod tests {
     fn pick_skips_pad_and_bos_and_breaks_ties_low() {
         let row = [0.0f32, 0.0, -3.0, -1.0, -1.0, -2.0];
         let rules = TokenRules::TRANSLATION;
-        assert_eq!(pick(&row, rules), (3, -1.0));
-        assert_eq!(pick(&row, TokenRules::document(5)), (0, 0.0));
+        assert_eq!(pick(&row, rules, 0), (3, -1.0));
+        assert_eq!(pick(&row, TokenRules::document(5), 0), (0, 0.0));
+        // EOS (2) the best: not before `min_len` tokens (CTranslate2's min_decoding_length).
+        let eos_best = [0.0f32, 0.0, -0.5, -1.0, -1.0, -2.0];
+        assert_eq!(pick(&eos_best, rules, 0), (2, -0.5));
+        // The others' log-probabilities without EOS: ln(e^-1 / (1 - e^-0.5)).
+        let (id, lp) = pick(&eos_best, rules.ending_from(1), 0);
+        assert_eq!(id, 3);
+        assert!((lp - (-1.0 - (1.0 - (-0.5f64).exp()).ln())).abs() < 1e-12, "{lp}");
+        assert_eq!(pick(&eos_best, rules.ending_from(1), 1), (2, -0.5));
         let hyp_tokens = {
             let mut h = Hypothesis::default();
             h.push(5, -0.5, rules.end);
@@ -294,8 +310,8 @@ mod tests {
         assert!(hyp_tokens.finished && hyp_tokens.score == -0.75);
         // NaNs are never the maximum; a row of them gives the first allowed token.
         let nan = f32::NAN;
-        assert_eq!(pick(&[0.0f32, 0.0, -3.0, nan, -1.0], rules), (4, -1.0));
-        let (id, lp) = pick(&[nan; 4], rules);
+        assert_eq!(pick(&[0.0f32, 0.0, -3.0, nan, -1.0], rules, 0), (4, -1.0));
+        let (id, lp) = pick(&[nan; 4], rules, 0);
         assert!(id == 2 && lp.is_nan());
     }
 }

@@ -102,6 +102,9 @@ pub struct TokenRules {
     /// The first token of every hypothesis, forced with log-probability 0 (a multilingual
     /// translator's target-language token, as transformers' `forced_bos_token_id`).
     pub first: Option<u32>,
+    /// `end` is not emitted before this many tokens are (`first` counted): CTranslate2's
+    /// `min_decoding_length` (0: from the first token on).
+    pub min_len: usize,
 }
 
 impl TokenRules {
@@ -110,6 +113,7 @@ impl TokenRules {
         end: EOS,
         never: [Some(PAD), Some(BOS)],
         first: None,
+        min_len: 0,
     };
 
     /// A language model whose documents end with `end` (`<|endoftext|>`); every token may be
@@ -121,6 +125,7 @@ impl TokenRules {
             end,
             never: [None, None],
             first: None,
+            min_len: 0,
         }
     }
 
@@ -129,9 +134,30 @@ impl TokenRules {
         TokenRules { first, ..self }
     }
 
+    /// These rules with `end` not emitted before `min_len` tokens are.
+    pub fn ending_from(self, min_len: usize) -> TokenRules {
+        TokenRules { min_len, ..self }
+    }
+
     /// Whether a search may emit `token`.
     pub fn allows(&self, token: u32) -> bool {
         !self.never.contains(&Some(token))
+    }
+
+    /// Whether a search may emit `token` after `emitted` tokens.
+    pub fn allows_after(&self, token: u32, emitted: usize) -> bool {
+        self.allows(token) && (token != self.end || emitted >= self.min_len)
+    }
+
+    /// `ln(1 − p(end))` of a step's log-probabilities `logprobs` after `emitted` tokens where
+    /// `min_len` bans `end`, else 0: the searches subtract it from the other tokens'
+    /// log-probabilities, which are then those of the distribution without `end`, as
+    /// CTranslate2 computes them (its banned logit is −∞ before its softmax).
+    pub fn log_kept_mass<T: Float>(&self, logprobs: &[T], emitted: usize) -> f64 {
+        match logprobs.get(self.end as usize) {
+            Some(&lp) if emitted < self.min_len => (-lp.f64().exp_m1()).ln(),
+            _ => 0.0,
+        }
     }
 }
 

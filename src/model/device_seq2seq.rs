@@ -19,7 +19,7 @@ use super::device_decode::DeviceDecodeState;
 use super::device_rows::DeviceEmbedding;
 use super::seq2seq::Seq2Seq;
 use crate::backend::{Device, DeviceError, StepRows};
-use crate::decode::beam::{search_rows, BeamHypothesis, BeamStop};
+use crate::decode::beam::{search_rows, BeamHypothesis, BeamRules, BeamStop};
 use crate::decode::greedy::{greedy_search, Hypothesis};
 use crate::decode::TokenRules;
 use crate::text::BOS;
@@ -126,12 +126,13 @@ impl<D: Device> DeviceSeq2Seq<D> {
     }
 
     /// Greedy translations of `sources` (without EOS), sentence `i` emitting at most
-    /// `limits[i]` tokens (EOS included), all in one batch: the CPU's greedy search
-    /// ([`greedy_search`]) over this model's rows.
+    /// `limits[i]` tokens (EOS included), all in one batch, under `rules` (every row from BOS):
+    /// the CPU's greedy search ([`greedy_search`]) over this model's rows.
     pub fn translate_greedy(
         &self,
         sources: &[&[u32]],
         limits: &[usize],
+        rules: TokenRules,
     ) -> Result<Vec<Hypothesis>, DeviceError>
     where
         Self: Sync,
@@ -141,7 +142,7 @@ impl<D: Device> DeviceSeq2Seq<D> {
             return Ok(vec![Hypothesis::default(); sources.len()]);
         };
         let first = vec![BOS; sources.len()];
-        let hyps = greedy_search(self, &mut state, &first, limits, TokenRules::TRANSLATION);
+        let hyps = greedy_search(self, &mut state, &first, limits, rules);
         state.take_error()?;
         Ok(hyps)
     }
@@ -154,7 +155,8 @@ impl<D: Device> DeviceSeq2Seq<D> {
         sources: &[&[u32]],
         limits: &[usize],
         k: usize,
-        (alpha, stop): (f64, Option<BeamStop>),
+        search: (f64, Option<BeamStop>, BeamRules),
+        rules: TokenRules,
     ) -> Result<Vec<Vec<BeamHypothesis>>, DeviceError>
     where
         Self: Sync,
@@ -164,8 +166,7 @@ impl<D: Device> DeviceSeq2Seq<D> {
             return Ok(vec![vec![BeamHypothesis::default()]; sources.len()]);
         };
         let first = vec![BOS; sources.len()];
-        let rules = TokenRules::TRANSLATION;
-        let (hyps, _) = search_rows(self, &mut state, &first, limits, k, alpha, stop, rules);
+        let (hyps, _) = search_rows(self, &mut state, &first, limits, k, search, rules);
         state.take_error()?;
         Ok(hyps)
     }
@@ -246,6 +247,7 @@ mod tests {
             max_len_extra: 6,
             batch_size: 8,
         forced_first: None,
+        min_len: 0,
     };
         let srcs: Vec<Vec<u32>> = SOURCES.iter().map(|s| s.to_vec()).collect();
         let want = greedy_decode(m, &srcs, &options);
@@ -255,7 +257,7 @@ mod tests {
             .iter()
             .map(|s| max_output_len(&m.config, s.len(), options.max_len_extra))
             .collect();
-        let got = lm.translate_greedy(&SOURCES, &limits).unwrap();
+        let got = lm.translate_greedy(&SOURCES, &limits, TokenRules::TRANSLATION).unwrap();
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             assert_eq!(g.tokens, w.tokens, "{what}: sentence {i}");
             assert_eq!(g.finished, w.finished, "{what}: sentence {i}");
@@ -273,8 +275,8 @@ mod tests {
             ..BeamOptions::default()
         };
         let want = beam_search(m, &srcs, &beam);
-        let search = (beam.alpha, Some(beam.stop));
-        let got = beam_search_with(&m.config, &srcs, &beam, |s, l| lm.translate_beam(s, l, 3, search))
+        let search = (beam.alpha, Some(beam.stop), beam.beam_rules);
+        let got = beam_search_with(&m.config, &srcs, &beam, |s, l| lm.translate_beam(s, l, 3, search, TokenRules::TRANSLATION))
             .unwrap();
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             assert_eq!(g.len(), w.len(), "{what}: beam, sentence {i}");
@@ -291,7 +293,7 @@ mod tests {
         for (name, m) in models() {
             let lm = DeviceSeq2Seq::new(Host, &m).unwrap();
             check(&m, &lm, 1e-5, name);
-            let e = lm.translate_greedy(&[&[29]], &[3]).err().unwrap().to_string();
+            let e = lm.translate_greedy(&[&[29]], &[3], TokenRules::TRANSLATION).err().unwrap().to_string();
             assert!(e.contains("token id 29 is outside the vocabulary of 29"), "{e}");
         }
     }

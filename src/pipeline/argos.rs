@@ -83,6 +83,8 @@ pub fn load(path: &Path) -> Result<Translator> {
     let (model, vocab, int8) = ctranslate2::load_files(&model, Some((&spm, &spm_path)))?;
     let mut translator = Translator::of(model, vocab);
     translator.set_stored_int8(int8);
+    translator.beam_rules = crate::decode::beam::BeamRules::CTranslate2;
+    translator.min_len = super::translate::CT2_MIN_DECODING_LENGTH;
     translator.pair = Some(pair);
     Ok(translator)
 }

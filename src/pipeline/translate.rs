@@ -5,9 +5,10 @@
 //! stay empty, so line counts always match.
 
 use super::{check_model_dir, check_vocab};
-use crate::decode::beam::{beam_search, length_penalty, BeamHypothesis, BeamOptions};
+use crate::decode::beam::{beam_search, length_penalty, BeamHypothesis, BeamOptions, BeamRules};
 use crate::decode::greedy::{greedy_decode, GreedyOptions, Hypothesis};
 use crate::decode::score::score_pairs;
+use crate::decode::TokenRules;
 use crate::error::{Error, Result};
 use crate::model::checkpoint::load;
 use crate::model::families;
@@ -20,6 +21,10 @@ use crate::text::vocab::Vocab;
 use crate::viz::{attention_maps, AttentionMaps};
 use std::path::Path;
 
+/// CTranslate2's default `min_decoding_length` (`translate_batch`, `ctranslate2.Translator`):
+/// EOS is not its first output.
+pub const CT2_MIN_DECODING_LENGTH: usize = 1;
+
 /// A translation model and its vocabulary.
 pub struct Translator {
     /// The encoder-decoder model.
@@ -31,6 +36,14 @@ pub struct Translator {
     /// The language pair a package names (an Argos Translate package's `from_code` and
     /// `to_code`), for routing requests by language.
     pub pair: Option<LanguagePair>,
+    /// What beam search's step after the forced target-language token lets EOS do: the rule
+    /// of the runtime the model came from (CTranslate2's for its model directories).
+    pub beam_rules: BeamRules,
+    /// EOS is not emitted before this many target tokens are (the forced target-language
+    /// token counted): the default of the runtime the model came from (CTranslate2's
+    /// `min_decoding_length` 1 for its model directories, which forbids an empty translation
+    /// where nothing is forced); searches take the larger of this and their options'.
+    pub min_len: usize,
     /// A CTranslate2 model's int8 weights as stored, multiplied as they are in int8 inference.
     stored_int8: Option<families::ctranslate2_int8::StoredInt8>,
 }
@@ -52,8 +65,10 @@ impl Translator {
     /// or mBART-50 model (see `model::families::m2m100`, `mbart`; its languages from
     /// `tokenizer_config.json`'s `src_lang` / `tgt_lang` where it names known ones, else
     /// chosen by [`set_languages`](Self::set_languages)), a CTranslate2 model directory (see
-    /// `model::families::ctranslate2`), or an Argos Translate package, a `.argosmodel` file or
-    /// its directory (see [`super::argos`]).
+    /// `model::families::ctranslate2`; a converted NLLB / M2M100 one takes its languages as
+    /// the Hugging Face directory does), or an Argos Translate package, a `.argosmodel` file or
+    /// its directory (see [`super::argos`]). CTranslate2's models decode with its defaults and
+    /// rules ([`min_len`](Self::min_len), [`beam_rules`](Self::beam_rules)).
     pub fn load(dir: &Path) -> Result<Translator> {
         if super::argos::is_package(dir) {
             return super::argos::load(dir);
@@ -64,6 +79,10 @@ impl Translator {
             let (model, vocab, int8) = families::ctranslate2::load_files(&files, None)?;
             let mut translator = Translator::of(model, vocab);
             translator.set_stored_int8(int8);
+            translator.beam_rules = BeamRules::CTranslate2;
+            translator.min_len = CT2_MIN_DECODING_LENGTH;
+            // A converted NLLB / M2M100 model: its languages as for the Hugging Face directory.
+            translator.languages = translator.tokenizer_languages(dir);
             return Ok(translator);
         }
         if families::marian::is_marian_dir(dir) {
@@ -91,12 +110,7 @@ impl Translator {
         if let Some(load) = multilingual {
             let (model, vocab) = load(dir)?;
             let mut translator = Translator::of(model, vocab);
-            let (source, target) = crate::text::languages::tokenizer_languages(dir);
-            let tokenizer = translator.vocab.fairseq().expect("a fairseq vocabulary");
-            translator.languages = Languages {
-                source: source.and_then(|c| tokenizer.language(&c)),
-                target: target.and_then(|c| tokenizer.language(&c)),
-            };
+            translator.languages = translator.tokenizer_languages(dir);
             return Ok(translator);
         }
         let model: Seq2Seq<f32> = load(dir)?;
@@ -106,6 +120,19 @@ impl Translator {
         Ok(Translator::of(model, vocab))
     }
 
+    /// A multilingual model's languages that `dir`'s `tokenizer_config.json` names (`src_lang`,
+    /// `tgt_lang`) where the model knows them; none for a model of one pair.
+    fn tokenizer_languages(&self, dir: &Path) -> Languages {
+        let Some(tokenizer) = self.vocab.fairseq() else {
+            return Languages::default();
+        };
+        let (source, target) = crate::text::languages::tokenizer_languages(dir);
+        Languages {
+            source: source.and_then(|c| tokenizer.language(&c)),
+            target: target.and_then(|c| tokenizer.language(&c)),
+        }
+    }
+
     /// A translator of `model` and `vocab`, no languages chosen.
     pub fn of(model: Seq2Seq<f32>, vocab: Vocab) -> Translator {
         Translator {
@@ -113,6 +140,8 @@ impl Translator {
             vocab,
             languages: Languages::default(),
             pair: None,
+            beam_rules: BeamRules::Ours,
+            min_len: 0,
             stored_int8: None,
         }
     }
@@ -276,6 +305,7 @@ impl Translator {
         let languages = self.check_languages(languages)?;
         let options = GreedyOptions {
             forced_first: languages.target,
+            min_len: options.min_len.max(self.min_len),
             ..*options
         };
         translate_lines(&self.model, &self.vocab, languages.source, lines, &options)
@@ -301,6 +331,8 @@ impl Translator {
         let languages = self.check_languages(languages)?;
         let options = BeamOptions {
             forced_first: languages.target,
+            min_len: options.min_len.max(self.min_len),
+            beam_rules: self.beam_rules,
             ..*options
         };
         translate_nbest(&self.model, &self.vocab, languages.source, lines, &options)
@@ -370,6 +402,7 @@ impl Translator {
             None => {
                 let options = GreedyOptions {
                     forced_first: languages.target,
+                    min_len: self.min_len,
                     ..GreedyOptions::default()
                 };
                 let hyp = greedy_decode(&self.model, std::slice::from_ref(&src), &options)
@@ -478,7 +511,11 @@ pub fn translate_nbest_on_device<D: crate::backend::Device>(
 where
     crate::model::device_seq2seq::DeviceSeq2Seq<D>: Sync,
 {
-    let (k, search) = (options.beam_size, (options.alpha, Some(options.stop)));
+    let (k, search) = (
+        options.beam_size,
+        (options.alpha, Some(options.stop), options.beam_rules),
+    );
+    let rules = TokenRules::TRANSLATION.ending_from(options.min_len);
     let config = &model.config;
     if !config.source_eos {
         return Err(Error::Input(
@@ -503,7 +540,7 @@ where
         |to_decode, greedy| match greedy {
             None => {
                 crate::decode::beam::beam_search_with(config, to_decode, options, |srcs, limits| {
-                    device_model.translate_beam(srcs, limits, k, search)
+                    device_model.translate_beam(srcs, limits, k, search, rules)
                 })
                 .map(beam_lists)
             }
@@ -511,7 +548,7 @@ where
                 config,
                 to_decode,
                 &greedy,
-                |srcs, limits| device_model.translate_greedy(srcs, limits),
+                |srcs, limits| device_model.translate_greedy(srcs, limits, rules),
             )
             .map(|hyps| greedy_lists(hyps, options.alpha)),
         },
@@ -560,6 +597,7 @@ where
         max_len_extra: options.max_len_extra,
         batch_size: options.batch_size,
         forced_first: options.forced_first,
+        min_len: options.min_len,
     });
     let lists = search(&to_decode, greedy)?;
     let mut out = vec![Vec::new(); lines.len()];

@@ -216,7 +216,7 @@ impl RowKind for TranslationRows<'_> {
         let rows = admitted.into_iter().map(|s| Sentence {
             hyp: Hypothesis::default(),
             limit: s.limit,
-            rules: TokenRules::TRANSLATION.forcing(s.first),
+            rules: (TokenRules::TRANSLATION.forcing(s.first)).ending_from(self.translator.min_len),
             next: BOS,
         });
         (rows.collect(), batch.n_src_tokens())

@@ -66,7 +66,7 @@ impl std::fmt::Debug for FairseqTokenizer {
 }
 
 /// The specials of fairseq's dictionary, which decoding skips.
-const SPECIALS: [&str; 5] = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"];
+pub(crate) const SPECIALS: [&str; 5] = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"];
 
 impl FairseqTokenizer {
     /// Reads the tokenizer of `dir` for a model of `vocab_size` ids whose EOS (also the
@@ -82,21 +82,43 @@ impl FairseqTokenizer {
         let spm = SentencePiece::load(&dir.join(SPM_FILE))?;
         let config_path = dir.join("tokenizer_config.json");
         let config = read_json(&config_path, true)?;
-        if config.as_ref().and_then(|c| c["legacy_behaviour"].as_bool()) == Some(true) {
-            return Err(Error::Input(format!(
-                "{}: legacy_behaviour true (the language code after the source's </s>) is not \
-                 supported",
-                config_path.display()
-            )));
-        }
-        let (dictionary, ids_by_piece, codes) = if dir.join("vocab.json").exists() {
+        refuse_legacy(config.as_ref(), &config_path)?;
+        let (kind, ids_by_piece, codes) = if dir.join("vocab.json").exists() {
             m2m100_dictionary(dir, config.as_ref())?
         } else if dir.join("tokenizer.json").exists() {
-            tokenizer_json_dictionary(&dir.join("tokenizer.json"))?
+            let path = dir.join("tokenizer.json");
+            tokenizer_json_dictionary(&read_json(&path, false)?.unwrap_or_default(), &path)?
         } else {
             offset_dictionary(&spm, codes)
         };
-        let bad = |reason: String| Error::Input(format!("{}: {reason}", dir.display()));
+        let unk = *ids_by_piece.get("<unk>").ok_or_else(|| {
+            Error::Input(format!("{}: the dictionary has no <unk>", dir.display()))
+        })?;
+        let dictionary = FairseqDictionary {
+            kind,
+            ids_by_piece,
+            codes,
+        };
+        FairseqTokenizer::of(spm, dictionary, vocab_size, eos, unk, dir)
+    }
+
+    /// The tokenizer of `spm` and `dictionary` for a model of `vocab_size` ids whose EOS (also
+    /// the decoder's start) is `eos` and unknown token `unk`; errors name `origin` (where the
+    /// dictionary came from) and the token.
+    pub(crate) fn of(
+        spm: SentencePiece,
+        dictionary: FairseqDictionary,
+        vocab_size: usize,
+        eos: u32,
+        unk: u32,
+        origin: &Path,
+    ) -> Result<FairseqTokenizer> {
+        let FairseqDictionary {
+            kind,
+            ids_by_piece,
+            codes,
+        } = dictionary;
+        let bad = |reason: String| Error::Input(format!("{}: {reason}", origin.display()));
         let mut by_id: Vec<Option<&str>> = vec![None; vocab_size];
         for (piece, &id) in ids_by_piece.iter().chain(codes.iter().map(|(_, t, id)| (t, id))) {
             let slot = by_id.get_mut(id as usize).ok_or_else(|| {
@@ -110,9 +132,6 @@ impl FairseqTokenizer {
                 }
             }
         }
-        let unk = *ids_by_piece
-            .get("<unk>")
-            .ok_or_else(|| bad("the dictionary has no <unk>".into()))?;
         let ids = IdMap::new(vocab_size, eos, eos, unk).map_err(bad)?;
         let code_ids: Vec<u32> = codes.iter().map(|&(_, _, id)| ids.ours(id)).collect();
         let mut pieces = Vec::with_capacity(ids.len_ours());
@@ -134,7 +153,7 @@ impl FairseqTokenizer {
             .collect();
         Ok(FairseqTokenizer {
             spm,
-            dictionary,
+            dictionary: kind,
             ids_by_piece,
             unk,
             languages,
@@ -222,10 +241,32 @@ impl FairseqTokenizer {
 }
 
 /// (code as users write it, its token's text, their id) of each language.
-type Codes = Vec<(String, String, u32)>;
+pub(crate) type Codes = Vec<(String, String, u32)>;
+
+/// How a directory numbers its tokens: the pieces and specials, and the language tokens.
+pub(crate) struct FairseqDictionary {
+    /// Which codes users write (`eng_Latn`, or M2M100's `en` for `__en__`).
+    pub kind: Dictionary,
+    /// Piece (and special token) -> their id.
+    pub ids_by_piece: HashMap<String, u32>,
+    /// The language tokens.
+    pub codes: Codes,
+}
+
+/// Refuses `tokenizer_config.json`'s `legacy_behaviour: true` (at `path`).
+pub(crate) fn refuse_legacy(config: Option<&serde_json::Value>, path: &Path) -> Result<()> {
+    if config.and_then(|c| c["legacy_behaviour"].as_bool()) == Some(true) {
+        return Err(Error::Input(format!(
+            "{}: legacy_behaviour true (the language code after the source's </s>) is not \
+             supported",
+            path.display()
+        )));
+    }
+    Ok(())
+}
 
 /// A JSON file, `None` when it is absent and `optional`.
-fn read_json(path: &Path, optional: bool) -> Result<Option<serde_json::Value>> {
+pub(crate) fn read_json(path: &Path, optional: bool) -> Result<Option<serde_json::Value>> {
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
         Err(e) if optional && e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -263,10 +304,13 @@ fn m2m100_dictionary(
     Ok((Dictionary::M2m100, ids_by_piece, codes))
 }
 
-/// NLLB's `tokenizer.json`: the model's vocabulary and the added language tokens.
-fn tokenizer_json_dictionary(path: &Path) -> Result<(Dictionary, HashMap<String, u32>, Codes)> {
+/// NLLB's `tokenizer.json` (`json`, read from `path`): the model's vocabulary and the added
+/// language tokens.
+pub(crate) fn tokenizer_json_dictionary(
+    json: &serde_json::Value,
+    path: &Path,
+) -> Result<(Dictionary, HashMap<String, u32>, Codes)> {
     let bad = |reason: String| Error::Input(format!("{}: {reason}", path.display()));
-    let json = read_json(path, false)?.unwrap_or_default();
     let model = &json["model"];
     let as_id = |v: &serde_json::Value| v.as_u64().and_then(|n| u32::try_from(n).ok());
     let mut ids_by_piece = HashMap::new();

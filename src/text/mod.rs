@@ -9,6 +9,7 @@ pub mod decoder_tokenizer;
 #[cfg(feature = "serve")]
 pub mod detect;
 pub mod fairseq;
+pub mod fairseq_ct2;
 pub mod fairseq_codes;
 pub mod gguf_tokenizer;
 pub mod id_map;

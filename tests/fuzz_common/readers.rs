@@ -92,6 +92,7 @@ fn translate(dir: &Path) -> Result<Outcome, String> {
         max_len_extra: 4,
         batch_size: 2,
         forced_first: None,
+        min_len: 0,
     };
     let lines = [SAMPLE.to_string(), String::new(), "red 1".into()];
     must!(t.translate(&lines, &options), "");

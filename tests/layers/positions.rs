@@ -516,6 +516,7 @@ fn cached_decoding_matches_full_recomputation_for_learned_and_rotary() {
         max_len_extra: 8,
         batch_size: 4,
         forced_first: None,
+        min_len: 0,
     };
     let mut emitted = 0;
     for positions in [Positions::Learned, Positions::Rotary] {

@@ -82,6 +82,8 @@ fn beam_opts(beam_size: usize, alpha: f64) -> BeamOptions {
         nbest: beam_size,
         stop: BeamStop::Exact,
         forced_first: None,
+        min_len: 0,
+        beam_rules: Default::default(),
     }
 }
 
@@ -130,6 +132,7 @@ fn beam_size_one_is_greedy() {
         max_len_extra: 6,
         batch_size: 4,
         forced_first: None,
+        min_len: 0,
     };
     let (mut n_finished, mut n_open, mut n_longer) = (0, 0, 0);
     for (name, m) in models() {
@@ -250,6 +253,8 @@ fn large_beam_matches_exhaustive_search_on_a_tiny_vocabulary() {
                     nbest: k,
                     stop: BeamStop::Exact,
                     forced_first: None,
+                    min_len: 0,
+                    beam_rules: Default::default(),
                 };
                 let beams = beam_search(&m, &srcs, &opts);
                 for (i, (src, nbest)) in srcs.iter().zip(&beams).enumerate() {

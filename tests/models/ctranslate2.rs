@@ -4,9 +4,11 @@
 //! CTranslate2's computed sinusoids, sources without EOS) as `.argosmodel`. On every German line
 //! of ../shared/data/de-en/ding.test.tsv: our source ids are the ones CTranslate2 was given,
 //! and our greedy and beam-4 translations (length penalty 0, CTranslate2's
-//! `max_decoding_length` as our limit) are CTranslate2's ids with its scores (within 1e-3);
+//! `max_decoding_length` as our limit, its default `min_decoding_length` 1 as the translator's
+//! `min_len`, its beam rules) are CTranslate2's ids with its scores (within 1e-3);
 //! the int8 model, run in int8 with its weights as stored, gives CTranslate2 int8's ids on a
 //! share of lines we bound below. Damaged and mismatched inputs are errors naming the file.
+//! Converted NLLB / M2M100 models: `ctranslate2_nllb`, with the helpers shared here.
 
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -15,16 +17,18 @@ use transformer::decode::beam::{beam_search, BeamOptions, BeamStop};
 use transformer::decode::greedy::{greedy_decode, GreedyOptions};
 use transformer::pipeline::translate::Translator;
 
-fn fixtures() -> PathBuf {
+pub(super) fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/ct2")
 }
 
+/// Outputs (or sources) as make.py stores them: the ids of the first lines, a hash of every
+/// line's, the scores.
 #[derive(Deserialize)]
-struct Ids {
-    ids: Vec<Vec<u32>>,
-    hashes: Vec<u32>,
+pub(super) struct Ids {
+    pub ids: Vec<Vec<u32>>,
+    pub hashes: Vec<u32>,
     #[serde(default)]
-    scores: Vec<f64>,
+    pub scores: Vec<f64>,
 }
 
 #[derive(Deserialize)]
@@ -41,7 +45,7 @@ fn reference(path: &Path) -> Reference {
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
 
-fn fnv1a(ids: &[u32]) -> u32 {
+pub(super) fn fnv1a(ids: &[u32]) -> u32 {
     let text = ids.iter().map(u32::to_string).collect::<Vec<_>>().join(" ");
     text.bytes().fold(0x811C_9DC5, |h, b| {
         (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
@@ -63,8 +67,10 @@ fn lines() -> Option<Vec<String>> {
 }
 
 /// Their ids of our ids.
-fn theirs(t: &Translator, ours: &[u32]) -> Vec<u32> {
-    let ids = t.vocab.ct2().expect("a CTranslate2 vocabulary").ids();
+pub(super) fn theirs(t: &Translator, ours: &[u32]) -> Vec<u32> {
+    let ids = (t.vocab.ct2().map(|c| c.ids()))
+        .or_else(|| t.vocab.fairseq().map(|f| f.ids()))
+        .expect("a CTranslate2 (or NLLB / M2M100) vocabulary");
     ours.iter()
         .map(|&o| ids.theirs(o).expect("a model token"))
         .collect()
@@ -106,15 +112,18 @@ fn by_length(sources: &[Vec<u32>], max: usize) -> BTreeMap<usize, Vec<usize>> {
     groups
 }
 
-/// Our greedy (`beam` 1) or beam outputs `(ids, score)` of every source, their ids. A source
-/// longer than `max` gets our shortest limit, its own length: its greedy output is cut to
-/// `max` tokens (greedy search does not look ahead: the prefix is what a limit of `max` gives),
-/// its beam output is `None` (a longer limit changes what the beams compete with).
-fn translate(
+/// Our greedy (`beam` 1) or beam outputs `(ids, score)` of every source, their ids, each
+/// starting with `forced` where given (the target language), with the translator's `min_len`
+/// and beam rules (CTranslate2's). A source longer than `max` gets our shortest limit, its own length: its greedy output
+/// is cut to `max` tokens (greedy search does not look ahead: the prefix is what a limit of
+/// `max` gives), its beam output is `None` (a longer limit changes what the beams compete
+/// with).
+pub(super) fn translate(
     t: &Translator,
     sources: &[Vec<u32>],
     max: usize,
     beam: usize,
+    forced: Option<u32>,
 ) -> Vec<Option<(Vec<u32>, f64)>> {
     let mut out = vec![None; sources.len()];
     for (extra, group) in by_length(sources, max) {
@@ -122,6 +131,8 @@ fn translate(
         let results: Vec<Option<(Vec<u32>, f64)>> = if beam == 1 {
             let options = GreedyOptions {
                 max_len_extra: extra,
+                forced_first: forced,
+                min_len: t.min_len,
                 ..GreedyOptions::default()
             };
             let cut = |mut h: transformer::decode::greedy::Hypothesis| {
@@ -144,6 +155,9 @@ fn translate(
                 max_len_extra: extra,
                 nbest: 1,
                 stop: BeamStop::Exact,
+                forced_first: forced,
+                min_len: t.min_len,
+                beam_rules: t.beam_rules,
                 ..BeamOptions::default()
             };
             let lists = beam_search(&t.model, &srcs, &options);
@@ -161,7 +175,7 @@ fn translate(
 
 /// Every line's output equals the reference's, its score within 1e-3 (lines without an
 /// output of ours: counted, see [`translate`]).
-fn check_outputs(what: &str, ours: &[Option<(Vec<u32>, f64)>], want: &Ids) {
+pub(super) fn check_outputs(what: &str, ours: &[Option<(Vec<u32>, f64)>], want: &Ids) {
     let skipped = ours.iter().filter(|o| o.is_none()).count();
     for (i, (ids, score)) in ours
         .iter()
@@ -194,10 +208,10 @@ fn same_as_ctranslate2(t: &Translator, r: &Reference) {
     let Some(lines) = lines() else { return };
     let sources = check_sources(t, r, &lines);
     let max = r.max_decoding_length;
-    check_outputs("greedy", &translate(t, &sources, max, 1), &r.greedy);
+    check_outputs("greedy", &translate(t, &sources, max, 1, None), &r.greedy);
     check_outputs(
         "beam 4",
-        &translate(t, &sources, max, 4),
+        &translate(t, &sources, max, 4, None),
         r.beam4.as_ref().unwrap(),
     );
 }
@@ -224,6 +238,7 @@ fn argos_package_translates_as_ctranslate2_does() {
         let n = r.greedy_text.len();
         let options = GreedyOptions {
             max_len_extra: 0,
+            min_len: t.min_len,
             ..GreedyOptions::default()
         };
         for (i, line) in lines[..n].iter().enumerate() {
@@ -280,7 +295,7 @@ fn int8_model_runs_its_stored_rows_close_to_ctranslate2_int8() {
     let r = reference(&dir.join("reference.json"));
     let Some(lines) = lines() else { return };
     let sources = check_sources(&t, &r, &lines);
-    let ours = translate(&t, &sources, r.max_decoding_length, 1);
+    let ours = translate(&t, &sources, r.max_decoding_length, 1, None);
     let same = (ours.iter().enumerate())
         .filter(|(i, o)| {
             o.as_ref()
@@ -300,10 +315,10 @@ fn int8_model_runs_its_stored_rows_close_to_ctranslate2_int8() {
     );
 }
 
-/// The bound of the int8 test. Measured: 281 of 1000 lines (28.1%) identical to CTranslate2
-/// int8's; CTranslate2's own int8 and float32 runs of this model agree on 285 (the fixture's
+/// The bound of the int8 test. Measured: 967 of 1000 lines (96.7%) identical to CTranslate2
+/// int8's; CTranslate2's own int8 and float32 runs of this model agree on 564 (the fixture's
 /// random weights give long repetitive outputs full of near ties, which rounding flips).
-const INT8_SHARE: f64 = 0.25;
+const INT8_SHARE: f64 = 0.9;
 
 /// A copy of the converted Marian directory in a fresh temporary directory, changed by `edit`.
 fn edited_copy(name: &str, edit: impl FnOnce(&Path)) -> PathBuf {

@@ -2,7 +2,7 @@
 //! sampling searches written for the translator run a language model too, and agree with plain
 //! full recomputation in float64.
 
-use transformer::decode::beam::search_rows;
+use transformer::decode::beam::{search_rows, BeamRules};
 use transformer::decode::greedy::greedy_search;
 use transformer::decode::sample::{sample_search, SamplingOptions};
 use transformer::decode::{DecodingState, IncrementalDecoder, TokenRules};
@@ -118,14 +118,30 @@ fn beam_search_runs_the_language_model_and_scores_are_its_logprobs() {
     // Beam 1 with alpha 0 is greedy search.
     let (mut state, first) = started(&m, &prompts);
     let rules = TokenRules::document(END);
-    let (one, _) = search_rows(&m, &mut state, &first, &limits, 1, 0.0, None, rules);
+    let (one, _) = search_rows(
+        &m,
+        &mut state,
+        &first,
+        &limits,
+        1,
+        (0.0, None, BeamRules::Ours),
+        rules,
+    );
     for ((p, &limit), list) in prompts.iter().zip(&limits).zip(&one) {
         assert_eq!(list[0].tokens, greedy_reference(&m, p, limit).0);
     }
     // Beam 3: three distinct hypotheses, best first, each scored with the model's own
     // log-probabilities of its tokens (and the end token when finished).
     let (mut state, first) = started(&m, &prompts);
-    let (lists, _) = search_rows(&m, &mut state, &first, &limits, 3, 0.6, None, rules);
+    let (lists, _) = search_rows(
+        &m,
+        &mut state,
+        &first,
+        &limits,
+        3,
+        (0.6, None, BeamRules::Ours),
+        rules,
+    );
     for (p, list) in prompts.iter().zip(&lists) {
         assert_eq!(list.len(), 3);
         assert!(list.windows(2).all(|w| w[0].score >= w[1].score));

@@ -112,6 +112,7 @@ const OPTIONS: GreedyOptions = GreedyOptions {
     max_len_extra: 6,
     batch_size: 4,
     forced_first: None,
+    min_len: 0,
 };
 
 fn assert_same(name: &str, a: &[Hypothesis], b: &[Hypothesis], tol: f64) {
@@ -195,6 +196,7 @@ fn long_outputs_and_max_len_cap_match_full_recomputation() {
         max_len_extra: 25,
         batch_size: 3,
         forced_first: None,
+        min_len: 0,
     };
     let srcs = sources(&[4, 9, 1, 15], 8);
     let cached = greedy_decode(&m, &srcs, &opts);

@@ -12,6 +12,7 @@ mod beam;
 mod bleu;
 mod chat_templates;
 mod ctranslate2;
+mod ctranslate2_nllb;
 mod decode_interface;
 mod decoding;
 mod device;

@@ -136,6 +136,7 @@ fn marian_greedy_translations_match_transformers_generate() {
             max_len_extra: case.greedy_steps - src.len(),
             batch_size: 1,
             forced_first: None,
+            min_len: 0,
         };
         let hyp = greedy_decode(&t.model, std::slice::from_ref(&src), &options)
             .pop()
@@ -185,6 +186,8 @@ fn marian_beam_search_matches_transformers_generate() {
             nbest: 4,
             stop: BeamStop::HuggingFace,
             forced_first: None,
+            min_len: 0,
+            beam_rules: Default::default(),
         };
         let list = beam_search(&t.model, std::slice::from_ref(&src), &options)
             .pop()

@@ -186,6 +186,7 @@ fn greedy_matches_transformers_generate(name: &str) {
             max_len_extra: case.greedy_steps - src.len(),
             batch_size: 1,
             forced_first: Some(forced),
+            min_len: 0,
         };
         let hyp = greedy_decode(&t.model, std::slice::from_ref(&src), &options)
             .pop()
@@ -223,6 +224,7 @@ fn greedy_matches_transformers_generate(name: &str) {
                 max_len_extra: case.greedy_steps - src.len(),
                 batch_size: 1,
                 forced_first: None,
+                min_len: 0,
             };
             let texts = t
                 .translate(std::slice::from_ref(&case.source), &options)
@@ -248,6 +250,8 @@ fn beam_matches_transformers_generate(name: &str) {
             nbest: 4,
             stop: BeamStop::HuggingFace,
             forced_first: Some(ids.ours(case.greedy_ids[0])),
+            min_len: 0,
+            beam_rules: Default::default(),
         };
         let list = beam_search(&t.model, std::slice::from_ref(&src), &options)
             .pop()

@@ -356,3 +356,40 @@ fn a_multilingual_model_serves_every_pair_it_knows() {
         );
     }
 }
+
+/// A converted NLLB model (CTranslate2's directory, tests/fixtures/ct2/nllb) behind
+/// LibreTranslate's API: its 202 languages in `/languages`, each request translated between
+/// the languages it names, greedy and with alternatives (CTranslate2's beam rules), as the
+/// library translates.
+#[test]
+fn a_converted_nllb_model_serves_its_languages() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/ct2/nllb");
+    let mut direct = Translator::load(&dir).unwrap();
+    direct.prepare_inference();
+    let server = serve_pair(&dir, "src", "tgt");
+    let (status, _, text) = request(server.addr, "GET", "/languages", None, T).unwrap();
+    assert_eq!(status, 200);
+    let langs: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(langs.as_array().unwrap().len(), 202);
+    let lines = vec!["Das Haus ist alt.".to_string()];
+    let languages = direct
+        .languages_of(Some("eng_Latn"), Some("spa_Latn"))
+        .unwrap();
+    let want = (direct.translate_in(languages, &lines, &GreedyOptions::default())).unwrap();
+    let body = json!({"q": lines[0], "source": "eng_Latn", "target": "spa_Latn"});
+    let (status, got) = post(server.addr, "/translate", &body);
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(got["translatedText"], json!(want[0]));
+    let beam = BeamOptions {
+        beam_size: 4,
+        nbest: 2,
+        ..BeamOptions::default()
+    };
+    let want = (direct.translate_nbest_in(languages, &lines, &beam)).unwrap();
+    let body =
+        json!({"q": lines[0], "source": "eng_Latn", "target": "spa_Latn", "alternatives": 1});
+    let (status, got) = post(server.addr, "/translate", &body);
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(got["translatedText"], json!(want[0][0].1));
+    assert_eq!(got["alternatives"], json!([want[0][1].1]));
+}

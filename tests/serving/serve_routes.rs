@@ -227,6 +227,20 @@ fn an_argos_package_is_routed_by_its_metadata() {
     );
     assert_eq!(status, 200, "{got}");
     assert_eq!(got["translatedText"], json!(want[0]));
+    // CTranslate2's min_decoding_length 1 in the running batch too: "film film" where EOS
+    // first would give the empty translation (CTranslate2 4.8.5's output of both).
+    let line = "Er gab uns nur einen Bericht.".to_string();
+    let mut no_min = Translator::load(&argos).unwrap();
+    no_min.min_len = 0;
+    let empty = no_min.translate(std::slice::from_ref(&line), &GreedyOptions::default());
+    assert_eq!(empty.unwrap(), [""]);
+    let (status, got) = post(
+        addr,
+        "/translate",
+        &json!({"q": line, "source": "de", "target": "en"}),
+    );
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(got["translatedText"], json!("film film"));
     server.shutdown().unwrap();
 }
 

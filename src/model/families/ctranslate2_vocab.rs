@@ -2,13 +2,16 @@
 //! vocabulary (`shared_vocabulary.json` / `.txt`, or equal `source_vocabulary.*` and
 //! `target_vocabulary.*`), and the SentencePiece model its users tokenize with: `source.spm` /
 //! `target.spm` (a converted Marian model, whose Transformers tokenizer ends every source with
-//! `</s>`) or `sentencepiece.model` (an Argos Translate package, which gives CTranslate2 the
-//! pieces alone unless `add_source_eos`).
+//! `</s>`), `sentencepiece.model` (an Argos Translate package, which gives CTranslate2 the
+//! pieces alone unless `add_source_eos`) or `sentencepiece.bpe.model` (a converted NLLB-200 /
+//! M2M100 model: its language tokens and fairseq's tokenizer, see `text::fairseq_ct2`; the
+//! source is the language code, the pieces and `</s>`, the decoder starts from `</s>`).
 
 use crate::error::Result;
 use crate::store::ckpt_err;
 use crate::store::package::Files;
 use crate::text::ct2_tokenizer::Ct2Tokenizer;
+use crate::text::fairseq_ct2;
 use crate::text::id_map::IdMap;
 use crate::text::sentencepiece::SentencePiece;
 use crate::text::vocab::Vocab;
@@ -118,6 +121,10 @@ impl VocabSetup {
             (false, Some(t)) => index("decoder_start_token", t)?,
             (false, None) => unreachable!("refused by Ct2Config::read"),
         };
+        if spm.is_none() && is_multilingual(files) {
+            let tokens = Tokens { eos, unk, start };
+            return multilingual(files, config, (&vocab_path, &pieces), tokens, zero_start);
+        }
         let first = match config.add_source_bos {
             true => Some(index("bos_token", &config.bos_token)?),
             false => None,
@@ -133,6 +140,58 @@ impl VocabSetup {
             source_eos,
         })
     }
+}
+
+/// The model's ids of its special tokens.
+struct Tokens {
+    eos: u32,
+    unk: u32,
+    /// The decoder's start.
+    start: u32,
+}
+
+/// Whether `files` hold a converted NLLB / M2M100 model's tokenizer: `sentencepiece.bpe.model`,
+/// and neither Marian's nor Argos Translate's SentencePiece files.
+fn is_multilingual(files: &Files) -> bool {
+    files.has(fairseq_ct2::SPM_FILE) && !files.has("source.spm") && !files.has("sentencepiece.model")
+}
+
+/// The vocabulary setup of a converted NLLB / M2M100 model (see the module docs), its
+/// vocabulary `pieces` read from `vocab_path`; the config's source options that would change
+/// what its Hugging Face tokenizer gives are refused by name.
+fn multilingual(
+    files: &Files,
+    config: &Ct2Config,
+    (vocab_path, pieces): (&Path, &[String]),
+    tokens: Tokens,
+    zero_start: bool,
+) -> Result<VocabSetup> {
+    let config_path = files.path("config.json");
+    let refuse = |what: &str| {
+        Err(ckpt_err(
+            &config_path,
+            format!("{what} with {} (NLLB / M2M100) is not supported", fairseq_ct2::SPM_FILE),
+        ))
+    };
+    if config.add_source_bos {
+        return refuse("add_source_bos true (sources start with their language code)");
+    }
+    if config.add_source_eos {
+        return refuse("add_source_eos true (the tokenizer already ends sources with </s>)");
+    }
+    if tokens.start != tokens.eos || zero_start {
+        return refuse("a decoder that does not start from eos_token (decoder_start_token)");
+    }
+    let spm_path = files.path(fairseq_ct2::SPM_FILE);
+    let spm = SentencePiece::from_bytes(&files.read(fairseq_ct2::SPM_FILE)?, &spm_path)?;
+    check_pieces(&spm, pieces, vocab_path)?;
+    let tokenizer = fairseq_ct2::load(files, spm, vocab_path, pieces, tokens.eos, tokens.unk)?;
+    Ok(VocabSetup {
+        ids: tokenizer.ids().clone(),
+        vocab: Vocab::from_fairseq(tokenizer),
+        zero_start: false,
+        source_eos: true,
+    })
 }
 
 /// The pieces of the vocabulary file (shared, or the source's when equal to the target's).
@@ -196,16 +255,10 @@ fn sentencepiece(
         let sp = || load("sentencepiece.model");
         return Ok((sp()?, sp()?, config.add_source_eos));
     }
-    if files.has("sentencepiece.bpe.model") {
-        return Err(ckpt_err(
-            &files.path("sentencepiece.bpe.model"),
-            "a multilingual (NLLB / M2M100) CTranslate2 model: its language tokens are not supported yet",
-        ));
-    }
     Err(ckpt_err(
         &files.root(),
-        "no SentencePiece model (source.spm and target.spm, or sentencepiece.model; converters copy \
-         them with --copy_files)",
+        "no SentencePiece model (source.spm and target.spm, sentencepiece.model, or an NLLB / \
+         M2M100 model's sentencepiece.bpe.model; converters copy them with --copy_files)",
     ))
 }
 
