@@ -195,6 +195,7 @@ fn greedy_matches_transformers_generate(name: &str) {
             max_len_extra: case.greedy_steps - src.len(),
             batch_size: 1,
             forced_first: None,
+            min_len: 0,
         };
         let hyp = greedy_decode(&t.model, std::slice::from_ref(&src), &options)
             .pop()
@@ -246,6 +247,8 @@ fn beam_matches_transformers_generate(name: &str) {
             nbest: 4,
             stop: BeamStop::HuggingFace,
             forced_first: None,
+            min_len: 0,
+            beam_rules: Default::default(),
         };
         let list = beam_search(&t.model, std::slice::from_ref(&src), &options)
             .pop()
@@ -472,6 +475,7 @@ fn batched_translations_equal_one_at_a_time() {
             max_len_extra: 10,
             batch_size,
             forced_first: None,
+            min_len: 0,
         };
         let together = greedy_decode(&t.model, &sources, &greedy(8));
         let beam = |batch_size| BeamOptions {
