@@ -152,9 +152,8 @@ fn decode_in_chunks<T: Float>(
 /// (broken weights) gives the first allowed token, with its NaN: the search goes on and the
 /// score says so.
 fn pick<T: Float>(logprobs: &[T], rules: TokenRules, emitted: usize) -> (u32, f64) {
-    let end_too = (emitted < rules.min_len).then_some(rules.end);
-    let never: Vec<u32> = (rules.never.iter().chain([&end_too]).flatten().copied()).collect();
-    let id = first_argmax(logprobs, &never)
+    let banned: Vec<u32> = rules.banned_after(emitted).collect();
+    let id = first_argmax(logprobs, &banned)
         .or_else(|| (0..logprobs.len()).find(|&id| rules.allows_after(id as u32, emitted)))
         .expect("the vocabulary holds an allowed token");
     let kept = rules.log_kept_mass(logprobs, emitted);

@@ -144,9 +144,16 @@ impl TokenRules {
         !self.never.contains(&Some(token))
     }
 
+    /// The tokens a search may not emit after `emitted` tokens: `never`, and `end` before
+    /// `min_len` tokens.
+    pub fn banned_after(&self, emitted: usize) -> impl Iterator<Item = u32> {
+        let end = (emitted < self.min_len).then_some(self.end);
+        self.never.into_iter().chain([end]).flatten()
+    }
+
     /// Whether a search may emit `token` after `emitted` tokens.
     pub fn allows_after(&self, token: u32, emitted: usize) -> bool {
-        self.allows(token) && (token != self.end || emitted >= self.min_len)
+        !self.banned_after(emitted).any(|banned| banned == token)
     }
 
     /// `ln(1 − p(end))` of a step's log-probabilities `logprobs` after `emitted` tokens where

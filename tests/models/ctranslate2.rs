@@ -10,6 +10,7 @@
 //! share of lines we bound below. Damaged and mismatched inputs are errors naming the file.
 //! Converted NLLB / M2M100 models: `ctranslate2_nllb`, with the helpers shared here.
 
+use crate::seq2seq_reference::fnv1a;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -43,13 +44,6 @@ struct Reference {
 
 fn reference(path: &Path) -> Reference {
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
-}
-
-pub(super) fn fnv1a(ids: &[u32]) -> u32 {
-    let text = ids.iter().map(u32::to_string).collect::<Vec<_>>().join(" ");
-    text.bytes().fold(0x811C_9DC5, |h, b| {
-        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-    })
 }
 
 /// The German test lines, or `None` (with the reason printed) where ../shared is absent.

@@ -11,7 +11,8 @@
 //! of lines we bound below. Mismatched tokenizer files and unknown codes are errors naming the
 //! file or the code.
 
-use super::ctranslate2::{check_outputs, fixtures, fnv1a, theirs, translate, Ids};
+use super::ctranslate2::{check_outputs, fixtures, theirs, translate, Ids};
+use crate::seq2seq_reference::fnv1a;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use transformer::decode::beam::BeamRules;

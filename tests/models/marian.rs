@@ -9,13 +9,15 @@
 //! ([`BeamStop::HuggingFace`]: beam 4, length penalty 1, `early_stopping=False`) gives its
 //! 4-best lists, hypotheses and scores (within 1e-4).
 
-use crate::seq2seq_reference::state_and_logit_errors;
+use crate::seq2seq_reference::{ours, state_and_logit_errors};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use transformer::decode::beam::{beam_search, BeamOptions, BeamStop};
 use transformer::decode::greedy::{greedy_decode, GreedyOptions};
 use transformer::pipeline::translate::Translator;
-use transformer::text::id_map::IdMap;
+
+/// Marian's EOS (its id 0), which closes the reference's id lists.
+const THEIR_EOS: u32 = 0;
 
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/marian")
@@ -57,12 +59,6 @@ fn load() -> (Translator, Reference) {
     (translator, serde_json::from_slice(&json).unwrap())
 }
 
-/// Our ids of Marian's, without the closing EOS (Marian's id 0) the searches append.
-fn ours(ids: &IdMap, theirs: &[u32]) -> Vec<u32> {
-    let body = theirs.strip_suffix(&[0]).unwrap_or(theirs);
-    body.iter().map(|&t| ids.ours(t)).collect()
-}
-
 #[test]
 fn marian_tokenizer_gives_transformers_ids_and_text_on_every_line() {
     let (t, r) = load();
@@ -84,11 +80,11 @@ fn marian_tokenizer_gives_transformers_ids_and_text_on_every_line() {
         let source = line.split('\t').next().unwrap();
         assert_eq!(
             t.vocab.encode(source),
-            ours(ids, &r.sources[i]),
+            ours(ids, &r.sources[i], THEIR_EOS),
             "line {}: {source:?}",
             i + 1
         );
-        let target = ours(ids, &r.targets[i]);
+        let target = ours(ids, &r.targets[i], THEIR_EOS);
         assert_eq!(t.vocab.decode(&target), r.decoded[i], "line {}", i + 1);
     }
 }
@@ -99,7 +95,10 @@ fn marian_states_and_logits_match_transformers() {
     let ids = t.vocab.marian().unwrap().ids().clone();
     let mut checked = 0;
     for case in r.cases.iter().filter(|c| !c.logits.is_empty()) {
-        let (src, tgt) = (ours(&ids, &case.source_ids), ours(&ids, &case.target_ids));
+        let (src, tgt) = (
+            ours(&ids, &case.source_ids, THEIR_EOS),
+            ours(&ids, &case.target_ids, THEIR_EOS),
+        );
         let (states, worst) = state_and_logit_errors(
             &t.model,
             &ids,
@@ -130,7 +129,7 @@ fn marian_greedy_translations_match_transformers_generate() {
     let ids = t.vocab.marian().unwrap().ids().clone();
     let mut compared = 0;
     for case in &r.cases {
-        let src = ours(&ids, &case.source_ids);
+        let src = ours(&ids, &case.source_ids, THEIR_EOS);
         // Exactly `greedy_steps` tokens at most, as transformers' max_new_tokens.
         let options = GreedyOptions {
             max_len_extra: case.greedy_steps - src.len(),
@@ -177,7 +176,7 @@ fn marian_beam_search_matches_transformers_generate() {
     let ids = t.vocab.marian().unwrap().ids().clone();
     let mut finished = 0;
     for case in &r.cases {
-        let src = ours(&ids, &case.source_ids);
+        let src = ours(&ids, &case.source_ids, THEIR_EOS);
         let options = BeamOptions {
             beam_size: 4,
             alpha: 1.0,

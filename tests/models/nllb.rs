@@ -17,7 +17,7 @@
 //! margin exceeds 1e-2, and its text; beam 4 under transformers' rule gives its 4-best lists
 //! and scores (within 1e-4).
 
-use crate::seq2seq_reference::state_and_logit_errors;
+use crate::seq2seq_reference::{fnv1a, ours, state_and_logit_errors};
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -86,19 +86,6 @@ fn load(name: &str) -> (Translator, Reference, IdMap) {
     (translator, serde_json::from_slice(&json).unwrap(), ids)
 }
 
-/// Our ids of fairseq's, without the closing `</s>` the searches append.
-fn ours(ids: &IdMap, theirs: &[u32]) -> Vec<u32> {
-    let body = theirs.strip_suffix(&[THEIR_EOS]).unwrap_or(theirs);
-    body.iter().map(|&t| ids.ours(t)).collect()
-}
-
-/// FNV-1a 32 of `text`'s UTF-8 bytes (as make.py hashes the ids of each line).
-fn fnv1a(text: &str) -> u32 {
-    text.bytes().fold(0x811C_9DC5, |h, b| {
-        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-    })
-}
-
 fn tokenizer_gives_transformers_ids_and_text(name: &str) {
     let (t, r, ids) = load(name);
     assert_eq!(ids.len_theirs(), r.vocab_size);
@@ -132,14 +119,13 @@ fn tokenizer_gives_transformers_ids_and_text(name: &str) {
             if let Some(want) = column.ids.get(i) {
                 assert_eq!(&theirs, want, "{key} line {}: {line:?}", i + 1);
             }
-            let joined: Vec<String> = theirs.iter().map(u32::to_string).collect();
             assert_eq!(
-                fnv1a(&joined.join(" ")),
+                fnv1a(&theirs),
                 column.hashes[i],
                 "{key} line {}: {line:?} -> {theirs:?}",
                 i + 1
             );
-            let text = vocab.decode(&ours(&ids, &theirs));
+            let text = vocab.decode(&ours(&ids, &theirs, THEIR_EOS));
             let want = column
                 .decoded
                 .get(&i.to_string())
@@ -156,7 +142,10 @@ fn states_and_logits_match_transformers(name: &str) {
     let mut checked = 0;
     for case in r.cases.iter().filter(|c| !c.logits.is_empty()) {
         let at = format!("{} line {}", case.file, case.line);
-        let (src, tgt) = (ours(&ids, &case.source_ids), ours(&ids, &case.target_ids));
+        let (src, tgt) = (
+            ours(&ids, &case.source_ids, THEIR_EOS),
+            ours(&ids, &case.target_ids, THEIR_EOS),
+        );
         // Our padding and start rows never take probability.
         let (states, worst) = state_and_logit_errors(
             &t.model,
@@ -179,7 +168,7 @@ fn greedy_matches_transformers_generate(name: &str) {
     let mut compared = 0;
     for case in &r.cases {
         let at = format!("{} line {}", case.file, case.line);
-        let src = ours(&ids, &case.source_ids);
+        let src = ours(&ids, &case.source_ids, THEIR_EOS);
         let forced = ids.ours(case.greedy_ids[0]);
         // At most `greedy_steps` tokens, the forced one included, as max_new_tokens.
         let options = GreedyOptions {
@@ -241,7 +230,7 @@ fn beam_matches_transformers_generate(name: &str) {
     let mut finished = 0;
     for case in &r.cases {
         let at = format!("{} line {}", case.file, case.line);
-        let src = ours(&ids, &case.source_ids);
+        let src = ours(&ids, &case.source_ids, THEIR_EOS);
         let options = BeamOptions {
             beam_size: 4,
             alpha: 1.0,

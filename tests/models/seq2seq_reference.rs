@@ -1,10 +1,25 @@
-//! The check that the pretrained encoder-decoders' tests (marian.rs, nllb.rs) share: encoder
-//! states and teacher-forced logits against transformers', every position and token, through
-//! the model's id map.
+//! What the pretrained encoder-decoders' tests (marian.rs, nllb.rs, t5.rs, ctranslate2*.rs)
+//! share: encoder states and teacher-forced logits against transformers', every position and
+//! token, through the model's id map; the fixtures' hashes of id lists; their ids in ours.
 
 use transformer::batch::Batch;
 use transformer::model::Seq2Seq;
 use transformer::text::id_map::IdMap;
+
+/// FNV-1a 32 of `ids` written as decimal numbers joined by spaces (how the fixtures' make.py
+/// scripts hash each line's ids).
+pub fn fnv1a(ids: &[u32]) -> u32 {
+    let text = ids.iter().map(u32::to_string).collect::<Vec<_>>().join(" ");
+    text.bytes().fold(0x811C_9DC5, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
+}
+
+/// Our ids of the reference's `theirs`, without the closing `their_eos` the searches append.
+pub fn ours(ids: &IdMap, theirs: &[u32], their_eos: u32) -> Vec<u32> {
+    let body = theirs.strip_suffix(&[their_eos]).unwrap_or(theirs);
+    body.iter().map(|&t| ids.ours(t)).collect()
+}
 
 /// The largest differences `(encoder states, logits)` of `model` on `src` -> `tgt` (our ids)
 /// to transformers' `encoder` and `logits` (`[positions, n]` in their ids, `n` their
