@@ -21,6 +21,7 @@ pub mod loadtest;
 pub mod loadtest_translate;
 pub mod perplexity;
 pub mod prune;
+pub mod pull;
 pub mod score;
 pub mod serve;
 pub mod speculative;
@@ -138,6 +139,10 @@ pub enum Command {
     /// What models can run on here: the CPU, and each GPU adapter as `--device gpu:N` names it
     /// (name, kind, API, driver, features).
     Devices(devices::DevicesArgs),
+    /// Fetch a model from the Hugging Face Hub into its cache (as huggingface_hub lays it out,
+    /// so transformers and llama.cpp share it) and print its local path:
+    /// `hf:ORG/REPO[:QUANT or FILE]`. Every --model (and --draft) takes such a name too.
+    Pull(pull::PullArgs),
 }
 
 impl Command {
@@ -167,7 +172,7 @@ impl Command {
                 return None
             }
             Command::Tokenize(_) => return None,
-            Command::Template(_) | Command::Devices(_) => return None,
+            Command::Template(_) | Command::Devices(_) | Command::Pull(_) => return None,
         })
     }
 }
@@ -177,7 +182,7 @@ impl Command {
 /// `rayon::current_num_threads`): the many small parallel loops of a decoding step then start on a pool thread
 /// instead of waking the pool from outside and sleeping until it is done (with one thread,
 /// they run inline with no hand-off at all).
-pub fn run(cli: Cli) -> Result<()> {
+pub fn run(mut cli: Cli) -> Result<()> {
     // TRANSFORMER_KERNEL caps the low-precision kernels; a name this CPU cannot run is refused
     // here, before any work, rather than quietly ignored.
     if let Some(kernel) = crate::kernels::lowp::kernel_from_env().map_err(anyhow::Error::msg)? {
@@ -196,6 +201,8 @@ pub fn run(cli: Cli) -> Result<()> {
             crate::kernels::lowp::set_kernel_cap(kernel);
         }
     }
+    // `hf:ORG/REPO...` model arguments become local paths (fetched into the Hub's cache).
+    pull::resolve_model_names(&mut cli.command)?;
     match cli.command.threads() {
         Some(threads) => {
             set_threads(threads)?;
@@ -230,6 +237,7 @@ fn dispatch(command: Command) -> Result<()> {
         Command::Heads(a) => heads::run(a),
         Command::Prune(a) => prune::run(a),
         Command::Devices(a) => devices::run(a),
+        Command::Pull(a) => pull::run(a),
     }
 }
 

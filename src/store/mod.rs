@@ -33,6 +33,8 @@ pub mod gguf;
 pub mod gguf_llama;
 pub mod gguf_value;
 pub mod gguf_write;
+#[cfg(feature = "hub")]
+pub mod hub;
 pub mod pickle;
 pub mod torch_file;
 

@@ -14,4 +14,6 @@ mod crash;
 mod devices;
 mod fuzz_grammars;
 mod fuzz_readers;
+#[cfg(feature = "hub")]
+mod hub;
 mod robust;
