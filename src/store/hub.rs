@@ -14,9 +14,10 @@
 //! | `hf:ORG/REPO:FILE` | that file | the file |
 //!
 //! Each file comes from the cache when the snapshot of the revision holds it; otherwise it is
-//! downloaded (`hf-hub`: an interrupted download leaves a `.incomplete` blob that the next try
-//! continues with an HTTP range), then checked against the Hub's checksum before use: an LFS
-//! file's etag is the SHA-256 of its bytes, a small file's the git blob SHA-1. A mismatch
+//! downloaded (`hf-hub`: an interrupted download leaves a `.incomplete` blob that the next
+//! try, three more in the same run and then the next run, continues with an HTTP range), then
+//! checked against the Hub's checksum before use: an LFS file's etag is the SHA-256 of its
+//! bytes, a small file's the git blob SHA-1. A mismatch
 //! deletes the blob and its snapshot link and is an error. `HF_TOKEN` (or the cache's `token`
 //! file) authorises private and gated repositories, `HF_ENDPOINT` names another Hub,
 //! `HF_HUB_OFFLINE=1` uses the cache only.
