@@ -1,4 +1,4 @@
-//! Allocator tuning for training loops.
+//! Allocator tuning for training loops, and giving memory back once weights are released.
 //!
 //! A training step allocates and frees the same large activation buffers (megabytes each) every
 //! step. glibc serves blocks above its mmap threshold with fresh `mmap` calls and returns them
@@ -34,5 +34,37 @@ pub unsafe fn keep_freed_buffers() -> bool {
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     {
         false
+    }
+}
+
+/// Gives the heap's free pages back to the system (glibc's `malloc_trim(0)`), which
+/// [`keep_freed_buffers`] otherwise keeps mapped for reuse: for memory that will not be asked
+/// for again, such as the float32 weights a translator releases once it holds each weight in
+/// one form (`Seq2Seq::prepare_alone`). Returns whether any memory was given back (never
+/// elsewhere than glibc on Linux).
+pub fn give_back_free_memory() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: `malloc_trim` takes a plain integer (the padding to keep) and touches only
+        // the allocator's own free chunks, under its arenas' locks (glibc documents it
+        // "MT-Safe"), so it may run beside other threads' allocations.
+        unsafe { libc::malloc_trim(0) == 1 }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        false
+    }
+}
+
+#[cfg(all(test, target_os = "linux", target_env = "gnu"))]
+mod tests {
+    /// Freed heap blocks (64 KiB each, under glibc's default mmap threshold) are given back.
+    #[test]
+    fn freed_heap_memory_is_given_back() {
+        let blocks: Vec<Vec<u8>> = (0..2048).map(|i| vec![i as u8; 64 << 10]).collect();
+        let kept = blocks.last().cloned();
+        drop(blocks);
+        assert!(super::give_back_free_memory());
+        assert_eq!(kept.map(|b| b[0]), Some(255));
     }
 }

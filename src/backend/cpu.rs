@@ -8,7 +8,7 @@ use super::{
 };
 use crate::kernels::{
     activations as act, attention, dropout, hadamard, kv_blocks, layer_norm, linear_attention as lin,
-    lowp, matmul, reduce, rms_norm, rope as rot, softmax,
+    lowp, matmul, panels, reduce, rms_norm, rope as rot, softmax,
 };
 use crate::rng::Rng;
 use crate::Float;
@@ -98,6 +98,38 @@ impl Backend for Cpu {
     #[inline]
     fn transpose_weight<T: Float>(&self, w: &[T], d_out: usize, d_in: usize) -> Vec<T> {
         matmul::transpose_weight(w, d_out, d_in)
+    }
+
+    #[inline]
+    fn transpose_weight_owned<T: Float>(&self, w: Vec<T>, d_out: usize, d_in: usize) -> Vec<T> {
+        panels::into_transposed(w, d_out, d_in)
+    }
+
+    fn weight_row<T: Float>(&self, w: WeightRef<'_, T>, o: usize, out: &mut [T]) -> Result<(), String> {
+        let d = w.d_in;
+        if o >= w.d_out || out.len() != d {
+            return Err(format!("row {o} of a {}x{d} weight into {} values", w.d_out, out.len()));
+        }
+        if w.w.len() == w.d_out * d {
+            out.copy_from_slice(&w.w[o * d..(o + 1) * d]);
+            return Ok(());
+        }
+        if let Some(t) = w.transposed {
+            panels::transposed_row(t, w.d_out, d, o, out);
+            return Ok(());
+        }
+        let Some(p) = w.packed else {
+            return Err(format!("a {}x{d} weight that holds no values", w.d_out));
+        };
+        match T::as_f32_mut(out) {
+            Some(out) => p.row(o, out),
+            None => {
+                let mut row = vec![0f32; d];
+                p.row(o, &mut row)?;
+                out.iter_mut().zip(row).for_each(|(v, r)| *v = T::of(f64::from(r)));
+                Ok(())
+            }
+        }
     }
 
     #[inline]

@@ -134,6 +134,15 @@ pub trait Backend {
     /// [`weight_product`](Self::weight_product) reads.
     fn transpose_weight<T: Float>(&self, w: &[T], d_out: usize, d_in: usize) -> Vec<T>;
 
+    /// [`transpose_weight`](Self::transpose_weight) of a weight given up: panels made in `w`'s
+    /// own memory (a vocabulary-sized table never held twice), a plain `Wᵀ` in a new vector.
+    fn transpose_weight_owned<T: Float>(&self, w: Vec<T>, d_out: usize, d_in: usize) -> Vec<T>;
+
+    /// Row `o` of `W [d_out, d_in]` into `out [d_in]`, read from the form `w` holds: its values,
+    /// else its `Wᵀ`, else its packed rows (int8 `s_o · q_ok`, bf16); an error where none can
+    /// be read back (GGUF blocks).
+    fn weight_row<T: Float>(&self, w: WeightRef<'_, T>, o: usize, out: &mut [T]) -> Result<(), String>;
+
     /// `y[r] += b` for every row `r` of `y [rows, b.len()]`.
     fn add_row_bias<T: Float>(&self, y: &mut [T], b: &[T]);
 

@@ -86,7 +86,12 @@ pub fn run(args: TranslateArgs) -> Result<()> {
     }
     let mut translator = Translator::load(&args.model)?;
     args.languages.apply(&mut translator)?;
-    translator.prepare_precision(precision)?;
+    // On a device the model is uploaded from its float32 values, which the CPU's one-form
+    // preparation would release.
+    match device {
+        DeviceChoice::Cpu => translator.prepare_precision(precision)?,
+        _ => translator.prepare_inference(),
+    }
     let on_gpu = (device.open_gpu()?)
         .map(|gpu| DeviceSeq2Seq::new(gpu, &translator.model))
         .transpose()?;

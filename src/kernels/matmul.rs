@@ -5,6 +5,7 @@
 //! does the work; only this file knows about it.
 
 use super::matvec::{matvec, MATVEC_MAX_ROWS};
+use super::panels::matvec_transposed;
 use super::row_exact::products_are_row_exact;
 use crate::Float;
 use rayon::prelude::*;
@@ -349,7 +350,9 @@ const TRANSPOSE_TILE: usize = 16;
 
 /// `y = x Wᵀ` (no bias) into `y [rows, d_out]` from `w [d_out, d_in]`, or from its
 /// [`transpose_weight`] copy `w_t` when there is one (same result up to rounding). Up to
-/// [`MATVEC_MAX_ROWS`] rows are dot products along W's rows ([`matvec`]).
+/// [`MATVEC_MAX_ROWS`] rows are dot products along W's rows ([`matvec`]). An empty `w` beside
+/// `w_t` is a weight held only as `Wᵀ`: every product reads `w_t` (a few rows through
+/// [`matvec_transposed`], many through the panels whatever their number).
 pub fn weight_product<T: Float>(
     y: &mut [T],
     x: &[T],
@@ -359,11 +362,16 @@ pub fn weight_product<T: Float>(
     d_in: usize,
     d_out: usize,
 ) {
+    let only_t = w_t.filter(|_| w.is_empty() && d_in * d_out > 0);
     if (rows <= MATVEC_MAX_ROWS || products_are_row_exact()) && d_in > 0 {
         // A few rows (a decoding step), or rows that must each get the one-row bits
-        // (`super::row_exact`): W streamed once as stored, w_t not needed.
+        // (`super::row_exact`): W streamed once as stored (or Wᵀ, when it is the only form).
         let parallel = !SERIAL.with(Cell::get) && rayon::current_num_threads() > 1;
-        return matvec(&mut y[..rows * d_out], &x[..rows * d_in], w, d_in, parallel);
+        let (y, x) = (&mut y[..rows * d_out], &x[..rows * d_in]);
+        return match only_t {
+            Some(t) => matvec_transposed(y, x, t, d_in, d_out, parallel),
+            None => matvec(y, x, w, d_in, parallel),
+        };
     }
     match w_t {
         Some(t) if d_out < PANELLED_OUT => matmul(
@@ -373,7 +381,9 @@ pub fn weight_product<T: Float>(
             T::one(),
             false,
         ),
-        Some(t) if rows <= panel_max_rows(d_in) => panel_product(y, x, t, rows, d_in, d_out),
+        Some(t) if rows <= panel_max_rows(d_in) || only_t.is_some() => {
+            panel_product(y, x, t, rows, d_in, d_out)
+        }
         // More rows: gemm packs the weight whichever layout it reads (W's rows, as stored).
         _ => linear_forward(y, x, w, None, rows, d_in, d_out),
     }

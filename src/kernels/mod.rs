@@ -19,6 +19,7 @@ pub mod linear_attention;
 pub mod lowp;
 pub mod matmul;
 pub mod matvec;
+pub mod panels;
 pub mod plain_attention;
 pub mod reduce;
 pub mod rms_norm;

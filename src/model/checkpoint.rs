@@ -119,13 +119,24 @@ where
 }
 
 /// Stages the model's `config.json` and `model.safetensors` in a save; refuses (saving
-/// nothing) a parameter that holds a value that is not finite, naming it.
+/// nothing) a parameter that holds a value that is not finite, or no values at all (released
+/// to inference, `Seq2Seq::prepare_alone`), naming it.
 pub fn write_model<M: Model>(writer: &mut CheckpointWriter, model: &mut M) -> Result<()>
 where
     M::Config: Serialize,
 {
     let path = writer.dir().join(MODEL_FILE);
     let params = model.named_params("");
+    let held = |p: &Param<f32>| p.value.data.len() == p.value.shape.iter().product::<usize>();
+    if let Some((name, _)) = params.iter().find(|(_, p)| !held(p)) {
+        return Err(ckpt_err(
+            &path,
+            format!(
+                "parameter {name} holds no float32 values (its weight was released for \
+                 inference, or is held in a GGUF file's blocks): this model cannot be saved"
+            ),
+        ));
+    }
     check_finite(
         &path,
         params.iter().map(|(n, p)| (n.as_str(), &p.value.data[..])),

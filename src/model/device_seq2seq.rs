@@ -49,6 +49,13 @@ impl<D: Device> DeviceSeq2Seq<D> {
         let no = |what: String| unsupported(&device, what);
         let c = &model.config;
         let post_ln = c.norm == NormPlacement::PostLn;
+        // Uploads read the float32 values, which `Seq2Seq::prepare_alone` releases.
+        if model.embedding.is_released() || (model.encoder.layers.first())
+            .is_some_and(|l| l.self_attn.q_proj.is_released())
+        {
+            return Err(no("a model whose float32 weights were released for the CPU \
+                (Seq2Seq::prepare_alone): upload it before".into()));
+        }
         let (Some(e0), Some(d0)) = (model.encoder.layers.first(), model.decoder.layers.first()) else {
             return Err(no("a model without encoder or decoder layers".into()));
         };

@@ -20,7 +20,9 @@
 use super::config::Positions;
 use super::norm::{Norm, NormStats};
 use super::param::{Init, Module, Param, ParamVisitor};
-use crate::backend::{Backend, GgmlType, RawBytes, WeightSource, CPU};
+use crate::backend::{
+    Backend, GgmlType, PackedWeight, Precision, RawBytes, WeightRef, WeightSource, CPU,
+};
 use crate::rng::Rng;
 use crate::Float;
 
@@ -33,6 +35,17 @@ pub struct StoredRows {
     row_bytes: usize,
     /// `[vocab, row_bytes]`, read where the file stores them (its map, shared, not copied).
     data: RawBytes,
+}
+
+/// The form a table released to inference is held in (see [`Embedding::hold_alone`]).
+#[derive(Clone, Debug)]
+enum TableForm<T> {
+    /// The float32 values of `weight` (or its stored GGUF rows).
+    Values,
+    /// `Eᵀ [d_model, vocab]`, as the backend's `transpose_weight` lays it out.
+    Transposed(Vec<T>),
+    /// The rows packed (int8 `s_o · q_ok`, as CTranslate2 keeps an int8 embedding; bf16).
+    Packed(PackedWeight),
 }
 
 /// The sinusoidal encoding of position `pos` in dimension `dim` of a `d_model`-wide model.
@@ -99,6 +112,10 @@ pub struct Embedding<T> {
     pub scale_override: Option<f64>,
     /// Inference only: the table in its stored blocks, `weight` then without values.
     stored: Option<StoredRows>,
+    /// Inference only: the table's one form once its float32 values were released
+    /// ([`Embedding::hold_alone`]): `Eᵀ` (in panels for a vocabulary) or its packed rows, which
+    /// lookups read rows from and the tied output projection multiplies.
+    alone: TableForm<T>,
     /// P_tgt [max_len, d_model]: the decoder's own learned positions (mBART, BART); `None`:
     /// the decoder adds [`positions`](Self::positions) too.
     pub target_positions: Option<Param<T>>,
@@ -168,6 +185,7 @@ impl<T: Float> Embedding<T> {
             scaled: true,
             scale_override: None,
             stored: None,
+            alone: TableForm::Values,
             target_positions: None,
             norm: None,
             target_norm: None,
@@ -208,6 +226,59 @@ impl<T: Float> Embedding<T> {
             },
         };
         Ok(())
+    }
+
+    /// Holds the table in one form only for inference, and releases its float32 values and
+    /// gradient: f32 `Eᵀ` (panels made in the table's own memory), bf16 or int8 packed rows.
+    /// Lookups then read rows from that form (int8: `s_o · q_ok`, as CTranslate2 dequantises
+    /// its int8 embeddings), and a tied output projection multiplies it
+    /// ([`Embedding::table_ref`]). The table can no longer train or be saved. A table already
+    /// released keeps its form.
+    pub fn hold_alone(&mut self, precision: Precision) -> Result<(), String> {
+        let (vocab, d) = (self.vocab_size(), self.d_model);
+        if self.weight.value.data.is_empty() {
+            return Ok(());
+        }
+        self.alone = match precision {
+            Precision::F32 => {
+                let w = std::mem::take(&mut self.weight.value.data);
+                TableForm::Transposed(CPU.transpose_weight_owned(w, vocab, d))
+            }
+            precision => {
+                let w = T::as_f32(&self.weight.value.data)
+                    .ok_or("low-precision inference needs an f32 model")?;
+                match CPU.pack_weight(precision, w, vocab, d)? {
+                    Some(p) => TableForm::Packed(p),
+                    None => return Err(format!("{precision:?} packs nothing")),
+                }
+            }
+        };
+        self.weight.value.data = Vec::new();
+        self.weight.grad.data = Vec::new();
+        Ok(())
+    }
+
+    /// `E [vocab, d_model]` with the form it holds: its values, or, released to inference
+    /// ([`Embedding::hold_alone`]), its `Eᵀ` or packed rows (what a tied projection multiplies).
+    pub fn table_ref(&self) -> WeightRef<'_, T> {
+        let (transposed, packed) = match &self.alone {
+            TableForm::Values => (None, None),
+            TableForm::Transposed(t) => (Some(&t[..]), None),
+            TableForm::Packed(p) => (None, Some(p)),
+        };
+        WeightRef {
+            w: &self.weight.value.data,
+            d_in: self.d_model,
+            d_out: self.vocab_size(),
+            transposed,
+            packed,
+            bf16: None,
+        }
+    }
+
+    /// Whether the table's float32 values were released ([`Embedding::hold_alone`]).
+    pub fn is_released(&self) -> bool {
+        !matches!(self.alone, TableForm::Values)
     }
 
     /// The factor of the token embedding: √d_model when scaled (section 3.4), a config's own,
@@ -407,6 +478,16 @@ impl<T: Float> Embedding<T> {
                     row = values.into_iter().map(|v| T::of(f64::from(v))).collect();
                     &row
                 }
+                None if self.is_released() => {
+                    if tok as usize >= self.vocab_size() {
+                        outside();
+                    }
+                    let mut values = vec![T::zero(); d];
+                    CPU.weight_row(self.table_ref(), tok as usize, &mut values)
+                        .expect("hold_alone keeps a form rows are read from");
+                    row = values;
+                    &row
+                }
                 None => self
                     .weight
                     .value
@@ -451,6 +532,11 @@ impl<T: Float> Embedding<T> {
     /// Accumulates `dE[token] += √d_model · dx` and, for learned positions, `dP[pos] += dx`
     /// (after the dropout mask and, where the side has one, back through its norm).
     pub fn backward(&mut self, cache: &EmbeddingCache<T>, dx: &[T]) {
+        assert!(
+            !self.is_released() && self.stored.is_none(),
+            "the backward of an embedding table whose float32 values were released for \
+             inference (Embedding::hold_alone, or GGUF rows): such a model cannot train"
+        );
         let d = self.d_model;
         let scale = self.scale();
         let mut dx: std::borrow::Cow<'_, [T]> = match &cache.dropout_mask {

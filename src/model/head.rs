@@ -67,7 +67,7 @@ impl<T: Float> OutputHead<T> {
 
     /// Keeps `Wᵀ` for a run of decoding steps, which gemm multiplies without repacking.
     pub fn prepare_inference(&mut self, embedding: &Embedding<T>) {
-        if self.packed.is_some() {
+        if self.packed.is_some() || self.weight(embedding).is_empty() {
             return;
         }
         let w = CPU.transpose_weight(self.weight(embedding), self.vocab, self.d_model);
@@ -81,7 +81,8 @@ impl<T: Float> OutputHead<T> {
         embedding: &Embedding<T>,
         precision: Precision,
     ) -> Result<(), String> {
-        if self.packed.is_some() {
+        // Packed already, or released (see `prepare_alone`): the form it holds stays.
+        if self.packed.is_some() || self.weight(embedding).is_empty() {
             return Ok(());
         }
         match T::as_f32(self.weight(embedding)) {
@@ -96,6 +97,53 @@ impl<T: Float> OutputHead<T> {
             None => return Err("low-precision inference needs an f32 model".into()),
         }
         Ok(())
+    }
+
+    /// Readies the projection for inference in `precision` holding `W` in one form only (see
+    /// [`super::linear::Linear::prepare_alone`]). Tied, that form is the embedding's
+    /// ([`Embedding::hold_alone`]: f32 `Eᵀ` in panels, or its packed rows), which both the
+    /// lookups and this product read; a packed projection set before (a CTranslate2 int8
+    /// model's stored rows) is dropped for it, since the table may differ from it (a zeroed
+    /// start row) and its int8 rows are those rows again (quantising `q / scale` gives `q`
+    /// back, the scale to a rounding); untied, the own
+    /// `W` is released like a linear layer's, and the embedding's table stays its float32 rows
+    /// (f32) or becomes its own packed rows (bf16, int8, as CTranslate2 quantises its
+    /// embeddings). Neither can train or be saved afterwards.
+    pub fn prepare_alone(
+        &mut self,
+        embedding: &mut Embedding<T>,
+        precision: Precision,
+    ) -> Result<(), String> {
+        let (vocab, d) = (self.vocab, self.d_model);
+        let Some(p) = &mut self.output_proj else {
+            (self.transposed, self.packed) = (None, None);
+            return embedding.hold_alone(precision);
+        };
+        if !p.value.data.is_empty() {
+            if self.packed.is_none() && self.transposed.is_none() {
+                let packed = match precision {
+                    Precision::F32 => None,
+                    _ => {
+                        let w = T::as_f32(&p.value.data)
+                            .ok_or("low-precision inference needs an f32 model")?;
+                        CPU.pack_weight(precision, w, vocab, d)?
+                    }
+                };
+                match packed {
+                    Some(packed) => self.packed = Some(packed),
+                    None => {
+                        let w = std::mem::take(&mut p.value.data);
+                        self.transposed = Some(CPU.transpose_weight_owned(w, vocab, d));
+                    }
+                }
+            }
+            p.value.data = Vec::new();
+            p.grad.data = Vec::new();
+        }
+        match precision {
+            Precision::F32 => Ok(()),
+            _ => embedding.hold_alone(precision),
+        }
     }
 
     /// Multiplies by `packed` (`[vocab, d_model]`) from now on, until the next mutable visit.
@@ -152,13 +200,17 @@ impl<T: Float> OutputHead<T> {
     }
 
     /// `W [vocab, d_model]` with the forms this head keeps (the embedding's values when tied).
+    /// Tied, the forms the embedding holds stand in for the head's own (the table released to
+    /// inference: [`prepare_alone`](Self::prepare_alone)).
     pub fn weight_ref<'a>(&'a self, embedding: &'a Embedding<T>) -> WeightRef<'a, T> {
+        let table = embedding.table_ref();
+        let tied = self.output_proj.is_none();
         WeightRef {
             w: self.weight(embedding),
             d_in: self.d_model,
             d_out: self.vocab,
-            transposed: self.transposed.as_deref(),
-            packed: self.packed.as_ref(),
+            transposed: (self.transposed.as_deref()).or(table.transposed.filter(|_| tied)),
+            packed: self.packed.as_ref().or(table.packed.filter(|_| tied)),
             bf16: None,
         }
     }
@@ -201,6 +253,11 @@ impl<T: Float> OutputHead<T> {
     ) -> Vec<T> {
         let (d, v) = (self.d_model, self.vocab);
         let rows = hidden.len() / d;
+        assert!(
+            !self.weight(embedding).is_empty(),
+            "the backward of an output projection whose float32 weight was released for \
+             inference (OutputHead::prepare_alone): such a model cannot train"
+        );
         // Soft-capped: ∂/∂z = ∂/∂logit · (1 − tanh²(z / c)), z recomputed from `hidden`.
         let mut capped: Vec<T>;
         let dlogits = match self.softcap {
@@ -243,8 +300,12 @@ impl<T: Float> OutputHead<T> {
 /// bias only); a visit drops `Wᵀ`.
 impl<T> Module<T> for OutputHead<T> {
     fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
-        self.transposed = None;
-        if !self.packed_only {
+        // A released own projection (`prepare_alone`) keeps its only form.
+        let released = (self.output_proj.as_ref()).is_some_and(|p| p.value.data.is_empty());
+        if !released {
+            self.transposed = None;
+        }
+        if !self.packed_only && !released {
             self.packed = None;
         }
         if let Some(p) = &mut self.output_proj {

@@ -20,7 +20,8 @@ pub struct Linear<T> {
     pub d_out: usize,
     /// Inference only: `Wᵀ [d_in, d_out]`, the layout gemm multiplies without repacking the
     /// weight on every call (see [`Linear::prepare_inference`]). Any mutable access to the
-    /// parameters through [`Module::visit`] drops it, so a stale copy is never used.
+    /// parameters through [`Module::visit`] drops it, so a stale copy is never used, unless it
+    /// is the weight's only form ([`Linear::prepare_alone`]).
     transposed: Option<Vec<T>>,
     /// Inference only: the weight in a low-precision format (bf16, int8, or a GGUF file's
     /// blocks) that [`Linear::forward`] multiplies instead (f32 models only); dropped with
@@ -64,7 +65,7 @@ impl<T: Float> Linear<T> {
     /// Keeps a transposed copy of the weight for a run of forwards that do not change it
     /// (decoding), which gemm multiplies in place (see [`Backend::transpose_weight`]).
     pub fn prepare_inference(&mut self) {
-        if self.packed.is_some() {
+        if self.packed.is_some() || self.weight.value.data.is_empty() {
             return;
         }
         let w = &self.weight.value.data;
@@ -75,7 +76,8 @@ impl<T: Float> Linear<T> {
     /// [`prepare_inference`](Self::prepare_inference); bf16 and int8 pack the weight (f32
     /// layers only) unless it already holds packed blocks ([`set_packed`](Self::set_packed)).
     pub fn prepare_precision(&mut self, precision: Precision) -> Result<(), String> {
-        if self.packed.is_some() {
+        // Packed already, or released (see `prepare_alone`): the form it holds stays.
+        if self.packed.is_some() || self.weight.value.data.is_empty() {
             return Ok(());
         }
         let Some(w) = T::as_f32(&self.weight.value.data) else {
@@ -95,6 +97,36 @@ impl<T: Float> Linear<T> {
             None => self.prepare_inference(),
         }
         Ok(())
+    }
+
+    /// Readies the layer for inference in `precision` holding its weight in one form only:
+    /// f32 `Wᵀ` (made in `W`'s own memory where it is panelled), bf16 or int8 the packed rows
+    /// (or the packed weight already set); `W`'s float32 values and gradient are released. The
+    /// layer multiplies as before but can no longer train (its backward refuses) or be saved
+    /// (its parameter holds no values: `checkpoint::write_model` names it).
+    pub fn prepare_alone(&mut self, precision: Precision) -> Result<(), String> {
+        if self.weight.value.data.is_empty() {
+            return Ok(());
+        }
+        if self.packed.is_none() && self.transposed.is_none() {
+            match precision {
+                Precision::F32 => {
+                    let w = std::mem::take(&mut self.weight.value.data);
+                    self.transposed = Some(CPU.transpose_weight_owned(w, self.d_out, self.d_in));
+                }
+                _ => self.prepare_precision(precision)?,
+            }
+        }
+        self.weight.value.data = Vec::new();
+        self.weight.grad.data = Vec::new();
+        self.bf16.weight_changed();
+        Ok(())
+    }
+
+    /// Whether the weight's float32 values were released ([`prepare_alone`](Self::prepare_alone)),
+    /// or never held (a GGUF file's blocks): only its packed or transposed form multiplies.
+    pub fn is_released(&self) -> bool {
+        self.weight.value.data.is_empty() && self.d_in * self.d_out > 0
     }
 
     /// Multiplies by `packed` (`[d_out, d_in]`, e.g. a GGUF file's own blocks) from now on,
@@ -182,6 +214,13 @@ impl<T: Float> Linear<T> {
     /// layer trains in bf16: `bf16(dy)ᵀ bf16(x)`, `bf16(dy) bf16(W)`), then `db += Σ dy` (a
     /// sum, from the f32 `dy`).
     fn grads(&mut self, x: &[T], dy: &[T], dx: Option<&mut [T]>) {
+        assert!(
+            !self.is_released(),
+            "the backward of a {}x{} linear layer whose float32 weight was released for \
+             inference (Linear::prepare_alone): such a model cannot train",
+            self.d_out,
+            self.d_in
+        );
         let w = WeightRef {
             w: &self.weight.value.data,
             d_in: self.d_in,
@@ -213,6 +252,24 @@ pub fn prepare_inference_all<T: Float>(module: &mut impl Module<T>) {
     for_each_linear(module, |_, l| l.prepare_inference());
 }
 
+/// [`Linear::prepare_alone`] on every linear layer of `module`, in order, stopping at the first
+/// error; the released values' pages go back to the system layer by layer (the allocator
+/// would keep them for reuse), so that a model never holds its float32 weights and their
+/// new forms all at once.
+pub fn prepare_alone_all<T: Float>(
+    module: &mut impl Module<T>,
+    precision: Precision,
+) -> Result<(), String> {
+    let mut result = Ok(());
+    for_each_linear(module, |_, l| {
+        if result.is_ok() {
+            result = l.prepare_alone(precision);
+            crate::alloc::give_back_free_memory();
+        }
+    });
+    result
+}
+
 /// [`Linear::set_bf16_products`] on every linear layer of `module`.
 pub fn set_bf16_products_all<T: Float>(module: &mut impl Module<T>, kernel: Option<Bf16Kernel>) {
     for_each_linear(module, |_, l| l.set_bf16_products(kernel));
@@ -239,10 +296,11 @@ impl<T> Module<T> for Linear<T> {
     }
 
     fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
-        // The caller may change the weight. A weight held only in its packed form (a GGUF
-        // file's blocks, no float32 values) keeps it: there is nothing else to multiply.
-        self.transposed = None;
+        // The caller may change the weight. A weight held only in its packed or transposed
+        // form (a GGUF file's blocks, a released weight: no float32 values) keeps it: there is
+        // nothing else to multiply.
         if !self.weight.value.data.is_empty() {
+            self.transposed = None;
             self.packed = None;
         }
         self.bf16.weight_changed();

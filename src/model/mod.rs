@@ -54,6 +54,8 @@ pub mod mlm_head;
 pub mod norm;
 pub mod param;
 #[cfg(test)]
+mod prepare_alone_tests;
+#[cfg(test)]
 mod qk_norm_tests;
 pub mod relative_bias;
 pub mod residual;

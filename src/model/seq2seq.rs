@@ -15,7 +15,9 @@ use super::decoder::{Decoder, DecoderLayer, DecoderLayerCache, DecoderMasks, Ste
 use super::embedding::{Embedding, EmbeddingCache, Side};
 use super::encoder::{padding_mask, Encoder};
 use super::head::OutputHead;
-use super::linear::{prepare_inference_all, prepare_precision_all, set_bf16_products_all};
+use super::linear::{
+    prepare_alone_all, prepare_inference_all, prepare_precision_all, set_bf16_products_all,
+};
 use super::loss::LossStats;
 use super::param::{Init, Module, ParamVisitor};
 use super::relative_bias::RelativeBias;
@@ -196,6 +198,22 @@ impl<T: Float> Seq2Seq<T> {
         prepare_precision_all(&mut self.encoder, precision)?;
         prepare_precision_all(&mut self.decoder, precision)?;
         self.head.prepare_precision(&self.embedding, precision)
+    }
+
+    /// Readies the model for inference in `precision` holding every weight in one form only,
+    /// its float32 values released (what the translators load for: about half the memory of
+    /// [`prepare_precision`](Self::prepare_precision), which keeps `W` beside its prepared
+    /// form). f32: each linear layer keeps `Wᵀ`, the (tied) embedding table its panels `Eᵀ`,
+    /// which the projection multiplies and the lookups read columns of; bf16 and int8: the
+    /// packed rows, the tied table's among them (looked up dequantised, as CTranslate2 does).
+    /// Outputs equal the prepared model's up to float rounding (int8: the embedding's own
+    /// rounding too). The model can no longer train (the backwards refuse) or be saved
+    /// (`checkpoint::write_model` names the first released weight); a device takes the model
+    /// before this (`DeviceSeq2Seq::new` reads the float32 values).
+    pub fn prepare_alone(&mut self, precision: Precision) -> Result<(), String> {
+        prepare_alone_all(&mut self.encoder, precision)?;
+        prepare_alone_all(&mut self.decoder, precision)?;
+        self.head.prepare_alone(&mut self.embedding, precision)
     }
 
     /// `hidden [rows, d_model]` -> logits `[rows, vocab]`.

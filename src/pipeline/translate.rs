@@ -277,16 +277,24 @@ impl Translator {
         self.model.prepare_inference();
     }
 
-    /// Readies the model for decoding in `precision` (see [`Seq2Seq::prepare_precision`]).
-    /// int8 inference of a CTranslate2 int8 model multiplies its weights as stored.
+    /// Readies the model for decoding in `precision` with every weight held in one form, its
+    /// float32 values released (see [`Seq2Seq::prepare_alone`]): the model then translates but
+    /// no longer trains, saves or goes to a device (for that, [`prepare_inference`](Self::prepare_inference)).
+    /// int8 inference of a CTranslate2 int8 model multiplies its weights as stored (moved into
+    /// the layers, not copied).
     pub fn prepare_precision(&mut self, precision: crate::kernels::lowp::Precision) -> Result<()> {
-        if let (crate::kernels::lowp::Precision::Int8, Some(w)) = (precision, &self.stored_int8) {
-            w.install(&mut self.model)
-                .map_err(|e| Error::Input(format!("--precision int8: {e}")))?;
+        if precision == crate::kernels::lowp::Precision::Int8 {
+            if let Some(w) = self.stored_int8.take() {
+                w.install(&mut self.model)
+                    .map_err(|e| Error::Input(format!("--precision int8: {e}")))?;
+            }
         }
         self.model
-            .prepare_precision(precision)
-            .map_err(|e| Error::Input(format!("--precision: {e}")))
+            .prepare_alone(precision)
+            .map_err(|e| Error::Input(format!("--precision: {e}")))?;
+        // The released values' pages, which the allocator would keep for reuse.
+        crate::alloc::give_back_free_memory();
+        Ok(())
     }
 
     /// Greedy translations of `lines` (empty lines stay empty).

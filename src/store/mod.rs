@@ -157,27 +157,31 @@ pub fn read_float_tensors(path: &Path, skip: impl Fn(&str) -> bool) -> Result<Te
         return parse_tensors_as(&read_file(path)?, path, skip, true, |_| {});
     }
     let map = gguf::hold_file(path, file_memory::FileMemory::Map)?;
-    let base = map.as_ptr();
+    // An address (not a pointer) so that the decoding threads may share it.
+    let base = map.as_ptr() as usize;
     parse_tensors_as(&map, path, skip, true, |range| {
         // SAFETY: `map` is the file mapped read-only from its first byte (a page), holding
         // `range`; a mapped file's pages given back read as the file's same bytes again if
-        // touched, so the views still alive into them (the tensors not yet decoded hold other,
-        // disjoint ranges) never see them change. Nothing reads this tensor's bytes again.
-        unsafe { file_memory::give_back(base, range) };
+        // touched, so the views still alive into them (the tensors and runs not yet decoded
+        // hold other, disjoint ranges; pages shared with them are kept, `give_back` drops
+        // whole pages inside `range` only) never see them change. Nothing reads these bytes
+        // again.
+        unsafe { file_memory::give_back(base as *const u8, range) };
     })
 }
 
 
 /// The tensors of safetensors `bytes` as f32: F32 only, or with `widen` also F16 and BF16.
-/// `decoded(range)` is told the byte range of each tensor once its values are decoded (a
-/// mapped file's pages are given back then: the load's peak is the float32 values, not the
-/// values and the whole file).
+/// `decoded(range)` is told the byte range of each run of [`DECODE_RUN`] values once they are
+/// decoded, and of each tensor once all its values are (a mapped file's pages are given back
+/// then: the load's peak is the float32 values, not the values and the whole file, nor a
+/// vocabulary-sized table twice).
 fn parse_tensors_as(
     bytes: &[u8],
     path: &Path,
     skip: impl Fn(&str) -> bool,
     widen: bool,
-    decoded: impl Fn(std::ops::Range<usize>),
+    decoded: impl Fn(std::ops::Range<usize>) + Sync,
 ) -> Result<TensorMap> {
     let st = SafeTensors::deserialize(bytes).map_err(|e| {
         ckpt_err(
@@ -191,16 +195,19 @@ fn parse_tensors_as(
             continue;
         }
         let data = view.data();
+        let start = data.as_ptr() as usize - bytes.as_ptr() as usize;
         // Decoded over the thread pool in runs of DECODE_RUN values (a 1B model is 2.5 GB of
-        // bf16).
+        // bf16), each run's bytes given back once decoded.
         let decode = |width: usize, f: &(dyn Fn(&[u8]) -> f32 + Sync)| -> Vec<f32> {
             let mut out = vec![0.0f32; data.len() / width];
             out.par_chunks_mut(DECODE_RUN)
                 .zip(data.par_chunks(DECODE_RUN * width))
-                .for_each(|(out, bytes)| {
-                    for (v, b) in out.iter_mut().zip(bytes.chunks_exact(width)) {
+                .for_each(|(out, run)| {
+                    for (v, b) in out.iter_mut().zip(run.chunks_exact(width)) {
                         *v = f(b);
                     }
+                    let at = run.as_ptr() as usize - bytes.as_ptr() as usize;
+                    decoded(at..at + run.len());
                 });
             out
         };
@@ -217,7 +224,6 @@ fn parse_tensors_as(
                 ));
             }
         };
-        let start = data.as_ptr() as usize - bytes.as_ptr() as usize;
         decoded(start..start + data.len());
         out.insert(name, (view.shape().to_vec(), values));
     }

@@ -107,6 +107,37 @@ impl IdMap {
         out
     }
 
+    /// [`reorder_rows`](Self::reorder_rows) in the table's own memory (grown by our added
+    /// rows), so that a vocabulary-sized table is never held twice while a model loads: the
+    /// rows of our specials saved first, then every other row moved to its place from the last
+    /// down (ours at or after theirs, as [`IdMap::new`] orders them).
+    pub fn reorder_rows_owned(&self, mut table: Vec<f32>, width: usize, pad_value: f32) -> Vec<f32> {
+        assert_eq!(table.len(), self.len_theirs() * width, "the table is not [n, width]");
+        let first_other = UNK as usize + 1;
+        let moved_up = (first_other..self.len_ours())
+            .all(|o| self.to_theirs[o].is_some_and(|t| t as usize <= o));
+        if !moved_up {
+            return self.reorder_rows(&table, width, pad_value);
+        }
+        let row = |t: &Vec<f32>, i: usize| t[i * width..(i + 1) * width].to_vec();
+        let specials: Vec<Option<Vec<f32>>> = (self.to_theirs[..first_other].iter())
+            .map(|t| t.map(|t| row(&table, t as usize)))
+            .collect();
+        table.resize(self.len_ours() * width, pad_value);
+        for ours in (first_other..self.len_ours()).rev() {
+            let t = self.to_theirs[ours].expect("checked above") as usize;
+            table.copy_within(t * width..(t + 1) * width, ours * width);
+        }
+        for (ours, values) in specials.iter().enumerate() {
+            let dst = &mut table[ours * width..(ours + 1) * width];
+            match values {
+                Some(v) => dst.copy_from_slice(v),
+                None => dst.fill(pad_value),
+            }
+        }
+        table
+    }
+
     /// Their logit bias `[n]` in our order, our own rows (padding, a copied start) at
     /// [`PAD_LOGIT`]: they are never emitted and take no probability from the others.
     pub fn logit_bias(&self, bias: &[f32]) -> Vec<f32> {
@@ -122,6 +153,16 @@ impl IdMap {
 mod tests {
     use super::*;
     use crate::text::PAD;
+
+    /// The in-place reordering is the copying one, for Marian's and fairseq's maps.
+    #[test]
+    fn tables_reordered_in_place_are_the_copies() {
+        for ids in [IdMap::new(9, 5, 0, 1).unwrap(), IdMap::new(9, 2, 2, 3).unwrap()] {
+            let table: Vec<f32> = (0..9 * 3).map(|v| v as f32).collect();
+            let want = ids.reorder_rows(&table, 3, -7.0);
+            assert_eq!(ids.reorder_rows_owned(table, 3, -7.0), want);
+        }
+    }
 
     #[test]
     fn marian_ids_put_the_specials_where_ours_are() {

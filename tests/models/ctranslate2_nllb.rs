@@ -90,7 +90,10 @@ fn sources(t: &Translator, pair: &Pair) -> Option<(Languages, Vec<String>, Vec<V
 
 /// Every pair of the reference: sources, greedy and beam-4 outputs, the greedy text.
 fn same_as_ctranslate2(dir: &Path) {
-    let t = Translator::load(dir).unwrap();
+    let mut t = Translator::load(dir).unwrap();
+    // As the translators run it: every weight in one form, its float32 values released.
+    t.prepare_precision(transformer::kernels::lowp::Precision::F32)
+        .unwrap();
     assert!(t.model.config.source_eos);
     assert_eq!(t.beam_rules, BeamRules::CTranslate2);
     let r = reference(dir);

@@ -76,7 +76,11 @@ struct Beam {
 
 fn load(name: &str) -> (Translator, Reference, IdMap) {
     let dir = fixture(name);
-    let translator = Translator::load(&dir).unwrap();
+    let mut translator = Translator::load(&dir).unwrap();
+    // As the translators run it: every weight in one form, its float32 values released.
+    translator
+        .prepare_precision(transformer::kernels::lowp::Precision::F32)
+        .unwrap();
     let json = std::fs::read(dir.join("reference.json")).unwrap();
     let ids = translator.vocab.t5().unwrap().ids().clone();
     (translator, serde_json::from_slice(&json).unwrap(), ids)

@@ -60,7 +60,10 @@ fn translation_endpoints_answer_what_the_library_computes() {
     vocab.write(&mut writer).unwrap();
     writer.commit().unwrap();
     let mut direct = Translator::load(tmp.path()).unwrap();
-    direct.prepare_inference();
+    // Prepared as the server prepares its translators (every weight in one form).
+    direct
+        .prepare_precision(transformer::kernels::lowp::Precision::F32)
+        .unwrap();
     let server = serve(tmp.path());
     let addr = server.addr;
 
@@ -236,7 +239,10 @@ fn embeddings_equal_the_encoder_s() {
 fn a_marian_model_serves_what_the_library_translates() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/marian");
     let mut direct = Translator::load(&dir).unwrap();
-    direct.prepare_inference();
+    // Prepared as the server prepares its translators (every weight in one form).
+    direct
+        .prepare_precision(transformer::kernels::lowp::Precision::F32)
+        .unwrap();
     let server = serve_pair(&dir, "de", "en");
     let lines: Vec<String> = [
         "Er gab uns nur einen groben Bericht über seinen Besuch.",
@@ -267,7 +273,10 @@ fn a_marian_model_serves_what_the_library_translates() {
 fn a_multilingual_model_serves_every_pair_it_knows() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/nllb");
     let mut direct = Translator::load(&dir).unwrap();
-    direct.prepare_inference();
+    // Prepared as the server prepares its translators (every weight in one form).
+    direct
+        .prepare_precision(transformer::kernels::lowp::Precision::F32)
+        .unwrap();
     let server = serve_pair(&dir, "src", "tgt");
     let addr = server.addr;
     let (status, _, text) = request(addr, "GET", "/languages", None, T).unwrap();
@@ -365,7 +374,10 @@ fn a_multilingual_model_serves_every_pair_it_knows() {
 fn a_converted_nllb_model_serves_its_languages() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/ct2/nllb");
     let mut direct = Translator::load(&dir).unwrap();
-    direct.prepare_inference();
+    // Prepared as the server prepares its translators (every weight in one form).
+    direct
+        .prepare_precision(transformer::kernels::lowp::Precision::F32)
+        .unwrap();
     let server = serve_pair(&dir, "src", "tgt");
     let (status, _, text) = request(server.addr, "GET", "/languages", None, T).unwrap();
     assert_eq!(status, 200);

@@ -68,7 +68,10 @@ fn pairs_go_to_their_model_and_others_through_english() {
     let server = start(&marian(), &[en_es.path()]).unwrap();
     let addr = server.addr;
     let mut model = Translator::load(&marian()).unwrap();
-    model.prepare_inference();
+    // Prepared as the server prepares its translators (every weight in one form).
+    model
+        .prepare_precision(transformer::kernels::lowp::Precision::F32)
+        .unwrap();
     let greedy = GreedyOptions::default();
     // Sentences whose (random) translation is short enough to be translated again.
     let candidates = [

@@ -466,6 +466,21 @@ impl PackedWeight {
         }
     }
 
+    /// Row `o` of the weight as the products see it (bf16 values, int8 `s_o · q_ok`: an int8
+    /// embedding's lookup, as CTranslate2 dequantises it) into `out [cols]`; the GGUF formats
+    /// are not read back (an error naming the format).
+    pub fn row(&self, o: usize, out: &mut [f32]) -> Result<(), String> {
+        assert!(o < self.rows() && out.len() == self.cols(), "row {o} of a packed weight");
+        match self {
+            PackedWeight::Bf16(w) => out.iter_mut().enumerate().for_each(|(k, v)| *v = w.get(o, k)),
+            PackedWeight::Int8(w) => out.iter_mut().enumerate().for_each(|(k, v)| *v = w.get(o, k)),
+            PackedWeight::Blocks(_) | PackedWeight::KQuants(_) => {
+                return Err("rows of a GGUF block weight are not read back".into())
+            }
+        }
+        Ok(())
+    }
+
     /// The weight as a GGUF file stores it, `(type, [rows, blocks, block bytes])`, when it is
     /// held in GGUF blocks (`None` for this crate's bf16 and int8 packings).
     pub fn ggml_blocks(&self) -> Option<(ggml::GgmlType, std::borrow::Cow<'_, [u8]>)> {

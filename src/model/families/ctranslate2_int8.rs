@@ -88,14 +88,14 @@ impl StoredInt8 {
 
     /// Makes `model`'s layers multiply these rows (for int8 inference: call before
     /// `prepare_precision(Int8)`, which then packs only the others).
-    pub fn install(&self, model: &mut Seq2Seq<f32>) -> Result<(), String> {
-        for (name, m) in &self.linears {
-            let m = m.clone().map_err(|e| format!("{name}: {e}"))?;
-            let layer = linear_mut(model, name).ok_or_else(|| format!("no layer {name}"))?;
+    pub fn install(self, model: &mut Seq2Seq<f32>) -> Result<(), String> {
+        for (name, m) in self.linears {
+            let m = m.map_err(|e| format!("{name}: {e}"))?;
+            let layer = linear_mut(model, &name).ok_or_else(|| format!("no layer {name}"))?;
             layer.set_packed(PackedWeight::Int8(m))?;
         }
-        if let Some(m) = &self.head {
-            let m = m.clone().map_err(|e| format!("the output projection: {e}"))?;
+        if let Some(m) = self.head {
+            let m = m.map_err(|e| format!("the output projection: {e}"))?;
             model.head.set_packed(PackedWeight::Int8(m))?;
         }
         Ok(())

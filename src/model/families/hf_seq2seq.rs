@@ -342,7 +342,7 @@ pub fn in_our_ids(
     }
     tensors.insert(
         "shared.weight".into(),
-        (vec![n_ours, d], ids.reorder_rows(&shared.1, d, 0.0)),
+        (vec![n_ours, d], ids.reorder_rows_owned(shared.1, d, 0.0)),
     );
     if let Some((shape, head)) = tensors.remove("lm_head.weight") {
         if shape != [n, d] {
@@ -350,7 +350,7 @@ pub fn in_our_ids(
         }
         tensors.insert(
             "lm_head.weight".into(),
-            (vec![n_ours, d], ids.reorder_rows(&head, d, 0.0)),
+            (vec![n_ours, d], ids.reorder_rows_owned(head, d, 0.0)),
         );
     }
     Ok(tensors)
