@@ -43,6 +43,9 @@ pub struct GreedyOptions {
     /// EOS is not emitted before this many tokens are (`forced_first` counted): CTranslate2's
     /// `min_decoding_length`; 0 for none.
     pub min_len: usize,
+    /// EOS is forced as the last token a sentence may emit (transformers'
+    /// `forced_eos_token_id`, see [`TokenRules::end_at_limit`]).
+    pub forced_end: bool,
 }
 
 impl Default for GreedyOptions {
@@ -52,6 +55,7 @@ impl Default for GreedyOptions {
             batch_size: 32,
             forced_first: None,
             min_len: 0,
+            forced_end: false,
         }
     }
 }
@@ -141,7 +145,9 @@ fn decode_in_chunks<T: Float>(
 ) -> Vec<Hypothesis> {
     let (batch, extra) = (options.batch_size, options.max_len_extra);
     let chunks = source_chunks(&model.config, sources, batch, extra);
-    let rules = (TokenRules::TRANSLATION.forcing(options.forced_first)).ending_from(options.min_len);
+    let rules = (TokenRules::TRANSLATION.forcing(options.forced_first))
+        .ending_from(options.min_len)
+        .ending_at_limit(options.forced_end);
     let decoded = decode_chunks(&chunks, |c| decode_chunk(model, &c.sources, &c.limits, rules));
     in_input_order(&chunks, decoded, sources.len())
 }
@@ -162,7 +168,8 @@ fn pick<T: Float>(logprobs: &[T], rules: TokenRules, emitted: usize) -> (u32, f6
 
 /// Updates the hypothesis of one row with its step distribution `logprobs [vocab]` (the
 /// argmax over the tokens `rules` allows, ties to the lowest id; `rules.first` for its first
-/// token, when set); returns the token and whether
+/// token, when set; `rules.end` at its limit when [`TokenRules::end_at_limit`]); returns the
+/// token and whether
 /// the row goes on (no end token yet, fewer than `limit` tokens emitted). The step of every
 /// greedy search, also the serving engine's (`serve::translate_engine`).
 pub fn advance<T: Float>(
@@ -172,6 +179,7 @@ pub fn advance<T: Float>(
     rules: TokenRules,
 ) -> (u32, bool) {
     let (token, lp) = match rules.first {
+        _ if rules.forces_end(hyp.n_emitted(), limit) => (rules.end, 0.0),
         Some(first) if hyp.n_emitted() == 0 => (first, 0.0),
         _ => pick(logprobs, rules, hyp.n_emitted()),
     };

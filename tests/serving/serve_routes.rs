@@ -259,23 +259,71 @@ fn a_t5_model_serves_what_the_library_computes() {
     serves_what_the_library_computes("t5");
 }
 
-/// A MADLAD-style mT5 served with `--target-lang en`: every source gets `<2en>` before it, as
-/// the library writes it once the target is chosen by its code.
+/// A MADLAD-style mT5 served with `--target-lang en`: every source gets the `<2xx>` piece of
+/// its request's `target` before it (`en` when the request names none), as the library writes
+/// it once the target is chosen by its code; `/languages` lists every pair of its three codes,
+/// and a target it does not know is a 400 naming the field.
 #[test]
-fn a_madlad_model_serves_its_configured_target() {
+fn a_madlad_model_serves_each_request_its_target() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mt5");
     let server = start_pair(&dir, ("de", "en"), &[]).unwrap();
     let mut model = Translator::load(&dir).unwrap();
-    model.set_languages(None, Some("en")).unwrap();
-    let lines = vec!["Das Haus ist alt.".to_string()];
-    let want = model.translate(&lines, &GreedyOptions::default()).unwrap();
+    let lines = vec![
+        "Das Haus ist alt.".to_string(),
+        "Er gab uns nur einen Bericht.".to_string(),
+    ];
+    let mut answers = Vec::new();
+    for (target, body) in [
+        ("en", json!({"q": lines, "source": "de", "target": "en"})),
+        ("es", json!({"q": lines, "source": "de", "target": "es"})),
+        ("en", json!({"q": lines, "source": "de"})),
+        (
+            "de",
+            json!({"q": lines, "source": "en", "target": "de", "alternatives": 1}),
+        ),
+    ] {
+        model.set_languages(None, Some(target)).unwrap();
+        let (status, got) = post(server.addr, "/translate", &body);
+        assert_eq!(status, 200, "{body}: {got}");
+        let want = match body.get("alternatives") {
+            None => json!(model.translate(&lines, &GreedyOptions::default()).unwrap()),
+            Some(_) => {
+                let beam = transformer::decode::beam::BeamOptions {
+                    beam_size: 4,
+                    nbest: 2,
+                    ..Default::default()
+                };
+                let nbest = model.translate_nbest(&lines, &beam).unwrap();
+                json!(nbest.iter().map(|l| l[0].1.clone()).collect::<Vec<_>>())
+            }
+        };
+        assert_eq!(got["translatedText"], want, "{body}");
+        answers.push(want);
+    }
+    assert_ne!(
+        answers[0], answers[1],
+        "the target's piece changes the translation"
+    );
+    assert_eq!(answers[0], answers[2], "the configured target by default");
+    // Every pair of its codes.
+    let (status, _, text) = request(server.addr, "GET", "/languages", None, T).unwrap();
+    assert_eq!(status, 200);
+    let languages: Value = serde_json::from_str(&text).unwrap();
+    let codes: Vec<&str> = (languages.as_array().unwrap().iter())
+        .map(|l| l["code"].as_str().unwrap())
+        .collect();
+    assert_eq!(codes, ["de", "en", "es"]);
+    assert_eq!(languages[0]["targets"], json!(["en", "es"]));
     let (status, got) = post(
         server.addr,
         "/translate",
-        &json!({"q": lines, "source": "de", "target": "en"}),
+        &json!({"q": lines[0], "source": "de", "target": "fr"}),
     );
-    assert_eq!(status, 200, "{got}");
-    assert_eq!(got["translatedText"], json!(want));
+    assert_eq!(status, 400, "{got}");
+    assert!(
+        got["error"].as_str().unwrap().contains("target \"fr\""),
+        "{got}"
+    );
     server.shutdown().unwrap();
 }
 
