@@ -321,4 +321,22 @@ mod tests {
         let (id, lp) = pick(&[nan; 4], rules, 0);
         assert!(id == 2 && lp.is_nan());
     }
+
+    /// transformers' `forced_eos_token_id`: EOS, with log-probability 0, as the last token of
+    /// the limit (also over a forced first token); without the rule the limit ends the
+    /// hypothesis unfinished.
+    #[test]
+    fn the_end_is_forced_at_the_limit_when_the_rules_say() {
+        let row = [0.0f32, 0.0, -3.0, -0.1, -1.0];
+        let rules = TokenRules::TRANSLATION.ending_at_limit(true);
+        let mut hyp = Hypothesis::default();
+        assert_eq!(advance(&mut hyp, &row, 2, rules), (3, true));
+        assert_eq!(advance(&mut hyp, &row, 2, rules), (2, false));
+        assert!(hyp.finished && hyp.tokens == [3] && hyp.token_logprobs == [-0.1, 0.0]);
+        let mut hyp = Hypothesis::default();
+        assert_eq!(advance(&mut hyp, &row, 1, rules.forcing(Some(4))), (2, false));
+        let mut hyp = Hypothesis::default();
+        assert_eq!(advance(&mut hyp, &row, 1, TokenRules::TRANSLATION), (3, false));
+        assert!(!hyp.finished);
+    }
 }

@@ -77,7 +77,10 @@ impl Translator {
     /// `model::families::ctranslate2`; a converted NLLB / M2M100 one takes its languages as
     /// the Hugging Face directory does), or an Argos Translate package, a `.argosmodel` file or
     /// its directory (see [`super::argos`]). CTranslate2's models decode with its defaults and
-    /// rules ([`min_len`](Self::min_len), [`beam_rules`](Self::beam_rules)).
+    /// rules ([`min_len`](Self::min_len), [`beam_rules`](Self::beam_rules)); a Hugging Face
+    /// directory's generation settings are honoured, refused or noted by name
+    /// ([`forced_end`](Self::forced_end), [`generation_note`](Self::generation_note); see
+    /// `model::families::generation_config`).
     pub fn load(dir: &Path) -> Result<Translator> {
         if super::argos::is_package(dir) {
             return super::argos::load(dir);

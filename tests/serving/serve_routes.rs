@@ -327,18 +327,62 @@ fn a_madlad_model_serves_each_request_its_target() {
     server.shutdown().unwrap();
 }
 
+/// BART with `forced_eos_token_id` 2 in its `config.json`: the running batch (greedy) and the
+/// beam's alternatives end each output at its limit with EOS, as the library does, where the
+/// fixture's own config lets them run to the limit unfinished.
+#[test]
+fn a_forced_eos_reaches_the_running_batch() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/bart");
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(&fixture).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+    }
+    let config = dir.path().join("config.json");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let text = text.replace(
+        "\"forced_eos_token_id\": null",
+        "\"forced_eos_token_id\": 2",
+    );
+    std::fs::write(&config, text).unwrap();
+    let forced = Translator::load(dir.path()).unwrap();
+    let plain = Translator::load(&fixture).unwrap();
+    assert!(forced.forced_end && !plain.forced_end);
+    let lines: Vec<String> = [
+        "Das Haus ist alt.",
+        "Er gab uns nur einen Bericht.",
+        "Ja",
+        "gut",
+    ]
+    .map(String::from)
+    .to_vec();
+    let options = GreedyOptions::default();
+    let want = forced.translate(&lines, &options).unwrap();
+    assert_ne!(
+        want,
+        plain.translate(&lines, &options).unwrap(),
+        "the forced EOS matters here"
+    );
+    serves_what_the_library_computes_from(dir.path(), "bart with forced EOS", &lines);
+}
+
 /// The fixture `name` served alone answers `/translate` (two lines greedy, one with an
 /// alternative from beam 4) as the library translates.
 fn serves_what_the_library_computes(name: &str) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name);
-    let server = start_pair(&dir, ("src", "tgt"), &[]).unwrap();
-    let model = Translator::load(&dir).unwrap();
     let lines = vec![
         "Das Haus ist alt.".to_string(),
         "Er gab uns nur einen Bericht.".to_string(),
     ];
+    serves_what_the_library_computes_from(&dir, name, &lines);
+}
+
+/// [`serves_what_the_library_computes`] of the model directory `dir` on `lines`.
+fn serves_what_the_library_computes_from(dir: &Path, name: &str, lines: &[String]) {
+    let server = start_pair(dir, ("src", "tgt"), &[]).unwrap();
+    let model = Translator::load(dir).unwrap();
     let want = model.translate(&lines, &GreedyOptions::default()).unwrap();
     let (status, got) = post(
         server.addr,

@@ -202,9 +202,8 @@ fn check_bad_words(value: &Value, never_emitted: Option<u32>) -> std::result::Re
         v => return Err(format!("bad_words_ids {v} is not a list of token id lists")),
     };
     for word in words {
-        let ids: Option<Vec<u32>> = (word.as_array())
-            .map(|ids| ids.iter().map(one_id).collect::<Option<Vec<u32>>>())
-            .unwrap_or(None);
+        let ids: Option<Vec<u32>> =
+            (word.as_array()).and_then(|ids| ids.iter().map(one_id).collect());
         match ids {
             Some(ids) if ids.len() == 1 && Some(ids[0]) == never_emitted => {}
             _ => {
