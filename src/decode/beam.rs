@@ -95,7 +95,7 @@ pub struct BeamOptions {
     /// `min_decoding_length`; 0 for none.
     pub min_len: usize,
     /// EOS is forced as the last token a hypothesis may emit (transformers'
-    /// `forced_eos_token_id`, see [`TokenRules::end_at_limit`]): every beam alive at the
+    /// `forced_eos_token_id`, see `TokenRules::end_at_limit`): every beam alive at the
     /// limit ends there, finished.
     pub forced_end: bool,
     /// Whose search to reproduce where runtimes differ in detail (ours, or CTranslate2's).

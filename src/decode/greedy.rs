@@ -44,7 +44,7 @@ pub struct GreedyOptions {
     /// `min_decoding_length`; 0 for none.
     pub min_len: usize,
     /// EOS is forced as the last token a sentence may emit (transformers'
-    /// `forced_eos_token_id`, see [`TokenRules::end_at_limit`]).
+    /// `forced_eos_token_id`, see `TokenRules::end_at_limit`).
     pub forced_end: bool,
 }
 
@@ -168,7 +168,7 @@ fn pick<T: Float>(logprobs: &[T], rules: TokenRules, emitted: usize) -> (u32, f6
 
 /// Updates the hypothesis of one row with its step distribution `logprobs [vocab]` (the
 /// argmax over the tokens `rules` allows, ties to the lowest id; `rules.first` for its first
-/// token, when set; `rules.end` at its limit when [`TokenRules::end_at_limit`]); returns the
+/// token, when set; `rules.end` at its limit when `TokenRules::end_at_limit`); returns the
 /// token and whether
 /// the row goes on (no end token yet, fewer than `limit` tokens emitted). The step of every
 /// greedy search, also the serving engine's (`serve::translate_engine`).
@@ -327,12 +327,12 @@ mod tests {
     /// hypothesis unfinished.
     #[test]
     fn the_end_is_forced_at_the_limit_when_the_rules_say() {
-        let row = [0.0f32, 0.0, -3.0, -0.1, -1.0];
+        let row = [0.0f32, 0.0, -3.0, -0.5, -1.0];
         let rules = TokenRules::TRANSLATION.ending_at_limit(true);
         let mut hyp = Hypothesis::default();
         assert_eq!(advance(&mut hyp, &row, 2, rules), (3, true));
         assert_eq!(advance(&mut hyp, &row, 2, rules), (2, false));
-        assert!(hyp.finished && hyp.tokens == [3] && hyp.token_logprobs == [-0.1, 0.0]);
+        assert!(hyp.finished && hyp.tokens == [3] && hyp.token_logprobs == [-0.5, 0.0]);
         let mut hyp = Hypothesis::default();
         assert_eq!(advance(&mut hyp, &row, 1, rules.forcing(Some(4))), (2, false));
         let mut hyp = Hypothesis::default();

@@ -35,7 +35,7 @@ pub const SPIECE: &str = "spiece.model";
 /// Where the unigram pieces come from.
 enum Pieces {
     /// `spiece.model`.
-    Spm(SentencePiece),
+    Spm(Box<SentencePiece>),
     /// `tokenizer.json`: a unigram model of the pieces and, after them, the sentinels (as
     /// transformers converts `spiece.model`, which also lists them as added tokens); the
     /// pieces before the first sentinel.
@@ -116,7 +116,7 @@ impl T5Tokenizer {
         let (spiece, json) = (dir.join(SPIECE), dir.join(TOKENIZER_JSON));
         let (path, spm) = if spiece.exists() {
             let spm = SentencePiece::load(&spiece)?;
-            (spiece, Pieces::Spm(spm))
+            (spiece, Pieces::Spm(Box::new(spm)))
         } else if json.exists() {
             let bytes = std::fs::read(&json)
                 .map_err(|e| Error::Input(format!("{}: cannot read: {e}", json.display())))?;

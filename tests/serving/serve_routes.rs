@@ -383,7 +383,7 @@ fn serves_what_the_library_computes(name: &str) {
 fn serves_what_the_library_computes_from(dir: &Path, name: &str, lines: &[String]) {
     let server = start_pair(dir, ("src", "tgt"), &[]).unwrap();
     let model = Translator::load(dir).unwrap();
-    let want = model.translate(&lines, &GreedyOptions::default()).unwrap();
+    let want = model.translate(lines, &GreedyOptions::default()).unwrap();
     let (status, got) = post(
         server.addr,
         "/translate",
