@@ -104,6 +104,7 @@ impl Translator {
             // the defaults of the runtime the model came from.
             forced_first: None,
             min_len: 0,
+            forced_end: false,
             beam_rules: Default::default(),
         };
         let languages = (self.inner)

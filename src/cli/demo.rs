@@ -193,6 +193,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
         batch_size: 64,
         forced_first: None,
         min_len: 0,
+        forced_end: false,
     };
     let hyps: Vec<String> = crate::pipeline::translate::translate_lines(
         &trainer.model,

@@ -85,6 +85,9 @@ pub fn run(args: TranslateArgs) -> Result<()> {
         bail!("--device gpu multiplies f32 weights, not --precision bf16 or int8");
     }
     let mut translator = Translator::load(&args.model)?;
+    if let Some(note) = &translator.generation_note {
+        eprintln!("note: {note}");
+    }
     args.languages.apply(&mut translator)?;
     // On a device the model is uploaded from its float32 values, which the CPU's one-form
     // preparation would release.
@@ -111,6 +114,8 @@ pub fn run(args: TranslateArgs) -> Result<()> {
         // The defaults of the runtime the model came from (CTranslate2's for its directories),
         // also on a device.
         min_len: translator.min_len,
+        // A Hugging Face model's forced_eos_token_id (also on a device).
+        forced_end: translator.forced_end,
         beam_rules: translator.beam_rules,
     };
     let lists = match &on_gpu {

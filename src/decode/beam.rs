@@ -6,7 +6,8 @@
 //! - sources are token ids without specials; EOS is appended here. A source longer than
 //!   `config.max_len - 1` tokens is truncated to fit the position table.
 //! - a hypothesis emits at most [`max_output_len`](super::greedy::max_output_len) tokens, EOS included.
-//! - PAD and BOS are never emitted.
+//! - PAD and BOS are never emitted; with [`BeamOptions::forced_end`] every beam still alive at
+//!   the limit ends with EOS there (transformers' `forced_eos_token_id`).
 //! - the length penalty is GNMT's `lp(Y) = ((5 + |Y|) / 6)^α` ([`length_penalty`]) and a
 //!   hypothesis is ranked by `log p(Y | X) / lp(Y)`. `|Y|` counts the emitted tokens **including
 //!   the closing EOS** (the tokens whose log-probabilities make up `log p`); a hypothesis that
@@ -93,6 +94,10 @@ pub struct BeamOptions {
     /// EOS is not emitted before this many tokens are (`forced_first` counted): CTranslate2's
     /// `min_decoding_length`; 0 for none.
     pub min_len: usize,
+    /// EOS is forced as the last token a hypothesis may emit (transformers'
+    /// `forced_eos_token_id`, see `TokenRules::end_at_limit`): every beam alive at the
+    /// limit ends there, finished.
+    pub forced_end: bool,
     /// Whose search to reproduce where runtimes differ in detail (ours, or CTranslate2's).
     pub beam_rules: BeamRules,
 }
@@ -156,6 +161,7 @@ impl Default for BeamOptions {
             stop: BeamStop::Exact,
             forced_first: None,
             min_len: 0,
+            forced_end: false,
             beam_rules: BeamRules::Ours,
         }
     }
@@ -209,7 +215,9 @@ pub fn beam_search<T: Float>(
     let (batch, extra) = (opts.batch_size, opts.max_len_extra);
     let chunks = source_chunks(&model.config, sources, batch, extra);
     let searched = decode_chunks(&chunks, |c| {
-        let rules = (TokenRules::TRANSLATION.forcing(opts.forced_first)).ending_from(opts.min_len);
+        let rules = (TokenRules::TRANSLATION.forcing(opts.forced_first))
+            .ending_from(opts.min_len)
+            .ending_at_limit(opts.forced_end);
         let search = (opts.alpha, Some(opts.stop), opts.beam_rules);
         let lists = search_chunk(model, &c.sources, &c.limits, k, search, rules).0;
         n_best(lists, opts)
@@ -408,6 +416,14 @@ pub fn search_rows<T: Float, M: IncrementalDecoder<T>>(
                 })
                 .collect(),
         };
+        // At a sentence's limit, the end token alone when the rules force it there (and over
+        // a forced first token, as transformers applies its forced EOS last).
+        let tops: Vec<Vec<(f64, u32)>> = (tops.into_iter().zip(&live))
+            .map(|(top, b)| match rules.forces_end(t, limits[b.sentence]) {
+                true => vec![(0.0, rules.end)],
+                false => top,
+            })
+            .collect();
         t += 1;
         // The step right after a forced first token, where CTranslate2 lets only the best
         // candidate end a hypothesis.

@@ -43,6 +43,9 @@ pub struct GreedyOptions {
     /// EOS is not emitted before this many tokens are (`forced_first` counted): CTranslate2's
     /// `min_decoding_length`; 0 for none.
     pub min_len: usize,
+    /// EOS is forced as the last token a sentence may emit (transformers'
+    /// `forced_eos_token_id`, see `TokenRules::end_at_limit`).
+    pub forced_end: bool,
 }
 
 impl Default for GreedyOptions {
@@ -52,6 +55,7 @@ impl Default for GreedyOptions {
             batch_size: 32,
             forced_first: None,
             min_len: 0,
+            forced_end: false,
         }
     }
 }
@@ -141,7 +145,9 @@ fn decode_in_chunks<T: Float>(
 ) -> Vec<Hypothesis> {
     let (batch, extra) = (options.batch_size, options.max_len_extra);
     let chunks = source_chunks(&model.config, sources, batch, extra);
-    let rules = (TokenRules::TRANSLATION.forcing(options.forced_first)).ending_from(options.min_len);
+    let rules = (TokenRules::TRANSLATION.forcing(options.forced_first))
+        .ending_from(options.min_len)
+        .ending_at_limit(options.forced_end);
     let decoded = decode_chunks(&chunks, |c| decode_chunk(model, &c.sources, &c.limits, rules));
     in_input_order(&chunks, decoded, sources.len())
 }
@@ -162,7 +168,8 @@ fn pick<T: Float>(logprobs: &[T], rules: TokenRules, emitted: usize) -> (u32, f6
 
 /// Updates the hypothesis of one row with its step distribution `logprobs [vocab]` (the
 /// argmax over the tokens `rules` allows, ties to the lowest id; `rules.first` for its first
-/// token, when set); returns the token and whether
+/// token, when set; `rules.end` at its limit when `TokenRules::end_at_limit`); returns the
+/// token and whether
 /// the row goes on (no end token yet, fewer than `limit` tokens emitted). The step of every
 /// greedy search, also the serving engine's (`serve::translate_engine`).
 pub fn advance<T: Float>(
@@ -172,6 +179,7 @@ pub fn advance<T: Float>(
     rules: TokenRules,
 ) -> (u32, bool) {
     let (token, lp) = match rules.first {
+        _ if rules.forces_end(hyp.n_emitted(), limit) => (rules.end, 0.0),
         Some(first) if hyp.n_emitted() == 0 => (first, 0.0),
         _ => pick(logprobs, rules, hyp.n_emitted()),
     };
@@ -312,5 +320,23 @@ mod tests {
         assert_eq!(pick(&[0.0f32, 0.0, -3.0, nan, -1.0], rules, 0), (4, -1.0));
         let (id, lp) = pick(&[nan; 4], rules, 0);
         assert!(id == 2 && lp.is_nan());
+    }
+
+    /// transformers' `forced_eos_token_id`: EOS, with log-probability 0, as the last token of
+    /// the limit (also over a forced first token); without the rule the limit ends the
+    /// hypothesis unfinished.
+    #[test]
+    fn the_end_is_forced_at_the_limit_when_the_rules_say() {
+        let row = [0.0f32, 0.0, -3.0, -0.5, -1.0];
+        let rules = TokenRules::TRANSLATION.ending_at_limit(true);
+        let mut hyp = Hypothesis::default();
+        assert_eq!(advance(&mut hyp, &row, 2, rules), (3, true));
+        assert_eq!(advance(&mut hyp, &row, 2, rules), (2, false));
+        assert!(hyp.finished && hyp.tokens == [3] && hyp.token_logprobs == [-0.5, 0.0]);
+        let mut hyp = Hypothesis::default();
+        assert_eq!(advance(&mut hyp, &row, 1, rules.forcing(Some(4))), (2, false));
+        let mut hyp = Hypothesis::default();
+        assert_eq!(advance(&mut hyp, &row, 1, TokenRules::TRANSLATION), (3, false));
+        assert!(!hyp.finished);
     }
 }

@@ -105,6 +105,11 @@ pub struct TokenRules {
     /// `end` is not emitted before this many tokens are (`first` counted): CTranslate2's
     /// `min_decoding_length` (0: from the first token on).
     pub min_len: usize,
+    /// `end` is forced, with log-probability 0, as the last token a hypothesis may emit (the
+    /// step that reaches its output limit): transformers' `forced_eos_token_id`, which forces
+    /// EOS at `max_length − 1`, its last step. The forced first token gives way to it when the
+    /// limit is one token, as transformers' processors do (forced EOS applied last).
+    pub end_at_limit: bool,
 }
 
 impl TokenRules {
@@ -114,6 +119,7 @@ impl TokenRules {
         never: [Some(PAD), Some(BOS)],
         first: None,
         min_len: 0,
+        end_at_limit: false,
     };
 
     /// A language model whose documents end with `end` (`<|endoftext|>`); every token may be
@@ -126,6 +132,7 @@ impl TokenRules {
             never: [None, None],
             first: None,
             min_len: 0,
+            end_at_limit: false,
         }
     }
 
@@ -137,6 +144,20 @@ impl TokenRules {
     /// These rules with `end` not emitted before `min_len` tokens are.
     pub fn ending_from(self, min_len: usize) -> TokenRules {
         TokenRules { min_len, ..self }
+    }
+
+    /// These rules with `end` forced as the last token of the output limit when `forced`.
+    pub fn ending_at_limit(self, forced: bool) -> TokenRules {
+        TokenRules {
+            end_at_limit: forced,
+            ..self
+        }
+    }
+
+    /// Whether `end` is forced as the token after `emitted` tokens, with at most `limit`
+    /// emitted (see [`end_at_limit`](Self::end_at_limit)).
+    pub fn forces_end(&self, emitted: usize, limit: usize) -> bool {
+        self.end_at_limit && emitted + 1 >= limit
     }
 
     /// Whether a search may emit `token`.

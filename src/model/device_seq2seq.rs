@@ -255,6 +255,7 @@ mod tests {
             batch_size: 8,
         forced_first: None,
         min_len: 0,
+        forced_end: false,
     };
         let srcs: Vec<Vec<u32>> = SOURCES.iter().map(|s| s.to_vec()).collect();
         let want = greedy_decode(m, &srcs, &options);

@@ -21,6 +21,8 @@ use crate::text::vocab::Vocab;
 use crate::viz::{attention_maps, AttentionMaps};
 use std::path::Path;
 
+mod languages;
+
 /// CTranslate2's default `min_decoding_length` (`translate_batch`, `ctranslate2.Translator`):
 /// EOS is not its first output.
 pub const CT2_MIN_DECODING_LENGTH: usize = 1;
@@ -44,6 +46,13 @@ pub struct Translator {
     /// `min_decoding_length` 1 for its model directories, which forbids an empty translation
     /// where nothing is forced); searches take the larger of this and their options'.
     pub min_len: usize,
+    /// EOS is forced as the last token of every output limit: a Hugging Face model's
+    /// `forced_eos_token_id` (see `model::families::generation_config`); searches force it
+    /// when this or their options say so.
+    pub forced_end: bool,
+    /// What the model's generation settings ask that is not read (`num_beams 4`, ...), one line
+    /// for a warning (see `model::families::generation_config`).
+    pub generation_note: Option<String>,
     /// A CTranslate2 model's int8 weights as stored, multiplied as they are in int8 inference.
     stored_int8: Option<families::ctranslate2_int8::StoredInt8>,
 }
@@ -68,7 +77,10 @@ impl Translator {
     /// `model::families::ctranslate2`; a converted NLLB / M2M100 one takes its languages as
     /// the Hugging Face directory does), or an Argos Translate package, a `.argosmodel` file or
     /// its directory (see [`super::argos`]). CTranslate2's models decode with its defaults and
-    /// rules ([`min_len`](Self::min_len), [`beam_rules`](Self::beam_rules)).
+    /// rules ([`min_len`](Self::min_len), [`beam_rules`](Self::beam_rules)); a Hugging Face
+    /// directory's generation settings are honoured, refused or noted by name
+    /// ([`forced_end`](Self::forced_end), [`generation_note`](Self::generation_note); see
+    /// `model::families::generation_config`).
     pub fn load(dir: &Path) -> Result<Translator> {
         if super::argos::is_package(dir) {
             return super::argos::load(dir);
@@ -87,11 +99,11 @@ impl Translator {
         }
         if families::marian::is_marian_dir(dir) {
             let (model, vocab) = families::marian::load(dir)?;
-            return Ok(Translator::of(model, vocab));
+            return Translator::of(model, vocab).with_generation_config(dir);
         }
         if families::t5::is_t5_dir(dir) {
             let (model, vocab) = families::t5::load(dir)?;
-            return Ok(Translator::of(model, vocab));
+            return Translator::of(model, vocab).with_generation_config(dir);
         }
         type Load = fn(&Path) -> Result<(Seq2Seq<f32>, Vocab)>;
         let multilingual: Option<Load> = if families::m2m100::is_m2m100_dir(dir) {
@@ -105,32 +117,19 @@ impl Translator {
             let (model, vocab, languages) = families::bart::load(dir)?;
             let mut translator = Translator::of(model, vocab);
             translator.languages = languages;
-            return Ok(translator);
+            return translator.with_generation_config(dir);
         }
         if let Some(load) = multilingual {
             let (model, vocab) = load(dir)?;
             let mut translator = Translator::of(model, vocab);
             translator.languages = translator.tokenizer_languages(dir);
-            return Ok(translator);
+            return translator.with_generation_config(dir);
         }
         let model: Seq2Seq<f32> = load(dir)?;
         let path = dir.join(VOCAB_FILE);
         let vocab = Vocab::load(&path)?;
         check_vocab(&path, vocab.len(), model.config.vocab_size, true)?;
         Ok(Translator::of(model, vocab))
-    }
-
-    /// A multilingual model's languages that `dir`'s `tokenizer_config.json` names (`src_lang`,
-    /// `tgt_lang`) where the model knows them; none for a model of one pair.
-    fn tokenizer_languages(&self, dir: &Path) -> Languages {
-        let Some(tokenizer) = self.vocab.fairseq() else {
-            return Languages::default();
-        };
-        let (source, target) = crate::text::languages::tokenizer_languages(dir);
-        Languages {
-            source: source.and_then(|c| tokenizer.language(&c)),
-            target: target.and_then(|c| tokenizer.language(&c)),
-        }
     }
 
     /// A translator of `model` and `vocab`, no languages chosen.
@@ -142,6 +141,8 @@ impl Translator {
             pair: None,
             beam_rules: BeamRules::Ours,
             min_len: 0,
+            forced_end: false,
+            generation_note: None,
             stored_int8: None,
         }
     }
@@ -155,121 +156,6 @@ impl Translator {
     /// 0 for others).
     pub fn stored_int8_layers(&self) -> usize {
         self.stored_int8.as_ref().map_or(0, |w| w.weights())
-    }
-
-    /// A multilingual model's languages of codes `source` and `target` (`eng_Latn`; M2M100:
-    /// `en`), each `None` keeping this translator's; an error names a code the model does not
-    /// know, or says that the model has no languages to choose.
-    pub fn languages_of(&self, source: Option<&str>, target: Option<&str>) -> Result<Languages> {
-        if source.is_none() && target.is_none() {
-            return Ok(self.languages);
-        }
-        if let Some(t5) = self
-            .vocab
-            .t5()
-            .filter(|t| t.language_codes().next().is_some())
-        {
-            return self.madlad_languages(t5, source, target);
-        }
-        let Some(tokenizer) = self.vocab.fairseq() else {
-            return Err(Error::Input(
-                "--source-lang / --target-lang: this model has no language codes (it \
-                 translates one pair)"
-                    .into(),
-            ));
-        };
-        let pick = |what: &str, code: Option<&str>, kept: Option<u32>| match code {
-            Some(code) => (tokenizer.language_or_error(code))
-                .map(Some)
-                .map_err(|e| Error::Input(format!("--{what}-lang: {e}"))),
-            None => Ok(kept),
-        };
-        Ok(Languages {
-            source: pick("source", source, self.languages.source)?,
-            target: pick("target", target, self.languages.target)?,
-        })
-    }
-
-    /// MADLAD-400's languages: the target's piece `<2xx>` starts the source (our
-    /// [`Languages::source`] token); nothing is forced first. A source language is not an input
-    /// of the model: a code it knows is accepted and changes nothing.
-    fn madlad_languages(
-        &self,
-        t5: &crate::text::t5_tokenizer::T5Tokenizer,
-        source: Option<&str>,
-        target: Option<&str>,
-    ) -> Result<Languages> {
-        let known = |what: &str, code: &str| {
-            t5.language(code).ok_or_else(|| {
-                let few: Vec<&str> = t5.language_codes().take(4).collect();
-                Error::Input(format!(
-                    "--{what}-lang {code}: not one of this model's {} languages (its <2xx> \
-                     pieces: codes such as {})",
-                    t5.language_codes().count(),
-                    few.join(", ")
-                ))
-            })
-        };
-        if let Some(code) = source {
-            known("source", code)?;
-        }
-        let first = match target {
-            Some(code) => Some(known("target", code)?),
-            None => self.languages.source,
-        };
-        Ok(Languages {
-            source: first,
-            target: None,
-        })
-    }
-
-    /// Chooses a multilingual model's languages (see [`languages_of`](Self::languages_of)).
-    pub fn set_languages(&mut self, source: Option<&str>, target: Option<&str>) -> Result<()> {
-        self.languages = self.languages_of(source, target)?;
-        Ok(())
-    }
-
-    /// `languages` when this model needs them and has both (else an error saying how to choose
-    /// them); `Languages::default()` for a model of one pair.
-    pub fn check_languages(&self, languages: Languages) -> Result<Languages> {
-        if let Some(t5) = self
-            .vocab
-            .t5()
-            .filter(|t| t.language_codes().next().is_some())
-        {
-            let languages = match languages == Languages::default() {
-                true => self.languages,
-                false => languages,
-            };
-            if languages.source.is_none() {
-                let few: Vec<&str> = t5.language_codes().take(4).collect();
-                return Err(Error::Input(format!(
-                    "this model translates into {} languages: choose the target with \
-                     --target-lang (codes such as {})",
-                    t5.language_codes().count(),
-                    few.join(", ")
-                )));
-            }
-            return Ok(languages);
-        }
-        let Some(tokenizer) = self.vocab.fairseq() else {
-            // A model of one pair: its own tokens, if any (BART's `<s>` first on both sides).
-            return Ok(if languages == Languages::default() {
-                self.languages
-            } else {
-                languages
-            });
-        };
-        if languages.source.is_none() || languages.target.is_none() {
-            let few: Vec<&str> = tokenizer.language_codes().take(4).collect();
-            return Err(Error::Input(format!(
-                "this model translates between {} languages: choose the source and the target \
-                 with --source-lang and --target-lang (codes such as {})",
-                tokenizer.language_codes().count(),
-                few.join(", ")
-            )));
-        }
-        Ok(languages)
     }
 
     /// Readies the model for decoding (see [`Seq2Seq::prepare_inference`]).
@@ -314,6 +200,7 @@ impl Translator {
         let options = GreedyOptions {
             forced_first: languages.target,
             min_len: options.min_len.max(self.min_len),
+            forced_end: options.forced_end || self.forced_end,
             ..*options
         };
         translate_lines(&self.model, &self.vocab, languages.source, lines, &options)
@@ -340,6 +227,7 @@ impl Translator {
         let options = BeamOptions {
             forced_first: languages.target,
             min_len: options.min_len.max(self.min_len),
+            forced_end: options.forced_end || self.forced_end,
             beam_rules: self.beam_rules,
             ..*options
         };
@@ -411,6 +299,7 @@ impl Translator {
                 let options = GreedyOptions {
                     forced_first: languages.target,
                     min_len: self.min_len,
+                    forced_end: self.forced_end,
                     ..GreedyOptions::default()
                 };
                 let hyp = greedy_decode(&self.model, std::slice::from_ref(&src), &options)
@@ -523,7 +412,8 @@ where
         options.beam_size,
         (options.alpha, Some(options.stop), options.beam_rules),
     );
-    let rules = TokenRules::TRANSLATION.ending_from(options.min_len);
+    let rules =
+        (TokenRules::TRANSLATION.ending_from(options.min_len)).ending_at_limit(options.forced_end);
     let config = &model.config;
     if !config.source_eos {
         return Err(Error::Input(
@@ -606,6 +496,7 @@ where
         batch_size: options.batch_size,
         forced_first: options.forced_first,
         min_len: options.min_len,
+        forced_end: options.forced_end,
     });
     let lists = search(&to_decode, greedy)?;
     let mut out = vec![Vec::new(); lines.len()];

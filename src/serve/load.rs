@@ -73,6 +73,9 @@ pub(super) fn compute(app: Arc<App>) {
             .and_then(|p| Ok((p, Translator::load(path)?)))
             .and_then(|(p, mut t)| {
                 t.prepare_precision(p)?;
+                if let Some(note) = &t.generation_note {
+                    eprintln!("note: {note}");
+                }
                 // MADLAD-400: --target-lang chooses the `<2xx>` piece before every source.
                 let madlad = t.vocab.t5().is_some_and(|v| v.language_codes().next().is_some());
                 if madlad && app.config.target_lang != "tgt" {

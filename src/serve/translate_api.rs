@@ -7,8 +7,10 @@
 //!   continuous batching ([`super::translate_engine`]: sentences join the running decode at
 //!   the next step); with `alternatives: n` the n + 1 best of a beam search of width
 //!   `max(4, n + 1)`, run between steps ([`super::jobs`]).
-//! - `GET /languages` (or `POST`, as libretranslatepy asks) → `[{"code", "name", "targets"}]`: the one pair the model translates
-//!   (`--source-lang`, `--target-lang`).
+//! - `GET /languages` (or `POST`, as libretranslatepy asks) → `[{"code", "name", "targets"}]`:
+//!   the one pair the model translates (`--source-lang`, `--target-lang`), or every pair of a
+//!   multilingual model's codes (NLLB, M2M100, mBART-50; MADLAD-400's `<2xx>` targets, whose
+//!   request's `target` chooses the piece written before each source).
 //! - `POST /detect` `{"q": "text"}` → `[{"language", "confidence"}]`: the source language the
 //!   model reads (`--source-lang`), at confidence 100 — the model knows no other, and there is
 //!   no detector behind it.
@@ -60,14 +62,19 @@ fn language_name(code: &str) -> String {
     .to_string()
 }
 
-/// A multilingual translation model's languages (M2M100, NLLB): each code with its token, and
-/// the defaults (`--source-lang`, `--target-lang`, else the model's `tokenizer_config.json`).
+/// A multilingual translation model's languages (M2M100, NLLB, mBART-50; MADLAD-400): each
+/// code with its token, and the defaults (`--source-lang`, `--target-lang`, else the model's
+/// `tokenizer_config.json`).
 #[derive(Debug)]
 pub struct LanguageTable {
     /// Code (as the model names it: `eng_Latn`, `en`) -> our id of its token.
     codes: Vec<(String, u32)>,
-    /// The languages a request that names none gets.
-    defaults: Languages,
+    /// Whether the target's token starts the source and nothing is forced (MADLAD-400's
+    /// `<2xx>` pieces), rather than the source's token first and the target's forced.
+    target_in_source: bool,
+    /// The tokens of the languages a request that names none gets.
+    default_source: Option<u32>,
+    default_target: Option<u32>,
     /// Tells a text's language among the codes (`source: "auto"`, `/detect`).
     detector: LanguageDetector,
 }
@@ -80,21 +87,54 @@ impl LanguageTable {
         source: &str,
         target: &str,
     ) -> crate::error::Result<Option<LanguageTable>> {
-        let Some(tokenizer) = translator.vocab.fairseq() else {
-            return Ok(None);
-        };
         let named = |code: &str, unnamed: &str| (code != unnamed).then(|| code.to_string());
         let (source, target) = (named(source, "src"), named(target, "tgt"));
-        let defaults = translator.languages_of(source.as_deref(), target.as_deref())?;
-        let codes: Vec<(String, u32)> = (tokenizer.language_codes())
-            .map(|c| (c.to_string(), tokenizer.language(c).expect("a listed code")))
-            .collect();
+        let madlad = (translator.vocab.t5()).filter(|t| t.language_codes().next().is_some());
+        let (codes, target_in_source, default_source, default_target) = match madlad {
+            Some(t5) => {
+                // The codes are checked as the library checks them.
+                let defaults = translator.languages_of(source.as_deref(), target.as_deref())?;
+                let codes: Vec<(String, u32)> = (t5.language_codes())
+                    .map(|c| (c.to_string(), t5.language(c).expect("a listed code")))
+                    .collect();
+                let source = source.and_then(|c| t5.language(&c));
+                (codes, true, source, defaults.source)
+            }
+            None => {
+                let Some(tokenizer) = translator.vocab.fairseq() else {
+                    return Ok(None);
+                };
+                let defaults = translator.languages_of(source.as_deref(), target.as_deref())?;
+                let codes: Vec<(String, u32)> = (tokenizer.language_codes())
+                    .map(|c| (c.to_string(), tokenizer.language(c).expect("a listed code")))
+                    .collect();
+                (codes, false, defaults.source, defaults.target)
+            }
+        };
         let detector = LanguageDetector::new(codes.iter().map(|(c, _)| c.as_str()));
         Ok(Some(LanguageTable {
             codes,
-            defaults,
+            target_in_source,
+            default_source,
+            default_target,
             detector,
         }))
+    }
+
+    /// What the model is asked for to translate the language of token `source` into that of
+    /// `target`: the source's token first and the target's forced, or (MADLAD-400) the
+    /// target's piece first.
+    pub(super) fn languages(&self, source: u32, target: u32) -> Languages {
+        match self.target_in_source {
+            true => Languages {
+                source: Some(target),
+                target: None,
+            },
+            false => Languages {
+                source: Some(source),
+                target: Some(target),
+            },
+        }
     }
 
     /// Our id of the token of `code`, if the model knows it.
@@ -116,7 +156,7 @@ impl LanguageTable {
     /// sure (see `text::detect`), else the default source, else its guess.
     fn detect(&self, text: &str) -> Option<(&str, f64)> {
         let detected = self.detector.detect(text);
-        let default = (self.defaults.source).and_then(|t| self.code(t));
+        let default = (self.default_source).and_then(|t| self.code(t));
         match (detected, default) {
             (Some(d), _) if d.reliable => Some((d.code, d.confidence)),
             (_, Some(code)) => Some((code, 1.0)),
@@ -125,14 +165,14 @@ impl LanguageTable {
     }
 
     /// The languages of a request's `source` (`auto`: the language its `lines` are in, else
-    /// the default source) and `target` (absent: the default target), or a 400 naming the
-    /// field.
+    /// the default source) and `target` (absent: the default target), and the source's code;
+    /// or a 400 naming the field.
     fn request(
         &self,
         source: &str,
         target: Option<&str>,
         lines: &[String],
-    ) -> Result<Languages, ApiError> {
+    ) -> Result<(Languages, String), ApiError> {
         let known = |field: &'static str, code: &str| {
             self.token(code).ok_or_else(|| {
                 ApiError::invalid(
@@ -159,14 +199,12 @@ impl LanguageTable {
         };
         let target = match target {
             Some(code) => known("target", code)?,
-            None => self.defaults.target.ok_or_else(|| {
+            None => self.default_target.ok_or_else(|| {
                 ApiError::invalid(Some("target"), "target (a language code) is missing")
             })?,
         };
-        Ok(Languages {
-            source: Some(source),
-            target: Some(target),
-        })
+        let code = self.code(source).unwrap_or_default().to_string();
+        Ok((self.languages(source, target), code))
     }
 }
 
@@ -391,9 +429,7 @@ async fn translate_inner(app: &App, body: Value) -> Result<Value, ApiError> {
     let (languages, detected) = match &table {
         Some(table) => {
             let target = body.get("target").and_then(Value::as_str);
-            let languages = table.request(source, target, &lines)?;
-            let detected = languages.source.and_then(|t| table.code(t)).unwrap_or(src);
-            (languages, detected.to_string())
+            table.request(source, target, &lines)?
         }
         None => (Languages::default(), src.clone()),
     };

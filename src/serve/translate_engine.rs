@@ -216,7 +216,9 @@ impl RowKind for TranslationRows<'_> {
         let rows = admitted.into_iter().map(|s| Sentence {
             hyp: Hypothesis::default(),
             limit: s.limit,
-            rules: (TokenRules::TRANSLATION.forcing(s.first)).ending_from(self.translator.min_len),
+            rules: (TokenRules::TRANSLATION.forcing(s.first))
+                .ending_from(self.translator.min_len)
+                .ending_at_limit(self.translator.forced_end),
             next: BOS,
         });
         (rows.collect(), batch.n_src_tokens())

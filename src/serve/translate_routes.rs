@@ -46,10 +46,9 @@ impl RoutedModel {
             ModelLanguages::Pair { source: s, target: t } => {
                 (s == source && t == target).then(Languages::default)
             }
-            ModelLanguages::Many(table) if source != target => Some(Languages {
-                source: Some(table.token(source)?),
-                target: Some(table.token(target)?),
-            }),
+            ModelLanguages::Many(table) if source != target => {
+                Some(table.languages(table.token(source)?, table.token(target)?))
+            }
             ModelLanguages::Many(_) => None,
         }
     }

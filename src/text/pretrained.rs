@@ -87,7 +87,7 @@ impl Pretrained {
             }
             Pretrained::Ct2(_) => "model.bin, its vocabulary and SentencePiece model",
             Pretrained::Bart(_) => "tokenizer.json",
-            Pretrained::T5(_) => "spiece.model",
+            Pretrained::T5(_) => "spiece.model or tokenizer.json",
         }
     }
 }

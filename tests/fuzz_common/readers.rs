@@ -93,6 +93,7 @@ fn translate(dir: &Path) -> Result<Outcome, String> {
         batch_size: 2,
         forced_first: None,
         min_len: 0,
+        forced_end: false,
     };
     let lines = [SAMPLE.to_string(), String::new(), "red 1".into()];
     must!(t.translate(&lines, &options), "");

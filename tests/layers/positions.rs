@@ -517,6 +517,7 @@ fn cached_decoding_matches_full_recomputation_for_learned_and_rotary() {
         batch_size: 4,
         forced_first: None,
         min_len: 0,
+        forced_end: false,
     };
     let mut emitted = 0;
     for positions in [Positions::Learned, Positions::Rotary] {

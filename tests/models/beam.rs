@@ -83,6 +83,7 @@ fn beam_opts(beam_size: usize, alpha: f64) -> BeamOptions {
         stop: BeamStop::Exact,
         forced_first: None,
         min_len: 0,
+        forced_end: false,
         beam_rules: Default::default(),
     }
 }
@@ -133,6 +134,7 @@ fn beam_size_one_is_greedy() {
         batch_size: 4,
         forced_first: None,
         min_len: 0,
+        forced_end: false,
     };
     let (mut n_finished, mut n_open, mut n_longer) = (0, 0, 0);
     for (name, m) in models() {
@@ -254,6 +256,7 @@ fn large_beam_matches_exhaustive_search_on_a_tiny_vocabulary() {
                     stop: BeamStop::Exact,
                     forced_first: None,
                     min_len: 0,
+                    forced_end: false,
                     beam_rules: Default::default(),
                 };
                 let beams = beam_search(&m, &srcs, &opts);

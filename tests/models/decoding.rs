@@ -113,6 +113,7 @@ const OPTIONS: GreedyOptions = GreedyOptions {
     batch_size: 4,
     forced_first: None,
     min_len: 0,
+    forced_end: false,
 };
 
 fn assert_same(name: &str, a: &[Hypothesis], b: &[Hypothesis], tol: f64) {
@@ -197,6 +198,7 @@ fn long_outputs_and_max_len_cap_match_full_recomputation() {
         batch_size: 3,
         forced_first: None,
         min_len: 0,
+        forced_end: false,
     };
     let srcs = sources(&[4, 9, 1, 15], 8);
     let cached = greedy_decode(&m, &srcs, &opts);

@@ -18,6 +18,7 @@ mod decoding;
 mod device;
 mod families;
 mod gemma;
+mod generation_config;
 mod gguf;
 mod gguf_tokenizer;
 mod gguf_vocab_suite;

@@ -140,6 +140,7 @@ fn marian_greedy_translations_match_transformers_generate() {
             batch_size: 1,
             forced_first: None,
             min_len: 0,
+            forced_end: false,
         };
         let hyp = greedy_decode(&t.model, std::slice::from_ref(&src), &options)
             .pop()
@@ -190,6 +191,7 @@ fn marian_beam_search_matches_transformers_generate() {
             stop: BeamStop::HuggingFace,
             forced_first: None,
             min_len: 0,
+            forced_end: false,
             beam_rules: Default::default(),
         };
         let list = beam_search(&t.model, std::slice::from_ref(&src), &options)

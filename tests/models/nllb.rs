@@ -180,6 +180,7 @@ fn greedy_matches_transformers_generate(name: &str) {
             batch_size: 1,
             forced_first: Some(forced),
             min_len: 0,
+            forced_end: false,
         };
         let hyp = greedy_decode(&t.model, std::slice::from_ref(&src), &options)
             .pop()
@@ -218,6 +219,7 @@ fn greedy_matches_transformers_generate(name: &str) {
                 batch_size: 1,
                 forced_first: None,
                 min_len: 0,
+                forced_end: false,
             };
             let texts = t
                 .translate(std::slice::from_ref(&case.source), &options)
@@ -244,6 +246,7 @@ fn beam_matches_transformers_generate(name: &str) {
             stop: BeamStop::HuggingFace,
             forced_first: Some(ids.ours(case.greedy_ids[0])),
             min_len: 0,
+            forced_end: false,
             beam_rules: Default::default(),
         };
         let list = beam_search(&t.model, std::slice::from_ref(&src), &options)

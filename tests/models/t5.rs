@@ -75,8 +75,12 @@ struct Beam {
 }
 
 fn load(name: &str) -> (Translator, Reference, IdMap) {
-    let dir = fixture(name);
-    let mut translator = Translator::load(&dir).unwrap();
+    load_from(&fixture(name))
+}
+
+/// The translator of the model directory `dir` and the reference beside it.
+fn load_from(dir: &Path) -> (Translator, Reference, IdMap) {
+    let mut translator = Translator::load(dir).unwrap();
     // As the translators run it: every weight in one form, its float32 values released.
     translator
         .prepare_precision(transformer::kernels::lowp::Precision::F32)
@@ -87,7 +91,12 @@ fn load(name: &str) -> (Translator, Reference, IdMap) {
 }
 
 fn tokenizer_gives_transformers_ids_and_text(name: &str) {
-    let (t, r, ids) = load(name);
+    tokenizer_of_dir_gives_transformers_ids_and_text(name, &fixture(name));
+}
+
+/// [`tokenizer_gives_transformers_ids_and_text`] for the model directory `dir`.
+fn tokenizer_of_dir_gives_transformers_ids_and_text(name: &str, dir: &Path) {
+    let (t, r, ids) = load_from(dir);
     assert_eq!(ids.len_theirs(), r.vocab_size);
     assert_eq!(t.model.config.vocab_size, r.vocab_size + 1);
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data");
@@ -189,6 +198,7 @@ fn greedy_matches_transformers_generate(name: &str) {
             batch_size: 1,
             forced_first: None,
             min_len: 0,
+            forced_end: false,
         };
         let hyp = greedy_decode(&t.model, std::slice::from_ref(&src), &options)
             .pop()
@@ -241,6 +251,7 @@ fn beam_matches_transformers_generate(name: &str) {
             stop: BeamStop::HuggingFace,
             forced_first: None,
             min_len: 0,
+            forced_end: false,
             beam_rules: Default::default(),
         };
         let list = beam_search(&t.model, std::slice::from_ref(&src), &options)
@@ -362,10 +373,11 @@ fn edit_config(dir: &Path, from: &str, to: &str) {
 
 #[test]
 fn broken_t5_directories_are_clear_errors() {
+    // Neither tokenizer file: both named.
     let e = load_error("t5", |d| {
         std::fs::remove_file(d.join("spiece.model")).unwrap()
     });
-    assert!(e.contains("spiece.model") && e.contains("missing"), "{e}");
+    assert!(e.contains("neither spiece.model nor tokenizer.json"), "{e}");
     let e = load_error("t5", |d| {
         std::fs::write(d.join("spiece.model"), b"\x0a\x05ab").unwrap()
     });
@@ -442,7 +454,7 @@ fn madlad_languages_are_chosen_by_code() {
     );
     let e = t.set_languages(None, Some("fr")).unwrap_err().to_string();
     assert!(
-        e.contains("--target-lang fr") && e.contains("de, en, es"),
+        e.contains("--target-lang fr") && e.contains("de, en, es") && e.contains("/languages"),
         "{e}"
     );
     t.set_languages(Some("de"), Some("en")).unwrap();
@@ -473,6 +485,7 @@ fn batched_translations_equal_one_at_a_time() {
             batch_size,
             forced_first: None,
             min_len: 0,
+            forced_end: false,
         };
         let together = greedy_decode(&t.model, &sources, &greedy(8));
         let beam = |batch_size| BeamOptions {
@@ -499,5 +512,62 @@ fn batched_translations_equal_one_at_a_time() {
                 "{name} case {i}: beam"
             );
         }
+    }
+}
+
+/// The mT5 / MADLAD fixture as many Hub repositories ship it: `tokenizer.json` and no
+/// `spiece.model`. The tokenizer read from it gives transformers' ids and text on every test
+/// line of both corpora, knows MADLAD's `<2xx>` targets, and the model translates as
+/// transformers' `generate` does (its target chosen by code); a `tokenizer.json` that is not a
+/// unigram model is refused by name.
+#[test]
+fn mt5_from_tokenizer_json_alone_tokenizes_and_translates_as_transformers() {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(fixture("mt5")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().unwrap() != "spiece.model" {
+            std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    assert!(dir.path().join("tokenizer.json").exists());
+    tokenizer_of_dir_gives_transformers_ids_and_text("mt5 (tokenizer.json)", dir.path());
+    let (mut t, r, ids) = load_from(dir.path());
+    let codes: Vec<&str> = t.vocab.t5().unwrap().language_codes().collect();
+    assert_eq!(codes, ["de", "en", "es"]);
+    let (spm, _, _) = load("mt5");
+    assert_eq!(t.vocab.len(), spm.vocab.len());
+    for id in 0..t.vocab.len() as u32 {
+        assert_eq!(t.vocab.token(id), spm.vocab.token(id), "our id {id}");
+    }
+    let mut translated = 0;
+    for case in &r.cases {
+        let src = ours(&ids, &case.source_ids, THEIR_EOS);
+        let sure = case.greedy_margins.iter().all(|&m| m > 1e-2);
+        if !sure {
+            continue;
+        }
+        t.set_languages(None, Some(&case.target_lang)).unwrap();
+        let options = GreedyOptions {
+            max_len_extra: case.greedy_steps - src.len(),
+            batch_size: 1,
+            ..GreedyOptions::default()
+        };
+        let text = t
+            .translate(std::slice::from_ref(&case.source), &options)
+            .unwrap();
+        assert_eq!(
+            text[0], case.greedy_text,
+            "{} line {}",
+            case.file, case.line
+        );
+        translated += 1;
+    }
+    assert!(translated >= 3, "{translated} translations compared");
+    // A BPE tokenizer.json is not T5's.
+    let bart = fixture("bart").join("tokenizer.json");
+    std::fs::copy(bart, dir.path().join("tokenizer.json")).unwrap();
+    match Translator::load(dir.path()) {
+        Ok(_) => panic!("a BPE tokenizer.json loaded as T5's"),
+        Err(e) => assert!(e.to_string().contains("not a unigram model"), "{e}"),
     }
 }

@@ -262,24 +262,111 @@ fn a_t5_model_serves_what_the_library_computes() {
     serves_what_the_library_computes("t5");
 }
 
-/// A MADLAD-style mT5 served with `--target-lang en`: every source gets `<2en>` before it, as
-/// the library writes it once the target is chosen by its code.
+/// A MADLAD-style mT5 served with `--target-lang en`: every source gets the `<2xx>` piece of
+/// its request's `target` before it (`en` when the request names none), as the library writes
+/// it once the target is chosen by its code; `/languages` lists every pair of its three codes,
+/// and a target it does not know is a 400 naming the field.
 #[test]
-fn a_madlad_model_serves_its_configured_target() {
+fn a_madlad_model_serves_each_request_its_target() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mt5");
     let server = start_pair(&dir, ("de", "en"), &[]).unwrap();
     let mut model = Translator::load(&dir).unwrap();
-    model.set_languages(None, Some("en")).unwrap();
-    let lines = vec!["Das Haus ist alt.".to_string()];
-    let want = model.translate(&lines, &GreedyOptions::default()).unwrap();
+    let lines = vec![
+        "Das Haus ist alt.".to_string(),
+        "Er gab uns nur einen Bericht.".to_string(),
+    ];
+    let mut answers = Vec::new();
+    for (target, body) in [
+        ("en", json!({"q": lines, "source": "de", "target": "en"})),
+        ("es", json!({"q": lines, "source": "de", "target": "es"})),
+        ("en", json!({"q": lines, "source": "de"})),
+        (
+            "de",
+            json!({"q": lines, "source": "en", "target": "de", "alternatives": 1}),
+        ),
+    ] {
+        model.set_languages(None, Some(target)).unwrap();
+        let (status, got) = post(server.addr, "/translate", &body);
+        assert_eq!(status, 200, "{body}: {got}");
+        let want = match body.get("alternatives") {
+            None => json!(model.translate(&lines, &GreedyOptions::default()).unwrap()),
+            Some(_) => {
+                let beam = transformer::decode::beam::BeamOptions {
+                    beam_size: 4,
+                    nbest: 2,
+                    ..Default::default()
+                };
+                let nbest = model.translate_nbest(&lines, &beam).unwrap();
+                json!(nbest.iter().map(|l| l[0].1.clone()).collect::<Vec<_>>())
+            }
+        };
+        assert_eq!(got["translatedText"], want, "{body}");
+        answers.push(want);
+    }
+    assert_ne!(
+        answers[0], answers[1],
+        "the target's piece changes the translation"
+    );
+    assert_eq!(answers[0], answers[2], "the configured target by default");
+    // Every pair of its codes.
+    let (status, _, text) = request(server.addr, "GET", "/languages", None, T).unwrap();
+    assert_eq!(status, 200);
+    let languages: Value = serde_json::from_str(&text).unwrap();
+    let codes: Vec<&str> = (languages.as_array().unwrap().iter())
+        .map(|l| l["code"].as_str().unwrap())
+        .collect();
+    assert_eq!(codes, ["de", "en", "es"]);
+    assert_eq!(languages[0]["targets"], json!(["en", "es"]));
     let (status, got) = post(
         server.addr,
         "/translate",
-        &json!({"q": lines, "source": "de", "target": "en"}),
+        &json!({"q": lines[0], "source": "de", "target": "fr"}),
     );
-    assert_eq!(status, 200, "{got}");
-    assert_eq!(got["translatedText"], json!(want));
+    assert_eq!(status, 400, "{got}");
+    assert!(
+        got["error"].as_str().unwrap().contains("target \"fr\""),
+        "{got}"
+    );
     server.shutdown().unwrap();
+}
+
+/// BART with `forced_eos_token_id` 2 in its `config.json`: the running batch (greedy) and the
+/// beam's alternatives end each output at its limit with EOS, as the library does, where the
+/// fixture's own config lets them run to the limit unfinished.
+#[test]
+fn a_forced_eos_reaches_the_running_batch() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/bart");
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(&fixture).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+    }
+    let config = dir.path().join("config.json");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let text = text.replace(
+        "\"forced_eos_token_id\": null",
+        "\"forced_eos_token_id\": 2",
+    );
+    std::fs::write(&config, text).unwrap();
+    let forced = Translator::load(dir.path()).unwrap();
+    let plain = Translator::load(&fixture).unwrap();
+    assert!(forced.forced_end && !plain.forced_end);
+    let lines: Vec<String> = [
+        "Das Haus ist alt.",
+        "Er gab uns nur einen Bericht.",
+        "Ja",
+        "gut",
+    ]
+    .map(String::from)
+    .to_vec();
+    let options = GreedyOptions::default();
+    let want = forced.translate(&lines, &options).unwrap();
+    assert_ne!(
+        want,
+        plain.translate(&lines, &options).unwrap(),
+        "the forced EOS matters here"
+    );
+    serves_what_the_library_computes_from(dir.path(), "bart with forced EOS", &lines);
 }
 
 /// The fixture `name` served alone answers `/translate` (two lines greedy, one with an
@@ -288,13 +375,18 @@ fn serves_what_the_library_computes(name: &str) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name);
-    let server = start_pair(&dir, ("src", "tgt"), &[]).unwrap();
-    let model = Translator::load(&dir).unwrap();
     let lines = vec![
         "Das Haus ist alt.".to_string(),
         "Er gab uns nur einen Bericht.".to_string(),
     ];
-    let want = model.translate(&lines, &GreedyOptions::default()).unwrap();
+    serves_what_the_library_computes_from(&dir, name, &lines);
+}
+
+/// [`serves_what_the_library_computes`] of the model directory `dir` on `lines`.
+fn serves_what_the_library_computes_from(dir: &Path, name: &str, lines: &[String]) {
+    let server = start_pair(dir, ("src", "tgt"), &[]).unwrap();
+    let model = Translator::load(dir).unwrap();
+    let want = model.translate(lines, &GreedyOptions::default()).unwrap();
     let (status, got) = post(
         server.addr,
         "/translate",

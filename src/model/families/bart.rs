@@ -5,8 +5,8 @@
 //! `scale_embedding`, a tied head with `final_logits_bias` (see [`super::mbart`]). Tokens are
 //! GPT-2's byte-level BPE with fairseq's specials (`text::bart_tokenizer`): a source is
 //! `<s> pieces </s>`, the decoder starts from `</s>`, and `forced_bos_token_id`
-//! (`generation_config.json`'s, else `config.json`'s; `<s>` in the published models) is forced
-//! as the first output.
+//! (`generation_config.json`'s, else `config.json`'s, see [`super::generation_config`]; `<s>`
+//! in the published models) is forced as the first output.
 
 use super::hf_seq2seq::{BartDefaults, DecoderStart, HfBartConfig};
 use super::{Family, FamilyKind};
@@ -55,27 +55,8 @@ pub fn load(dir: &Path) -> Result<(Seq2Seq<f32>, Vocab, Languages)> {
         .map_err(|e| ckpt_err(&config_path, format!("not a BART config: {e}")))?;
     let config = hf.config(&BART).map_err(|e| ckpt_err(&config_path, e))?;
     let eos = hf.eos().map_err(|e| ckpt_err(&config_path, e))?;
-    // Where transformers 5 saves it, else where older versions did.
-    let generation_path = dir.join("generation_config.json");
-    let generation: serde_json::Value = match std::fs::read(&generation_path) {
-        Ok(bytes) => serde_json::from_slice(strip_bom(&bytes))
-            .map_err(|e| ckpt_err(&generation_path, format!("not valid JSON: {e}")))?,
-        Err(_) => serde_json::Value::Null,
-    };
-    let forced_value = match &generation["forced_bos_token_id"] {
-        serde_json::Value::Null => &json["forced_bos_token_id"],
-        v => v,
-    };
-    let forced = match forced_value {
-        serde_json::Value::Null => None,
-        v => Some(
-            (v.as_u64().and_then(|n| u32::try_from(n).ok()))
-                .filter(|&n| (n as usize) < hf.vocab_size)
-                .ok_or_else(|| {
-                    ckpt_err(&config_path, format!("forced_bos_token_id {v} is not a token id"))
-                })?,
-        ),
-    };
+    // generation_config.json's, else config.json's (as transformers 5 reads them).
+    let forced = super::generation_config::read(dir, &json, hf.vocab_size)?.forced_bos;
     let tokenizer = BartTokenizer::load(dir, hf.vocab_size, eos)?;
     let languages = Languages {
         source: Some(tokenizer.bos()),

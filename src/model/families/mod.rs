@@ -34,6 +34,7 @@ pub mod qwen3;
 pub mod qwen3_moe;
 pub mod rope_params;
 pub mod t5;
+pub mod generation_config;
 mod hf_seq2seq;
 
 pub use gguf::{load_gguf, GgufWeights};
