@@ -55,6 +55,7 @@ fn greedy(m: &Seq2Seq<f32>) -> Vec<Hypothesis> {
                 batch_size,
                 forced_first: None,
                 min_len: 0,
+                forced_end: false,
             };
             greedy_decode(m, &sources, &options)
         })
