@@ -150,7 +150,13 @@ impl<T: Float> DeltaState<T> {
     /// The recurrent form: one position of row `b`, `q`, `k [key_heads · d_k]` (normalised,
     /// `q` scaled), `v [value_heads · d_v]`, per value head its log-decay `g` and strength
     /// `beta` `[value_heads]`; writes `out [value_heads · d_v]` (see the module docs).
-    pub fn step(&mut self, b: usize, (q, k, v): (&[T], &[T], &[T]), (g, beta): (&[T], &[T]), out: &mut [T]) {
+    pub fn step(
+        &mut self,
+        b: usize,
+        (q, k, v): (&[T], &[T], &[T]),
+        (g, beta): (&[T], &[T]),
+        out: &mut [T],
+    ) {
         let sh = self.shape;
         let (dk, dv) = (sh.d_key, sh.d_value);
         let (q, k, v, g, beta) = (wide(q), wide(k), wide(v), wide(g), wide(beta));
@@ -174,7 +180,12 @@ impl<T: Float> DeltaState<T> {
             }
             let read = &mut out[h * dv..(h + 1) * dv];
             for (j, r) in read.iter_mut().enumerate() {
-                *r = T::of(qh.iter().enumerate().map(|(i, &qi)| qi * s[i * dv + j]).sum());
+                *r = T::of(
+                    qh.iter()
+                        .enumerate()
+                        .map(|(i, &qi)| qi * s[i * dv + j])
+                        .sum(),
+                );
             }
         }
     }
@@ -223,9 +234,14 @@ impl<T: Float> DeltaState<T> {
                 for i in 0..c {
                     let (bi, ei) = (strength(i), gamma[i].exp());
                     let (ui, rest) = u[..(i + 1) * dv].split_at_mut(i * dv);
-                    rest.iter_mut().zip(value(i)).for_each(|(x, &vx)| *x = bi * vx);
+                    rest.iter_mut()
+                        .zip(value(i))
+                        .for_each(|(x, &vx)| *x = bi * vx);
                     let (wi, wrest) = w[..(i + 1) * dk].split_at_mut(i * dk);
-                    wrest.iter_mut().zip(key(i)).for_each(|(x, &kx)| *x = bi * ei * kx);
+                    wrest
+                        .iter_mut()
+                        .zip(key(i))
+                        .for_each(|(x, &kx)| *x = bi * ei * kx);
                     for j in 0..i {
                         let aij = bi * dot(key(i), key(j)) * decay_between(i, j);
                         let (uj, wj) = (&ui[j * dv..(j + 1) * dv], &wi[j * dk..(j + 1) * dk]);
@@ -245,11 +261,15 @@ impl<T: Float> DeltaState<T> {
                     o.iter_mut().for_each(|x| *x = 0.0);
                     let ei = gamma[i].exp();
                     for (row, &qx) in s.chunks(dv).zip(query(i)) {
-                        o.iter_mut().zip(row).for_each(|(y, &sxy)| *y += qx * ei * sxy);
+                        o.iter_mut()
+                            .zip(row)
+                            .for_each(|(y, &sxy)| *y += qx * ei * sxy);
                     }
                     for j in 0..=i {
                         let weight = dot(query(i), key(j)) * decay_between(i, j);
-                        o.iter_mut().zip(&u[j * dv..(j + 1) * dv]).for_each(|(y, &x)| *y += weight * x);
+                        o.iter_mut()
+                            .zip(&u[j * dv..(j + 1) * dv])
+                            .for_each(|(y, &x)| *y += weight * x);
                     }
                     let at = &mut out[(start + i) * nv * dv + h * dv..][..dv];
                     at.iter_mut().zip(&o).for_each(|(y, &x)| *y = T::of(x));
@@ -261,7 +281,9 @@ impl<T: Float> DeltaState<T> {
                     let f = decay_between(c - 1, j);
                     let vj = &u[j * dv..(j + 1) * dv];
                     for (row, &kx) in s.chunks_mut(dv).zip(key(j)) {
-                        row.iter_mut().zip(vj).for_each(|(sxy, &y)| *sxy += f * kx * y);
+                        row.iter_mut()
+                            .zip(vj)
+                            .for_each(|(sxy, &y)| *sxy += f * kx * y);
                     }
                 }
                 start += c;

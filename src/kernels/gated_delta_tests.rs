@@ -27,15 +27,28 @@ fn unit(x: &mut [f64], scale: f64) {
 
 fn inputs(len: usize, rng: &mut Rng) -> Inputs {
     let sh = SHAPE;
-    let mut draw = |n: usize| (0..n).map(|_| rng.uniform_range(-1.0, 1.0)).collect::<Vec<f64>>();
-    let (mut q, mut k) = (draw(len * sh.key_heads * sh.d_key), draw(len * sh.key_heads * sh.d_key));
+    let mut draw = |n: usize| {
+        (0..n)
+            .map(|_| rng.uniform_range(-1.0, 1.0))
+            .collect::<Vec<f64>>()
+    };
+    let (mut q, mut k) = (
+        draw(len * sh.key_heads * sh.d_key),
+        draw(len * sh.key_heads * sh.d_key),
+    );
     for (qh, kh) in q.chunks_mut(sh.d_key).zip(k.chunks_mut(sh.d_key)) {
         unit(qh, 1.0 / (sh.d_key as f64).sqrt());
         unit(kh, 1.0);
     }
     let v = draw(len * sh.value_heads * sh.d_value);
-    let g = draw(len * sh.value_heads).iter().map(|x| -0.6 * x.abs()).collect();
-    let beta = draw(len * sh.value_heads).iter().map(|x| 0.5 + 0.45 * x).collect();
+    let g = draw(len * sh.value_heads)
+        .iter()
+        .map(|x| -0.6 * x.abs())
+        .collect();
+    let beta = draw(len * sh.value_heads)
+        .iter()
+        .map(|x| 0.5 + 0.45 * x)
+        .collect();
     Inputs { q, k, v, g, beta }
 }
 
@@ -57,7 +70,9 @@ fn reference(x: &Inputs, len: usize) -> (Vec<f64>, Vec<Vec<Vec<f64>>>) {
             for row in sh.iter_mut() {
                 row.iter_mut().for_each(|e| *e *= g.exp());
             }
-            let predicted: Vec<f64> = (0..dv).map(|j| (0..dk).map(|i| sh[i][j] * k[i]).sum()).collect();
+            let predicted: Vec<f64> = (0..dv)
+                .map(|j| (0..dk).map(|i| sh[i][j] * k[i]).sum())
+                .collect();
             for i in 0..dk {
                 for j in 0..dv {
                     sh[i][j] += k[i] * beta * (v[j] - predicted[j]);
@@ -77,11 +92,20 @@ fn cast(x: &[f64]) -> Vec<f32> {
 
 /// Runs the state's forms over `x`: position by position (`chunk` 0) or chunked, on row 1 of
 /// a state of 2 rows (row 0 stays empty).
-fn run<T: Float>(x: &Inputs, len: usize, chunk: usize, of: impl Fn(&[f64]) -> Vec<T>) -> (Vec<T>, DeltaState<T>) {
+fn run<T: Float>(
+    x: &Inputs,
+    len: usize,
+    chunk: usize,
+    of: impl Fn(&[f64]) -> Vec<T>,
+) -> (Vec<T>, DeltaState<T>) {
     let sh = SHAPE;
     let mut state = DeltaState::<T>::new(2, sh);
     let (q, k, v, g, beta) = (of(&x.q), of(&x.k), of(&x.v), of(&x.g), of(&x.beta));
-    let (wk, wv, nv) = (sh.key_heads * sh.d_key, sh.value_heads * sh.d_value, sh.value_heads);
+    let (wk, wv, nv) = (
+        sh.key_heads * sh.d_key,
+        sh.value_heads * sh.d_value,
+        sh.value_heads,
+    );
     let mut out = vec![T::zero(); len * wv];
     if chunk == 0 {
         for t in 0..len {
@@ -112,7 +136,10 @@ fn both_forms_equal_the_rule_in_float64() {
             for (a, b) in state.head_state(1, h).iter().zip(&flat) {
                 assert!((a - b).abs() < 1e-12, "chunk {chunk} state {h}: {a} vs {b}");
             }
-            assert!(state.head_state(0, h).iter().all(|&a| a == 0.0), "row 0 untouched");
+            assert!(
+                state.head_state(0, h).iter().all(|&a| a == 0.0),
+                "row 0 untouched"
+            );
         }
     }
     // Not a rule that passes by doing nothing: the outputs are of the values' size.
@@ -127,11 +154,19 @@ fn chunked_and_recurrent_agree_in_float32() {
     let x = inputs(len, &mut Rng::new(3));
     let (steps, s_steps) = run::<f32>(&x, len, 0, cast);
     let (chunked, s_chunked) = run::<f32>(&x, len, 16, cast);
-    let d = steps.iter().zip(&chunked).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+    let d = steps
+        .iter()
+        .zip(&chunked)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max);
     assert!(d < 1e-5, "outputs differ by {d:e}");
     for h in 0..SHAPE.value_heads {
         let (a, b) = (s_steps.head_state(1, h), s_chunked.head_state(1, h));
-        let d = a.iter().zip(b).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        let d = a
+            .iter()
+            .zip(b)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f64::max);
         assert!(d < 1e-5, "state {h} differs by {d:e}");
     }
 }
@@ -144,7 +179,9 @@ fn convolution_window_and_rows() {
     let sh = SHAPE;
     let (c_dim, kk) = (sh.conv_dim(), sh.conv_kernel);
     let mut rng = Rng::new(5);
-    let w: Vec<f64> = (0..c_dim * kk).map(|_| rng.uniform_range(-1.0, 1.0)).collect();
+    let w: Vec<f64> = (0..c_dim * kk)
+        .map(|_| rng.uniform_range(-1.0, 1.0))
+        .collect();
     let xs: Vec<Vec<f64>> = (0..6)
         .map(|_| (0..c_dim).map(|_| rng.uniform_range(-2.0, 2.0)).collect())
         .collect();
@@ -158,7 +195,11 @@ fn convolution_window_and_rows() {
                 .map(|j| w[c * kk + j] * xs[t + j + 1 - kk][c])
                 .sum();
             let want = z / (1.0 + (-z).exp());
-            assert!((y[c] - want).abs() < 1e-12, "t {t} c {c}: {} vs {want}", y[c]);
+            assert!(
+                (y[c] - want).abs() < 1e-12,
+                "t {t} c {c}: {} vs {want}",
+                y[c]
+            );
         }
     }
     // Row 1 never fed: its first output sees zeros before it.
@@ -179,5 +220,8 @@ fn convolution_window_and_rows() {
     let mut added = state.empty_like(1);
     assert_eq!(added.add_row(), 1);
     added.copy_row(1, &state, 0);
-    assert_eq!(added.len_values(), 2 * (3 * c_dim + sh.value_heads * sh.d_key * sh.d_value));
+    assert_eq!(
+        added.len_values(),
+        2 * (3 * c_dim + sh.value_heads * sh.d_key * sh.d_value)
+    );
 }

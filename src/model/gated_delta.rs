@@ -109,9 +109,16 @@ impl<T: Float> GatedDeltaNet<T> {
         let (spans, rows): (Vec<(usize, usize, usize)>, Vec<usize>) = match layout.feed {
             Feed::Ragged { rows, positions } => {
                 for (s, _) in runs(rows, positions) {
-                    assert_eq!(positions[s], cache.row_len(rows[s]), "tokens continue their row");
+                    assert_eq!(
+                        positions[s],
+                        cache.row_len(rows[s]),
+                        "tokens continue their row"
+                    );
                 }
-                let spans = runs(rows, positions).into_iter().map(|(s, n)| (rows[s], s, n)).collect();
+                let spans = runs(rows, positions)
+                    .into_iter()
+                    .map(|(s, n)| (rows[s], s, n))
+                    .collect();
                 (spans, rows.to_vec())
             }
             Feed::OnePerRow => {
@@ -121,9 +128,15 @@ impl<T: Float> GatedDeltaNet<T> {
             Feed::Uniform => {
                 let batch = cache.batch;
                 let q_len = x.len().checked_div(batch * d).unwrap_or(0);
-                assert_eq!(x.len(), batch * q_len * d, "query rows are not a whole number per row");
+                assert_eq!(
+                    x.len(),
+                    batch * q_len * d,
+                    "query rows are not a whole number per row"
+                );
                 let spans = (0..batch).map(|b| (b, b * q_len, q_len)).collect();
-                let rows = (0..batch).flat_map(|b| std::iter::repeat_n(b, q_len)).collect();
+                let rows = (0..batch)
+                    .flat_map(|b| std::iter::repeat_n(b, q_len))
+                    .collect();
                 (spans, rows)
             }
         };
@@ -173,7 +186,11 @@ impl<T: Float> GatedDeltaNet<T> {
         // o: [tokens, value_heads·d_v]
         let mut o = vec![T::zero(); tokens * wv];
         for &(b, s, n) in spans {
-            let qkv = (&q[s * wk..(s + n) * wk], &k[s * wk..(s + n) * wk], &v[s * wv..(s + n) * wv]);
+            let qkv = (
+                &q[s * wk..(s + n) * wk],
+                &k[s * wk..(s + n) * wk],
+                &v[s * wv..(s + n) * wv],
+            );
             let gates = (&g[s * nv..(s + n) * nv], &beta[s * nv..(s + n) * nv]);
             let out = &mut o[s * wv..(s + n) * wv];
             match n {
@@ -183,7 +200,10 @@ impl<T: Float> GatedDeltaNet<T> {
         }
         // The gated RMSNorm per value head: w ⊙ o / rms(o) ⊙ silu(z).
         let (mut normed, _) = self.norm.forward(&o);
-        normed.iter_mut().zip(&z).for_each(|(y, &zi)| *y *= zi * sigmoid(zi));
+        normed
+            .iter_mut()
+            .zip(&z)
+            .for_each(|(y, &zi)| *y *= zi * sigmoid(zi));
         self.out_proj.forward(&normed)
     }
 

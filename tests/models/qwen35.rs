@@ -33,7 +33,11 @@ fn check_against_float64(m: &LanguageModel<f32>, dir: &Path) -> (f64, f64) {
     let want = read_tensors(&dir.join("logits.safetensors")).unwrap();
     let v = m.config.vocab_size;
     let ids = |x: &serde_json::Value| -> Vec<u32> {
-        x.as_array().unwrap().iter().map(|i| i.as_u64().unwrap() as u32).collect()
+        x.as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i.as_u64().unwrap() as u32)
+            .collect()
     };
     let (mut worst, mut ratio) = (0.0f64, 0.0f64);
     for s in json["sequences"].as_array().unwrap() {
@@ -44,9 +48,15 @@ fn check_against_float64(m: &LanguageModel<f32>, dir: &Path) -> (f64, f64) {
         let mut path = input.clone();
         path.extend(&greedy_ids[..greedy_ids.len() - 1]);
         let ours = logits(m, &path);
-        let g = max_diff(&ours[(input.len() - 1) * v..], &want[&format!("{name}_greedy")].1);
+        let g = max_diff(
+            &ours[(input.len() - 1) * v..],
+            &want[&format!("{name}_greedy")].1,
+        );
         eprintln!("{name}: {d:.2e}, greedy path {g:.2e} (bound {tol:.2e})");
-        assert!(d < tol && g < tol, "{name}: logits differ by {d:e}, greedy path {g:e}");
+        assert!(
+            d < tol && g < tol,
+            "{name}: logits differ by {d:e}, greedy path {g:e}"
+        );
         (worst, ratio) = (worst.max(d).max(g), ratio.max(d.max(g) / tol));
         let ours = greedy(m, &input, greedy_ids.len());
         let margins = s["greedy_top1_margins"].as_array().unwrap();
@@ -74,10 +84,15 @@ fn qwen35_matches_transformers() {
         conv_kernel: 4,
     };
     assert_eq!(c.gated_delta.as_ref(), Some(&want));
-    assert_eq!((c.rotary_dim, c.attn_output_gate, c.norm_weight_offset), (Some(4), true, 1.0));
+    assert_eq!(
+        (c.rotary_dim, c.attn_output_gate, c.norm_weight_offset),
+        (Some(4), true, 1.0)
+    );
     assert!(!m.can_roll_back(), "a recurrent state cannot be cut back");
     let (d, ratio) = check_against_float64(&m, &dir.join("reference-hf"));
-    eprintln!("qwen3.5: max |Δ| to transformers (float64) {d:.2e}, at most {ratio:.2} of the bound");
+    eprintln!(
+        "qwen3.5: max |Δ| to transformers (float64) {d:.2e}, at most {ratio:.2} of the bound"
+    );
     // It loads with its tokenizer, as `generate` loads it.
     let g = TextGenerator::load(&dir.join("hf")).unwrap();
     assert!(g.model.config.gated_delta.is_some());
@@ -93,7 +108,11 @@ fn prefill_then_decode_equals_the_full_forward() {
     let v = m.config.vocab_size;
     let (rows, len, prefill) = (2, 90, 70);
     let seqs: Vec<Vec<u32>> = (0..rows)
-        .map(|r| (0..len).map(|t| ((t * 37 + r * 101 + 11) % (v - 8) + 8) as u32).collect())
+        .map(|r| {
+            (0..len)
+                .map(|t| ((t * 37 + r * 101 + 11) % (v - 8) + 8) as u32)
+                .collect()
+        })
         .collect();
     let full: Vec<Vec<f32>> = seqs.iter().map(|s| logits(&m, s)).collect();
     let mut state = m.start(rows, 128);
@@ -108,7 +127,10 @@ fn prefill_then_decode_equals_the_full_forward() {
         let tokens: Vec<u32> = seqs.iter().map(|s| s[t]).collect();
         let step = m.step_logits(&mut state, &tokens, &StepLayout::dense());
         for r in 0..rows {
-            worst = worst.max(max_diff(&step[r * v..(r + 1) * v], &full[r][t * v..(t + 1) * v]));
+            worst = worst.max(max_diff(
+                &step[r * v..(r + 1) * v],
+                &full[r][t * v..(t + 1) * v],
+            ));
         }
     }
     // (f32 rounding of products of other shapes, amplified as the reference's bounds say)
@@ -141,14 +163,31 @@ fn refused(edit: impl FnOnce(&mut serde_json::Value)) -> String {
 
 #[test]
 fn what_qwen35_does_not_compute_is_refused_by_name() {
-    let types = serde_json::json!(["linear_attention", "sliding_attention", "full_attention", "linear_attention"]);
+    let types = serde_json::json!([
+        "linear_attention",
+        "sliding_attention",
+        "full_attention",
+        "linear_attention"
+    ]);
     for (key, value, named) in [
         ("layer_types", types, "\"sliding_attention\""),
         ("attention_bias", serde_json::json!(true), "attention_bias"),
-        ("hidden_act", serde_json::json!("gelu"), "hidden_act \"gelu\""),
+        (
+            "hidden_act",
+            serde_json::json!("gelu"),
+            "hidden_act \"gelu\"",
+        ),
         ("num_experts", serde_json::json!(8), "num_experts 8"),
-        ("linear_num_value_heads", serde_json::json!(3), "value_heads 3"),
-        ("attn_output_gate", serde_json::json!(false), "attn_output_gate false"),
+        (
+            "linear_num_value_heads",
+            serde_json::json!(3),
+            "value_heads 3",
+        ),
+        (
+            "attn_output_gate",
+            serde_json::json!(false),
+            "attn_output_gate false",
+        ),
     ] {
         let e = refused(|j| j[key] = value.clone());
         assert!(e.contains(named), "{key}: {e}");

@@ -116,7 +116,8 @@ fn hf_config(bytes: &[u8], config_path: &Path, dir: &Path) -> Result<ModelConfig
     let hybrid: HybridFields = serde_json::from_slice(bytes)
         .map_err(|e| ckpt_err(config_path, format!("invalid Qwen3.5 config: {e}")))?;
     let mut llama: LlamaConfig = llama::parse_config(bytes, config_path)?;
-    let rotary_share = take_partial_rotary(&mut llama, hybrid.partial_rotary_factor).map_err(err)?;
+    let rotary_share =
+        take_partial_rotary(&mut llama, hybrid.partial_rotary_factor).map_err(err)?;
     // Our own reading of the layer types; Llama's reads sliding windows from them.
     llama.layer_types = None;
     let mut c = llama.model_config_of(&qwen3::VARIANT).map_err(err)?;
@@ -128,12 +129,17 @@ fn hf_config(bytes: &[u8], config_path: &Path, dir: &Path) -> Result<ModelConfig
 /// Removes the rotated share of each head from `llama`'s rotary fields (Llama's reader refuses
 /// it) and the M-RoPE sections (equal positions for text), returning the share (default 1;
 /// transformers' default for Qwen3.5 is 0.25, which its configs write out).
-fn take_partial_rotary(llama: &mut LlamaConfig, top: Option<f64>) -> std::result::Result<f64, String> {
+fn take_partial_rotary(
+    llama: &mut LlamaConfig,
+    top: Option<f64>,
+) -> std::result::Result<f64, String> {
     let mut share = top;
     llama.partial_rotary_factor = None;
     if let Some(serde_json::Value::Object(p)) = llama.rope_parameters.as_mut() {
         if let Some(v) = p.remove("partial_rotary_factor") {
-            share = Some(v.as_f64().ok_or(format!("rope_parameters.partial_rotary_factor {v} is not a number"))?);
+            share = Some(v.as_f64().ok_or(format!(
+                "rope_parameters.partial_rotary_factor {v} is not a number"
+            ))?);
         }
         p.remove("mrope_section");
         p.remove("mrope_interleaved");
@@ -143,15 +149,23 @@ fn take_partial_rotary(llama: &mut LlamaConfig, top: Option<f64>) -> std::result
 
 /// Qwen3.5's options on a Qwen3 config `c`: zero-centred norms, the gated attention rotating
 /// `rotary_share` of each head, the Gated DeltaNet layers; what is not computed named.
-fn hybrid_config(c: &mut ModelConfig, h: &HybridFields, rotary_share: f64) -> std::result::Result<(), String> {
+fn hybrid_config(
+    c: &mut ModelConfig,
+    h: &HybridFields,
+    rotary_share: f64,
+) -> std::result::Result<(), String> {
     if c.rope_scaling.is_some() {
         return Err("rope scaling is not supported with Qwen3.5's partial rotation".into());
     }
     if let Some(n) = h.num_experts.filter(|&n| n > 0) {
-        return Err(format!("num_experts {n} is not supported (Qwen3.5-MoE is not computed yet)"));
+        return Err(format!(
+            "num_experts {n} is not supported (Qwen3.5-MoE is not computed yet)"
+        ));
     }
     if h.attn_output_gate == Some(false) {
-        return Err("attn_output_gate false is not supported (Qwen3.5's attention is gated)".into());
+        return Err(
+            "attn_output_gate false is not supported (Qwen3.5's attention is gated)".into(),
+        );
     }
     let d_head = c.d_head();
     let rotary = (d_head as f64 * rotary_share) as usize;
@@ -208,7 +222,12 @@ fn hf_tensors(dir: &Path, tensors: TensorMap, config: &ModelConfig) -> Result<Te
         if let Some((shape, _)) = tensors.get_mut(&conv) {
             match shape[..] {
                 [c, 1, k] => *shape = vec![c, k],
-                _ => return Err(ckpt_err(dir, format!("tensor {conv} has shape {shape:?}, not [channels, 1, taps]"))),
+                _ => {
+                    return Err(ckpt_err(
+                        dir,
+                        format!("tensor {conv} has shape {shape:?}, not [channels, 1, taps]"),
+                    ))
+                }
             }
         }
         let q = format!("model.layers.{i}.self_attn.q_proj.weight");
@@ -216,7 +235,10 @@ fn hf_tensors(dir: &Path, tensors: TensorMap, config: &ModelConfig) -> Result<Te
             continue;
         };
         let [rows, cols] = shape[..] else {
-            return Err(ckpt_err(dir, format!("tensor {q} has shape {shape:?}, not a matrix")));
+            return Err(ckpt_err(
+                dir,
+                format!("tensor {q} has shape {shape:?}, not a matrix"),
+            ));
         };
         if !rows.is_multiple_of(2 * d_head) {
             return Err(ckpt_err(
@@ -225,7 +247,10 @@ fn hf_tensors(dir: &Path, tensors: TensorMap, config: &ModelConfig) -> Result<Te
             ));
         }
         // Head h's rows: the query's d_k, then the gate's d_k.
-        let (mut query, mut gate) = (Vec::with_capacity(data.len() / 2), Vec::with_capacity(data.len() / 2));
+        let (mut query, mut gate) = (
+            Vec::with_capacity(data.len() / 2),
+            Vec::with_capacity(data.len() / 2),
+        );
         for head in data.chunks(2 * d_head * cols) {
             query.extend_from_slice(&head[..d_head * cols]);
             gate.extend_from_slice(&head[d_head * cols..]);
