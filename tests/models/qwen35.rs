@@ -198,6 +198,17 @@ fn what_qwen35_does_not_compute_is_refused_by_name() {
         j["layer_types"].as_array_mut().unwrap().pop();
     });
     assert!(e.contains("layer_types has 3 entries for 4 layers"), "{e}");
+    // The multimodal checkpoints' model type is named, not just unknown.
+    let dir = std::env::temp_dir().join(format!("qwen35-multimodal-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("config.json"),
+        br#"{"model_type": "qwen3_5", "text_config": {}}"#,
+    )
+    .unwrap();
+    let e = TextGenerator::load(&dir).err().unwrap().to_string();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(e.contains("multimodal Qwen3.5 checkpoints"), "{e}");
     // Training refuses the hybrid's layers by name.
     let m = load_hf(&fixture().join("hf"));
     let e = m.config.check_trainable().unwrap_err();

@@ -41,6 +41,24 @@ pub const FAMILY: Family = Family {
     chat_template: None,
 };
 
+/// What to say of a `model_type` of Qwen3.5's that does not load yet: the multimodal
+/// checkpoints (`qwen3_5`, `Qwen3_5ForConditionalGeneration`: the text model under
+/// `text_config` and `model.language_model.*`) and the mixtures (`qwen3_5_moe`); empty for
+/// any other.
+pub fn unsupported_note(model_type: &str) -> &'static str {
+    match model_type {
+        "qwen3_5" => {
+            "; the multimodal Qwen3.5 checkpoints (text_config, model.language_model.*) do not \
+             load yet: a Qwen3_5ForCausalLM directory (qwen3_5_text) does"
+        }
+        "qwen3_5_moe" | "qwen3_5_moe_text" | "qwen3_next" => {
+            "; Qwen3.5-MoE and Qwen3-Next (hybrid stacks with mixtures of experts) are not \
+             computed yet: the dense Qwen3.5 (qwen3_5_text) is"
+        }
+        _ => "",
+    }
+}
+
 /// Hugging Face Qwen3.5 tensor names -> our module paths: Qwen3's, the attention's output gate
 /// (split from `q_proj` at load) and the Gated DeltaNet layers' (`linear_attn.*`, the same
 /// names on both sides).
