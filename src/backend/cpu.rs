@@ -2,7 +2,7 @@
 //! interface existed, with the same arguments, so the numbers are the same bits.
 
 use super::{
-    Attended, AttnDims, AttnMask, Backend, GgmlType, KeyRanges, KvType, KvView, LayerNormStats,
+    Attended, AttnDims, AttnMask, Backend, DeltaState, GgmlType, KeyRanges, KvType, KvView, LayerNormStats,
     LinearState, Llama3Scaling, MatMut, MatRef, PackedWeight, Precision, Purpose, RawBytes,
     RmsNormStats, Rope, SavedRef, WeightRef, YarnScaling,
 };
@@ -216,6 +216,43 @@ impl Backend for Cpu {
         out: &mut [T],
     ) {
         state.step(b, q, k, v, out)
+    }
+
+    #[inline]
+    fn gated_delta_convolve<T: Float>(
+        &self,
+        state: &mut DeltaState<T>,
+        b: usize,
+        weight: &[T],
+        x: &[T],
+        y: &mut [T],
+    ) {
+        state.convolve(b, weight, x, y)
+    }
+
+    #[inline]
+    fn gated_delta_step<T: Float>(
+        &self,
+        state: &mut DeltaState<T>,
+        b: usize,
+        qkv: (&[T], &[T], &[T]),
+        gates: (&[T], &[T]),
+        out: &mut [T],
+    ) {
+        state.step(b, qkv, gates, out)
+    }
+
+    #[inline]
+    fn gated_delta_chunk<T: Float>(
+        &self,
+        state: &mut DeltaState<T>,
+        b: usize,
+        qkv: (&[T], &[T], &[T]),
+        gates: (&[T], &[T]),
+        out: &mut [T],
+        chunk: usize,
+    ) {
+        state.chunk(b, qkv, gates, out, chunk)
     }
 
     #[inline]

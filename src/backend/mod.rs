@@ -66,6 +66,7 @@ pub use crate::kernels::attention::{
 // file's K-quant matrices.
 #[cfg(test)]
 pub use crate::kernels::{attention::TILED_FROM_KEYS, lowp::KQuantMatrix};
+pub use crate::kernels::gated_delta::{DeltaShape, DeltaState};
 pub use crate::kernels::hadamard::{
     key_rotation as kv_key_rotation, value_rotation as kv_value_rotation,
 };
@@ -221,6 +222,42 @@ pub trait Backend {
         b: usize,
         qkv: (&[T], &[T], &[T]),
         out: &mut [T],
+    );
+
+    /// One position of row `b` through a Gated DeltaNet layer's causal short convolution
+    /// (`kernels::gated_delta`): `y [conv_dim] = silu(Σ_j w[c, j] · window_j[c])` over the row's
+    /// last `K` inputs, `x [conv_dim]` the newest (`weight [conv_dim, K]`).
+    fn gated_delta_convolve<T: Float>(
+        &self,
+        state: &mut DeltaState<T>,
+        b: usize,
+        weight: &[T],
+        x: &[T],
+        y: &mut [T],
+    );
+
+    /// The gated delta rule's recurrent form, one position of row `b`: `S ← exp(g) S`,
+    /// `S += β k (v − Sᵀ k)ᵀ`, `out = Sᵀ q` per value head (`q, k [key_heads · d_k]`, `v, out
+    /// [value_heads · d_v]`, `g, β [value_heads]`).
+    fn gated_delta_step<T: Float>(
+        &self,
+        state: &mut DeltaState<T>,
+        b: usize,
+        qkv: (&[T], &[T], &[T]),
+        gates: (&[T], &[T]),
+        out: &mut [T],
+    );
+
+    /// The gated delta rule's chunked form over `len` positions of row `b` (`[len, …]` each),
+    /// `chunk` positions at a time: the recurrent form's outputs and final state, with products.
+    fn gated_delta_chunk<T: Float>(
+        &self,
+        state: &mut DeltaState<T>,
+        b: usize,
+        qkv: (&[T], &[T], &[T]),
+        gates: (&[T], &[T]),
+        out: &mut [T],
+        chunk: usize,
     );
 
     // ---- norms and positions ----

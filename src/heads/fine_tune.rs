@@ -33,6 +33,7 @@ pub fn fine_tune_lm(
     windows: &[Vec<u32>],
     plan: FineTune,
 ) -> Result<Vec<f64>> {
+    model.config.check_trainable().map_err(Error::Input)?;
     fine_tune(model, windows, plan, |model, group| {
         let (mut tokens, mut targets) = (Vec::new(), Vec::new());
         for w in group {

@@ -68,10 +68,13 @@ pub fn lm_windows(
     Ok(windows)
 }
 
-/// Refuses a language model whose weights the backward cannot differentiate: a token table
+/// Refuses a language model whose weights the backward cannot differentiate: a hybrid's
+/// inference-only layers ([`ModelConfig::check_trainable`](crate::model::ModelConfig::check_trainable)), a token table
 /// kept in a GGUF file's quantised blocks (load it dequantised to float32, as
 /// [`TextGenerator::load`] does) or linear layers packed for low-precision inference.
 pub fn check_backward(model: &crate::model::LanguageModel<f32>) -> Result<()> {
+    // A hybrid stack's Gated DeltaNet layers have no backward.
+    model.config.check_trainable().map_err(Error::Input)?;
     if model.embedding.has_stored_rows() {
         return Err(Error::Input(
             "the token embedding is held in quantised GGUF blocks, which the backward does not \

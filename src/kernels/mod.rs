@@ -10,6 +10,7 @@ mod attention_bias_tests;
 pub mod dropout;
 pub mod flash_attention;
 pub mod flash_decoding;
+pub mod gated_delta;
 pub mod hadamard;
 pub mod key_ranges;
 pub mod kv_blocks;

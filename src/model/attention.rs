@@ -19,6 +19,15 @@
 //! [`MultiHeadAttention::k_norm`]). Every path (training, attention maps, each decoding layout,
 //! cross-attention's cached keys) projects through the same two helpers, so none can skip it.
 //!
+//! Output gate (`output_gate`, Qwen3-Next and Qwen3.5's full-attention layers): the heads are
+//! multiplied by `σ(x W_gᵀ)` of the layer's input before `W^O`,
+//! `MultiHead = (Concat(head₁ … head_h) ⊙ σ(x W_gᵀ)) W^O`, `W_g [n_heads·d_k, d_model]` (the
+//! second half of each head's rows of the checkpoint's query projection). Inference only.
+//!
+//! Partial rotation (`rotary_dim`, Qwen3.5: a quarter of each head): only each head's first
+//! `rotary_dim` columns are rotated, as a head of that width (frequencies
+//! `base^(−2i/rotary_dim)`); the rest pass unrotated.
+//!
 //! Relative positions (T5, `super::relative_bias`): a self-attention with a
 //! [`relative_bias`](MultiHeadAttention::relative_bias) adds its learned bias of each key's
 //! offset from the query to every score, in every path (through the key ranges the one
@@ -101,6 +110,11 @@ pub struct MultiHeadAttention<T> {
     /// T5's relative position bias added to the scores (self-attention of a model with
     /// relative positions); `None`: no bias.
     pub relative_bias: Option<RelativeBias<T>>,
+    /// The output gate `W_g [n_heads·d_k, d_model]` (see the module docs); `None`: ungated.
+    pub output_gate: Option<Linear<T>>,
+    /// Rotary: the leading columns of each head that are rotated (see the module docs);
+    /// `None`: all `d_k`.
+    pub rotary_dim: Option<usize>,
 }
 
 /// What a per-head norm's backward needs: its input (the projection) and statistics.
@@ -222,6 +236,8 @@ impl<T: Float> MultiHeadAttention<T> {
             gates: Vec::new(),
             gate_grads: None,
             relative_bias: None,
+            output_gate: None,
+            rotary_dim: None,
         }
     }
 
@@ -336,10 +352,42 @@ impl<T: Float> MultiHeadAttention<T> {
     /// Rotates `x [batch*len, heads·d_k]` in place (queries: `n_heads`, keys: `n_kv_heads`),
     /// rows at positions `pos ..` (when rotary).
     pub(super) fn rotate(&self, x: &mut [T], len: usize, heads: usize, pos: usize) {
-        if self.rotary {
-            let d_head = self.d_head;
-            let factors = &self.rope_freq_factors;
-            CPU.rope(x, self.rope, factors, len, heads, (d_head, pos));
+        if !self.rotary {
+            return;
+        }
+        let (d_head, factors) = (self.d_head, &self.rope_freq_factors);
+        match self.rotary_dim.filter(|&r| r < d_head) {
+            None => CPU.rope(x, self.rope, factors, len, heads, (d_head, pos)),
+            Some(r) => {
+                // part: [rows, heads·r], each head's leading `r` columns, rotated as heads of
+                // width `r` and put back.
+                let mut part: Vec<T> = x.chunks(d_head).flat_map(|h| h[..r].to_vec()).collect();
+                CPU.rope(&mut part, self.rope, factors, len, heads, (r, pos));
+                for (h, p) in x.chunks_mut(d_head).zip(part.chunks(r)) {
+                    h[..r].copy_from_slice(p);
+                }
+            }
+        }
+    }
+
+    /// An empty [`AttentionCache`]: what a layer that has no backward keeps (a hybrid stack's
+    /// Gated DeltaNet layer, whose block panics on a backward).
+    pub(super) fn forward_nothing_saved(&self) -> AttentionCache<T> {
+        AttentionCache {
+            q: Vec::new(),
+            k: Vec::new(),
+            v: Vec::new(),
+            weights: SavedWeights::Linear,
+            key_lens: Vec::new(),
+            causal: true,
+            q_offset: 0,
+            window: None,
+            ctx: Vec::new(),
+            dims: self.dims(0, 0, 0, 0),
+            q_pos: 0,
+            k_pos: 0,
+            q_normed: None,
+            k_normed: None,
         }
     }
 
@@ -435,7 +483,7 @@ impl<T: Float> MultiHeadAttention<T> {
         let dims = self.dims(batch, q_len, k_len, k_len);
         if self.linear {
             let ctx = self.linear_context((&q, &k, &v), dims, mask);
-            let y = self.output(&ctx);
+            let y = self.output(x_q, &ctx);
             let cache = AttentionCache {
                 q,
                 k,
@@ -468,7 +516,7 @@ impl<T: Float> MultiHeadAttention<T> {
             AttnWeights::Probs(probs) => SavedWeights::Probs { probs, drop_mask },
             AttnWeights::LogSumExp(lse) => SavedWeights::LogSumExp(lse),
         };
-        let y = self.output(&ctx);
+        let y = self.output(x_q, &ctx);
         let cache = AttentionCache {
             q,
             k,
@@ -503,17 +551,29 @@ impl<T: Float> MultiHeadAttention<T> {
         let dims = self.dims(batch, q_len, k_len, k_len);
         if self.linear {
             let (ctx, weights) = self.linear_context_weights((&q, &k, &v), dims, mask);
-            return (self.output(&ctx), weights);
+            return (self.output(x_q, &ctx), weights);
         }
         let kv = KvView::Contiguous { k: &k, v: &v };
         let attended = self.attend(&q, kv, mask, dims, Purpose::Weights);
-        (self.output(&attended.ctx), probs(attended.weights))
+        (self.output(x_q, &attended.ctx), probs(attended.weights))
     }
 
-    /// The concatenated heads `ctx [rows, n_heads·d_k]` through the gates and `W^O`:
-    /// `Concat(ξ_h head_h) W^Oᵀ (+ b)`, `[rows, d_model]`.
-    pub(super) fn output(&self, ctx: &[T]) -> Vec<T> {
-        self.out_proj.forward(&gated(&self.gates, ctx, self.d_head))
+    /// The concatenated heads `ctx [rows, n_heads·d_k]` of the input rows `x [rows, d_model]`
+    /// through the gates and `W^O`: `Concat(ξ_h head_h) W^Oᵀ (+ b)`, `[rows, d_model]`; with an
+    /// [`output_gate`](Self::output_gate), `ctx ⊙ σ(x W_gᵀ)` first.
+    pub(super) fn output(&self, x: &[T], ctx: &[T]) -> Vec<T> {
+        let gated_heads = gated(&self.gates, ctx, self.d_head);
+        match &self.output_gate {
+            None => self.out_proj.forward(&gated_heads),
+            Some(w_g) => {
+                let mut heads = gated_heads.into_owned();
+                let gate = w_g.forward(x);
+                for (h, &g) in heads.iter_mut().zip(&gate) {
+                    *h *= T::one() / (T::one() + (-g).exp());
+                }
+                self.out_proj.forward(&heads)
+            }
+        }
     }
 
     /// Accumulates the four projections' gradients; returns `(dx_q, dx_kv)`.
@@ -524,6 +584,10 @@ impl<T: Float> MultiHeadAttention<T> {
         cache: AttentionCache<T>,
         dy: &[T],
     ) -> (Vec<T>, Vec<T>) {
+        assert!(
+            self.output_gate.is_none() && self.rotary_dim.is_none(),
+            "an output gate or a partial rotation has no backward (inference only)"
+        );
         let mut dctx = self
             .out_proj
             .backward(&gated(&self.gates, &cache.ctx, self.d_head), dy);
@@ -657,5 +721,6 @@ impl<T> Module<T> for MultiHeadAttention<T> {
             v.module("k_norm", n);
         }
         v.optional("relative_bias", self.relative_bias.as_mut());
+        v.optional("gate_proj", self.output_gate.as_mut());
     }
 }

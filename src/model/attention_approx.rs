@@ -163,6 +163,6 @@ impl<T: Float> MultiHeadAttention<T> {
             CPU.linear_attention_step(state, r, (qi, ki, vi), &mut ctx[i * d_q..(i + 1) * d_q]);
         }
         cache.advance_ragged(rows);
-        self.output(&ctx)
+        self.output(x, &ctx)
     }
 }

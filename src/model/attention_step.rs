@@ -128,7 +128,7 @@ impl<T: Float> MultiHeadAttention<T> {
             q_offset,
         };
         let attended = self.attend(&q, KvView::Store(cache), causal, dims, Purpose::Decode);
-        (self.output(&attended.ctx), probs(attended.weights))
+        (self.output(x, &attended.ctx), probs(attended.weights))
     }
 
     /// A prompt's self-attention when only each row's last position is read further: the keys
@@ -144,12 +144,13 @@ impl<T: Float> MultiHeadAttention<T> {
         cache.append(&k_new, &self.v_proj.forward(x));
         let k_len = cache.len;
         // q: [batch, d_model], the last position of each row, at position k_len - 1
-        let mut q = self.queries(&super::residual::last_rows(x, q_len, d));
+        let last = super::residual::last_rows(x, q_len, d);
+        let mut q = self.queries(&last);
         self.rotate(&mut q, 1, self.n_heads, k_len - 1);
         let dims = self.dims(batch, 1, k_len, cache.capacity);
         let seen = vec![k_len; batch];
         let attended = self.attend(&q, KvView::Store(cache), &seen, dims, Purpose::Decode);
-        (self.output(&attended.ctx), probs(attended.weights))
+        (self.output(&last, &attended.ctx), probs(attended.weights))
     }
 
     /// A continuous-batching step: `x [n, d_model]` are `n` tokens of any rows of `cache`, token
@@ -203,7 +204,7 @@ impl<T: Float> MultiHeadAttention<T> {
         };
         // (k and v are floats or packed, as the cache stores them)
         let attended = self.attend(&q, kv, &visible, dims, Purpose::Decode);
-        (self.output(&attended.ctx), probs(attended.weights))
+        (self.output(x, &attended.ctx), probs(attended.weights))
     }
 
     /// With a sliding window `w`, releases the blocks of row `b` of `cache` that a query at
@@ -239,6 +240,6 @@ impl<T: Float> MultiHeadAttention<T> {
         let q = self.queries(x_q);
         let dims = self.dims(batch, q_len, cache.len, cache.capacity);
         let attended = CPU.attention(&q, KvView::Store(cache), key_lens, dims, Purpose::Decode);
-        (self.output(&attended.ctx), probs(attended.weights))
+        (self.output(x_q, &attended.ctx), probs(attended.weights))
     }
 }

@@ -245,6 +245,20 @@ pub struct ModelConfig {
     /// FFN of [`d_ff`](Self::d_ff). Absent: `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub experts: Option<ExpertsConfig>,
+    // Hybrid stacks (Qwen3.5): `super::gated_delta` and the gated, partially rotated attention.
+    /// An output gate on every decoder self-attention: the heads multiplied by `σ(x W_gᵀ)`
+    /// before `W^O` (Qwen3-Next, Qwen3.5; parameter `self_attn.gate_proj`; inference only).
+    /// Absent: false.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub attn_output_gate: bool,
+    /// Rotary positions on each head's first `rotary_dim` columns only, as a head of that
+    /// width (Qwen3.5's `partial_rotary_factor`: a quarter). Absent: the whole head.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotary_dim: Option<usize>,
+    /// The decoder layers that are Gated DeltaNet layers instead of attention, and their
+    /// shape (a hybrid stack, Qwen3.5). Absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gated_delta: Option<GatedDeltaConfig>,
     // mBART / BART options (encoder-decoders only).
     /// A norm of each stack's embedded input, after the positions are added and before the
     /// dropout (mBART's and BART's `layernorm_embedding`; parameters `embedding.norm` for the
@@ -281,6 +295,30 @@ pub struct ExpertsConfig {
     /// Whether the chosen experts' probabilities are divided by their sum (Mixtral,
     /// Qwen3-MoE) or used as they are (OLMoE).
     pub normalise: bool,
+}
+
+/// The Gated DeltaNet layers of a hybrid stack (`super::gated_delta`): which decoder layers
+/// they are and their heads (transformers' `linear_*` fields of Qwen3.5).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatedDeltaConfig {
+    /// Per decoder layer: a Gated DeltaNet layer (`true`) or attention.
+    pub layers: Vec<bool>,
+    /// Query/key heads and their width d_k.
+    pub key_heads: usize,
+    pub d_key: usize,
+    /// Value heads (a multiple of `key_heads`) and their width d_v.
+    pub value_heads: usize,
+    pub d_value: usize,
+    /// Taps of the causal short convolution.
+    pub conv_kernel: usize,
+}
+
+impl GatedDeltaConfig {
+    /// Whether decoder layer `i` is a Gated DeltaNet layer.
+    pub fn is_delta(&self, i: usize) -> bool {
+        self.layers.get(i).copied().unwrap_or(false)
+    }
 }
 
 /// T5's relative position buckets: 32 buckets, offsets told apart up to 128.
@@ -438,6 +476,9 @@ impl ModelConfig {
             target_positions: false,
             source_eos: true,
             relative_buckets: T5_BUCKETS,
+            attn_output_gate: false,
+            rotary_dim: None,
+            gated_delta: None,
         })
     }
 

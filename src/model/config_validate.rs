@@ -94,7 +94,61 @@ impl ModelConfig {
         self.validate_layer_heads()?;
         self.validate_experts()?;
         self.validate_relative_positions()?;
+        self.validate_hybrid()?;
         self.validate_family_options()
+    }
+
+    /// The hybrid stack's options ([`gated_delta`](Self::gated_delta), [`rotary_dim`](
+    /// Self::rotary_dim), [`attn_output_gate`](Self::attn_output_gate)): one layer type per
+    /// decoder layer, value heads in whole groups per key head, positive widths and taps, an
+    /// even rotated width within the head, a decoder-only model without pruned heads.
+    fn validate_hybrid(&self) -> Result<(), String> {
+        if let Some(r) = self.rotary_dim {
+            if r == 0 || !r.is_multiple_of(2) || r > self.d_head() {
+                return Err(format!(
+                    "rotary_dim {r} must be even and in 2 ..= the head width {}",
+                    self.d_head()
+                ));
+            }
+        }
+        let hybrid = self.gated_delta.is_some() || self.attn_output_gate || self.rotary_dim.is_some();
+        if hybrid && (self.n_encoder_layers > 0 || !self.layer_heads.is_empty()) {
+            return Err("gated_delta, attn_output_gate and rotary_dim are for unpruned \
+                        decoder-only models"
+                .into());
+        }
+        let Some(g) = &self.gated_delta else {
+            return Ok(());
+        };
+        if g.layers.len() != self.n_decoder_layers {
+            return Err(format!(
+                "gated_delta.layers has {} entries for {} layers",
+                g.layers.len(),
+                self.n_decoder_layers
+            ));
+        }
+        for (name, n) in [
+            ("key_heads", g.key_heads),
+            ("d_key", g.d_key),
+            ("value_heads", g.value_heads),
+            ("d_value", g.d_value),
+            ("conv_kernel", g.conv_kernel),
+        ] {
+            if n == 0 || n > 1 << 16 {
+                return Err(format!("gated_delta.{name} {n} must be in 1 ..= 65536"));
+            }
+        }
+        if !g.value_heads.is_multiple_of(g.key_heads) {
+            return Err(format!(
+                "gated_delta.value_heads {} must be a multiple of key_heads {} (each key head \
+                 serves a group of value heads)",
+                g.value_heads, g.key_heads
+            ));
+        }
+        if (0..self.n_decoder_layers).any(|i| g.is_delta(i) && self.layer_attention_kind(i) != super::AttentionKind::Exact) {
+            return Err("a Gated DeltaNet layer with a layer_attention kind".into());
+        }
+        Ok(())
     }
 
     /// [`Positions::Relative`] (T5): an encoder-decoder with unpruned heads and softmax
@@ -134,6 +188,12 @@ impl ModelConfig {
     /// Whether a model of this config can be trained here (`train`, fine-tuning): not with
     /// relative positions, whose bias table gets no gradient from the attention kernels.
     pub fn check_trainable(&self) -> Result<(), String> {
+        if self.gated_delta.is_some() || self.attn_output_gate || self.rotary_dim.is_some() {
+            return Err("a hybrid linear-attention model (Gated DeltaNet layers, gated and \
+                        partially rotated attention: Qwen3.5) cannot be trained here: those \
+                        layers are computed for inference only"
+                .into());
+        }
         if self.positions == Positions::Relative {
             return Err("positions \"relative\" (T5's relative position bias) cannot be trained \
                         here: the attention kernels pass no gradient to the bias table, so T5 \

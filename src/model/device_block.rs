@@ -575,6 +575,9 @@ pub(super) fn check_block(
     post_ln: bool,
     shape: (usize, usize),
 ) -> Option<&'static str> {
+    if l.linear_attn.is_some() {
+        return Some("a Gated DeltaNet (linear-attention) layer");
+    }
     let Some(ffn) = l.ffn.dense() else {
         return Some(MIXTURE);
     };
@@ -603,6 +606,9 @@ pub(super) fn check_parts(
     }
     if a.pattern.is_some() || a.linear {
         return Some("sparse or linear attention");
+    }
+    if a.output_gate.is_some() || a.rotary_dim.is_some() {
+        return Some("an attention output gate or a partial rotation (Qwen3.5)");
     }
     if a.relative_bias.is_some() {
         return Some("a relative position bias (T5's)");

@@ -34,7 +34,8 @@
 //! **Linear attention** (`kernels::linear_attention`): such a layer stores no keys or values,
 //! only its running sums per row ([`KvCache::linear_state`], the same size at every length);
 //! its positions are counted ([`KvCache::advance_ragged`]) and its rows gathered, added and
-//! copied with the others.
+//! copied with the others. A Gated DeltaNet layer (`super::gated_delta`) keeps its
+//! convolution window and delta-rule states the same way ([`KvCache::delta_state`]).
 //!
 //! **Rollback** (speculative decoding, `rollback`): a row may be cut back to fewer positions
 //! ([`KvCache::truncate_row`]); the blocks past its new length are released, and a block it
@@ -54,7 +55,7 @@ pub mod rows;
 pub use prefix::PrefixBlocks;
 pub use rows::{KvTypes, StoredRows};
 
-use crate::backend::{KvSlice, KvStore, LinearState};
+use crate::backend::{DeltaState, KvSlice, KvStore, LinearState};
 use crate::Float;
 use std::borrow::Cow;
 
@@ -83,9 +84,9 @@ pub struct KvCache<T> {
     lens: Vec<usize>,
     /// Per row, its first block still held: those before were released (sliding window).
     first_live: Vec<usize>,
-    /// A linear-attention layer's running sums, one row per batch row (then no keys or values
-    /// are stored).
-    running: Option<LinearState<T>>,
+    /// A linear-attention or Gated DeltaNet layer's state, one row per batch row (then no keys
+    /// or values are stored).
+    running: Option<Running<T>>,
     /// Blocks kept for their prefix key after their last row left (see [`prefix`]).
     prefix: PrefixBlocks,
 }
@@ -134,7 +135,23 @@ impl<T: Float> KvCache<T> {
         make: impl FnOnce(usize) -> LinearState<T>,
     ) -> &mut LinearState<T> {
         let batch = self.batch;
-        self.running.get_or_insert_with(|| make(batch))
+        match self.running.get_or_insert_with(|| Running::Linear(make(batch))) {
+            Running::Linear(state) => state,
+            Running::Delta(_) => panic!("a Gated DeltaNet layer's cache read as linear attention's"),
+        }
+    }
+
+    /// The convolution windows and delta-rule states of a Gated DeltaNet layer, made by
+    /// `make(batch)` on first use.
+    pub fn delta_state(
+        &mut self,
+        make: impl FnOnce(usize) -> DeltaState<T>,
+    ) -> &mut DeltaState<T> {
+        let batch = self.batch;
+        match self.running.get_or_insert_with(|| Running::Delta(make(batch))) {
+            Running::Delta(state) => state,
+            Running::Linear(_) => panic!("a linear-attention layer's cache read as Gated DeltaNet's"),
+        }
     }
 
     /// Counts one more position for each entry of `rows` (a linear-attention layer, whose
@@ -306,7 +323,8 @@ impl<T: Float> KvCache<T> {
         assert!(n <= self.capacity, "KV cache capacity exceeded");
         let row = self.add_row();
         if let Some(theirs) = &other.running {
-            let state = self.linear_state(|rows| theirs.empty_like(rows));
+            let batch = self.batch;
+            let state = self.running.get_or_insert_with(|| theirs.empty_like(batch));
             state.copy_row(row, theirs, b);
             assert_eq!(
                 n,
@@ -532,6 +550,46 @@ impl<T: Float> KvStore<T> for KvCache<T> {
     }
     fn paged(&self) -> (KvSlice<'_, T>, KvSlice<'_, T>, Cow<'_, [u32]>) {
         KvCache::paged(self)
+    }
+}
+
+/// The state a layer keeps in place of keys and values: linear attention's running sums or a
+/// Gated DeltaNet layer's windows and states; either one row per batch row.
+#[derive(Clone, Debug)]
+enum Running<T> {
+    Linear(LinearState<T>),
+    Delta(DeltaState<T>),
+}
+
+impl<T: Float> Running<T> {
+    fn add_row(&mut self) -> usize {
+        match self {
+            Running::Linear(s) => s.add_row(),
+            Running::Delta(s) => s.add_row(),
+        }
+    }
+
+    fn gather_rows(&mut self, rows: &[usize]) {
+        match self {
+            Running::Linear(s) => s.gather_rows(rows),
+            Running::Delta(s) => s.gather_rows(rows),
+        }
+    }
+
+    fn empty_like(&self, rows: usize) -> Self {
+        match self {
+            Running::Linear(s) => Running::Linear(s.empty_like(rows)),
+            Running::Delta(s) => Running::Delta(s.empty_like(rows)),
+        }
+    }
+
+    /// Row `to` becomes a copy of row `from` of `other` (of the same kind and shape).
+    fn copy_row(&mut self, to: usize, other: &Self, from: usize) {
+        match (self, other) {
+            (Running::Linear(s), Running::Linear(o)) => s.copy_row(to, o, from),
+            (Running::Delta(s), Running::Delta(o)) => s.copy_row(to, o, from),
+            _ => panic!("a linear-attention row copied into a Gated DeltaNet cache, or back"),
+        }
     }
 }
 

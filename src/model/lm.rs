@@ -12,16 +12,19 @@
 
 use super::block::{SelfAttentionBlock, SelfAttentionBlockCache};
 use super::cache_stack::CacheStack;
-use super::config::{AttentionSite, ModelConfig};
+use super::config::{AttentionSite, GatedDeltaConfig, ModelConfig};
 use super::embedding::{Embedding, EmbeddingCache, Side};
+use super::gated_delta::GatedDeltaNet;
 use super::head::OutputHead;
 use super::kv_cache::KvTypes;
-use super::linear::{prepare_inference_all, prepare_precision_all, set_bf16_products_all};
+use super::linear::{
+    prepare_inference_all, prepare_precision_all, set_bf16_products_all, Linear,
+};
 use super::loss::LossStats;
 use super::param::{count_params, Init, Module, ParamVisitor, ShapesOnly};
 use super::stack::{Stack, StackCache};
 use super::step_layout::{embed_ragged, one_per_row, Feed, StepLayout};
-use crate::backend::{AttnMask, Bf16Kernel, Precision};
+use crate::backend::{AttnMask, Bf16Kernel, DeltaShape, Precision};
 use crate::rng::Rng;
 use crate::Float;
 use std::borrow::Cow;
@@ -78,15 +81,28 @@ impl<T: Float> LanguageModel<T> {
             Embedding::with_positions(c.vocab_size, c.d_model, c.max_len, c.positions, init);
         embedding.scaled = c.scale_embeddings;
         embedding.scale_override = c.embedding_scale;
-        // Layer `i` has `config.layer_n_heads(Decoder, i)` heads (fewer where pruned).
+        // Layer `i` has `config.layer_n_heads(Decoder, i)` heads (fewer where pruned), or is a
+        // hybrid stack's Gated DeltaNet layer (its attention without heads).
         let mut layer = 0;
         let mut blocks = Stack::new(
             c.n_decoder_layers,
             init,
             |init| {
-                let heads = c.layer_n_heads(AttentionSite::Decoder, layer);
+                let i = layer;
                 layer += 1;
-                SelfAttentionBlock::new(&block.with_heads(heads), init)
+                match c.gated_delta.as_ref().filter(|g| g.is_delta(i)) {
+                    Some(g) => delta_block(c, g, init),
+                    None => {
+                        let heads = c.layer_n_heads(AttentionSite::Decoder, i);
+                        let mut b = SelfAttentionBlock::new(&block.with_heads(heads), init);
+                        let a = &mut b.self_attn;
+                        a.rotary_dim = c.rotary_dim;
+                        if c.attn_output_gate {
+                            a.output_gate = Some(Linear::with_bias(c.d_model, a.d_q(), false, init));
+                        }
+                        b
+                    }
+                }
             },
             |init| block.final_norm(init),
         );
@@ -235,9 +251,14 @@ impl<T: Float> LanguageModel<T> {
     }
 
     /// Whether a decoding state can be cut back to fewer positions (speculative decoding):
-    /// not when a layer keeps running sums (linear attention) instead of keys and values.
+    /// not when a layer keeps running sums (linear attention, Gated DeltaNet) instead of keys
+    /// and values.
     pub fn can_roll_back(&self) -> bool {
-        !self.blocks.layers.iter().any(|l| l.self_attn.linear)
+        !self
+            .blocks
+            .layers
+            .iter()
+            .any(|l| l.self_attn.linear || l.linear_attn.is_some())
     }
 
     /// An empty incremental-decoding state for `batch` sequences of up to `capacity` positions
@@ -359,6 +380,26 @@ impl<T: Float> LanguageModel<T> {
         );
         let (x, _) = self.embedding.forward(tokens, q_len, pos, 0.0, None);
         (x, q_len)
+    }
+}
+
+/// A hybrid stack's Gated DeltaNet block (`g`'s shape): the layer, then the FFN, each in its
+/// residual connection; its self-attention has no heads (it is never called).
+fn delta_block<T: Float>(c: &ModelConfig, g: &GatedDeltaConfig, init: &mut impl Init) -> SelfAttentionBlock<T> {
+    let block = c.block();
+    let shape = DeltaShape {
+        key_heads: g.key_heads,
+        value_heads: g.value_heads,
+        d_key: g.d_key,
+        d_value: g.d_value,
+        conv_kernel: g.conv_kernel,
+    };
+    SelfAttentionBlock {
+        self_attn: block.with_heads(0).attention(true, init),
+        linear_attn: Some(GatedDeltaNet::new(c.d_model, shape, c.layer_norm_eps, init)),
+        self_attn_res: block.residual(init),
+        ffn: block.ffn(init),
+        ffn_res: block.residual(init),
     }
 }
 

@@ -36,6 +36,7 @@ pub mod experts;
 pub mod encoder;
 pub mod families;
 pub mod feed_forward;
+pub mod gated_delta;
 #[cfg(test)]
 mod gemma_tests;
 pub mod head;

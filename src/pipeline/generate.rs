@@ -145,9 +145,10 @@ impl TextGenerator {
                             &config_path,
                             format!(
                                 "model_type {kind:?} is not supported here ({} generate; a \
-                                 {} encoder embeds: transformer embed)",
+                                 {} encoder embeds: transformer embed){}",
                                 families::hf_list(FamilyKind::Decoder),
-                                families::hf_list(FamilyKind::Encoder)
+                                families::hf_list(FamilyKind::Encoder),
+                                families::qwen3_5::unsupported_note(kind)
                             ),
                         )
                     })?;

@@ -171,6 +171,17 @@ fn compute_lm(app: Arc<App>) {
         chat,
         ..
     } = generator;
+    if model.config.gated_delta.is_some() {
+        // The running batch's pool and admission count KV blocks, prefix caching shares them:
+        // a Gated DeltaNet layer holds a fixed-size state per request instead.
+        return fail(
+            &app,
+            "serve: this model has Gated DeltaNet (linear-attention) layers (a hybrid stack, \
+             Qwen3.5); the server's continuous batching, paged KV pool and prefix cache do not \
+             hold their per-request states yet (`transformer generate` runs it)"
+                .into(),
+        );
+    }
     if let Err(e) = model.set_kv_types(app.config.kv_types) {
         return fail(&app, e.to_string());
     }
@@ -252,7 +263,8 @@ fn engine_config(config: &ServeConfig, model: &LanguageModel<f32>) -> EngineConf
 pub fn prefix_cacheable(model: &LanguageModel<f32>) -> bool {
     let c = &model.config;
     (0..c.n_decoder_layers).all(|i| {
-        c.layer_window(i).is_none()
+        !c.gated_delta.as_ref().is_some_and(|g| g.is_delta(i))
+            && c.layer_window(i).is_none()
             && c.layer_attention_kind(i) == crate::model::attention_kind::AttentionKind::Exact
     })
 }

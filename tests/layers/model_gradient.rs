@@ -50,6 +50,9 @@ fn tiny_config(norm: NormPlacement, tie: bool, dropout: f64) -> ModelConfig {
         target_positions: false,
         source_eos: true,
         relative_buckets: transformer::model::config::T5_BUCKETS,
+        attn_output_gate: false,
+        rotary_dim: None,
+        gated_delta: None,
         qk_norm_whole: false,
     }
 }

@@ -342,6 +342,9 @@ fn tiny_config(positions: Positions, norm: NormPlacement, tie: bool, dropout: f6
         target_positions: false,
         source_eos: true,
         relative_buckets: transformer::model::config::T5_BUCKETS,
+        attn_output_gate: false,
+        rotary_dim: None,
+        gated_delta: None,
         qk_norm_whole: false,
     }
 }
@@ -473,6 +476,9 @@ fn decoding_model(positions: Positions, norm: NormPlacement, tie: bool, eos: f32
         target_positions: false,
         source_eos: true,
         relative_buckets: transformer::model::config::T5_BUCKETS,
+        attn_output_gate: false,
+        rotary_dim: None,
+        gated_delta: None,
         qk_norm_whole: false,
     };
     c.validate().unwrap();

@@ -55,6 +55,9 @@ fn config(norm: NormPlacement, tie: bool) -> ModelConfig {
         target_positions: false,
         source_eos: true,
         relative_buckets: transformer::model::config::T5_BUCKETS,
+        attn_output_gate: false,
+        rotary_dim: None,
+        gated_delta: None,
         qk_norm_whole: false,
     }
 }

@@ -62,6 +62,9 @@ fn config(norm: NormPlacement, tie: bool, dropout: f64, d_model: usize) -> Model
         target_positions: false,
         source_eos: true,
         relative_buckets: transformer::model::config::T5_BUCKETS,
+        attn_output_gate: false,
+        rotary_dim: None,
+        gated_delta: None,
         qk_norm_whole: false,
     }
 }

@@ -33,6 +33,7 @@ mod nllb;
 mod pretrained;
 mod pretrained_lowp;
 mod pruning;
+mod qwen35;
 mod seq2seq_reference;
 mod speculative;
 mod t5;

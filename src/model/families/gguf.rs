@@ -44,10 +44,18 @@ pub fn load_gguf(file: &GgufFile, weights: GgufWeights) -> Result<LanguageModel<
     let path = file.path();
     let arch = file.architecture()?;
     let (_, reader) = by_gguf_architecture(arch).ok_or_else(|| {
+        // llama.cpp's hybrid linear-attention architectures: named, not just unknown.
+        let hybrid = match arch {
+            "qwen35" | "qwen35moe" | "qwen3next" => {
+                "; its Gated DeltaNet (linear-attention) layers load from Hugging Face \
+                 directories only (model_type qwen3_5_text), not from GGUF files yet"
+            }
+            _ => "",
+        };
         ckpt_err(
             path,
             format!(
-                "general.architecture {arch:?} is not supported (GGUF files of {} load)",
+                "general.architecture {arch:?} is not supported (GGUF files of {} load){hybrid}",
                 super::gguf_list()
             ),
         )

@@ -153,6 +153,9 @@ impl Gpt2Config {
             target_positions: false,
             source_eos: true,
             relative_buckets: crate::model::config::T5_BUCKETS,
+            attn_output_gate: false,
+            rotary_dim: None,
+            gated_delta: None,
             qk_norm_whole: false,
         };
         c.validate()?;

@@ -31,6 +31,7 @@ pub mod olmoe;
 pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
+pub mod qwen3_5;
 pub mod qwen3_moe;
 pub mod rope_params;
 pub mod t5;
@@ -242,6 +243,8 @@ pub const FAMILIES: &[Family] = &[
     qwen3_moe::FAMILY,
     mixtral::FAMILY,
     olmoe::FAMILY,
+    // Hybrid linear attention.
+    qwen3_5::FAMILY,
     // Encoder-decoders.
     marian::FAMILY,
     m2m100::FAMILY,
@@ -366,8 +369,8 @@ mod tests {
         }
         assert_eq!(
             hf_list(FamilyKind::Decoder),
-            "llama, gpt2, gemma2, gemma3_text, mistral, qwen2, qwen3, phi3, qwen3_moe, mixtral \
-             and olmoe"
+            "llama, gpt2, gemma2, gemma3_text, mistral, qwen2, qwen3, phi3, qwen3_moe, mixtral, \
+             olmoe and qwen3_5_text"
         );
         assert_eq!(hf_list(FamilyKind::Encoder), "bert");
         assert_eq!(

@@ -174,6 +174,9 @@ impl LmModelSpec {
             embedding_norm: false,
             target_positions: false,
             relative_buckets: crate::model::config::T5_BUCKETS,
+            attn_output_gate: false,
+            rotary_dim: None,
+            gated_delta: None,
         };
         config
             .validate()
