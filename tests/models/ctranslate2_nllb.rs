@@ -11,10 +11,10 @@
 //! of lines we bound below. Mismatched tokenizer files and unknown codes are errors naming the
 //! file or the code.
 
-use super::ctranslate2::{check_outputs, fixtures, theirs, translate, Ids};
+use super::ctranslate2::{check_outputs, edited_copy, fixtures, theirs, translate, Ids};
 use crate::seq2seq_reference::fnv1a;
 use serde::Deserialize;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use transformer::decode::beam::BeamRules;
 use transformer::decode::greedy::GreedyOptions;
 use transformer::pipeline::translate::{Languages, Translator};
@@ -193,23 +193,10 @@ fn int8_nllb_runs_its_stored_rows_close_to_ctranslate2_int8() {
     }
 }
 
-/// The bound of the int8 test. Measured: 995 of 1000 lines (99.5%) deu_Latn → eng_Latn and
+/// The bound of the int8 test. Measured: 994 of 1000 lines (99.4%; 995 before the
+/// translators held each weight in one form) deu_Latn → eng_Latn and
 /// 840 of 841 (99.9%) eng_Latn → spa_Latn identical to CTranslate2 int8's.
 const INT8_SHARE: f64 = 0.95;
-
-/// A copy of the converted NLLB directory (its SentencePiece model copied from the link) in a
-/// fresh temporary directory, changed by `edit`.
-fn edited_copy(name: &str, edit: impl FnOnce(&Path)) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ct2-nllb-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    for entry in std::fs::read_dir(fixtures().join("nllb")).unwrap() {
-        let entry = entry.unwrap();
-        std::fs::copy(entry.path(), dir.join(entry.file_name())).unwrap();
-    }
-    edit(&dir);
-    dir
-}
 
 /// Rewrites the JSON file `name` of `dir` with `edit`.
 fn edit_json(dir: &Path, name: &str, edit: impl FnOnce(&mut serde_json::Value)) {
@@ -238,7 +225,7 @@ fn swap_codes(dir: &Path) {
 
 #[test]
 fn a_copied_tokenizer_json_that_matches_loads() {
-    let dir = edited_copy("tokenizer", copy_tokenizer_json);
+    let dir = edited_copy("nllb", "tokenizer", copy_tokenizer_json);
     let with = Translator::load(&dir).unwrap();
     let without = Translator::load(&fixtures().join("nllb")).unwrap();
     let line = "Die Ausdehnung des Weltalls übersteigt jedes Vorstellungsvermögen.";
@@ -331,7 +318,7 @@ fn mismatched_tokenizer_files_are_errors_naming_the_file() {
         ),
     ];
     for (name, edit, file, wanted) in cases {
-        let dir = edited_copy(name, edit);
+        let dir = edited_copy("nllb", name, edit);
         let e = Translator::load(&dir).err().expect("an error").to_string();
         let _ = std::fs::remove_dir_all(&dir);
         assert!(e.contains(file) && e.contains(wanted), "{name}: {e}");
