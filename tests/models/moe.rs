@@ -86,15 +86,19 @@ fn olmoe_matches_transformers() {
 
 /// `config.json` of `family` with `edit` applied, loaded through the table: the error.
 fn refused_config(family: &str, edit: impl FnOnce(&mut serde_json::Value)) -> String {
-    let what = format!("{family} edited");
-    let dir = fixture(family).join("hf");
+    refused_hf_config(&fixture(family).join("hf"), edit)
+}
+
+/// The `config.json` of the Hugging Face directory `dir` with `edit` applied, loaded through
+/// the family table: the error (an edited config that loads fails the test).
+pub fn refused_hf_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) -> String {
     let mut json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("config.json")).unwrap()).unwrap();
     edit(&mut json);
     let bytes = serde_json::to_vec(&json).unwrap();
     let family = families::by_model_type(json["model_type"].as_str().unwrap()).unwrap();
-    match families::load_hf_decoder(family, &dir, &bytes, &dir.join("config.json")) {
-        Ok(_) => panic!("{what}: loaded"),
+    match families::load_hf_decoder(family, dir, &bytes, &dir.join("config.json")) {
+        Ok(_) => panic!("{}: the edited config loaded", dir.display()),
         Err(e) => e.to_string(),
     }
 }

@@ -12,7 +12,6 @@
 use crate::families::{greedy, load_hf, logits, max_diff, HF_TOL};
 use std::path::{Path, PathBuf};
 use transformer::model::config::GatedDeltaConfig;
-use transformer::model::families;
 use transformer::model::{LanguageModel, StepLayout};
 use transformer::pipeline::generate::TextGenerator;
 use transformer::store::read_tensors;
@@ -149,16 +148,7 @@ fn prefill_then_decode_equals_the_full_forward() {
 
 /// `config.json` with `edit` applied, loaded through the table: the error.
 fn refused(edit: impl FnOnce(&mut serde_json::Value)) -> String {
-    let dir = fixture().join("hf");
-    let mut json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("config.json")).unwrap()).unwrap();
-    edit(&mut json);
-    let bytes = serde_json::to_vec(&json).unwrap();
-    let family = families::by_model_type(json["model_type"].as_str().unwrap()).unwrap();
-    match families::load_hf_decoder(family, &dir, &bytes, &dir.join("config.json")) {
-        Ok(_) => panic!("edited config loaded"),
-        Err(e) => e.to_string(),
-    }
+    crate::moe::refused_hf_config(&fixture().join("hf"), edit)
 }
 
 #[test]
