@@ -522,10 +522,24 @@ impl KQuantMatrix {
 #[cfg(target_arch = "x86_64")]
 #[inline]
 fn prefetch(bytes: &[u8]) {
-    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    prefetch_with::<{ std::arch::x86_64::_MM_HINT_T0 }>(bytes)
+}
+
+/// [`prefetch`] into the L2 cache only (`prefetcht1`), for streams requested far ahead.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn prefetch_to_l2(bytes: &[u8]) {
+    prefetch_with::<{ std::arch::x86_64::_MM_HINT_T1 }>(bytes)
+}
+
+/// Each 64-byte line of `bytes` requested with the hint `HINT`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_with<const HINT: i32>(bytes: &[u8]) {
+    use std::arch::x86_64::_mm_prefetch;
     for line in bytes.chunks(64) {
         // SAFETY: a prefetch reads nothing architecturally; the address is inside `bytes`.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr() as *const i8) };
+        unsafe { _mm_prefetch::<HINT>(line.as_ptr() as *const i8) };
     }
 }
 

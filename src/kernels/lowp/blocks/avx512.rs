@@ -177,7 +177,7 @@ pub(super) unsafe fn scaled_sums<const R: usize>(
 /// `out[i] = Σ_{b < 2·⌊nb/2⌋} (d_b e_b I_b + c_b f_b)` of weight rows `o0 + i`, `i < O`,
 /// against activation row 0: the float steps of [`scaled_sums::<1>`] for each row, the
 /// activations of a pair loaded once for the `O` rows; the same blocks `ahead` bytes further
-/// on prefetched (none when 0: four interleaved rows hide the stream from the hardware
+/// on prefetched into L2 (none when 0: four interleaved rows hide the stream from the hardware
 /// prefetcher).
 ///
 /// # Safety
@@ -224,7 +224,7 @@ pub(super) unsafe fn outputs<const O: usize>(
                 let at = rows[i].wrapping_add(ahead + 2 * p * kind.block_bytes());
                 // A hint only: it never faults and reads nothing into the program, whatever
                 // the address (`wrapping_add` may point past the weights on the last rows).
-                _mm_prefetch::<_MM_HINT_T0>(at as *const i8);
+                _mm_prefetch::<_MM_HINT_T1>(at as *const i8);
             }
             // SAFETY: p < nb / 2, row o0 + i < w.rows.
             let (wv, dw, c2) = unsafe { pair_weights(kind, rows[i], offsets[i], p, idx) };

@@ -19,7 +19,7 @@
 //! The integer sums are those of the VNNI kernels (exact), and the f32 steps theirs in their
 //! order, so every output is the portable kernel's bit for bit.
 
-use super::rows8::{by_type_and_rows, ExpandedActs, ACT_BYTES, GROUP, Q4_K_QS, Q6_K_QH, Q6_K_QL};
+use super::rows8::{by_type_and_rows, prefetch_ahead, ExpandedActs, ACT_BYTES, GROUP, Q4_K_QS, Q6_K_QH, Q6_K_QL};
 use super::{KQuantActs, KQuantMatrix};
 use crate::kernels::lowp::ROW_TILE;
 use std::arch::x86_64::*;
@@ -43,19 +43,6 @@ pub(super) unsafe fn group_sums(
     let args = (w, acts, expanded, r0, g, nb, sums);
     // SAFETY: the caller's contract, passed on with R = n.
     unsafe { by_type_and_rows!(w.ty, n, q4_k_sums, q6_k_sums, args) }
-}
-
-/// Super-blocks the kernels prefetch ahead of the one they multiply.
-const AHEAD: usize = 2;
-
-/// Starts the super-block [`AHEAD`] after the one at byte `at` of `stored` coming from memory
-/// (a hint; the groups lie one after the other, so past a group's end it is the next
-/// group's), unless it lies past the matrix.
-#[inline(always)]
-fn prefetch_ahead(stored: &[u8], at: usize, block: usize) {
-    if let Some(next) = stored.get(at + AHEAD * block..at + (AHEAD + 1) * block) {
-        super::prefetch(next);
-    }
 }
 
 /// The two 32-byte halves of the 64-byte vector at `p`.

@@ -16,7 +16,7 @@
 //!     y_r ← y_r + (d_r e) I_r
 //! ```
 
-use super::rows8::{ExpandedActs, GROUP, Q6_K_QH, Q6_K_QL};
+use super::rows8::{prefetch_ahead, ExpandedActs, GROUP, Q6_K_QH, Q6_K_QL};
 use super::{KQuantActs, KQuantMatrix};
 use crate::kernels::lowp::ROW_TILE;
 use std::arch::x86_64::*;
@@ -61,10 +61,7 @@ pub(super) unsafe fn sums_r<const R: usize>(
         // ((r0 + r) · nb + b) · 16, its scale at (r0 + r) · nb + b.
         unsafe {
             let blk = base.add(b * GROUP_BYTES);
-            if b + 2 < nb {
-                // The super-block after next starts coming from memory.
-                super::prefetch(&group[(b + 2) * GROUP_BYTES..][..GROUP_BYTES]);
-            }
+            prefetch_ahead(stored, (g * nb + b) * GROUP_BYTES, GROUP_BYTES);
             let mut isum = [_mm512_setzero_si512(); R];
             for c in 0..4 {
                 let (n, k) = (c / 2, c % 2);
