@@ -42,6 +42,18 @@ fn matrix(ty: GgmlType, rows: usize, cols: usize, seed: u32) -> PackedWeight {
         .expect("a block format")
 }
 
+/// Seconds of CPU this thread has run (its own clock: under other processes' load, a
+/// one-thread product's time without the waits).
+fn thread_cpu_secs() -> f64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec for clock_gettime to write.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
+}
+
 fn main() {
     let copies: usize = std::env::var("COPIES")
         .ok()
@@ -68,6 +80,20 @@ fn main() {
                 ws[0].product(&mut y, &x, 1);
             }
         }) / copies as f64;
+        let cpu = |f: &mut dyn FnMut()| {
+            let start = thread_cpu_secs();
+            f();
+            thread_cpu_secs() - start
+        };
+        let cpu_memory = cpu(&mut || {
+            for w in &ws {
+                w.product(&mut y, &x, 1);
+            }
+        }) / copies as f64;
+        println!(
+            "{ty:?} thread CPU from memory {:.1} GB/s",
+            bytes / cpu_memory / 1e9
+        );
         println!(
             "{ty:?} {rows}x{cols} ({:.1} MB): from memory {:.1} GB/s ({:.3} ms), from cache {:.1} GB/s ({:.3} ms)",
             bytes / 1e6,
