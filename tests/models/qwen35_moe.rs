@@ -17,6 +17,7 @@ use crate::qwen35::{check_against_float64, check_prefill_then_decode};
 use std::path::{Path, PathBuf};
 use transformer::model::ExpertsConfig;
 use transformer::pipeline::generate::{ModelPrecision, TextGenerator};
+use transformer::store::{read_hf_weights, tensors_to_bytes};
 
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qwen35")
@@ -143,6 +144,56 @@ fn what_the_hybrid_mixtures_do_not_compute_is_refused_by_name() {
     });
     assert!(
         e.contains("text_config.model_type \"qwen3_5_moe_text\""),
+        "{e}"
+    );
+}
+
+/// Experts stored whole, as transformers 5 holds them (`mlp.experts.gate_up_proj [E, 2·d_ff,
+/// d_model]`, each expert's gate rows then its up rows; `mlp.experts.down_proj [E, d_model,
+/// d_ff]`), load as the same model as experts stored one by one: the fixture's tensors merged
+/// so give identical logits; whole tensors of another shape than the config's are refused.
+#[test]
+fn experts_stored_whole_load_as_stored_one_by_one() {
+    let src = fixture().join("moe/hf");
+    let dir = std::env::temp_dir().join(format!("qwen35-moe-whole-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["config.json", "tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(src.join(f), dir.join(f)).unwrap();
+    }
+    let mut tensors = read_hf_weights(&src, |_| false).unwrap();
+    for i in 0..4 {
+        let stem = format!("model.layers.{i}.mlp.experts");
+        let (mut gate_up, mut down) = (Vec::new(), Vec::new());
+        for e in 0..8 {
+            let mut take = |part: &str| {
+                tensors
+                    .remove(&format!("{stem}.{e}.{part}.weight"))
+                    .unwrap()
+                    .1
+            };
+            gate_up.extend(take("gate_proj"));
+            gate_up.extend(take("up_proj"));
+            down.extend(take("down_proj"));
+        }
+        tensors.insert(format!("{stem}.gate_up_proj"), (vec![8, 64, 64], gate_up));
+        tensors.insert(format!("{stem}.down_proj"), (vec![8, 64, 32], down));
+    }
+    let list: Vec<(String, Vec<usize>, &[f32])> = tensors
+        .iter()
+        .map(|(n, (s, v))| (n.clone(), s.clone(), &v[..]))
+        .collect();
+    let path = dir.join("model.safetensors");
+    std::fs::write(&path, tensors_to_bytes(&list, &path).unwrap()).unwrap();
+    let whole = load_hf(&dir);
+    let e = refused_hf_config(&dir, |j| j["moe_intermediate_size"] = serde_json::json!(16));
+    std::fs::remove_dir_all(&dir).unwrap();
+    let ids = [10u32, 200, 33, 481, 7, 95, 300, 12];
+    let d = max_diff(&logits(&whole, &ids), &logits(&load_hf(&src), &ids));
+    assert_eq!(d, 0.0, "whole experts vs one by one");
+    assert!(
+        e.contains(
+            "tensor model.layers.0.mlp.experts.gate_up_proj has shape [8, 64, 64], not [8, 32, 64]"
+        ),
         "{e}"
     );
 }
