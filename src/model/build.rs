@@ -77,7 +77,8 @@ impl BlockConfig {
 
     /// The FFN sublayer of this block: the position-wise FFN, or with
     /// [`experts`](BlockConfig::experts) a mixture of experts (router, then each expert's
-    /// parameters from `init`), with the activation dropout.
+    /// parameters from `init`, then the shared expert's and its gate's if it has one), with
+    /// the activation dropout.
     pub fn ffn<T: Float>(&self, init: &mut impl Init) -> Ffn<T> {
         match self.experts {
             None => Ffn::Dense(Box::new(self.feed_forward(init))),
@@ -89,7 +90,11 @@ impl BlockConfig {
                     e.normalise,
                     init,
                 );
-                for expert in &mut moe.experts {
+                if let Some(width) = e.shared_d_ff {
+                    moe = moe.with_shared(width, self.activation, init);
+                }
+                let shared = moe.shared.as_mut().map(|s| &mut s.ffn);
+                for expert in moe.experts.iter_mut().chain(shared) {
                     expert.dropout = self.activation_dropout;
                 }
                 Ffn::Experts(Box::new(moe))

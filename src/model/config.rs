@@ -295,6 +295,11 @@ pub struct ExpertsConfig {
     /// Whether the chosen experts' probabilities are divided by their sum (Mixtral,
     /// Qwen3-MoE) or used as they are (OLMoE).
     pub normalise: bool,
+    /// The hidden width of a shared expert every token passes through, its output scaled by a
+    /// sigmoid gate `σ(x w_gᵀ)` (Qwen2-MoE, Qwen3-Next, Qwen3.5-MoE; parameters
+    /// `ffn.shared_expert.*` and `ffn.shared_expert_gate`). Absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_d_ff: Option<usize>,
 }
 
 /// The Gated DeltaNet layers of a hybrid stack (`super::gated_delta`): which decoder layers

@@ -221,6 +221,9 @@ impl ModelConfig {
         if e.d_ff == 0 {
             return Err("experts.d_ff must be positive".into());
         }
+        if e.shared_d_ff == Some(0) {
+            return Err("experts.shared_d_ff must be positive (or absent: no shared expert)".into());
+        }
         if self.n_encoder_layers > 0 {
             return Err(
                 "experts (a mixture-of-experts FFN) are for decoder-only models; this config \

@@ -209,6 +209,7 @@ fn bad_steps_and_unsupported_models_are_errors_naming_them() {
             top_k: 2,
             d_ff: 8,
             normalise: true,
+            shared_d_ff: None,
         })
     });
     let e = DeviceLm::new(Host, &moe).err().unwrap().to_string();

@@ -3,7 +3,11 @@
 //! picks `k` for each token:
 //!
 //! `p = softmax(x W_rᵀ)`, `S = top_k(p)`, `w_e = p_e / Σ_{j ∈ S} p_j` (normalised; or `w_e = p_e`),
-//! `MoE(x) = Σ_{e ∈ S} w_e · FFN_e(x)`.
+//! `MoE(x) = Σ_{e ∈ S} w_e · FFN_e(x)`,
+//!
+//! and, with a shared expert (Qwen2-MoE, Qwen3-Next, Qwen3.5-MoE), a dense FFN every token
+//! passes through, scaled by its own sigmoid gate `w_g [1, d_model]`:
+//! `MoE(x) = Σ_{e ∈ S} w_e · FFN_e(x) + σ(x w_gᵀ) · FFN_s(x)`.
 //!
 //! Tokens are grouped by expert, so each chosen expert is one product over its tokens (a
 //! prompt or a batch of rows reads each expert's weights once), and the weighted outputs are
@@ -13,7 +17,8 @@
 //! Backward, beside it: `dFFN_e = w_e dy` for each routed token, `dw_e = dy · FFN_e(x)`; the
 //! normalisation `dp_e = (dw_e − Σ_{j∈S} w_j dw_j) / Σ_{j∈S} p_j` on `S` (0 elsewhere), the
 //! softmax `dl = p ⊙ (dp − p · dp)`, then the router's product. The choice of `S` is piecewise
-//! constant and has no gradient.
+//! constant and has no gradient. The shared expert: `dFFN_s = σ dy`, and through its gate
+//! `dl_g = (dy · FFN_s(x)) σ (1 − σ)`, then the gate's product.
 
 use super::config::Activation;
 use super::feed_forward::{FeedForward, FeedForwardCache};
@@ -40,6 +45,25 @@ pub struct MixtureOfExperts<T> {
     /// Whether the chosen probabilities are divided by their sum (Mixtral, Qwen3-MoE) or used
     /// as they are (OLMoE).
     pub normalise: bool,
+    /// The expert every token passes through, if the model has one.
+    pub shared: Option<SharedExpert<T>>,
+}
+
+/// A dense FFN every token passes through, its output scaled by `σ(x w_gᵀ)`.
+#[derive(Clone, Debug)]
+pub struct SharedExpert<T> {
+    pub ffn: FeedForward<T>,
+    /// `w_g [1, d_model]`, no bias.
+    pub gate: Linear<T>,
+}
+
+/// What the shared expert's forward keeps: its output `[rows, d_model]`, its FFN's cache and
+/// the gate `σ [rows]`.
+#[derive(Clone, Debug)]
+struct SharedCache<T> {
+    y: Vec<T>,
+    cache: FeedForwardCache<T>,
+    sigma: Vec<T>,
 }
 
 /// What the mixture's forward keeps for its backward.
@@ -49,6 +73,8 @@ pub struct ExpertsCache<T> {
     probs: Vec<T>,
     /// `[rows * top_k]`, each token's choices in rank order.
     choices: Vec<Choice<T>>,
+    /// The shared expert's, if any.
+    shared: Option<SharedCache<T>>,
     /// Per expert with tokens: its tokens (rows of `x`), their inputs `[n, d_model]`, outputs
     /// `[n, d_model]` and the expert's cache.
     groups: Vec<ExpertGroup<T>>,
@@ -103,7 +129,19 @@ impl<T: Float> MixtureOfExperts<T> {
             experts,
             top_k,
             normalise,
+            shared: None,
         }
+    }
+
+    /// This mixture with a shared expert of `d_ff` hidden units with `activation` (no biases)
+    /// and its gate, drawn from `init` in that order.
+    pub fn with_shared(mut self, d_ff: usize, activation: Activation, init: &mut impl Init) -> Self {
+        let d = self.router.d_in;
+        self.shared = Some(SharedExpert {
+            ffn: FeedForward::with_bias(d, d_ff, activation, false, init),
+            gate: Linear::with_bias(d, 1, false, init),
+        });
+        self
     }
 
     /// Each token's choices, `[rows * top_k]`, and the router's probabilities `[rows, E]`.
@@ -157,11 +195,32 @@ impl<T: Float> MixtureOfExperts<T> {
                 cache,
             });
         }
+        let shared = self.shared.as_ref().map(|s| {
+            let (y_s, cache) = s.ffn.forward_train(x, rng);
+            // σ: [rows], the gate of each token.
+            let sigma: Vec<T> = s
+                .gate
+                .forward(x)
+                .into_iter()
+                .map(|l| T::one() / (T::one() + (-l).exp()))
+                .collect();
+            for ((out, part), &g) in y.chunks_mut(d).zip(y_s.chunks(d)).zip(&sigma) {
+                for (acc, &v) in out.iter_mut().zip(part) {
+                    *acc += g * v;
+                }
+            }
+            SharedCache {
+                y: y_s,
+                cache,
+                sigma,
+            }
+        });
         (
             y,
             ExpertsCache {
                 probs,
                 choices,
+                shared,
                 groups,
             },
         )
@@ -212,6 +271,18 @@ impl<T: Float> MixtureOfExperts<T> {
         }
         CPU.softmax_rows_backward(&mut dl, &cache.probs, e);
         CPU.add(&mut dx, &self.router.backward(x, &dl));
+        if let (Some(s), Some(c)) = (self.shared.as_mut(), cache.shared) {
+            // dy_s = σ dy; dl_g = (dy · FFN_s(x)) σ (1 − σ), [rows, 1].
+            let mut dy_s = Vec::with_capacity(dy.len());
+            let mut dl_g = Vec::with_capacity(rows);
+            for ((dy_r, y_r), &g) in dy.chunks(d).zip(c.y.chunks(d)).zip(&c.sigma) {
+                dy_s.extend(dy_r.iter().map(|&v| g * v));
+                let dg = dy_r.iter().zip(y_r).fold(T::zero(), |acc, (&a, &b)| acc + a * b);
+                dl_g.push(dg * g * (T::one() - g));
+            }
+            CPU.add(&mut dx, &s.ffn.backward(x, c.cache, &dy_s));
+            CPU.add(&mut dx, &s.gate.backward(x, &dl_g));
+        }
         dx
     }
 }
@@ -220,6 +291,10 @@ impl<T> Module<T> for MixtureOfExperts<T> {
     fn visit<'a>(&'a mut self, v: &mut ParamVisitor<'a, T>) {
         v.module("router", &mut self.router);
         v.list("experts", &mut self.experts);
+        if let Some(s) = &mut self.shared {
+            v.module("shared_expert", &mut s.ffn);
+            v.module("shared_expert_gate", &mut s.gate);
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! The mixture of experts against float64 loops written out here (router, softmax, top-k,
-//! normalised or not, each chosen expert's SwiGLU), its backward against central differences
+//! normalised or not, each chosen expert's SwiGLU, the shared expert and its sigmoid gate),
+//! its backward against central differences
 //! (every parameter and the input), and a language model whose blocks are mixtures: names,
 //! parameter count, config round trip, incremental decoding equal to the full forward.
 
@@ -8,8 +9,17 @@ use crate::model::attention_checks::{check_lm_decoding, linear_loops, max_diff, 
 use crate::model::{ExpertsConfig, LanguageModel, ModelConfig, NormPlacement, Positions};
 use crate::model::config::Normalization;
 
+/// One SwiGLU FFN written out: `down(silu(gate(x)) ⊙ up(x))`.
+fn swiglu_loops(xr: &[f64], f: &FeedForward<f64>) -> Vec<f64> {
+    let g = linear_loops(xr, f.gate.as_ref().unwrap());
+    let u = linear_loops(xr, &f.linear1);
+    let h: Vec<f64> = g.iter().zip(&u).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
+    linear_loops(&h, &f.linear2)
+}
+
 /// The mixture written out: per token, softmax of the router's logits, the `k` most likely
-/// experts, their weights, and `Σ w_e · down(silu(gate(x)) ⊙ up(x))`.
+/// experts, their weights, `Σ w_e · down(silu(gate(x)) ⊙ up(x))`, and with a shared expert
+/// `+ σ(x · w_g) · FFN_s(x)`.
 fn loops(m: &MixtureOfExperts<f64>, x: &[f64]) -> Vec<f64> {
     let d = m.router.d_in;
     let e = m.experts.len();
@@ -25,22 +35,33 @@ fn loops(m: &MixtureOfExperts<f64>, x: &[f64]) -> Vec<f64> {
         let sum: f64 = chosen.iter().map(|&j| p[j]).sum();
         for &j in chosen {
             let w = if m.normalise { p[j] / sum } else { p[j] };
-            let f = &m.experts[j];
-            let g = linear_loops(xr, f.gate.as_ref().unwrap());
-            let u = linear_loops(xr, &f.linear1);
-            let h: Vec<f64> = g.iter().zip(&u).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
-            let out = linear_loops(&h, &f.linear2);
+            let out = swiglu_loops(xr, &m.experts[j]);
             for (acc, v) in y[r * d..(r + 1) * d].iter_mut().zip(out) {
                 *acc += w * v;
+            }
+        }
+        if let Some(s) = &m.shared {
+            let gate = 1.0 / (1.0 + (-linear_loops(xr, &s.gate)[0]).exp());
+            let out = swiglu_loops(xr, &s.ffn);
+            for (acc, v) in y[r * d..(r + 1) * d].iter_mut().zip(out) {
+                *acc += gate * v;
             }
         }
     }
     y
 }
 
-fn mixture(normalise: bool, seed: u64) -> MixtureOfExperts<f64> {
+/// Five experts of 4 units over 6 columns, two a token; with `shared`, a shared expert of 3
+/// units and its gate.
+fn mixture((normalise, shared): (bool, bool), seed: u64) -> MixtureOfExperts<f64> {
     let mut rng = Rng::new(seed);
     let mut m = MixtureOfExperts::new(6, (5, 2, 4), Activation::SiluGated, normalise, &mut rng);
+    if shared {
+        m = m.with_shared(3, Activation::SiluGated, &mut rng);
+        // A gate away from 1/2 and different per token.
+        let g = &mut m.shared.as_mut().unwrap().gate.weight.value.data;
+        *g = uniform(g.len(), seed + 2).into_iter().map(|v| 3.0 * v).collect();
+    }
     m.router.weight.value.data = uniform(m.router.weight.value.data.len(), seed + 1)
         .into_iter()
         .map(|v| 2.0 * v)
@@ -66,11 +87,11 @@ fn route_picks_the_k_most_likely_and_normalises_them() {
 
 #[test]
 fn mixture_matches_float64_loops() {
-    for normalise in [true, false] {
-        let m = mixture(normalise, 3);
+    for (normalise, shared) in [(true, false), (false, false), (true, true), (false, true)] {
+        let m = mixture((normalise, shared), 3);
         let x = uniform(7 * 6, 9);
         let y = m.forward(&x);
-        assert!(max_diff(&y, &loops(&m, &x)) < 1e-12, "normalise {normalise}");
+        assert!(max_diff(&y, &loops(&m, &x)) < 1e-12, "normalise {normalise} shared {shared}");
         // Every expert gets a token among these seven, and the choice matters: one expert
         // fewer per token is another output.
         let (choices, _) = m.choices(&x);
@@ -80,13 +101,19 @@ fn mixture_matches_float64_loops() {
         let mut top1 = m.clone();
         top1.top_k = 1;
         assert!(max_diff(&top1.forward(&x), &y) > 1e-3);
+        // The shared expert adds what its gate lets through: without it, another output.
+        if shared {
+            let mut alone = m.clone();
+            alone.shared = None;
+            assert!(max_diff(&alone.forward(&x), &y) > 1e-3);
+        }
     }
 }
 
 #[test]
 fn mixture_backward_matches_central_differences() {
-    for normalise in [true, false] {
-        let mut m = mixture(normalise, 5);
+    for (normalise, shared) in [(true, false), (false, true)] {
+        let mut m = mixture((normalise, shared), 5);
         let x = uniform(4 * 6, 11);
         let r = uniform(4 * 6, 12);
         let loss = |m: &MixtureOfExperts<f64>, x: &[f64]| -> f64 {
@@ -99,7 +126,8 @@ fn mixture_backward_matches_central_differences() {
             assert!((got - n).abs() < 1e-7, "normalise {normalise} dx {i}: {got} {n}");
         }
         let names: Vec<String> = m.params_mut().into_iter().map(|(n, _)| n).collect();
-        assert_eq!(names.len(), 1 + 5 * 3);
+        // The router, each expert's three products; the shared expert's three and its gate.
+        assert_eq!(names.len(), 1 + 5 * 3 + if shared { 4 } else { 0 });
         for name in names {
             let (w0, grad) = {
                 let mut params = m.params_mut();
@@ -131,6 +159,7 @@ fn moe_config() -> ModelConfig {
         top_k: 2,
         d_ff: 8,
         normalise: true,
+        shared_d_ff: None,
     });
     c
 }
@@ -169,4 +198,34 @@ fn a_language_model_of_mixtures_names_counts_and_decodes_them() {
     let mut bad = c;
     bad.n_encoder_layers = 1;
     assert!(bad.validate().unwrap_err().contains("decoder-only"));
+}
+
+#[test]
+fn a_language_model_with_a_shared_expert_names_counts_and_decodes_it() {
+    let mut c = moe_config();
+    c.experts.as_mut().unwrap().shared_d_ff = Some(6);
+    c.validate().unwrap();
+    let json = serde_json::to_string(&c).unwrap();
+    assert!(json.contains("\"normalise\":true,\"shared_d_ff\":6}"), "{json}");
+    assert_eq!(serde_json::from_str::<ModelConfig>(&json).unwrap(), c);
+    let mut lm = LanguageModel::<f64>::new(c.clone(), &mut Rng::new(5));
+    let names: Vec<String> = lm.params_mut().into_iter().map(|(n, _)| n).collect();
+    for want in [
+        "layers.0.ffn.shared_expert.gate.weight",
+        "layers.1.ffn.shared_expert.linear1.weight",
+        "layers.1.ffn.shared_expert.linear2.weight",
+        "layers.1.ffn.shared_expert_gate.weight",
+    ] {
+        assert!(names.iter().any(|n| n == want), "{want} missing");
+    }
+    // Each layer: a SwiGLU of 6 units over 16 columns and a gate of 16 weights more.
+    let mut plain = c.clone();
+    plain.experts.as_mut().unwrap().shared_d_ff = None;
+    let count = |c: &ModelConfig| crate::model::lm::lm_n_params(c).unwrap();
+    assert_eq!(count(&c), count(&plain) + 2 * (3 * 16 * 6 + 16));
+    assert_eq!(count(&c), lm.n_params());
+    check_lm_decoding(&lm, &[3, 17, 5, 33, 8, 21, 1, 9, 30, 2], 2);
+    let mut bad = c;
+    bad.experts.as_mut().unwrap().shared_d_ff = Some(0);
+    assert!(bad.validate().unwrap_err().contains("shared_d_ff"));
 }

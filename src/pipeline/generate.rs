@@ -85,9 +85,12 @@ pub struct TextGenerator {
 }
 
 /// The end-of-sequence id of a Hugging Face `config.json` (`eos_token_id`: a number or a list,
-/// the first taken).
+/// the first taken; a multimodal checkpoint's may be its `text_config`'s only).
 pub(crate) fn hf_eos(config: &serde_json::Value) -> Option<u32> {
-    let v = config.get("eos_token_id")?;
+    let v = config
+        .get("eos_token_id")
+        .filter(|v| !v.is_null())
+        .or_else(|| config.get("text_config")?.get("eos_token_id"))?;
     let id = v.as_u64().or_else(|| v.as_array()?.first()?.as_u64())?;
     u32::try_from(id).ok()
 }
@@ -145,10 +148,9 @@ impl TextGenerator {
                             &config_path,
                             format!(
                                 "model_type {kind:?} is not supported here ({} generate; a \
-                                 {} encoder embeds: transformer embed){}",
+                                 {} encoder embeds: transformer embed)",
                                 families::hf_list(FamilyKind::Decoder),
                                 families::hf_list(FamilyKind::Encoder),
-                                families::qwen3_5::unsupported_note(kind)
                             ),
                         )
                     })?;

@@ -34,6 +34,7 @@ mod pretrained;
 mod pretrained_lowp;
 mod pruning;
 mod qwen35;
+mod qwen35_moe;
 mod seq2seq_reference;
 mod speculative;
 mod t5;

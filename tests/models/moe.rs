@@ -53,6 +53,7 @@ fn qwen3_moe_matches_transformers() {
         top_k: 2,
         d_ff: 32,
         normalise: true,
+        shared_d_ff: None,
     };
     check_family("qwen3_moe", want);
 }
@@ -64,6 +65,7 @@ fn mixtral_matches_transformers() {
         top_k: 2,
         d_ff: 32,
         normalise: true,
+        shared_d_ff: None,
     };
     check_family("mixtral", want);
 }
@@ -76,6 +78,7 @@ fn olmoe_matches_transformers() {
         top_k: 2,
         d_ff: 32,
         normalise: false,
+        shared_d_ff: None,
     };
     check_family("olmoe", want);
     let m = load_hf(&fixture("olmoe").join("hf"));

@@ -26,7 +26,7 @@ fn fixture() -> PathBuf {
 /// amplifies rounding (in float64, one float32 ulp of noise on the embeddings moves its logits
 /// by up to 1.3e-4), so any float32 computation of it is that far from exact; greedy ids through our decoding state equal to `generate`'s while the margin exceeds
 /// 1e-3. Returns the largest difference and the largest ratio to the sequence's bound.
-fn check_against_float64(m: &LanguageModel<f32>, dir: &Path) -> (f64, f64) {
+pub fn check_against_float64(m: &LanguageModel<f32>, dir: &Path) -> (f64, f64) {
     let json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("reference.json")).unwrap()).unwrap();
     let want = read_tensors(&dir.join("logits.safetensors")).unwrap();
@@ -103,7 +103,11 @@ fn qwen35_matches_transformers() {
 /// with only the last outputs, the same last rows.
 #[test]
 fn prefill_then_decode_equals_the_full_forward() {
-    let m = load_hf(&fixture().join("hf"));
+    check_prefill_then_decode(&load_hf(&fixture().join("hf")));
+}
+
+/// [`prefill_then_decode_equals_the_full_forward`] on the model `m`.
+pub fn check_prefill_then_decode(m: &LanguageModel<f32>) {
     let v = m.config.vocab_size;
     let (rows, len, prefill) = (2, 90, 70);
     let seqs: Vec<Vec<u32>> = (0..rows)
@@ -113,7 +117,7 @@ fn prefill_then_decode_equals_the_full_forward() {
                 .collect()
         })
         .collect();
-    let full: Vec<Vec<f32>> = seqs.iter().map(|s| logits(&m, s)).collect();
+    let full: Vec<Vec<f32>> = seqs.iter().map(|s| logits(m, s)).collect();
     let mut state = m.start(rows, 128);
     let prompt: Vec<u32> = seqs.iter().flat_map(|s| s[..prefill].to_vec()).collect();
     let first = m.step_logits(&mut state, &prompt, &StepLayout::dense());
@@ -188,17 +192,9 @@ fn what_qwen35_does_not_compute_is_refused_by_name() {
         j["layer_types"].as_array_mut().unwrap().pop();
     });
     assert!(e.contains("layer_types has 3 entries for 4 layers"), "{e}");
-    // The multimodal checkpoints' model type is named, not just unknown.
-    let dir = std::env::temp_dir().join(format!("qwen35-multimodal-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("config.json"),
-        br#"{"model_type": "qwen3_5", "text_config": {}}"#,
-    )
-    .unwrap();
-    let e = TextGenerator::load(&dir).err().unwrap().to_string();
-    std::fs::remove_dir_all(&dir).unwrap();
-    assert!(e.contains("multimodal Qwen3.5 checkpoints"), "{e}");
+    // The dense model refuses experts and names the family that has them.
+    let e = refused(|j| j["num_experts"] = serde_json::json!(8));
+    assert!(e.contains("qwen3_5_moe_text"), "{e}");
     // Training refuses the hybrid's layers by name.
     let m = load_hf(&fixture().join("hf"));
     let e = m.config.check_trainable().unwrap_err();

@@ -1,6 +1,7 @@
 //! The mixture-of-experts fields of the families that have them ([`ExpertsConfig`], computed
 //! by `crate::model::experts`), read from a Hugging Face `config.json` or a GGUF file's
-//! metadata, and the split of GGUF's merged expert tensors into one tensor per expert.
+//! metadata, and the split of GGUF's merged expert tensors (and of transformers 5's whole
+//! 3-D expert tensors, [`split_whole_experts_hf`]) into one tensor per expert.
 //!
 //! A GGUF file stores each layer's experts as one tensor of ggml dims `[cols, rows, E]`
 //! (`blk.{i}.ffn_{gate,up,down}_exps.weight`): expert `e`'s matrix is the `e`-th run of `rows`
@@ -10,7 +11,7 @@
 use super::llama::{self, Variant};
 use crate::error::Result;
 use crate::model::config::{ExpertsConfig, ModelConfig};
-use crate::store::ckpt_err;
+use crate::store::{ckpt_err, TensorMap};
 use crate::store::gguf::{GgufFile, TensorInfo};
 use serde::Deserialize;
 use std::path::Path;
@@ -44,8 +45,9 @@ pub struct HfExperts {
 pub enum Normalise {
     /// Always normalised (Mixtral: a softmax over the chosen logits).
     Always,
-    /// As `norm_topk_prob` says (absent: `false`, transformers' default).
-    AsConfigured,
+    /// As `norm_topk_prob` says; absent, the family's default in transformers (`false` for
+    /// Qwen3-MoE and OLMoE, `true` for Qwen3-Next).
+    AsConfigured { default: bool },
 }
 
 impl HfExperts {
@@ -89,8 +91,40 @@ impl HfExperts {
             d_ff: self.moe_intermediate_size.unwrap_or(d_ff),
             normalise: match normalise {
                 Normalise::Always => true,
-                Normalise::AsConfigured => self.norm_topk_prob.unwrap_or(false),
+                Normalise::AsConfigured { default } => self.norm_topk_prob.unwrap_or(default),
             },
+            shared_d_ff: None,
+        }))
+    }
+}
+
+impl HfExperts {
+    /// [`config`](Self::config) for a family whose every mixture has a shared expert with its
+    /// sigmoid gate (Qwen3-Next, Qwen3.5-MoE): `shared_expert_intermediate_size`, its width,
+    /// required (transformers would build one of its default width without it).
+    pub fn config_with_shared(
+        &self,
+        d_ff: usize,
+        normalise: Normalise,
+    ) -> std::result::Result<Option<ExpertsConfig>, String> {
+        let shared = match self.shared_expert_intermediate_size {
+            None => return Err("shared_expert_intermediate_size is missing (the family's mixtures \
+                                have a shared expert)"
+                .into()),
+            Some(0) => {
+                return Err("shared_expert_intermediate_size 0 is not supported (a shared expert \
+                            of no width)"
+                    .into())
+            }
+            Some(w) => w,
+        };
+        let routed = HfExperts {
+            shared_expert_intermediate_size: None,
+            ..self.clone()
+        };
+        Ok(routed.config(d_ff, normalise)?.map(|e| ExpertsConfig {
+            shared_d_ff: Some(shared),
+            ..e
         }))
     }
 }
@@ -163,6 +197,7 @@ pub fn gguf_experts(file: &GgufFile, d_ff: usize, normalise: bool) -> Result<Opt
         top_k,
         d_ff,
         normalise,
+        shared_d_ff: None,
     };
     Ok(Some(experts))
 }
@@ -215,4 +250,49 @@ pub fn split_experts(
             })
             .collect(),
     ))
+}
+
+/// Splits each layer's experts stored whole, as transformers 5 holds them (checkpoints of
+/// Qwen3-Next and Qwen3.5-MoE may be saved so): `model.layers.{i}.mlp.experts.gate_up_proj
+/// [E, 2·d_ff, d_model]` (expert `e`'s gate rows, then its up rows) and `…experts.down_proj
+/// [E, d_model, d_ff]`, into the per-expert tensors of the checkpoints saved expert by expert
+/// (`…experts.{e}.{gate,up,down}_proj.weight`). Tensors in `tensors` (read from `path`) of
+/// another shape than `config`'s experts are refused by name.
+pub fn split_whole_experts_hf(
+    path: &Path,
+    tensors: &mut TensorMap,
+    config: &ModelConfig,
+) -> Result<()> {
+    let Some(e) = config.experts else {
+        return Ok(());
+    };
+    let (n, d_ff, d) = (e.n_experts, e.d_ff, config.d_model);
+    for i in 0..config.n_decoder_layers {
+        let stem = format!("model.layers.{i}.mlp.experts");
+        for (name, rows, parts) in [
+            ("gate_up_proj", 2 * d_ff, &["gate_proj", "up_proj"][..]),
+            ("down_proj", d, &["down_proj"][..]),
+        ] {
+            let whole = format!("{stem}.{name}");
+            let Some((shape, data)) = tensors.remove(&whole) else {
+                continue;
+            };
+            let cols = if name == "down_proj" { d_ff } else { d };
+            if shape != [n, rows, cols] {
+                return Err(ckpt_err(
+                    path,
+                    format!("tensor {whole} has shape {shape:?}, not [{n}, {rows}, {cols}]"),
+                ));
+            }
+            // Expert k's block of rows·cols values, cut into its parts' equal row ranges.
+            let part_len = rows / parts.len() * cols;
+            for (k, block) in data.chunks(rows * cols).enumerate() {
+                for (part, values) in parts.iter().zip(block.chunks(part_len)) {
+                    let shape = vec![rows / parts.len(), cols];
+                    tensors.insert(format!("{stem}.{k}.{part}.weight"), (shape, values.to_vec()));
+                }
+            }
+        }
+    }
+    Ok(())
 }

@@ -27,12 +27,15 @@ pub mod marian;
 // Llama-style families: Mistral, Qwen2/2.5, Qwen3, Phi-3 (and their shared rotary reader).
 pub mod mistral;
 pub mod mixtral;
+pub mod multimodal;
 pub mod olmoe;
 pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
 pub mod qwen3_5;
+pub mod qwen3_5_moe;
 pub mod qwen3_moe;
+pub mod qwen3_next;
 pub mod rope_params;
 pub mod t5;
 pub mod generation_config;
@@ -243,8 +246,10 @@ pub const FAMILIES: &[Family] = &[
     qwen3_moe::FAMILY,
     mixtral::FAMILY,
     olmoe::FAMILY,
-    // Hybrid linear attention.
+    // Hybrid linear attention (and their mixtures of experts).
     qwen3_5::FAMILY,
+    qwen3_5_moe::FAMILY,
+    qwen3_next::FAMILY,
     // Encoder-decoders.
     marian::FAMILY,
     m2m100::FAMILY,
@@ -370,7 +375,7 @@ mod tests {
         assert_eq!(
             hf_list(FamilyKind::Decoder),
             "llama, gpt2, gemma2, gemma3_text, mistral, qwen2, qwen3, phi3, qwen3_moe, mixtral, \
-             olmoe and qwen3_5_text"
+             olmoe, qwen3_5_text, qwen3_5, qwen3_5_moe_text, qwen3_5_moe and qwen3_next"
         );
         assert_eq!(hf_list(FamilyKind::Encoder), "bert");
         assert_eq!(

@@ -59,7 +59,7 @@ fn hf_config(bytes: &[u8], config_path: &Path, dir: &Path) -> Result<ModelConfig
         let why = format!("config.json: clip_qkv {c} is not supported (unclipped projections only)");
         return Err(ckpt_err(dir, why));
     }
-    let what = (Normalise::AsConfigured, "num_experts");
+    let what = (Normalise::AsConfigured { default: false }, "num_experts");
     experts::hf_config((bytes, config_path, dir), &VARIANT, what, |c| {
         c.qk_norm_whole = true
     })

@@ -14,12 +14,18 @@
 //!   [`ModelConfig::rotary_dim`]); text positions are the same in the three M-RoPE sections, so
 //!   `mrope_section` changes nothing.
 //!
+//! The multimodal checkpoints (`Qwen3_5ForConditionalGeneration`, `model_type` `qwen3_5`) load
+//! as their text model ([`super::multimodal`]: `text_config`, `model.language_model.*`, the
+//! vision tower not loaded). The mixtures of experts built on the same stack are
+//! [`super::qwen3_5_moe`] and [`super::qwen3_next`], which read their configs and tensors
+//! through [`hybrid_hf_config`] and [`hybrid_tensors`].
+//!
 //! Refused by name: any other `layer_types` entry, biases, an activation other than SiLU, rope
-//! scaling. The multimodal `qwen3_5` checkpoints (`Qwen3_5ForConditionalGeneration`) and
-//! llama.cpp's `qwen35` GGUF files do not load yet (see [`super::FAMILIES`]' messages).
+//! scaling. llama.cpp's `qwen35` GGUF files do not load yet.
 
+use super::experts::{self as moe, HfExperts, Normalise};
 use super::llama::{self, LlamaConfig};
-use super::{qwen3, Family, FamilyKind, HfDecoder};
+use super::{multimodal, qwen3, Family, FamilyKind, HfDecoder};
 use crate::error::Result;
 use crate::model::checkpoint::RenameTable;
 use crate::model::config::{GatedDeltaConfig, ModelConfig};
@@ -31,37 +37,20 @@ use std::path::Path;
 pub const FAMILY: Family = Family {
     name: "qwen3_5",
     kind: FamilyKind::Decoder,
-    model_types: &["qwen3_5_text"],
+    model_types: &["qwen3_5_text", "qwen3_5"],
     hf_names: HF_NAMES,
     hf_decoder: Some(HfDecoder {
         config: hf_config,
-        tensors: hf_tensors,
+        tensors: hybrid_tensors,
     }),
     gguf: None,
     chat_template: None,
 };
 
-/// What to say of a `model_type` of Qwen3.5's that does not load yet: the multimodal
-/// checkpoints (`qwen3_5`, `Qwen3_5ForConditionalGeneration`: the text model under
-/// `text_config` and `model.language_model.*`) and the mixtures (`qwen3_5_moe`); empty for
-/// any other.
-pub fn unsupported_note(model_type: &str) -> &'static str {
-    match model_type {
-        "qwen3_5" => {
-            "; the multimodal Qwen3.5 checkpoints (text_config, model.language_model.*) do not \
-             load yet: a Qwen3_5ForCausalLM directory (qwen3_5_text) does"
-        }
-        "qwen3_5_moe" | "qwen3_5_moe_text" | "qwen3_next" => {
-            "; Qwen3.5-MoE and Qwen3-Next (hybrid stacks with mixtures of experts) are not \
-             computed yet: the dense Qwen3.5 (qwen3_5_text) is"
-        }
-        _ => "",
-    }
-}
-
 /// Hugging Face Qwen3.5 tensor names -> our module paths: Qwen3's, the attention's output gate
-/// (split from `q_proj` at load) and the Gated DeltaNet layers' (`linear_attn.*`, the same
-/// names on both sides).
+/// (split from `q_proj` at load), the Gated DeltaNet layers' (`linear_attn.*`, the same
+/// names on both sides) and the mixtures' of Qwen3.5-MoE and Qwen3-Next (`mlp.gate`, the
+/// router; `mlp.experts.{e}.*`; `mlp.shared_expert.*` and its gate `mlp.shared_expert_gate`).
 pub const HF_NAMES: RenameTable = RenameTable(&[
     ("model.embed_tokens.", "embedding."),
     (
@@ -104,6 +93,35 @@ pub const HF_NAMES: RenameTable = RenameTable(&[
     ("model.layers.{i}.mlp.gate_proj.", "layers.{i}.ffn.gate."),
     ("model.layers.{i}.mlp.up_proj.", "layers.{i}.ffn.linear1."),
     ("model.layers.{i}.mlp.down_proj.", "layers.{i}.ffn.linear2."),
+    ("model.layers.{i}.mlp.gate.", "layers.{i}.ffn.router."),
+    (
+        "model.layers.{i}.mlp.experts.{e}.gate_proj.",
+        "layers.{i}.ffn.experts.{e}.gate.",
+    ),
+    (
+        "model.layers.{i}.mlp.experts.{e}.up_proj.",
+        "layers.{i}.ffn.experts.{e}.linear1.",
+    ),
+    (
+        "model.layers.{i}.mlp.experts.{e}.down_proj.",
+        "layers.{i}.ffn.experts.{e}.linear2.",
+    ),
+    (
+        "model.layers.{i}.mlp.shared_expert.gate_proj.",
+        "layers.{i}.ffn.shared_expert.gate.",
+    ),
+    (
+        "model.layers.{i}.mlp.shared_expert.up_proj.",
+        "layers.{i}.ffn.shared_expert.linear1.",
+    ),
+    (
+        "model.layers.{i}.mlp.shared_expert.down_proj.",
+        "layers.{i}.ffn.shared_expert.linear2.",
+    ),
+    (
+        "model.layers.{i}.mlp.shared_expert_gate.",
+        "layers.{i}.ffn.shared_expert_gate.",
+    ),
     ("model.norm.", "final_norm."),
     ("lm_head.", "output_proj."),
 ]);
@@ -123,23 +141,76 @@ struct HybridFields {
     partial_rotary_factor: Option<f64>,
     #[serde(default)]
     attn_output_gate: Option<bool>,
-    /// Mixture-of-experts fields (Qwen3.5-MoE is another model type).
+    /// Mixture-of-experts fields (a dense family refuses them).
     #[serde(default)]
     num_experts: Option<usize>,
+    #[serde(default)]
+    moe_intermediate_size: Option<usize>,
 }
 
-/// A Hugging Face directory's `config.json` of `model_type` `qwen3_5_text`, as our config.
+/// What follows each mixing layer of a hybrid family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HybridFfn {
+    /// Qwen3.5's SwiGLU of `intermediate_size` (`num_experts` refused).
+    Dense,
+    /// A mixture of experts with a shared expert (`num_experts` required), its chosen weights
+    /// normalised as the family says.
+    Experts(Normalise),
+}
+
+/// A Hugging Face directory's `config.json` of `model_type` `qwen3_5_text` (or the multimodal
+/// `qwen3_5`), as our config.
 fn hf_config(bytes: &[u8], config_path: &Path, dir: &Path) -> Result<ModelConfig> {
+    hybrid_hf_config((bytes, config_path, dir), "qwen3_5_text", HybridFfn::Dense)
+}
+
+/// The config of a hybrid family's `config.json` (`bytes`, read from `config_path` in `dir`):
+/// a multimodal checkpoint's `text_config` (of `model_type` `text_type`), Qwen3's fields,
+/// Qwen3.5's hybrid ones ([`hybrid_config`]) and the FFNs `ffn` says. A mixture whose config
+/// has no dense `intermediate_size` (Qwen3.5-MoE: every FFN is a mixture) reads the experts'.
+pub fn hybrid_hf_config(
+    (bytes, config_path, dir): (&[u8], &Path, &Path),
+    text_type: &str,
+    ffn: HybridFfn,
+) -> Result<ModelConfig> {
     let err = |e: String| ckpt_err(dir, format!("config.json: {e}"));
-    let hybrid: HybridFields = serde_json::from_slice(bytes)
-        .map_err(|e| ckpt_err(config_path, format!("invalid Qwen3.5 config: {e}")))?;
-    let mut llama: LlamaConfig = llama::parse_config(bytes, config_path)?;
+    let invalid = |e: serde_json::Error| ckpt_err(config_path, format!("invalid config: {e}"));
+    let json: serde_json::Value = serde_json::from_slice(bytes).map_err(invalid)?;
+    let mut json = multimodal::text_config(json, config_path, text_type)?;
+    let hybrid: HybridFields = serde_json::from_value(json.clone()).map_err(invalid)?;
+    if let (HybridFfn::Experts(_), Some(o), Some(width)) = (
+        ffn,
+        json.as_object_mut(),
+        hybrid.moe_intermediate_size,
+    ) {
+        o.entry("intermediate_size").or_insert(width.into());
+    }
+    let bytes = serde_json::to_vec(&json).map_err(invalid)?;
+    let mut llama: LlamaConfig = llama::parse_config(&bytes, config_path)?;
     let rotary_share =
         take_partial_rotary(&mut llama, hybrid.partial_rotary_factor).map_err(err)?;
     // Our own reading of the layer types; Llama's reads sliding windows from them.
     llama.layer_types = None;
     let mut c = llama.model_config_of(&qwen3::VARIANT).map_err(err)?;
     hybrid_config(&mut c, &hybrid, rotary_share).map_err(err)?;
+    match ffn {
+        HybridFfn::Dense => {
+            if let Some(n) = hybrid.num_experts.filter(|&n| n > 0) {
+                return Err(err(format!(
+                    "num_experts {n} is not supported by the dense {text_type} (Qwen3.5-MoE is \
+                     qwen3_5_moe_text)"
+                )));
+            }
+        }
+        HybridFfn::Experts(normalise) => {
+            c.experts = HfExperts::parse(&bytes)
+                .and_then(|h| h.config_with_shared(llama.intermediate_size, normalise))
+                .map_err(err)?;
+            if c.experts.is_none() {
+                return Err(err("num_experts is missing (the family has experts)".into()));
+            }
+        }
+    }
     c.validate().map_err(err)?;
     Ok(c)
 }
@@ -174,11 +245,6 @@ fn hybrid_config(
 ) -> std::result::Result<(), String> {
     if c.rope_scaling.is_some() {
         return Err("rope scaling is not supported with Qwen3.5's partial rotation".into());
-    }
-    if let Some(n) = h.num_experts.filter(|&n| n > 0) {
-        return Err(format!(
-            "num_experts {n} is not supported (Qwen3.5-MoE is not computed yet)"
-        ));
     }
     if h.attn_output_gate == Some(false) {
         return Err(
@@ -226,14 +292,18 @@ fn hybrid_config(
     Ok(())
 }
 
-/// The tensors of a Qwen3.5 directory in our layout: Llama's dropped (rotary buffers, a tied
-/// `lm_head`) and the multi-token-prediction head (`mtp.*`, not used for decoding) with them;
-/// each convolution `[conv_dim, 1, K]` as `[conv_dim, K]`; each attention's `q_proj`
-/// `[heads · 2·d_k, d_model]` split head by head into `q_proj` and `gate_proj`
-/// `[heads · d_k, d_model]` each.
-fn hf_tensors(dir: &Path, tensors: TensorMap, config: &ModelConfig) -> Result<TensorMap> {
+/// The tensors of a hybrid family's directory in our layout: a multimodal checkpoint's
+/// language model as a text model's ([`multimodal::language_model_tensors`]); Llama's dropped
+/// (rotary buffers, a tied `lm_head`) and the multi-token-prediction head (`mtp.*`, not used
+/// for decoding) with them; each convolution `[conv_dim, 1, K]` as `[conv_dim, K]`; each
+/// attention's `q_proj` `[heads · 2·d_k, d_model]` split head by head into `q_proj` and
+/// `gate_proj` `[heads · d_k, d_model]` each; experts stored whole split one by one
+/// ([`moe::split_whole_experts_hf`]).
+pub fn hybrid_tensors(dir: &Path, tensors: TensorMap, config: &ModelConfig) -> Result<TensorMap> {
+    let tensors = multimodal::language_model_tensors(dir, tensors)?;
     let mut tensors = llama::hf_tensors(dir, tensors, config)?;
     tensors.retain(|name, _| !name.starts_with("mtp."));
+    moe::split_whole_experts_hf(dir, &mut tensors, config)?;
     let d_head = config.d_head();
     for i in 0..config.n_decoder_layers {
         let conv = format!("model.layers.{i}.linear_attn.conv1d.weight");

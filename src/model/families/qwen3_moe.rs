@@ -37,7 +37,7 @@ pub const FAMILY: Family = Family {
 /// A Hugging Face directory's `config.json` of `model_type` `qwen3_moe`, as our config
 /// (transformers 5 writes `num_experts` as `num_local_experts`: either name).
 fn hf_config(bytes: &[u8], config_path: &Path, dir: &Path) -> Result<ModelConfig> {
-    let what = (Normalise::AsConfigured, "num_experts");
+    let what = (Normalise::AsConfigured { default: false }, "num_experts");
     experts::hf_config((bytes, config_path, dir), &qwen3::VARIANT, what, |_| {})
 }
 

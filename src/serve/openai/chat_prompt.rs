@@ -3,7 +3,7 @@
 //! model without one (which then cannot be offered tools).
 //!
 //! Messages are OpenAI's: `{role, content}` with content a string or a list of text parts
-//! (joined), an assistant's `tool_calls` (`[{id, type: "function", function: {name,
+//! (joined; an image part is refused as image input, any other part by its type), an assistant's `tool_calls` (`[{id, type: "function", function: {name,
 //! arguments}}]`, content null or absent; `arguments`, a JSON string on the wire, is given to
 //! the template as the object it encodes, as llama.cpp's server does, since templates write it
 //! with `tojson`), and `role: "tool"` results with their `tool_call_id`. `tools` are
@@ -46,14 +46,10 @@ fn message(i: usize, m: &Value) -> Result<Value, ApiError> {
         Some(Value::Array(parts)) => Some(
             parts
                 .iter()
-                .map(|p| p.get("text").and_then(Value::as_str))
-                .collect::<Option<Vec<_>>>()
-                .map(|t| t.concat())
-                .ok_or_else(|| {
-                    bad(format!(
-                        "messages[{i}].content: only text parts are supported"
-                    ))
-                })?,
+                .enumerate()
+                .map(|(k, p)| text_part(i, k, p))
+                .collect::<Result<Vec<_>, _>>()?
+                .concat(),
         ),
         None | Some(Value::Null) => None,
         Some(_) => {
@@ -101,6 +97,27 @@ fn message(i: usize, m: &Value) -> Result<Value, ApiError> {
         }
     }
     Ok(Value::Object(out))
+}
+
+/// The text of part `k` of message `i`'s content, or why it is refused: an image (OpenAI's
+/// `image_url`, and `image` / `input_image`) named as image input, any other kind of part by
+/// its type.
+fn text_part(i: usize, k: usize, part: &Value) -> Result<&str, ApiError> {
+    let kind = part.get("type").and_then(Value::as_str);
+    match (kind, part.get("text").and_then(Value::as_str)) {
+        (None | Some("text"), Some(text)) => Ok(text),
+        (Some(t @ ("image_url" | "image" | "input_image")), _) => Err(bad(format!(
+            "messages[{i}].content[{k}]: image input is not supported (a part of type {t:?}): \
+             this server reads text"
+        ))),
+        (Some(t), _) if t != "text" => Err(bad(format!(
+            "messages[{i}].content[{k}]: parts of type {t:?} are not supported (only text parts \
+             are)"
+        ))),
+        _ => Err(bad(format!(
+            "messages[{i}].content[{k}]: a text part needs a string text"
+        ))),
+    }
 }
 
 /// An assistant's tool call `k` of message `i`, its arguments an object.
@@ -329,4 +346,29 @@ pub fn chat_prompt(
         }),
     };
     Ok((text, tools))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_parts_are_joined_and_images_refused_by_name() {
+        let m = json!({"role": "user", "content": [
+            {"type": "text", "text": "Describe "}, {"type": "text", "text": "this."}]});
+        assert_eq!(message(0, &m).unwrap()["content"], "Describe this.");
+        for (part, named) in [
+            (json!({"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}),
+             "messages[1].content[1]: image input is not supported (a part of type \"image_url\")"),
+            (json!({"type": "input_image", "image_url": "https://example.com/a.png"}),
+             "image input is not supported"),
+            (json!({"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}}),
+             "parts of type \"input_audio\" are not supported"),
+            (json!({"type": "text", "text": 3}), "a text part needs a string text"),
+        ] {
+            let m = json!({"role": "user", "content": [{"type": "text", "text": "Hi"}, part]});
+            let e = message(1, &m).unwrap_err();
+            assert!(e.message.contains(named), "{}", e.message);
+        }
+    }
 }
