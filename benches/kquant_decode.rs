@@ -7,22 +7,9 @@
 
 mod timing;
 
-use timing::median_secs;
+use timing::{median_secs, pseudo_random_bytes as bytes};
 use transformer::kernels::lowp::ggml::GgmlType;
 use transformer::kernels::lowp::{pack_ggml, PackedWeight, RawBytes};
-
-/// A pseudo-random byte stream (no rand dependency in benches).
-fn bytes(n: usize, seed: u32) -> Vec<u8> {
-    let mut s = seed.wrapping_mul(2654435761) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            s as u8
-        })
-        .collect()
-}
 
 /// `rows × cols` of `ty` with every super-block's scales small finite f16 values.
 fn matrix(ty: GgmlType, rows: usize, cols: usize, seed: u32) -> PackedWeight {

@@ -15,3 +15,18 @@ pub fn median_secs(reps: usize, mut f: impl FnMut()) -> f64 {
     t.sort_by(f64::total_cmp);
     t[reps / 2]
 }
+
+/// A pseudo-random byte stream (xorshift; no rand dependency in benches). Not every benchmark
+/// that shares this module uses it.
+#[allow(dead_code)]
+pub fn pseudo_random_bytes(n: usize, seed: u32) -> Vec<u8> {
+    let mut s = seed.wrapping_mul(2654435761) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            s as u8
+        })
+        .collect()
+}
