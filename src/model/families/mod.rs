@@ -387,7 +387,7 @@ mod tests {
         for f in FAMILIES {
             let tables = [Some(f.hf_names), f.gguf.as_ref().map(|g| g.names)];
             for table in tables.into_iter().flatten() {
-                for (theirs, ours) in table.0 {
+                for (theirs, ours) in table.rules() {
                     let numbered = |n: &str| n.replace("{i}", "3").replace("{e}", "5");
                     let (theirs, ours) = (numbered(theirs), numbered(ours));
                     assert_eq!(table.import(&theirs).as_deref(), Some(ours.as_str()));

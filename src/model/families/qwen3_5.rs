@@ -18,7 +18,7 @@
 //! scaling. The multimodal `qwen3_5` checkpoints (`Qwen3_5ForConditionalGeneration`) and
 //! llama.cpp's `qwen35` GGUF files do not load yet (see [`super::FAMILIES`]' messages).
 
-use super::llama::{self, LlamaConfig};
+use super::llama::{self, hf_names, LlamaConfig};
 use super::{qwen3, Family, FamilyKind, HfDecoder};
 use crate::error::Result;
 use crate::model::checkpoint::RenameTable;
@@ -63,49 +63,18 @@ pub fn unsupported_note(model_type: &str) -> &'static str {
 /// (split from `q_proj` at load) and the Gated DeltaNet layers' (`linear_attn.*`, the same
 /// names on both sides).
 pub const HF_NAMES: RenameTable = RenameTable(&[
-    ("model.embed_tokens.", "embedding."),
-    (
-        "model.layers.{i}.self_attn.q_proj.",
-        "layers.{i}.self_attn.q_proj.",
-    ),
-    (
-        "model.layers.{i}.self_attn.k_proj.",
-        "layers.{i}.self_attn.k_proj.",
-    ),
-    (
-        "model.layers.{i}.self_attn.v_proj.",
-        "layers.{i}.self_attn.v_proj.",
-    ),
-    (
-        "model.layers.{i}.self_attn.o_proj.",
-        "layers.{i}.self_attn.out_proj.",
-    ),
-    (
+    hf_names::EMBEDDING,
+    hf_names::ATTENTION,
+    &[(
         "model.layers.{i}.self_attn.gate_proj.",
         "layers.{i}.self_attn.gate_proj.",
-    ),
-    (
-        "model.layers.{i}.self_attn.q_norm.",
-        "layers.{i}.self_attn.q_norm.",
-    ),
-    (
-        "model.layers.{i}.self_attn.k_norm.",
-        "layers.{i}.self_attn.k_norm.",
-    ),
-    ("model.layers.{i}.linear_attn.", "layers.{i}.linear_attn."),
-    (
-        "model.layers.{i}.input_layernorm.",
-        "layers.{i}.self_attn_norm.",
-    ),
-    (
-        "model.layers.{i}.post_attention_layernorm.",
-        "layers.{i}.ffn_norm.",
-    ),
-    ("model.layers.{i}.mlp.gate_proj.", "layers.{i}.ffn.gate."),
-    ("model.layers.{i}.mlp.up_proj.", "layers.{i}.ffn.linear1."),
-    ("model.layers.{i}.mlp.down_proj.", "layers.{i}.ffn.linear2."),
-    ("model.norm.", "final_norm."),
-    ("lm_head.", "output_proj."),
+    )],
+    hf_names::QK_NORMS,
+    &[("model.layers.{i}.linear_attn.", "layers.{i}.linear_attn.")],
+    hf_names::NORMS,
+    hf_names::FFN,
+    hf_names::FINAL_NORM,
+    hf_names::HEAD,
 ]);
 
 /// Qwen3.5's own fields of `config.json` (the rest are Llama's, [`LlamaConfig`]).
