@@ -66,6 +66,26 @@ pub const GGUF_NAMES: RenameTable = RenameTable(&[
     gguf_names::HEAD,
 ]);
 
+/// A dense Llama's Hugging Face names alone, without the experts' (SmolLM3, Granite).
+pub const HF_DENSE_NAMES: RenameTable = RenameTable(&[
+    hf_names::EMBEDDING,
+    hf_names::ATTENTION,
+    hf_names::NORMS,
+    hf_names::FFN,
+    hf_names::FINAL_NORM,
+    hf_names::HEAD,
+]);
+
+/// A dense Llama's GGUF names alone, without the experts' (SmolLM3, Granite).
+pub const GGUF_DENSE_NAMES: RenameTable = RenameTable(&[
+    gguf_names::EMBEDDING,
+    gguf_names::ATTENTION,
+    gguf_names::NORMS,
+    gguf_names::FFN,
+    gguf_names::FINAL_NORM,
+    gguf_names::HEAD,
+]);
+
 /// The groups of Hugging Face names that the Llama-style families share; each family's table
 /// is composed of those it has and its own (Qwen3's query/key norms, Gemma's four norms, ...).
 pub mod hf_names {
@@ -338,6 +358,10 @@ fn llama_config(
         query_pre_attn_scalar: None,
         post_norms: false,
         sliding_rope_base: None,
+        layer_rope: Vec::new(),
+        residual_scale: None,
+        logit_divisor: None,
+        input_norms: true,
         layer_attention: Vec::new(),
         encoder_layer_attention: Vec::new(),
         experts: None,
