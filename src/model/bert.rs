@@ -115,6 +115,8 @@ impl BertConfig {
             qk_norm: false,
             qk_norm_whole: false,
             experts: None,
+            residual_scale: None,
+            input_norms: true,
         }
     }
 

@@ -114,10 +114,17 @@ impl BlockConfig {
     }
 
     /// A residual connection of this block (its norm's parameters from `init`, then its
-    /// post-norm's with [`post_norms`](BlockConfig::post_norms)).
+    /// post-norm's with [`post_norms`](BlockConfig::post_norms)); without
+    /// [`input_norms`](BlockConfig::input_norms) the input norm is the identity, with
+    /// [`residual_scale`](BlockConfig::residual_scale) the output is scaled before the sum.
     pub fn residual<T: Float>(&self, init: &mut impl Init) -> Residual<T> {
-        let residual = Residual::with_norm(self.norm(init), self.norm, self.dropout);
-        residual.with_post_norm(self.post_norms.then(|| self.norm(init)))
+        let norm = match self.input_norms {
+            true => self.norm(init),
+            false => Norm::Identity,
+        };
+        let residual = Residual::with_norm(norm, self.norm, self.dropout);
+        (residual.with_post_norm(self.post_norms.then(|| self.norm(init))))
+            .with_scale(self.residual_scale)
     }
 
     /// The final norm a pre-LN stack ends with; `None` for post-LN.

@@ -433,10 +433,15 @@ fn first_few(names: &[String]) -> String {
 
 /// How an imported checkpoint's tensor names map onto our module paths: `(theirs, ours)` name
 /// prefixes, where `{i}` stands for a layer number and `{e}` for an expert's, e.g.
-/// `("encoder.layer.{i}.attention.self.query.", "layers.{i}.self_attn.q_proj.")`. The first
-/// matching rule wins; the rest of the name (`weight`, `bias`) is kept.
+/// `("encoder.layer.{i}.attention.self.query.", "layers.{i}.self_attn.q_proj.")`, in groups
+/// ([`Renames`]: a family's table is the groups it shares with others plus its own, e.g. Llama's
+/// attention, norms and FFN with Qwen3's query/key norms). The first matching rule wins, group
+/// by group in order; the rest of the name (`weight`, `bias`) is kept.
 #[derive(Clone, Copy, Debug)]
-pub struct RenameTable(pub &'static [(&'static str, &'static str)]);
+pub struct RenameTable(pub &'static [Renames]);
+
+/// One group of a [`RenameTable`]'s `(theirs, ours)` rules.
+pub type Renames = &'static [(&'static str, &'static str)];
 
 /// `name` with the prefix `pattern` (which may hold a `{i}` and an `{e}`) replaced by `to`
 /// (with the same numbers), or `None` when it does not match.
@@ -465,17 +470,20 @@ fn replace_prefix(name: &str, pattern: &str, to: &str) -> Option<String> {
 }
 
 impl RenameTable {
+    /// Every `(theirs, ours)` rule, group by group in order.
+    pub fn rules(&self) -> impl Iterator<Item = &'static (&'static str, &'static str)> {
+        self.0.iter().flat_map(|group| group.iter())
+    }
+
     /// Our name for a tensor of the imported layout.
     pub fn import(&self, theirs: &str) -> Option<String> {
-        self.0
-            .iter()
+        self.rules()
             .find_map(|(from, to)| replace_prefix(theirs, from, to))
     }
 
     /// The imported layout's name for one of our parameters.
     pub fn export(&self, ours: &str) -> Option<String> {
-        self.0
-            .iter()
+        self.rules()
             .find_map(|(from, to)| replace_prefix(ours, to, from))
     }
 
@@ -514,13 +522,13 @@ impl RenameTable {
 mod tests {
     use super::*;
 
-    const TABLE: RenameTable = RenameTable(&[
+    const TABLE: RenameTable = RenameTable(&[&[
         ("embeddings.LayerNorm.", "embeddings_norm."),
         (
             "encoder.layer.{i}.attention.self.query.",
             "layers.{i}.self_attn.q_proj.",
         ),
-    ]);
+    ]]);
 
     #[test]
     fn rename_tables_map_both_ways() {
@@ -548,10 +556,10 @@ mod tests {
         );
         assert_eq!(TABLE.import("pooler.dense.weight"), None);
         // A layer's and an expert's number in one name, both ways.
-        let experts = RenameTable(&[(
+        let experts = RenameTable(&[&[(
             "model.layers.{i}.mlp.experts.{e}.up_proj.",
             "layers.{i}.ffn.experts.{e}.linear1.",
-        )]);
+        )]]);
         assert_eq!(
             experts
                 .import("model.layers.12.mlp.experts.7.up_proj.weight")
@@ -567,6 +575,29 @@ mod tests {
         assert_eq!(
             experts.import("model.layers.1.mlp.experts.x.up_proj.weight"),
             None
+        );
+        // A table of groups: a later group's rules are found, an earlier group's rule wins
+        // where two match, both ways.
+        const GROUPS: RenameTable = RenameTable(&[
+            &[("h.{i}.attn.q.", "layers.{i}.q_norm.")],
+            &[("h.{i}.attn.", "layers.{i}.attn."), ("wte.", "embedding.")],
+        ]);
+        assert_eq!(GROUPS.rules().count(), 3);
+        assert_eq!(
+            GROUPS.import("h.2.attn.q.weight").as_deref(),
+            Some("layers.2.q_norm.weight")
+        );
+        assert_eq!(
+            GROUPS.import("h.2.attn.k.weight").as_deref(),
+            Some("layers.2.attn.k.weight")
+        );
+        assert_eq!(
+            GROUPS.export("embedding.weight").as_deref(),
+            Some("wte.weight")
+        );
+        assert_eq!(
+            GROUPS.export("layers.0.q_norm.weight").as_deref(),
+            Some("h.0.attn.q.weight")
         );
     }
 }

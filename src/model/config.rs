@@ -231,6 +231,27 @@ pub struct ModelConfig {
     /// `rope_base` on every layer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sliding_rope_base: Option<f64>,
+    // SmolLM3, Granite 3 and OLMo 2 options.
+    /// Per decoder layer, whether its self-attention rotates the queries and keys (with
+    /// [`Positions::Rotary`]); a layer with `false` attends without positions (NoPE:
+    /// `softmax(q·kᵀ / √d_k)` of the unrotated projections; the causal mask alone orders the
+    /// sequence), as SmolLM3's every fourth layer. Empty: every layer rotates. Absent: empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layer_rope: Vec<bool>,
+    /// The factor `m` of every sublayer's output before the residual sum (Granite's
+    /// `residual_multiplier`): pre-LN `y = x + m · Sublayer(Norm(x))`, post-LN
+    /// `y = Norm(x + m · Sublayer(x))`. Absent: none (1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub residual_scale: Option<f64>,
+    /// The logits divided by `s` (Granite's `logits_scaling`): `z ← (h Eᵀ) / s`, before a
+    /// soft cap. Absent: none (1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logit_divisor: Option<f64>,
+    /// Pre-LN only: whether each sublayer's input is normalised. `false` with
+    /// [`post_norms`](Self::post_norms) gives OLMo 2's blocks, a norm after each sublayer and
+    /// none before: `y = x + PostNorm(Sublayer(x))` (the final norm stays). Absent: true.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub input_norms: bool,
     // Attention beyond O(N²) (`super::attention_kind`).
     /// Per decoder (language-model) layer, the self-attention it computes: exact, a sliding
     /// window, a sparse pattern, local + global tokens or linear attention (see
@@ -415,6 +436,10 @@ pub struct BlockConfig {
     pub qk_norm_whole: bool,
     /// The FFN a mixture of experts ([`ModelConfig::experts`]).
     pub experts: Option<ExpertsConfig>,
+    /// The factor of every sublayer's output ([`ModelConfig::residual_scale`]).
+    pub residual_scale: Option<f64>,
+    /// Whether each sublayer's input is normalised ([`ModelConfig::input_norms`]).
+    pub input_norms: bool,
 }
 
 /// The most layers a configuration may ask for (a guard against edited configs).
@@ -474,6 +499,10 @@ impl ModelConfig {
             query_pre_attn_scalar: None,
             post_norms: false,
             sliding_rope_base: None,
+            layer_rope: Vec::new(),
+            residual_scale: None,
+            logit_divisor: None,
+            input_norms: true,
             layer_attention: Vec::new(),
             encoder_layer_attention: Vec::new(),
             experts: None,
@@ -546,6 +575,12 @@ impl ModelConfig {
         }
     }
 
+    /// Whether decoder layer `i`'s self-attention rotates its queries and keys: rotary
+    /// positions, and not a NoPE layer of [`layer_rope`](Self::layer_rope).
+    pub fn layer_rotary(&self, i: usize) -> bool {
+        self.positions == Positions::Rotary && self.layer_rope.get(i).copied().unwrap_or(true)
+    }
+
     /// Whether decoder layer `i` rotates with [`sliding_rope_base`](Self::sliding_rope_base)
     /// (a layer with a window when the base is set): then [`rope_scaling`](Self::rope_scaling),
     /// which belongs to `rope_base`, does not apply to it (Gemma 3's local layers).
@@ -580,6 +615,8 @@ impl ModelConfig {
             qk_norm: self.qk_norm,
             qk_norm_whole: self.qk_norm_whole,
             experts: self.experts,
+            residual_scale: self.residual_scale,
+            input_norms: self.input_norms,
         }
     }
 

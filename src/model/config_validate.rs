@@ -286,6 +286,7 @@ impl ModelConfig {
             }
         }
         self.validate_gemma_options()?;
+        self.validate_dense_options()?;
         if (self.embedding_norm || self.target_positions) && self.n_encoder_layers == 0 {
             return Err(
                 "embedding_norm and target_positions are encoder-decoder options (mBART, BART)"
@@ -392,6 +393,50 @@ impl ModelConfig {
 }
 
 impl ModelConfig {
+    /// The SmolLM3, Granite and OLMo 2 options: decoder-only models; one `layer_rope` entry
+    /// per layer of a rotary model; positive finite factors; sublayers without input norms in
+    /// pre-LN blocks only.
+    fn validate_dense_options(&self) -> Result<(), String> {
+        let set = [
+            ("layer_rope", !self.layer_rope.is_empty()),
+            ("residual_scale", self.residual_scale.is_some()),
+            ("logit_divisor", self.logit_divisor.is_some()),
+            ("input_norms false", !self.input_norms),
+        ];
+        if let Some((name, _)) = set.iter().find(|(_, on)| *on) {
+            if self.n_encoder_layers > 0 {
+                return Err(format!(
+                    "{name} is a decoder-only option (language models), not computed in an \
+                     encoder-decoder"
+                ));
+            }
+        }
+        if !self.layer_rope.is_empty() {
+            if self.positions != Positions::Rotary {
+                return Err("layer_rope is set but the positions are not rotary".into());
+            }
+            if self.layer_rope.len() != self.n_decoder_layers {
+                return Err(format!(
+                    "layer_rope has {} entries for {} decoder layers",
+                    self.layer_rope.len(),
+                    self.n_decoder_layers
+                ));
+            }
+        }
+        for (name, value) in [
+            ("residual_scale", self.residual_scale),
+            ("logit_divisor", self.logit_divisor),
+        ] {
+            if let Some(v) = value.filter(|v| !(v.is_finite() && *v > 0.0)) {
+                return Err(format!("{name} {v} must be a positive number"));
+            }
+        }
+        if !self.input_norms && self.norm != NormPlacement::PreLn {
+            return Err("input_norms false needs pre-LN blocks (norm pre-ln)".into());
+        }
+        Ok(())
+    }
+
     /// The Gemma 2 / Gemma 3 options: positive finite numbers, post-norms on pre-LN blocks.
     fn validate_gemma_options(&self) -> Result<(), String> {
         let positive = [

@@ -59,6 +59,12 @@ impl<D: Device> DeviceNorm<D> {
                 bias: Some(device.upload(&n.beta.value.data)?),
                 eps: n.eps,
             },
+            Norm::Identity => {
+                return Err(unsupported(
+                    device,
+                    "a sublayer without an input norm".into(),
+                ))
+            }
         })
     }
 
@@ -603,6 +609,12 @@ pub(super) fn check_parts(
     }
     if post_ln && (l.attn_res.post_norm.is_some() || l.ffn_res.post_norm.is_some()) {
         return Some("post-norms in post-LN blocks");
+    }
+    if [l.attn_res, l.ffn_res].iter().any(|r| r.scale.is_some()) {
+        return Some("sublayer outputs scaled before the residual sum (Granite)");
+    }
+    if [l.attn_res, l.ffn_res].iter().any(|r| r.norm.is_identity()) {
+        return Some("sublayers without an input norm (OLMo 2)");
     }
     if a.pattern.is_some() || a.linear {
         return Some("sparse or linear attention");

@@ -333,6 +333,9 @@ fn check<D: Device>(device: &D, model: &LanguageModel<f32>) -> Result<(), Device
     if c.gated_delta.is_some() {
         return no("a hybrid stack's Gated DeltaNet (linear-attention) layers (Qwen3.5)");
     }
+    if model.head.divisor.is_some() {
+        return no("logits divided by logits_scaling (Granite)");
+    }
     let shape = &model.blocks.layers[0].self_attn;
     for (i, l) in model.blocks.layers.iter().enumerate() {
         if let Some(problem) = check_block(l, post_ln, (shape.n_kv_heads, shape.d_head)) {

@@ -2,6 +2,10 @@
 //! states to one logit per vocabulary entry, `logits = h Wᵀ` (no bias), and the loss it feeds.
 //! `W [vocab, d_model]` is the embedding matrix when tied (the paper shares it between the two
 //! embedding layers and this projection), else a parameter of its own, `output_proj.weight`.
+//!
+//! Options of later models: a bias (Marian), a divisor `s` (Granite's `logits_scaling`:
+//! `z = (h Wᵀ + b) / s`, backward `∂L/∂(h Wᵀ) = ∂L/∂z / s`) and a soft cap (Gemma 2:
+//! `c · tanh(z / c)`, applied last).
 
 use super::embedding::Embedding;
 use super::loss::{cross_entropy_ignoring, LossStats};
@@ -28,6 +32,8 @@ pub struct OutputHead<T> {
     pub softcap: Option<f64>,
     /// `b [vocab]` added to every row of logits (Marian's `final_logits_bias`), or none.
     pub bias: Option<Param<T>>,
+    /// `s`, the logits divided by it before any soft cap (Granite), or none.
+    pub divisor: Option<f64>,
 }
 
 impl<T: Float> OutputHead<T> {
@@ -42,7 +48,14 @@ impl<T: Float> OutputHead<T> {
             vocab,
             softcap: None,
             bias: None,
+            divisor: None,
         }
+    }
+
+    /// The same head with its logits divided by `divisor` (none: left as they are).
+    pub fn with_divisor(mut self, divisor: Option<f64>) -> Self {
+        self.divisor = divisor;
+        self
     }
 
     /// The same head with its logits soft-capped at `cap` (none: left as they are).
@@ -176,8 +189,8 @@ impl<T: Float> OutputHead<T> {
         self.packed.as_ref()
     }
 
-    /// `hidden [rows, d_model]` -> logits `[rows, vocab]`: `z = h Wᵀ + b` (`b` only with a
-    /// bias), then `c · tanh(z / c)` when soft-capped.
+    /// `hidden [rows, d_model]` -> logits `[rows, vocab]`: `z = (h Wᵀ + b) / s` (`b` only with
+    /// a bias, `s` only with a divisor), then `c · tanh(z / c)` when soft-capped.
     pub fn logits(&self, embedding: &Embedding<T>, hidden: &[T]) -> Vec<T> {
         let mut logits = self.product(embedding, hidden);
         if let Some(c) = self.softcap {
@@ -186,7 +199,7 @@ impl<T: Float> OutputHead<T> {
         logits
     }
 
-    /// `hidden [rows, d_model]` -> `z = h Wᵀ + b [rows, vocab]`, before any soft-capping.
+    /// `hidden [rows, d_model]` -> `z = (h Wᵀ + b) / s [rows, vocab]`, before any soft-capping.
     fn product(&self, embedding: &Embedding<T>, hidden: &[T]) -> Vec<T> {
         let (d, v) = (self.d_model, self.vocab);
         let rows = hidden.len() / d;
@@ -195,6 +208,10 @@ impl<T: Float> OutputHead<T> {
         CPU.weight_product(&mut logits, hidden, rows, self.weight_ref(embedding));
         if let Some(b) = &self.bias {
             CPU.add_row_bias(&mut logits, &b.value.data);
+        }
+        if let Some(s) = self.divisor {
+            let s = T::of(s);
+            logits.iter_mut().for_each(|z| *z /= s);
         }
         logits
     }
@@ -267,6 +284,16 @@ impl<T: Float> OutputHead<T> {
                 capped = vec![T::zero(); dlogits.len()];
                 CPU.softcap_backward(&mut capped, dlogits, &z, c);
                 &capped
+            }
+        };
+        // Divided: ∂/∂(h Wᵀ + b) = ∂/∂z / s.
+        let divided: Vec<T>;
+        let dlogits = match self.divisor {
+            None => dlogits,
+            Some(s) => {
+                let s = T::of(s);
+                divided = dlogits.iter().map(|&g| g / s).collect();
+                &divided
             }
         };
         // dhidden [rows, d_model] = dlogits W

@@ -71,7 +71,8 @@ pub fn lm_n_params(c: &ModelConfig) -> Option<usize> {
 impl<T: Float> LanguageModel<T> {
     /// A freshly initialised model, drawn from `init` in the order embedding, blocks,
     /// projection. `config.n_encoder_layers` is ignored (an LM has no encoder). Layer `i`'s
-    /// self-attention has the sliding window `config.layer_window(i)`, the rotary base
+    /// self-attention has the sliding window `config.layer_window(i)`, rotates or not as
+    /// `config.layer_rotary(i)` says (a NoPE layer), the rotary base
     /// `config.layer_rope_base(i)` and, unless it rotates with the sliding base, the rotary
     /// scaling `config.rope_freq_factors()`.
     pub fn new(config: ModelConfig, init: &mut impl Init) -> Self {
@@ -110,6 +111,7 @@ impl<T: Float> LanguageModel<T> {
         for (i, layer) in blocks.layers.iter_mut().enumerate() {
             layer.self_attn.window = c.layer_window(i);
             layer.self_attn.set_kind(c.layer_attention_kind(i), true);
+            layer.self_attn.rotary = c.layer_rotary(i);
             layer.self_attn.rope.base = c.layer_rope_base(i);
             // Scaling belongs to `rope_base`: a layer of its own sliding base is unscaled.
             (layer.self_attn.rope_freq_factors, layer.self_attn.rope.attention_factor) =
@@ -120,6 +122,7 @@ impl<T: Float> LanguageModel<T> {
         }
         let head = OutputHead::new(c.vocab_size, c.d_model, c.tie_embeddings, init)
             .with_softcap(c.final_logit_softcap)
+            .with_divisor(c.logit_divisor)
             .with_bias(c.output_bias, init);
         LanguageModel {
             context: config.max_len,

@@ -23,6 +23,8 @@ pub mod classifier_head;
 pub mod config;
 pub mod context;
 pub mod decoder;
+#[cfg(test)]
+mod dense_options_tests;
 mod device_block;
 pub mod device_decode;
 mod device_rows;

@@ -69,18 +69,21 @@ impl<T> Module<T> for RmsNorm<T> {
     }
 }
 
-/// A layer norm or an RMSNorm.
+/// A layer norm, an RMSNorm, or none: `Identity`, `y = x` without parameters (a sublayer
+/// whose input is not normalised: OLMo 2's, which normalise their outputs instead).
 #[derive(Clone, Debug)]
 pub enum Norm<T> {
     Layer(LayerNorm<T>),
     Rms(RmsNorm<T>),
+    Identity,
 }
 
-/// What either norm's forward keeps for its backward.
+/// What a norm's forward keeps for its backward.
 #[derive(Clone, Debug)]
 pub enum NormStats<T> {
     Layer(LayerNormStats<T>),
     Rms(RmsNormStats<T>),
+    Identity,
 }
 
 impl<T: Float> Norm<T> {
@@ -95,7 +98,13 @@ impl<T: Float> Norm<T> {
                 let (y, s) = n.forward(x);
                 (y, NormStats::Rms(s))
             }
+            Norm::Identity => (x.to_vec(), NormStats::Identity),
         }
+    }
+
+    /// Whether this is no norm at all ([`Norm::Identity`]).
+    pub fn is_identity(&self) -> bool {
+        matches!(self, Norm::Identity)
     }
 
     /// Accumulates the norm's parameter gradients and returns dx.
@@ -103,6 +112,7 @@ impl<T: Float> Norm<T> {
         match (self, stats) {
             (Norm::Layer(n), NormStats::Layer(s)) => n.backward(x, s, dy),
             (Norm::Rms(n), NormStats::Rms(s)) => n.backward(x, s, dy),
+            (Norm::Identity, NormStats::Identity) => dy.to_vec(),
             _ => panic!("norm statistics of the other kind"),
         }
     }
@@ -113,6 +123,7 @@ impl<T> Module<T> for Norm<T> {
         match self {
             Norm::Layer(n) => n.visit(v),
             Norm::Rms(n) => n.visit(v),
+            Norm::Identity => {}
         }
     }
 }

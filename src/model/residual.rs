@@ -2,7 +2,13 @@
 //! post-LN (the paper) `y = LayerNorm(x + Dropout(Sublayer(x)))`, or
 //! pre-LN `y = x + Dropout(Sublayer(LayerNorm(x)))`; the norm a layer norm or an RMSNorm
 //! ([`Norm`]). Pre-LN with a post-norm as well (Gemma 2 and 3, "sandwich" norms):
-//! `y = x + Dropout(PostNorm(Sublayer(Norm(x))))`.
+//! `y = x + Dropout(PostNorm(Sublayer(Norm(x))))`; with the input norm the identity and a
+//! post-norm (OLMo 2): `y = x + Dropout(PostNorm(Sublayer(x)))`.
+//!
+//! A residual scale `m` (Granite's `residual_multiplier`) multiplies what is added:
+//! pre-LN `y = x + Dropout(m · PostNorm(Sublayer(Norm(x))))`, post-LN
+//! `y = Norm(x + Dropout(m · Sublayer(x)))`; its backward multiplies the gradient reaching the
+//! sublayer by the same `m` (`∂y/∂s = m`, the identity path unchanged).
 
 use super::config::NormPlacement;
 use super::layer_norm::LayerNorm;
@@ -21,6 +27,8 @@ pub struct Residual<T> {
     /// Pre-LN only: a norm of the sublayer's output before it is added (Gemma's post-norms);
     /// `None`: the output is added as it is.
     pub post_norm: Option<Norm<T>>,
+    /// `m`, the factor of what is added to the residual stream (Granite); `None`: 1.
+    pub scale: Option<f64>,
 }
 
 /// What a residual forward keeps: its input, what the sublayer saw and kept, the dropout mask,
@@ -58,6 +66,7 @@ impl<T: Float> Residual<T> {
             placement,
             dropout,
             post_norm: None,
+            scale: None,
         }
     }
 
@@ -68,6 +77,7 @@ impl<T: Float> Residual<T> {
             placement,
             dropout,
             post_norm: None,
+            scale: None,
         }
     }
 
@@ -80,6 +90,21 @@ impl<T: Float> Residual<T> {
         );
         self.post_norm = post_norm;
         self
+    }
+
+    /// The same connection adding `scale · output` (see [`scale`](Self::scale)).
+    pub fn with_scale(mut self, scale: Option<f64>) -> Self {
+        self.scale = scale;
+        self
+    }
+
+    /// `y ← m · y` with a residual scale `m` (nothing otherwise): the forward's scaling of the
+    /// sublayer's output, and the backward's of its gradient.
+    fn scaled(&self, y: &mut [T]) {
+        if let Some(m) = self.scale {
+            let m = T::of(m);
+            y.iter_mut().for_each(|v| *v *= m);
+        }
     }
 
     /// The post-norm of the sublayer's output `y` when there is one (`y` as it is otherwise),
@@ -104,6 +129,7 @@ impl<T: Float> Residual<T> {
         match self.placement {
             NormPlacement::PostLn => {
                 let (mut sum, inner) = sublayer(&x);
+                self.scaled(&mut sum);
                 let dropout_mask = rng.and_then(|r| CPU.dropout_mask(r, sum.len(), self.dropout));
                 CPU.dropout_add(&mut sum, dropout_mask.as_deref(), &x);
                 let (y, norm_stats) = self.norm.forward(&sum);
@@ -122,6 +148,7 @@ impl<T: Float> Residual<T> {
                 let (normed, norm_stats) = self.norm.forward(&x);
                 let (y, inner) = sublayer(&normed);
                 let (mut y, post) = self.post_normed(y);
+                self.scaled(&mut y);
                 let dropout_mask = rng.and_then(|r| CPU.dropout_mask(r, y.len(), self.dropout));
                 CPU.dropout_add(&mut y, dropout_mask.as_deref(), &x);
                 let cache = ResidualCache {
@@ -177,6 +204,7 @@ impl<T: Float> Residual<T> {
                 if let Some(m) = &dropout_mask {
                     CPU.mul(&mut dsub, m);
                 }
+                self.scaled(&mut dsub);
                 let mut dx = sublayer_backward(&input, sublayer, &dsub);
                 CPU.add(&mut dx, &dsum);
                 dx
@@ -187,6 +215,7 @@ impl<T: Float> Residual<T> {
                 if let Some(m) = &dropout_mask {
                     CPU.mul(&mut dsub, m);
                 }
+                self.scaled(&mut dsub);
                 if let (Some(norm), Some((y, stats))) = (&mut self.post_norm, &post) {
                     dsub = norm.backward(y, stats, &dsub);
                 }
@@ -218,12 +247,14 @@ impl<T: Float> Residual<T> {
         match self.placement {
             NormPlacement::PostLn => {
                 let mut sum = sublayer(&x);
+                self.scaled(&mut sum);
                 CPU.add(&mut sum, &x_last);
                 self.norm.forward(&sum).0
             }
             NormPlacement::PreLn => {
                 let (normed, _) = self.norm.forward(&x);
                 let (mut y, _) = self.post_normed(sublayer(&normed));
+                self.scaled(&mut y);
                 CPU.add(&mut y, &x_last);
                 y
             }

@@ -15,6 +15,7 @@ mod ctranslate2;
 mod ctranslate2_nllb;
 mod decode_interface;
 mod decoding;
+mod dense_families;
 mod device;
 mod families;
 mod gemma;

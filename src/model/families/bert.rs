@@ -19,7 +19,7 @@ pub const FAMILY: Family = Family {
 };
 
 /// Hugging Face BERT tensor names (after the `bert.` prefix is stripped and `gamma`/`beta` read as `weight`/`bias`) -> our module paths.
-pub const HF_NAMES: RenameTable = RenameTable(&[
+pub const HF_NAMES: RenameTable = RenameTable(&[&[
     ("embeddings.word_embeddings.", "word_embeddings."),
     ("embeddings.position_embeddings.", "position_embeddings."),
     (
@@ -56,7 +56,7 @@ pub const HF_NAMES: RenameTable = RenameTable(&[
         "encoder.layer.{i}.output.LayerNorm.",
         "layers.{i}.ffn_norm.",
     ),
-]);
+]]);
 
 /// Is `name` (without a `bert.` prefix) a tensor of a BERT checkpoint that is not an encoder
 /// parameter: a buffer, or the weights of a head on top of the encoder?

@@ -23,9 +23,10 @@
 //! (llama.cpp's NeoX rotation: its Gemma converter does not permute the rows), with every norm
 //! gain already `1 + w` (the converter adds the one: offset 0).
 
+use super::llama::{gguf_names, hf_names};
 use super::{Family, FamilyKind, GgufDecoder, HfDecoder};
 use crate::error::{Error, Result};
-use crate::model::checkpoint::RenameTable;
+use crate::model::checkpoint::{RenameTable, Renames};
 use crate::model::config::{
     Activation, ModelConfig, NormPlacement, Normalization, Positions, RopeScaling, RopeStyle,
     ROPE_BASE,
@@ -74,33 +75,19 @@ pub const GEMMA3: Family = Family {
     chat_template: None,
 };
 
-/// Hugging Face Gemma 2 / 3 tensor names -> our module paths.
+/// Hugging Face Gemma 2 / 3 tensor names -> our module paths: Llama's with Gemma's four norms
+/// a layer, the head always tied.
 pub const HF_NAMES: RenameTable = RenameTable(&[
-    ("model.embed_tokens.", "embedding."),
-    (
-        "model.layers.{i}.self_attn.q_proj.",
-        "layers.{i}.self_attn.q_proj.",
-    ),
-    (
-        "model.layers.{i}.self_attn.k_proj.",
-        "layers.{i}.self_attn.k_proj.",
-    ),
-    (
-        "model.layers.{i}.self_attn.v_proj.",
-        "layers.{i}.self_attn.v_proj.",
-    ),
-    (
-        "model.layers.{i}.self_attn.o_proj.",
-        "layers.{i}.self_attn.out_proj.",
-    ),
-    (
-        "model.layers.{i}.self_attn.q_norm.",
-        "layers.{i}.self_attn.q_norm.",
-    ),
-    (
-        "model.layers.{i}.self_attn.k_norm.",
-        "layers.{i}.self_attn.k_norm.",
-    ),
+    hf_names::EMBEDDING,
+    hf_names::ATTENTION,
+    hf_names::QK_NORMS,
+    HF_NORMS,
+    hf_names::FFN,
+    hf_names::FINAL_NORM,
+]);
+
+/// Gemma's norms before and after each sublayer.
+const HF_NORMS: Renames = &[
     (
         "model.layers.{i}.input_layernorm.",
         "layers.{i}.self_attn_norm.",
@@ -117,32 +104,18 @@ pub const HF_NAMES: RenameTable = RenameTable(&[
         "model.layers.{i}.post_feedforward_layernorm.",
         "layers.{i}.ffn_post_norm.",
     ),
-    ("model.layers.{i}.mlp.gate_proj.", "layers.{i}.ffn.gate."),
-    ("model.layers.{i}.mlp.up_proj.", "layers.{i}.ffn.linear1."),
-    ("model.layers.{i}.mlp.down_proj.", "layers.{i}.ffn.linear2."),
-    ("model.norm.", "final_norm."),
-]);
+];
 
-/// llama.cpp's Gemma 2 / 3 tensor names -> our module paths.
+/// llama.cpp's Gemma 2 / 3 tensor names -> our module paths: Llama's and the norms of the
+/// sublayers' outputs.
 pub const GGUF_NAMES: RenameTable = RenameTable(&[
-    ("token_embd.", "embedding."),
-    ("blk.{i}.attn_q.", "layers.{i}.self_attn.q_proj."),
-    ("blk.{i}.attn_k.", "layers.{i}.self_attn.k_proj."),
-    ("blk.{i}.attn_v.", "layers.{i}.self_attn.v_proj."),
-    ("blk.{i}.attn_output.", "layers.{i}.self_attn.out_proj."),
-    ("blk.{i}.attn_q_norm.", "layers.{i}.self_attn.q_norm."),
-    ("blk.{i}.attn_k_norm.", "layers.{i}.self_attn.k_norm."),
-    ("blk.{i}.attn_norm.", "layers.{i}.self_attn_norm."),
-    (
-        "blk.{i}.post_attention_norm.",
-        "layers.{i}.self_attn_post_norm.",
-    ),
-    ("blk.{i}.ffn_norm.", "layers.{i}.ffn_norm."),
-    ("blk.{i}.post_ffw_norm.", "layers.{i}.ffn_post_norm."),
-    ("blk.{i}.ffn_gate.", "layers.{i}.ffn.gate."),
-    ("blk.{i}.ffn_up.", "layers.{i}.ffn.linear1."),
-    ("blk.{i}.ffn_down.", "layers.{i}.ffn.linear2."),
-    ("output_norm.", "final_norm."),
+    gguf_names::EMBEDDING,
+    gguf_names::ATTENTION,
+    gguf_names::QK_NORMS,
+    gguf_names::NORMS,
+    gguf_names::POST_NORMS,
+    gguf_names::FFN,
+    gguf_names::FINAL_NORM,
 ]);
 
 /// Which Gemma.
@@ -293,6 +266,10 @@ fn gemma_config(
         query_pre_attn_scalar: None,
         post_norms: true,
         sliding_rope_base: None,
+        layer_rope: Vec::new(),
+        residual_scale: None,
+        logit_divisor: None,
+        input_norms: true,
         layer_attention: Vec::new(),
         encoder_layer_attention: Vec::new(),
         experts: None,

@@ -34,7 +34,7 @@ pub const FAMILY: Family = Family {
 };
 
 /// GPT-2 tensor names (without the `transformer.` prefix, after [`unfuse`]) -> our module paths.
-pub const HF_NAMES: RenameTable = RenameTable(&[
+pub const HF_NAMES: RenameTable = RenameTable(&[&[
     // Before `wte.`, so that our `embedding.positions` is named `wpe.weight` in messages.
     ("wpe.weight", "embedding.positions"),
     ("wte.", "embedding."),
@@ -47,7 +47,7 @@ pub const HF_NAMES: RenameTable = RenameTable(&[
     ("h.{i}.mlp.c_fc.", "layers.{i}.ffn.linear1."),
     ("h.{i}.mlp.c_proj.", "layers.{i}.ffn.linear2."),
     ("ln_f.", "final_norm."),
-]);
+]]);
 
 fn default_eps() -> f64 {
     1e-5
@@ -146,6 +146,10 @@ impl Gpt2Config {
             query_pre_attn_scalar: None,
             post_norms: false,
             sliding_rope_base: None,
+            layer_rope: Vec::new(),
+            residual_scale: None,
+            logit_divisor: None,
+            input_norms: true,
             layer_attention: Vec::new(),
             encoder_layer_attention: Vec::new(),
             experts: None,

@@ -43,76 +43,186 @@ pub const FAMILY: Family = Family {
     chat_template: None,
 };
 
-/// Hugging Face Llama tensor names -> our module paths (`lm_head` is our `output_proj`).
+/// Hugging Face Llama tensor names -> our module paths (`lm_head` is our `output_proj`), and
+/// Mixtral's experts (`super::mixtral`).
 pub const HF_NAMES: RenameTable = RenameTable(&[
-    ("model.embed_tokens.", "embedding."),
-    (
-        "model.layers.{i}.self_attn.q_proj.",
-        "layers.{i}.self_attn.q_proj.",
-    ),
-    (
-        "model.layers.{i}.self_attn.k_proj.",
-        "layers.{i}.self_attn.k_proj.",
-    ),
-    (
-        "model.layers.{i}.self_attn.v_proj.",
-        "layers.{i}.self_attn.v_proj.",
-    ),
-    (
-        "model.layers.{i}.self_attn.o_proj.",
-        "layers.{i}.self_attn.out_proj.",
-    ),
-    (
-        "model.layers.{i}.input_layernorm.",
-        "layers.{i}.self_attn_norm.",
-    ),
-    (
-        "model.layers.{i}.post_attention_layernorm.",
-        "layers.{i}.ffn_norm.",
-    ),
-    ("model.layers.{i}.mlp.gate_proj.", "layers.{i}.ffn.gate."),
-    ("model.layers.{i}.mlp.up_proj.", "layers.{i}.ffn.linear1."),
-    ("model.layers.{i}.mlp.down_proj.", "layers.{i}.ffn.linear2."),
-    // Mixtral's mixtures of experts (`super::mixtral`).
-    (
-        "model.layers.{i}.block_sparse_moe.gate.",
-        "layers.{i}.ffn.router.",
-    ),
-    (
-        "model.layers.{i}.block_sparse_moe.experts.{e}.w1.",
-        "layers.{i}.ffn.experts.{e}.gate.",
-    ),
-    (
-        "model.layers.{i}.block_sparse_moe.experts.{e}.w3.",
-        "layers.{i}.ffn.experts.{e}.linear1.",
-    ),
-    (
-        "model.layers.{i}.block_sparse_moe.experts.{e}.w2.",
-        "layers.{i}.ffn.experts.{e}.linear2.",
-    ),
-    ("model.norm.", "final_norm."),
-    ("lm_head.", "output_proj."),
+    hf_names::EMBEDDING,
+    hf_names::ATTENTION,
+    hf_names::NORMS,
+    hf_names::FFN,
+    hf_names::MIXTRAL_EXPERTS,
+    hf_names::FINAL_NORM,
+    hf_names::HEAD,
 ]);
 
 /// llama.cpp's GGUF tensor names -> our module paths.
 pub const GGUF_NAMES: RenameTable = RenameTable(&[
-    ("token_embd.", "embedding."),
-    ("blk.{i}.attn_q.", "layers.{i}.self_attn.q_proj."),
-    ("blk.{i}.attn_k.", "layers.{i}.self_attn.k_proj."),
-    ("blk.{i}.attn_v.", "layers.{i}.self_attn.v_proj."),
-    ("blk.{i}.attn_output.", "layers.{i}.self_attn.out_proj."),
-    ("blk.{i}.attn_norm.", "layers.{i}.self_attn_norm."),
-    ("blk.{i}.ffn_norm.", "layers.{i}.ffn_norm."),
-    ("blk.{i}.ffn_gate.", "layers.{i}.ffn.gate."),
-    ("blk.{i}.ffn_up.", "layers.{i}.ffn.linear1."),
-    ("blk.{i}.ffn_down.", "layers.{i}.ffn.linear2."),
-    ("blk.{i}.ffn_gate_inp.", "layers.{i}.ffn.router."),
-    ("blk.{i}.ffn_gate_exps.{e}.", "layers.{i}.ffn.experts.{e}.gate."),
-    ("blk.{i}.ffn_up_exps.{e}.", "layers.{i}.ffn.experts.{e}.linear1."),
-    ("blk.{i}.ffn_down_exps.{e}.", "layers.{i}.ffn.experts.{e}.linear2."),
-    ("output_norm.", "final_norm."),
-    ("output.", "output_proj."),
+    gguf_names::EMBEDDING,
+    gguf_names::ATTENTION,
+    gguf_names::NORMS,
+    gguf_names::FFN,
+    gguf_names::EXPERTS,
+    gguf_names::FINAL_NORM,
+    gguf_names::HEAD,
 ]);
+
+/// A dense Llama's Hugging Face names alone, without the experts' (SmolLM3, Granite).
+pub const HF_DENSE_NAMES: RenameTable = RenameTable(&[
+    hf_names::EMBEDDING,
+    hf_names::ATTENTION,
+    hf_names::NORMS,
+    hf_names::FFN,
+    hf_names::FINAL_NORM,
+    hf_names::HEAD,
+]);
+
+/// A dense Llama's GGUF names alone, without the experts' (SmolLM3, Granite).
+pub const GGUF_DENSE_NAMES: RenameTable = RenameTable(&[
+    gguf_names::EMBEDDING,
+    gguf_names::ATTENTION,
+    gguf_names::NORMS,
+    gguf_names::FFN,
+    gguf_names::FINAL_NORM,
+    gguf_names::HEAD,
+]);
+
+/// The groups of Hugging Face names that the Llama-style families share; each family's table
+/// is composed of those it has and its own (Qwen3's query/key norms, Gemma's four norms, ...).
+pub mod hf_names {
+    use crate::model::checkpoint::Renames;
+
+    /// The token table.
+    pub const EMBEDDING: Renames = &[("model.embed_tokens.", "embedding.")];
+    /// The query, key, value and output projections.
+    pub const ATTENTION: Renames = &[
+        (
+            "model.layers.{i}.self_attn.q_proj.",
+            "layers.{i}.self_attn.q_proj.",
+        ),
+        (
+            "model.layers.{i}.self_attn.k_proj.",
+            "layers.{i}.self_attn.k_proj.",
+        ),
+        (
+            "model.layers.{i}.self_attn.v_proj.",
+            "layers.{i}.self_attn.v_proj.",
+        ),
+        (
+            "model.layers.{i}.self_attn.o_proj.",
+            "layers.{i}.self_attn.out_proj.",
+        ),
+    ];
+    /// The query and key norms (Qwen3, Gemma 3, OLMoE, OLMo 2).
+    pub const QK_NORMS: Renames = &[
+        (
+            "model.layers.{i}.self_attn.q_norm.",
+            "layers.{i}.self_attn.q_norm.",
+        ),
+        (
+            "model.layers.{i}.self_attn.k_norm.",
+            "layers.{i}.self_attn.k_norm.",
+        ),
+    ];
+    /// A pre-norm block's two norms: before the attention and before the FFN.
+    pub const NORMS: Renames = &[
+        (
+            "model.layers.{i}.input_layernorm.",
+            "layers.{i}.self_attn_norm.",
+        ),
+        (
+            "model.layers.{i}.post_attention_layernorm.",
+            "layers.{i}.ffn_norm.",
+        ),
+    ];
+    /// The SwiGLU FFN.
+    pub const FFN: Renames = &[
+        ("model.layers.{i}.mlp.gate_proj.", "layers.{i}.ffn.gate."),
+        ("model.layers.{i}.mlp.up_proj.", "layers.{i}.ffn.linear1."),
+        ("model.layers.{i}.mlp.down_proj.", "layers.{i}.ffn.linear2."),
+    ];
+    /// Mixtral's mixtures of experts.
+    pub const MIXTRAL_EXPERTS: Renames = &[
+        (
+            "model.layers.{i}.block_sparse_moe.gate.",
+            "layers.{i}.ffn.router.",
+        ),
+        (
+            "model.layers.{i}.block_sparse_moe.experts.{e}.w1.",
+            "layers.{i}.ffn.experts.{e}.gate.",
+        ),
+        (
+            "model.layers.{i}.block_sparse_moe.experts.{e}.w3.",
+            "layers.{i}.ffn.experts.{e}.linear1.",
+        ),
+        (
+            "model.layers.{i}.block_sparse_moe.experts.{e}.w2.",
+            "layers.{i}.ffn.experts.{e}.linear2.",
+        ),
+    ];
+    /// The final norm.
+    pub const FINAL_NORM: Renames = &[("model.norm.", "final_norm.")];
+    /// The head's own matrix (untied).
+    pub const HEAD: Renames = &[("lm_head.", "output_proj.")];
+}
+
+/// The groups of llama.cpp's names that the Llama-style families share (see [`hf_names`]).
+pub mod gguf_names {
+    use crate::model::checkpoint::Renames;
+
+    /// The token table.
+    pub const EMBEDDING: Renames = &[("token_embd.", "embedding.")];
+    /// The query, key, value and output projections.
+    pub const ATTENTION: Renames = &[
+        ("blk.{i}.attn_q.", "layers.{i}.self_attn.q_proj."),
+        ("blk.{i}.attn_k.", "layers.{i}.self_attn.k_proj."),
+        ("blk.{i}.attn_v.", "layers.{i}.self_attn.v_proj."),
+        ("blk.{i}.attn_output.", "layers.{i}.self_attn.out_proj."),
+    ];
+    /// The query and key norms.
+    pub const QK_NORMS: Renames = &[
+        ("blk.{i}.attn_q_norm.", "layers.{i}.self_attn.q_norm."),
+        ("blk.{i}.attn_k_norm.", "layers.{i}.self_attn.k_norm."),
+    ];
+    /// A pre-norm block's two norms.
+    pub const NORMS: Renames = &[
+        ("blk.{i}.attn_norm.", "layers.{i}.self_attn_norm."),
+        ("blk.{i}.ffn_norm.", "layers.{i}.ffn_norm."),
+    ];
+    /// The norms of the sublayers' outputs (Gemma 2 and 3, OLMo 2).
+    pub const POST_NORMS: Renames = &[
+        (
+            "blk.{i}.post_attention_norm.",
+            "layers.{i}.self_attn_post_norm.",
+        ),
+        ("blk.{i}.post_ffw_norm.", "layers.{i}.ffn_post_norm."),
+    ];
+    /// The SwiGLU FFN.
+    pub const FFN: Renames = &[
+        ("blk.{i}.ffn_gate.", "layers.{i}.ffn.gate."),
+        ("blk.{i}.ffn_up.", "layers.{i}.ffn.linear1."),
+        ("blk.{i}.ffn_down.", "layers.{i}.ffn.linear2."),
+    ];
+    /// The mixtures of experts (merged `ffn_*_exps` tensors, split per expert at load).
+    pub const EXPERTS: Renames = &[
+        ("blk.{i}.ffn_gate_inp.", "layers.{i}.ffn.router."),
+        (
+            "blk.{i}.ffn_gate_exps.{e}.",
+            "layers.{i}.ffn.experts.{e}.gate.",
+        ),
+        (
+            "blk.{i}.ffn_up_exps.{e}.",
+            "layers.{i}.ffn.experts.{e}.linear1.",
+        ),
+        (
+            "blk.{i}.ffn_down_exps.{e}.",
+            "layers.{i}.ffn.experts.{e}.linear2.",
+        ),
+    ];
+    /// The final norm.
+    pub const FINAL_NORM: Renames = &[("output_norm.", "final_norm.")];
+    /// The head's own matrix (untied).
+    pub const HEAD: Renames = &[("output.", "output_proj.")];
+}
 
 fn default_act() -> String {
     "silu".into()
@@ -248,6 +358,10 @@ fn llama_config(
         query_pre_attn_scalar: None,
         post_norms: false,
         sliding_rope_base: None,
+        layer_rope: Vec::new(),
+        residual_scale: None,
+        logit_divisor: None,
+        input_norms: true,
         layer_attention: Vec::new(),
         encoder_layer_attention: Vec::new(),
         experts: None,

@@ -44,12 +44,12 @@ pub const FAMILY: Family = Family {
 
 /// Hugging Face M2M100 tensor names (after the `model.` prefix is stripped) -> ours: Marian's
 /// blocks, the stacks' final norms and the position table we compute.
-pub const HF_NAMES: RenameTable = RenameTable(&super::hf_seq2seq::with_layer_names!(
+pub const HF_NAMES: RenameTable = RenameTable(&[&super::hf_seq2seq::with_layer_names!(
     // (Before `shared.`: our name for the table we compute is also its own.)
     ("embedding.positions", "embedding.positions"),
     ("encoder.layer_norm.", "encoder.final_norm."),
     ("decoder.layer_norm.", "decoder.final_norm."),
-));
+)]);
 
 /// What M2M100 computes: pre-LN, one computed position table; `M2M100Config`'s defaults.
 const M2M100: BartDefaults = BartDefaults {

@@ -36,7 +36,7 @@ pub const FAMILY: Family = Family {
 };
 
 /// Hugging Face Marian tensor names (after the `model.` prefix is stripped) -> ours.
-pub const HF_NAMES: RenameTable = RenameTable(&super::hf_seq2seq::with_layer_names!());
+pub const HF_NAMES: RenameTable = RenameTable(&[&super::hf_seq2seq::with_layer_names!()]);
 
 /// What Marian computes: post-LN, sinusoids in halves, a decoder starting from the padding
 /// token; `MarianConfig`'s defaults (GELU, unscaled embeddings).

@@ -45,7 +45,7 @@ pub const FAMILY: Family = Family {
 
 /// Hugging Face mBART tensor names (after the `model.` prefix is stripped) -> ours: the
 /// shared blocks, the stacks' final norms, each stack's input norm and position table.
-pub const HF_NAMES: RenameTable = RenameTable(&super::hf_seq2seq::with_layer_names!(
+pub const HF_NAMES: RenameTable = RenameTable(&[&super::hf_seq2seq::with_layer_names!(
     // (Before `shared.`: the tables cut to our rows keep our names.)
     ("embedding.positions", "embedding.positions"),
     ("embedding.target_positions", "embedding.target_positions"),
@@ -53,7 +53,7 @@ pub const HF_NAMES: RenameTable = RenameTable(&super::hf_seq2seq::with_layer_nam
     ("decoder.layernorm_embedding.", "embedding.target_norm."),
     ("encoder.layer_norm.", "encoder.final_norm."),
     ("decoder.layer_norm.", "decoder.final_norm."),
-));
+)]);
 
 /// What mBART computes, and `MBartConfig`'s defaults.
 const MBART: BartDefaults = BartDefaults {

@@ -24,10 +24,15 @@ pub mod m2m100;
 pub mod mbart;
 // Encoder-decoders.
 pub mod marian;
-// Llama-style families: Mistral, Qwen2/2.5, Qwen3, Phi-3 (and their shared rotary reader).
+// Llama-style families: Mistral, Qwen2/2.5, Qwen3, Phi-3, SmolLM3, Granite 3, OLMo 2/3 (and
+// their shared rotary reader).
+pub mod generation_config;
+pub mod granite;
+mod hf_seq2seq;
 pub mod mistral;
 pub mod mixtral;
 pub mod multimodal;
+pub mod olmo2;
 pub mod olmoe;
 pub mod phi3;
 pub mod qwen2;
@@ -37,9 +42,8 @@ pub mod qwen3_5_moe;
 pub mod qwen3_moe;
 pub mod qwen3_next;
 pub mod rope_params;
+pub mod smollm3;
 pub mod t5;
-pub mod generation_config;
-mod hf_seq2seq;
 
 pub use gguf::{load_gguf, GgufWeights};
 
@@ -242,6 +246,10 @@ pub const FAMILIES: &[Family] = &[
     qwen2::FAMILY,
     qwen3::FAMILY,
     phi3::FAMILY,
+    smollm3::FAMILY,
+    granite::FAMILY,
+    olmo2::OLMO2,
+    olmo2::OLMO3,
     // Mixtures of experts.
     qwen3_moe::FAMILY,
     mixtral::FAMILY,
@@ -374,25 +382,29 @@ mod tests {
         }
         assert_eq!(
             hf_list(FamilyKind::Decoder),
-            "llama, gpt2, gemma2, gemma3_text, mistral, qwen2, qwen3, phi3, qwen3_moe, mixtral, \
-             olmoe, qwen3_5_text, qwen3_5, qwen3_5_moe_text, qwen3_5_moe and qwen3_next"
+            "llama, gpt2, gemma2, gemma3_text, mistral, qwen2, qwen3, phi3, smollm3, granite, \
+             olmo2, olmo3, qwen3_moe, mixtral, olmoe, qwen3_5_text, qwen3_5, qwen3_5_moe_text, \
+             qwen3_5_moe and qwen3_next"
         );
         assert_eq!(hf_list(FamilyKind::Encoder), "bert");
         assert_eq!(
             hf_list(FamilyKind::Translation),
             "marian, m2m_100, mbart, bart, t5, mt5 and umt5"
         );
-        assert_eq!(by_model_type("marian").unwrap().kind, FamilyKind::Translation);
+        assert_eq!(
+            by_model_type("marian").unwrap().kind,
+            FamilyKind::Translation
+        );
         assert_eq!(
             gguf_list(),
-            "llama, gemma2, gemma3, qwen2, qwen3, phi3, qwen3moe and olmoe"
+            "llama, gemma2, gemma3, qwen2, qwen3, phi3, smollm3, granite, olmo2, qwen3moe and olmoe"
         );
         assert_eq!(english_list(&["a", "b", "c"]), "a, b and c");
         // Every name of every table maps back to itself.
         for f in FAMILIES {
             let tables = [Some(f.hf_names), f.gguf.as_ref().map(|g| g.names)];
             for table in tables.into_iter().flatten() {
-                for (theirs, ours) in table.0 {
+                for (theirs, ours) in table.rules() {
                     let numbered = |n: &str| n.replace("{i}", "3").replace("{e}", "5");
                     let (theirs, ours) = (numbered(theirs), numbered(ours));
                     assert_eq!(table.import(&theirs).as_deref(), Some(ours.as_str()));

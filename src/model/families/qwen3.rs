@@ -5,10 +5,10 @@
 //! GGUF: architecture `qwen3`, Llama's tensor names plus `attn_{q,k}_norm`; Hugging Face's
 //! rotary halves (NEOX rotation).
 
-use super::llama::{self, Variant, WindowRule};
+use super::llama::{self, gguf_names, hf_names, Variant, WindowRule};
 use super::{Family, FamilyKind, GgufDecoder, HfDecoder};
 use crate::error::Result;
-use crate::model::checkpoint::RenameTable;
+use crate::model::checkpoint::{RenameTable, Renames};
 use crate::model::config::{ModelConfig, RopeStyle};
 use crate::store::ckpt_err;
 use crate::store::gguf::GgufFile;
@@ -40,45 +40,21 @@ pub const FAMILY: Family = Family {
     chat_template: None,
 };
 
-/// Hugging Face Qwen3 tensor names -> our module paths: Llama's and the two norms.
+/// Hugging Face Qwen3 tensor names -> our module paths: Llama's and the two norms, and
+/// Qwen3-MoE's experts (`super::qwen3_moe`).
 pub const HF_NAMES: RenameTable = RenameTable(&[
-    ("model.embed_tokens.", "embedding."),
-    (
-        "model.layers.{i}.self_attn.q_proj.",
-        "layers.{i}.self_attn.q_proj.",
-    ),
-    (
-        "model.layers.{i}.self_attn.k_proj.",
-        "layers.{i}.self_attn.k_proj.",
-    ),
-    (
-        "model.layers.{i}.self_attn.v_proj.",
-        "layers.{i}.self_attn.v_proj.",
-    ),
-    (
-        "model.layers.{i}.self_attn.o_proj.",
-        "layers.{i}.self_attn.out_proj.",
-    ),
-    (
-        "model.layers.{i}.self_attn.q_norm.",
-        "layers.{i}.self_attn.q_norm.",
-    ),
-    (
-        "model.layers.{i}.self_attn.k_norm.",
-        "layers.{i}.self_attn.k_norm.",
-    ),
-    (
-        "model.layers.{i}.input_layernorm.",
-        "layers.{i}.self_attn_norm.",
-    ),
-    (
-        "model.layers.{i}.post_attention_layernorm.",
-        "layers.{i}.ffn_norm.",
-    ),
-    ("model.layers.{i}.mlp.gate_proj.", "layers.{i}.ffn.gate."),
-    ("model.layers.{i}.mlp.up_proj.", "layers.{i}.ffn.linear1."),
-    ("model.layers.{i}.mlp.down_proj.", "layers.{i}.ffn.linear2."),
-    // Qwen3-MoE's mixtures of experts (`super::qwen3_moe`).
+    hf_names::EMBEDDING,
+    hf_names::ATTENTION,
+    hf_names::QK_NORMS,
+    hf_names::NORMS,
+    hf_names::FFN,
+    HF_EXPERTS,
+    hf_names::FINAL_NORM,
+    hf_names::HEAD,
+]);
+
+/// Qwen3-MoE's mixtures of experts.
+pub(super) const HF_EXPERTS: Renames = &[
     ("model.layers.{i}.mlp.gate.", "layers.{i}.ffn.router."),
     (
         "model.layers.{i}.mlp.experts.{e}.gate_proj.",
@@ -92,30 +68,18 @@ pub const HF_NAMES: RenameTable = RenameTable(&[
         "model.layers.{i}.mlp.experts.{e}.down_proj.",
         "layers.{i}.ffn.experts.{e}.linear2.",
     ),
-    ("model.norm.", "final_norm."),
-    ("lm_head.", "output_proj."),
-]);
+];
 
 /// llama.cpp's Qwen3 tensor names -> our module paths: Llama's and the two norms.
 pub const GGUF_NAMES: RenameTable = RenameTable(&[
-    ("token_embd.", "embedding."),
-    ("blk.{i}.attn_q.", "layers.{i}.self_attn.q_proj."),
-    ("blk.{i}.attn_k.", "layers.{i}.self_attn.k_proj."),
-    ("blk.{i}.attn_v.", "layers.{i}.self_attn.v_proj."),
-    ("blk.{i}.attn_output.", "layers.{i}.self_attn.out_proj."),
-    ("blk.{i}.attn_q_norm.", "layers.{i}.self_attn.q_norm."),
-    ("blk.{i}.attn_k_norm.", "layers.{i}.self_attn.k_norm."),
-    ("blk.{i}.attn_norm.", "layers.{i}.self_attn_norm."),
-    ("blk.{i}.ffn_norm.", "layers.{i}.ffn_norm."),
-    ("blk.{i}.ffn_gate.", "layers.{i}.ffn.gate."),
-    ("blk.{i}.ffn_up.", "layers.{i}.ffn.linear1."),
-    ("blk.{i}.ffn_down.", "layers.{i}.ffn.linear2."),
-    ("blk.{i}.ffn_gate_inp.", "layers.{i}.ffn.router."),
-    ("blk.{i}.ffn_gate_exps.{e}.", "layers.{i}.ffn.experts.{e}.gate."),
-    ("blk.{i}.ffn_up_exps.{e}.", "layers.{i}.ffn.experts.{e}.linear1."),
-    ("blk.{i}.ffn_down_exps.{e}.", "layers.{i}.ffn.experts.{e}.linear2."),
-    ("output_norm.", "final_norm."),
-    ("output.", "output_proj."),
+    gguf_names::EMBEDDING,
+    gguf_names::ATTENTION,
+    gguf_names::QK_NORMS,
+    gguf_names::NORMS,
+    gguf_names::FFN,
+    gguf_names::EXPERTS,
+    gguf_names::FINAL_NORM,
+    gguf_names::HEAD,
 ]);
 
 /// A Hugging Face directory's `config.json` of `model_type` `qwen3`, as our config.

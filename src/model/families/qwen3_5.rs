@@ -24,10 +24,10 @@
 //! scaling. llama.cpp's `qwen35` GGUF files do not load yet.
 
 use super::experts::{self as moe, HfExperts, Normalise};
-use super::llama::{self, LlamaConfig};
+use super::llama::{self, hf_names, LlamaConfig};
 use super::{multimodal, qwen3, Family, FamilyKind, HfDecoder};
 use crate::error::Result;
-use crate::model::checkpoint::RenameTable;
+use crate::model::checkpoint::{RenameTable, Renames};
 use crate::model::config::{GatedDeltaConfig, ModelConfig};
 use crate::store::{ckpt_err, TensorMap};
 use serde::Deserialize;
@@ -52,60 +52,24 @@ pub const FAMILY: Family = Family {
 /// names on both sides) and the mixtures' of Qwen3.5-MoE and Qwen3-Next (`mlp.gate`, the
 /// router; `mlp.experts.{e}.*`; `mlp.shared_expert.*` and its gate `mlp.shared_expert_gate`).
 pub const HF_NAMES: RenameTable = RenameTable(&[
-    ("model.embed_tokens.", "embedding."),
-    (
-        "model.layers.{i}.self_attn.q_proj.",
-        "layers.{i}.self_attn.q_proj.",
-    ),
-    (
-        "model.layers.{i}.self_attn.k_proj.",
-        "layers.{i}.self_attn.k_proj.",
-    ),
-    (
-        "model.layers.{i}.self_attn.v_proj.",
-        "layers.{i}.self_attn.v_proj.",
-    ),
-    (
-        "model.layers.{i}.self_attn.o_proj.",
-        "layers.{i}.self_attn.out_proj.",
-    ),
-    (
+    hf_names::EMBEDDING,
+    hf_names::ATTENTION,
+    &[(
         "model.layers.{i}.self_attn.gate_proj.",
         "layers.{i}.self_attn.gate_proj.",
-    ),
-    (
-        "model.layers.{i}.self_attn.q_norm.",
-        "layers.{i}.self_attn.q_norm.",
-    ),
-    (
-        "model.layers.{i}.self_attn.k_norm.",
-        "layers.{i}.self_attn.k_norm.",
-    ),
-    ("model.layers.{i}.linear_attn.", "layers.{i}.linear_attn."),
-    (
-        "model.layers.{i}.input_layernorm.",
-        "layers.{i}.self_attn_norm.",
-    ),
-    (
-        "model.layers.{i}.post_attention_layernorm.",
-        "layers.{i}.ffn_norm.",
-    ),
-    ("model.layers.{i}.mlp.gate_proj.", "layers.{i}.ffn.gate."),
-    ("model.layers.{i}.mlp.up_proj.", "layers.{i}.ffn.linear1."),
-    ("model.layers.{i}.mlp.down_proj.", "layers.{i}.ffn.linear2."),
-    ("model.layers.{i}.mlp.gate.", "layers.{i}.ffn.router."),
-    (
-        "model.layers.{i}.mlp.experts.{e}.gate_proj.",
-        "layers.{i}.ffn.experts.{e}.gate.",
-    ),
-    (
-        "model.layers.{i}.mlp.experts.{e}.up_proj.",
-        "layers.{i}.ffn.experts.{e}.linear1.",
-    ),
-    (
-        "model.layers.{i}.mlp.experts.{e}.down_proj.",
-        "layers.{i}.ffn.experts.{e}.linear2.",
-    ),
+    )],
+    hf_names::QK_NORMS,
+    &[("model.layers.{i}.linear_attn.", "layers.{i}.linear_attn.")],
+    hf_names::NORMS,
+    hf_names::FFN,
+    qwen3::HF_EXPERTS,
+    HF_SHARED_EXPERT,
+    hf_names::FINAL_NORM,
+    hf_names::HEAD,
+]);
+
+/// The shared expert of Qwen3.5-MoE's and Qwen3-Next's mixtures and its sigmoid gate.
+const HF_SHARED_EXPERT: Renames = &[
     (
         "model.layers.{i}.mlp.shared_expert.gate_proj.",
         "layers.{i}.ffn.shared_expert.gate.",
@@ -122,9 +86,7 @@ pub const HF_NAMES: RenameTable = RenameTable(&[
         "model.layers.{i}.mlp.shared_expert_gate.",
         "layers.{i}.ffn.shared_expert_gate.",
     ),
-    ("model.norm.", "final_norm."),
-    ("lm_head.", "output_proj."),
-]);
+];
 
 /// Qwen3.5's own fields of `config.json` (the rest are Llama's, [`LlamaConfig`]).
 #[derive(Deserialize)]

@@ -55,7 +55,7 @@ pub const FAMILY: Family = Family {
 
 /// Hugging Face T5 tensor names -> ours. (The ungated FFN's `wi` is read as `wi_1`, which is
 /// our `linear1` in both FFNs: see [`our_tensors`].)
-pub const HF_NAMES: RenameTable = RenameTable(&[
+pub const HF_NAMES: RenameTable = RenameTable(&[&[
     ("shared.", "embedding."),
     ("final_logits_bias", "output_proj.bias"),
     ("lm_head.", "output_proj."),
@@ -161,7 +161,7 @@ pub const HF_NAMES: RenameTable = RenameTable(&[
         "decoder.layers.{i}.ffn_norm.",
     ),
     ("decoder.final_layer_norm.", "decoder.final_norm."),
-]);
+]]);
 
 /// The fields of `T5Config` / `MT5Config` we read, with the classes' defaults; the rest
 /// (`dropout_rate`, `initializer_factor`, `dense_act_fn` and `is_gated_act`, which follow from

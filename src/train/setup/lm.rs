@@ -163,6 +163,10 @@ impl LmModelSpec {
             query_pre_attn_scalar: None,
             post_norms: false,
             sliding_rope_base: None,
+            layer_rope: Vec::new(),
+            residual_scale: None,
+            logit_divisor: None,
+            input_norms: true,
             layer_attention: match self.attention {
                 crate::model::attention_kind::AttentionKind::Exact => Vec::new(),
                 kind => vec![kind; self.layers],
