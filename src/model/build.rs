@@ -89,8 +89,12 @@ impl BlockConfig {
                     e.normalise,
                     init,
                 );
+                if e.bias {
+                    moe = moe.with_biases(init);
+                }
                 for expert in &mut moe.experts {
                     expert.dropout = self.activation_dropout;
+                    expert.clamp = e.swiglu_clamp;
                 }
                 Ffn::Experts(Box::new(moe))
             }

@@ -209,6 +209,8 @@ fn bad_steps_and_unsupported_models_are_errors_naming_them() {
             top_k: 2,
             d_ff: 8,
             normalise: true,
+            bias: false,
+            swiglu_clamp: None,
         })
     });
     let e = DeviceLm::new(Host, &moe).err().unwrap().to_string();

@@ -346,6 +346,7 @@ fn tiny_config(positions: Positions, norm: NormPlacement, tie: bool, dropout: f6
         rotary_dim: None,
         gated_delta: None,
         qk_norm_whole: false,
+        attention_sinks: false,
     }
 }
 
@@ -480,6 +481,7 @@ fn decoding_model(positions: Positions, norm: NormPlacement, tie: bool, eos: f32
         rotary_dim: None,
         gated_delta: None,
         qk_norm_whole: false,
+        attention_sinks: false,
     };
     c.validate().unwrap();
     let mut m = Seq2Seq::new(c, &mut Rng::new(3));

@@ -53,6 +53,8 @@ fn qwen3_moe_matches_transformers() {
         top_k: 2,
         d_ff: 32,
         normalise: true,
+        bias: false,
+        swiglu_clamp: None,
     };
     check_family("qwen3_moe", want);
 }
@@ -64,6 +66,8 @@ fn mixtral_matches_transformers() {
         top_k: 2,
         d_ff: 32,
         normalise: true,
+        bias: false,
+        swiglu_clamp: None,
     };
     check_family("mixtral", want);
 }
@@ -76,6 +80,8 @@ fn olmoe_matches_transformers() {
         top_k: 2,
         d_ff: 32,
         normalise: false,
+        bias: false,
+        swiglu_clamp: None,
     };
     check_family("olmoe", want);
     let m = load_hf(&fixture("olmoe").join("hf"));

@@ -19,6 +19,7 @@ pub mod gguf;
 #[cfg(test)]
 mod gguf_tests;
 pub mod gpt2;
+pub mod gpt_oss;
 pub mod llama;
 pub mod m2m100;
 pub mod mbart;
@@ -243,6 +244,7 @@ pub const FAMILIES: &[Family] = &[
     qwen3_moe::FAMILY,
     mixtral::FAMILY,
     olmoe::FAMILY,
+    gpt_oss::FAMILY,
     // Hybrid linear attention.
     qwen3_5::FAMILY,
     // Encoder-decoders.
@@ -370,7 +372,7 @@ mod tests {
         assert_eq!(
             hf_list(FamilyKind::Decoder),
             "llama, gpt2, gemma2, gemma3_text, mistral, qwen2, qwen3, phi3, qwen3_moe, mixtral, \
-             olmoe and qwen3_5_text"
+             olmoe, gpt_oss and qwen3_5_text"
         );
         assert_eq!(hf_list(FamilyKind::Encoder), "bert");
         assert_eq!(
@@ -380,7 +382,7 @@ mod tests {
         assert_eq!(by_model_type("marian").unwrap().kind, FamilyKind::Translation);
         assert_eq!(
             gguf_list(),
-            "llama, gemma2, gemma3, qwen2, qwen3, phi3, qwen3moe and olmoe"
+            "llama, gemma2, gemma3, qwen2, qwen3, phi3, qwen3moe, olmoe and gpt-oss"
         );
         assert_eq!(english_list(&["a", "b", "c"]), "a, b and c");
         // Every name of every table maps back to itself.
