@@ -407,6 +407,23 @@ impl Backend for Cpu {
     }
 
     #[inline]
+    fn swiglu_clamped<T: Float>(&self, h: &mut [T], gate: &[T], up: &[T], clamp: (f64, f64)) {
+        crate::kernels::swiglu_clamped::forward(h, gate, up, clamp)
+    }
+
+    #[inline]
+    fn swiglu_clamped_backward<T: Float>(
+        &self,
+        grads: (&mut [T], &mut [T]),
+        dh: &[T],
+        gate: &[T],
+        up: &[T],
+        clamp: (f64, f64),
+    ) {
+        crate::kernels::swiglu_clamped::backward(grads, dh, gate, up, clamp)
+    }
+
+    #[inline]
     fn add<T: Float>(&self, y: &mut [T], x: &[T]) {
         act::add_inplace(y, x)
     }

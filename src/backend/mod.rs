@@ -62,6 +62,7 @@ pub use crate::kernels::attention::{
     Attended, AttnDims, AttnMask, AttnWeights, KeyRanges, KvSlice, KvStore, KvView, Purpose,
     SavedRef, Scores,
 };
+pub use crate::kernels::sinks::WithSinks;
 // The model's tests only: the length from which training takes the tiled kernel, a GGUF
 // file's K-quant matrices.
 #[cfg(test)]
@@ -382,6 +383,21 @@ pub trait Backend {
 
     /// Backward of [`swiglu`](Self::swiglu): `dgate = dh ⊙ u ⊙ silu'(g)`, `dup = dh ⊙ silu(g)`.
     fn swiglu_backward<T: Float>(&self, grads: (&mut [T], &mut [T]), dh: &[T], gate: &[T], up: &[T]);
+
+    /// gpt-oss's clamped SwiGLU (`kernels::swiglu_clamped`): `h = (clamp(u, −l, l) + 1) ⊙ g' σ(α
+    /// g')`, `g' = min(g, l)`, `clamp = (α, l)` (all `[rows, d_ff]`).
+    fn swiglu_clamped<T: Float>(&self, h: &mut [T], gate: &[T], up: &[T], clamp: (f64, f64));
+
+    /// Backward of [`swiglu_clamped`](Self::swiglu_clamped): `(dgate, dup)`, zero where a clamp
+    /// holds.
+    fn swiglu_clamped_backward<T: Float>(
+        &self,
+        grads: (&mut [T], &mut [T]),
+        dh: &[T],
+        gate: &[T],
+        up: &[T],
+        clamp: (f64, f64),
+    );
 
     /// `y += x`.
     fn add<T: Float>(&self, y: &mut [T], x: &[T]);

@@ -22,6 +22,7 @@ pub use super::plain_attention::{attention_backward, attention_forward};
 pub use super::scores::Scores;
 
 use super::flash_attention::{flash_attention_backward, flash_attention_forward};
+use super::sinks::sink_tiled;
 pub use super::kv_blocks::KvSlice;
 use super::step_attention::step_attention_forward;
 use crate::Float;
@@ -175,8 +176,8 @@ pub struct Attended<T> {
 /// The attention weights as a kernel kept them.
 #[derive(Clone, Debug)]
 pub enum AttnWeights<T> {
-    /// Plain and step kernels: `[batch, heads, q_len, k_len]`, rows summing to one over the
-    /// visible keys (undropped), exactly 0 elsewhere.
+    /// Plain and step kernels: `[batch, heads, q_len, k_len]`, rows summing to one (less a
+    /// sink's share, `super::sinks`) over the visible keys (undropped), exactly 0 elsewhere.
     Probs(Vec<T>),
     /// Tiled kernel: the log-sum-exp of each score row `[batch * q_len, heads]`, from which its
     /// backward recomputes the weights.
@@ -235,7 +236,8 @@ pub fn attend<T: Float>(
     let weights = if kernel == Kernel::Tiled {
         // lse: [batch*q_len, heads]
         let mut lse = vec![T::zero(); dims.batch * dims.q_len * dims.heads];
-        flash_attention_forward(&mut ctx, &mut lse, q, k, v, dims, ranges);
+        flash_attention_forward(&mut ctx, &mut lse, q, k, v, dims, &ranges);
+        sink_tiled(&mut ctx, &mut lse, &ranges, (dims.heads, dims.d_head));
         AttnWeights::LogSumExp(lse)
     } else {
         // probs: [batch, heads, q_len, k_len]

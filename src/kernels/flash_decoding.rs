@@ -22,6 +22,7 @@
 
 use super::attention::{AttnDims, KvSlice};
 use super::key_ranges::{add_bias, clip, hide_holes, KeyRanges};
+use super::sinks::sink_factor;
 use super::{kv_dots, step_dots, step_softmax};
 use rayon::prelude::*;
 
@@ -142,9 +143,13 @@ pub fn forward(
                     *c += part[0] * o;
                 }
             }
-            ctx_h.iter_mut().for_each(|c| *c /= l);
+            // With a sink (`super::sinks`): everything times σ(lse − s_h), lse = m + ln ℓ.
+            let sink = ranges
+                .sink(h)
+                .map_or(1.0, |s| sink_factor(m as f64 + (l as f64).ln(), s) as f32);
+            ctx_h.iter_mut().for_each(|c| *c = *c / l * sink);
             for (p_c, part) in p_h[seen].chunks_mut(chunk).zip(partials.chunks(2 + d_head)) {
-                let f = part[0] / l;
+                let f = part[0] / l * sink;
                 p_c.iter_mut().for_each(|p| *p *= f);
             }
         });

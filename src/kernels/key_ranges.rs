@@ -57,6 +57,12 @@ pub trait KeyRanges: Sync {
         false
     }
 
+    /// Head `h`'s attention sink: a logit that joins every softmax's denominator of the head
+    /// and carries no value (`super::sinks`); `None`: no sink.
+    fn sink(&self, _h: usize) -> Option<f64> {
+        None
+    }
+
     /// The same ranges restricted to the last `window` keys of each (sliding-window attention).
     fn windowed(self, window: usize) -> Windowed<Self>
     where
@@ -88,6 +94,10 @@ impl<R: KeyRanges + ?Sized> KeyRanges for &R {
 
     fn has_bias(&self) -> bool {
         (**self).has_bias()
+    }
+
+    fn sink(&self, h: usize) -> Option<f64> {
+        (**self).sink(h)
     }
 }
 
@@ -164,6 +174,10 @@ impl<R: KeyRanges> KeyRanges for Windowed<R> {
 
     fn has_bias(&self) -> bool {
         self.inner.has_bias()
+    }
+
+    fn sink(&self, h: usize) -> Option<f64> {
+        self.inner.sink(h)
     }
 }
 

@@ -17,6 +17,7 @@ use super::activations::mul_inplace;
 use super::attention::AttnDims;
 use super::key_ranges::{add_bias, clip, hide_holes, KeyRanges};
 use super::matmul::{matmul, MatMut, MatRef};
+use super::sinks::softmax_with_sink;
 use super::softmax::{softmax_backward_inplace, softmax_inplace};
 use crate::Float;
 use rayon::prelude::*;
@@ -77,7 +78,10 @@ pub fn attention_forward<T: Float>(
                     dims.scores.cap(&mut row[seen.clone()]);
                     add_bias(&ranges, (h, b, i), seen.start, &mut row[seen.clone()]);
                     hide_holes(&ranges, b, i, seen.start, &mut row[seen.clone()]);
-                    softmax_inplace(&mut row[seen.start..], seen.len());
+                    row[seen.end..].fill(T::zero());
+                    softmax_with_sink(&ranges, h, &mut row[seen.clone()], |r| {
+                        softmax_inplace(r, seen.len())
+                    });
                 }
                 let p: &[T] = match drop {
                     Some(m) => {

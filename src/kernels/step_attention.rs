@@ -24,6 +24,7 @@ use super::kv_dots;
 use super::lowp::Kernel;
 use super::reduce::lane_dot;
 use super::step_dots;
+use super::sinks::softmax_with_sink;
 use super::softmax::softmax_inplace;
 use super::step_softmax;
 use crate::Float;
@@ -245,10 +246,13 @@ impl<T: Float, R: KeyRanges> pulp::WithSimd for OneRow<'_, T, R> {
                 hide_holes(ranges, b, i, seen.start, &mut p[seen.clone()]);
                 // f32: the vectorised softmax of `step_softmax`; f64 (reference checks): the
                 // library exp of `softmax_inplace`.
-                match T::as_f32_mut(&mut p[seen.clone()]) {
-                    Some(live) => step_softmax::softmax(kernel, live),
-                    None => softmax_inplace(&mut p[seen.clone()], seen.len()),
-                }
+                softmax_with_sink(ranges, h, &mut p[seen.clone()], |live| {
+                    let n = live.len();
+                    match T::as_f32_mut(live) {
+                        Some(live) => step_softmax::softmax(kernel, live),
+                        None => softmax_inplace(live, n),
+                    }
+                });
                 p[seen.end..].fill(T::zero());
                 let c_i = &mut ctx_b[i * width + cols.start..i * width + cols.end];
                 let p_seen = &p[seen.clone()];

@@ -28,6 +28,9 @@
 //! `rotary_dim` columns are rotated, as a head of that width (frequencies
 //! `base^(−2i/rotary_dim)`); the rest pass unrotated.
 //!
+//! Attention sinks (`sinks`, gpt-oss; `super::attention_sinks`): a learned logit per head that
+//! joins each of its softmaxes' denominators and carries no value, in every path.
+//!
 //! Relative positions (T5, `super::relative_bias`): a self-attention with a
 //! [`relative_bias`](MultiHeadAttention::relative_bias) adds its learned bias of each key's
 //! offset from the query to every score, in every path (through the key ranges the one
@@ -47,9 +50,9 @@ use super::head_gate::{gate_backward, gated};
 use super::kv_cache::KvCache;
 use super::linear::Linear;
 use super::norm::RmsNorm;
-use super::param::{Init, Module, ParamVisitor};
+use super::param::{Init, Module, Param, ParamVisitor};
 use super::relative_bias::RelativeBias;
-use crate::backend::{Attended, AttnDims, AttnMask, AttnWeights, Backend, KeyRanges, KvView, Pattern, Purpose, RmsNormStats, Rope, SavedRef, Scores, CPU};
+use crate::backend::{Attended, AttnDims, AttnMask, AttnWeights, Backend, KeyRanges, KvView, Pattern, Purpose, RmsNormStats, Rope, SavedRef, Scores, WithSinks, CPU};
 use crate::rng::Rng;
 use crate::Float;
 
@@ -115,6 +118,9 @@ pub struct MultiHeadAttention<T> {
     /// Rotary: the leading columns of each head that are rotated (see the module docs);
     /// `None`: all `d_k`.
     pub rotary_dim: Option<usize>,
+    /// The attention sinks `[n_heads]`, one logit per head (see the module docs); `None`: no
+    /// sink.
+    pub sinks: Option<Param<T>>,
 }
 
 /// What a per-head norm's backward needs: its input (the projection) and statistics.
@@ -167,8 +173,9 @@ impl<T> AttentionCache<T> {
 /// The attention weights as the forward's kernel kept them.
 #[derive(Clone, Debug)]
 pub enum SavedWeights<T> {
-    /// The plain kernel: the weights `[batch, heads, q_len, k_len]` (rows sum to one over the
-    /// visible keys), and the attention-dropout mask laid out like them when one was drawn.
+    /// The plain kernel: the weights `[batch, heads, q_len, k_len]` (rows sum to one, less a
+    /// sink's share, over the visible keys), and the attention-dropout mask laid out like them
+    /// when one was drawn.
     Probs {
         probs: Vec<T>,
         drop_mask: Option<Vec<T>>,
@@ -238,6 +245,7 @@ impl<T: Float> MultiHeadAttention<T> {
             relative_bias: None,
             output_gate: None,
             rotary_dim: None,
+            sinks: None,
         }
     }
 
@@ -343,9 +351,21 @@ impl<T: Float> MultiHeadAttention<T> {
         dims: AttnDims,
         purpose: Purpose<'_, T>,
     ) -> Attended<T> {
+        let Some(sinks) = &self.sinks else {
+            return match (self.window, self.pattern) {
+                (None, None) => CPU.attention(q, kv, ranges, dims, purpose),
+                _ => CPU.attention(q, kv, self.layer_ranges(ranges), dims, purpose),
+            };
+        };
+        // [n_heads], the sinks as the kernels read them
+        let sinks: Vec<f64> = sinks.value.data.iter().map(|s| s.f64()).collect();
+        let sinks = &sinks[..];
         match (self.window, self.pattern) {
-            (None, None) => CPU.attention(q, kv, ranges, dims, purpose),
-            _ => CPU.attention(q, kv, self.layer_ranges(ranges), dims, purpose),
+            (None, None) => CPU.attention(q, kv, WithSinks { inner: ranges, sinks }, dims, purpose),
+            _ => {
+                let inner = self.layer_ranges(ranges);
+                CPU.attention(q, kv, WithSinks { inner, sinks }, dims, purpose)
+            }
         }
     }
 
@@ -597,6 +617,7 @@ impl<T: Float> MultiHeadAttention<T> {
             &mut dctx,
             self.d_head,
         );
+        self.sinks_backward(&cache, &dctx);
         let mut dq = vec![T::zero(); cache.q.len()];
         let mut dk = vec![T::zero(); cache.k.len()];
         let mut dv = vec![T::zero(); cache.v.len()];
@@ -722,5 +743,8 @@ impl<T> Module<T> for MultiHeadAttention<T> {
         }
         v.optional("relative_bias", self.relative_bias.as_mut());
         v.optional("gate_proj", self.output_gate.as_mut());
+        if let Some(sinks) = &mut self.sinks {
+            v.param("sinks", sinks);
+        }
     }
 }

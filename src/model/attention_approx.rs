@@ -72,6 +72,10 @@ impl<R: KeyRanges> KeyRanges for LayerRanges<R> {
     fn has_bias(&self) -> bool {
         self.inner.has_bias()
     }
+
+    fn sink(&self, h: usize) -> Option<f64> {
+        self.inner.sink(h)
+    }
 }
 
 impl<T: Float> MultiHeadAttention<T> {

@@ -93,6 +93,12 @@ impl BlockConfig {
                 if let Some(width) = e.shared_d_ff {
                     moe = moe.with_shared(width, self.activation, init);
                 }
+                if e.bias {
+                    moe = moe.with_biases(init);
+                }
+                for expert in &mut moe.experts {
+                    expert.clamp = e.swiglu_clamp;
+                }
                 let shared = moe.shared.as_mut().map(|s| &mut s.ffn);
                 for expert in moe.experts.iter_mut().chain(shared) {
                     expert.dropout = self.activation_dropout;

@@ -272,6 +272,11 @@ pub struct ModelConfig {
     /// Absent: false.
     #[serde(default, skip_serializing_if = "is_default")]
     pub attn_output_gate: bool,
+    /// An attention sink on every decoder self-attention: one learned logit per head that joins
+    /// each softmax's denominator and carries no value (gpt-oss; parameter `self_attn.sinks
+    /// [n_heads]`, `super::attention`). Absent: false.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub attention_sinks: bool,
     /// Rotary positions on each head's first `rotary_dim` columns only, as a head of that
     /// width (Qwen3.5's `partial_rotary_factor`: a quarter). Absent: the whole head.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -305,7 +310,8 @@ pub struct ModelConfig {
 }
 
 /// A mixture-of-experts FFN (`super::experts`): `n_experts` FFNs of `d_ff` hidden units each
-/// (the block's activation, no biases), `top_k` of them picked per token by a linear router.
+/// (the block's activation; biases only with [`bias`](Self::bias)), `top_k` of them picked per
+/// token by a linear router.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExpertsConfig {
@@ -314,13 +320,32 @@ pub struct ExpertsConfig {
     /// Each expert's hidden width.
     pub d_ff: usize,
     /// Whether the chosen experts' probabilities are divided by their sum (Mixtral,
-    /// Qwen3-MoE) or used as they are (OLMoE).
+    /// Qwen3-MoE, gpt-oss) or used as they are (OLMoE).
     pub normalise: bool,
     /// The hidden width of a shared expert every token passes through, its output scaled by a
     /// sigmoid gate `σ(x w_gᵀ)` (Qwen2-MoE, Qwen3-Next, Qwen3.5-MoE; parameters
     /// `ffn.shared_expert.*` and `ffn.shared_expert_gate`). Absent: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_d_ff: Option<usize>,
+    /// The router and every expert's three projections have biases (gpt-oss). Absent: false.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub bias: bool,
+    /// The experts' SwiGLU clamped as gpt-oss computes it ([`SwigluClamp`]). Absent: the plain
+    /// SwiGLU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swiglu_clamp: Option<SwigluClamp>,
+}
+
+/// gpt-oss's clamped SwiGLU (`super::feed_forward`): the gate clamped above, the up projection
+/// on both sides, a sigmoid of gain `alpha` and the up projection shifted by one,
+/// `h = (clamp(u, −limit, limit) + 1) ⊙ g' σ(alpha · g')`, `g' = min(g, limit)`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SwigluClamp {
+    /// The sigmoid's gain (1.702 in gpt-oss).
+    pub alpha: f64,
+    /// The clamp (7 in gpt-oss).
+    pub limit: f64,
 }
 
 /// The Gated DeltaNet layers of a hybrid stack (`super::gated_delta`): which decoder layers
@@ -490,6 +515,7 @@ impl ModelConfig {
             qkv_bias: false,
             qk_norm: false,
             qk_norm_whole: false,
+            attention_sinks: false,
             attn_logit_softcap: None,
             final_logit_softcap: None,
             output_bias: false,

@@ -2,7 +2,7 @@
 //! families (rope scaling, sliding windows, Gemma's) checked by name.
 
 use super::{
-    AttentionSite, ModelConfig, NormPlacement, Normalization, Positions, RopeScaling, MAX_CONTEXT,
+    Activation, AttentionSite, ModelConfig, NormPlacement, Normalization, Positions, RopeScaling, MAX_CONTEXT,
     MAX_LAYERS,
 };
 
@@ -110,6 +110,11 @@ impl ModelConfig {
                     self.d_head()
                 ));
             }
+        }
+        if self.attention_sinks && (self.n_encoder_layers > 0 || !self.layer_heads.is_empty()) {
+            return Err("attention_sinks (one logit per head) are for unpruned decoder-only \
+                        models"
+                .into());
         }
         let hybrid = self.gated_delta.is_some() || self.attn_output_gate || self.rotary_dim.is_some();
         if hybrid && (self.n_encoder_layers > 0 || !self.layer_heads.is_empty()) {
@@ -223,6 +228,19 @@ impl ModelConfig {
         }
         if e.shared_d_ff == Some(0) {
             return Err("experts.shared_d_ff must be positive (or absent: no shared expert)".into());
+        }
+        if let Some(c) = e.swiglu_clamp {
+            if self.activation != Activation::SiluGated {
+                return Err("experts.swiglu_clamp clamps the SwiGLU: it needs activation \
+                            silu-gated"
+                    .into());
+            }
+            if !(c.alpha.is_finite() && c.limit.is_finite() && c.limit > 0.0) {
+                return Err(format!(
+                    "experts.swiglu_clamp alpha {} and limit {} must be finite, the limit positive",
+                    c.alpha, c.limit
+                ));
+            }
         }
         if self.n_encoder_layers > 0 {
             return Err(

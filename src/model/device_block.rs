@@ -625,6 +625,9 @@ pub(super) fn check_parts(
     if a.relative_bias.is_some() {
         return Some("a relative position bias (T5's)");
     }
+    if a.sinks.is_some() {
+        return Some("attention sinks (gpt-oss)");
+    }
     if a.q_norm.is_some() != a.k_norm.is_some() {
         return Some("a query norm without a key norm, or the reverse");
     }

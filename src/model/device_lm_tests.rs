@@ -210,6 +210,8 @@ fn bad_steps_and_unsupported_models_are_errors_naming_them() {
             d_ff: 8,
             normalise: true,
             shared_d_ff: None,
+            bias: false,
+            swiglu_clamp: None,
         })
     });
     let e = DeviceLm::new(Host, &moe).err().unwrap().to_string();

@@ -2,12 +2,18 @@
 //! position-wise FFN replaced by `E` FFNs of their own ("experts"), of which a linear router
 //! picks `k` for each token:
 //!
-//! `p = softmax(x W_rᵀ)`, `S = top_k(p)`, `w_e = p_e / Σ_{j ∈ S} p_j` (normalised; or `w_e = p_e`),
-//! `MoE(x) = Σ_{e ∈ S} w_e · FFN_e(x)`,
+//! `p = softmax(x W_rᵀ + b_r)`, `S = top_k(p)`, `w_e = p_e / Σ_{j ∈ S} p_j` (normalised; or
+//! `w_e = p_e`), `MoE(x) = Σ_{e ∈ S} w_e · FFN_e(x)`,
 //!
 //! and, with a shared expert (Qwen2-MoE, Qwen3-Next, Qwen3.5-MoE), a dense FFN every token
 //! passes through, scaled by its own sigmoid gate `w_g [1, d_model]`:
 //! `MoE(x) = Σ_{e ∈ S} w_e · FFN_e(x) + σ(x w_gᵀ) · FFN_s(x)`.
+//!
+//! Normalised, the weights are the softmax of the chosen logits alone (gpt-oss's router:
+//! `top_k` of the logits, then their softmax): `p_e / Σ_{j∈S} p_j = e^{l_e} / Σ_{j∈S} e^{l_j}`.
+//! The router's bias `b_r` and the experts' biases exist only where a family has them
+//! ([`MixtureOfExperts::with_biases`], gpt-oss, whose experts also clamp their SwiGLU:
+//! `super::feed_forward`).
 //!
 //! Tokens are grouped by expert, so each chosen expert is one product over its tokens (a
 //! prompt or a batch of rows reads each expert's weights once), and the weighted outputs are
@@ -141,6 +147,20 @@ impl<T: Float> MixtureOfExperts<T> {
             ffn: FeedForward::with_bias(d, d_ff, activation, false, init),
             gate: Linear::with_bias(d, 1, false, init),
         });
+        self
+    }
+
+    /// The same mixture with zero biases on the router and on each expert's three projections
+    /// (to be loaded), drawn from `init` in the order router, then each expert's.
+    pub fn with_biases(mut self, init: &mut impl Init) -> Self {
+        let e = self.experts.len();
+        self.router.bias = Some(init.constant(&[e], 0.0));
+        for expert in &mut self.experts {
+            let gate = expert.gate.iter_mut();
+            for linear in [&mut expert.linear1, &mut expert.linear2].into_iter().chain(gate) {
+                linear.bias = Some(init.constant(&[linear.d_out], 0.0));
+            }
+        }
         self
     }
 

@@ -6,14 +6,25 @@
 
 use super::*;
 use crate::model::attention_checks::{check_lm_decoding, linear_loops, max_diff, numeric, uniform};
-use crate::model::{ExpertsConfig, LanguageModel, ModelConfig, NormPlacement, Positions};
+use crate::model::{ExpertsConfig, LanguageModel, ModelConfig, NormPlacement, Positions, SwigluClamp};
 use crate::model::config::Normalization;
 
 /// One SwiGLU FFN written out: `down(silu(gate(x)) ⊙ up(x))`.
 fn swiglu_loops(xr: &[f64], f: &FeedForward<f64>) -> Vec<f64> {
     let g = linear_loops(xr, f.gate.as_ref().unwrap());
     let u = linear_loops(xr, &f.linear1);
-    let h: Vec<f64> = g.iter().zip(&u).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
+    let h: Vec<f64> = g
+        .iter()
+        .zip(&u)
+        .map(|(&g, &u)| match f.clamp {
+            None => g / (1.0 + (-g).exp()) * u,
+            // gpt-oss: min(g, l) σ(α min(g, l)) (clamp(u, −l, l) + 1)
+            Some(c) => {
+                let (g, u) = (g.min(c.limit), u.clamp(-c.limit, c.limit));
+                (u + 1.0) * g / (1.0 + (-c.alpha * g).exp())
+            }
+        })
+        .collect();
     linear_loops(&h, &f.linear2)
 }
 
@@ -110,42 +121,79 @@ fn mixture_matches_float64_loops() {
     }
 }
 
+/// The mixture's backward of `L = Σ r ⊙ y` against central differences: the input's gradient
+/// and every entry of every parameter's (`n_params` of them).
+fn backward_matches_central_differences(mut m: MixtureOfExperts<f64>, n_params: usize, what: &str) {
+    let x = uniform(4 * 6, 11);
+    let r = uniform(4 * 6, 12);
+    let loss = |m: &MixtureOfExperts<f64>, x: &[f64]| -> f64 {
+        loops(m, x).iter().zip(&r).map(|(a, b)| a * b).sum()
+    };
+    let (_, cache) = m.forward_train(&x, None);
+    let dx = m.backward(&x, cache, &r);
+    for (i, &got) in dx.iter().enumerate() {
+        let n = numeric(&|x: &[f64]| loss(&m, x), &x, i, 1e-6);
+        assert!((got - n).abs() < 1e-7, "{what} dx {i}: {got} {n}");
+    }
+    let names: Vec<String> = m.params_mut().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names.len(), n_params);
+    for name in names {
+        let (w0, grad) = {
+            let mut params = m.params_mut();
+            let p = &mut params.iter_mut().find(|(n, _)| *n == name).unwrap().1;
+            (p.value.data.clone(), p.grad.data.clone())
+        };
+        let by_w = |w: &[f64]| {
+            let mut f = m.clone();
+            let mut params = f.params_mut();
+            params.iter_mut().find(|(n, _)| *n == name).unwrap().1.value.data = w.to_vec();
+            loss(&f, &x)
+        };
+        for (i, &got) in grad.iter().enumerate() {
+            let n = numeric(&by_w, &w0, i, 1e-6);
+            assert!((got - n).abs() < 1e-7, "{what} {name} {i}: {got} {n}");
+        }
+    }
+}
+
 #[test]
 fn mixture_backward_matches_central_differences() {
     for (normalise, shared) in [(true, false), (false, true)] {
-        let mut m = mixture((normalise, shared), 5);
-        let x = uniform(4 * 6, 11);
-        let r = uniform(4 * 6, 12);
-        let loss = |m: &MixtureOfExperts<f64>, x: &[f64]| -> f64 {
-            loops(m, x).iter().zip(&r).map(|(a, b)| a * b).sum()
-        };
-        let (_, cache) = m.forward_train(&x, None);
-        let dx = m.backward(&x, cache, &r);
-        for (i, &got) in dx.iter().enumerate() {
-            let n = numeric(&|x: &[f64]| loss(&m, x), &x, i, 1e-6);
-            assert!((got - n).abs() < 1e-7, "normalise {normalise} dx {i}: {got} {n}");
-        }
-        let names: Vec<String> = m.params_mut().into_iter().map(|(n, _)| n).collect();
+        let what = format!("normalise {normalise}, shared {shared}");
         // The router, each expert's three products; the shared expert's three and its gate.
-        assert_eq!(names.len(), 1 + 5 * 3 + if shared { 4 } else { 0 });
-        for name in names {
-            let (w0, grad) = {
-                let mut params = m.params_mut();
-                let p = &mut params.iter_mut().find(|(n, _)| *n == name).unwrap().1;
-                (p.value.data.clone(), p.grad.data.clone())
-            };
-            let by_w = |w: &[f64]| {
-                let mut f = m.clone();
-                let mut params = f.params_mut();
-                params.iter_mut().find(|(n, _)| *n == name).unwrap().1.value.data = w.to_vec();
-                loss(&f, &x)
-            };
-            for (i, &got) in grad.iter().enumerate() {
-                let n = numeric(&by_w, &w0, i, 1e-6);
-                assert!((got - n).abs() < 1e-7, "normalise {normalise} {name} {i}: {got} {n}");
-            }
+        let n_params = 1 + 5 * 3 + if shared { 4 } else { 0 };
+        backward_matches_central_differences(mixture((normalise, shared), 5), n_params, &what);
+    }
+}
+
+/// gpt-oss's mixture ([`MixtureOfExperts::with_biases`], experts with the clamped SwiGLU):
+/// random biases, a limit low enough that both clamps hold for some units. The forward
+/// against the loops, the clamps shown to matter, the backward against central differences.
+fn gpt_oss_mixture(seed: u64, limit: f64) -> MixtureOfExperts<f64> {
+    let mut rng = Rng::new(seed);
+    let mut m = mixture((true, false), seed).with_biases(&mut rng);
+    for (_, p) in m.params_mut() {
+        if p.value.shape.len() == 1 {
+            p.value.data.iter_mut().for_each(|b| *b = rng.uniform_range(-0.5, 0.5));
         }
     }
+    for e in &mut m.experts {
+        e.clamp = Some(SwigluClamp { alpha: 1.702, limit });
+    }
+    m
+}
+
+#[test]
+fn gpt_oss_mixture_matches_loops_and_central_differences() {
+    let m = gpt_oss_mixture(8, 0.4);
+    let x = uniform(7 * 6, 14);
+    let y = m.forward(&x);
+    assert!(max_diff(&y, &loops(&m, &x)) < 1e-12);
+    // The clamp holds somewhere: a higher limit is another output.
+    let loose = gpt_oss_mixture(8, 50.0);
+    assert!(max_diff(&loose.forward(&x), &y) > 1e-3);
+    // Router bias, 5 experts' three weights and three biases.
+    backward_matches_central_differences(gpt_oss_mixture(9, 0.4), 2 + 5 * 6, "gpt-oss");
 }
 
 fn moe_config() -> ModelConfig {
@@ -160,6 +208,8 @@ fn moe_config() -> ModelConfig {
         d_ff: 8,
         normalise: true,
         shared_d_ff: None,
+        bias: false,
+        swiglu_clamp: None,
     });
     c
 }

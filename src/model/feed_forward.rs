@@ -4,8 +4,12 @@
 //! projection; biases only when the model has them), or GeGLU (Gemma):
 //! `FFN(x) = (gelu_tanh(x W_gateᵀ) ⊙ x W₁ᵀ) W₂ᵀ`, or ungated with SiLU (Marian's swish):
 //! `FFN(x) = silu(x W₁ᵀ + b₁) W₂ᵀ + b₂`.
+//!
+//! gpt-oss's experts clamp their SwiGLU ([`FeedForward::clamp`], `kernels::swiglu_clamped`):
+//! `FFN(x) = ((clamp(u, −l, l) + 1) ⊙ g' σ(α g')) W₂ᵀ + b₂`, `g' = min(g, l)`,
+//! `g = x W_gateᵀ + b_gate`, `u = x W₁ᵀ + b₁` (α = 1.702, l = 7).
 
-use super::config::Activation;
+use super::config::{Activation, SwigluClamp};
 use super::linear::Linear;
 use super::param::{Init, Module, ParamVisitor};
 use crate::backend::{Backend, CPU};
@@ -25,6 +29,9 @@ pub struct FeedForward<T> {
     /// Activation dropout: the probability of dropping each hidden unit after the activation
     /// during training (0 in the paper).
     pub dropout: f64,
+    /// With [`Activation::SiluGated`]: gpt-oss's clamped form of the SwiGLU (see the module
+    /// docs); `None`: the plain one.
+    pub clamp: Option<SwigluClamp>,
 }
 
 /// What the FFN forward keeps: the activation's output after dropout (the second linear's input;
@@ -68,6 +75,7 @@ impl<T: Float> FeedForward<T> {
             gate,
             activation,
             dropout: 0.0,
+            clamp: None,
         }
     }
 
@@ -95,7 +103,10 @@ impl<T: Float> FeedForward<T> {
                 let g = gate.forward(x);
                 up = self.linear1.forward(x);
                 let mut hidden = vec![T::zero(); g.len()];
-                CPU.swiglu(&mut hidden, &g, &up);
+                match self.clamp {
+                    None => CPU.swiglu(&mut hidden, &g, &up),
+                    Some(c) => CPU.swiglu_clamped(&mut hidden, &g, &up, (c.alpha, c.limit)),
+                }
                 (hidden, g)
             }
             Activation::GeluTanhGated => {
@@ -150,7 +161,10 @@ impl<T: Float> FeedForward<T> {
                 let n = dhidden.len();
                 let (mut dgate, mut dup) = (vec![T::zero(); n], vec![T::zero(); n]);
                 let (g, u) = (&cache.pre_activation, &cache.up);
-                if self.activation == Activation::SiluGated {
+                if let (Activation::SiluGated, Some(c)) = (self.activation, self.clamp) {
+                    let clamp = (c.alpha, c.limit);
+                    CPU.swiglu_clamped_backward((&mut dgate, &mut dup), &dhidden, g, u, clamp);
+                } else if self.activation == Activation::SiluGated {
                     CPU.swiglu_backward((&mut dgate, &mut dup), &dhidden, g, u);
                 } else {
                     // dup = dh ⊙ gelu_tanh(g), dgate = dh ⊙ u ⊙ gelu_tanh'(g)

@@ -101,6 +101,9 @@ impl<T: Float> LanguageModel<T> {
                         if c.attn_output_gate {
                             a.output_gate = Some(Linear::with_bias(c.d_model, a.d_q(), false, init));
                         }
+                        if c.attention_sinks {
+                            a.sinks = Some(init.constant(&[heads], 0.0));
+                        }
                         b
                     }
                 }

@@ -6,6 +6,7 @@ pub mod attention;
 #[cfg(test)]
 mod attention_checks;
 pub mod attention_approx;
+pub mod attention_sinks;
 pub mod attention_kind;
 #[cfg(test)]
 mod attention_kind_tests;
@@ -67,6 +68,8 @@ pub mod seq2seq;
 pub mod seq2seq_ragged;
 #[cfg_attr(not(any(feature = "cli", feature = "internals")), allow(dead_code))]
 pub mod sentence_classifier;
+#[cfg(test)]
+mod sinks_tests;
 pub mod stack;
 pub mod step_layout;
 #[cfg(test)]
@@ -75,7 +78,9 @@ mod window_tests;
 pub use checkpoint::Model;
 // Used outside the library only (feature `internals`).
 #[cfg_attr(not(feature = "internals"), allow(unused_imports))]
-pub use config::{Activation, BlockConfig, ExpertsConfig, ModelConfig, NormPlacement, Positions};
+pub use config::{
+    Activation, BlockConfig, ExpertsConfig, ModelConfig, NormPlacement, Positions, SwigluClamp,
+};
 pub use lm::LanguageModel;
 // Used outside the library only (feature `internals`).
 #[cfg_attr(not(feature = "internals"), allow(unused_imports))]

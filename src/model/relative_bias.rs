@@ -141,6 +141,10 @@ impl<R: KeyRanges, T: Float> KeyRanges for Biased<'_, R, T> {
     fn has_bias(&self) -> bool {
         true
     }
+
+    fn sink(&self, h: usize) -> Option<f64> {
+        self.inner.sink(h)
+    }
 }
 
 impl<T> Module<T> for RelativeBias<T> {

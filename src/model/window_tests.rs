@@ -16,11 +16,11 @@ use crate::backend::{Backend, CPU, TILED_FROM_KEYS};
 use crate::rng::Rng;
 use crate::train::adam::{Adam, AdamConfig};
 
-const D: usize = 8;
-const HEADS: usize = 2;
+pub(super) const D: usize = 8;
+pub(super) const HEADS: usize = 2;
 
 /// A layer with random weights and biases (so the biases matter), `kv_heads` key/value heads.
-fn layer(
+pub(super) fn layer(
     seed: u64,
     kv_heads: usize,
     rotary: bool,
@@ -40,8 +40,9 @@ fn layer(
 
 /// Causal self-attention of `x [batch*len, D]` in float64 loops, query `p` of row `b` seeing
 /// the keys `max(0, p + 1 − w) .. min(p + 1, lens[b])` (rotary: the crate's rotation of the
-/// projected queries and keys, at positions `0 ..`).
-fn windowed_loops(
+/// projected queries and keys, at positions `0 ..`; with sinks, head `h`'s sink `s_h` one more
+/// logit of each softmax, of no value).
+pub(super) fn windowed_loops(
     m: &MultiHeadAttention<f64>,
     x: &[f64],
     batch: usize,
@@ -74,8 +75,9 @@ fn windowed_loops(
                         qp.iter().zip(kt).map(|(a, c)| a * c).sum::<f64>() / (d_head as f64).sqrt()
                     })
                     .collect();
-                let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let z: f64 = scores.iter().map(|s| (s - max).exp()).sum();
+                let sink = m.sinks.as_ref().map(|s| s.value.data[h]);
+                let max = scores.iter().chain(&sink).cloned().fold(f64::NEG_INFINITY, f64::max);
+                let z: f64 = scores.iter().chain(&sink).map(|s| (s - max).exp()).sum();
                 for (s, t) in scores.iter().zip(keys) {
                     let weight = (s - max).exp() / z;
                     for e in 0..d_head {

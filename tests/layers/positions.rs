@@ -350,6 +350,7 @@ fn tiny_config(positions: Positions, norm: NormPlacement, tie: bool, dropout: f6
         rotary_dim: None,
         gated_delta: None,
         qk_norm_whole: false,
+        attention_sinks: false,
     }
 }
 
@@ -488,6 +489,7 @@ fn decoding_model(positions: Positions, norm: NormPlacement, tie: bool, eos: f32
         rotary_dim: None,
         gated_delta: None,
         qk_norm_whole: false,
+        attention_sinks: false,
     };
     c.validate().unwrap();
     let mut m = Seq2Seq::new(c, &mut Rng::new(3));

@@ -63,6 +63,7 @@ fn config(norm: NormPlacement, tie: bool) -> ModelConfig {
         rotary_dim: None,
         gated_delta: None,
         qk_norm_whole: false,
+        attention_sinks: false,
     }
 }
 

@@ -70,6 +70,7 @@ fn config(norm: NormPlacement, tie: bool, dropout: f64, d_model: usize) -> Model
         rotary_dim: None,
         gated_delta: None,
         qk_norm_whole: false,
+        attention_sinks: false,
     }
 }
 

@@ -23,6 +23,7 @@ mod generation_config;
 mod gguf;
 mod gguf_tokenizer;
 mod gguf_vocab_suite;
+mod gptoss;
 mod kquants;
 mod kv_quant;
 mod lm;

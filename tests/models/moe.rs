@@ -54,6 +54,8 @@ fn qwen3_moe_matches_transformers() {
         d_ff: 32,
         normalise: true,
         shared_d_ff: None,
+        bias: false,
+        swiglu_clamp: None,
     };
     check_family("qwen3_moe", want);
 }
@@ -66,6 +68,8 @@ fn mixtral_matches_transformers() {
         d_ff: 32,
         normalise: true,
         shared_d_ff: None,
+        bias: false,
+        swiglu_clamp: None,
     };
     check_family("mixtral", want);
 }
@@ -79,6 +83,8 @@ fn olmoe_matches_transformers() {
         d_ff: 32,
         normalise: false,
         shared_d_ff: None,
+        bias: false,
+        swiglu_clamp: None,
     };
     check_family("olmoe", want);
     let m = load_hf(&fixture("olmoe").join("hf"));

@@ -31,6 +31,8 @@ fn experts(normalise: bool) -> ExpertsConfig {
         d_ff: 32,
         normalise,
         shared_d_ff: Some(48),
+        bias: false,
+        swiglu_clamp: None,
     }
 }
 

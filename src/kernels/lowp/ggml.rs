@@ -16,7 +16,13 @@
 //! | `Q5_1` (7) | 32 | 24 | `d: f16, m: f16, qh: [u8; 4], qs: [u8; 16]` | `(q_j + 16 h_j) · d + m` |
 //! | `Q8_0` (8) | 32 | 34 | `d: f16, qs: [i8; 32]` | `qs[j] · d` |
 //! | `IQ4_NL` (20) | 32 | 18 | `d: f16, qs: [u8; 16]` | `K[q_j] · d`, `K` ggml's 16 non-linear levels ([`IQ4_NL_LEVELS`]) |
+//! | `MXFP4` (39) | 32 | 17 | `e: u8, qs: [u8; 16]` | `F[q_j] · 2^(e − 128)`, `F` twice the e2m1 values ([`MXFP4_LEVELS`]) |
 //! | `Q2_K` … `Q6_K`, `Q8_K` (10–15) | 256 | 84 … 292 | super-blocks, see [`super::kquants`] | |
+//!
+//! `MXFP4` (OCP microscaling FP4, gpt-oss's experts): each nibble an e2m1 float (sign, 2
+//! exponent bits, 1 mantissa bit: 0, ±0.5, ±1, ±1.5, ±2, ±3, ±4, ±6), stored doubled as the
+//! integers of [`MXFP4_LEVELS`], and one shared e8m0 exponent `e` (a power of two `2^(e − 127)`,
+//! halved to undo the doubling: ggml's `GGML_E8M0_TO_FP32_HALF`, [`e8m0_half`]).
 //!
 //! In the 4-bit blocks, element `j < 16` is the low nibble of `qs[j]` and element `j + 16` the
 //! high nibble of `qs[j]` (not interleaved pairs); the 5-bit blocks add bit `j` of the
@@ -35,6 +41,19 @@ use rayon::prelude::*;
 pub const IQ4_NL_LEVELS: [i8; 16] = [
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 ];
+
+/// ggml's `kvalues_mxfp4`: the 16 e2m1 values an `MXFP4` nibble selects, doubled (integers).
+pub const MXFP4_LEVELS: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+/// An `MXFP4` block's e8m0 scale halved, `2^(e − 128)` in f32 (ggml's
+/// `ggml_e8m0_to_fp32_half`: `e` 0 and 1 are the subnormals `2^-128` and `2^-127`).
+pub fn e8m0_half(e: u8) -> f32 {
+    let bits = match e {
+        0 | 1 => 0x0020_0000u32 << e,
+        _ => u32::from(e - 1) << 23,
+    };
+    f32::from_bits(bits)
+}
 
 /// A ggml tensor element type, by its code in the GGUF tensor info (named as ggml names them).
 #[allow(non_camel_case_types)]
@@ -55,6 +74,7 @@ pub enum GgmlType {
     Q6_K,
     Q8_K,
     IQ4_NL,
+    MXFP4,
     /// A type this reader does not decode (its ggml code).
     Unsupported(u32),
 }
@@ -118,6 +138,7 @@ impl GgmlType {
             15 => GgmlType::Q8_K,
             20 => GgmlType::IQ4_NL,
             30 => GgmlType::BF16,
+            39 => GgmlType::MXFP4,
             other => GgmlType::Unsupported(other),
         }
     }
@@ -140,6 +161,7 @@ impl GgmlType {
             GgmlType::Q8_K => 15,
             GgmlType::IQ4_NL => 20,
             GgmlType::BF16 => 30,
+            GgmlType::MXFP4 => 39,
             GgmlType::Unsupported(code) => code,
         }
     }
@@ -162,6 +184,7 @@ impl GgmlType {
             GgmlType::Q5_0 => Some((32, 22)),
             GgmlType::Q5_1 => Some((32, 24)),
             GgmlType::Q8_0 => Some((32, 34)),
+            GgmlType::MXFP4 => Some((32, 17)),
             GgmlType::Q2_K => Some((QK_K, 84)),
             GgmlType::Q3_K => Some((QK_K, 110)),
             GgmlType::Q4_K => Some((QK_K, 144)),
@@ -307,6 +330,13 @@ fn dequantize_block(ty: GgmlType, block: &[u8], out: &mut [f32]) {
                 out[j + 16] = d * f32::from(IQ4_NL_LEVELS[usize::from(q >> 4)]);
             }
         }
+        GgmlType::MXFP4 => {
+            let d = e8m0_half(block[0]);
+            for (j, &q) in block[1..17].iter().enumerate() {
+                out[j] = f32::from(MXFP4_LEVELS[usize::from(q & 0x0f)]) * d;
+                out[j + 16] = f32::from(MXFP4_LEVELS[usize::from(q >> 4)]) * d;
+            }
+        }
         GgmlType::Q2_K => kquants::dequantize_q2_k(block, out),
         GgmlType::Q3_K => kquants::dequantize_q3_k(block, out),
         GgmlType::Q4_K => kquants::dequantize_q4_k(block, out),
@@ -319,7 +349,7 @@ fn dequantize_block(ty: GgmlType, block: &[u8], out: &mut [f32]) {
 
 /// The types [`dequantize`] decodes, for error messages.
 pub const SUPPORTED: &str =
-    "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL";
+    "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, MXFP4";
 
 /// Blocks decoded per parallel task: large enough that rayon's overhead does not show.
 const BLOCKS_PER_TASK: usize = 4096;
@@ -391,6 +421,35 @@ mod tests {
             0x1f => f64::NAN,
             _ => sign * (1.0 + man / 1024.0) * 2f64.powi(exp - 15),
         }
+    }
+
+    /// MXFP4 against the OCP microscaling definition in f64: each nibble an e2m1 float (sign
+    /// bit 3; exponent bits 2..1 and mantissa bit 0: `m/2` for exponent 0, else
+    /// `(1 + m/2) · 2^(E − 1)`), times the block's `2^(e − 127)`; low nibbles first.
+    #[test]
+    fn mxfp4_blocks_decode_as_e2m1_times_e8m0() {
+        for e in [0u8, 1, 2, 100, 127, 128, 131, 250] {
+            let mut block = vec![e];
+            block.extend((0..16u8).map(|j| j | ((15 - j) << 4)));
+            let mut out = [0f32; 32];
+            dequantize_block(GgmlType::MXFP4, &block, &mut out);
+            for (j, &got) in out.iter().enumerate() {
+                let nibble = match j < 16 {
+                    true => block[1 + j] & 15,
+                    false => block[1 + j - 16] >> 4,
+                };
+                let sign = if nibble & 8 != 0 { -1.0 } else { 1.0 };
+                let (ex, m) = (i32::from((nibble >> 1) & 3), f64::from(nibble & 1));
+                let v = match ex {
+                    0 => m / 2.0,
+                    _ => (1.0 + m / 2.0) * 2f64.powi(ex - 1),
+                };
+                let want = sign * v * 2f64.powi(i32::from(e) - 127);
+                assert_eq!(f64::from(got), want, "e {e} element {j}");
+            }
+        }
+        assert_eq!(GgmlType::from_code(39), GgmlType::MXFP4);
+        assert_eq!((GgmlType::MXFP4.code(), GgmlType::MXFP4.block()), (39, Some((32, 17))));
     }
 
     #[test]

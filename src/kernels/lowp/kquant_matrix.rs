@@ -1,12 +1,12 @@
 //! The K-quants (`Q2_K` … `Q6_K`, super-blocks of 256, see [`super::kquants`]) and the other
-//! ggml block types `Q5_0`, `Q5_1` and `IQ4_NL` (blocks of 32, see [`super::ggml`]) multiplied
-//! as stored, as llama.cpp's `ggml_vec_dot_*` do: the activations are quantised on the fly to
+//! ggml block types `Q5_0`, `Q5_1`, `IQ4_NL` and `MXFP4` (blocks of 32, see [`super::ggml`])
+//! multiplied as stored, as llama.cpp's `ggml_vec_dot_*` do: the activations are quantised on the fly to
 //! 8 bits, the products summed in integers per block, and the f32 scales applied once a block.
 //!
 //! ```text
 //! activations, Q8_K (for the K-quants): per 256,  m = the x_j of largest |x_j|,
 //!     p_j = min(127, round(-127 x_j / m)),  e = -m / 127  (f32),  bsums_g = Σ_{j∈g} p_j per 16
-//! activations, Q8_0 (Q5_0, IQ4_NL) / Q8_1 (Q5_1): per 32,  a = max |x_j|,
+//! activations, Q8_0 (Q5_0, IQ4_NL, MXFP4) / Q8_1 (Q5_1): per 32,  a = max |x_j|,
 //!     p_j = round(127 x_j / a),  e = f16(a / 127),  Q8_1 also s = f16((a / 127) Σ p_j)
 //!     (rounding ties to even, as llama.cpp's AVX2 `quantize_row_q8_0` and the
 //!     `nearest_int` of `quantize_row_q8_K_ref`)
@@ -17,6 +17,8 @@
 //! y = Σ_b  (d_b e_b) I_b − (dmin_b e_b) M_b,   I_b = Σ_g sc_g Σ_{j∈g} q_j p_j,
 //!                                              M_b = Σ_g m_g bsums_g
 //! Q5_0 / IQ4_NL:  y = Σ_b (d_b e_b) Σ_j q_j p_j     (q_j = value − 16, or IQ4_NL's level)
+//! MXFP4:          y = Σ_b (d_b e_b) Σ_j q_j p_j     (q_j twice the e2m1 value, d_b = 2^(e − 128):
+//!                                                  ggml's `ggml_vec_dot_mxfp4_q8_0`)
 //! Q5_1:           y = Σ_b (d_b e_b) Σ_j q_j p_j + m_b s_b
 //! ```
 //!
@@ -27,7 +29,7 @@
 //! scales ([`Unpacked`]) once per tile of activation rows, and the inner loops are plain
 //! `i8 × i8 → i32` sums over 16 or 32 elements that the compiler vectorises.
 
-use super::ggml::{f16_to_f32, five_bit_pair, GgmlType, IQ4_NL_LEVELS};
+use super::ggml::{e8m0_half, f16_to_f32, five_bit_pair, GgmlType, IQ4_NL_LEVELS, MXFP4_LEVELS};
 use super::kquants::{q3_k_scale, q4_k_scale_min, QK_K};
 use super::{Kernel, PackedFormat, RawBytes};
 
@@ -85,7 +87,7 @@ fn interleaves_here(ty: GgmlType) -> bool {
 /// Whether [`KQuantMatrix`] multiplies blocks of `ty`.
 pub fn is_kquant_product(ty: GgmlType) -> bool {
     use GgmlType::*;
-    matches!(ty, Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q5_0 | Q5_1 | IQ4_NL)
+    matches!(ty, Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q5_0 | Q5_1 | IQ4_NL | MXFP4)
 }
 
 /// One weight block unpacked: signed values and, per group of 16, integer scale and minimum;
@@ -218,6 +220,13 @@ fn unpack(ty: GgmlType, block: &[u8], u: &mut Unpacked) {
                 u.q[j + 16] = IQ4_NL_LEVELS[usize::from(byte >> 4)];
             }
         }
+        GgmlType::MXFP4 => {
+            (u.d, u.dmin) = (e8m0_half(block[0]), 0.0);
+            for (j, &byte) in block[1..17].iter().enumerate() {
+                u.q[j] = MXFP4_LEVELS[usize::from(byte & 0x0f)];
+                u.q[j + 16] = MXFP4_LEVELS[usize::from(byte >> 4)];
+            }
+        }
         _ => unreachable!("KQuantMatrix holds only the types of is_kquant_product"),
     }
 }
@@ -273,7 +282,7 @@ impl KQuantMatrix {
         if !is_kquant_product(ty) {
             return Err(format!(
                 "ggml type {} is not multiplied by KQuantMatrix (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, \
-                 Q5_0, Q5_1, IQ4_NL are)",
+                 Q5_0, Q5_1, IQ4_NL, MXFP4 are)",
                 ty.name()
             ));
         }
@@ -379,7 +388,7 @@ impl KQuantMatrix {
 
     fn act_format(&self) -> ActFormat {
         match self.ty {
-            GgmlType::Q5_0 | GgmlType::IQ4_NL => ActFormat::Q80,
+            GgmlType::Q5_0 | GgmlType::IQ4_NL | GgmlType::MXFP4 => ActFormat::Q80,
             GgmlType::Q5_1 => ActFormat::Q81,
             _ => ActFormat::Q8K,
         }

@@ -1,4 +1,4 @@
-//! The K-quants, `Q5_0`, `Q5_1` and `IQ4_NL`: dequantisation against a port of ggml's C
+//! The K-quants, `Q5_0`, `Q5_1`, `IQ4_NL` and `MXFP4`: dequantisation against a port of ggml's C
 //! (`ggml-quants.c`, written here from the C, pointer walks and all) bit for bit, on random
 //! blocks and on every tensor of the `../shared/reference/kquants` files; `Q8_K` activations
 //! against a port of `quantize_row_q8_K_ref`; the block products of [`KQuantMatrix`] against
@@ -225,6 +225,25 @@ mod ggml_c {
         }
     }
 
+    /// `ggml_e8m0_to_fp32_half` (`ggml-impl.h`).
+    fn e8m0_to_fp32_half(x: u8) -> f32 {
+        let bits: u32 = if x < 2 { 0x0020_0000 << x } else { u32::from(x - 1) << 23 };
+        f32::from_bits(bits)
+    }
+
+    pub fn dequantize_row_mxfp4(x: &[u8], y: &mut Vec<f32>) {
+        const KVALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+        for b in x.chunks_exact(17) {
+            let d = e8m0_to_fp32_half(b[0]);
+            let mut out = [0f32; 32];
+            for j in 0..16 {
+                out[j] = f32::from(KVALUES[usize::from(b[1 + j] & 0x0f)]) * d;
+                out[j + 16] = f32::from(KVALUES[usize::from(b[1 + j] >> 4)]) * d;
+            }
+            y.extend_from_slice(&out);
+        }
+    }
+
     /// `nearest_int`: the float's bits after adding 1.5 · 2^23.
     fn nearest_int(fval: f32) -> i32 {
         let val = fval + 12582912.0;
@@ -272,6 +291,7 @@ mod ggml_c {
             Q5_0 => dequantize_row_q5(x, &mut y, false),
             Q5_1 => dequantize_row_q5(x, &mut y, true),
             IQ4_NL => dequantize_row_iq4_nl(x, &mut y),
+            MXFP4 => dequantize_row_mxfp4(x, &mut y),
             _ => return None,
         }
         Some(y)
@@ -306,7 +326,7 @@ mod ggml_c {
     }
 }
 
-const TYPES: [GgmlType; 8] = [
+const TYPES: [GgmlType; 9] = [
     GgmlType::Q2_K,
     GgmlType::Q3_K,
     GgmlType::Q4_K,
@@ -315,6 +335,7 @@ const TYPES: [GgmlType; 8] = [
     GgmlType::Q5_0,
     GgmlType::Q5_1,
     GgmlType::IQ4_NL,
+    GgmlType::MXFP4,
 ];
 
 /// Offsets of the f16 scales in a block of `ty`.
@@ -324,6 +345,8 @@ fn scale_offsets(ty: GgmlType) -> &'static [usize] {
         GgmlType::Q3_K => &[108],
         GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q5_1 => &[0, 2],
         GgmlType::Q6_K => &[208],
+        // MXFP4's one-byte e8m0 scale: see random_blocks.
+        GgmlType::MXFP4 => &[],
         _ => &[0],
     }
 }
@@ -337,6 +360,10 @@ fn random_blocks(rng: &mut Lcg, ty: GgmlType, n_blocks: usize) -> Vec<u8> {
         for &at in scale_offsets(ty) {
             let h = ((rng.next() % 2) << 15) | ((7 + rng.next() % 6) << 10) | (rng.next() % 1024);
             block[at..at + 2].copy_from_slice(&(h as u16).to_le_bytes());
+        }
+        if ty == GgmlType::MXFP4 {
+            // 2^-9 .. 2^6: finite products
+            block[0] = 119 + (rng.next() % 16) as u8;
         }
     }
     data
@@ -363,8 +390,10 @@ fn dequantisation_is_ggmls_bit_for_bit_on_random_blocks() {
         assert_bits_equal(ty, "random blocks", &ours, &theirs);
         // Not all zero or all alike: the blocks exercise the formulas.
         let distinct: std::collections::BTreeSet<u32> = ours.iter().map(|v| v.to_bits()).collect();
+        // (MXFP4's values are ±{1, 3} · 2^k: a few dozen over its 16 scales)
+        let enough = if ty == GgmlType::MXFP4 { 48 } else { n / 8 };
         assert!(
-            distinct.len() > n / 8,
+            distinct.len() > enough,
             "{ty}: {} distinct values",
             distinct.len()
         );
@@ -600,13 +629,13 @@ fn wrong_types_and_sizes_are_refused() {
 
 /// The 32-blocks' SIMD kernels take 8 blocks a step: rows of 7, 9, 18 (SmolLM2's 576) and 25
 /// blocks leave every remainder of a step, and weights at the ends of their ranges (every
-/// fifth bit set or clear, `IQ4_NL`'s ±127 level) against activations of ±127 give the largest
-/// pair sums `vpmaddubsw` meets. Each kernel gives the portable kernel's bits.
+/// fifth bit set or clear, `IQ4_NL`'s ±127 level, `MXFP4`'s −12) against activations of ±127
+/// give the largest pair sums `vpmaddubsw` meets. Each kernel gives the portable kernel's bits.
 #[test]
 fn block32_kernels_agree_on_step_remainders_and_extremes() {
     use super::tests::simd_kernels;
     let mut rng = Lcg(41);
-    for ty in [GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::IQ4_NL] {
+    for ty in [GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::IQ4_NL, GgmlType::MXFP4] {
         let (_, size) = ty.block().unwrap();
         for cols in [224, 288, 576, 800] {
             for d_out in [1, 5] {
@@ -615,7 +644,8 @@ fn block32_kernels_agree_on_step_remainders_and_extremes() {
                 for fill in [0x00u8, 0xff] {
                     let mut data = random_blocks(&mut rng, ty, n_blocks);
                     for block in data.chunks_exact_mut(size) {
-                        let first = scale_offsets(ty).last().unwrap() + 2;
+                        // (MXFP4: its values from byte 1, after the e8m0 scale)
+                        let first = scale_offsets(ty).last().map_or(1, |&at| at + 2);
                         block[first..].fill(fill);
                     }
                     variants.push((if fill == 0 { "zeros" } else { "ones" }, data));

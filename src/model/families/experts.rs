@@ -94,6 +94,8 @@ impl HfExperts {
                 Normalise::AsConfigured { default } => self.norm_topk_prob.unwrap_or(default),
             },
             shared_d_ff: None,
+            bias: false,
+            swiglu_clamp: None,
         }))
     }
 }
@@ -198,6 +200,8 @@ pub fn gguf_experts(file: &GgufFile, d_ff: usize, normalise: bool) -> Result<Opt
         d_ff,
         normalise,
         shared_d_ff: None,
+        bias: false,
+        swiglu_clamp: None,
     };
     Ok(Some(experts))
 }
@@ -206,46 +210,62 @@ pub fn gguf_experts(file: &GgufFile, d_ff: usize, normalise: bool) -> Result<Opt
 const MERGED: [&str; 3] = ["ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"];
 
 /// `info` as one tensor per expert when it is a merged expert tensor of a model of
-/// `experts`, or `None` (any other tensor); an error when its dims do not hold them.
+/// `experts` (its weights `[cols, rows, E]`, or gpt-oss's biases `[rows, E]`, ggml dims), or
+/// `None` (any other tensor); an error when its dims do not hold them.
 pub fn split_experts(
     file: &GgufFile,
     info: &TensorInfo,
     experts: Option<ExpertsConfig>,
 ) -> Result<Option<Vec<TensorInfo>>> {
-    let (Some(experts), Some(stem)) = (
-        experts,
+    let merged = |suffix: &str| {
         info.name
             .strip_prefix("blk.")
             .and_then(|rest| rest.split_once('.'))
-            .and_then(|(_, rest)| rest.strip_suffix(".weight"))
-            .filter(|stem| MERGED.contains(stem)),
-    ) else {
+            .and_then(|(_, rest)| rest.strip_suffix(suffix))
+            .filter(|stem| MERGED.contains(stem))
+            .is_some()
+    };
+    let Some(experts) = experts else {
         return Ok(None);
     };
+    let suffix = match (merged(".weight"), merged(".bias")) {
+        (true, _) => "weight",
+        (_, true) => "bias",
+        _ => return Ok(None),
+    };
     let e = experts.n_experts;
-    let (n_bytes, cols, rows) = match (&info.dims[..], info.n_bytes) {
-        ([cols, rows, n], Some(bytes)) if *n == e && *rows > 0 => (bytes, *cols, *rows),
+    let (n_bytes, dims) = match (suffix, &info.dims[..], info.n_bytes) {
+        ("weight", [cols, rows, n], Some(bytes)) if *n == e && *rows > 0 => {
+            (bytes, vec![*cols, *rows])
+        }
+        ("bias", [rows, n], Some(bytes)) if *n == e && *rows > 0 => (bytes, vec![*rows]),
         _ => {
+            let want = match suffix {
+                "weight" => "[cols, rows, {e}]",
+                _ => "[rows, {e}]",
+            };
             return Err(ckpt_err(
                 file.path(),
                 format!(
-                    "tensor {} has dims {:?}, not [cols, rows, {e}] for {e} experts",
-                    info.name, info.dims
+                    "tensor {} has dims {:?}, not {} for {e} experts",
+                    info.name,
+                    info.dims,
+                    want.replace("{e}", &e.to_string())
                 ),
-            ))
+            ));
         }
     };
     let expert_bytes = n_bytes / e;
-    let base = info.name.strip_suffix(".weight").unwrap_or(&info.name);
-    debug_assert!(base.ends_with(stem));
+    let n_elements = dims.iter().product();
+    let base = info.name.rsplit_once('.').map_or(&info.name[..], |(base, _)| base);
     Ok(Some(
         (0..e)
             .map(|k| TensorInfo {
-                name: format!("{base}.{k}.weight"),
-                dims: vec![cols, rows],
+                name: format!("{base}.{k}.{suffix}"),
+                dims: dims.clone(),
                 ggml_type: info.ggml_type,
                 offset: info.offset + k * expert_bytes,
-                n_elements: rows * cols,
+                n_elements,
                 n_bytes: Some(expert_bytes),
             })
             .collect(),

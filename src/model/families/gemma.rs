@@ -281,6 +281,7 @@ fn gemma_config(
         rotary_dim: None,
         gated_delta: None,
         qk_norm_whole: false,
+        attention_sinks: false,
     }
 }
 

@@ -161,6 +161,7 @@ impl Gpt2Config {
             rotary_dim: None,
             gated_delta: None,
             qk_norm_whole: false,
+            attention_sinks: false,
         };
         c.validate()?;
         Ok(c)

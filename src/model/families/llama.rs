@@ -373,6 +373,7 @@ fn llama_config(
         rotary_dim: None,
         gated_delta: None,
         qk_norm_whole: false,
+        attention_sinks: false,
     }
 }
 

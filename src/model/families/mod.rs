@@ -19,6 +19,7 @@ pub mod gguf;
 #[cfg(test)]
 mod gguf_tests;
 pub mod gpt2;
+pub mod gpt_oss;
 pub mod llama;
 pub mod m2m100;
 pub mod mbart;
@@ -254,6 +255,7 @@ pub const FAMILIES: &[Family] = &[
     qwen3_moe::FAMILY,
     mixtral::FAMILY,
     olmoe::FAMILY,
+    gpt_oss::FAMILY,
     // Hybrid linear attention (and their mixtures of experts).
     qwen3_5::FAMILY,
     qwen3_5_moe::FAMILY,
@@ -383,8 +385,8 @@ mod tests {
         assert_eq!(
             hf_list(FamilyKind::Decoder),
             "llama, gpt2, gemma2, gemma3_text, mistral, qwen2, qwen3, phi3, smollm3, granite, \
-             olmo2, olmo3, qwen3_moe, mixtral, olmoe, qwen3_5_text, qwen3_5, qwen3_5_moe_text, \
-             qwen3_5_moe and qwen3_next"
+             olmo2, olmo3, qwen3_moe, mixtral, olmoe, gpt_oss, qwen3_5_text, qwen3_5, \
+             qwen3_5_moe_text, qwen3_5_moe and qwen3_next"
         );
         assert_eq!(hf_list(FamilyKind::Encoder), "bert");
         assert_eq!(
@@ -397,7 +399,8 @@ mod tests {
         );
         assert_eq!(
             gguf_list(),
-            "llama, gemma2, gemma3, qwen2, qwen3, phi3, smollm3, granite, olmo2, qwen3moe and olmoe"
+            "llama, gemma2, gemma3, qwen2, qwen3, phi3, smollm3, granite, olmo2, qwen3moe, olmoe \
+             and gpt-oss"
         );
         assert_eq!(english_list(&["a", "b", "c"]), "a, b and c");
         // Every name of every table maps back to itself.

@@ -175,6 +175,7 @@ impl LmModelSpec {
             experts: None,
             source_eos: true,
             qk_norm_whole: false,
+            attention_sinks: false,
             embedding_norm: false,
             target_positions: false,
             relative_buckets: crate::model::config::T5_BUCKETS,

@@ -1,21 +1,25 @@
-//! The AVX2 and AVX-512 row kernels of the 32-element blocks `Q5_0`, `Q5_1` and `IQ4_NL`
-//! ([`KQuantMatrix`]), eight blocks per step, the weights unpacked from the stored bytes in
-//! registers as llama.cpp's `ggml_vec_dot_q5_0_q8_0`, `_q5_1_q8_1` and `_iq4_nl_q8_0` do. A
-//! whole step of `Q5_0` / `Q5_1` is one of the groups [`q5_groups`] packs at load (its values
-//! by [`q5_groups::unsigned_avx2`], its eight `d` and `m` by one load each); the other steps
-//! read the file's blocks:
+//! The AVX2 and AVX-512 row kernels of the 32-element blocks `Q5_0`, `Q5_1`, `IQ4_NL` and
+//! `MXFP4` ([`KQuantMatrix`]), eight blocks per step, the weights unpacked from the stored bytes
+//! in registers as llama.cpp's `ggml_vec_dot_q5_0_q8_0`, `_q5_1_q8_1`, `_iq4_nl_q8_0` and
+//! `_mxfp4_q8_0` do. A whole step of `Q5_0` / `Q5_1` is one of the groups [`q5_groups`] packs
+//! at load (its values by [`q5_groups::unsigned_avx2`], its eight `d` and `m` by one load
+//! each); the other steps read the file's blocks:
 //!
 //! ```text
 //! per block: nibbles [low 16 | high 16]            (one 128-bit broadcast, a variable shift)
 //!            Q5_0 / Q5_1: u_j = nibble_j + 16 h_j  (h_j bit j of qh: AVX2 spreads it to bytes
 //!                         with a shuffle and a compare, AVX-512 adds 16 under the mask qh)
 //!            IQ4_NL:      u_j = K[nibble_j]        (16-entry vpshufb table; AVX-512: K + 128)
-//!            8 i32 partial sums of u_j p_j         (AVX2 vpmaddubsw + vpmaddwd, IQ4_NL by
-//!                                                   |K| × sign(p, K); AVX-512 vpdpbusd)
+//!            MXFP4:       u_j = F[nibble_j]        (its e2m1 levels, doubled; likewise)
+//!            8 i32 partial sums of u_j p_j         (AVX2 vpmaddubsw + vpmaddwd, IQ4_NL and
+//!                                                   MXFP4 by |K| × sign(p, K); AVX-512
+//!                                                   vpdpbusd)
 //! per step of 8 blocks b (lane b mod 8, horizontal adds across the blocks' vectors):
-//!     I_b = Σ_j u_j p_j − c Σ_j p_j             c = 16 (Q5_0), 0 (Q5_1, IQ4_NL with AVX2),
-//!                                                128 (IQ4_NL with AVX-512): exact in i32
-//!     t_b = (d_b e_b) I_b,   Q5_1 also m_b s_b   (d, m widened from the 8 blocks' f16 heads)
+//!     I_b = Σ_j u_j p_j − c Σ_j p_j             c = 16 (Q5_0), 0 (Q5_1, IQ4_NL and MXFP4
+//!                                                with AVX2), 128 (IQ4_NL and MXFP4 with
+//!                                                AVX-512): exact in i32
+//!     t_b = (d_b e_b) I_b,   Q5_1 also m_b s_b   (d, m widened from the 8 blocks' f16 heads;
+//!                                                MXFP4's d_b = 2^(e_b − 128) from its byte)
 //!     y  ← y + t_b (+ m_b s_b), block after block
 //! ```
 //!
@@ -25,7 +29,7 @@
 //! fewer than 8 blocks runs the same code with the missing blocks masked off.
 
 use super::super::blocks::avx2::heads;
-use super::{q5_groups, GgmlType, KQuantActs, KQuantMatrix, IQ4_NL_LEVELS};
+use super::{e8m0_half, q5_groups, GgmlType, KQuantActs, KQuantMatrix, IQ4_NL_LEVELS, MXFP4_LEVELS};
 use std::arch::x86_64::*;
 
 /// Blocks per step (one i32 / f32 lane each).
@@ -35,6 +39,12 @@ const STEP: usize = 8;
 pub(super) const Q5_0: u8 = 0;
 pub(super) const Q5_1: u8 = 1;
 pub(super) const IQ4_NL: u8 = 2;
+pub(super) const MXFP4: u8 = 3;
+
+/// Whether the type's values are signed table levels (`IQ4_NL`, `MXFP4`).
+const fn levels(t: u8) -> bool {
+    t == IQ4_NL || t == MXFP4
+}
 
 /// One instruction set's per-block step: the 8 i32 partial sums of `u_j p_j` for `R` rows.
 trait BlockDot {
@@ -65,6 +75,7 @@ const fn parts(t: u8) -> (usize, usize) {
     match t {
         Q5_0 => (2, 6),
         Q5_1 => (4, 8),
+        MXFP4 => (0, 1),
         _ => (0, 2),
     }
 }
@@ -101,7 +112,7 @@ impl BlockDot for Avx2 {
         // SAFETY (caller): the 32 activations of each row.
         unsafe {
             let ones = _mm256_set1_epi16(1);
-            if T == IQ4_NL {
+            if levels(T) {
                 let magnitude = _mm256_abs_epi8(u);
                 std::array::from_fn(|r| {
                     let pv = _mm256_loadu_si256(p[r] as *const __m256i);
@@ -139,8 +150,12 @@ pub(super) unsafe fn unsigned_avx2<const T: u8>(block: *const u8) -> __m256i {
     // SAFETY (caller): the block's 16 nibble bytes and its 4 bytes of fifth bits.
     unsafe {
         let nib = nibbles(block.add(qs_at));
-        if T == IQ4_NL {
-            let table = _mm_loadu_si128(IQ4_NL_LEVELS.as_ptr() as *const __m128i);
+        if levels(T) {
+            let table = match T {
+                MXFP4 => MXFP4_LEVELS.as_ptr(),
+                _ => IQ4_NL_LEVELS.as_ptr(),
+            };
+            let table = _mm_loadu_si128(table as *const __m128i);
             _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(table), nib)
         } else {
             // Byte j takes byte j / 8 of qh; with every other bit set it is all ones
@@ -162,16 +177,20 @@ pub(super) unsafe fn unsigned_avx2<const T: u8>(block: *const u8) -> __m256i {
     }
 }
 
-/// `IQ4_NL`'s levels plus 128, as unsigned bytes (the `vpdpbusd` operand).
-const IQ4_NL_UNSIGNED: [u8; 16] = {
+/// Levels plus 128, as unsigned bytes (the `vpdpbusd` operand).
+const fn unsigned_levels(levels: [i8; 16]) -> [u8; 16] {
     let mut t = [0u8; 16];
     let mut i = 0;
     while i < 16 {
-        t[i] = (IQ4_NL_LEVELS[i] as i16 + 128) as u8;
+        t[i] = (levels[i] as i16 + 128) as u8;
         i += 1;
     }
     t
-};
+}
+
+/// `IQ4_NL`'s and `MXFP4`'s levels plus 128.
+const IQ4_NL_UNSIGNED: [u8; 16] = unsigned_levels(IQ4_NL_LEVELS);
+const MXFP4_UNSIGNED: [u8; 16] = unsigned_levels(MXFP4_LEVELS);
 
 impl BlockDot for Avx512 {
     fn offset(t: u8) -> i32 {
@@ -201,7 +220,7 @@ impl BlockDot for Avx512 {
 }
 
 /// The 32 weights of the block at `block` as the AVX-512 kernels multiply them, `u_j = q_j +
-/// c` with `c` of [`BlockDot::offset`] (`IQ4_NL`: `K + 128`, unsigned).
+/// c` with `c` of [`BlockDot::offset`] (`IQ4_NL`, `MXFP4`: the level + 128, unsigned).
 ///
 /// # Safety
 /// AVX-512F/BW/VL; one whole stored block of type `T` at `block`.
@@ -211,8 +230,12 @@ pub(super) unsafe fn unsigned_avx512<const T: u8>(block: *const u8) -> __m256i {
     // SAFETY (caller): the block's 16 nibble bytes and its 4 bytes of fifth bits.
     unsafe {
         let nib = nibbles(block.add(qs_at));
-        if T == IQ4_NL {
-            let table = _mm_loadu_si128(IQ4_NL_UNSIGNED.as_ptr() as *const __m128i);
+        if levels(T) {
+            let table = match T {
+                MXFP4 => MXFP4_UNSIGNED.as_ptr(),
+                _ => IQ4_NL_UNSIGNED.as_ptr(),
+            };
+            let table = _mm_loadu_si128(table as *const __m128i);
             _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(table), nib)
         } else {
             let qh = (block.add(qh_at) as *const u32).read_unaligned();
@@ -261,7 +284,7 @@ unsafe fn step<I: BlockDot, const T: u8>(
 ) -> ([__m256i; STEP], __m256, __m256) {
     // SAFETY (caller): the step's bytes.
     unsafe {
-        if T != IQ4_NL && n == STEP {
+        if (T == Q5_0 || T == Q5_1) && n == STEP {
             let d = _mm256_cvtph_ps(_mm_loadu_si128(blk as *const __m128i));
             let m = match T == Q5_1 {
                 true => {
@@ -275,6 +298,12 @@ unsafe fn step<I: BlockDot, const T: u8>(
         let mut u = [_mm256_setzero_si256(); STEP];
         for (k, u_k) in u.iter_mut().enumerate().take(n) {
             *u_k = I::unsigned::<T>(blk.add(k * bb));
+        }
+        if T == MXFP4 {
+            // Each block's e8m0 byte as its d (lanes past n 0, unused).
+            let d: [f32; STEP] =
+                std::array::from_fn(|k| if k < n { e8m0_half(*blk.add(k * bb)) } else { 0.0 });
+            return (u, _mm256_loadu_ps(d.as_ptr()), _mm256_setzero_ps());
         }
         // The first 4 bytes of each block: d, then m (Q5_1) or other bytes of the block.
         let heads = heads(blk, bb, n);
@@ -362,6 +391,7 @@ macro_rules! dispatch {
                 match $w.ty {
                     GgmlType::Q5_0 => rows::<$isa, $r, Q5_0>($w, $acts, $o, $r0, $out),
                     GgmlType::Q5_1 => rows::<$isa, $r, Q5_1>($w, $acts, $o, $r0, $out),
+                    GgmlType::MXFP4 => rows::<$isa, $r, MXFP4>($w, $acts, $o, $r0, $out),
                     _ => rows::<$isa, $r, IQ4_NL>($w, $acts, $o, $r0, $out),
                 }
             };
@@ -378,7 +408,7 @@ macro_rules! dispatch {
 /// The AVX2 row kernel: `out[i] = w_o · x_{r0+i}` for `i < out.len() <= 4`.
 ///
 /// # Safety
-/// The CPU must have AVX2, FMA and F16C; `w` holds `Q5_0`, `Q5_1` or `IQ4_NL` blocks, `o <
+/// The CPU must have AVX2, FMA and F16C; `w` holds `Q5_0`, `Q5_1`, `IQ4_NL` or `MXFP4` blocks, `o <
 /// w.rows`, `r0 + out.len() <=` the rows of `acts`, which `w.quantize` made.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn tile_avx2(
@@ -536,6 +566,7 @@ macro_rules! dispatch_outputs {
         match $w.ty {
             GgmlType::Q5_0 => outs::<$isa, Q5_0>($w, $acts, $o0, $out),
             GgmlType::Q5_1 => outs::<$isa, Q5_1>($w, $acts, $o0, $out),
+            GgmlType::MXFP4 => outs::<$isa, MXFP4>($w, $acts, $o0, $out),
             _ => outs::<$isa, IQ4_NL>($w, $acts, $o0, $out),
         }
     }};
@@ -544,8 +575,8 @@ macro_rules! dispatch_outputs {
 /// The AVX2 decoding kernel: `out[i] = w_{o0+i} · x_0` for `i < OUTPUTS`.
 ///
 /// # Safety
-/// The CPU must have AVX2, FMA and F16C; `w` holds `Q5_0`, `Q5_1` or `IQ4_NL` blocks,
-/// `o0 + OUTPUTS <= w.rows`, `out.len() == OUTPUTS`, `acts` (a row at least) made by
+/// The CPU must have AVX2, FMA and F16C; `w` holds `Q5_0`, `Q5_1`, `IQ4_NL` or `MXFP4`
+/// blocks, `o0 + OUTPUTS <= w.rows`, `out.len() == OUTPUTS`, `acts` (a row at least) made by
 /// `w.quantize`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn outputs_avx2(w: &KQuantMatrix, acts: &KQuantActs, o0: usize, out: &mut [f32]) {

@@ -35,10 +35,11 @@ const TASK_OUTPUTS: usize = 32;
 /// Activation rows per register tile.
 const TILE_ROWS: usize = 4;
 
-/// Whether the GEMM multiplies `w` with `kernel` on this CPU (32-blocks, a SIMD kernel).
+/// Whether the GEMM multiplies `w` with `kernel` on this CPU (32-blocks but `MXFP4`, whose
+/// products of many rows take the row kernels, a SIMD kernel).
 pub fn runs(w: &KQuantMatrix, kernel: Kernel) -> bool {
     use crate::kernels::lowp::PackedFormat;
-    w.block == 32 && kernel != Kernel::Portable && w.runs(kernel)
+    w.block == 32 && w.ty != GgmlType::MXFP4 && kernel != Kernel::Portable && w.runs(kernel)
 }
 
 /// `y [rows, d_out] = x [rows, d_in] · Wᵀ` with `kernel` ([`runs`] must hold), bit for bit
