@@ -281,3 +281,32 @@ fn gpt_oss_gguf_mxfp4_is_near_transformers() {
         "mxfp4 blocks: {in_blocks:e}, llama.cpp {llama_cpp:e}"
     );
 }
+
+/// A checkpoint as transformers saves gpt-oss quantised to MXFP4 (a `quantization_config`, the
+/// experts' `uint8` `*_blocks`): refused naming the quantisation, before any weight is read.
+#[test]
+fn an_mxfp4_hugging_face_checkpoint_is_refused_by_its_quantization() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = fixture().join("hf");
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(src.join("config.json")).unwrap()).unwrap();
+    json["quantization_config"] = serde_json::json!({"quant_method": "mxfp4"});
+    std::fs::write(
+        dir.path().join("config.json"),
+        serde_json::to_vec(&json).unwrap(),
+    )
+    .unwrap();
+    for file in ["tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(src.join(file), dir.path().join(file)).unwrap();
+    }
+    // [E, 2·d_ff, d_model / 32, 16] bytes of e2m1 pairs, as transformers stores the blocks.
+    let blocks = vec![0u8; 4 * 64 * 2 * 16];
+    let view =
+        safetensors::tensor::TensorView::new(safetensors::Dtype::U8, vec![4, 64, 2, 16], &blocks)
+            .unwrap();
+    let name = "model.layers.0.mlp.experts.gate_up_proj_blocks";
+    let bytes = safetensors::serialize([(name, view)], None).unwrap();
+    std::fs::write(dir.path().join("model.safetensors"), bytes).unwrap();
+    let e = TextGenerator::load(dir.path()).err().unwrap().to_string();
+    assert!(e.contains("quantization_config (quant_method mxfp4"), "{e}");
+}

@@ -338,8 +338,11 @@ pub fn gguf_list() -> String {
 }
 
 /// Loads the Hugging Face decoder directory `dir` of `family` (its `config.json` already read:
-/// `bytes`, from `config_path`): the weights (`model.safetensors` or the shards), then the
-/// config through the family's parser, the tensors through its layout and names.
+/// `bytes`, from `config_path`): the config through the family's parser (first, so that what
+/// the family refuses is refused by name before any weight is read: gpt-oss's MXFP4
+/// `quantization_config`, whose `uint8` blocks the weight reader would otherwise name as a
+/// dtype), then the weights (`model.safetensors` or the shards), the tensors through its layout
+/// and names.
 pub fn load_hf_decoder(
     family: &Family,
     dir: &Path,
@@ -352,8 +355,8 @@ pub fn load_hf_decoder(
             format!("model_type {} is not a decoder", family.name),
         )
     })?;
-    let weights = read_hf_weights(dir, |_| false)?;
     let config = (hf.config)(bytes, config_path, dir)?;
+    let weights = read_hf_weights(dir, |_| false)?;
     let tensors = (hf.tensors)(dir, weights, &config)?;
     build_filled(dir, config, tensors, Some(&family.hf_names))
 }
