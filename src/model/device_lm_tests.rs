@@ -175,6 +175,15 @@ fn absolute_positions_and_post_ln_on_the_host_device() {
     }
 }
 
+/// SmolLM3's layers without rotary positions: the device step rotates per layer as the model.
+#[test]
+fn nope_layers_on_the_host_device() {
+    let m = model_with(SHAPES[0], 41, |c| c.layer_rope = vec![true, false, true]);
+    assert!(!m.blocks.layers[1].self_attn.rotary);
+    let lm = DeviceLm::new(Host, &m).unwrap();
+    assert_close(&device_logits(&lm, &PROMPT, &NEXT), &own_logits(&m, &PROMPT, &NEXT), 1e-5, "nope");
+}
+
 #[test]
 fn windows_soft_caps_qk_norms_and_post_norms_on_the_host_device() {
     let m = gemma_like(40);
@@ -219,6 +228,16 @@ fn bad_steps_and_unsupported_models_are_errors_naming_them() {
     let whole = model_with(SHAPES[0], 8, |c| (c.qk_norm, c.qk_norm_whole) = (true, true));
     let e = DeviceLm::new(Host, &whole).err().unwrap().to_string();
     assert!(e.contains("layer 0: query/key norms over the whole projection"), "{e}");
+    // Granite's scales and OLMo 2's sublayers without input norms too.
+    let scaled = model_with(SHAPES[0], 9, |c| c.residual_scale = Some(0.5));
+    let e = DeviceLm::new(Host, &scaled).err().unwrap().to_string();
+    assert!(e.contains("layer 0: sublayer outputs scaled before the residual sum"), "{e}");
+    let divided = model_with(SHAPES[0], 10, |c| c.logit_divisor = Some(2.0));
+    let e = DeviceLm::new(Host, &divided).err().unwrap().to_string();
+    assert!(e.contains("logits divided by logits_scaling"), "{e}");
+    let olmo = model_with(SHAPES[0], 11, |c| (c.post_norms, c.input_norms) = (true, false));
+    let e = DeviceLm::new(Host, &olmo).err().unwrap().to_string();
+    assert!(e.contains("layer 0: sublayers without an input norm"), "{e}");
 }
 
 #[cfg(feature = "gpu")]

@@ -239,3 +239,26 @@ fn granite_gguf_without_rotation_is_nope_everywhere() {
     let ids = [20, 31, 42, 53, 64];
     assert!(max_diff(&logits(&nope, &ids), &logits(&rotary, &ids)) > 1e-3);
 }
+
+/// llama.cpp's other form of `olmo2.attention.sliding_window_pattern`, a period `p` (layer `i`
+/// slides when `i mod p < p − 1`): 3 gives the fixture's layers (two sliding, then a full one)
+/// and transformers' logits; 0 makes every layer slide, and the logits differ.
+#[test]
+fn olmo3_gguf_sliding_pattern_as_a_period() {
+    let file = GgufFile::open(&gguf_path("olmo3")).unwrap();
+    let hf_ref = reference(&fixture("olmo3").join("reference-hf"));
+    let key = "olmo2.attention.sliding_window_pattern";
+    let with_period = |p: u32| {
+        let bytes = with_key(&file, key, Value::U32(p));
+        let edited = GgufFile::from_bytes(bytes, Path::new("edited.gguf")).unwrap();
+        load_gguf_file(&edited, GgufWeights::Dequantised)
+    };
+    let three = with_period(3);
+    assert_eq!(three.config.layer_windows, [Some(5), Some(5), None]);
+    check_against_hf("olmo3 gguf, period 3", &three, &hf_ref, GGUF_TOL);
+    let all = with_period(0);
+    assert_eq!(all.config.layer_windows, [Some(5); 3]);
+    let s = &hf_ref.0.sequences[2];
+    let d = max_diff(&logits(&all, &s.input_ids), &hf_ref.1[&s.name].1);
+    assert!(d > 1e-2, "every layer sliding: {d:e}");
+}
