@@ -11,14 +11,14 @@
 //! name.
 
 use crate::families::{
-    check_against_hf, load_gguf_file, load_hf, logits, max_diff, reference, with_key, GGUF_TOL,
-    HF_TOL,
+    check_against_hf, load_gguf_file, load_hf, logits, max_diff, prefill_then_decode, reference,
+    with_key, GGUF_TOL, HF_TOL,
 };
 use crate::moe::refused_hf_config;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use transformer::model::families::{load_gguf, GgufWeights};
-use transformer::model::{LanguageModel, StepLayout};
+use transformer::model::LanguageModel;
 use transformer::pipeline::generate::TextGenerator;
 use transformer::store::gguf::{GgufFile, Value};
 
@@ -65,34 +65,8 @@ fn check_family(
 /// Two rows of 30 tokens: the first 20 through the decoding state at once, then one token at a
 /// time; every position's logits equal the whole sequence's forward.
 fn prefill_then_decode_equals_the_full_forward(m: &LanguageModel<f32>) {
-    let v = m.config.vocab_size;
-    let (rows, len, prefill) = (2, 30, 20);
-    let seqs: Vec<Vec<u32>> = (0..rows)
-        .map(|r| {
-            (0..len)
-                .map(|t| ((t * 37 + r * 101 + 11) % (v - 8) + 8) as u32)
-                .collect()
-        })
-        .collect();
-    let full: Vec<Vec<f32>> = seqs.iter().map(|s| logits(m, s)).collect();
-    let mut state = m.start(rows, 64);
-    let prompt: Vec<u32> = seqs.iter().flat_map(|s| s[..prefill].to_vec()).collect();
-    let first = m.step_logits(&mut state, &prompt, &StepLayout::dense());
-    let mut worst = 0.0f64;
-    for r in 0..rows {
-        let ours = &first[r * prefill * v..(r + 1) * prefill * v];
-        worst = worst.max(max_diff(ours, &full[r][..prefill * v]));
-    }
-    for t in prefill..len {
-        let tokens: Vec<u32> = seqs.iter().map(|s| s[t]).collect();
-        let step = m.step_logits(&mut state, &tokens, &StepLayout::dense());
-        for r in 0..rows {
-            let want = &full[r][t * v..(t + 1) * v];
-            worst = worst.max(max_diff(&step[r * v..(r + 1) * v], want));
-        }
-    }
+    let worst = prefill_then_decode(m, (2, 30, 20), 64, 1e-4);
     assert!(worst < 1e-4, "prefill and steps vs the forward: {worst:e}");
-    assert_eq!(state.len(), len);
 }
 
 #[test]

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use transformer::decode::sample::SamplingOptions;
 use transformer::model::config::RopeScaling;
 use transformer::model::families::{self, load_gguf, GgufWeights};
-use transformer::model::LanguageModel;
+use transformer::model::{LanguageModel, StepLayout};
 use transformer::pipeline::generate::{generate_ids, TextGenerator};
 use transformer::rng::Rng;
 use transformer::store::gguf::{GgufFile, Value};
@@ -60,6 +60,54 @@ pub(super) fn max_diff(ours: &[f32], theirs: &[f32]) -> f64 {
 /// The logits of every position of `ids`, `[len, vocab]`.
 pub(super) fn logits(model: &LanguageModel<f32>, ids: &[u32]) -> Vec<f32> {
     model.forward(ids, 1, None).0
+}
+
+/// Decoding against the forward: `rows` rows of `len` tokens (a fixed pattern over the
+/// vocabulary), the first `prefill` of each through a decoding state of `capacity` positions
+/// at once, then one token at a time. Returns the largest difference of any position's logits
+/// to the whole sequence's forward; a second state given the same prompt with only its last
+/// outputs must give the same last rows (within `last_bound`).
+pub(super) fn prefill_then_decode(
+    m: &LanguageModel<f32>,
+    (rows, len, prefill): (usize, usize, usize),
+    capacity: usize,
+    last_bound: f64,
+) -> f64 {
+    let v = m.config.vocab_size;
+    let seqs: Vec<Vec<u32>> = (0..rows)
+        .map(|r| {
+            (0..len)
+                .map(|t| ((t * 37 + r * 101 + 11) % (v - 8) + 8) as u32)
+                .collect()
+        })
+        .collect();
+    let full: Vec<Vec<f32>> = seqs.iter().map(|s| logits(m, s)).collect();
+    let mut state = m.start(rows, capacity);
+    let prompt: Vec<u32> = seqs.iter().flat_map(|s| s[..prefill].to_vec()).collect();
+    let first = m.step_logits(&mut state, &prompt, &StepLayout::dense());
+    let mut worst = 0.0f64;
+    for r in 0..rows {
+        let ours = &first[r * prefill * v..(r + 1) * prefill * v];
+        worst = worst.max(max_diff(ours, &full[r][..prefill * v]));
+    }
+    for t in prefill..len {
+        let tokens: Vec<u32> = seqs.iter().map(|s| s[t]).collect();
+        let step = m.step_logits(&mut state, &tokens, &StepLayout::dense());
+        for r in 0..rows {
+            let want = &full[r][t * v..(t + 1) * v];
+            worst = worst.max(max_diff(&step[r * v..(r + 1) * v], want));
+        }
+    }
+    assert_eq!(state.len(), len);
+    // Only the last outputs of a prompt: the last rows.
+    let mut last = m.start(rows, capacity);
+    let lasts = m.step_logits(&mut last, &prompt, &StepLayout::last());
+    for r in 0..rows {
+        let want = &full[r][(prefill - 1) * v..prefill * v];
+        let d = max_diff(&lasts[r * v..(r + 1) * v], want);
+        assert!(d < last_bound, "row {r} last output: {d:e}");
+    }
+    worst
 }
 
 /// 16 greedy tokens after `ids`, through the KV cache.

@@ -14,14 +14,14 @@
 //! `../shared/tools/fixtures/ref_gguf.py`) are printed beside ours.
 
 use crate::families::{
-    check_against_hf, greedy, load_gguf_file, load_hf, logits, max_diff, reference, with_key,
-    GGUF_TOL, HF_TOL,
+    check_against_hf, greedy, load_gguf_file, load_hf, logits, max_diff, prefill_then_decode,
+    reference, with_key, GGUF_TOL, HF_TOL,
 };
 use std::path::{Path, PathBuf};
 use transformer::model::config::RopeScaling;
 use transformer::model::families::{load_gguf, GgufWeights};
 use transformer::model::LanguageModel;
-use transformer::model::{ExpertsConfig, StepLayout, SwigluClamp};
+use transformer::model::{ExpertsConfig, SwigluClamp};
 use transformer::pipeline::generate::TextGenerator;
 use transformer::store::gguf::{GgufFile, Value};
 
@@ -106,43 +106,9 @@ fn gpt_oss_matches_transformers() {
 #[test]
 fn prefill_then_decode_equals_the_full_forward() {
     let m = load_hf(&fixture().join("hf"));
-    let v = m.config.vocab_size;
-    let (rows, len, prefill) = (2, 72, 40);
-    let seqs: Vec<Vec<u32>> = (0..rows)
-        .map(|r| {
-            (0..len)
-                .map(|t| ((t * 37 + r * 101 + 11) % (v - 8) + 8) as u32)
-                .collect()
-        })
-        .collect();
-    let full: Vec<Vec<f32>> = seqs.iter().map(|s| logits(&m, s)).collect();
-    let mut state = m.start(rows, 128);
-    let prompt: Vec<u32> = seqs.iter().flat_map(|s| s[..prefill].to_vec()).collect();
-    let first = m.step_logits(&mut state, &prompt, &StepLayout::dense());
-    let mut worst = 0.0f64;
-    for r in 0..rows {
-        let ours = &first[r * prefill * v..(r + 1) * prefill * v];
-        worst = worst.max(max_diff(ours, &full[r][..prefill * v]));
-    }
-    for t in prefill..len {
-        let tokens: Vec<u32> = seqs.iter().map(|s| s[t]).collect();
-        let step = m.step_logits(&mut state, &tokens, &StepLayout::dense());
-        for r in 0..rows {
-            worst = worst.max(max_diff(
-                &step[r * v..(r + 1) * v],
-                &full[r][t * v..(t + 1) * v],
-            ));
-        }
-    }
+    let worst = prefill_then_decode(&m, (2, 72, 40), 128, 1e-4);
     eprintln!("gpt_oss prefill and steps vs the forward: {worst:.2e}");
     assert!(worst < 1e-4, "prefill and steps vs the forward: {worst:e}");
-    let mut last = m.start(rows, 128);
-    let lasts = m.step_logits(&mut last, &prompt, &StepLayout::last());
-    for r in 0..rows {
-        let want = &full[r][(prefill - 1) * v..prefill * v];
-        let d = max_diff(&lasts[r * v..(r + 1) * v], want);
-        assert!(d < 1e-4, "row {r} last output: {d:e}");
-    }
 }
 
 /// `config.json` with `edit` applied, loaded through the table: the error.

@@ -9,10 +9,10 @@
 //! exceeds 1e-3; a prefill then steps equal to the whole sequence's forward; what is not
 //! computed refused by name.
 
-use crate::families::{greedy, load_hf, logits, max_diff, HF_TOL};
+use crate::families::{greedy, load_hf, logits, max_diff, prefill_then_decode, HF_TOL};
 use std::path::{Path, PathBuf};
 use transformer::model::config::GatedDeltaConfig;
-use transformer::model::{LanguageModel, StepLayout};
+use transformer::model::LanguageModel;
 use transformer::pipeline::generate::TextGenerator;
 use transformer::store::read_tensors;
 
@@ -108,46 +108,10 @@ fn prefill_then_decode_equals_the_full_forward() {
 
 /// [`prefill_then_decode_equals_the_full_forward`] on the model `m`.
 pub fn check_prefill_then_decode(m: &LanguageModel<f32>) {
-    let v = m.config.vocab_size;
-    let (rows, len, prefill) = (2, 90, 70);
-    let seqs: Vec<Vec<u32>> = (0..rows)
-        .map(|r| {
-            (0..len)
-                .map(|t| ((t * 37 + r * 101 + 11) % (v - 8) + 8) as u32)
-                .collect()
-        })
-        .collect();
-    let full: Vec<Vec<f32>> = seqs.iter().map(|s| logits(m, s)).collect();
-    let mut state = m.start(rows, 128);
-    let prompt: Vec<u32> = seqs.iter().flat_map(|s| s[..prefill].to_vec()).collect();
-    let first = m.step_logits(&mut state, &prompt, &StepLayout::dense());
-    let mut worst = 0.0f64;
-    for r in 0..rows {
-        let ours = &first[r * prefill * v..(r + 1) * prefill * v];
-        worst = worst.max(max_diff(ours, &full[r][..prefill * v]));
-    }
-    for t in prefill..len {
-        let tokens: Vec<u32> = seqs.iter().map(|s| s[t]).collect();
-        let step = m.step_logits(&mut state, &tokens, &StepLayout::dense());
-        for r in 0..rows {
-            worst = worst.max(max_diff(
-                &step[r * v..(r + 1) * v],
-                &full[r][t * v..(t + 1) * v],
-            ));
-        }
-    }
+    let worst = prefill_then_decode(m, (2, 90, 70), 128, 1e-4);
     // (f32 rounding of products of other shapes, amplified as the reference's bounds say)
     eprintln!("prefill and steps vs the forward: {worst:.2e}");
     assert!(worst < 3e-4, "prefill and steps vs the forward: {worst:e}");
-    assert_eq!(state.len(), len);
-    // Only the last outputs of a prompt: the last rows.
-    let mut last = m.start(rows, 128);
-    let lasts = m.step_logits(&mut last, &prompt, &StepLayout::last());
-    for r in 0..rows {
-        let want = &full[r][(prefill - 1) * v..prefill * v];
-        let d = max_diff(&lasts[r * v..(r + 1) * v], want);
-        assert!(d < 1e-4, "row {r} last output: {d:e}");
-    }
 }
 
 /// `config.json` with `edit` applied, loaded through the table: the error.
