@@ -220,3 +220,44 @@ pub fn check_lm_decoding(m: &super::LanguageModel<f64>, tokens: &[u32], rows: us
     let want: Vec<f64> = (0..rows).flat_map(|b| at(b, len - 1)).collect();
     assert!(max_diff(&last, &want) < 1e-10, "a prompt at once, last positions");
 }
+
+/// Every parameter's gradient in `with_grads` (a copy of `m` after a backward of `loss`)
+/// against central differences of `loss` over `m`, at three entries of each parameter (the
+/// first, a third and two thirds in): the entries checked. `what` names the case in a failure.
+pub fn sampled_gradients_match(
+    m: &super::LanguageModel<f64>,
+    with_grads: &mut super::LanguageModel<f64>,
+    loss: impl Fn(&super::LanguageModel<f64>) -> f64,
+    what: &str,
+) -> usize {
+    let grads: Vec<(String, Vec<f64>)> = with_grads
+        .params_mut()
+        .into_iter()
+        .map(|(n, p)| (n, p.grad.data.clone()))
+        .collect();
+    let mut checked = 0;
+    for (name, grad) in &grads {
+        let n_values = grad.len();
+        for i in (0..n_values).step_by(n_values.div_ceil(3)) {
+            let at = |delta: f64| {
+                let mut moved = m.clone();
+                for (n, p) in moved.params_mut() {
+                    if n == *name {
+                        p.value.data[i] += delta;
+                    }
+                }
+                loss(&moved)
+            };
+            let h = 1e-5;
+            let numeric = (at(h) - at(-h)) / (2.0 * h);
+            let tol = 1e-6 * (1.0 + numeric.abs());
+            assert!(
+                (grad[i] - numeric).abs() < tol,
+                "{what}, {name}[{i}]: {} vs {numeric}",
+                grad[i]
+            );
+            checked += 1;
+        }
+    }
+    checked
+}

@@ -7,7 +7,7 @@
 //! configured, its incremental decoding against its full forward, its gradients against
 //! central differences of its loss.
 
-use super::attention_checks::numeric;
+use super::attention_checks::{numeric, sampled_gradients_match};
 use super::config::Normalization;
 use super::embedding::Embedding;
 use super::head::OutputHead;
@@ -296,35 +296,8 @@ fn dense_like_model_gradients_match_central_differences() {
         let mut with_grads = m.clone();
         with_grads.forward_backward(&tokens, &targets, 1, 0.0, 1.0, None);
         let loss = |m: &LanguageModel<f64>| m.evaluate(&tokens, &targets, 1).loss_sum;
-        let grads: Vec<(String, Vec<f64>)> = with_grads
-            .params_mut()
-            .into_iter()
-            .map(|(n, p)| (n, p.grad.data.clone()))
-            .collect();
-        let mut checked = 0;
-        for (name, grad) in &grads {
-            let n_values = grad.len();
-            for i in (0..n_values).step_by(n_values.div_ceil(3)) {
-                let at = |delta: f64| {
-                    let mut moved = m.clone();
-                    for (n, p) in moved.params_mut() {
-                        if n == *name {
-                            p.value.data[i] += delta;
-                        }
-                    }
-                    loss(&moved)
-                };
-                let h = 1e-5;
-                let numeric = (at(h) - at(-h)) / (2.0 * h);
-                let tol = 1e-6 * (1.0 + numeric.abs());
-                assert!(
-                    (grad[i] - numeric).abs() < tol,
-                    "len {len}, {name}[{i}]: {} vs {numeric}",
-                    grad[i]
-                );
-                checked += 1;
-            }
-        }
+        let what = format!("len {len}");
+        let checked = sampled_gradients_match(&m, &mut with_grads, loss, &what);
         assert!(checked > 30, "{checked}");
     }
 }

@@ -6,7 +6,7 @@
 //! its gradients, through the plain and the tiled attention kernels, against central
 //! differences of its loss, and its incremental decoding against its full forward.
 
-use super::attention_checks::numeric;
+use super::attention_checks::{numeric, sampled_gradients_match};
 use super::config::Normalization;
 use super::feed_forward::FeedForward;
 use super::linear::Linear;
@@ -257,35 +257,8 @@ fn gemma_like_model_gradients_match_central_differences() {
             l.self_attn.scores.softcap = None;
         }
         assert!((loss(&uncapped) - loss(&m)).abs() > 1e-3);
-        let grads: Vec<(String, Vec<f64>)> = with_grads
-            .params_mut()
-            .into_iter()
-            .map(|(n, p)| (n, p.grad.data.clone()))
-            .collect();
-        let mut checked = 0;
-        for (name, grad) in &grads {
-            let n_values = grad.len();
-            for i in (0..n_values).step_by(n_values.div_ceil(3)) {
-                let at = |delta: f64| {
-                    let mut moved = m.clone();
-                    for (n, p) in moved.params_mut() {
-                        if n == *name {
-                            p.value.data[i] += delta;
-                        }
-                    }
-                    loss(&moved)
-                };
-                let h = 1e-5;
-                let numeric = (at(h) - at(-h)) / (2.0 * h);
-                let tol = 1e-6 * (1.0 + numeric.abs());
-                assert!(
-                    (grad[i] - numeric).abs() < tol,
-                    "len {len}, {name}[{i}]: {} vs {numeric}",
-                    grad[i]
-                );
-                checked += 1;
-            }
-        }
+        let what = format!("len {len}");
+        let checked = sampled_gradients_match(&m, &mut with_grads, loss, &what);
         assert!(checked > 40, "{checked}");
     }
 }
