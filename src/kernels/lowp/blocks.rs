@@ -54,9 +54,11 @@ const OUTPUTS: usize = 4;
 /// How far ahead (in weight rows) a decoding step's kernels prefetch the rows they will take
 /// (four interleaved rows hide the stream from the hardware prefetcher). SmolLM2 Q4_1, one
 /// thread, decode tokens per CPU-second on a loaded Zen 4: AVX-512 ~71 without, ~107 at 8
-/// rows, ~115 at 16, ~120 at 32, ~103 at 64; AVX2 ~95 at 16 and 32. The AVX-512 kernel asks
-/// for them into L2 (`prefetcht1`): Llama-3.2-1B `Q8_0` decode, one thread, quiet Zen 4: 10.8
-/// tokens/s against 9.2-9.6 into L1 (whose few miss buffers the kernel's loads need).
+/// rows, ~115 at 16, ~120 at 32, ~103 at 64; AVX2 ~95 at 16 and 32. Both kernels ask for them
+/// into L2 (`prefetcht1`; into L1 the requests hold the miss buffers the kernel's own loads
+/// need), every line of them: Llama-3.2-1B `Q8_0` decode, one thread, quiet Zen 4, AVX-512
+/// 8.5-9.0 -> 11.6-12.9 tokens/s (its pairs of 68 bytes span two lines one time in sixteen,
+/// which one request a pair missed), AVX2 7.4-7.8 -> 14.6-15.4.
 #[cfg(target_arch = "x86_64")]
 const PREFETCH_ROWS: usize = 16;
 

@@ -484,7 +484,7 @@ unsafe fn step<const O: usize>(
             for line in (0..STEP * bb).step_by(64) {
                 // A hint only: it never faults and reads nothing into the program, whatever
                 // the address (`wrapping_add` may point past the weights on the last rows).
-                _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(ahead + line) as *const i8);
+                _mm_prefetch::<_MM_HINT_T1>(blk.wrapping_add(ahead + line) as *const i8);
             }
         }
     }

@@ -224,7 +224,11 @@ pub(super) unsafe fn outputs<const O: usize>(
                 let at = rows[i].wrapping_add(ahead + 2 * p * kind.block_bytes());
                 // A hint only: it never faults and reads nothing into the program, whatever
                 // the address (`wrapping_add` may point past the weights on the last rows).
+                // The pair's first and last bytes: a Q8_0 pair (68 bytes) spans two lines
+                // one time in sixteen, and a line never asked for is a wait for memory.
                 _mm_prefetch::<_MM_HINT_T1>(at as *const i8);
+                let last = at.wrapping_add(2 * kind.block_bytes() - 1);
+                _mm_prefetch::<_MM_HINT_T1>(last as *const i8);
             }
             // SAFETY: p < nb / 2, row o0 + i < w.rows.
             let (wv, dw, c2) = unsafe { pair_weights(kind, rows[i], offsets[i], p, idx) };
