@@ -26,6 +26,18 @@ pub fn max_diff(a: &[f64], b: &[f64]) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// `x Wᵀ` in loops (`x [rows, d_in]`, `W [d_out, d_in]`).
+pub fn matmul_t(x: &[f64], w: &[f64], d_in: usize, d_out: usize) -> Vec<f64> {
+    let rows = x.len() / d_in;
+    let mut y = vec![0.0; rows * d_out];
+    for r in 0..rows {
+        for o in 0..d_out {
+            y[r * d_out + o] = (0..d_in).map(|i| x[r * d_in + i] * w[o * d_in + i]).sum();
+        }
+    }
+    y
+}
+
 /// `∂f/∂x_i` by central differences of step `h`.
 pub fn numeric(f: &impl Fn(&[f64]) -> f64, x: &[f64], i: usize, h: f64) -> f64 {
     let (mut up, mut down) = (x.to_vec(), x.to_vec());

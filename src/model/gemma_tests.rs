@@ -6,7 +6,7 @@
 //! its gradients, through the plain and the tiled attention kernels, against central
 //! differences of its loss, and its incremental decoding against its full forward.
 
-use super::attention_checks::{numeric, sampled_gradients_match};
+use super::attention_checks::{matmul_t, max_diff, numeric, sampled_gradients_match, uniform};
 use super::config::Normalization;
 use super::feed_forward::FeedForward;
 use super::linear::Linear;
@@ -20,31 +20,6 @@ use crate::rng::Rng;
 fn gelu_tanh(x: f64) -> f64 {
     let u = (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044_715 * x * x * x);
     0.5 * x * (1.0 + u.tanh())
-}
-
-fn uniform(n: usize, seed: u64) -> Vec<f64> {
-    let mut rng = Rng::new(seed);
-    (0..n).map(|_| rng.uniform_range(-1.0, 1.0)).collect()
-}
-
-fn max_diff(a: &[f64], b: &[f64]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f64::max)
-}
-
-/// `x Wᵀ` in loops.
-fn matmul_t(x: &[f64], w: &[f64], d_in: usize, d_out: usize) -> Vec<f64> {
-    let rows = x.len() / d_in;
-    let mut y = vec![0.0; rows * d_out];
-    for r in 0..rows {
-        for o in 0..d_out {
-            y[r * d_out + o] = (0..d_in).map(|i| x[r * d_in + i] * w[o * d_in + i]).sum();
-        }
-    }
-    y
 }
 
 /// `(g + 1) ⊙ x / √(mean(x²) + ε)` per row, in loops.
