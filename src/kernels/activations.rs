@@ -226,10 +226,25 @@ impl<T: Float> pulp::WithSimd for Swiglu<'_, T> {
 /// SwiGLU's backward: given `dh`, writes `dgate = dh ⊙ u ⊙ silu'(g)` and `dup = dh ⊙ silu(g)`,
 /// with `silu'(x) = σ(x) (1 + x (1 − σ(x)))`.
 pub fn swiglu_backward<T: Float>(dgate: &mut [T], dup: &mut [T], dh: &[T], gate: &[T], up: &[T]) {
+    gated_backward_each((dgate, dup), dh, gate, up, "swiglu", swiglu_grads);
+}
+
+/// The backward of a gated activation `h = f(g, u)`, element by element:
+/// `(dgate_k, dup_k) = grads(dh_k, g_k, u_k)`, over the thread pool from `PAR_MIN` elements
+/// (SwiGLU's here, gpt-oss's clamped one in `swiglu_clamped`). `what` names the activation
+/// when the buffers differ in size.
+pub fn gated_backward_each<T: Float>(
+    (dgate, dup): (&mut [T], &mut [T]),
+    dh: &[T],
+    gate: &[T],
+    up: &[T],
+    what: &str,
+    grads: impl Fn(T, T, T) -> (T, T) + Sync,
+) {
     let n = dh.len();
     assert!(
         dgate.len() == n && dup.len() == n && gate.len() == n && up.len() == n,
-        "swiglu backward: buffers differ in size"
+        "{what} backward: buffers differ in size"
     );
     if n < PAR_MIN {
         dgate
@@ -237,14 +252,14 @@ pub fn swiglu_backward<T: Float>(dgate: &mut [T], dup: &mut [T], dh: &[T], gate:
             .zip(dup.iter_mut())
             .zip(dh)
             .zip(gate.iter().zip(up))
-            .for_each(|(((dg, du), &d), (&g, &u))| (*dg, *du) = swiglu_grads(d, g, u));
+            .for_each(|(((dg, du), &d), (&g, &u))| (*dg, *du) = grads(d, g, u));
     } else {
         dgate
             .par_iter_mut()
             .zip(dup.par_iter_mut())
             .zip(dh.par_iter())
             .zip(gate.par_iter().zip(up.par_iter()))
-            .for_each(|(((dg, du), &d), (&g, &u))| (*dg, *du) = swiglu_grads(d, g, u));
+            .for_each(|(((dg, du), &d), (&g, &u))| (*dg, *du) = grads(d, g, u));
     }
 }
 

@@ -46,36 +46,18 @@ pub fn backward<T: Float>(
     up: &[T],
     (alpha, limit): (f64, f64),
 ) {
-    let n = dh.len();
-    assert!(
-        dgate.len() == n && dup.len() == n && gate.len() == n && up.len() == n,
-        "clamped swiglu backward: buffers differ in size"
-    );
     let (alpha, limit) = (T::of(alpha), T::of(limit));
-    let one = |dg: &mut T, du: &mut T, d: T, g: T, u: T| {
+    let grads = |d: T, g: T, u: T| {
         let (g_in, u_in) = (g <= limit, u >= -limit && u <= limit);
         let g = if g_in { g } else { limit };
         let u = u.max(-limit).min(limit);
         let s = sigmoid(alpha * g);
         let dglu = s * (T::one() + alpha * g * (T::one() - s));
-        *dg = if g_in { d * (u + T::one()) * dglu } else { T::zero() };
-        *du = if u_in { d * g * s } else { T::zero() };
+        let dg = if g_in { d * (u + T::one()) * dglu } else { T::zero() };
+        let du = if u_in { d * g * s } else { T::zero() };
+        (dg, du)
     };
-    if n < PAR_MIN {
-        dgate
-            .iter_mut()
-            .zip(dup.iter_mut())
-            .zip(dh)
-            .zip(gate.iter().zip(up))
-            .for_each(|(((dg, du), &d), (&g, &u))| one(dg, du, d, g, u));
-    } else {
-        dgate
-            .par_iter_mut()
-            .zip(dup.par_iter_mut())
-            .zip(dh.par_iter())
-            .zip(gate.par_iter().zip(up.par_iter()))
-            .for_each(|(((dg, du), &d), (&g, &u))| one(dg, du, d, g, u));
-    }
+    super::activations::gated_backward_each((dgate, dup), dh, gate, up, "clamped swiglu", grads);
 }
 
 /// `σ(x)` with the library exponential.
