@@ -323,20 +323,8 @@ fn dequantize_block(ty: GgmlType, block: &[u8], out: &mut [f32]) {
                 *o = q as i8 as f32 * d;
             }
         }
-        GgmlType::IQ4_NL => {
-            let d = half_at(block, 0);
-            for (j, &q) in block[2..18].iter().enumerate() {
-                out[j] = d * f32::from(IQ4_NL_LEVELS[usize::from(q & 0x0f)]);
-                out[j + 16] = d * f32::from(IQ4_NL_LEVELS[usize::from(q >> 4)]);
-            }
-        }
-        GgmlType::MXFP4 => {
-            let d = e8m0_half(block[0]);
-            for (j, &q) in block[1..17].iter().enumerate() {
-                out[j] = f32::from(MXFP4_LEVELS[usize::from(q & 0x0f)]) * d;
-                out[j + 16] = f32::from(MXFP4_LEVELS[usize::from(q >> 4)]) * d;
-            }
-        }
+        GgmlType::IQ4_NL => levels_of_nibbles(&IQ4_NL_LEVELS, half_at(block, 0), &block[2..18], out),
+        GgmlType::MXFP4 => levels_of_nibbles(&MXFP4_LEVELS, e8m0_half(block[0]), &block[1..17], out),
         GgmlType::Q2_K => kquants::dequantize_q2_k(block, out),
         GgmlType::Q3_K => kquants::dequantize_q3_k(block, out),
         GgmlType::Q4_K => kquants::dequantize_q4_k(block, out),
@@ -344,6 +332,15 @@ fn dequantize_block(ty: GgmlType, block: &[u8], out: &mut [f32]) {
         GgmlType::Q6_K => kquants::dequantize_q6_k(block, out),
         GgmlType::Q8_K => kquants::dequantize_q8_k(block, out),
         GgmlType::Unsupported(_) => unreachable!("checked by dequantize"),
+    }
+}
+
+/// A block of 32 elements whose nibbles (`qs [16]`: element `j` the low nibble of `qs[j]`,
+/// `j + 16` the high one) select one of 16 `levels`, scaled by `d` (`IQ4_NL`, `MXFP4`).
+fn levels_of_nibbles(levels: &[i8; 16], d: f32, qs: &[u8], out: &mut [f32]) {
+    for (j, &q) in qs.iter().enumerate() {
+        out[j] = d * f32::from(levels[usize::from(q & 0x0f)]);
+        out[j + 16] = d * f32::from(levels[usize::from(q >> 4)]);
     }
 }
 
